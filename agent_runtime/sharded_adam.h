@@ -1,0 +1,67 @@
+// agentrt::ShardedAdam — ZeRO-1 style AdamW over one flat parameter buffer.
+//
+// Every rank holds the full parameters and computes a full gradient. Step():
+//   1. reduce-scatter the gradients (sum, or average when options.average_grads),
+//   2. clip by the global gradient norm (an all-reduce of the shard norms²),
+//   3. run AdamW on this rank's 1/N shard only (its m and v are 1/N of the whole),
+//   4. all-gather the updated parameters into every rank's full buffer.
+// Sizes not divisible by N are padded internally; shard r covers
+// [shard_offset(), shard_offset() + shard_size()) of the unpadded buffer.
+//
+// Buffers live where the group says (host for mpi/single, device for nccl).
+// Not thread-safe; one instance per rank.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "agent_runtime/group.h"
+#include "common/status.h"
+
+namespace agentrt {
+
+struct AdamWOptions {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;   // decoupled (AdamW), applied as p -= lr * wd * p
+  float max_grad_norm = 0.0f;  // clip by global L2 norm; 0 disables clipping
+  bool average_grads = false;  // false: sum gradients over ranks; true: average
+};
+
+class ShardedAdam {
+ public:
+  ShardedAdam(Group& group, size_t num_params, AdamWOptions options);
+  ~ShardedAdam();
+  ShardedAdam(const ShardedAdam&) = delete;
+  ShardedAdam& operator=(const ShardedAdam&) = delete;
+
+  // One optimizer step. `params` and `grads` both hold num_params floats; `grads`
+  // is used as scratch and is unspecified afterwards. Returns the global
+  // gradient norm before clipping through `grad_norm` when non-null.
+  Status Step(float* params, float* grads, float* grad_norm = nullptr);
+
+  size_t num_params() const;
+  size_t shard_offset() const;
+  size_t shard_size() const;
+  int64_t step_count() const;
+  // Bytes of optimizer state this rank holds (m and v of its shard).
+  size_t state_bytes() const;
+  AdamWOptions& options();
+
+  // Optimizer state of this rank (step count, m, v of its shard) as bytes for
+  // the checkpoint, and back. LoadState refuses a state saved with another
+  // world size or parameter count.
+  std::vector<uint8_t> SaveState() const;
+  Status LoadState(std::span<const uint8_t> state);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace agentrt
