@@ -8,13 +8,12 @@ set(AGENTRT_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
 # "<folder>/<header>.h" from the source root (and from include/agentrt when installed).
 function(agentrt_library)
   cmake_parse_arguments(A "" "NAME" "SRCS;HDRS;DEPS;PRIVATE_DEPS" ${ARGN})
-  if(A_SRCS)
-    add_library(agentrt_${A_NAME} STATIC ${A_SRCS} ${A_HDRS})
-    set(scope PUBLIC)
-  else()
-    add_library(agentrt_${A_NAME} INTERFACE)
-    set(scope INTERFACE)
+  if(NOT A_SRCS)  # a module whose sources are not written yet still links
+    file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/agentrt_${A_NAME}_empty.cc "// no sources yet\n")
+    set(A_SRCS ${CMAKE_CURRENT_BINARY_DIR}/agentrt_${A_NAME}_empty.cc)
   endif()
+  add_library(agentrt_${A_NAME} STATIC ${A_SRCS} ${A_HDRS})
+  set(scope PUBLIC)
   add_library(agentrt::${A_NAME} ALIAS agentrt_${A_NAME})
   set_target_properties(agentrt_${A_NAME} PROPERTIES EXPORT_NAME ${A_NAME})
   target_include_directories(agentrt_${A_NAME} ${scope}
@@ -25,9 +24,7 @@ function(agentrt_library)
   if(A_PRIVATE_DEPS)
     target_link_libraries(agentrt_${A_NAME} PRIVATE ${A_PRIVATE_DEPS})
   endif()
-  if(A_SRCS)
-    target_compile_options(agentrt_${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${AGENTRT_WARNINGS}>)
-  endif()
+  target_compile_options(agentrt_${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${AGENTRT_WARNINGS}>)
 endfunction()
 
 # agentrt_executable(NAME name SRCS ... [DEPS ...])
@@ -73,4 +70,14 @@ function(agentrt_script_test)
   add_test(NAME ${A_NAME} COMMAND ${A_COMMAND})
   set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
       ENVIRONMENT "AGENTRT_BIN_DIR=${PROJECT_BINARY_DIR}/bin;AGENTRT_SOURCE_DIR=${PROJECT_SOURCE_DIR};${A_ENVIRONMENT}")
+endfunction()
+
+# agentrt_bench(NAME name SRCS ... [DEPS ...]): the program bench_<name> in <build>/bench,
+# run by `make bench`. It prints, last, one JSON object per line per figure.
+function(agentrt_bench)
+  cmake_parse_arguments(A "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(bench_${A_NAME} ${A_SRCS})
+  target_link_libraries(bench_${A_NAME} PRIVATE ${A_DEPS})
+  target_compile_options(bench_${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${AGENTRT_WARNINGS}>)
+  set_target_properties(bench_${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bench)
 endfunction()
