@@ -1,0 +1,290 @@
+#include "comms/telemetry.h"
+
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace agentrt {
+namespace {
+
+// The one place ZeroMQ errors become Status: "<what> (<endpoint>): <zmq_strerror>".
+Status ZmqError(std::string_view what, std::string_view endpoint) {
+  int err = zmq_errno();
+  return Unavailable(std::string(what) + " (" + std::string(endpoint) + "): " + zmq_strerror(err));
+}
+
+Result<TelemetryType> ParseType(std::string_view name) {
+  if (name == "hello") return TelemetryType::kHello;
+  if (name == "heartbeat") return TelemetryType::kHeartbeat;
+  if (name == "metrics") return TelemetryType::kMetrics;
+  if (name == "checkpoint") return TelemetryType::kCheckpoint;
+  if (name == "bye") return TelemetryType::kBye;
+  return InvalidArgument("telemetry: unknown message type \"" + std::string(name) + "\"");
+}
+
+}  // namespace
+
+std::string_view TelemetryTypeName(TelemetryType type) {
+  switch (type) {
+    case TelemetryType::kHello: return "hello";
+    case TelemetryType::kHeartbeat: return "heartbeat";
+    case TelemetryType::kMetrics: return "metrics";
+    case TelemetryType::kCheckpoint: return "checkpoint";
+    case TelemetryType::kBye: return "bye";
+  }
+  return "unknown";
+}
+
+double UnixTimeSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string EncodeTelemetry(const TelemetryMessage& m) {
+  nlohmann::json j;
+  j["type"] = TelemetryTypeName(m.type);
+  j["agent"] = m.agent;
+  j["rank"] = m.rank;
+  j["pid"] = m.pid;
+  j["time"] = m.time;
+  j["restart_count"] = m.restart_count;
+  j["step"] = m.step;
+  if (m.type == TelemetryType::kMetrics) {
+    j["metrics"] = m.metrics.is_object() ? m.metrics : nlohmann::json::object();
+  }
+  if (m.type == TelemetryType::kCheckpoint) j["checkpoint_step"] = m.checkpoint_step;
+  if (m.type == TelemetryType::kBye && !m.reason.empty()) j["reason"] = m.reason;
+  // Replace invalid UTF-8 rather than throw: a metric name is user data.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgument("telemetry: message is not a JSON object");
+  }
+  auto type_it = j.find("type");
+  if (type_it == j.end() || !type_it->is_string()) {
+    return InvalidArgument("telemetry: message has no string \"type\"");
+  }
+  TelemetryMessage m;
+  AGENTRT_ASSIGN_OR_RETURN(m.type, ParseType(type_it->get<std::string>()));
+  auto agent_it = j.find("agent");
+  if (agent_it == j.end() || !agent_it->is_string()) {
+    return InvalidArgument("telemetry: " + std::string(TelemetryTypeName(m.type)) +
+                           " message has no string \"agent\"");
+  }
+  m.agent = agent_it->get<std::string>();
+  auto rank_it = j.find("rank");
+  if (rank_it == j.end() || !rank_it->is_number_integer()) {
+    return InvalidArgument("telemetry: " + std::string(TelemetryTypeName(m.type)) +
+                           " message from agent " + m.agent + " has no integer \"rank\"");
+  }
+  m.rank = rank_it->get<int>();
+  auto get_int = [&j](const char* key, int64_t fallback) {
+    auto it = j.find(key);
+    return (it != j.end() && it->is_number_integer()) ? it->get<int64_t>() : fallback;
+  };
+  m.pid = get_int("pid", 0);
+  m.restart_count = static_cast<int>(get_int("restart_count", 0));
+  m.step = get_int("step", -1);
+  m.checkpoint_step = get_int("checkpoint_step", -1);
+  auto time_it = j.find("time");
+  if (time_it != j.end() && time_it->is_number()) m.time = time_it->get<double>();
+  if (m.type == TelemetryType::kMetrics) {
+    auto metrics_it = j.find("metrics");
+    if (metrics_it == j.end() || !metrics_it->is_object()) {
+      return InvalidArgument("telemetry: metrics message from agent " + m.agent + " rank " +
+                             std::to_string(m.rank) + " has no \"metrics\" object");
+    }
+    m.metrics = std::move(*metrics_it);
+  }
+  if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step < 0) {
+    return InvalidArgument("telemetry: checkpoint message from agent " + m.agent + " rank " +
+                           std::to_string(m.rank) + " has no \"checkpoint_step\"");
+  }
+  auto reason_it = j.find("reason");
+  if (reason_it != j.end() && reason_it->is_string()) m.reason = reason_it->get<std::string>();
+  return m;
+}
+
+// ---------------------------------------------------------------- sender
+
+Result<std::unique_ptr<TelemetrySender>> TelemetrySender::Connect(const std::string& endpoint,
+                                                                  TelemetrySenderOptions options) {
+  if (endpoint.empty()) return InvalidArgument("telemetry sender: empty endpoint");
+  void* context = zmq_ctx_new();
+  if (context == nullptr) return ZmqError("telemetry sender: zmq_ctx_new", endpoint);
+  void* socket = zmq_socket(context, ZMQ_PUSH);
+  if (socket == nullptr) {
+    Status s = ZmqError("telemetry sender: zmq_socket(PUSH)", endpoint);
+    zmq_ctx_term(context);
+    return s;
+  }
+  int hwm = options.send_high_water_mark;
+  int linger = static_cast<int>(options.linger.count());
+  if (zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
+      zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+      zmq_connect(socket, endpoint.c_str()) != 0) {
+    Status s = ZmqError("telemetry sender: connect", endpoint);
+    zmq_close(socket);
+    zmq_ctx_term(context);
+    return s;
+  }
+  return std::unique_ptr<TelemetrySender>(new TelemetrySender(context, socket, endpoint));
+}
+
+TelemetrySender::TelemetrySender(void* context, void* socket, std::string endpoint)
+    : context_(context), socket_(socket), endpoint_(std::move(endpoint)) {}
+
+TelemetrySender::~TelemetrySender() {
+  zmq_close(socket_);
+  zmq_ctx_term(context_);  // waits at most `linger` for queued messages
+}
+
+bool TelemetrySender::Send(const TelemetryMessage& message) {
+  return SendRaw(EncodeTelemetry(message));
+}
+
+bool TelemetrySender::SendRaw(std::string_view text) {
+  int rc;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rc = zmq_send(socket_, text.data(), text.size(), ZMQ_DONTWAIT);
+  }
+  if (rc < 0) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  sent_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// ---------------------------------------------------------------- receiver
+
+Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(const std::string& endpoint) {
+  if (endpoint.empty()) return InvalidArgument("telemetry receiver: empty endpoint");
+  std::string ipc_path;
+  if (endpoint.rfind("ipc://", 0) == 0) {
+    ipc_path = endpoint.substr(6);
+    // A socket file left by a crashed controller would make bind fail; nobody
+    // else can own a path inside this run's directory.
+    ::unlink(ipc_path.c_str());
+  }
+  void* context = zmq_ctx_new();
+  if (context == nullptr) return ZmqError("telemetry receiver: zmq_ctx_new", endpoint);
+  void* socket = zmq_socket(context, ZMQ_PULL);
+  if (socket == nullptr) {
+    Status s = ZmqError("telemetry receiver: zmq_socket(PULL)", endpoint);
+    zmq_ctx_term(context);
+    return s;
+  }
+  int linger = 0;
+  int rcvhwm = 100000;
+  zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_setsockopt(socket, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
+  if (zmq_bind(socket, endpoint.c_str()) != 0) {
+    Status s = ZmqError("telemetry receiver: bind", endpoint);
+    zmq_close(socket);
+    zmq_ctx_term(context);
+    return s;
+  }
+  char resolved[512];
+  size_t resolved_len = sizeof resolved;
+  std::string actual = endpoint;
+  if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &resolved_len) == 0 &&
+      resolved_len > 1) {
+    actual.assign(resolved, strnlen(resolved, resolved_len));
+  }
+  return std::unique_ptr<TelemetryReceiver>(
+      new TelemetryReceiver(context, socket, std::move(actual), std::move(ipc_path)));
+}
+
+TelemetryReceiver::TelemetryReceiver(void* context, void* socket, std::string endpoint,
+                                     std::string ipc_path)
+    : context_(context), socket_(socket), endpoint_(std::move(endpoint)),
+      ipc_path_(std::move(ipc_path)) {}
+
+TelemetryReceiver::~TelemetryReceiver() {
+  zmq_close(socket_);
+  zmq_ctx_term(context_);
+  if (!ipc_path_.empty()) ::unlink(ipc_path_.c_str());
+}
+
+Result<std::vector<TelemetryMessage>> TelemetryReceiver::Poll(std::chrono::milliseconds timeout,
+                                                              size_t max_messages) {
+  std::vector<TelemetryMessage> out;
+  zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
+  int rc = zmq_poll(&item, 1, static_cast<long>(timeout.count()));
+  if (rc < 0) {
+    if (zmq_errno() == EINTR) return out;
+    return ZmqError("telemetry receiver: poll", endpoint_);
+  }
+  if (rc == 0) return out;
+  zmq_msg_t msg;
+  while (out.size() < max_messages) {
+    zmq_msg_init(&msg);
+    int n = zmq_msg_recv(&msg, socket_, ZMQ_DONTWAIT);
+    if (n < 0) {
+      int err = zmq_errno();
+      zmq_msg_close(&msg);
+      if (err == EAGAIN || err == EINTR) break;
+      return ZmqError("telemetry receiver: recv", endpoint_);
+    }
+    auto decoded = DecodeTelemetry(
+        std::string_view(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg)));
+    zmq_msg_close(&msg);
+    if (decoded.ok()) {
+      out.push_back(std::move(decoded).value());
+    } else {
+      ++malformed_;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- metrics.jsonl
+
+std::string MetricsJsonlLine(const TelemetryMessage& m, double run_start_unix_s) {
+  nlohmann::json j;
+  double run_time = m.time - run_start_unix_s;
+  j["run_time"] = run_time < 0 ? 0.0 : run_time;
+  j["time"] = m.time;
+  j["agent"] = m.agent;
+  j["rank"] = m.rank;
+  j["step"] = m.step;
+  j["metrics"] = m.metrics.is_object() ? m.metrics : nlohmann::json::object();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+Result<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
+                                                           double run_start_unix_s) {
+  std::FILE* file = std::fopen(path.c_str(), "ae");
+  if (file == nullptr) return ErrnoStatus(errno, "metrics writer: open " + path);
+  return std::unique_ptr<MetricsWriter>(new MetricsWriter(file, path, run_start_unix_s));
+}
+
+MetricsWriter::MetricsWriter(std::FILE* file, std::string path, double run_start_unix_s)
+    : file_(file), path_(std::move(path)), run_start_unix_s_(run_start_unix_s) {}
+
+MetricsWriter::~MetricsWriter() { std::fclose(file_); }
+
+Status MetricsWriter::Write(const TelemetryMessage& message) {
+  if (message.type != TelemetryType::kMetrics) return Status::Ok();
+  std::string line = MetricsJsonlLine(message, run_start_unix_s_);
+  line.push_back('\n');
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
+    return ErrnoStatus(errno, "metrics writer: write " + path_);
+  }
+  return Status::Ok();
+}
+
+Status MetricsWriter::Flush() {
+  if (std::fflush(file_) != 0) return ErrnoStatus(errno, "metrics writer: flush " + path_);
+  return Status::Ok();
+}
+
+}  // namespace agentrt

@@ -1,0 +1,168 @@
+// Telemetry: heartbeats, metrics and checkpoint notices from every agent rank to
+// the run controller, over ZeroMQ PUSH (rank) -> PULL (controller).
+//
+// Wire format: one ZeroMQ message per event, holding one UTF-8 JSON object:
+//
+//   {"type": "hello" | "heartbeat" | "metrics" | "checkpoint" | "bye",
+//    "agent": "predator-0",      // AGENTRT_AGENT
+//    "rank": 1,                   // rank inside the agent's group
+//    "pid": 12345,                // OS process id of the rank
+//    "time": 1764460000.25,       // sender's wall clock, Unix seconds
+//    "restart_count": 0,          // AGENTRT_RESTART_COUNT
+//    "step": 420,                 // latest training step the rank reported (-1: none yet)
+//    "metrics": {"loss": 0.12},   // "metrics" only: metric name -> number (or string)
+//    "checkpoint_step": 400,      // "checkpoint" only: the step just committed
+//    "reason": "..."}             // "bye" only, optional: why the rank is leaving
+//
+// Order per rank: "hello" first, then heartbeats (period 1 s by default) mixed
+// with "metrics" and "checkpoint" messages, and "bye" when the rank exits
+// cleanly. Nothing is acknowledged: a slow controller makes the sender drop
+// (and count) messages rather than block the training loop. Unknown fields are
+// ignored by the decoder so the format can grow.
+//
+// The controller binds a TelemetryReceiver at AGENTRT_TELEMETRY, e.g.
+// ipc://RUN_DIR/telemetry.sock (path at most ~100 bytes, a limit of Unix
+// sockets) or tcp://127.0.0.1:* (any free port; endpoint() tells which).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+enum class TelemetryType { kHello, kHeartbeat, kMetrics, kCheckpoint, kBye };
+
+std::string_view TelemetryTypeName(TelemetryType type);
+
+struct TelemetryMessage {
+  TelemetryType type = TelemetryType::kHeartbeat;
+  std::string agent;
+  int rank = 0;
+  int64_t pid = 0;
+  double time = 0;              // Unix seconds (sender's clock)
+  int restart_count = 0;
+  int64_t step = -1;            // -1: no step reported yet
+  nlohmann::json metrics;       // object for kMetrics; null otherwise
+  int64_t checkpoint_step = -1; // kCheckpoint only
+  std::string reason;           // kBye only (may be empty)
+};
+
+// Current wall-clock time in Unix seconds.
+double UnixTimeSeconds();
+
+// The JSON text of `message` (the wire format above).
+std::string EncodeTelemetry(const TelemetryMessage& message);
+// Parses one wire message; the error names what is missing or malformed.
+Result<TelemetryMessage> DecodeTelemetry(std::string_view text);
+
+struct TelemetrySenderOptions {
+  // Messages queued for a slow or absent controller before new ones are dropped.
+  int send_high_water_mark = 1000;
+  // How long the destructor may wait to flush queued messages (e.g. "bye").
+  std::chrono::milliseconds linger{500};
+};
+
+// The rank side: PUSH, connected to the controller's endpoint.
+//
+// Thread-safe (an internal mutex serialises the socket). Send() never blocks:
+// when the queue is full the message is dropped and counted.
+class TelemetrySender {
+ public:
+  static Result<std::unique_ptr<TelemetrySender>> Connect(const std::string& endpoint,
+                                                          TelemetrySenderOptions options = {});
+  ~TelemetrySender();
+  TelemetrySender(const TelemetrySender&) = delete;
+  TelemetrySender& operator=(const TelemetrySender&) = delete;
+
+  // True when queued; false when dropped (queue full or socket error).
+  bool Send(const TelemetryMessage& message);
+  bool SendRaw(std::string_view text);
+
+  uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  TelemetrySender(void* context, void* socket, std::string endpoint);
+
+  void* context_;
+  void* socket_;
+  std::string endpoint_;
+  std::mutex mu_;
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> dropped_{0};
+};
+
+// The controller side: PULL, bound at an endpoint.
+//
+// Not thread-safe: one thread polls it.
+class TelemetryReceiver {
+ public:
+  // `endpoint` e.g. "ipc:///run/dir/telemetry.sock" or "tcp://127.0.0.1:*".
+  // A stale ipc socket file left by a crashed controller is replaced.
+  static Result<std::unique_ptr<TelemetryReceiver>> Bind(const std::string& endpoint);
+  ~TelemetryReceiver();
+  TelemetryReceiver(const TelemetryReceiver&) = delete;
+  TelemetryReceiver& operator=(const TelemetryReceiver&) = delete;
+
+  // The endpoint senders connect to (a wildcard tcp port resolved to the real one).
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Waits up to `timeout` for the first message, then returns it together with
+  // every message already queued (at most `max_messages`). An empty vector means
+  // the timeout passed. Malformed messages are skipped and counted.
+  Result<std::vector<TelemetryMessage>> Poll(std::chrono::milliseconds timeout,
+                                             size_t max_messages = 4096);
+
+  uint64_t malformed() const { return malformed_; }
+
+ private:
+  TelemetryReceiver(void* context, void* socket, std::string endpoint, std::string ipc_path);
+
+  void* context_;
+  void* socket_;
+  std::string endpoint_;
+  std::string ipc_path_;  // removed on destruction
+  uint64_t malformed_ = 0;
+};
+
+// One line of RUN_DIR/metrics.jsonl for a "metrics" message:
+//   {"run_time": <seconds since run_start_unix_s>, "time": <unix s>, "agent", "rank",
+//    "step", "metrics": {...}}
+// (no trailing newline).
+std::string MetricsJsonlLine(const TelemetryMessage& message, double run_start_unix_s);
+
+// Appends metrics lines to a file (RUN_DIR/metrics.jsonl). Not thread-safe.
+class MetricsWriter {
+ public:
+  static Result<std::unique_ptr<MetricsWriter>> Open(const std::string& path,
+                                                     double run_start_unix_s);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // Writes the line of a kMetrics message; other types are ignored (OK).
+  Status Write(const TelemetryMessage& message);
+  // Flushes to the OS so `tail -f` and readers see complete lines.
+  Status Flush();
+
+ private:
+  MetricsWriter(std::FILE* file, std::string path, double run_start_unix_s);
+
+  std::FILE* file_;
+  std::string path_;
+  double run_start_unix_s_;
+};
+
+}  // namespace agentrt

@@ -1,0 +1,177 @@
+#include "comms/telemetry.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+namespace agentrt {
+namespace {
+
+using std::chrono::milliseconds;
+
+TelemetryMessage Metrics(int rank, int64_t step, double loss) {
+  TelemetryMessage m;
+  m.type = TelemetryType::kMetrics;
+  m.agent = "predator-0";
+  m.rank = rank;
+  m.pid = ::getpid();
+  m.time = UnixTimeSeconds();
+  m.step = step;
+  m.metrics = {{"loss", loss}, {"phase", "train"}};
+  return m;
+}
+
+// Polls until `count` messages arrived or 10 s passed.
+std::vector<TelemetryMessage> Receive(TelemetryReceiver& receiver, size_t count) {
+  std::vector<TelemetryMessage> all;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (all.size() < count && std::chrono::steady_clock::now() < deadline) {
+    auto got = receiver.Poll(milliseconds(100));
+    REQUIRE(got.ok());
+    for (auto& m : *got) all.push_back(std::move(m));
+  }
+  return all;
+}
+
+std::string TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "agentrt-telemetry-XXXXXX").string();
+  REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+TEST_CASE("telemetry messages round-trip through the JSON wire format") {
+  TelemetryMessage m = Metrics(3, 42, 0.5);
+  auto decoded = DecodeTelemetry(EncodeTelemetry(m));
+  REQUIRE(decoded.ok());
+  CHECK(decoded->type == TelemetryType::kMetrics);
+  CHECK(decoded->agent == "predator-0");
+  CHECK(decoded->rank == 3);
+  CHECK(decoded->step == 42);
+  CHECK(decoded->metrics["loss"].get<double>() == 0.5);
+  CHECK(decoded->metrics["phase"] == "train");
+
+  TelemetryMessage c;
+  c.type = TelemetryType::kCheckpoint;
+  c.agent = "prey-1";
+  c.checkpoint_step = 400;
+  auto dc = DecodeTelemetry(EncodeTelemetry(c));
+  REQUIRE(dc.ok());
+  CHECK(dc->checkpoint_step == 400);
+}
+
+TEST_CASE("malformed telemetry is rejected with a message naming what is wrong") {
+  auto a = DecodeTelemetry("not json");
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.status().message().find("not a JSON object") != std::string::npos);
+  auto b = DecodeTelemetry(R"({"type":"explode","agent":"a","rank":0})");
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.status().message().find("explode") != std::string::npos);
+  auto c = DecodeTelemetry(R"({"type":"metrics","agent":"a","rank":1})");
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("\"metrics\"") != std::string::npos);
+  auto d = DecodeTelemetry(R"({"type":"heartbeat","rank":1})");
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().message().find("agent") != std::string::npos);
+}
+
+TEST_CASE("a sender reaches a receiver bound on a wildcard tcp port") {
+  auto receiver = TelemetryReceiver::Bind("tcp://127.0.0.1:*");
+  REQUIRE(receiver.ok());
+  CHECK((*receiver)->endpoint().rfind("tcp://127.0.0.1:", 0) == 0);
+  CHECK((*receiver)->endpoint() != "tcp://127.0.0.1:*");
+  auto sender = TelemetrySender::Connect((*receiver)->endpoint());
+  REQUIRE(sender.ok());
+  for (int i = 0; i < 5; ++i) CHECK((*sender)->Send(Metrics(0, i, i * 0.1)));
+  auto got = Receive(**receiver, 5);
+  REQUIRE(got.size() == 5);
+  for (int i = 0; i < 5; ++i) CHECK(got[i].step == i);  // PUSH/PULL keeps one sender's order
+  CHECK((*sender)->dropped() == 0);
+  CHECK((*sender)->sent() == 5);
+}
+
+TEST_CASE("a sender reaches a receiver bound on an ipc socket in the run directory") {
+  std::string dir = TempDir();
+  std::string endpoint = "ipc://" + dir + "/telemetry.sock";
+  {
+    auto receiver = TelemetryReceiver::Bind(endpoint);
+    REQUIRE(receiver.ok());
+    auto sender = TelemetrySender::Connect(endpoint);
+    REQUIRE(sender.ok());
+    TelemetryMessage hb;
+    hb.type = TelemetryType::kHeartbeat;
+    hb.agent = "prey-0";
+    hb.rank = 1;
+    REQUIRE((*sender)->Send(hb));
+    REQUIRE((*sender)->SendRaw("garbage"));
+    REQUIRE((*sender)->Send(hb));
+    auto got = Receive(**receiver, 2);
+    REQUIRE(got.size() == 2);
+    CHECK(got[0].type == TelemetryType::kHeartbeat);
+    CHECK(got[0].agent == "prey-0");
+    CHECK((*receiver)->malformed() == 1);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a sender with no receiver drops instead of blocking, and counts the drops") {
+  // Nobody listens on this ipc path: messages queue up to the high-water mark,
+  // then every further Send returns false at once.
+  std::string dir = TempDir();
+  TelemetrySenderOptions options;
+  options.send_high_water_mark = 10;
+  options.linger = milliseconds(0);
+  auto sender = TelemetrySender::Connect("ipc://" + dir + "/nobody.sock", options);
+  REQUIRE(sender.ok());
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000; ++i) (*sender)->Send(Metrics(0, i, 0));
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(elapsed < std::chrono::seconds(5));
+  CHECK((*sender)->dropped() >= 900);
+  CHECK((*sender)->sent() + (*sender)->dropped() == 1000);
+  sender->reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("binding an unusable endpoint fails with the endpoint in the message") {
+  auto r = TelemetryReceiver::Bind("tcp://no-such-host.invalid:1");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("no-such-host.invalid") != std::string::npos);
+}
+
+TEST_CASE("metrics messages become metrics.jsonl lines with run time, agent, rank and step") {
+  std::string dir = TempDir();
+  std::string path = dir + "/metrics.jsonl";
+  TelemetryMessage m = Metrics(1, 7, 0.25);
+  double start = m.time - 2.5;
+  {
+    auto writer = MetricsWriter::Open(path, start);
+    REQUIRE(writer.ok());
+    REQUIRE((*writer)->Write(m).ok());
+    TelemetryMessage hb;  // heartbeats do not land in metrics.jsonl
+    hb.agent = "x";
+    REQUIRE((*writer)->Write(hb).ok());
+    REQUIRE((*writer)->Write(Metrics(0, 8, 0.5)).ok());
+    REQUIRE((*writer)->Flush().ok());
+  }
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["agent"] == "predator-0");
+  CHECK(lines[0]["rank"] == 1);
+  CHECK(lines[0]["step"] == 7);
+  CHECK(lines[0]["run_time"].get<double>() == Approx(2.5).margin(1e-6));
+  CHECK(lines[0]["metrics"]["loss"].get<double>() == 0.25);
+  CHECK(lines[1]["step"] == 8);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace agentrt
