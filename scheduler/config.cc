@@ -1,0 +1,40 @@
+#include "scheduler/config.h"
+
+namespace agentrt {
+
+std::string_view GroupBackendName(GroupBackend backend) {
+  switch (backend) {
+    case GroupBackend::kAuto: return "auto";
+    case GroupBackend::kSingle: return "single";
+    case GroupBackend::kMpi: return "mpi";
+    case GroupBackend::kNccl: return "nccl";
+  }
+  return "auto";
+}
+
+GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks) {
+  if (requested != GroupBackend::kAuto) return requested;
+  if (ranks <= 1) return GroupBackend::kSingle;
+  return gpus > 0 ? GroupBackend::kNccl : GroupBackend::kMpi;
+}
+
+int Config::TotalGpus() const {
+  int total = 0;
+  for (const AgentConfig& agent : agents) total += agent.gpus;
+  return total;
+}
+
+int Config::TotalRanks() const {
+  int total = 0;
+  for (const AgentConfig& agent : agents) total += agent.ranks;
+  return total;
+}
+
+const AgentConfig* Config::FindAgent(std::string_view name) const {
+  for (const AgentConfig& agent : agents) {
+    if (agent.name == name) return &agent;
+  }
+  return nullptr;
+}
+
+}  // namespace agentrt

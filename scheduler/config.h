@@ -1,0 +1,170 @@
+// The agents.yaml model: every setting of a run, declared once with its type,
+// default and a one-line doc (the AGENTRT_*_SETTINGS lists below), then loaded
+// from YAML by scheduler/loader.h. Values here are already validated and
+// expanded: agent replicas are separate AgentConfig entries (`predator-0`,
+// `predator-1`), hostlists are expanded, channel patterns are resolved to agent
+// names, and defaults are merged into every agent.
+//
+// Plain data, no behaviour: copy freely; not synchronised.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace agentrt {
+
+// Declares one field of a settings struct from a settings list entry.
+#define AGENTRT_DECLARE_SETTING(type, name, default_value, doc) type name = default_value;
+
+// X(type, name, default, doc) — `run:`
+#define AGENTRT_RUN_SETTINGS(X)                                                                  \
+  X(std::string, name, "agentrt", "run name; `agentctl run` creates <dir>/<name>-<UTC timestamp>") \
+  X(std::string, dir, "runs", "parent directory of run directories (relative to the working directory)")
+
+// `cluster: ports:` — every agent gets its own block of `per_agent` ports out of
+// [first, last] on each of its nodes; the bus takes the first block of the
+// first node when `bus.port` is auto.
+#define AGENTRT_PORT_SETTINGS(X)                                             \
+  X(int, first, 20000, "first port of the range handed out on every node")   \
+  X(int, last, 29999, "last port (inclusive) of the range")                  \
+  X(int, per_agent, 16, "ports in one agent's block; the first is MASTER_PORT")
+
+// `slurm:` — used by the SLURM launch backends and `agentctl sbatch`.
+#define AGENTRT_SLURM_SETTINGS(X)                                                               \
+  X(std::string, partition, "", "sbatch --partition; empty = the cluster's default")             \
+  X(std::string, account, "", "sbatch --account; empty = the user's default")                   \
+  X(std::string, qos, "", "sbatch --qos; empty = none")                                          \
+  X(std::string, time, "24:00:00", "sbatch --time wall-clock limit ([D-]HH:MM:SS)")              \
+  X(std::string, constraint, "", "sbatch --constraint feature expression; empty = none")         \
+  X(int, signal_grace_s, 120, "seconds before the time limit at which SLURM signals a checkpoint") \
+  X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")
+
+// `bus:` — the gRPC message bus.
+#define AGENTRT_BUS_SETTINGS(X)                                                                   \
+  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")                  \
+  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes")          \
+  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire")           \
+  X(std::int64_t, retention_bytes, 1073741824, "payload bytes kept per topic before the oldest expire") \
+  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                          \
+  X(bool, tls, false, "serve the bus over TLS (cert_file/key_file required)")                     \
+  X(std::string, cert_file, "", "PEM certificate of the bus server (tls: true)")                  \
+  X(std::string, key_file, "", "PEM private key of the bus server (tls: true)")                   \
+  X(std::string, ca_file, "", "PEM CA bundle clients use to verify the bus; empty = cert_file")
+
+// `restart:` under `defaults:` or an agent.
+#define AGENTRT_RESTART_SETTINGS(X)                                                          \
+  X(int, max_restarts, 3, "restarts of a failed agent before the run gives up on it")         \
+  X(double, backoff_s, 2.0, "wait before restarting a failed agent, seconds")                 \
+  X(double, heartbeat_timeout_s, 60.0, "a rank silent for this long is declared dead, seconds") \
+  X(double, grace_s, 10.0, "SIGTERM-to-SIGKILL grace when tearing an agent down, seconds")
+
+// `checkpoint:` under `defaults:` or an agent.
+#define AGENTRT_CHECKPOINT_SETTINGS(X)                                  \
+  X(double, interval_s, 1800.0, "wall time between checkpoints, seconds") \
+  X(int, keep_last, 3, "newest checkpoints kept per agent")
+
+struct RunConfig {
+  AGENTRT_RUN_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
+struct PortConfig {
+  AGENTRT_PORT_SETTINGS(AGENTRT_DECLARE_SETTING)
+  // Blocks that fit in the range: (last - first + 1) / per_agent.
+  int BlockCount() const { return per_agent > 0 ? (last - first + 1) / per_agent : 0; }
+};
+
+struct SlurmConfig {
+  AGENTRT_SLURM_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
+struct BusConfig {
+  AGENTRT_BUS_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
+struct RestartPolicy {
+  AGENTRT_RESTART_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
+struct CheckpointPolicy {
+  AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
+// One machine, after hostlist expansion (`gpu[01-02]` is two NodeSpecs).
+struct NodeSpec {
+  std::string name;
+  int gpus = 0;
+  int cpus = 0;  // CPU slots (one per rank); 0 = not stated, not limited
+  // Disjoint sets of GPU ids that together cover 0..gpus-1. The loader fills in
+  // one domain holding every GPU when the config gives none.
+  std::vector<std::vector<int>> nvlink_domains;
+};
+
+struct ClusterConfig {
+  std::vector<NodeSpec> nodes;  // empty = not described (local: detected; SLURM: scontrol)
+  PortConfig ports;
+};
+
+// How an agent's ranks talk to each other (agent_runtime/group.h).
+enum class GroupBackend { kAuto, kSingle, kMpi, kNccl };
+std::string_view GroupBackendName(GroupBackend backend);  // "auto", "single", "mpi", "nccl"
+// auto → single for one rank, nccl when the agent has GPUs, else mpi.
+GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks);
+
+// `defaults:` — inherited by every agent that does not override them.
+struct AgentDefaults {
+  RestartPolicy restart;
+  CheckpointPolicy checkpoint;
+  std::vector<std::string> command = {"agent-worker"};  // program and its arguments
+  std::map<std::string, std::string> env;               // merged under each agent's env
+};
+
+// One agent after replica expansion.
+struct AgentConfig {
+  std::string name;        // `predator-1` (replicas) or `prey` (no replicas: key)
+  std::string base_name;   // `predator`, as written in the file
+  int replica = 0;         // 0..replicas-1
+  int index = 0;           // position in Config::agents
+  int gpus = 0;            // GPUs of the whole agent; 0 = CPU agent
+  int ranks = 1;           // processes; defaults to gpus (one rank per GPU), else 1
+  std::vector<std::string> command;          // argv; the first is looked up on PATH
+  std::map<std::string, std::string> env;    // defaults.env overlaid with the agent's env
+  nlohmann::json args = nlohmann::json::object();  // arbitrary YAML map, passed to the agent
+  RestartPolicy restart;
+  CheckpointPolicy checkpoint;
+  std::vector<std::string> nodes;  // pin list (expanded hostnames); empty = anywhere
+  GroupBackend backend = GroupBackend::kAuto;
+  int line = 0;  // 1-based position of the agent entry in the file, for messages
+  int column = 0;
+};
+
+// One topic after expansion. A topic containing `{agent}` in the file becomes
+// one channel per matching publisher (e.g. `policies/{agent}`).
+struct ChannelConfig {
+  std::string topic;
+  std::vector<std::string> publisher_patterns;   // globs as written (`predator-*`)
+  std::vector<std::string> subscriber_patterns;
+  std::vector<std::string> publishers;   // expanded agent names, in agent order
+  std::vector<std::string> subscribers;
+};
+
+struct Config {
+  std::string source;  // file the config was loaded from ("<string>" when none)
+  RunConfig run;
+  ClusterConfig cluster;
+  SlurmConfig slurm;
+  BusConfig bus;
+  AgentDefaults defaults;
+  std::vector<AgentConfig> agents;
+  std::vector<ChannelConfig> channels;
+
+  int TotalGpus() const;
+  int TotalRanks() const;
+  const AgentConfig* FindAgent(std::string_view name) const;  // nullptr when absent
+};
+
+}  // namespace agentrt

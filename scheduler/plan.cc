@@ -1,0 +1,377 @@
+#include "scheduler/plan.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace agentrt {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+ojson RestartToJson(const RestartPolicy& r) {
+  ojson j = ojson::object();
+#define AGENTRT_TO_JSON(type, name, default_value, doc) j[#name] = r.name;
+  AGENTRT_RESTART_SETTINGS(AGENTRT_TO_JSON)
+#undef AGENTRT_TO_JSON
+  return j;
+}
+
+ojson CheckpointToJson(const CheckpointPolicy& c) {
+  ojson j = ojson::object();
+#define AGENTRT_TO_JSON(type, name, default_value, doc) j[#name] = c.name;
+  AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_TO_JSON)
+#undef AGENTRT_TO_JSON
+  return j;
+}
+
+// Reads typed values out of untrusted JSON, remembering the first error with
+// its JSON path so PlanFromJson can report exactly what is wrong.
+class Reader {
+ public:
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  const json* Get(const json& obj, const std::string& path, const char* key, bool required = true) {
+    if (!obj.is_object()) {
+      Fail(path, "expected an object");
+      return nullptr;
+    }
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      if (required) Fail(Join(path, key), "missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  template <typename T>
+  void Read(const json& obj, const std::string& path, const char* key, T& out, bool required = true) {
+    const json* v = Get(obj, path, key, required);
+    if (v == nullptr) return;
+    ReadValue(*v, Join(path, key), out);
+  }
+
+  void ReadValue(const json& v, const std::string& path, std::string& out) {
+    if (!v.is_string()) return Fail(path, "expected a string");
+    out = v.get<std::string>();
+  }
+  void ReadValue(const json& v, const std::string& path, int& out) {
+    if (!v.is_number_integer()) return Fail(path, "expected an integer");
+    out = v.get<int>();
+  }
+  void ReadValue(const json& v, const std::string& path, std::int64_t& out) {
+    if (!v.is_number_integer()) return Fail(path, "expected an integer");
+    out = v.get<std::int64_t>();
+  }
+  void ReadValue(const json& v, const std::string& path, double& out) {
+    if (!v.is_number()) return Fail(path, "expected a number");
+    out = v.get<double>();
+  }
+  void ReadValue(const json& v, const std::string& path, bool& out) {
+    if (!v.is_boolean()) return Fail(path, "expected true or false");
+    out = v.get<bool>();
+  }
+  template <typename T>
+  void ReadValue(const json& v, const std::string& path, std::vector<T>& out) {
+    if (!v.is_array()) return Fail(path, "expected an array");
+    out.clear();
+    out.resize(v.size());
+    for (size_t i = 0; i < v.size() && ok(); ++i) ReadValue(v[i], fmt::format("{}[{}]", path, i), out[i]);
+  }
+  void ReadValue(const json& v, const std::string& path, std::map<std::string, std::string>& out) {
+    if (!v.is_object()) return Fail(path, "expected an object");
+    out.clear();
+    for (const auto& [key, value] : v.items()) {
+      if (!value.is_string()) return Fail(Join(path, key.c_str()), "expected a string");
+      out[key] = value.get<std::string>();
+    }
+  }
+
+  void Fail(const std::string& path, std::string_view what) {
+    if (error_.empty()) error_ = fmt::format("plan: {}: {}", path.empty() ? "<root>" : path, what);
+  }
+
+  static std::string Join(const std::string& path, const char* key) {
+    return path.empty() ? std::string(key) : path + "." + key;
+  }
+
+ private:
+  std::string error_;
+};
+
+GroupBackend BackendFromName(std::string_view name, bool* ok) {
+  *ok = true;
+  for (GroupBackend b : {GroupBackend::kSingle, GroupBackend::kMpi, GroupBackend::kNccl}) {
+    if (GroupBackendName(b) == name) return b;
+  }
+  *ok = false;
+  return GroupBackend::kSingle;
+}
+
+}  // namespace
+
+const Placement* AgentPlan::PlacementOfRank(int rank) const {
+  for (const Placement& p : placement) {
+    if (std::find(p.ranks.begin(), p.ranks.end(), rank) != p.ranks.end()) return &p;
+  }
+  return nullptr;
+}
+
+const AgentPlan* Plan::FindAgent(std::string_view name) const {
+  for (const AgentPlan& agent : agents) {
+    if (agent.name == name) return &agent;
+  }
+  return nullptr;
+}
+
+nlohmann::ordered_json PlanToJson(const Plan& plan) {
+  ojson j = ojson::object();
+  j["run"] = plan.run;
+  if (!plan.run_dir.empty()) j["run_dir"] = plan.run_dir;
+  ojson bus = ojson::object();
+  bus["host"] = plan.bus.host;
+  bus["port"] = plan.bus.port;
+#define AGENTRT_TO_JSON(type, name, default_value, doc) \
+  if (std::string_view(#name) != "port") bus[#name] = plan.bus.settings.name;
+  AGENTRT_BUS_SETTINGS(AGENTRT_TO_JSON)
+#undef AGENTRT_TO_JSON
+  j["bus"] = std::move(bus);
+
+  ojson agents = ojson::array();
+  for (const AgentPlan& a : plan.agents) {
+    ojson aj = ojson::object();
+    aj["name"] = a.name;
+    aj["index"] = a.index;
+    aj["ranks"] = a.ranks;
+    ojson placement = ojson::array();
+    for (const Placement& p : a.placement) {
+      placement.push_back(ojson{{"node", p.node}, {"gpus", p.gpus}, {"ranks", p.ranks}});
+    }
+    aj["placement"] = std::move(placement);
+    aj["ports"] = ojson{{"node", a.ports.node}, {"first", a.ports.first}, {"last", a.ports.last}};
+    aj["master_addr"] = a.master_addr;
+    aj["master_port"] = a.master_port;
+    aj["checkpoint_dir"] = a.checkpoint_dir;
+    aj["gpus"] = a.gpus;
+    aj["backend"] = std::string(GroupBackendName(a.backend));
+    aj["command"] = a.command;
+    aj["env"] = a.env;
+    aj["args"] = ojson::parse(a.args.dump());
+    aj["restart"] = RestartToJson(a.restart);
+    aj["checkpoint"] = CheckpointToJson(a.checkpoint);
+    agents.push_back(std::move(aj));
+  }
+  j["agents"] = std::move(agents);
+
+  ojson channels = ojson::array();
+  for (const ChannelPlan& c : plan.channels) {
+    channels.push_back(ojson{{"topic", c.topic}, {"publishers", c.publishers}, {"subscribers", c.subscribers}});
+  }
+  j["channels"] = std::move(channels);
+  if (!plan.warnings.empty()) j["warnings"] = plan.warnings;
+  return j;
+}
+
+std::string PlanToJsonString(const Plan& plan, int indent) { return PlanToJson(plan).dump(indent); }
+
+Result<Plan> PlanFromJson(const nlohmann::json& j) {
+  Reader r;
+  Plan plan;
+  r.Read(j, "", "run", plan.run);
+  r.Read(j, "", "run_dir", plan.run_dir, /*required=*/false);
+  if (const json* bus = r.Get(j, "", "bus")) {
+    r.Read(*bus, "bus", "host", plan.bus.host);
+    r.Read(*bus, "bus", "port", plan.bus.port);
+#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
+  if (std::string_view(#name) != "port") r.Read(*bus, "bus", #name, plan.bus.settings.name, false);
+    AGENTRT_BUS_SETTINGS(AGENTRT_FROM_JSON)
+#undef AGENTRT_FROM_JSON
+    plan.bus.settings.port = plan.bus.port;
+  }
+  if (const json* agents = r.Get(j, "", "agents")) {
+    if (!agents->is_array()) r.Fail("agents", "expected an array");
+    for (size_t i = 0; r.ok() && i < agents->size(); ++i) {
+      const json& aj = (*agents)[i];
+      const std::string path = fmt::format("agents[{}]", i);
+      AgentPlan a;
+      r.Read(aj, path, "name", a.name);
+      r.Read(aj, path, "index", a.index);
+      r.Read(aj, path, "ranks", a.ranks);
+      if (const json* placement = r.Get(aj, path, "placement")) {
+        if (!placement->is_array()) r.Fail(path + ".placement", "expected an array");
+        for (size_t k = 0; r.ok() && k < placement->size(); ++k) {
+          const std::string ppath = fmt::format("{}.placement[{}]", path, k);
+          Placement p;
+          r.Read((*placement)[k], ppath, "node", p.node);
+          r.Read((*placement)[k], ppath, "gpus", p.gpus);
+          r.Read((*placement)[k], ppath, "ranks", p.ranks);
+          a.placement.push_back(std::move(p));
+        }
+      }
+      if (const json* ports = r.Get(aj, path, "ports")) {
+        r.Read(*ports, path + ".ports", "node", a.ports.node);
+        r.Read(*ports, path + ".ports", "first", a.ports.first);
+        r.Read(*ports, path + ".ports", "last", a.ports.last);
+      }
+      r.Read(aj, path, "master_addr", a.master_addr);
+      r.Read(aj, path, "master_port", a.master_port);
+      r.Read(aj, path, "checkpoint_dir", a.checkpoint_dir);
+      // Additive keys are optional so a plan in the bare DESIGN §6 shape reads.
+      r.Read(aj, path, "gpus", a.gpus, false);
+      if (!aj.contains("gpus")) {
+        a.gpus = 0;
+        for (const Placement& p : a.placement) a.gpus += static_cast<int>(p.gpus.size());
+      }
+      std::string backend;
+      r.Read(aj, path, "backend", backend, false);
+      if (backend.empty()) {
+        a.backend = ResolveGroupBackend(GroupBackend::kAuto, a.gpus, a.ranks);
+      } else {
+        bool known = false;
+        a.backend = BackendFromName(backend, &known);
+        if (!known) r.Fail(path + ".backend", "expected single, mpi or nccl");
+      }
+      r.Read(aj, path, "command", a.command, false);
+      if (a.command.empty()) a.command = {"agent-worker"};
+      r.Read(aj, path, "env", a.env, false);
+      if (const json* args = r.Get(aj, path, "args", false)) {
+        if (!args->is_object()) r.Fail(path + ".args", "expected an object");
+        a.args = *args;
+      }
+      if (const json* restart = r.Get(aj, path, "restart", false)) {
+#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
+  r.Read(*restart, path + ".restart", #name, a.restart.name, false);
+        AGENTRT_RESTART_SETTINGS(AGENTRT_FROM_JSON)
+#undef AGENTRT_FROM_JSON
+      }
+      if (const json* checkpoint = r.Get(aj, path, "checkpoint", false)) {
+#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
+  r.Read(*checkpoint, path + ".checkpoint", #name, a.checkpoint.name, false);
+        AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_FROM_JSON)
+#undef AGENTRT_FROM_JSON
+      }
+      if (r.ok() && a.index != static_cast<int>(i)) r.Fail(path + ".index", fmt::format("expected {}", i));
+      plan.agents.push_back(std::move(a));
+    }
+  }
+  if (const json* channels = r.Get(j, "", "channels", false)) {
+    if (!channels->is_array()) r.Fail("channels", "expected an array");
+    for (size_t i = 0; r.ok() && i < channels->size(); ++i) {
+      const std::string path = fmt::format("channels[{}]", i);
+      ChannelPlan c;
+      r.Read((*channels)[i], path, "topic", c.topic);
+      r.Read((*channels)[i], path, "publishers", c.publishers);
+      r.Read((*channels)[i], path, "subscribers", c.subscribers);
+      plan.channels.push_back(std::move(c));
+    }
+  }
+  r.Read(j, "", "warnings", plan.warnings, false);
+  if (!r.ok()) return InvalidArgument(r.error());
+  return plan;
+}
+
+Result<Plan> PlanFromJsonString(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument("plan: not valid JSON");
+  return PlanFromJson(j);
+}
+
+Result<Plan> ReadPlanFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(errno, fmt::format("cannot open plan {}", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  Result<Plan> plan = PlanFromJsonString(buffer.str());
+  if (!plan.ok()) return plan.status().WithContext(path);
+  return plan;
+}
+
+Status WritePlanFile(const Plan& plan, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  const std::string text = PlanToJsonString(plan) + "\n";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, fmt::format("cannot create {}", tmp));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus(err, fmt::format("cannot write {}", tmp));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) return ErrnoStatus(errno, fmt::format("cannot flush {}", tmp));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoStatus(errno, fmt::format("cannot rename {} to {}", tmp, path));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// "0-3,6" for a sorted id list.
+std::string CompactIds(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t k = i;
+    while (k + 1 < ids.size() && ids[k + 1] == ids[k] + 1) ++k;
+    if (!out.empty()) out += ',';
+    out += k == i ? fmt::format("{}", ids[i]) : fmt::format("{}-{}", ids[i], ids[k]);
+    i = k + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+std::string PlanToTable(const Plan& plan) {
+  struct Row {
+    std::string agent, nodes, gpus, ranks, ports, ckpt;
+  };
+  std::vector<Row> rows;
+  rows.push_back({"AGENT", "NODE(S)", "GPUS", "RANKS", "PORTS", "CHECKPOINT DIR"});
+  for (const AgentPlan& a : plan.agents) {
+    Row row{a.name, "", "", "", fmt::format("{}-{}", a.ports.first, a.ports.last), a.checkpoint_dir};
+    for (size_t i = 0; i < a.placement.size(); ++i) {
+      const Placement& p = a.placement[i];
+      const char* sep = i == 0 ? "" : " ";
+      row.nodes += sep + p.node;
+      row.gpus += sep + (p.gpus.empty() ? std::string("-") : CompactIds(p.gpus));
+      row.ranks += sep + CompactIds(p.ranks);
+    }
+    rows.push_back(std::move(row));
+  }
+  size_t w[5] = {0, 0, 0, 0, 0};
+  for (const Row& r : rows) {
+    w[0] = std::max(w[0], r.agent.size());
+    w[1] = std::max(w[1], r.nodes.size());
+    w[2] = std::max(w[2], r.gpus.size());
+    w[3] = std::max(w[3], r.ranks.size());
+    w[4] = std::max(w[4], r.ports.size());
+  }
+  std::string out = fmt::format("run {}: {} agents; bus on {}:{}\n", plan.run, plan.agents.size(),
+                                plan.bus.host, plan.bus.port);
+  for (const Row& r : rows) {
+    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", r.agent, w[0], r.nodes, w[1], r.gpus,
+                       w[2], r.ranks, w[3], r.ports, w[4], r.ckpt);
+  }
+  for (const ChannelPlan& c : plan.channels) {
+    out += fmt::format("channel {}: {} publisher(s), {} subscriber(s)\n", c.topic, c.publishers.size(),
+                       c.subscribers.size());
+  }
+  for (const std::string& warning : plan.warnings) out += "warning: " + warning + "\n";
+  return out;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,111 @@
+// The partition plan: which node, GPUs, ranks and ports every agent gets, where
+// the bus listens and which agents use which topics. It is the contract between
+// `agentctl plan`, the run controller (which writes RUN_DIR/plan.json), the
+// launch backends, agent-worker and the standalone bus (which read it back).
+//
+// JSON shape (DESIGN §6; keys after `checkpoint_dir` and top-level `run_dir`,
+// `channels`, `warnings` and the bus settings are additive):
+//   {"run": "predator-prey", "run_dir": "runs/predator-prey-20260101T000000Z",
+//    "bus": {"host": "node01", "port": 20000, "max_message_bytes": 4194304, ...},
+//    "agents": [
+//      {"name": "predator-0", "index": 0, "ranks": 2,
+//       "placement": [{"node": "node01", "gpus": [0, 1], "ranks": [0, 1]}],
+//       "ports": {"node": "node01", "first": 20016, "last": 20031},
+//       "master_addr": "node01", "master_port": 20016,
+//       "checkpoint_dir": "runs/predator-prey/checkpoints/predator-0",
+//       "gpus": 2, "backend": "nccl", "command": ["agent-worker"], "env": {...},
+//       "args": {...}, "restart": {...}, "checkpoint": {...}}],
+//    "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": [...]}],
+//    "warnings": ["..."]}
+//
+// Plain data; not synchronised.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "scheduler/config.h"
+
+namespace agentrt {
+
+// An agent's share of one node: GPU ids on that node and the agent-local ranks
+// that run there (ranks[i] drives gpus[i * ranks_per_gpu ...] when it has GPUs).
+struct Placement {
+  std::string node;
+  std::vector<int> gpus;   // empty for CPU agents
+  std::vector<int> ranks;  // global ranks within the agent, ascending
+};
+
+// The agent's port block. The same [first, last] is reserved on every node of
+// the agent; `node` is the first of them (where MASTER_ADDR lives).
+struct PortBlock {
+  std::string node;
+  int first = 0;
+  int last = 0;
+};
+
+struct AgentPlan {
+  std::string name;
+  int index = 0;
+  int ranks = 0;
+  std::vector<Placement> placement;  // one entry per node, in rank order
+  PortBlock ports;
+  std::string master_addr;
+  int master_port = 0;
+  std::string checkpoint_dir;
+  // Additive: what the launcher and the agent process need.
+  int gpus = 0;
+  GroupBackend backend = GroupBackend::kSingle;  // resolved: never kAuto
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  nlohmann::json args = nlohmann::json::object();
+  RestartPolicy restart;
+  CheckpointPolicy checkpoint;
+
+  // The node that holds `rank`, or nullptr.
+  const Placement* PlacementOfRank(int rank) const;
+};
+
+struct BusPlan {
+  std::string host;
+  int port = 0;
+  BusConfig settings;  // settings.port == port
+};
+
+struct ChannelPlan {
+  std::string topic;
+  std::vector<std::string> publishers;   // agent names
+  std::vector<std::string> subscribers;
+};
+
+struct Plan {
+  std::string run;      // run name
+  std::string run_dir;  // empty until the run controller has created it
+  BusPlan bus;
+  std::vector<AgentPlan> agents;  // in config order; agents[i].index == i
+  std::vector<ChannelPlan> channels;
+  std::vector<std::string> warnings;  // e.g. local CPU oversubscription
+
+  const AgentPlan* FindAgent(std::string_view name) const;  // nullptr when absent
+};
+
+// Serialises in the shape above (keys in that order).
+nlohmann::ordered_json PlanToJson(const Plan& plan);
+std::string PlanToJsonString(const Plan& plan, int indent = 2);
+
+// Reads a plan back. Errors name the JSON path (`agents[3].ports.first`).
+Result<Plan> PlanFromJson(const nlohmann::json& json);
+Result<Plan> PlanFromJsonString(std::string_view text);
+Result<Plan> ReadPlanFile(const std::string& path);
+// Writes the plan to `path` (via a temporary file renamed into place).
+Status WritePlanFile(const Plan& plan, const std::string& path);
+
+// A readable table: agent, node(s), GPUs, ranks, ports, checkpoint dir.
+std::string PlanToTable(const Plan& plan);
+
+}  // namespace agentrt
