@@ -1,0 +1,73 @@
+// Bus credentials and channel ACLs.
+//
+// The run secret is random bytes in a 0600 file in the run directory. An
+// agent's credential is HMAC-SHA256(secret, agent name), hex-encoded; the run
+// controller writes it to a 0600 token file per agent, and the agent finds that
+// file through AGENTRT_TOKEN_FILE. The secret itself never goes into an
+// environment variable, argv or a script.
+//
+// All functions are thread-safe (no shared state).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+// An agent's bus credential: who it is and its token.
+struct Credential {
+  std::string agent;
+  std::string token;  // lower-case hex of HMAC-SHA256(secret, agent), 64 chars
+};
+
+// Lower-case hex HMAC-SHA256(secret, agent).
+std::string DeriveAgentToken(std::string_view secret, std::string_view agent);
+
+// Constant-time comparison of a presented token with the expected one.
+bool TokenMatches(std::string_view presented, std::string_view expected);
+
+// Generates `bytes` random bytes (OpenSSL RAND_bytes).
+Result<std::string> GenerateSecret(size_t bytes = 32);
+
+// Writes the secret to `path` with mode 0600 (created or replaced atomically).
+Status WriteSecretFile(const std::string& path, std::string_view secret);
+// Reads a secret file; refuses an empty file or one readable by group/others.
+Result<std::string> ReadSecretFile(const std::string& path);
+
+// Token file: JSON {"agent": "...", "token": "..."} with mode 0600, written
+// atomically (temp file + rename).
+Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token);
+Result<Credential> ReadTokenFile(const std::string& path);
+
+// Who may publish to and subscribe from which topics. Names are agent names
+// of the run (already expanded from replicas; a '*' glob is also accepted).
+// A topic pattern is an exact topic or a glob with '*' (e.g. "policies/*").
+struct BusChannel {
+  std::string topic;
+  std::vector<std::string> publishers;
+  std::vector<std::string> subscribers;
+};
+
+struct BusAcl {
+  // Agents of the run; only these may authenticate. Ignored when `open`.
+  std::vector<std::string> agents;
+  std::vector<BusChannel> channels;
+  // No plan: any agent with a valid token for its name may do anything. Used
+  // by a standalone broker started without --plan and by tests.
+  bool open = false;
+
+  bool IsAgent(std::string_view agent) const;
+  bool MayPublish(std::string_view agent, std::string_view topic) const;
+  bool MaySubscribe(std::string_view agent, std::string_view topic) const;
+};
+
+// Reads the ACL from a plan JSON file: top-level "agents": [{"name": ...}, ...]
+// and "channels": [{"topic", "publishers": [...], "subscribers": [...]}]
+// ("channels" may be absent: no channels). Errors name the file and the field.
+Result<BusAcl> LoadAclFromPlanFile(const std::string& path);
+Result<BusAcl> ParseAclFromPlanJson(std::string_view json, std::string_view source_name);
+
+}  // namespace agentrt

@@ -1,0 +1,473 @@
+#include "comms/broker.h"
+
+#include <algorithm>
+#include <random>
+
+namespace agentrt {
+
+namespace v1 = bus::v1;
+
+std::string InboxName(std::string_view agent) { return "@inbox/" + std::string(agent); }
+
+struct Broker::Log {
+  explicit Log(std::string n) : name(std::move(n)) {}
+  const std::string name;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<const v1::Message>> msgs;  // offsets [base, base + msgs.size())
+  int64_t base = 0;
+  int64_t bytes = 0;
+  int waiters = 0;
+};
+
+// The recent sequences of one (agent, publisher_id): a ring indexed by
+// sequence, so a check is O(1) and memory is fixed.
+struct Broker::PublisherState {
+  static constexpr uint64_t kWindow = 16384;
+  struct Slot {
+    uint64_t sequence = 0;
+    int64_t offset = -1;
+  };
+  std::mutex mu;
+  std::vector<Slot> ring = std::vector<Slot>(kWindow);
+  uint64_t highest = 0;
+
+  bool Seen(uint64_t seq, int64_t* offset) const {
+    if (highest >= kWindow && seq <= highest - kWindow) {
+      *offset = -1;  // older than the window: a late retry, by contract a duplicate
+      return true;
+    }
+    const Slot& s = ring[seq % kWindow];
+    if (s.sequence != seq) return false;
+    *offset = s.offset;
+    return true;
+  }
+  void Record(uint64_t seq, int64_t offset) {
+    ring[seq % kWindow] = Slot{seq, offset};
+    highest = std::max(highest, seq);
+  }
+};
+
+struct Broker::PendingRequest {
+  std::string to;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  v1::RequestResponse response;
+};
+
+namespace {
+constexpr size_t kMaxPublishers = 1024;
+constexpr size_t kMaxCacheEntries = 4096;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Broker::Broker(BrokerOptions options, BusAcl acl, std::string secret, uint64_t incarnation)
+    : options_(std::move(options)),
+      acl_(std::move(acl)),
+      secret_(std::move(secret)),
+      incarnation_(incarnation),
+      next_request_id_(std::random_device{}() | 1) {}
+
+Broker::~Broker() { Shutdown(); }
+
+Status Broker::Authenticate(std::string_view agent, std::string_view token) {
+  auto refuse = [&](std::string m) {
+    rejected_unauthenticated_.fetch_add(1, std::memory_order_relaxed);
+    return Status(StatusCode::kUnauthenticated, std::move(m));
+  };
+  if (agent.empty()) return refuse("no agent name (metadata x-agentrt-agent) on the call");
+  if (!ValidateAgentName(agent).ok()) return refuse("malformed agent name in x-agentrt-agent");
+  if (!acl_.IsAgent(agent)) return refuse("\"" + std::string(agent) + "\" is not an agent of this run");
+  if (token.empty()) return refuse("agent " + std::string(agent) + " presented no token (x-agentrt-token)");
+  std::string expected;
+  {
+    std::lock_guard<std::mutex> lock(tokens_mu_);
+    auto it = tokens_.find(std::string(agent));
+    if (it != tokens_.end()) expected = it->second;
+  }
+  if (expected.empty()) {
+    expected = DeriveAgentToken(secret_, agent);
+    std::lock_guard<std::mutex> lock(tokens_mu_);
+    if (tokens_.size() >= kMaxCacheEntries) tokens_.clear();
+    tokens_.emplace(std::string(agent), expected);
+  }
+  if (!TokenMatches(token, expected)) {
+    return refuse("wrong token for agent " + std::string(agent) +
+                  " (is AGENTRT_TOKEN_FILE from this run? the run secret changes with every run)");
+  }
+  return Status::Ok();
+}
+
+Status Broker::Deny(std::string message) {
+  rejected_permission_.fetch_add(1, std::memory_order_relaxed);
+  return PermissionDenied(std::move(message));
+}
+
+std::shared_ptr<Broker::Log> Broker::GetLog(const std::string& name, bool create) {
+  {
+    std::shared_lock<std::shared_mutex> lock(logs_mu_);
+    auto it = logs_.find(name);
+    if (it != logs_.end()) return it->second;
+  }
+  if (!create) return nullptr;
+  std::unique_lock<std::shared_mutex> lock(logs_mu_);
+  auto& slot = logs_[name];
+  if (!slot) slot = std::make_shared<Log>(name);
+  return slot;
+}
+
+std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& agent, uint64_t publisher_id) {
+  std::lock_guard<std::mutex> lock(publishers_mu_);
+  auto key = std::make_pair(agent, publisher_id);
+  auto it = publishers_.find(key);
+  if (it != publishers_.end()) return it->second;
+  if (publishers_.size() >= kMaxPublishers) {
+    publishers_.erase(publisher_order_.front());
+    publisher_order_.pop_front();
+  }
+  auto state = std::make_shared<PublisherState>();
+  publishers_.emplace(key, state);
+  publisher_order_.push_back(std::move(key));
+  return state;
+}
+
+Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg) {
+  const uint64_t seq = msg.sequence();
+  std::shared_ptr<PublisherState> pub;
+  std::unique_lock<std::mutex> pub_lock;
+  if (msg.publisher_id() != 0) {
+    pub = GetPublisher(msg.publisher(), msg.publisher_id());
+    pub_lock = std::unique_lock<std::mutex>(pub->mu);
+    int64_t first = -1;
+    if (pub->Seen(seq, &first)) {
+      duplicates_.fetch_add(1, std::memory_order_relaxed);
+      return Stored{first, true};
+    }
+  }
+  msg.set_topic(log->name);
+  msg.set_publish_time_ns(NowNs());
+  const int64_t size = static_cast<int64_t>(msg.payload().size());
+  int64_t offset = 0;
+  int64_t dropped = 0, dropped_bytes = 0;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    offset = log->base + static_cast<int64_t>(log->msgs.size());
+    msg.set_offset(offset);
+    log->msgs.push_back(std::make_shared<const v1::Message>(std::move(msg)));
+    log->bytes += size;
+    // Retention: drop the oldest, always keeping the newest message.
+    while (log->msgs.size() > 1 && (static_cast<int64_t>(log->msgs.size()) > options_.retention_messages ||
+                                    log->bytes > options_.retention_bytes)) {
+      const int64_t b = static_cast<int64_t>(log->msgs.front()->payload().size());
+      log->bytes -= b;
+      dropped_bytes += b;
+      log->msgs.pop_front();
+      ++log->base;
+      ++dropped;
+    }
+    wake = log->waiters > 0;
+  }
+  if (wake) log->cv.notify_all();
+  if (pub) pub->Record(seq, offset);  // still under pub_lock: a concurrent retry waits for this
+  published_.fetch_add(1, std::memory_order_relaxed);
+  expired_.fetch_add(dropped, std::memory_order_relaxed);
+  retained_bytes_.fetch_add(size - dropped_bytes, std::memory_order_relaxed);
+  return Stored{offset, false};
+}
+
+Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::PublishResponse* resp) {
+  if (Status s = ValidatePublish(req, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " + agent);
+  }
+  if (!req.publisher().empty() && req.publisher() != agent) {
+    return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
+  }
+  std::string key;
+  key.reserve(agent.size() + req.topic().size() + 2);
+  key.append("p|").append(agent).push_back('\0');
+  key.append(req.topic());
+  bool allowed = false;
+  {
+    std::lock_guard<std::mutex> lock(acl_cache_mu_);
+    auto it = acl_cache_.find(key);
+    if (it != acl_cache_.end()) {
+      allowed = it->second;
+    } else {
+      allowed = acl_.MayPublish(agent, req.topic());
+      if (acl_cache_.size() >= kMaxCacheEntries) acl_cache_.clear();
+      acl_cache_.emplace(std::move(key), allowed);
+    }
+  }
+  if (!allowed) {
+    return Deny("agent " + agent + " may not publish to topic \"" + req.topic() +
+                "\" (no channel in the plan lists it as a publisher)");
+  }
+  v1::Message msg;
+  msg.set_publisher(agent);
+  msg.set_publisher_id(req.publisher_id());
+  msg.set_sequence(req.sequence());
+  msg.set_content_type(std::move(*req.mutable_content_type()));
+  msg.set_payload(std::move(*req.mutable_payload()));
+  Stored st = Append(GetLog(req.topic(), /*create=*/true), std::move(msg));
+  resp->set_offset(st.offset);
+  resp->set_duplicate(st.duplicate);
+  return Status::Ok();
+}
+
+Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResponse* resp) {
+  if (Status s = ValidateSend(req, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("send from agent " + agent);
+  }
+  if (!acl_.IsAgent(req.to())) return NotFound("send from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
+  v1::Message msg;
+  msg.set_publisher(agent);
+  msg.set_publisher_id(req.publisher_id());
+  msg.set_sequence(req.sequence());
+  msg.set_content_type(std::move(*req.mutable_content_type()));
+  msg.set_payload(std::move(*req.mutable_payload()));
+  Stored st = Append(GetLog(InboxName(req.to()), /*create=*/true), std::move(msg));
+  resp->set_offset(st.offset);
+  resp->set_duplicate(st.duplicate);
+  return Status::Ok();
+}
+
+Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::StartAt& start, uint64_t incarnation,
+                                          int max_batch, v1::SubscribeResponse::Header* header) {
+  Reader r;
+  r.max_batch_messages = max_batch > 0 ? max_batch : options_.limits.max_batch_messages;
+  std::lock_guard<std::mutex> lock(log->mu);
+  const int64_t end = log->base + static_cast<int64_t>(log->msgs.size());
+  header->set_incarnation(incarnation_);
+  header->set_earliest_offset(log->base);
+  header->set_end_offset(end);
+  if (incarnation != 0 && incarnation != incarnation_) {
+    header->set_broker_restarted(true);
+    r.next_offset = log->base;
+  } else if (start.position_case() == v1::StartAt::kEarliest) {
+    r.next_offset = log->base;
+  } else if (start.position_case() == v1::StartAt::kOffset) {
+    r.next_offset = start.offset();  // below base: the first Read reports OFFSET_EXPIRED
+  } else {
+    r.next_offset = end;
+  }
+  header->set_start_offset(r.next_offset);
+  r.log = std::move(log);
+  return r;
+}
+
+Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent, const v1::SubscribeRequest& req,
+                                               v1::SubscribeResponse::Header* header) {
+  if (Status s = ValidateSubscribe(req, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("subscribe by agent " + agent);
+  }
+  if (!acl_.MaySubscribe(agent, req.topic())) {
+    return Deny("agent " + agent + " may not subscribe to topic \"" + req.topic() +
+                "\" (no channel in the plan lists it as a subscriber)");
+  }
+  return OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(), req.max_batch_messages(), header);
+}
+
+Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent, const v1::ReceiveRequest& req,
+                                               v1::SubscribeResponse::Header* header) {
+  if (Status s = ValidateReceive(req, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("receive by agent " + agent);
+  }
+  return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(), req.max_batch_messages(), header);
+}
+
+Broker::ReadOutcome Broker::Read(Reader* reader, std::chrono::milliseconds wait, v1::SubscribeResponse* out,
+                                 int64_t* earliest) {
+  Log& log = *reader->log;
+  // Taken under the lock, copied outside it, so a large copy never holds up publishers.
+  thread_local std::vector<std::shared_ptr<const v1::Message>> batch;
+  batch.clear();
+  {
+    std::unique_lock<std::mutex> lock(log.mu);
+    auto end = [&] { return log.base + static_cast<int64_t>(log.msgs.size()); };
+    if (reader->next_offset >= end() && wait.count() > 0 && !shutting_down()) {
+      ++log.waiters;
+      log.cv.wait_for(lock, wait, [&] { return reader->next_offset < end() || shutting_down(); });
+      --log.waiters;
+    }
+    if (reader->next_offset < log.base) {
+      *earliest = log.base;
+      return ReadOutcome::kExpired;
+    }
+    size_t idx = static_cast<size_t>(reader->next_offset - log.base);
+    int64_t bytes = 0;
+    while (idx < log.msgs.size() && static_cast<int>(batch.size()) < reader->max_batch_messages) {
+      const auto& m = log.msgs[idx];
+      const int64_t b = static_cast<int64_t>(m->payload().size());
+      if (!batch.empty() && bytes + b > options_.max_stream_batch_bytes) break;
+      bytes += b;
+      batch.push_back(m);
+      ++idx;
+    }
+  }
+  if (batch.empty()) return ReadOutcome::kIdle;
+  for (const auto& m : batch) *out->add_messages() = *m;
+  reader->next_offset += static_cast<int64_t>(batch.size());
+  delivered_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
+  batch.clear();
+  return ReadOutcome::kMessages;
+}
+
+Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
+                       std::chrono::system_clock::time_point deadline, const std::function<bool()>& cancelled,
+                       v1::RequestResponse* resp) {
+  if (Status s = ValidateRequest(req, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("request from agent " + agent);
+  }
+  if (!acl_.IsAgent(req.to())) {
+    return NotFound("request from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
+  }
+  auto pending = std::make_shared<PendingRequest>();
+  pending->to = req.to();
+  const uint64_t id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(requests_mu_);
+    requests_.emplace(id, pending);
+  }
+  auto forget = [&] {
+    std::lock_guard<std::mutex> lock(requests_mu_);
+    requests_.erase(id);
+  };
+  v1::Message msg;
+  msg.set_publisher(agent);
+  msg.set_request_id(id);
+  msg.set_content_type(std::move(*req.mutable_content_type()));
+  msg.set_payload(std::move(*req.mutable_payload()));
+  Append(GetLog(InboxName(req.to()), true), std::move(msg));
+
+  std::unique_lock<std::mutex> lock(pending->mu);
+  while (!pending->done) {
+    const auto now = std::chrono::system_clock::now();
+    if (now >= deadline) {
+      lock.unlock();
+      forget();
+      return DeadlineExceeded("request " + std::to_string(id) + " from agent " + agent + " to agent " + req.to() +
+                              ": no reply before the deadline");
+    }
+    if (shutting_down()) {
+      lock.unlock();
+      forget();
+      return Unavailable("the bus broker is shutting down");
+    }
+    if (cancelled && cancelled()) {
+      lock.unlock();
+      forget();
+      return Status(StatusCode::kCancelled, "request " + std::to_string(id) + " cancelled by the caller");
+    }
+    pending->cv.wait_for(lock, std::min<std::chrono::system_clock::duration>(deadline - now,
+                                                                             std::chrono::milliseconds(50)));
+  }
+  *resp = std::move(pending->response);
+  return Status::Ok();
+}
+
+Status Broker::Reply(const std::string& agent, v1::ReplyRequest& req) {
+  if (Status s = ValidateReply(req, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("reply from agent " + agent);
+  }
+  std::shared_ptr<PendingRequest> pending;
+  {
+    std::lock_guard<std::mutex> lock(requests_mu_);
+    auto it = requests_.find(req.request_id());
+    if (it == requests_.end()) {
+      return NotFound("reply from agent " + agent + ": request " + std::to_string(req.request_id()) +
+                      " is unknown or no longer waiting (its deadline passed?)");
+    }
+    if (it->second->to != agent) {
+      return Deny("agent " + agent + " cannot answer request " + std::to_string(req.request_id()) +
+                  ", which was addressed to agent " + it->second->to);
+    }
+    pending = it->second;
+    requests_.erase(it);
+  }
+  {
+    std::lock_guard<std::mutex> lock(pending->mu);
+    pending->response.set_payload(std::move(*req.mutable_payload()));
+    pending->response.set_content_type(std::move(*req.mutable_content_type()));
+    pending->response.set_replier(agent);
+    pending->done = true;
+  }
+  pending->cv.notify_all();
+  return Status::Ok();
+}
+
+std::vector<v1::TopicInfo> Broker::ListTopics(const std::string& agent) {
+  std::vector<std::shared_ptr<Log>> logs;
+  {
+    std::shared_lock<std::shared_mutex> lock(logs_mu_);
+    for (const auto& [name, log] : logs_) {
+      if (name.empty() || name.front() == '@') continue;
+      if (!agent.empty() && !acl_.MaySubscribe(agent, name)) continue;
+      logs.push_back(log);
+    }
+  }
+  std::vector<v1::TopicInfo> out;
+  for (const auto& log : logs) {
+    v1::TopicInfo info;
+    std::lock_guard<std::mutex> lock(log->mu);
+    info.set_topic(log->name);
+    info.set_earliest_offset(log->base);
+    info.set_end_offset(log->base + static_cast<int64_t>(log->msgs.size()));
+    info.set_retained_messages(static_cast<int64_t>(log->msgs.size()));
+    info.set_retained_bytes(log->bytes);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+BusStats Broker::Stats() const {
+  BusStats s;
+  s.incarnation = incarnation_;
+  {
+    std::shared_lock<std::shared_mutex> lock(logs_mu_);
+    for (const auto& [name, log] : logs_) {
+      if (!name.empty() && name.front() != '@') ++s.topics;
+    }
+  }
+  s.messages_published = published_.load();
+  s.duplicates_dropped = duplicates_.load();
+  s.messages_delivered = delivered_.load();
+  s.messages_expired = expired_.load();
+  s.retained_bytes = retained_bytes_.load();
+  s.active_streams = active_streams_.load();
+  s.rejected_unauthenticated = rejected_unauthenticated_.load();
+  s.rejected_permission = rejected_permission_.load();
+  s.rejected_invalid = rejected_invalid_.load();
+  return s;
+}
+
+void Broker::Shutdown() {
+  shutdown_.store(true, std::memory_order_release);
+  std::vector<std::shared_ptr<Log>> logs;
+  {
+    std::shared_lock<std::shared_mutex> lock(logs_mu_);
+    for (const auto& [name, log] : logs_) logs.push_back(log);
+  }
+  for (const auto& log : logs) {
+    std::lock_guard<std::mutex> lock(log->mu);
+    log->cv.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(requests_mu_);
+  for (const auto& [id, p] : requests_) {
+    std::lock_guard<std::mutex> plock(p->mu);
+    p->cv.notify_all();
+  }
+}
+
+}  // namespace agentrt

@@ -1,0 +1,162 @@
+// The bus broker's state: topic logs, inboxes, duplicate suppression,
+// retention, ACL checks and pending requests. Transport-free (the gRPC service
+// in bus_server.cc is a thin layer over it), so its logic is unit-testable.
+//
+// Thread-safety: every public method may be called from any thread. Publishers
+// never wait for readers: a log only grows and is trimmed by retention.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comms/auth.h"
+#include "comms/bus_validate.h"
+#include "comms/proto/bus.pb.h"
+#include "common/status.h"
+
+namespace agentrt {
+
+struct BrokerOptions {
+  BusLimits limits;
+  int64_t retention_messages = 100000;      // per topic/inbox
+  int64_t retention_bytes = int64_t{1} << 30;  // per topic/inbox, payload bytes
+  int64_t max_stream_batch_bytes = 1 << 20;  // bytes per SubscribeResponse (one larger message still goes alone)
+};
+
+// Counters reported by Stats (a snapshot).
+struct BusStats {
+  uint64_t incarnation = 0;
+  int64_t topics = 0;
+  int64_t messages_published = 0;
+  int64_t duplicates_dropped = 0;
+  int64_t messages_delivered = 0;
+  int64_t messages_expired = 0;
+  int64_t retained_bytes = 0;
+  int64_t active_streams = 0;
+  int64_t rejected_unauthenticated = 0;
+  int64_t rejected_permission = 0;
+  int64_t rejected_invalid = 0;
+};
+
+class Broker {
+ public:
+  // One append-only log (a topic or an inbox). Opaque to callers.
+  struct Log;
+
+  // A reader's position in one log, produced by OpenReader.
+  struct Reader {
+    std::shared_ptr<Log> log;
+    int64_t next_offset = 0;
+    int max_batch_messages = 4096;
+  };
+
+  enum class ReadOutcome { kMessages, kIdle, kExpired };
+
+  Broker(BrokerOptions options, BusAcl acl, std::string secret, uint64_t incarnation);
+  ~Broker();
+  Broker(const Broker&) = delete;
+  Broker& operator=(const Broker&) = delete;
+
+  uint64_t incarnation() const { return incarnation_; }
+  const BrokerOptions& options() const { return options_; }
+
+  // Checks (agent, token) against the secret and the run's agents.
+  // UNAUTHENTICATED names the agent (never the token).
+  Status Authenticate(std::string_view agent, std::string_view token);
+
+  // Stores one message (its payload is moved out of `req`). Validates, checks
+  // the ACL and `req.publisher` == `agent`, and suppresses duplicates.
+  Status Publish(const std::string& agent, bus::v1::PublishRequest& req, bus::v1::PublishResponse* resp);
+  Status Send(const std::string& agent, bus::v1::SendRequest& req, bus::v1::SendResponse* resp);
+
+  // Opens a reader on a topic (ACL-checked) or on `agent`'s own inbox, and
+  // fills the stream header.
+  Result<Reader> OpenTopicReader(const std::string& agent, const bus::v1::SubscribeRequest& req,
+                                 bus::v1::SubscribeResponse::Header* header);
+  Result<Reader> OpenInboxReader(const std::string& agent, const bus::v1::ReceiveRequest& req,
+                                 bus::v1::SubscribeResponse::Header* header);
+
+  // Appends to `out` the messages from reader->next_offset on (up to the
+  // batch caps) and advances it; waits up to `wait` when there are none.
+  // kExpired: next_offset fell out of retention; *earliest is set.
+  ReadOutcome Read(Reader* reader, std::chrono::milliseconds wait, bus::v1::SubscribeResponse* out,
+                   int64_t* earliest);
+
+  // Request/Reply. Request stores the request in `req.to`'s inbox and blocks
+  // until the reply, `deadline`, or `cancelled()` returns true (polled).
+  Status Request(const std::string& agent, bus::v1::RequestRequest& req,
+                 std::chrono::system_clock::time_point deadline, const std::function<bool()>& cancelled,
+                 bus::v1::RequestResponse* resp);
+  Status Reply(const std::string& agent, bus::v1::ReplyRequest& req);
+
+  // Topics `agent` may subscribe to (all topics when agent is empty).
+  std::vector<bus::v1::TopicInfo> ListTopics(const std::string& agent);
+  BusStats Stats() const;
+
+  // Wakes every waiting reader and request; Read returns kIdle and Request
+  // UNAVAILABLE from then on.
+  void Shutdown();
+  bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
+
+  void CountInvalid() { rejected_invalid_.fetch_add(1, std::memory_order_relaxed); }
+  void StreamOpened() { active_streams_.fetch_add(1, std::memory_order_relaxed); }
+  void StreamClosed() { active_streams_.fetch_sub(1, std::memory_order_relaxed); }
+
+ private:
+  struct PublisherState;
+  struct PendingRequest;
+  struct Stored {
+    int64_t offset = -1;
+    bool duplicate = false;
+  };
+
+  std::shared_ptr<Log> GetLog(const std::string& name, bool create);
+  std::shared_ptr<PublisherState> GetPublisher(const std::string& agent, uint64_t publisher_id);
+  // Appends msg (publisher fields already stamped) with duplicate suppression.
+  Stored Append(const std::shared_ptr<Log>& log, bus::v1::Message&& msg);
+  Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start, uint64_t incarnation,
+                            int max_batch, bus::v1::SubscribeResponse::Header* header);
+  Status Deny(std::string message);
+
+  const BrokerOptions options_;
+  const BusAcl acl_;
+  const std::string secret_;
+  const uint64_t incarnation_;
+  std::atomic<bool> shutdown_{false};
+
+  mutable std::shared_mutex logs_mu_;
+  std::map<std::string, std::shared_ptr<Log>> logs_;
+
+  std::mutex publishers_mu_;
+  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<PublisherState>> publishers_;
+  std::deque<std::pair<std::string, uint64_t>> publisher_order_;  // creation order, for eviction
+
+  std::mutex tokens_mu_;
+  std::unordered_map<std::string, std::string> tokens_;  // agent -> expected token (cache)
+
+  std::mutex acl_cache_mu_;
+  std::unordered_map<std::string, bool> acl_cache_;  // "p|s" + agent + '\0' + topic -> allowed
+
+  std::mutex requests_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;
+  std::atomic<uint64_t> next_request_id_;
+
+  std::atomic<int64_t> published_{0}, duplicates_{0}, delivered_{0}, expired_{0}, retained_bytes_{0},
+      active_streams_{0}, rejected_unauthenticated_{0}, rejected_permission_{0}, rejected_invalid_{0};
+};
+
+// The inbox log name of an agent: "@inbox/<agent>".
+std::string InboxName(std::string_view agent);
+
+}  // namespace agentrt

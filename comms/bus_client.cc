@@ -1,0 +1,649 @@
+#include "comms/bus_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "comms/proto/bus.grpc.pb.h"
+
+namespace agentrt {
+
+namespace v1 = bus::v1;
+using Clock = std::chrono::system_clock;
+
+namespace {
+
+// The one place where a gRPC status becomes an agentrt::Status.
+Status FromGrpc(const grpc::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  StatusCode code = StatusCode::kInternal;
+  switch (s.error_code()) {
+    case grpc::StatusCode::OK: return Status::Ok();
+    case grpc::StatusCode::CANCELLED: code = StatusCode::kCancelled; break;
+    case grpc::StatusCode::INVALID_ARGUMENT: code = StatusCode::kInvalidArgument; break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: code = StatusCode::kDeadlineExceeded; break;
+    case grpc::StatusCode::NOT_FOUND: code = StatusCode::kNotFound; break;
+    case grpc::StatusCode::ALREADY_EXISTS: code = StatusCode::kAlreadyExists; break;
+    case grpc::StatusCode::PERMISSION_DENIED: code = StatusCode::kPermissionDenied; break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: code = StatusCode::kResourceExhausted; break;
+    case grpc::StatusCode::FAILED_PRECONDITION: code = StatusCode::kFailedPrecondition; break;
+    case grpc::StatusCode::ABORTED: code = StatusCode::kAborted; break;
+    case grpc::StatusCode::OUT_OF_RANGE: code = StatusCode::kOutOfRange; break;
+    case grpc::StatusCode::UNIMPLEMENTED: code = StatusCode::kUnimplemented; break;
+    case grpc::StatusCode::UNAVAILABLE: code = StatusCode::kUnavailable; break;
+    case grpc::StatusCode::DATA_LOSS: code = StatusCode::kDataLoss; break;
+    case grpc::StatusCode::UNAUTHENTICATED: code = StatusCode::kUnauthenticated; break;
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::INTERNAL:
+    default: code = StatusCode::kInternal; break;
+  }
+  return Status(code, std::string(what) + ": " + s.error_message());
+}
+
+bool Retryable(grpc::StatusCode c) {
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+Result<std::string> ReadFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read " + std::string(what) + " " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+uint64_t RandomNonZero() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (uint64_t{rd()} << 32) | rd();
+  return v;
+}
+
+struct AsyncItem {
+  v1::PublishRequest req;
+  AckCallback on_ack;
+};
+
+}  // namespace
+
+struct Subscription {
+  SubscriptionId id = 0;
+  std::string topic;  // "" for the inbox
+  bool inbox = false;
+  StartAt from;
+  MessageCallback on_message;
+  SubscribeOptions opts;
+  std::atomic<int64_t> next_offset{0};
+  std::atomic<bool> has_position{false};
+  uint64_t incarnation = 0;
+  std::mutex mu;  // guards ctx, stop, final_status
+  std::condition_variable cv;
+  grpc::ClientContext* ctx = nullptr;
+  bool stop = false;
+  Status final_status;
+  std::thread thread;
+};
+
+struct BusClient::Impl {
+  std::string address;
+  Credential cred;
+  BusClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Bus::Stub> stub;
+  uint64_t publisher_id = 0;
+  std::atomic<uint64_t> next_sequence{1};
+
+  mutable std::mutex subs_mu;
+  std::map<SubscriptionId, std::shared_ptr<Subscription>> subs;
+  SubscriptionId next_sub_id = 1;
+
+  // Async publishing.
+  std::mutex async_mu;
+  std::condition_variable async_cv;
+  std::deque<AsyncItem> async_queue;
+  size_t async_unacked = 0;  // queued + in flight
+  bool async_stop = false;
+  Status async_error;
+  std::thread async_thread;
+
+  void Prepare(grpc::ClientContext* ctx, Clock::time_point deadline) const {
+    ctx->set_deadline(deadline);
+    ctx->AddMetadata("x-agentrt-agent", cred.agent);
+    ctx->AddMetadata("x-agentrt-token", cred.token);
+  }
+
+  std::chrono::milliseconds Backoff(int attempt) const {
+    auto b = options.retry_backoff * (1 << std::min(attempt, 10));
+    return std::min<std::chrono::milliseconds>(b, options.max_retry_backoff);
+  }
+
+  // Runs a unary call, retrying UNAVAILABLE / DEADLINE_EXCEEDED of one attempt
+  // until the overall deadline.
+  template <typename Req, typename Resp, typename Call>
+  Status UnaryWithRetry(Call call, const Req& req, Resp* resp, Clock::time_point deadline, std::string_view what) {
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      const auto attempt_deadline = std::min(deadline, Clock::now() + options.call_timeout);
+      Prepare(&ctx, attempt_deadline);
+      grpc::Status s = (stub.get()->*call)(&ctx, req, resp);
+      if (s.ok()) return Status::Ok();
+      const auto wait = Backoff(attempt);
+      if (!Retryable(s.error_code()) || Clock::now() + wait >= deadline) {
+        return FromGrpc(s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
+      }
+      std::this_thread::sleep_for(wait);
+    }
+  }
+
+  void RunSubscription(const std::shared_ptr<Subscription>& sub);
+  void RunAsyncPublisher();
+};
+
+BusClient::BusClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->async_thread = std::thread([this] { impl_->RunAsyncPublisher(); });
+}
+
+BusClient::~BusClient() {
+  (void)Flush(impl_->options.call_timeout);
+  {
+    std::lock_guard<std::mutex> lock(impl_->async_mu);
+    impl_->async_stop = true;
+  }
+  impl_->async_cv.notify_all();
+  impl_->async_thread.join();
+  std::vector<SubscriptionId> ids;
+  {
+    std::lock_guard<std::mutex> lock(impl_->subs_mu);
+    for (const auto& [id, s] : impl_->subs) ids.push_back(id);
+  }
+  for (auto id : ids) (void)Unsubscribe(id);
+}
+
+Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Credential credential,
+                                                      BusClientOptions options) {
+  if (address.empty()) return InvalidArgument("bus client: empty bus address (expected host:port)");
+  if (credential.agent.empty() || credential.token.empty()) {
+    return InvalidArgument("bus client: the credential has no agent name or no token");
+  }
+  auto impl = std::make_unique<Impl>();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  if (!options.tls_ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    AGENTRT_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_ca_file, "bus TLS CA"));
+    if (!options.tls_cert_file.empty()) {
+      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(options.tls_cert_file, "bus TLS client certificate"));
+      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(options.tls_key_file, "bus TLS client key"));
+    }
+    if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+    creds = grpc::SslCredentials(ssl);
+  } else {
+    creds = grpc::InsecureChannelCredentials();
+  }
+  impl->channel = grpc::CreateCustomChannel(address, creds, args);
+  impl->stub = v1::Bus::NewStub(impl->channel);
+  impl->address = std::move(address);
+  impl->cred = std::move(credential);
+  impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZero();
+  impl->options = std::move(options);
+  return std::unique_ptr<BusClient>(new BusClient(std::move(impl)));
+}
+
+Result<std::unique_ptr<BusClient>> BusClient::FromEnvironment(BusClientOptions options) {
+  const char* bus = std::getenv("AGENTRT_BUS");
+  const char* token_file = std::getenv("AGENTRT_TOKEN_FILE");
+  if (bus == nullptr || *bus == '\0') {
+    return FailedPrecondition("AGENTRT_BUS is not set; is this process started by agentctl run?");
+  }
+  if (token_file == nullptr || *token_file == '\0') {
+    return FailedPrecondition("AGENTRT_TOKEN_FILE is not set; is this process started by agentctl run?");
+  }
+  AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(token_file));
+  return Connect(bus, std::move(cred), std::move(options));
+}
+
+const std::string& BusClient::agent() const { return impl_->cred.agent; }
+const std::string& BusClient::address() const { return impl_->address; }
+uint64_t BusClient::publisher_id() const { return impl_->publisher_id; }
+uint64_t BusClient::NextSequence() const { return impl_->next_sequence.load(); }
+void BusClient::SetNextSequence(uint64_t next) { impl_->next_sequence.store(next == 0 ? 1 : next); }
+
+Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    impl_->Prepare(&ctx, deadline);
+    ctx.set_wait_for_ready(true);
+    v1::StatsResponse resp;
+    grpc::Status s = impl_->stub->Stats(&ctx, v1::StatsRequest(), &resp);
+    if (s.ok()) return Status::Ok();
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= deadline) {
+      return FromGrpc(s, "waiting for the bus at " + impl_->address);
+    }
+    std::this_thread::sleep_for(impl_->Backoff(attempt));
+  }
+}
+
+Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload, const PublishOptions& opts) {
+  v1::PublishRequest req;
+  req.set_topic(std::string(topic));
+  req.set_payload(std::string(payload));
+  req.set_content_type(opts.content_type);
+  req.set_publisher_id(impl_->publisher_id);
+  const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+  req.set_sequence(seq);
+  v1::PublishResponse resp;
+  const auto deadline = Clock::now() + opts.timeout.value_or(impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::Stub::Publish, req, &resp, deadline,
+                                                "publish to topic \"" + std::string(topic) + "\""));
+  return PublishAck{resp.offset(), resp.duplicate(), seq};
+}
+
+void BusClient::PublishAsync(std::string_view topic, std::string_view payload, const PublishOptions& opts,
+                             AckCallback on_ack) {
+  AsyncItem item;
+  item.req.set_topic(std::string(topic));
+  item.req.set_payload(std::string(payload));
+  item.req.set_content_type(opts.content_type);
+  item.req.set_publisher_id(impl_->publisher_id);
+  item.on_ack = std::move(on_ack);
+  std::unique_lock<std::mutex> lock(impl_->async_mu);
+  impl_->async_cv.wait(lock, [&] { return impl_->async_unacked < impl_->options.async_max_pending; });
+  // Sequence taken under the queue lock: queue order == sequence order.
+  item.req.set_sequence(opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1));
+  impl_->async_queue.push_back(std::move(item));
+  ++impl_->async_unacked;
+  lock.unlock();
+  impl_->async_cv.notify_all();
+}
+
+Status BusClient::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->async_mu);
+  if (!impl_->async_cv.wait_for(lock, timeout, [&] { return impl_->async_unacked == 0; })) {
+    return DeadlineExceeded("flush: " + std::to_string(impl_->async_unacked) +
+                            " async publishes still unacknowledged by the bus at " + impl_->address);
+  }
+  Status s = impl_->async_error;
+  impl_->async_error = Status::Ok();
+  return s;
+}
+
+void BusClient::Impl::RunAsyncPublisher() {
+  std::vector<AsyncItem> batch;
+  v1::PublishBatchRequest req;
+  v1::PublishBatchResponse resp;
+  for (;;) {
+    batch.clear();
+    {
+      std::unique_lock<std::mutex> lock(async_mu);
+      async_cv.wait(lock, [&] { return !async_queue.empty() || async_stop; });
+      if (async_queue.empty()) return;  // stopping, nothing left
+      int64_t bytes = 0;
+      while (!async_queue.empty() && static_cast<int>(batch.size()) < options.async_batch_messages) {
+        const int64_t b = static_cast<int64_t>(async_queue.front().req.payload().size());
+        if (!batch.empty() && bytes + b > options.async_batch_bytes) break;
+        bytes += b;
+        batch.push_back(std::move(async_queue.front()));
+        async_queue.pop_front();
+      }
+    }
+    size_t done = 0;  // entries of `batch` answered
+    std::vector<std::pair<size_t, Result<PublishAck>>> results;
+    results.reserve(batch.size());
+    const auto deadline = Clock::now() + options.call_timeout;
+    int attempt = 0;
+    while (done < batch.size()) {
+      req.Clear();
+      for (size_t i = done; i < batch.size(); ++i) *req.add_messages() = batch[i].req;
+      resp.Clear();
+      grpc::ClientContext ctx;
+      Prepare(&ctx, std::min(deadline, Clock::now() + options.call_timeout));
+      grpc::Status s = stub->PublishBatch(&ctx, req, &resp);
+      // Acks are for a prefix of the batch, also when the call failed on one entry.
+      for (int i = 0; i < resp.acks_size() && done < batch.size(); ++i, ++done) {
+        const auto& a = resp.acks(i);
+        results.emplace_back(done, PublishAck{a.offset(), a.duplicate(), batch[done].req.sequence()});
+      }
+      if (s.ok()) continue;
+      if (Retryable(s.error_code()) && Clock::now() + Backoff(attempt) < deadline) {
+        std::this_thread::sleep_for(Backoff(attempt++));
+        continue;  // the same sequences: whatever was stored already comes back as a duplicate
+      }
+      // The entry at `done` failed for good (or the deadline passed: all the rest).
+      const bool all_rest = Retryable(s.error_code());
+      Status err = FromGrpc(s, "async publish to topic \"" + batch[done].req.topic() + "\" (bus " + address +
+                                   ", agent " + cred.agent + ")");
+      {
+        std::lock_guard<std::mutex> lock(async_mu);
+        if (async_error.ok()) async_error = err;
+      }
+      const size_t end = all_rest ? batch.size() : done + 1;
+      for (; done < end; ++done) results.emplace_back(done, err);
+    }
+    for (auto& [i, r] : results) {
+      if (batch[i].on_ack) batch[i].on_ack(r);
+    }
+    {
+      std::lock_guard<std::mutex> lock(async_mu);
+      async_unacked -= batch.size();
+    }
+    async_cv.notify_all();
+  }
+}
+
+Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload, const PublishOptions& opts) {
+  v1::SendRequest req;
+  req.set_to(std::string(to));
+  req.set_payload(std::string(payload));
+  req.set_content_type(opts.content_type);
+  req.set_publisher_id(impl_->publisher_id);
+  const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+  req.set_sequence(seq);
+  v1::SendResponse resp;
+  const auto deadline = Clock::now() + opts.timeout.value_or(impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(
+      impl_->UnaryWithRetry(&v1::Bus::Stub::Send, req, &resp, deadline, "send to agent " + std::string(to)));
+  return PublishAck{resp.offset(), resp.duplicate(), seq};
+}
+
+Result<BusReply> BusClient::Request(std::string_view to, std::string_view payload, std::chrono::milliseconds timeout,
+                                    std::string_view content_type) {
+  v1::RequestRequest req;
+  req.set_to(std::string(to));
+  req.set_payload(std::string(payload));
+  req.set_content_type(std::string(content_type));
+  v1::RequestResponse resp;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, Clock::now() + timeout);
+  // Not retried: the request may already sit in the receiver's inbox.
+  grpc::Status s = impl_->stub->Request(&ctx, req, &resp);
+  if (!s.ok()) {
+    return FromGrpc(s, "request to agent " + std::string(to) + " (bus " + impl_->address + ", agent " +
+                           impl_->cred.agent + ")");
+  }
+  return BusReply{std::move(*resp.mutable_payload()), std::move(*resp.mutable_content_type()),
+                  std::move(*resp.mutable_replier())};
+}
+
+Status BusClient::Reply(uint64_t request_id, std::string_view payload, std::string_view content_type) {
+  v1::ReplyRequest req;
+  req.set_request_id(request_id);
+  req.set_payload(std::string(payload));
+  req.set_content_type(std::string(content_type));
+  v1::ReplyResponse resp;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, Clock::now() + impl_->options.call_timeout);
+  return FromGrpc(impl_->stub->Reply(&ctx, req, &resp),
+                  "reply to request " + std::to_string(request_id) + " (agent " + impl_->cred.agent + ")");
+}
+
+namespace {
+void ToProto(const StartAt& from, v1::StartAt* out) {
+  switch (from.kind) {
+    case StartAt::Kind::kEarliest: out->set_earliest(true); break;
+    case StartAt::Kind::kLatest: out->set_latest(true); break;
+    case StartAt::Kind::kOffset: out->set_offset(from.offset); break;
+  }
+}
+}  // namespace
+
+void BusClient::Impl::RunSubscription(const std::shared_ptr<Subscription>& sub) {
+  const std::string name = sub->inbox ? InboxName(cred.agent) : sub->topic;
+  auto emit = [&](SubscriptionEvent::Kind kind, Status status, int64_t offset, int64_t earliest = 0) {
+    if (sub->opts.on_event) sub->opts.on_event(SubscriptionEvent{kind, name, std::move(status), offset, earliest});
+  };
+  auto finish = [&](Status s) {
+    {
+      std::lock_guard<std::mutex> lock(sub->mu);
+      sub->final_status = s;
+    }
+    emit(SubscriptionEvent::Kind::kFailed, s, sub->next_offset.load());
+  };
+  int attempt = 0;
+  v1::SubscribeResponse resp;
+  for (;;) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, Clock::now() + options.stream_deadline);
+    {
+      std::lock_guard<std::mutex> lock(sub->mu);
+      if (sub->stop) return;
+      sub->ctx = &ctx;
+    }
+    v1::StartAt start;
+    if (sub->has_position.load()) {
+      start.set_offset(sub->next_offset.load());
+    } else {
+      ToProto(sub->from, &start);
+    }
+    std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader;
+    if (sub->inbox) {
+      v1::ReceiveRequest req;
+      *req.mutable_start() = start;
+      req.set_incarnation(sub->incarnation);
+      req.set_max_batch_messages(sub->opts.max_batch_messages);
+      reader = stub->Receive(&ctx, req);
+    } else {
+      v1::SubscribeRequest req;
+      req.set_topic(sub->topic);
+      *req.mutable_start() = start;
+      req.set_incarnation(sub->incarnation);
+      req.set_max_batch_messages(sub->opts.max_batch_messages);
+      reader = stub->Subscribe(&ctx, req);
+    }
+    int64_t expired_earliest = -1;
+    while (reader->Read(&resp)) {
+      if (resp.has_header()) {
+        const auto& h = resp.header();
+        if (h.broker_restarted()) {
+          emit(SubscriptionEvent::Kind::kBrokerRestarted,
+               DataLoss("the bus broker restarted and lost its logs; reading " + name + " restarts at offset " +
+                        std::to_string(h.start_offset())),
+               h.start_offset());
+        }
+        sub->incarnation = h.incarnation();
+        sub->next_offset.store(h.start_offset());
+        sub->has_position.store(true);
+        attempt = 0;
+        emit(SubscriptionEvent::Kind::kConnected, Status::Ok(), h.start_offset(), h.earliest_offset());
+      }
+      for (const auto& m : resp.messages()) {
+        sub->on_message(m);
+        sub->next_offset.store(m.offset() + 1, std::memory_order_release);
+      }
+      if (resp.has_expired()) expired_earliest = resp.expired().earliest_offset();
+    }
+    grpc::Status s = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(sub->mu);
+      sub->ctx = nullptr;
+      if (sub->stop) return;
+    }
+    const std::string what = "subscription to " + name + " (bus " + address + ", agent " + cred.agent + ")";
+    if (s.error_code() == grpc::StatusCode::OUT_OF_RANGE && expired_earliest >= 0) {
+      if (!sub->opts.skip_expired) {
+        finish(Status(StatusCode::kOutOfRange, what + ": " + s.error_message()));
+        return;
+      }
+      emit(SubscriptionEvent::Kind::kOffsetExpired, Status(StatusCode::kOutOfRange, s.error_message()),
+           sub->next_offset.load(), expired_earliest);
+      sub->next_offset.store(expired_earliest);
+      continue;
+    }
+    switch (s.error_code()) {
+      case grpc::StatusCode::UNAUTHENTICATED:
+      case grpc::StatusCode::PERMISSION_DENIED:
+      case grpc::StatusCode::INVALID_ARGUMENT:
+      case grpc::StatusCode::OUT_OF_RANGE:
+      case grpc::StatusCode::UNIMPLEMENTED:
+        finish(FromGrpc(s, what));
+        return;
+      default:
+        break;
+    }
+    // Transient (broker restart, closed stream, stream deadline): resume at next_offset.
+    const auto wait = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? std::chrono::milliseconds(0)
+                                                                            : Backoff(attempt++);
+    emit(SubscriptionEvent::Kind::kReconnecting, FromGrpc(s, what), sub->next_offset.load());
+    std::unique_lock<std::mutex> lock(sub->mu);
+    sub->cv.wait_for(lock, wait, [&] { return sub->stop; });
+    if (sub->stop) return;
+  }
+}
+
+Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from, MessageCallback on_message,
+                                            SubscribeOptions opts) {
+  if (!on_message) return InvalidArgument("subscribe to \"" + std::string(topic) + "\": no message callback");
+  AGENTRT_RETURN_IF_ERROR(ValidateTopic(topic).WithContext("subscribe"));
+  if (from.kind == StartAt::Kind::kOffset && from.offset < 0) {
+    return InvalidArgument("subscribe to \"" + std::string(topic) + "\": negative start offset");
+  }
+  auto sub = std::make_shared<Subscription>();
+  sub->topic = std::string(topic);
+  sub->from = from;
+  sub->on_message = std::move(on_message);
+  sub->opts = std::move(opts);
+  std::lock_guard<std::mutex> lock(impl_->subs_mu);
+  sub->id = impl_->next_sub_id++;
+  impl_->subs.emplace(sub->id, sub);
+  Impl* impl = impl_.get();
+  sub->thread = std::thread([impl, sub] { impl->RunSubscription(sub); });
+  return sub->id;
+}
+
+Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_message, SubscribeOptions opts) {
+  if (!on_message) return InvalidArgument("receive: no message callback");
+  auto sub = std::make_shared<Subscription>();
+  sub->inbox = true;
+  sub->from = from;
+  sub->on_message = std::move(on_message);
+  sub->opts = std::move(opts);
+  std::lock_guard<std::mutex> lock(impl_->subs_mu);
+  sub->id = impl_->next_sub_id++;
+  impl_->subs.emplace(sub->id, sub);
+  Impl* impl = impl_.get();
+  sub->thread = std::thread([impl, sub] { impl->RunSubscription(sub); });
+  return sub->id;
+}
+
+Status BusClient::Unsubscribe(SubscriptionId id) {
+  std::shared_ptr<Subscription> sub;
+  {
+    std::lock_guard<std::mutex> lock(impl_->subs_mu);
+    auto it = impl_->subs.find(id);
+    if (it == impl_->subs.end()) return NotFound("unsubscribe: no subscription " + std::to_string(id));
+    sub = it->second;
+    if (sub->thread.get_id() == std::this_thread::get_id()) {
+      return FailedPrecondition("unsubscribe called from the subscription's own callback");
+    }
+    impl_->subs.erase(it);
+  }
+  {
+    std::lock_guard<std::mutex> lock(sub->mu);
+    sub->stop = true;
+    if (sub->ctx != nullptr) sub->ctx->TryCancel();
+  }
+  sub->cv.notify_all();
+  sub->thread.join();
+  return Status::Ok();
+}
+
+Status BusClient::SubscriptionStatus(SubscriptionId id) const {
+  std::shared_ptr<Subscription> sub;
+  {
+    std::lock_guard<std::mutex> lock(impl_->subs_mu);
+    auto it = impl_->subs.find(id);
+    if (it == impl_->subs.end()) return NotFound("no subscription " + std::to_string(id));
+    sub = it->second;
+  }
+  std::lock_guard<std::mutex> lock(sub->mu);
+  return sub->final_status;
+}
+
+std::map<std::string, int64_t> BusClient::SubscriptionOffsets() const {
+  std::map<std::string, int64_t> out;
+  std::lock_guard<std::mutex> lock(impl_->subs_mu);
+  for (const auto& [id, sub] : impl_->subs) {
+    if (!sub->has_position.load()) {
+      // Not connected yet: an explicit start offset is still exact.
+      if (sub->from.kind != StartAt::Kind::kOffset) continue;
+      out[sub->inbox ? InboxName(impl_->cred.agent) : sub->topic] = sub->from.offset;
+      continue;
+    }
+    out[sub->inbox ? InboxName(impl_->cred.agent) : sub->topic] = sub->next_offset.load(std::memory_order_acquire);
+  }
+  return out;
+}
+
+Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t offset, int max,
+                                                 std::chrono::milliseconds timeout) {
+  if (max <= 0) return InvalidArgument("fetch: max must be > 0");
+  v1::SubscribeRequest req;
+  req.set_topic(std::string(topic));
+  req.mutable_start()->set_offset(offset);
+  req.set_max_batch_messages(std::min(max, 4096));
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, Clock::now() + timeout);
+  auto reader = impl_->stub->Subscribe(&ctx, req);
+  std::vector<BusMessage> out;
+  v1::SubscribeResponse resp;
+  while (static_cast<int>(out.size()) < max && reader->Read(&resp)) {
+    for (auto& m : *resp.mutable_messages()) {
+      if (static_cast<int>(out.size()) < max) out.push_back(std::move(m));
+    }
+    if (!out.empty()) break;  // return what the first batch brought
+  }
+  ctx.TryCancel();
+  grpc::Status s = reader->Finish();
+  if (!out.empty()) return out;
+  if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || s.error_code() == grpc::StatusCode::CANCELLED) {
+    return out;  // nothing arrived in time
+  }
+  return FromGrpc(s, "fetch from topic \"" + std::string(topic) + "\" (bus " + impl_->address + ")");
+}
+
+Result<std::vector<BusTopicInfo>> BusClient::ListTopics() {
+  v1::ListTopicsResponse resp;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, Clock::now() + impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(
+      FromGrpc(impl_->stub->ListTopics(&ctx, v1::ListTopicsRequest(), &resp), "list topics (bus " + impl_->address + ")"));
+  return std::vector<BusTopicInfo>(resp.topics().begin(), resp.topics().end());
+}
+
+Result<BusStats> BusClient::Stats() {
+  v1::StatsResponse r;
+  grpc::ClientContext ctx;
+  impl_->Prepare(&ctx, Clock::now() + impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &r), "bus stats (" + impl_->address + ")"));
+  BusStats s;
+  s.incarnation = r.incarnation();
+  s.topics = r.topics();
+  s.messages_published = r.messages_published();
+  s.duplicates_dropped = r.duplicates_dropped();
+  s.messages_delivered = r.messages_delivered();
+  s.messages_expired = r.messages_expired();
+  s.retained_bytes = r.retained_bytes();
+  s.active_streams = r.active_streams();
+  s.rejected_unauthenticated = r.rejected_unauthenticated();
+  s.rejected_permission = r.rejected_permission();
+  s.rejected_invalid = r.rejected_invalid();
+  return s;
+}
+
+}  // namespace agentrt

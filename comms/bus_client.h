@@ -1,0 +1,196 @@
+// BusClient: an agent's connection to the message bus (comms/proto/bus.proto).
+//
+//   AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::FromEnvironment());  // AGENTRT_BUS + AGENTRT_TOKEN_FILE
+//   bus->Publish("sightings", payload);                                 // sync, stored when it returns
+//   bus->PublishAsync("sightings", payload, {}, on_ack);                // batched in the background
+//   auto id = bus->Subscribe("sightings", StartAt::Earliest(),
+//                            [](const BusMessage& m) { ... });          // on a background thread
+//   checkpoint["bus_offsets"] = bus->SubscriptionOffsets();             // resume exactly here later:
+//   bus->Subscribe("sightings", StartAt::Offset(saved["sightings"]), cb);
+//
+// Every call has a deadline (BusClientOptions::call_timeout unless given).
+// Publish and Send retry on UNAVAILABLE / DEADLINE_EXCEEDED until their
+// deadline with the same (publisher_id, sequence), so the broker stores a
+// retried message once. Subscriptions reconnect by themselves (after a broker
+// restart too) and resume at their next offset; a gap is never silent: it is
+// reported through SubscribeOptions::on_event.
+//
+// Thread-safety: all methods may be called from any thread concurrently.
+// Callbacks run on the client's background threads: one thread per
+// subscription (messages of one subscription arrive in offset order, one at a
+// time) and one for async publish acks. A callback must not call Unsubscribe
+// on its own subscription or destroy the client.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comms/auth.h"
+#include "comms/broker.h"
+#include "comms/proto/bus.pb.h"
+#include "common/status.h"
+
+namespace agentrt {
+
+// A delivered message (topic, offset, payload, content_type, publisher,
+// publisher_id, sequence, publish_time_ns, request_id); see bus.proto.
+using BusMessage = bus::v1::Message;
+using BusTopicInfo = bus::v1::TopicInfo;
+
+struct BusClientOptions {
+  std::chrono::milliseconds call_timeout{10000};     // default deadline of a call
+  std::chrono::milliseconds retry_backoff{20};        // first wait before a retry / reconnect
+  std::chrono::milliseconds max_retry_backoff{1000};  // cap of the doubling backoff
+  // Streams are re-opened (and resumed) after this long, so even they carry a deadline.
+  std::chrono::milliseconds stream_deadline{std::chrono::minutes(10)};
+  int keepalive_time_ms = 10000;
+  int keepalive_timeout_ms = 5000;
+  // TLS: set tls_ca_file to verify the broker; add cert+key for mutual TLS.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_server_name;  // expected name in the broker certificate (default: the host)
+  // This client's publisher incarnation (see bus.proto); 0 = random.
+  uint64_t publisher_id = 0;
+  // Async publish batching and backpressure.
+  int async_batch_messages = 1024;
+  int64_t async_batch_bytes = 1 << 20;
+  size_t async_max_pending = 65536;  // PublishAsync blocks while this many are unacknowledged
+};
+
+struct PublishOptions {
+  std::string content_type;
+  uint64_t sequence = 0;  // 0 = the next automatic sequence number
+  std::optional<std::chrono::milliseconds> timeout;  // default BusClientOptions::call_timeout
+};
+
+struct PublishAck {
+  int64_t offset = -1;     // offset in the topic/inbox (-1: duplicate whose first copy is no longer known)
+  bool duplicate = false;  // already stored by an earlier attempt; nothing appended
+  uint64_t sequence = 0;   // the sequence number the message carried
+};
+
+// Where a subscription starts.
+struct StartAt {
+  enum class Kind { kEarliest, kLatest, kOffset };
+  Kind kind = Kind::kLatest;
+  int64_t offset = 0;
+  static StartAt Earliest() { return {Kind::kEarliest, 0}; }
+  static StartAt Latest() { return {Kind::kLatest, 0}; }
+  static StartAt Offset(int64_t n) { return {Kind::kOffset, n}; }
+};
+
+struct SubscriptionEvent {
+  enum class Kind {
+    kConnected,        // the stream is open (first time or after a reconnect); offset = where it starts
+    kReconnecting,     // the stream broke; status says why; it resumes at `offset`
+    kBrokerRestarted,  // the broker lost its logs; reading restarts at its earliest offset (`offset`)
+    kOffsetExpired,    // `offset` fell out of retention; `earliest` is the first still held
+    kFailed,           // the subscription ended for good (status says why)
+  };
+  Kind kind;
+  std::string topic;
+  Status status;
+  int64_t offset = 0;
+  int64_t earliest = 0;
+};
+
+struct SubscribeOptions {
+  // On OFFSET_EXPIRED: false = end the subscription (kFailed, OUT_OF_RANGE);
+  // true = report kOffsetExpired and go on from the earliest held offset.
+  bool skip_expired = false;
+  int max_batch_messages = 0;  // 0 = broker default
+  std::function<void(const SubscriptionEvent&)> on_event;  // optional; on the subscription's thread
+};
+
+using SubscriptionId = uint64_t;
+using MessageCallback = std::function<void(const BusMessage&)>;
+using AckCallback = std::function<void(const Result<PublishAck>&)>;
+
+struct BusReply {
+  std::string payload;
+  std::string content_type;
+  std::string replier;
+};
+
+class BusClient {
+ public:
+  // Connects lazily: no call is made here. `address` is "host:port".
+  static Result<std::unique_ptr<BusClient>> Connect(std::string address, Credential credential,
+                                                    BusClientOptions options = {});
+  // From AGENTRT_BUS and AGENTRT_TOKEN_FILE (the agent process contract).
+  static Result<std::unique_ptr<BusClient>> FromEnvironment(BusClientOptions options = {});
+
+  ~BusClient();  // ends subscriptions, flushes async publishes (up to call_timeout)
+  BusClient(const BusClient&) = delete;
+  BusClient& operator=(const BusClient&) = delete;
+
+  const std::string& agent() const;
+  const std::string& address() const;
+
+  // Blocks until the broker answers (up to `timeout`).
+  Status WaitForReady(std::chrono::milliseconds timeout);
+
+  // Stores one message; returns once stored. Retries keep the sequence.
+  Result<PublishAck> Publish(std::string_view topic, std::string_view payload, const PublishOptions& opts = {});
+  // Queues a message; `on_ack` (optional) runs on the publish thread once it is
+  // stored or failed. Messages of one client are stored in the order queued.
+  // Blocks while async_max_pending messages are unacknowledged (backpressure).
+  void PublishAsync(std::string_view topic, std::string_view payload, const PublishOptions& opts = {},
+                    AckCallback on_ack = nullptr);
+  // Waits until every queued async publish is acknowledged. DEADLINE_EXCEEDED
+  // if not within `timeout`; otherwise the first async failure since the last Flush, if any.
+  Status Flush(std::chrono::milliseconds timeout);
+
+  // Direct messages to another agent's inbox (any agent of the run).
+  Result<PublishAck> Send(std::string_view to, std::string_view payload, const PublishOptions& opts = {});
+  // Reads this agent's own inbox, like Subscribe (messages with request_id != 0 are Requests).
+  Result<SubscriptionId> Receive(StartAt from, MessageCallback on_message, SubscribeOptions opts = {});
+
+  // Sends a request to `to` and waits for its Reply (DEADLINE_EXCEEDED after `timeout`).
+  Result<BusReply> Request(std::string_view to, std::string_view payload, std::chrono::milliseconds timeout,
+                           std::string_view content_type = {});
+  Status Reply(uint64_t request_id, std::string_view payload, std::string_view content_type = {});
+
+  // Starts a background subscription; returns once it is registered (it
+  // connects in the background and keeps reconnecting until Unsubscribe).
+  Result<SubscriptionId> Subscribe(std::string_view topic, StartAt from, MessageCallback on_message,
+                                   SubscribeOptions opts = {});
+  // Ends it and waits for its thread (no callback runs after this returns).
+  Status Unsubscribe(SubscriptionId id);
+  // The final status of a subscription that ended by itself (kFailed), or OK while it runs.
+  Status SubscriptionStatus(SubscriptionId id) const;
+
+  // Synchronous read: up to `max` messages of `topic` from `offset`, waiting
+  // up to `timeout` for the first. Fewer (or none) on timeout.
+  Result<std::vector<BusMessage>> Fetch(std::string_view topic, int64_t offset, int max,
+                                        std::chrono::milliseconds timeout);
+
+  // The next offset to read, per topic this client subscribes to (inbox:
+  // "@inbox/<agent>"). Store it in a checkpoint; pass it back as
+  // StartAt::Offset on restore.
+  std::map<std::string, int64_t> SubscriptionOffsets() const;
+
+  // Publisher stream identity (see bus.proto): a restored agent normally keeps
+  // the fresh random publisher_id; set both to continue one exact stream.
+  uint64_t publisher_id() const;
+  uint64_t NextSequence() const;
+  void SetNextSequence(uint64_t next);
+
+  Result<std::vector<BusTopicInfo>> ListTopics();
+  Result<BusStats> Stats();
+
+ private:
+  struct Impl;
+  explicit BusClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace agentrt

@@ -1,0 +1,303 @@
+#include "comms/bus_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "comms/proto/bus.grpc.pb.h"
+
+namespace agentrt {
+namespace {
+
+namespace v1 = bus::v1;
+
+// The one place where agentrt::Status becomes a gRPC status.
+grpc::Status ToGrpc(const Status& s) {
+  using grpc::StatusCode;
+  StatusCode code = StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case agentrt::StatusCode::kOk: return grpc::Status::OK;
+    case agentrt::StatusCode::kCancelled: code = StatusCode::CANCELLED; break;
+    case agentrt::StatusCode::kInvalidArgument: code = StatusCode::INVALID_ARGUMENT; break;
+    case agentrt::StatusCode::kDeadlineExceeded: code = StatusCode::DEADLINE_EXCEEDED; break;
+    case agentrt::StatusCode::kNotFound: code = StatusCode::NOT_FOUND; break;
+    case agentrt::StatusCode::kAlreadyExists: code = StatusCode::ALREADY_EXISTS; break;
+    case agentrt::StatusCode::kPermissionDenied: code = StatusCode::PERMISSION_DENIED; break;
+    case agentrt::StatusCode::kResourceExhausted: code = StatusCode::RESOURCE_EXHAUSTED; break;
+    case agentrt::StatusCode::kFailedPrecondition: code = StatusCode::FAILED_PRECONDITION; break;
+    case agentrt::StatusCode::kAborted: code = StatusCode::ABORTED; break;
+    case agentrt::StatusCode::kOutOfRange: code = StatusCode::OUT_OF_RANGE; break;
+    case agentrt::StatusCode::kUnimplemented: code = StatusCode::UNIMPLEMENTED; break;
+    case agentrt::StatusCode::kInternal: code = StatusCode::INTERNAL; break;
+    case agentrt::StatusCode::kUnavailable: code = StatusCode::UNAVAILABLE; break;
+    case agentrt::StatusCode::kDataLoss: code = StatusCode::DATA_LOSS; break;
+    case agentrt::StatusCode::kUnauthenticated: code = StatusCode::UNAUTHENTICATED; break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+std::string_view Metadata(const grpc::ServerContext* ctx, std::string_view key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(grpc::string_ref(key.data(), key.size()));
+  if (it == md.end()) return {};
+  return {it->second.data(), it->second.size()};
+}
+
+Result<std::string> ReadWholeFile(const std::string& path, std::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read " + std::string(what) + " " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Authenticates the call or returns UNAUTHENTICATED; binds `var` to the agent name.
+#define AGENTRT_AUTH_OR_RETURN(var)                              \
+  Result<std::string> var##_auth = Authenticate(ctx);            \
+  if (!var##_auth.ok()) return ToGrpc(var##_auth.status());      \
+  const std::string& var = var##_auth.value()
+
+constexpr auto kStreamPoll = std::chrono::milliseconds(100);
+
+class BusService final : public v1::Bus::Service {
+ public:
+  explicit BusService(Broker* broker) : broker_(broker) {}
+
+  void CloseStreams() { stream_generation_.fetch_add(1, std::memory_order_acq_rel); }
+
+  grpc::Status Publish(grpc::ServerContext* ctx, const v1::PublishRequest* req, v1::PublishResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    // The request is ours for this call; moving its payload saves a copy.
+    return ToGrpc(broker_->Publish(agent, const_cast<v1::PublishRequest&>(*req), resp));
+  }
+
+  grpc::Status PublishBatch(grpc::ServerContext* ctx, const v1::PublishBatchRequest* req,
+                            v1::PublishBatchResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    if (req->messages_size() == 0 || req->messages_size() > broker_->options().limits.max_batch_messages) {
+      broker_->CountInvalid();
+      return ToGrpc(ValidatePublishBatch(*req, broker_->options().limits));
+    }
+    auto& mutable_req = const_cast<v1::PublishBatchRequest&>(*req);
+    for (int i = 0; i < mutable_req.messages_size(); ++i) {
+      Status s = broker_->Publish(agent, *mutable_req.mutable_messages(i), resp->add_acks());
+      if (!s.ok()) {
+        resp->mutable_acks()->RemoveLast();
+        return ToGrpc(s.WithContext("messages[" + std::to_string(i) + "] (the " + std::to_string(i) +
+                                    " before it are stored)"));
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Subscribe(grpc::ServerContext* ctx, const v1::SubscribeRequest* req,
+                         grpc::ServerWriter<v1::SubscribeResponse>* writer) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    v1::SubscribeResponse first;
+    Result<Broker::Reader> reader = broker_->OpenTopicReader(agent, *req, first.mutable_header());
+    if (!reader.ok()) return ToGrpc(reader.status());
+    return Stream(ctx, &reader.value(), &first, writer, "topic \"" + req->topic() + "\"");
+  }
+
+  grpc::Status Receive(grpc::ServerContext* ctx, const v1::ReceiveRequest* req,
+                       grpc::ServerWriter<v1::SubscribeResponse>* writer) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    v1::SubscribeResponse first;
+    Result<Broker::Reader> reader = broker_->OpenInboxReader(agent, *req, first.mutable_header());
+    if (!reader.ok()) return ToGrpc(reader.status());
+    return Stream(ctx, &reader.value(), &first, writer, "inbox of agent " + agent);
+  }
+
+  grpc::Status Send(grpc::ServerContext* ctx, const v1::SendRequest* req, v1::SendResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    return ToGrpc(broker_->Send(agent, const_cast<v1::SendRequest&>(*req), resp));
+  }
+
+  grpc::Status Request(grpc::ServerContext* ctx, const v1::RequestRequest* req, v1::RequestResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    // A call without a deadline still must not wait forever.
+    auto deadline = ctx->deadline();
+    const auto cap = std::chrono::system_clock::now() + std::chrono::hours(1);
+    if (deadline > cap) deadline = cap;
+    return ToGrpc(broker_->Request(agent, const_cast<v1::RequestRequest&>(*req), deadline,
+                                   [ctx] { return ctx->IsCancelled(); }, resp));
+  }
+
+  grpc::Status Reply(grpc::ServerContext* ctx, const v1::ReplyRequest* req, v1::ReplyResponse*) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    return ToGrpc(broker_->Reply(agent, const_cast<v1::ReplyRequest&>(*req)));
+  }
+
+  grpc::Status ListTopics(grpc::ServerContext* ctx, const v1::ListTopicsRequest*,
+                          v1::ListTopicsResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    for (auto& t : broker_->ListTopics(agent)) *resp->add_topics() = std::move(t);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    (void)agent;
+    BusStats s = broker_->Stats();
+    resp->set_incarnation(s.incarnation);
+    resp->set_topics(s.topics);
+    resp->set_messages_published(s.messages_published);
+    resp->set_duplicates_dropped(s.duplicates_dropped);
+    resp->set_messages_delivered(s.messages_delivered);
+    resp->set_messages_expired(s.messages_expired);
+    resp->set_retained_bytes(s.retained_bytes);
+    resp->set_active_streams(s.active_streams);
+    resp->set_rejected_unauthenticated(s.rejected_unauthenticated);
+    resp->set_rejected_permission(s.rejected_permission);
+    resp->set_rejected_invalid(s.rejected_invalid);
+    return grpc::Status::OK;
+  }
+
+ private:
+  Result<std::string> Authenticate(const grpc::ServerContext* ctx) {
+    std::string agent(Metadata(ctx, "x-agentrt-agent"));
+    AGENTRT_RETURN_IF_ERROR(broker_->Authenticate(agent, Metadata(ctx, "x-agentrt-token")));
+    return agent;
+  }
+
+  grpc::Status Stream(grpc::ServerContext* ctx, Broker::Reader* reader, v1::SubscribeResponse* first,
+                      grpc::ServerWriter<v1::SubscribeResponse>* writer, const std::string& what) {
+    broker_->StreamOpened();
+    struct Closer {
+      Broker* b;
+      ~Closer() { b->StreamClosed(); }
+    } closer{broker_};
+    const uint64_t generation = stream_generation_.load(std::memory_order_acquire);
+    if (!writer->Write(*first)) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+    v1::SubscribeResponse resp;
+    for (;;) {
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+      if (broker_->shutting_down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
+      if (stream_generation_.load(std::memory_order_acquire) != generation) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker closed this stream; resume at the next offset");
+      }
+      resp.Clear();
+      int64_t earliest = 0;
+      switch (broker_->Read(reader, kStreamPoll, &resp, &earliest)) {
+        case Broker::ReadOutcome::kIdle:
+          break;
+        case Broker::ReadOutcome::kMessages:
+          if (!writer->Write(resp)) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+          break;
+        case Broker::ReadOutcome::kExpired: {
+          auto* e = resp.mutable_expired();
+          e->set_requested_offset(reader->next_offset);
+          e->set_earliest_offset(earliest);
+          writer->Write(resp);
+          ctx->AddTrailingMetadata("x-agentrt-earliest-offset", std::to_string(earliest));
+          return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                              "OFFSET_EXPIRED: " + what + " offset " + std::to_string(reader->next_offset) +
+                                  " is no longer retained; the earliest available offset is " +
+                                  std::to_string(earliest));
+        }
+      }
+    }
+  }
+
+  Broker* broker_;
+  std::atomic<uint64_t> stream_generation_{0};
+};
+
+}  // namespace
+
+struct BusServer::Impl {
+  BusServerOptions options;
+  std::unique_ptr<Broker> broker;
+  std::unique_ptr<BusService> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::mutex shutdown_mu;
+  bool stopped = false;
+};
+
+BusServer::BusServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BusServer::~BusServer() { Shutdown(); }
+
+Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& options, std::string secret, BusAcl acl) {
+  if (secret.empty()) return InvalidArgument("bus server: the run secret is empty");
+  if (options.port < 0 || options.port > 65535) {
+    return InvalidArgument("bus server: port " + std::to_string(options.port) + " is outside 0..65535");
+  }
+  const auto& b = options.broker;
+  if (b.limits.max_message_bytes <= 0 || b.retention_messages <= 0 || b.retention_bytes <= 0) {
+    return InvalidArgument("bus server: max_message_bytes, retention and retention_bytes must be > 0");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  uint64_t incarnation = options.incarnation;
+  while (incarnation == 0) incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  impl->broker = std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);
+  impl->service = std::make_unique<BusService>(impl->broker.get());
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!options.tls_cert_file.empty()) {
+    AGENTRT_ASSIGN_OR_RETURN(std::string cert, ReadWholeFile(options.tls_cert_file, "bus TLS certificate"));
+    AGENTRT_ASSIGN_OR_RETURN(std::string key, ReadWholeFile(options.tls_key_file, "bus TLS key"));
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    if (!options.tls_client_ca_file.empty()) {
+      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadWholeFile(options.tls_client_ca_file, "bus TLS client CA"));
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
+    ssl.pem_key_cert_pairs.push_back({key, cert});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  const std::string listen = (options.host.find(':') != std::string::npos && options.host.front() != '['
+                                  ? "[" + options.host + "]"
+                                  : options.host) +
+                             ":" + std::to_string(options.port);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, creds, &impl->port);
+  builder.RegisterService(impl->service.get());
+  // A batch may carry up to 1 MiB of small messages, or one maximal message.
+  const int64_t max_recv = b.limits.max_message_bytes + (1 << 20) + (64 << 10);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_recv, INT32_MAX)));
+  builder.SetMaxSendMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Accept client keepalive pings as often as clients are configured to send them.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->port == 0) {
+    return Unavailable("bus server: cannot listen on " + listen + " (port in use, or bad address?)");
+  }
+  return std::unique_ptr<BusServer>(new BusServer(std::move(impl)));
+}
+
+int BusServer::port() const { return impl_->port; }
+
+std::string BusServer::address() const {
+  std::string host = impl_->options.host;
+  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
+  if (host == "::" || host == "[::]") host = "[::1]";
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  return host + ":" + std::to_string(impl_->port);
+}
+
+uint64_t BusServer::incarnation() const { return impl_->broker->incarnation(); }
+BusStats BusServer::Stats() const { return impl_->broker->Stats(); }
+void BusServer::CloseStreams() { impl_->service->CloseStreams(); }
+
+void BusServer::Shutdown(std::chrono::milliseconds grace) {
+  std::lock_guard<std::mutex> lock(impl_->shutdown_mu);
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->broker->Shutdown();  // wakes stream loops and pending Requests so they end now
+  impl_->server->Shutdown(std::chrono::system_clock::now() + grace);
+  impl_->server->Wait();
+}
+
+}  // namespace agentrt

@@ -1,0 +1,69 @@
+// BusServer: the gRPC message-bus broker (comms/proto/bus.proto), embedded by
+// the run controller of `agentctl run` and wrapped by the `agentrt-bus` tool.
+//
+//   BusServerOptions opts;                       // port 0 = an ephemeral port
+//   auto server = BusServer::Start(opts, secret, acl);
+//   server.value()->port();                      // the bound port
+//   server.value()->Shutdown();                  // also done by the destructor
+//
+// Thread-safety: all methods may be called from any thread. Start returns once
+// the server accepts connections; Shutdown blocks until every call has ended
+// (streams are told to end; pending Requests get UNAVAILABLE).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comms/auth.h"
+#include "comms/broker.h"
+#include "common/status.h"
+
+namespace agentrt {
+
+struct BusServerOptions {
+  std::string host = "0.0.0.0";  // listen address ("127.0.0.1" for loopback only)
+  int port = 0;                  // 0 = pick a free port; see BusServer::port()
+  BrokerOptions broker;          // limits (max_message_bytes) and retention
+  // TLS: when tls_cert_file is set the server speaks TLS only. With
+  // tls_client_ca_file set too, clients must present a certificate signed by
+  // that CA (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  int keepalive_time_ms = 10000;     // server pings an idle connection this often
+  int keepalive_timeout_ms = 5000;   // and drops it when the ping is not answered in time
+  // 0 = random. Tests set it to check restart detection deterministically.
+  uint64_t incarnation = 0;
+};
+
+class BusServer {
+ public:
+  // Binds, starts serving and returns. Errors name the address and port.
+  static Result<std::unique_ptr<BusServer>> Start(const BusServerOptions& options, std::string secret, BusAcl acl);
+  ~BusServer();
+  BusServer(const BusServer&) = delete;
+  BusServer& operator=(const BusServer&) = delete;
+
+  int port() const;
+  // "host:port" for clients: the listen host, or 127.0.0.1 when it is 0.0.0.0 / [::].
+  std::string address() const;
+  uint64_t incarnation() const;
+  BusStats Stats() const;
+
+  // Ends every open Subscribe/Receive stream with UNAVAILABLE; clients
+  // reconnect and resume at their next offset. (Drain before maintenance; also
+  // exercises resume in tests.)
+  void CloseStreams();
+
+  // Stops accepting calls and waits (up to `grace`) for running ones to end.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
+
+ private:
+  struct Impl;
+  explicit BusServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace agentrt

@@ -1,0 +1,147 @@
+#include "comms/bus_validate.h"
+
+#include <cstdio>
+#include <string>
+
+namespace agentrt {
+namespace {
+
+bool NameByte(char c, bool allow_slash_at) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  if (c == '.' || c == '_' || c == '-' || c == ':') return true;
+  return allow_slash_at && (c == '/' || c == '@');
+}
+
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (char c : s.substr(0, 64)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    }
+  }
+  if (s.size() > 64) out += "...";
+  return out;
+}
+
+Status CheckName(std::string_view what, std::string_view s, size_t max, bool topic) {
+  if (s.empty()) return InvalidArgument(std::string(what) + " is empty");
+  if (s.size() > max) {
+    return InvalidArgument(std::string(what) + " \"" + Printable(s) + "\" is " + std::to_string(s.size()) +
+                           " bytes; at most " + std::to_string(max) + " are allowed");
+  }
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (!NameByte(s[i], topic)) {
+      return InvalidArgument(std::string(what) + " \"" + Printable(s) + "\" has a byte not allowed at position " +
+                             std::to_string(i) + " (allowed: letters, digits and ._-:" + (topic ? "/@" : "") + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckPayload(size_t payload, size_t content_type, const BusLimits& limits) {
+  if (static_cast<int64_t>(payload) > limits.max_message_bytes) {
+    return ResourceExhausted("payload of " + std::to_string(payload) + " bytes exceeds the bus limit of " +
+                             std::to_string(limits.max_message_bytes) + " bytes (bus.max_message_bytes)");
+  }
+  if (content_type > kMaxContentTypeBytes) {
+    return InvalidArgument("content_type is " + std::to_string(content_type) + " bytes; at most " +
+                           std::to_string(kMaxContentTypeBytes) + " are allowed");
+  }
+  return Status::Ok();
+}
+
+Status CheckSequence(uint64_t publisher_id, uint64_t sequence) {
+  if (publisher_id != 0 && sequence == 0) {
+    return InvalidArgument("sequence must be > 0 when publisher_id is set (publisher_id " +
+                           std::to_string(publisher_id) + ")");
+  }
+  return Status::Ok();
+}
+
+Status CheckBatch(int32_t max_batch_messages, const BusLimits& limits) {
+  if (max_batch_messages < 0 || max_batch_messages > limits.max_batch_messages) {
+    return InvalidArgument("max_batch_messages " + std::to_string(max_batch_messages) + " is outside [0, " +
+                           std::to_string(limits.max_batch_messages) + "]");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTopic(std::string_view topic) {
+  AGENTRT_RETURN_IF_ERROR(CheckName("topic", topic, kMaxTopicBytes, /*topic=*/true));
+  if (topic.front() == '@') {
+    return InvalidArgument("topic \"" + Printable(topic) + "\" starts with '@', which is reserved for inboxes");
+  }
+  return Status::Ok();
+}
+
+Status ValidateAgentName(std::string_view agent) {
+  return CheckName("agent name", agent, kMaxAgentNameBytes, /*topic=*/false);
+}
+
+Status ValidateStartAt(const bus::v1::StartAt& start) {
+  switch (start.position_case()) {
+    case bus::v1::StartAt::kOffset:
+      if (start.offset() < 0) return InvalidArgument("start offset " + std::to_string(start.offset()) + " is negative");
+      return Status::Ok();
+    case bus::v1::StartAt::kEarliest:
+    case bus::v1::StartAt::kLatest:
+    case bus::v1::StartAt::POSITION_NOT_SET:
+      return Status::Ok();
+  }
+  return InvalidArgument("unknown start position");
+}
+
+Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limits) {
+  AGENTRT_RETURN_IF_ERROR(ValidateTopic(req.topic()));
+  AGENTRT_RETURN_IF_ERROR(CheckPayload(req.payload().size(), req.content_type().size(), limits));
+  if (!req.publisher().empty()) AGENTRT_RETURN_IF_ERROR(ValidateAgentName(req.publisher()));
+  return CheckSequence(req.publisher_id(), req.sequence());
+}
+
+Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits) {
+  if (req.messages_size() == 0) return InvalidArgument("PublishBatch has no messages");
+  if (req.messages_size() > limits.max_batch_messages) {
+    return InvalidArgument("PublishBatch has " + std::to_string(req.messages_size()) + " messages; at most " +
+                           std::to_string(limits.max_batch_messages) + " are allowed");
+  }
+  for (int i = 0; i < req.messages_size(); ++i) {
+    Status s = ValidatePublish(req.messages(i), limits);
+    if (!s.ok()) return s.WithContext("messages[" + std::to_string(i) + "]");
+  }
+  return Status::Ok();
+}
+
+Status ValidateSubscribe(const bus::v1::SubscribeRequest& req, const BusLimits& limits) {
+  AGENTRT_RETURN_IF_ERROR(ValidateTopic(req.topic()));
+  AGENTRT_RETURN_IF_ERROR(ValidateStartAt(req.start()));
+  return CheckBatch(req.max_batch_messages(), limits);
+}
+
+Status ValidateReceive(const bus::v1::ReceiveRequest& req, const BusLimits& limits) {
+  AGENTRT_RETURN_IF_ERROR(ValidateStartAt(req.start()));
+  return CheckBatch(req.max_batch_messages(), limits);
+}
+
+Status ValidateSend(const bus::v1::SendRequest& req, const BusLimits& limits) {
+  AGENTRT_RETURN_IF_ERROR(ValidateAgentName(req.to()).WithContext("to"));
+  AGENTRT_RETURN_IF_ERROR(CheckPayload(req.payload().size(), req.content_type().size(), limits));
+  return CheckSequence(req.publisher_id(), req.sequence());
+}
+
+Status ValidateRequest(const bus::v1::RequestRequest& req, const BusLimits& limits) {
+  AGENTRT_RETURN_IF_ERROR(ValidateAgentName(req.to()).WithContext("to"));
+  return CheckPayload(req.payload().size(), req.content_type().size(), limits);
+}
+
+Status ValidateReply(const bus::v1::ReplyRequest& req, const BusLimits& limits) {
+  if (req.request_id() == 0) return InvalidArgument("reply has request_id 0");
+  return CheckPayload(req.payload().size(), req.content_type().size(), limits);
+}
+
+}  // namespace agentrt

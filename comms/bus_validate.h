@@ -1,0 +1,39 @@
+// Validation of bus requests, before the broker touches its state. Pure
+// functions of the request and the limits: no I/O, no allocation beyond the
+// error message, safe from any thread. Fuzzed by tests/comms/fuzz.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "comms/proto/bus.pb.h"
+#include "common/status.h"
+
+namespace agentrt {
+
+// Limits the broker enforces on every request.
+struct BusLimits {
+  int64_t max_message_bytes = 4 << 20;  // payload cap (RESOURCE_EXHAUSTED above it)
+  int max_batch_messages = 4096;        // entries per PublishBatch / per stream response
+};
+
+inline constexpr size_t kMaxTopicBytes = 255;
+inline constexpr size_t kMaxAgentNameBytes = 255;
+inline constexpr size_t kMaxContentTypeBytes = 255;
+
+// A topic is 1..255 bytes of [A-Za-z0-9._:/@-] and does not start with '@'
+// (reserved for inboxes). INVALID_ARGUMENT names the offending byte.
+Status ValidateTopic(std::string_view topic);
+// Agent names: 1..255 bytes of [A-Za-z0-9._:-].
+Status ValidateAgentName(std::string_view agent);
+
+Status ValidateStartAt(const bus::v1::StartAt& start);
+Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limits);
+Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits);
+Status ValidateSubscribe(const bus::v1::SubscribeRequest& req, const BusLimits& limits);
+Status ValidateReceive(const bus::v1::ReceiveRequest& req, const BusLimits& limits);
+Status ValidateSend(const bus::v1::SendRequest& req, const BusLimits& limits);
+Status ValidateRequest(const bus::v1::RequestRequest& req, const BusLimits& limits);
+Status ValidateReply(const bus::v1::ReplyRequest& req, const BusLimits& limits);
+
+}  // namespace agentrt
