@@ -1,0 +1,120 @@
+// agentrt-bus: the message-bus broker as a standalone program.
+//
+//   agentrt-bus --plan RUN_DIR/plan.json --secret-file RUN_DIR/bus.secret
+//               --port 0 --address-file RUN_DIR/bus.address
+//
+// Reads the channel ACL from the plan, serves until SIGTERM/SIGINT, then shuts
+// down cleanly (exit 0). The bound "host:port" is written atomically to
+// --address-file once the broker accepts connections, and removed on exit.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "comms/auth.h"
+#include "comms/bus_server.h"
+
+namespace {
+
+agentrt::Status WriteAddressFile(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << address << "\n";
+    out.flush();
+    if (!out) return agentrt::Internal("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return agentrt::ErrnoStatus(errno, "rename " + tmp + " to " + path);
+  }
+  return agentrt::Status::Ok();
+}
+
+int Fail(const agentrt::Status& s) {
+  std::fprintf(stderr, "agentrt-bus: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentrt-bus: the agentrt message-bus broker (gRPC, comms/proto/bus.proto)"};
+  std::string plan, secret_file, address_file, advertise_host;
+  agentrt::BusServerOptions opts;
+  opts.host = "0.0.0.0";
+  bool open = false;
+  app.add_option("--plan", plan, "plan JSON (agents and channels: the ACL)");
+  app.add_flag("--open", open, "no plan: any agent with a valid token may publish/subscribe anything");
+  app.add_option("--secret-file", secret_file, "run secret (0600 file); agent tokens derive from it")->required();
+  app.add_option("--host", opts.host, "listen address")->capture_default_str();
+  app.add_option("--port", opts.port, "listen port (0 = pick a free one)")->capture_default_str();
+  app.add_option("--address-file", address_file, "write the bound host:port here (atomically) when ready");
+  app.add_option("--advertise-host", advertise_host,
+                 "host written to --address-file (default: the listen host, or this machine's name for 0.0.0.0)");
+  app.add_option("--max-message-bytes", opts.broker.limits.max_message_bytes, "largest payload accepted")
+      ->capture_default_str();
+  app.add_option("--retention", opts.broker.retention_messages, "messages kept per topic")->capture_default_str();
+  app.add_option("--retention-bytes", opts.broker.retention_bytes, "payload bytes kept per topic")
+      ->capture_default_str();
+  app.add_option("--tls-cert", opts.tls_cert_file, "server certificate (PEM): serve TLS only");
+  app.add_option("--tls-key", opts.tls_key_file, "server private key (PEM)");
+  app.add_option("--tls-client-ca", opts.tls_client_ca_file, "CA (PEM) that client certificates must chain to (mTLS)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (plan.empty() && !open) {
+    return Fail(agentrt::InvalidArgument("give --plan RUN_DIR/plan.json (the channel ACL), or --open"));
+  }
+  if (!opts.tls_cert_file.empty() && opts.tls_key_file.empty()) {
+    return Fail(agentrt::InvalidArgument("--tls-cert needs --tls-key"));
+  }
+  agentrt::BusAcl acl;
+  if (!plan.empty()) {
+    auto loaded = agentrt::LoadAclFromPlanFile(plan);
+    if (!loaded.ok()) return Fail(loaded.status());
+    acl = std::move(loaded).value();
+  } else {
+    acl.open = true;
+  }
+  auto secret = agentrt::ReadSecretFile(secret_file);
+  if (!secret.ok()) return Fail(secret.status());
+
+  // Signals are taken by sigwait below; block them before gRPC starts threads.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = agentrt::BusServer::Start(opts, std::move(secret).value(), std::move(acl));
+  if (!server.ok()) return Fail(server.status());
+  std::string host = advertise_host;
+  if (host.empty()) {
+    host = opts.host;
+    if (host == "0.0.0.0" || host == "::") {
+      char name[256] = {};
+      host = ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
+    }
+  }
+  const std::string address = host + ":" + std::to_string(server.value()->port());
+  if (!address_file.empty()) {
+    if (auto s = WriteAddressFile(address_file, address); !s.ok()) return Fail(s);
+  }
+  std::fprintf(stderr, "agentrt-bus: serving on %s (listen %s:%d, incarnation %016llx, %s)\n", address.c_str(),
+               opts.host.c_str(), server.value()->port(),
+               static_cast<unsigned long long>(server.value()->incarnation()),
+               opts.tls_cert_file.empty() ? "plaintext" : (opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "agentrt-bus: %s received, shutting down\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  server.value()->Shutdown();
+  if (!address_file.empty()) ::unlink(address_file.c_str());
+  const agentrt::BusStats st = server.value()->Stats();
+  std::fprintf(stderr, "agentrt-bus: stopped (published %lld, duplicates %lld, delivered %lld, expired %lld)\n",
+               static_cast<long long>(st.messages_published), static_cast<long long>(st.duplicates_dropped),
+               static_cast<long long>(st.messages_delivered), static_cast<long long>(st.messages_expired));
+  return 0;
+}
