@@ -1,0 +1,95 @@
+// LaunchBackend: how the run controller starts, signals and watches the ranks
+// of an agent. The local backend (scheduler/local_backend.h) forks them on this
+// machine; a SLURM backend runs them as srun steps. The controller never knows
+// which one it talks to.
+//
+// Thread-safety: a backend is driven by one thread (the controller's loop).
+// Spawning must happen on a thread that lives as long as the run: Linux's
+// PR_SET_PDEATHSIG fires when the *thread* that forked a child exits.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+// One rank of an agent as the plan places it.
+struct RankLaunch {
+  int rank = 0;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string node;
+  std::vector<int> gpus;  // this agent's GPUs on `node` (empty: a CPU rank)
+};
+
+// Everything needed to start one incarnation of an agent group. Built from the
+// plan by the caller; the backend adds nothing but what DESIGN §4 names.
+struct AgentLaunch {
+  std::string name;
+  int index = 0;
+  std::vector<RankLaunch> ranks;         // ranks 0..n-1, in order
+  std::vector<std::string> command;      // argv of every rank
+  std::map<std::string, std::string> env;  // the agent's own env: from agents.yaml
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;                   // preferred rendezvous port (inside the block)
+  int ports_first = 0;                   // the agent's port block, inclusive
+  int ports_last = 0;
+  std::string run_dir;
+  std::string checkpoint_dir;
+  std::string log_dir;                   // rank N logs to <log_dir>/rank<N>.log
+  std::string bus_address;               // host:port
+  std::string token_file;
+  std::string telemetry_endpoint;
+  int restart_count = 0;
+  bool use_mpirun = false;               // one `mpirun` for all ranks (CPU + MPI group)
+};
+
+struct LaunchedRank {
+  int rank = 0;
+  pid_t pid = 0;  // for an mpirun agent: mpirun's pid until the rank says hello
+  std::string node;
+};
+
+// What a successful launch returns: the group to signal and who runs each rank.
+struct LaunchedAgent {
+  pid_t process_group = 0;
+  int master_port = 0;  // the port actually used (probed free inside the block)
+  std::vector<LaunchedRank> ranks;
+};
+
+// A process of an agent that has ended. `rank` is -1 when the process stood for
+// all ranks (mpirun). exit_code is valid when term_signal == 0.
+struct AgentProcessExit {
+  std::string agent;
+  int rank = -1;
+  pid_t pid = 0;
+  int exit_code = 0;
+  int term_signal = 0;
+
+  bool success() const { return term_signal == 0 && exit_code == 0; }
+  // "exited with code 3" / "was killed by signal 9 (Killed)".
+  std::string Describe() const;
+};
+
+class LaunchBackend {
+ public:
+  virtual ~LaunchBackend() = default;
+
+  // Starts every rank of `agent`. On error nothing of this agent is left running.
+  virtual Result<LaunchedAgent> Launch(const AgentLaunch& agent) = 0;
+
+  // Sends `sig` to every process of the agent's current incarnation (its process
+  // group). Signalling an agent with nothing running is not an error.
+  virtual Status Signal(const std::string& agent, int sig) = 0;
+
+  // Non-blocking: the agent processes that ended since the last call. An agent is
+  // fully down when every process returned by Launch has been reported here.
+  virtual std::vector<AgentProcessExit> PollExits() = 0;
+};
+
+}  // namespace agentrt

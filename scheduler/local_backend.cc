@@ -1,0 +1,275 @@
+#include "scheduler/local_backend.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+extern char** environ;  // NOLINT(readability-redundant-declaration)
+
+namespace agentrt {
+namespace {
+
+const std::set<std::string>& InheritedNamesToDrop() {
+  static const std::set<std::string> names = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "CUDA_VISIBLE_DEVICES", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"};
+  return names;
+}
+
+bool DropInherited(const std::string& name) {
+  return name.rfind("AGENTRT_", 0) == 0 || name.rfind("OMPI_", 0) == 0 ||
+         name.rfind("PMIX_", 0) == 0 || InheritedNamesToDrop().count(name) > 0;
+}
+
+std::string JoinInts(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string EnvValue(const std::vector<std::string>& env, const std::string& name) {
+  for (const auto& e : env) {
+    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
+      return e.substr(name.size() + 1);
+    }
+  }
+  return "";
+}
+
+struct AgentProcs {
+  pid_t pgid = 0;
+  std::map<pid_t, int> live;  // pid -> rank (-1: mpirun for all ranks)
+};
+
+class LocalBackend final : public LaunchBackend {
+ public:
+  LocalBackend(std::unique_ptr<ProcessSpawner> spawner, LocalBackendOptions options)
+      : spawner_(std::move(spawner)), options_(std::move(options)) {
+    if (options_.base_env.empty() && options_.inherit_environ) {
+      for (char** e = environ; *e != nullptr; ++e) options_.base_env.emplace_back(*e);
+    }
+    if (options_.search_dirs.empty()) {
+      const std::string self = SelfExecutableDir();
+      if (!self.empty()) options_.search_dirs.push_back(self);
+    }
+  }
+
+  Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
+    if (agent.ranks.empty()) return InvalidArgument("agent " + agent.name + ": no ranks to launch");
+    if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
+    if (procs_.count(agent.name) && !procs_[agent.name].live.empty()) {
+      return FailedPrecondition("agent " + agent.name + " is still running; cannot launch it again");
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(agent.log_dir, ec);
+    if (ec) return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " + ec.message());
+    if (!agent.checkpoint_dir.empty()) std::filesystem::create_directories(agent.checkpoint_dir, ec);
+
+    AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
+                                                          agent.ports_first, agent.ports_last));
+    const std::string path_env = EnvValue(options_.base_env, "PATH");
+    auto program = ResolveExecutable(agent.command[0], path_env, options_.search_dirs);
+    if (!program.ok()) return program.status().WithContext("agent " + agent.name);
+
+    LaunchedAgent launched;
+    launched.master_port = port;
+    AgentProcs procs;
+    if (agent.use_mpirun && agent.ranks.size() > 1) {
+      auto mpirun = ResolveExecutable(options_.mpirun, path_env, {});
+      if (!mpirun.ok()) return mpirun.status().WithContext("agent " + agent.name);
+      if (options_.rank_exec.empty()) {
+        return FailedPrecondition("agent " + agent.name + ": no rank wrapper configured for mpirun");
+      }
+      SpawnRequest req;
+      req.argv = {*mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+                  "-np", std::to_string(agent.ranks.size())};
+      req.env = BuildRankEnvironment(agent, -1, port, options_.base_env);
+      for (const auto& e : req.env) {
+        const std::string name = e.substr(0, e.find('='));
+        if (name.rfind("AGENTRT_", 0) == 0 || agent.env.count(name) ||
+            std::find(ContractVariables().begin(), ContractVariables().end(), name) !=
+                ContractVariables().end()) {
+          req.argv.push_back("-x");
+          req.argv.push_back(name);
+        }
+      }
+      req.argv.insert(req.argv.end(), options_.rank_exec.begin(), options_.rank_exec.end());
+      req.argv.insert(req.argv.end(), {"--log-dir", agent.log_dir, "--", *program});
+      req.argv.insert(req.argv.end(), agent.command.begin() + 1, agent.command.end());
+      req.log_path = agent.log_dir + "/mpirun.log";
+      AGENTRT_ASSIGN_OR_RETURN(const pid_t pid, spawner_->Spawn(req));
+      procs.pgid = pid;
+      procs.live[pid] = -1;
+      for (const auto& r : agent.ranks) launched.ranks.push_back({r.rank, pid, r.node});
+    } else {
+      for (const auto& r : agent.ranks) {
+        SpawnRequest req;
+        req.argv = agent.command;
+        req.argv[0] = *program;
+        req.env = BuildRankEnvironment(agent, r.rank, port, options_.base_env);
+        req.log_path = agent.log_dir + "/rank" + std::to_string(r.rank) + ".log";
+        req.join_group = procs.pgid;
+        auto pid = spawner_->Spawn(req);
+        if (!pid.ok()) {
+          KillAndForget(procs);
+          return pid.status().WithContext("agent " + agent.name + " rank " + std::to_string(r.rank));
+        }
+        if (procs.pgid == 0) procs.pgid = *pid;
+        procs.live[*pid] = r.rank;
+        launched.ranks.push_back({r.rank, *pid, r.node});
+      }
+    }
+    launched.process_group = procs.pgid;
+    for (const auto& [pid, rank] : procs.live) owner_[pid] = agent.name;
+    procs_[agent.name] = std::move(procs);
+    return launched;
+  }
+
+  Status Signal(const std::string& agent, int sig) override {
+    auto it = procs_.find(agent);
+    if (it == procs_.end() || it->second.live.empty()) return Status::Ok();
+    return spawner_->SignalGroup(it->second.pgid, sig)
+        .WithContext("agent " + agent);
+  }
+
+  std::vector<AgentProcessExit> PollExits() override {
+    std::vector<AgentProcessExit> out;
+    std::swap(out, pending_);
+    for (const auto& e : spawner_->ReapExited()) Route(e, &out);
+    return out;
+  }
+
+ private:
+  void Route(const ProcessExit& e, std::vector<AgentProcessExit>* out) {
+    auto owner = owner_.find(e.pid);
+    if (owner == owner_.end()) return;  // a process we already gave up on
+    auto& procs = procs_[owner->second];
+    AgentProcessExit x;
+    x.agent = owner->second;
+    x.rank = procs.live.count(e.pid) ? procs.live[e.pid] : -1;
+    x.pid = e.pid;
+    x.exit_code = e.exit_code;
+    x.term_signal = e.term_signal;
+    procs.live.erase(e.pid);
+    owner_.erase(owner);
+    out->push_back(x);
+  }
+
+  // After a failed launch: SIGKILL what was started and wait (bounded) until it is
+  // reaped, so the caller sees no process of the failed incarnation.
+  void KillAndForget(const AgentProcs& procs) {
+    if (procs.pgid == 0) return;
+    (void)spawner_->SignalGroup(procs.pgid, SIGKILL);
+    std::set<pid_t> waiting;
+    for (const auto& [pid, rank] : procs.live) waiting.insert(pid);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!waiting.empty() && std::chrono::steady_clock::now() < deadline) {
+      for (const auto& e : spawner_->ReapExited()) {
+        if (waiting.erase(e.pid) == 0) Route(e, &pending_);
+      }
+      if (!waiting.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  std::unique_ptr<ProcessSpawner> spawner_;
+  LocalBackendOptions options_;
+  std::map<std::string, AgentProcs> procs_;
+  std::map<pid_t, std::string> owner_;
+  std::vector<AgentProcessExit> pending_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& ContractVariables() {
+  static const std::vector<std::string> names = {
+      "AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_AGENT_INDEX", "RANK", "WORLD_SIZE",
+      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+      "AGENTRT_PORTS", "AGENTRT_CKPT_DIR", "AGENTRT_BUS", "AGENTRT_TOKEN_FILE",
+      "AGENTRT_TELEMETRY", "AGENTRT_RESTART_COUNT"};
+  return names;
+}
+
+std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
+                                              const std::vector<std::string>& base_env) {
+  std::map<std::string, std::string> env;
+  for (const auto& e : base_env) {
+    const auto eq = e.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = e.substr(0, eq);
+    if (!DropInherited(name)) env[name] = e.substr(eq + 1);
+  }
+  for (const auto& [k, v] : agent.env) env[k] = v;
+
+  const RankLaunch* r = nullptr;
+  for (const auto& candidate : agent.ranks) {
+    if (candidate.rank == rank) r = &candidate;
+  }
+  const RankLaunch& any = r != nullptr ? *r : agent.ranks.front();
+  env["AGENTRT_RUN_DIR"] = agent.run_dir;
+  env["AGENTRT_AGENT"] = agent.name;
+  env["AGENTRT_AGENT_INDEX"] = std::to_string(agent.index);
+  env["WORLD_SIZE"] = std::to_string(agent.ranks.size());
+  env["LOCAL_WORLD_SIZE"] = std::to_string(any.local_world_size);
+  if (r != nullptr) {
+    env["RANK"] = std::to_string(r->rank);
+    env["LOCAL_RANK"] = std::to_string(r->local_rank);
+  }
+  env["MASTER_ADDR"] = agent.master_addr;
+  env["MASTER_PORT"] = std::to_string(master_port);
+  env["CUDA_VISIBLE_DEVICES"] = JoinInts(any.gpus);  // empty for a CPU rank
+  env["AGENTRT_PORTS"] = std::to_string(agent.ports_first) + "-" + std::to_string(agent.ports_last);
+  env["AGENTRT_CKPT_DIR"] = agent.checkpoint_dir;
+  env["AGENTRT_BUS"] = agent.bus_address;
+  env["AGENTRT_TOKEN_FILE"] = agent.token_file;
+  env["AGENTRT_TELEMETRY"] = agent.telemetry_endpoint;
+  env["AGENTRT_RESTART_COUNT"] = std::to_string(agent.restart_count);
+
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last) {
+  if (first <= 0 || last < first || last > 65535) {
+    return InvalidArgument("agent " + agent + ": bad port block " + std::to_string(first) + "-" +
+                           std::to_string(last));
+  }
+  if (preferred < first || preferred > last) preferred = first;
+  std::vector<int> order;
+  for (int p = preferred; p <= last; ++p) order.push_back(p);
+  for (int p = first; p < preferred; ++p) order.push_back(p);
+  for (int port : order) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ErrnoStatus(errno, "agent " + agent + ": socket() for the port probe");
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return ResourceExhausted("agent " + agent + ": every port of its block " + std::to_string(first) +
+                           "-" + std::to_string(last) +
+                           " is taken by another process; free one or give the agent a larger block "
+                           "(cluster.ports.per_agent)");
+}
+
+std::unique_ptr<LaunchBackend> MakeLocalBackend(std::unique_ptr<ProcessSpawner> spawner,
+                                                LocalBackendOptions options) {
+  return std::make_unique<LocalBackend>(std::move(spawner), std::move(options));
+}
+
+}  // namespace agentrt

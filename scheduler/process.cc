@@ -1,0 +1,248 @@
+#include "scheduler/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "scheduler/launch_backend.h"
+
+namespace agentrt {
+namespace {
+
+// Closes a file descriptor when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// Writes a decimal errno and exits; only async-signal-safe calls (runs after fork).
+[[noreturn]] void ChildFail(int report_fd, int err) {
+  ssize_t ignored = ::write(report_fd, &err, sizeof err);
+  (void)ignored;
+  ::_exit(127);
+}
+
+class PosixSpawner final : public ProcessSpawner {
+ public:
+  Result<pid_t> Spawn(const SpawnRequest& request) override {
+    if (request.argv.empty()) return InvalidArgument("spawn: empty command");
+    // Everything the child needs is prepared before fork: after fork in a
+    // multi-threaded process only async-signal-safe calls are allowed.
+    std::vector<char*> argv;
+    for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+
+    Fd log(::open(request.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (log.get() < 0) return ErrnoStatus(errno, "cannot open log file " + request.log_path);
+    Fd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (devnull.get() < 0) return ErrnoStatus(errno, "cannot open /dev/null");
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2");
+    Fd report_read(pipe_fds[0]);
+    Fd report_write(pipe_fds[1]);
+
+    const pid_t parent = ::getpid();
+    const pid_t join = request.join_group;
+    const pid_t pid = ::fork();
+    if (pid < 0) return ErrnoStatus(errno, "fork for " + request.argv[0]);
+    if (pid == 0) {
+      if (::setpgid(0, join) != 0) ChildFail(report_write.get(), errno);
+      if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(report_write.get(), errno);
+      // The parent may have died before prctl took effect: then nobody would kill us.
+      if (::getppid() != parent) ::_exit(127);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+      }
+      if (::dup2(devnull.get(), 0) < 0 || ::dup2(log.get(), 1) < 0 || ::dup2(log.get(), 2) < 0) {
+        ChildFail(report_write.get(), errno);
+      }
+      ::execve(argv[0], argv.data(), envp.data());
+      ChildFail(report_write.get(), errno);
+    }
+    // Both sides call setpgid so the group exists before anyone signals it.
+    ::setpgid(pid, join == 0 ? pid : join);
+    report_write.Reset();
+    int child_errno = 0;
+    ssize_t n;
+    do {
+      n = ::read(report_read.get(), &child_errno, sizeof child_errno);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      return ErrnoStatus(child_errno, "cannot start " + request.argv[0]);
+    }
+    live_.insert(pid);
+    return pid;
+  }
+
+  Status SignalGroup(pid_t pgid, int sig) override {
+    if (pgid <= 0) return InvalidArgument("signal: bad process group " + std::to_string(pgid));
+    if (::kill(-pgid, sig) != 0 && errno != ESRCH) {
+      return ErrnoStatus(errno, "kill(-" + std::to_string(pgid) + ", " + std::to_string(sig) + ")");
+    }
+    return Status::Ok();
+  }
+
+  std::vector<ProcessExit> ReapExited() override {
+    std::vector<ProcessExit> exits;
+    for (auto it = live_.begin(); it != live_.end();) {
+      int status = 0;
+      const pid_t r = ::waitpid(*it, &status, WNOHANG);
+      if (r == 0 || (r < 0 && errno == EINTR)) {
+        ++it;
+        continue;
+      }
+      ProcessExit e;
+      e.pid = *it;
+      if (r < 0) {
+        e.exit_code = 255;  // reaped by someone else: nothing more is known
+      } else if (WIFEXITED(status)) {
+        e.exit_code = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        e.term_signal = WTERMSIG(status);
+      } else {
+        ++it;  // stopped/continued: not an exit
+        continue;
+      }
+      exits.push_back(e);
+      it = live_.erase(it);
+    }
+    return exits;
+  }
+
+  ~PosixSpawner() override {
+    // Nothing of ours must outlive the spawner.
+    for (pid_t pid : live_) {
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+    }
+  }
+
+ private:
+  std::set<pid_t> live_;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessSpawner> MakePosixSpawner() { return std::make_unique<PosixSpawner>(); }
+
+Result<std::string> ResolveExecutable(const std::string& name, const std::string& path_env,
+                                      const std::vector<std::string>& fallback_dirs) {
+  if (name.empty()) return InvalidArgument("empty program name");
+  if (name.find('/') != std::string::npos) {
+    if (IsExecutableFile(name)) return name;
+    return NotFound("program '" + name + "' does not exist or is not executable");
+  }
+  std::vector<std::string> dirs;
+  std::stringstream ss(path_env);
+  for (std::string dir; std::getline(ss, dir, ':');) dirs.push_back(dir.empty() ? "." : dir);
+  dirs.insert(dirs.end(), fallback_dirs.begin(), fallback_dirs.end());
+  for (const auto& dir : dirs) {
+    const std::string candidate = dir + "/" + name;
+    if (IsExecutableFile(candidate)) return candidate;
+  }
+  std::string looked;
+  for (const auto& dir : dirs) looked += (looked.empty() ? "" : ":") + dir;
+  return NotFound("program '" + name + "' not found in PATH or next to agentctl (looked in " +
+                  looked + ")");
+}
+
+std::string SelfExecutableDir() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  return exe.parent_path().string();
+}
+
+std::string DescribeExit(int exit_code, int term_signal) {
+  if (term_signal != 0) {
+    const char* name = ::strsignal(term_signal);
+    return "was killed by signal " + std::to_string(term_signal) + " (" +
+           (name != nullptr ? name : "?") + ")";
+  }
+  return "exited with code " + std::to_string(exit_code);
+}
+
+std::string AgentProcessExit::Describe() const { return DescribeExit(exit_code, term_signal); }
+
+}  // namespace agentrt
+
+namespace agentrt {
+
+int ExecRank(const std::string& log_dir, const std::vector<std::string>& argv) {
+  if (argv.empty()) {
+    ::fprintf(stderr, "agentctl exec-rank: no command given\n");
+    return 2;
+  }
+  const pid_t parent = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || parent == 1 || ::getppid() != parent) {
+    return 127;  // our launcher is already gone
+  }
+  auto env_or = [](const char* name, const char* fallback) {
+    const char* v = ::getenv(name);
+    return std::string(v != nullptr ? v : fallback);
+  };
+  const std::string rank = env_or("OMPI_COMM_WORLD_RANK", "");
+  if (rank.empty()) {
+    ::fprintf(stderr, "agentctl exec-rank: OMPI_COMM_WORLD_RANK is not set; run me under mpirun\n");
+    return 2;
+  }
+  ::setenv("RANK", rank.c_str(), 1);
+  ::setenv("LOCAL_RANK", env_or("OMPI_COMM_WORLD_LOCAL_RANK", "0").c_str(), 1);
+  ::setenv("WORLD_SIZE", env_or("OMPI_COMM_WORLD_SIZE", "1").c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", env_or("OMPI_COMM_WORLD_LOCAL_SIZE", "1").c_str(), 1);
+  if (!log_dir.empty()) {
+    const std::string path = log_dir + "/rank" + rank + ".log";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      ::fprintf(stderr, "agentctl exec-rank: cannot open %s: %s\n", path.c_str(), ::strerror(errno));
+      return 126;
+    }
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  ::fprintf(stderr, "agentctl exec-rank: cannot execute %s: %s\n", args[0], ::strerror(errno));
+  return 127;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,76 @@
+// ProcessSpawner: fork/exec of agent processes, behind an interface so the
+// local backend's logic can be unit-tested with a fake.
+//
+// The POSIX spawner puts every child in a process group (its own, or one it is
+// told to join), sets PR_SET_PDEATHSIG(SIGKILL) so the child dies with the
+// spawning thread, and checks after prctl that the parent is still there (the
+// parent may die between fork and prctl). Call Spawn from a thread that lives
+// as long as the children should (the main thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+struct SpawnRequest {
+  std::vector<std::string> argv;  // argv[0] is an absolute or relative path (resolved already)
+  std::vector<std::string> env;   // the complete environment, "NAME=value"
+  std::string log_path;           // stdout and stderr are appended here; stdin is /dev/null
+  pid_t join_group = 0;           // 0: the child leads a new process group
+};
+
+struct ProcessExit {
+  pid_t pid = 0;
+  int exit_code = 0;    // valid when term_signal == 0
+  int term_signal = 0;  // the signal that killed it, or 0
+};
+
+class ProcessSpawner {
+ public:
+  virtual ~ProcessSpawner() = default;
+
+  // Starts the process; returns once it has exec'd (or failed to: then an error
+  // naming the program and errno, and no process is left).
+  virtual Result<pid_t> Spawn(const SpawnRequest& request) = 0;
+
+  // kill(-pgid, sig). A group that no longer exists is not an error.
+  virtual Status SignalGroup(pid_t pgid, int sig) = 0;
+
+  // Non-blocking: reaps the children of this spawner that have ended.
+  virtual std::vector<ProcessExit> ReapExited() = 0;
+};
+
+std::unique_ptr<ProcessSpawner> MakePosixSpawner();
+
+// Finds `name` the way execvp would: as given when it contains '/', else in the
+// ':'-separated `path_env`, then in each of `fallback_dirs`. Returns an absolute
+// or relative path to an executable file, or NotFound naming every place looked.
+Result<std::string> ResolveExecutable(const std::string& name, const std::string& path_env,
+                                      const std::vector<std::string>& fallback_dirs);
+
+// The directory of the running executable (/proc/self/exe), or "" if unknown.
+std::string SelfExecutableDir();
+
+// "exited with code 3" / "was killed by signal 9 (Killed)".
+std::string DescribeExit(int exit_code, int term_signal);
+
+}  // namespace agentrt
+
+namespace agentrt {
+
+// The rank wrapper that mpirun starts in front of an agent's command (run as
+// `agentctl exec-rank --log-dir DIR -- program args...`): sets RANK, LOCAL_RANK,
+// WORLD_SIZE and LOCAL_WORLD_SIZE from Open MPI's OMPI_COMM_WORLD_* variables,
+// sets PR_SET_PDEATHSIG(SIGKILL) (mpirun puts its children in their own process
+// groups, so this is what makes them die with mpirun), sends stdout/stderr to
+// DIR/rank<RANK>.log and execs `program` (an absolute path). Returns only on
+// error, with the exit status to use.
+int ExecRank(const std::string& log_dir, const std::vector<std::string>& argv);
+
+}  // namespace agentrt

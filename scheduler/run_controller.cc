@@ -1,0 +1,344 @@
+#include "scheduler/run_controller.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace agentrt {
+namespace {
+
+class SteadyClock final : public Clock {
+ public:
+  double NowSeconds() override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+};
+
+// Errors that will not go away by trying again: the agent fails at once.
+bool IsPermanent(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument ||
+         s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kPermissionDenied;
+}
+
+}  // namespace
+
+std::unique_ptr<Clock> MakeSteadyClock() { return std::make_unique<SteadyClock>(); }
+
+RunController::RunController(std::string run_name, std::string run_dir,
+                             std::vector<SupervisedAgent> agents, LaunchBackend* backend,
+                             Clock* clock)
+    : backend_(backend), clock_(clock) {
+  status_.run = std::move(run_name);
+  status_.run_dir = std::move(run_dir);
+  for (auto& spec : agents) {
+    AgentStatus s;
+    s.name = spec.launch.name;
+    s.log_dir = spec.launch.log_dir;
+    s.master_port = spec.launch.master_port;
+    for (const auto& r : spec.launch.ranks) s.ranks.push_back({r.rank, 0, r.node, std::nullopt});
+    status_.agents.push_back(std::move(s));
+    Agent a;
+    a.spec = std::move(spec);
+    agents_.push_back(std::move(a));
+  }
+}
+
+void RunController::Start() {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    if (agents_[i].phase == Phase::kIdle) Launch(i);
+  }
+  UpdateRunState();
+}
+
+int RunController::FindAgent(const std::string& name) const {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    if (agents_[i].spec.launch.name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void RunController::Touch(bool state_change) {
+  ++version_;
+  if (state_change) ++state_version_;
+}
+
+void RunController::SetState(size_t i, AgentState state) {
+  if (status_.agents[i].state != state) {
+    status_.agents[i].state = state;
+    Touch(true);
+  }
+}
+
+void RunController::Launch(size_t i) {
+  Agent& a = agents_[i];
+  AgentStatus& s = status_.agents[i];
+  a.spec.launch.restart_count = s.restarts;
+  auto launched = backend_->Launch(a.spec.launch);
+  const double now = clock_->NowSeconds();
+  if (!launched.ok()) {
+    s.reason = "launch failed: " + launched.status().message();
+    a.give_up = IsPermanent(launched.status());
+    a.live.clear();
+    FinishTeardown(i);
+    return;
+  }
+  a.phase = Phase::kRunning;
+  a.live.clear();
+  std::map<pid_t, int> count;
+  for (const auto& r : launched->ranks) ++count[r.pid];
+  for (const auto& r : launched->ranks) a.live[r.pid] = count[r.pid] > 1 ? -1 : r.rank;
+  const size_t n = a.spec.launch.ranks.size();
+  a.last_heartbeat_s.assign(n, now);
+  a.rank_done.assign(n, false);
+  a.killed = false;
+  a.give_up = false;
+  a.failed_rank = -1;
+  a.rate_t0_s = -1;
+  s.ranks.clear();
+  for (const auto& r : launched->ranks) s.ranks.push_back({r.rank, r.pid, r.node, std::nullopt});
+  s.master_port = launched->master_port;
+  s.steps_per_s = 0;
+  SetState(i, AgentState::kRunning);
+  Touch(true);
+}
+
+void RunController::OnTelemetry(const TelemetryMessage& m) {
+  const int idx = FindAgent(m.agent);
+  if (idx < 0) return;
+  const size_t i = static_cast<size_t>(idx);
+  Agent& a = agents_[i];
+  AgentStatus& s = status_.agents[i];
+  if (a.phase != Phase::kRunning || m.restart_count != s.restarts) return;
+  if (m.rank < 0 || static_cast<size_t>(m.rank) >= a.last_heartbeat_s.size()) return;
+  const double now = clock_->NowSeconds();
+  a.last_heartbeat_s[static_cast<size_t>(m.rank)] = now;
+  for (auto& r : s.ranks) {
+    if (r.rank == m.rank && m.pid > 0 && r.pid != m.pid) {
+      r.pid = m.pid;  // an mpirun rank tells its own pid
+      Touch(true);
+    }
+  }
+  if (m.step >= 0) {
+    if (a.rate_t0_s < 0) {
+      s.step = m.step;  // first step of this incarnation (it may have resumed lower)
+      a.rate_t0_s = now;
+      a.rate_step0 = m.step;
+    } else if (m.step > s.step) {
+      s.step = m.step;
+      if (now - a.rate_t0_s >= 2.0) {
+        s.steps_per_s = static_cast<double>(s.step - a.rate_step0) / (now - a.rate_t0_s);
+        a.rate_t0_s = now;
+        a.rate_step0 = s.step;
+      }
+    }
+    Touch(false);
+  }
+  if (m.type == TelemetryType::kMetrics && m.metrics.is_object()) {
+    for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
+    Touch(false);
+  }
+  if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
+      (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
+    s.last_checkpoint_step = m.checkpoint_step;
+    Touch(true);
+  }
+}
+
+void RunController::OnExit(const AgentProcessExit& e) {
+  const int idx = FindAgent(e.agent);
+  if (idx < 0) return;
+  const size_t i = static_cast<size_t>(idx);
+  Agent& a = agents_[i];
+  AgentStatus& s = status_.agents[i];
+  auto it = a.live.find(e.pid);
+  if (it == a.live.end()) return;
+  const int rank = it->second;
+  a.live.erase(it);
+  const int code = e.term_signal != 0 ? -e.term_signal : e.exit_code;
+  for (auto& r : s.ranks) {
+    if ((rank < 0 || r.rank == rank) && !r.exit_code) r.exit_code = code;
+  }
+  Touch(true);
+  if (a.phase == Phase::kRunning) {
+    if (e.success()) {
+      for (size_t r = 0; r < a.rank_done.size(); ++r) {
+        if (rank < 0 || static_cast<int>(r) == rank) a.rank_done[r] = true;
+      }
+      if (a.live.empty()) {
+        a.phase = Phase::kDone;
+        s.reason.clear();
+        SetState(i, AgentState::kSucceeded);
+      }
+      return;
+    }
+    const std::string who = rank < 0 ? fmt::format("mpirun (pid {})", e.pid)
+                                     : fmt::format("rank {} (pid {})", rank, e.pid);
+    BeginTeardown(i, who + " " + e.Describe(), rank);
+    return;
+  }
+  if (a.phase == Phase::kTearingDown && a.live.empty()) FinishTeardown(i);
+}
+
+void RunController::BeginTeardown(size_t i, const std::string& reason, int rank) {
+  Agent& a = agents_[i];
+  AgentStatus& s = status_.agents[i];
+  s.reason = reason;
+  a.failed_rank = rank;
+  a.phase = Phase::kTearingDown;
+  a.killed = false;
+  a.kill_at_s = clock_->NowSeconds() + a.spec.restart.grace_s;
+  if (!a.live.empty()) {
+    (void)backend_->Signal(s.name, SIGTERM);
+    (void)backend_->Signal(s.name, SIGCONT);  // a stopped rank must run to see SIGTERM
+  }
+  const bool will_restart = !a.stopping && !a.give_up && s.restarts < a.spec.restart.max_restarts;
+  if (will_restart) SetState(i, AgentState::kRestarting);
+  Touch(true);
+  if (a.live.empty()) FinishTeardown(i);
+}
+
+void RunController::FinishTeardown(size_t i) {
+  Agent& a = agents_[i];
+  AgentStatus& s = status_.agents[i];
+  if (a.stopping) {
+    a.phase = Phase::kDone;
+    SetState(i, AgentState::kStopped);
+  } else if (a.give_up || s.restarts >= a.spec.restart.max_restarts) {
+    a.phase = Phase::kDone;
+    SetState(i, AgentState::kFailed);
+  } else {
+    a.phase = Phase::kBackoff;
+    a.restart_at_s = clock_->NowSeconds() + a.spec.restart.backoff_s;
+    SetState(i, AgentState::kRestarting);
+  }
+  Touch(true);
+}
+
+void RunController::Tick() {
+  for (const auto& e : backend_->PollExits()) OnExit(e);
+  const double now = clock_->NowSeconds();
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    Agent& a = agents_[i];
+    AgentStatus& s = status_.agents[i];
+    switch (a.phase) {
+      case Phase::kRunning: {
+        const double timeout = a.spec.restart.heartbeat_timeout_s;
+        for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
+          if (timeout > 0 && !a.rank_done[r] && now - a.last_heartbeat_s[r] > timeout) {
+            BeginTeardown(i,
+                          fmt::format("rank {} sent no heartbeat for {:.1f} s (heartbeat_timeout_s {})",
+                                      r, now - a.last_heartbeat_s[r], timeout),
+                          static_cast<int>(r));
+            break;
+          }
+        }
+        break;
+      }
+      case Phase::kTearingDown:
+        if (!a.killed && now >= a.kill_at_s) {
+          (void)backend_->Signal(s.name, SIGKILL);
+          a.killed = true;
+        }
+        break;
+      case Phase::kBackoff:
+        if (now >= a.restart_at_s) {
+          ++s.restarts;
+          Launch(i);
+        }
+        break;
+      case Phase::kIdle:
+      case Phase::kDone:
+        break;
+    }
+  }
+  UpdateRunState();
+}
+
+void RunController::RequestStop(const std::string& why) {
+  stop_requested_ = true;
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    Agent& a = agents_[i];
+    switch (a.phase) {
+      case Phase::kRunning:
+        a.stopping = true;
+        BeginTeardown(i, "stopped: " + why, -1);
+        break;
+      case Phase::kTearingDown:
+        a.stopping = true;
+        break;
+      case Phase::kBackoff:
+      case Phase::kIdle:
+        a.stopping = true;
+        a.phase = Phase::kDone;
+        status_.agents[i].reason = "stopped: " + why;
+        SetState(i, AgentState::kStopped);
+        break;
+      case Phase::kDone:
+        break;
+    }
+  }
+  UpdateRunState();
+}
+
+bool RunController::Finished() const {
+  return std::all_of(agents_.begin(), agents_.end(),
+                     [](const Agent& a) { return a.phase == Phase::kDone; });
+}
+
+void RunController::UpdateRunState() {
+  RunState state = RunState::kRunning;
+  if (Finished()) {
+    state = RunState::kSucceeded;
+    for (const auto& s : status_.agents) {
+      if (s.state == AgentState::kStopped && state == RunState::kSucceeded) state = RunState::kStopped;
+      if (s.state == AgentState::kFailed) state = RunState::kFailed;
+    }
+  }
+  if (state != status_.state) {
+    status_.state = state;
+    Touch(true);
+  }
+}
+
+int RunController::ExitCode() const {
+  switch (status_.state) {
+    case RunState::kSucceeded:
+      return 0;
+    case RunState::kStopped:
+      return 130;
+    default:
+      return 1;
+  }
+}
+
+std::string RunController::Summary() const {
+  if (status_.state == RunState::kSucceeded) return "";
+  std::string out;
+  int failed = 0, stopped = 0;
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    const AgentStatus& s = status_.agents[i];
+    if (s.state == AgentState::kFailed) {
+      ++failed;
+      const int rank = agents_[i].failed_rank;
+      const std::string log = rank >= 0 ? s.log_dir + "/rank" + std::to_string(rank) + ".log"
+                                        : s.log_dir + "/";
+      out += fmt::format("agent {} failed after {} restart{}: {}; see its log: {}\n", s.name,
+                         s.restarts, s.restarts == 1 ? "" : "s", s.reason, log);
+    } else if (s.state == AgentState::kStopped) {
+      ++stopped;
+    }
+  }
+  if (status_.state == RunState::kRunning) return "run " + status_.run + " is still running\n";
+  std::string head =
+      failed > 0 ? fmt::format("run {} failed: {} of {} agents failed", status_.run, failed,
+                               agents_.size())
+                 : fmt::format("run {} stopped: {} of {} agents stopped before finishing",
+                               status_.run, stopped, agents_.size());
+  return head + " (run dir " + status_.run_dir + ").\n" + out;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,119 @@
+// The run controller: the supervision state machine of DESIGN §9.
+//
+// It launches every agent through a LaunchBackend, watches every rank (process
+// exit from the backend, heartbeats from telemetry) and, when any rank of an
+// agent exits non-zero, is killed or stops heartbeating, tears the whole agent
+// group down (SIGTERM + SIGCONT, `grace_s`, SIGKILL) and restarts it after
+// `backoff_s` with AGENTRT_RESTART_COUNT + 1, up to `max_restarts`; then the
+// agent is failed. Other agents are never touched. An agent whose ranks all
+// exit 0 has succeeded.
+//
+// Time comes from an injected Clock and processes from an injected backend, so
+// the logic is tested with fakes and no sleeps. The controller itself never
+// blocks: the caller drives it (see RunLoop in tools/agentctl/cmd_run.cc):
+//   Start(); loop { OnTelemetry(m)...; Tick(); if (Finished()) break; }
+//
+// Thread-safety: none; one thread drives it (the thread that must also own the
+// spawned children, see launch_backend.h).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comms/telemetry.h"
+#include "scheduler/config.h"
+#include "scheduler/launch_backend.h"
+#include "scheduler/status.h"
+
+namespace agentrt {
+
+// Monotonic seconds.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual double NowSeconds() = 0;
+};
+std::unique_ptr<Clock> MakeSteadyClock();
+
+struct SupervisedAgent {
+  AgentLaunch launch;      // restart_count is set by the controller
+  RestartPolicy restart;   // max_restarts, backoff_s, heartbeat_timeout_s, grace_s
+};
+
+class RunController {
+ public:
+  // `backend` and `clock` must outlive the controller.
+  RunController(std::string run_name, std::string run_dir, std::vector<SupervisedAgent> agents,
+                LaunchBackend* backend, Clock* clock);
+
+  // Launches every agent. A launch error counts as a failure of that agent.
+  void Start();
+
+  // Feeds one telemetry message (heartbeat, hello, metrics, checkpoint, bye).
+  // Messages from an earlier incarnation (restart_count) or unknown agents are ignored.
+  void OnTelemetry(const TelemetryMessage& message);
+
+  // Reaps exits, checks heartbeat deadlines, escalates SIGTERM to SIGKILL after
+  // the grace period and restarts agents whose backoff has passed.
+  void Tick();
+
+  // Asks every agent to stop: SIGTERM (the runtime checkpoints first), then
+  // SIGKILL after each agent's grace_s. Agents end `stopped`.
+  void RequestStop(const std::string& why);
+  bool stop_requested() const { return stop_requested_; }
+
+  // Every agent is succeeded, failed or stopped (and nothing of it runs).
+  bool Finished() const;
+
+  const RunStatus& status() const { return status_; }
+  // Bumped on every change of an agent's state, restarts, pids or exit codes.
+  uint64_t state_version() const { return state_version_; }
+  // Bumped on every change at all (metrics and steps included).
+  uint64_t version() const { return version_; }
+
+  // 0 when every agent succeeded, 1 when any failed, 130 when stopped.
+  int ExitCode() const;
+  // One paragraph: what failed, why and where its log is ("" when all succeeded).
+  std::string Summary() const;
+
+ private:
+  enum class Phase { kIdle, kRunning, kTearingDown, kBackoff, kDone };
+
+  struct Agent {
+    SupervisedAgent spec;
+    Phase phase = Phase::kIdle;
+    std::map<pid_t, int> live;             // pid -> rank (-1: stands for all ranks)
+    std::vector<double> last_heartbeat_s;  // per rank
+    std::vector<bool> rank_done;           // rank exited 0
+    double kill_at_s = 0;
+    bool killed = false;
+    double restart_at_s = 0;
+    bool give_up = false;                  // teardown ends in failed regardless of restarts
+    bool stopping = false;                 // teardown ends in stopped
+    int failed_rank = -1;
+    double rate_t0_s = -1;
+    int64_t rate_step0 = -1;
+  };
+
+  void Launch(size_t i);
+  void OnExit(const AgentProcessExit& exit);
+  void BeginTeardown(size_t i, const std::string& reason, int rank);
+  void FinishTeardown(size_t i);
+  void SetState(size_t i, AgentState state);
+  void UpdateRunState();
+  void Touch(bool state_change);
+  int FindAgent(const std::string& name) const;
+
+  LaunchBackend* backend_;
+  Clock* clock_;
+  std::vector<Agent> agents_;
+  RunStatus status_;
+  bool stop_requested_ = false;
+  uint64_t state_version_ = 0;
+  uint64_t version_ = 0;
+};
+
+}  // namespace agentrt

@@ -1,0 +1,157 @@
+#include "scheduler/status.h"
+
+#include <fmt/format.h>
+
+#include "scheduler/run_dir.h"
+
+namespace agentrt {
+
+namespace {
+constexpr std::string_view kAgentStates[] = {"pending", "running", "restarting",
+                                             "succeeded", "failed", "stopped"};
+constexpr std::string_view kRunStates[] = {"running", "succeeded", "failed", "stopped"};
+
+template <typename E, size_t N>
+Result<E> ParseEnum(const std::string& s, const std::string_view (&names)[N], const char* what) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == s) return static_cast<E>(i);
+  }
+  return InvalidArgument(std::string("status: unknown ") + what + " '" + s + "'");
+}
+
+std::string FormatMetric(const nlohmann::json& v) {
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) return fmt::format("{:.4g}", v.get<double>());
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+}  // namespace
+
+std::string_view AgentStateName(AgentState state) { return kAgentStates[static_cast<int>(state)]; }
+std::string_view RunStateName(RunState state) { return kRunStates[static_cast<int>(state)]; }
+bool IsTerminal(AgentState state) {
+  return state == AgentState::kSucceeded || state == AgentState::kFailed ||
+         state == AgentState::kStopped;
+}
+
+const AgentStatus* RunStatus::FindAgent(std::string_view name) const {
+  for (const auto& a : agents) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
+  nlohmann::ordered_json j;
+  j["run"] = status.run;
+  j["state"] = RunStateName(status.state);
+  j["agents"] = nlohmann::ordered_json::array();
+  for (const auto& a : status.agents) {
+    nlohmann::ordered_json aj;
+    aj["name"] = a.name;
+    aj["state"] = AgentStateName(a.state);
+    aj["restarts"] = a.restarts;
+    aj["ranks"] = nlohmann::ordered_json::array();
+    for (const auto& r : a.ranks) {
+      nlohmann::ordered_json rj;
+      rj["rank"] = r.rank;
+      rj["pid"] = r.pid;
+      rj["node"] = r.node;
+      rj["exit_code"] = r.exit_code ? nlohmann::ordered_json(*r.exit_code) : nullptr;
+      aj["ranks"].push_back(rj);
+    }
+    aj["last_checkpoint_step"] =
+        a.last_checkpoint_step ? nlohmann::ordered_json(*a.last_checkpoint_step) : nullptr;
+    aj["metrics"] = a.metrics.is_object() ? a.metrics : nlohmann::json::object();
+    aj["step"] = a.step;
+    aj["steps_per_s"] = a.steps_per_s;
+    aj["master_port"] = a.master_port;
+    aj["reason"] = a.reason;
+    aj["log_dir"] = a.log_dir;
+    j["agents"].push_back(aj);
+  }
+  j["run_dir"] = status.run_dir;
+  j["controller_pid"] = status.controller_pid;
+  j["started_unix_s"] = status.started_unix_s;
+  j["updated_unix_s"] = status.updated_unix_s;
+  return j;
+}
+
+Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
+  try {
+    RunStatus s;
+    s.run = j.at("run").get<std::string>();
+    AGENTRT_ASSIGN_OR_RETURN(s.state, ParseEnum<RunState>(j.at("state").get<std::string>(),
+                                                           kRunStates, "run state"));
+    for (const auto& aj : j.at("agents")) {
+      AgentStatus a;
+      a.name = aj.at("name").get<std::string>();
+      AGENTRT_ASSIGN_OR_RETURN(a.state, ParseEnum<AgentState>(aj.at("state").get<std::string>(),
+                                                               kAgentStates, "agent state"));
+      a.restarts = aj.at("restarts").get<int>();
+      for (const auto& rj : aj.at("ranks")) {
+        RankStatus r;
+        r.rank = rj.at("rank").get<int>();
+        r.pid = rj.at("pid").get<int64_t>();
+        r.node = rj.value("node", "");
+        if (rj.contains("exit_code") && !rj["exit_code"].is_null()) r.exit_code = rj["exit_code"].get<int>();
+        a.ranks.push_back(r);
+      }
+      if (aj.contains("last_checkpoint_step") && !aj["last_checkpoint_step"].is_null()) {
+        a.last_checkpoint_step = aj["last_checkpoint_step"].get<int64_t>();
+      }
+      a.metrics = aj.value("metrics", nlohmann::json::object());
+      a.step = aj.value("step", int64_t{-1});
+      a.steps_per_s = aj.value("steps_per_s", 0.0);
+      a.master_port = aj.value("master_port", 0);
+      a.reason = aj.value("reason", "");
+      a.log_dir = aj.value("log_dir", "");
+      s.agents.push_back(std::move(a));
+    }
+    s.run_dir = j.value("run_dir", "");
+    s.controller_pid = j.value("controller_pid", int64_t{0});
+    s.started_unix_s = j.value("started_unix_s", 0.0);
+    s.updated_unix_s = j.value("updated_unix_s", 0.0);
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("status: malformed JSON: ") + e.what());
+  }
+}
+
+Result<RunStatus> ReadRunStatusFile(const std::string& path) {
+  AGENTRT_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path + ": not valid JSON");
+  auto s = RunStatusFromJson(j);
+  if (!s.ok()) return s.status().WithContext(path);
+  return s;
+}
+
+Status WriteRunStatusFile(const RunStatus& status, const std::string& path) {
+  return WriteFileAtomic(path, RunStatusToJson(status).dump(2) + "\n", 0644);
+}
+
+std::string RenderStatusTable(const RunStatus& status, int width) {
+  size_t name_w = 5;
+  for (const auto& a : status.agents) name_w = std::max(name_w, a.name.size());
+  std::string out = fmt::format("{:<{}}  {:<10}  {:>3}  {:>9}  {:>8}  {}\n", "AGENT", name_w,
+                                "STATE", "RST", "STEP", "STEPS/S", "METRICS");
+  for (const auto& a : status.agents) {
+    std::string metrics;
+    if (a.metrics.is_object()) {
+      for (const auto& [k, v] : a.metrics.items()) {
+        metrics += (metrics.empty() ? "" : " ") + k + "=" + FormatMetric(v);
+      }
+    }
+    if (IsTerminal(a.state) && !a.reason.empty()) metrics = a.reason;
+    std::string line = fmt::format("{:<{}}  {:<10}  {:>3}  {:>9}  {:>8.1f}  {}", a.name, name_w,
+                                   AgentStateName(a.state), a.restarts,
+                                   a.step < 0 ? std::string("-") : std::to_string(a.step),
+                                   a.steps_per_s, metrics);
+    if (width > 0 && line.size() > static_cast<size_t>(width)) line.resize(static_cast<size_t>(width));
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace agentrt

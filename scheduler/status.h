@@ -1,0 +1,87 @@
+// The run status: what `agentctl run` keeps in RUN_DIR/status.json (rewritten
+// atomically on every change) and what `agentctl status` shows, while the run
+// goes on and after it has ended.
+//
+// JSON shape (issue 3; keys after "metrics" and top-level keys after "agents"
+// are additive):
+//   {"run": "demo", "state": "running|succeeded|failed|stopped",
+//    "agents": [{"name": "predator-0",
+//                "state": "pending|running|restarting|succeeded|failed|stopped",
+//                "restarts": 1,
+//                "ranks": [{"rank": 0, "pid": 4242, "node": "localhost", "exit_code": null}],
+//                "last_checkpoint_step": 400,      // null: none yet
+//                "metrics": {"loss": 0.1},         // latest values reported
+//                "step": 420, "steps_per_s": 35.5, "master_port": 20016,
+//                "reason": "rank 1 (pid 4243) was killed by signal 9 (Killed)",
+//                "log_dir": "/abs/run/logs/predator-0"}],
+//    "run_dir": "/abs/run", "controller_pid": 4200, "started_unix_s": 1764460000.1,
+//    "updated_unix_s": 1764460042.3}
+// exit_code: null while the rank runs (or is not known), the exit status once it
+// has exited, minus the signal number when a signal killed it (-9).
+//
+// Plain data; not synchronised.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+enum class AgentState { kPending, kRunning, kRestarting, kSucceeded, kFailed, kStopped };
+enum class RunState { kRunning, kSucceeded, kFailed, kStopped };
+
+std::string_view AgentStateName(AgentState state);
+std::string_view RunStateName(RunState state);
+bool IsTerminal(AgentState state);
+
+struct RankStatus {
+  int rank = 0;
+  int64_t pid = 0;
+  std::string node;
+  std::optional<int> exit_code;  // -signal when killed by a signal
+};
+
+struct AgentStatus {
+  std::string name;
+  AgentState state = AgentState::kPending;
+  int restarts = 0;
+  std::vector<RankStatus> ranks;
+  std::optional<int64_t> last_checkpoint_step;
+  nlohmann::json metrics = nlohmann::json::object();
+  int64_t step = -1;
+  double steps_per_s = 0;
+  int master_port = 0;
+  std::string reason;   // why it last failed / stopped ("" when it did not)
+  std::string log_dir;
+};
+
+struct RunStatus {
+  std::string run;
+  RunState state = RunState::kRunning;
+  std::vector<AgentStatus> agents;
+  std::string run_dir;
+  int64_t controller_pid = 0;
+  double started_unix_s = 0;
+  double updated_unix_s = 0;
+
+  const AgentStatus* FindAgent(std::string_view name) const;
+};
+
+nlohmann::ordered_json RunStatusToJson(const RunStatus& status);
+Result<RunStatus> RunStatusFromJson(const nlohmann::json& json);
+Result<RunStatus> ReadRunStatusFile(const std::string& path);
+// Atomic: a temporary file renamed over `path`.
+Status WriteRunStatusFile(const RunStatus& status, const std::string& path);
+
+// The live table: one line per agent (state, restarts, step, steps/s, latest
+// metrics), fitted to `width` columns. Ends with a newline.
+std::string RenderStatusTable(const RunStatus& status, int width = 120);
+
+}  // namespace agentrt
