@@ -1,0 +1,63 @@
+// Cluster inventory: the nodes a plan may use, from one of
+//   - the config's `cluster:` block or an inventory file (InventoryFromCluster),
+//   - the local machine (DetectLocalMachine + LocalInventory),
+//   - SLURM (`scontrol show node -o` text → ParseScontrolNodes → InventoryFromSlurm).
+// Plain data and pure functions, except DetectLocalMachine (reads the host).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/config.h"
+
+namespace agentrt {
+
+struct Inventory {
+  std::vector<NodeSpec> nodes;   // in order: the first node hosts the bus
+  // The local machine: CPU counts are advice, not a limit (a 2-core laptop may
+  // run a 5-rank demo); the planner then warns instead of refusing.
+  bool oversubscribe_cpus = false;
+  std::string source;            // "config", "local machine", "slurm partition gpu", ...
+};
+
+Inventory InventoryFromCluster(const ClusterConfig& cluster, std::string source = "config");
+
+// What DetectLocalMachine found.
+struct LocalMachine {
+  std::string hostname = "localhost";
+  int cpus = 1;
+  int gpus = 0;
+  std::vector<std::vector<int>> nvlink_domains;  // GPUs that can reach each other peer-to-peer
+};
+
+// Hostname (or "localhost"), online CPUs, and — when built with CUDA and a GPU is
+// present — the GPU count and peer-access groups (cudaDeviceCanAccessPeer).
+// Honours CUDA_VISIBLE_DEVICES as the CUDA runtime does.
+LocalMachine DetectLocalMachine();
+Inventory LocalInventory(const LocalMachine& machine);
+
+// One line of `scontrol show node -o`.
+struct SlurmNode {
+  NodeSpec spec;                    // name, gpus (from Gres), cpus (CPUTot), one NVLink domain
+  int gpus_used = 0;                // from GresUsed, when present
+  int cpus_allocated = 0;           // CPUAlloc
+  std::string state;                // e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN*"
+  std::vector<std::string> partitions;
+  // false when the node cannot take jobs: DOWN, DRAIN(ED/ING), FAIL, MAINT,
+  // NOT_RESPONDING (`*`), POWERED_DOWN, FUTURE, INVAL, REBOOT...
+  bool usable = false;
+};
+
+// Parses `scontrol show node -o` output (one node per line). Understands
+// `Gres=gpu:8`, `gpu:h100:8(S:0-1)`, several gres entries and `(null)`.
+Result<std::vector<SlurmNode>> ParseScontrolNodes(std::string_view text);
+
+// Usable nodes, in the order given, restricted to `partition` when not empty.
+Inventory InventoryFromSlurm(const std::vector<SlurmNode>& nodes, std::string_view partition);
+
+// The GPU count of a SLURM gres string (`gpu:h100:8(S:0-1),nic:1` → 8).
+int GpusFromGres(std::string_view gres);
+
+}  // namespace agentrt

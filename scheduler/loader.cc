@@ -1,0 +1,992 @@
+#include "scheduler/loader.h"
+
+#include <fnmatch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "scheduler/hostlist.h"
+
+namespace agentrt {
+namespace {
+
+// Thrown while converting; caught at the module boundary and turned into a
+// Status (exceptions are confined to configuration parsing, STYLE §4).
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string Location(std::string_view source, int line, int column) {
+  return fmt::format("{}:{}:{}", source, line, column);
+}
+
+// ---------------------------------------------------------------------------
+// The pre-scan: one pass, O(1) memory besides the indentation stack.
+
+bool IsTokenStart(std::string_view text, size_t i) {
+  if (i == 0) return true;
+  char p = text[i - 1];
+  return p == ' ' || p == '\t' || p == '\n' || p == '\r' || p == '[' || p == '{' || p == ',';
+}
+
+}  // namespace
+
+Status PrescanYaml(std::string_view text, std::string_view source, const LoadLimits& limits) {
+  if (text.size() > limits.max_bytes) {
+    return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes", source,
+                                       text.size(), limits.max_bytes));
+  }
+  int line = 1;
+  size_t line_start = 0;
+  int flow_depth = 0;
+  int anchors = 0;
+  int aliases = 0;
+  std::vector<size_t> indents;  // block indentation stack
+  enum { kPlain, kSingle, kDouble } quote = kPlain;
+  bool at_line_start = true;
+  auto fail = [&](size_t i, std::string_view what) {
+    return InvalidArgument(fmt::format("{}: {}", Location(source, line, static_cast<int>(i - line_start) + 1), what));
+  };
+  auto depth_check = [&](size_t i) -> Status {
+    const int depth = static_cast<int>(indents.size()) + flow_depth;
+    if (depth > limits.max_depth) {
+      return fail(i, fmt::format("nesting deeper than {} levels; a config never needs that", limits.max_depth));
+    }
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 && c != '\n' && c != '\r' && c != '\t') {
+      return fail(i, fmt::format("byte 0x{:02x} is not allowed in YAML; is this a text file?", c));
+    }
+    if (c == '\n') {
+      ++line;
+      line_start = i + 1;
+      at_line_start = true;
+      continue;
+    }
+    if (quote == kSingle) {
+      if (c == '\'') quote = kPlain;  // '' (escaped quote) re-enters on the next char
+      continue;
+    }
+    if (quote == kDouble) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        quote = kPlain;
+      }
+      continue;
+    }
+    if (at_line_start && flow_depth == 0) {
+      // Block structure: the indentation column, plus one level per compact
+      // `- ` sequence entry on the same line.
+      size_t k = i;
+      while (k < text.size() && text[k] == ' ') ++k;
+      if (k >= text.size() || text[k] == '\n' || text[k] == '\r' || text[k] == '#') {
+        at_line_start = false;
+        i = k - 1;
+        continue;  // blank or comment-only line
+      }
+      size_t column = k - line_start;
+      while (!indents.empty() && indents.back() > column) indents.pop_back();
+      if (indents.empty() || indents.back() < column) indents.push_back(column);
+      while (k + 1 < text.size() && text[k] == '-' && (text[k + 1] == ' ' || text[k + 1] == '\t')) {
+        k += 2;
+        while (k < text.size() && text[k] == ' ') ++k;
+        indents.push_back(k - line_start);
+      }
+      AGENTRT_RETURN_IF_ERROR(depth_check(i));
+      at_line_start = false;
+      i = k - 1;
+      continue;
+    }
+    at_line_start = false;
+    if (c == ']' || c == '}') {
+      flow_depth = std::max(0, flow_depth - 1);
+      continue;
+    }
+    if (!IsTokenStart(text, i)) continue;
+    switch (c) {
+      case '#':
+        while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        break;
+      case '\'': quote = kSingle; break;
+      case '"': quote = kDouble; break;
+      case '[':
+      case '{':
+        ++flow_depth;
+        AGENTRT_RETURN_IF_ERROR(depth_check(i));
+        break;
+      case '&':
+        if (++anchors > limits.max_anchors) {
+          return fail(i, fmt::format("more than {} anchors (&); refusing a possible alias bomb", limits.max_anchors));
+        }
+        break;
+      case '*':
+        if (++aliases > limits.max_aliases) {
+          return fail(i, fmt::format("more than {} aliases (*); refusing a possible alias bomb", limits.max_aliases));
+        }
+        break;
+      default: break;
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Levenshtein distance, bounded to short keys.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    size_t d = EditDistance(word, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// YAML → Config conversion.
+
+std::string Join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+}
+std::string Index(const std::string& path, size_t i) { return fmt::format("{}[{}]", path, i); }
+
+std::string KindName(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: return "a map";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Scalar: return fmt::format("'{}'", n.Scalar());
+    case YAML::NodeType::Null: return "nothing";
+    default: return "an undefined value";
+  }
+}
+
+bool IsQuoted(const YAML::Node& n) { return n.Tag() == "!"; }
+
+class Converter {
+ public:
+  Converter(std::string source, const LoadLimits& limits) : source_(std::move(source)), limits_(limits) {}
+
+  [[noreturn]] void Fail(const YAML::Node& at, const std::string& key, const std::string& what) const {
+    YAML::Mark mark = at.IsDefined() ? at.Mark() : YAML::Mark::null_mark();
+    Fail(mark, key, what);
+  }
+  [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key, const std::string& what) const {
+    std::string where = mark.is_null() ? source_ : Location(source_, mark.line + 1, mark.column + 1);
+    if (key.empty()) throw ConfigError(fmt::format("{}: {}", where, what));
+    throw ConfigError(fmt::format("{}: key '{}': {}", where, key, what));
+  }
+
+  void Visit(const YAML::Node& at) {
+    if (++visited_ > limits_.max_nodes) {
+      Fail(at, "", fmt::format("the document expands to more than {} nodes (an alias bomb?)", limits_.max_nodes));
+    }
+  }
+
+  // Checks that `map` is a map whose keys are all in `allowed`.
+  void CheckMap(const YAML::Node& map, const std::string& path, const std::vector<std::string>& allowed) {
+    Visit(map);
+    if (!map.IsMap()) Fail(map, path, fmt::format("expected a map, got {}", KindName(map)));
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      Visit(it->first);
+      if (!it->first.IsScalar()) Fail(it->first, path, "expected plain keys, got a complex key");
+      const std::string key = it->first.Scalar();
+      if (!seen.insert(key).second) Fail(it->first, Join(path, key), "appears twice");
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string hint = ClosestMatch(key, allowed);
+      std::string what = fmt::format("unknown key; expected one of {}", fmt::join(allowed, ", "));
+      if (!hint.empty()) what += fmt::format("; did you mean '{}'?", hint);
+      Fail(it->first, Join(path, key), what);
+    }
+  }
+
+  const std::string& source() const { return source_; }
+
+  // Scalar conversions. `key` is the dotted path for messages.
+  void Convert(const YAML::Node& n, const std::string& key, std::string& out) {
+    Visit(n);
+    if (!n.IsScalar()) Fail(n, key, fmt::format("expected a string, got {}", KindName(n)));
+    out = n.Scalar();
+  }
+  void Convert(const YAML::Node& n, const std::string& key, int& out) {
+    std::int64_t v = 0;
+    Convert(n, key, v);
+    if (v < INT32_MIN || v > INT32_MAX) Fail(n, key, fmt::format("expected an integer, got {} (out of range)", v));
+    out = static_cast<int>(v);
+  }
+  void Convert(const YAML::Node& n, const std::string& key, std::int64_t& out) {
+    Visit(n);
+    if (!n.IsScalar() || IsQuoted(n)) Fail(n, key, fmt::format("expected an integer, got {}", KindName(n)));
+    const std::string& s = n.Scalar();
+    const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
+    auto [ptr, ec] = std::from_chars(begin, s.data() + s.size(), out);
+    if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
+      Fail(n, key, fmt::format("expected an integer, got {}", KindName(n)));
+    }
+  }
+  void Convert(const YAML::Node& n, const std::string& key, double& out) {
+    Visit(n);
+    if (!n.IsScalar() || IsQuoted(n)) Fail(n, key, fmt::format("expected a number, got {}", KindName(n)));
+    const std::string& s = n.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    out = std::strtod(s.c_str(), &end);
+    if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(out)) {
+      Fail(n, key, fmt::format("expected a number, got {}", KindName(n)));
+    }
+  }
+  void Convert(const YAML::Node& n, const std::string& key, bool& out) {
+    Visit(n);
+    static const std::set<std::string> kTrue = {"true", "True", "TRUE", "yes", "Yes", "on", "On"};
+    static const std::set<std::string> kFalse = {"false", "False", "FALSE", "no", "No", "off", "Off"};
+    if (n.IsScalar() && !IsQuoted(n) && kTrue.count(n.Scalar())) {
+      out = true;
+    } else if (n.IsScalar() && !IsQuoted(n) && kFalse.count(n.Scalar())) {
+      out = false;
+    } else {
+      Fail(n, key, fmt::format("expected true or false, got {}", KindName(n)));
+    }
+  }
+  // A list of strings; a single string is a list of one.
+  void Convert(const YAML::Node& n, const std::string& key, std::vector<std::string>& out) {
+    Visit(n);
+    out.clear();
+    if (n.IsScalar()) {
+      out.push_back(n.Scalar());
+      return;
+    }
+    if (!n.IsSequence()) Fail(n, key, fmt::format("expected a list of strings, got {}", KindName(n)));
+    for (size_t i = 0; i < n.size(); ++i) {
+      std::string s;
+      Convert(n[i], Index(key, i), s);
+      out.push_back(std::move(s));
+    }
+  }
+  void Convert(const YAML::Node& n, const std::string& key, std::map<std::string, std::string>& out) {
+    Visit(n);
+    if (!n.IsMap()) Fail(n, key, fmt::format("expected a map of strings, got {}", KindName(n)));
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      Visit(it->first);
+      const std::string name = it->first.Scalar();
+      if (!it->second.IsScalar()) {
+        Fail(it->second, Join(key, name), fmt::format("expected a string, got {}", KindName(it->second)));
+      }
+      out[name] = it->second.Scalar();
+    }
+  }
+
+  // Reads `map[key]` into `out` when present.
+  template <typename T>
+  bool Read(const YAML::Node& map, const std::string& path, const char* key, T& out) {
+    const YAML::Node v = map[key];
+    if (!v.IsDefined()) return false;
+    Convert(v, Join(path, key), out);
+    return true;
+  }
+
+  // Arbitrary YAML → JSON (for agent args), with YAML 1.2 core scalar typing.
+  nlohmann::json ToJson(const YAML::Node& n, const std::string& key) {
+    Visit(n);
+    switch (n.Type()) {
+      case YAML::NodeType::Null: return nullptr;
+      case YAML::NodeType::Sequence: {
+        nlohmann::json arr = nlohmann::json::array();
+        for (size_t i = 0; i < n.size(); ++i) arr.push_back(ToJson(n[i], Index(key, i)));
+        return arr;
+      }
+      case YAML::NodeType::Map: {
+        nlohmann::json obj = nlohmann::json::object();
+        for (auto it = n.begin(); it != n.end(); ++it) {
+          Visit(it->first);
+          if (!it->first.IsScalar()) Fail(it->first, key, "expected plain keys, got a complex key");
+          obj[it->first.Scalar()] = ToJson(it->second, Join(key, it->first.Scalar()));
+        }
+        return obj;
+      }
+      case YAML::NodeType::Scalar: return ScalarToJson(n);
+      default: Fail(n, key, "undefined value");
+    }
+  }
+
+ private:
+  static nlohmann::json ScalarToJson(const YAML::Node& n) {
+    const std::string& s = n.Scalar();
+    if (IsQuoted(n)) return s;
+    if (s == "null" || s == "~" || s == "Null" || s == "NULL" || s.empty()) return nullptr;
+    if (s == "true" || s == "True" || s == "TRUE") return true;
+    if (s == "false" || s == "False" || s == "FALSE") return false;
+    std::int64_t i = 0;
+    const char* begin = s.data() + (s[0] == '+' ? 1 : 0);
+    auto [ptr, ec] = std::from_chars(begin, s.data() + s.size(), i);
+    if (ec == std::errc() && ptr == s.data() + s.size()) return i;
+    static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+    if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
+    if (s == ".inf" || s == "+.inf" || s == "-.inf" || s == ".nan") return s;  // JSON has no inf/nan
+    return s;
+  }
+
+  std::string source_;
+  LoadLimits limits_;
+  size_t visited_ = 0;
+};
+
+#define AGENTRT_KEY_NAME(type, name, default_value, doc) #name,
+
+const std::vector<std::string> kTopKeys = {"run", "cluster", "slurm", "bus", "defaults", "agents", "channels"};
+const std::vector<std::string> kClusterKeys = {"nodes", "ports"};
+const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains"};
+const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "command", "env"};
+const std::vector<std::string> kAgentKeys = {"name", "replicas", "gpus",       "ranks", "command", "env",
+                                             "args", "restart",  "checkpoint", "nodes", "backend"};
+const std::vector<std::string> kChannelKeys = {"topic", "publishers", "subscribers"};
+constexpr int kMaxGpusPerNode = 64;
+
+const std::regex& NameRegex() {
+  static const std::regex r("[A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
+  return r;
+}
+const std::regex& EnvKeyRegex() {
+  static const std::regex r("[A-Za-z_][A-Za-z0-9_]*");
+  return r;
+}
+const std::regex& TopicRegex() {
+  static const std::regex r("[A-Za-z0-9_.{}/-]{1,200}");
+  return r;
+}
+
+// Variables the launcher sets itself (DESIGN §4); a config must not override them.
+bool IsReservedEnv(const std::string& key) {
+  static const std::set<std::string> kReserved = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
+                                                  "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                                  "CUDA_VISIBLE_DEVICES"};
+  return kReserved.count(key) > 0 || key.rfind("AGENTRT_", 0) == 0;
+}
+
+class ConfigBuilder {
+ public:
+  ConfigBuilder(Converter& c) : c_(c) {}  // NOLINT(google-explicit-constructor)
+
+  Config Build(const YAML::Node& root) {
+    Config config;
+    config.source = c_.source();
+    if (root.IsNull() || !root.IsDefined()) {
+      c_.Fail(YAML::Mark(), "", "the config is empty; expected a map with at least an 'agents:' list");
+    }
+    if (!root.IsMap()) {
+      c_.Fail(root, "", fmt::format("expected a map with at least an 'agents:' list at the top, got {}",
+                                    KindName(root)));
+    }
+    c_.CheckMap(root, "", kTopKeys);
+    if (const YAML::Node n = root["run"]; n.IsDefined()) ParseRun(n, config.run);
+    if (const YAML::Node n = root["cluster"]; n.IsDefined()) ParseCluster(n, "cluster", config.cluster, nullptr);
+    if (const YAML::Node n = root["slurm"]; n.IsDefined()) ParseSlurm(n, config.slurm);
+    if (const YAML::Node n = root["bus"]; n.IsDefined()) ParseBus(n, config.bus);
+    if (const YAML::Node n = root["defaults"]; n.IsDefined()) ParseDefaults(n, config.defaults);
+    const YAML::Node agents = root["agents"];
+    if (!agents.IsDefined()) c_.Fail(root, "agents", "missing; expected a list of agents");
+    ParseAgents(agents, config);
+    if (const YAML::Node n = root["channels"]; n.IsDefined()) ParseChannels(n, config);
+    return config;
+  }
+
+  void ParseRun(const YAML::Node& n, RunConfig& run) {
+    c_.CheckMap(n, "run", {AGENTRT_RUN_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "run", #name, run.name);
+    AGENTRT_RUN_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    if (!std::regex_match(run.name, NameRegex())) {
+      c_.Fail(n["name"], "run.name", "expected letters, digits, '_', '.', '-' (at most 63), starting with a letter or digit");
+    }
+    if (run.dir.empty()) c_.Fail(n["dir"], "run.dir", "expected a directory, got an empty string");
+  }
+
+  // Fills `cluster`; sets *ports_given when the block states `ports:`.
+  void ParseCluster(const YAML::Node& n, const std::string& path, ClusterConfig& cluster, bool* ports_given) {
+    c_.CheckMap(n, path, kClusterKeys);
+    if (const YAML::Node nodes = n["nodes"]; nodes.IsDefined()) {
+      const std::string npath = Join(path, "nodes");
+      if (!nodes.IsSequence()) c_.Fail(nodes, npath, fmt::format("expected a list of nodes, got {}", KindName(nodes)));
+      std::set<std::string> names;
+      for (size_t i = 0; i < nodes.size(); ++i) ParseNodes(nodes[i], Index(npath, i), cluster.nodes, names);
+    }
+    if (const YAML::Node ports = n["ports"]; ports.IsDefined()) {
+      if (ports_given != nullptr) *ports_given = true;
+      ParsePorts(ports, Join(path, "ports"), cluster.ports);
+    }
+  }
+
+  void ParseNodes(const YAML::Node& n, const std::string& path, std::vector<NodeSpec>& out,
+                  std::set<std::string>& names) {
+    c_.CheckMap(n, path, kNodeKeys);
+    NodeSpec spec;
+    std::string expr;
+    if (!c_.Read(n, path, "name", expr)) c_.Fail(n, Join(path, "name"), "missing; expected a hostlist like node[01-04]");
+    Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
+    if (!hosts.ok()) c_.Fail(n["name"], Join(path, "name"), hosts.status().message());
+    c_.Read(n, path, "gpus", spec.gpus);
+    if (spec.gpus < 0 || spec.gpus > kMaxGpusPerNode) {
+      c_.Fail(n["gpus"], Join(path, "gpus"), fmt::format("expected 0..{} GPUs, got {}", kMaxGpusPerNode, spec.gpus));
+    }
+    if (c_.Read(n, path, "cpus", spec.cpus) && spec.cpus < 1) {
+      c_.Fail(n["cpus"], Join(path, "cpus"), fmt::format("expected at least 1 CPU, got {}", spec.cpus));
+    }
+    if (const YAML::Node domains = n["nvlink_domains"]; domains.IsDefined()) {
+      const std::string dpath = Join(path, "nvlink_domains");
+      if (!domains.IsSequence()) {
+        c_.Fail(domains, dpath, fmt::format("expected a list of GPU id lists like [[0,1],[2,3]], got {}", KindName(domains)));
+      }
+      std::vector<int> owner(static_cast<size_t>(spec.gpus), -1);
+      for (size_t d = 0; d < domains.size(); ++d) {
+        const YAML::Node domain = domains[d];
+        if (!domain.IsSequence() || domain.size() == 0) {
+          c_.Fail(domain, Index(dpath, d), fmt::format("expected a non-empty list of GPU ids, got {}", KindName(domain)));
+        }
+        std::vector<int> ids;
+        for (size_t k = 0; k < domain.size(); ++k) {
+          int id = 0;
+          c_.Convert(domain[k], Index(Index(dpath, d), k), id);
+          if (id < 0 || id >= spec.gpus) {
+            c_.Fail(domain[k], Index(Index(dpath, d), k),
+                    fmt::format("expected a GPU id in 0..{}, got {}", spec.gpus - 1, id));
+          }
+          if (owner[static_cast<size_t>(id)] >= 0) {
+            c_.Fail(domain[k], Index(Index(dpath, d), k), fmt::format("GPU {} is already in domain {}", id, owner[static_cast<size_t>(id)]));
+          }
+          owner[static_cast<size_t>(id)] = static_cast<int>(d);
+          ids.push_back(id);
+        }
+        std::sort(ids.begin(), ids.end());
+        spec.nvlink_domains.push_back(std::move(ids));
+      }
+      for (int g = 0; g < spec.gpus; ++g) {
+        if (owner[static_cast<size_t>(g)] < 0) {
+          c_.Fail(domains, dpath, fmt::format("GPU {} is in no domain; the domains must cover GPUs 0..{}", g, spec.gpus - 1));
+        }
+      }
+    } else if (spec.gpus > 0) {
+      std::vector<int> all(static_cast<size_t>(spec.gpus));
+      for (int g = 0; g < spec.gpus; ++g) all[static_cast<size_t>(g)] = g;
+      spec.nvlink_domains.push_back(std::move(all));
+    }
+    for (const std::string& host : *hosts) {
+      if (!names.insert(host).second) c_.Fail(n["name"], Join(path, "name"), fmt::format("node '{}' is listed twice", host));
+      NodeSpec copy = spec;
+      copy.name = host;
+      out.push_back(std::move(copy));
+    }
+  }
+
+  void ParsePorts(const YAML::Node& n, const std::string& path, PortConfig& ports) {
+    c_.CheckMap(n, path, {AGENTRT_PORT_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, ports.name);
+    AGENTRT_PORT_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    auto port_ok = [](int p) { return p >= 1 && p <= 65535; };
+    if (!port_ok(ports.first)) c_.Fail(n["first"], Join(path, "first"), fmt::format("expected a port in 1..65535, got {}", ports.first));
+    if (!port_ok(ports.last)) c_.Fail(n["last"], Join(path, "last"), fmt::format("expected a port in 1..65535, got {}", ports.last));
+    if (ports.last < ports.first) {
+      c_.Fail(n, path, fmt::format("expected first <= last, got {}-{}", ports.first, ports.last));
+    }
+    if (ports.per_agent < 1) {
+      c_.Fail(n["per_agent"], Join(path, "per_agent"), fmt::format("expected at least 1 port per agent, got {}", ports.per_agent));
+    }
+    if (ports.BlockCount() < 2) {
+      c_.Fail(n, path, fmt::format("port range too small: {}-{} holds {} block(s) of {} ports; expected room for "
+                                   "the bus and at least one agent (2 blocks, {} ports)",
+                                   ports.first, ports.last, ports.BlockCount(), ports.per_agent, 2 * ports.per_agent));
+    }
+  }
+
+  void ParseSlurm(const YAML::Node& n, SlurmConfig& slurm) {
+    c_.CheckMap(n, "slurm", {AGENTRT_SLURM_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "slurm", #name, slurm.name);
+    AGENTRT_SLURM_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    static const std::regex kTime(R"((\d+-)?\d+(:\d+){0,2}|UNLIMITED|unlimited|infinite)");
+    if (!std::regex_match(slurm.time, kTime)) {
+      c_.Fail(n["time"], "slurm.time", fmt::format("expected [D-]HH:MM:SS, MM or UNLIMITED, got '{}'", slurm.time));
+    }
+    if (slurm.signal_grace_s < 0 || slurm.signal_grace_s > 65533) {
+      c_.Fail(n["signal_grace_s"], "slurm.signal_grace_s", fmt::format("expected 0..65533 seconds, got {}", slurm.signal_grace_s));
+    }
+  }
+
+  void ParseBus(const YAML::Node& n, BusConfig& bus) {
+    c_.CheckMap(n, "bus", {AGENTRT_BUS_SETTINGS(AGENTRT_KEY_NAME)});
+    const YAML::Node port = n["port"];
+    if (port.IsDefined() && !(port.IsScalar() && !IsQuoted(port) && port.Scalar() == "auto")) {
+      c_.Convert(port, "bus.port", bus.port);
+      if (bus.port < 1 || bus.port > 65535) c_.Fail(port, "bus.port", fmt::format("expected auto or a port in 1..65535, got {}", bus.port));
+    }
+#define AGENTRT_READ(type, name, default_value, doc) \
+  if (std::string_view(#name) != "port") c_.Read(n, "bus", #name, bus.name);
+    AGENTRT_BUS_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    Positive(n, "bus", "max_message_bytes", bus.max_message_bytes);
+    Positive(n, "bus", "retention", bus.retention);
+    Positive(n, "bus", "retention_bytes", bus.retention_bytes);
+    if (!(bus.call_timeout_s > 0)) c_.Fail(n["call_timeout_s"], "bus.call_timeout_s", fmt::format("expected a positive number of seconds, got {}", bus.call_timeout_s));
+    if (bus.tls && (bus.cert_file.empty() || bus.key_file.empty())) {
+      c_.Fail(n["tls"], "bus.tls", "expected cert_file and key_file when tls is true");
+    }
+  }
+
+  template <typename T>
+  void Positive(const YAML::Node& n, const std::string& path, const char* key, T value) {
+    if (value < 1) c_.Fail(n[key], Join(path, key), fmt::format("expected a positive count, got {}", value));
+  }
+
+  void ParseRestart(const YAML::Node& n, const std::string& path, RestartPolicy& r) {
+    c_.CheckMap(n, path, {AGENTRT_RESTART_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, r.name);
+    AGENTRT_RESTART_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    if (r.max_restarts < 0) c_.Fail(n["max_restarts"], Join(path, "max_restarts"), fmt::format("expected 0 or more, got {}", r.max_restarts));
+    if (r.backoff_s < 0) c_.Fail(n["backoff_s"], Join(path, "backoff_s"), fmt::format("expected 0 or more seconds, got {}", r.backoff_s));
+    if (!(r.heartbeat_timeout_s > 0)) c_.Fail(n["heartbeat_timeout_s"], Join(path, "heartbeat_timeout_s"), fmt::format("expected a positive number of seconds, got {}", r.heartbeat_timeout_s));
+    if (r.grace_s < 0) c_.Fail(n["grace_s"], Join(path, "grace_s"), fmt::format("expected 0 or more seconds, got {}", r.grace_s));
+  }
+
+  void ParseCheckpoint(const YAML::Node& n, const std::string& path, CheckpointPolicy& cp) {
+    c_.CheckMap(n, path, {AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, cp.name);
+    AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    if (!(cp.interval_s > 0)) c_.Fail(n["interval_s"], Join(path, "interval_s"), fmt::format("expected a positive number of seconds, got {}", cp.interval_s));
+    if (cp.keep_last < 1) c_.Fail(n["keep_last"], Join(path, "keep_last"), fmt::format("expected at least 1, got {}", cp.keep_last));
+  }
+
+  void ParseCommand(const YAML::Node& n, const std::string& path, std::vector<std::string>& command) {
+    c_.Convert(n, path, command);
+    if (command.empty() || command[0].empty()) c_.Fail(n, path, "expected a program and its arguments, e.g. [python3, train.py]");
+  }
+
+  void ParseEnv(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& env) {
+    c_.Convert(n, path, env);
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (!std::regex_match(key, EnvKeyRegex())) c_.Fail(it->first, Join(path, key), "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      if (IsReservedEnv(key)) c_.Fail(it->first, Join(path, key), "is set by agentrt for every rank (DESIGN §4); it cannot be overridden");
+    }
+  }
+
+  void ParseDefaults(const YAML::Node& n, AgentDefaults& d) {
+    c_.CheckMap(n, "defaults", kDefaultsKeys);
+    if (const YAML::Node r = n["restart"]; r.IsDefined()) ParseRestart(r, "defaults.restart", d.restart);
+    if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined()) ParseCheckpoint(cp, "defaults.checkpoint", d.checkpoint);
+    if (const YAML::Node cmd = n["command"]; cmd.IsDefined()) ParseCommand(cmd, "defaults.command", d.command);
+    if (const YAML::Node env = n["env"]; env.IsDefined()) ParseEnv(env, "defaults.env", d.env);
+  }
+
+  void ParseAgents(const YAML::Node& list, Config& config) {
+    c_.Visit(list);
+    if (!list.IsSequence() || list.size() == 0) {
+      c_.Fail(list, "agents", fmt::format("expected a non-empty list of agents, got {}", KindName(list)));
+    }
+    std::map<std::string, std::string> where;  // expanded name → where it was declared
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node n = list[i];
+      const std::string path = Index("agents", i);
+      c_.CheckMap(n, path, kAgentKeys);
+      AgentConfig base;
+      base.line = n.Mark().line + 1;
+      base.column = n.Mark().column + 1;
+      if (!c_.Read(n, path, "name", base.base_name)) c_.Fail(n, Join(path, "name"), "missing; every agent needs a name");
+      if (!std::regex_match(base.base_name, NameRegex())) {
+        c_.Fail(n["name"], Join(path, "name"), fmt::format("expected letters, digits, '_', '.', '-' (at most 63), starting with a letter or digit, got '{}'", base.base_name));
+      }
+      int replicas = 1;
+      const bool has_replicas = c_.Read(n, path, "replicas", replicas);
+      if (replicas < 1) c_.Fail(n["replicas"], Join(path, "replicas"), fmt::format("expected at least 1, got {}", replicas));
+      if (replicas > 100000) c_.Fail(n["replicas"], Join(path, "replicas"), fmt::format("expected at most 100000, got {}", replicas));
+      c_.Read(n, path, "gpus", base.gpus);
+      if (base.gpus < 0) c_.Fail(n["gpus"], Join(path, "gpus"), fmt::format("expected 0 (a CPU agent) or more GPUs, got {}", base.gpus));
+      base.ranks = base.gpus > 0 ? base.gpus : 1;
+      if (c_.Read(n, path, "ranks", base.ranks)) {
+        if (base.ranks < 1) c_.Fail(n["ranks"], Join(path, "ranks"), fmt::format("expected at least 1 rank, got {}", base.ranks));
+        if (base.gpus > 0 && base.ranks % base.gpus != 0) {
+          c_.Fail(n["ranks"], Join(path, "ranks"), fmt::format("expected a multiple of gpus ({}) so every GPU has the same number of ranks, got {}", base.gpus, base.ranks));
+        }
+      }
+      base.command = config.defaults.command;
+      if (const YAML::Node cmd = n["command"]; cmd.IsDefined()) ParseCommand(cmd, Join(path, "command"), base.command);
+      base.env = config.defaults.env;
+      if (const YAML::Node env = n["env"]; env.IsDefined()) {
+        std::map<std::string, std::string> own;
+        ParseEnv(env, Join(path, "env"), own);
+        for (auto& [k, v] : own) base.env[k] = v;
+      }
+      if (const YAML::Node args = n["args"]; args.IsDefined()) {
+        if (!args.IsMap() && !args.IsNull()) c_.Fail(args, Join(path, "args"), fmt::format("expected a map, got {}", KindName(args)));
+        if (args.IsMap()) base.args = c_.ToJson(args, Join(path, "args"));
+      }
+      base.restart = config.defaults.restart;
+      if (const YAML::Node r = n["restart"]; r.IsDefined()) ParseRestart(r, Join(path, "restart"), base.restart);
+      base.checkpoint = config.defaults.checkpoint;
+      if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined()) ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);
+      if (const YAML::Node pins = n["nodes"]; pins.IsDefined()) {
+        std::vector<std::string> exprs;
+        c_.Convert(pins, Join(path, "nodes"), exprs);
+        for (const std::string& expr : exprs) {
+          Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
+          if (!hosts.ok()) c_.Fail(pins, Join(path, "nodes"), hosts.status().message());
+          for (std::string& h : *hosts) {
+            if (std::find(base.nodes.begin(), base.nodes.end(), h) == base.nodes.end()) base.nodes.push_back(std::move(h));
+          }
+        }
+      }
+      if (const YAML::Node b = n["backend"]; b.IsDefined()) {
+        std::string name;
+        c_.Convert(b, Join(path, "backend"), name);
+        std::vector<std::string> names;
+        bool found = false;
+        for (GroupBackend g : {GroupBackend::kAuto, GroupBackend::kSingle, GroupBackend::kMpi, GroupBackend::kNccl}) {
+          names.emplace_back(GroupBackendName(g));
+          if (GroupBackendName(g) == name) {
+            base.backend = g;
+            found = true;
+          }
+        }
+        if (!found) {
+          std::string hint = ClosestMatch(name, names);
+          c_.Fail(b, Join(path, "backend"), fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
+                                                        hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+        }
+        if (base.backend == GroupBackend::kNccl && base.gpus == 0) c_.Fail(b, Join(path, "backend"), "nccl needs GPUs; this agent has gpus: 0");
+        if (base.backend == GroupBackend::kSingle && base.ranks > 1) c_.Fail(b, Join(path, "backend"), fmt::format("single means one rank; this agent has {} ranks", base.ranks));
+      }
+      for (int r = 0; r < replicas; ++r) {
+        AgentConfig agent = base;
+        agent.replica = r;
+        agent.name = has_replicas ? fmt::format("{}-{}", base.base_name, r) : base.base_name;
+        agent.index = static_cast<int>(config.agents.size());
+        std::string here = Location(c_.source(), base.line, base.column);
+        auto [it, inserted] = where.emplace(agent.name, here);
+        if (!inserted) {
+          c_.Fail(n["name"], Join(path, "name"), fmt::format("agent name '{}' is already used by the agent at {}; names must be unique after replica expansion", agent.name, it->second));
+        }
+        config.agents.push_back(std::move(agent));
+      }
+    }
+  }
+
+  // Agent names matched by `pattern`, in agent order.
+  static std::vector<std::string> Match(const Config& config, const std::string& pattern) {
+    std::vector<std::string> out;
+    for (const AgentConfig& a : config.agents) {
+      if (fnmatch(pattern.c_str(), a.name.c_str(), 0) == 0) out.push_back(a.name);
+    }
+    return out;
+  }
+
+  std::vector<std::string> MatchAll(const Config& config, const YAML::Node& n, const std::string& path,
+                                    std::vector<std::string>& patterns) {
+    c_.Convert(n, path, patterns);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      std::vector<std::string> matched = Match(config, patterns[i]);
+      if (matched.empty()) {
+        std::vector<std::string> candidates = {"*"};
+        for (const AgentConfig& a : config.agents) {
+          candidates.push_back(a.name);
+          candidates.push_back(a.base_name + "-*");
+        }
+        std::string hint = ClosestMatch(patterns[i], candidates);
+        c_.Fail(n.IsSequence() ? n[i] : n, n.IsSequence() ? Index(path, i) : path,
+                fmt::format("pattern '{}' matches no agent{}", patterns[i],
+                            hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+      }
+      for (std::string& m : matched) {
+        if (std::find(names.begin(), names.end(), m) == names.end()) names.push_back(std::move(m));
+      }
+    }
+    // Agent order, not pattern order, so the plan does not depend on how patterns are listed.
+    std::vector<std::string> ordered;
+    for (const AgentConfig& a : config.agents) {
+      if (std::find(names.begin(), names.end(), a.name) != names.end()) ordered.push_back(a.name);
+    }
+    return ordered;
+  }
+
+  void ParseChannels(const YAML::Node& list, Config& config) {
+    c_.Visit(list);
+    if (!list.IsSequence()) c_.Fail(list, "channels", fmt::format("expected a list of channels, got {}", KindName(list)));
+    std::map<std::string, std::string> topics;  // topic → path of its declaration
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node n = list[i];
+      const std::string path = Index("channels", i);
+      c_.CheckMap(n, path, kChannelKeys);
+      ChannelConfig ch;
+      if (!c_.Read(n, path, "topic", ch.topic)) c_.Fail(n, Join(path, "topic"), "missing; every channel needs a topic");
+      if (!std::regex_match(ch.topic, TopicRegex())) {
+        c_.Fail(n["topic"], Join(path, "topic"), fmt::format("expected letters, digits, '_', '.', '/', '-' and {{agent}}, got '{}'", ch.topic));
+      }
+      const YAML::Node pubs = n["publishers"];
+      const YAML::Node subs = n["subscribers"];
+      if (!pubs.IsDefined()) c_.Fail(n, Join(path, "publishers"), "missing; expected agent name patterns like [\"predator-*\"]");
+      if (!subs.IsDefined()) c_.Fail(n, Join(path, "subscribers"), "missing; expected agent name patterns like [\"prey-*\"]");
+      ch.publishers = MatchAll(config, pubs, Join(path, "publishers"), ch.publisher_patterns);
+      ch.subscribers = MatchAll(config, subs, Join(path, "subscribers"), ch.subscriber_patterns);
+      std::vector<ChannelConfig> expanded;
+      const size_t placeholder = ch.topic.find("{agent}");
+      if (placeholder == std::string::npos) {
+        if (ch.topic.find_first_of("{}") != std::string::npos) {
+          c_.Fail(n["topic"], Join(path, "topic"), "the only placeholder a topic may hold is {agent}");
+        }
+        expanded.push_back(ch);
+      } else {
+        for (const std::string& publisher : ch.publishers) {
+          ChannelConfig one = ch;
+          one.topic.replace(placeholder, 7, publisher);
+          one.publishers = {publisher};
+          expanded.push_back(std::move(one));
+        }
+      }
+      for (ChannelConfig& one : expanded) {
+        auto [it, inserted] = topics.emplace(one.topic, path);
+        if (!inserted) c_.Fail(n["topic"], Join(path, "topic"), fmt::format("topic '{}' is already declared by {}", one.topic, it->second));
+        config.channels.push_back(std::move(one));
+      }
+    }
+  }
+
+ private:
+  Converter& c_;
+};
+
+// Applies `a.b.c=value` to the YAML tree.
+void ApplyOverride(YAML::Node& root, const std::string& override_text) {
+  const size_t eq = override_text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(fmt::format("--set {}: expected key.path=value", override_text));
+  }
+  const std::string path = override_text.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(override_text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", override_text, e.msg));
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  YAML::Node cur;
+  cur.reset(root);
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw ConfigError(fmt::format("--set {}: empty key in '{}'", override_text, path));
+    if (!cur.IsMap() && !cur.IsNull()) {
+      throw ConfigError(fmt::format("--set {}: '{}' is not a map in the config", override_text, path.substr(0, start - 1)));
+    }
+    if (dot == std::string::npos) {
+      cur[key] = value;
+      return;
+    }
+    YAML::Node next = cur[key];
+    if (!next.IsDefined() || next.IsNull()) {
+      cur[key] = YAML::Node(YAML::NodeType::Map);
+      next.reset(cur[key]);
+    }
+    cur.reset(next);
+    start = dot + 1;
+  }
+}
+
+YAML::Node ParseYaml(std::string_view text, const std::string& source) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) throw ConfigError(fmt::format("{}: not valid YAML: {}", source, e.msg));
+    throw ConfigError(fmt::format("{}: not valid YAML: {}", Location(source, e.mark.line + 1, e.mark.column + 1), e.msg));
+  }
+}
+
+Result<std::string> ReadCapped(const std::string& path, size_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, fmt::format("cannot read config {}", path));
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(fmt::format("{}: not a regular file", path));
+  if (static_cast<size_t>(st.st_size) > max_bytes) {
+    return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes", path,
+                                       static_cast<size_t>(st.st_size), max_bytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(errno, fmt::format("cannot open config {}", path));
+  std::string text;
+  text.resize(max_bytes + 1);
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > max_bytes) {  // grew after stat
+    return InvalidArgument(fmt::format("{}: file is larger than the limit of {} bytes", path, max_bytes));
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<Config> LoadConfigString(std::string_view text, std::string_view source, const LoadOptions& options) {
+  AGENTRT_RETURN_IF_ERROR(PrescanYaml(text, source, options.limits));
+  try {
+    YAML::Node root = ParseYaml(text, std::string(source));
+    for (const std::string& o : options.overrides) ApplyOverride(root, o);
+    Converter converter{std::string(source), options.limits};
+    ConfigBuilder builder{converter};
+    return builder.Build(root);
+  } catch (const ConfigError& e) {
+    return InvalidArgument(e.what());
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(fmt::format("{}: {}", source, e.what()));
+  }
+}
+
+Result<Config> LoadConfigFile(const std::string& path, const LoadOptions& options) {
+  AGENTRT_ASSIGN_OR_RETURN(std::string text, ReadCapped(path, options.limits.max_bytes));
+  return LoadConfigString(text, path, options);
+}
+
+Status ApplyClusterFile(const std::string& path, Config& config, const LoadLimits& limits) {
+  AGENTRT_ASSIGN_OR_RETURN(std::string text, ReadCapped(path, limits.max_bytes));
+  AGENTRT_RETURN_IF_ERROR(PrescanYaml(text, path, limits));
+  try {
+    YAML::Node root = ParseYaml(text, path);
+    Converter converter{path, limits};
+    if (!root.IsDefined() || root.IsNull()) converter.Fail(YAML::Mark(), "", "the inventory is empty; expected a 'cluster:' block");
+    converter.CheckMap(root, "", {"cluster"});
+    const YAML::Node cluster = root["cluster"];
+    if (!cluster.IsDefined()) converter.Fail(root, "cluster", "missing; expected a 'cluster:' block with 'nodes:'");
+    ConfigBuilder builder{converter};
+    ClusterConfig parsed;
+    parsed.ports = config.cluster.ports;
+    bool ports_given = false;
+    builder.ParseCluster(cluster, "cluster", parsed, &ports_given);
+    if (parsed.nodes.empty()) converter.Fail(cluster, "cluster.nodes", "expected at least one node");
+    config.cluster.nodes = std::move(parsed.nodes);
+    if (ports_given) config.cluster.ports = parsed.ports;
+    return Status::Ok();
+  } catch (const ConfigError& e) {
+    return InvalidArgument(e.what());
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+namespace {
+
+template <typename T>
+std::string TypeName();
+template <> std::string TypeName<int>() { return "int"; }
+template <> std::string TypeName<std::int64_t>() { return "int"; }
+template <> std::string TypeName<double>() { return "float"; }
+template <> std::string TypeName<bool>() { return "bool"; }
+template <> std::string TypeName<std::string>() { return "string"; }
+template <> std::string TypeName<std::vector<std::string>>() { return "list"; }
+
+std::string Show(const std::string& v) { return fmt::format("\"{}\"", v); }
+std::string Show(const std::vector<std::string>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string Show(bool v) { return v ? "true" : "false"; }
+template <typename T>
+std::string Show(const T& v) { return fmt::format("{}", v); }
+
+}  // namespace
+
+std::string DescribeSettings() {
+  std::string out;
+  auto line = [&out](const std::string& key, const std::string& type, const std::string& def, const char* doc) {
+    out += fmt::format("{:<32} {:<7} {:<14} {}\n", key, type, def, doc);
+  };
+  {
+    RunConfig d;
+#define X(type, name, default_value, doc) line("run." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_RUN_SETTINGS(X)
+#undef X
+  }
+  {
+    PortConfig d;
+#define X(type, name, default_value, doc) line("cluster.ports." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_PORT_SETTINGS(X)
+#undef X
+  }
+  {
+    SlurmConfig d;
+#define X(type, name, default_value, doc) line("slurm." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_SLURM_SETTINGS(X)
+#undef X
+  }
+  {
+    BusConfig d;
+#define X(type, name, default_value, doc) line("bus." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_BUS_SETTINGS(X)
+#undef X
+  }
+  {
+    RestartPolicy d;
+#define X(type, name, default_value, doc) line("defaults.restart." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_RESTART_SETTINGS(X)
+#undef X
+  }
+  {
+    CheckpointPolicy d;
+#define X(type, name, default_value, doc) line("defaults.checkpoint." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_CHECKPOINT_SETTINGS(X)
+#undef X
+  }
+  line("defaults.command", "list", "[agent-worker]", "program and arguments every agent runs unless it sets command");
+  line("defaults.env", "map", "{}", "environment variables for every agent (agents add to and override them)");
+  line("agents[].name", "string", "(required)", "agent name; with replicas: N the agents are <name>-0..<name>-(N-1)");
+  line("agents[].replicas", "int", "(none)", "number of copies of this agent");
+  line("agents[].gpus", "int", "0", "GPUs per agent; 0 = a CPU agent");
+  line("agents[].ranks", "int", "gpus or 1", "processes per agent; a multiple of gpus (one rank per GPU by default)");
+  line("agents[].command", "list", "defaults", "program and arguments");
+  line("agents[].env", "map", "defaults", "environment variables added to defaults.env");
+  line("agents[].args", "map", "{}", "free-form settings passed to the agent (plan.json, agent-worker flags)");
+  line("agents[].restart", "map", "defaults", "overrides of defaults.restart keys");
+  line("agents[].checkpoint", "map", "defaults", "overrides of defaults.checkpoint keys");
+  line("agents[].nodes", "list", "[]", "pin list of hostlist expressions; empty = any node");
+  line("agents[].backend", "string", "auto", "group backend: auto | single | mpi | nccl");
+  line("cluster.nodes[].name", "string", "(required)", "hostlist expression, e.g. gpu[01-04,07]");
+  line("cluster.nodes[].gpus", "int", "0", "GPUs per node");
+  line("cluster.nodes[].cpus", "int", "(unlimited)", "CPU slots per node; each rank takes one");
+  line("cluster.nodes[].nvlink_domains", "list", "[all GPUs]", "disjoint GPU id lists covering 0..gpus-1");
+  line("channels[].topic", "string", "(required)", "topic name; {agent} makes one topic per publisher");
+  line("channels[].publishers", "list", "(required)", "glob patterns of agents that may publish");
+  line("channels[].subscribers", "list", "(required)", "glob patterns of agents that may subscribe");
+  return out;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,468 @@
+#include "scheduler/planner.h"
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace agentrt {
+
+Result<Plan> PlanResult::ToResult() && {
+  if (feasible()) return std::move(*this).plan();
+  return ResourceExhausted(infeasible().reason);
+}
+
+std::string CheckpointDir(const Config& config, const PlanOptions& options, const std::string& agent) {
+  if (!options.run_dir.empty()) return fmt::format("{}/checkpoints/{}", options.run_dir, agent);
+  return fmt::format("{}/{}/checkpoints/{}", config.run.dir, config.run.name, agent);
+}
+
+namespace {
+
+constexpr int kUnlimited = INT_MAX;
+
+struct DomainState {
+  std::uint64_t free_mask = 0;  // bit g set = GPU g free
+  int size = 0;
+  int Free() const { return std::popcount(free_mask); }
+};
+
+struct NodeState {
+  const NodeSpec* spec = nullptr;
+  std::vector<DomainState> domains;
+  int free_gpus = 0;
+  int cpus_free = kUnlimited;  // kUnlimited when the node does not state CPUs
+  int ranks = 0;               // ranks placed here (for the oversubscription warning)
+  int next_block = 0;          // port blocks [0, next_block) are taken
+  int reserved_block = -1;     // the bus's block on this node, if any
+  bool exclusive = false;      // held whole by a multi-node agent
+  bool used = false;           // anything placed here
+};
+
+// Best-fit index over (node, domain) by free GPU count, and over nodes by free
+// GPU count. Sets keep the order deterministic (lowest node first).
+class FreeIndex {
+ public:
+  void Init(const std::vector<NodeState>& nodes, int max_gpus) {
+    by_domain_.assign(static_cast<size_t>(max_gpus) + 1, {});
+    by_node_.assign(static_cast<size_t>(max_gpus) + 1, {});
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      for (size_t d = 0; d < nodes[n].domains.size(); ++d) {
+        by_domain_[static_cast<size_t>(nodes[n].domains[d].Free())].insert(Key(n, d));
+      }
+      by_node_[static_cast<size_t>(nodes[n].free_gpus)].insert(static_cast<int>(n));
+    }
+  }
+  void MoveDomain(size_t n, size_t d, int from, int to) {
+    by_domain_[static_cast<size_t>(from)].erase(Key(n, d));
+    by_domain_[static_cast<size_t>(to)].insert(Key(n, d));
+  }
+  void MoveNode(size_t n, int from, int to) {
+    by_node_[static_cast<size_t>(from)].erase(static_cast<int>(n));
+    by_node_[static_cast<size_t>(to)].insert(static_cast<int>(n));
+  }
+  const std::set<std::int64_t>& DomainsWithFree(int f) const { return by_domain_[static_cast<size_t>(f)]; }
+  const std::set<int>& NodesWithFree(int f) const { return by_node_[static_cast<size_t>(f)]; }
+  int MaxFree() const { return static_cast<int>(by_node_.size()) - 1; }
+
+  static std::int64_t Key(size_t n, size_t d) { return static_cast<std::int64_t>(n) * 64 + static_cast<std::int64_t>(d); }
+  static size_t NodeOf(std::int64_t key) { return static_cast<size_t>(key / 64); }
+  static size_t DomainOf(std::int64_t key) { return static_cast<size_t>(key % 64); }
+
+ private:
+  std::vector<std::set<std::int64_t>> by_domain_;
+  std::vector<std::set<int>> by_node_;
+};
+
+class Planner {
+ public:
+  Planner(const Config& config, const Inventory& inventory, const PlanOptions& options)
+      : config_(config), inventory_(inventory), options_(options) {}
+
+  PlanResult Run() {
+    if (inventory_.nodes.empty()) {
+      return Infeasible{"", fmt::format("the inventory ({}) has no usable nodes", inventory_.source)};
+    }
+    const PortConfig& ports = config_.cluster.ports;
+    blocks_ = ports.BlockCount();
+    int max_gpus = 0;
+    nodes_.resize(inventory_.nodes.size());
+    for (size_t n = 0; n < inventory_.nodes.size(); ++n) {
+      const NodeSpec& spec = inventory_.nodes[n];
+      NodeState& s = nodes_[n];
+      s.spec = &spec;
+      s.free_gpus = spec.gpus;
+      s.cpus_free = spec.cpus > 0 ? spec.cpus : kUnlimited;
+      for (const std::vector<int>& ids : spec.nvlink_domains) {
+        DomainState d;
+        for (int g : ids) d.free_mask |= std::uint64_t{1} << g;
+        d.size = static_cast<int>(ids.size());
+        s.domains.push_back(d);
+      }
+      max_gpus = std::max(max_gpus, spec.gpus);
+      index_of_.emplace(spec.name, n);
+    }
+    index_.Init(nodes_, max_gpus);
+
+    // The bus: first node, first block unless a fixed port is asked for.
+    Plan plan;
+    plan.run = config_.run.name;
+    plan.run_dir = options_.run_dir;
+    plan.bus.host = inventory_.nodes[0].name;
+    plan.bus.settings = config_.bus;
+    plan.bus.port = config_.bus.port == 0 ? ports.first : config_.bus.port;
+    plan.bus.settings.port = plan.bus.port;
+    if (plan.bus.port >= ports.first && plan.bus.port < ports.first + blocks_ * ports.per_agent) {
+      nodes_[0].reserved_block = (plan.bus.port - ports.first) / ports.per_agent;
+    }
+
+    // Placement order: pinned first (most constrained), then multi-node, then
+    // by GPUs and ranks, largest first; config order breaks ties.
+    std::vector<size_t> order(config_.agents.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto key = [&](size_t i) {
+      const AgentConfig& a = config_.agents[i];
+      return std::make_tuple(a.nodes.empty() ? 1 : 0, a.gpus > max_gpus ? 0 : 1, -a.gpus, -a.ranks, i);
+    };
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+
+    plan.agents.resize(config_.agents.size());
+    for (size_t i : order) {
+      const AgentConfig& agent = config_.agents[i];
+      AgentPlan& out = plan.agents[i];
+      out.name = agent.name;
+      out.index = static_cast<int>(i);
+      out.ranks = agent.ranks;
+      out.gpus = agent.gpus;
+      out.backend = ResolveGroupBackend(agent.backend, agent.gpus, agent.ranks);
+      out.command = agent.command;
+      out.env = agent.env;
+      out.args = agent.args;
+      out.restart = agent.restart;
+      out.checkpoint = agent.checkpoint;
+      out.checkpoint_dir = CheckpointDir(config_, options_, agent.name);
+      std::optional<Infeasible> why = Place(agent, out);
+      if (why) return *why;
+    }
+
+    for (const ChannelConfig& c : config_.channels) plan.channels.push_back({c.topic, c.publishers, c.subscribers});
+    for (const NodeState& n : nodes_) {
+      if (n.spec->cpus > 0 && n.ranks > n.spec->cpus) {
+        plan.warnings.push_back(fmt::format("node {}: {} ranks on {} CPUs (oversubscribed: fine for a demo, slow for training)",
+                                            n.spec->name, n.ranks, n.spec->cpus));
+      }
+    }
+    return plan;
+  }
+
+ private:
+  // The allowed node indices for `agent` (all when not pinned), or why not.
+  std::optional<Infeasible> Allowed(const AgentConfig& agent, std::vector<bool>& allowed) {
+    allowed.assign(nodes_.size(), agent.nodes.empty());
+    for (const std::string& name : agent.nodes) {
+      auto it = index_of_.find(name);
+      if (it == index_of_.end()) {
+        return Infeasible{agent.name, fmt::format("{} is pinned to node '{}', which is not in the inventory ({}: {} nodes)",
+                                                  agent.name, name, inventory_.source, nodes_.size())};
+      }
+      allowed[it->second] = true;
+    }
+    return std::nullopt;
+  }
+
+  bool CpuFits(const NodeState& n, int ranks) const {
+    return inventory_.oversubscribe_cpus || n.cpus_free == kUnlimited || n.cpus_free >= ranks;
+  }
+  // The next free port block on `n`, or -1.
+  int NextBlock(const NodeState& n) const {
+    int b = n.next_block;
+    if (b == n.reserved_block) ++b;
+    return b < blocks_ ? b : -1;
+  }
+  bool Eligible(size_t n, const std::vector<bool>& allowed, int ranks) const {
+    const NodeState& s = nodes_[n];
+    return allowed[n] && !s.exclusive && CpuFits(s, ranks) && NextBlock(s) >= 0;
+  }
+
+  void TakeGpus(size_t n, std::uint64_t mask_per_domain_taken, size_t d) {
+    NodeState& s = nodes_[n];
+    DomainState& dom = s.domains[d];
+    const int before = dom.Free();
+    dom.free_mask &= ~mask_per_domain_taken;
+    index_.MoveDomain(n, d, before, dom.Free());
+    const int node_before = s.free_gpus;
+    s.free_gpus -= before - dom.Free();
+    index_.MoveNode(n, node_before, s.free_gpus);
+  }
+
+  // Lowest `count` free GPUs of a domain, as a mask.
+  static std::uint64_t LowestFree(std::uint64_t free_mask, int count) {
+    std::uint64_t out = 0;
+    for (int k = 0; k < count; ++k) {
+      std::uint64_t bit = free_mask & (~free_mask + 1);
+      out |= bit;
+      free_mask &= ~bit;
+    }
+    return out;
+  }
+
+  void AssignPorts(AgentPlan& out, const std::vector<size_t>& nodes) {
+    int block = 0;
+    for (bool again = true; again;) {
+      again = false;
+      for (size_t n : nodes) block = std::max(block, NextBlock(nodes_[n]));
+      for (size_t n : nodes) {
+        if (nodes_[n].reserved_block == block) {
+          ++block;
+          again = true;
+        }
+      }
+    }
+    for (size_t n : nodes) nodes_[n].next_block = block + 1;
+    const PortConfig& ports = config_.cluster.ports;
+    out.ports.node = nodes_[nodes.front()].spec->name;
+    out.ports.first = ports.first + block * ports.per_agent;
+    out.ports.last = out.ports.first + ports.per_agent - 1;
+    out.master_addr = out.ports.node;
+    out.master_port = out.ports.first;
+  }
+
+  void UseNode(size_t n, int ranks) {
+    NodeState& s = nodes_[n];
+    if (s.cpus_free != kUnlimited) s.cpus_free -= std::min(ranks, s.cpus_free);
+    s.ranks += ranks;
+    s.used = true;
+  }
+
+  std::optional<Infeasible> Place(const AgentConfig& agent, AgentPlan& out) {
+    std::vector<bool> allowed;
+    if (auto why = Allowed(agent, allowed)) return why;
+    int max_allowed_gpus = 0;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (allowed[n]) max_allowed_gpus = std::max(max_allowed_gpus, nodes_[n].spec->gpus);
+    }
+    if (agent.gpus == 0) return PlaceCpu(agent, allowed, out);
+    if (agent.gpus > max_allowed_gpus) return PlaceMultiNode(agent, allowed, out);
+    return PlaceSubNode(agent, allowed, out);
+  }
+
+  std::optional<Infeasible> PlaceCpu(const AgentConfig& agent, const std::vector<bool>& allowed, AgentPlan& out) {
+    // Best fit on free CPU slots; nodes without a CPU count come last.
+    size_t best = nodes_.size();
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (!Eligible(n, allowed, agent.ranks)) continue;
+      if (best == nodes_.size() || nodes_[n].cpus_free < nodes_[best].cpus_free) best = n;
+    }
+    if (best == nodes_.size()) return Shortage(agent, allowed, 0);
+    Placement p;
+    p.node = nodes_[best].spec->name;
+    for (int r = 0; r < agent.ranks; ++r) p.ranks.push_back(r);
+    out.placement.push_back(std::move(p));
+    UseNode(best, agent.ranks);
+    AssignPorts(out, {best});
+    return std::nullopt;
+  }
+
+  std::optional<Infeasible> PlaceSubNode(const AgentConfig& agent, const std::vector<bool>& allowed, AgentPlan& out) {
+    const int g = agent.gpus;
+    // 1. Best fit inside one NVLink domain.
+    for (int f = g; f <= index_.MaxFree(); ++f) {
+      for (std::int64_t key : index_.DomainsWithFree(f)) {
+        size_t n = FreeIndex::NodeOf(key);
+        if (!Eligible(n, allowed, agent.ranks)) continue;
+        size_t d = FreeIndex::DomainOf(key);
+        std::uint64_t take = LowestFree(nodes_[n].domains[d].free_mask, g);
+        TakeGpus(n, take, d);
+        FinishSingleNode(agent, n, {take}, out);
+        return std::nullopt;
+      }
+    }
+    // 2. No domain can hold it: best fit on one node, spanning as few domains
+    //    as possible (fullest-free domains first).
+    for (int f = g; f <= index_.MaxFree(); ++f) {
+      for (int n_int : index_.NodesWithFree(f)) {
+        size_t n = static_cast<size_t>(n_int);
+        if (!Eligible(n, allowed, agent.ranks)) continue;
+        std::vector<size_t> doms(nodes_[n].domains.size());
+        std::iota(doms.begin(), doms.end(), 0);
+        std::stable_sort(doms.begin(), doms.end(), [&](size_t a, size_t b) {
+          return nodes_[n].domains[a].Free() > nodes_[n].domains[b].Free();
+        });
+        std::uint64_t all = 0;
+        int left = g;
+        for (size_t d : doms) {
+          if (left == 0) break;
+          int k = std::min(left, nodes_[n].domains[d].Free());
+          std::uint64_t take = LowestFree(nodes_[n].domains[d].free_mask, k);
+          TakeGpus(n, take, d);
+          all |= take;
+          left -= k;
+        }
+        FinishSingleNode(agent, n, {all}, out);
+        return std::nullopt;
+      }
+    }
+    return Shortage(agent, allowed, g);
+  }
+
+  void FinishSingleNode(const AgentConfig& agent, size_t n, std::vector<std::uint64_t> masks, AgentPlan& out) {
+    Placement p;
+    p.node = nodes_[n].spec->name;
+    std::uint64_t mask = 0;
+    for (std::uint64_t m : masks) mask |= m;
+    for (int gpu = 0; gpu < 64; ++gpu) {
+      if (mask & (std::uint64_t{1} << gpu)) p.gpus.push_back(gpu);
+    }
+    for (int r = 0; r < agent.ranks; ++r) p.ranks.push_back(r);
+    out.placement.push_back(std::move(p));
+    UseNode(n, agent.ranks);
+    AssignPorts(out, {n});
+  }
+
+  std::optional<Infeasible> PlaceMultiNode(const AgentConfig& agent, const std::vector<bool>& allowed, AgentPlan& out) {
+    // Whole, untouched nodes, largest first, until the GPUs are covered.
+    std::vector<size_t> candidates;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      const NodeState& s = nodes_[n];
+      if (!allowed[n] || s.used || s.exclusive || s.spec->gpus == 0 || s.free_gpus != s.spec->gpus) continue;
+      if (NextBlock(s) < 0) continue;
+      candidates.push_back(n);
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](size_t a, size_t b) { return nodes_[a].spec->gpus > nodes_[b].spec->gpus; });
+    const int ranks_per_gpu = agent.ranks / agent.gpus;
+    std::vector<size_t> chosen;
+    int covered = 0;
+    for (size_t n : candidates) {
+      if (covered >= agent.gpus) break;
+      int here = std::min(nodes_[n].spec->gpus, agent.gpus - covered);
+      if (!CpuFits(nodes_[n], here * ranks_per_gpu)) continue;
+      chosen.push_back(n);
+      covered += here;
+    }
+    if (covered < agent.gpus) {
+      int free_gpus = 0;
+      for (size_t n : candidates) free_gpus += nodes_[n].spec->gpus;
+      return Infeasible{agent.name, fmt::format("{} needs {} GPUs on whole nodes; only {} whole free node(s) with {} GPUs "
+                                                "in all are left{}",
+                                                agent.name, agent.gpus, candidates.size(), free_gpus,
+                                                agent.nodes.empty() ? "" : " among its pinned nodes")};
+    }
+    int rank = 0;
+    covered = 0;
+    for (size_t n : chosen) {
+      NodeState& s = nodes_[n];
+      int here = std::min(s.spec->gpus, agent.gpus - covered);
+      covered += here;
+      Placement p;
+      p.node = s.spec->name;
+      int left = here;
+      for (size_t d = 0; d < s.domains.size() && left > 0; ++d) {
+        int k = std::min(left, s.domains[d].Free());
+        std::uint64_t take = LowestFree(s.domains[d].free_mask, k);
+        TakeGpus(n, take, d);
+        left -= k;
+      }
+      for (int gpu = 0; gpu < s.spec->gpus; ++gpu) {
+        bool taken = true;
+        for (const DomainState& dom : s.domains) {
+          if (dom.free_mask & (std::uint64_t{1} << gpu)) taken = false;
+        }
+        if (taken) p.gpus.push_back(gpu);
+      }
+      for (int r = 0; r < here * ranks_per_gpu; ++r) p.ranks.push_back(rank++);
+      UseNode(n, here * ranks_per_gpu);
+      s.exclusive = true;
+      out.placement.push_back(std::move(p));
+    }
+    AssignPorts(out, chosen);
+    return std::nullopt;
+  }
+
+  // Explains why no allowed node could take `agent` needing `gpus` GPUs.
+  Infeasible Shortage(const AgentConfig& agent, const std::vector<bool>& allowed, int gpus) const {
+    const std::string scope = agent.nodes.empty() ? "" : " among its pinned nodes";
+    int best_domain = -1, best_node_gpus = -1;
+    std::string domain_node, gpu_node;
+    bool gpu_fit_somewhere = false, cpu_short = false, port_short = false;
+    int best_cpus = -1;
+    std::string cpu_node;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      const NodeState& s = nodes_[n];
+      if (!allowed[n] || s.exclusive) continue;
+      for (const DomainState& d : s.domains) {
+        if (d.Free() > best_domain) {
+          best_domain = d.Free();
+          domain_node = s.spec->name;
+        }
+      }
+      if (s.free_gpus > best_node_gpus) {
+        best_node_gpus = s.free_gpus;
+        gpu_node = s.spec->name;
+      }
+      if (s.free_gpus >= gpus) {
+        gpu_fit_somewhere = true;
+        if (!CpuFits(s, agent.ranks)) cpu_short = true;
+        else if (NextBlock(s) < 0) port_short = true;
+      }
+      if (s.cpus_free != kUnlimited && s.cpus_free > best_cpus) {
+        best_cpus = s.cpus_free;
+        cpu_node = s.spec->name;
+      }
+    }
+    if (best_node_gpus < 0) {
+      return {agent.name, fmt::format("{} cannot be placed: every allowed node{} is held whole by a multi-node agent",
+                                      agent.name, scope)};
+    }
+    if (!gpu_fit_somewhere) {
+      int domain_size = 0;
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        if (!allowed[n]) continue;
+        for (const DomainState& d : nodes_[n].domains) domain_size = std::max(domain_size, d.size);
+      }
+      if (gpus <= domain_size) {
+        return {agent.name, fmt::format("{} needs {} GPUs in one NVLink domain; largest free block is {} on {}{}",
+                                        agent.name, gpus, best_domain, domain_node, scope)};
+      }
+      return {agent.name, fmt::format("{} needs {} GPUs on one node; largest free block is {} on {}{}", agent.name,
+                                      gpus, best_node_gpus, gpu_node, scope)};
+    }
+    if (cpu_short) {
+      return {agent.name, fmt::format("{} needs {} CPU slots on one node{}; the most free is {} on {}", agent.name,
+                                      agent.ranks, gpus > 0 ? fmt::format(" with {} free GPUs", gpus) : "",
+                                      best_cpus, cpu_node.empty() ? "-" : cpu_node)};
+    }
+    if (port_short) {
+      const PortConfig& p = config_.cluster.ports;
+      return {agent.name, fmt::format("{} needs a port block; ports {}-{} hold {} blocks of {} and they are all taken "
+                                      "on the nodes that could hold it{}; widen cluster.ports",
+                                      agent.name, p.first, p.last, blocks_, p.per_agent, scope)};
+    }
+    return {agent.name, fmt::format("{} cannot be placed{}", agent.name, scope)};
+  }
+
+  const Config& config_;
+  const Inventory& inventory_;
+  const PlanOptions& options_;
+  std::vector<NodeState> nodes_;
+  std::unordered_map<std::string, size_t> index_of_;
+  FreeIndex index_;
+  int blocks_ = 0;
+};
+
+}  // namespace
+
+PlanResult MakePlan(const Config& config, const Inventory& inventory, const PlanOptions& options) {
+  Planner planner(config, inventory, options);
+  return planner.Run();
+}
+
+}  // namespace agentrt

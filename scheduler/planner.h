@@ -1,0 +1,64 @@
+// The partition planner: Config + Inventory → Plan, or the reason it cannot be
+// done. A pure, deterministic function (same input, same plan).
+//
+// Guarantees (checked by tests/scheduler/planner_property_test.cc):
+//   - no (node, GPU) pair is given to two agents; no port twice on one node;
+//   - the bus port is never inside an agent's block;
+//   - an agent with at most a node's worth of GPUs stays on one node, and inside
+//     one NVLink domain whenever some domain can hold it when it is placed
+//     (agents are placed largest first, best fit, so fragmentation does not
+//     starve the big ones);
+//   - an agent needing more GPUs than any node has gets whole nodes, shared with
+//     no other agent;
+//   - CPU agents (gpus: 0) get ports and CPU slots (one per rank) but no GPUs;
+//     CPU counts are enforced unless the inventory allows oversubscription
+//     (local machine), in which case the plan carries a warning;
+//   - pinned agents (`nodes:`) are placed only on their nodes.
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include "scheduler/config.h"
+#include "scheduler/inventory.h"
+#include "scheduler/plan.h"
+
+namespace agentrt {
+
+struct PlanOptions {
+  // The actual run directory once the run controller has created it
+  // (`<run.dir>/<name>-<UTC timestamp>`); checkpoint dirs go under it. Empty:
+  // `<run.dir>/<run.name>/checkpoints/<agent>` (what `agentctl plan` shows).
+  std::string run_dir;
+};
+
+// Why no plan exists: the agent that could not be placed and what is short.
+struct Infeasible {
+  std::string agent;   // empty when the problem is not one agent's (e.g. no nodes)
+  std::string reason;  // "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02"
+};
+
+// PlanResult{plan | infeasible(reason)}.
+class PlanResult {
+ public:
+  PlanResult(Plan plan) : v_(std::move(plan)) {}              // NOLINT(google-explicit-constructor)
+  PlanResult(Infeasible why) : v_(std::move(why)) {}          // NOLINT(google-explicit-constructor)
+
+  bool feasible() const { return std::holds_alternative<Plan>(v_); }
+  const Plan& plan() const& { return std::get<Plan>(v_); }
+  Plan&& plan() && { return std::get<Plan>(std::move(v_)); }
+  const Infeasible& infeasible() const { return std::get<Infeasible>(v_); }
+
+  // The plan, or RESOURCE_EXHAUSTED with the reason.
+  Result<Plan> ToResult() &&;
+
+ private:
+  std::variant<Plan, Infeasible> v_;
+};
+
+PlanResult MakePlan(const Config& config, const Inventory& inventory, const PlanOptions& options = {});
+
+// The checkpoint directory of `agent` (see PlanOptions::run_dir).
+std::string CheckpointDir(const Config& config, const PlanOptions& options, const std::string& agent);
+
+}  // namespace agentrt

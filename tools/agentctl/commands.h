@@ -1,0 +1,36 @@
+// agentctl subcommands. Each lives in its own cmd_<name>.cc, which defines
+// `void agentctl::Register<Name>(CLI::App& app)`: it adds a subcommand to `app`
+// and sets a callback that does the work.
+//
+// Adding a subcommand is one line here — X(Name) — plus the new cmd_<name>.cc
+// (tools/agentctl/CMakeLists.txt globs *.cc). Callbacks report failure with
+// agentctl::Exit(code) or agentctl::Fail(status) (below); never call exit().
+#pragma once
+
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "common/status.h"
+
+#define AGENTCTL_COMMANDS(X) \
+  X(Validate)                \
+  X(Plan)
+
+namespace agentctl {
+
+#define AGENTCTL_DECLARE_REGISTER(name) void Register##name(CLI::App& app);
+AGENTCTL_COMMANDS(AGENTCTL_DECLARE_REGISTER)
+#undef AGENTCTL_DECLARE_REGISTER
+
+// Exit codes shared by every subcommand.
+inline constexpr int kExitError = 1;       // bad input, I/O error, ...
+inline constexpr int kExitInfeasible = 2;  // the plan cannot be made on this cluster
+
+// Ends the running subcommand with `code` (main returns it).
+[[noreturn]] inline void Exit(int code) { throw CLI::RuntimeError(code); }
+
+// Prints "agentctl <command>: <message>" to stderr and exits with `code`.
+[[noreturn]] void Fail(std::string_view command, const agentrt::Status& status, int code = kExitError);
+
+}  // namespace agentctl

@@ -1,0 +1,25 @@
+// agentctl — plan, run and inspect multi-agent RL training runs (DESIGN §1).
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "tools/agentctl/commands.h"
+
+namespace agentctl {
+
+void Fail(std::string_view command, const agentrt::Status& status, int code) {
+  std::fputs(fmt::format("agentctl {}: {}\n", command, status.message()).c_str(), stderr);
+  Exit(code);
+}
+
+}  // namespace agentctl
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentctl: plan, run and inspect multi-agent RL training runs"};
+  app.require_subcommand(1);
+#define AGENTCTL_REGISTER(name) agentctl::Register##name(app);
+  AGENTCTL_COMMANDS(AGENTCTL_REGISTER)
+#undef AGENTCTL_REGISTER
+  CLI11_PARSE(app, argc, argv);
+  return 0;
+}
