@@ -9,8 +9,10 @@
 //
 // Thread-safety: a Group is used by one thread at a time. Every call blocks
 // until the collective completes on this rank or `timeout` passes; a timed-out
-// collective leaves the Group unusable (the rank should exit non-zero so the
-// supervisor restarts the whole agent).
+// collective returns DeadlineExceeded naming the agent, rank and op, and leaves
+// the Group unusable (every later call fails with Aborted): the rank should
+// exit non-zero so the supervisor restarts the whole agent. All ranks must call
+// the same collectives in the same order with the same counts.
 #pragma once
 
 #include <chrono>
@@ -49,11 +51,13 @@ class Group {
   virtual Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op,
                            Timeout timeout = kDefaultCollectiveTimeout) = 0;
   // `send` holds size()*recv_count elements; rank r receives op over all ranks'
-  // block r (elements [r*recv_count, (r+1)*recv_count)) into `recv`.
+  // block r (elements [r*recv_count, (r+1)*recv_count)) into `recv`. `send`
+  // and `recv` must not overlap.
   virtual Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
                                ReduceOp op, Timeout timeout = kDefaultCollectiveTimeout) = 0;
   // Every rank contributes `send_count` elements; `recv` holds size()*send_count,
-  // rank r's block at [r*send_count, (r+1)*send_count).
+  // rank r's block at [r*send_count, (r+1)*send_count). In place when
+  // send == recv + rank()*send_count (each rank's block already holds its data).
   virtual Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                            Timeout timeout = kDefaultCollectiveTimeout) = 0;
   // In place: every rank ends with root's `buf[0..count)`.
@@ -70,6 +74,7 @@ struct GroupOptions {
   std::string agent;
   int rank = 0;
   int world_size = 1;
+  int local_rank = -1;          // LOCAL_RANK: picks this rank's GPU (nccl); -1: use rank
   bool has_gpus = false;        // CUDA_VISIBLE_DEVICES names at least one GPU
   std::string master_addr;      // MASTER_ADDR (NCCL rendezvous store)
   int master_port = 0;          // MASTER_PORT
@@ -77,7 +82,18 @@ struct GroupOptions {
 };
 
 // kAuto: GPUs -> nccl; CPU with world_size > 1 -> mpi; otherwise single.
+//
+// nccl: rank 0 creates the ncclUniqueId and serves it through a TcpStore bound
+// on master_port (every rank must be given the same master_addr:master_port,
+// this agent's own); the communicator is created non-blocking, and a
+// collective that exceeds its timeout is aborted with ncclCommAbort.
+// mpi: see agent_runtime/mpi_group.h (the ranks must be started by mpirun/srun).
+// Blocks until every rank has joined or init_timeout passes.
 Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options);
+
+// Parses "nccl", "mpi", "single" or "auto" (as written in agents.yaml).
+Result<GroupBackend> ParseGroupBackend(std::string_view name);
+std::string_view GroupBackendName(GroupBackend backend);
 
 // A one-rank group that needs no communication library.
 std::unique_ptr<Group> MakeSingleRankGroup(std::string agent = {});

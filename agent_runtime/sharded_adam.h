@@ -9,7 +9,8 @@
 // [shard_offset(), shard_offset() + shard_size()) of the unpadded buffer.
 //
 // Buffers live where the group says (host for mpi/single, device for nccl).
-// Not thread-safe; one instance per rank.
+// Errors of construction (out of memory) are returned by the first Step or
+// LoadState. Not thread-safe; one instance per rank.
 #pragma once
 
 #include <cstddef>
@@ -18,20 +19,11 @@
 #include <span>
 #include <vector>
 
+#include "agent_runtime/adamw.h"  // AdamWOptions
 #include "agent_runtime/group.h"
 #include "common/status.h"
 
 namespace agentrt {
-
-struct AdamWOptions {
-  float lr = 3e-4f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;   // decoupled (AdamW), applied as p -= lr * wd * p
-  float max_grad_norm = 0.0f;  // clip by global L2 norm; 0 disables clipping
-  bool average_grads = false;  // false: sum gradients over ranks; true: average
-};
 
 class ShardedAdam {
  public:
@@ -55,7 +47,8 @@ class ShardedAdam {
 
   // Optimizer state of this rank (step count, m, v of its shard) as bytes for
   // the checkpoint, and back. LoadState refuses a state saved with another
-  // world size or parameter count.
+  // world size, parameter count or rank. SaveState returns an empty vector
+  // when the state cannot be read (device error, failed construction).
   std::vector<uint8_t> SaveState() const;
   Status LoadState(std::span<const uint8_t> state);
 

@@ -1,0 +1,168 @@
+#include "agent_runtime/group.h"
+
+#include <cstring>
+
+#include "agent_runtime/group_internal.h"
+
+namespace agentrt {
+
+size_t DataTypeSize(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return 4;
+    case DataType::kBFloat16: return 2;
+    case DataType::kFloat16: return 2;
+    case DataType::kInt64: return 8;
+  }
+  return 0;
+}
+
+std::string_view DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return "float32";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat16: return "float16";
+    case DataType::kInt64: return "int64";
+  }
+  return "unknown";
+}
+
+std::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "unknown";
+}
+
+namespace internal {
+
+std::string GroupWhere(std::string_view agent, int rank, std::string_view backend) {
+  std::string s = "agent ";
+  s += agent.empty() ? std::string_view("<unnamed>") : agent;
+  s += " rank " + std::to_string(rank) + " (" + std::string(backend) + ")";
+  return s;
+}
+
+Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op) {
+  if (count > 0 && buf == nullptr) {
+    return InvalidArgument(std::string(op) + ": " + std::string(what) + " is null but count is " +
+                           std::to_string(count));
+  }
+  return Status::Ok();
+}
+
+Status CheckRoot(int root, int size, std::string_view op) {
+  if (root < 0 || root >= size) {
+    return InvalidArgument(std::string(op) + ": root " + std::to_string(root) +
+                           " is outside the group of " + std::to_string(size) + " ranks");
+  }
+  return Status::Ok();
+}
+
+}  // namespace internal
+
+namespace {
+
+// One rank: every collective is the identity (or a copy between buffers).
+class SingleRankGroup final : public Group {
+ public:
+  explicit SingleRankGroup(std::string agent) : agent_(std::move(agent)) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string_view backend() const override { return "single"; }
+  bool device_buffers() const override { return false; }
+
+  Status AllReduce(void* buf, size_t count, DataType, ReduceOp, Timeout) override {
+    return Where(internal::CheckBuffer(buf, count, "buffer", "allreduce"));
+  }
+  Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp,
+                       Timeout) override {
+    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(send, recv_count, "send", "reducescatter")));
+    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(recv, recv_count, "recv", "reducescatter")));
+    if (send != recv && recv_count > 0) std::memmove(recv, send, recv_count * DataTypeSize(type));
+    return Status::Ok();
+  }
+  Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
+                   Timeout) override {
+    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(send, send_count, "send", "allgather")));
+    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(recv, send_count, "recv", "allgather")));
+    if (send != recv && send_count > 0) std::memmove(recv, send, send_count * DataTypeSize(type));
+    return Status::Ok();
+  }
+  Status Broadcast(void* buf, size_t count, DataType, int root, Timeout) override {
+    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(buf, count, "buffer", "broadcast")));
+    return Where(internal::CheckRoot(root, 1, "broadcast"));
+  }
+  Status Barrier(Timeout) override { return Status::Ok(); }
+
+ private:
+  Status Where(Status s) const {
+    return s.ok() ? s : s.WithContext(internal::GroupWhere(agent_, 0, "single"));
+  }
+  std::string agent_;
+};
+
+}  // namespace
+
+Result<GroupBackend> ParseGroupBackend(std::string_view name) {
+  if (name == "auto" || name.empty()) return GroupBackend::kAuto;
+  if (name == "single") return GroupBackend::kSingle;
+  if (name == "mpi") return GroupBackend::kMpi;
+  if (name == "nccl") return GroupBackend::kNccl;
+  return InvalidArgument("unknown group backend '" + std::string(name) +
+                         "'; expected auto, nccl, mpi or single");
+}
+
+std::string_view GroupBackendName(GroupBackend backend) {
+  switch (backend) {
+    case GroupBackend::kAuto: return "auto";
+    case GroupBackend::kSingle: return "single";
+    case GroupBackend::kMpi: return "mpi";
+    case GroupBackend::kNccl: return "nccl";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<Group> MakeSingleRankGroup(std::string agent) {
+  return std::make_unique<SingleRankGroup>(std::move(agent));
+}
+
+Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options) {
+  GroupBackend backend = options.backend;
+  if (backend == GroupBackend::kAuto) {
+    if (options.has_gpus) {
+      backend = GroupBackend::kNccl;
+    } else if (options.world_size > 1) {
+      backend = GroupBackend::kMpi;
+    } else {
+      backend = GroupBackend::kSingle;
+    }
+  }
+  const std::string where = internal::GroupWhere(options.agent, options.rank, "group");
+  switch (backend) {
+    case GroupBackend::kSingle:
+      if (options.world_size != 1) {
+        return InvalidArgument(where + ": the single-rank backend was chosen but WORLD_SIZE is " +
+                               std::to_string(options.world_size) +
+                               "; use the mpi or nccl backend for more than one rank");
+      }
+      return MakeSingleRankGroup(options.agent);
+    case GroupBackend::kMpi:
+      return internal::MakeMpiGroup(options);
+    case GroupBackend::kNccl:
+#if defined(AGENTRT_HAVE_CUDA)
+      return internal::MakeNcclGroup(options);
+#else
+      return FailedPrecondition(where +
+                                ": the nccl backend was requested but agentrt was built without "
+                                "CUDA and NCCL; rebuild where /usr/local/cuda has nvcc and NCCL");
+#endif
+    case GroupBackend::kAuto:
+      break;
+  }
+  return Internal(where + ": unknown group backend");
+}
+
+}  // namespace agentrt

@@ -1,0 +1,26 @@
+// Pieces shared by the Group backends (not part of the public API): argument
+// checks that every backend applies the same way, and the backend factories.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "agent_runtime/group.h"
+#include "common/status.h"
+
+namespace agentrt::internal {
+
+// "agent predator-0 rank 1 (mpi)" — the prefix of every Group error message.
+std::string GroupWhere(std::string_view agent, int rank, std::string_view backend);
+
+// Checks a collective's buffers and root: non-null when count > 0, a valid root.
+Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op);
+Status CheckRoot(int root, int size, std::string_view op);
+
+// Defined in mpi_group.cc. Initialises MPI (once per process) on first use.
+Result<std::unique_ptr<Group>> MakeMpiGroup(const GroupOptions& options);
+// Defined in cuda/nccl_group.cc; only when built with CUDA and NCCL.
+Result<std::unique_ptr<Group>> MakeNcclGroup(const GroupOptions& options);
+
+}  // namespace agentrt::internal

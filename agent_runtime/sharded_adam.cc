@@ -1,0 +1,236 @@
+#include "agent_runtime/sharded_adam.h"
+
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "agent_runtime/sharded_adam_ops.h"
+
+namespace agentrt {
+namespace internal {
+namespace {
+
+class HostShardOps final : public ShardOps {
+ public:
+  Result<float*> Alloc(size_t n) override {
+    if (n == 0) return static_cast<float*>(nullptr);
+    auto* p = new (std::nothrow) float[n]();
+    if (p == nullptr) {
+      return ResourceExhausted("ShardedAdam: cannot allocate " + std::to_string(n * sizeof(float)) +
+                               " bytes of host memory");
+    }
+    return p;
+  }
+  void Free(float* p) override { delete[] p; }
+  Status Copy(float* dst, const float* src, size_t n) override {
+    if (n > 0 && dst != src) std::memmove(dst, src, n * sizeof(float));
+    return Status::Ok();
+  }
+  Status ToHost(void* dst, const float* src, size_t n) override { return Copy(static_cast<float*>(dst), src, n); }
+  Status FromHost(float* dst, const void* src, size_t n) override {
+    return Copy(dst, static_cast<const float*>(src), n);
+  }
+  Result<double> SquaredNorm(const float* x, size_t n) override { return agentrt::SquaredNorm(x, n); }
+  Status Update(float* params, const float* grads, float* m, float* v, size_t n,
+                const AdamWScalars& s) override {
+    AdamWUpdate(params, grads, m, v, n, s);
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ShardOps> MakeHostShardOps() { return std::make_unique<HostShardOps>(); }
+
+}  // namespace internal
+
+namespace {
+
+constexpr char kStateMagic[8] = {'A', 'G', 'S', 'A', 'D', 'A', 'M', '1'};
+
+// The fixed-size head of a saved state; m and v of the shard follow it.
+struct StateHeader {
+  char magic[8];
+  uint32_t version;
+  int32_t world_size;
+  int32_t rank;
+  int32_t reserved;
+  uint64_t num_params;
+  uint64_t shard_offset;
+  uint64_t shard_size;
+  int64_t step;
+};
+
+}  // namespace
+
+struct ShardedAdam::Impl {
+  Group& group;
+  AdamWOptions options;
+  std::unique_ptr<internal::ShardOps> ops;
+  size_t num_params = 0;
+  size_t block = 0;        // padded shard length: ceil(num_params / N)
+  size_t offset = 0;       // this rank's first parameter
+  size_t size = 0;         // this rank's parameter count (block, or less on the last ranks)
+  int64_t step = 0;
+  float* m = nullptr;      // size elements
+  float* v = nullptr;      // size elements
+  float* shard_grad = nullptr;  // block elements: this rank's reduced gradients
+  float* padded = nullptr;      // N * block elements, only when num_params % N != 0
+  Status init_status;
+
+  Impl(Group& g, size_t n, AdamWOptions o) : group(g), options(o), num_params(n) {}
+  ~Impl() {
+    for (float* p : {m, v, shard_grad, padded}) {
+      if (p != nullptr) ops->Free(p);
+    }
+  }
+
+  std::string Where() const {
+    return "ShardedAdam (rank " + std::to_string(group.rank()) + " of " +
+           std::to_string(group.size()) + ", " + std::string(group.backend()) + ")";
+  }
+
+  Status Init() {
+    if (group.device_buffers()) {
+#if defined(AGENTRT_HAVE_CUDA)
+      ops = internal::MakeCudaShardOps();
+#else
+      return FailedPrecondition(Where() + ": the group uses device buffers but agentrt was built without CUDA");
+#endif
+    } else {
+      ops = internal::MakeHostShardOps();
+    }
+    const size_t world = static_cast<size_t>(group.size());
+    const size_t r = static_cast<size_t>(group.rank());
+    block = (num_params + world - 1) / world;
+    offset = r * block < num_params ? r * block : num_params;
+    size = offset + block <= num_params ? block : num_params - offset;
+    AGENTRT_ASSIGN_OR_RETURN(m, ops->Alloc(size));
+    AGENTRT_ASSIGN_OR_RETURN(v, ops->Alloc(size));
+    AGENTRT_ASSIGN_OR_RETURN(shard_grad, ops->Alloc(block));
+    if (block * world != num_params) {
+      AGENTRT_ASSIGN_OR_RETURN(padded, ops->Alloc(block * world));
+    }
+    return Status::Ok();
+  }
+
+  Status Step(float* params, float* grads, float* grad_norm) {
+    if (num_params == 0) return Status::Ok();
+    const size_t world = static_cast<size_t>(group.size());
+    const size_t r = static_cast<size_t>(group.rank());
+    // 1. Reduce-scatter (sum) the gradients; uneven sizes go through a zero-padded copy.
+    const float* rs_send = grads;
+    if (padded != nullptr) {
+      AGENTRT_RETURN_IF_ERROR(ops->Copy(padded, grads, num_params));
+      rs_send = padded;
+    }
+    AGENTRT_RETURN_IF_ERROR(
+        group.ReduceScatter(rs_send, shard_grad, block, DataType::kFloat32, ReduceOp::kSum));
+    // 2. Global gradient norm from the shards' squared norms.
+    AGENTRT_ASSIGN_OR_RETURN(const double local_sq, ops->SquaredNorm(shard_grad, size));
+    float total_sq = static_cast<float>(local_sq);
+    AGENTRT_RETURN_IF_ERROR(group.AllReduce(&total_sq, 1, DataType::kFloat32, ReduceOp::kSum));
+    const float avg = options.average_grads ? 1.0f / static_cast<float>(world) : 1.0f;
+    const float norm = std::sqrt(total_sq) * avg;
+    if (grad_norm != nullptr) *grad_norm = norm;
+    // 3. AdamW on this rank's shard.
+    ++step;
+    const AdamWScalars s =
+        MakeAdamWScalars(options, step, avg * ClipScale(options.max_grad_norm, norm));
+    AGENTRT_RETURN_IF_ERROR(ops->Update(params + offset, shard_grad, m, v, size, s));
+    // 4. All-gather the updated parameters (in place: each rank's block is its own shard).
+    if (padded == nullptr) {
+      return group.AllGather(params + offset, params, block, DataType::kFloat32);
+    }
+    float* mine = padded + r * block;
+    AGENTRT_RETURN_IF_ERROR(ops->Copy(mine, params + offset, size));
+    AGENTRT_RETURN_IF_ERROR(group.AllGather(mine, padded, block, DataType::kFloat32));
+    return ops->Copy(params, padded, num_params);
+  }
+};
+
+ShardedAdam::ShardedAdam(Group& group, size_t num_params, AdamWOptions options)
+    : impl_(std::make_unique<Impl>(group, num_params, options)) {
+  impl_->init_status = impl_->Init();
+}
+
+ShardedAdam::~ShardedAdam() = default;
+
+Status ShardedAdam::Step(float* params, float* grads, float* grad_norm) {
+  if (!impl_->init_status.ok()) return impl_->init_status;
+  Status s = impl_->Step(params, grads, grad_norm);
+  return s.ok() ? s : s.WithContext(impl_->Where() + " step " + std::to_string(impl_->step));
+}
+
+size_t ShardedAdam::num_params() const { return impl_->num_params; }
+size_t ShardedAdam::shard_offset() const { return impl_->offset; }
+size_t ShardedAdam::shard_size() const { return impl_->size; }
+int64_t ShardedAdam::step_count() const { return impl_->step; }
+size_t ShardedAdam::state_bytes() const { return 2 * impl_->size * sizeof(float); }
+AdamWOptions& ShardedAdam::options() { return impl_->options; }
+
+std::vector<uint8_t> ShardedAdam::SaveState() const {
+  const Impl& d = *impl_;
+  StateHeader h{};
+  std::memcpy(h.magic, kStateMagic, sizeof(h.magic));
+  h.version = 1;
+  h.world_size = d.group.size();
+  h.rank = d.group.rank();
+  h.num_params = d.num_params;
+  h.shard_offset = d.offset;
+  h.shard_size = d.size;
+  h.step = d.step;
+  const size_t vec_bytes = d.size * sizeof(float);
+  std::vector<uint8_t> out(sizeof(h) + 2 * vec_bytes);
+  std::memcpy(out.data(), &h, sizeof(h));
+  if (!d.init_status.ok()) return {};
+  if (d.size > 0) {
+    // A state that cannot be read back from the device is not saved at all: an
+    // empty result, which LoadState rejects, rather than zeros that look valid.
+    if (!d.ops->ToHost(out.data() + sizeof(h), d.m, d.size).ok() ||
+        !d.ops->ToHost(out.data() + sizeof(h) + vec_bytes, d.v, d.size).ok()) {
+      return {};
+    }
+  }
+  return out;
+}
+
+Status ShardedAdam::LoadState(std::span<const uint8_t> state) {
+  Impl& d = *impl_;
+  if (!d.init_status.ok()) return d.init_status;
+  const std::string where = d.Where() + ": LoadState";
+  StateHeader h{};
+  if (state.size() < sizeof(h)) {
+    return DataLoss(where + ": state is " + std::to_string(state.size()) +
+                    " bytes, shorter than its header (" + std::to_string(sizeof(h)) + ")");
+  }
+  std::memcpy(&h, state.data(), sizeof(h));
+  if (std::memcmp(h.magic, kStateMagic, sizeof(h.magic)) != 0 || h.version != 1) {
+    return DataLoss(where + ": not a ShardedAdam state (bad magic or version)");
+  }
+  if (h.world_size != d.group.size() || h.num_params != d.num_params) {
+    return FailedPrecondition(where + ": state was saved with world size " +
+                              std::to_string(h.world_size) + " and " + std::to_string(h.num_params) +
+                              " parameters; this optimizer has world size " +
+                              std::to_string(d.group.size()) + " and " +
+                              std::to_string(d.num_params) + " parameters");
+  }
+  if (h.rank != d.group.rank() || h.shard_offset != d.offset || h.shard_size != d.size) {
+    return FailedPrecondition(where + ": state belongs to rank " + std::to_string(h.rank) +
+                              ", not rank " + std::to_string(d.group.rank()));
+  }
+  const size_t vec_bytes = d.size * sizeof(float);
+  if (state.size() != sizeof(h) + 2 * vec_bytes) {
+    return DataLoss(where + ": state is " + std::to_string(state.size()) + " bytes, expected " +
+                    std::to_string(sizeof(h) + 2 * vec_bytes));
+  }
+  if (d.size > 0) {
+    AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.m, state.data() + sizeof(h), d.size));
+    AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.v, state.data() + sizeof(h) + vec_bytes, d.size));
+  }
+  d.step = h.step;
+  return Status::Ok();
+}
+
+}  // namespace agentrt

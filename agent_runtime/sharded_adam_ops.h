@@ -1,0 +1,36 @@
+// The memory and math ShardedAdam needs, for host or device buffers (not part
+// of the public API). The host version lives in sharded_adam.cc; the CUDA one in
+// cuda/sharded_adam_cuda.cu (built only with CUDA). No CUDA types appear here.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "agent_runtime/adamw.h"
+#include "common/status.h"
+
+namespace agentrt::internal {
+
+class ShardOps {
+ public:
+  virtual ~ShardOps() = default;
+  // Zero-filled buffer of n floats, or a Status naming the size that failed.
+  virtual Result<float*> Alloc(size_t n) = 0;
+  virtual void Free(float* p) = 0;
+  // Copies between buffers of this kind (regions may overlap).
+  virtual Status Copy(float* dst, const float* src, size_t n) = 0;
+  // Copies between this kind of memory and the host.
+  virtual Status ToHost(void* host_dst, const float* src, size_t n) = 0;
+  virtual Status FromHost(float* dst, const void* host_src, size_t n) = 0;
+  virtual Result<double> SquaredNorm(const float* x, size_t n) = 0;
+  // Runs AdamW on n elements and returns once they are updated.
+  virtual Status Update(float* params, const float* grads, float* m, float* v, size_t n,
+                        const AdamWScalars& s) = 0;
+};
+
+std::unique_ptr<ShardOps> MakeHostShardOps();
+#if defined(AGENTRT_HAVE_CUDA)
+std::unique_ptr<ShardOps> MakeCudaShardOps();
+#endif
+
+}  // namespace agentrt::internal

