@@ -1,0 +1,49 @@
+// `agentctl array-task`: what runs as each rank of a job-array task (see
+// slurm/sbatch_writer.h). It finds the agent in RUN_DIR/plan.json, builds the
+// agent process contract (DESIGN §4) from the plan and from what SLURM set for
+// this rank, then execs the agent's command.
+//
+// From the plan: AGENTRT_AGENT(_INDEX), MASTER_PORT, AGENTRT_PORTS,
+// AGENTRT_CKPT_DIR, the agent's env, its command. From SLURM: RANK
+// (SLURM_PROCID), WORLD_SIZE (SLURM_NTASKS), LOCAL_RANK (SLURM_LOCALID),
+// LOCAL_WORLD_SIZE (SLURM_TASKS_PER_NODE at SLURM_NODEID), MASTER_ADDR (first
+// host of SLURM_JOB_NODELIST), CUDA_VISIBLE_DEVICES (as SLURM's GRES binding
+// set it; empty for a CPU agent), AGENTRT_RESTART_COUNT (SLURM_RESTART_COUNT).
+// From the run directory: AGENTRT_BUS (bus.address), AGENTRT_TOKEN_FILE
+// (secrets/<agent>.token). There is no run controller in array mode, so
+// AGENTRT_TELEMETRY is not set.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "scheduler/plan.h"
+
+namespace agentrt::slurm {
+
+// Reads one variable of the rank's environment (tests pass a map).
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// `SLURM_TASKS_PER_NODE` ("2(x3),1") expanded to one count per node.
+Result<std::vector<int>> ParseTasksPerNode(const std::string& text);
+
+// The variables to set for this rank (added to or replacing the inherited
+// environment). `bus_address` is the content of RUN_DIR/bus.address.
+// Errors name the missing or malformed SLURM variable, or a task count that
+// differs from the plan's ranks.
+Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan, const AgentPlan& agent,
+                                                                 const std::string& run_dir,
+                                                                 const std::string& bus_address,
+                                                                 const EnvLookup& env);
+
+// Reads the plan and bus address from `run_dir`, sets the environment, and
+// execs the agent's command (argv[0] looked up in PATH, with the directory of
+// `self_path` — where agentctl and agent-worker live — put first). Returns
+// only on error.
+Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name, const std::string& self_path);
+
+}  // namespace agentrt::slurm

@@ -1,0 +1,95 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "slurm/array_task.h"
+#include "tests/slurm/test_plans.h"
+
+using namespace agentrt;
+using namespace agentrt::slurm;
+using agentrt::slurm::testing::AddAgent;
+
+namespace {
+
+EnvLookup MapLookup(const std::map<std::string, std::string>& vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+}
+
+std::map<std::string, std::string> SlurmRank(int procid, int ntasks, const std::string& per_node,
+                                             const std::string& nodelist) {
+  return {{"SLURM_PROCID", std::to_string(procid)}, {"SLURM_NTASKS", std::to_string(ntasks)},
+          {"SLURM_LOCALID", std::to_string(procid % 2)}, {"SLURM_NODEID", std::to_string(procid / 2)},
+          {"SLURM_TASKS_PER_NODE", per_node}, {"SLURM_JOB_NODELIST", nodelist},
+          {"CUDA_VISIBLE_DEVICES", "4,5"}};
+}
+
+}  // namespace
+
+TEST_CASE("SLURM_TASKS_PER_NODE expands to one count per node") {
+  CHECK(ParseTasksPerNode("2").value() == std::vector<int>{2});
+  CHECK(ParseTasksPerNode("2(x3),1").value() == std::vector<int>{2, 2, 2, 1});
+  CHECK_FALSE(ParseTasksPerNode("").ok());
+  CHECK_FALSE(ParseTasksPerNode("2(3)").ok());
+  CHECK_FALSE(ParseTasksPerNode("x").ok());
+}
+
+TEST_CASE("an array task's rank gets the agent contract from the plan and from SLURM") {
+  Plan plan;
+  plan.run = "pp";
+  AddAgent(plan, "prey-0", 2, 4, "planned-node", 20032, "/runs/pp");
+  plan.agents[0].env = {{"PYTHONUNBUFFERED", "1"}, {"RANK", "overridden"}};
+  auto vars = SlurmRank(3, 4, "2(x2)", "gpu[07-08]");
+  vars["SLURM_RESTART_COUNT"] = "1";
+  auto env = ArrayTaskEnvironment(plan, plan.agents[0], "/runs/pp", "gpu09:41234", MapLookup(vars));
+  REQUIRE(env.ok());
+  const auto& e = *env;
+  CHECK(e.at("AGENTRT_AGENT") == "prey-0");
+  CHECK(e.at("AGENTRT_AGENT_INDEX") == "0");
+  CHECK(e.at("AGENTRT_RUN_DIR") == "/runs/pp");
+  CHECK(e.at("RANK") == "3");
+  CHECK(e.at("WORLD_SIZE") == "4");
+  CHECK(e.at("LOCAL_RANK") == "1");
+  CHECK(e.at("LOCAL_WORLD_SIZE") == "2");
+  CHECK(e.at("MASTER_ADDR") == "gpu07");  // where SLURM put it, not the planned node
+  CHECK(e.at("MASTER_PORT") == "20032");
+  CHECK(e.at("AGENTRT_PORTS") == "20032-20047");
+  CHECK(e.at("AGENTRT_CKPT_DIR") == "/runs/pp/checkpoints/prey-0");
+  CHECK(e.at("AGENTRT_BUS") == "gpu09:41234");
+  CHECK(e.at("AGENTRT_TOKEN_FILE") == "/runs/pp/secrets/prey-0.token");
+  CHECK(e.at("AGENTRT_RESTART_COUNT") == "1");
+  CHECK(e.at("CUDA_VISIBLE_DEVICES") == "4,5");
+  CHECK(e.at("PYTHONUNBUFFERED") == "1");
+  CHECK(e.count("AGENTRT_TELEMETRY") == 0);
+}
+
+TEST_CASE("a CPU agent's rank sees no GPU") {
+  Plan plan;
+  AddAgent(plan, "cpu", 0, 1, "n", 20016, "/r");
+  auto env = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(SlurmRank(0, 1, "1", "n1")));
+  REQUIRE(env.ok());
+  CHECK(env->at("CUDA_VISIBLE_DEVICES").empty());
+  CHECK(env->at("AGENTRT_RESTART_COUNT") == "0");
+}
+
+TEST_CASE("array-task errors name what SLURM did not provide") {
+  Plan plan;
+  AddAgent(plan, "g", 2, 2, "n", 20016, "/r");
+  auto no_procid = SlurmRank(0, 2, "2", "n1");
+  no_procid.erase("SLURM_PROCID");
+  auto e1 = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(no_procid));
+  REQUIRE_FALSE(e1.ok());
+  CHECK_THAT(e1.status().message(), Catch::Contains("SLURM_PROCID"));
+
+  auto e2 = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(SlurmRank(0, 3, "3", "n1")));
+  REQUIRE_FALSE(e2.ok());
+  CHECK_THAT(e2.status().message(), Catch::Contains("3 tasks"));
+
+  auto no_gpu = SlurmRank(0, 2, "2", "n1");
+  no_gpu.erase("CUDA_VISIBLE_DEVICES");
+  auto e3 = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(no_gpu));
+  REQUIRE_FALSE(e3.ok());
+  CHECK_THAT(e3.status().message(), Catch::Contains("CUDA_VISIBLE_DEVICES"));
+}
