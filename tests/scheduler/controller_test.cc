@@ -1,0 +1,352 @@
+// The supervision state machine (scheduler/run_controller.h), driven by a fake
+// launch backend and a fake clock: every transition of DESIGN §9 without a
+// process or a sleep.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "scheduler/run_controller.h"
+#include "scheduler/run_dir.h"
+#include "scheduler/status.h"
+
+namespace agentrt {
+namespace {
+
+class FakeClock final : public Clock {
+ public:
+  double NowSeconds() override { return now; }
+  double now = 1000.0;
+};
+
+class FakeBackend final : public LaunchBackend {
+ public:
+  Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
+    launches.push_back(agent);
+    if (fail_next_launch) {
+      Status s = *fail_next_launch;
+      fail_next_launch.reset();
+      return s;
+    }
+    LaunchedAgent out;
+    out.process_group = next_pid;
+    out.master_port = agent.master_port;
+    for (const auto& r : agent.ranks) {
+      const pid_t pid = agent.use_mpirun ? next_pid : next_pid + r.rank;
+      out.ranks.push_back({r.rank, pid, r.node});
+      live[agent.name].insert(pid);
+    }
+    next_pid += 100;
+    return out;
+  }
+  Status Signal(const std::string& agent, int sig) override {
+    signals.push_back({agent, sig});
+    return Status::Ok();
+  }
+  std::vector<AgentProcessExit> PollExits() override {
+    std::vector<AgentProcessExit> out;
+    std::swap(out, exits);
+    return out;
+  }
+  // Makes `pid` of `agent` exit as if reaped.
+  void Exit(const std::string& agent, int rank, pid_t pid, int code, int sig = 0) {
+    live[agent].erase(pid);
+    exits.push_back({agent, rank, pid, code, sig});
+  }
+  // Every process of the agent dies (what SIGKILL of the group does).
+  void KillAll(const std::string& agent, int sig = SIGKILL) {
+    for (pid_t pid : live[agent]) exits.push_back({agent, -1, pid, 0, sig});
+    live[agent].clear();
+  }
+  int SignalsTo(const std::string& agent, int sig) const {
+    int n = 0;
+    for (const auto& [a, s] : signals) n += (a == agent && s == sig);
+    return n;
+  }
+
+  std::vector<AgentLaunch> launches;
+  std::vector<std::pair<std::string, int>> signals;
+  std::vector<AgentProcessExit> exits;
+  std::map<std::string, std::set<pid_t>> live;
+  std::optional<Status> fail_next_launch;
+  pid_t next_pid = 1000;
+};
+
+SupervisedAgent MakeAgent(const std::string& name, int ranks, int max_restarts = 2) {
+  SupervisedAgent a;
+  a.launch.name = name;
+  for (int r = 0; r < ranks; ++r) a.launch.ranks.push_back({r, r, ranks, "localhost", {}});
+  a.launch.command = {"agent"};
+  a.launch.master_port = 20000;
+  a.launch.log_dir = "/run/logs/" + name;
+  a.restart.max_restarts = max_restarts;
+  a.restart.backoff_s = 2;
+  a.restart.heartbeat_timeout_s = 100;
+  a.restart.grace_s = 3;
+  return a;
+}
+
+TelemetryMessage Heartbeat(const std::string& agent, int rank, int restart_count = 0, int64_t step = -1) {
+  TelemetryMessage m;
+  m.type = TelemetryType::kHeartbeat;
+  m.agent = agent;
+  m.rank = rank;
+  m.restart_count = restart_count;
+  m.step = step;
+  return m;
+}
+
+struct Fixture {
+  FakeClock clock;
+  FakeBackend backend;
+  std::unique_ptr<RunController> rc;
+  void Make(std::vector<SupervisedAgent> agents) {
+    rc = std::make_unique<RunController>("test", "/run", std::move(agents), &backend, &clock);
+    rc->Start();
+  }
+  const AgentStatus& A(const std::string& name) { return *rc->status().FindAgent(name); }
+};
+
+}  // namespace
+
+TEST_CASE("controller launches every agent and reports them running") {
+  Fixture f;
+  f.Make({MakeAgent("a", 2), MakeAgent("b", 1)});
+  REQUIRE(f.backend.launches.size() == 2);
+  CHECK(f.backend.launches[0].restart_count == 0);
+  CHECK(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("a").ranks.size() == 2);
+  CHECK(f.A("a").ranks[1].pid == 1001);
+  CHECK(f.rc->status().state == RunState::kRunning);
+  CHECK_FALSE(f.rc->Finished());
+}
+
+TEST_CASE("an agent whose ranks all exit 0 has succeeded, and so has the run") {
+  Fixture f;
+  f.Make({MakeAgent("a", 2)});
+  f.backend.Exit("a", 0, 1000, 0);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kRunning);  // rank 1 still runs
+  f.backend.Exit("a", 1, 1001, 0);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kSucceeded);
+  CHECK(f.rc->Finished());
+  CHECK(f.rc->status().state == RunState::kSucceeded);
+  CHECK(f.rc->ExitCode() == 0);
+  CHECK(f.rc->Summary().empty());
+}
+
+TEST_CASE("a killed rank tears the whole group down, and it restarts after the backoff with restart count 1") {
+  Fixture f;
+  f.Make({MakeAgent("a", 2), MakeAgent("b", 2)});
+  f.backend.Exit("a", 1, 1001, 0, SIGKILL);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kRestarting);
+  CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
+  CHECK(f.backend.SignalsTo("a", SIGCONT) == 1);
+  CHECK(f.A("a").ranks[1].exit_code == -SIGKILL);
+  CHECK(f.A("a").reason.find("rank 1 (pid 1001) was killed by signal 9") != std::string::npos);
+  // Rank 0 ignores SIGTERM: after grace_s comes SIGKILL.
+  f.clock.now += 2.9;
+  f.rc->Tick();
+  CHECK(f.backend.SignalsTo("a", SIGKILL) == 0);
+  f.clock.now += 0.2;
+  f.rc->Tick();
+  CHECK(f.backend.SignalsTo("a", SIGKILL) == 1);
+  f.backend.KillAll("a");
+  f.rc->Tick();
+  CHECK(f.backend.launches.size() == 2);  // not yet: backoff
+  f.clock.now += 2.1;
+  f.rc->Tick();
+  REQUIRE(f.backend.launches.size() == 3);
+  CHECK(f.backend.launches[2].name == "a");
+  CHECK(f.backend.launches[2].restart_count == 1);
+  CHECK(f.A("a").restarts == 1);
+  CHECK(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("a").ranks[0].exit_code == std::nullopt);
+  // The other agent was never touched.
+  CHECK(f.backend.SignalsTo("b", SIGTERM) == 0);
+  CHECK(f.backend.SignalsTo("b", SIGKILL) == 0);
+  CHECK(f.A("b").ranks[0].pid == 1100);
+  CHECK(f.A("b").restarts == 0);
+}
+
+TEST_CASE("a rank that stops heartbeating is declared dead after heartbeat_timeout_s") {
+  Fixture f;
+  auto agent = MakeAgent("a", 2);
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  for (int t = 0; t < 4; ++t) {
+    f.clock.now += 2;
+    f.rc->OnTelemetry(Heartbeat("a", 0));  // rank 1 stays silent after launch
+    f.rc->Tick();
+    if (t < 2) CHECK(f.A("a").state == AgentState::kRunning);
+  }
+  CHECK(f.A("a").state == AgentState::kRestarting);
+  CHECK(f.A("a").reason.find("rank 1 sent no heartbeat") != std::string::npos);
+  CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
+}
+
+TEST_CASE("heartbeats from an earlier incarnation do not keep a new one alive") {
+  Fixture f;
+  auto agent = MakeAgent("a", 1);
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  f.backend.Exit("a", 0, 1000, 1);
+  f.rc->Tick();
+  f.clock.now += 2.5;
+  f.rc->Tick();
+  REQUIRE(f.A("a").restarts == 1);
+  for (int t = 0; t < 6; ++t) {
+    f.clock.now += 1;
+    f.rc->OnTelemetry(Heartbeat("a", 0, /*restart_count=*/0));
+    f.rc->Tick();
+  }
+  CHECK(f.A("a").state == AgentState::kRestarting);
+}
+
+TEST_CASE("an agent that always fails ends failed after max_restarts and the run exits non-zero") {
+  Fixture f;
+  f.Make({MakeAgent("bad", 1, /*max_restarts=*/2), MakeAgent("good", 1)});
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    REQUIRE(f.backend.live["bad"].size() == 1);
+    const pid_t pid = *f.backend.live["bad"].begin();
+    f.backend.Exit("bad", 0, pid, 3);
+    f.rc->Tick();
+    f.clock.now += 2.5;
+    f.rc->Tick();
+  }
+  CHECK(f.A("bad").state == AgentState::kFailed);
+  CHECK(f.A("bad").restarts == 2);
+  CHECK(f.A("good").state == AgentState::kRunning);
+  CHECK_FALSE(f.rc->Finished());
+  f.backend.Exit("good", 0, *f.backend.live["good"].begin(), 0);
+  f.rc->Tick();
+  CHECK(f.rc->Finished());
+  CHECK(f.rc->status().state == RunState::kFailed);
+  CHECK(f.rc->ExitCode() != 0);
+  const std::string summary = f.rc->Summary();
+  CHECK(summary.find("agent bad failed after 2 restarts") != std::string::npos);
+  CHECK(summary.find("exited with code 3") != std::string::npos);
+  CHECK(summary.find("/run/logs/bad/rank0.log") != std::string::npos);
+}
+
+TEST_CASE("a launch error that cannot go away fails the agent at once") {
+  Fixture f;
+  f.backend.fail_next_launch = NotFound("program 'nope' not found");
+  f.Make({MakeAgent("a", 1)});
+  CHECK(f.A("a").state == AgentState::kFailed);
+  CHECK(f.A("a").reason.find("nope") != std::string::npos);
+  CHECK(f.rc->Finished());
+}
+
+TEST_CASE("mpirun standing for all ranks: its exit ends every rank, and a rank's hello gives its pid") {
+  Fixture f;
+  auto a = MakeAgent("m", 2);
+  a.launch.use_mpirun = true;
+  f.Make({a});
+  CHECK(f.A("m").ranks[0].pid == 1000);
+  CHECK(f.A("m").ranks[1].pid == 1000);
+  auto hello = Heartbeat("m", 1);
+  hello.type = TelemetryType::kHello;
+  hello.pid = 4242;
+  f.rc->OnTelemetry(hello);
+  CHECK(f.A("m").ranks[1].pid == 4242);
+  f.backend.Exit("m", -1, 1000, 0);
+  f.rc->Tick();
+  CHECK(f.A("m").state == AgentState::kSucceeded);
+  CHECK(f.A("m").ranks[0].exit_code == 0);
+  CHECK(f.A("m").ranks[1].exit_code == 0);
+}
+
+TEST_CASE("telemetry updates step, metrics, steps/s and the last checkpoint step") {
+  Fixture f;
+  f.Make({MakeAgent("a", 1)});
+  f.rc->OnTelemetry(Heartbeat("a", 0, 0, 100));
+  f.clock.now += 4;
+  auto m = Heartbeat("a", 0, 0, 500);
+  m.type = TelemetryType::kMetrics;
+  m.metrics = {{"loss", 0.5}, {"return", 12}};
+  f.rc->OnTelemetry(m);
+  CHECK(f.A("a").step == 500);
+  CHECK(f.A("a").steps_per_s == Approx(100.0));
+  CHECK(f.A("a").metrics["loss"] == 0.5);
+  auto c = Heartbeat("a", 0, 0, 500);
+  c.type = TelemetryType::kCheckpoint;
+  c.checkpoint_step = 400;
+  const auto v = f.rc->state_version();
+  f.rc->OnTelemetry(c);
+  CHECK(f.A("a").last_checkpoint_step == 400);
+  CHECK(f.rc->state_version() > v);
+}
+
+TEST_CASE("a stop request sends SIGTERM, then SIGKILL after the grace, and ends the run stopped") {
+  Fixture f;
+  f.Make({MakeAgent("a", 1), MakeAgent("b", 1)});
+  f.backend.Exit("b", 0, 1100, 1);  // b is in backoff when the stop comes
+  f.rc->Tick();
+  f.rc->RequestStop("SIGINT");
+  CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
+  CHECK(f.A("b").state == AgentState::kStopped);
+  CHECK_FALSE(f.rc->Finished());
+  f.clock.now += 3.5;
+  f.rc->Tick();
+  CHECK(f.backend.SignalsTo("a", SIGKILL) == 1);
+  f.backend.KillAll("a");
+  f.clock.now += 10;
+  f.rc->Tick();
+  CHECK(f.backend.launches.size() == 2);  // nothing restarted
+  CHECK(f.A("a").state == AgentState::kStopped);
+  CHECK(f.rc->Finished());
+  CHECK(f.rc->status().state == RunState::kStopped);
+  CHECK(f.rc->ExitCode() != 0);
+}
+
+TEST_CASE("status.json round-trips through its JSON shape") {
+  RunStatus s;
+  s.run = "demo";
+  s.state = RunState::kFailed;
+  AgentStatus a;
+  a.name = "predator-0";
+  a.state = AgentState::kRestarting;
+  a.restarts = 2;
+  a.ranks = {{0, 11, "localhost", std::nullopt}, {1, 12, "localhost", -9}};
+  a.last_checkpoint_step = 40;
+  a.metrics = {{"loss", 1.5}};
+  s.agents.push_back(a);
+  const auto j = RunStatusToJson(s);
+  CHECK(j["agents"][0]["ranks"][0]["exit_code"].is_null());
+  CHECK(j["agents"][0]["ranks"][1]["exit_code"] == -9);
+  CHECK(j["agents"][0]["state"] == "restarting");
+  auto back = RunStatusFromJson(nlohmann::json::parse(j.dump()));
+  REQUIRE(back.ok());
+  CHECK(back->state == RunState::kFailed);
+  CHECK(back->agents[0].ranks[1].exit_code == -9);
+  CHECK(back->agents[0].last_checkpoint_step == 40);
+  CHECK(RenderStatusTable(*back).find("predator-0") != std::string::npos);
+}
+
+TEST_CASE("the run directory is named <name>-<UTC timestamp> and keeps its secrets 0600 in a 0700 folder") {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / ("agentrt-rundir-" + std::to_string(::getpid()));
+  const auto t = std::chrono::system_clock::from_time_t(1764464671);  // 2025-11-30 01:04:31 UTC
+  auto dir = RunDir::Create(base.string(), "demo", t);
+  REQUIRE(dir.ok());
+  CHECK(fs::path(dir->path()).filename() == "demo-20251130T010431Z");
+  auto second = RunDir::Create(base.string(), "demo", t);
+  REQUIRE(second.ok());
+  CHECK(second->path() != dir->path());
+  CHECK((fs::status(dir->SecretsDir()).permissions() & fs::perms::all) == fs::perms::owner_all);
+  auto secret = dir->CreateSecret();
+  REQUIRE(secret.ok());
+  CHECK(secret->size() == 32);
+  CHECK((fs::status(dir->SecretPath()).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+  CHECK_FALSE(RunDir::Create(base.string(), "../evil", t).ok());
+  fs::remove_all(base);
+}
+
+}  // namespace agentrt

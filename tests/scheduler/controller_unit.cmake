@@ -1,0 +1,13 @@
+# Run controller: the supervision state machine with a fake backend and a fake
+# clock (no sleeps), the status.json model, the run directory, and the local
+# backend's real fork/exec path (process groups, environment, port probing).
+agentrt_test(NAME scheduler_controller_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/controller_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
+agentrt_test(NAME scheduler_local_backend_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/controller_local_backend_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
