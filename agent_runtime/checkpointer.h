@@ -1,0 +1,259 @@
+// agentrt::Checkpointer — wall-clock, sharded, atomic, asynchronous checkpoints
+// with verified resume (DESIGN §8, issue 4).
+//
+// Layout under the agent's checkpoint directory (AGENTRT_CKPT_DIR), all 0700/0600:
+//
+//   step-<N>/rank-<r>.shard     rank r's bytes: its entries back to back
+//   step-<N>/rank-<r>.json      rank r's "shard is durable" record: size, crc32c, entries
+//   step-<N>/manifest.json      the commit point, written last by rank 0:
+//     {"format": 1, "step": N, "time": <unix s>, "world_size": W, "agent": "...",
+//      "shards": [{"rank", "file", "bytes", "crc32c",
+//                  "entries": [{"name", "dtype", "shape", "offset", "bytes"}]}],
+//      "metadata": {...user JSON, e.g. bus offsets...}}
+//
+// Save protocol (every rank, on a background writer thread):
+//   1. write rank-<r>.shard.tmp, fsync, rename to rank-<r>.shard;
+//   2. write rank-<r>.json.tmp, fsync, rename, fsync the step directory;
+//   3. barrier (optional hook), then rank 0 waits until every rank's record exists
+//      (all shards are durable), writes manifest.json.tmp, fsyncs it, renames it into
+//      place and fsyncs the step directory and the checkpoint directory;
+//   4. rank 0 deletes committed checkpoints beyond keep_last (only after a newer
+//      commit) and abandoned uncommitted ones older than this commit.
+// A crash at any moment leaves either a committed checkpoint (manifest present and
+// every checksum right) or debris that Restore() ignores and removes.
+//
+// Ranks must share the checkpoint directory (one node, or a shared file system);
+// that is how rank 0 learns that the other shards are durable without a collective
+// on the writer thread.
+//
+// Triggers: the wall clock (interval_s since the last save started, through an
+// injected Clock), RequestSave() (called on SIGUSR2/SIGTERM by Runtime, or by
+// anything else), and explicit Save/SaveAsync calls. The training loop asks
+// SaveDue() at a convenient point and then saves its state; a trigger that fires
+// while a save is in progress is absorbed by that save (not doubled).
+//
+// Thread-safety: SaveAsync/Save/Wait/Restore are called from one thread (the
+// training loop). RequestSave(), SaveDue() and the counters may be called from
+// any thread. RequestSave() only touches atomics.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent_runtime/clock.h"
+#include "common/status.h"
+
+namespace agentrt {
+
+struct CheckpointOptions {
+  std::string dir;            // the agent's checkpoint directory; created 0700 if missing
+  std::string agent;          // for messages ("agent predator-0 rank 1: ...")
+  int rank = 0;
+  int world_size = 1;
+  double interval_s = 1800;   // wall-clock cadence; <= 0 disables the timer trigger
+  int keep_last = 3;          // committed checkpoints kept (>= 1)
+  // Restore() of a checkpoint written by a different world size fails unless set;
+  // then the caller re-shards using LoadShard() for any saved rank.
+  bool allow_resharding = false;
+  // Restore() checks every rank's shard checksum (so all ranks agree on the step),
+  // not only this rank's.
+  bool verify_all_shards = true;
+  // Optional collective barrier, called by every rank after its shard is durable
+  // and before rank 0 commits, and by Restore() after rank 0's cleanup. It runs
+  // on the writer thread: it must be safe to call concurrently with the training
+  // loop's collectives (e.g. a dedicated communicator), or be left empty.
+  std::function<Status()> barrier;
+  // How long rank 0 waits for the other ranks' shards before the save fails.
+  std::chrono::milliseconds commit_timeout = std::chrono::minutes(10);
+  size_t io_chunk_bytes = 16u << 20;
+  // Called on rank 0's writer thread after each commit (e.g. telemetry to the
+  // controller, which records last_checkpoint_step).
+  std::function<void(int64_t step)> on_commit;
+};
+
+// What one rank saves: views of the caller's memory, copied when the save starts.
+// Entry names are labels inside the manifest, never paths.
+class CheckpointState {
+ public:
+  // Copies `bytes` from host memory at `data` at snapshot time.
+  void AddBytes(std::string name, const void* data, size_t bytes);
+  // A named array: `shape` of elements of `element_bytes` each, tagged `dtype`
+  // ("float32", "int64", ...). Host memory.
+  void AddArray(std::string name, const void* data, std::string dtype, std::vector<int64_t> shape,
+                size_t element_bytes);
+  // Memory the checkpointer cannot read directly (GPU tensors): `copy_to_host(dst)`
+  // fills `bytes` bytes of host memory at dst (e.g. cudaMemcpy) at snapshot time.
+  void AddCustom(std::string name, size_t bytes, std::string dtype, std::vector<int64_t> shape,
+                 std::function<Status(void* dst)> copy_to_host);
+
+  // User metadata stored in the manifest (e.g. bus offsets, RNG seeds).
+  nlohmann::json metadata = nlohmann::json::object();
+
+  struct Entry {
+    std::string name;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    size_t bytes = 0;
+    const void* data = nullptr;                    // host memory, or
+    std::function<Status(void* dst)> copy_to_host;  // a copier
+  };
+  const std::vector<Entry>& entries() const { return entries_; }
+  size_t total_bytes() const;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+struct ShardEntry {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// One rank's restored bytes. Owns its memory.
+class ShardData {
+ public:
+  int rank() const { return rank_; }
+  const std::vector<ShardEntry>& entries() const { return entries_; }
+  // The bytes of entry `name`; empty when there is no such entry.
+  std::span<const std::byte> Bytes(std::string_view name) const;
+  // Copies entry `name` into dst, which holds exactly `bytes` bytes; the error
+  // names the entry and both sizes when they differ.
+  Status CopyTo(std::string_view name, void* dst, size_t bytes) const;
+  size_t size() const { return size_; }
+
+  // Replaces the contents with `size` uninitialised bytes described by `entries`
+  // and returns where to put them (for the Checkpointer and storage code).
+  std::byte* Allocate(int rank, std::vector<ShardEntry> entries, size_t size);
+
+ private:
+  int rank_ = 0;
+  std::vector<ShardEntry> entries_;
+  std::unique_ptr<std::byte[]> data_;
+  size_t size_ = 0;
+};
+
+// A checkpoint that Restore() passed over, and why.
+struct CorruptCheckpoint {
+  int64_t step = -1;
+  std::string file;    // path of the offending file
+  std::string reason;  // "checksum mismatch: manifest says 0x..., file has 0x..."
+};
+
+// The outcome of Restore():
+//   kRestored  `step` verified and loaded (possibly after skipping newer corrupt ones,
+//              listed in `skipped`: the fallback case);
+//   kFresh     no committed checkpoint exists: start from scratch;
+//   kCorrupt   committed checkpoints exist but none verifies (see `skipped`).
+struct RestoreResult {
+  enum class Kind { kRestored, kFresh, kCorrupt };
+  Kind kind = Kind::kFresh;
+  int64_t step = -1;
+  double time = 0;                  // when it was saved, Unix seconds
+  int world_size = 0;               // the saving run's world size
+  nlohmann::json metadata;          // user metadata of the restored checkpoint
+  ShardData shard;                  // this rank's shard (kRestored, rank < world_size)
+  std::vector<CorruptCheckpoint> skipped;
+
+  bool restored() const { return kind == Kind::kRestored; }
+  // One line for logs: "restored step 40 from DIR (skipped step 50: FILE: reason)".
+  std::string Describe() const;
+};
+
+struct CheckpointStats {
+  uint64_t saves_started = 0;
+  uint64_t saves_committed = 0;    // rank 0: manifests written; others: shards durable
+  uint64_t triggers_absorbed = 0;  // triggers that fired during a save in progress
+  double last_snapshot_s = 0;      // how long the training loop was blocked
+  double last_write_s = 0;         // background write + commit time
+};
+
+class Checkpointer {
+ public:
+  // Creates the directory (0700) if needed. `clock` must outlive the Checkpointer.
+  static Result<std::unique_ptr<Checkpointer>> Create(CheckpointOptions options,
+                                                      const Clock* clock = SteadyClock());
+  // Waits for a save in progress.
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Finds the newest checkpoint whose manifest and checksums verify and loads this
+  // rank's shard. Rank 0 first removes debris of crashed saves (tmp files,
+  // uncommitted step directories). Collective when a barrier is set. Fails (rather
+  // than returning kCorrupt) only when the world size changed without
+  // allow_resharding, or on an I/O error of the directory itself.
+  Result<RestoreResult> Restore();
+
+  // Loads and verifies the shard of any `rank` of a committed step (re-sharding).
+  Result<ShardData> LoadShard(int64_t step, int rank);
+
+  // Asks for a save at the training loop's next SaveDue() check. Async-signal-safe.
+  void RequestSave();
+  // True when a save was requested or interval_s passed since the last save
+  // started (or since Create), and no save is in progress.
+  bool SaveDue() const;
+
+  // Snapshots `state` into host memory now (blocking only for the copy), then
+  // writes and commits it on a background thread. Waits first for a previous
+  // save still in progress. Saving a step that is already committed is a no-op.
+  Status SaveAsync(int64_t step, const CheckpointState& state);
+  // SaveAsync + Wait.
+  Status Save(int64_t step, const CheckpointState& state);
+  // Waits for the save in progress (if any) and returns how it ended.
+  Status Wait();
+
+  bool saving() const { return saving_.load(); }
+  // The newest step this rank knows committed (rank 0) / durable (others); -1 if none.
+  int64_t last_saved_step() const { return last_saved_step_.load(); }
+  CheckpointStats stats() const;
+  const CheckpointOptions& options() const { return options_; }
+
+ private:
+  Checkpointer(CheckpointOptions options, const Clock* clock, int dir_fd);
+  Status WriteAndCommit(int64_t step, nlohmann::json metadata, std::vector<ShardEntry> entries,
+                        size_t bytes);
+  Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
+  void Prune(int64_t committed_step);
+  Status CleanDebris();
+  std::string Where() const;  // "agent X rank R: "
+
+  CheckpointOptions options_;
+  const Clock* clock_;
+  int dir_fd_;
+
+  std::unique_ptr<std::byte[]> snapshot_;
+  size_t snapshot_capacity_ = 0;
+
+  std::thread writer_;
+  std::atomic<bool> saving_{false};
+  std::atomic<bool> requested_{false};
+  std::atomic<Clock::TimePoint::rep> last_start_;
+  std::atomic<int64_t> last_saved_step_{-1};
+  Status writer_status_;
+
+  mutable std::mutex stats_mu_;
+  CheckpointStats stats_;
+  std::atomic<uint64_t> absorbed_{0};
+};
+
+// Joins `relative` under `root`, refusing anything that could leave it: an empty
+// or absolute path, a ".." component, or an existing symlink along the way that
+// resolves outside `root`. Used for agent names and any user-chosen sub-path.
+Result<std::string> ConfinedPath(const std::string& root, std::string_view relative);
+
+}  // namespace agentrt

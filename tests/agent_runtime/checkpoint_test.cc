@@ -1,0 +1,456 @@
+#include "agent_runtime/checkpointer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <barrier>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "agent_runtime/crc.h"
+
+namespace agentrt {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "agentrt-ckpt-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+CheckpointOptions Options(const std::string& dir, int rank = 0, int world = 1) {
+  CheckpointOptions o;
+  o.dir = dir;
+  o.agent = "learner-0";
+  o.rank = rank;
+  o.world_size = world;
+  o.interval_s = 60;
+  o.keep_last = 3;
+  return o;
+}
+
+std::unique_ptr<Checkpointer> Make(CheckpointOptions o, const Clock* clock = SteadyClock()) {
+  auto c = Checkpointer::Create(std::move(o), clock);
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+std::vector<float> Weights(int64_t step, size_t n = 1000) {
+  std::vector<float> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>(step) + static_cast<float>(i) * 0.5f;
+  return w;
+}
+
+void SaveStep(Checkpointer& c, int64_t step) {
+  auto w = Weights(step);
+  CheckpointState s;
+  s.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  s.AddBytes("step", &step, sizeof step);
+  s.metadata = {{"bus_offsets", {{"sightings", step * 10}}}};
+  REQUIRE(c.Save(step, s).ok());
+}
+
+void CheckStep(const RestoreResult& r, int64_t step) {
+  REQUIRE(r.restored());
+  CHECK(r.step == step);
+  auto w = Weights(step);
+  std::vector<float> got(w.size());
+  REQUIRE(r.shard.CopyTo("weights", got.data(), got.size() * sizeof(float)).ok());
+  CHECK(got == w);
+  CHECK(r.metadata["bus_offsets"]["sightings"] == step * 10);
+}
+
+void FlipByte(const std::string& path, size_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(f.good());
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+TEST_CASE("crc32c matches the standard check value on both code paths") {
+  const char* text = "123456789";
+  CHECK(Crc32c(0, text, 9) == 0xE3069283u);
+  CHECK(Crc32cPortable(0, text, 9) == 0xE3069283u);
+  std::vector<unsigned char> data(100003);
+  std::mt19937 rng(7);
+  for (auto& b : data) b = static_cast<unsigned char>(rng());
+  uint32_t whole = Crc32c(0, data.data(), data.size());
+  CHECK(Crc32cPortable(0, data.data(), data.size()) == whole);
+  uint32_t chained = Crc32c(0, data.data(), 4097);
+  chained = Crc32c(chained, data.data() + 4097, data.size() - 4097);
+  CHECK(chained == whole);
+}
+
+TEST_CASE("a saved checkpoint restores its named arrays and metadata") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  auto fresh = c->Restore();
+  REQUIRE(fresh.ok());
+  CHECK(fresh->kind == RestoreResult::Kind::kFresh);
+  SaveStep(*c, 7);
+  CHECK(c->last_saved_step() == 7);
+
+  auto c2 = Make(Options(dir.path));
+  auto r = c2->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 7);
+  CHECK(r->world_size == 1);
+  const auto& e = r->shard.entries();
+  REQUIRE(e.size() == 2);
+  CHECK(e[0].name == "weights");
+  CHECK(e[0].dtype == "float32");
+  CHECK(e[0].shape == std::vector<int64_t>{1000});
+  CHECK(r->shard.Bytes("missing").empty());
+  CHECK_FALSE(r->shard.CopyTo("weights", nullptr, 3).ok());
+
+  // Layout: step-<N>/rank-0.shard + manifest; directories 0700, files 0600.
+  CHECK(fs::exists(dir.path + "/step-7/manifest.json"));
+  CHECK(fs::exists(dir.path + "/step-7/rank-0.shard"));
+  struct stat st;
+  REQUIRE(::stat((dir.path + "/step-7").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  REQUIRE(::stat((dir.path + "/step-7/rank-0.shard").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("the checkpoint directory is created 0700 with its parents") {
+  TempDir dir;
+  std::string nested = dir.path + "/checkpoints/predator-0";
+  auto c = Make(Options(nested));
+  struct stat st;
+  REQUIRE(::stat(nested.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+}
+
+TEST_CASE("an async save snapshots the state: later changes do not leak into it") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  auto w = Weights(3);
+  int64_t step = 3;
+  CheckpointState s;
+  s.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  s.metadata = {{"bus_offsets", {{"sightings", 30}}}};
+  REQUIRE(c->SaveAsync(step, s).ok());
+  std::fill(w.begin(), w.end(), -1.0f);  // the training loop moves on at once
+  REQUIRE(c->Wait().ok());
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 3);
+}
+
+TEST_CASE("state copied by a custom copier (device memory) is saved") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  std::vector<int64_t> device(16, 42);
+  CheckpointState s;
+  s.AddCustom("gpu_tensor", device.size() * sizeof(int64_t), "int64", {16}, [&](void* dst) {
+    std::memcpy(dst, device.data(), device.size() * sizeof(int64_t));
+    return Status::Ok();
+  });
+  REQUIRE(c->Save(1, s).ok());
+  CheckpointState bad;
+  bad.AddCustom("broken", 8, "int64", {1}, [](void*) { return Internal("cudaMemcpy failed"); });
+  Status st = c->Save(2, bad);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("broken") != std::string::npos);
+  CHECK(st.message().find("cudaMemcpy failed") != std::string::npos);
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  REQUIRE(r->restored());
+  CHECK(r->step == 1);
+  std::vector<int64_t> got(16);
+  REQUIRE(r->shard.CopyTo("gpu_tensor", got.data(), got.size() * sizeof(int64_t)).ok());
+  CHECK(got == device);
+}
+
+TEST_CASE("a flipped byte in a shard is detected, named, and the previous checkpoint is used") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  SaveStep(*c, 10);
+  SaveStep(*c, 20);
+  FlipByte(dir.path + "/step-20/rank-0.shard", 123);
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 10);
+  REQUIRE(r->skipped.size() == 1);
+  CHECK(r->skipped[0].step == 20);
+  CHECK(r->skipped[0].file == dir.path + "/step-20/rank-0.shard");
+  CHECK(r->skipped[0].reason.find("checksum mismatch") != std::string::npos);
+  CHECK(r->Describe().find("skipped step 20") != std::string::npos);
+}
+
+TEST_CASE("a truncated manifest or shard is detected, named, and the previous checkpoint is used") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  SaveStep(*c, 1);
+  SaveStep(*c, 2);
+  SaveStep(*c, 3);
+  fs::resize_file(dir.path + "/step-3/manifest.json", 40);
+  fs::resize_file(dir.path + "/step-2/rank-0.shard", 100);
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 1);
+  REQUIRE(r->skipped.size() == 2);
+  CHECK(r->skipped[0].file == dir.path + "/step-3/manifest.json");
+  CHECK(r->skipped[0].reason.find("JSON") != std::string::npos);
+  CHECK(r->skipped[1].file == dir.path + "/step-2/rank-0.shard");
+  CHECK(r->skipped[1].reason.find("size is 100 bytes") != std::string::npos);
+}
+
+TEST_CASE("when every committed checkpoint is corrupt the result says so rather than fresh") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  SaveStep(*c, 5);
+  FlipByte(dir.path + "/step-5/rank-0.shard", 0);
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  CHECK(r->kind == RestoreResult::Kind::kCorrupt);
+  CHECK(r->skipped.size() == 1);
+}
+
+TEST_CASE("the wall-clock trigger follows the injected clock, not the step count") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path);
+  o.interval_s = 60;
+  auto c = Make(o, &clock);
+  CHECK_FALSE(c->SaveDue());
+  clock.Advance(seconds(59));
+  CHECK_FALSE(c->SaveDue());
+  clock.Advance(seconds(1));
+  CHECK(c->SaveDue());
+  SaveStep(*c, 1);
+  CHECK_FALSE(c->SaveDue());  // the interval restarts when a save starts
+  clock.Advance(seconds(30));
+  CHECK_FALSE(c->SaveDue());
+  c->RequestSave();  // SIGUSR2 or a stop request
+  CHECK(c->SaveDue());
+  SaveStep(*c, 2);
+  CHECK_FALSE(c->SaveDue());
+  clock.Advance(seconds(60));
+  CHECK(c->SaveDue());
+}
+
+TEST_CASE("a trigger firing while a save is in progress is absorbed, not doubled") {
+  TempDir dir;
+  ManualClock clock;
+  auto o = Options(dir.path);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  o.barrier = [released] {  // holds the writer thread mid-save
+    released.wait();
+    return Status::Ok();
+  };
+  auto c = Make(o, &clock);
+  auto w = Weights(1);
+  CheckpointState s;
+  s.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  clock.Advance(seconds(61));
+  REQUIRE(c->SaveDue());
+  REQUIRE(c->SaveAsync(1, s).ok());
+  CHECK(c->saving());
+  clock.Advance(seconds(61));  // the next wall-clock trigger fires during the save
+  c->RequestSave();            // and so does a signal
+  CHECK_FALSE(c->SaveDue());
+  release.set_value();
+  REQUIRE(c->Wait().ok());
+  CHECK(c->stats().triggers_absorbed == 1);
+  CHECK(c->stats().saves_started == 1);
+  CHECK(c->stats().saves_committed == 1);
+  // The interval counts from the start of that save: 61 s have passed since.
+  CHECK(c->SaveDue());
+}
+
+TEST_CASE("keep_last keeps the newest committed checkpoints and removes older ones") {
+  TempDir dir;
+  auto o = Options(dir.path);
+  o.keep_last = 2;
+  auto c = Make(o);
+  for (int64_t s = 1; s <= 5; ++s) SaveStep(*c, s);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"step-4", "step-5"});
+}
+
+TEST_CASE("debris of a crashed save is cleaned on start and never restored") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  SaveStep(*c, 4);
+  fs::create_directories(dir.path + "/step-9");
+  std::ofstream(dir.path + "/step-9/rank-0.shard.tmp") << "half";
+  std::ofstream(dir.path + "/step-4/manifest.json.tmp") << "half";
+  std::ofstream(dir.path + "/notes.txt") << "the user's own file";
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 4);
+  CHECK(r->skipped.empty());
+  CHECK_FALSE(fs::exists(dir.path + "/step-9"));
+  CHECK_FALSE(fs::exists(dir.path + "/step-4/manifest.json.tmp"));
+  CHECK(fs::exists(dir.path + "/notes.txt"));
+}
+
+TEST_CASE("saving a step that is already committed is a no-op") {
+  TempDir dir;
+  auto c = Make(Options(dir.path));
+  SaveStep(*c, 6);
+  auto before = fs::last_write_time(dir.path + "/step-6/manifest.json");
+  SaveStep(*c, 6);
+  CHECK(fs::last_write_time(dir.path + "/step-6/manifest.json") == before);
+  CHECK(c->stats().saves_started == 1);
+}
+
+TEST_CASE("a world-size change is refused unless re-sharding is opted in") {
+  TempDir dir;
+  {
+    auto c = Make(Options(dir.path));
+    SaveStep(*c, 8);
+  }
+  auto r = Make(Options(dir.path, 0, 2))->Restore();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(r.status().message().find("saved by 1 ranks but this run has 2") != std::string::npos);
+
+  auto o = Options(dir.path, 1, 2);
+  o.allow_resharding = true;
+  auto c = Make(o);
+  auto r2 = c->Restore();
+  REQUIRE(r2.ok());
+  REQUIRE(r2->restored());
+  CHECK(r2->world_size == 1);
+  CHECK(r2->shard.entries().empty());  // rank 1 has no saved shard of its own
+  auto shard0 = c->LoadShard(8, 0);
+  REQUIRE(shard0.ok());
+  CHECK(shard0->Bytes("weights").size() == 1000 * sizeof(float));
+  CHECK_FALSE(c->LoadShard(8, 1).ok());
+}
+
+TEST_CASE("several ranks commit one checkpoint only after every shard is durable") {
+  TempDir dir;
+  constexpr int kWorld = 3;
+  for (bool use_barrier : {false, true}) {
+    std::string root = dir.path + (use_barrier ? "/with-barrier" : "/file-wait");
+    std::barrier<> sync(kWorld);
+    std::vector<std::thread> ranks;
+    std::vector<Status> results(kWorld);
+    for (int r = 0; r < kWorld; ++r) {
+      ranks.emplace_back([&, r] {
+        auto o = Options(root, r, kWorld);
+        if (use_barrier) o.barrier = [&sync] { sync.arrive_and_wait(); return Status::Ok(); };
+        auto c = Checkpointer::Create(o);
+        if (!c.ok()) {
+          results[r] = c.status();
+          return;
+        }
+        std::vector<int32_t> shard(100 + r * 10, r);
+        CheckpointState s;
+        s.AddArray("part", shard.data(), "int32", {static_cast<int64_t>(shard.size())}, 4);
+        if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a slow rank
+        results[r] = (*c)->Save(11, s);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (const auto& s : results) REQUIRE(s.ok());
+    for (int r = 0; r < kWorld; ++r) {
+      auto c = Make(Options(root, r, kWorld));
+      auto restored = c->Restore();
+      REQUIRE(restored.ok());
+      REQUIRE(restored->restored());
+      CHECK(restored->step == 11);
+      auto part = restored->shard.Bytes("part");
+      REQUIRE(part.size() == (100 + r * 10) * sizeof(int32_t));
+      int32_t first;
+      std::memcpy(&first, part.data(), 4);
+      CHECK(first == r);
+    }
+  }
+}
+
+TEST_CASE("rank 0 does not commit when another rank's shard never becomes durable") {
+  TempDir dir;
+  auto o = Options(dir.path, 0, 2);
+  o.commit_timeout = std::chrono::milliseconds(200);
+  auto c = Make(o);
+  auto w = Weights(1);
+  CheckpointState s;
+  s.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  Status st = c->Save(1, s);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == StatusCode::kDeadlineExceeded);
+  CHECK(st.message().find("rank 1") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.path + "/step-1/manifest.json"));
+}
+
+TEST_CASE("paths stay confined to the agent's directory") {
+  TempDir dir;
+  auto ok = ConfinedPath(dir.path, "predator-0");
+  REQUIRE(ok.ok());
+  CHECK(*ok == dir.path + "/predator-0");
+  CHECK(ConfinedPath(dir.path, "a/b").ok());
+  for (const char* bad : {"../other", "/etc", "a/../../b", "..", ""}) {
+    auto r = ConfinedPath(dir.path, bad);
+    CHECK_FALSE(r.ok());
+  }
+  fs::create_directories(dir.path + "/outside");
+  fs::create_directories(dir.path + "/root");
+  fs::create_directory_symlink(dir.path + "/outside", dir.path + "/root/escape");
+  auto sym = ConfinedPath(dir.path + "/root", "escape/x");
+  REQUIRE_FALSE(sym.ok());
+  CHECK(sym.status().message().find("symlink") != std::string::npos);
+}
+
+TEST_CASE("a symlinked step directory or a manifest naming another file is refused") {
+  TempDir dir;
+  std::string root = dir.path + "/ckpt";
+  auto c = Make(Options(root));
+  SaveStep(*c, 1);
+  SaveStep(*c, 2);
+  // A step directory that is a symlink to elsewhere is never followed.
+  fs::create_directories(dir.path + "/elsewhere");
+  fs::copy(root + "/step-2", dir.path + "/elsewhere/step-3");
+  fs::create_directory_symlink(dir.path + "/elsewhere/step-3", root + "/step-3");
+  // A manifest whose shard file points outside its directory is corrupt.
+  std::string manifest_path = root + "/step-2/manifest.json";
+  std::ifstream in(manifest_path);
+  nlohmann::json m = nlohmann::json::parse(in);
+  in.close();
+  m["shards"][0]["file"] = "../../elsewhere/step-3/rank-0.shard";
+  std::ofstream(manifest_path) << m.dump();
+
+  auto r = Make(Options(root))->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 1);
+  REQUIRE(r->skipped.size() == 2);
+  CHECK(r->skipped[0].step == 3);
+  CHECK(r->skipped[0].reason.find("symlink") != std::string::npos);
+  CHECK(r->skipped[1].step == 2);
+  CHECK(r->skipped[1].reason.find("\"file\" must be \"rank-0.shard\"") != std::string::npos);
+  CHECK(fs::exists(dir.path + "/elsewhere/step-3/rank-0.shard"));  // cleanup did not follow it
+}
+
+}  // namespace
+}  // namespace agentrt

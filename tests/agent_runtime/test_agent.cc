@@ -1,0 +1,166 @@
+// agentrt-test-agent: a tiny agent for integration tests of the run controller.
+//
+// It builds a Runtime from the environment (DESIGN §4), heartbeats, counts steps,
+// reports metrics, checkpoints its step counter and resumes from its latest
+// checkpoint ("resumed from step N" on stdout). Exit behaviour:
+//   --steps N         run N steps in all (counting resumed ones), then exit --exit-code (default 0)
+//   --forever         never stop by itself (until SIGTERM/SIGINT)
+//   --fail-at-step K  exit with --exit-code right after step K (default code 1 then)
+//   --exit-code C     the exit code used by --steps / --fail-at-step
+// On SIGTERM/SIGINT it stops; with checkpointing on (--ckpt-interval-s > 0) the final
+// step is checkpointed before any clean exit. A stop exits 0.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent_runtime/runtime.h"
+
+extern char** environ;
+
+namespace {
+
+void DumpEnvironment(const std::string& dir, const agentrt::Assignment& a, int argc, char** argv) {
+  nlohmann::json env = nlohmann::json::object();
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  nlohmann::json args = nlohmann::json::array();
+  for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
+  nlohmann::json out = {{"agent", a.agent}, {"rank", a.rank}, {"pid", ::getpid()},
+                        {"env", env},       {"argv", args}};
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/" + a.agent + ".rank" + std::to_string(a.rank) + ".json";
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << out.dump(1) << "\n";
+  }
+  std::filesystem::rename(tmp, path);  // readers never see half a file
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentrt-test-agent: counts steps, heartbeats, checkpoints, resumes"};
+  int64_t steps = 100;
+  bool forever = false;
+  int64_t fail_at_step = -1;
+  int exit_code = -1;
+  int step_ms = 10;
+  double ckpt_interval_s = 0;
+  int keep_last = 3;
+  size_t state_bytes = 4096;
+  int heartbeat_ms = 1000;
+  std::string dump_env;
+  app.add_option("--steps", steps, "total steps, then exit");
+  app.add_flag("--forever", forever, "never stop by itself");
+  app.add_option("--fail-at-step", fail_at_step, "exit with --exit-code after this step");
+  app.add_option("--exit-code", exit_code, "exit code for --steps/--fail-at-step");
+  app.add_option("--step-ms", step_ms, "milliseconds per step");
+  app.add_option("--ckpt-interval-s", ckpt_interval_s, "checkpoint every S seconds (0: off)");
+  app.add_option("--keep-last", keep_last, "checkpoints kept");
+  app.add_option("--state-bytes", state_bytes, "bytes of fake model state per checkpoint");
+  app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period");
+  app.add_option("--dump-env", dump_env, "write DIR/<agent>.rank<r>.json with env and argv");
+  CLI11_PARSE(app, argc, argv);
+
+  agentrt::RuntimeOptions options;
+  options.heartbeat_period = std::chrono::milliseconds(heartbeat_ms);
+  options.checkpoint.interval_s = ckpt_interval_s > 0 ? ckpt_interval_s : 0;
+  options.checkpoint.keep_last = keep_last;
+  auto rt_or = agentrt::Runtime::FromEnvironment(options);
+  if (!rt_or.ok()) {
+    std::cerr << "agentrt-test-agent: " << rt_or.status().ToString() << "\n";
+    return 2;
+  }
+  auto& rt = **rt_or;
+  const auto& a = rt.assignment();
+  std::cout << "agent " << a.agent << " rank " << a.rank << "/" << a.world_size << " pid " << ::getpid()
+            << " restart " << a.restart_count << std::endl;
+  if (!dump_env.empty()) DumpEnvironment(dump_env, a, argc, argv);
+
+  const bool checkpointing = ckpt_interval_s > 0;
+  auto& ckpt = rt.checkpointer();
+  int64_t step = 0;
+  std::vector<unsigned char> state(state_bytes);
+  if (checkpointing) {
+    auto restored = ckpt.Restore();
+    if (!restored.ok()) {
+      std::cerr << "agentrt-test-agent: " << restored.status().ToString() << std::endl;
+      return 3;
+    }
+    if (restored->restored()) {
+      int64_t saved = -1;
+      if (!restored->shard.CopyTo("step", &saved, sizeof saved).ok() ||
+          !restored->shard.CopyTo("state", state.data(), state.size()).ok()) {
+        std::cerr << "agentrt-test-agent: checkpoint step " << restored->step << " has the wrong layout\n";
+        return 3;
+      }
+      step = saved;
+      std::cout << "resumed from step " << step << std::endl;
+    } else {
+      std::cout << restored->Describe() << std::endl;
+    }
+  }
+  auto make_state = [&](agentrt::CheckpointState& cs) {
+    cs.AddBytes("step", &step, sizeof step);
+    cs.AddBytes("state", state.data(), state.size());
+    cs.metadata = {{"agent", a.agent}, {"step", step}};
+  };
+
+  std::cout << "training from step " << step << std::endl;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t done_this_run = 0;
+  while (!rt.ShouldStop()) {
+    if (!forever && step >= steps) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    ++step;
+    ++done_this_run;
+    for (size_t i = 0; i < state.size(); i += 64) state[i] = static_cast<unsigned char>(step + i);
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rt.Report(step, {{"loss", 1.0 / static_cast<double>(step)},
+                     {"steps_per_s", elapsed > 0 ? static_cast<double>(done_this_run) / elapsed : 0.0}});
+    if (checkpointing && ckpt.SaveDue()) {
+      agentrt::CheckpointState cs;
+      make_state(cs);
+      agentrt::Status s = ckpt.SaveAsync(step, cs);
+      if (!s.ok()) std::cerr << "agentrt-test-agent: " << s.ToString() << std::endl;
+    }
+    if (fail_at_step >= 0 && step >= fail_at_step) {
+      int code = exit_code >= 0 ? exit_code : 1;
+      std::cout << "failing at step " << step << " with exit code " << code << std::endl;
+      std::_Exit(code);  // like a crash: no checkpoint, no bye
+    }
+  }
+  if (checkpointing) {
+    // The final state is checkpointed on a stop request and on normal completion.
+    agentrt::Status s = ckpt.Wait();
+    if (s.ok()) {
+      agentrt::CheckpointState cs;
+      make_state(cs);
+      s = ckpt.Save(step, cs);
+      if (s.ok()) std::cout << "checkpointed step " << step << " before exit" << std::endl;
+    }
+    if (!s.ok()) std::cerr << "agentrt-test-agent: " << s.ToString() << std::endl;
+  }
+  if (rt.ShouldStop()) {
+    std::cout << "stopping at step " << step << " (" << rt.stop_reason() << ")" << std::endl;
+    return 0;
+  }
+  std::cout << "done at step " << step << std::endl;
+  return exit_code >= 0 ? exit_code : 0;
+}
