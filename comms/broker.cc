@@ -245,6 +245,7 @@ Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::St
   r.max_batch_messages = max_batch > 0 ? max_batch : options_.limits.max_batch_messages;
   std::lock_guard<std::mutex> lock(log->mu);
   const int64_t end = log->base + static_cast<int64_t>(log->msgs.size());
+  header->Clear();
   header->set_incarnation(incarnation_);
   header->set_earliest_offset(log->base);
   header->set_end_offset(end);

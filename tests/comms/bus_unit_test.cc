@@ -1,0 +1,370 @@
+// Broker logic without a transport: credentials, ACLs, validation, offsets,
+// retention, duplicate suppression, inboxes and request/reply.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "comms/auth.h"
+#include "comms/broker.h"
+#include "comms/bus_validate.h"
+
+using namespace agentrt;
+namespace v1 = agentrt::bus::v1;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::filesystem::path TempDir() {
+  char tmpl[] = "/tmp/agentrt-bus-unit.XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+BusAcl TestAcl() {
+  BusAcl acl;
+  acl.agents = {"predator-0", "predator-1", "prey-0"};
+  acl.channels = {{"sightings", {"predator-0", "predator-1"}, {"predator-0", "predator-1", "prey-0"}},
+                  {"policies/*", {"prey-0"}, {"prey-*"}}};
+  return acl;
+}
+
+v1::PublishRequest Pub(const std::string& topic, const std::string& payload, uint64_t pid = 0, uint64_t seq = 0) {
+  v1::PublishRequest r;
+  r.set_topic(topic);
+  r.set_payload(payload);
+  r.set_publisher_id(pid);
+  r.set_sequence(seq);
+  return r;
+}
+
+int64_t PublishOk(Broker& b, const std::string& agent, v1::PublishRequest r, bool* dup = nullptr) {
+  v1::PublishResponse resp;
+  Status s = b.Publish(agent, r, &resp);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  if (dup != nullptr) *dup = resp.duplicate();
+  return resp.offset();
+}
+
+std::vector<v1::Message> ReadAll(Broker& b, Broker::Reader* r) {
+  std::vector<v1::Message> out;
+  for (;;) {
+    v1::SubscribeResponse resp;
+    int64_t earliest = 0;
+    auto outcome = b.Read(r, 0ms, &resp, &earliest);
+    if (outcome != Broker::ReadOutcome::kMessages) break;
+    for (const auto& m : resp.messages()) out.push_back(m);
+  }
+  return out;
+}
+
+Broker::Reader Open(Broker& b, const std::string& agent, const std::string& topic, v1::StartAt start,
+                    v1::SubscribeResponse::Header* header = nullptr) {
+  v1::SubscribeRequest req;
+  req.set_topic(topic);
+  *req.mutable_start() = start;
+  v1::SubscribeResponse::Header h;
+  auto r = b.OpenTopicReader(agent, req, header ? header : &h);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+v1::StartAt Earliest() {
+  v1::StartAt s;
+  s.set_earliest(true);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an agent token is the HMAC-SHA256 of its name under the run secret") {
+  // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+  CHECK(DeriveAgentToken("Jefe", "what do ya want for nothing?") ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(DeriveAgentToken("s", "a") != DeriveAgentToken("s", "b"));
+  CHECK(TokenMatches(DeriveAgentToken("s", "a"), DeriveAgentToken("s", "a")));
+  CHECK_FALSE(TokenMatches(DeriveAgentToken("s", "a"), DeriveAgentToken("s", "b")));
+  CHECK_FALSE(TokenMatches("", DeriveAgentToken("s", "a")));
+}
+
+TEST_CASE("token and secret files are 0600 and round-trip; a readable-by-others file is refused") {
+  auto dir = TempDir();
+  const std::string token_path = (dir / "predator-0.token").string();
+  REQUIRE(WriteTokenFile(token_path, "predator-0", "abc123").ok());
+  struct stat st {};
+  REQUIRE(::stat(token_path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  auto cred = ReadTokenFile(token_path);
+  REQUIRE(cred.ok());
+  CHECK(cred->agent == "predator-0");
+  CHECK(cred->token == "abc123");
+
+  auto secret = GenerateSecret(32);
+  REQUIRE(secret.ok());
+  CHECK(secret->size() == 32);
+  const std::string secret_path = (dir / "bus.secret").string();
+  REQUIRE(WriteSecretFile(secret_path, *secret).ok());
+  auto back = ReadSecretFile(secret_path);
+  REQUIRE(back.ok());
+  CHECK(*back == *secret);
+
+  ::chmod(secret_path.c_str(), 0644);
+  auto refused = ReadSecretFile(secret_path);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kPermissionDenied);
+  CHECK(refused.status().message().find(secret_path) != std::string::npos);
+
+  auto missing = ReadTokenFile((dir / "nope").string());
+  CHECK_FALSE(missing.ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the ACL is read from plan.json and applies channel globs") {
+  const char* plan = R"({"run": "pp", "agents": [{"name": "predator-0", "index": 0}, {"name": "prey-0"}],
+    "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": ["predator-0", "prey-0"]},
+                 {"topic": "policies/*", "publishers": ["prey-*"], "subscribers": []}]})";
+  auto acl = ParseAclFromPlanJson(plan, "plan.json");
+  REQUIRE(acl.ok());
+  CHECK(acl->IsAgent("prey-0"));
+  CHECK_FALSE(acl->IsAgent("wolf"));
+  CHECK(acl->MayPublish("predator-0", "sightings"));
+  CHECK_FALSE(acl->MayPublish("prey-0", "sightings"));
+  CHECK(acl->MaySubscribe("prey-0", "sightings"));
+  CHECK(acl->MayPublish("prey-0", "policies/prey-0"));
+  CHECK_FALSE(acl->MayPublish("predator-0", "policies/x"));
+  CHECK_FALSE(acl->MaySubscribe("prey-0", "policies/x"));
+
+  auto bad = ParseAclFromPlanJson(R"({"agents": [{"index": 0}]})", "run/plan.json");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("run/plan.json: agents[0]") != std::string::npos);
+  CHECK_FALSE(ParseAclFromPlanJson("{not json", "p").ok());
+  CHECK_FALSE(ParseAclFromPlanJson(R"({"agents": [], "channels": [{"topic": 3}]})", "p").ok());
+}
+
+TEST_CASE("request validation names what is wrong") {
+  BusLimits limits;
+  limits.max_message_bytes = 16;
+  CHECK(ValidatePublish(Pub("a/b-c_d.e:f", "x"), limits).ok());
+  CHECK(ValidatePublish(Pub("", "x"), limits).code() == StatusCode::kInvalidArgument);
+  CHECK(ValidatePublish(Pub("@inbox/x", "x"), limits).code() == StatusCode::kInvalidArgument);
+  CHECK(ValidatePublish(Pub(std::string(256, 'a'), "x"), limits).code() == StatusCode::kInvalidArgument);
+  auto nul = ValidatePublish(Pub(std::string("a\0b", 3), "x"), limits);
+  CHECK(nul.code() == StatusCode::kInvalidArgument);
+  CHECK(nul.message().find("\\x00") != std::string::npos);
+  auto big = ValidatePublish(Pub("t", std::string(17, 'x')), limits);
+  CHECK(big.code() == StatusCode::kResourceExhausted);
+  CHECK(big.message().find("17 bytes") != std::string::npos);
+  CHECK(ValidatePublish(Pub("t", "x", /*pid=*/5, /*seq=*/0), limits).code() == StatusCode::kInvalidArgument);
+  v1::SubscribeRequest sub;
+  sub.set_topic("t");
+  sub.mutable_start()->set_offset(-1);
+  CHECK(ValidateSubscribe(sub, limits).code() == StatusCode::kInvalidArgument);
+  v1::PublishBatchRequest empty;
+  CHECK_FALSE(ValidatePublishBatch(empty, limits).ok());
+}
+
+TEST_CASE("the broker refuses a wrong token, an unknown agent and publishing as someone else") {
+  Broker b({}, TestAcl(), "secret", 1);
+  CHECK(b.Authenticate("predator-0", DeriveAgentToken("secret", "predator-0")).ok());
+  CHECK(b.Authenticate("predator-0", DeriveAgentToken("secret", "prey-0")).code() == StatusCode::kUnauthenticated);
+  CHECK(b.Authenticate("predator-0", "").code() == StatusCode::kUnauthenticated);
+  CHECK(b.Authenticate("wolf", DeriveAgentToken("secret", "wolf")).code() == StatusCode::kUnauthenticated);
+  CHECK(b.Authenticate("", "x").code() == StatusCode::kUnauthenticated);
+
+  auto as_other = Pub("sightings", "x");
+  as_other.set_publisher("predator-1");
+  v1::PublishResponse resp;
+  CHECK(b.Publish("predator-0", as_other, &resp).code() == StatusCode::kPermissionDenied);
+  auto denied = Pub("sightings", "x");
+  Status s = b.Publish("prey-0", denied, &resp);
+  CHECK(s.code() == StatusCode::kPermissionDenied);
+  CHECK(s.message().find("prey-0") != std::string::npos);
+  v1::SubscribeRequest sub;
+  sub.set_topic("policies/a");
+  v1::SubscribeResponse::Header h;
+  CHECK(b.OpenTopicReader("predator-0", sub, &h).status().code() == StatusCode::kPermissionDenied);
+  CHECK(b.Stats().rejected_permission == 3);
+  CHECK(b.Stats().rejected_unauthenticated == 4);
+}
+
+TEST_CASE("a topic assigns consecutive offsets and stamps the authenticated publisher") {
+  Broker b({}, TestAcl(), "s", 1);
+  for (int i = 0; i < 10; ++i) CHECK(PublishOk(b, "predator-0", Pub("sightings", std::to_string(i))) == i);
+  auto r = Open(b, "prey-0", "sightings", Earliest());
+  auto msgs = ReadAll(b, &r);
+  REQUIRE(msgs.size() == 10);
+  for (int i = 0; i < 10; ++i) {
+    CHECK(msgs[i].offset() == i);
+    CHECK(msgs[i].payload() == std::to_string(i));
+    CHECK(msgs[i].publisher() == "predator-0");
+    CHECK(msgs[i].topic() == "sightings");
+  }
+  v1::SubscribeResponse::Header h;
+  auto latest = Open(b, "prey-0", "sightings", v1::StartAt(), &h);
+  CHECK(h.start_offset() == 10);
+  CHECK(h.end_offset() == 10);
+  CHECK(ReadAll(b, &latest).empty());
+}
+
+TEST_CASE("a retried publish with the same (publisher, sequence) is stored once, also out of order") {
+  Broker b({}, TestAcl(), "s", 1);
+  bool dup = false;
+  CHECK(PublishOk(b, "predator-0", Pub("sightings", "a", 7, 1), &dup) == 0);
+  CHECK_FALSE(dup);
+  CHECK(PublishOk(b, "predator-0", Pub("sightings", "b", 7, 3), &dup) == 1);
+  CHECK(PublishOk(b, "predator-0", Pub("sightings", "a", 7, 1), &dup) == 0);
+  CHECK(dup);
+  CHECK(PublishOk(b, "predator-0", Pub("sightings", "c", 7, 2), &dup) == 2);  // late but new
+  CHECK_FALSE(dup);
+  // Another incarnation (publisher id) of the same agent is a different stream.
+  CHECK(PublishOk(b, "predator-0", Pub("sightings", "d", 8, 1), &dup) == 3);
+  CHECK_FALSE(dup);
+  // The same sequence from another agent is not a duplicate either.
+  CHECK(PublishOk(b, "predator-1", Pub("sightings", "e", 7, 1), &dup) == 4);
+  CHECK_FALSE(dup);
+  // Far behind the window: refused as a duplicate rather than stored twice.
+  CHECK(PublishOk(b, "predator-0", Pub("sightings", "f", 7, 100000), &dup) == 5);
+  PublishOk(b, "predator-0", Pub("sightings", "g", 7, 5), &dup);
+  CHECK(dup);
+  CHECK(b.Stats().duplicates_dropped == 2);
+  CHECK(b.Stats().messages_published == 6);
+}
+
+TEST_CASE("retention drops the oldest messages and a reader behind it gets OFFSET_EXPIRED") {
+  BrokerOptions opts;
+  opts.retention_messages = 5;
+  opts.retention_bytes = 1 << 20;
+  Broker b(opts, TestAcl(), "s", 1);
+  auto reader = Open(b, "prey-0", "sightings", Earliest());
+  for (int i = 0; i < 12; ++i) PublishOk(b, "predator-0", Pub("sightings", "m"));
+  v1::SubscribeResponse resp;
+  int64_t earliest = -1;
+  CHECK(b.Read(&reader, 0ms, &resp, &earliest) == Broker::ReadOutcome::kExpired);
+  CHECK(earliest == 7);
+  auto topics = b.ListTopics("prey-0");
+  REQUIRE(topics.size() == 1);
+  CHECK(topics[0].earliest_offset() == 7);
+  CHECK(topics[0].end_offset() == 12);
+  CHECK(b.Stats().messages_expired == 7);
+
+  SECTION("the byte cap bounds retention too") {
+    BrokerOptions o2;
+    o2.retention_bytes = 100;
+    Broker b2(o2, TestAcl(), "s", 1);
+    for (int i = 0; i < 10; ++i) PublishOk(b2, "predator-0", Pub("sightings", std::string(30, 'x')));
+    auto t = b2.ListTopics("");
+    REQUIRE(t.size() == 1);
+    CHECK(t[0].retained_bytes() <= 100);
+    CHECK(t[0].retained_messages() == 3);
+    CHECK(t[0].earliest_offset() == 7);
+  }
+}
+
+TEST_CASE("a resumed reader of a restarted broker starts at the earliest offset and is told so") {
+  Broker b({}, TestAcl(), "s", /*incarnation=*/42);
+  PublishOk(b, "predator-0", Pub("sightings", "x"));
+  v1::SubscribeRequest req;
+  req.set_topic("sightings");
+  req.mutable_start()->set_offset(500);
+  req.set_incarnation(41);
+  v1::SubscribeResponse::Header h;
+  auto r = b.OpenTopicReader("prey-0", req, &h);
+  REQUIRE(r.ok());
+  CHECK(h.broker_restarted());
+  CHECK(h.incarnation() == 42);
+  CHECK(r->next_offset == 0);
+  req.set_incarnation(42);
+  auto same = b.OpenTopicReader("prey-0", req, &h);
+  REQUIRE(same.ok());
+  CHECK_FALSE(h.broker_restarted());
+  CHECK(same->next_offset == 500);
+}
+
+TEST_CASE("a reader waits for the next message instead of spinning") {
+  Broker b({}, TestAcl(), "s", 1);
+  auto r = Open(b, "prey-0", "sightings", v1::StartAt());
+  auto fut = std::async(std::launch::async, [&] {
+    v1::SubscribeResponse resp;
+    int64_t e = 0;
+    auto outcome = b.Read(&r, 10s, &resp, &e);
+    return std::make_pair(outcome, resp.messages_size());
+  });
+  std::this_thread::sleep_for(50ms);
+  PublishOk(b, "predator-0", Pub("sightings", "wake"));
+  REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+  auto [outcome, n] = fut.get();
+  CHECK(outcome == Broker::ReadOutcome::kMessages);
+  CHECK(n == 1);
+}
+
+TEST_CASE("inboxes take messages from any agent, readable only through the owner's reader") {
+  Broker b({}, TestAcl(), "s", 1);
+  v1::SendRequest send;
+  send.set_to("prey-0");
+  send.set_payload("hello");
+  v1::SendResponse resp;
+  REQUIRE(b.Send("predator-1", send, &resp).ok());
+  CHECK(resp.offset() == 0);
+  send.set_to("nobody");
+  CHECK(b.Send("predator-1", send, &resp).code() == StatusCode::kNotFound);
+  v1::ReceiveRequest rr;
+  rr.mutable_start()->set_earliest(true);
+  v1::SubscribeResponse::Header h;
+  auto mine = b.OpenInboxReader("prey-0", rr, &h);
+  REQUIRE(mine.ok());
+  auto msgs = ReadAll(b, &mine.value());
+  REQUIRE(msgs.size() == 1);
+  CHECK(msgs[0].publisher() == "predator-1");
+  CHECK(msgs[0].topic() == "@inbox/prey-0");
+  auto theirs = b.OpenInboxReader("predator-0", rr, &h);
+  REQUIRE(theirs.ok());
+  CHECK(ReadAll(b, &theirs.value()).empty());  // its own (empty) inbox, never prey-0's
+}
+
+TEST_CASE("a request is answered only by the agent it was addressed to, before its deadline") {
+  Broker b({}, TestAcl(), "s", 1);
+  auto fut = std::async(std::launch::async, [&] {
+    v1::RequestRequest req;
+    req.set_to("prey-0");
+    req.set_payload("ping");
+    v1::RequestResponse resp;
+    Status s = b.Request("predator-0", req, std::chrono::system_clock::now() + 10s, nullptr, &resp);
+    return std::make_pair(s, resp);
+  });
+  v1::ReceiveRequest rr;
+  rr.mutable_start()->set_earliest(true);
+  v1::SubscribeResponse::Header h;
+  auto inbox = b.OpenInboxReader("prey-0", rr, &h);
+  REQUIRE(inbox.ok());
+  v1::SubscribeResponse got;
+  int64_t e = 0;
+  REQUIRE(b.Read(&inbox.value(), 10s, &got, &e) == Broker::ReadOutcome::kMessages);
+  const uint64_t id = got.messages(0).request_id();
+  REQUIRE(id != 0);
+  v1::ReplyRequest reply;
+  reply.set_request_id(id);
+  reply.set_payload("pong");
+  CHECK(b.Reply("predator-1", reply).code() == StatusCode::kPermissionDenied);
+  REQUIRE(b.Reply("prey-0", reply).ok());
+  REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+  auto [s, resp] = fut.get();
+  REQUIRE(s.ok());
+  CHECK(resp.payload() == "pong");
+  CHECK(resp.replier() == "prey-0");
+  CHECK(b.Reply("prey-0", reply).code() == StatusCode::kNotFound);  // already answered
+
+  v1::RequestRequest late;
+  late.set_to("prey-0");
+  v1::RequestResponse lr;
+  CHECK(b.Request("predator-0", late, std::chrono::system_clock::now() + 50ms, nullptr, &lr).code() ==
+        StatusCode::kDeadlineExceeded);
+}
