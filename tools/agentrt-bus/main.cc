@@ -6,6 +6,11 @@
 // Reads the channel ACL from the plan, serves until SIGTERM/SIGINT, then shuts
 // down cleanly (exit 0). The bound "host:port" is written atomically to
 // --address-file once the broker accepts connections, and removed on exit.
+//
+// Two client subcommands help users look at a running bus:
+//   agentrt-bus publish --bus HOST:PORT --token-file F TOPIC PAYLOAD
+//   agentrt-bus fetch   --bus HOST:PORT --token-file F TOPIC [--from N] [--max N]
+// (fetch prints one JSON object per message: topic, offset, publisher, payload).
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,7 +19,10 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "comms/auth.h"
+#include "comms/bus_client.h"
 #include "comms/bus_server.h"
 
 namespace {
@@ -38,6 +46,12 @@ int Fail(const agentrt::Status& s) {
   return 1;
 }
 
+agentrt::Result<std::unique_ptr<agentrt::BusClient>> ClientFor(const std::string& bus, const std::string& token_file) {
+  if (bus.empty() || token_file.empty()) return agentrt::BusClient::FromEnvironment();
+  AGENTRT_ASSIGN_OR_RETURN(agentrt::Credential cred, agentrt::ReadTokenFile(token_file));
+  return agentrt::BusClient::Connect(bus, std::move(cred));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,7 +62,7 @@ int main(int argc, char** argv) {
   bool open = false;
   app.add_option("--plan", plan, "plan JSON (agents and channels: the ACL)");
   app.add_flag("--open", open, "no plan: any agent with a valid token may publish/subscribe anything");
-  app.add_option("--secret-file", secret_file, "run secret (0600 file); agent tokens derive from it")->required();
+  app.add_option("--secret-file", secret_file, "run secret (0600 file); agent tokens derive from it");
   app.add_option("--host", opts.host, "listen address")->capture_default_str();
   app.add_option("--port", opts.port, "listen port (0 = pick a free one)")->capture_default_str();
   app.add_option("--address-file", address_file, "write the bound host:port here (atomically) when ready");
@@ -62,7 +76,45 @@ int main(int argc, char** argv) {
   app.add_option("--tls-cert", opts.tls_cert_file, "server certificate (PEM): serve TLS only");
   app.add_option("--tls-key", opts.tls_key_file, "server private key (PEM)");
   app.add_option("--tls-client-ca", opts.tls_client_ca_file, "CA (PEM) that client certificates must chain to (mTLS)");
+  std::string bus, token_file, topic, payload;
+  int64_t from = 0;
+  int max = 100, timeout_ms = 5000;
+  auto* publish = app.add_subcommand("publish", "publish one message (as the agent of --token-file)");
+  auto* fetch = app.add_subcommand("fetch", "print messages of a topic as JSON lines");
+  for (auto* sub : {publish, fetch}) {
+    sub->add_option("--bus", bus, "broker host:port (default: $AGENTRT_BUS)");
+    sub->add_option("--token-file", token_file, "agent token file (default: $AGENTRT_TOKEN_FILE)");
+    sub->add_option("topic", topic, "topic")->required();
+    sub->add_option("--timeout-ms", timeout_ms, "deadline of the call")->capture_default_str();
+  }
+  publish->add_option("payload", payload, "payload bytes")->required();
+  fetch->add_option("--from", from, "first offset")->capture_default_str();
+  fetch->add_option("--max", max, "at most this many messages")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+
+  if (*publish || *fetch) {
+    auto client = ClientFor(bus, token_file);
+    if (!client.ok()) return Fail(client.status());
+    if (*publish) {
+      agentrt::PublishOptions po;
+      po.timeout = std::chrono::milliseconds(timeout_ms);
+      auto ack = client.value()->Publish(topic, payload, po);
+      if (!ack.ok()) return Fail(ack.status());
+      std::printf("%lld\n", static_cast<long long>(ack->offset));
+      return 0;
+    }
+    auto msgs = client.value()->Fetch(topic, from, max, std::chrono::milliseconds(timeout_ms));
+    if (!msgs.ok()) return Fail(msgs.status());
+    for (const auto& m : msgs.value()) {
+      nlohmann::json j = {{"topic", m.topic()},         {"offset", m.offset()},
+                          {"publisher", m.publisher()}, {"sequence", m.sequence()},
+                          {"content_type", m.content_type()}, {"payload", m.payload()}};
+      // Invalid UTF-8 in a binary payload prints as U+FFFD rather than failing.
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    return 0;
+  }
+  if (secret_file.empty()) return Fail(agentrt::InvalidArgument("--secret-file is required to serve"));
 
   if (plan.empty() && !open) {
     return Fail(agentrt::InvalidArgument("give --plan RUN_DIR/plan.json (the channel ACL), or --open"));
