@@ -1,0 +1,394 @@
+// bench/bus: the agentrt message bus on loopback, broker and clients as
+// separate processes, each figure against its anchor measured in the same run.
+//
+//   latency    64 B, publish -> delivered to a subscriber (p50, p99)
+//              anchor: a raw gRPC unary ping-pong (echo.proto), round trip
+//   throughput 64 B messages, 1 publisher -> 1 subscriber (msg/s)
+//              anchor: ZeroMQ PUSH/PULL of the same messages
+//   bandwidth  1 MiB messages (MB/s), anchor: ZeroMQ PUSH/PULL of 1 MiB
+//
+// The program re-executes itself for each role (broker, echo server,
+// subscribers, ZeroMQ receiver); the parent is the publisher. Times are
+// CLOCK_MONOTONIC, which all processes of the machine share; payloads carry
+// their send time. Each figure is the median of its repetitions.
+//
+//   bench_bus [--quick]
+#include <grpcpp/grpcpp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <condition_variable>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "comms/auth.h"
+#include "comms/bus_client.h"
+#include "comms/bus_server.h"
+#include "echo.grpc.pb.h"
+
+namespace {
+
+using agentrt::BusClient;
+using agentrt::BusMessage;
+using Clock = std::chrono::steady_clock;
+constexpr char kSecret[] = "bench-secret-bench-secret-bench!";
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Payload: [send_ns int64][index int64][padding].
+std::string MakePayload(size_t size) { return std::string(std::max<size_t>(size, 16), 'x'); }
+void Stamp(std::string* p, int64_t index) {
+  const int64_t now = NowNs();
+  std::memcpy(p->data(), &now, 8);
+  std::memcpy(p->data() + 8, &index, 8);
+}
+int64_t SendNs(const std::string& p) {
+  int64_t v = 0;
+  std::memcpy(&v, p.data(), 8);
+  return v;
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_bus: %s\n", what.c_str());
+  std::exit(1);
+}
+
+std::unique_ptr<BusClient> Connect(const std::string& address, const std::string& agent) {
+  auto c = BusClient::Connect(address, agentrt::Credential{agent, agentrt::DeriveAgentToken(kSecret, agent)});
+  if (!c.ok()) Die(c.status().ToString());
+  if (auto s = c.value()->WaitForReady(std::chrono::seconds(30)); !s.ok()) Die(s.ToString());
+  return std::move(c).value();
+}
+
+void Ready(const std::string& extra = "") {
+  std::printf("ready %s\n", extra.c_str());
+  std::fflush(stdout);
+}
+
+void WaitForSigterm() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+}
+
+// ---- roles (child processes) ----
+
+int RunBroker() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  agentrt::BusServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.broker.retention_messages = 1 << 20;
+  opts.broker.retention_bytes = int64_t{3} << 30;
+  agentrt::BusAcl acl;
+  acl.open = true;
+  auto server = agentrt::BusServer::Start(opts, kSecret, acl);
+  if (!server.ok()) Die(server.status().ToString());
+  Ready(server.value()->address());
+  WaitForSigterm();
+  server.value()->Shutdown();
+  return 0;
+}
+
+class EchoService final : public agentrt::bench::Echo::Service {
+  grpc::Status Ping(grpc::ServerContext*, const agentrt::bench::EchoMessage* req,
+                    agentrt::bench::EchoMessage* resp) override {
+    *resp = *req;
+    return grpc::Status::OK;
+  }
+};
+
+int RunEchoServer() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  EchoService service;
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&service);
+  auto server = b.BuildAndStart();
+  if (!server || port == 0) Die("echo server did not start");
+  Ready("127.0.0.1:" + std::to_string(port));
+  WaitForSigterm();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return 0;
+}
+
+// Subscribes to `topic` from offset 0, prints "ready" once connected, and
+// after `n` messages prints "result <first_send_ns> <last_recv_ns> <bytes>"
+// followed by one latency (ns) per message when `latencies` is set.
+int RunBusSubscriber(const std::string& address, const std::string& topic, int64_t n, bool latencies) {
+  auto client = Connect(address, "bench-sub");
+  std::vector<int64_t> lat;
+  lat.reserve(static_cast<size_t>(latencies ? n : 0));
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t count = 0, first_send = 0, last_recv = 0, bytes = 0;
+  agentrt::SubscribeOptions opts;
+  opts.on_event = [&](const agentrt::SubscriptionEvent& e) {
+    if (e.kind == agentrt::SubscriptionEvent::Kind::kConnected) Ready();
+    if (e.kind == agentrt::SubscriptionEvent::Kind::kFailed) Die(e.status.ToString());
+  };
+  auto id = client->Subscribe(topic, agentrt::StartAt::Offset(0), [&](const BusMessage& m) {
+    const int64_t now = NowNs();
+    const int64_t sent = SendNs(m.payload());
+    if (count == 0) first_send = sent;
+    if (latencies) lat.push_back(now - sent);
+    bytes += static_cast<int64_t>(m.payload().size());
+    if (++count == n) {
+      last_recv = now;
+      std::lock_guard<std::mutex> l(mu);
+      cv.notify_all();
+    }
+  }, opts);
+  if (!id.ok()) Die(id.status().ToString());
+  {
+    std::unique_lock<std::mutex> l(mu);
+    if (!cv.wait_for(l, std::chrono::seconds(120), [&] { return last_recv != 0; })) Die("subscriber timed out");
+  }
+  (void)client->Unsubscribe(id.value());
+  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send), static_cast<long long>(last_recv),
+              static_cast<long long>(bytes));
+  for (int64_t v : lat) std::printf("%lld\n", static_cast<long long>(v));
+  std::fflush(stdout);
+  return 0;
+}
+
+int RunZmqPull(int64_t n) {
+  zmq::context_t ctx(1);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull);
+  pull.set(zmq::sockopt::rcvhwm, 0);
+  pull.bind("tcp://127.0.0.1:*");
+  Ready(pull.get(zmq::sockopt::last_endpoint));
+  int64_t first_send = 0, last_recv = 0, bytes = 0;
+  zmq::message_t msg;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!pull.recv(msg, zmq::recv_flags::none)) Die("zmq recv failed");
+    if (i == 0) std::memcpy(&first_send, msg.data(), 8);
+    bytes += static_cast<int64_t>(msg.size());
+  }
+  last_recv = NowNs();
+  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send), static_cast<long long>(last_recv),
+              static_cast<long long>(bytes));
+  std::fflush(stdout);
+  return 0;
+}
+
+// ---- parent: child processes and measurements ----
+
+struct Child {
+  pid_t pid = -1;
+  FILE* out = nullptr;
+
+  std::string ReadLine(int timeout_s = 60) {
+    pollfd p{fileno(out), POLLIN, 0};
+    if (::poll(&p, 1, timeout_s * 1000) <= 0) Die("a child process did not answer in time");
+    char* line = nullptr;
+    size_t cap = 0;
+    ssize_t n = ::getline(&line, &cap, out);
+    std::string s = n > 0 ? std::string(line, static_cast<size_t>(n)) : std::string();
+    std::free(line);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    if (n <= 0) Die("a child process ended early");
+    return s;
+  }
+  std::string WaitReady() {
+    std::string l = ReadLine();
+    if (l.rfind("ready", 0) != 0) Die("unexpected child output: " + l);
+    return l.size() > 6 ? l.substr(6) : "";
+  }
+  void Stop() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+    if (out) ::fclose(out);
+    out = nullptr;
+  }
+};
+
+Child Spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  if (::pipe(fds) != 0) Die("pipe");
+  pid_t pid = ::fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<char*> argv;
+    std::string self = "/proc/self/exe";
+    argv.push_back(self.data());
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  return Child{pid, ::fdopen(fds[0], "r")};
+}
+
+struct Flow {
+  double rate = 0;  // messages/s
+  double mbps = 0;  // MB/s (1e6 bytes)
+};
+
+Flow ParseResult(const std::string& line, int64_t n) {
+  long long first = 0, last = 0, bytes = 0;
+  if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &last, &bytes) != 3) Die("bad result: " + line);
+  const double s = static_cast<double>(last - first) / 1e9;
+  return Flow{static_cast<double>(n) / s, static_cast<double>(bytes) / 1e6 / s};
+}
+
+double Percentile(std::vector<int64_t> v, double p) {
+  std::sort(v.begin(), v.end());
+  return static_cast<double>(v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Flow BusFlow(const std::string& address, const std::string& topic, int64_t n, size_t size) {
+  Child sub = Spawn({"bus-sub", address, topic, std::to_string(n), "0"});
+  sub.WaitReady();
+  auto pub = Connect(address, "bench-pub");
+  std::string payload = MakePayload(size);
+  for (int64_t i = 0; i < n; ++i) {
+    Stamp(&payload, i);
+    pub->PublishAsync(topic, payload);
+  }
+  if (auto s = pub->Flush(std::chrono::seconds(120)); !s.ok()) Die(s.ToString());
+  Flow f = ParseResult(sub.ReadLine(120), n);
+  sub.Stop();
+  return f;
+}
+
+Flow ZmqFlow(int64_t n, size_t size) {
+  Child pull = Spawn({"zmq-pull", std::to_string(n)});
+  const std::string endpoint = pull.WaitReady();
+  zmq::context_t ctx(1);
+  zmq::socket_t push(ctx, zmq::socket_type::push);
+  push.set(zmq::sockopt::sndhwm, 0);
+  push.connect(endpoint);
+  std::string payload = MakePayload(size);
+  for (int64_t i = 0; i < n; ++i) {
+    Stamp(&payload, i);
+    push.send(zmq::buffer(payload), zmq::send_flags::none);
+  }
+  Flow f = ParseResult(pull.ReadLine(120), n);
+  push.close();
+  pull.Stop();
+  return f;
+}
+
+void PrintFigure(const char* metric, double value, const char* unit, const char* anchor, double anchor_value) {
+  std::printf(
+      "{\"bench\":\"bus\",\"metric\":\"%s\",\"value\":%.2f,\"unit\":\"%s\",\"anchor\":\"%s\","
+      "\"anchor_value\":%.2f,\"ratio\":%.3f}\n",
+      metric, value, unit, anchor, anchor_value, value / anchor_value);
+}
+
+int RunParent(bool quick) {
+  const int reps = quick ? 1 : 3;
+  const int64_t lat_n = quick ? 500 : 2000;
+  const int64_t tput_n = quick ? 50000 : 200000;
+  const int64_t bw_n = quick ? 100 : 300;
+
+  Child broker = Spawn({"broker"});
+  const std::string address = broker.WaitReady();
+  Child echo = Spawn({"echo-server"});
+  const std::string echo_address = echo.WaitReady();
+  std::fprintf(stderr, "bench_bus: broker %s, echo server %s\n", address.c_str(), echo_address.c_str());
+
+  // Latency: one message at a time, publish -> delivered.
+  std::vector<int64_t> bus_lat;
+  {
+    Child sub = Spawn({"bus-sub", address, "latency", std::to_string(lat_n), "1"});
+    sub.WaitReady();
+    auto pub = Connect(address, "bench-pub");
+    std::string payload = MakePayload(64);
+    for (int64_t i = 0; i < lat_n; ++i) {
+      Stamp(&payload, i);
+      if (auto ack = pub->Publish("latency", payload); !ack.ok()) Die(ack.status().ToString());
+      const auto until = Clock::now() + std::chrono::microseconds(200);  // let the delivery finish
+      while (Clock::now() < until) {
+      }
+    }
+    sub.ReadLine(120);  // result line
+    for (int64_t i = 0; i < lat_n; ++i) bus_lat.push_back(std::atoll(sub.ReadLine().c_str()));
+    sub.Stop();
+  }
+  std::vector<int64_t> echo_rtt;
+  {
+    auto stub = agentrt::bench::Echo::NewStub(grpc::CreateChannel(echo_address, grpc::InsecureChannelCredentials()));
+    agentrt::bench::EchoMessage req, resp;
+    req.set_payload(MakePayload(64));
+    for (int64_t i = -100; i < lat_n; ++i) {  // 100 warm-up calls
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      const int64_t t0 = NowNs();
+      if (!stub->Ping(&ctx, req, &resp).ok()) Die("echo call failed");
+      if (i >= 0) echo_rtt.push_back(NowNs() - t0);
+      const auto until = Clock::now() + std::chrono::microseconds(200);
+      while (Clock::now() < until) {
+      }
+    }
+  }
+  echo.Stop();
+
+  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw;
+  for (int r = 0; r < reps; ++r) {
+    bus_rate.push_back(BusFlow(address, "tput-" + std::to_string(r), tput_n, 64).rate);
+    zmq_rate.push_back(ZmqFlow(tput_n, 64).rate);
+    bus_bw.push_back(BusFlow(address, "bw-" + std::to_string(r), bw_n, 1 << 20).mbps);
+    zmq_bw.push_back(ZmqFlow(bw_n, 1 << 20).mbps);
+  }
+  broker.Stop();
+
+  std::fprintf(stderr, "bench_bus: %lld latency samples, %d repetitions of %lld x 64 B and %lld x 1 MiB\n",
+               static_cast<long long>(lat_n), reps, static_cast<long long>(tput_n), static_cast<long long>(bw_n));
+  PrintFigure("latency_p50_64B", Percentile(bus_lat, 0.5) / 1e3, "us", "grpc_unary_echo_rtt_p50",
+              Percentile(echo_rtt, 0.5) / 1e3);
+  PrintFigure("latency_p99_64B", Percentile(bus_lat, 0.99) / 1e3, "us", "grpc_unary_echo_rtt_p99",
+              Percentile(echo_rtt, 0.99) / 1e3);
+  PrintFigure("throughput_64B", Median(bus_rate), "msg/s", "zmq_push_pull_64B", Median(zmq_rate));
+  PrintFigure("bandwidth_1MiB", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB", Median(zmq_bw));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string role = argc > 1 ? argv[1] : "";
+  if (role == "broker") return RunBroker();
+  if (role == "echo-server") return RunEchoServer();
+  if (role == "bus-sub" && argc == 6) {
+    return RunBusSubscriber(argv[2], argv[3], std::atoll(argv[4]), std::string(argv[5]) == "1");
+  }
+  if (role == "zmq-pull" && argc == 3) return RunZmqPull(std::atoll(argv[2]));
+  if (role.empty() || role == "--quick") return RunParent(role == "--quick");
+  std::fprintf(stderr, "usage: bench_bus [--quick]\n");
+  return 2;
+}
