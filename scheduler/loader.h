@@ -24,7 +24,7 @@ struct LoadLimits {
   int max_depth = 64;           // nesting of maps/sequences (block and flow)
   int max_anchors = 64;         // `&name` occurrences
   int max_aliases = 64;         // `*name` occurrences
-  size_t max_nodes = 1000000;   // YAML nodes visited while converting (aliases count each time)
+  size_t max_nodes = 250000;    // YAML nodes visited while converting (aliases count each time)
 };
 
 struct LoadOptions {
