@@ -15,7 +15,9 @@
 
 #define AGENTCTL_COMMANDS(X) \
   X(Validate)                \
-  X(Plan)
+  X(Plan)                    \
+  X(Sbatch)                  \
+  X(ArrayTask)
 
 namespace agentctl {
 
