@@ -1,0 +1,86 @@
+#include "tools/agent-worker/league.h"
+
+#include <cstdio>
+
+namespace agentrt::worker {
+
+std::string PolicyTopic(const std::string& agent) { return "policies/" + agent; }
+
+Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus, std::map<int, std::string> seats,
+                                              const std::map<std::string, int64_t>& offsets) {
+  std::unique_ptr<League> league(new League(std::move(bus)));
+  for (const auto& [seat, agent] : seats) {
+    const std::string topic = PolicyTopic(agent);
+    StartAt from = StartAt::Earliest();
+    if (auto it = offsets.find(topic); it != offsets.end()) {
+      from = StartAt::Offset(std::max<int64_t>(0, it->second - 1));
+    }
+    SubscribeOptions opts;
+    opts.skip_expired = true;  // only the newest snapshot matters
+    opts.on_event = [topic](const SubscriptionEvent& e) {
+      if (e.kind == SubscriptionEvent::Kind::kOffsetExpired || e.kind == SubscriptionEvent::Kind::kFailed ||
+          e.kind == SubscriptionEvent::Kind::kBrokerRestarted) {
+        std::fprintf(stderr, "agent-worker: subscription %s: event %d at offset %lld: %s\n", topic.c_str(),
+                     static_cast<int>(e.kind), static_cast<long long>(e.offset), e.status.ToString().c_str());
+      }
+    };
+    League* self = league.get();
+    const int s = seat;
+    auto id = league->bus_->Subscribe(topic, from, [self, s](const BusMessage& m) { self->OnMessage(s, m); },
+                                      std::move(opts));
+    if (!id.ok()) return id.status().WithContext("subscribe to " + topic);
+  }
+  return league;
+}
+
+League::~League() {
+  // Let queued publishes reach the broker before the client goes.
+  (void)bus_->Flush(std::chrono::seconds(5));
+}
+
+void League::OnMessage(int seat, const BusMessage& message) {
+  auto snapshot = DecodeSnapshot(message.payload());
+  if (!snapshot.ok()) {
+    rejected_.fetch_add(1);
+    std::fprintf(stderr, "agent-worker: %s offset %lld: %s\n", message.topic().c_str(),
+                 static_cast<long long>(message.offset()), snapshot.status().ToString().c_str());
+    return;
+  }
+  received_.fetch_add(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  fresh_[seat] = std::move(*snapshot);
+}
+
+void League::TakeNew(std::map<int, PolicySnapshot>& out) {
+  out.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  out.swap(fresh_);
+}
+
+void League::PublishSnapshot(const PolicySnapshot& snapshot) {
+  PublishOptions opts;
+  opts.content_type = std::string(kPolicySnapshotContentType);
+  bus_->PublishAsync(PolicyTopic(bus_->agent()), EncodeSnapshot(snapshot), opts,
+                     [this](const Result<PublishAck>& ack) {
+                       if (ack.ok()) {
+                         published_.fetch_add(1);
+                       } else if (publish_failures_.fetch_add(1) < 5) {
+                         std::fprintf(stderr, "agent-worker: publishing a snapshot failed: %s\n",
+                                      ack.status().ToString().c_str());
+                       }
+                     });
+}
+
+void League::PublishResult(const nlohmann::json& result) {
+  PublishOptions opts;
+  opts.content_type = "application/json";
+  bus_->PublishAsync(kResultsTopic, result.dump(), opts, [this](const Result<PublishAck>& ack) {
+    if (ack.ok()) {
+      published_.fetch_add(1);
+    } else if (publish_failures_.fetch_add(1) < 5) {
+      std::fprintf(stderr, "agent-worker: publishing a result failed: %s\n", ack.status().ToString().c_str());
+    }
+  });
+}
+
+}  // namespace agentrt::worker

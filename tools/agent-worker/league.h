@@ -1,0 +1,70 @@
+// League: agent-worker's side of the bus in a multi-agent world. It subscribes
+// to `policies/<agent>` of every agent that plays a seat of this agent's world,
+// keeps the newest snapshot received per seat (decoded on the bus thread), and
+// hands them to the training loop, which installs them between env steps. It
+// publishes this agent's own snapshots and match results (`results`).
+//
+// Resume: SubscriptionOffsets() goes into the checkpoint; a restored League
+// re-reads from one message before each saved offset, so the snapshot the
+// agent was playing against when it saved comes back first.
+//
+// Thread-safety: the subscription callbacks run on the bus client's threads;
+// every public method may be called from the training thread concurrently.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "comms/bus_client.h"
+#include "common/status.h"
+#include "tools/agent-worker/policy_snapshot.h"
+
+namespace agentrt::worker {
+
+std::string PolicyTopic(const std::string& agent);  // "policies/<agent>"
+inline constexpr char kResultsTopic[] = "results";
+
+class League {
+ public:
+  // `seats`: seat -> agent whose snapshots play it. `offsets` (topic -> next
+  // offset) from a checkpoint, or empty to read each topic from its start.
+  static Result<std::unique_ptr<League>> Start(std::unique_ptr<BusClient> bus, std::map<int, std::string> seats,
+                                               const std::map<std::string, int64_t>& offsets);
+  ~League();
+
+  // Moves the snapshots received since the last call into `out` (seat -> newest).
+  void TakeNew(std::map<int, PolicySnapshot>& out);
+
+  // Publishes asynchronously (acknowledged in the background; failures are
+  // counted and logged, training does not wait on the bus).
+  void PublishSnapshot(const PolicySnapshot& snapshot);
+  void PublishResult(const nlohmann::json& result);
+
+  std::map<std::string, int64_t> SubscriptionOffsets() const { return bus_->SubscriptionOffsets(); }
+  BusClient& bus() { return *bus_; }
+
+  int64_t snapshots_received() const { return received_.load(); }
+  int64_t snapshots_rejected() const { return rejected_.load(); }
+  int64_t published() const { return published_.load(); }
+  int64_t publish_failures() const { return publish_failures_.load(); }
+
+ private:
+  explicit League(std::unique_ptr<BusClient> bus) : bus_(std::move(bus)) {}
+  void OnMessage(int seat, const BusMessage& message);
+
+  std::unique_ptr<BusClient> bus_;
+  std::mutex mu_;
+  std::map<int, PolicySnapshot> fresh_;  // guarded by mu_
+  std::atomic<int64_t> received_{0};
+  std::atomic<int64_t> rejected_{0};
+  std::atomic<int64_t> published_{0};
+  std::atomic<int64_t> publish_failures_{0};
+};
+
+}  // namespace agentrt::worker
