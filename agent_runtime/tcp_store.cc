@@ -390,7 +390,9 @@ Status TcpStore::Barrier(Timeout timeout) {
     key = "__agentrt/barrier/" + std::to_string(++barrier_count_);
   }
   AGENTRT_ASSIGN_OR_RETURN(const int64_t arrived, Add(key, 1, timeout));
-  if (arrived == options_.world_size) AGENTRT_RETURN_IF_ERROR(Set(key + "/done", "1", timeout));
+  // The last to arrive releases the others and need not wait: asking the store
+  // once more could find rank 0 (the server) already gone past the barrier.
+  if (arrived >= options_.world_size) return Set(key + "/done", "1", timeout);
   const auto left = std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now());
   auto r = Get(key + "/done", left.count() > 0 ? left : Timeout(1));
   if (!r.ok()) {

@@ -25,3 +25,17 @@ foreach(np 3 4)
   set_tests_properties(group_mpi_test_np${np} PROPERTIES LABELS integration TIMEOUT 120
                        ENVIRONMENT "${AGENTRT_MPI_TEST_ENV}")
 endforeach()
+
+# A stand-in agent rank; the tests below start it under mpirun.
+add_executable(group_agent_worker group_agent_worker.cc)
+target_link_libraries(group_agent_worker PRIVATE agentrt::runtime)
+target_compile_options(group_agent_worker PRIVATE ${AGENTRT_WARNINGS})
+set_target_properties(group_agent_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+
+agentrt_test(NAME group_independence_test
+  SRCS group_independence_test.cc
+  LABELS integration fault
+  TIMEOUT 150
+  ENVIRONMENT ${AGENTRT_MPI_TEST_ENV} AGENTRT_MPIEXEC=${MPIEXEC_EXECUTABLE}
+              GROUP_AGENT_WORKER=$<TARGET_FILE:group_agent_worker>)
+add_dependencies(group_independence_test group_agent_worker)
