@@ -136,6 +136,37 @@ std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& 
   return state;
 }
 
+int64_t Broker::AppendLocked(Log& log, v1::Message&& msg) {
+  const int64_t offset = log.base + static_cast<int64_t>(log.msgs.size());
+  const int64_t size = static_cast<int64_t>(msg.payload().size());
+  msg.set_topic(log.name);
+  msg.set_offset(offset);
+  msg.set_publish_time_ns(NowNs());
+  log.msgs.push_back(std::make_shared<const v1::Message>(std::move(msg)));
+  log.bytes += size;
+  published_.fetch_add(1, std::memory_order_relaxed);
+  retained_bytes_.fetch_add(size, std::memory_order_relaxed);
+  return offset;
+}
+
+void Broker::TrimLocked(Log& log) {
+  // Retention: drop the oldest, always keeping the newest message.
+  int64_t dropped = 0, dropped_bytes = 0;
+  while (log.msgs.size() > 1 && (static_cast<int64_t>(log.msgs.size()) > options_.retention_messages ||
+                                 log.bytes > options_.retention_bytes)) {
+    const int64_t b = static_cast<int64_t>(log.msgs.front()->payload().size());
+    log.bytes -= b;
+    dropped_bytes += b;
+    log.msgs.pop_front();
+    ++log.base;
+    ++dropped;
+  }
+  if (dropped > 0) {
+    expired_.fetch_add(dropped, std::memory_order_relaxed);
+    retained_bytes_.fetch_sub(dropped_bytes, std::memory_order_relaxed);
+  }
+}
+
 Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg) {
   const uint64_t seq = msg.sequence();
   std::shared_ptr<PublisherState> pub;
@@ -149,39 +180,20 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
       return Stored{first, true};
     }
   }
-  msg.set_topic(log->name);
-  msg.set_publish_time_ns(NowNs());
-  const int64_t size = static_cast<int64_t>(msg.payload().size());
   int64_t offset = 0;
-  int64_t dropped = 0, dropped_bytes = 0;
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(log->mu);
-    offset = log->base + static_cast<int64_t>(log->msgs.size());
-    msg.set_offset(offset);
-    log->msgs.push_back(std::make_shared<const v1::Message>(std::move(msg)));
-    log->bytes += size;
-    // Retention: drop the oldest, always keeping the newest message.
-    while (log->msgs.size() > 1 && (static_cast<int64_t>(log->msgs.size()) > options_.retention_messages ||
-                                    log->bytes > options_.retention_bytes)) {
-      const int64_t b = static_cast<int64_t>(log->msgs.front()->payload().size());
-      log->bytes -= b;
-      dropped_bytes += b;
-      log->msgs.pop_front();
-      ++log->base;
-      ++dropped;
-    }
+    offset = AppendLocked(*log, std::move(msg));
+    TrimLocked(*log);
     wake = log->waiters > 0;
   }
   if (wake) log->cv.notify_all();
   if (pub) pub->Record(seq, offset);  // still under pub_lock: a concurrent retry waits for this
-  published_.fetch_add(1, std::memory_order_relaxed);
-  expired_.fetch_add(dropped, std::memory_order_relaxed);
-  retained_bytes_.fetch_add(size - dropped_bytes, std::memory_order_relaxed);
   return Stored{offset, false};
 }
 
-Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::PublishResponse* resp) {
+Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& req, bool check_acl) {
   if (Status s = ValidatePublish(req, options_.limits); !s.ok()) {
     CountInvalid();
     return s.WithContext("publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " + agent);
@@ -189,8 +201,9 @@ Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::Pu
   if (!req.publisher().empty() && req.publisher() != agent) {
     return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
   }
+  if (!check_acl) return Status::Ok();
   std::string key;
-  key.reserve(agent.size() + req.topic().size() + 2);
+  key.reserve(agent.size() + req.topic().size() + 3);
   key.append("p|").append(agent).push_back('\0');
   key.append(req.topic());
   bool allowed = false;
@@ -209,15 +222,85 @@ Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::Pu
     return Deny("agent " + agent + " may not publish to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a publisher)");
   }
+  return Status::Ok();
+}
+
+namespace {
+v1::Message ToMessage(const std::string& agent, v1::PublishRequest& req) {
   v1::Message msg;
   msg.set_publisher(agent);
   msg.set_publisher_id(req.publisher_id());
   msg.set_sequence(req.sequence());
   msg.set_content_type(std::move(*req.mutable_content_type()));
   msg.set_payload(std::move(*req.mutable_payload()));
-  Stored st = Append(GetLog(req.topic(), /*create=*/true), std::move(msg));
+  return msg;
+}
+}  // namespace
+
+Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::PublishResponse* resp) {
+  AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, req));
+  Stored st = Append(GetLog(req.topic(), /*create=*/true), ToMessage(agent, req));
   resp->set_offset(st.offset);
   resp->set_duplicate(st.duplicate);
+  return Status::Ok();
+}
+
+Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& req, v1::PublishBatchResponse* resp) {
+  if (req.messages_size() == 0 || req.messages_size() > options_.limits.max_batch_messages) {
+    CountInvalid();
+    return ValidatePublishBatch(req, options_.limits).WithContext("publish batch by agent " + agent);
+  }
+  const int n = req.messages_size();
+  int i = 0;
+  while (i < n) {
+    // A run: consecutive entries with the same topic and publisher_id that
+    // pass their checks (the ACL answer is the run's first entry's).
+    const std::string topic = req.messages(i).topic();
+    const uint64_t pid = req.messages(i).publisher_id();
+    int end = i;
+    Status failed;
+    while (end < n && req.messages(end).topic() == topic && req.messages(end).publisher_id() == pid) {
+      failed = CheckPublish(agent, req.messages(end), /*check_acl=*/end == i);
+      if (!failed.ok()) break;
+      ++end;
+    }
+    if (end > i) {
+      std::shared_ptr<Log> log = GetLog(topic, /*create=*/true);
+      std::shared_ptr<PublisherState> pub;
+      std::unique_lock<std::mutex> pub_lock;
+      if (pid != 0) {
+        pub = GetPublisher(agent, pid);
+        pub_lock = std::unique_lock<std::mutex>(pub->mu);
+      }
+      bool wake = false;
+      {
+        std::lock_guard<std::mutex> lock(log->mu);
+        for (int k = i; k < end; ++k) {
+          v1::PublishRequest& entry = *req.mutable_messages(k);
+          v1::PublishResponse* ack = resp->add_acks();
+          const uint64_t seq = entry.sequence();
+          int64_t first = -1;
+          if (pub && pub->Seen(seq, &first)) {
+            duplicates_.fetch_add(1, std::memory_order_relaxed);
+            ack->set_offset(first);
+            ack->set_duplicate(true);
+            continue;
+          }
+          const int64_t offset = AppendLocked(*log, ToMessage(agent, entry));
+          if (pub) pub->Record(seq, offset);
+          ack->set_offset(offset);
+        }
+        TrimLocked(*log);
+        wake = log->waiters > 0;
+      }
+      if (wake) log->cv.notify_all();
+    }
+    if (!failed.ok()) {
+      return failed.WithContext("batch entry " + std::to_string(end) + " (the " + std::to_string(end) +
+                                " before it are stored)");
+    }
+    i = end;
+  }
   return Status::Ok();
 }
 

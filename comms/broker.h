@@ -78,6 +78,11 @@ class Broker {
   // Stores one message (its payload is moved out of `req`). Validates, checks
   // the ACL and `req.publisher` == `agent`, and suppresses duplicates.
   Status Publish(const std::string& agent, bus::v1::PublishRequest& req, bus::v1::PublishResponse* resp);
+  // Stores the entries in order, each checked as by Publish; consecutive
+  // entries for one topic are stored under one lock. On the first failing
+  // entry, returns its error; `resp->acks` then covers the entries before it.
+  Status PublishBatch(const std::string& agent, bus::v1::PublishBatchRequest& req,
+                      bus::v1::PublishBatchResponse* resp);
   Status Send(const std::string& agent, bus::v1::SendRequest& req, bus::v1::SendResponse* resp);
 
   // Opens a reader on a topic (ACL-checked) or on `agent`'s own inbox, and
@@ -128,6 +133,12 @@ class Broker {
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start, uint64_t incarnation,
                             int max_batch, bus::v1::SubscribeResponse::Header* header);
   Status Deny(std::string message);
+  // Validation, publisher field and (when check_acl) ACL of one publish; no state change.
+  Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req, bool check_acl = true);
+  // Under log->mu: appends one message; returns its offset. TrimLocked drops
+  // what retention no longer allows.
+  int64_t AppendLocked(Log& log, bus::v1::Message&& msg);
+  void TrimLocked(Log& log);
 
   const BrokerOptions options_;
   const BusAcl acl_;

@@ -285,59 +285,71 @@ Status BusClient::Flush(std::chrono::milliseconds timeout) {
 }
 
 void BusClient::Impl::RunAsyncPublisher() {
-  std::vector<AsyncItem> batch;
+  struct Pending {
+    uint64_t sequence;
+    AckCallback on_ack;
+  };
+  std::vector<Pending> batch;
   v1::PublishBatchRequest req;
   v1::PublishBatchResponse resp;
+  std::vector<Result<PublishAck>> results;
   for (;;) {
     batch.clear();
+    req.Clear();
     {
       std::unique_lock<std::mutex> lock(async_mu);
       async_cv.wait(lock, [&] { return !async_queue.empty() || async_stop; });
       if (async_queue.empty()) return;  // stopping, nothing left
       int64_t bytes = 0;
       while (!async_queue.empty() && static_cast<int>(batch.size()) < options.async_batch_messages) {
-        const int64_t b = static_cast<int64_t>(async_queue.front().req.payload().size());
+        AsyncItem& item = async_queue.front();
+        const int64_t b = static_cast<int64_t>(item.req.payload().size());
         if (!batch.empty() && bytes + b > options.async_batch_bytes) break;
         bytes += b;
-        batch.push_back(std::move(async_queue.front()));
+        batch.push_back(Pending{item.req.sequence(), std::move(item.on_ack)});
+        req.add_messages()->Swap(&item.req);
         async_queue.pop_front();
       }
     }
-    size_t done = 0;  // entries of `batch` answered
-    std::vector<std::pair<size_t, Result<PublishAck>>> results;
-    results.reserve(batch.size());
+    results.clear();
     const auto deadline = Clock::now() + options.call_timeout;
     int attempt = 0;
-    while (done < batch.size()) {
-      req.Clear();
-      for (size_t i = done; i < batch.size(); ++i) *req.add_messages() = batch[i].req;
+    // `req` holds the entries not yet answered: results.size() of batch are.
+    while (results.size() < batch.size()) {
       resp.Clear();
       grpc::ClientContext ctx;
       Prepare(&ctx, std::min(deadline, Clock::now() + options.call_timeout));
       grpc::Status s = stub->PublishBatch(&ctx, req, &resp);
-      // Acks are for a prefix of the batch, also when the call failed on one entry.
-      for (int i = 0; i < resp.acks_size() && done < batch.size(); ++i, ++done) {
+      // Acks are for a prefix of the entries sent, also when the call failed on one entry.
+      const int acked = std::min(resp.acks_size(), req.messages_size());
+      for (int i = 0; i < acked; ++i) {
         const auto& a = resp.acks(i);
-        results.emplace_back(done, PublishAck{a.offset(), a.duplicate(), batch[done].req.sequence()});
+        results.emplace_back(PublishAck{a.offset(), a.duplicate(), batch[results.size()].sequence});
       }
-      if (s.ok()) continue;
+      if (s.ok() && acked == req.messages_size()) break;
+      const std::string topic = req.messages(acked < req.messages_size() ? acked : 0).topic();
+      req.mutable_messages()->DeleteSubrange(0, acked);
+      if (s.ok()) continue;  // (not expected) resend what was not acknowledged
       if (Retryable(s.error_code()) && Clock::now() + Backoff(attempt) < deadline) {
         std::this_thread::sleep_for(Backoff(attempt++));
         continue;  // the same sequences: whatever was stored already comes back as a duplicate
       }
-      // The entry at `done` failed for good (or the deadline passed: all the rest).
-      const bool all_rest = Retryable(s.error_code());
-      Status err = FromGrpc(s, "async publish to topic \"" + batch[done].req.topic() + "\" (bus " + address +
-                                   ", agent " + cred.agent + ")");
+      // The first unanswered entry failed for good (on a deadline: all the rest).
+      Status err = FromGrpc(s, "async publish to topic \"" + topic + "\" (bus " + address + ", agent " +
+                                   cred.agent + ")");
       {
         std::lock_guard<std::mutex> lock(async_mu);
         if (async_error.ok()) async_error = err;
       }
-      const size_t end = all_rest ? batch.size() : done + 1;
-      for (; done < end; ++done) results.emplace_back(done, err);
+      if (Retryable(s.error_code())) {
+        while (results.size() < batch.size()) results.emplace_back(err);
+        break;
+      }
+      results.emplace_back(err);
+      req.mutable_messages()->DeleteSubrange(0, 1);
     }
-    for (auto& [i, r] : results) {
-      if (batch[i].on_ack) batch[i].on_ack(r);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].on_ack) batch[i].on_ack(results[i]);
     }
     {
       std::lock_guard<std::mutex> lock(async_mu);

@@ -368,3 +368,29 @@ TEST_CASE("a request is answered only by the agent it was addressed to, before i
   CHECK(b.Request("predator-0", late, std::chrono::system_clock::now() + 50ms, nullptr, &lr).code() ==
         StatusCode::kDeadlineExceeded);
 }
+
+TEST_CASE("a publish batch stores runs in order, drops in-batch retries and stops at the first bad entry") {
+  Broker b({}, TestAcl(), "s", 1);
+  v1::PublishBatchRequest batch;
+  *batch.add_messages() = Pub("sightings", "a", 9, 1);
+  *batch.add_messages() = Pub("sightings", "b", 9, 2);
+  *batch.add_messages() = Pub("sightings", "a", 9, 1);  // retry inside the batch
+  *batch.add_messages() = Pub("policies/x", "p", 9, 3);  // predator-0 may not publish here
+  *batch.add_messages() = Pub("sightings", "never", 9, 4);
+  v1::PublishBatchResponse resp;
+  Status s = b.PublishBatch("predator-0", batch, &resp);
+  CHECK(s.code() == StatusCode::kPermissionDenied);
+  CHECK(s.message().find("batch entry 3") != std::string::npos);
+  REQUIRE(resp.acks_size() == 3);
+  CHECK(resp.acks(0).offset() == 0);
+  CHECK(resp.acks(1).offset() == 1);
+  CHECK(resp.acks(2).duplicate());
+  CHECK(resp.acks(2).offset() == 0);
+  auto r = Open(b, "prey-0", "sightings", Earliest());
+  auto msgs = ReadAll(b, &r);
+  REQUIRE(msgs.size() == 2);
+  CHECK(msgs[1].payload() == "b");
+
+  v1::PublishBatchRequest empty;
+  CHECK(b.PublishBatch("predator-0", empty, &resp).code() == StatusCode::kInvalidArgument);
+}
