@@ -1,0 +1,6 @@
+# `agentctl sbatch` output submitted to the live SLURM test cluster (label slurm).
+agentrt_test(NAME slurm_sbatch_live_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/sbatch_live_test.cc
+  DEPS agentrt::slurm
+  LABELS slurm
+  TIMEOUT 300)

@@ -1,0 +1,199 @@
+// `agentctl sbatch --submit` against the real SLURM test cluster: four agents
+// of two shapes become two job arrays, every array task succeeds, every agent
+// saw its own GPUs (pairwise disjoint, while all four ran at once), and no
+// script and no job environment holds the run secret or a token.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "comms/auth.h"
+#include "slurm/command_runner.h"
+#include "slurm/slurm_client.h"
+
+using namespace agentrt;
+using namespace agentrt::slurm;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const fs::path& p, const std::string& text) {
+  std::ofstream out(p);
+  out << text;
+}
+
+std::vector<std::string> Words(const std::string& text, char sep = ' ') {
+  std::vector<std::string> words;
+  std::stringstream in(text);
+  std::string w;
+  while (std::getline(in, w, sep)) {
+    while (!w.empty() && (w.back() == '\n' || w.back() == ' ')) w.pop_back();
+    if (!w.empty()) words.push_back(w);
+  }
+  return words;
+}
+
+// Every log file of the run, for the failure message.
+std::string Logs(const fs::path& run) {
+  std::string all;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run / "logs", ec)) {
+    all += "---- " + e.path().string() + "\n" + ReadFile(e.path());
+  }
+  return all;
+}
+
+// Cancels whatever the test submitted, also when a REQUIRE fails.
+struct CancelOnExit {
+  SlurmClient& slurm;
+  std::vector<std::string> jobs;
+  ~CancelOnExit() {
+    for (const auto& j : jobs) (void)slurm.Cancel(j);
+  }
+};
+
+// Each rank records what it was given, then waits until all six ranks of the
+// four agents have, so the agents provably held their GPUs at the same time.
+constexpr const char* kAgentScript = R"sh(#!/bin/bash
+seen="$AGENTRT_RUN_DIR/seen"
+mkdir -p "$seen"
+env >"$seen/$AGENTRT_AGENT.$RANK.env"
+echo "$CUDA_VISIBLE_DEVICES" >"$seen/$AGENTRT_AGENT.$RANK.gpus"
+for _ in $(seq 900); do
+  [ "$(ls "$seen"/*.gpus | wc -l)" -ge 6 ] && exit 0
+  sleep 0.1
+done
+echo "agent $AGENTRT_AGENT rank $RANK: the other agents never ran alongside" >&2
+exit 1
+)sh";
+
+}  // namespace
+
+TEST_CASE("agentctl sbatch: 4 agents of two shapes run as two job arrays on real SLURM with disjoint GPUs") {
+  const char* conf = std::getenv("SLURM_CONF");
+  INFO("SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; source DIR/env.sh) or run "
+       "scripts/test.sh");
+  REQUIRE(conf != nullptr);
+  const char* bin_env = std::getenv("AGENTRT_BIN_DIR");
+  REQUIRE(bin_env != nullptr);
+  const fs::path bin(bin_env);
+  INFO("agentctl and agentrt-bus must be built in " << bin.string());
+  REQUIRE(fs::exists(bin / "agentctl"));
+  REQUIRE(fs::exists(bin / "agentrt-bus"));
+
+  char tmpl[] = "/tmp/agentrt-sbatch-live.XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const fs::path work(tmpl);
+  const fs::path run = work / "run";
+  WriteFile(work / "agent.sh", kAgentScript);
+  WriteFile(work / "agents.yaml", fmt::format(R"(run: {{name: arrays, dir: {work}}}
+slurm: {{time: "00:05:00", signal_grace_s: 30}}
+agents:
+  - name: big
+    replicas: 2
+    gpus: 2
+    ranks: 2
+    command: [bash, {work}/agent.sh]
+  - name: small
+    replicas: 2
+    gpus: 1
+    ranks: 1
+    command: [bash, {work}/agent.sh]
+)",
+                                              fmt::arg("work", work.string())));
+
+  auto runner = MakeProcessRunner();
+  SlurmClient slurm(*runner, {60, 0.5});
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
+                          "--bus-wait", "90", "--submit"},
+                         180);
+  REQUIRE(out.ok());
+  INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
+  REQUIRE(out->exit_code == 0);
+
+  const std::string bus_job = Words(ReadFile(run / "bus.jobid")).at(0);
+  const std::vector<std::string> arrays = Words(ReadFile(run / "arrays.jobids"));
+  CancelOnExit guard{slurm, arrays};
+  guard.jobs.push_back(bus_job);
+  REQUIRE(arrays.size() == 2);
+  CHECK(fs::exists(run / "array-gpu2-rank2.sbatch"));
+  CHECK(fs::exists(run / "array-gpu1-rank1.sbatch"));
+
+  auto finished = slurm.WaitForJobs(arrays, 200);
+  INFO("job logs:\n" << Logs(run));
+  REQUIRE(finished.ok());
+  REQUIRE(finished->size() == 4);  // one array task per agent
+  for (const JobRecord& task : *finished) {
+    INFO("array task " << task.DisplayId() << " " << task.state_text << " exit " << task.exit_code);
+    CHECK(task.state == JobState::kCompleted);
+    CHECK(task.exit_code == 0);
+  }
+
+  // What every rank saw: its agent's GPUs, the same for all its ranks.
+  const std::map<std::string, int> expected = {{"big-0", 2}, {"big-1", 2}, {"small-0", 1}, {"small-1", 1}};
+  std::map<std::string, std::set<std::string>> gpus_of;
+  for (const auto& [agent, count] : expected) {
+    int ranks = agent.rfind("big", 0) == 0 ? 2 : 1;
+    std::string first;
+    for (int r = 0; r < ranks; ++r) {
+      fs::path f = run / "seen" / fmt::format("{}.{}.gpus", agent, r);
+      REQUIRE(fs::exists(f));
+      std::string cvd = Words(ReadFile(f)).at(0);
+      if (r == 0) first = cvd;
+      CHECK(cvd == first);
+      for (const auto& g : Words(cvd, ',')) gpus_of[agent].insert(g);
+    }
+    CHECK(static_cast<int>(gpus_of[agent].size()) == count);
+  }
+  std::set<std::string> all;
+  size_t total = 0;
+  for (const auto& [agent, ids] : gpus_of) {
+    all.insert(ids.begin(), ids.end());
+    total += ids.size();
+  }
+  CHECK(all.size() == total);  // pairwise disjoint
+
+  // The contract reached the ranks, and no secret did.
+  auto secret = ReadSecretFile((run / "secrets" / "run.secret").string());
+  REQUIRE(secret.ok());
+  std::string hex;
+  for (unsigned char c : *secret) hex += fmt::format("{:02x}", c);
+  std::vector<std::string> forbidden = {*secret, hex};
+  for (const auto& [agent, count] : expected) forbidden.push_back(DeriveAgentToken(*secret, agent));
+  for (const auto& entry : fs::directory_iterator(run / "seen")) {
+    if (entry.path().extension() != ".env") continue;
+    const std::string env = ReadFile(entry.path());
+    INFO(entry.path().string());
+    CHECK_THAT(env, Catch::Contains("AGENTRT_BUS="));
+    CHECK_THAT(env, Catch::Contains("AGENTRT_TOKEN_FILE=" + (run / "secrets").string()));
+    CHECK_THAT(env, Catch::Contains("AGENTRT_CKPT_DIR=" + (run / "checkpoints").string()));
+    for (const auto& f : forbidden) CHECK(env.find(f) == std::string::npos);
+  }
+  for (const auto& entry : fs::directory_iterator(run)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string text = ReadFile(entry.path());
+    INFO(entry.path().string());
+    for (const auto& f : forbidden) CHECK(text.find(f) == std::string::npos);
+  }
+
+  // The done job stops the bus once the arrays have ended.
+  auto bus = slurm.WaitForJobs({bus_job}, 60);
+  REQUIRE(bus.ok());
+  CHECK(bus->at(0).state == JobState::kCancelled);
+  fs::remove_all(work);
+}
