@@ -11,6 +11,9 @@ namespace agentrt {
 // consecutive pieces gives the checksum of the whole. Thread-safe.
 uint32_t Crc32c(uint32_t crc, const void* data, size_t size);
 
+// The checksum of A||B from crc(A), crc(B) and B's length.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t size_b);
+
 // The portable implementation (exposed so tests can compare both paths).
 uint32_t Crc32cPortable(uint32_t crc, const void* data, size_t size);
 

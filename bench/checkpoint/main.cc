@@ -1,0 +1,255 @@
+// bench_checkpoint: the three figures of issue 4, each against an anchor measured
+// in the same run on the same disk.
+//
+//   save_throughput     4 ranks (threads, one Checkpointer each, a shared barrier)
+//                       save a 1 GiB state (4 shards of 256 MiB) synchronously:
+//                       bytes / (start .. manifest committed).
+//                       anchor: dd if=/dev/zero bs=16M count=64 conv=fsync.
+//   async_save_stall    how long SaveAsync blocks the training loop (the snapshot
+//                       copy; slowest rank), steady state (snapshot buffers warm).
+//                       anchor: the synchronous save of the same state.
+//   restore_throughput  Restore() of rank 0 with checksum verification of every
+//                       shard (1 GiB read + CRC32C), after dropping the shard files
+//                       from the page cache with posix_fadvise(DONTNEED).
+//                       anchor: plain read() of the same files after the same drop.
+//
+// Medians over --reps runs. --bytes makes the state smaller (e.g. 268435456).
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "agent_runtime/checkpointer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::cerr << "bench_checkpoint: " << what << "\n";
+  std::exit(1);
+}
+
+void Check(const agentrt::Status& s) {
+  if (!s.ok()) Die(s.ToString());
+}
+
+// Drops a file's clean pages from the page cache.
+void DropFromCache(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+void DropTree(const fs::path& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) DropFromCache(e.path());
+  }
+}
+
+// Seconds for `dd if=/dev/zero of=FILE bs=16M count=N conv=fsync`.
+double RunDd(const fs::path& file, size_t count) {
+  std::string cmd = "dd if=/dev/zero of='" + file.string() + "' bs=16M count=" + std::to_string(count) +
+                    " conv=fsync status=none";
+  auto t = Clock::now();
+  if (std::system(cmd.c_str()) != 0) Die("dd failed: " + cmd);
+  double s = Since(t);
+  fs::remove(file);
+  return s;
+}
+
+// Seconds to read every regular file under `dir` with plain read() into `buf`.
+double ReadAll(const std::vector<fs::path>& files, std::vector<char>& buf) {
+  auto t = Clock::now();
+  for (const auto& f : files) {
+    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) Die("open " + f.string());
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    while (::read(fd, buf.data(), buf.size()) > 0) {
+    }
+    ::close(fd);
+  }
+  return Since(t);
+}
+
+struct World {
+  std::vector<std::unique_ptr<agentrt::Checkpointer>> ranks;
+  std::unique_ptr<std::barrier<>> sync;
+};
+
+World MakeWorld(const std::string& dir, int shards) {
+  World w;
+  w.sync = std::make_unique<std::barrier<>>(shards);
+  for (int r = 0; r < shards; ++r) {
+    agentrt::CheckpointOptions o;
+    o.dir = dir;
+    o.agent = "bench";
+    o.rank = r;
+    o.world_size = shards;
+    o.keep_last = 1;
+    o.interval_s = 0;
+    std::barrier<>* b = w.sync.get();
+    o.barrier = [b] {
+      b->arrive_and_wait();
+      return agentrt::Status::Ok();
+    };
+    auto c = agentrt::Checkpointer::Create(o);
+    if (!c.ok()) Die(c.status().ToString());
+    w.ranks.push_back(std::move(c).value());
+  }
+  return w;
+}
+
+// Runs fn(rank) on one thread per rank and waits.
+template <typename Fn>
+void OnEveryRank(int shards, Fn fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < shards; ++r) threads.emplace_back([&fn, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
+void PrintFigure(const char* metric, double value, const char* unit, const std::string& anchor,
+                 double anchor_value) {
+  nlohmann::json j = {{"bench", "checkpoint"}, {"metric", metric}, {"value", value},
+                      {"unit", unit},          {"anchor", anchor}, {"anchor_value", anchor_value},
+                      {"ratio", anchor_value > 0 ? value / anchor_value : 0.0}};
+  std::cout << j.dump() << std::endl;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_checkpoint: checkpoint save/stall/restore against dd and read()"};
+  size_t total_bytes = size_t{1} << 30;
+  int shards = 4;
+  int reps = 3;
+  std::string dir = "runs/.bench-checkpoint";
+  app.add_option("--bytes", total_bytes, "state size in bytes (multiple of 16 MiB)");
+  app.add_option("--shards", shards, "ranks / shards");
+  app.add_option("--reps", reps, "repetitions (median)");
+  app.add_option("--dir", dir, "scratch directory on the disk to measure (removed afterwards)");
+  CLI11_PARSE(app, argc, argv);
+  const size_t chunk = size_t{16} << 20;
+  if (total_bytes < chunk || total_bytes % chunk != 0) Die("--bytes must be a multiple of 16 MiB");
+  if (shards < 1 || total_bytes % static_cast<size_t>(shards) != 0) Die("--bytes must divide into --shards");
+  const size_t shard_bytes = total_bytes / static_cast<size_t>(shards);
+  const double mb = static_cast<double>(total_bytes) / 1e6;
+
+  fs::path root = fs::absolute(dir) / std::to_string(::getpid());
+  fs::create_directories(root);
+  std::cerr << "bench_checkpoint: " << total_bytes / (1 << 20) << " MiB in " << shards << " shards under "
+            << root << ", " << reps << " reps\n";
+
+  // The training state: distinct, non-zero bytes per rank.
+  std::vector<std::unique_ptr<uint64_t[]>> state;
+  for (int r = 0; r < shards; ++r) {
+    state.emplace_back(new uint64_t[shard_bytes / 8]);
+    uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(r + 1);
+    for (size_t i = 0; i < shard_bytes / 8; ++i) state[static_cast<size_t>(r)][i] = (x += 0x9E3779B97F4A7C15ull);
+  }
+  auto make_state = [&](int r) {
+    agentrt::CheckpointState s;
+    s.AddArray("params", state[static_cast<size_t>(r)].get(), "uint64",
+               {static_cast<int64_t>(shard_bytes / 8)}, 8);
+    s.metadata = {{"bench", true}};
+    return s;
+  };
+
+  const std::string ckpt_dir = (root / "ckpt").string();
+  World world = MakeWorld(ckpt_dir, shards);
+  int64_t step = 0;
+
+  // Warm-up: allocate the snapshot buffers once, as a training run would.
+  ++step;
+  OnEveryRank(shards, [&](int r) { Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r))); });
+
+  std::vector<double> dd_s, save_s, stall_s, restore_s, read_s;
+  std::vector<char> read_buf(chunk);
+  for (int rep = 0; rep < reps; ++rep) {
+    dd_s.push_back(RunDd(root / "dd.tmp", total_bytes / chunk));
+
+    // Synchronous save.
+    ++step;
+    auto t = Clock::now();
+    OnEveryRank(shards, [&](int r) { Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r))); });
+    save_s.push_back(Since(t));
+
+    // Async save: the training loop is blocked only inside SaveAsync.
+    ++step;
+    std::vector<double> blocked(static_cast<size_t>(shards));
+    OnEveryRank(shards, [&](int r) {
+      auto t0 = Clock::now();
+      Check(world.ranks[static_cast<size_t>(r)]->SaveAsync(step, make_state(r)));
+      blocked[static_cast<size_t>(r)] = Since(t0);
+      Check(world.ranks[static_cast<size_t>(r)]->Wait());
+    });
+    stall_s.push_back(*std::max_element(blocked.begin(), blocked.end()));
+
+    // Restore with verification, cold cache; then plain read() of the same files, cold cache.
+    fs::path step_dir = fs::path(ckpt_dir) / ("step-" + std::to_string(step));
+    std::vector<fs::path> files;
+    for (int r = 0; r < shards; ++r) files.push_back(step_dir / ("rank-" + std::to_string(r) + ".shard"));
+    DropTree(ckpt_dir);
+    {
+      agentrt::CheckpointOptions o;
+      o.dir = ckpt_dir;
+      o.agent = "bench";
+      o.rank = 0;
+      o.world_size = shards;
+      auto c = agentrt::Checkpointer::Create(o);
+      if (!c.ok()) Die(c.status().ToString());
+      auto t1 = Clock::now();
+      auto restored = (*c)->Restore();
+      double s = Since(t1);
+      if (!restored.ok()) Die(restored.status().ToString());
+      if (!restored->restored() || restored->step != step) Die("restore: " + restored->Describe());
+      if (std::memcmp(restored->shard.Bytes("params").data(), state[0].get(), shard_bytes) != 0) {
+        Die("restore: rank 0's bytes differ from the saved state");
+      }
+      restore_s.push_back(s);
+    }
+    for (const auto& f : files) DropFromCache(f);
+    read_s.push_back(ReadAll(files, read_buf));
+    std::cerr << "rep " << rep << ": dd " << dd_s.back() << " s, save " << save_s.back() << " s, stall "
+              << stall_s.back() << " s, restore " << restore_s.back() << " s, read " << read_s.back() << " s\n";
+  }
+  world.ranks.clear();
+  fs::remove_all(root);
+  std::error_code ec;
+  fs::remove(fs::absolute(dir), ec);  // only if empty
+
+  const std::string dd_anchor = "dd if=/dev/zero bs=16M count=" + std::to_string(total_bytes / chunk) +
+                                " conv=fsync (same disk, same run)";
+  PrintFigure("save_throughput", mb / Median(save_s), "MB/s", dd_anchor, mb / Median(dd_s));
+  PrintFigure("async_save_stall", Median(stall_s), "s", "synchronous save of the same state",
+              Median(save_s));
+  PrintFigure("restore_throughput", mb / Median(restore_s), "MB/s",
+              "read() of the same shard files after posix_fadvise(DONTNEED)", mb / Median(read_s));
+  return 0;
+}
