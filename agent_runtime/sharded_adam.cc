@@ -77,11 +77,12 @@ struct ShardedAdam::Impl {
   float* v = nullptr;      // size elements
   float* shard_grad = nullptr;  // block elements: this rank's reduced gradients
   float* padded = nullptr;      // N * block elements, only when num_params % N != 0
+  float* scalar = nullptr;      // 1 element: the all-reduced squared norm
   Status init_status;
 
   Impl(Group& g, size_t n, AdamWOptions o) : group(g), options(o), num_params(n) {}
   ~Impl() {
-    for (float* p : {m, v, shard_grad, padded}) {
+    for (float* p : {m, v, shard_grad, padded, scalar}) {
       if (p != nullptr) ops->Free(p);
     }
   }
@@ -109,6 +110,7 @@ struct ShardedAdam::Impl {
     AGENTRT_ASSIGN_OR_RETURN(m, ops->Alloc(size));
     AGENTRT_ASSIGN_OR_RETURN(v, ops->Alloc(size));
     AGENTRT_ASSIGN_OR_RETURN(shard_grad, ops->Alloc(block));
+    AGENTRT_ASSIGN_OR_RETURN(scalar, ops->Alloc(1));
     if (block * world != num_params) {
       AGENTRT_ASSIGN_OR_RETURN(padded, ops->Alloc(block * world));
     }
@@ -129,8 +131,11 @@ struct ShardedAdam::Impl {
         group.ReduceScatter(rs_send, shard_grad, block, DataType::kFloat32, ReduceOp::kSum));
     // 2. Global gradient norm from the shards' squared norms.
     AGENTRT_ASSIGN_OR_RETURN(const double local_sq, ops->SquaredNorm(shard_grad, size));
+    // The scalar travels in a buffer of the group's kind (device memory for nccl).
     float total_sq = static_cast<float>(local_sq);
-    AGENTRT_RETURN_IF_ERROR(group.AllReduce(&total_sq, 1, DataType::kFloat32, ReduceOp::kSum));
+    AGENTRT_RETURN_IF_ERROR(ops->FromHost(scalar, &total_sq, 1));
+    AGENTRT_RETURN_IF_ERROR(group.AllReduce(scalar, 1, DataType::kFloat32, ReduceOp::kSum));
+    AGENTRT_RETURN_IF_ERROR(ops->ToHost(&total_sq, scalar, 1));
     const float avg = options.average_grads ? 1.0f / static_cast<float>(world) : 1.0f;
     const float norm = std::sqrt(total_sq) * avg;
     if (grad_norm != nullptr) *grad_norm = norm;

@@ -39,3 +39,12 @@ agentrt_test(NAME group_independence_test
   ENVIRONMENT ${AGENTRT_MPI_TEST_ENV} AGENTRT_MPIEXEC=${MPIEXEC_EXECUTABLE}
               GROUP_AGENT_WORKER=$<TARGET_FILE:group_agent_worker>)
 add_dependencies(group_independence_test group_agent_worker)
+
+if(AGENTRT_HAVE_CUDA)
+  agentrt_test(NAME group_nccl_test
+    SRCS group_nccl_test.cc group_nccl_test_kernels.cu
+    DEPS agentrt::runtime
+    LABELS gpu
+    TIMEOUT 120)
+  set_target_properties(group_nccl_test PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+endif()

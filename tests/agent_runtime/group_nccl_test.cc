@@ -1,0 +1,217 @@
+// The NCCL backend and ShardedAdam's CUDA kernel on one GPU (label gpu). On a
+// machine without a CUDA device every case prints "skipped: no CUDA device"
+// and passes.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "agent_runtime/adamw.h"
+#include "agent_runtime/cuda/adamw_kernel.h"
+#include "agent_runtime/cuda/nccl_group.h"
+#include "agent_runtime/group.h"
+#include "agent_runtime/group_half.h"
+#include "agent_runtime/sharded_adam.h"
+
+namespace agentrt {
+namespace testing {
+cudaError_t LaunchSpinUntil(volatile int* device_flag, cudaStream_t stream);
+}  // namespace testing
+
+namespace {
+
+bool HaveDevice() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Group> NcclGroup(const char* agent) {
+  GroupOptions o;
+  o.agent = agent;
+  o.has_gpus = true;  // kAuto must pick nccl
+  auto g = MakeGroup(o);
+  if (!g.ok()) FAIL(g.status().ToString());
+  return std::move(g).value();
+}
+
+template <typename T>
+struct DeviceBuffer {
+  explicit DeviceBuffer(size_t n) : count(n) { REQUIRE(cudaMalloc(&ptr, n * sizeof(T)) == cudaSuccess); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  void Upload(const std::vector<T>& h) { REQUIRE(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess); }
+  std::vector<T> Download() const {
+    std::vector<T> h(count);
+    REQUIRE(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+  T* ptr = nullptr;
+  size_t count;
+};
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+TEST_CASE("nccl group on one rank runs every op on device buffers") {
+  if (!HaveDevice()) return;
+  auto g = NcclGroup("gpu-test");
+  CHECK(g->backend() == "nccl");
+  CHECK(g->device_buffers());
+  CHECK(g->size() == 1);
+  const size_t n = 4097;
+  std::vector<float> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = static_cast<float>(i) * 0.5f;
+  DeviceBuffer<float> f(n);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+    f.Upload(h);
+    REQUIRE(g->AllReduce(f.ptr, n, DataType::kFloat32, op).ok());
+    CHECK(f.Download() == h);
+  }
+  std::vector<int64_t> hi(n);
+  for (size_t i = 0; i < n; ++i) hi[i] = (int64_t{1} << 40) + static_cast<int64_t>(i);
+  DeviceBuffer<int64_t> i64(n);
+  i64.Upload(hi);
+  REQUIRE(g->AllReduce(i64.ptr, n, DataType::kInt64, ReduceOp::kSum).ok());
+  CHECK(i64.Download() == hi);
+  std::vector<uint16_t> hb(n);
+  for (size_t i = 0; i < n; ++i) hb[i] = internal::FloatToBF16(static_cast<float>(i % 100));
+  DeviceBuffer<uint16_t> b16(n);
+  b16.Upload(hb);
+  REQUIRE(g->AllReduce(b16.ptr, n, DataType::kBFloat16, ReduceOp::kSum).ok());
+  CHECK(b16.Download() == hb);
+  REQUIRE(g->AllReduce(b16.ptr, n, DataType::kFloat16, ReduceOp::kMax).ok());
+
+  DeviceBuffer<float> out(n);
+  f.Upload(h);
+  REQUIRE(g->ReduceScatter(f.ptr, out.ptr, n, DataType::kFloat32, ReduceOp::kSum).ok());
+  CHECK(out.Download() == h);
+  REQUIRE(g->AllGather(f.ptr, out.ptr, n, DataType::kFloat32).ok());
+  CHECK(out.Download() == h);
+  REQUIRE(g->AllGather(f.ptr, f.ptr, n, DataType::kFloat32).ok());  // in place
+  REQUIRE(g->Broadcast(f.ptr, n, DataType::kFloat32, 0).ok());
+  CHECK(f.Download() == h);
+  CHECK(g->Broadcast(f.ptr, n, DataType::kFloat32, 1).code() == StatusCode::kInvalidArgument);
+  REQUIRE(g->Barrier().ok());
+}
+
+TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s") {
+  if (!HaveDevice()) return;
+  auto g = NcclGroup("stuck-gpu");
+  cudaStream_t stream = cuda::NcclGroupStream(*g);
+  REQUIRE(stream != nullptr);
+  int* host_flag = nullptr;
+  REQUIRE(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped) == cudaSuccess);
+  *host_flag = 0;
+  int* device_flag = nullptr;
+  REQUIRE(cudaHostGetDevicePointer(&device_flag, host_flag, 0) == cudaSuccess);
+  REQUIRE(testing::LaunchSpinUntil(device_flag, stream) == cudaSuccess);
+
+  // Failsafe: should the abort itself wait for the stream, release the spinner
+  // late enough that the timing check below still catches it.
+  std::atomic<bool> returned{false};
+  std::atomic<bool> failsafe_fired{false};
+  std::thread failsafe([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+    while (!returned.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!returned.load()) failsafe_fired = true;
+    *reinterpret_cast<volatile int*>(host_flag) = 1;
+  });
+
+  DeviceBuffer<float> buf(1024);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = g->AllReduce(buf.ptr, 1024, DataType::kFloat32, ReduceOp::kSum, std::chrono::seconds(2));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  returned = true;
+  failsafe.join();
+  INFO("took " << took << " s; failsafe fired: " << failsafe_fired.load() << "; " << s.ToString());
+  CHECK(s.code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(s.message(), Catch::Contains("agent stuck-gpu rank 0 (nccl): allreduce of 1024 float32 timed out after 2 s") &&
+                              Catch::Contains("aborted"));
+  CHECK(took >= 1.9);
+  CHECK(took < 7.0);
+  CHECK_FALSE(failsafe_fired.load());
+  // The group is unusable afterwards, and says so.
+  CHECK(g->Barrier().code() == StatusCode::kAborted);
+  cudaDeviceSynchronize();
+  cudaFreeHost(host_flag);
+}
+
+TEST_CASE("ShardedAdam's CUDA kernel matches the CPU result") {
+  if (!HaveDevice()) return;
+  auto device_group = NcclGroup("adam-gpu");
+  auto host_group = MakeSingleRankGroup("adam-cpu");
+  for (size_t n : {size_t{1} << 16, size_t{100003}}) {
+    AdamWOptions o;
+    o.lr = 1e-2f;
+    o.weight_decay = 0.05f;
+    o.max_grad_norm = 3.0f;
+    ShardedAdam gpu(*device_group, n, o);
+    ShardedAdam cpu(*host_group, n, o);
+    std::vector<float> p = RandomVector(n, 5, 1.0f);
+    DeviceBuffer<float> dp(n);
+    DeviceBuffer<float> dg(n);
+    dp.Upload(p);
+    for (int step = 0; step < 10; ++step) {
+      std::vector<float> grad = RandomVector(n, 50 + static_cast<uint32_t>(step), 0.2f);
+      dg.Upload(grad);
+      float gpu_norm = 0;
+      float cpu_norm = 0;
+      REQUIRE(gpu.Step(dp.ptr, dg.ptr, &gpu_norm).ok());
+      REQUIRE(cpu.Step(p.data(), grad.data(), &cpu_norm).ok());
+      CHECK(gpu_norm == Approx(cpu_norm).epsilon(1e-5));
+    }
+    const std::vector<float> got = dp.Download();
+    for (size_t i = 0; i < n; ++i) REQUIRE(got[i] == Approx(p[i]).epsilon(1e-5).margin(1e-6));
+    // Device state round-trips too.
+    const std::vector<uint8_t> saved = gpu.SaveState();
+    REQUIRE_FALSE(saved.empty());
+    ShardedAdam restored(*device_group, n, o);
+    REQUIRE(restored.LoadState(saved).ok());
+    CHECK(restored.SaveState() == saved);
+  }
+}
+
+TEST_CASE("AdamW kernel equals the host update, aligned and unaligned") {
+  if (!HaveDevice()) return;
+  const size_t n = 10001;
+  std::vector<float> p = RandomVector(n + 1, 1, 1.0f);
+  std::vector<float> g = RandomVector(n + 1, 2, 1.0f);
+  std::vector<float> m = RandomVector(n + 1, 3, 0.1f);
+  std::vector<float> v(n + 1, 0.01f);
+  AdamWOptions o;
+  o.weight_decay = 0.1f;
+  const AdamWScalars s = MakeAdamWScalars(o, 3, 0.7f);
+  for (size_t offset : {size_t{0}, size_t{1}}) {
+    DeviceBuffer<float> dp(n + 1), dg(n + 1), dm(n + 1), dv(n + 1);
+    dp.Upload(p);
+    dg.Upload(g);
+    dm.Upload(m);
+    dv.Upload(v);
+    REQUIRE(cuda::LaunchAdamW(dp.ptr + offset, dg.ptr + offset, dm.ptr + offset, dv.ptr + offset, n, s, nullptr) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<float> hp = p, hm = m, hv = v;
+    AdamWUpdate(hp.data() + offset, g.data() + offset, hm.data() + offset, hv.data() + offset, n, s);
+    const std::vector<float> got = dp.Download();
+    for (size_t i = 0; i < n + 1; ++i) REQUIRE(got[i] == Approx(hp[i]).epsilon(1e-6).margin(1e-7));
+  }
+}
+
+}  // namespace
+}  // namespace agentrt
