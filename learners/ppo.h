@@ -1,0 +1,167 @@
+// agentrt::PpoLearner — PPO (Schulman et al. 2017) as the reference
+// implementations run it: clipped surrogate objective, GAE(lambda), value
+// loss, entropy bonus, several epochs of shuffled minibatches, running
+// observation normalisation, per-minibatch advantage normalisation, optional
+// linear learning-rate annealing. Networks: learners/actor_critic.h (one flat
+// parameter buffer, one flat gradient buffer). Optimiser: agentrt::ShardedAdam
+// over the agent's Group, gradients averaged over the ranks — so with N ranks
+// each update learns from N times the samples, each rank having collected its
+// own share in its own env copies.
+//
+// A driver (PpoTrainer, or your own loop) fills a rollout of `rollout_steps`
+// steps of `num_envs` envs, then calls Update:
+//
+//   for t in [0, rollout_steps):
+//     learner.ActAndRecord(obs, actions);        // policy picks, rollout records
+//     ...step the envs with `actions`...
+//     learner.RecordStep(rewards, terminated, truncated, final_obs);
+//   learner.Update(obs_after_last_step, &metrics);  // collective over the group
+//
+// Every rank of the group must call Update the same number of times (it runs
+// collectives). Discrete action spaces only (a categorical policy).
+// Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent_runtime/group.h"
+#include "agent_runtime/sharded_adam.h"
+#include "common/status.h"
+#include "envs/params.h"
+#include "envs/rng.h"
+#include "envs/space.h"
+#include "learners/actor_critic.h"
+#include "learners/obs_normalizer.h"
+
+namespace agentrt {
+
+// Hyperparameters, by the names a plan's `args` uses (defaults solve cartpole).
+struct PpoConfig {
+  int num_envs = 8;          // env copies per rank
+  int rollout_steps = 128;   // steps per env per update
+  int epochs = 4;            // passes over each rollout
+  int minibatches = 4;       // minibatches per epoch (each num_envs*rollout_steps/minibatches)
+  float lr = 1e-3f;          // Adam learning rate
+  bool anneal_lr = true;     // decay lr linearly to 0 over `steps`
+  int64_t steps = 150000;    // env-step budget of the whole group (for annealing)
+  float gamma = 0.99f;       // discount
+  float gae_lambda = 0.95f;  // GAE lambda
+  float clip_coef = 0.2f;    // PPO clip range
+  float ent_coef = 0.0f;     // entropy bonus weight
+  float vf_coef = 0.5f;      // value loss weight
+  float max_grad_norm = 0.5f;  // global gradient-norm clip (0: off)
+  float adam_eps = 1e-5f;    // Adam epsilon
+  float target_kl = 0.0f;    // stop an update's epochs early past this approx KL (0: off)
+  int hidden = 64;           // hidden units per layer
+  int hidden_layers = 2;     // hidden layers per network
+  bool norm_obs = true;      // running observation normalisation
+  bool norm_adv = true;      // per-minibatch advantage normalisation
+  float obs_clip = 10.0f;    // clip of normalised observations
+  uint64_t seed = 1;         // parameters, sampling and shuffling (rank r uses seed + 1000 r)
+
+  // Reads the keys above from `p` (the caller may read its own keys from the
+  // same Params and then calls p.Finish()).
+  void Read(Params& p);
+  // All keys from `args`; unknown keys are errors.
+  static Result<PpoConfig> FromJson(const nlohmann::json& args);
+  nlohmann::json ToJson() const;
+  // Range checks; the message names the key.
+  Status Validate() const;
+};
+
+struct PpoMetrics {
+  int64_t updates = 0;          // updates done so far
+  float lr = 0.0f;              // learning rate of the last update
+  float pg_loss = 0.0f;         // means over the last update's minibatches
+  float v_loss = 0.0f;
+  float entropy = 0.0f;
+  float approx_kl = 0.0f;
+  float clip_fraction = 0.0f;
+  float grad_norm = 0.0f;       // global gradient norm before clipping (last minibatch)
+  float explained_variance = 0.0f;  // 1 - Var(returns - values) / Var(returns)
+  int epochs_run = 0;           // < config.epochs when target_kl stopped early
+};
+
+class PpoLearner {
+ public:
+  // `group` must outlive the learner; every rank builds its learner with the
+  // same config and spaces (parameters start equal: rank 0's are broadcast).
+  static Result<std::unique_ptr<PpoLearner>> Make(const PpoConfig& config,
+                                                  const Space& observation_space,
+                                                  const Space& action_space, Group& group);
+  ~PpoLearner();
+
+  const PpoConfig& config() const { return config_; }
+  const ActorCritic& network() const { return train_net_; }
+  Group& group() { return group_; }
+  // The flat parameter buffer (layout: learners/actor_critic.h).
+  std::span<const float> parameters() const { return params_; }
+  const ObsNormalizer& normalizer() const { return normalizer_; }
+  int64_t updates() const { return updates_; }
+
+  // Rollout step t (0-based, in order): samples actions for the num_envs raw
+  // observations `obs` (num_envs x obs_size) into `actions` (num_envs), and
+  // records them with their log-probabilities and values.
+  void ActAndRecord(std::span<const float> obs, std::span<float> actions);
+  // The outcome of rollout step t. `final_obs` (raw) is read only for envs
+  // with truncated && !terminated: their value is bootstrapped into the reward.
+  void RecordStep(std::span<const float> rewards, std::span<const uint8_t> terminated,
+                  std::span<const uint8_t> truncated, std::span<const float> final_obs);
+  bool rollout_full() const { return step_ == config_.rollout_steps; }
+
+  // GAE over the full rollout, then epochs of minibatch updates through
+  // ShardedAdam, then merges the rollout's observation statistics (all-reduced
+  // over the group). `last_obs`: raw observations after the last step.
+  Status Update(std::span<const float> last_obs, PpoMetrics* metrics);
+
+  // The policy for evaluation/play: actions for `batch` raw observations;
+  // deterministic picks the most likely action, otherwise samples with `rng`.
+  void Act(std::span<const float> obs, int batch, std::span<float> actions, bool deterministic,
+           Rng& rng);
+
+  // The learner's state as bytes: parameters, normaliser statistics, RNG
+  // state, update count and this rank's optimiser shard. LoadState checks the
+  // layout (parameter count, observation size, world size).
+  std::vector<uint8_t> SaveState() const;
+  Status LoadState(std::span<const uint8_t> state);
+
+ private:
+  PpoLearner(const PpoConfig& config, int obs_size, int num_actions, Group& group);
+  void Sample(const RowMatrix& logits, std::span<float> actions, float* logp, bool deterministic,
+              Rng& rng);
+  Status MergeObservationStats();
+
+  PpoConfig config_;
+  Group& group_;
+  int obs_size_;
+  int num_actions_;
+  ActorCritic act_net_;    // workspace sized num_envs
+  ActorCritic train_net_;  // workspace sized one minibatch
+  ActorCritic eval_net_;   // workspace for Act()
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::unique_ptr<ShardedAdam> adam_;
+  ObsNormalizer normalizer_;
+  Rng rng_;
+  int64_t updates_ = 0;
+
+  // Rollout, [t][env] row-major.
+  int step_ = 0;
+  RowMatrix act_obs_;              // num_envs x obs (normalised), scratch
+  std::vector<float> raw_obs_;     // T*N x obs
+  RowMatrix norm_obs_;             // T*N x obs
+  std::vector<float> actions_, logp_, values_, rewards_, dones_, advantages_, returns_;
+  // Minibatch scratch.
+  RowMatrix mb_obs_;
+  std::vector<float> mb_actions_, mb_logp_, mb_adv_, mb_returns_;
+  std::vector<int> order_;
+  RowMatrix eval_obs_;
+};
+
+}  // namespace agentrt

@@ -1,0 +1,170 @@
+#include "learners/ppo_trainer.h"
+
+#include <chrono>
+#include <cstring>
+
+namespace agentrt {
+namespace {
+
+constexpr char kTrainerMagic[8] = {'A', 'G', 'P', 'P', 'O', 'T', 'R', '1'};
+
+uint64_t EnvSeed(const PpoConfig& ppo, int rank, int64_t env_steps) {
+  // Distinct streams per rank, and fresh ones after a resume.
+  return ppo.seed * 1000003ULL + static_cast<uint64_t>(rank) * 100000ULL +
+         static_cast<uint64_t>(env_steps) * 7919ULL;
+}
+
+}  // namespace
+
+void PpoTrainerConfig::Read(Params& p) {
+  env = p.Get("env", env.c_str());
+  env_args = p.Get("env_args", env_args);
+  env_threads = p.Get("env_threads", env_threads);
+  episode_window = p.Get("episode_window", episode_window);
+  if (env_threads < 1) p.Invalid("env_threads", "must be >= 1");
+  if (episode_window < 1) p.Invalid("episode_window", "must be >= 1");
+  ppo.Read(p);
+}
+
+Result<PpoTrainerConfig> PpoTrainerConfig::FromJson(const nlohmann::json& args) {
+  Params p(args, "ppo");
+  PpoTrainerConfig c;
+  c.Read(p);
+  AGENTRT_RETURN_IF_ERROR(p.Finish());
+  AGENTRT_RETURN_IF_ERROR(c.ppo.Validate());
+  return c;
+}
+
+nlohmann::json TrainerMetrics::ToJson() const {
+  return {{"env_steps", env_steps},
+          {"episodes", episodes},
+          {"episode_return_mean", episode_return_mean},
+          {"episode_length_mean", episode_length_mean},
+          {"steps_per_s", steps_per_s},
+          {"updates", ppo.updates},
+          {"lr", ppo.lr},
+          {"pg_loss", ppo.pg_loss},
+          {"v_loss", ppo.v_loss},
+          {"entropy", ppo.entropy},
+          {"approx_kl", ppo.approx_kl},
+          {"clip_fraction", ppo.clip_fraction},
+          {"explained_variance", ppo.explained_variance},
+          {"grad_norm", ppo.grad_norm}};
+}
+
+Result<std::unique_ptr<PpoTrainer>> PpoTrainer::Make(const PpoTrainerConfig& config, Group& group,
+                                                     const EnvRegistry& registry) {
+  AGENTRT_RETURN_IF_ERROR(config.ppo.Validate());
+  std::unique_ptr<PpoTrainer> t(new PpoTrainer(config, group));
+  const nlohmann::json env_args = config.env_args;
+  const std::string env = config.env;
+  AGENTRT_ASSIGN_OR_RETURN(
+      t->pool_, EnvPool::Make([&] { return registry.MakeEnv(env, env_args); },
+                              {.num_envs = config.ppo.num_envs,
+                               .num_threads = config.env_threads,
+                               .seed = EnvSeed(config.ppo, group.rank(), 0)}));
+  AGENTRT_ASSIGN_OR_RETURN(t->learner_,
+                           PpoLearner::Make(config.ppo, t->pool_->observation_space(),
+                                            t->pool_->action_space(), group));
+  t->pool_->Reset();
+  return t;
+}
+
+Status PpoTrainer::Iterate(TrainerMetrics* metrics) {
+  const auto start = std::chrono::steady_clock::now();
+  EnvPool& pool = *pool_;
+  for (int t = 0; t < config_.ppo.rollout_steps; ++t) {
+    learner_->ActAndRecord(pool.observations(), pool.actions());
+    pool.Step();
+    learner_->RecordStep(pool.rewards(), pool.terminated(), pool.truncated(),
+                         pool.final_observations());
+    for (int i = 0; i < pool.num_envs(); ++i) {
+      if (!pool.terminated()[i] && !pool.truncated()[i]) continue;
+      ++episodes_;
+      window_.emplace_back(pool.episode_returns()[i], pool.episode_lengths()[i]);
+      if (static_cast<int>(window_.size()) > config_.episode_window) window_.pop_front();
+    }
+  }
+  PpoMetrics ppo;
+  AGENTRT_RETURN_IF_ERROR(learner_->Update(pool.observations(), &ppo));
+  env_steps_ += static_cast<int64_t>(config_.ppo.rollout_steps) * config_.ppo.num_envs *
+                group_.size();
+  if (metrics == nullptr) return Status::Ok();
+
+  // Episode statistics: this rank's window, averaged over the ranks that have one.
+  float stats[3] = {0.0f, 0.0f, window_.empty() ? 0.0f : 1.0f};
+  for (const auto& [ret, len] : window_) {
+    stats[0] += ret / static_cast<float>(window_.size());
+    stats[1] += static_cast<float>(len) / static_cast<float>(window_.size());
+  }
+  if (group_.size() > 1) {
+    AGENTRT_RETURN_IF_ERROR(group_.AllReduce(stats, 3, DataType::kFloat32, ReduceOp::kSum)
+                                .WithContext("ppo trainer: all-reducing episode statistics"));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  metrics->env_steps = env_steps_;
+  metrics->episodes = episodes_;
+  metrics->episode_return_mean = stats[2] > 0.0f ? stats[0] / stats[2] : 0.0f;
+  metrics->episode_length_mean = stats[2] > 0.0f ? stats[1] / stats[2] : 0.0f;
+  metrics->window_episodes = static_cast<int>(window_.size());
+  metrics->steps_per_s =
+      static_cast<double>(config_.ppo.rollout_steps) * config_.ppo.num_envs * group_.size() /
+      seconds;
+  metrics->ppo = ppo;
+  return Status::Ok();
+}
+
+std::vector<uint8_t> PpoTrainer::SaveState() const {
+  std::vector<uint8_t> out(kTrainerMagic, kTrainerMagic + 8);
+  auto put = [&out](const auto& v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  };
+  put(env_steps_);
+  put(episodes_);
+  put(static_cast<uint64_t>(window_.size()));
+  for (const auto& [ret, len] : window_) {
+    put(ret);
+    put(len);
+  }
+  const std::vector<uint8_t> learner = learner_->SaveState();
+  out.insert(out.end(), learner.begin(), learner.end());
+  return out;
+}
+
+Status PpoTrainer::LoadState(std::span<const uint8_t> state) {
+  size_t at = 0;
+  auto get = [&](auto& v) {
+    if (state.size() - at < sizeof v) return false;
+    std::memcpy(&v, state.data() + at, sizeof v);
+    at += sizeof v;
+    return true;
+  };
+  char magic[8];
+  if (state.size() < 8 || std::memcmp(state.data(), kTrainerMagic, 8) != 0) {
+    return DataLoss("ppo trainer: state does not start with the trainer magic");
+  }
+  std::memcpy(magic, state.data(), 8);
+  at = 8;
+  int64_t env_steps = 0, episodes = 0;
+  uint64_t window = 0;
+  if (!get(env_steps) || !get(episodes) || !get(window) || window > 1000000) {
+    return DataLoss("ppo trainer: state is truncated (header)");
+  }
+  std::deque<std::pair<float, int32_t>> w;
+  for (uint64_t i = 0; i < window; ++i) {
+    float ret = 0.0f;
+    int32_t len = 0;
+    if (!get(ret) || !get(len)) return DataLoss("ppo trainer: state is truncated (episodes)");
+    w.emplace_back(ret, len);
+  }
+  AGENTRT_RETURN_IF_ERROR(learner_->LoadState(state.subspan(at)));
+  env_steps_ = env_steps;
+  episodes_ = episodes;
+  window_ = std::move(w);
+  pool_->Reset(EnvSeed(config_.ppo, group_.rank(), env_steps_));
+  return Status::Ok();
+}
+
+}  // namespace agentrt
