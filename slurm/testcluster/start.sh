@@ -120,7 +120,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$socket
+# cred_expire also sets how long a requeued job waits before it may start again (default 120 s).
+AuthInfo=socket=$socket,cred_expire=10
 StateSaveLocation=$state/spool/ctld
 SlurmdSpoolDir=$state/spool/slurmd
 SlurmctldPidFile=$state/run/slurmctld.pid

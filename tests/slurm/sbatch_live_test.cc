@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -82,9 +83,8 @@ echo "agent $AGENTRT_AGENT rank $RANK: the other agents never ran alongside" >&2
 exit 1
 )sh";
 
-}  // namespace
-
-TEST_CASE("agentctl sbatch: 4 agents of two shapes run as two job arrays on real SLURM with disjoint GPUs") {
+// Skips nothing: fails at once, with the fix, when the test cluster is not there.
+fs::path RequireCluster() {
   const char* conf = std::getenv("SLURM_CONF");
   INFO("SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; source DIR/env.sh) or run "
        "scripts/test.sh");
@@ -95,10 +95,46 @@ TEST_CASE("agentctl sbatch: 4 agents of two shapes run as two job arrays on real
   INFO("agentctl and agentrt-bus must be built in " << bin.string());
   REQUIRE(fs::exists(bin / "agentctl"));
   REQUIRE(fs::exists(bin / "agentrt-bus"));
+  return bin;
+}
 
+fs::path TempDir() {
   char tmpl[] = "/tmp/agentrt-sbatch-live.XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
-  const fs::path work(tmpl);
+  return fs::path(tmpl);
+}
+
+// A one-agent config running `script` on one fake GPU.
+std::string OneAgentConfig(const fs::path& work, const std::string& gpus = "1") {
+  return fmt::format(R"(run: {{name: one, dir: {work}}}
+slurm: {{time: "00:05:00", signal_grace_s: 30}}
+agents:
+  - name: solo
+    gpus: {gpus}
+    command: [bash, {work}/agent.sh]
+)",
+                     fmt::arg("work", work.string()), fmt::arg("gpus", gpus));
+}
+
+// Preemption: the first incarnation checkpoints on USR2 and exits; the requeued
+// one resumes from that checkpoint.
+constexpr const char* kPreemptibleAgent = R"sh(#!/bin/bash
+echo "agent $AGENTRT_AGENT restart $AGENTRT_RESTART_COUNT (SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0})"
+if [ "$AGENTRT_RESTART_COUNT" = 0 ]; then
+  trap 'echo "step $i" >"$AGENTRT_CKPT_DIR/checkpoint"; echo checkpointed; exit 0' USR2
+  touch "$AGENTRT_RUN_DIR/started"
+  for i in $(seq 1200); do sleep 0.1; done
+  echo "never preempted" >&2
+  exit 1
+fi
+echo "restart $AGENTRT_RESTART_COUNT resumed from $(cat "$AGENTRT_CKPT_DIR/checkpoint")" >"$AGENTRT_RUN_DIR/resumed"
+)sh";
+
+}  // namespace
+
+TEST_CASE("agentctl sbatch: 4 agents of two shapes run as two job arrays on real SLURM with disjoint GPUs") {
+  const fs::path bin = RequireCluster();
+  const fs::path work = TempDir();
   const fs::path run = work / "run";
   WriteFile(work / "agent.sh", kAgentScript);
   WriteFile(work / "agents.yaml", fmt::format(R"(run: {{name: arrays, dir: {work}}}
@@ -195,5 +231,82 @@ agents:
   auto bus = slurm.WaitForJobs({bus_job}, 60);
   REQUIRE(bus.ok());
   CHECK(bus->at(0).state == JobState::kCancelled);
+  fs::remove_all(work);
+}
+
+TEST_CASE("USR2 on an array task: the agent checkpoints, the task requeues and resumes with restart count 1") {
+  const fs::path bin = RequireCluster();
+  const fs::path work = TempDir();
+  const fs::path run = work / "run";
+  WriteFile(work / "agent.sh", kPreemptibleAgent);
+  WriteFile(work / "agents.yaml", OneAgentConfig(work));
+  auto runner = MakeProcessRunner();
+  SlurmClient slurm(*runner, {60, 0.5});
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
+                          "--bus-wait", "90", "--submit"},
+                         180);
+  REQUIRE(out.ok());
+  INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
+  REQUIRE(out->exit_code == 0);
+  const std::string array = Words(ReadFile(run / "arrays.jobids")).at(0);
+  CancelOnExit guard{slurm, {array, Words(ReadFile(run / "bus.jobid")).at(0)}};
+
+  // Bounded wait for the agent to be running, then preempt it as SLURM would.
+  for (int i = 0; i < 600 && !fs::exists(run / "started"); ++i) usleep(100 * 1000);
+  INFO("job logs:\n" << Logs(run));
+  REQUIRE(fs::exists(run / "started"));
+  REQUIRE(slurm.Cancel(array + "_0", {"USR2", true, false}).ok());
+
+  auto finished = slurm.WaitForJobs({array}, 200);
+  REQUIRE(finished.ok());
+  REQUIRE(finished->size() == 1);
+  const JobRecord& task = finished->at(0);
+  CHECK(task.state == JobState::kCompleted);
+  CHECK(task.restarts == 1);
+  REQUIRE(fs::exists(run / "resumed"));
+  CHECK_THAT(ReadFile(run / "resumed"), Catch::StartsWith("restart 1 resumed from step "));
+  fs::remove_all(work);
+}
+
+TEST_CASE("an array task without a bus fails after its wait with a message naming the bus address file") {
+  const fs::path bin = RequireCluster();
+  const fs::path work = TempDir();
+  const fs::path run = work / "run";
+  WriteFile(work / "agent.sh", "#!/bin/bash\nexit 0\n");
+  WriteFile(work / "agents.yaml", OneAgentConfig(work));
+  auto runner = MakeProcessRunner();
+  SlurmClient slurm(*runner, {60, 0.5});
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
+                          "--bus-wait", "2"},
+                         180);
+  REQUIRE(out.ok());
+  REQUIRE(out->exit_code == 0);
+  // Only the array, no bus job.
+  auto array = slurm.Submit((run / "array-gpu1-rank1.sbatch").string());
+  REQUIRE(array.ok());
+  CancelOnExit guard{slurm, {*array}};
+  auto finished = slurm.WaitForJobs({*array}, 120);
+  REQUIRE(finished.ok());
+  CHECK(finished->at(0).state == JobState::kFailed);
+  CHECK(finished->at(0).exit_code == 1);
+  CHECK_THAT(Logs(run), Catch::Contains("the bus did not publish its address in " + (run / "bus.address").string()));
+  fs::remove_all(work);
+}
+
+TEST_CASE("agentctl sbatch refuses a plan the live cluster cannot hold, before writing or submitting anything") {
+  const fs::path bin = RequireCluster();
+  const fs::path work = TempDir();
+  const fs::path run = work / "run";
+  WriteFile(work / "agent.sh", "#!/bin/bash\nexit 0\n");
+  WriteFile(work / "agents.yaml", OneAgentConfig(work, "64"));
+  auto runner = MakeProcessRunner();
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
+                          "--submit"},
+                         120);
+  REQUIRE(out.ok());
+  INFO(out->err);
+  CHECK(out->exit_code == 2);
+  CHECK_THAT(out->err, Catch::Contains("solo"));
+  CHECK_FALSE(fs::exists(run));
   fs::remove_all(work);
 }
