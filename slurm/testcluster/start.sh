@@ -35,7 +35,14 @@ done
 if [ -z "$cpus" ]; then cpus=$(( $(nproc) > 16 ? $(nproc) : 16 )); fi
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || { echo "testcluster: --cpus must be a positive number, got '$cpus'" >&2; exit 2; }
 
-die() { echo "testcluster: $*" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+started=0
+# Fails with a message; what this run had started already is stopped again.
+die() {
+  echo "testcluster: $*" >&2
+  if [ "$started" = 1 ]; then "$here/stop.sh" "$state" >/dev/null 2>&1 || true; fi
+  exit 1
+}
 [ "$(id -u)" -eq 0 ] || die "must run as root (slurmd starts job steps as their user)"
 for tool in munged slurmctld slurmd sinfo srun scontrol; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install the Debian packages slurm-wlm and munge (scripts/setup.sh)"
@@ -64,12 +71,13 @@ if already_running; then
 fi
 # Something half-started earlier: end what it recorded before starting afresh.
 if [ -f "$pids" ]; then
-  "$(dirname "$0")/stop.sh" "$state" >/dev/null 2>&1 || true
+  "$here/stop.sh" "$state" >/dev/null 2>&1 || true
 fi
 
 mkdir -p "$state"/{munge,spool/slurmd,spool/ctld,log,run,dev}
 chmod 0700 "$state/munge"
 : >"$pids"
+started=1
 record() { echo "$1 $2" >>"$pids"; }
 
 # A free TCP port in [20000, 60000): not listening now.
