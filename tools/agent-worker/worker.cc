@@ -99,6 +99,7 @@ class Worker {
   double last_length_mean_ = 0;
   std::vector<uint8_t> learner_state_;  // checkpoint scratch
   std::array<int64_t, 2> counters_{};   // env_steps, episodes (checkpointed)
+  Clock::time_point last_log_ = Clock::now();
 };
 
 Status Worker::Setup() {
@@ -298,11 +299,18 @@ void Worker::ReportUpdate(const PpoMetrics& m, const std::array<float, 6>& total
   if (league_) {
     metrics["snapshots_received"] = league_->snapshots_received();
     metrics["bus_published"] = league_->published();
-    nlohmann::json opponents = nlohmann::json::object();
-    for (const auto& [seat, snap] : latest_) opponents[snap.agent] = snap.update;
-    metrics["opponents"] = opponents;
+    // Flat numbers (the metrics stream holds numbers): which update of each
+    // other agent's policy played its seat.
+    for (const auto& [seat, snap] : latest_) metrics["opponent_update/" + snap.agent] = snap.update;
   }
   runtime_->Report(env_steps_, metrics);
+  // A progress line in the rank's log every few seconds (the metrics stream is the record).
+  const auto now = Clock::now();
+  if (now - last_log_ >= std::chrono::seconds(5)) {
+    last_log_ = now;
+    log_("env step %lld: episode return %.3f, length %.1f, %.0f steps/s, entropy %.3f",
+         static_cast<long long>(env_steps_), last_return_mean_, last_length_mean_, steps_per_s, m.entropy);
+  }
 }
 
 Status Worker::TrainLoop() {
@@ -423,7 +431,7 @@ Status Worker::Evaluate() {
                          {"eval_capture_rate", with_training.captures_per_episode},
                          {"eval_random_capture_rate", with_random.captures_per_episode},
                          {"eval_capture_ratio", ratio},
-                         {"eval_prey_snapshot", !prey_versions.empty()},
+                         {"eval_prey_snapshot", prey_versions.empty() ? 0 : 1},
                          {"episode_return_mean", last_return_mean_},
                          {"episode_length", last_length_mean_}};
   if (league_) {

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# examples/pytorch_ddp: a stock torch.distributed DDP script (gloo on CPU) run
+# as a 2-rank agent by `agentctl run`, unmodified: it only sees the torchrun
+# variables. Skips (exit 77) where `import torch` fails for /usr/bin/python3.
+#   pytorch_ddp_test.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=${AGENTRT_SOURCE_DIR:?}
+fail() { echo "pytorch_ddp_test: FAIL: $*" >&2; exit 1; }
+if ! /usr/bin/python3 -c "import torch, torch.distributed" >/dev/null 2>&1; then
+  echo "pytorch_ddp_test: skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)"
+  exit 77
+fi
+"$build/bin/agentctl" run --help >/dev/null 2>&1 || fail "agentctl has no run command"
+tmp=$(mktemp -d /tmp/agentrt-ddp.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$src"
+# The python with torch first on PATH; agent-worker-free: the config's command is python3 train.py.
+export PATH="/usr/bin:$build/bin:$PATH"
+timeout 300 "$build/bin/agentctl" run examples/pytorch_ddp/agents.yaml --set run.dir="$tmp/runs" --quiet \
+  >"$tmp/run.log" 2>&1 || { cat "$tmp/run.log"; cat "$tmp"/runs/*/logs/ddp/* 2>/dev/null; fail "agentctl run exited non-zero"; }
+run_dir=$(ls -d "$tmp"/runs/pytorch-ddp-* | head -1)
+summary=$(cat "$run_dir"/logs/ddp/* | grep '^{"world_size"' | head -1)
+echo "summary: $summary"
+python3 - "$summary" <<'PY' || fail "the DDP run did not train as expected"
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["world_size"] == 2, s
+assert s["backend"] == "gloo", s
+assert s["final_loss"] < 0.5 * s["first_loss"], s
+assert s["max_weight_diff"] == 0.0, s   # the replicas agree: gradients were all-reduced
+PY
+echo "pytorch_ddp_test: PASS"
