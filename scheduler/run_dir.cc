@@ -71,6 +71,23 @@ Result<std::string> RunDir::CreateSecret(size_t bytes) const {
   return secret;
 }
 
+pid_t LiveControllerPid(const std::string& run_dir) {
+  auto text = ReadWholeFile(run_dir + "/controller.pid");
+  if (!text.ok()) return 0;
+  long pid = 0;
+  try {
+    pid = std::stol(*text);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  if (pid <= 0) return 0;
+  auto cmdline = ReadWholeFile("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!cmdline.ok()) return 0;
+  const std::string argv0 = cmdline->substr(0, cmdline->find('\0'));
+  if (fs::path(argv0).filename().string().find("agentctl") == std::string::npos) return 0;
+  return static_cast<pid_t>(pid);
+}
+
 Status WriteFileAtomic(const std::string& path, const std::string& contents, int mode) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);

@@ -9,6 +9,8 @@
 // an environment variable or on a command line.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <string>
 
@@ -48,6 +50,10 @@ class RunDir {
  private:
   std::string path_;
 };
+
+// The pid in RUN_DIR/controller.pid when that process is still alive and is an
+// agentctl (so a recycled pid is never signalled); 0 otherwise.
+pid_t LiveControllerPid(const std::string& run_dir);
 
 // "20261130T010431Z".
 std::string UtcTimestamp(std::chrono::system_clock::time_point t);

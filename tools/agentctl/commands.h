@@ -14,10 +14,14 @@
 #include "common/status.h"
 
 #define AGENTCTL_COMMANDS(X) \
-  X(Validate)                \
-  X(Plan)                    \
-  X(Sbatch)                  \
-  X(ArrayTask)
+  X(Validate)               \
+  X(Plan)                   \
+  X(Sbatch)                 \
+  X(ArrayTask)              \
+  X(Run)                    \
+  X(Status)                 \
+  X(Logs)                   \
+  X(Stop)
 
 namespace agentctl {
 

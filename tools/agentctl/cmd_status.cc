@@ -1,0 +1,51 @@
+// `agentctl status RUN_DIR [--json]` — the state of a run from its status.json,
+// while it runs and after it has ended.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "scheduler/run_dir.h"
+#include "scheduler/status.h"
+#include "tools/agentctl/commands.h"
+
+namespace agentctl {
+
+void RegisterStatus(CLI::App& app) {
+  struct Options {
+    std::string run_dir;
+    bool json = false;
+  };
+  auto opts = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("status", "Show the state of a run (running or finished)");
+  cmd->add_option("run_dir", opts->run_dir, "the run directory (printed by `agentctl run`)")->required();
+  cmd->add_flag("--json", opts->json, "print status.json (shape: see scheduler/status.h)");
+  cmd->callback([opts] {
+    auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
+    if (!status.ok()) {
+      Fail("status", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
+    }
+    // A run whose controller died (kill -9, power loss) still says "running".
+    const bool orphaned = status->state == agentrt::RunState::kRunning &&
+                          agentrt::LiveControllerPid(opts->run_dir) == 0;
+    if (opts->json) {
+      std::fputs((agentrt::RunStatusToJson(*status).dump(2) + "\n").c_str(), stdout);
+    } else {
+      std::fputs(fmt::format("run {}: {} ({})\n", status->run, agentrt::RunStateName(status->state),
+                             opts->run_dir)
+                     .c_str(),
+                 stdout);
+      std::fputs(agentrt::RenderStatusTable(*status, 0).c_str(), stdout);
+    }
+    if (orphaned) {
+      std::fputs(fmt::format("agentctl status: warning: the controller (pid {}) of this run is gone; "
+                             "the run did not end cleanly and the state above is its last record\n",
+                             status->controller_pid)
+                     .c_str(),
+                 stderr);
+    }
+  });
+}
+
+}  // namespace agentctl
