@@ -61,7 +61,7 @@ struct BusClientOptions {
   uint64_t publisher_id = 0;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
-  int64_t async_batch_bytes = 1 << 20;
+  int64_t async_batch_bytes = 4 << 20;  // at most kMaxBatchBytes (bus_server.h)
   size_t async_max_pending = 65536;  // PublishAsync blocks while this many are unacknowledged
 };
 

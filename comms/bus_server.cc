@@ -248,8 +248,8 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
-  // A batch may carry up to 1 MiB of small messages, or one maximal message.
-  const int64_t max_recv = b.limits.max_message_bytes + (1 << 20) + (64 << 10);
+  // A batch may carry kMaxBatchBytes of messages, or one maximal message, plus framing.
+  const int64_t max_recv = std::max<int64_t>(b.limits.max_message_bytes, kMaxBatchBytes) + (1 << 20);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_recv, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
@@ -258,6 +258,8 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   // Accept client keepalive pings as often as clients are configured to send them.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // Let a large message flow without waiting for window updates.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return Unavailable("bus server: cannot listen on " + listen + " (port in use, or bad address?)");

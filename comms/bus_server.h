@@ -22,6 +22,10 @@
 
 namespace agentrt {
 
+// The broker accepts PublishBatch requests of at least this many payload
+// bytes whatever its max_message_bytes (clients batch up to it).
+inline constexpr int64_t kMaxBatchBytes = 4 << 20;
+
 struct BusServerOptions {
   std::string host = "0.0.0.0";  // listen address ("127.0.0.1" for loopback only)
   int port = 0;                  // 0 = pick a free port; see BusServer::port()

@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,6 +74,13 @@ std::unique_ptr<BusClient> Connect(const std::string& address, const std::string
   return std::move(c).value();
 }
 
+double CpuMs() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
 void Ready(const std::string& extra = "") {
   std::printf("ready %s\n", extra.c_str());
   std::fflush(stdout);
@@ -104,6 +112,7 @@ int RunBroker() {
   Ready(server.value()->address());
   WaitForSigterm();
   server.value()->Shutdown();
+  std::fprintf(stderr, "bench_bus: broker used %.0f ms of CPU\n", CpuMs());
   return 0;
 }
 
@@ -166,6 +175,7 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
     if (!cv.wait_for(l, std::chrono::seconds(120), [&] { return last_recv != 0; })) Die("subscriber timed out");
   }
   (void)client->Unsubscribe(id.value());
+  std::fprintf(stderr, "bench_bus: subscriber of %s used %.0f ms of CPU\n", topic.c_str(), CpuMs());
   std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send), static_cast<long long>(last_recv),
               static_cast<long long>(bytes));
   for (int64_t v : lat) std::printf("%lld\n", static_cast<long long>(v));
@@ -279,8 +289,12 @@ Flow BusFlow(const std::string& address, const std::string& topic, int64_t n, si
     Stamp(&payload, i);
     pub->PublishAsync(topic, payload);
   }
+  const int64_t t0 = NowNs();
   if (auto s = pub->Flush(std::chrono::seconds(120)); !s.ok()) Die(s.ToString());
+  const int64_t flushed = NowNs();
   Flow f = ParseResult(sub.ReadLine(120), n);
+  std::fprintf(stderr, "bench_bus: %s: %lld x %zu B, publisher flushed %.1f ms after its last message; %.0f msg/s\n",
+               topic.c_str(), static_cast<long long>(n), size, static_cast<double>(flushed - t0) / 1e6, f.rate);
   sub.Stop();
   return f;
 }

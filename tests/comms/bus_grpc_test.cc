@@ -386,8 +386,8 @@ TEST_CASE("an oversized message is RESOURCE_EXHAUSTED and nothing else happens")
   REQUIRE_FALSE(over.ok());
   CHECK(over.status().code() == StatusCode::kResourceExhausted);
   CHECK(over.status().message().find("1025 bytes") != std::string::npos);
-  // Beyond the transport limit too (max + 1 MiB batch allowance).
-  auto huge = pub->Publish("tbig", std::string(3 << 20, 'x'));
+  // Beyond the transport limit too (max(max_message_bytes, 4 MiB batches) + 1 MiB).
+  auto huge = pub->Publish("tbig", std::string(6 << 20, 'x'));
   CHECK(huge.status().code() == StatusCode::kResourceExhausted);
   REQUIRE(pub->Publish("tbig", "small").ok());
   auto topics = Client(server->address(), "sub")->ListTopics();
