@@ -2,6 +2,8 @@
 # acceptance runs (cartpole solved with 1 rank and with 2 MPI ranks).
 agentrt_test(NAME learners_actor_critic_test SRCS actor_critic_test.cc DEPS agentrt::learners
              LABELS unit TIMEOUT 60)
+agentrt_test(NAME learners_ppo_test SRCS ppo_test.cc DEPS agentrt::learners
+             LABELS unit TIMEOUT 60)
 agentrt_test(NAME learners_cartpole_ppo_test SRCS cartpole_ppo_test.cc DEPS agentrt::learners
              LABELS integration TIMEOUT 300)
 add_test(NAME learners_cartpole_ppo_test_np2
