@@ -601,3 +601,33 @@ TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops 
   CHECK_FALSE(std::filesystem::exists(address_file));
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a stalled subscriber does not slow publishers; it learns what it missed when it catches up") {
+  BusServerOptions opts;
+  opts.broker.retention_messages = 1000;
+  auto server = StartServer(opts);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  std::atomic<bool> stalled{true};
+  std::atomic<int> received{0};
+  Collector c;
+  auto on_event = c.Options(/*skip_expired=*/true);
+  REQUIRE(sub->Subscribe("tslow", StartAt::Earliest(), [&](const BusMessage&) {
+    received++;
+    while (stalled.load()) std::this_thread::sleep_for(1ms);
+  }, on_event).ok());
+  REQUIRE(pub->Publish("tslow", std::string(1024, 'x')).ok());
+  REQUIRE(WaitFor([&] { return received.load() == 1; }));
+  // The subscriber holds its first message; 20,000 x 1 KiB more must still go through.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20000; ++i) pub->PublishAsync("tslow", std::string(1024, 'x'));
+  REQUIRE(pub->Flush(30s).ok());
+  CHECK(std::chrono::steady_clock::now() - t0 < 30s);
+  auto topics = pub->Stats();
+  REQUIRE(topics.ok());
+  CHECK(topics->messages_published == 20001);
+  CHECK(topics->messages_expired == 20001 - 1000);
+  stalled = false;
+  REQUIRE(WaitFor([&] { return c.HasEvent(SubscriptionEvent::Kind::kOffsetExpired); }));
+  REQUIRE(WaitFor([&] { return sub->SubscriptionOffsets()["tslow"] == 20001; }));
+}
