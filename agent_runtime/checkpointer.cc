@@ -31,8 +31,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
 }
 
 double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string StepName(int64_t step) { return "step-" + std::to_string(step); }
@@ -105,8 +104,7 @@ Status WriteFileAtomic(int dir_fd, const std::string& dir_path, const std::strin
                        std::string_view content) {
   std::string tmp = name + ".tmp";
   std::string tmp_path = dir_path + "/" + tmp;
-  Fd fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                 0600));
+  Fd fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.ok()) return ErrnoStatus(errno, "create " + tmp_path);
   AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), content.data(), content.size(), tmp_path));
   AGENTRT_RETURN_IF_ERROR(Fsync(fd.get(), tmp_path));
@@ -125,7 +123,8 @@ Result<std::string> ReadSmallFile(int dir_fd, const std::string& name, const std
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path);
   if (!S_ISREG(st.st_mode)) return DataLoss(path + " is not a regular file");
   if (static_cast<size_t>(st.st_size) > kMaxJsonBytes) {
-    return DataLoss(path + " is " + std::to_string(st.st_size) + " bytes, more than a manifest can be");
+    return DataLoss(path + " is " + std::to_string(st.st_size) +
+                    " bytes, more than a manifest can be");
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
@@ -221,8 +220,11 @@ Status MakeDirs0700(const std::string& dir) {
 nlohmann::json EntriesToJson(const std::vector<ShardEntry>& entries) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& e : entries) {
-    out.push_back({{"name", e.name}, {"dtype", e.dtype}, {"shape", e.shape},
-                   {"offset", e.offset}, {"bytes", e.bytes}});
+    out.push_back({{"name", e.name},
+                   {"dtype", e.dtype},
+                   {"shape", e.shape},
+                   {"offset", e.offset},
+                   {"bytes", e.bytes}});
   }
   return out;
 }
@@ -230,8 +232,9 @@ nlohmann::json EntriesToJson(const std::vector<ShardEntry>& entries) {
 // Reads `bytes` bytes of fd into dst (or into `scratch` when dst is null) and
 // returns their CRC32C. The checksum of chunk i runs on a helper thread while
 // chunk i+1 is read, so restore costs about max(read, checksum), not the sum.
-Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes, std::vector<std::byte>& scratch,
-                                 size_t chunk, const std::string& path) {
+Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes,
+                                 std::vector<std::byte>& scratch, size_t chunk,
+                                 const std::string& path) {
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   if (dst == nullptr && scratch.size() < 2 * chunk) scratch.resize(2 * chunk);
   uint32_t crc = 0;
@@ -258,8 +261,8 @@ Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes, std::vect
     }
     if (pending.valid()) crc = pending.get();
     if (!error.ok()) return error;
-    pending = std::async(std::launch::async,
-                         [crc, target, want] { return Crc32c(crc, target, want); });
+    pending =
+        std::async(std::launch::async, [crc, target, want] { return Crc32c(crc, target, want); });
     done += want;
   }
   if (pending.valid()) crc = pending.get();
@@ -320,12 +323,14 @@ std::optional<std::string> ParseManifest(const std::string& text, int64_t step, 
     ShardInfo info;
     info.rank = static_cast<int>(i);
     auto rank_it = s.find("rank");
-    if (rank_it == s.end() || !rank_it->is_number_integer() || rank_it->get<int64_t>() != info.rank) {
+    if (rank_it == s.end() || !rank_it->is_number_integer() ||
+        rank_it->get<int64_t>() != info.rank) {
       return where + "\"rank\" missing or out of order";
     }
     auto file_it = s.find("file");
     // The file name is fixed by the rank: a manifest cannot point outside its directory.
-    if (file_it == s.end() || !file_it->is_string() || file_it->get<std::string>() != ShardName(info.rank)) {
+    if (file_it == s.end() || !file_it->is_string() ||
+        file_it->get<std::string>() != ShardName(info.rank)) {
       return where + "\"file\" must be \"" + ShardName(info.rank) + "\"";
     }
     info.file = ShardName(info.rank);
@@ -349,7 +354,8 @@ std::optional<std::string> ParseManifest(const std::string& text, int64_t step, 
       entry.name = e["name"].get<std::string>();
       entry.offset = e["offset"].get<uint64_t>();
       entry.bytes = e["bytes"].get<uint64_t>();
-      if (e.contains("dtype") && e["dtype"].is_string()) entry.dtype = e["dtype"].get<std::string>();
+      if (e.contains("dtype") && e["dtype"].is_string())
+        entry.dtype = e["dtype"].get<std::string>();
       if (e.contains("shape") && e["shape"].is_array()) {
         for (const auto& d : e["shape"]) {
           if (!d.is_number_integer()) return where + "entry " + entry.name + ": bad shape";
@@ -444,9 +450,15 @@ Status ShardData::CopyTo(std::string_view name, void* dst, size_t bytes) const {
 std::string RestoreResult::Describe() const {
   std::string out;
   switch (kind) {
-    case Kind::kRestored: out = "restored step " + std::to_string(step); break;
-    case Kind::kFresh: out = "no checkpoint: fresh start"; break;
-    case Kind::kCorrupt: out = "no usable checkpoint: every committed one is corrupt"; break;
+    case Kind::kRestored:
+      out = "restored step " + std::to_string(step);
+      break;
+    case Kind::kFresh:
+      out = "no checkpoint: fresh start";
+      break;
+    case Kind::kCorrupt:
+      out = "no usable checkpoint: every committed one is corrupt";
+      break;
   }
   for (const auto& c : skipped) {
     out += "; skipped step " + std::to_string(c.step) + ": " + c.file + ": " + c.reason;
@@ -458,12 +470,12 @@ std::string RestoreResult::Describe() const {
 
 Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(CheckpointOptions options,
                                                            const Clock* clock) {
-  std::string where = "checkpoint (agent " + options.agent + " rank " +
-                      std::to_string(options.rank) + "): ";
+  std::string where =
+      "checkpoint (agent " + options.agent + " rank " + std::to_string(options.rank) + "): ";
   if (options.dir.empty()) return InvalidArgument(where + "no checkpoint directory given");
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return InvalidArgument(where + "rank " + std::to_string(options.rank) + " is outside world size " +
-                           std::to_string(options.world_size));
+    return InvalidArgument(where + "rank " + std::to_string(options.rank) +
+                           " is outside world size " + std::to_string(options.world_size));
   }
   if (options.keep_last < 1) return InvalidArgument(where + "keep_last must be at least 1");
   if (options.io_chunk_bytes < 4096) options.io_chunk_bytes = 4096;
@@ -474,7 +486,9 @@ Result<std::unique_ptr<Checkpointer>> Checkpointer::Create(CheckpointOptions opt
 }
 
 Checkpointer::Checkpointer(CheckpointOptions options, const Clock* clock, int dir_fd)
-    : options_(std::move(options)), clock_(clock), dir_fd_(dir_fd),
+    : options_(std::move(options)),
+      clock_(clock),
+      dir_fd_(dir_fd),
       last_start_(clock->Now().time_since_epoch().count()) {}
 
 Checkpointer::~Checkpointer() {
@@ -547,7 +561,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
       Status s = e.copy_to_host(dst);
       if (!s.ok()) {
         saving_ = false;
-        return s.WithContext(Where() + "snapshot of \"" + e.name + "\" for step " + std::to_string(step));
+        return s.WithContext(Where() + "snapshot of \"" + e.name + "\" for step " +
+                             std::to_string(step));
       }
     } else if (e.bytes > 0) {
       std::memcpy(dst, e.data, e.bytes);
@@ -560,17 +575,18 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     ++stats_.saves_started;
     stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
   }
-  writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries), total]() mutable {
-    auto t0 = std::chrono::steady_clock::now();
-    Status s = WriteAndCommit(step, std::move(metadata), std::move(entries), total);
-    {
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
-      if (s.ok()) ++stats_.saves_committed;
-    }
-    writer_status_ = std::move(s);
-    saving_ = false;
-  });
+  writer_ = std::thread(
+      [this, step, metadata = state.metadata, entries = std::move(entries), total]() mutable {
+        auto t0 = std::chrono::steady_clock::now();
+        Status s = WriteAndCommit(step, std::move(metadata), std::move(entries), total);
+        {
+          std::lock_guard<std::mutex> lock(stats_mu_);
+          stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
+          if (s.ok()) ++stats_.saves_committed;
+        }
+        writer_status_ = std::move(s);
+        saving_ = false;
+      });
   return Status::Ok();
 }
 
@@ -600,7 +616,8 @@ Status Checkpointer::WriteAndCommit(int64_t step, nlohmann::json metadata,
     for (size_t done = 0; done < bytes;) {
       size_t n = std::min(options_.io_chunk_bytes, bytes - done);
       crc = Crc32c(crc, snapshot_.get() + done, n);
-      AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), snapshot_.get() + done, n, shard_tmp_path).WithContext(Where()));
+      AGENTRT_RETURN_IF_ERROR(
+          WriteAll(fd.get(), snapshot_.get() + done, n, shard_tmp_path).WithContext(Where()));
       done += n;
     }
     AGENTRT_RETURN_IF_ERROR(Fsync(fd.get(), shard_tmp_path).WithContext(Where()));
@@ -610,9 +627,12 @@ Status Checkpointer::WriteAndCommit(int64_t step, nlohmann::json metadata,
   }
 
   // 2. This rank's durability record.
-  nlohmann::json record = {{"rank", options_.rank},       {"world_size", options_.world_size},
-                           {"step", step},                {"file", shard},
-                           {"bytes", bytes},              {"crc32c", crc},
+  nlohmann::json record = {{"rank", options_.rank},
+                           {"world_size", options_.world_size},
+                           {"step", step},
+                           {"file", shard},
+                           {"bytes", bytes},
+                           {"crc32c", crc},
                            {"entries", EntriesToJson(entries)}};
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(step_fd.get(), step_path, RecordName(options_.rank), record.dump())
@@ -621,8 +641,8 @@ Status Checkpointer::WriteAndCommit(int64_t step, nlohmann::json metadata,
 
   // 3. Barrier, then rank 0 commits.
   if (options_.barrier) {
-    AGENTRT_RETURN_IF_ERROR(options_.barrier().WithContext(Where() + "barrier before commit of step " +
-                                                           std::to_string(step)));
+    AGENTRT_RETURN_IF_ERROR(options_.barrier().WithContext(
+        Where() + "barrier before commit of step " + std::to_string(step)));
   }
   if (options_.rank == 0) {
     AGENTRT_RETURN_IF_ERROR(CommitAsRankZero(step, step_fd.get(), metadata));
@@ -659,23 +679,22 @@ Status Checkpointer::CommitAsRankZero(int64_t step, int step_fd, const nlohmann:
         return text.status().WithContext(Where());
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        return DeadlineExceeded(Where() + "rank " + std::to_string(r) + " did not make its shard of step " +
-                                std::to_string(step) + " durable within " +
-                                std::to_string(options_.commit_timeout.count() / 1000) + " s (" + path +
-                                " missing); the checkpoint is not committed");
+        return DeadlineExceeded(Where() + "rank " + std::to_string(r) +
+                                " did not make its shard of step " + std::to_string(step) +
+                                " durable within " +
+                                std::to_string(options_.commit_timeout.count() / 1000) + " s (" +
+                                path + " missing); the checkpoint is not committed");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
-  nlohmann::json manifest = {{"format", kFormat},
-                             {"step", step},
-                             {"time", UnixNow()},
-                             {"world_size", options_.world_size},
-                             {"agent", options_.agent},
-                             {"shards", std::move(shards)},
+  nlohmann::json manifest = {{"format", kFormat},       {"step", step},
+                             {"time", UnixNow()},       {"world_size", options_.world_size},
+                             {"agent", options_.agent}, {"shards", std::move(shards)},
                              {"metadata", metadata}};
   std::string text = manifest.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
-  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(step_fd, step_path, kManifest, text).WithContext(Where()));
+  AGENTRT_RETURN_IF_ERROR(
+      WriteFileAtomic(step_fd, step_path, kManifest, text).WithContext(Where()));
   AGENTRT_RETURN_IF_ERROR(Fsync(step_fd, step_path).WithContext(Where()));
   AGENTRT_RETURN_IF_ERROR(Fsync(dir_fd_, options_.dir).WithContext(Where()));
   if (options_.on_commit) options_.on_commit(step);
@@ -714,7 +733,8 @@ Status Checkpointer::CleanDebris() {
     }
     if (!ParseStepName(n)) continue;  // not ours: leave it
     struct stat st;
-    if (::fstatat(dir_fd_, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (::fstatat(dir_fd_, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+      continue;
     if (!ExistsAt(dir_fd_, n + "/" + kManifest)) {
       RemoveTreeAt(dir_fd_, n);  // never committed
       continue;
@@ -763,8 +783,8 @@ VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t s
   if (auto why = ParseManifest(*text, step, manifest)) return corrupt(manifest_path, *why);
   if (check_world && manifest->world_size != options.world_size && !options.allow_resharding) {
     result.fatal = FailedPrecondition(
-        "checkpoint (agent " + options.agent + " rank " + std::to_string(options.rank) + "): " +
-        manifest_path + " was saved by " + std::to_string(manifest->world_size) +
+        "checkpoint (agent " + options.agent + " rank " + std::to_string(options.rank) +
+        "): " + manifest_path + " was saved by " + std::to_string(manifest->world_size) +
         " ranks but this run has " + std::to_string(options.world_size) +
         "; refusing to restore. Restart with the same number of ranks, or opt in to re-sharding "
         "(allow_resharding) and load every saved shard with LoadShard()");
@@ -777,7 +797,8 @@ VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t s
     Fd fd(::openat(step_fd.get(), shard.file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.ok()) return corrupt(path, std::string("cannot open: ") + std::strerror(errno));
     struct stat st;
-    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return corrupt(path, "not a regular file");
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+      return corrupt(path, "not a regular file");
     if (static_cast<uint64_t>(st.st_size) != shard.bytes) {
       return corrupt(path, "size is " + std::to_string(st.st_size) + " bytes, manifest says " +
                                std::to_string(shard.bytes));
@@ -847,7 +868,8 @@ Result<ShardData> Checkpointer::LoadShard(int64_t step, int rank) {
     return DataLoss(Where() + v.corrupt->file + ": " + v.corrupt->reason);
   }
   if (rank < 0 || rank >= manifest.world_size) {
-    return Status(StatusCode::kOutOfRange, Where() + "step " + std::to_string(step) + " has ranks 0.." +
+    return Status(StatusCode::kOutOfRange,
+                  Where() + "step " + std::to_string(step) + " has ranks 0.." +
                       std::to_string(manifest.world_size - 1) + ", not " + std::to_string(rank));
   }
   return shard;
@@ -858,12 +880,14 @@ Result<ShardData> Checkpointer::LoadShard(int64_t step, int rank) {
 Result<std::string> ConfinedPath(const std::string& root, std::string_view relative) {
   if (relative.empty()) return InvalidArgument("path under " + root + " is empty");
   if (relative.front() == '/') {
-    return PermissionDenied("\"" + std::string(relative) + "\" is absolute; it must stay under " + root);
+    return PermissionDenied("\"" + std::string(relative) + "\" is absolute; it must stay under " +
+                            root);
   }
   std::filesystem::path rel(relative);
   for (const auto& part : rel) {
     if (part == "..") {
-      return PermissionDenied("\"" + std::string(relative) + "\" contains \"..\"; it must stay under " + root);
+      return PermissionDenied("\"" + std::string(relative) +
+                              "\" contains \"..\"; it must stay under " + root);
     }
   }
   std::error_code ec;
@@ -873,7 +897,8 @@ Result<std::string> ConfinedPath(const std::string& root, std::string_view relat
   // Resolve what exists of the path (symlinks included) and check it is still inside.
   std::filesystem::path real = std::filesystem::weakly_canonical(joined, ec);
   if (ec) return InvalidArgument("cannot resolve " + joined.string() + ": " + ec.message());
-  auto [root_end, real_it] = std::mismatch(real_root.begin(), real_root.end(), real.begin(), real.end());
+  auto [root_end, real_it] =
+      std::mismatch(real_root.begin(), real_root.end(), real.begin(), real.end());
   if (root_end != real_root.end()) {
     return PermissionDenied("\"" + std::string(relative) + "\" resolves to " + real.string() +
                             " (through a symlink), outside " + root);

@@ -44,13 +44,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/clock.h"
 #include "common/status.h"
@@ -58,12 +57,12 @@
 namespace agentrt {
 
 struct CheckpointOptions {
-  std::string dir;            // the agent's checkpoint directory; created 0700 if missing
-  std::string agent;          // for messages ("agent predator-0 rank 1: ...")
+  std::string dir;    // the agent's checkpoint directory; created 0700 if missing
+  std::string agent;  // for messages ("agent predator-0 rank 1: ...")
   int rank = 0;
   int world_size = 1;
-  double interval_s = 1800;   // wall-clock cadence; <= 0 disables the timer trigger
-  int keep_last = 3;          // committed checkpoints kept (>= 1)
+  double interval_s = 1800;  // wall-clock cadence; <= 0 disables the timer trigger
+  int keep_last = 3;         // committed checkpoints kept (>= 1)
   // Restore() of a checkpoint written by a different world size fails unless set;
   // then the caller re-shards using LoadShard() for any saved rank.
   bool allow_resharding = false;
@@ -106,7 +105,7 @@ class CheckpointState {
     std::string dtype;
     std::vector<int64_t> shape;
     size_t bytes = 0;
-    const void* data = nullptr;                    // host memory, or
+    const void* data = nullptr;                     // host memory, or
     std::function<Status(void* dst)> copy_to_host;  // a copier
   };
   const std::vector<Entry>& entries() const { return entries_; }
@@ -163,10 +162,10 @@ struct RestoreResult {
   enum class Kind { kRestored, kFresh, kCorrupt };
   Kind kind = Kind::kFresh;
   int64_t step = -1;
-  double time = 0;                  // when it was saved, Unix seconds
-  int world_size = 0;               // the saving run's world size
-  nlohmann::json metadata;          // user metadata of the restored checkpoint
-  ShardData shard;                  // this rank's shard (kRestored, rank < world_size)
+  double time = 0;          // when it was saved, Unix seconds
+  int world_size = 0;       // the saving run's world size
+  nlohmann::json metadata;  // user metadata of the restored checkpoint
+  ShardData shard;          // this rank's shard (kRestored, rank < world_size)
   std::vector<CorruptCheckpoint> skipped;
 
   bool restored() const { return kind == Kind::kRestored; }

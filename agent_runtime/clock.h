@@ -28,7 +28,8 @@ class ManualClock : public Clock {
 
  private:
   std::atomic<std::chrono::steady_clock::rep> ticks_{
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::hours(1)).count()};
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::hours(1))
+          .count()};
 };
 
 }  // namespace agentrt

@@ -42,7 +42,7 @@ void Gf2MatrixSquare(uint32_t* square, const uint32_t* mat) {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t Crc32cSse42Stream(uint32_t crc, const unsigned char* p,
-                                                               size_t size) {
+                                                             size_t size) {
   uint64_t c = ~crc;
   while (size >= 8) {
     uint64_t v;
@@ -60,7 +60,7 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42Stream(uint32_t crc, const
 // streams over thirds of the buffer keep the unit busy, and their checksums are
 // joined with Crc32cCombine (a few microseconds, so only for large buffers).
 __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const void* data,
-                                                         size_t size) {
+                                                       size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
   constexpr size_t kMinThreeWay = 256 * 1024;
   if (size < kMinThreeWay) return Crc32cSse42Stream(crc, p, size);

@@ -38,7 +38,8 @@ Result<Assignment> AssignmentFromEnvironment(
   };
   auto required = [&get](const char* name) -> Result<std::string> {
     const char* v = get(name);
-    if (v == nullptr) return NotFound(std::string("environment variable ") + name + " is not set" + kOutsideHint);
+    if (v == nullptr)
+      return NotFound(std::string("environment variable ") + name + " is not set" + kOutsideHint);
     return std::string(v);
   };
   // The first of `names` that is set, parsed as an integer; `fallback` if none is.
@@ -48,7 +49,8 @@ Result<Assignment> AssignmentFromEnvironment(
       if (const char* v = get(n)) return ParseInt(n, v);
     }
     if (is_required) {
-      return NotFound(std::string("environment variable ") + *names.begin() + " is not set" + kOutsideHint);
+      return NotFound(std::string("environment variable ") + *names.begin() + " is not set" +
+                      kOutsideHint);
     }
     return fallback;
   };
@@ -59,20 +61,23 @@ Result<Assignment> AssignmentFromEnvironment(
   AGENTRT_ASSIGN_OR_RETURN(a.ckpt_dir, required("AGENTRT_CKPT_DIR"));
   AGENTRT_ASSIGN_OR_RETURN(int64_t index, integer({"AGENTRT_AGENT_INDEX"}, 0, true));
   // Under mpirun or srun the per-rank variables come from the launcher.
-  AGENTRT_ASSIGN_OR_RETURN(int64_t rank,
-                           integer({"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0, true));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t world,
-                           integer({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1, true));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t local_rank,
-                           integer({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, rank, false));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t local_world,
-                           integer({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}, world, false));
+  AGENTRT_ASSIGN_OR_RETURN(
+      int64_t rank,
+      integer({"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0, true));
+  AGENTRT_ASSIGN_OR_RETURN(
+      int64_t world, integer({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1, true));
+  AGENTRT_ASSIGN_OR_RETURN(
+      int64_t local_rank,
+      integer({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, rank, false));
+  AGENTRT_ASSIGN_OR_RETURN(
+      int64_t local_world,
+      integer({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}, world, false));
   AGENTRT_ASSIGN_OR_RETURN(int64_t master_port, integer({"MASTER_PORT"}, 0, false));
   AGENTRT_ASSIGN_OR_RETURN(int64_t restarts, integer({"AGENTRT_RESTART_COUNT"}, 0, false));
   AGENTRT_ASSIGN_OR_RETURN(int64_t keep_last, integer({"AGENTRT_CKPT_KEEP_LAST"}, 0, false));
   if (world < 1 || rank < 0 || rank >= world) {
-    return InvalidArgument("RANK=" + std::to_string(rank) + " is outside WORLD_SIZE=" + std::to_string(world) +
-                           " for agent " + a.agent);
+    return InvalidArgument("RANK=" + std::to_string(rank) + " is outside WORLD_SIZE=" +
+                           std::to_string(world) + " for agent " + a.agent);
   }
   a.agent_index = static_cast<int>(index);
   a.rank = static_cast<int>(rank);
@@ -133,7 +138,8 @@ Result<std::unique_ptr<Runtime>> Runtime::FromEnvironment(RuntimeOptions options
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::Create(Assignment assignment, RuntimeOptions options) {
-  std::string where = "runtime (agent " + assignment.agent + " rank " + std::to_string(assignment.rank) + "): ";
+  std::string where =
+      "runtime (agent " + assignment.agent + " rank " + std::to_string(assignment.rank) + "): ";
   std::unique_ptr<Runtime> rt(new Runtime(std::move(assignment), std::move(options)));
   const Assignment& a = rt->assignment_;
 

@@ -38,12 +38,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/checkpointer.h"
 #include "agent_runtime/signals.h"
@@ -54,24 +53,24 @@ namespace agentrt {
 
 // The DESIGN §4 process contract, parsed.
 struct Assignment {
-  std::string run_dir;             // AGENTRT_RUN_DIR
-  std::string agent;               // AGENTRT_AGENT
-  int agent_index = 0;             // AGENTRT_AGENT_INDEX
-  int rank = 0;                    // RANK (or OMPI_COMM_WORLD_RANK / PMIX_RANK / SLURM_PROCID)
-  int world_size = 1;              // WORLD_SIZE (or OMPI_COMM_WORLD_SIZE / SLURM_NTASKS)
-  int local_rank = 0;              // LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID)
-  int local_world_size = 1;        // LOCAL_WORLD_SIZE
-  std::string master_addr;         // MASTER_ADDR
-  int master_port = 0;             // MASTER_PORT
-  int ports_first = 0;             // AGENTRT_PORTS "first-last"
+  std::string run_dir;       // AGENTRT_RUN_DIR
+  std::string agent;         // AGENTRT_AGENT
+  int agent_index = 0;       // AGENTRT_AGENT_INDEX
+  int rank = 0;              // RANK (or OMPI_COMM_WORLD_RANK / PMIX_RANK / SLURM_PROCID)
+  int world_size = 1;        // WORLD_SIZE (or OMPI_COMM_WORLD_SIZE / SLURM_NTASKS)
+  int local_rank = 0;        // LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID)
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE
+  std::string master_addr;   // MASTER_ADDR
+  int master_port = 0;       // MASTER_PORT
+  int ports_first = 0;       // AGENTRT_PORTS "first-last"
   int ports_last = 0;
   std::string cuda_visible_devices;  // CUDA_VISIBLE_DEVICES as given
-  std::vector<int> visible_gpus;   // its integer entries (empty for CPU agents)
-  std::string ckpt_dir;            // AGENTRT_CKPT_DIR
-  std::string bus;                 // AGENTRT_BUS host:port (may be empty: no bus)
-  std::string token_file;          // AGENTRT_TOKEN_FILE
-  std::string telemetry;           // AGENTRT_TELEMETRY ZeroMQ endpoint (empty: none)
-  int restart_count = 0;           // AGENTRT_RESTART_COUNT
+  std::vector<int> visible_gpus;     // its integer entries (empty for CPU agents)
+  std::string ckpt_dir;              // AGENTRT_CKPT_DIR
+  std::string bus;                   // AGENTRT_BUS host:port (may be empty: no bus)
+  std::string token_file;            // AGENTRT_TOKEN_FILE
+  std::string telemetry;             // AGENTRT_TELEMETRY ZeroMQ endpoint (empty: none)
+  int restart_count = 0;             // AGENTRT_RESTART_COUNT
   // Optional checkpoint settings from agents.yaml (AGENTRT_CKPT_INTERVAL_S,
   // AGENTRT_CKPT_KEEP_LAST); <0 / 0 when not set.
   double ckpt_interval_s = -1;
@@ -81,8 +80,7 @@ struct Assignment {
 // Reads the assignment through `getenv` (tests pass a map). A missing required
 // variable or a malformed number is an error naming the variable and saying that
 // agents are meant to be started by `agentctl run`.
-Result<Assignment> AssignmentFromEnvironment(
-    const std::function<const char*(const char*)>& getenv);
+Result<Assignment> AssignmentFromEnvironment(const std::function<const char*(const char*)>& getenv);
 Result<Assignment> AssignmentFromEnvironment();
 
 // CheckpointOptions whose interval_s/keep_last say "not set" (-1 / 0), so the
@@ -111,7 +109,8 @@ class Runtime {
   // Inside `agentctl run`: the assignment comes from the environment.
   static Result<std::unique_ptr<Runtime>> FromEnvironment(RuntimeOptions options = {});
   // With an explicit assignment (tests, embedding).
-  static Result<std::unique_ptr<Runtime>> Create(Assignment assignment, RuntimeOptions options = {});
+  static Result<std::unique_ptr<Runtime>> Create(Assignment assignment,
+                                                 RuntimeOptions options = {});
   // Sends "bye", stops the heartbeat, waits for a checkpoint in progress and
   // restores the previous signal handlers.
   ~Runtime();

@@ -29,18 +29,22 @@ Result<TelemetryType> ParseType(std::string_view name) {
 
 std::string_view TelemetryTypeName(TelemetryType type) {
   switch (type) {
-    case TelemetryType::kHello: return "hello";
-    case TelemetryType::kHeartbeat: return "heartbeat";
-    case TelemetryType::kMetrics: return "metrics";
-    case TelemetryType::kCheckpoint: return "checkpoint";
-    case TelemetryType::kBye: return "bye";
+    case TelemetryType::kHello:
+      return "hello";
+    case TelemetryType::kHeartbeat:
+      return "heartbeat";
+    case TelemetryType::kMetrics:
+      return "metrics";
+    case TelemetryType::kCheckpoint:
+      return "checkpoint";
+    case TelemetryType::kBye:
+      return "bye";
   }
   return "unknown";
 }
 
 double UnixTimeSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string EncodeTelemetry(const TelemetryMessage& m) {
@@ -195,8 +199,7 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(const std::st
   char resolved[512];
   size_t resolved_len = sizeof resolved;
   std::string actual = endpoint;
-  if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &resolved_len) == 0 &&
-      resolved_len > 1) {
+  if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &resolved_len) == 0 && resolved_len > 1) {
     actual.assign(resolved, strnlen(resolved, resolved_len));
   }
   return std::unique_ptr<TelemetryReceiver>(
@@ -205,7 +208,9 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(const std::st
 
 TelemetryReceiver::TelemetryReceiver(void* context, void* socket, std::string endpoint,
                                      std::string ipc_path)
-    : context_(context), socket_(socket), endpoint_(std::move(endpoint)),
+    : context_(context),
+      socket_(socket),
+      endpoint_(std::move(endpoint)),
       ipc_path_(std::move(ipc_path)) {}
 
 TelemetryReceiver::~TelemetryReceiver() {

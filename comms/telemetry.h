@@ -31,11 +31,10 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -50,12 +49,12 @@ struct TelemetryMessage {
   std::string agent;
   int rank = 0;
   int64_t pid = 0;
-  double time = 0;              // Unix seconds (sender's clock)
+  double time = 0;  // Unix seconds (sender's clock)
   int restart_count = 0;
-  int64_t step = -1;            // -1: no step reported yet
-  nlohmann::json metrics;       // object for kMetrics; null otherwise
-  int64_t checkpoint_step = -1; // kCheckpoint only
-  std::string reason;           // kBye only (may be empty)
+  int64_t step = -1;             // -1: no step reported yet
+  nlohmann::json metrics;        // object for kMetrics; null otherwise
+  int64_t checkpoint_step = -1;  // kCheckpoint only
+  std::string reason;            // kBye only (may be empty)
 };
 
 // Current wall-clock time in Unix seconds.

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <barrier>
 #include <chrono>
@@ -27,12 +28,10 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/checkpointer.h"
 
@@ -41,7 +40,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -75,8 +76,8 @@ void DropTree(const fs::path& dir) {
 
 // Seconds for `dd if=/dev/zero of=FILE bs=16M count=N conv=fsync`.
 double RunDd(const fs::path& file, size_t count) {
-  std::string cmd = "dd if=/dev/zero of='" + file.string() + "' bs=16M count=" + std::to_string(count) +
-                    " conv=fsync status=none";
+  std::string cmd = "dd if=/dev/zero of='" + file.string() +
+                    "' bs=16M count=" + std::to_string(count) + " conv=fsync status=none";
   auto t = Clock::now();
   if (std::system(cmd.c_str()) != 0) Die("dd failed: " + cmd);
   double s = Since(t);
@@ -136,8 +137,12 @@ void OnEveryRank(int shards, Fn fn) {
 
 void PrintFigure(const char* metric, double value, const char* unit, const std::string& anchor,
                  double anchor_value) {
-  nlohmann::json j = {{"bench", "checkpoint"}, {"metric", metric}, {"value", value},
-                      {"unit", unit},          {"anchor", anchor}, {"anchor_value", anchor_value},
+  nlohmann::json j = {{"bench", "checkpoint"},
+                      {"metric", metric},
+                      {"value", value},
+                      {"unit", unit},
+                      {"anchor", anchor},
+                      {"anchor_value", anchor_value},
                       {"ratio", anchor_value > 0 ? value / anchor_value : 0.0}};
   std::cout << j.dump() << std::endl;
 }
@@ -157,21 +162,23 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const size_t chunk = size_t{16} << 20;
   if (total_bytes < chunk || total_bytes % chunk != 0) Die("--bytes must be a multiple of 16 MiB");
-  if (shards < 1 || total_bytes % static_cast<size_t>(shards) != 0) Die("--bytes must divide into --shards");
+  if (shards < 1 || total_bytes % static_cast<size_t>(shards) != 0)
+    Die("--bytes must divide into --shards");
   const size_t shard_bytes = total_bytes / static_cast<size_t>(shards);
   const double mb = static_cast<double>(total_bytes) / 1e6;
 
   fs::path root = fs::absolute(dir) / std::to_string(::getpid());
   fs::create_directories(root);
-  std::cerr << "bench_checkpoint: " << total_bytes / (1 << 20) << " MiB in " << shards << " shards under "
-            << root << ", " << reps << " reps\n";
+  std::cerr << "bench_checkpoint: " << total_bytes / (1 << 20) << " MiB in " << shards
+            << " shards under " << root << ", " << reps << " reps\n";
 
   // The training state: distinct, non-zero bytes per rank.
   std::vector<std::unique_ptr<uint64_t[]>> state;
   for (int r = 0; r < shards; ++r) {
     state.emplace_back(new uint64_t[shard_bytes / 8]);
     uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(r + 1);
-    for (size_t i = 0; i < shard_bytes / 8; ++i) state[static_cast<size_t>(r)][i] = (x += 0x9E3779B97F4A7C15ull);
+    for (size_t i = 0; i < shard_bytes / 8; ++i)
+      state[static_cast<size_t>(r)][i] = (x += 0x9E3779B97F4A7C15ull);
   }
   auto make_state = [&](int r) {
     agentrt::CheckpointState s;
@@ -187,7 +194,9 @@ int main(int argc, char** argv) {
 
   // Warm-up: allocate the snapshot buffers once, as a training run would.
   ++step;
-  OnEveryRank(shards, [&](int r) { Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r))); });
+  OnEveryRank(shards, [&](int r) {
+    Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r)));
+  });
 
   std::vector<double> dd_s, save_s, stall_s, restore_s, read_s;
   std::vector<char> read_buf(chunk);
@@ -197,7 +206,9 @@ int main(int argc, char** argv) {
     // Synchronous save.
     ++step;
     auto t = Clock::now();
-    OnEveryRank(shards, [&](int r) { Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r))); });
+    OnEveryRank(shards, [&](int r) {
+      Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r)));
+    });
     save_s.push_back(Since(t));
 
     // Async save: the training loop is blocked only inside SaveAsync.
@@ -214,7 +225,8 @@ int main(int argc, char** argv) {
     // Restore with verification, cold cache; then plain read() of the same files, cold cache.
     fs::path step_dir = fs::path(ckpt_dir) / ("step-" + std::to_string(step));
     std::vector<fs::path> files;
-    for (int r = 0; r < shards; ++r) files.push_back(step_dir / ("rank-" + std::to_string(r) + ".shard"));
+    for (int r = 0; r < shards; ++r)
+      files.push_back(step_dir / ("rank-" + std::to_string(r) + ".shard"));
     DropTree(ckpt_dir);
     {
       agentrt::CheckpointOptions o;
@@ -236,16 +248,18 @@ int main(int argc, char** argv) {
     }
     for (const auto& f : files) DropFromCache(f);
     read_s.push_back(ReadAll(files, read_buf));
-    std::cerr << "rep " << rep << ": dd " << dd_s.back() << " s, save " << save_s.back() << " s, stall "
-              << stall_s.back() << " s, restore " << restore_s.back() << " s, read " << read_s.back() << " s\n";
+    std::cerr << "rep " << rep << ": dd " << dd_s.back() << " s, save " << save_s.back()
+              << " s, stall " << stall_s.back() << " s, restore " << restore_s.back() << " s, read "
+              << read_s.back() << " s\n";
   }
   world.ranks.clear();
   fs::remove_all(root);
   std::error_code ec;
   fs::remove(fs::absolute(dir), ec);  // only if empty
 
-  const std::string dd_anchor = "dd if=/dev/zero bs=16M count=" + std::to_string(total_bytes / chunk) +
-                                " conv=fsync (same disk, same run)";
+  const std::string dd_anchor =
+      "dd if=/dev/zero bs=16M count=" + std::to_string(total_bytes / chunk) +
+      " conv=fsync (same disk, same run)";
   PrintFigure("save_throughput", mb / Median(save_s), "MB/s", dd_anchor, mb / Median(dd_s));
   PrintFigure("async_save_stall", Median(stall_s), "s", "synchronous save of the same state",
               Median(save_s));

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
       if (r == 0) {
         o.on_commit = [](int64_t step) {
           char line[64];
-          int n = std::snprintf(line, sizeof line, "committed %lld\n", static_cast<long long>(step));
+          int n =
+              std::snprintf(line, sizeof line, "committed %lld\n", static_cast<long long>(step));
           ssize_t ignored = ::write(1, line, static_cast<size_t>(n));
           (void)ignored;
         };

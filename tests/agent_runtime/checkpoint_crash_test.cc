@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -14,8 +15,6 @@
 #include <random>
 #include <string>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 #include "agent_runtime/checkpointer.h"
 #include "tests/agent_runtime/checkpoint_crash_pattern.h"
@@ -29,8 +28,8 @@ namespace fs = std::filesystem;
 // it reported committed (-1 if none).
 // With `after_first_commit`, the delay starts when the helper reports its first
 // commit of this run (so the kill lands inside the save loop, not in start-up).
-int64_t RunAndKill(const std::string& helper, const std::string& dir, std::chrono::microseconds delay,
-                   bool after_first_commit) {
+int64_t RunAndKill(const std::string& helper, const std::string& dir,
+                   std::chrono::microseconds delay, bool after_first_commit) {
   int fds[2];
   REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
   pid_t pid = ::fork();
@@ -46,7 +45,8 @@ int64_t RunAndKill(const std::string& helper, const std::string& dir, std::chron
   ssize_t n;
   if (after_first_commit) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (out.find("committed ") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    while (out.find("committed ") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
       pollfd pfd{fds[0], POLLIN, 0};
       if (::poll(&pfd, 1, 100) > 0) {
         n = ::read(fds[0], buf, sizeof buf);

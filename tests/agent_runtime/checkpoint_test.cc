@@ -1,11 +1,10 @@
-#include "agent_runtime/checkpointer.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <barrier>
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -15,8 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
-
+#include "agent_runtime/checkpointer.h"
 #include "agent_runtime/crc.h"
 
 namespace agentrt {
@@ -301,7 +299,8 @@ TEST_CASE("keep_last keeps the newest committed checkpoints and removes older on
   auto c = Make(o);
   for (int64_t s = 1; s <= 5; ++s) SaveStep(*c, s);
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir.path)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir.path))
+    names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"step-4", "step-5"});
 }
@@ -369,7 +368,11 @@ TEST_CASE("several ranks commit one checkpoint only after every shard is durable
     for (int r = 0; r < kWorld; ++r) {
       ranks.emplace_back([&, r] {
         auto o = Options(root, r, kWorld);
-        if (use_barrier) o.barrier = [&sync] { sync.arrive_and_wait(); return Status::Ok(); };
+        if (use_barrier)
+          o.barrier = [&sync] {
+            sync.arrive_and_wait();
+            return Status::Ok();
+          };
         auto c = Checkpointer::Create(o);
         if (!c.ok()) {
           results[r] = c.status();

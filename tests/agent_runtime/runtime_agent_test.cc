@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,8 +14,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "comms/telemetry.h"
 
@@ -137,8 +136,8 @@ TEST_CASE("SIGTERM makes the agent checkpoint before it exits, and a restart res
   const std::string endpoint = (*receiver)->endpoint();
   const std::string log = dir.path + "/agent.log";
   // Checkpoints every 0.2 s; heartbeats every 50 ms.
-  std::vector<std::string> args = {"--forever", "--step-ms", "5", "--ckpt-interval-s", "0.2",
-                                   "--heartbeat-ms", "50"};
+  std::vector<std::string> args = {"--forever", "--step-ms",      "5", "--ckpt-interval-s",
+                                   "0.2",       "--heartbeat-ms", "50"};
   pid_t pid = StartAgent(dir.path, endpoint, log, args);
   std::vector<TelemetryMessage> all;
   ReceiveUntil(**receiver, all, [](const auto& got) { return LastCheckpoint(got) >= 0; });
@@ -172,11 +171,13 @@ TEST_CASE("SIGTERM makes the agent checkpoint before it exits, and a restart res
   REQUIRE(pos != std::string::npos);
   int64_t final_step = std::strtoll(out.c_str() + pos + 18, nullptr, 10);
   CHECK(LastCheckpoint(all) == final_step);
-  CHECK(fs::exists(dir.path + "/checkpoints/counter-0/step-" + std::to_string(final_step) + "/manifest.json"));
+  CHECK(fs::exists(dir.path + "/checkpoints/counter-0/step-" + std::to_string(final_step) +
+                   "/manifest.json"));
 
   // The restarted agent continues from exactly that step.
-  pid = StartAgent(dir.path, endpoint, log, {"--steps", std::to_string(final_step + 5), "--step-ms", "1",
-                                             "--ckpt-interval-s", "10"}, 1);
+  pid = StartAgent(
+      dir.path, endpoint, log,
+      {"--steps", std::to_string(final_step + 5), "--step-ms", "1", "--ckpt-interval-s", "10"}, 1);
   status = WaitExit(pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
@@ -190,8 +191,8 @@ TEST_CASE("the test agent exits with the requested code and dumps its environmen
   auto receiver = TelemetryReceiver::Bind("tcp://127.0.0.1:*");
   REQUIRE(receiver.ok());
   pid_t pid = StartAgent(dir.path, (*receiver)->endpoint(), dir.path + "/a.log",
-                         {"--steps", "20", "--step-ms", "1", "--fail-at-step", "3", "--exit-code", "7",
-                          "--dump-env", dir.path + "/env"});
+                         {"--steps", "20", "--step-ms", "1", "--fail-at-step", "3", "--exit-code",
+                          "7", "--dump-env", dir.path + "/env"});
   int status = WaitExit(pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 7);
@@ -201,7 +202,8 @@ TEST_CASE("the test agent exits with the requested code and dumps its environmen
   CHECK(j["env"]["AGENTRT_AGENT"] == "counter-0");
   CHECK(j["rank"] == 0);
   CHECK(j["argv"].size() == 11);
-  CHECK(ReadFile(dir.path + "/a.log").find("failing at step 3 with exit code 7") != std::string::npos);
+  CHECK(ReadFile(dir.path + "/a.log").find("failing at step 3 with exit code 7") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -3,14 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <map>
 #include <string>
 #include <thread>
-
-#include <catch2/catch.hpp>
 
 namespace agentrt {
 namespace {
@@ -82,7 +81,8 @@ TEST_CASE("the assignment is read from the DESIGN §4 environment variables") {
 }
 
 TEST_CASE("a missing variable is named, with a hint that agentctl run sets it") {
-  for (const char* name : {"AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_CKPT_DIR", "RANK", "WORLD_SIZE"}) {
+  for (const char* name :
+       {"AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_CKPT_DIR", "RANK", "WORLD_SIZE"}) {
     Env env = FullEnv();
     env.erase(name);
     auto a = Parse(env);
@@ -171,8 +171,8 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   REQUIRE((*rt)->checkpointer().Save(5, state).ok());
 
   auto all = ReceiveUntil(**receiver, [](const auto& got) {
-    return Count(got, TelemetryType::kHeartbeat) >= 3 && Count(got, TelemetryType::kCheckpoint) >= 1 &&
-           Count(got, TelemetryType::kMetrics) >= 1;
+    return Count(got, TelemetryType::kHeartbeat) >= 3 &&
+           Count(got, TelemetryType::kCheckpoint) >= 1 && Count(got, TelemetryType::kMetrics) >= 1;
   });
   REQUIRE(!all.empty());
   CHECK(all.front().type == TelemetryType::kHello);
@@ -180,11 +180,13 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   CHECK(all.front().pid == ::getpid());
   CHECK(all.front().restart_count == 1);
   CHECK(Count(all, TelemetryType::kHeartbeat) >= 3);
-  auto metrics = std::find_if(all.begin(), all.end(), [](const auto& m) { return m.type == TelemetryType::kMetrics; });
+  auto metrics = std::find_if(all.begin(), all.end(),
+                              [](const auto& m) { return m.type == TelemetryType::kMetrics; });
   REQUIRE(metrics != all.end());
   CHECK(metrics->step == 5);
   CHECK(metrics->metrics["reward"].get<double>() == 1.5);
-  auto ckpt = std::find_if(all.begin(), all.end(), [](const auto& m) { return m.type == TelemetryType::kCheckpoint; });
+  auto ckpt = std::find_if(all.begin(), all.end(),
+                           [](const auto& m) { return m.type == TelemetryType::kCheckpoint; });
   REQUIRE(ckpt != all.end());
   CHECK(ckpt->checkpoint_step == 5);
   // Heartbeats after Report carry the reported step.
@@ -192,7 +194,8 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   CHECK((*rt)->telemetry_dropped() == 0);
 
   rt->reset();
-  auto rest = ReceiveUntil(**receiver, [](const auto& got) { return Count(got, TelemetryType::kBye) >= 1; });
+  auto rest = ReceiveUntil(**receiver,
+                           [](const auto& got) { return Count(got, TelemetryType::kBye) >= 1; });
   CHECK(Count(rest, TelemetryType::kBye) == 1);
 }
 

@@ -11,6 +11,7 @@
 // step is checkpointed before any clean exit. A stop exits 0.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,12 +19,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/runtime.h"
 
@@ -40,8 +39,8 @@ void DumpEnvironment(const std::string& dir, const agentrt::Assignment& a, int a
   }
   nlohmann::json args = nlohmann::json::array();
   for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
-  nlohmann::json out = {{"agent", a.agent}, {"rank", a.rank}, {"pid", ::getpid()},
-                        {"env", env},       {"argv", args}};
+  nlohmann::json out = {
+      {"agent", a.agent}, {"rank", a.rank}, {"pid", ::getpid()}, {"env", env}, {"argv", args}};
   std::filesystem::create_directories(dir);
   std::string path = dir + "/" + a.agent + ".rank" + std::to_string(a.rank) + ".json";
   std::string tmp = path + ".tmp";
@@ -89,8 +88,8 @@ int main(int argc, char** argv) {
   }
   auto& rt = **rt_or;
   const auto& a = rt.assignment();
-  std::cout << "agent " << a.agent << " rank " << a.rank << "/" << a.world_size << " pid " << ::getpid()
-            << " restart " << a.restart_count << std::endl;
+  std::cout << "agent " << a.agent << " rank " << a.rank << "/" << a.world_size << " pid "
+            << ::getpid() << " restart " << a.restart_count << std::endl;
   if (!dump_env.empty()) DumpEnvironment(dump_env, a, argc, argv);
 
   const bool checkpointing = ckpt_interval_s > 0;
@@ -107,7 +106,8 @@ int main(int argc, char** argv) {
       int64_t saved = -1;
       if (!restored->shard.CopyTo("step", &saved, sizeof saved).ok() ||
           !restored->shard.CopyTo("state", state.data(), state.size()).ok()) {
-        std::cerr << "agentrt-test-agent: checkpoint step " << restored->step << " has the wrong layout\n";
+        std::cerr << "agentrt-test-agent: checkpoint step " << restored->step
+                  << " has the wrong layout\n";
         return 3;
       }
       step = saved;
@@ -131,9 +131,11 @@ int main(int argc, char** argv) {
     ++step;
     ++done_this_run;
     for (size_t i = 0; i < state.size(); i += 64) state[i] = static_cast<unsigned char>(step + i);
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    rt.Report(step, {{"loss", 1.0 / static_cast<double>(step)},
-                     {"steps_per_s", elapsed > 0 ? static_cast<double>(done_this_run) / elapsed : 0.0}});
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rt.Report(step,
+              {{"loss", 1.0 / static_cast<double>(step)},
+               {"steps_per_s", elapsed > 0 ? static_cast<double>(done_this_run) / elapsed : 0.0}});
     if (checkpointing && ckpt.SaveDue()) {
       agentrt::CheckpointState cs;
       make_state(cs);

@@ -2,13 +2,12 @@
 
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 namespace agentrt {
 namespace {
