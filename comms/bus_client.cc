@@ -74,7 +74,7 @@ struct AsyncItem {
 
 }  // namespace
 
-struct Subscription {
+struct BusClientSubscription {
   SubscriptionId id = 0;
   std::string topic;  // "" for the inbox
   bool inbox = false;
@@ -102,7 +102,7 @@ struct BusClient::Impl {
   std::atomic<uint64_t> next_sequence{1};
 
   mutable std::mutex subs_mu;
-  std::map<SubscriptionId, std::shared_ptr<Subscription>> subs;
+  std::map<SubscriptionId, std::shared_ptr<BusClientSubscription>> subs;
   SubscriptionId next_sub_id = 1;
 
   // Async publishing.
@@ -143,7 +143,7 @@ struct BusClient::Impl {
     }
   }
 
-  void RunSubscription(const std::shared_ptr<Subscription>& sub);
+  void RunSubscription(const std::shared_ptr<BusClientSubscription>& sub);
   void RunAsyncPublisher();
 };
 
@@ -416,7 +416,7 @@ void ToProto(const StartAt& from, v1::StartAt* out) {
 }
 }  // namespace
 
-void BusClient::Impl::RunSubscription(const std::shared_ptr<Subscription>& sub) {
+void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscription>& sub) {
   const std::string name = sub->inbox ? InboxName(cred.agent) : sub->topic;
   auto emit = [&](SubscriptionEvent::Kind kind, Status status, int64_t offset, int64_t earliest = 0) {
     if (sub->opts.on_event) sub->opts.on_event(SubscriptionEvent{kind, name, std::move(status), offset, earliest});
@@ -526,7 +526,7 @@ Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from
   if (from.kind == StartAt::Kind::kOffset && from.offset < 0) {
     return InvalidArgument("subscribe to \"" + std::string(topic) + "\": negative start offset");
   }
-  auto sub = std::make_shared<Subscription>();
+  auto sub = std::make_shared<BusClientSubscription>();
   sub->topic = std::string(topic);
   sub->from = from;
   sub->on_message = std::move(on_message);
@@ -541,7 +541,7 @@ Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from
 
 Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_message, SubscribeOptions opts) {
   if (!on_message) return InvalidArgument("receive: no message callback");
-  auto sub = std::make_shared<Subscription>();
+  auto sub = std::make_shared<BusClientSubscription>();
   sub->inbox = true;
   sub->from = from;
   sub->on_message = std::move(on_message);
@@ -555,7 +555,7 @@ Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_messa
 }
 
 Status BusClient::Unsubscribe(SubscriptionId id) {
-  std::shared_ptr<Subscription> sub;
+  std::shared_ptr<BusClientSubscription> sub;
   {
     std::lock_guard<std::mutex> lock(impl_->subs_mu);
     auto it = impl_->subs.find(id);
@@ -577,7 +577,7 @@ Status BusClient::Unsubscribe(SubscriptionId id) {
 }
 
 Status BusClient::SubscriptionStatus(SubscriptionId id) const {
-  std::shared_ptr<Subscription> sub;
+  std::shared_ptr<BusClientSubscription> sub;
   {
     std::lock_guard<std::mutex> lock(impl_->subs_mu);
     auto it = impl_->subs.find(id);
