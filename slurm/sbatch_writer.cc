@@ -233,16 +233,17 @@ BUS_WAIT_S={bus_wait}
 agent=${{AGENTS[$SLURM_ARRAY_TASK_ID]}}
 echo "agentrt: array task ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} runs agent $agent (restart ${{SLURM_RESTART_COUNT:-0}})"
 
-# The bus job writes its host:port to bus.address once it listens.
-waited=0
+# The bus job writes its host:port to bus.address once it listens; look
+# every 0.1 s (ticks), give up after BUS_WAIT_S.
+ticks=0
 until [ -s "$RUN_DIR/bus.address" ]; do
-  if [ "$waited" -ge "$BUS_WAIT_S" ]; then
+  if [ "$ticks" -ge $((BUS_WAIT_S * 10)) ]; then
     echo "agentrt: agent $agent: the bus did not publish its address in $RUN_DIR/bus.address within" \
       "$BUS_WAIT_S s; is the bus job $(cat "$RUN_DIR/bus.jobid" 2>/dev/null) running? See $RUN_DIR/logs/{run}-bus-*.out" >&2
     exit 1
   fi
-  sleep 1
-  waited=$((waited + 1))
+  sleep 0.1
+  ticks=$((ticks + 1))
 done
 
 # USR2 (time limit, preemption): pass it on to the agent's ranks, which
