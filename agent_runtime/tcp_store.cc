@@ -185,8 +185,7 @@ class TcpStore::Server {
         return true;
       }
       case 'A': {
-        char* end = nullptr;
-        const long long delta = std::strtoll(value.c_str(), &end, 10);
+        const long long delta = std::strtoll(value.c_str(), nullptr, 10);
         std::string& slot = data_[key];
         const long long now = (slot.empty() ? 0 : std::strtoll(slot.c_str(), nullptr, 10)) + delta;
         slot = std::to_string(now);

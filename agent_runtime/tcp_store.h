@@ -11,7 +11,9 @@
 // Keys and values are byte strings. Every blocking call takes a timeout and
 // returns DeadlineExceeded naming the key, store address and rank; after a
 // timeout or a broken connection the client reconnects on the next call.
-// Thread-safety: one TcpStore per thread (its calls are serialised by a mutex).
+// Thread-safety: calls may come from several threads; they are serialised by
+// a mutex, so a blocking Get holds up the others (use one TcpStore per thread
+// when that matters).
 // The server lives as long as the rank-0 TcpStore; destroying it closes every
 // client's connection (their calls then fail with Unavailable).
 #pragma once

@@ -173,37 +173,39 @@ class NcclGroup final : public Group {
       broken_ = true;
       return s;
     };
-    const std::string what = std::string(op) + " of " + std::to_string(count) + " " +
-                             std::string(DataTypeName(type));
+    // Built only on failure: the success path allocates nothing.
+    auto what = [&] {
+      return std::string(op) + " of " + std::to_string(count) + " " + std::string(DataTypeName(type));
+    };
     ncclResult_t r = enqueue();
     if (r == ncclInProgress) {
       bool timed_out = false;
       r = WaitComm(comm_, deadline, &timed_out);
       if (timed_out) {
-        return fail(DeadlineExceeded(where_ + ": " + what + " could not be enqueued within " +
+        return fail(DeadlineExceeded(where_ + ": " + what() + " could not be enqueued within " +
                                      FormatTimeout(timeout) + "; communicator aborted"));
       }
     }
     if (r != ncclSuccess) {
-      return fail(Internal(where_ + ": " + what + " failed: " + ncclGetErrorString(r) +
+      return fail(Internal(where_ + ": " + what() + " failed: " + ncclGetErrorString(r) +
                            "; communicator aborted"));
     }
     for (uint32_t polls = 0;; ++polls) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return Status::Ok();
       if (q != cudaErrorNotReady) {
-        return fail(Internal(where_ + ": " + what + ": CUDA error " + cudaGetErrorName(q) + " (" +
+        return fail(Internal(where_ + ": " + what() + ": CUDA error " + cudaGetErrorName(q) + " (" +
                              cudaGetErrorString(q) + "); communicator aborted"));
       }
       if ((polls & 255u) == 0) {
         ncclResult_t state = ncclSuccess;
         ncclCommGetAsyncError(comm_, &state);
         if (state != ncclSuccess && state != ncclInProgress) {
-          return fail(Internal(where_ + ": " + what + ": NCCL async error: " +
+          return fail(Internal(where_ + ": " + what() + ": NCCL async error: " +
                                ncclGetErrorString(state) + "; communicator aborted"));
         }
         if (Clock::now() >= deadline) {
-          return fail(DeadlineExceeded(where_ + ": " + what + " timed out after " +
+          return fail(DeadlineExceeded(where_ + ": " + what() + " timed out after " +
                                        FormatTimeout(timeout) + " (of " + std::to_string(size_) +
                                        " ranks); communicator aborted"));
         }
