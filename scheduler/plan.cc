@@ -240,8 +240,11 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
         a.backend = BackendFromName(backend, &known);
         if (!known) r.Fail(path + ".backend", "expected single, mpi or nccl");
       }
-      r.Read(aj, path, "command", a.command, false);
-      if (a.command.empty()) a.command = {"agent-worker"};
+      if (aj.contains("command")) {
+        r.Read(aj, path, "command", a.command);
+      } else {
+        a.command = {"agent-worker"};
+      }
       r.Read(aj, path, "env", a.env, false);
       if (const json* args = r.Get(aj, path, "args", false)) {
         if (!args->is_object()) r.Fail(path + ".args", "expected an object");

@@ -250,6 +250,11 @@ class Planner {
       if (allowed[n]) max_allowed_gpus = std::max(max_allowed_gpus, nodes_[n].spec->gpus);
     }
     if (agent.gpus == 0) return PlaceCpu(agent, allowed, out);
+    if (max_allowed_gpus == 0) {
+      return Infeasible{agent.name, fmt::format("{} needs {} GPUs, but no node{} of the inventory ({}) has a GPU",
+                                                agent.name, agent.gpus, agent.nodes.empty() ? "" : " it is pinned to",
+                                                inventory_.source)};
+    }
     if (agent.gpus > max_allowed_gpus) return PlaceMultiNode(agent, allowed, out);
     return PlaceSubNode(agent, allowed, out);
   }
