@@ -285,78 +285,172 @@ Status BusClient::Flush(std::chrono::milliseconds timeout) {
   return s;
 }
 
+// Async publishing: batches from the queue go out on one PublishStream, up to
+// kMaxInFlight unanswered at a time, so the broker stores them in queue order
+// while the next ones are already on the wire. A stream is open only while
+// there is work; when it breaks, the unanswered batches are resent in order
+// on a new one (their sequences make that safe).
 void BusClient::Impl::RunAsyncPublisher() {
+  constexpr size_t kMaxInFlight = 8;
   struct Pending {
     uint64_t sequence;
     AckCallback on_ack;
   };
-  std::vector<Pending> batch;
-  v1::PublishBatchRequest req;
-  v1::PublishBatchResponse resp;
-  std::vector<Result<PublishAck>> results;
-  for (;;) {
-    batch.clear();
-    req.Clear();
-    {
-      std::unique_lock<std::mutex> lock(async_mu);
-      async_cv.wait(lock, [&] { return !async_queue.empty() || async_stop; });
-      if (async_queue.empty()) return;  // stopping, nothing left
-      int64_t bytes = 0;
-      while (!async_queue.empty() && static_cast<int>(batch.size()) < options.async_batch_messages) {
-        AsyncItem& item = async_queue.front();
-        const int64_t b = static_cast<int64_t>(item.req.payload().size());
-        if (!batch.empty() && bytes + b > options.async_batch_bytes) break;
-        bytes += b;
-        batch.push_back(Pending{item.req.sequence(), std::move(item.on_ack)});
-        req.add_messages()->Swap(&item.req);
-        async_queue.pop_front();
-      }
-    }
-    results.clear();
-    const auto deadline = Clock::now() + options.call_timeout;
-    int attempt = 0;
-    // `req` holds the entries not yet answered: results.size() of batch are.
-    while (results.size() < batch.size()) {
-      resp.Clear();
-      grpc::ClientContext ctx;
-      Prepare(&ctx, std::min(deadline, Clock::now() + options.call_timeout));
-      grpc::Status s = stub->PublishBatch(&ctx, req, &resp);
-      // Acks are for a prefix of the entries sent, also when the call failed on one entry.
-      const int acked = std::min(resp.acks_size(), req.messages_size());
-      for (int i = 0; i < acked; ++i) {
-        const auto& a = resp.acks(i);
-        results.emplace_back(PublishAck{a.offset(), a.duplicate(), batch[results.size()].sequence});
-      }
-      if (s.ok() && acked == req.messages_size()) break;
-      const std::string topic = req.messages(acked < req.messages_size() ? acked : 0).topic();
-      req.mutable_messages()->DeleteSubrange(0, acked);
-      if (s.ok()) continue;  // (not expected) resend what was not acknowledged
-      if (Retryable(s.error_code()) && Clock::now() + Backoff(attempt) < deadline) {
-        std::this_thread::sleep_for(Backoff(attempt++));
-        continue;  // the same sequences: whatever was stored already comes back as a duplicate
-      }
-      // The first unanswered entry failed for good (on a deadline: all the rest).
-      Status err = FromGrpc(s, "async publish to topic \"" + topic + "\" (bus " + address + ", agent " +
-                                   cred.agent + ")");
-      {
-        std::lock_guard<std::mutex> lock(async_mu);
-        if (async_error.ok()) async_error = err;
-      }
-      if (Retryable(s.error_code())) {
-        while (results.size() < batch.size()) results.emplace_back(err);
-        break;
-      }
-      results.emplace_back(err);
-      req.mutable_messages()->DeleteSubrange(0, 1);
-    }
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i].on_ack) batch[i].on_ack(results[i]);
+  struct Batch {
+    std::vector<Pending> entries;  // not yet answered, in order
+    v1::PublishBatchRequest req;   // the same entries
+    Clock::time_point first_sent;
+  };
+  std::deque<Batch> in_flight;  // guarded by async_mu once the reader runs
+  std::vector<std::pair<AckCallback, Result<PublishAck>>> done;
+
+  // Runs callbacks outside the lock and releases their backpressure.
+  auto complete = [&](std::vector<std::pair<AckCallback, Result<PublishAck>>>& results) {
+    for (auto& [cb, r] : results) {
+      if (cb) cb(r);
     }
     {
       std::lock_guard<std::mutex> lock(async_mu);
-      async_unacked -= batch.size();
+      async_unacked -= results.size();
     }
     async_cv.notify_all();
+    results.clear();
+  };
+  auto fail_front_entries = [&](size_t count, const Status& err) {
+    std::vector<std::pair<AckCallback, Result<PublishAck>>> failed;
+    {
+      std::lock_guard<std::mutex> lock(async_mu);
+      if (async_error.ok()) async_error = err;
+      while (count > 0 && !in_flight.empty()) {
+        Batch& f = in_flight.front();
+        const size_t n = std::min(count, f.entries.size());
+        for (size_t i = 0; i < n; ++i) failed.emplace_back(std::move(f.entries[i].on_ack), err);
+        f.entries.erase(f.entries.begin(), f.entries.begin() + static_cast<std::ptrdiff_t>(n));
+        f.req.mutable_messages()->DeleteSubrange(0, static_cast<int>(n));
+        count -= n;
+        if (f.entries.empty()) in_flight.pop_front();
+      }
+    }
+    complete(failed);
+  };
+
+  int attempt = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(async_mu);
+      async_cv.wait(lock, [&] { return !async_queue.empty() || !in_flight.empty() || async_stop; });
+      if (async_queue.empty() && in_flight.empty()) return;  // stopping, nothing left
+    }
+    grpc::ClientContext ctx;
+    Prepare(&ctx, Clock::now() + options.stream_deadline);
+    auto stream = stub->PublishStream(&ctx);
+    bool broken = false;
+    bool reader_done = false;
+    // Resend what the last stream left unanswered, in order.
+    for (auto& f : in_flight) {
+      if (!stream->Write(f.req)) {
+        broken = true;
+        break;
+      }
+    }
+    std::thread reader([&] {
+      v1::PublishBatchResponse resp;
+      std::vector<std::pair<AckCallback, Result<PublishAck>>> acked;
+      while (stream->Read(&resp)) {
+        {
+          std::lock_guard<std::mutex> lock(async_mu);
+          if (in_flight.empty()) break;  // protocol violation: nothing was waiting for this
+          Batch& f = in_flight.front();
+          const size_t n = std::min<size_t>(static_cast<size_t>(resp.acks_size()), f.entries.size());
+          for (size_t i = 0; i < n; ++i) {
+            const auto& a = resp.acks(static_cast<int>(i));
+            acked.emplace_back(std::move(f.entries[i].on_ack),
+                               PublishAck{a.offset(), a.duplicate(), f.entries[i].sequence});
+          }
+          if (n == f.entries.size()) {
+            in_flight.pop_front();
+          } else {  // a partial answer precedes the stream's error
+            f.entries.erase(f.entries.begin(), f.entries.begin() + static_cast<std::ptrdiff_t>(n));
+            f.req.mutable_messages()->DeleteSubrange(0, static_cast<int>(n));
+          }
+        }
+        complete(acked);
+      }
+      std::lock_guard<std::mutex> lock(async_mu);
+      reader_done = true;
+      async_cv.notify_all();
+    });
+    while (!broken) {
+      Batch* next = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(async_mu);
+        async_cv.wait(lock, [&] {
+          return reader_done || (!async_queue.empty() && in_flight.size() < kMaxInFlight) ||
+                 (async_queue.empty() && in_flight.empty());
+        });
+        if (reader_done || async_queue.empty()) break;  // broken, or idle: close the stream
+        Batch b;
+        int64_t bytes = 0;
+        while (!async_queue.empty() && static_cast<int>(b.entries.size()) < options.async_batch_messages) {
+          AsyncItem& item = async_queue.front();
+          const int64_t size = static_cast<int64_t>(item.req.payload().size());
+          if (!b.entries.empty() && bytes + size > options.async_batch_bytes) break;
+          bytes += size;
+          b.entries.push_back(Pending{item.req.sequence(), std::move(item.on_ack)});
+          b.req.add_messages()->Swap(&item.req);
+          async_queue.pop_front();
+        }
+        b.first_sent = Clock::now();
+        in_flight.push_back(std::move(b));
+        next = &in_flight.back();  // deque: stays valid while the reader pops the front
+      }
+      // The reader cannot touch `next` before the broker has read all of it.
+      if (!stream->Write(next->req)) broken = true;
+    }
+    stream->WritesDone();
+    reader.join();
+    grpc::Status s = stream->Finish();
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lock(async_mu);
+      idle = in_flight.empty();
+    }
+    if (s.ok() && idle) {
+      attempt = 0;
+      continue;
+    }
+    const std::string what = "async publish (bus " + address + ", agent " + cred.agent + ")";
+    Status err = s.ok() ? Unavailable(what + ": the stream ended with publishes unanswered") : FromGrpc(s, what);
+    if (!s.ok() && !Retryable(s.error_code())) {
+      // The broker refused the first unanswered entry; the rest are resent.
+      // UNAUTHENTICATED refuses everything sent with this credential.
+      fail_front_entries(s.error_code() == grpc::StatusCode::UNAUTHENTICATED ? SIZE_MAX : 1, err);
+      continue;
+    }
+    Clock::time_point oldest;
+    bool stopping = false;
+    {
+      std::lock_guard<std::mutex> lock(async_mu);
+      oldest = in_flight.empty() ? Clock::now() : in_flight.front().first_sent;
+      stopping = async_stop;
+    }
+    if (stopping) {  // the client is being destroyed: no more retries
+      std::vector<std::pair<AckCallback, Result<PublishAck>>> dropped;
+      {
+        std::lock_guard<std::mutex> lock(async_mu);
+        for (auto& item : async_queue) dropped.emplace_back(std::move(item.on_ack), err);
+        async_queue.clear();
+      }
+      fail_front_entries(SIZE_MAX, err.WithContext("client closing"));
+      complete(dropped);
+      continue;
+    }
+    if (Clock::now() - oldest > options.call_timeout) {
+      fail_front_entries(SIZE_MAX, err.WithContext("gave up after call_timeout"));
+      attempt = 0;
+      continue;
+    }
+    std::this_thread::sleep_for(Backoff(attempt++));
   }
 }
 

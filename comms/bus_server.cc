@@ -82,6 +82,25 @@ class BusService final : public v1::Bus::Service {
     return ToGrpc(broker_->PublishBatch(agent, const_cast<v1::PublishBatchRequest&>(*req), resp));
   }
 
+  grpc::Status PublishStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::PublishBatchResponse, v1::PublishBatchRequest>* stream) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    v1::PublishBatchRequest req;
+    v1::PublishBatchResponse resp;
+    while (stream->Read(&req)) {
+      resp.Clear();
+      Status s = broker_->PublishBatch(agent, req, &resp);
+      if (!s.ok()) {
+        stream->Write(resp);
+        return ToGrpc(s);
+      }
+      if (!stream->Write(resp)) return grpc::Status(grpc::StatusCode::CANCELLED, "publisher went away");
+      if (broker_->shutting_down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status Subscribe(grpc::ServerContext* ctx, const v1::SubscribeRequest* req,
                          grpc::ServerWriter<v1::SubscribeResponse>* writer) override {
     AGENTRT_AUTH_OR_RETURN(agent);
