@@ -631,3 +631,60 @@ TEST_CASE("a stalled subscriber does not slow publishers; it learns what it miss
   REQUIRE(WaitFor([&] { return c.HasEvent(SubscriptionEvent::Kind::kOffsetExpired); }));
   REQUIRE(WaitFor([&] { return sub->SubscriptionOffsets()["tslow"] == 20001; }));
 }
+
+TEST_CASE("an async publish the broker refuses fails alone; the ones around it are stored in order") {
+  auto server = StartServer();
+  auto pub = Client(server->address(), "pub");
+  std::mutex mu;
+  std::vector<std::pair<int, StatusCode>> acks;
+  auto ack_for = [&](int i) {
+    return [&, i](const Result<PublishAck>& r) {
+      std::lock_guard<std::mutex> l(mu);
+      acks.emplace_back(i, r.ok() ? StatusCode::kOk : r.status().code());
+    };
+  };
+  for (int i = 0; i < 10; ++i) pub->PublishAsync("tasync", std::to_string(i), {}, ack_for(i));
+  pub->PublishAsync("private", "not mine", {}, ack_for(10));  // pub may not publish here
+  for (int i = 11; i < 20; ++i) pub->PublishAsync("tasync", std::to_string(i - 1), {}, ack_for(i));
+  Status flushed = pub->Flush(30s);
+  CHECK(flushed.code() == StatusCode::kPermissionDenied);
+  CHECK(pub->Flush(1s).ok());  // the error is reported once
+  {
+    std::lock_guard<std::mutex> l(mu);
+    REQUIRE(acks.size() == 20);
+    for (int i = 0; i < 20; ++i) {
+      CHECK(acks[i].first == i);  // callbacks in queue order
+      CHECK(acks[i].second == (i == 10 ? StatusCode::kPermissionDenied : StatusCode::kOk));
+    }
+  }
+  auto sub = Client(server->address(), "sub");
+  auto got = sub->Fetch("tasync", 0, 100, 10s);
+  REQUIRE(got.ok());
+  CheckExactSequence(*got, 19);
+}
+
+TEST_CASE("async publishes queued while the broker is down are delivered once it is back") {
+  auto server = StartServer();
+  const int port = server->port();
+  const std::string address = server->address();
+  auto pub = Client(address, "pub");
+  REQUIRE(pub->Publish("tdown", "warm-up").ok());
+  server->Shutdown();
+  server.reset();
+  for (int i = 0; i < 1000; ++i) pub->PublishAsync("tdown", std::to_string(i));
+  std::this_thread::sleep_for(300ms);
+  BusServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = port;
+  for (int attempt = 0; attempt < 50 && !server; ++attempt) {
+    auto s = BusServer::Start(opts, kSecret, TestAcl());
+    if (s.ok()) server = std::move(s).value();
+    else std::this_thread::sleep_for(100ms);
+  }
+  REQUIRE(server);
+  REQUIRE(pub->Flush(30s).ok());
+  auto sub = Client(address, "sub");
+  auto got = sub->Fetch("tdown", 0, 2000, 10s);
+  REQUIRE(got.ok());
+  CheckExactSequence(*got, 1000);
+}
