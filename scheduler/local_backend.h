@@ -6,8 +6,8 @@
 // - Multi-rank CPU agents with an MPI group (AgentLaunch::use_mpirun): ONE
 //   `mpirun --oversubscribe --allow-run-as-root -np N -x VAR...` per agent, so
 //   each agent is its own MPI world. mpirun starts `rank_exec` (a small wrapper,
-//   `agentctl exec-rank --log-dir DIR -- command...`, see ExecRank in
-//   process.h) in front of the command: it sets RANK / LOCAL_RANK
+//   `agentrt-exec-rank --log-dir DIR -- command...`, see
+//   scheduler/process_exec_rank.h) in front of the command: it sets RANK / LOCAL_RANK
 //   from OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_RANK and its own
 //   PDEATHSIG, so the ranks see exactly the DESIGN §4 variables and die with
 //   mpirun (which Open MPI puts in separate process groups).

@@ -62,15 +62,3 @@ std::string DescribeExit(int exit_code, int term_signal);
 
 }  // namespace agentrt
 
-namespace agentrt {
-
-// The rank wrapper that mpirun starts in front of an agent's command (run as
-// `agentctl exec-rank --log-dir DIR -- program args...`): sets RANK, LOCAL_RANK,
-// WORLD_SIZE and LOCAL_WORLD_SIZE from Open MPI's OMPI_COMM_WORLD_* variables,
-// sets PR_SET_PDEATHSIG(SIGKILL) (mpirun puts its children in their own process
-// groups, so this is what makes them die with mpirun), sends stdout/stderr to
-// DIR/rank<RANK>.log and execs `program` (an absolute path). Returns only on
-// error, with the exit status to use.
-int ExecRank(const std::string& log_dir, const std::vector<std::string>& argv);
-
-}  // namespace agentrt

@@ -25,6 +25,7 @@
 #include "scheduler/local_backend.h"
 #include "scheduler/planner.h"
 #include "scheduler/process.h"
+#include "scheduler/process_exec_rank.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/run_dir.h"
 #include "tools/agentctl/commands.h"
@@ -230,8 +231,13 @@ int Run(const RunOptions& opts) {
   if (!metrics.ok()) Fail("run", metrics.status());
 
   agentrt::LocalBackendOptions backend_options;
-  const std::string self = agentrt::SelfExecutableDir() + "/agentctl";
-  backend_options.rank_exec = {self, "exec-rank"};
+  // The small wrapper next to agentctl when it is there, else agentctl itself.
+  const std::string bin_dir = agentrt::SelfExecutableDir();
+  if (::access((bin_dir + "/agentrt-exec-rank").c_str(), X_OK) == 0) {
+    backend_options.rank_exec = {bin_dir + "/agentrt-exec-rank"};
+  } else {
+    backend_options.rank_exec = {bin_dir + "/agentctl", "exec-rank"};
+  }
   auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
   auto clock = agentrt::MakeSteadyClock();
   agentrt::RunController controller(
