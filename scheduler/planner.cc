@@ -111,6 +111,7 @@ class Planner {
       index_of_.emplace(spec.name, n);
     }
     index_.Init(nodes_, max_gpus);
+    max_gpus_ = max_gpus;
 
     // The bus: first node, first block unless a fixed port is asked for.
     Plan plan;
@@ -164,9 +165,12 @@ class Planner {
   }
 
  private:
-  // The allowed node indices for `agent` (all when not pinned), or why not.
+  // The allowed nodes for `agent` as a mask; empty = every node (not pinned),
+  // which keeps the common case free of per-agent O(nodes) work.
   std::optional<Infeasible> Allowed(const AgentConfig& agent, std::vector<bool>& allowed) {
-    allowed.assign(nodes_.size(), agent.nodes.empty());
+    allowed.clear();
+    if (agent.nodes.empty()) return std::nullopt;
+    allowed.assign(nodes_.size(), false);
     for (const std::string& name : agent.nodes) {
       auto it = index_of_.find(name);
       if (it == index_of_.end()) {
@@ -177,6 +181,8 @@ class Planner {
     }
     return std::nullopt;
   }
+
+  static bool Allows(const std::vector<bool>& allowed, size_t n) { return allowed.empty() || allowed[n]; }
 
   bool CpuFits(const NodeState& n, int ranks) const {
     return inventory_.oversubscribe_cpus || n.cpus_free == kUnlimited || n.cpus_free >= ranks;
@@ -189,7 +195,7 @@ class Planner {
   }
   bool Eligible(size_t n, const std::vector<bool>& allowed, int ranks) const {
     const NodeState& s = nodes_[n];
-    return allowed[n] && !s.exclusive && CpuFits(s, ranks) && NextBlock(s) >= 0;
+    return Allows(allowed, n) && !s.exclusive && CpuFits(s, ranks) && NextBlock(s) >= 0;
   }
 
   void TakeGpus(size_t n, std::uint64_t mask_per_domain_taken, size_t d) {
@@ -245,9 +251,12 @@ class Planner {
   std::optional<Infeasible> Place(const AgentConfig& agent, AgentPlan& out) {
     std::vector<bool> allowed;
     if (auto why = Allowed(agent, allowed)) return why;
-    int max_allowed_gpus = 0;
-    for (size_t n = 0; n < nodes_.size(); ++n) {
-      if (allowed[n]) max_allowed_gpus = std::max(max_allowed_gpus, nodes_[n].spec->gpus);
+    int max_allowed_gpus = max_gpus_;
+    if (!allowed.empty()) {
+      max_allowed_gpus = 0;
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        if (allowed[n]) max_allowed_gpus = std::max(max_allowed_gpus, nodes_[n].spec->gpus);
+      }
     }
     if (agent.gpus == 0) return PlaceCpu(agent, allowed, out);
     if (max_allowed_gpus == 0) {
@@ -337,7 +346,7 @@ class Planner {
     std::vector<size_t> candidates;
     for (size_t n = 0; n < nodes_.size(); ++n) {
       const NodeState& s = nodes_[n];
-      if (!allowed[n] || s.used || s.exclusive || s.spec->gpus == 0 || s.free_gpus != s.spec->gpus) continue;
+      if (!Allows(allowed, n) || s.used || s.exclusive || s.spec->gpus == 0 || s.free_gpus != s.spec->gpus) continue;
       if (NextBlock(s) < 0) continue;
       candidates.push_back(n);
     }
@@ -402,7 +411,7 @@ class Planner {
     std::string cpu_node;
     for (size_t n = 0; n < nodes_.size(); ++n) {
       const NodeState& s = nodes_[n];
-      if (!allowed[n] || s.exclusive) continue;
+      if (!Allows(allowed, n) || s.exclusive) continue;
       for (const DomainState& d : s.domains) {
         if (d.Free() > best_domain) {
           best_domain = d.Free();
@@ -430,7 +439,7 @@ class Planner {
     if (!gpu_fit_somewhere) {
       int domain_size = 0;
       for (size_t n = 0; n < nodes_.size(); ++n) {
-        if (!allowed[n]) continue;
+        if (!Allows(allowed, n)) continue;
         for (const DomainState& d : nodes_[n].domains) domain_size = std::max(domain_size, d.size);
       }
       if (gpus <= domain_size) {
@@ -461,6 +470,7 @@ class Planner {
   std::unordered_map<std::string, size_t> index_of_;
   FreeIndex index_;
   int blocks_ = 0;
+  int max_gpus_ = 0;  // most GPUs of any node
 };
 
 }  // namespace
