@@ -281,9 +281,13 @@ def scenario_restart(work):
     first = free_port_block(64)
     args = ["--forever", "--step-ms", "50", "--heartbeat-ms", "200"]
     restart = "{max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 2, grace_s: 1}"
-    agents = agent_yaml("pair", args, ranks=2, restart=restart) + agent_yaml("solo", args, restart=restart)
+    agents = (agent_yaml("pair", args + ["--ckpt-interval-s", "0.5"], ranks=2, restart=restart) +
+              agent_yaml("solo", args, restart=restart))
     run = Run(work, yaml_config(first, agents))
     try:
+        wait_for("pair heartbeating", lambda: heartbeating(run, "pair", 2), 40)
+        ckpt = wait_for("a checkpoint of pair", lambda: (run.agent("pair") or {}).get("last_checkpoint_step"), 40)
+        check(ckpt > 0, "status.json records pair's last_checkpoint_step (%d)" % ckpt)
         pair = wait_for("pair heartbeating", lambda: heartbeating(run, "pair", 2), 40)
         solo = wait_for("solo heartbeating", lambda: heartbeating(run, "solo", 1), 40)
         solo_pids = [r["pid"] for r in solo["ranks"]]
@@ -293,8 +297,12 @@ def scenario_restart(work):
                              if (run.agent("pair") or {}).get("restarts") == 1 else None, 40)
         check(restarted["restarts"] == 1, "the agent with a killed rank restarted with restart count 1")
         check(victim not in [r["pid"] for r in restarted["ranks"]], "its ranks are new processes")
-        log = open(os.path.join(run.run_dir, "logs", "pair", "rank0.log")).read()
+        log_path = os.path.join(run.run_dir, "logs", "pair", "rank0.log")
+        log = wait_for("the restarted rank to report its restore",
+                       lambda: (lambda t: t if "restart 1" in t and "training from step" in t.split("restart 1")[1] else None)(
+                           open(log_path).read()), 20)
         check("restart 1" in log, "the new incarnation saw AGENTRT_RESTART_COUNT=1")
+        check("resumed from step" in log.split("restart 1")[1], "the restarted agent resumed from its last checkpoint")
         solo_now = run.agent("solo")
         check(solo_now["restarts"] == 0 and [r["pid"] for r in solo_now["ranks"]] == solo_pids,
               "the other agent's pids are unchanged")
@@ -333,9 +341,17 @@ def scenario_failing(work):
     agents = (agent_yaml("broken", ["--fail-at-step", "2", "--exit-code", "3", "--step-ms", "10"], restart=restart) +
               agent_yaml("fine", ["--steps", "20", "--step-ms", "10"], restart=restart))
     run = Run(work, yaml_config(first, agents))
+    follow = subprocess.Popen([AGENTCTL, "logs", run.run_dir, "fine", "--follow"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
     rc = run.wait_exit(60)
     out = run.output()
     check(rc != 0, "the run exits non-zero (rc %d)" % rc)
+    try:
+        followed, _ = follow.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+        raise Failure("agentctl logs --follow did not end after the run ended")
+    check(follow.returncode == 0 and "done at step 20" in followed, "logs --follow streamed the log and ended with the run")
     st = run.status()
     broken = run.agent("broken")
     check(st["state"] == "failed", "run state failed")
