@@ -1,4 +1,4 @@
-# ShardedAdam and AdamW: single-rank tests (unit), and N = 2, 3, 4 ranks under
+# ShardedAdam and AdamW: single-rank tests (unit), and N = 1, 2, 3, 4 ranks under
 # real mpirun against a single-process AdamW on the summed gradients (integration).
 agentrt_test(NAME sharded_adam_test
   SRCS sharded_adam_test.cc
@@ -13,7 +13,7 @@ agentrt_test(NAME sharded_adam_mpi_test_np2
   TIMEOUT 120
   COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np 2 @EXE@
   ENVIRONMENT OMPI_MCA_btl_vader_single_copy_mechanism=none)
-foreach(np 3 4)
+foreach(np 1 3 4)
   add_test(NAME sharded_adam_mpi_test_np${np}
            COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --allow-run-as-root -np ${np}
                    $<TARGET_FILE:sharded_adam_mpi_test_np2>)
