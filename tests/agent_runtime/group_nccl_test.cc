@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -34,6 +37,18 @@ bool HaveDevice() {
     return false;
   }
   return true;
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 std::unique_ptr<Group> NcclGroup(const char* agent) {
@@ -151,6 +166,26 @@ TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s"
   CHECK(g->Barrier().code() == StatusCode::kAborted);
   cudaDeviceSynchronize();
   cudaFreeHost(host_flag);
+}
+
+TEST_CASE("nccl group whose peer never joins gives up at init_timeout, naming the agent") {
+  if (!HaveDevice()) return;
+  GroupOptions o;
+  o.agent = "lonely-gpu";
+  o.has_gpus = true;
+  o.rank = 0;
+  o.world_size = 2;  // rank 1 never starts
+  o.master_addr = "127.0.0.1";
+  o.master_port = FreePort();
+  o.init_timeout = std::chrono::seconds(3);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto g = MakeGroup(o);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE_FALSE(g.ok());
+  INFO(g.status().ToString() << " after " << took << " s");
+  CHECK(g.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(g.status().message(), Catch::Contains("agent lonely-gpu rank 0 (nccl)"));
+  CHECK(took < 3.0 + 5.0);
 }
 
 TEST_CASE("ShardedAdam's CUDA kernel matches the CPU result") {
