@@ -11,3 +11,5 @@ add_test(NAME learners_cartpole_ppo_test_np2
                  $<TARGET_FILE:learners_cartpole_ppo_test>)
 set_tests_properties(learners_cartpole_ppo_test_np2 PROPERTIES LABELS integration TIMEOUT 300
   ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none;OMPI_MCA_rmaps_base_oversubscribe=1")
+agentrt_test(NAME learners_pursuit_ppo_test SRCS pursuit_ppo_test.cc DEPS agentrt::learners
+             LABELS integration TIMEOUT 300)
