@@ -688,3 +688,48 @@ TEST_CASE("async publishes queued while the broker is down are delivered once it
   REQUIRE(got.ok());
   CheckExactSequence(*got, 1000);
 }
+
+TEST_CASE("keepalive notices a broker that stopped answering; the subscription resumes when it answers again") {
+  const char* bin_dir = std::getenv("AGENTRT_BIN_DIR");
+  REQUIRE(bin_dir != nullptr);
+  const std::string bin = std::string(bin_dir) + "/agentrt-bus";
+  auto dir = TempDir();
+  const std::string secret = (dir / "bus.secret").string(), address_file = (dir / "bus.address").string();
+  REQUIRE(WriteSecretFile(secret, kSecret).ok());
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl(bin.c_str(), bin.c_str(), "--open", "--secret-file", secret.c_str(), "--host", "127.0.0.1", "--port", "0",
+            "--address-file", address_file.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(pid, SIGCONT);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+  REQUIRE(WaitFor([&] { return std::filesystem::exists(address_file); }, 30s));
+  std::string address;
+  std::ifstream(address_file) >> address;
+
+  BusClientOptions fast;
+  fast.keepalive_time_ms = 1000;
+  fast.keepalive_timeout_ms = 1000;
+  auto sub = Client(address, "sub", fast);
+  auto pub = Client(address, "pub");
+  Collector c;
+  REQUIRE(sub->Subscribe("tkeepalive", StartAt::Earliest(), c.OnMessage(), c.Options()).ok());
+  REQUIRE(pub->Publish("tkeepalive", "0").ok());
+  REQUIRE(WaitFor([&] { return c.size() == 1; }));
+
+  REQUIRE(::kill(pid, SIGSTOP) == 0);  // the broker hangs: no FIN, no RST, just silence
+  CHECK(WaitFor([&] { return c.HasEvent(SubscriptionEvent::Kind::kReconnecting); }, 30s));
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  REQUIRE(pub->Publish("tkeepalive", "1").ok());
+  REQUIRE(WaitFor([&] { return c.size() == 2; }));
+  CheckExactSequence(c.msgs, 2);
+  std::filesystem::remove_all(dir);
+}
