@@ -1,0 +1,136 @@
+// `agentctl validate` and `agentctl plan` as a user runs them: the real binary,
+// real files, exit codes and output.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "scheduler/plan.h"
+#include "tests/scheduler/config_test_util.h"
+
+namespace agentrt {
+namespace {
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+
+struct Output {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);  // set by ctest (agentrt_test)
+  REQUIRE(v != nullptr);
+  return v;
+}
+
+// Runs `agentctl <args>` (args are trusted test strings) with a 60 s bound.
+Output Agentctl(const testing::ScratchDir& dir, const std::string& args) {
+  const std::string out = dir.Path("stdout"), err = dir.Path("stderr");
+  const std::string cmd = "timeout 60 " + Env("AGENTRT_BIN_DIR") + "/agentctl " + args + " >" + out + " 2>" + err;
+  int status = std::system(cmd.c_str());
+  Output o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = Slurp(out);
+  o.err = Slurp(err);
+  return o;
+}
+
+TEST_CASE("agentctl validate accepts the shipped configs") {
+  testing::ScratchDir dir;
+  Output o = Agentctl(dir, "validate " + Env("AGENTRT_SOURCE_DIR") + "/configs/demo.yaml");
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.out, StartsWith("ok: 3 agents (5 ranks, 0 GPUs), 4 channels"));
+  CHECK(o.err.empty());
+  o = Agentctl(dir, "validate " + Env("AGENTRT_SOURCE_DIR") + "/configs/cartpole.yaml");
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.out, StartsWith("ok: 1 agents"));
+}
+
+TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1") {
+  testing::ScratchDir dir;
+  const std::string bad = dir.Write("bad.yaml", "agents:\n  - name: a\n    gpu: 2\n");
+  Output o = Agentctl(dir, "validate " + bad);
+  CHECK(o.exit_code == 1);
+  CHECK(o.out.empty());
+  CHECK(o.err == "agentctl validate: " + bad + ":3:5: key 'agents[0].gpu': unknown key; expected one of name, replicas, "
+                 "gpus, ranks, command, env, args, restart, checkpoint, nodes, backend; did you mean 'gpus'?\n");
+  o = Agentctl(dir, "validate " + dir.Path("missing.yaml"));
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.err, Contains("cannot read config"));
+  o = Agentctl(dir, "validate --settings");
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.out, Contains("bus.max_message_bytes"));
+  o = Agentctl(dir, "validate " + bad + " --set 'agents=[{name: x}]'");  // the override fixes it
+  CHECK(o.exit_code == 0);
+}
+
+TEST_CASE("agentctl plan prints a table, or the DESIGN §6 JSON with --json") {
+  testing::ScratchDir dir;
+  const std::string config = dir.Write("agents.yaml", R"(run: {name: pp, dir: runs}
+cluster:
+  nodes: [{name: "node[01-02]", gpus: 8, cpus: 64, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}]
+agents:
+  - {name: predator, replicas: 2, gpus: 2}
+  - {name: prey, ranks: 2}
+)");
+  Output table = Agentctl(dir, "plan " + config);
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Contains("AGENT"));
+  CHECK_THAT(table.out, Contains("predator-1"));
+  CHECK_THAT(table.out, Contains("runs/pp/checkpoints/prey"));
+  Output json = Agentctl(dir, "plan " + config + " --json");
+  REQUIRE(json.exit_code == 0);
+  Result<Plan> plan = PlanFromJsonString(json.out);
+  REQUIRE(plan.ok());
+  CHECK(plan->agents.size() == 3);
+  CHECK(plan->bus.host == "node01");
+  CHECK(plan->agents[0].placement[0].gpus == std::vector<int>{0, 1});
+  // --cluster replaces the config's nodes.
+  const std::string inv = dir.Write("inv.yaml", "cluster:\n  nodes: [{name: big1, gpus: 4, cpus: 8}]\n");
+  Output other = Agentctl(dir, "plan " + config + " --cluster " + inv + " --json");
+  REQUIRE(other.exit_code == 0);
+  CHECK(PlanFromJsonString(other.out)->bus.host == "big1");
+  Output with_dir = Agentctl(dir, "plan " + config + " --json --run-dir /tmp/r1");
+  CHECK(PlanFromJsonString(with_dir.out)->agents[0].checkpoint_dir == "/tmp/r1/checkpoints/predator-0");
+}
+
+TEST_CASE("agentctl plan exits 2 and names the agent when the plan is infeasible") {
+  testing::ScratchDir dir;
+  const std::string config = dir.Write("agents.yaml", R"(cluster:
+  nodes:
+    - {name: node01, gpus: 4, nvlink_domains: [[0,1],[2,3]]}
+    - {name: node02, gpus: 2}
+agents: [{name: predator, replicas: 4, gpus: 2}]
+)");
+  Output o = Agentctl(dir, "plan " + config);
+  CHECK(o.exit_code == 2);
+  CHECK(o.out.empty());
+  CHECK_THAT(o.err, Contains("predator-3 needs 2 GPUs in one NVLink domain; largest free block is 0 on node01"));
+}
+
+TEST_CASE("agentctl plan on this machine plans the demo, warning about oversubscription") {
+  testing::ScratchDir dir;
+  Output o = Agentctl(dir, "plan " + Env("AGENTRT_SOURCE_DIR") + "/configs/demo.yaml --json");
+  REQUIRE(o.exit_code == 0);
+  Result<Plan> plan = PlanFromJsonString(o.out);
+  REQUIRE(plan.ok());
+  CHECK(plan->agents.size() == 3);
+  CHECK(plan->channels.size() == 4);
+}
+
+}  // namespace
+}  // namespace agentrt
