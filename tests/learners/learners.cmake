@@ -4,6 +4,8 @@ agentrt_test(NAME learners_actor_critic_test SRCS actor_critic_test.cc DEPS agen
              LABELS unit TIMEOUT 60)
 agentrt_test(NAME learners_ppo_test SRCS ppo_test.cc DEPS agentrt::learners
              LABELS unit TIMEOUT 60)
+agentrt_test(NAME learners_policy_snapshot_test SRCS policy_snapshot_test.cc
+             DEPS agentrt::learners LABELS unit TIMEOUT 60)
 agentrt_test(NAME learners_cartpole_ppo_test SRCS cartpole_ppo_test.cc DEPS agentrt::learners
              LABELS integration TIMEOUT 300)
 add_test(NAME learners_cartpole_ppo_test_np2
