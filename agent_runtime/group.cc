@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "agent_runtime/group_internal.h"
+#include "agent_runtime/mpi_group.h"
 
 namespace agentrt {
 
@@ -150,7 +151,7 @@ Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options) {
       }
       return MakeSingleRankGroup(options.agent);
     case GroupBackend::kMpi:
-      return internal::MakeMpiGroup(options);
+      return MakeMpiGroup(options);
     case GroupBackend::kNccl:
 #if defined(AGENTRT_HAVE_CUDA)
       return internal::MakeNcclGroup(options);

@@ -314,10 +314,4 @@ Result<std::unique_ptr<Group>> MakeMpiGroup(const GroupOptions& options) {
   return std::unique_ptr<Group>(std::make_unique<MpiGroup>(options.agent, comm, rank, size));
 }
 
-namespace internal {
-Result<std::unique_ptr<Group>> MakeMpiGroup(const GroupOptions& options) {
-  return agentrt::MakeMpiGroup(options);
-}
-}  // namespace internal
-
 }  // namespace agentrt
