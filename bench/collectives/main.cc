@@ -4,6 +4,7 @@
 //
 //   bench_collectives                 the default, short run
 //   AGENTRT_BENCH_FULL=1 ...          more repetitions at every size
+//   bench_collectives --gpu-only      only the GPU figures (for a short device session)
 #include <unistd.h>
 
 #include <cstdio>
@@ -57,11 +58,14 @@ int main(int argc, char** argv) {
   }
   // Oversubscription is expected on small machines (4 ranks on 2 cores).
   ::setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  const bool gpu_only = argc >= 2 && std::strcmp(argv[1], "--gpu-only") == 0;
   std::vector<std::string> figures;
   bool ok = true;
-  ok &= RunWorld(2, "allreduce", &figures);
-  ok &= RunWorld(4, "allreduce", &figures);
-  ok &= RunWorld(2, "adam", &figures);
+  if (!gpu_only) {
+    ok &= RunWorld(2, "allreduce", &figures);
+    ok &= RunWorld(4, "allreduce", &figures);
+    ok &= RunWorld(2, "adam", &figures);
+  }
 #if defined(AGENTRT_HAVE_CUDA)
   if (!agentrt::bench::RunGpuBench(&figures)) {
     std::fprintf(stderr, "bench_collectives: no CUDA device; GPU figures skipped\n");
