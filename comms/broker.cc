@@ -369,41 +369,62 @@ Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent, const v
   return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(), req.max_batch_messages(), header);
 }
 
+Broker::ReadOutcome Broker::Collect(Reader* reader, std::chrono::milliseconds wait,
+                                    std::vector<std::shared_ptr<const v1::Message>>* batch, int64_t* earliest) {
+  Log& log = *reader->log;
+  std::unique_lock<std::mutex> lock(log.mu);
+  auto end = [&] { return log.base + static_cast<int64_t>(log.msgs.size()); };
+  if (reader->next_offset >= end() && wait.count() > 0 && !shutting_down()) {
+    ++log.waiters;
+    log.cv.wait_for(lock, wait, [&] { return reader->next_offset < end() || shutting_down(); });
+    --log.waiters;
+  }
+  if (reader->next_offset < log.base) {
+    *earliest = log.base;
+    return ReadOutcome::kExpired;
+  }
+  size_t idx = static_cast<size_t>(reader->next_offset - log.base);
+  int64_t bytes = 0;
+  while (idx < log.msgs.size() && static_cast<int>(batch->size()) < reader->max_batch_messages) {
+    const auto& m = log.msgs[idx];
+    const int64_t b = static_cast<int64_t>(m->payload().size());
+    if (!batch->empty() && bytes + b > options_.max_stream_batch_bytes) break;
+    bytes += b;
+    batch->push_back(m);
+    ++idx;
+  }
+  if (batch->empty()) return ReadOutcome::kIdle;
+  reader->next_offset += static_cast<int64_t>(batch->size());
+  delivered_.fetch_add(static_cast<int64_t>(batch->size()), std::memory_order_relaxed);
+  return ReadOutcome::kMessages;
+}
+
 Broker::ReadOutcome Broker::Read(Reader* reader, std::chrono::milliseconds wait, v1::SubscribeResponse* out,
                                  int64_t* earliest) {
-  Log& log = *reader->log;
-  // Taken under the lock, copied outside it, so a large copy never holds up publishers.
-  thread_local std::vector<std::shared_ptr<const v1::Message>> batch;
-  batch.clear();
-  {
-    std::unique_lock<std::mutex> lock(log.mu);
-    auto end = [&] { return log.base + static_cast<int64_t>(log.msgs.size()); };
-    if (reader->next_offset >= end() && wait.count() > 0 && !shutting_down()) {
-      ++log.waiters;
-      log.cv.wait_for(lock, wait, [&] { return reader->next_offset < end() || shutting_down(); });
-      --log.waiters;
-    }
-    if (reader->next_offset < log.base) {
-      *earliest = log.base;
-      return ReadOutcome::kExpired;
-    }
-    size_t idx = static_cast<size_t>(reader->next_offset - log.base);
-    int64_t bytes = 0;
-    while (idx < log.msgs.size() && static_cast<int>(batch.size()) < reader->max_batch_messages) {
-      const auto& m = log.msgs[idx];
-      const int64_t b = static_cast<int64_t>(m->payload().size());
-      if (!batch.empty() && bytes + b > options_.max_stream_batch_bytes) break;
-      bytes += b;
-      batch.push_back(m);
-      ++idx;
-    }
-  }
-  if (batch.empty()) return ReadOutcome::kIdle;
+  // Pointers are taken under the log lock and copied outside it, so a large
+  // copy never holds up publishers.
+  std::vector<std::shared_ptr<const v1::Message>> batch;
+  ReadOutcome outcome = Collect(reader, wait, &batch, earliest);
   for (const auto& m : batch) *out->add_messages() = *m;
-  reader->next_offset += static_cast<int64_t>(batch.size());
-  delivered_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
-  batch.clear();
-  return ReadOutcome::kMessages;
+  return outcome;
+}
+
+Broker::ReadOutcome Broker::ReadBorrowed(Reader* reader, std::chrono::milliseconds wait, Lease* lease,
+                                         int64_t* earliest) {
+  lease->Release();
+  ReadOutcome outcome = Collect(reader, wait, &lease->held_, earliest);
+  auto* field = lease->out_->mutable_messages();
+  field->Reserve(static_cast<int>(lease->held_.size()));
+  // Stored messages are never modified, so serializing them from several
+  // streams at once is safe (protobuf const access).
+  for (const auto& m : lease->held_) field->UnsafeArenaAddAllocated(const_cast<v1::Message*>(m.get()));
+  return outcome;
+}
+
+void Broker::Lease::Release() {
+  auto* field = out_->mutable_messages();
+  while (!field->empty()) field->UnsafeArenaReleaseLast();
+  held_.clear();
 }
 
 Status Broker::Request(const std::string& agent, v1::RequestRequest& req,

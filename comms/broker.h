@@ -63,6 +63,24 @@ class Broker {
 
   enum class ReadOutcome { kMessages, kIdle, kExpired };
 
+  // Lets a SubscribeResponse point at stored messages instead of copying them
+  // (the stream fast path). The response must not be cleared or destroyed
+  // while it borrows; the lease takes the messages back out of it (without
+  // freeing them) in Release() or its destructor. Not thread-safe.
+  class Lease {
+   public:
+    explicit Lease(bus::v1::SubscribeResponse* out) : out_(out) {}
+    ~Lease() { Release(); }
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    void Release();
+
+   private:
+    friend class Broker;
+    bus::v1::SubscribeResponse* out_;
+    std::vector<std::shared_ptr<const bus::v1::Message>> held_;
+  };
+
   Broker(BrokerOptions options, BusAcl acl, std::string secret, uint64_t incarnation);
   ~Broker();
   Broker(const Broker&) = delete;
@@ -97,6 +115,8 @@ class Broker {
   // kExpired: next_offset fell out of retention; *earliest is set.
   ReadOutcome Read(Reader* reader, std::chrono::milliseconds wait, bus::v1::SubscribeResponse* out,
                    int64_t* earliest);
+  // The same, but the messages are borrowed into lease's response (no copy).
+  ReadOutcome ReadBorrowed(Reader* reader, std::chrono::milliseconds wait, Lease* lease, int64_t* earliest);
 
   // Request/Reply. Request stores the request in `req.to`'s inbox and blocks
   // until the reply, `deadline`, or `cancelled()` returns true (polled).
@@ -133,6 +153,9 @@ class Broker {
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start, uint64_t incarnation,
                             int max_batch, bus::v1::SubscribeResponse::Header* header);
   Status Deny(std::string message);
+  // Read's common part: the next batch's messages, or kIdle/kExpired.
+  ReadOutcome Collect(Reader* reader, std::chrono::milliseconds wait,
+                      std::vector<std::shared_ptr<const bus::v1::Message>>* batch, int64_t* earliest);
   // Validation, publisher field and (when check_acl) ACL of one publish; no state change.
   Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req, bool check_acl = true);
   // Under log->mu: appends one message; returns its offset. TrimLocked drops

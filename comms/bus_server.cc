@@ -181,15 +181,17 @@ class BusService final : public v1::Bus::Service {
     const uint64_t generation = stream_generation_.load(std::memory_order_acquire);
     if (!writer->Write(*first)) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
     v1::SubscribeResponse resp;
+    Broker::Lease lease(&resp);  // declared after resp: gives the messages back before resp goes
     for (;;) {
       if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
       if (broker_->shutting_down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
       if (stream_generation_.load(std::memory_order_acquire) != generation) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker closed this stream; resume at the next offset");
       }
+      lease.Release();  // before Clear, which would otherwise clear the stored messages
       resp.Clear();
       int64_t earliest = 0;
-      switch (broker_->Read(reader, kStreamPoll, &resp, &earliest)) {
+      switch (broker_->ReadBorrowed(reader, kStreamPoll, &lease, &earliest)) {
         case Broker::ReadOutcome::kIdle:
           break;
         case Broker::ReadOutcome::kMessages:
