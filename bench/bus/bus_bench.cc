@@ -336,39 +336,37 @@ int RunParent(bool quick) {
   const std::string echo_address = echo.WaitReady();
   std::fprintf(stderr, "bench_bus: broker %s, echo server %s\n", address.c_str(), echo_address.c_str());
 
-  // Latency: one message at a time, publish -> delivered.
-  std::vector<int64_t> bus_lat;
+  // Latency: one message at a time, publish -> delivered, interleaved with
+  // the echo anchor's round trips so both see the same machine load.
+  std::vector<int64_t> bus_lat, echo_rtt;
   {
     Child sub = Spawn({"bus-sub", address, "latency", std::to_string(lat_n), "1"});
     sub.WaitReady();
     auto pub = Connect(address, "bench-pub");
-    std::string payload = MakePayload(64);
-    for (int64_t i = 0; i < lat_n; ++i) {
-      Stamp(&payload, i);
-      if (auto ack = pub->Publish("latency", payload); !ack.ok()) Die(ack.status().ToString());
-      const auto until = Clock::now() + std::chrono::microseconds(200);  // let the delivery finish
-      while (Clock::now() < until) {
-      }
-    }
-    sub.ReadLine(120);  // result line
-    for (int64_t i = 0; i < lat_n; ++i) bus_lat.push_back(std::atoll(sub.ReadLine().c_str()));
-    sub.Stop();
-  }
-  std::vector<int64_t> echo_rtt;
-  {
     auto stub = agentrt::bench::Echo::NewStub(grpc::CreateChannel(echo_address, grpc::InsecureChannelCredentials()));
     agentrt::bench::EchoMessage req, resp;
     req.set_payload(MakePayload(64));
-    for (int64_t i = -100; i < lat_n; ++i) {  // 100 warm-up calls
+    std::string payload = MakePayload(64);
+    auto pause = [] {  // let the delivery finish before the next send
+      const auto until = Clock::now() + std::chrono::microseconds(200);
+      while (Clock::now() < until) {
+      }
+    };
+    for (int64_t i = -100; i < lat_n; ++i) {  // 100 warm-up round trips first
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       const int64_t t0 = NowNs();
       if (!stub->Ping(&ctx, req, &resp).ok()) Die("echo call failed");
       if (i >= 0) echo_rtt.push_back(NowNs() - t0);
-      const auto until = Clock::now() + std::chrono::microseconds(200);
-      while (Clock::now() < until) {
-      }
+      pause();
+      if (i < 0) continue;
+      Stamp(&payload, i);
+      if (auto ack = pub->Publish("latency", payload); !ack.ok()) Die(ack.status().ToString());
+      pause();
     }
+    sub.ReadLine(120);  // result line
+    for (int64_t i = 0; i < lat_n; ++i) bus_lat.push_back(std::atoll(sub.ReadLine().c_str()));
+    sub.Stop();
   }
   echo.Stop();
 
