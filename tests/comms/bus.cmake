@@ -7,14 +7,12 @@ agentrt_test(NAME bus_unit_test
   LABELS unit
   TIMEOUT 60)
 
-if(EXISTS ${CMAKE_CURRENT_LIST_DIR}/bus_grpc_test.cc)
 agentrt_test(NAME bus_grpc_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_grpc_test.cc
   DEPS agentrt::comms
   LABELS integration fault
   TIMEOUT 300)
 add_dependencies(bus_grpc_test agentrt-bus)
-endif()
 
 # Debian's python3-grpcio / python3-grpc-tools live under /usr/bin/python3,
 # not under a pyenv python3 that may come first on PATH.
