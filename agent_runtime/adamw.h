@@ -32,8 +32,8 @@ struct AdamWScalars {
   float beta2;
   float eps;
   float weight_decay;
-  float grad_scale;         // multiplies every gradient before use
-  float step_size;          // lr / (1 - beta1^t)
+  float grad_scale;           // multiplies every gradient before use
+  float step_size;            // lr / (1 - beta1^t)
   float inv_bias_corr2_sqrt;  // 1 / sqrt(1 - beta2^t)
 };
 

@@ -9,29 +9,40 @@ namespace agentrt {
 
 size_t DataTypeSize(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return 4;
-    case DataType::kBFloat16: return 2;
-    case DataType::kFloat16: return 2;
-    case DataType::kInt64: return 8;
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kBFloat16:
+      return 2;
+    case DataType::kFloat16:
+      return 2;
+    case DataType::kInt64:
+      return 8;
   }
   return 0;
 }
 
 std::string_view DataTypeName(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return "float32";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat16: return "float16";
-    case DataType::kInt64: return "int64";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kInt64:
+      return "int64";
   }
   return "unknown";
 }
 
 std::string_view ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "unknown";
 }
@@ -80,8 +91,10 @@ class SingleRankGroup final : public Group {
   }
   Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp,
                        Timeout) override {
-    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(send, recv_count, "send", "reducescatter")));
-    AGENTRT_RETURN_IF_ERROR(Where(internal::CheckBuffer(recv, recv_count, "recv", "reducescatter")));
+    AGENTRT_RETURN_IF_ERROR(
+        Where(internal::CheckBuffer(send, recv_count, "send", "reducescatter")));
+    AGENTRT_RETURN_IF_ERROR(
+        Where(internal::CheckBuffer(recv, recv_count, "recv", "reducescatter")));
     if (send != recv && recv_count > 0) std::memmove(recv, send, recv_count * DataTypeSize(type));
     return Status::Ok();
   }
@@ -118,10 +131,14 @@ Result<GroupBackend> ParseGroupBackend(std::string_view name) {
 
 std::string_view GroupBackendName(GroupBackend backend) {
   switch (backend) {
-    case GroupBackend::kAuto: return "auto";
-    case GroupBackend::kSingle: return "single";
-    case GroupBackend::kMpi: return "mpi";
-    case GroupBackend::kNccl: return "nccl";
+    case GroupBackend::kAuto:
+      return "auto";
+    case GroupBackend::kSingle:
+      return "single";
+    case GroupBackend::kMpi:
+      return "mpi";
+    case GroupBackend::kNccl:
+      return "nccl";
   }
   return "unknown";
 }

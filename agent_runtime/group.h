@@ -74,10 +74,10 @@ struct GroupOptions {
   std::string agent;
   int rank = 0;
   int world_size = 1;
-  int local_rank = -1;          // LOCAL_RANK: picks this rank's GPU (nccl); -1: use rank
-  bool has_gpus = false;        // CUDA_VISIBLE_DEVICES names at least one GPU
-  std::string master_addr;      // MASTER_ADDR (NCCL rendezvous store)
-  int master_port = 0;          // MASTER_PORT
+  int local_rank = -1;      // LOCAL_RANK: picks this rank's GPU (nccl); -1: use rank
+  bool has_gpus = false;    // CUDA_VISIBLE_DEVICES names at least one GPU
+  std::string master_addr;  // MASTER_ADDR (NCCL rendezvous store)
+  int master_port = 0;      // MASTER_PORT
   Timeout init_timeout = std::chrono::minutes(2);
 };
 

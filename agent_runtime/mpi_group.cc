@@ -43,13 +43,13 @@ std::string MpiErrorString(int code) {
 }
 
 // Translates an MPI return code into a Status that keeps the call site.
-#define AGENTRT_MPI_CHECK(call, where)                                                  \
-  do {                                                                                  \
-    const int _agentrt_mpi_rc = (call);                                                 \
-    if (_agentrt_mpi_rc != MPI_SUCCESS) {                                               \
-      return Internal(std::string(where) + ": " #call " failed: " +                      \
-                      MpiErrorString(_agentrt_mpi_rc));                                 \
-    }                                                                                   \
+#define AGENTRT_MPI_CHECK(call, where)                                           \
+  do {                                                                           \
+    const int _agentrt_mpi_rc = (call);                                          \
+    if (_agentrt_mpi_rc != MPI_SUCCESS) {                                        \
+      return Internal(std::string(where) +                                       \
+                      ": " #call " failed: " + MpiErrorString(_agentrt_mpi_rc)); \
+    }                                                                            \
   } while (false)
 
 void FinalizeMpiAtExit() {
@@ -94,10 +94,13 @@ Status InitMpiOnce() {
 
 MPI_Datatype ToMpi(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kInt64:
+      return MPI_INT64_T;
     case DataType::kBFloat16:
-    case DataType::kFloat16: return MPI_UINT16_T;  // reduced by the user ops above
+    case DataType::kFloat16:
+      return MPI_UINT16_T;  // reduced by the user ops above
   }
   return MPI_DATATYPE_NULL;
 }
@@ -105,9 +108,12 @@ MPI_Datatype ToMpi(DataType type) {
 MPI_Op ToMpi(ReduceOp op, DataType type) {
   const bool max = op == ReduceOp::kMax;  // avg is a sum followed by a local division
   switch (type) {
-    case DataType::kBFloat16: return max ? g_bf16_max : g_bf16_sum;
-    case DataType::kFloat16: return max ? g_f16_max : g_f16_sum;
-    default: return max ? MPI_MAX : MPI_SUM;
+    case DataType::kBFloat16:
+      return max ? g_bf16_max : g_bf16_sum;
+    case DataType::kFloat16:
+      return max ? g_f16_max : g_f16_sum;
+    default:
+      return max ? MPI_MAX : MPI_SUM;
   }
 }
 
@@ -151,7 +157,10 @@ std::string FormatTimeout(Timeout t) {
 class MpiGroup final : public Group {
  public:
   MpiGroup(std::string agent, MPI_Comm comm, int rank, int size)
-      : agent_(std::move(agent)), comm_(comm), rank_(rank), size_(size),
+      : agent_(std::move(agent)),
+        comm_(comm),
+        rank_(rank),
+        size_(size),
         where_(internal::GroupWhere(agent_, rank_, "mpi")) {}
 
   ~MpiGroup() override {
@@ -175,7 +184,8 @@ class MpiGroup final : public Group {
       const int n = Chunk(count - done);
       void* p = static_cast<char*>(buf) + done * elem;
       MPI_Request req;
-      AGENTRT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p, n, ToMpi(type), ToMpi(op, type), comm_, &req), where_);
+      AGENTRT_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, p, n, ToMpi(type), ToMpi(op, type), comm_, &req), where_);
       AGENTRT_RETURN_IF_ERROR(Wait(&req, deadline, timeout, kOp, count, type));
       done += static_cast<size_t>(n);
     }
@@ -188,10 +198,12 @@ class MpiGroup final : public Group {
     constexpr std::string_view kOp = "reducescatter";
     AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(send, recv_count, "send", kOp)));
     AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(recv, recv_count, "recv", kOp)));
-    AGENTRT_RETURN_IF_ERROR(Begin(kOp, CheckIntCount(recv_count * static_cast<size_t>(size_), kOp)));
+    AGENTRT_RETURN_IF_ERROR(
+        Begin(kOp, CheckIntCount(recv_count * static_cast<size_t>(size_), kOp)));
     MPI_Request req;
-    AGENTRT_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count), ToMpi(type),
-                                                ToMpi(op, type), comm_, &req), where_);
+    AGENTRT_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count),
+                                                ToMpi(type), ToMpi(op, type), comm_, &req),
+                      where_);
     AGENTRT_RETURN_IF_ERROR(Wait(&req, Clock::now() + timeout, timeout, kOp, recv_count, type));
     if (op == ReduceOp::kAvg) DivideInPlace(recv, recv_count, type, size_);
     return Status::Ok();
@@ -202,13 +214,15 @@ class MpiGroup final : public Group {
     constexpr std::string_view kOp = "allgather";
     AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(send, send_count, "send", kOp)));
     AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(recv, send_count, "recv", kOp)));
-    AGENTRT_RETURN_IF_ERROR(Begin(kOp, CheckIntCount(send_count * static_cast<size_t>(size_), kOp)));
-    const bool in_place =
-        send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * send_count * DataTypeSize(type);
+    AGENTRT_RETURN_IF_ERROR(
+        Begin(kOp, CheckIntCount(send_count * static_cast<size_t>(size_), kOp)));
+    const bool in_place = send == static_cast<const char*>(recv) +
+                                      static_cast<size_t>(rank_) * send_count * DataTypeSize(type);
     MPI_Request req;
-    AGENTRT_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(send_count),
-                                     ToMpi(type), recv, static_cast<int>(send_count), ToMpi(type),
-                                     comm_, &req), where_);
+    AGENTRT_MPI_CHECK(
+        MPI_Iallgather(in_place ? MPI_IN_PLACE : send, static_cast<int>(send_count), ToMpi(type),
+                       recv, static_cast<int>(send_count), ToMpi(type), comm_, &req),
+        where_);
     return Wait(&req, Clock::now() + timeout, timeout, kOp, send_count, type);
   }
 
@@ -221,8 +235,9 @@ class MpiGroup final : public Group {
     for (size_t done = 0; done < count;) {
       const int n = Chunk(count - done);
       MPI_Request req;
-      AGENTRT_MPI_CHECK(MPI_Ibcast(static_cast<char*>(buf) + done * elem, n, ToMpi(type), root, comm_, &req),
-                        where_);
+      AGENTRT_MPI_CHECK(
+          MPI_Ibcast(static_cast<char*>(buf) + done * elem, n, ToMpi(type), root, comm_, &req),
+          where_);
       AGENTRT_RETURN_IF_ERROR(Wait(&req, deadline, timeout, kOp, count, type));
       done += static_cast<size_t>(n);
     }

@@ -27,11 +27,15 @@ class HostShardOps final : public ShardOps {
     if (n > 0 && dst != src) std::memmove(dst, src, n * sizeof(float));
     return Status::Ok();
   }
-  Status ToHost(void* dst, const float* src, size_t n) override { return Copy(static_cast<float*>(dst), src, n); }
+  Status ToHost(void* dst, const float* src, size_t n) override {
+    return Copy(static_cast<float*>(dst), src, n);
+  }
   Status FromHost(float* dst, const void* src, size_t n) override {
     return Copy(dst, static_cast<const float*>(src), n);
   }
-  Result<double> SquaredNorm(const float* x, size_t n) override { return agentrt::SquaredNorm(x, n); }
+  Result<double> SquaredNorm(const float* x, size_t n) override {
+    return agentrt::SquaredNorm(x, n);
+  }
   Status Update(float* params, const float* grads, float* m, float* v, size_t n,
                 const AdamWScalars& s) override {
     AdamWUpdate(params, grads, m, v, n, s);
@@ -69,12 +73,12 @@ struct ShardedAdam::Impl {
   AdamWOptions options;
   std::unique_ptr<internal::ShardOps> ops;
   size_t num_params = 0;
-  size_t block = 0;        // padded shard length: ceil(num_params / N)
-  size_t offset = 0;       // this rank's first parameter
-  size_t size = 0;         // this rank's parameter count (block, or less on the last ranks)
+  size_t block = 0;   // padded shard length: ceil(num_params / N)
+  size_t offset = 0;  // this rank's first parameter
+  size_t size = 0;    // this rank's parameter count (block, or less on the last ranks)
   int64_t step = 0;
-  float* m = nullptr;      // size elements
-  float* v = nullptr;      // size elements
+  float* m = nullptr;           // size elements
+  float* v = nullptr;           // size elements
   float* shard_grad = nullptr;  // block elements: this rank's reduced gradients
   float* padded = nullptr;      // N * block elements, only when num_params % N != 0
   float* scalar = nullptr;      // 1 element: the all-reduced squared norm
@@ -97,7 +101,8 @@ struct ShardedAdam::Impl {
 #if defined(AGENTRT_HAVE_CUDA)
       ops = internal::MakeCudaShardOps();
 #else
-      return FailedPrecondition(Where() + ": the group uses device buffers but agentrt was built without CUDA");
+      return FailedPrecondition(
+          Where() + ": the group uses device buffers but agentrt was built without CUDA");
 #endif
     } else {
       ops = internal::MakeHostShardOps();
@@ -215,11 +220,10 @@ Status ShardedAdam::LoadState(std::span<const uint8_t> state) {
     return DataLoss(where + ": not a ShardedAdam state (bad magic or version)");
   }
   if (h.world_size != d.group.size() || h.num_params != d.num_params) {
-    return FailedPrecondition(where + ": state was saved with world size " +
-                              std::to_string(h.world_size) + " and " + std::to_string(h.num_params) +
-                              " parameters; this optimizer has world size " +
-                              std::to_string(d.group.size()) + " and " +
-                              std::to_string(d.num_params) + " parameters");
+    return FailedPrecondition(
+        where + ": state was saved with world size " + std::to_string(h.world_size) + " and " +
+        std::to_string(h.num_params) + " parameters; this optimizer has world size " +
+        std::to_string(d.group.size()) + " and " + std::to_string(d.num_params) + " parameters");
   }
   if (h.rank != d.group.rank() || h.shard_offset != d.offset || h.shard_size != d.size) {
     return FailedPrecondition(where + ": state belongs to rank " + std::to_string(h.rank) +

@@ -18,8 +18,8 @@
 namespace agentrt {
 
 // Wire format (both directions, little-endian lengths):
-//   request: op (1 byte: 'S' set, 'G' get, 'A' add) | u32 key length | key | u32 value length | value
-//   reply:   status (1 byte: 0 ok, 1 error) | u32 length | payload
+//   request: op (1 byte: 'S' set, 'G' get, 'A' add) | u32 key length | key | u32 value length |
+//   value reply:   status (1 byte: 0 ok, 1 error) | u32 length | payload
 // 'G' is answered only once the key exists, so a client waits by reading.
 namespace {
 
@@ -33,7 +33,8 @@ void PutU32(std::string& out, uint32_t v) {
 
 uint32_t GetU32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -49,7 +50,8 @@ std::string Reply(bool ok, std::string_view payload) {
 bool WriteAll(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline) {
   size_t done = 0;
   while (done < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
@@ -95,7 +97,8 @@ class TcpStore::Server {
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = htons(static_cast<uint16_t>(port));
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return ErrnoStatus(errno, where + ": cannot bind the rendezvous port " + std::to_string(port) +
+      return ErrnoStatus(errno, where + ": cannot bind the rendezvous port " +
+                                    std::to_string(port) +
                                     " (is another agent or a stale rank using MASTER_PORT?)");
     }
     if (::listen(listen_fd_, 128) != 0) return ErrnoStatus(errno, where + ": listen");
@@ -246,14 +249,14 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Create(const TcpStoreOptions& option
   int port = options.port;
   if (options.is_server) {
     server = std::make_unique<Server>();
-    const std::string where = "rendezvous store (agent " + options.agent + " rank " +
-                              std::to_string(options.rank) + ")";
+    const std::string where =
+        "rendezvous store (agent " + options.agent + " rank " + std::to_string(options.rank) + ")";
     AGENTRT_RETURN_IF_ERROR(server->Start(options.port, where));
     port = server->port();
   } else if (port <= 0 || port > 65535) {
     return InvalidArgument("rendezvous store (agent " + options.agent + " rank " +
-                           std::to_string(options.rank) + "): MASTER_PORT " +
-                           std::to_string(port) + " is not a port");
+                           std::to_string(options.rank) + "): MASTER_PORT " + std::to_string(port) +
+                           " is not a port");
   }
   std::unique_ptr<TcpStore> store(new TcpStore(options, std::move(server), port));
   AGENTRT_RETURN_IF_ERROR(store->Connect());
@@ -273,7 +276,8 @@ Status TcpStore::Connect() {
   std::string last_error = "no attempt";
   for (;;) {
     addrinfo* res = nullptr;
-    const int gai = ::getaddrinfo(options_.host.c_str(), std::to_string(port_).c_str(), &hints, &res);
+    const int gai =
+        ::getaddrinfo(options_.host.c_str(), std::to_string(port_).c_str(), &hints, &res);
     if (gai != 0) {
       last_error = std::string("cannot resolve MASTER_ADDR: ") + ::gai_strerror(gai);
     } else {
@@ -303,7 +307,8 @@ Status TcpStore::Connect() {
 }
 
 Result<std::string> TcpStore::Call(char op, std::string_view key, std::string_view value,
-                                   std::chrono::steady_clock::time_point deadline, Timeout timeout) {
+                                   std::chrono::steady_clock::time_point deadline,
+                                   Timeout timeout) {
   using Clock = std::chrono::steady_clock;
   if (fd_ < 0) AGENTRT_RETURN_IF_ERROR(Connect());
   std::string req;
@@ -318,8 +323,10 @@ Result<std::string> TcpStore::Call(char op, std::string_view key, std::string_vi
     fd_ = -1;
     return s;
   };
-  const std::string what = std::string(op == 'S' ? "set" : op == 'G' ? "get" : "add") + " of key '" +
-                           std::string(key) + "'";
+  const std::string what = std::string(op == 'S'   ? "set"
+                                       : op == 'G' ? "get"
+                                                   : "add") +
+                           " of key '" + std::string(key) + "'";
   if (!WriteAll(fd_, req, deadline)) {
     return fail(Unavailable(Where() + ": " + what + ": cannot send to the store"));
   }
@@ -334,7 +341,8 @@ Result<std::string> TcpStore::Call(char op, std::string_view key, std::string_vi
         return payload;
       }
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       return fail(DeadlineExceeded(Where() + ": " + what + " timed out after " +
                                    std::to_string(timeout.count()) + " ms"));
@@ -344,7 +352,8 @@ Result<std::string> TcpStore::Call(char op, std::string_view key, std::string_vi
     if (pr < 0 && errno != EINTR) return fail(ErrnoStatus(errno, Where() + ": poll"));
     if (pr <= 0) continue;
     const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    if (n == 0) return fail(Unavailable(Where() + ": " + what + ": the store closed the connection"));
+    if (n == 0)
+      return fail(Unavailable(Where() + ": " + what + ": the store closed the connection"));
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return fail(ErrnoStatus(errno, Where() + ": " + what + ": recv"));
@@ -376,8 +385,9 @@ Status TcpStore::Wait(const std::vector<std::string>& keys, Timeout timeout) {
 
 Result<int64_t> TcpStore::Add(std::string_view key, int64_t delta, Timeout timeout) {
   std::lock_guard<std::mutex> lock(mu_);
-  AGENTRT_ASSIGN_OR_RETURN(std::string v, Call('A', key, std::to_string(delta),
-                                               std::chrono::steady_clock::now() + timeout, timeout));
+  AGENTRT_ASSIGN_OR_RETURN(
+      std::string v,
+      Call('A', key, std::to_string(delta), std::chrono::steady_clock::now() + timeout, timeout));
   return static_cast<int64_t>(std::strtoll(v.c_str(), nullptr, 10));
 }
 
@@ -392,7 +402,8 @@ Status TcpStore::Barrier(Timeout timeout) {
   // The last to arrive releases the others and need not wait: asking the store
   // once more could find rank 0 (the server) already gone past the barrier.
   if (arrived >= options_.world_size) return Set(key + "/done", "1", timeout);
-  const auto left = std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now());
+  const auto left =
+      std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now());
   auto r = Get(key + "/done", left.count() > 0 ? left : Timeout(1));
   if (!r.ok()) {
     return r.status().WithContext("barrier " + std::to_string(barrier_count_) + " of " +

@@ -35,8 +35,8 @@ struct TcpStoreOptions {
   int port = 0;                    // MASTER_PORT; 0 on the server picks a free port
   bool is_server = false;          // rank 0: bind host:port (all interfaces) and serve
   int rank = 0;
-  int world_size = 1;              // ranks that take part in Barrier
-  std::string agent;               // for messages
+  int world_size = 1;  // ranks that take part in Barrier
+  std::string agent;   // for messages
   // How long a client keeps trying to reach the server (it may start later).
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
 };

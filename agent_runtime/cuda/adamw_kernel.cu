@@ -1,14 +1,14 @@
-#include "agent_runtime/cuda/adamw_kernel.h"
-
 #include <cstdint>
+
+#include "agent_runtime/cuda/adamw_kernel.h"
 
 namespace agentrt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ void AdamWOne(float& p, float g, float& m, float& v, const AdamWScalars& s,
-                                         float decay) {
+__device__ __forceinline__ void AdamWOne(float& p, float g, float& m, float& v,
+                                         const AdamWScalars& s, float decay) {
   g *= s.grad_scale;
   m = s.beta1 * m + (1.0f - s.beta1) * g;
   v = s.beta2 * v + (1.0f - s.beta2) * g * g;
@@ -17,8 +17,9 @@ __device__ __forceinline__ void AdamWOne(float& p, float g, float& m, float& v, 
 }
 
 // Four elements per thread through 16-byte loads; the caller guarantees alignment.
-__global__ void AdamWVec4(float4* __restrict__ p, const float4* __restrict__ g, float4* __restrict__ m,
-                          float4* __restrict__ v, size_t n4, AdamWScalars s) {
+__global__ void AdamWVec4(float4* __restrict__ p, const float4* __restrict__ g,
+                          float4* __restrict__ m, float4* __restrict__ v, size_t n4,
+                          AdamWScalars s) {
   const float decay = 1.0f - s.lr * s.weight_decay;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n4;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -36,8 +37,9 @@ __global__ void AdamWVec4(float4* __restrict__ p, const float4* __restrict__ g, 
   }
 }
 
-__global__ void AdamWScalar(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                            float* __restrict__ v, size_t n, AdamWScalars s) {
+__global__ void AdamWScalar(float* __restrict__ p, const float* __restrict__ g,
+                            float* __restrict__ m, float* __restrict__ v, size_t n,
+                            AdamWScalars s) {
   const float decay = 1.0f - s.lr * s.weight_decay;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -73,7 +75,8 @@ int GridFor(size_t work) {
     return sms * 8;
   }();
   const size_t blocks = (work + kThreads - 1) / kThreads;
-  return static_cast<int>(blocks < static_cast<size_t>(max_blocks) ? (blocks > 0 ? blocks : 1) : max_blocks);
+  return static_cast<int>(blocks < static_cast<size_t>(max_blocks) ? (blocks > 0 ? blocks : 1)
+                                                                   : max_blocks);
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -26,18 +26,18 @@ inline Status NcclStatus(ncclResult_t res, const char* call, const char* file, i
 }  // namespace agentrt::cuda
 
 // Returns a Status naming the call, file:line and `where` when `call` fails.
-#define AGENTRT_CUDA_CHECK(call, where)                                                   \
-  do {                                                                                    \
-    const cudaError_t _agentrt_cuda_err = (call);                                         \
-    if (_agentrt_cuda_err != cudaSuccess) {                                               \
+#define AGENTRT_CUDA_CHECK(call, where)                                                        \
+  do {                                                                                         \
+    const cudaError_t _agentrt_cuda_err = (call);                                              \
+    if (_agentrt_cuda_err != cudaSuccess) {                                                    \
       return ::agentrt::cuda::CudaStatus(_agentrt_cuda_err, #call, __FILE__, __LINE__, where); \
-    }                                                                                     \
+    }                                                                                          \
   } while (false)
 
-#define AGENTRT_NCCL_CHECK(call, where)                                                   \
-  do {                                                                                    \
-    const ncclResult_t _agentrt_nccl_res = (call);                                        \
-    if (_agentrt_nccl_res != ncclSuccess && _agentrt_nccl_res != ncclInProgress) {        \
+#define AGENTRT_NCCL_CHECK(call, where)                                                        \
+  do {                                                                                         \
+    const ncclResult_t _agentrt_nccl_res = (call);                                             \
+    if (_agentrt_nccl_res != ncclSuccess && _agentrt_nccl_res != ncclInProgress) {             \
       return ::agentrt::cuda::NcclStatus(_agentrt_nccl_res, #call, __FILE__, __LINE__, where); \
-    }                                                                                     \
+    }                                                                                          \
   } while (false)

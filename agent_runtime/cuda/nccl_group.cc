@@ -17,19 +17,26 @@ using Clock = std::chrono::steady_clock;
 
 ncclDataType_t ToNccl(DataType type) {
   switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kInt64: return ncclInt64;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kInt64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t ToNccl(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -58,7 +65,10 @@ ncclResult_t WaitComm(ncclComm_t comm, Clock::time_point deadline, bool* timed_o
 class NcclGroup final : public Group {
  public:
   NcclGroup(std::string agent, int rank, int size, int device)
-      : agent_(std::move(agent)), rank_(rank), size_(size), device_(device),
+      : agent_(std::move(agent)),
+        rank_(rank),
+        size_(size),
+        device_(device),
         where_(internal::GroupWhere(agent_, rank_, "nccl")) {}
 
   ~NcclGroup() override {
@@ -93,7 +103,8 @@ class NcclGroup final : public Group {
       ncclCommAbort(comm_);
       comm_ = nullptr;
       return DeadlineExceeded(where_ + ": ncclCommInitRank did not complete within " +
-                              FormatTimeout(o.init_timeout) + "; did every rank of the agent start?");
+                              FormatTimeout(o.init_timeout) +
+                              "; did every rank of the agent start?");
     }
     if (r != ncclSuccess) {
       ncclCommAbort(comm_);
@@ -112,7 +123,8 @@ class NcclGroup final : public Group {
   bool device_buffers() const override { return true; }
 
   Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op, Timeout timeout) override {
-    AGENTRT_RETURN_IF_ERROR(Begin("allreduce", internal::CheckBuffer(buf, count, "buffer", "allreduce")));
+    AGENTRT_RETURN_IF_ERROR(
+        Begin("allreduce", internal::CheckBuffer(buf, count, "buffer", "allreduce")));
     return Run("allreduce", count, type, timeout, [&] {
       return ncclAllReduce(buf, buf, count, ToNccl(type), ToNccl(op), comm_, stream_);
     });
@@ -120,8 +132,10 @@ class NcclGroup final : public Group {
 
   Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                        Timeout timeout) override {
-    AGENTRT_RETURN_IF_ERROR(Begin("reducescatter", internal::CheckBuffer(send, recv_count, "send", "reducescatter")));
-    AGENTRT_RETURN_IF_ERROR(Begin("reducescatter", internal::CheckBuffer(recv, recv_count, "recv", "reducescatter")));
+    AGENTRT_RETURN_IF_ERROR(
+        Begin("reducescatter", internal::CheckBuffer(send, recv_count, "send", "reducescatter")));
+    AGENTRT_RETURN_IF_ERROR(
+        Begin("reducescatter", internal::CheckBuffer(recv, recv_count, "recv", "reducescatter")));
     return Run("reducescatter", recv_count, type, timeout, [&] {
       return ncclReduceScatter(send, recv, recv_count, ToNccl(type), ToNccl(op), comm_, stream_);
     });
@@ -129,19 +143,20 @@ class NcclGroup final : public Group {
 
   Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                    Timeout timeout) override {
-    AGENTRT_RETURN_IF_ERROR(Begin("allgather", internal::CheckBuffer(send, send_count, "send", "allgather")));
-    AGENTRT_RETURN_IF_ERROR(Begin("allgather", internal::CheckBuffer(recv, send_count, "recv", "allgather")));
-    return Run("allgather", send_count, type, timeout, [&] {
-      return ncclAllGather(send, recv, send_count, ToNccl(type), comm_, stream_);
-    });
+    AGENTRT_RETURN_IF_ERROR(
+        Begin("allgather", internal::CheckBuffer(send, send_count, "send", "allgather")));
+    AGENTRT_RETURN_IF_ERROR(
+        Begin("allgather", internal::CheckBuffer(recv, send_count, "recv", "allgather")));
+    return Run("allgather", send_count, type, timeout,
+               [&] { return ncclAllGather(send, recv, send_count, ToNccl(type), comm_, stream_); });
   }
 
   Status Broadcast(void* buf, size_t count, DataType type, int root, Timeout timeout) override {
-    AGENTRT_RETURN_IF_ERROR(Begin("broadcast", internal::CheckBuffer(buf, count, "buffer", "broadcast")));
+    AGENTRT_RETURN_IF_ERROR(
+        Begin("broadcast", internal::CheckBuffer(buf, count, "buffer", "broadcast")));
     AGENTRT_RETURN_IF_ERROR(Begin("broadcast", internal::CheckRoot(root, size_, "broadcast")));
-    return Run("broadcast", count, type, timeout, [&] {
-      return ncclBroadcast(buf, buf, count, ToNccl(type), root, comm_, stream_);
-    });
+    return Run("broadcast", count, type, timeout,
+               [&] { return ncclBroadcast(buf, buf, count, ToNccl(type), root, comm_, stream_); });
   }
 
   Status Barrier(Timeout timeout) override {
@@ -175,7 +190,8 @@ class NcclGroup final : public Group {
     };
     // Built only on failure: the success path allocates nothing.
     auto what = [&] {
-      return std::string(op) + " of " + std::to_string(count) + " " + std::string(DataTypeName(type));
+      return std::string(op) + " of " + std::to_string(count) + " " +
+             std::string(DataTypeName(type));
     };
     ncclResult_t r = enqueue();
     if (r == ncclInProgress) {
@@ -260,7 +276,8 @@ Result<std::unique_ptr<Group>> MakeNcclGroup(const GroupOptions& o) {
     AGENTRT_NCCL_CHECK(ncclGetUniqueId(&id), where);
   } else {
     if (o.master_addr.empty() || o.master_port <= 0) {
-      return InvalidArgument(where + ": MASTER_ADDR/MASTER_PORT are not set; the NCCL rendezvous needs them");
+      return InvalidArgument(
+          where + ": MASTER_ADDR/MASTER_PORT are not set; the NCCL rendezvous needs them");
     }
     TcpStoreOptions so;
     so.host = o.master_addr;
@@ -274,12 +291,14 @@ Result<std::unique_ptr<Group>> MakeNcclGroup(const GroupOptions& o) {
     const std::string key = "agentrt/nccl/unique_id/" + std::to_string(g_group_generation++);
     if (o.rank == 0) {
       AGENTRT_NCCL_CHECK(ncclGetUniqueId(&id), where);
-      AGENTRT_RETURN_IF_ERROR(store->Set(key, std::string_view(id.internal, sizeof(id.internal)), o.init_timeout));
+      AGENTRT_RETURN_IF_ERROR(
+          store->Set(key, std::string_view(id.internal, sizeof(id.internal)), o.init_timeout));
     } else {
       AGENTRT_ASSIGN_OR_RETURN(std::string bytes, store->Get(key, o.init_timeout));
       if (bytes.size() != sizeof(id.internal)) {
-        return Internal(where + ": the rendezvous store returned a " + std::to_string(bytes.size()) +
-                        "-byte ncclUniqueId; expected " + std::to_string(sizeof(id.internal)));
+        return Internal(where + ": the rendezvous store returned a " +
+                        std::to_string(bytes.size()) + "-byte ncclUniqueId; expected " +
+                        std::to_string(sizeof(id.internal)));
       }
       std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
     }

@@ -38,7 +38,8 @@ class CudaShardOps final : public ShardOps {
   void Free(float* p) override { cudaFree(p); }
   Status Copy(float* dst, const float* src, size_t n) override {
     if (n == 0 || dst == src) return Status::Ok();
-    AGENTRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), kWhere);
+    AGENTRT_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_), kWhere);
     AGENTRT_CUDA_CHECK(cudaStreamSynchronize(stream_), kWhere);
     return Status::Ok();
   }
@@ -57,7 +58,8 @@ class CudaShardOps final : public ShardOps {
     AGENTRT_CUDA_CHECK(cudaMemsetAsync(norm_, 0, sizeof(double), stream_), kWhere);
     AGENTRT_CUDA_CHECK(cuda::LaunchSquaredNorm(x, n, norm_, stream_), kWhere);
     double out = 0;
-    AGENTRT_CUDA_CHECK(cudaMemcpyAsync(&out, norm_, sizeof(double), cudaMemcpyDeviceToHost, stream_), kWhere);
+    AGENTRT_CUDA_CHECK(
+        cudaMemcpyAsync(&out, norm_, sizeof(double), cudaMemcpyDeviceToHost, stream_), kWhere);
     AGENTRT_CUDA_CHECK(cudaStreamSynchronize(stream_), kWhere);
     return out;
   }

@@ -19,7 +19,8 @@ namespace agentrt::bench {
 namespace {
 
 bool CudaOk(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) std::fprintf(stderr, "bench_collectives: %s: %s\n", what, cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    std::fprintf(stderr, "bench_collectives: %s: %s\n", what, cudaGetErrorString(e));
   return e == cudaSuccess;
 }
 
@@ -83,19 +84,21 @@ bool RunGpuBench(std::vector<std::string>* figures) {
         ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, raw, stream);
         cudaStreamSynchronize(stream);
       }
-      t_raw.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+      t_raw.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                      iters);
       t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < iters; ++i) {
         (void)(*group)->AllReduce(buf, count, DataType::kFloat32, ReduceOp::kSum);
       }
-      t_group.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+      t_group.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
     }
     const double us_raw = Median(t_raw) * 1e6;
     const double us_group = Median(t_group) * 1e6;
-    std::fprintf(stderr, "allreduce nccl 1 rank %s: raw %.1f us, group %.1f us\n", SizeName(bytes).c_str(),
-                 us_raw, us_group);
-    figures->push_back(FigureJson("allreduce_nccl_1rank_" + SizeName(bytes) + "_time", us_group, "us",
-                                  "raw_ncclAllReduce", us_raw));
+    std::fprintf(stderr, "allreduce nccl 1 rank %s: raw %.1f us, group %.1f us\n",
+                 SizeName(bytes).c_str(), us_raw, us_group);
+    figures->push_back(FigureJson("allreduce_nccl_1rank_" + SizeName(bytes) + "_time", us_group,
+                                  "us", "raw_ncclAllReduce", us_raw));
     cudaFree(buf);
   }
   ncclCommDestroy(raw);
@@ -112,23 +115,27 @@ bool RunGpuBench(std::vector<std::string>* figures) {
   }
   AdamWOptions ao;
   const AdamWScalars sc = MakeAdamWScalars(ao, 1, 1.0f);
-  const double ms_adam = TimeStream(stream, 5, 10, [&] { cuda::LaunchAdamW(p, g, m, v, n, sc, stream); });
+  const double ms_adam =
+      TimeStream(stream, 5, 10, [&] { cuda::LaunchAdamW(p, g, m, v, n, sc, stream); });
   const double adam_gbps = 28.0 * static_cast<double>(n) / (ms_adam * 1e-3) / 1e9;
   // Copy: 1 GiB device to device; read + write counted.
   const size_t copy_bytes = size_t{1} << 30;
   void* src = nullptr;
   void* dst = nullptr;
-  if (!CudaOk(cudaMalloc(&src, copy_bytes), "cudaMalloc") || !CudaOk(cudaMalloc(&dst, copy_bytes), "cudaMalloc")) {
+  if (!CudaOk(cudaMalloc(&src, copy_bytes), "cudaMalloc") ||
+      !CudaOk(cudaMalloc(&dst, copy_bytes), "cudaMalloc")) {
     return false;
   }
   const double ms_copy = TimeStream(stream, 5, 5, [&] {
     cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, stream);
   });
   const double copy_gbps = 2.0 * static_cast<double>(copy_bytes) / (ms_copy * 1e-3) / 1e9;
-  std::fprintf(stderr, "adamw kernel %.1f GB/s (%.3f ms for 64M params), device copy %.1f GB/s\n", adam_gbps,
-               ms_adam, copy_gbps);
-  figures->push_back(FigureJson("adamw_kernel_bandwidth_64M", adam_gbps, "GB/s", "device_copy_bandwidth", copy_gbps));
-  for (void* x : {static_cast<void*>(p), static_cast<void*>(g), static_cast<void*>(m), static_cast<void*>(v), src, dst}) {
+  std::fprintf(stderr, "adamw kernel %.1f GB/s (%.3f ms for 64M params), device copy %.1f GB/s\n",
+               adam_gbps, ms_adam, copy_gbps);
+  figures->push_back(FigureJson("adamw_kernel_bandwidth_64M", adam_gbps, "GB/s",
+                                "device_copy_bandwidth", copy_gbps));
+  for (void* x : {static_cast<void*>(p), static_cast<void*>(g), static_cast<void*>(m),
+                  static_cast<void*>(v), src, dst}) {
     cudaFree(x);
   }
   cudaStreamDestroy(stream);

@@ -43,7 +43,9 @@ bool RunWorld(int np, const std::string& mode, std::vector<std::string>* figures
     }
   }
   const int rc = ::pclose(p);
-  if (rc != 0) std::fprintf(stderr, "bench_collectives: mpirun -np %d %s exited with %d\n", np, mode.c_str(), rc);
+  if (rc != 0)
+    std::fprintf(stderr, "bench_collectives: mpirun -np %d %s exited with %d\n", np, mode.c_str(),
+                 rc);
   return rc == 0;
 }
 
@@ -51,7 +53,8 @@ bool RunWorld(int np, const std::string& mode, std::vector<std::string>* figures
 
 int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "--worker") == 0) {
-    if (std::strcmp(argv[2], "allreduce") == 0) return agentrt::bench::RunAllReduceBench(argc, argv);
+    if (std::strcmp(argv[2], "allreduce") == 0)
+      return agentrt::bench::RunAllReduceBench(argc, argv);
     if (std::strcmp(argv[2], "adam") == 0) return agentrt::bench::RunAdamBench(argc, argv);
     std::fprintf(stderr, "bench_collectives: unknown worker mode %s\n", argv[2]);
     return 2;

@@ -67,8 +67,12 @@ int RunAllReduceBench(int, char**) {
     const size_t count = bytes / sizeof(float);
     std::vector<float> buf(count, 0.0f);  // zeros stay zeros: no overflow, no denormals
     // Enough calls per sample to span a few milliseconds; fewer samples at big sizes.
-    const int iters = static_cast<int>(std::max<size_t>(1, std::min<size_t>(200, (size_t{8} << 20) / bytes)));
-    const int samples = full ? 15 : (bytes >= (size_t{64} << 20) ? 3 : bytes >= (size_t{1} << 20) ? 5 : 9);
+    const int iters =
+        static_cast<int>(std::max<size_t>(1, std::min<size_t>(200, (size_t{8} << 20) / bytes)));
+    const int samples = full ? 15
+                             : (bytes >= (size_t{64} << 20)  ? 3
+                                : bytes >= (size_t{1} << 20) ? 5
+                                                             : 9);
     auto raw_call = [&] {
       for (int i = 0; i < iters; ++i) {
         MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, raw);
@@ -96,8 +100,8 @@ int RunAllReduceBench(int, char**) {
     const double gbps_raw = static_cast<double>(bytes) * iters / Median(t_raw) / 1e9;
     const double gbps_group = static_cast<double>(bytes) * iters / Median(t_group) / 1e9;
     if (rank == 0) {
-      std::fprintf(stderr, "allreduce np=%d %8s  raw %8.3f GB/s  group %8.3f GB/s  ratio %.3f\n", np,
-                   SizeName(bytes).c_str(), gbps_raw, gbps_group, gbps_group / gbps_raw);
+      std::fprintf(stderr, "allreduce np=%d %8s  raw %8.3f GB/s  group %8.3f GB/s  ratio %.3f\n",
+                   np, SizeName(bytes).c_str(), gbps_raw, gbps_group, gbps_group / gbps_raw);
       figures.push_back(FigureJson("allreduce_mpi_np" + std::to_string(np) + "_" + SizeName(bytes),
                                    gbps_group, "GB/s", "raw_MPI_Allreduce", gbps_raw));
     }
@@ -122,7 +126,8 @@ int RunAdamBench(int, char**) {
   std::vector<float> grads(n);
   for (size_t i = 0; i < n; ++i) {
     params[i] = static_cast<float>(i % 1000) * 1e-3f;
-    grads_src[i] = static_cast<float>((i * 7 + static_cast<size_t>(group->rank())) % 1000) * 1e-4f - 0.05f;
+    grads_src[i] =
+        static_cast<float>((i * 7 + static_cast<size_t>(group->rank())) % 1000) * 1e-4f - 0.05f;
   }
   AdamWOptions o;
   o.lr = 1e-4f;
@@ -157,14 +162,19 @@ int RunAdamBench(int, char**) {
   if (group->rank() == 0) {
     const double ms_sharded = Median(t_sharded) * 1e3;
     const double ms_plain = Median(t_plain) * 1e3;
-    std::fprintf(stderr, "adam 100M np=%d  sharded %.1f ms (state %zu MB/rank)  unsharded+allreduce %.1f ms (state %zu MB/rank)\n",
+    std::fprintf(stderr,
+                 "adam 100M np=%d  sharded %.1f ms (state %zu MB/rank)  unsharded+allreduce %.1f "
+                 "ms (state %zu MB/rank)\n",
                  group->size(), ms_sharded, sharded_state >> 20, ms_plain, plain_state >> 20);
     std::fflush(stderr);
-    std::printf("%s\n", FigureJson("sharded_adam_step_100M_np" + std::to_string(group->size()), ms_sharded,
-                                   "ms", "adamw_plus_allreduce_step", ms_plain).c_str());
-    std::printf("%s\n", FigureJson("sharded_adam_state_per_rank_100M_np" + std::to_string(group->size()),
-                                   static_cast<double>(sharded_state) / 1e6, "MB", "adamw_state",
-                                   static_cast<double>(plain_state) / 1e6).c_str());
+    std::printf("%s\n", FigureJson("sharded_adam_step_100M_np" + std::to_string(group->size()),
+                                   ms_sharded, "ms", "adamw_plus_allreduce_step", ms_plain)
+                            .c_str());
+    std::printf("%s\n",
+                FigureJson("sharded_adam_state_per_rank_100M_np" + std::to_string(group->size()),
+                           static_cast<double>(sharded_state) / 1e6, "MB", "adamw_state",
+                           static_cast<double>(plain_state) / 1e6)
+                    .c_str());
     std::fflush(stdout);
   }
   MPI_Comm_free(&raw);

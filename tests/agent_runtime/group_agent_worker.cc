@@ -36,11 +36,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
     const char* v = argv[i + 1];
-    if (key == "--mode") mode = v;
-    else if (key == "--agent") agent = v;
-    else if (key == "--value") value = std::atoi(v);
-    else if (key == "--port") port = std::atoi(v);
-    else if (key == "--iters") iters = std::atoi(v);
+    if (key == "--mode")
+      mode = v;
+    else if (key == "--agent")
+      agent = v;
+    else if (key == "--value")
+      value = std::atoi(v);
+    else if (key == "--port")
+      port = std::atoi(v);
+    else if (key == "--iters")
+      iters = std::atoi(v);
   }
   // What the Runtime fills in from RANK/WORLD_SIZE; mpirun names them its own way.
   agentrt::GroupOptions o;
@@ -62,9 +67,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       const auto t0 = std::chrono::steady_clock::now();
       float x = 1.0f;
-      agentrt::Status s = group.AllReduce(&x, 1, agentrt::DataType::kFloat32, agentrt::ReduceOp::kSum,
-                                          std::chrono::seconds(1));
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      agentrt::Status s = group.AllReduce(&x, 1, agentrt::DataType::kFloat32,
+                                          agentrt::ReduceOp::kSum, std::chrono::seconds(1));
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (s.ok()) {
         std::printf("UNEXPECTED: allreduce completed without peers\n");
         return 0;
@@ -98,7 +104,8 @@ int main(int argc, char** argv) {
   auto store = agentrt::TcpStore::Create(so);
   bool store_ok = store.ok();
   if (store_ok) {
-    store_ok = (*store)->Set("member/" + std::to_string(rank), agent).ok() && (*store)->Barrier().ok();
+    store_ok =
+        (*store)->Set("member/" + std::to_string(rank), agent).ok() && (*store)->Barrier().ok();
     for (int r = 0; r < n && store_ok; ++r) {
       auto who = (*store)->Get("member/" + std::to_string(r), std::chrono::seconds(30));
       store_ok = who.ok() && *who == agent;
@@ -108,9 +115,10 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
   }
-  std::printf("RESULT agent=%s rank=%d size=%d backend=%s last=%lld mismatches=%d store=%s port=%d\n",
-              agent.c_str(), rank, n, std::string(group.backend()).c_str(), static_cast<long long>(last),
-              mismatches, store_ok ? "ok" : "bad", port);
+  std::printf(
+      "RESULT agent=%s rank=%d size=%d backend=%s last=%lld mismatches=%d store=%s port=%d\n",
+      agent.c_str(), rank, n, std::string(group.backend()).c_str(), static_cast<long long>(last),
+      mismatches, store_ok ? "ok" : "bad", port);
   std::fflush(stdout);
   return mismatches == 0 && store_ok ? 0 : 1;
 }

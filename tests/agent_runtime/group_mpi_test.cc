@@ -1,7 +1,6 @@
 // Runs under `mpirun -np N` (N = 2, 3, 4): every rank executes the same test
 // cases in the same order, so each collective below meets its peers.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -88,12 +87,14 @@ TEST_CASE("mpi allreduce reduces bfloat16 and float16") {
   std::vector<uint16_t> bf_max = bf;
   REQUIRE(g.AllReduce(bf.data(), bf.size(), DataType::kBFloat16, ReduceOp::kSum, kTimeout).ok());
   REQUIRE(g.AllReduce(hf.data(), hf.size(), DataType::kFloat16, ReduceOp::kAvg, kTimeout).ok());
-  REQUIRE(g.AllReduce(bf_max.data(), bf_max.size(), DataType::kBFloat16, ReduceOp::kMax, kTimeout).ok());
+  REQUIRE(g.AllReduce(bf_max.data(), bf_max.size(), DataType::kBFloat16, ReduceOp::kMax, kTimeout)
+              .ok());
   const float rank_sum = static_cast<float>(n * (n + 1) / 2);
   for (size_t i = 0; i < bf.size(); ++i) {
     const float base = 0.25f * static_cast<float>(i);
     CHECK(internal::BF16ToFloat(bf[i]) == Approx(base * rank_sum).epsilon(0.02));
-    CHECK(internal::F16ToFloat(hf[i]) == Approx(base * rank_sum / static_cast<float>(n)).epsilon(0.005));
+    CHECK(internal::F16ToFloat(hf[i]) ==
+          Approx(base * rank_sum / static_cast<float>(n)).epsilon(0.005));
     CHECK(internal::BF16ToFloat(bf_max[i]) == Approx(base * static_cast<float>(n)).epsilon(0.01));
   }
 }
@@ -103,15 +104,20 @@ TEST_CASE("mpi reduce-scatter gives rank r the reduced block r") {
   const size_t block = 513;
   const size_t n = static_cast<size_t>(g.size());
   std::vector<float> send(block * n);
-  for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(i) + static_cast<float>(g.rank());
+  for (size_t i = 0; i < send.size(); ++i)
+    send[i] = static_cast<float>(i) + static_cast<float>(g.rank());
   std::vector<float> recv(block, -1.0f);
-  REQUIRE(g.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum, kTimeout).ok());
+  REQUIRE(
+      g.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kSum, kTimeout)
+          .ok());
   const float rank_sum = static_cast<float>(n * (n - 1) / 2);
   for (size_t i = 0; i < block; ++i) {
     const size_t global = static_cast<size_t>(g.rank()) * block + i;
     REQUIRE(recv[i] == static_cast<float>(n) * static_cast<float>(global) + rank_sum);
   }
-  REQUIRE(g.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kAvg, kTimeout).ok());
+  REQUIRE(
+      g.ReduceScatter(send.data(), recv.data(), block, DataType::kFloat32, ReduceOp::kAvg, kTimeout)
+          .ok());
   const size_t global0 = static_cast<size_t>(g.rank()) * block;
   CHECK(recv[0] == Approx(static_cast<float>(global0) + rank_sum / static_cast<float>(n)));
 }
@@ -126,11 +132,14 @@ TEST_CASE("mpi all-gather collects every rank's block, also in place") {
   REQUIRE(g.AllGather(mine.data(), all.data(), block, DataType::kInt64, kTimeout).ok());
   for (size_t r = 0; r < n; ++r) {
     REQUIRE(all[r * block] == static_cast<int64_t>(r) * 1000000);
-    REQUIRE(all[r * block + block - 1] == static_cast<int64_t>(r) * 1000000 + static_cast<int64_t>(block) - 1);
+    REQUIRE(all[r * block + block - 1] ==
+            static_cast<int64_t>(r) * 1000000 + static_cast<int64_t>(block) - 1);
   }
   std::vector<int64_t> in_place(block * n, -1);
   std::copy(mine.begin(), mine.end(), in_place.begin() + static_cast<ptrdiff_t>(g.rank() * block));
-  REQUIRE(g.AllGather(in_place.data() + g.rank() * block, in_place.data(), block, DataType::kInt64, kTimeout).ok());
+  REQUIRE(g.AllGather(in_place.data() + g.rank() * block, in_place.data(), block, DataType::kInt64,
+                      kTimeout)
+              .ok());
   CHECK(in_place == all);
 }
 
@@ -182,7 +191,8 @@ TEST_CASE("mpi group refuses a WORLD_SIZE that disagrees with mpirun") {
   auto g = MakeGroup(o);
   REQUIRE_FALSE(g.ok());
   CHECK(g.status().code() == StatusCode::kFailedPrecondition);
-  CHECK_THAT(g.status().message(), Catch::Contains("agent mismatch") && Catch::Contains("WORLD_SIZE"));
+  CHECK_THAT(g.status().message(),
+             Catch::Contains("agent mismatch") && Catch::Contains("WORLD_SIZE"));
 }
 
 }  // namespace

@@ -1,14 +1,13 @@
 // The NCCL backend and ShardedAdam's CUDA kernel on one GPU (label gpu). On a
 // machine without a CUDA device every case prints "skipped: no CUDA device"
 // and passes.
-#include <catch2/catch.hpp>
-
 #include <cuda_runtime.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -62,9 +61,13 @@ std::unique_ptr<Group> NcclGroup(const char* agent) {
 
 template <typename T>
 struct DeviceBuffer {
-  explicit DeviceBuffer(size_t n) : count(n) { REQUIRE(cudaMalloc(&ptr, n * sizeof(T)) == cudaSuccess); }
+  explicit DeviceBuffer(size_t n) : count(n) {
+    REQUIRE(cudaMalloc(&ptr, n * sizeof(T)) == cudaSuccess);
+  }
   ~DeviceBuffer() { cudaFree(ptr); }
-  void Upload(const std::vector<T>& h) { REQUIRE(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess); }
+  void Upload(const std::vector<T>& h) {
+    REQUIRE(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
   std::vector<T> Download() const {
     std::vector<T> h(count);
     REQUIRE(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -151,14 +154,17 @@ TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s"
 
   DeviceBuffer<float> buf(1024);
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = g->AllReduce(buf.ptr, 1024, DataType::kFloat32, ReduceOp::kSum, std::chrono::seconds(2));
+  Status s =
+      g->AllReduce(buf.ptr, 1024, DataType::kFloat32, ReduceOp::kSum, std::chrono::seconds(2));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   returned = true;
   failsafe.join();
   INFO("took " << took << " s; failsafe fired: " << failsafe_fired.load() << "; " << s.ToString());
   CHECK(s.code() == StatusCode::kDeadlineExceeded);
-  CHECK_THAT(s.message(), Catch::Contains("agent stuck-gpu rank 0 (nccl): allreduce of 1024 float32 timed out after 2 s") &&
-                              Catch::Contains("aborted"));
+  CHECK_THAT(s.message(),
+             Catch::Contains(
+                 "agent stuck-gpu rank 0 (nccl): allreduce of 1024 float32 timed out after 2 s") &&
+                 Catch::Contains("aborted"));
   CHECK(took >= 1.9);
   CHECK(took < 7.0);
   CHECK_FALSE(failsafe_fired.load());
@@ -239,10 +245,12 @@ TEST_CASE("AdamW kernel equals the host update, aligned and unaligned") {
     dg.Upload(g);
     dm.Upload(m);
     dv.Upload(v);
-    REQUIRE(cuda::LaunchAdamW(dp.ptr + offset, dg.ptr + offset, dm.ptr + offset, dv.ptr + offset, n, s, nullptr) == cudaSuccess);
+    REQUIRE(cuda::LaunchAdamW(dp.ptr + offset, dg.ptr + offset, dm.ptr + offset, dv.ptr + offset, n,
+                              s, nullptr) == cudaSuccess);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     std::vector<float> hp = p, hm = m, hv = v;
-    AdamWUpdate(hp.data() + offset, g.data() + offset, hm.data() + offset, hv.data() + offset, n, s);
+    AdamWUpdate(hp.data() + offset, g.data() + offset, hm.data() + offset, hv.data() + offset, n,
+                s);
     const std::vector<float> got = dp.Download();
     for (size_t i = 0; i < n + 1; ++i) REQUIRE(got[i] == Approx(hp[i]).epsilon(1e-6).margin(1e-7));
   }

@@ -1,7 +1,6 @@
 // Runs under `mpirun -np N` (N = 2, 3, 4): N ranks of ShardedAdam against a
 // single-process AdamW on the summed gradients, which every rank recomputes.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -94,12 +93,14 @@ TEST_CASE("ShardedAdam state is 1/N of the unsharded state and covers every para
     CHECK(opt.shard_size() <= block);
     CHECK(opt.state_bytes() == 2 * opt.shard_size() * sizeof(float));
     CHECK(opt.shard_offset() == std::min(n, static_cast<size_t>(g.rank()) * block));
-    int64_t covered[2] = {static_cast<int64_t>(opt.shard_size()), static_cast<int64_t>(opt.state_bytes())};
+    int64_t covered[2] = {static_cast<int64_t>(opt.shard_size()),
+                          static_cast<int64_t>(opt.state_bytes())};
     REQUIRE(g.AllReduce(covered, 2, DataType::kInt64, ReduceOp::kSum).ok());
     CHECK(covered[0] == static_cast<int64_t>(n));
     CHECK(covered[1] == static_cast<int64_t>(AdamW(n, AdamWOptions{}).state_bytes()));
     if (n % static_cast<size_t>(g.size()) == 0) {
-      CHECK(opt.state_bytes() * static_cast<size_t>(g.size()) == AdamW(n, AdamWOptions{}).state_bytes());
+      CHECK(opt.state_bytes() * static_cast<size_t>(g.size()) ==
+            AdamW(n, AdamWOptions{}).state_bytes());
     }
   }
 }

@@ -1,5 +1,6 @@
-#include <catch2/catch.hpp>
+#include "agent_runtime/sharded_adam.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -7,7 +8,6 @@
 
 #include "agent_runtime/adamw.h"
 #include "agent_runtime/group.h"
-#include "agent_runtime/sharded_adam.h"
 
 namespace agentrt {
 namespace {

@@ -1,17 +1,16 @@
-#include <catch2/catch.hpp>
+#include "agent_runtime/tcp_store.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <netinet/in.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "agent_runtime/tcp_store.h"
 
 namespace agentrt {
 namespace {
@@ -210,7 +209,8 @@ TEST_CASE("store reports a busy port and an absent server clearly") {
   auto absent = TcpStore::Create(c);
   REQUIRE_FALSE(absent.ok());
   CHECK(absent.status().code() == StatusCode::kUnavailable);
-  CHECK_THAT(absent.status().message(), Catch::Contains("agent lonely rank 1") && Catch::Contains("rank 0"));
+  CHECK_THAT(absent.status().message(),
+             Catch::Contains("agent lonely rank 1") && Catch::Contains("rank 0"));
 }
 
 TEST_CASE("two agents' stores on distinct ports never see each other's keys") {
