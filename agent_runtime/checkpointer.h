@@ -32,6 +32,10 @@
 // SaveDue() at a convenient point and then saves its state; a trigger that fires
 // while a save is in progress is absorbed by that save (not doubled).
 //
+// Several ranks must save the same step: SaveDue() is local to a rank (its clock,
+// its signals), so a multi-rank agent agrees through its group, e.g. rank 0's
+// SaveDue() broadcast every iteration (or an all-reduce max of the flag).
+//
 // Thread-safety: SaveAsync/Save/Wait/Restore are called from one thread (the
 // training loop). RequestSave(), SaveDue() and the counters may be called from
 // any thread. RequestSave() only touches atomics.

@@ -18,7 +18,9 @@
 // group; SLURM does the same on preemption or time limit. SIGTERM and SIGINT make
 // ShouldStop() true, run the OnStop callbacks, and request a checkpoint. SIGUSR2
 // requests a checkpoint and training goes on. RequestStop() does the same from
-// inside the process.
+// inside the process. With the handlers installed SIGTERM no longer kills the
+// process by itself: the program must poll ShouldStop() (or use OnStop) and
+// exit; otherwise the controller's SIGKILL after its grace period ends it.
 //
 // Telemetry (comms/telemetry.h): "hello" at start, a heartbeat every
 // heartbeat_period carrying the latest step, "metrics" on Report(), "checkpoint"

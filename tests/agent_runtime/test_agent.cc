@@ -7,6 +7,9 @@
 //   --forever         never stop by itself (until SIGTERM/SIGINT)
 //   --fail-at-step K  exit with --exit-code right after step K (default code 1 then)
 //   --exit-code C     the exit code used by --steps / --fail-at-step
+// Checkpoint cadence: one rank follows the wall clock (and SIGUSR2). Ranks of a
+// multi-rank agent must save the same step, and this agent has no collective to
+// agree on one, so they save every round(interval / step time) steps instead.
 // On SIGTERM/SIGINT it stops; with checkpointing on (--ckpt-interval-s > 0) the final
 // step is checkpointed before any clean exit. A stop exits 0.
 #include <unistd.h>
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
   options.heartbeat_period = std::chrono::milliseconds(heartbeat_ms);
   options.checkpoint.interval_s = ckpt_interval_s > 0 ? ckpt_interval_s : 0;
   options.checkpoint.keep_last = keep_last;
+  options.checkpoint.commit_timeout = std::chrono::seconds(30);
   auto rt_or = agentrt::Runtime::FromEnvironment(options);
   if (!rt_or.ok()) {
     std::cerr << "agentrt-test-agent: " << rt_or.status().ToString() << "\n";
@@ -93,6 +97,9 @@ int main(int argc, char** argv) {
   if (!dump_env.empty()) DumpEnvironment(dump_env, a, argc, argv);
 
   const bool checkpointing = ckpt_interval_s > 0;
+  const bool single_rank = a.world_size == 1;
+  const int64_t stride = std::max<int64_t>(
+      1, static_cast<int64_t>(ckpt_interval_s * 1000.0 / std::max(step_ms, 1) + 0.5));
   auto& ckpt = rt.checkpointer();
   int64_t step = 0;
   std::vector<unsigned char> state(state_bytes);
@@ -136,7 +143,8 @@ int main(int argc, char** argv) {
     rt.Report(step,
               {{"loss", 1.0 / static_cast<double>(step)},
                {"steps_per_s", elapsed > 0 ? static_cast<double>(done_this_run) / elapsed : 0.0}});
-    if (checkpointing && ckpt.SaveDue()) {
+    const bool due = single_rank ? ckpt.SaveDue() : step % stride == 0;
+    if (checkpointing && due) {
       agentrt::CheckpointState cs;
       make_state(cs);
       agentrt::Status s = ckpt.SaveAsync(step, cs);
@@ -149,9 +157,10 @@ int main(int argc, char** argv) {
     }
   }
   if (checkpointing) {
-    // The final state is checkpointed on a stop request and on normal completion.
+    // The final state is checkpointed on normal completion, and on a stop request
+    // when there is one rank (stopped ranks of a group stand at different steps).
     agentrt::Status s = ckpt.Wait();
-    if (s.ok()) {
+    if (s.ok() && (single_rank || !rt.ShouldStop())) {
       agentrt::CheckpointState cs;
       make_state(cs);
       s = ckpt.Save(step, cs);
