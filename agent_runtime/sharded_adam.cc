@@ -68,28 +68,33 @@ struct StateHeader {
 
 }  // namespace
 
+// Layout: with block = num_params / N (rounded down), rank r owns the shard
+// [r*block, (r+1)*block); the last num_params % N parameters (fewer than N)
+// form a tail that every rank updates identically from all-reduced gradients.
+// So no rank ever needs a padded copy of the gradients or parameters.
 struct ShardedAdam::Impl {
   Group& group;
   AdamWOptions options;
   std::unique_ptr<internal::ShardOps> ops;
   size_t num_params = 0;
-  size_t block = 0;   // padded shard length: ceil(num_params / N)
-  size_t offset = 0;  // this rank's first parameter
-  size_t size = 0;    // this rank's parameter count (block, or less on the last ranks)
+  size_t block = 0;   // shard length: num_params / N
+  size_t offset = 0;  // this rank's first parameter: rank * block
+  size_t tail = 0;    // num_params % N, at [N*block, num_params), on every rank
   int64_t step = 0;
-  float* m = nullptr;           // size elements
-  float* v = nullptr;           // size elements
+  float* m = nullptr;           // block + tail elements: the shard's, then the tail's
+  float* v = nullptr;           // block + tail elements
   float* shard_grad = nullptr;  // block elements: this rank's reduced gradients
-  float* padded = nullptr;      // N * block elements, only when num_params % N != 0
-  float* scalar = nullptr;      // 1 element: the all-reduced squared norm
+  float* reduced = nullptr;     // tail + 1 elements: the tail's gradients, then the squared norm
   Status init_status;
 
   Impl(Group& g, size_t n, AdamWOptions o) : group(g), options(o), num_params(n) {}
   ~Impl() {
-    for (float* p : {m, v, shard_grad, padded, scalar}) {
+    for (float* p : {m, v, shard_grad, reduced}) {
       if (p != nullptr) ops->Free(p);
     }
   }
+
+  size_t state_len() const { return block + tail; }
 
   std::string Where() const {
     return "ShardedAdam (rank " + std::to_string(group.rank()) + " of " +
@@ -108,55 +113,47 @@ struct ShardedAdam::Impl {
       ops = internal::MakeHostShardOps();
     }
     const size_t world = static_cast<size_t>(group.size());
-    const size_t r = static_cast<size_t>(group.rank());
-    block = (num_params + world - 1) / world;
-    offset = r * block < num_params ? r * block : num_params;
-    size = offset + block <= num_params ? block : num_params - offset;
-    AGENTRT_ASSIGN_OR_RETURN(m, ops->Alloc(size));
-    AGENTRT_ASSIGN_OR_RETURN(v, ops->Alloc(size));
+    block = num_params / world;
+    tail = num_params - block * world;
+    offset = static_cast<size_t>(group.rank()) * block;
+    AGENTRT_ASSIGN_OR_RETURN(m, ops->Alloc(state_len()));
+    AGENTRT_ASSIGN_OR_RETURN(v, ops->Alloc(state_len()));
     AGENTRT_ASSIGN_OR_RETURN(shard_grad, ops->Alloc(block));
-    AGENTRT_ASSIGN_OR_RETURN(scalar, ops->Alloc(1));
-    if (block * world != num_params) {
-      AGENTRT_ASSIGN_OR_RETURN(padded, ops->Alloc(block * world));
-    }
+    AGENTRT_ASSIGN_OR_RETURN(reduced, ops->Alloc(tail + 1));
     return Status::Ok();
   }
 
   Status Step(float* params, float* grads, float* grad_norm) {
     if (num_params == 0) return Status::Ok();
     const size_t world = static_cast<size_t>(group.size());
-    const size_t r = static_cast<size_t>(group.rank());
-    // 1. Reduce-scatter (sum) the gradients; uneven sizes go through a zero-padded copy.
-    const float* rs_send = grads;
-    if (padded != nullptr) {
-      AGENTRT_RETURN_IF_ERROR(ops->Copy(padded, grads, num_params));
-      rs_send = padded;
+    const size_t tail_at = block * world;
+    // 1. Reduce-scatter (sum) the shards' gradients, straight from `grads`.
+    if (block > 0) {
+      AGENTRT_RETURN_IF_ERROR(
+          group.ReduceScatter(grads, shard_grad, block, DataType::kFloat32, ReduceOp::kSum));
     }
-    AGENTRT_RETURN_IF_ERROR(
-        group.ReduceScatter(rs_send, shard_grad, block, DataType::kFloat32, ReduceOp::kSum));
-    // 2. Global gradient norm from the shards' squared norms.
-    AGENTRT_ASSIGN_OR_RETURN(const double local_sq, ops->SquaredNorm(shard_grad, size));
-    // The scalar travels in a buffer of the group's kind (device memory for nccl).
-    float total_sq = static_cast<float>(local_sq);
-    AGENTRT_RETURN_IF_ERROR(ops->FromHost(scalar, &total_sq, 1));
-    AGENTRT_RETURN_IF_ERROR(group.AllReduce(scalar, 1, DataType::kFloat32, ReduceOp::kSum));
-    AGENTRT_RETURN_IF_ERROR(ops->ToHost(&total_sq, scalar, 1));
+    // 2. One all-reduce carries the tail's gradients and the shards' squared
+    // norms (in a buffer of the group's kind: device memory for nccl).
+    AGENTRT_ASSIGN_OR_RETURN(const double shard_sq, ops->SquaredNorm(shard_grad, block));
+    const float shard_sq_f = static_cast<float>(shard_sq);
+    AGENTRT_RETURN_IF_ERROR(ops->Copy(reduced, grads + tail_at, tail));
+    AGENTRT_RETURN_IF_ERROR(ops->FromHost(reduced + tail, &shard_sq_f, 1));
+    AGENTRT_RETURN_IF_ERROR(group.AllReduce(reduced, tail + 1, DataType::kFloat32, ReduceOp::kSum));
+    float shards_sq = 0.0f;
+    AGENTRT_RETURN_IF_ERROR(ops->ToHost(&shards_sq, reduced + tail, 1));
+    AGENTRT_ASSIGN_OR_RETURN(const double tail_sq, ops->SquaredNorm(reduced, tail));
     const float avg = options.average_grads ? 1.0f / static_cast<float>(world) : 1.0f;
-    const float norm = std::sqrt(total_sq) * avg;
+    const float norm = std::sqrt(shards_sq + static_cast<float>(tail_sq)) * avg;
     if (grad_norm != nullptr) *grad_norm = norm;
-    // 3. AdamW on this rank's shard.
+    // 3. AdamW on this rank's shard, and on the tail (the same on every rank).
     ++step;
     const AdamWScalars s =
         MakeAdamWScalars(options, step, avg * ClipScale(options.max_grad_norm, norm));
-    AGENTRT_RETURN_IF_ERROR(ops->Update(params + offset, shard_grad, m, v, size, s));
-    // 4. All-gather the updated parameters (in place: each rank's block is its own shard).
-    if (padded == nullptr) {
-      return group.AllGather(params + offset, params, block, DataType::kFloat32);
-    }
-    float* mine = padded + r * block;
-    AGENTRT_RETURN_IF_ERROR(ops->Copy(mine, params + offset, size));
-    AGENTRT_RETURN_IF_ERROR(group.AllGather(mine, padded, block, DataType::kFloat32));
-    return ops->Copy(params, padded, num_params);
+    AGENTRT_RETURN_IF_ERROR(ops->Update(params + offset, shard_grad, m, v, block, s));
+    AGENTRT_RETURN_IF_ERROR(ops->Update(params + tail_at, reduced, m + block, v + block, tail, s));
+    // 4. All-gather the updated shards (in place: each rank's block is its own shard).
+    if (block == 0) return Status::Ok();
+    return group.AllGather(params + offset, params, block, DataType::kFloat32);
   }
 };
 
@@ -175,9 +172,10 @@ Status ShardedAdam::Step(float* params, float* grads, float* grad_norm) {
 
 size_t ShardedAdam::num_params() const { return impl_->num_params; }
 size_t ShardedAdam::shard_offset() const { return impl_->offset; }
-size_t ShardedAdam::shard_size() const { return impl_->size; }
+size_t ShardedAdam::shard_size() const { return impl_->block; }
+size_t ShardedAdam::tail_size() const { return impl_->tail; }
 int64_t ShardedAdam::step_count() const { return impl_->step; }
-size_t ShardedAdam::state_bytes() const { return 2 * impl_->size * sizeof(float); }
+size_t ShardedAdam::state_bytes() const { return 2 * impl_->state_len() * sizeof(float); }
 AdamWOptions& ShardedAdam::options() { return impl_->options; }
 
 std::vector<uint8_t> ShardedAdam::SaveState() const {
@@ -189,17 +187,18 @@ std::vector<uint8_t> ShardedAdam::SaveState() const {
   h.rank = d.group.rank();
   h.num_params = d.num_params;
   h.shard_offset = d.offset;
-  h.shard_size = d.size;
+  h.shard_size = d.block;
   h.step = d.step;
-  const size_t vec_bytes = d.size * sizeof(float);
+  const size_t len = d.state_len();
+  const size_t vec_bytes = len * sizeof(float);
   std::vector<uint8_t> out(sizeof(h) + 2 * vec_bytes);
   std::memcpy(out.data(), &h, sizeof(h));
   if (!d.init_status.ok()) return {};
-  if (d.size > 0) {
+  if (len > 0) {
     // A state that cannot be read back from the device is not saved at all: an
     // empty result, which LoadState rejects, rather than zeros that look valid.
-    if (!d.ops->ToHost(out.data() + sizeof(h), d.m, d.size).ok() ||
-        !d.ops->ToHost(out.data() + sizeof(h) + vec_bytes, d.v, d.size).ok()) {
+    if (!d.ops->ToHost(out.data() + sizeof(h), d.m, len).ok() ||
+        !d.ops->ToHost(out.data() + sizeof(h) + vec_bytes, d.v, len).ok()) {
       return {};
     }
   }
@@ -225,18 +224,19 @@ Status ShardedAdam::LoadState(std::span<const uint8_t> state) {
         std::to_string(h.num_params) + " parameters; this optimizer has world size " +
         std::to_string(d.group.size()) + " and " + std::to_string(d.num_params) + " parameters");
   }
-  if (h.rank != d.group.rank() || h.shard_offset != d.offset || h.shard_size != d.size) {
+  if (h.rank != d.group.rank() || h.shard_offset != d.offset || h.shard_size != d.block) {
     return FailedPrecondition(where + ": state belongs to rank " + std::to_string(h.rank) +
                               ", not rank " + std::to_string(d.group.rank()));
   }
-  const size_t vec_bytes = d.size * sizeof(float);
+  const size_t len = d.state_len();
+  const size_t vec_bytes = len * sizeof(float);
   if (state.size() != sizeof(h) + 2 * vec_bytes) {
     return DataLoss(where + ": state is " + std::to_string(state.size()) + " bytes, expected " +
                     std::to_string(sizeof(h) + 2 * vec_bytes));
   }
-  if (d.size > 0) {
-    AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.m, state.data() + sizeof(h), d.size));
-    AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.v, state.data() + sizeof(h) + vec_bytes, d.size));
+  if (len > 0) {
+    AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.m, state.data() + sizeof(h), len));
+    AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.v, state.data() + sizeof(h) + vec_bytes, len));
   }
   d.step = h.step;
   return Status::Ok();

@@ -1,12 +1,15 @@
 // agentrt::ShardedAdam — ZeRO-1 style AdamW over one flat parameter buffer.
 //
 // Every rank holds the full parameters and computes a full gradient. Step():
-//   1. reduce-scatter the gradients (sum, or average when options.average_grads),
-//   2. clip by the global gradient norm (an all-reduce of the shard norms²),
+//   1. reduce-scatter the gradients (summed; averaged when options.average_grads),
+//   2. clip by the global gradient norm (one small all-reduce of the shard norms²),
 //   3. run AdamW on this rank's 1/N shard only (its m and v are 1/N of the whole),
 //   4. all-gather the updated parameters into every rank's full buffer.
-// Sizes not divisible by N are padded internally; shard r covers
-// [shard_offset(), shard_offset() + shard_size()) of the unpadded buffer.
+// With block = num_params / N (rounded down), shard r covers
+// [shard_offset(), shard_offset() + shard_size()) = [r*block, (r+1)*block). When
+// N does not divide num_params, the last tail_size() = num_params % N (< N)
+// parameters ride along in step 2's all-reduce and every rank updates them
+// identically, keeping their (tiny) state replicated: no padded copies.
 //
 // Buffers live where the group says (host for mpi/single, device for nccl).
 // Errors of construction (out of memory) are returned by the first Step or
@@ -40,8 +43,10 @@ class ShardedAdam {
   size_t num_params() const;
   size_t shard_offset() const;
   size_t shard_size() const;
+  // Parameters at the end (fewer than N) updated by every rank; see above.
+  size_t tail_size() const;
   int64_t step_count() const;
-  // Bytes of optimizer state this rank holds (m and v of its shard).
+  // Bytes of optimizer state this rank holds: m and v of its shard and the tail.
   size_t state_bytes() const;
   AdamWOptions& options();
 

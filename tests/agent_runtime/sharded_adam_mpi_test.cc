@@ -87,21 +87,24 @@ TEST_CASE("ShardedAdam over N ranks equals AdamW on the summed gradients") {
 
 TEST_CASE("ShardedAdam state is 1/N of the unsharded state and covers every parameter once") {
   Group& g = World();
-  for (size_t n : {size_t{1000}, size_t{1001}, size_t{3}, size_t{4099}}) {
+  const size_t world = static_cast<size_t>(g.size());
+  for (size_t n : {size_t{1000}, size_t{1001}, size_t{3}, size_t{4099}, size_t{1} << 20}) {
     ShardedAdam opt(g, n, AdamWOptions{});
-    const size_t block = (n + static_cast<size_t>(g.size()) - 1) / static_cast<size_t>(g.size());
-    CHECK(opt.shard_size() <= block);
-    CHECK(opt.state_bytes() == 2 * opt.shard_size() * sizeof(float));
-    CHECK(opt.shard_offset() == std::min(n, static_cast<size_t>(g.rank()) * block));
+    const size_t unsharded = AdamW(n, AdamWOptions{}).state_bytes();
+    CHECK(opt.shard_size() == n / world);
+    CHECK(opt.tail_size() == n % world);
+    CHECK(opt.shard_offset() == static_cast<size_t>(g.rank()) * (n / world));
+    CHECK(opt.state_bytes() == 2 * (opt.shard_size() + opt.tail_size()) * sizeof(float));
+    // 1/N of the unsharded state, plus the tail (fewer than N parameters).
+    CHECK(opt.state_bytes() <= unsharded / world + 2 * world * sizeof(float));
+    if (n % world == 0) CHECK(opt.state_bytes() * world == unsharded);
+    // The shards tile [0, n - tail) without overlap: their sizes and offsets add up.
     int64_t covered[2] = {static_cast<int64_t>(opt.shard_size()),
-                          static_cast<int64_t>(opt.state_bytes())};
+                          static_cast<int64_t>(opt.shard_offset())};
     REQUIRE(g.AllReduce(covered, 2, DataType::kInt64, ReduceOp::kSum).ok());
-    CHECK(covered[0] == static_cast<int64_t>(n));
-    CHECK(covered[1] == static_cast<int64_t>(AdamW(n, AdamWOptions{}).state_bytes()));
-    if (n % static_cast<size_t>(g.size()) == 0) {
-      CHECK(opt.state_bytes() * static_cast<size_t>(g.size()) ==
-            AdamW(n, AdamWOptions{}).state_bytes());
-    }
+    CHECK(covered[0] + static_cast<int64_t>(opt.tail_size()) == static_cast<int64_t>(n));
+    const int64_t w = static_cast<int64_t>(world);
+    CHECK(covered[1] == static_cast<int64_t>(n / world) * w * (w - 1) / 2);
   }
 }
 
