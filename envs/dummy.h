@@ -28,7 +28,6 @@
 #pragma once
 
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"

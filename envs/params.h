@@ -11,13 +11,12 @@
 // integer, got \"big\"", "env pursuit: unknown parameter 'sise' (known: ...)".
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -41,8 +40,8 @@ class Params {
       return Fail(key, "a boolean", *it, fallback);
     } else if constexpr (std::is_integral_v<T>) {
       if (it->is_number_integer()) return it->template get<T>();
-      if (it->is_number_float() && it->template get<double>() == static_cast<double>(
-                                         static_cast<T>(it->template get<double>()))) {
+      if (it->is_number_float() && it->template get<double>() == static_cast<double>(static_cast<T>(
+                                                                     it->template get<double>()))) {
         return static_cast<T>(it->template get<double>());  // 1e5 is an integer too
       }
       return Fail(key, "an integer", *it, fallback);

@@ -40,9 +40,9 @@ Result<PursuitConfig> PursuitConfig::FromJson(const nlohmann::json& params) {
 
 Pursuit::Pursuit(const PursuitConfig& config)
     : config_(config),
-      observation_space_(Space::Box(
-          {3 * (2 * config.obs_radius + 1) * (2 * config.obs_radius + 1) + 3}, 0.0f,
-          static_cast<float>(config.predators + config.prey))),
+      observation_space_(
+          Space::Box({3 * (2 * config.obs_radius + 1) * (2 * config.obs_radius + 1) + 3}, 0.0f,
+                     static_cast<float>(config.predators + config.prey))),
       action_space_(Space::Discrete(5)) {
   const int n = num_agents();
   for (int i = 0; i < n; ++i) {
@@ -108,11 +108,20 @@ MultiAgentEnv::StepOutcome Pursuit::Step(std::span<const float> actions, std::sp
     const int move = std::clamp(static_cast<int>(actions[i]), 0, 4);
     Cell& c = pos_[i];
     switch (move) {
-      case kUp: c.y = std::max(c.y - 1, 0); break;
-      case kDown: c.y = std::min(c.y + 1, config_.height - 1); break;
-      case kLeft: c.x = std::max(c.x - 1, 0); break;
-      case kRight: c.x = std::min(c.x + 1, config_.width - 1); break;
-      default: break;
+      case kUp:
+        c.y = std::max(c.y - 1, 0);
+        break;
+      case kDown:
+        c.y = std::min(c.y + 1, config_.height - 1);
+        break;
+      case kLeft:
+        c.x = std::max(c.x - 1, 0);
+        break;
+      case kRight:
+        c.x = std::min(c.x + 1, config_.width - 1);
+        break;
+      default:
+        break;
     }
   }
   // Shaping is measured against the prey that were free before this step's

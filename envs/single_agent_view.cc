@@ -31,9 +31,8 @@ void SingleAgentView::RandomAction(std::span<float> action) {
   for (size_t k = 0; k < space.size(); ++k) {
     const float lo = space.low()[k];
     const float hi = space.high()[k];
-    action[k] = std::isfinite(lo) && std::isfinite(hi)
-                    ? static_cast<float>(rng_.Uniform(lo, hi))
-                    : 0.0f;
+    action[k] =
+        std::isfinite(lo) && std::isfinite(hi) ? static_cast<float>(rng_.Uniform(lo, hi)) : 0.0f;
   }
 }
 

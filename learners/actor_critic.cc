@@ -1,10 +1,9 @@
 #include "learners/actor_critic.h"
 
+#include <Eigen/QR>
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-
-#include <Eigen/QR>
 
 namespace agentrt {
 namespace {
@@ -78,8 +77,7 @@ void Mlp::Forward(const float* params, const Eigen::Ref<const RowMatrix>& x, Wor
   }
 }
 
-void Mlp::Backward(const float* params, float* grads, const RowMatrix& d_out,
-                   Workspace& ws) const {
+void Mlp::Backward(const float* params, float* grads, const RowMatrix& d_out, Workspace& ws) const {
   ws.delta = d_out;  // d loss / d pre-activation of the current layer
   for (size_t l = layers_.size(); l-- > 0;) {
     const DenseLayer& d = layers_[l];

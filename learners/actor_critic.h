@@ -19,12 +19,11 @@
 // Not thread-safe: the workspaces are members. Use one per thread.
 #pragma once
 
+#include <Eigen/Core>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "envs/rng.h"
 
@@ -79,10 +78,10 @@ struct PpoLossCoefs {
 // The loss terms of one minibatch (means over it).
 struct PpoLossTerms {
   float loss = 0.0f;
-  float pg_loss = 0.0f;      // -mean(min(r * A, clip(r, 1 - c, 1 + c) * A))
-  float v_loss = 0.0f;       // 0.5 * mean((V - return)^2)
-  float entropy = 0.0f;      // mean policy entropy (nats)
-  float approx_kl = 0.0f;    // mean((r - 1) - log r), Schulman's low-variance estimator
+  float pg_loss = 0.0f;        // -mean(min(r * A, clip(r, 1 - c, 1 + c) * A))
+  float v_loss = 0.0f;         // 0.5 * mean((V - return)^2)
+  float entropy = 0.0f;        // mean policy entropy (nats)
+  float approx_kl = 0.0f;      // mean((r - 1) - log r), Schulman's low-variance estimator
   float clip_fraction = 0.0f;  // fraction of samples with |r - 1| > c
 };
 

@@ -11,8 +11,7 @@ ObsNormalizer::ObsNormalizer(size_t size, float clip, float eps)
   Refresh();
 }
 
-void ObsNormalizer::Merge(double count, std::span<const double> mean,
-                          std::span<const double> var) {
+void ObsNormalizer::Merge(double count, std::span<const double> mean, std::span<const double> var) {
   if (count <= 0.0) return;
   assert(mean.size() == size() && var.size() == size());
   const double total = count_ + count;

@@ -96,7 +96,8 @@ Result<std::shared_ptr<const PolicySnapshot>> PolicySnapshot::FromBytes(
   s->scale_.resize(d);
   for (size_t k = 0; k < d; ++k) {
     s->shift_[k] = static_cast<float>(mean[k]);
-    s->scale_[k] = static_cast<float>(1.0 / std::sqrt(var[k] + static_cast<double>(1e-8f)));  // as ObsNormalizer
+    s->scale_[k] = static_cast<float>(
+        1.0 / std::sqrt(var[k] + static_cast<double>(1e-8f)));  // as ObsNormalizer
   }
   return std::shared_ptr<const PolicySnapshot>(std::move(s));
 }

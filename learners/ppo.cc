@@ -83,16 +83,26 @@ Result<PpoConfig> PpoConfig::FromJson(const nlohmann::json& args) {
 }
 
 nlohmann::json PpoConfig::ToJson() const {
-  return {{"num_envs", num_envs},       {"rollout_steps", rollout_steps},
-          {"epochs", epochs},           {"minibatches", minibatches},
-          {"lr", lr},                   {"anneal_lr", anneal_lr},
-          {"steps", steps},             {"gamma", gamma},
-          {"gae_lambda", gae_lambda},   {"clip_coef", clip_coef},
-          {"ent_coef", ent_coef},       {"vf_coef", vf_coef},
-          {"max_grad_norm", max_grad_norm}, {"adam_eps", adam_eps},
-          {"target_kl", target_kl},     {"hidden", hidden},
-          {"hidden_layers", hidden_layers}, {"norm_obs", norm_obs},
-          {"norm_adv", norm_adv},       {"obs_clip", obs_clip},
+  return {{"num_envs", num_envs},
+          {"rollout_steps", rollout_steps},
+          {"epochs", epochs},
+          {"minibatches", minibatches},
+          {"lr", lr},
+          {"anneal_lr", anneal_lr},
+          {"steps", steps},
+          {"gamma", gamma},
+          {"gae_lambda", gae_lambda},
+          {"clip_coef", clip_coef},
+          {"ent_coef", ent_coef},
+          {"vf_coef", vf_coef},
+          {"max_grad_norm", max_grad_norm},
+          {"adam_eps", adam_eps},
+          {"target_kl", target_kl},
+          {"hidden", hidden},
+          {"hidden_layers", hidden_layers},
+          {"norm_obs", norm_obs},
+          {"norm_adv", norm_adv},
+          {"obs_clip", obs_clip},
           {"seed", seed}};
 }
 
@@ -123,21 +133,23 @@ Result<std::unique_ptr<PpoLearner>> PpoLearner::Make(const PpoConfig& config,
                                                      const Space& action_space, Group& group) {
   AGENTRT_RETURN_IF_ERROR(config.Validate());
   if (!action_space.is_discrete()) {
-    return Status(StatusCode::kUnimplemented,
-                  "ppo: action space " + action_space.ToString() +
-                      " is not supported; this learner has a categorical policy (Discrete actions)");
+    return Status(
+        StatusCode::kUnimplemented,
+        "ppo: action space " + action_space.ToString() +
+            " is not supported; this learner has a categorical policy (Discrete actions)");
   }
   if (action_space.n() > kMaxActions) {
-    return InvalidArgument("ppo: at most " + std::to_string(kMaxActions) + " discrete actions, got " +
-                           std::to_string(action_space.n()));
+    return InvalidArgument("ppo: at most " + std::to_string(kMaxActions) +
+                           " discrete actions, got " + std::to_string(action_space.n()));
   }
   if (group.device_buffers()) {
     return Status(StatusCode::kUnimplemented,
                   "ppo: the CPU learner needs a host-buffer group (mpi or single), got '" +
                       std::string(group.backend()) + "'");
   }
-  std::unique_ptr<PpoLearner> learner(new PpoLearner(
-      config, static_cast<int>(observation_space.size()), static_cast<int>(action_space.n()), group));
+  std::unique_ptr<PpoLearner> learner(new PpoLearner(config,
+                                                     static_cast<int>(observation_space.size()),
+                                                     static_cast<int>(action_space.n()), group));
   // Same seed gives the same init everywhere; the broadcast makes it a contract.
   AGENTRT_RETURN_IF_ERROR(
       group.Broadcast(learner->params_.data(), learner->params_.size(), DataType::kFloat32, 0)
@@ -360,9 +372,9 @@ Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) 
       train_net_.Forward(params_.data(), mb_obs_);
       const PpoLossTerms terms = train_net_.LossAndGradient(
           params_.data(), grads_.data(), mb_actions_, mb_logp_, mb_adv_, mb_returns_, coefs);
-      AGENTRT_RETURN_IF_ERROR(adam_->Step(params_.data(), grads_.data(), &grad_norm)
-                                  .WithContext("ppo: optimizer step of update " +
-                                               std::to_string(updates_ + 1)));
+      AGENTRT_RETURN_IF_ERROR(
+          adam_->Step(params_.data(), grads_.data(), &grad_norm)
+              .WithContext("ppo: optimizer step of update " + std::to_string(updates_ + 1)));
       acc[0] += terms.pg_loss;
       acc[1] += terms.v_loss;
       acc[2] += terms.entropy;
@@ -483,11 +495,11 @@ Status PpoLearner::LoadState(std::span<const uint8_t> state) {
     return DataLoss("ppo: learner state is truncated (header)");
   }
   if (obs_size != obs_size_ || num_actions != num_actions_ || num_params != params_.size()) {
-    return FailedPrecondition(
-        "ppo: learner state is for obs_size " + std::to_string(obs_size) + ", " +
-        std::to_string(num_actions) + " actions, " + std::to_string(num_params) +
-        " parameters; this learner has " + std::to_string(obs_size_) + ", " +
-        std::to_string(num_actions_) + ", " + std::to_string(params_.size()));
+    return FailedPrecondition("ppo: learner state is for obs_size " + std::to_string(obs_size) +
+                              ", " + std::to_string(num_actions) + " actions, " +
+                              std::to_string(num_params) + " parameters; this learner has " +
+                              std::to_string(obs_size_) + ", " + std::to_string(num_actions_) +
+                              ", " + std::to_string(params_.size()));
   }
   if (world != group_.size()) {
     return FailedPrecondition("ppo: learner state was saved by a group of " +

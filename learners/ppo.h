@@ -24,11 +24,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/group.h"
 #include "agent_runtime/sharded_adam.h"
@@ -43,27 +42,27 @@ namespace agentrt {
 
 // Hyperparameters, by the names a plan's `args` uses (defaults solve cartpole).
 struct PpoConfig {
-  int num_envs = 8;          // env copies per rank
-  int rollout_steps = 128;   // steps per env per update
-  int epochs = 4;            // passes over each rollout
-  int minibatches = 4;       // minibatches per epoch (each num_envs*rollout_steps/minibatches)
-  float lr = 1e-3f;          // Adam learning rate
-  bool anneal_lr = true;     // decay lr linearly to 0 over `steps`
-  int64_t steps = 150000;    // env-step budget of the whole group (for annealing)
-  float gamma = 0.99f;       // discount
-  float gae_lambda = 0.95f;  // GAE lambda
-  float clip_coef = 0.2f;    // PPO clip range
-  float ent_coef = 0.0f;     // entropy bonus weight
-  float vf_coef = 0.5f;      // value loss weight
+  int num_envs = 8;            // env copies per rank
+  int rollout_steps = 128;     // steps per env per update
+  int epochs = 4;              // passes over each rollout
+  int minibatches = 4;         // minibatches per epoch (each num_envs*rollout_steps/minibatches)
+  float lr = 1e-3f;            // Adam learning rate
+  bool anneal_lr = true;       // decay lr linearly to 0 over `steps`
+  int64_t steps = 150000;      // env-step budget of the whole group (for annealing)
+  float gamma = 0.99f;         // discount
+  float gae_lambda = 0.95f;    // GAE lambda
+  float clip_coef = 0.2f;      // PPO clip range
+  float ent_coef = 0.0f;       // entropy bonus weight
+  float vf_coef = 0.5f;        // value loss weight
   float max_grad_norm = 0.5f;  // global gradient-norm clip (0: off)
-  float adam_eps = 1e-5f;    // Adam epsilon
-  float target_kl = 0.0f;    // stop an update's epochs early past this approx KL (0: off)
-  int hidden = 64;           // hidden units per layer
-  int hidden_layers = 2;     // hidden layers per network
-  bool norm_obs = true;      // running observation normalisation
-  bool norm_adv = true;      // per-minibatch advantage normalisation
-  float obs_clip = 10.0f;    // clip of normalised observations
-  uint64_t seed = 1;         // parameters, sampling and shuffling (rank r uses seed + 1000 r)
+  float adam_eps = 1e-5f;      // Adam epsilon
+  float target_kl = 0.0f;      // stop an update's epochs early past this approx KL (0: off)
+  int hidden = 64;             // hidden units per layer
+  int hidden_layers = 2;       // hidden layers per network
+  bool norm_obs = true;        // running observation normalisation
+  bool norm_adv = true;        // per-minibatch advantage normalisation
+  float obs_clip = 10.0f;      // clip of normalised observations
+  uint64_t seed = 1;           // parameters, sampling and shuffling (rank r uses seed + 1000 r)
 
   // Reads the keys above from `p` (the caller may read its own keys from the
   // same Params and then calls p.Finish()).
@@ -76,16 +75,16 @@ struct PpoConfig {
 };
 
 struct PpoMetrics {
-  int64_t updates = 0;          // updates done so far
-  float lr = 0.0f;              // learning rate of the last update
-  float pg_loss = 0.0f;         // means over the last update's minibatches
+  int64_t updates = 0;   // updates done so far
+  float lr = 0.0f;       // learning rate of the last update
+  float pg_loss = 0.0f;  // means over the last update's minibatches
   float v_loss = 0.0f;
   float entropy = 0.0f;
   float approx_kl = 0.0f;
   float clip_fraction = 0.0f;
-  float grad_norm = 0.0f;       // global gradient norm before clipping (last minibatch)
+  float grad_norm = 0.0f;           // global gradient norm before clipping (last minibatch)
   float explained_variance = 0.0f;  // 1 - Var(returns - values) / Var(returns)
-  int epochs_run = 0;           // < config.epochs when target_kl stopped early
+  int epochs_run = 0;               // < config.epochs when target_kl stopped early
 };
 
 class PpoLearner {
@@ -157,9 +156,9 @@ class PpoLearner {
 
   // Rollout, [t][env] row-major.
   int step_ = 0;
-  RowMatrix act_obs_;              // num_envs x obs (normalised), scratch
-  std::vector<float> raw_obs_;     // T*N x obs
-  RowMatrix norm_obs_;             // T*N x obs
+  RowMatrix act_obs_;           // num_envs x obs (normalised), scratch
+  std::vector<float> raw_obs_;  // T*N x obs
+  RowMatrix norm_obs_;          // T*N x obs
   std::vector<float> actions_, logp_, values_, rewards_, dones_, advantages_, returns_;
   // Minibatch scratch.
   RowMatrix mb_obs_;

@@ -58,14 +58,12 @@ Result<std::unique_ptr<PpoTrainer>> PpoTrainer::Make(const PpoTrainerConfig& con
   std::unique_ptr<PpoTrainer> t(new PpoTrainer(config, group));
   const nlohmann::json env_args = config.env_args;
   const std::string env = config.env;
-  AGENTRT_ASSIGN_OR_RETURN(
-      t->pool_, EnvPool::Make([&] { return registry.MakeEnv(env, env_args); },
-                              {.num_envs = config.ppo.num_envs,
-                               .num_threads = config.env_threads,
-                               .seed = EnvSeed(config.ppo, group.rank(), 0)}));
-  AGENTRT_ASSIGN_OR_RETURN(t->learner_,
-                           PpoLearner::Make(config.ppo, t->pool_->observation_space(),
-                                            t->pool_->action_space(), group));
+  AGENTRT_ASSIGN_OR_RETURN(t->pool_, EnvPool::Make([&] { return registry.MakeEnv(env, env_args); },
+                                                   {.num_envs = config.ppo.num_envs,
+                                                    .num_threads = config.env_threads,
+                                                    .seed = EnvSeed(config.ppo, group.rank(), 0)}));
+  AGENTRT_ASSIGN_OR_RETURN(t->learner_, PpoLearner::Make(config.ppo, t->pool_->observation_space(),
+                                                         t->pool_->action_space(), group));
   t->pool_->Reset();
   return t;
 }
@@ -87,8 +85,8 @@ Status PpoTrainer::Iterate(TrainerMetrics* metrics) {
   }
   PpoMetrics ppo;
   AGENTRT_RETURN_IF_ERROR(learner_->Update(pool.observations(), &ppo));
-  env_steps_ += static_cast<int64_t>(config_.ppo.rollout_steps) * config_.ppo.num_envs *
-                group_.size();
+  env_steps_ +=
+      static_cast<int64_t>(config_.ppo.rollout_steps) * config_.ppo.num_envs * group_.size();
   if (metrics == nullptr) return Status::Ok();
 
   // Episode statistics: this rank's window, averaged over the ranks that have one.
@@ -108,9 +106,8 @@ Status PpoTrainer::Iterate(TrainerMetrics* metrics) {
   metrics->episode_return_mean = stats[2] > 0.0f ? stats[0] / stats[2] : 0.0f;
   metrics->episode_length_mean = stats[2] > 0.0f ? stats[1] / stats[2] : 0.0f;
   metrics->window_episodes = static_cast<int>(window_.size());
-  metrics->steps_per_s =
-      static_cast<double>(config_.ppo.rollout_steps) * config_.ppo.num_envs * group_.size() /
-      seconds;
+  metrics->steps_per_s = static_cast<double>(config_.ppo.rollout_steps) * config_.ppo.num_envs *
+                         group_.size() / seconds;
   metrics->ppo = ppo;
   return Status::Ok();
 }

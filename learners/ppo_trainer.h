@@ -20,11 +20,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/group.h"
 #include "common/status.h"
@@ -35,10 +34,10 @@
 namespace agentrt {
 
 struct PpoTrainerConfig {
-  std::string env = "cartpole";        // registry name
-  nlohmann::json env_args = nullptr;   // the env's parameters
-  int env_threads = 1;                 // EnvPool threads per rank (caller included)
-  int episode_window = 20;             // episodes averaged into episode_return_mean
+  std::string env = "cartpole";       // registry name
+  nlohmann::json env_args = nullptr;  // the env's parameters
+  int env_threads = 1;                // EnvPool threads per rank (caller included)
+  int episode_window = 20;            // episodes averaged into episode_return_mean
   PpoConfig ppo;
 
   void Read(Params& p);
@@ -46,12 +45,12 @@ struct PpoTrainerConfig {
 };
 
 struct TrainerMetrics {
-  int64_t env_steps = 0;           // the group's env steps so far
-  int64_t episodes = 0;            // episodes finished on this rank
+  int64_t env_steps = 0;             // the group's env steps so far
+  int64_t episodes = 0;              // episodes finished on this rank
   float episode_return_mean = 0.0f;  // last `episode_window` episodes, averaged over ranks
   float episode_length_mean = 0.0f;
-  int window_episodes = 0;         // episodes in this rank's window (< window early on)
-  double steps_per_s = 0.0;        // the group's env steps per second, last iteration
+  int window_episodes = 0;   // episodes in this rank's window (< window early on)
+  double steps_per_s = 0.0;  // the group's env steps per second, last iteration
   PpoMetrics ppo;
 
   nlohmann::json ToJson() const;
@@ -59,8 +58,9 @@ struct TrainerMetrics {
 
 class PpoTrainer {
  public:
-  static Result<std::unique_ptr<PpoTrainer>> Make(const PpoTrainerConfig& config, Group& group,
-                                                  const EnvRegistry& registry = GlobalEnvRegistry());
+  static Result<std::unique_ptr<PpoTrainer>> Make(
+      const PpoTrainerConfig& config, Group& group,
+      const EnvRegistry& registry = GlobalEnvRegistry());
 
   const PpoTrainerConfig& config() const { return config_; }
   PpoLearner& learner() { return *learner_; }

@@ -8,10 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "envs/cartpole.h"
 #include "envs/env_pool.h"
@@ -113,9 +112,12 @@ double PythonStepsPerSecond() {
 
 void Figure(const std::string& metric, double value, const std::string& anchor,
             double anchor_value) {
-  nlohmann::json j = {{"bench", "envs"},   {"metric", metric},
-                      {"value", value},    {"unit", "steps/s"},
-                      {"anchor", anchor},  {"anchor_value", anchor_value},
+  nlohmann::json j = {{"bench", "envs"},
+                      {"metric", metric},
+                      {"value", value},
+                      {"unit", "steps/s"},
+                      {"anchor", anchor},
+                      {"anchor_value", anchor_value},
                       {"ratio", anchor_value > 0 ? value / anchor_value : 0.0}};
   std::puts(j.dump().c_str());
 }

@@ -13,10 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/group.h"
 #include "learners/ppo_trainer.h"
@@ -35,11 +34,12 @@ std::string SelfPath() {
 
 // Trains `updates` updates after one warm-up; returns the group's samples/s.
 double Train(agentrt::Group& group, int updates) {
-  const nlohmann::json args = {{"env", "cartpole"}, {"num_envs", 8},  {"rollout_steps", 128},
+  const nlohmann::json args = {{"env", "cartpole"}, {"num_envs", 8},    {"rollout_steps", 128},
                                {"epochs", 4},       {"minibatches", 4}, {"seed", 1}};
   auto config = agentrt::PpoTrainerConfig::FromJson(args);
-  auto trainer = config.ok() ? agentrt::PpoTrainer::Make(*config, group)
-                             : agentrt::Result<std::unique_ptr<agentrt::PpoTrainer>>(config.status());
+  auto trainer = config.ok()
+                     ? agentrt::PpoTrainer::Make(*config, group)
+                     : agentrt::Result<std::unique_ptr<agentrt::PpoTrainer>>(config.status());
   if (!trainer.ok()) {
     std::fprintf(stderr, "bench_ppo: %s\n", trainer.status().ToString().c_str());
     std::exit(1);
@@ -75,8 +75,9 @@ int Worker(int updates) {
 }
 
 double TwoRanks() {
-  const std::string cmd = std::string(AGENTRT_MPIEXEC) + " --oversubscribe --allow-run-as-root -np 2 '" +
-                          SelfPath() + "' --worker " + std::to_string(kUpdates);
+  const std::string cmd = std::string(AGENTRT_MPIEXEC) +
+                          " --oversubscribe --allow-run-as-root -np 2 '" + SelfPath() +
+                          "' --worker " + std::to_string(kUpdates);
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return 0.0;
   double sps = 0.0;

@@ -5,12 +5,11 @@
 //   thetaacc = (g * sin - cos * temp) / (length * (4/3 - masspole * cos**2 / total_mass))
 //   xacc = temp - polemass_length * thetaacc * cos / total_mass
 //   x += tau * x_dot; x_dot += tau * xacc; theta += tau * theta_dot; theta_dot += tau * thetaacc
-#include <catch2/catch.hpp>
+#include "envs/cartpole.h"
 
 #include <array>
+#include <catch2/catch.hpp>
 #include <vector>
-
-#include "envs/cartpole.h"
 
 using agentrt::CartPole;
 
@@ -86,8 +85,8 @@ TEST_CASE("cartpole terminates past 12 degrees and pays 1 for the terminating st
   // Reference: always pushing right from that state, theta leaves [-12deg, 12deg]
   // at step 10 (theta = -0.2236 rad < -0.2094 rad).
   CHECK(steps == 10);
-  RequireStateNear(env.state(),
-                   {0.18148412486073115, 1.9330643896994748, -0.2235691808247548, -2.984082745435586});
+  RequireStateNear(env.state(), {0.18148412486073115, 1.9330643896994748, -0.2235691808247548,
+                                 -2.984082745435586});
   CHECK(r.reward == 1.0f);
   CHECK_FALSE(r.truncated);
 }

@@ -1,8 +1,7 @@
 // The pool's step path does not allocate: this binary replaces the global
 // operator new/delete and counts every allocation while stepping.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <new>
 

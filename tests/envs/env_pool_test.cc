@@ -1,19 +1,19 @@
-#include <catch2/catch.hpp>
+#include "envs/env_pool.h"
 
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "envs/cartpole.h"
 #include "envs/dummy.h"
-#include "envs/env_pool.h"
 #include "envs/registry.h"
 
 namespace {
 
 std::unique_ptr<agentrt::EnvPool> MakePool(const char* env, int num_envs, int threads,
                                            uint64_t seed) {
-  auto pool = agentrt::EnvPool::Make(
-      [env] { return agentrt::GlobalEnvRegistry().MakeEnv(env, nullptr); },
-      {.num_envs = num_envs, .num_threads = threads, .seed = seed});
+  auto pool =
+      agentrt::EnvPool::Make([env] { return agentrt::GlobalEnvRegistry().MakeEnv(env, nullptr); },
+                             {.num_envs = num_envs, .num_threads = threads, .seed = seed});
   REQUIRE(pool.ok());
   return std::move(pool).value();
 }
@@ -23,7 +23,8 @@ std::vector<float> Trace(agentrt::EnvPool& pool, int steps) {
   pool.Reset();
   std::vector<float> trace(pool.observations().begin(), pool.observations().end());
   for (int t = 0; t < steps; ++t) {
-    for (int i = 0; i < pool.num_envs(); ++i) pool.actions()[i] = static_cast<float>((t * 7 + i * 3) % 5 % 2);
+    for (int i = 0; i < pool.num_envs(); ++i)
+      pool.actions()[i] = static_cast<float>((t * 7 + i * 3) % 5 % 2);
     pool.Step();
     trace.insert(trace.end(), pool.observations().begin(), pool.observations().end());
     trace.insert(trace.end(), pool.rewards().begin(), pool.rewards().end());
@@ -83,12 +84,14 @@ TEST_CASE("env pool auto-resets a finished env and keeps its final observation a
 }
 
 TEST_CASE("env pool rejects bad sizes and reports the failing env") {
-  auto none = agentrt::EnvPool::Make([] { return agentrt::MakeCartPole(nullptr); },
-                                     {.num_envs = 0});
+  auto none =
+      agentrt::EnvPool::Make([] { return agentrt::MakeCartPole(nullptr); }, {.num_envs = 0});
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.status().message(), Catch::Contains("num_envs"));
   auto failing = agentrt::EnvPool::Make(
-      [] { return agentrt::GlobalEnvRegistry().MakeEnv("cartpole", {{"bogus", 1}}); },
+      [] {
+        return agentrt::GlobalEnvRegistry().MakeEnv("cartpole", {{"bogus", 1}});
+      },
       {.num_envs = 2});
   REQUIRE_FALSE(failing.ok());
   CHECK_THAT(failing.status().message(), Catch::Contains("building env 0"));

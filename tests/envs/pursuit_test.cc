@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
+#include "envs/pursuit.h"
 
+#include <catch2/catch.hpp>
 #include <vector>
 
-#include "envs/pursuit.h"
 #include "envs/registry.h"
 #include "envs/single_agent_view.h"
 
@@ -142,13 +142,13 @@ TEST_CASE("pursuit observation window shows walls, predators and prey around the
   REQUIRE(o == 3 * 9 + 3);
   const float* me = s.obs.data();  // predator 0 at the top-left corner
   // Window row-major (dy, dx) from (-1,-1); index 4 is the agent's own cell.
-  CHECK(me[0] == 1.0f);   // (-1,-1) outside
-  CHECK(me[4] == 0.0f);   // own cell inside
-  CHECK(me[9 + 4] == 1.0f);  // itself, a predator, on its cell
-  CHECK(me[9 + 5] == 1.0f);  // predator 1 to the right
-  CHECK(me[18 + 7] == 1.0f);  // the prey below
-  CHECK(me[27] == 0.0f);      // x / (w-1)
-  CHECK(me[29] == 1.0f);      // is a predator
+  CHECK(me[0] == 1.0f);              // (-1,-1) outside
+  CHECK(me[4] == 0.0f);              // own cell inside
+  CHECK(me[9 + 4] == 1.0f);          // itself, a predator, on its cell
+  CHECK(me[9 + 5] == 1.0f);          // predator 1 to the right
+  CHECK(me[18 + 7] == 1.0f);         // the prey below
+  CHECK(me[27] == 0.0f);             // x / (w-1)
+  CHECK(me[29] == 1.0f);             // is a predator
   CHECK(s.obs[2 * o + 29] == 0.0f);  // the prey's flag
 }
 
@@ -189,12 +189,12 @@ TEST_CASE("a single-agent view of pursuit plays the others with the given policy
   REQUIRE(view != nullptr);
   CHECK(view->controlled() == 2);
   int calls = 0;
-  view->set_others_policy([&](int agent, std::span<const float>, std::span<float> action,
-                              agentrt::Rng&) {
-    CHECK(agent < 2);
-    ++calls;
-    action[0] = Pursuit::kStay;
-  });
+  view->set_others_policy(
+      [&](int agent, std::span<const float>, std::span<float> action, agentrt::Rng&) {
+        CHECK(agent < 2);
+        ++calls;
+        action[0] = Pursuit::kStay;
+      });
   std::vector<float> obs(view->observation_space().size());
   view->Reset(3, obs);
   auto& world = dynamic_cast<Pursuit&>(view->world());

@@ -1,9 +1,9 @@
-#include <catch2/catch.hpp>
+#include "envs/registry.h"
 
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "envs/dummy.h"
-#include "envs/registry.h"
 
 TEST_CASE("the registry builds the built-in envs by name with parameters") {
   agentrt::EnvRegistry r = agentrt::EnvRegistry::WithBuiltins();

@@ -1,12 +1,12 @@
 // The hand-written forward/backward of the PPO networks against finite
 // differences of the loss, and the layout the header documents.
-#include <catch2/catch.hpp>
+#include "learners/actor_critic.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
 
 #include "envs/rng.h"
-#include "learners/actor_critic.h"
 
 using agentrt::ActorCritic;
 using agentrt::PpoLossCoefs;
@@ -45,8 +45,10 @@ float Loss(ActorCritic& net, const std::vector<float>& params, const Batch& b,
            const PpoLossCoefs& coefs) {
   std::vector<float> scratch(net.num_params(), 0.0f);
   net.Forward(params.data(), b.obs);
-  return net.LossAndGradient(params.data(), scratch.data(), b.actions, b.old_logp, b.adv,
-                             b.returns, coefs).loss;
+  return net
+      .LossAndGradient(params.data(), scratch.data(), b.actions, b.old_logp, b.adv, b.returns,
+                       coefs)
+      .loss;
 }
 
 }  // namespace
@@ -63,8 +65,8 @@ TEST_CASE("actor-critic parameter layout is policy then value, W then b per laye
   CHECK(p[2].out == 2);
   CHECK(v[0].w_offset == net.policy().num_params());
   CHECK(v[2].out == 1);
-  CHECK(net.num_params() == (4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2) +
-                                (4 * 64 + 64 + 64 * 64 + 64 + 64 * 1 + 1));
+  CHECK(net.num_params() ==
+        (4 * 64 + 64 + 64 * 64 + 64 + 64 * 2 + 2) + (4 * 64 + 64 + 64 * 64 + 64 + 64 * 1 + 1));
 }
 
 TEST_CASE("actor-critic init is orthogonal with the documented gains and zero biases") {
@@ -94,8 +96,8 @@ TEST_CASE("actor-critic gradient matches finite differences of the PPO loss") {
 
   std::vector<float> grads(net.num_params(), 0.0f);
   net.Forward(params.data(), b.obs);
-  const agentrt::PpoLossTerms terms = net.LossAndGradient(
-      params.data(), grads.data(), b.actions, b.old_logp, b.adv, b.returns, coefs);
+  const agentrt::PpoLossTerms terms = net.LossAndGradient(params.data(), grads.data(), b.actions,
+                                                          b.old_logp, b.adv, b.returns, coefs);
   CHECK(terms.clip_fraction > 0.0f);  // the clipped branch is exercised
   CHECK(terms.clip_fraction < 1.0f);
 
@@ -109,7 +111,8 @@ TEST_CASE("actor-critic gradient matches finite differences of the PPO loss") {
     const double numeric =
         (static_cast<double>(Loss(net, plus, b, coefs)) - Loss(net, minus, b, coefs)) / (2.0 * eps);
     const double analytic = grads[k];
-    const double err = std::abs(numeric - analytic) / std::max(1e-2, std::abs(numeric) + std::abs(analytic));
+    const double err =
+        std::abs(numeric - analytic) / std::max(1e-2, std::abs(numeric) + std::abs(analytic));
     worst = std::max(worst, err);
     INFO("param " << k << " numeric " << numeric << " analytic " << analytic);
     REQUIRE(err < 2e-2);

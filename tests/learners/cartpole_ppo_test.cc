@@ -3,7 +3,6 @@
 // Runs as one process (single-rank group) or under `mpirun -np 2` (MPI group:
 // each rank steps its own envs, gradients are averaged over the two).
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 
@@ -13,7 +12,8 @@
 namespace {
 
 std::unique_ptr<agentrt::Group> MakeTestGroup() {
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return agentrt::MakeSingleRankGroup("cartpole");
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr)
+    return agentrt::MakeSingleRankGroup("cartpole");
   agentrt::GroupOptions o;
   o.backend = agentrt::GroupBackend::kMpi;
   o.agent = "cartpole";
@@ -29,12 +29,9 @@ TEST_CASE("ppo reaches a mean return of 475 on cartpole within 150k env steps") 
   // The args a plan would give agent-worker. Every rank runs its own 8 envs,
   // so an update of N ranks learns from N x 1024 samples; N x 4 minibatches
   // keep the group's minibatch at 256 samples, as with one rank.
-  const nlohmann::json args = {{"env", "cartpole"},
-                               {"seed", 3},
-                               {"steps", 150000},
-                               {"num_envs", 8},
-                               {"rollout_steps", 128},
-                               {"minibatches", 4 * group->size()}};
+  const nlohmann::json args = {{"env", "cartpole"},    {"seed", 3},
+                               {"steps", 150000},      {"num_envs", 8},
+                               {"rollout_steps", 128}, {"minibatches", 4 * group->size()}};
   auto config = agentrt::PpoTrainerConfig::FromJson(args);
   REQUIRE(config.ok());
   auto trainer = agentrt::PpoTrainer::Make(*config, *group);
@@ -48,9 +45,8 @@ TEST_CASE("ppo reaches a mean return of 475 on cartpole within 150k env steps") 
     REQUIRE(s.ok());
     if (group->rank() == 0 && m.ppo.updates % 10 == 0) {
       std::printf("steps %lld return %.1f len %.1f entropy %.3f kl %.4f ev %.2f sps %.0f\n",
-                  static_cast<long long>(m.env_steps), m.episode_return_mean,
-                  m.episode_length_mean, m.ppo.entropy, m.ppo.approx_kl,
-                  m.ppo.explained_variance, m.steps_per_s);
+                  static_cast<long long>(m.env_steps), m.episode_return_mean, m.episode_length_mean,
+                  m.ppo.entropy, m.ppo.approx_kl, m.ppo.explained_variance, m.steps_per_s);
     }
     if (m.window_episodes >= 20 && m.episode_return_mean >= 475.0f) {
       solved = true;

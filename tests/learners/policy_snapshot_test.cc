@@ -1,13 +1,13 @@
 // Policy snapshots: what an agent publishes for the others to play against.
-#include <catch2/catch.hpp>
+#include "learners/policy_snapshot.h"
 
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "agent_runtime/group.h"
 #include "envs/env_pool.h"
 #include "envs/pursuit.h"
 #include "envs/registry.h"
-#include "learners/policy_snapshot.h"
 #include "learners/ppo_trainer.h"
 
 TEST_CASE("a policy snapshot plays exactly like the learner it was taken from") {

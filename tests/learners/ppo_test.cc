@@ -1,7 +1,6 @@
 // The PPO learner's contract: hyperparameters by name, learning on the dummy
 // env, state save/load that restores everything a resume needs.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "agent_runtime/group.h"
@@ -108,9 +107,8 @@ TEST_CASE("ppo state from another network or garbage is refused") {
   auto group = agentrt::MakeSingleRankGroup("t");
   auto a = MakeTrainer({{"env", "cartpole"}, {"num_envs", 2}, {"rollout_steps", 8}}, *group);
   const std::vector<uint8_t> saved = a->SaveState();
-  auto wider = MakeTrainer({{"env", "cartpole"}, {"num_envs", 2}, {"rollout_steps", 8},
-                            {"hidden", 32}},
-                           *group);
+  auto wider = MakeTrainer(
+      {{"env", "cartpole"}, {"num_envs", 2}, {"rollout_steps", 8}, {"hidden", 32}}, *group);
   const agentrt::Status s = wider->LoadState(saved);
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("parameters"));

@@ -2,7 +2,6 @@
 // few tens of thousands of steps catches a randomly moving prey far more often
 // than a uniformly random predator does (same seeds, same episode budget).
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <vector>
 
@@ -12,7 +11,7 @@
 
 namespace {
 
-const nlohmann::json kWorld = {{"width", 7},     {"predators", 1}, {"prey", 1},
+const nlohmann::json kWorld = {{"width", 7},     {"predators", 1},  {"prey", 1},
                                {"capture_k", 1}, {"max_steps", 15}, {"control", "predator_0"}};
 
 // Fraction of `episodes` episodes that end in a capture; `learner` null plays uniformly.
@@ -39,8 +38,8 @@ double CaptureRate(agentrt::PpoLearner* learner, int episodes) {
 
 TEST_CASE("a ppo predator learns to catch a random prey in pursuit") {
   auto group = agentrt::MakeSingleRankGroup("predator");
-  nlohmann::json args = {{"env", "pursuit"}, {"env_args", kWorld}, {"steps", 40000},
-                         {"seed", 2},        {"ent_coef", 0.01}};
+  nlohmann::json args = {
+      {"env", "pursuit"}, {"env_args", kWorld}, {"steps", 40000}, {"seed", 2}, {"ent_coef", 0.01}};
   auto config = agentrt::PpoTrainerConfig::FromJson(args);
   REQUIRE(config.ok());
   auto trainer = agentrt::PpoTrainer::Make(*config, *group);
@@ -50,8 +49,8 @@ TEST_CASE("a ppo predator learns to catch a random prey in pursuit") {
   while ((*trainer)->env_steps() < 40000) REQUIRE((*trainer)->Iterate(&m).ok());
   const double learned_rate = CaptureRate(&(*trainer)->learner(), 300);
   std::printf("capture rate: random %.3f, ppo %.3f after %lld steps (return %.2f, length %.1f)\n",
-              random_rate, learned_rate, static_cast<long long>(m.env_steps),
-              m.episode_return_mean, m.episode_length_mean);
+              random_rate, learned_rate, static_cast<long long>(m.env_steps), m.episode_return_mean,
+              m.episode_length_mean);
   CHECK(learned_rate >= 2.0 * random_rate);
   CHECK(learned_rate >= 0.8);
 }
