@@ -141,6 +141,10 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
     Touch(false);
   }
+  if (m.type == TelemetryType::kBye) {
+    // A rank leaving cleanly sends no more heartbeats; its exit (or mpirun's) decides the rest.
+    a.rank_done[static_cast<size_t>(m.rank)] = true;
+  }
   if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
       (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
     s.last_checkpoint_step = m.checkpoint_step;

@@ -190,6 +190,24 @@ TEST_CASE("a rank that stops heartbeating is declared dead after heartbeat_timeo
   CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
 }
 
+TEST_CASE("a rank that said bye is not expected to heartbeat while mpirun waits for the others") {
+  Fixture f;
+  auto agent = MakeAgent("m", 2);
+  agent.launch.use_mpirun = true;
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  auto bye = Heartbeat("m", 0);
+  bye.type = TelemetryType::kBye;
+  f.rc->OnTelemetry(bye);
+  for (int t = 0; t < 5; ++t) {
+    f.clock.now += 2;
+    f.rc->OnTelemetry(Heartbeat("m", 1));
+    f.rc->Tick();
+  }
+  CHECK(f.A("m").state == AgentState::kRunning);
+  CHECK(f.backend.SignalsTo("m", SIGTERM) == 0);
+}
+
 TEST_CASE("heartbeats from an earlier incarnation do not keep a new one alive") {
   Fixture f;
   auto agent = MakeAgent("a", 1);

@@ -188,6 +188,14 @@ int Run(const RunOptions& opts) {
   agentrt::Status pid_written =
       agentrt::WriteFileAtomic(dir->ControllerPidPath(), std::to_string(::getpid()) + "\n");
   if (!pid_written.ok()) Fail("run", pid_written);
+  // controller.pid lives exactly as long as this controller (also when a step below fails).
+  struct PidFileGuard {
+    std::string path;
+    ~PidFileGuard() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  } pid_guard{dir->ControllerPidPath()};
 
   // Credentials: one run secret (never printed, never in env or argv), one token file per agent.
   auto secret = dir->CreateSecret();
@@ -330,7 +338,6 @@ int Run(const RunOptions& opts) {
   (void)(*metrics)->Flush();
   display.Table(controller.status(), clock->NowSeconds(), /*force=*/true);
   (*bus)->Shutdown(std::chrono::milliseconds(1000));
-  std::filesystem::remove(dir->ControllerPidPath());
   const std::string summary = controller.Summary();
   if (!summary.empty()) std::fputs(summary.c_str(), stderr);
   Print(fmt::format("run {} {}; status: agentctl status {}\n", plan.run,
