@@ -4,10 +4,14 @@ namespace agentrt {
 
 std::string_view GroupBackendName(GroupBackend backend) {
   switch (backend) {
-    case GroupBackend::kAuto: return "auto";
-    case GroupBackend::kSingle: return "single";
-    case GroupBackend::kMpi: return "mpi";
-    case GroupBackend::kNccl: return "nccl";
+    case GroupBackend::kAuto:
+      return "auto";
+    case GroupBackend::kSingle:
+      return "single";
+    case GroupBackend::kMpi:
+      return "mpi";
+    case GroupBackend::kNccl:
+      return "nccl";
   }
   return "auto";
 }

@@ -10,11 +10,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace agentrt {
 
@@ -22,49 +21,51 @@ namespace agentrt {
 #define AGENTRT_DECLARE_SETTING(type, name, default_value, doc) type name = default_value;
 
 // X(type, name, default, doc) — `run:`
-#define AGENTRT_RUN_SETTINGS(X)                                                                  \
+#define AGENTRT_RUN_SETTINGS(X)                                                                    \
   X(std::string, name, "agentrt", "run name; `agentctl run` creates <dir>/<name>-<UTC timestamp>") \
-  X(std::string, dir, "runs", "parent directory of run directories (relative to the working directory)")
+  X(std::string, dir, "runs",                                                                      \
+    "parent directory of run directories (relative to the working directory)")
 
 // `cluster: ports:` — every agent gets its own block of `per_agent` ports out of
 // [first, last] on each of its nodes; the bus takes the first block of the
 // first node when `bus.port` is auto.
-#define AGENTRT_PORT_SETTINGS(X)                                             \
-  X(int, first, 20000, "first port of the range handed out on every node")   \
-  X(int, last, 29999, "last port (inclusive) of the range")                  \
+#define AGENTRT_PORT_SETTINGS(X)                                           \
+  X(int, first, 20000, "first port of the range handed out on every node") \
+  X(int, last, 29999, "last port (inclusive) of the range")                \
   X(int, per_agent, 16, "ports in one agent's block; the first is MASTER_PORT")
 
 // `slurm:` — used by the SLURM launch backends and `agentctl sbatch`.
-#define AGENTRT_SLURM_SETTINGS(X)                                                               \
-  X(std::string, partition, "", "sbatch --partition; empty = the cluster's default")             \
-  X(std::string, account, "", "sbatch --account; empty = the user's default")                   \
-  X(std::string, qos, "", "sbatch --qos; empty = none")                                          \
-  X(std::string, time, "24:00:00", "sbatch --time wall-clock limit ([D-]HH:MM:SS)")              \
-  X(std::string, constraint, "", "sbatch --constraint feature expression; empty = none")         \
+#define AGENTRT_SLURM_SETTINGS(X)                                                                  \
+  X(std::string, partition, "", "sbatch --partition; empty = the cluster's default")               \
+  X(std::string, account, "", "sbatch --account; empty = the user's default")                      \
+  X(std::string, qos, "", "sbatch --qos; empty = none")                                            \
+  X(std::string, time, "24:00:00", "sbatch --time wall-clock limit ([D-]HH:MM:SS)")                \
+  X(std::string, constraint, "", "sbatch --constraint feature expression; empty = none")           \
   X(int, signal_grace_s, 120, "seconds before the time limit at which SLURM signals a checkpoint") \
   X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")
 
 // `bus:` — the gRPC message bus.
-#define AGENTRT_BUS_SETTINGS(X)                                                                   \
-  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")                  \
-  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes")          \
-  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire")           \
-  X(std::int64_t, retention_bytes, 1073741824, "payload bytes kept per topic before the oldest expire") \
-  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                          \
-  X(bool, tls, false, "serve the bus over TLS (cert_file/key_file required)")                     \
-  X(std::string, cert_file, "", "PEM certificate of the bus server (tls: true)")                  \
-  X(std::string, key_file, "", "PEM private key of the bus server (tls: true)")                   \
+#define AGENTRT_BUS_SETTINGS(X)                                                          \
+  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")         \
+  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes") \
+  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire") \
+  X(std::int64_t, retention_bytes, 1073741824,                                           \
+    "payload bytes kept per topic before the oldest expire")                             \
+  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                 \
+  X(bool, tls, false, "serve the bus over TLS (cert_file/key_file required)")            \
+  X(std::string, cert_file, "", "PEM certificate of the bus server (tls: true)")         \
+  X(std::string, key_file, "", "PEM private key of the bus server (tls: true)")          \
   X(std::string, ca_file, "", "PEM CA bundle clients use to verify the bus; empty = cert_file")
 
 // `restart:` under `defaults:` or an agent.
-#define AGENTRT_RESTART_SETTINGS(X)                                                          \
-  X(int, max_restarts, 3, "restarts of a failed agent before the run gives up on it")         \
-  X(double, backoff_s, 2.0, "wait before restarting a failed agent, seconds")                 \
+#define AGENTRT_RESTART_SETTINGS(X)                                                             \
+  X(int, max_restarts, 3, "restarts of a failed agent before the run gives up on it")           \
+  X(double, backoff_s, 2.0, "wait before restarting a failed agent, seconds")                   \
   X(double, heartbeat_timeout_s, 60.0, "a rank silent for this long is declared dead, seconds") \
   X(double, grace_s, 10.0, "SIGTERM-to-SIGKILL grace when tearing an agent down, seconds")
 
 // `checkpoint:` under `defaults:` or an agent.
-#define AGENTRT_CHECKPOINT_SETTINGS(X)                                  \
+#define AGENTRT_CHECKPOINT_SETTINGS(X)                                    \
   X(double, interval_s, 1800.0, "wall time between checkpoints, seconds") \
   X(int, keep_last, 3, "newest checkpoints kept per agent")
 
@@ -125,14 +126,14 @@ struct AgentDefaults {
 
 // One agent after replica expansion.
 struct AgentConfig {
-  std::string name;        // `predator-1` (replicas) or `prey` (no replicas: key)
-  std::string base_name;   // `predator`, as written in the file
-  int replica = 0;         // 0..replicas-1
-  int index = 0;           // position in Config::agents
-  int gpus = 0;            // GPUs of the whole agent; 0 = CPU agent
-  int ranks = 1;           // processes; defaults to gpus (one rank per GPU), else 1
-  std::vector<std::string> command;          // argv; the first is looked up on PATH
-  std::map<std::string, std::string> env;    // defaults.env overlaid with the agent's env
+  std::string name;                        // `predator-1` (replicas) or `prey` (no replicas: key)
+  std::string base_name;                   // `predator`, as written in the file
+  int replica = 0;                         // 0..replicas-1
+  int index = 0;                           // position in Config::agents
+  int gpus = 0;                            // GPUs of the whole agent; 0 = CPU agent
+  int ranks = 1;                           // processes; defaults to gpus (one rank per GPU), else 1
+  std::vector<std::string> command;        // argv; the first is looked up on PATH
+  std::map<std::string, std::string> env;  // defaults.env overlaid with the agent's env
   nlohmann::json args = nlohmann::json::object();  // arbitrary YAML map, passed to the agent
   RestartPolicy restart;
   CheckpointPolicy checkpoint;
@@ -146,9 +147,9 @@ struct AgentConfig {
 // one channel per matching publisher (e.g. `policies/{agent}`).
 struct ChannelConfig {
   std::string topic;
-  std::vector<std::string> publisher_patterns;   // globs as written (`predator-*`)
+  std::vector<std::string> publisher_patterns;  // globs as written (`predator-*`)
   std::vector<std::string> subscriber_patterns;
-  std::vector<std::string> publishers;   // expanded agent names, in agent order
+  std::vector<std::string> publishers;  // expanded agent names, in agent order
   std::vector<std::string> subscribers;
 };
 

@@ -25,11 +25,13 @@ bool IsDigits(std::string_view s) {
 }
 
 Status Malformed(std::string_view expr, size_t offset, std::string_view what) {
-  return InvalidArgument(fmt::format("malformed hostlist '{}' at character {}: {}", expr, offset + 1, what));
+  return InvalidArgument(
+      fmt::format("malformed hostlist '{}' at character {}: {}", expr, offset + 1, what));
 }
 
 // Expands the inside of one bracket group: `01-04,07`.
-Status ExpandGroup(std::string_view expr, size_t offset, std::string_view body, std::vector<std::string>& out) {
+Status ExpandGroup(std::string_view expr, size_t offset, std::string_view body,
+                   std::vector<std::string>& out) {
   if (body.empty()) return Malformed(expr, offset, "empty []");
   size_t start = 0;
   while (start <= body.size()) {
@@ -40,15 +42,18 @@ Status ExpandGroup(std::string_view expr, size_t offset, std::string_view body, 
     std::string_view lo = item.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
     if (!IsDigits(lo) || !IsDigits(hi) || lo.size() > 9 || hi.size() > 9) {
-      return Malformed(expr, offset + 1 + start,
-                       fmt::format("expected a number or range like 01-04 inside [], got '{}'", item));
+      return Malformed(
+          expr, offset + 1 + start,
+          fmt::format("expected a number or range like 01-04 inside [], got '{}'", item));
     }
     unsigned long a = 0, b = 0;
     std::from_chars(lo.data(), lo.data() + lo.size(), a);
     std::from_chars(hi.data(), hi.data() + hi.size(), b);
-    if (b < a) return Malformed(expr, offset + 1 + start, fmt::format("range {} runs backwards", item));
+    if (b < a)
+      return Malformed(expr, offset + 1 + start, fmt::format("range {} runs backwards", item));
     if (out.size() + (b - a + 1) > kMaxHostlistNames) {
-      return Malformed(expr, offset, fmt::format("expands to more than {} names", kMaxHostlistNames));
+      return Malformed(expr, offset,
+                       fmt::format("expands to more than {} names", kMaxHostlistNames));
     }
     const int width = lo.size() > 1 && lo[0] == '0' ? static_cast<int>(lo.size()) : 0;
     for (unsigned long v = a; v <= b; ++v) out.push_back(fmt::format("{:0{}}", v, width));
@@ -80,7 +85,8 @@ Result<std::vector<std::string>> ExpandHostlist(std::string_view expr) {
         }
         Part part;
         part.is_group = true;
-        AGENTRT_RETURN_IF_ERROR(ExpandGroup(expr, i, expr.substr(i + 1, close - i - 1), part.choices));
+        AGENTRT_RETURN_IF_ERROR(
+            ExpandGroup(expr, i, expr.substr(i + 1, close - i - 1), part.choices));
         parts.push_back(std::move(part));
         i = close + 1;
       } else if (expr[i] == ']') {
@@ -103,7 +109,8 @@ Result<std::vector<std::string>> ExpandHostlist(std::string_view expr) {
         continue;
       }
       if (expanded.size() * part.choices.size() + names.size() > kMaxHostlistNames) {
-        return Malformed(expr, pattern_start, fmt::format("expands to more than {} names", kMaxHostlistNames));
+        return Malformed(expr, pattern_start,
+                         fmt::format("expands to more than {} names", kMaxHostlistNames));
       }
       next.reserve(expanded.size() * part.choices.size());
       for (const std::string& prefix : expanded) {

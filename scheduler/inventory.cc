@@ -1,13 +1,12 @@
 #include "scheduler/inventory.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 #include <numeric>
 #include <thread>
-
-#include <fmt/format.h>
 
 #ifdef AGENTRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -39,13 +38,16 @@ std::vector<std::vector<int>> PeerGroups(int gpus) {
   std::vector<int> parent(static_cast<size_t>(gpus));
   std::iota(parent.begin(), parent.end(), 0);
   auto find = [&](int x) {
-    while (parent[static_cast<size_t>(x)] != x) x = parent[static_cast<size_t>(x)] = parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
+    while (parent[static_cast<size_t>(x)] != x)
+      x = parent[static_cast<size_t>(x)] =
+          parent[static_cast<size_t>(parent[static_cast<size_t>(x)])];
     return x;
   };
   for (int a = 0; a < gpus; ++a) {
     for (int b = a + 1; b < gpus; ++b) {
       int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, a, b) == cudaSuccess && can) parent[static_cast<size_t>(find(b))] = find(a);
+      if (cudaDeviceCanAccessPeer(&can, a, b) == cudaSuccess && can)
+        parent[static_cast<size_t>(find(b))] = find(a);
     }
   }
   std::vector<std::vector<int>> groups;
@@ -68,7 +70,8 @@ LocalMachine DetectLocalMachine() {
   LocalMachine m;
   m.hostname = Hostname();
   long online = ::sysconf(_SC_NPROCESSORS_ONLN);
-  m.cpus = online > 0 ? static_cast<int>(online) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.cpus = online > 0 ? static_cast<int>(online)
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #ifdef AGENTRT_HAVE_CUDA
   int count = 0;
   if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
@@ -132,7 +135,8 @@ namespace {
 bool StateUsable(std::string_view state) {
   if (state.empty()) return false;
   if (state.find('*') != std::string_view::npos) return false;  // not responding
-  for (std::string_view bad : {"DOWN", "DRAIN", "FAIL", "MAINT", "POWER", "FUTURE", "INVAL", "REBOOT", "NOT_RESPONDING", "UNKNOWN"}) {
+  for (std::string_view bad : {"DOWN", "DRAIN", "FAIL", "MAINT", "POWER", "FUTURE", "INVAL",
+                               "REBOOT", "NOT_RESPONDING", "UNKNOWN"}) {
     if (state.find(bad) != std::string_view::npos) return false;
   }
   return true;
@@ -202,7 +206,9 @@ Result<std::vector<SlurmNode>> ParseScontrolNodes(std::string_view text) {
       }
     }
     if (!have_name || node.spec.name.empty()) {
-      return InvalidArgument(fmt::format("scontrol output line {}: no NodeName= (is this `scontrol show node -o` output?)", line_no));
+      return InvalidArgument(fmt::format(
+          "scontrol output line {}: no NodeName= (is this `scontrol show node -o` output?)",
+          line_no));
     }
     if (node.spec.gpus > 0) {
       std::vector<int> all(static_cast<size_t>(node.spec.gpus));
@@ -217,7 +223,8 @@ Result<std::vector<SlurmNode>> ParseScontrolNodes(std::string_view text) {
 
 Inventory InventoryFromSlurm(const std::vector<SlurmNode>& nodes, std::string_view partition) {
   Inventory inv;
-  inv.source = partition.empty() ? std::string("slurm") : fmt::format("slurm partition {}", partition);
+  inv.source =
+      partition.empty() ? std::string("slurm") : fmt::format("slurm partition {}", partition);
   for (const SlurmNode& n : nodes) {
     if (!n.usable) continue;
     if (!partition.empty() &&

@@ -15,11 +15,11 @@
 namespace agentrt {
 
 struct Inventory {
-  std::vector<NodeSpec> nodes;   // in order: the first node hosts the bus
+  std::vector<NodeSpec> nodes;  // in order: the first node hosts the bus
   // The local machine: CPU counts are advice, not a limit (a 2-core laptop may
   // run a 5-rank demo); the planner then warns instead of refusing.
   bool oversubscribe_cpus = false;
-  std::string source;            // "config", "local machine", "slurm partition gpu", ...
+  std::string source;  // "config", "local machine", "slurm partition gpu", ...
 };
 
 Inventory InventoryFromCluster(const ClusterConfig& cluster, std::string source = "config");
@@ -40,10 +40,10 @@ Inventory LocalInventory(const LocalMachine& machine);
 
 // One line of `scontrol show node -o`.
 struct SlurmNode {
-  NodeSpec spec;                    // name, gpus (from Gres), cpus (CPUTot), one NVLink domain
-  int gpus_used = 0;                // from GresUsed, when present
-  int cpus_allocated = 0;           // CPUAlloc
-  std::string state;                // e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN*"
+  NodeSpec spec;           // name, gpus (from Gres), cpus (CPUTot), one NVLink domain
+  int gpus_used = 0;       // from GresUsed, when present
+  int cpus_allocated = 0;  // CPUAlloc
+  std::string state;       // e.g. "IDLE", "MIXED", "IDLE+DRAIN", "DOWN*"
   std::vector<std::string> partitions;
   // false when the node cannot take jobs: DOWN, DRAIN(ED/ING), FAIL, MAINT,
   // NOT_RESPONDING (`*`), POWERED_DOWN, FUTURE, INVAL, REBOOT...

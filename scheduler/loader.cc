@@ -1,7 +1,9 @@
 #include "scheduler/loader.h"
 
+#include <fmt/format.h>
 #include <fnmatch.h>
 #include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,9 +14,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "scheduler/hostlist.h"
 
@@ -45,8 +44,8 @@ bool IsTokenStart(std::string_view text, size_t i) {
 
 Status PrescanYaml(std::string_view text, std::string_view source, const LoadLimits& limits) {
   if (text.size() > limits.max_bytes) {
-    return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes", source,
-                                       text.size(), limits.max_bytes));
+    return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes",
+                                       source, text.size(), limits.max_bytes));
   }
   int line = 1;
   size_t line_start = 0;
@@ -57,12 +56,14 @@ Status PrescanYaml(std::string_view text, std::string_view source, const LoadLim
   enum { kPlain, kSingle, kDouble } quote = kPlain;
   bool at_line_start = true;
   auto fail = [&](size_t i, std::string_view what) {
-    return InvalidArgument(fmt::format("{}: {}", Location(source, line, static_cast<int>(i - line_start) + 1), what));
+    return InvalidArgument(
+        fmt::format("{}: {}", Location(source, line, static_cast<int>(i - line_start) + 1), what));
   };
   auto depth_check = [&](size_t i) -> Status {
     const int depth = static_cast<int>(indents.size()) + flow_depth;
     if (depth > limits.max_depth) {
-      return fail(i, fmt::format("nesting deeper than {} levels; a config never needs that", limits.max_depth));
+      return fail(i, fmt::format("nesting deeper than {} levels; a config never needs that",
+                                 limits.max_depth));
     }
     return Status::Ok();
   };
@@ -122,8 +123,12 @@ Status PrescanYaml(std::string_view text, std::string_view source, const LoadLim
       case '#':
         while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
         break;
-      case '\'': quote = kSingle; break;
-      case '"': quote = kDouble; break;
+      case '\'':
+        quote = kSingle;
+        break;
+      case '"':
+        quote = kDouble;
+        break;
       case '[':
       case '{':
         ++flow_depth;
@@ -131,15 +136,18 @@ Status PrescanYaml(std::string_view text, std::string_view source, const LoadLim
         break;
       case '&':
         if (++anchors > limits.max_anchors) {
-          return fail(i, fmt::format("more than {} anchors (&); refusing a possible alias bomb", limits.max_anchors));
+          return fail(i, fmt::format("more than {} anchors (&); refusing a possible alias bomb",
+                                     limits.max_anchors));
         }
         break;
       case '*':
         if (++aliases > limits.max_aliases) {
-          return fail(i, fmt::format("more than {} aliases (*); refusing a possible alias bomb", limits.max_aliases));
+          return fail(i, fmt::format("more than {} aliases (*); refusing a possible alias bomb",
+                                     limits.max_aliases));
         }
         break;
-      default: break;
+      default:
+        break;
     }
   }
   return Status::Ok();
@@ -189,11 +197,16 @@ std::string Index(const std::string& path, size_t i) { return fmt::format("{}[{}
 
 std::string KindName(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return fmt::format("'{}'", n.Scalar());
-    case YAML::NodeType::Null: return "nothing";
-    default: return "an undefined value";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", n.Scalar());
+    case YAML::NodeType::Null:
+      return "nothing";
+    default:
+      return "an undefined value";
   }
 }
 
@@ -201,26 +214,33 @@ bool IsQuoted(const YAML::Node& n) { return n.Tag() == "!"; }
 
 class Converter {
  public:
-  Converter(std::string source, const LoadLimits& limits) : source_(std::move(source)), limits_(limits) {}
+  Converter(std::string source, const LoadLimits& limits)
+      : source_(std::move(source)), limits_(limits) {}
 
-  [[noreturn]] void Fail(const YAML::Node& at, const std::string& key, const std::string& what) const {
+  [[noreturn]] void Fail(const YAML::Node& at, const std::string& key,
+                         const std::string& what) const {
     YAML::Mark mark = at.IsDefined() ? at.Mark() : YAML::Mark::null_mark();
     Fail(mark, key, what);
   }
-  [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key, const std::string& what) const {
-    std::string where = mark.is_null() ? source_ : Location(source_, mark.line + 1, mark.column + 1);
+  [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
+                         const std::string& what) const {
+    std::string where =
+        mark.is_null() ? source_ : Location(source_, mark.line + 1, mark.column + 1);
     if (key.empty()) throw ConfigError(fmt::format("{}: {}", where, what));
     throw ConfigError(fmt::format("{}: key '{}': {}", where, key, what));
   }
 
   void Visit(const YAML::Node& at) {
     if (++visited_ > limits_.max_nodes) {
-      Fail(at, "", fmt::format("the document expands to more than {} nodes (an alias bomb?)", limits_.max_nodes));
+      Fail(at, "",
+           fmt::format("the document expands to more than {} nodes (an alias bomb?)",
+                       limits_.max_nodes));
     }
   }
 
   // Checks that `map` is a map whose keys are all in `allowed`.
-  void CheckMap(const YAML::Node& map, const std::string& path, const std::vector<std::string>& allowed) {
+  void CheckMap(const YAML::Node& map, const std::string& path,
+                const std::vector<std::string>& allowed) {
     Visit(map);
     if (!map.IsMap()) Fail(map, path, fmt::format("expected a map, got {}", KindName(map)));
     std::set<std::string> seen;
@@ -248,12 +268,14 @@ class Converter {
   void Convert(const YAML::Node& n, const std::string& key, int& out) {
     std::int64_t v = 0;
     Convert(n, key, v);
-    if (v < INT32_MIN || v > INT32_MAX) Fail(n, key, fmt::format("expected an integer, got {} (out of range)", v));
+    if (v < INT32_MIN || v > INT32_MAX)
+      Fail(n, key, fmt::format("expected an integer, got {} (out of range)", v));
     out = static_cast<int>(v);
   }
   void Convert(const YAML::Node& n, const std::string& key, std::int64_t& out) {
     Visit(n);
-    if (!n.IsScalar() || IsQuoted(n)) Fail(n, key, fmt::format("expected an integer, got {}", KindName(n)));
+    if (!n.IsScalar() || IsQuoted(n))
+      Fail(n, key, fmt::format("expected an integer, got {}", KindName(n)));
     const std::string& s = n.Scalar();
     const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
     auto [ptr, ec] = std::from_chars(begin, s.data() + s.size(), out);
@@ -263,7 +285,8 @@ class Converter {
   }
   void Convert(const YAML::Node& n, const std::string& key, double& out) {
     Visit(n);
-    if (!n.IsScalar() || IsQuoted(n)) Fail(n, key, fmt::format("expected a number, got {}", KindName(n)));
+    if (!n.IsScalar() || IsQuoted(n))
+      Fail(n, key, fmt::format("expected a number, got {}", KindName(n)));
     const std::string& s = n.Scalar();
     char* end = nullptr;
     errno = 0;
@@ -275,7 +298,8 @@ class Converter {
   void Convert(const YAML::Node& n, const std::string& key, bool& out) {
     Visit(n);
     static const std::set<std::string> kTrue = {"true", "True", "TRUE", "yes", "Yes", "on", "On"};
-    static const std::set<std::string> kFalse = {"false", "False", "FALSE", "no", "No", "off", "Off"};
+    static const std::set<std::string> kFalse = {"false", "False", "FALSE", "no",
+                                                 "No",    "off",   "Off"};
     if (n.IsScalar() && !IsQuoted(n) && kTrue.count(n.Scalar())) {
       out = true;
     } else if (n.IsScalar() && !IsQuoted(n) && kFalse.count(n.Scalar())) {
@@ -292,21 +316,24 @@ class Converter {
       out.push_back(n.Scalar());
       return;
     }
-    if (!n.IsSequence()) Fail(n, key, fmt::format("expected a list of strings, got {}", KindName(n)));
+    if (!n.IsSequence())
+      Fail(n, key, fmt::format("expected a list of strings, got {}", KindName(n)));
     for (size_t i = 0; i < n.size(); ++i) {
       std::string s;
       Convert(n[i], Index(key, i), s);
       out.push_back(std::move(s));
     }
   }
-  void Convert(const YAML::Node& n, const std::string& key, std::map<std::string, std::string>& out) {
+  void Convert(const YAML::Node& n, const std::string& key,
+               std::map<std::string, std::string>& out) {
     Visit(n);
     if (!n.IsMap()) Fail(n, key, fmt::format("expected a map of strings, got {}", KindName(n)));
     for (auto it = n.begin(); it != n.end(); ++it) {
       Visit(it->first);
       const std::string name = it->first.Scalar();
       if (!it->second.IsScalar()) {
-        Fail(it->second, Join(key, name), fmt::format("expected a string, got {}", KindName(it->second)));
+        Fail(it->second, Join(key, name),
+             fmt::format("expected a string, got {}", KindName(it->second)));
       }
       out[name] = it->second.Scalar();
     }
@@ -325,7 +352,8 @@ class Converter {
   nlohmann::json ToJson(const YAML::Node& n, const std::string& key) {
     Visit(n);
     switch (n.Type()) {
-      case YAML::NodeType::Null: return nullptr;
+      case YAML::NodeType::Null:
+        return nullptr;
       case YAML::NodeType::Sequence: {
         nlohmann::json arr = nlohmann::json::array();
         for (size_t i = 0; i < n.size(); ++i) arr.push_back(ToJson(n[i], Index(key, i)));
@@ -340,8 +368,10 @@ class Converter {
         }
         return obj;
       }
-      case YAML::NodeType::Scalar: return ScalarToJson(n);
-      default: Fail(n, key, "undefined value");
+      case YAML::NodeType::Scalar:
+        return ScalarToJson(n);
+      default:
+        Fail(n, key, "undefined value");
     }
   }
 
@@ -358,7 +388,8 @@ class Converter {
     if (ec == std::errc() && ptr == s.data() + s.size()) return i;
     static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
     if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
-    if (s == ".inf" || s == "+.inf" || s == "-.inf" || s == ".nan") return s;  // JSON has no inf/nan
+    if (s == ".inf" || s == "+.inf" || s == "-.inf" || s == ".nan")
+      return s;  // JSON has no inf/nan
     return s;
   }
 
@@ -369,12 +400,14 @@ class Converter {
 
 #define AGENTRT_KEY_NAME(type, name, default_value, doc) #name,
 
-const std::vector<std::string> kTopKeys = {"run", "cluster", "slurm", "bus", "defaults", "agents", "channels"};
+const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",   "bus",
+                                           "defaults", "agents",  "channels"};
 const std::vector<std::string> kClusterKeys = {"nodes", "ports"};
 const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains"};
 const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "command", "env"};
-const std::vector<std::string> kAgentKeys = {"name", "replicas", "gpus",       "ranks", "command", "env",
-                                             "args", "restart",  "checkpoint", "nodes", "backend"};
+const std::vector<std::string> kAgentKeys = {"name",       "replicas", "gpus",   "ranks",
+                                             "command",    "env",      "args",   "restart",
+                                             "checkpoint", "nodes",    "backend"};
 const std::vector<std::string> kChannelKeys = {"topic", "publishers", "subscribers"};
 constexpr int kMaxGpusPerNode = 64;
 
@@ -393,9 +426,9 @@ const std::regex& TopicRegex() {
 
 // Variables the launcher sets itself (DESIGN §4); a config must not override them.
 bool IsReservedEnv(const std::string& key) {
-  static const std::set<std::string> kReserved = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",
-                                                  "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                                  "CUDA_VISIBLE_DEVICES"};
+  static const std::set<std::string> kReserved = {
+      "RANK",        "WORLD_SIZE",  "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES"};
   return kReserved.count(key) > 0 || key.rfind("AGENTRT_", 0) == 0;
 }
 
@@ -407,15 +440,18 @@ class ConfigBuilder {
     Config config;
     config.source = c_.source();
     if (root.IsNull() || !root.IsDefined()) {
-      c_.Fail(YAML::Mark(), "", "the config is empty; expected a map with at least an 'agents:' list");
+      c_.Fail(YAML::Mark(), "",
+              "the config is empty; expected a map with at least an 'agents:' list");
     }
     if (!root.IsMap()) {
-      c_.Fail(root, "", fmt::format("expected a map with at least an 'agents:' list at the top, got {}",
-                                    KindName(root)));
+      c_.Fail(root, "",
+              fmt::format("expected a map with at least an 'agents:' list at the top, got {}",
+                          KindName(root)));
     }
     c_.CheckMap(root, "", kTopKeys);
     if (const YAML::Node n = root["run"]; n.IsDefined()) ParseRun(n, config.run);
-    if (const YAML::Node n = root["cluster"]; n.IsDefined()) ParseCluster(n, "cluster", config.cluster, nullptr);
+    if (const YAML::Node n = root["cluster"]; n.IsDefined())
+      ParseCluster(n, "cluster", config.cluster, nullptr);
     if (const YAML::Node n = root["slurm"]; n.IsDefined()) ParseSlurm(n, config.slurm);
     if (const YAML::Node n = root["bus"]; n.IsDefined()) ParseBus(n, config.bus);
     if (const YAML::Node n = root["defaults"]; n.IsDefined()) ParseDefaults(n, config.defaults);
@@ -432,19 +468,24 @@ class ConfigBuilder {
     AGENTRT_RUN_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
     if (!std::regex_match(run.name, NameRegex())) {
-      c_.Fail(n["name"], "run.name", "expected letters, digits, '_', '.', '-' (at most 63), starting with a letter or digit");
+      c_.Fail(
+          n["name"], "run.name",
+          "expected letters, digits, '_', '.', '-' (at most 63), starting with a letter or digit");
     }
     if (run.dir.empty()) c_.Fail(n["dir"], "run.dir", "expected a directory, got an empty string");
   }
 
   // Fills `cluster`; sets *ports_given when the block states `ports:`.
-  void ParseCluster(const YAML::Node& n, const std::string& path, ClusterConfig& cluster, bool* ports_given) {
+  void ParseCluster(const YAML::Node& n, const std::string& path, ClusterConfig& cluster,
+                    bool* ports_given) {
     c_.CheckMap(n, path, kClusterKeys);
     if (const YAML::Node nodes = n["nodes"]; nodes.IsDefined()) {
       const std::string npath = Join(path, "nodes");
-      if (!nodes.IsSequence()) c_.Fail(nodes, npath, fmt::format("expected a list of nodes, got {}", KindName(nodes)));
+      if (!nodes.IsSequence())
+        c_.Fail(nodes, npath, fmt::format("expected a list of nodes, got {}", KindName(nodes)));
       std::set<std::string> names;
-      for (size_t i = 0; i < nodes.size(); ++i) ParseNodes(nodes[i], Index(npath, i), cluster.nodes, names);
+      for (size_t i = 0; i < nodes.size(); ++i)
+        ParseNodes(nodes[i], Index(npath, i), cluster.nodes, names);
     }
     if (const YAML::Node ports = n["ports"]; ports.IsDefined()) {
       if (ports_given != nullptr) *ports_given = true;
@@ -457,26 +498,32 @@ class ConfigBuilder {
     c_.CheckMap(n, path, kNodeKeys);
     NodeSpec spec;
     std::string expr;
-    if (!c_.Read(n, path, "name", expr)) c_.Fail(n, Join(path, "name"), "missing; expected a hostlist like node[01-04]");
+    if (!c_.Read(n, path, "name", expr))
+      c_.Fail(n, Join(path, "name"), "missing; expected a hostlist like node[01-04]");
     Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
     if (!hosts.ok()) c_.Fail(n["name"], Join(path, "name"), hosts.status().message());
     c_.Read(n, path, "gpus", spec.gpus);
     if (spec.gpus < 0 || spec.gpus > kMaxGpusPerNode) {
-      c_.Fail(n["gpus"], Join(path, "gpus"), fmt::format("expected 0..{} GPUs, got {}", kMaxGpusPerNode, spec.gpus));
+      c_.Fail(n["gpus"], Join(path, "gpus"),
+              fmt::format("expected 0..{} GPUs, got {}", kMaxGpusPerNode, spec.gpus));
     }
     if (c_.Read(n, path, "cpus", spec.cpus) && spec.cpus < 1) {
-      c_.Fail(n["cpus"], Join(path, "cpus"), fmt::format("expected at least 1 CPU, got {}", spec.cpus));
+      c_.Fail(n["cpus"], Join(path, "cpus"),
+              fmt::format("expected at least 1 CPU, got {}", spec.cpus));
     }
     if (const YAML::Node domains = n["nvlink_domains"]; domains.IsDefined()) {
       const std::string dpath = Join(path, "nvlink_domains");
       if (!domains.IsSequence()) {
-        c_.Fail(domains, dpath, fmt::format("expected a list of GPU id lists like [[0,1],[2,3]], got {}", KindName(domains)));
+        c_.Fail(domains, dpath,
+                fmt::format("expected a list of GPU id lists like [[0,1],[2,3]], got {}",
+                            KindName(domains)));
       }
       std::vector<int> owner(static_cast<size_t>(spec.gpus), -1);
       for (size_t d = 0; d < domains.size(); ++d) {
         const YAML::Node domain = domains[d];
         if (!domain.IsSequence() || domain.size() == 0) {
-          c_.Fail(domain, Index(dpath, d), fmt::format("expected a non-empty list of GPU ids, got {}", KindName(domain)));
+          c_.Fail(domain, Index(dpath, d),
+                  fmt::format("expected a non-empty list of GPU ids, got {}", KindName(domain)));
         }
         std::vector<int> ids;
         for (size_t k = 0; k < domain.size(); ++k) {
@@ -487,7 +534,9 @@ class ConfigBuilder {
                     fmt::format("expected a GPU id in 0..{}, got {}", spec.gpus - 1, id));
           }
           if (owner[static_cast<size_t>(id)] >= 0) {
-            c_.Fail(domain[k], Index(Index(dpath, d), k), fmt::format("GPU {} is already in domain {}", id, owner[static_cast<size_t>(id)]));
+            c_.Fail(
+                domain[k], Index(Index(dpath, d), k),
+                fmt::format("GPU {} is already in domain {}", id, owner[static_cast<size_t>(id)]));
           }
           owner[static_cast<size_t>(id)] = static_cast<int>(d);
           ids.push_back(id);
@@ -497,7 +546,9 @@ class ConfigBuilder {
       }
       for (int g = 0; g < spec.gpus; ++g) {
         if (owner[static_cast<size_t>(g)] < 0) {
-          c_.Fail(domains, dpath, fmt::format("GPU {} is in no domain; the domains must cover GPUs 0..{}", g, spec.gpus - 1));
+          c_.Fail(domains, dpath,
+                  fmt::format("GPU {} is in no domain; the domains must cover GPUs 0..{}", g,
+                              spec.gpus - 1));
         }
       }
     } else if (spec.gpus > 0) {
@@ -506,7 +557,8 @@ class ConfigBuilder {
       spec.nvlink_domains.push_back(std::move(all));
     }
     for (const std::string& host : *hosts) {
-      if (!names.insert(host).second) c_.Fail(n["name"], Join(path, "name"), fmt::format("node '{}' is listed twice", host));
+      if (!names.insert(host).second)
+        c_.Fail(n["name"], Join(path, "name"), fmt::format("node '{}' is listed twice", host));
       NodeSpec copy = spec;
       copy.name = host;
       out.push_back(std::move(copy));
@@ -519,18 +571,26 @@ class ConfigBuilder {
     AGENTRT_PORT_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
     auto port_ok = [](int p) { return p >= 1 && p <= 65535; };
-    if (!port_ok(ports.first)) c_.Fail(n["first"], Join(path, "first"), fmt::format("expected a port in 1..65535, got {}", ports.first));
-    if (!port_ok(ports.last)) c_.Fail(n["last"], Join(path, "last"), fmt::format("expected a port in 1..65535, got {}", ports.last));
+    if (!port_ok(ports.first))
+      c_.Fail(n["first"], Join(path, "first"),
+              fmt::format("expected a port in 1..65535, got {}", ports.first));
+    if (!port_ok(ports.last))
+      c_.Fail(n["last"], Join(path, "last"),
+              fmt::format("expected a port in 1..65535, got {}", ports.last));
     if (ports.last < ports.first) {
       c_.Fail(n, path, fmt::format("expected first <= last, got {}-{}", ports.first, ports.last));
     }
     if (ports.per_agent < 1) {
-      c_.Fail(n["per_agent"], Join(path, "per_agent"), fmt::format("expected at least 1 port per agent, got {}", ports.per_agent));
+      c_.Fail(n["per_agent"], Join(path, "per_agent"),
+              fmt::format("expected at least 1 port per agent, got {}", ports.per_agent));
     }
     if (ports.BlockCount() < 2) {
-      c_.Fail(n, path, fmt::format("port range too small: {}-{} holds {} block(s) of {} ports; expected room for "
-                                   "the bus and at least one agent (2 blocks, {} ports)",
-                                   ports.first, ports.last, ports.BlockCount(), ports.per_agent, 2 * ports.per_agent));
+      c_.Fail(
+          n, path,
+          fmt::format(
+              "port range too small: {}-{} holds {} block(s) of {} ports; expected room for "
+              "the bus and at least one agent (2 blocks, {} ports)",
+              ports.first, ports.last, ports.BlockCount(), ports.per_agent, 2 * ports.per_agent));
     }
   }
 
@@ -541,10 +601,12 @@ class ConfigBuilder {
 #undef AGENTRT_READ
     static const std::regex kTime(R"((\d+-)?\d+(:\d+){0,2}|UNLIMITED|unlimited|infinite)");
     if (!std::regex_match(slurm.time, kTime)) {
-      c_.Fail(n["time"], "slurm.time", fmt::format("expected [D-]HH:MM:SS, MM or UNLIMITED, got '{}'", slurm.time));
+      c_.Fail(n["time"], "slurm.time",
+              fmt::format("expected [D-]HH:MM:SS, MM or UNLIMITED, got '{}'", slurm.time));
     }
     if (slurm.signal_grace_s < 0 || slurm.signal_grace_s > 65533) {
-      c_.Fail(n["signal_grace_s"], "slurm.signal_grace_s", fmt::format("expected 0..65533 seconds, got {}", slurm.signal_grace_s));
+      c_.Fail(n["signal_grace_s"], "slurm.signal_grace_s",
+              fmt::format("expected 0..65533 seconds, got {}", slurm.signal_grace_s));
     }
   }
 
@@ -553,7 +615,9 @@ class ConfigBuilder {
     const YAML::Node port = n["port"];
     if (port.IsDefined() && !(port.IsScalar() && !IsQuoted(port) && port.Scalar() == "auto")) {
       c_.Convert(port, "bus.port", bus.port);
-      if (bus.port < 1 || bus.port > 65535) c_.Fail(port, "bus.port", fmt::format("expected auto or a port in 1..65535, got {}", bus.port));
+      if (bus.port < 1 || bus.port > 65535)
+        c_.Fail(port, "bus.port",
+                fmt::format("expected auto or a port in 1..65535, got {}", bus.port));
     }
 #define AGENTRT_READ(type, name, default_value, doc) \
   if (std::string_view(#name) != "port") c_.Read(n, "bus", #name, bus.name);
@@ -562,7 +626,9 @@ class ConfigBuilder {
     Positive(n, "bus", "max_message_bytes", bus.max_message_bytes);
     Positive(n, "bus", "retention", bus.retention);
     Positive(n, "bus", "retention_bytes", bus.retention_bytes);
-    if (!(bus.call_timeout_s > 0)) c_.Fail(n["call_timeout_s"], "bus.call_timeout_s", fmt::format("expected a positive number of seconds, got {}", bus.call_timeout_s));
+    if (!(bus.call_timeout_s > 0))
+      c_.Fail(n["call_timeout_s"], "bus.call_timeout_s",
+              fmt::format("expected a positive number of seconds, got {}", bus.call_timeout_s));
     if (bus.tls && (bus.cert_file.empty() || bus.key_file.empty())) {
       c_.Fail(n["tls"], "bus.tls", "expected cert_file and key_file when tls is true");
     }
@@ -570,7 +636,8 @@ class ConfigBuilder {
 
   template <typename T>
   void Positive(const YAML::Node& n, const std::string& path, const char* key, T value) {
-    if (value < 1) c_.Fail(n[key], Join(path, key), fmt::format("expected a positive count, got {}", value));
+    if (value < 1)
+      c_.Fail(n[key], Join(path, key), fmt::format("expected a positive count, got {}", value));
   }
 
   void ParseRestart(const YAML::Node& n, const std::string& path, RestartPolicy& r) {
@@ -578,10 +645,18 @@ class ConfigBuilder {
 #define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, r.name);
     AGENTRT_RESTART_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
-    if (r.max_restarts < 0) c_.Fail(n["max_restarts"], Join(path, "max_restarts"), fmt::format("expected 0 or more, got {}", r.max_restarts));
-    if (r.backoff_s < 0) c_.Fail(n["backoff_s"], Join(path, "backoff_s"), fmt::format("expected 0 or more seconds, got {}", r.backoff_s));
-    if (!(r.heartbeat_timeout_s > 0)) c_.Fail(n["heartbeat_timeout_s"], Join(path, "heartbeat_timeout_s"), fmt::format("expected a positive number of seconds, got {}", r.heartbeat_timeout_s));
-    if (r.grace_s < 0) c_.Fail(n["grace_s"], Join(path, "grace_s"), fmt::format("expected 0 or more seconds, got {}", r.grace_s));
+    if (r.max_restarts < 0)
+      c_.Fail(n["max_restarts"], Join(path, "max_restarts"),
+              fmt::format("expected 0 or more, got {}", r.max_restarts));
+    if (r.backoff_s < 0)
+      c_.Fail(n["backoff_s"], Join(path, "backoff_s"),
+              fmt::format("expected 0 or more seconds, got {}", r.backoff_s));
+    if (!(r.heartbeat_timeout_s > 0))
+      c_.Fail(n["heartbeat_timeout_s"], Join(path, "heartbeat_timeout_s"),
+              fmt::format("expected a positive number of seconds, got {}", r.heartbeat_timeout_s));
+    if (r.grace_s < 0)
+      c_.Fail(n["grace_s"], Join(path, "grace_s"),
+              fmt::format("expected 0 or more seconds, got {}", r.grace_s));
   }
 
   void ParseCheckpoint(const YAML::Node& n, const std::string& path, CheckpointPolicy& cp) {
@@ -589,36 +664,51 @@ class ConfigBuilder {
 #define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, cp.name);
     AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
-    if (!(cp.interval_s > 0)) c_.Fail(n["interval_s"], Join(path, "interval_s"), fmt::format("expected a positive number of seconds, got {}", cp.interval_s));
-    if (cp.keep_last < 1) c_.Fail(n["keep_last"], Join(path, "keep_last"), fmt::format("expected at least 1, got {}", cp.keep_last));
+    if (!(cp.interval_s > 0))
+      c_.Fail(n["interval_s"], Join(path, "interval_s"),
+              fmt::format("expected a positive number of seconds, got {}", cp.interval_s));
+    if (cp.keep_last < 1)
+      c_.Fail(n["keep_last"], Join(path, "keep_last"),
+              fmt::format("expected at least 1, got {}", cp.keep_last));
   }
 
-  void ParseCommand(const YAML::Node& n, const std::string& path, std::vector<std::string>& command) {
+  void ParseCommand(const YAML::Node& n, const std::string& path,
+                    std::vector<std::string>& command) {
     c_.Convert(n, path, command);
-    if (command.empty() || command[0].empty()) c_.Fail(n, path, "expected a program and its arguments, e.g. [python3, train.py]");
+    if (command.empty() || command[0].empty())
+      c_.Fail(n, path, "expected a program and its arguments, e.g. [python3, train.py]");
   }
 
-  void ParseEnv(const YAML::Node& n, const std::string& path, std::map<std::string, std::string>& env) {
+  void ParseEnv(const YAML::Node& n, const std::string& path,
+                std::map<std::string, std::string>& env) {
     c_.Convert(n, path, env);
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string key = it->first.Scalar();
-      if (!std::regex_match(key, EnvKeyRegex())) c_.Fail(it->first, Join(path, key), "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
-      if (IsReservedEnv(key)) c_.Fail(it->first, Join(path, key), "is set by agentrt for every rank (DESIGN §4); it cannot be overridden");
+      if (!std::regex_match(key, EnvKeyRegex()))
+        c_.Fail(it->first, Join(path, key),
+                "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      if (IsReservedEnv(key))
+        c_.Fail(it->first, Join(path, key),
+                "is set by agentrt for every rank (DESIGN §4); it cannot be overridden");
     }
   }
 
   void ParseDefaults(const YAML::Node& n, AgentDefaults& d) {
     c_.CheckMap(n, "defaults", kDefaultsKeys);
-    if (const YAML::Node r = n["restart"]; r.IsDefined()) ParseRestart(r, "defaults.restart", d.restart);
-    if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined()) ParseCheckpoint(cp, "defaults.checkpoint", d.checkpoint);
-    if (const YAML::Node cmd = n["command"]; cmd.IsDefined()) ParseCommand(cmd, "defaults.command", d.command);
+    if (const YAML::Node r = n["restart"]; r.IsDefined())
+      ParseRestart(r, "defaults.restart", d.restart);
+    if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
+      ParseCheckpoint(cp, "defaults.checkpoint", d.checkpoint);
+    if (const YAML::Node cmd = n["command"]; cmd.IsDefined())
+      ParseCommand(cmd, "defaults.command", d.command);
     if (const YAML::Node env = n["env"]; env.IsDefined()) ParseEnv(env, "defaults.env", d.env);
   }
 
   void ParseAgents(const YAML::Node& list, Config& config) {
     c_.Visit(list);
     if (!list.IsSequence() || list.size() == 0) {
-      c_.Fail(list, "agents", fmt::format("expected a non-empty list of agents, got {}", KindName(list)));
+      c_.Fail(list, "agents",
+              fmt::format("expected a non-empty list of agents, got {}", KindName(list)));
     }
     std::map<std::string, std::string> where;  // expanded name → where it was declared
     for (size_t i = 0; i < list.size(); ++i) {
@@ -628,25 +718,41 @@ class ConfigBuilder {
       AgentConfig base;
       base.line = n.Mark().line + 1;
       base.column = n.Mark().column + 1;
-      if (!c_.Read(n, path, "name", base.base_name)) c_.Fail(n, Join(path, "name"), "missing; every agent needs a name");
+      if (!c_.Read(n, path, "name", base.base_name))
+        c_.Fail(n, Join(path, "name"), "missing; every agent needs a name");
       if (!std::regex_match(base.base_name, NameRegex())) {
-        c_.Fail(n["name"], Join(path, "name"), fmt::format("expected letters, digits, '_', '.', '-' (at most 63), starting with a letter or digit, got '{}'", base.base_name));
+        c_.Fail(n["name"], Join(path, "name"),
+                fmt::format("expected letters, digits, '_', '.', '-' (at most 63), starting with a "
+                            "letter or digit, got '{}'",
+                            base.base_name));
       }
       int replicas = 1;
       const bool has_replicas = c_.Read(n, path, "replicas", replicas);
-      if (replicas < 1) c_.Fail(n["replicas"], Join(path, "replicas"), fmt::format("expected at least 1, got {}", replicas));
-      if (replicas > 100000) c_.Fail(n["replicas"], Join(path, "replicas"), fmt::format("expected at most 100000, got {}", replicas));
+      if (replicas < 1)
+        c_.Fail(n["replicas"], Join(path, "replicas"),
+                fmt::format("expected at least 1, got {}", replicas));
+      if (replicas > 100000)
+        c_.Fail(n["replicas"], Join(path, "replicas"),
+                fmt::format("expected at most 100000, got {}", replicas));
       c_.Read(n, path, "gpus", base.gpus);
-      if (base.gpus < 0) c_.Fail(n["gpus"], Join(path, "gpus"), fmt::format("expected 0 (a CPU agent) or more GPUs, got {}", base.gpus));
+      if (base.gpus < 0)
+        c_.Fail(n["gpus"], Join(path, "gpus"),
+                fmt::format("expected 0 (a CPU agent) or more GPUs, got {}", base.gpus));
       base.ranks = base.gpus > 0 ? base.gpus : 1;
       if (c_.Read(n, path, "ranks", base.ranks)) {
-        if (base.ranks < 1) c_.Fail(n["ranks"], Join(path, "ranks"), fmt::format("expected at least 1 rank, got {}", base.ranks));
+        if (base.ranks < 1)
+          c_.Fail(n["ranks"], Join(path, "ranks"),
+                  fmt::format("expected at least 1 rank, got {}", base.ranks));
         if (base.gpus > 0 && base.ranks % base.gpus != 0) {
-          c_.Fail(n["ranks"], Join(path, "ranks"), fmt::format("expected a multiple of gpus ({}) so every GPU has the same number of ranks, got {}", base.gpus, base.ranks));
+          c_.Fail(n["ranks"], Join(path, "ranks"),
+                  fmt::format("expected a multiple of gpus ({}) so every GPU has the same number "
+                              "of ranks, got {}",
+                              base.gpus, base.ranks));
         }
       }
       base.command = config.defaults.command;
-      if (const YAML::Node cmd = n["command"]; cmd.IsDefined()) ParseCommand(cmd, Join(path, "command"), base.command);
+      if (const YAML::Node cmd = n["command"]; cmd.IsDefined())
+        ParseCommand(cmd, Join(path, "command"), base.command);
       base.env = config.defaults.env;
       if (const YAML::Node env = n["env"]; env.IsDefined()) {
         std::map<std::string, std::string> own;
@@ -654,13 +760,16 @@ class ConfigBuilder {
         for (auto& [k, v] : own) base.env[k] = v;
       }
       if (const YAML::Node args = n["args"]; args.IsDefined()) {
-        if (!args.IsMap() && !args.IsNull()) c_.Fail(args, Join(path, "args"), fmt::format("expected a map, got {}", KindName(args)));
+        if (!args.IsMap() && !args.IsNull())
+          c_.Fail(args, Join(path, "args"), fmt::format("expected a map, got {}", KindName(args)));
         if (args.IsMap()) base.args = c_.ToJson(args, Join(path, "args"));
       }
       base.restart = config.defaults.restart;
-      if (const YAML::Node r = n["restart"]; r.IsDefined()) ParseRestart(r, Join(path, "restart"), base.restart);
+      if (const YAML::Node r = n["restart"]; r.IsDefined())
+        ParseRestart(r, Join(path, "restart"), base.restart);
       base.checkpoint = config.defaults.checkpoint;
-      if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined()) ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);
+      if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
+        ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);
       if (const YAML::Node pins = n["nodes"]; pins.IsDefined()) {
         std::vector<std::string> exprs;
         c_.Convert(pins, Join(path, "nodes"), exprs);
@@ -668,7 +777,8 @@ class ConfigBuilder {
           Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
           if (!hosts.ok()) c_.Fail(pins, Join(path, "nodes"), hosts.status().message());
           for (std::string& h : *hosts) {
-            if (std::find(base.nodes.begin(), base.nodes.end(), h) == base.nodes.end()) base.nodes.push_back(std::move(h));
+            if (std::find(base.nodes.begin(), base.nodes.end(), h) == base.nodes.end())
+              base.nodes.push_back(std::move(h));
           }
         }
       }
@@ -677,7 +787,8 @@ class ConfigBuilder {
         c_.Convert(b, Join(path, "backend"), name);
         std::vector<std::string> names;
         bool found = false;
-        for (GroupBackend g : {GroupBackend::kAuto, GroupBackend::kSingle, GroupBackend::kMpi, GroupBackend::kNccl}) {
+        for (GroupBackend g : {GroupBackend::kAuto, GroupBackend::kSingle, GroupBackend::kMpi,
+                               GroupBackend::kNccl}) {
           names.emplace_back(GroupBackendName(g));
           if (GroupBackendName(g) == name) {
             base.backend = g;
@@ -686,11 +797,15 @@ class ConfigBuilder {
         }
         if (!found) {
           std::string hint = ClosestMatch(name, names);
-          c_.Fail(b, Join(path, "backend"), fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
-                                                        hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+          c_.Fail(b, Join(path, "backend"),
+                  fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
+                              hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
         }
-        if (base.backend == GroupBackend::kNccl && base.gpus == 0) c_.Fail(b, Join(path, "backend"), "nccl needs GPUs; this agent has gpus: 0");
-        if (base.backend == GroupBackend::kSingle && base.ranks > 1) c_.Fail(b, Join(path, "backend"), fmt::format("single means one rank; this agent has {} ranks", base.ranks));
+        if (base.backend == GroupBackend::kNccl && base.gpus == 0)
+          c_.Fail(b, Join(path, "backend"), "nccl needs GPUs; this agent has gpus: 0");
+        if (base.backend == GroupBackend::kSingle && base.ranks > 1)
+          c_.Fail(b, Join(path, "backend"),
+                  fmt::format("single means one rank; this agent has {} ranks", base.ranks));
       }
       for (int r = 0; r < replicas; ++r) {
         AgentConfig agent = base;
@@ -700,7 +815,10 @@ class ConfigBuilder {
         std::string here = Location(c_.source(), base.line, base.column);
         auto [it, inserted] = where.emplace(agent.name, here);
         if (!inserted) {
-          c_.Fail(n["name"], Join(path, "name"), fmt::format("agent name '{}' is already used by the agent at {}; names must be unique after replica expansion", agent.name, it->second));
+          c_.Fail(n["name"], Join(path, "name"),
+                  fmt::format("agent name '{}' is already used by the agent at {}; names must be "
+                              "unique after replica expansion",
+                              agent.name, it->second));
         }
         config.agents.push_back(std::move(agent));
       }
@@ -716,8 +834,8 @@ class ConfigBuilder {
     return out;
   }
 
-  std::vector<std::string> MatchAll(const Config& config, const YAML::Node& n, const std::string& path,
-                                    std::vector<std::string>& patterns) {
+  std::vector<std::string> MatchAll(const Config& config, const YAML::Node& n,
+                                    const std::string& path, std::vector<std::string>& patterns) {
     c_.Convert(n, path, patterns);
     std::vector<std::string> names;
     for (size_t i = 0; i < patterns.size(); ++i) {
@@ -747,28 +865,37 @@ class ConfigBuilder {
 
   void ParseChannels(const YAML::Node& list, Config& config) {
     c_.Visit(list);
-    if (!list.IsSequence()) c_.Fail(list, "channels", fmt::format("expected a list of channels, got {}", KindName(list)));
+    if (!list.IsSequence())
+      c_.Fail(list, "channels", fmt::format("expected a list of channels, got {}", KindName(list)));
     std::map<std::string, std::string> topics;  // topic → path of its declaration
     for (size_t i = 0; i < list.size(); ++i) {
       const YAML::Node n = list[i];
       const std::string path = Index("channels", i);
       c_.CheckMap(n, path, kChannelKeys);
       ChannelConfig ch;
-      if (!c_.Read(n, path, "topic", ch.topic)) c_.Fail(n, Join(path, "topic"), "missing; every channel needs a topic");
+      if (!c_.Read(n, path, "topic", ch.topic))
+        c_.Fail(n, Join(path, "topic"), "missing; every channel needs a topic");
       if (!std::regex_match(ch.topic, TopicRegex())) {
-        c_.Fail(n["topic"], Join(path, "topic"), fmt::format("expected letters, digits, '_', '.', '/', '-' and {{agent}}, got '{}'", ch.topic));
+        c_.Fail(n["topic"], Join(path, "topic"),
+                fmt::format("expected letters, digits, '_', '.', '/', '-' and {{agent}}, got '{}'",
+                            ch.topic));
       }
       const YAML::Node pubs = n["publishers"];
       const YAML::Node subs = n["subscribers"];
-      if (!pubs.IsDefined()) c_.Fail(n, Join(path, "publishers"), "missing; expected agent name patterns like [\"predator-*\"]");
-      if (!subs.IsDefined()) c_.Fail(n, Join(path, "subscribers"), "missing; expected agent name patterns like [\"prey-*\"]");
+      if (!pubs.IsDefined())
+        c_.Fail(n, Join(path, "publishers"),
+                "missing; expected agent name patterns like [\"predator-*\"]");
+      if (!subs.IsDefined())
+        c_.Fail(n, Join(path, "subscribers"),
+                "missing; expected agent name patterns like [\"prey-*\"]");
       ch.publishers = MatchAll(config, pubs, Join(path, "publishers"), ch.publisher_patterns);
       ch.subscribers = MatchAll(config, subs, Join(path, "subscribers"), ch.subscriber_patterns);
       std::vector<ChannelConfig> expanded;
       const size_t placeholder = ch.topic.find("{agent}");
       if (placeholder == std::string::npos) {
         if (ch.topic.find_first_of("{}") != std::string::npos) {
-          c_.Fail(n["topic"], Join(path, "topic"), "the only placeholder a topic may hold is {agent}");
+          c_.Fail(n["topic"], Join(path, "topic"),
+                  "the only placeholder a topic may hold is {agent}");
         }
         expanded.push_back(ch);
       } else {
@@ -781,7 +908,9 @@ class ConfigBuilder {
       }
       for (ChannelConfig& one : expanded) {
         auto [it, inserted] = topics.emplace(one.topic, path);
-        if (!inserted) c_.Fail(n["topic"], Join(path, "topic"), fmt::format("topic '{}' is already declared by {}", one.topic, it->second));
+        if (!inserted)
+          c_.Fail(n["topic"], Join(path, "topic"),
+                  fmt::format("topic '{}' is already declared by {}", one.topic, it->second));
         config.channels.push_back(std::move(one));
       }
     }
@@ -802,7 +931,8 @@ void ApplyOverride(YAML::Node& root, const std::string& override_text) {
   try {
     value = YAML::Load(override_text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", override_text, e.msg));
+    throw ConfigError(
+        fmt::format("--set {}: the value is not valid YAML: {}", override_text, e.msg));
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   YAML::Node cur;
@@ -810,10 +940,13 @@ void ApplyOverride(YAML::Node& root, const std::string& override_text) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (key.empty()) throw ConfigError(fmt::format("--set {}: empty key in '{}'", override_text, path));
+    std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty())
+      throw ConfigError(fmt::format("--set {}: empty key in '{}'", override_text, path));
     if (!cur.IsMap() && !cur.IsNull()) {
-      throw ConfigError(fmt::format("--set {}: '{}' is not a map in the config", override_text, path.substr(0, start - 1)));
+      throw ConfigError(fmt::format("--set {}: '{}' is not a map in the config", override_text,
+                                    path.substr(0, start - 1)));
     }
     if (dot == std::string::npos) {
       cur[key] = value;
@@ -834,17 +967,19 @@ YAML::Node ParseYaml(std::string_view text, const std::string& source) {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw ConfigError(fmt::format("{}: not valid YAML: {}", source, e.msg));
-    throw ConfigError(fmt::format("{}: not valid YAML: {}", Location(source, e.mark.line + 1, e.mark.column + 1), e.msg));
+    throw ConfigError(fmt::format("{}: not valid YAML: {}",
+                                  Location(source, e.mark.line + 1, e.mark.column + 1), e.msg));
   }
 }
 
 Result<std::string> ReadCapped(const std::string& path, size_t max_bytes) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, fmt::format("cannot read config {}", path));
+  if (::stat(path.c_str(), &st) != 0)
+    return ErrnoStatus(errno, fmt::format("cannot read config {}", path));
   if (!S_ISREG(st.st_mode)) return InvalidArgument(fmt::format("{}: not a regular file", path));
   if (static_cast<size_t>(st.st_size) > max_bytes) {
-    return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes", path,
-                                       static_cast<size_t>(st.st_size), max_bytes));
+    return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes",
+                                       path, static_cast<size_t>(st.st_size), max_bytes));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus(errno, fmt::format("cannot open config {}", path));
@@ -853,14 +988,16 @@ Result<std::string> ReadCapped(const std::string& path, size_t max_bytes) {
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   if (text.size() > max_bytes) {  // grew after stat
-    return InvalidArgument(fmt::format("{}: file is larger than the limit of {} bytes", path, max_bytes));
+    return InvalidArgument(
+        fmt::format("{}: file is larger than the limit of {} bytes", path, max_bytes));
   }
   return text;
 }
 
 }  // namespace
 
-Result<Config> LoadConfigString(std::string_view text, std::string_view source, const LoadOptions& options) {
+Result<Config> LoadConfigString(std::string_view text, std::string_view source,
+                                const LoadOptions& options) {
   AGENTRT_RETURN_IF_ERROR(PrescanYaml(text, source, options.limits));
   try {
     YAML::Node root = ParseYaml(text, std::string(source));
@@ -886,16 +1023,19 @@ Status ApplyClusterFile(const std::string& path, Config& config, const LoadLimit
   try {
     YAML::Node root = ParseYaml(text, path);
     Converter converter{path, limits};
-    if (!root.IsDefined() || root.IsNull()) converter.Fail(YAML::Mark(), "", "the inventory is empty; expected a 'cluster:' block");
+    if (!root.IsDefined() || root.IsNull())
+      converter.Fail(YAML::Mark(), "", "the inventory is empty; expected a 'cluster:' block");
     converter.CheckMap(root, "", {"cluster"});
     const YAML::Node cluster = root["cluster"];
-    if (!cluster.IsDefined()) converter.Fail(root, "cluster", "missing; expected a 'cluster:' block with 'nodes:'");
+    if (!cluster.IsDefined())
+      converter.Fail(root, "cluster", "missing; expected a 'cluster:' block with 'nodes:'");
     ConfigBuilder builder{converter};
     ClusterConfig parsed;
     parsed.ports = config.cluster.ports;
     bool ports_given = false;
     builder.ParseCluster(cluster, "cluster", parsed, &ports_given);
-    if (parsed.nodes.empty()) converter.Fail(cluster, "cluster.nodes", "expected at least one node");
+    if (parsed.nodes.empty())
+      converter.Fail(cluster, "cluster.nodes", "expected at least one node");
     config.cluster.nodes = std::move(parsed.nodes);
     if (ports_given) config.cluster.ports = parsed.ports;
     return Status::Ok();
@@ -910,24 +1050,47 @@ namespace {
 
 template <typename T>
 std::string TypeName();
-template <> std::string TypeName<int>() { return "int"; }
-template <> std::string TypeName<std::int64_t>() { return "int"; }
-template <> std::string TypeName<double>() { return "float"; }
-template <> std::string TypeName<bool>() { return "bool"; }
-template <> std::string TypeName<std::string>() { return "string"; }
-template <> std::string TypeName<std::vector<std::string>>() { return "list"; }
+template <>
+std::string TypeName<int>() {
+  return "int";
+}
+template <>
+std::string TypeName<std::int64_t>() {
+  return "int";
+}
+template <>
+std::string TypeName<double>() {
+  return "float";
+}
+template <>
+std::string TypeName<bool>() {
+  return "bool";
+}
+template <>
+std::string TypeName<std::string>() {
+  return "string";
+}
+template <>
+std::string TypeName<std::vector<std::string>>() {
+  return "list";
+}
 
 std::string Show(const std::string& v) { return fmt::format("\"{}\"", v); }
-std::string Show(const std::vector<std::string>& v) { return fmt::format("[{}]", fmt::join(v, ", ")); }
+std::string Show(const std::vector<std::string>& v) {
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
 std::string Show(bool v) { return v ? "true" : "false"; }
 template <typename T>
-std::string Show(const T& v) { return fmt::format("{}", v); }
+std::string Show(const T& v) {
+  return fmt::format("{}", v);
+}
 
 }  // namespace
 
 std::string DescribeSettings() {
   std::string out;
-  auto line = [&out](const std::string& key, const std::string& type, const std::string& def, const char* doc) {
+  auto line = [&out](const std::string& key, const std::string& type, const std::string& def,
+                     const char* doc) {
     out += fmt::format("{:<32} {:<7} {:<14} {}\n", key, type, def, doc);
   };
   {
@@ -938,7 +1101,8 @@ std::string DescribeSettings() {
   }
   {
     PortConfig d;
-#define X(type, name, default_value, doc) line("cluster.ports." #name, TypeName<type>(), Show(d.name), doc);
+#define X(type, name, default_value, doc) \
+  line("cluster.ports." #name, TypeName<type>(), Show(d.name), doc);
     AGENTRT_PORT_SETTINGS(X)
 #undef X
   }
@@ -956,25 +1120,32 @@ std::string DescribeSettings() {
   }
   {
     RestartPolicy d;
-#define X(type, name, default_value, doc) line("defaults.restart." #name, TypeName<type>(), Show(d.name), doc);
+#define X(type, name, default_value, doc) \
+  line("defaults.restart." #name, TypeName<type>(), Show(d.name), doc);
     AGENTRT_RESTART_SETTINGS(X)
 #undef X
   }
   {
     CheckpointPolicy d;
-#define X(type, name, default_value, doc) line("defaults.checkpoint." #name, TypeName<type>(), Show(d.name), doc);
+#define X(type, name, default_value, doc) \
+  line("defaults.checkpoint." #name, TypeName<type>(), Show(d.name), doc);
     AGENTRT_CHECKPOINT_SETTINGS(X)
 #undef X
   }
-  line("defaults.command", "list", "[agent-worker]", "program and arguments every agent runs unless it sets command");
-  line("defaults.env", "map", "{}", "environment variables for every agent (agents add to and override them)");
-  line("agents[].name", "string", "(required)", "agent name; with replicas: N the agents are <name>-0..<name>-(N-1)");
+  line("defaults.command", "list", "[agent-worker]",
+       "program and arguments every agent runs unless it sets command");
+  line("defaults.env", "map", "{}",
+       "environment variables for every agent (agents add to and override them)");
+  line("agents[].name", "string", "(required)",
+       "agent name; with replicas: N the agents are <name>-0..<name>-(N-1)");
   line("agents[].replicas", "int", "(none)", "number of copies of this agent");
   line("agents[].gpus", "int", "0", "GPUs per agent; 0 = a CPU agent");
-  line("agents[].ranks", "int", "gpus or 1", "processes per agent; a multiple of gpus (one rank per GPU by default)");
+  line("agents[].ranks", "int", "gpus or 1",
+       "processes per agent; a multiple of gpus (one rank per GPU by default)");
   line("agents[].command", "list", "defaults", "program and arguments");
   line("agents[].env", "map", "defaults", "environment variables added to defaults.env");
-  line("agents[].args", "map", "{}", "free-form settings passed to the agent (plan.json, agent-worker flags)");
+  line("agents[].args", "map", "{}",
+       "free-form settings passed to the agent (plan.json, agent-worker flags)");
   line("agents[].restart", "map", "defaults", "overrides of defaults.restart keys");
   line("agents[].checkpoint", "map", "defaults", "overrides of defaults.checkpoint keys");
   line("agents[].nodes", "list", "[]", "pin list of hostlist expressions; empty = any node");
@@ -982,10 +1153,13 @@ std::string DescribeSettings() {
   line("cluster.nodes[].name", "string", "(required)", "hostlist expression, e.g. gpu[01-04,07]");
   line("cluster.nodes[].gpus", "int", "0", "GPUs per node");
   line("cluster.nodes[].cpus", "int", "(unlimited)", "CPU slots per node; each rank takes one");
-  line("cluster.nodes[].nvlink_domains", "list", "[all GPUs]", "disjoint GPU id lists covering 0..gpus-1");
-  line("channels[].topic", "string", "(required)", "topic name; {agent} makes one topic per publisher");
+  line("cluster.nodes[].nvlink_domains", "list", "[all GPUs]",
+       "disjoint GPU id lists covering 0..gpus-1");
+  line("channels[].topic", "string", "(required)",
+       "topic name; {agent} makes one topic per publisher");
   line("channels[].publishers", "list", "(required)", "glob patterns of agents that may publish");
-  line("channels[].subscribers", "list", "(required)", "glob patterns of agents that may subscribe");
+  line("channels[].subscribers", "list", "(required)",
+       "glob patterns of agents that may subscribe");
   return out;
 }
 

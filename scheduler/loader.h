@@ -20,11 +20,11 @@
 namespace agentrt {
 
 struct LoadLimits {
-  size_t max_bytes = 1 << 20;   // larger files are rejected before they are read
-  int max_depth = 64;           // nesting of maps/sequences (block and flow)
-  int max_anchors = 64;         // `&name` occurrences
-  int max_aliases = 64;         // `*name` occurrences
-  size_t max_nodes = 250000;    // YAML nodes visited while converting (aliases count each time)
+  size_t max_bytes = 1 << 20;  // larger files are rejected before they are read
+  int max_depth = 64;          // nesting of maps/sequences (block and flow)
+  int max_anchors = 64;        // `&name` occurrences
+  int max_aliases = 64;        // `*name` occurrences
+  size_t max_nodes = 250000;   // YAML nodes visited while converting (aliases count each time)
 };
 
 struct LoadOptions {

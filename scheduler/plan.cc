@@ -1,6 +1,7 @@
 #include "scheduler/plan.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 namespace agentrt {
 namespace {
@@ -54,7 +53,8 @@ class Reader {
   }
 
   template <typename T>
-  void Read(const json& obj, const std::string& path, const char* key, T& out, bool required = true) {
+  void Read(const json& obj, const std::string& path, const char* key, T& out,
+            bool required = true) {
     const json* v = Get(obj, path, key, required);
     if (v == nullptr) return;
     ReadValue(*v, Join(path, key), out);
@@ -85,7 +85,8 @@ class Reader {
     if (!v.is_array()) return Fail(path, "expected an array");
     out.clear();
     out.resize(v.size());
-    for (size_t i = 0; i < v.size() && ok(); ++i) ReadValue(v[i], fmt::format("{}[{}]", path, i), out[i]);
+    for (size_t i = 0; i < v.size() && ok(); ++i)
+      ReadValue(v[i], fmt::format("{}[{}]", path, i), out[i]);
   }
   void ReadValue(const json& v, const std::string& path, std::map<std::string, std::string>& out) {
     if (!v.is_object()) return Fail(path, "expected an object");
@@ -174,7 +175,8 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
 
   ojson channels = ojson::array();
   for (const ChannelPlan& c : plan.channels) {
-    channels.push_back(ojson{{"topic", c.topic}, {"publishers", c.publishers}, {"subscribers", c.subscribers}});
+    channels.push_back(
+        ojson{{"topic", c.topic}, {"publishers", c.publishers}, {"subscribers", c.subscribers}});
   }
   j["channels"] = std::move(channels);
   if (!plan.warnings.empty()) j["warnings"] = plan.warnings;
@@ -262,7 +264,8 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
         AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_FROM_JSON)
 #undef AGENTRT_FROM_JSON
       }
-      if (r.ok() && a.index != static_cast<int>(i)) r.Fail(path + ".index", fmt::format("expected {}", i));
+      if (r.ok() && a.index != static_cast<int>(i))
+        r.Fail(path + ".index", fmt::format("expected {}", i));
       plan.agents.push_back(std::move(a));
     }
   }
@@ -314,7 +317,8 @@ Status WritePlanFile(const Plan& plan, const std::string& path) {
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return ErrnoStatus(errno, fmt::format("cannot flush {}", tmp));
+  if (::fsync(fd) != 0 || ::close(fd) != 0)
+    return ErrnoStatus(errno, fmt::format("cannot flush {}", tmp));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return ErrnoStatus(errno, fmt::format("cannot rename {} to {}", tmp, path));
   }
@@ -345,7 +349,8 @@ std::string PlanToTable(const Plan& plan) {
   std::vector<Row> rows;
   rows.push_back({"AGENT", "NODE(S)", "GPUS", "RANKS", "PORTS", "CHECKPOINT DIR"});
   for (const AgentPlan& a : plan.agents) {
-    Row row{a.name, "", "", "", fmt::format("{}-{}", a.ports.first, a.ports.last), a.checkpoint_dir};
+    Row row{a.name,          "", "", "", fmt::format("{}-{}", a.ports.first, a.ports.last),
+            a.checkpoint_dir};
     for (size_t i = 0; i < a.placement.size(); ++i) {
       const Placement& p = a.placement[i];
       const char* sep = i == 0 ? "" : " ";
@@ -366,12 +371,12 @@ std::string PlanToTable(const Plan& plan) {
   std::string out = fmt::format("run {}: {} agents; bus on {}:{}\n", plan.run, plan.agents.size(),
                                 plan.bus.host, plan.bus.port);
   for (const Row& r : rows) {
-    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", r.agent, w[0], r.nodes, w[1], r.gpus,
-                       w[2], r.ranks, w[3], r.ports, w[4], r.ckpt);
+    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", r.agent, w[0], r.nodes, w[1],
+                       r.gpus, w[2], r.ranks, w[3], r.ports, w[4], r.ckpt);
   }
   for (const ChannelPlan& c : plan.channels) {
-    out += fmt::format("channel {}: {} publisher(s), {} subscriber(s)\n", c.topic, c.publishers.size(),
-                       c.subscribers.size());
+    out += fmt::format("channel {}: {} publisher(s), {} subscriber(s)\n", c.topic,
+                       c.publishers.size(), c.subscribers.size());
   }
   for (const std::string& warning : plan.warnings) out += "warning: " + warning + "\n";
   return out;

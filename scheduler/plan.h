@@ -22,11 +22,10 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "scheduler/config.h"
@@ -79,7 +78,7 @@ struct BusPlan {
 
 struct ChannelPlan {
   std::string topic;
-  std::vector<std::string> publishers;   // agent names
+  std::vector<std::string> publishers;  // agent names
   std::vector<std::string> subscribers;
 };
 

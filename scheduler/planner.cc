@@ -1,5 +1,7 @@
 #include "scheduler/planner.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -11,8 +13,6 @@
 #include <tuple>
 #include <unordered_map>
 
-#include <fmt/format.h>
-
 namespace agentrt {
 
 Result<Plan> PlanResult::ToResult() && {
@@ -20,7 +20,8 @@ Result<Plan> PlanResult::ToResult() && {
   return ResourceExhausted(infeasible().reason);
 }
 
-std::string CheckpointDir(const Config& config, const PlanOptions& options, const std::string& agent) {
+std::string CheckpointDir(const Config& config, const PlanOptions& options,
+                          const std::string& agent) {
   if (!options.run_dir.empty()) return fmt::format("{}/checkpoints/{}", options.run_dir, agent);
   return fmt::format("{}/{}/checkpoints/{}", config.run.dir, config.run.name, agent);
 }
@@ -69,11 +70,15 @@ class FreeIndex {
     by_node_[static_cast<size_t>(from)].erase(static_cast<int>(n));
     by_node_[static_cast<size_t>(to)].insert(static_cast<int>(n));
   }
-  const std::set<std::int64_t>& DomainsWithFree(int f) const { return by_domain_[static_cast<size_t>(f)]; }
+  const std::set<std::int64_t>& DomainsWithFree(int f) const {
+    return by_domain_[static_cast<size_t>(f)];
+  }
   const std::set<int>& NodesWithFree(int f) const { return by_node_[static_cast<size_t>(f)]; }
   int MaxFree() const { return static_cast<int>(by_node_.size()) - 1; }
 
-  static std::int64_t Key(size_t n, size_t d) { return static_cast<std::int64_t>(n) * 64 + static_cast<std::int64_t>(d); }
+  static std::int64_t Key(size_t n, size_t d) {
+    return static_cast<std::int64_t>(n) * 64 + static_cast<std::int64_t>(d);
+  }
   static size_t NodeOf(std::int64_t key) { return static_cast<size_t>(key / 64); }
   static size_t DomainOf(std::int64_t key) { return static_cast<size_t>(key % 64); }
 
@@ -89,7 +94,8 @@ class Planner {
 
   PlanResult Run() {
     if (inventory_.nodes.empty()) {
-      return Infeasible{"", fmt::format("the inventory ({}) has no usable nodes", inventory_.source)};
+      return Infeasible{"",
+                        fmt::format("the inventory ({}) has no usable nodes", inventory_.source)};
     }
     const PortConfig& ports = config_.cluster.ports;
     blocks_ = ports.BlockCount();
@@ -131,7 +137,8 @@ class Planner {
     std::iota(order.begin(), order.end(), 0);
     auto key = [&](size_t i) {
       const AgentConfig& a = config_.agents[i];
-      return std::make_tuple(a.nodes.empty() ? 1 : 0, a.gpus > max_gpus ? 0 : 1, -a.gpus, -a.ranks, i);
+      return std::make_tuple(a.nodes.empty() ? 1 : 0, a.gpus > max_gpus ? 0 : 1, -a.gpus, -a.ranks,
+                             i);
     };
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
 
@@ -154,11 +161,13 @@ class Planner {
       if (why) return *why;
     }
 
-    for (const ChannelConfig& c : config_.channels) plan.channels.push_back({c.topic, c.publishers, c.subscribers});
+    for (const ChannelConfig& c : config_.channels)
+      plan.channels.push_back({c.topic, c.publishers, c.subscribers});
     for (const NodeState& n : nodes_) {
       if (n.spec->cpus > 0 && n.ranks > n.spec->cpus) {
-        plan.warnings.push_back(fmt::format("node {}: {} ranks on {} CPUs (oversubscribed: fine for a demo, slow for training)",
-                                            n.spec->name, n.ranks, n.spec->cpus));
+        plan.warnings.push_back(fmt::format(
+            "node {}: {} ranks on {} CPUs (oversubscribed: fine for a demo, slow for training)",
+            n.spec->name, n.ranks, n.spec->cpus));
       }
     }
     return plan;
@@ -174,15 +183,19 @@ class Planner {
     for (const std::string& name : agent.nodes) {
       auto it = index_of_.find(name);
       if (it == index_of_.end()) {
-        return Infeasible{agent.name, fmt::format("{} is pinned to node '{}', which is not in the inventory ({}: {} nodes)",
-                                                  agent.name, name, inventory_.source, nodes_.size())};
+        return Infeasible{
+            agent.name,
+            fmt::format("{} is pinned to node '{}', which is not in the inventory ({}: {} nodes)",
+                        agent.name, name, inventory_.source, nodes_.size())};
       }
       allowed[it->second] = true;
     }
     return std::nullopt;
   }
 
-  static bool Allows(const std::vector<bool>& allowed, size_t n) { return allowed.empty() || allowed[n]; }
+  static bool Allows(const std::vector<bool>& allowed, size_t n) {
+    return allowed.empty() || allowed[n];
+  }
 
   bool CpuFits(const NodeState& n, int ranks) const {
     return inventory_.oversubscribe_cpus || n.cpus_free == kUnlimited || n.cpus_free >= ranks;
@@ -260,15 +273,18 @@ class Planner {
     }
     if (agent.gpus == 0) return PlaceCpu(agent, allowed, out);
     if (max_allowed_gpus == 0) {
-      return Infeasible{agent.name, fmt::format("{} needs {} GPUs, but no node{} of the inventory ({}) has a GPU",
-                                                agent.name, agent.gpus, agent.nodes.empty() ? "" : " it is pinned to",
-                                                inventory_.source)};
+      return Infeasible{
+          agent.name,
+          fmt::format("{} needs {} GPUs, but no node{} of the inventory ({}) has a GPU", agent.name,
+                      agent.gpus, agent.nodes.empty() ? "" : " it is pinned to",
+                      inventory_.source)};
     }
     if (agent.gpus > max_allowed_gpus) return PlaceMultiNode(agent, allowed, out);
     return PlaceSubNode(agent, allowed, out);
   }
 
-  std::optional<Infeasible> PlaceCpu(const AgentConfig& agent, const std::vector<bool>& allowed, AgentPlan& out) {
+  std::optional<Infeasible> PlaceCpu(const AgentConfig& agent, const std::vector<bool>& allowed,
+                                     AgentPlan& out) {
     // Best fit on free CPU slots; nodes without a CPU count come last.
     size_t best = nodes_.size();
     for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -285,7 +301,8 @@ class Planner {
     return std::nullopt;
   }
 
-  std::optional<Infeasible> PlaceSubNode(const AgentConfig& agent, const std::vector<bool>& allowed, AgentPlan& out) {
+  std::optional<Infeasible> PlaceSubNode(const AgentConfig& agent, const std::vector<bool>& allowed,
+                                         AgentPlan& out) {
     const int g = agent.gpus;
     // 1. Best fit inside one NVLink domain.
     for (int f = g; f <= index_.MaxFree(); ++f) {
@@ -327,7 +344,8 @@ class Planner {
     return Shortage(agent, allowed, g);
   }
 
-  void FinishSingleNode(const AgentConfig& agent, size_t n, std::vector<std::uint64_t> masks, AgentPlan& out) {
+  void FinishSingleNode(const AgentConfig& agent, size_t n, std::vector<std::uint64_t> masks,
+                        AgentPlan& out) {
     Placement p;
     p.node = nodes_[n].spec->name;
     std::uint64_t mask = 0;
@@ -341,17 +359,21 @@ class Planner {
     AssignPorts(out, {n});
   }
 
-  std::optional<Infeasible> PlaceMultiNode(const AgentConfig& agent, const std::vector<bool>& allowed, AgentPlan& out) {
+  std::optional<Infeasible> PlaceMultiNode(const AgentConfig& agent,
+                                           const std::vector<bool>& allowed, AgentPlan& out) {
     // Whole, untouched nodes, largest first, until the GPUs are covered.
     std::vector<size_t> candidates;
     for (size_t n = 0; n < nodes_.size(); ++n) {
       const NodeState& s = nodes_[n];
-      if (!Allows(allowed, n) || s.used || s.exclusive || s.spec->gpus == 0 || s.free_gpus != s.spec->gpus) continue;
+      if (!Allows(allowed, n) || s.used || s.exclusive || s.spec->gpus == 0 ||
+          s.free_gpus != s.spec->gpus)
+        continue;
       if (NextBlock(s) < 0) continue;
       candidates.push_back(n);
     }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [&](size_t a, size_t b) { return nodes_[a].spec->gpus > nodes_[b].spec->gpus; });
+    std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+      return nodes_[a].spec->gpus > nodes_[b].spec->gpus;
+    });
     const int ranks_per_gpu = agent.ranks / agent.gpus;
     std::vector<size_t> chosen;
     int covered = 0;
@@ -365,10 +387,12 @@ class Planner {
     if (covered < agent.gpus) {
       int free_gpus = 0;
       for (size_t n : candidates) free_gpus += nodes_[n].spec->gpus;
-      return Infeasible{agent.name, fmt::format("{} needs {} GPUs on whole nodes; only {} whole free node(s) with {} GPUs "
-                                                "in all are left{}",
-                                                agent.name, agent.gpus, candidates.size(), free_gpus,
-                                                agent.nodes.empty() ? "" : " among its pinned nodes")};
+      return Infeasible{
+          agent.name,
+          fmt::format("{} needs {} GPUs on whole nodes; only {} whole free node(s) with {} GPUs "
+                      "in all are left{}",
+                      agent.name, agent.gpus, candidates.size(), free_gpus,
+                      agent.nodes.empty() ? "" : " among its pinned nodes")};
     }
     int rank = 0;
     covered = 0;
@@ -424,8 +448,10 @@ class Planner {
       }
       if (s.free_gpus >= gpus) {
         gpu_fit_somewhere = true;
-        if (!CpuFits(s, agent.ranks)) cpu_short = true;
-        else if (NextBlock(s) < 0) port_short = true;
+        if (!CpuFits(s, agent.ranks))
+          cpu_short = true;
+        else if (NextBlock(s) < 0)
+          port_short = true;
       }
       if (s.cpus_free != kUnlimited && s.cpus_free > best_cpus) {
         best_cpus = s.cpus_free;
@@ -433,8 +459,10 @@ class Planner {
       }
     }
     if (best_node_gpus < 0) {
-      return {agent.name, fmt::format("{} cannot be placed: every allowed node{} is held whole by a multi-node agent",
-                                      agent.name, scope)};
+      return {agent.name,
+              fmt::format(
+                  "{} cannot be placed: every allowed node{} is held whole by a multi-node agent",
+                  agent.name, scope)};
     }
     if (!gpu_fit_somewhere) {
       int domain_size = 0;
@@ -443,22 +471,29 @@ class Planner {
         for (const DomainState& d : nodes_[n].domains) domain_size = std::max(domain_size, d.size);
       }
       if (gpus <= domain_size) {
-        return {agent.name, fmt::format("{} needs {} GPUs in one NVLink domain; largest free block is {} on {}{}",
-                                        agent.name, gpus, best_domain, domain_node, scope)};
+        return {
+            agent.name,
+            fmt::format("{} needs {} GPUs in one NVLink domain; largest free block is {} on {}{}",
+                        agent.name, gpus, best_domain, domain_node, scope)};
       }
-      return {agent.name, fmt::format("{} needs {} GPUs on one node; largest free block is {} on {}{}", agent.name,
-                                      gpus, best_node_gpus, gpu_node, scope)};
+      return {agent.name,
+              fmt::format("{} needs {} GPUs on one node; largest free block is {} on {}{}",
+                          agent.name, gpus, best_node_gpus, gpu_node, scope)};
     }
     if (cpu_short) {
-      return {agent.name, fmt::format("{} needs {} CPU slots on one node{}; the most free is {} on {}", agent.name,
-                                      agent.ranks, gpus > 0 ? fmt::format(" with {} free GPUs", gpus) : "",
-                                      best_cpus, cpu_node.empty() ? "-" : cpu_node)};
+      return {
+          agent.name,
+          fmt::format("{} needs {} CPU slots on one node{}; the most free is {} on {}", agent.name,
+                      agent.ranks, gpus > 0 ? fmt::format(" with {} free GPUs", gpus) : "",
+                      best_cpus, cpu_node.empty() ? "-" : cpu_node)};
     }
     if (port_short) {
       const PortConfig& p = config_.cluster.ports;
-      return {agent.name, fmt::format("{} needs a port block; ports {}-{} hold {} blocks of {} and they are all taken "
-                                      "on the nodes that could hold it{}; widen cluster.ports",
-                                      agent.name, p.first, p.last, blocks_, p.per_agent, scope)};
+      return {agent.name,
+              fmt::format(
+                  "{} needs a port block; ports {}-{} hold {} blocks of {} and they are all taken "
+                  "on the nodes that could hold it{}; widen cluster.ports",
+                  agent.name, p.first, p.last, blocks_, p.per_agent, scope)};
     }
     return {agent.name, fmt::format("{} cannot be placed{}", agent.name, scope)};
   }

@@ -34,15 +34,16 @@ struct PlanOptions {
 
 // Why no plan exists: the agent that could not be placed and what is short.
 struct Infeasible {
-  std::string agent;   // empty when the problem is not one agent's (e.g. no nodes)
-  std::string reason;  // "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02"
+  std::string agent;  // empty when the problem is not one agent's (e.g. no nodes)
+  std::string
+      reason;  // "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02"
 };
 
 // PlanResult{plan | infeasible(reason)}.
 class PlanResult {
  public:
-  PlanResult(Plan plan) : v_(std::move(plan)) {}              // NOLINT(google-explicit-constructor)
-  PlanResult(Infeasible why) : v_(std::move(why)) {}          // NOLINT(google-explicit-constructor)
+  PlanResult(Plan plan) : v_(std::move(plan)) {}      // NOLINT(google-explicit-constructor)
+  PlanResult(Infeasible why) : v_(std::move(why)) {}  // NOLINT(google-explicit-constructor)
 
   bool feasible() const { return std::holds_alternative<Plan>(v_); }
   const Plan& plan() const& { return std::get<Plan>(v_); }
@@ -56,9 +57,11 @@ class PlanResult {
   std::variant<Plan, Infeasible> v_;
 };
 
-PlanResult MakePlan(const Config& config, const Inventory& inventory, const PlanOptions& options = {});
+PlanResult MakePlan(const Config& config, const Inventory& inventory,
+                    const PlanOptions& options = {});
 
 // The checkpoint directory of `agent` (see PlanOptions::run_dir).
-std::string CheckpointDir(const Config& config, const PlanOptions& options, const std::string& agent);
+std::string CheckpointDir(const Config& config, const PlanOptions& options,
+                          const std::string& agent);
 
 }  // namespace agentrt

@@ -7,6 +7,8 @@
 //   - the share of sub-node agents (<= 4 GPUs) kept inside one NVLink domain
 //     (goal: 100% when the total fits).
 // Usage: bench_plan_scale [runs=5]
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,8 +16,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "scheduler/planner.h"
 
@@ -29,7 +29,8 @@ Config MakeConfig() {
   Config c;
   c.run.name = "plan-scale";
   for (int n = 0; n < 2000; ++n) {
-    c.cluster.nodes.push_back(NodeSpec{fmt::format("gpu{:04}", n + 1), 8, 64, {{0, 1, 2, 3}, {4, 5, 6, 7}}});
+    c.cluster.nodes.push_back(
+        NodeSpec{fmt::format("gpu{:04}", n + 1), 8, 64, {{0, 1, 2, 3}, {4, 5, 6, 7}}});
   }
   // 50x16 + 150x8 + 700x4 + 2100x2 + 7000x1 = 16,000 GPUs in 10,000 agents.
   std::vector<int> sizes;
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
     agentrt::PlanResult result = agentrt::MakePlan(config, inventory);
     auto end = std::chrono::steady_clock::now();
     if (!result.feasible()) {
-      std::fprintf(stderr, "bench_plan_scale: infeasible: %s\n", result.infeasible().reason.c_str());
+      std::fprintf(stderr, "bench_plan_scale: infeasible: %s\n",
+                   result.infeasible().reason.c_str());
       return 1;
     }
     ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
@@ -83,15 +85,23 @@ int main(int argc, char** argv) {
   }
   const double share = 100.0 * in_one_domain / std::max(1, sub_node);
 
-  std::printf("planned %zu agents on %zu nodes (%d GPUs) %d times: min %.1f ms, median %.1f ms, max %.1f ms\n",
-              plan.agents.size(), inventory.nodes.size(), 16000, runs, ms.front(), median, ms.back());
+  std::printf(
+      "planned %zu agents on %zu nodes (%d GPUs) %d times: min %.1f ms, median %.1f ms, max %.1f "
+      "ms\n",
+      plan.agents.size(), inventory.nodes.size(), 16000, runs, ms.front(), median, ms.back());
   std::printf("sub-node agents inside one NVLink domain: %d of %d\n", in_one_domain, sub_node);
   const double anchor_ms = 10000.0 / 500.0 * 1000.0;  // SLURM ~500 jobs/s (documented)
-  std::printf("{\"bench\": \"plan_scale\", \"metric\": \"plan_10k_agents_2k_nodes\", \"value\": %.2f, \"unit\": \"ms\", "
-              "\"anchor\": \"slurm_scheduler_500_jobs_per_s_documented\", \"anchor_value\": %.1f, \"ratio\": %.6f}\n",
-              median, anchor_ms, median / anchor_ms);
-  std::printf("{\"bench\": \"plan_scale\", \"metric\": \"subnode_agents_in_one_nvlink_domain\", \"value\": %.2f, "
-              "\"unit\": \"%%\", \"anchor\": \"goal_all_when_total_fits\", \"anchor_value\": 100.0, \"ratio\": %.4f}\n",
-              share, share / 100.0);
+  std::printf(
+      "{\"bench\": \"plan_scale\", \"metric\": \"plan_10k_agents_2k_nodes\", \"value\": %.2f, "
+      "\"unit\": \"ms\", "
+      "\"anchor\": \"slurm_scheduler_500_jobs_per_s_documented\", \"anchor_value\": %.1f, "
+      "\"ratio\": %.6f}\n",
+      median, anchor_ms, median / anchor_ms);
+  std::printf(
+      "{\"bench\": \"plan_scale\", \"metric\": \"subnode_agents_in_one_nvlink_domain\", \"value\": "
+      "%.2f, "
+      "\"unit\": \"%%\", \"anchor\": \"goal_all_when_total_fits\", \"anchor_value\": 100.0, "
+      "\"ratio\": %.4f}\n",
+      share, share / 100.0);
   return 0;
 }

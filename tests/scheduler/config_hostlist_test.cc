@@ -1,7 +1,6 @@
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "scheduler/hostlist.h"
 
@@ -18,12 +17,14 @@ TEST_CASE("hostlist expands ranges, lists and plain names in order") {
   CHECK(*ExpandHostlist("node1") == Names{"node1"});
   CHECK(*ExpandHostlist("n[8-11]") == Names{"n8", "n9", "n10", "n11"});
   CHECK(*ExpandHostlist("n[098-101]") == Names{"n098", "n099", "n100", "n101"});
-  CHECK(*ExpandHostlist("rack[1-2]-n[1-2]") == Names{"rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"});
+  CHECK(*ExpandHostlist("rack[1-2]-n[1-2]") ==
+        Names{"rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"});
   CHECK(*ExpandHostlist("a.b-c_d[3]") == Names{"a.b-c_d3"});
 }
 
 TEST_CASE("hostlist rejects malformed expressions with the position") {
-  CHECK_THAT(ExpandHostlist("gpu[01-").status().message(), Contains("at character 4: '[' without ']'"));
+  CHECK_THAT(ExpandHostlist("gpu[01-").status().message(),
+             Contains("at character 4: '[' without ']'"));
   CHECK_THAT(ExpandHostlist("gpu01]").status().message(), Contains("']' without '['"));
   CHECK_THAT(ExpandHostlist("n[1-x]").status().message(), Contains("expected a number or range"));
   CHECK_THAT(ExpandHostlist("n[]").status().message(), Contains("empty []"));

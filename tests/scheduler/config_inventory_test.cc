@@ -1,6 +1,5 @@
-#include <string>
-
 #include <catch2/catch.hpp>
+#include <string>
 
 #include "scheduler/inventory.h"
 
@@ -12,17 +11,23 @@ using Catch::Matchers::Contains;
 // Captured from `scontrol show node -o` (Slurm 22.05/23.02), lightly trimmed.
 const char* kScontrol =
     "NodeName=gpu01 Arch=x86_64 CoresPerSocket=32 CPUAlloc=0 CPUEfctv=64 CPUTot=64 CPULoad=0.01 "
-    "AvailableFeatures=h100 ActiveFeatures=h100 Gres=gpu:h100:8(S:0-1) NodeAddr=gpu01 NodeHostName=gpu01 "
-    "Version=23.02.6 OS=Linux 5.15.0-91-generic #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 RealMemory=1031000 "
-    "AllocMem=0 FreeMem=1000000 Sockets=2 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
-    "MCS_label=N/A Partitions=gpu,all BootTime=2024-01-10T09:00:00 SlurmdStartTime=2024-01-10T09:05:00 "
-    "LastBusyTime=2024-01-12T10:00:00 CfgTRES=cpu=64,mem=1031000M,billing=64,gres/gpu=8 AllocTRES= CapWatts=n/a "
+    "AvailableFeatures=h100 ActiveFeatures=h100 Gres=gpu:h100:8(S:0-1) NodeAddr=gpu01 "
+    "NodeHostName=gpu01 "
+    "Version=23.02.6 OS=Linux 5.15.0-91-generic #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 "
+    "RealMemory=1031000 "
+    "AllocMem=0 FreeMem=1000000 Sockets=2 Boards=1 State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 "
+    "Owner=N/A "
+    "MCS_label=N/A Partitions=gpu,all BootTime=2024-01-10T09:00:00 "
+    "SlurmdStartTime=2024-01-10T09:05:00 "
+    "LastBusyTime=2024-01-12T10:00:00 CfgTRES=cpu=64,mem=1031000M,billing=64,gres/gpu=8 AllocTRES= "
+    "CapWatts=n/a "
     "CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s\n"
     "NodeName=gpu02 Arch=x86_64 CoresPerSocket=32 CPUAlloc=16 CPUTot=64 Gres=gpu:8 NodeAddr=gpu02 "
     "State=MIXED ThreadsPerCore=1 Partitions=gpu\n"
     "NodeName=gpu03 CPUAlloc=0 CPUTot=64 Gres=gpu:h100:8(S:0-1) State=IDLE+DRAIN Partitions=gpu "
     "Reason=bad nvlink [root@2024-01-11T08:00:00]\n"
-    "NodeName=gpu04 CPUAlloc=0 CPUTot=64 Gres=gpu:a100:4(S:0),gpu:v100:2(S:1) State=DOWN* Partitions=gpu\n"
+    "NodeName=gpu04 CPUAlloc=0 CPUTot=64 Gres=gpu:a100:4(S:0),gpu:v100:2(S:1) State=DOWN* "
+    "Partitions=gpu\n"
     "\n"
     "NodeName=cpu01 CPUAlloc=0 CPUTot=128 Gres=(null) State=IDLE Partitions=cpu,all\n"
     "NodeName=gpu05 CPUAlloc=64 CPUTot=64 Gres=gpu:h100:8 State=ALLOCATED Partitions=gpu\n";
@@ -45,10 +50,10 @@ TEST_CASE("scontrol show node -o output is parsed: GPUs, CPUs, states, partition
   CHECK((*nodes)[2].state == "IDLE+DRAIN");
   CHECK_FALSE((*nodes)[2].usable);
   CHECK((*nodes)[3].spec.gpus == 6);  // two gres entries
-  CHECK_FALSE((*nodes)[3].usable);     // DOWN*, not responding
-  CHECK((*nodes)[4].spec.gpus == 0);   // Gres=(null)
+  CHECK_FALSE((*nodes)[3].usable);    // DOWN*, not responding
+  CHECK((*nodes)[4].spec.gpus == 0);  // Gres=(null)
   CHECK((*nodes)[4].spec.nvlink_domains.empty());
-  CHECK((*nodes)[5].usable);           // ALLOCATED: busy, but queueable
+  CHECK((*nodes)[5].usable);  // ALLOCATED: busy, but queueable
 }
 
 TEST_CASE("the SLURM inventory keeps usable nodes of the partition") {

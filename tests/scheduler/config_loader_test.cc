@@ -1,13 +1,11 @@
+#include <fmt/format.h>
 #include <sys/resource.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <fmt/format.h>
-
-#include <catch2/catch.hpp>
 
 #include "scheduler/config.h"
 #include "scheduler/loader.h"
@@ -80,7 +78,8 @@ TEST_CASE("loader reads the full DESIGN schema and expands replicas, defaults an
   REQUIRE(c.cluster.nodes.size() == 5);
   CHECK(c.cluster.nodes[0].name == "node01");
   CHECK(c.cluster.nodes[3].name == "node04");
-  CHECK(c.cluster.nodes[3].nvlink_domains == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(c.cluster.nodes[3].nvlink_domains ==
+        std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
   CHECK(c.cluster.nodes[4].name == "cpu1");
   CHECK(c.cluster.nodes[4].gpus == 0);
   CHECK(c.cluster.nodes[4].cpus == 16);
@@ -101,8 +100,8 @@ TEST_CASE("loader reads the full DESIGN schema and expands replicas, defaults an
   CHECK(p1.gpus == 2);
   CHECK(p1.ranks == 2);  // one rank per GPU
   CHECK(p1.line == 14);
-  CHECK(p1.restart.max_restarts == 5);      // own override
-  CHECK(p1.restart.backoff_s == 2.0);       // inherited
+  CHECK(p1.restart.max_restarts == 5);            // own override
+  CHECK(p1.restart.backoff_s == 2.0);             // inherited
   CHECK(p1.restart.heartbeat_timeout_s == 60.0);  // built-in default
   CHECK(p1.checkpoint.keep_last == 3);
   CHECK(p1.env.at("PYTHONUNBUFFERED") == "1");
@@ -164,83 +163,119 @@ TEST_CASE("an unknown key names file:line:column, the key, and a did-you-mean") 
 TEST_CASE("a wrong type says what was expected") {
   CHECK_THAT(ErrorOf("agents:\n  - name: a\n    gpus: two\n"),
              StartsWith("agents.yaml:3:11: key 'agents[0].gpus': expected an integer, got 'two'"));
-  CHECK_THAT(ErrorOf("agents: {name: a}\n"), Contains("key 'agents': expected a non-empty list of agents"));
-  CHECK_THAT(ErrorOf("agents: [{name: a, args: [1, 2]}]\n"), Contains("key 'agents[0].args': expected a map"));
-  CHECK_THAT(ErrorOf("bus: {tls: maybe}\nagents: [{name: a}]\n"), Contains("key 'bus.tls': expected true or false"));
+  CHECK_THAT(ErrorOf("agents: {name: a}\n"),
+             Contains("key 'agents': expected a non-empty list of agents"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, args: [1, 2]}]\n"),
+             Contains("key 'agents[0].args': expected a map"));
+  CHECK_THAT(ErrorOf("bus: {tls: maybe}\nagents: [{name: a}]\n"),
+             Contains("key 'bus.tls': expected true or false"));
   CHECK_THAT(ErrorOf("agents: [{name: a, gpus: \"2\"}]\n"), Contains("expected an integer"));
   CHECK_THAT(ErrorOf("agents: [{name: a, backend: ncl}]\n"), Contains("did you mean 'nccl'?"));
-  CHECK_THAT(ErrorOf("bus: {port: 70000}\nagents: [{name: a}]\n"), Contains("key 'bus.port': expected auto or a port"));
+  CHECK_THAT(ErrorOf("bus: {port: 70000}\nagents: [{name: a}]\n"),
+             Contains("key 'bus.port': expected auto or a port"));
 }
 
 TEST_CASE("negative or zero counts are rejected") {
-  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: -1}]\n"), Contains("key 'agents[0].gpus': expected 0 (a CPU agent) or more GPUs, got -1"));
-  CHECK_THAT(ErrorOf("agents: [{name: a, replicas: 0}]\n"), Contains("key 'agents[0].replicas': expected at least 1, got 0"));
-  CHECK_THAT(ErrorOf("agents: [{name: a, ranks: 0}]\n"), Contains("key 'agents[0].ranks': expected at least 1 rank, got 0"));
-  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: 2, ranks: 3}]\n"), Contains("expected a multiple of gpus (2)"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: -1}]\n"),
+             Contains("key 'agents[0].gpus': expected 0 (a CPU agent) or more GPUs, got -1"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, replicas: 0}]\n"),
+             Contains("key 'agents[0].replicas': expected at least 1, got 0"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, ranks: 0}]\n"),
+             Contains("key 'agents[0].ranks': expected at least 1 rank, got 0"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: 2, ranks: 3}]\n"),
+             Contains("expected a multiple of gpus (2)"));
   CHECK_THAT(ErrorOf("cluster: {nodes: [{name: n1, cpus: 0}]}\nagents: [{name: a}]\n"),
              Contains("key 'cluster.nodes[0].cpus': expected at least 1 CPU, got 0"));
   CHECK_THAT(ErrorOf("defaults: {checkpoint: {keep_last: 0}}\nagents: [{name: a}]\n"),
              Contains("key 'defaults.checkpoint.keep_last': expected at least 1"));
   CHECK_THAT(ErrorOf("defaults: {restart: {max_restarts: -2}}\nagents: [{name: a}]\n"),
              Contains("key 'defaults.restart.max_restarts'"));
-  CHECK_THAT(ErrorOf("bus: {retention: 0}\nagents: [{name: a}]\n"), Contains("key 'bus.retention': expected a positive count"));
+  CHECK_THAT(ErrorOf("bus: {retention: 0}\nagents: [{name: a}]\n"),
+             Contains("key 'bus.retention': expected a positive count"));
 }
 
 TEST_CASE("duplicate agent names after replica expansion are rejected") {
   std::string e = ErrorOf("agents:\n  - name: a\n    replicas: 2\n  - name: a-1\n");
-  CHECK_THAT(e, StartsWith("agents.yaml:4:11: key 'agents[1].name': agent name 'a-1' is already used by the agent at agents.yaml:2:5"));
-  CHECK_THAT(ErrorOf("agents: [{name: b}, {name: b}]\n"), Contains("agent name 'b' is already used"));
+  CHECK_THAT(e, StartsWith("agents.yaml:4:11: key 'agents[1].name': agent name 'a-1' is already "
+                           "used by the agent at agents.yaml:2:5"));
+  CHECK_THAT(ErrorOf("agents: [{name: b}, {name: b}]\n"),
+             Contains("agent name 'b' is already used"));
 }
 
 TEST_CASE("a channel pattern matching no agent is rejected with a suggestion") {
   std::string e = ErrorOf(
-      "agents: [{name: predator, replicas: 2}]\nchannels:\n  - {topic: t, publishers: [\"predatr-*\"], subscribers: [\"*\"]}\n");
-  CHECK_THAT(e, StartsWith("agents.yaml:3:29: key 'channels[0].publishers[0]': pattern 'predatr-*' matches no agent"));
+      "agents: [{name: predator, replicas: 2}]\nchannels:\n  - {topic: t, publishers: "
+      "[\"predatr-*\"], subscribers: [\"*\"]}\n");
+  CHECK_THAT(e, StartsWith("agents.yaml:3:29: key 'channels[0].publishers[0]': pattern 'predatr-*' "
+                           "matches no agent"));
   CHECK_THAT(e, Contains("did you mean 'predator-*'?"));
-  CHECK_THAT(ErrorOf("agents: [{name: a}]\nchannels: [{topic: t, publishers: [a]}]\n"), Contains("key 'channels[0].subscribers': missing"));
-  CHECK_THAT(ErrorOf("agents: [{name: a}]\nchannels: [{topic: t, publishers: [a], subscribers: [a]}, {topic: t, publishers: [a], subscribers: [a]}]\n"),
+  CHECK_THAT(ErrorOf("agents: [{name: a}]\nchannels: [{topic: t, publishers: [a]}]\n"),
+             Contains("key 'channels[0].subscribers': missing"));
+  CHECK_THAT(ErrorOf("agents: [{name: a}]\nchannels: [{topic: t, publishers: [a], subscribers: "
+                     "[a]}, {topic: t, publishers: [a], subscribers: [a]}]\n"),
              Contains("topic 't' is already declared by channels[0]"));
 }
 
 TEST_CASE("a port range too small for the bus and one agent is rejected") {
-  std::string e = ErrorOf("cluster:\n  ports: {first: 20000, last: 20010, per_agent: 16}\nagents: [{name: a}]\n");
-  CHECK_THAT(e, StartsWith("agents.yaml:2:10: key 'cluster.ports': port range too small: 20000-20010 holds 0 block(s) of 16 ports"));
-  CHECK_THAT(ErrorOf("cluster: {ports: {first: 30000, last: 20000}}\nagents: [{name: a}]\n"), Contains("expected first <= last"));
-  CHECK_THAT(ErrorOf("cluster: {ports: {first: 0}}\nagents: [{name: a}]\n"), Contains("key 'cluster.ports.first': expected a port in 1..65535"));
+  std::string e = ErrorOf(
+      "cluster:\n  ports: {first: 20000, last: 20010, per_agent: 16}\nagents: [{name: a}]\n");
+  CHECK_THAT(e, StartsWith("agents.yaml:2:10: key 'cluster.ports': port range too small: "
+                           "20000-20010 holds 0 block(s) of 16 ports"));
+  CHECK_THAT(ErrorOf("cluster: {ports: {first: 30000, last: 20000}}\nagents: [{name: a}]\n"),
+             Contains("expected first <= last"));
+  CHECK_THAT(ErrorOf("cluster: {ports: {first: 0}}\nagents: [{name: a}]\n"),
+             Contains("key 'cluster.ports.first': expected a port in 1..65535"));
 }
 
 TEST_CASE("a malformed hostlist is rejected at its position") {
-  CHECK_THAT(ErrorOf("cluster:\n  nodes:\n    - {name: \"gpu[01-\", gpus: 8}\nagents: [{name: a}]\n"),
-             StartsWith("agents.yaml:3:14: key 'cluster.nodes[0].name': malformed hostlist 'gpu[01-' at character 4: '[' without ']'"));
-  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: \"n[3-1]\"}]}\nagents: [{name: a}]\n"), Contains("runs backwards"));
-  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: \"n[1-2],n2\"}]}\nagents: [{name: a}]\n"), Contains("node 'n2' is listed twice"));
+  CHECK_THAT(
+      ErrorOf("cluster:\n  nodes:\n    - {name: \"gpu[01-\", gpus: 8}\nagents: [{name: a}]\n"),
+      StartsWith("agents.yaml:3:14: key 'cluster.nodes[0].name': malformed hostlist 'gpu[01-' at "
+                 "character 4: '[' without ']'"));
+  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: \"n[3-1]\"}]}\nagents: [{name: a}]\n"),
+             Contains("runs backwards"));
+  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: \"n[1-2],n2\"}]}\nagents: [{name: a}]\n"),
+             Contains("node 'n2' is listed twice"));
   CHECK_THAT(ErrorOf("agents: [{name: a, nodes: \"x[a-b]\"}]\n"), Contains("malformed hostlist"));
 }
 
 TEST_CASE("NVLink domains must partition the node's GPUs") {
-  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: n, gpus: 4, nvlink_domains: [[0,1],[1,2,3]]}]}\nagents: [{name: a}]\n"),
+  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: n, gpus: 4, nvlink_domains: "
+                     "[[0,1],[1,2,3]]}]}\nagents: [{name: a}]\n"),
              Contains("GPU 1 is already in domain 0"));
-  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: n, gpus: 4, nvlink_domains: [[0,1],[2]]}]}\nagents: [{name: a}]\n"),
+  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: n, gpus: 4, nvlink_domains: [[0,1],[2]]}]}\nagents: "
+                     "[{name: a}]\n"),
              Contains("GPU 3 is in no domain"));
-  CHECK_THAT(ErrorOf("cluster: {nodes: [{name: n, gpus: 4, nvlink_domains: [[0,4]]}]}\nagents: [{name: a}]\n"),
-             Contains("expected a GPU id in 0..3, got 4"));
-  Result<Config> c = LoadConfigString("cluster: {nodes: [{name: n, gpus: 4}]}\nagents: [{name: a}]\n");
+  CHECK_THAT(
+      ErrorOf(
+          "cluster: {nodes: [{name: n, gpus: 4, nvlink_domains: [[0,4]]}]}\nagents: [{name: a}]\n"),
+      Contains("expected a GPU id in 0..3, got 4"));
+  Result<Config> c =
+      LoadConfigString("cluster: {nodes: [{name: n, gpus: 4}]}\nagents: [{name: a}]\n");
   REQUIRE(c.ok());
   CHECK(c->cluster.nodes[0].nvlink_domains == std::vector<std::vector<int>>{{0, 1, 2, 3}});
 }
 
 TEST_CASE("an empty file, a non-YAML file and a non-map document are rejected clearly") {
-  CHECK(ErrorOf("") == "agents.yaml:1:1: the config is empty; expected a map with at least an 'agents:' list");
-  CHECK(ErrorOf("# only a comment\n") == "agents.yaml:1:1: the config is empty; expected a map with at least an 'agents:' list");
+  CHECK(ErrorOf("") ==
+        "agents.yaml:1:1: the config is empty; expected a map with at least an 'agents:' list");
+  CHECK(ErrorOf("# only a comment\n") ==
+        "agents.yaml:1:1: the config is empty; expected a map with at least an 'agents:' list");
   CHECK_THAT(ErrorOf("this is: [not yaml\n"), StartsWith("agents.yaml:2:1: not valid YAML"));
-  CHECK_THAT(ErrorOf("hello world\n"), Contains("expected a map with at least an 'agents:' list at the top, got 'hello world'"));
-  std::string binary("\x7f" "ELF\x02\x01\x01\x00\x00", 9);
+  CHECK_THAT(
+      ErrorOf("hello world\n"),
+      Contains("expected a map with at least an 'agents:' list at the top, got 'hello world'"));
+  std::string binary(
+      "\x7f"
+      "ELF\x02\x01\x01\x00\x00",
+      9);
   CHECK_THAT(ErrorOf(binary), Contains("is not allowed in YAML; is this a text file?"));
   CHECK_THAT(ErrorOf("run: {name: x}\n"), Contains("key 'agents': missing"));
 }
 
 TEST_CASE("a billion-laughs alias bomb is rejected quickly with bounded memory") {
-  std::string bomb = "lol: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
+  std::string bomb =
+      "lol: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n";
   const char letters[] = "abcdefghij";
   for (int i = 1; i < 10; ++i) {
     bomb += fmt::format("l{}: &{} [", i, letters[i]);
@@ -285,7 +320,9 @@ TEST_CASE("10,000-deep nesting is rejected before yaml-cpp recurses") {
   for (int i = 0; i < 100; ++i) indented += std::string(static_cast<size_t>(i), ' ') + "k:\n";
   CHECK_THAT(ErrorOf(indented), Contains("nesting deeper than 64 levels"));
   // Brackets inside quotes and plain scalars do not count.
-  CHECK(ErrorOf("agents:\n  - name: a\n    args:\n      s: \"" + std::string(100, '[') + "\"\n      h: x[1-2]\n").empty());
+  CHECK(ErrorOf("agents:\n  - name: a\n    args:\n      s: \"" + std::string(100, '[') +
+                "\"\n      h: x[1-2]\n")
+            .empty());
 }
 
 TEST_CASE("a 50 MB file is rejected by the size cap without being read") {
@@ -296,17 +333,22 @@ TEST_CASE("a 50 MB file is rejected by the size cap without being read") {
   Result<Config> c = LoadConfigFile(path);
   double s = SecondsOf([&] { c = LoadConfigFile(path); });
   REQUIRE_FALSE(c.ok());
-  CHECK_THAT(c.status().message(), Contains("file is 52428800 bytes; the limit for a config is 1048576 bytes"));
+  CHECK_THAT(c.status().message(),
+             Contains("file is 52428800 bytes; the limit for a config is 1048576 bytes"));
   CHECK(s < 1.0);
   std::string big(2u * 1024 * 1024, ' ');
   CHECK_THAT(ErrorOf(big), Contains("the limit for a config is"));
-  CHECK_THAT(LoadConfigFile(dir.Path("missing.yaml")).status().message(), Contains("cannot read config"));
+  CHECK_THAT(LoadConfigFile(dir.Path("missing.yaml")).status().message(),
+             Contains("cannot read config"));
 }
 
 TEST_CASE("the launcher's own environment variables cannot be overridden") {
-  CHECK_THAT(ErrorOf("agents: [{name: a, env: {CUDA_VISIBLE_DEVICES: \"0\"}}]\n"), Contains("is set by agentrt for every rank"));
-  CHECK_THAT(ErrorOf("agents: [{name: a, env: {AGENTRT_RUN_DIR: x}}]\n"), Contains("key 'agents[0].env.AGENTRT_RUN_DIR'"));
-  CHECK_THAT(ErrorOf("agents: [{name: a, env: {\"1BAD\": x}}]\n"), Contains("expected an environment variable name"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, env: {CUDA_VISIBLE_DEVICES: \"0\"}}]\n"),
+             Contains("is set by agentrt for every rank"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, env: {AGENTRT_RUN_DIR: x}}]\n"),
+             Contains("key 'agents[0].env.AGENTRT_RUN_DIR'"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, env: {\"1BAD\": x}}]\n"),
+             Contains("expected an environment variable name"));
 }
 
 TEST_CASE("command-line overrides are applied before validation") {
@@ -331,12 +373,15 @@ TEST_CASE("an inventory file replaces the config's nodes and, when given, its po
   ScratchDir dir;
   Result<Config> c = LoadConfigString(kFull, "full.yaml");
   REQUIRE(c.ok());
-  std::string inv = dir.Write("inv.yaml", "cluster:\n  nodes:\n    - {name: \"big[1-2]\", gpus: 4, cpus: 8}\n");
+  std::string inv =
+      dir.Write("inv.yaml", "cluster:\n  nodes:\n    - {name: \"big[1-2]\", gpus: 4, cpus: 8}\n");
   REQUIRE(ApplyClusterFile(inv, *c).ok());
   REQUIRE(c->cluster.nodes.size() == 2);
   CHECK(c->cluster.nodes[1].name == "big2");
   CHECK(c->cluster.ports.first == 20000);
-  inv = dir.Write("inv2.yaml", "cluster:\n  nodes: [{name: x}]\n  ports: {first: 40000, last: 40999, per_agent: 8}\n");
+  inv = dir.Write(
+      "inv2.yaml",
+      "cluster:\n  nodes: [{name: x}]\n  ports: {first: 40000, last: 40999, per_agent: 8}\n");
   REQUIRE(ApplyClusterFile(inv, *c).ok());
   CHECK(c->cluster.ports.first == 40000);
   CHECK(c->cluster.ports.per_agent == 8);
@@ -348,9 +393,10 @@ TEST_CASE("an inventory file replaces the config's nodes and, when given, its po
 
 TEST_CASE("every setting is listed with its type, default and doc") {
   std::string s = DescribeSettings();
-  for (const char* key : {"run.name", "cluster.ports.per_agent", "slurm.signal_grace_s", "bus.max_message_bytes",
-                          "bus.retention_bytes", "bus.ca_file", "defaults.restart.heartbeat_timeout_s",
-                          "defaults.checkpoint.keep_last", "agents[].replicas", "channels[].topic"}) {
+  for (const char* key :
+       {"run.name", "cluster.ports.per_agent", "slurm.signal_grace_s", "bus.max_message_bytes",
+        "bus.retention_bytes", "bus.ca_file", "defaults.restart.heartbeat_timeout_s",
+        "defaults.checkpoint.keep_last", "agents[].replicas", "channels[].topic"}) {
     CHECK_THAT(s, Contains(key));
   }
   CHECK_THAT(s, Contains("heartbeat_timeout_s float   60"));

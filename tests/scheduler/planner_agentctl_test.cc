@@ -2,13 +2,12 @@
 // real files, exit codes and output.
 #include <sys/wait.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
 
 #include "scheduler/plan.h"
 #include "tests/scheduler/config_test_util.h"
@@ -40,7 +39,8 @@ std::string Env(const char* name) {
 // Runs `agentctl <args>` (args are trusted test strings) with a 60 s bound.
 Output Agentctl(const testing::ScratchDir& dir, const std::string& args) {
   const std::string out = dir.Path("stdout"), err = dir.Path("stderr");
-  const std::string cmd = "timeout 60 " + Env("AGENTRT_BIN_DIR") + "/agentctl " + args + " >" + out + " 2>" + err;
+  const std::string cmd =
+      "timeout 60 " + Env("AGENTRT_BIN_DIR") + "/agentctl " + args + " >" + out + " 2>" + err;
   int status = std::system(cmd.c_str());
   Output o;
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -66,8 +66,10 @@ TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1
   Output o = Agentctl(dir, "validate " + bad);
   CHECK(o.exit_code == 1);
   CHECK(o.out.empty());
-  CHECK(o.err == "agentctl validate: " + bad + ":3:5: key 'agents[0].gpu': unknown key; expected one of name, replicas, "
-                 "gpus, ranks, command, env, args, restart, checkpoint, nodes, backend; did you mean 'gpus'?\n");
+  CHECK(o.err == "agentctl validate: " + bad +
+                     ":3:5: key 'agents[0].gpu': unknown key; expected one of name, replicas, "
+                     "gpus, ranks, command, env, args, restart, checkpoint, nodes, backend; did "
+                     "you mean 'gpus'?\n");
   o = Agentctl(dir, "validate " + dir.Path("missing.yaml"));
   CHECK(o.exit_code == 1);
   CHECK_THAT(o.err, Contains("cannot read config"));
@@ -100,12 +102,14 @@ agents:
   CHECK(plan->bus.host == "node01");
   CHECK(plan->agents[0].placement[0].gpus == std::vector<int>{0, 1});
   // --cluster replaces the config's nodes.
-  const std::string inv = dir.Write("inv.yaml", "cluster:\n  nodes: [{name: big1, gpus: 4, cpus: 8}]\n");
+  const std::string inv =
+      dir.Write("inv.yaml", "cluster:\n  nodes: [{name: big1, gpus: 4, cpus: 8}]\n");
   Output other = Agentctl(dir, "plan " + config + " --cluster " + inv + " --json");
   REQUIRE(other.exit_code == 0);
   CHECK(PlanFromJsonString(other.out)->bus.host == "big1");
   Output with_dir = Agentctl(dir, "plan " + config + " --json --run-dir /tmp/r1");
-  CHECK(PlanFromJsonString(with_dir.out)->agents[0].checkpoint_dir == "/tmp/r1/checkpoints/predator-0");
+  CHECK(PlanFromJsonString(with_dir.out)->agents[0].checkpoint_dir ==
+        "/tmp/r1/checkpoints/predator-0");
 }
 
 TEST_CASE("agentctl plan exits 2 and names the agent when the plan is infeasible") {
@@ -119,7 +123,9 @@ agents: [{name: predator, replicas: 4, gpus: 2}]
   Output o = Agentctl(dir, "plan " + config);
   CHECK(o.exit_code == 2);
   CHECK(o.out.empty());
-  CHECK_THAT(o.err, Contains("predator-3 needs 2 GPUs in one NVLink domain; largest free block is 0 on node01"));
+  CHECK_THAT(
+      o.err,
+      Contains("predator-3 needs 2 GPUs in one NVLink domain; largest free block is 0 on node01"));
 }
 
 TEST_CASE("agentctl plan on this machine plans the demo, warning about oversubscription") {

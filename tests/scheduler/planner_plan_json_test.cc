@@ -1,7 +1,6 @@
 // The plan's JSON contract (DESIGN §6): shape, round trip, and clear errors.
-#include <string>
-
 #include <catch2/catch.hpp>
+#include <string>
 
 #include "scheduler/loader.h"
 #include "scheduler/planner.h"
@@ -88,7 +87,8 @@ TEST_CASE("a plan survives a JSON round trip, through a file too") {
   REQUIRE(read.ok());
   CHECK(PlanToJsonString(*read) == text);
   CHECK_THAT(ReadPlanFile(dir.Path("none.json")).status().message(), Contains("cannot open plan"));
-  CHECK_THAT(WritePlanFile(plan, dir.Path("no/such/dir/plan.json")).message(), Contains("cannot create"));
+  CHECK_THAT(WritePlanFile(plan, dir.Path("no/such/dir/plan.json")).message(),
+             Contains("cannot create"));
 }
 
 TEST_CASE("the bare DESIGN §6 example reads, with the additive keys derived") {
@@ -110,14 +110,23 @@ TEST_CASE("the bare DESIGN §6 example reads, with the additive keys derived") {
 TEST_CASE("a malformed plan names the JSON path") {
   CHECK_THAT(PlanFromJsonString("{").status().message(), Contains("not valid JSON"));
   CHECK_THAT(PlanFromJsonString("{}").status().message(), Contains("plan: run: missing"));
-  CHECK_THAT(PlanFromJsonString(R"({"run": "r", "bus": {"host": "h", "port": "x"}, "agents": []})").status().message(),
+  CHECK_THAT(PlanFromJsonString(R"({"run": "r", "bus": {"host": "h", "port": "x"}, "agents": []})")
+                 .status()
+                 .message(),
              Contains("plan: bus.port: expected an integer"));
-  CHECK_THAT(PlanFromJsonString(R"({"run": "r", "bus": {"host": "h", "port": 1}, "agents": [{"name": "a"}]})").status().message(),
+  CHECK_THAT(PlanFromJsonString(
+                 R"({"run": "r", "bus": {"host": "h", "port": 1}, "agents": [{"name": "a"}]})")
+                 .status()
+                 .message(),
              Contains("plan: agents[0].index: missing"));
-  CHECK_THAT(PlanFromJsonString(R"({"run": "r", "bus": {"host": "h", "port": 1}, "agents": [{"name": "a", "index": 0,
+  CHECK_THAT(
+      PlanFromJsonString(
+          R"({"run": "r", "bus": {"host": "h", "port": 1}, "agents": [{"name": "a", "index": 0,
     "ranks": 1, "placement": [{"node": "n", "gpus": [], "ranks": [0]}], "ports": {"node": "n", "first": 1, "last": 2},
-    "master_addr": "n", "master_port": 1, "checkpoint_dir": "c", "backend": "gloo"}]})").status().message(),
-             Contains("agents[0].backend: expected single, mpi or nccl"));
+    "master_addr": "n", "master_port": 1, "checkpoint_dir": "c", "backend": "gloo"}]})")
+          .status()
+          .message(),
+      Contains("agents[0].backend: expected single, mpi or nccl"));
 }
 
 TEST_CASE("the plan table lists agent, nodes, GPUs, ranks, ports and checkpoint dir") {

@@ -1,14 +1,14 @@
 // Property tests: thousands of random clusters and agent mixes; every plan is
 // checked against every guarantee of scheduler/planner.h, and every refusal
 // must name an agent and say what is short.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
 
 #include "scheduler/planner.h"
 
@@ -27,7 +27,9 @@ int Pick(std::mt19937_64& rng, std::initializer_list<int> choices) {
   std::uniform_int_distribution<size_t> d(0, choices.size() - 1);
   return *(choices.begin() + static_cast<std::ptrdiff_t>(d(rng)));
 }
-int Between(std::mt19937_64& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+int Between(std::mt19937_64& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
 bool Chance(std::mt19937_64& rng, double p) { return std::bernoulli_distribution(p)(rng); }
 
 std::vector<std::vector<int>> RandomDomains(std::mt19937_64& rng, int gpus) {
@@ -61,8 +63,10 @@ Scenario RandomScenario(std::mt19937_64& rng, bool only_gpus) {
   c.cluster.ports.per_agent = Pick(rng, {1, 4, 16});
   c.cluster.ports.first = 20000;
   const int blocks = only_gpus ? agents + 2 : Between(rng, 2, agents + 2);
-  c.cluster.ports.last = c.cluster.ports.first + blocks * c.cluster.ports.per_agent - 1 + Between(rng, 0, 3);
-  if (!only_gpus && Chance(rng, 0.3)) c.bus.port = Between(rng, c.cluster.ports.first, c.cluster.ports.last);
+  c.cluster.ports.last =
+      c.cluster.ports.first + blocks * c.cluster.ports.per_agent - 1 + Between(rng, 0, 3);
+  if (!only_gpus && Chance(rng, 0.3))
+    c.bus.port = Between(rng, c.cluster.ports.first, c.cluster.ports.last);
   for (int a = 0; a < agents; ++a) {
     AgentConfig agent;
     agent.name = fmt::format("agent-{}", a);
@@ -71,8 +75,10 @@ Scenario RandomScenario(std::mt19937_64& rng, bool only_gpus) {
     agent.ranks = agent.gpus > 0 ? agent.gpus * Pick(rng, {1, 1, 2}) : Between(rng, 1, 4);
     if (!only_gpus && Chance(rng, 0.15)) {
       for (int k = Between(rng, 1, 3); k > 0; --k) {
-        std::string pin = Chance(rng, 0.05) ? "ghost" : fmt::format("n{:02}", Between(rng, 0, nodes - 1));
-        if (std::find(agent.nodes.begin(), agent.nodes.end(), pin) == agent.nodes.end()) agent.nodes.push_back(pin);
+        std::string pin =
+            Chance(rng, 0.05) ? "ghost" : fmt::format("n{:02}", Between(rng, 0, nodes - 1));
+        if (std::find(agent.nodes.begin(), agent.nodes.end(), pin) == agent.nodes.end())
+          agent.nodes.push_back(pin);
       }
     }
     c.agents.push_back(std::move(agent));
@@ -99,7 +105,8 @@ std::string Violation(const Scenario& s, const Plan& plan) {
     const AgentPlan& a = plan.agents[i];
     const AgentConfig& want = c.agents[i];
     const std::string who = a.name;
-    if (a.name != want.name || a.index != static_cast<int>(i) || a.ranks != want.ranks || a.gpus != want.gpus) {
+    if (a.name != want.name || a.index != static_cast<int>(i) || a.ranks != want.ranks ||
+        a.gpus != want.gpus) {
       return who + ": identity differs from the config";
     }
     if (a.placement.empty()) return who + ": no placement";
@@ -118,11 +125,14 @@ std::string Violation(const Scenario& s, const Plan& plan) {
         return who + ": placed on " + p.node + " outside its pin list";
       }
       for (int g : p.gpus) {
-        if (g < 0 || g >= it->second->gpus) return fmt::format("{}: GPU {} does not exist on {}", who, g, p.node);
-        if (!gpus_taken.insert({p.node, g}).second) return fmt::format("{}: ({}, GPU {}) given twice", who, p.node, g);
+        if (g < 0 || g >= it->second->gpus)
+          return fmt::format("{}: GPU {} does not exist on {}", who, g, p.node);
+        if (!gpus_taken.insert({p.node, g}).second)
+          return fmt::format("{}: ({}, GPU {}) given twice", who, p.node, g);
       }
       gpu_count += static_cast<int>(p.gpus.size());
-      if (want.gpus > 0 && p.ranks.size() != p.gpus.size() * static_cast<size_t>(want.ranks / want.gpus)) {
+      if (want.gpus > 0 &&
+          p.ranks.size() != p.gpus.size() * static_cast<size_t>(want.ranks / want.gpus)) {
         return who + ": ranks on a node do not match its GPUs";
       }
       if (want.gpus == 0 && !p.gpus.empty()) return who + ": a CPU agent got GPUs";
@@ -132,27 +142,35 @@ std::string Violation(const Scenario& s, const Plan& plan) {
       // Ports: the same block on every node of the agent, unique per node.
       for (int port = a.ports.first; port <= a.ports.last; ++port) {
         auto [owner, inserted] = port_owner.emplace(std::make_pair(p.node, port), who);
-        if (!inserted) return fmt::format("{}: port {} on {} already given to {}", who, port, p.node, owner->second);
+        if (!inserted)
+          return fmt::format("{}: port {} on {} already given to {}", who, port, p.node,
+                             owner->second);
       }
     }
     if (gpu_count != want.gpus) return who + ": wrong GPU count";
     std::sort(all_ranks.begin(), all_ranks.end());
     for (int r = 0; r < static_cast<int>(all_ranks.size()); ++r) {
-      if (all_ranks[static_cast<size_t>(r)] != r || static_cast<int>(all_ranks.size()) != want.ranks) {
+      if (all_ranks[static_cast<size_t>(r)] != r ||
+          static_cast<int>(all_ranks.size()) != want.ranks) {
         return who + ": ranks are not 0..ranks-1";
       }
     }
-    if (a.ports.last - a.ports.first + 1 != ports.per_agent || a.ports.first < ports.first || a.ports.last > ports.last ||
-        (a.ports.first - ports.first) % ports.per_agent != 0) {
+    if (a.ports.last - a.ports.first + 1 != ports.per_agent || a.ports.first < ports.first ||
+        a.ports.last > ports.last || (a.ports.first - ports.first) % ports.per_agent != 0) {
       return who + ": port block outside the range or off the grid";
     }
-    if (a.ports.node != a.placement[0].node || a.master_addr != a.placement[0].node || a.master_port != a.ports.first) {
+    if (a.ports.node != a.placement[0].node || a.master_addr != a.placement[0].node ||
+        a.master_port != a.ports.first) {
       return who + ": master address/port is not the first node's block";
     }
-    if (plan.bus.host == a.placement[0].node || std::any_of(a.placement.begin(), a.placement.end(), [&](const Placement& p) { return p.node == plan.bus.host; })) {
-      if (plan.bus.port >= a.ports.first && plan.bus.port <= a.ports.last) return who + ": block holds the bus port";
+    if (plan.bus.host == a.placement[0].node ||
+        std::any_of(a.placement.begin(), a.placement.end(),
+                    [&](const Placement& p) { return p.node == plan.bus.host; })) {
+      if (plan.bus.port >= a.ports.first && plan.bus.port <= a.ports.last)
+        return who + ": block holds the bus port";
     }
-    if (want.gpus > 0 && want.gpus <= allowed_max_gpus && a.placement.size() != 1) return who + ": a sub-node agent spans nodes";
+    if (want.gpus > 0 && want.gpus <= allowed_max_gpus && a.placement.size() != 1)
+      return who + ": a sub-node agent spans nodes";
     if (a.backend == GroupBackend::kAuto) return who + ": backend not resolved";
   }
   // Multi-node agents hold their nodes alone.
@@ -160,13 +178,15 @@ std::string Violation(const Scenario& s, const Plan& plan) {
     const AgentPlan& a = plan.agents[i];
     if (a.placement.size() < 2) continue;
     for (const Placement& p : a.placement) {
-      if (agents_on_node[p.node].size() != 1) return a.name + ": shares a whole node of a multi-node agent";
+      if (agents_on_node[p.node].size() != 1)
+        return a.name + ": shares a whole node of a multi-node agent";
     }
   }
   // CPU slots.
   if (!s.inventory.oversubscribe_cpus) {
     for (const auto& [name, ranks] : ranks_on_node) {
-      if (nodes[name]->cpus > 0 && ranks > nodes[name]->cpus) return fmt::format("{}: {} ranks on {} CPUs", name, ranks, nodes[name]->cpus);
+      if (nodes[name]->cpus > 0 && ranks > nodes[name]->cpus)
+        return fmt::format("{}: {} ranks on {} CPUs", name, ranks, nodes[name]->cpus);
     }
   }
   // NVLink: an agent split across domains only when no domain could hold it.
@@ -175,7 +195,10 @@ std::string Violation(const Scenario& s, const Plan& plan) {
     for (const NodeSpec& n : s.inventory.nodes) {
       bool whole = false;
       for (const AgentPlan& a : plan.agents) {
-        if (a.placement.size() > 1 && std::any_of(a.placement.begin(), a.placement.end(), [&](const Placement& p) { return p.node == n.name; })) whole = true;
+        if (a.placement.size() > 1 &&
+            std::any_of(a.placement.begin(), a.placement.end(),
+                        [&](const Placement& p) { return p.node == n.name; }))
+          whole = true;
       }
       if (whole) continue;
       for (const std::vector<int>& d : n.nvlink_domains) {
@@ -190,11 +213,14 @@ std::string Violation(const Scenario& s, const Plan& plan) {
       std::set<size_t> used;
       for (int g : a.placement[0].gpus) {
         for (size_t d = 0; d < n->nvlink_domains.size(); ++d) {
-          if (std::count(n->nvlink_domains[d].begin(), n->nvlink_domains[d].end(), g)) used.insert(d);
+          if (std::count(n->nvlink_domains[d].begin(), n->nvlink_domains[d].end(), g))
+            used.insert(d);
         }
       }
       if (used.size() > 1 && a.gpus <= largest_free_domain) {
-        return fmt::format("{}: split over {} NVLink domains though a domain with {} free GPUs is left", a.name, used.size(), largest_free_domain);
+        return fmt::format(
+            "{}: split over {} NVLink domains though a domain with {} free GPUs is left", a.name,
+            used.size(), largest_free_domain);
       }
     }
   }

@@ -1,15 +1,16 @@
 // Hand-written planner cases: topology, best fit, multi-node, pinning, CPUs,
 // ports, and the messages of infeasible plans.
+#include "scheduler/planner.h"
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <set>
 #include <string>
 
-#include <catch2/catch.hpp>
-#include <fmt/format.h>
-
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
-#include "scheduler/planner.h"
 
 namespace agentrt {
 namespace {
@@ -46,7 +47,8 @@ agents:
   - {{name: small, gpus: 2}}
   - {{name: big, gpus: 4}}
   - {{name: other, gpus: 2}}
-)", kTwoDomainNode)));
+)",
+                                     kTwoDomainNode)));
   // Largest first: big takes a whole domain, the two 2-GPU agents share the other.
   CHECK(Agent(p, "big").placement[0].gpus == Ints{0, 1, 2, 3});
   CHECK(Agent(p, "small").placement[0].gpus == Ints{4, 5});
@@ -75,12 +77,14 @@ agents:
   - {{name: a, gpus: 3}}
   - {{name: b, gpus: 3}}
   - {{name: c, gpus: 2}}
-)", kTwoDomainNode)));
+)",
+                                     kTwoDomainNode)));
   CHECK(Agent(p, "a").placement[0].gpus == Ints{0, 1, 2});
   CHECK(Agent(p, "b").placement[0].gpus == Ints{4, 5, 6});
   CHECK(Agent(p, "c").placement[0].gpus == Ints{3, 7});
   // An 8-GPU agent on a node of two 4-GPU domains gets the whole node.
-  Plan whole = MustPlan(Load(fmt::format("cluster: {{nodes: [{}]}}\nagents: [{{name: w, gpus: 8}}]\n", kTwoDomainNode)));
+  Plan whole = MustPlan(Load(
+      fmt::format("cluster: {{nodes: [{}]}}\nagents: [{{name: w, gpus: 8}}]\n", kTwoDomainNode)));
   CHECK(Agent(whole, "w").placement[0].gpus == Ints{0, 1, 2, 3, 4, 5, 6, 7});
 }
 
@@ -110,7 +114,8 @@ agents:
 )"));
   REQUIRE_FALSE(r.feasible());
   CHECK(r.infeasible().agent == "huge");
-  CHECK(r.infeasible().reason == "huge needs 16 GPUs on whole nodes; only 1 whole free node(s) with 8 GPUs in all are left");
+  CHECK(r.infeasible().reason ==
+        "huge needs 16 GPUs on whole nodes; only 1 whole free node(s) with 8 GPUs in all are left");
 }
 
 TEST_CASE("infeasible plans name the agent and what is short") {
@@ -124,7 +129,8 @@ agents:
 )"));
   REQUIRE_FALSE(r.feasible());
   CHECK(r.infeasible().agent == "predator-3");
-  CHECK(r.infeasible().reason == "predator-3 needs 2 GPUs in one NVLink domain; largest free block is 0 on node01");
+  CHECK(r.infeasible().reason ==
+        "predator-3 needs 2 GPUs in one NVLink domain; largest free block is 0 on node01");
   PlanResult frag = PlanOn(Load(R"(cluster:
   nodes:
     - {name: node01, gpus: 8, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}
@@ -135,12 +141,15 @@ agents:
   - {name: predator-3, gpus: 4}
 )"));
   REQUIRE_FALSE(frag.feasible());
-  CHECK(frag.infeasible().reason == "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02");
+  CHECK(frag.infeasible().reason ==
+        "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02");
   Result<Plan> as_result = std::move(frag).ToResult();
   CHECK(as_result.status().code() == StatusCode::kResourceExhausted);
-  PlanResult no_gpus = MakePlan(Load("agents: [{name: learner, gpus: 2}]\n"), LocalInventory({"laptop", 2, 0, {}}));
+  PlanResult no_gpus =
+      MakePlan(Load("agents: [{name: learner, gpus: 2}]\n"), LocalInventory({"laptop", 2, 0, {}}));
   REQUIRE_FALSE(no_gpus.feasible());
-  CHECK(no_gpus.infeasible().reason == "learner needs 2 GPUs, but no node of the inventory (local machine) has a GPU");
+  CHECK(no_gpus.infeasible().reason ==
+        "learner needs 2 GPUs, but no node of the inventory (local machine) has a GPU");
 }
 
 TEST_CASE("pinned agents are placed on their nodes or fail clearly") {
@@ -155,15 +164,21 @@ agents:
   CHECK(Agent(p, "pinned").placement[0].node == "n2");
   CHECK(Agent(p, "free").placement[0].node == "n1");
 
-  PlanResult missing = PlanOn(Load("cluster: {nodes: [{name: n1, gpus: 4}]}\nagents: [{name: a, gpus: 1, nodes: [n9]}]\n"));
+  PlanResult missing = PlanOn(
+      Load("cluster: {nodes: [{name: n1, gpus: 4}]}\nagents: [{name: a, gpus: 1, nodes: [n9]}]\n"));
   REQUIRE_FALSE(missing.feasible());
-  CHECK_THAT(missing.infeasible().reason, Contains("a is pinned to node 'n9', which is not in the inventory"));
-  PlanResult small = PlanOn(Load("cluster: {nodes: [{name: n1, gpus: 4}, {name: n2, gpus: 2}]}\nagents: [{name: a, gpus: 4, nodes: [n2]}]\n"));
+  CHECK_THAT(missing.infeasible().reason,
+             Contains("a is pinned to node 'n9', which is not in the inventory"));
+  PlanResult small =
+      PlanOn(Load("cluster: {nodes: [{name: n1, gpus: 4}, {name: n2, gpus: 2}]}\nagents: [{name: "
+                  "a, gpus: 4, nodes: [n2]}]\n"));
   REQUIRE_FALSE(small.feasible());
   CHECK_THAT(small.infeasible().reason, Contains("among its pinned nodes"));
 }
 
-TEST_CASE("CPU agents get ports and CPU slots but no GPUs; CPU counts are enforced on a described cluster") {
+TEST_CASE(
+    "CPU agents get ports and CPU slots but no GPUs; CPU counts are enforced on a described "
+    "cluster") {
   Config c = Load(R"(cluster:
   nodes:
     - {name: gpu1, gpus: 2, cpus: 4}
@@ -177,12 +192,13 @@ agents:
   const AgentPlan& actor = Agent(p, "actor");
   CHECK(actor.placement[0].gpus.empty());
   CHECK(actor.placement[0].ranks == Ints{0, 1, 2});
-  CHECK(actor.placement[0].node == "cpu1");   // best fit: exactly 3 free
+  CHECK(actor.placement[0].node == "cpu1");               // best fit: exactly 3 free
   CHECK(Agent(p, "helper").placement[0].node == "gpu1");  // 2 CPUs left there
   CHECK(actor.backend == GroupBackend::kMpi);
   CHECK(p.warnings.empty());
 
-  PlanResult r = PlanOn(Load("cluster: {nodes: [{name: c1, cpus: 2}]}\nagents: [{name: wide, ranks: 3}]\n"));
+  PlanResult r =
+      PlanOn(Load("cluster: {nodes: [{name: c1, cpus: 2}]}\nagents: [{name: wide, ranks: 3}]\n"));
   REQUIRE_FALSE(r.feasible());
   CHECK(r.infeasible().reason == "wide needs 3 CPU slots on one node; the most free is 2 on c1");
 }
@@ -195,7 +211,8 @@ TEST_CASE("the local machine allows CPU oversubscription with a warning") {
   PlanResult r = MakePlan(*demo, LocalInventory({"laptop", 2, 0, {}}));
   REQUIRE(r.feasible());
   REQUIRE(r.plan().warnings.size() == 1);
-  CHECK(r.plan().warnings[0] == "node laptop: 5 ranks on 2 CPUs (oversubscribed: fine for a demo, slow for training)");
+  CHECK(r.plan().warnings[0] ==
+        "node laptop: 5 ranks on 2 CPUs (oversubscribed: fine for a demo, slow for training)");
   CHECK(r.plan().bus.host == "laptop");
 }
 
@@ -219,7 +236,8 @@ agents: [{name: a, replicas: 3, gpus: 1}]
   c.bus.port = 21020;
   Plan fixed = MustPlan(c);
   for (const AgentPlan& a : fixed.agents) {
-    if (a.ports.node == "n1") CHECK((fixed.bus.port < a.ports.first || fixed.bus.port > a.ports.last));
+    if (a.ports.node == "n1")
+      CHECK((fixed.bus.port < a.ports.first || fixed.bus.port > a.ports.last));
   }
   // Too many agents for the blocks on the only node.
   PlanResult r = PlanOn(Load(R"(cluster:
@@ -228,7 +246,8 @@ agents: [{name: a, replicas: 3, gpus: 1}]
 agents: [{name: a, replicas: 3}]
 )"));
   REQUIRE_FALSE(r.feasible());
-  CHECK_THAT(r.infeasible().reason, Contains("a-2 needs a port block; ports 21000-21047 hold 3 blocks of 16"));
+  CHECK_THAT(r.infeasible().reason,
+             Contains("a-2 needs a port block; ports 21000-21047 hold 3 blocks of 16"));
 }
 
 TEST_CASE("the plan is deterministic and checkpoint dirs follow the run directory") {

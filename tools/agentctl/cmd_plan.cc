@@ -1,11 +1,11 @@
 // `agentctl plan FILE [--cluster inventory.yaml] [--json]` — the partition plan;
 // no side effects.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
@@ -24,12 +24,15 @@ void RegisterPlan(CLI::App& app) {
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
-      "plan", "Show which node, GPUs, ranks and ports every agent gets (exit 2 when it cannot be placed)");
+      "plan",
+      "Show which node, GPUs, ranks and ports every agent gets (exit 2 when it cannot be placed)");
   cmd->add_option("file", opts->file, "agents.yaml")->required();
-  cmd->add_option("--cluster", opts->cluster,
-                  "inventory YAML with a cluster: block (overrides the config's; default: the config's "
-                  "cluster, else this machine)");
-  cmd->add_option("--run-dir", opts->run_dir, "plan for this run directory (checkpoint dirs under it)");
+  cmd->add_option(
+      "--cluster", opts->cluster,
+      "inventory YAML with a cluster: block (overrides the config's; default: the config's "
+      "cluster, else this machine)");
+  cmd->add_option("--run-dir", opts->run_dir,
+                  "plan for this run directory (checkpoint dirs under it)");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
   cmd->add_flag("--json", opts->json, "print the plan as JSON (DESIGN §6)");
   cmd->callback([opts] {
@@ -51,17 +54,22 @@ void RegisterPlan(CLI::App& app) {
     plan_options.run_dir = opts->run_dir;
     agentrt::PlanResult result = agentrt::MakePlan(*config, inventory, plan_options);
     if (!result.feasible()) {
-      Fail("plan", agentrt::ResourceExhausted(fmt::format("infeasible on {}: {}", inventory.source,
-                                                          result.infeasible().reason)),
+      Fail("plan",
+           agentrt::ResourceExhausted(
+               fmt::format("infeasible on {}: {}", inventory.source, result.infeasible().reason)),
            kExitInfeasible);
     }
     const agentrt::Plan& plan = result.plan();
     if (opts->json) {
-      // The table shows warnings itself; with --json they go to stderr too so a pipe still sees them.
-      for (const std::string& w : plan.warnings) std::fputs(fmt::format("agentctl plan: warning: {}\n", w).c_str(), stderr);
+      // The table shows warnings itself; with --json they go to stderr too so a pipe still sees
+      // them.
+      for (const std::string& w : plan.warnings)
+        std::fputs(fmt::format("agentctl plan: warning: {}\n", w).c_str(), stderr);
       std::fputs((agentrt::PlanToJsonString(plan) + "\n").c_str(), stdout);
     } else {
-      std::fputs(fmt::format("inventory: {} ({} nodes)\n", inventory.source, inventory.nodes.size()).c_str(), stdout);
+      std::fputs(fmt::format("inventory: {} ({} nodes)\n", inventory.source, inventory.nodes.size())
+                     .c_str(),
+                 stdout);
       std::fputs(agentrt::PlanToTable(plan).c_str(), stdout);
     }
   });

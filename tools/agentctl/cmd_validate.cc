@@ -1,10 +1,10 @@
 // `agentctl validate FILE` — schema check; every error names file:line:column.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "scheduler/loader.h"
 #include "tools/agentctl/commands.h"
@@ -18,26 +18,31 @@ void RegisterValidate(CLI::App& app) {
     bool settings = false;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("validate", "Check an agents.yaml; exit 0 and a summary, or 1 and the error");
+  CLI::App* cmd = app.add_subcommand(
+      "validate", "Check an agents.yaml; exit 0 and a summary, or 1 and the error");
   cmd->add_option("file", opts->file, "agents.yaml to check");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
-  cmd->add_flag("--settings", opts->settings, "list every setting with its type, default and meaning");
+  cmd->add_flag("--settings", opts->settings,
+                "list every setting with its type, default and meaning");
   cmd->callback([opts] {
     if (opts->settings) {
       std::fputs(agentrt::DescribeSettings().c_str(), stdout);
       if (opts->file.empty()) return;
     }
-    if (opts->file.empty()) Fail("validate", agentrt::InvalidArgument("missing FILE (agents.yaml to check)"));
+    if (opts->file.empty())
+      Fail("validate", agentrt::InvalidArgument("missing FILE (agents.yaml to check)"));
     agentrt::LoadOptions load;
     load.overrides = opts->overrides;
     agentrt::Result<agentrt::Config> config = agentrt::LoadConfigFile(opts->file, load);
     if (!config.ok()) Fail("validate", config.status());
     const agentrt::Config& c = *config;
-    std::fputs(fmt::format("ok: {} agents ({} ranks, {} GPUs), {} channels, {} cluster nodes described; {}\n",
-                           c.agents.size(), c.TotalRanks(), c.TotalGpus(), c.channels.size(), c.cluster.nodes.size(),
-                           opts->file)
-                   .c_str(),
-               stdout);
+    std::fputs(
+        fmt::format(
+            "ok: {} agents ({} ranks, {} GPUs), {} channels, {} cluster nodes described; {}\n",
+            c.agents.size(), c.TotalRanks(), c.TotalGpus(), c.channels.size(),
+            c.cluster.nodes.size(), opts->file)
+            .c_str(),
+        stdout);
   });
 }
 

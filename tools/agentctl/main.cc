@@ -1,7 +1,7 @@
 // agentctl — plan, run and inspect multi-agent RL training runs (DESIGN §1).
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 
 #include "tools/agentctl/commands.h"
 
