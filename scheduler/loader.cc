@@ -219,8 +219,31 @@ class Converter {
 
   [[noreturn]] void Fail(const YAML::Node& at, const std::string& key,
                          const std::string& what) const {
+    // A value that came from the command line is blamed on its --set, not on
+    // a line of the file (its marks point into the override text).
+    for (const auto& [node, text] : override_nodes_) {
+      if (at.IsDefined() && at.is(node)) {
+        std::string where = fmt::format("--set {}", text);
+        if (key.empty()) throw ConfigError(fmt::format("{}: {}", where, what));
+        throw ConfigError(fmt::format("{}: key '{}': {}", where, key, what));
+      }
+    }
     YAML::Mark mark = at.IsDefined() ? at.Mark() : YAML::Mark::null_mark();
     Fail(mark, key, what);
+  }
+
+  // Remembers every node of an override's value (bounded: the text is small).
+  void AddOverride(const YAML::Node& value, const std::string& text) {
+    if (override_nodes_.size() > 10000) return;
+    override_nodes_.emplace_back(value, text);
+    if (value.IsSequence()) {
+      for (size_t i = 0; i < value.size(); ++i) AddOverride(value[i], text);
+    } else if (value.IsMap()) {
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        AddOverride(it->first, text);
+        AddOverride(it->second, text);
+      }
+    }
   }
   [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
                          const std::string& what) const {
@@ -396,6 +419,7 @@ class Converter {
   std::string source_;
   LoadLimits limits_;
   size_t visited_ = 0;
+  std::vector<std::pair<YAML::Node, std::string>> override_nodes_;
 };
 
 #define AGENTRT_KEY_NAME(type, name, default_value, doc) #name,
@@ -920,13 +944,18 @@ class ConfigBuilder {
   Converter& c_;
 };
 
-// Applies `a.b.c=value` to the YAML tree.
-void ApplyOverride(YAML::Node& root, const std::string& override_text) {
+// Applies `a.b.c=value` to the YAML tree; returns the value's node.
+YAML::Node ApplyOverride(YAML::Node& root, const std::string& override_text,
+                         const LoadLimits& limits) {
   const size_t eq = override_text.find('=');
   if (eq == std::string::npos || eq == 0) {
     throw ConfigError(fmt::format("--set {}: expected key.path=value", override_text));
   }
   const std::string path = override_text.substr(0, eq);
+  if (Status st = PrescanYaml(override_text.substr(eq + 1), "--set " + override_text, limits);
+      !st.ok()) {
+    throw ConfigError(st.message());
+  }
   YAML::Node value;
   try {
     value = YAML::Load(override_text.substr(eq + 1));
@@ -950,7 +979,7 @@ void ApplyOverride(YAML::Node& root, const std::string& override_text) {
     }
     if (dot == std::string::npos) {
       cur[key] = value;
-      return;
+      return value;
     }
     YAML::Node next = cur[key];
     if (!next.IsDefined() || next.IsNull()) {
@@ -1001,8 +1030,10 @@ Result<Config> LoadConfigString(std::string_view text, std::string_view source,
   AGENTRT_RETURN_IF_ERROR(PrescanYaml(text, source, options.limits));
   try {
     YAML::Node root = ParseYaml(text, std::string(source));
-    for (const std::string& o : options.overrides) ApplyOverride(root, o);
     Converter converter{std::string(source), options.limits};
+    for (const std::string& o : options.overrides) {
+      converter.AddOverride(ApplyOverride(root, o, options.limits), o);
+    }
     ConfigBuilder builder{converter};
     return builder.Build(root);
   } catch (const ConfigError& e) {

@@ -363,7 +363,13 @@ TEST_CASE("command-line overrides are applied before validation") {
   CHECK(c->cluster.ports.first == 30000);
   options.overrides = {"bus.port=nope"};
   CHECK_THAT(LoadConfigString("agents: [{name: a}]\n", "o.yaml", options).status().message(),
-             Contains("key 'bus.port': expected an integer, got 'nope'"));
+             StartsWith("--set bus.port=nope: key 'bus.port': expected an integer, got 'nope'"));
+  options.overrides = {"agents=[{name:x}]"};  // YAML reads `name:x` as one key
+  CHECK_THAT(LoadConfigString("agents: [{name: a}]\n", "o.yaml", options).status().message(),
+             StartsWith("--set agents=[{name:x}]: key 'agents[0].name:x': unknown key"));
+  options.overrides = {"run.name=" + std::string(100, '[')};
+  CHECK_THAT(LoadConfigString("agents: [{name: a}]\n", "o.yaml", options).status().message(),
+             Contains("nesting deeper than 64 levels"));
   options.overrides = {"justakey"};
   CHECK_THAT(LoadConfigString("agents: [{name: a}]\n", "o.yaml", options).status().message(),
              Contains("expected key.path=value"));
