@@ -15,6 +15,7 @@
 //
 // Medians over --reps runs. --bytes makes the state smaller (e.g. 268435456).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,6 +43,14 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// CPU seconds (user + system) of this process so far, all threads.
+double CpuSeconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 double Median(std::vector<double> v) {
@@ -222,6 +231,7 @@ int main(int argc, char** argv) {
     });
     stall_s.push_back(*std::max_element(blocked.begin(), blocked.end()));
 
+    double restore_cpu_s = 0;
     // Restore with verification, cold cache; then plain read() of the same files, cold cache.
     fs::path step_dir = fs::path(ckpt_dir) / ("step-" + std::to_string(step));
     std::vector<fs::path> files;
@@ -236,9 +246,11 @@ int main(int argc, char** argv) {
       o.world_size = shards;
       auto c = agentrt::Checkpointer::Create(o);
       if (!c.ok()) Die(c.status().ToString());
+      double cpu0 = CpuSeconds();
       auto t1 = Clock::now();
       auto restored = (*c)->Restore();
       double s = Since(t1);
+      restore_cpu_s = CpuSeconds() - cpu0;
       if (!restored.ok()) Die(restored.status().ToString());
       if (!restored->restored() || restored->step != step) Die("restore: " + restored->Describe());
       if (std::memcmp(restored->shard.Bytes("params").data(), state[0].get(), shard_bytes) != 0) {
@@ -247,16 +259,24 @@ int main(int argc, char** argv) {
       restore_s.push_back(s);
     }
     for (const auto& f : files) DropFromCache(f);
+    double cpu1 = CpuSeconds();
     read_s.push_back(ReadAll(files, read_buf));
+    double read_cpu_s = CpuSeconds() - cpu1;
     std::cerr << "rep " << rep << ": dd " << dd_s.back() << " s, save " << save_s.back()
-              << " s, stall " << stall_s.back() << " s, restore " << restore_s.back() << " s, read "
-              << read_s.back() << " s\n";
+              << " s, stall " << stall_s.back() << " s, restore " << restore_s.back() << " s (cpu "
+              << restore_cpu_s << " s), read " << read_s.back() << " s (cpu " << read_cpu_s
+              << " s)\n";
   }
   world.ranks.clear();
   fs::remove_all(root);
   std::error_code ec;
   fs::remove(fs::absolute(dir), ec);  // only if empty
 
+  double load[3] = {0, 0, 0};
+  if (::getloadavg(load, 3) > 0) {
+    std::cerr << "load average during the run: " << load[0] << " ("
+              << std::thread::hardware_concurrency() << " cores)\n";
+  }
   const std::string dd_anchor =
       "dd if=/dev/zero bs=16M count=" + std::to_string(total_bytes / chunk) +
       " conv=fsync (same disk, same run)";
