@@ -7,8 +7,10 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "agent_runtime/group_half.h"
 #include "agent_runtime/group_internal.h"
@@ -148,6 +150,9 @@ void DivideInPlace(void* buf, size_t count, DataType type, int n) {
   }
 }
 
+// Tag of ReduceScatter's point-to-point messages (on the group's own communicator).
+constexpr int kReduceScatterTag = 0x5253;
+
 std::string FormatTimeout(Timeout t) {
   const auto ms = t.count();
   if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
@@ -200,11 +205,42 @@ class MpiGroup final : public Group {
     AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(recv, recv_count, "recv", kOp)));
     AGENTRT_RETURN_IF_ERROR(
         Begin(kOp, CheckIntCount(recv_count * static_cast<size_t>(size_), kOp)));
-    MPI_Request req;
-    AGENTRT_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(recv_count),
-                                                ToMpi(type), ToMpi(op, type), comm_, &req),
-                      where_);
-    AGENTRT_RETURN_IF_ERROR(Wait(&req, Clock::now() + timeout, timeout, kOp, recv_count, type));
+    const size_t elem = DataTypeSize(type);
+    const size_t bytes = recv_count * elem;
+    if (size_ == 1 || recv_count == 0) {
+      if (send != recv && bytes > 0) std::memmove(recv, send, bytes);
+      return Status::Ok();
+    }
+    // Open MPI's MPI_Ireduce_scatter_block reduces everything to rank 0 and
+    // scatters from there; a ring moves (N-1)/N of the data per rank instead.
+    // At step k rank r sends its partial sum of block (r-k-1) mod N to the
+    // right and receives the left's partial sum of block (r-k-2) mod N, adding
+    // its own part; after N-1 steps it holds block r. Partial sums alternate
+    // between `recv` and one scratch block (grown once, then reused) so that
+    // the last one lands in `recv`.
+    if (size_ > 2 && scratch_.size() < bytes) scratch_.resize(bytes);
+    const auto deadline = Clock::now() + timeout;
+    const int n = static_cast<int>(recv_count);
+    const MPI_Datatype dt = ToMpi(type);
+    const MPI_Op mop = ToMpi(op, type);
+    const int right = (rank_ + 1) % size_;
+    const int left = (rank_ + size_ - 1) % size_;
+    const char* own = static_cast<const char*>(send);
+    auto block_at = [&](int k_back) {  // block (rank - k_back) mod N
+      return own + static_cast<size_t>((rank_ - k_back % size_ + size_) % size_) * bytes;
+    };
+    const void* outgoing = block_at(1);
+    for (int k = 0; k < size_ - 1; ++k) {
+      void* incoming = (size_ - 2 - k) % 2 == 0 ? recv : static_cast<void*>(scratch_.data());
+      MPI_Request reqs[2];
+      AGENTRT_MPI_CHECK(MPI_Irecv(incoming, n, dt, left, kReduceScatterTag, comm_, &reqs[0]),
+                        where_);
+      AGENTRT_MPI_CHECK(MPI_Isend(outgoing, n, dt, right, kReduceScatterTag, comm_, &reqs[1]),
+                        where_);
+      AGENTRT_RETURN_IF_ERROR(Wait(reqs, 2, deadline, timeout, kOp, recv_count, type));
+      AGENTRT_MPI_CHECK(MPI_Reduce_local(block_at(k + 2), incoming, n, dt, mop), where_);
+      outgoing = incoming;
+    }
     if (op == ReduceOp::kAvg) DivideInPlace(recv, recv_count, type, size_);
     return Status::Ok();
   }
@@ -280,9 +316,13 @@ class MpiGroup final : public Group {
   // clock only every 64 polls keeps the wait loop as cheap as MPI's own.
   Status Wait(MPI_Request* req, Clock::time_point deadline, Timeout timeout, std::string_view op,
               size_t count, DataType type) {
+    return Wait(req, 1, deadline, timeout, op, count, type);
+  }
+  Status Wait(MPI_Request* reqs, int num_reqs, Clock::time_point deadline, Timeout timeout,
+              std::string_view op, size_t count, DataType type) {
     int flag = 0;
     for (uint32_t polls = 0;; ++polls) {
-      const int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+      const int rc = MPI_Testall(num_reqs, reqs, &flag, MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS) {
         return Internal(where_ + ": " + std::string(op) + " failed: " + MpiErrorString(rc));
       }
@@ -303,6 +343,7 @@ class MpiGroup final : public Group {
   int size_;
   std::string where_;
   bool broken_ = false;
+  std::vector<char> scratch_;  // ReduceScatter's second partial-sum block (N > 2)
 };
 
 }  // namespace

@@ -122,6 +122,32 @@ TEST_CASE("mpi reduce-scatter gives rank r the reduced block r") {
   CHECK(recv[0] == Approx(static_cast<float>(global0) + rank_sum / static_cast<float>(n)));
 }
 
+TEST_CASE("mpi reduce-scatter maxes int64 and sums bfloat16") {
+  Group& g = World();
+  const size_t block = 37;
+  const size_t n = static_cast<size_t>(g.size());
+  std::vector<int64_t> send(block * n);
+  std::vector<uint16_t> half(block * n);
+  for (size_t i = 0; i < send.size(); ++i) {
+    send[i] = static_cast<int64_t>(i) * (g.rank() == 1 ? 3 : 1);
+    half[i] = internal::FloatToBF16(static_cast<float>(g.rank() + 1));
+  }
+  std::vector<int64_t> recv(block, -1);
+  std::vector<uint16_t> half_recv(block, 0);
+  REQUIRE(
+      g.ReduceScatter(send.data(), recv.data(), block, DataType::kInt64, ReduceOp::kMax, kTimeout)
+          .ok());
+  REQUIRE(g.ReduceScatter(half.data(), half_recv.data(), block, DataType::kBFloat16, ReduceOp::kSum,
+                          kTimeout)
+              .ok());
+  const float rank_sum = static_cast<float>(n * (n + 1) / 2);
+  for (size_t i = 0; i < block; ++i) {
+    const int64_t global = static_cast<int64_t>(static_cast<size_t>(g.rank()) * block + i);
+    REQUIRE(recv[i] == global * 3);
+    REQUIRE(internal::BF16ToFloat(half_recv[i]) == rank_sum);
+  }
+}
+
 TEST_CASE("mpi all-gather collects every rank's block, also in place") {
   Group& g = World();
   const size_t block = 1000;
