@@ -66,7 +66,11 @@ EnvPool::EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& o
   truncated_.assign(n, 0);
   episode_lengths_.assign(n, 0);
   running_lengths_.assign(n, 0);
-  for (int w = 1; w < num_threads_; ++w) workers_.emplace_back([this, w] { WorkerLoop(w); });
+  // About 8 chunks per thread: small enough to rebalance, large enough that
+  // claiming one (an atomic add) is noise next to stepping its envs.
+  chunk_size_ = std::max(1, num_envs_ / (num_threads_ * 8));
+  num_chunks_ = (num_envs_ + chunk_size_ - 1) / chunk_size_;
+  for (int w = 1; w < num_threads_; ++w) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 EnvPool::~EnvPool() {
@@ -74,10 +78,6 @@ EnvPool::~EnvPool() {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   for (auto& t : workers_) t.join();
-}
-
-int EnvPool::SliceBegin(int slice) const {
-  return static_cast<int>(static_cast<int64_t>(num_envs_) * slice / num_threads_);
 }
 
 void EnvPool::Reset(std::optional<uint64_t> seed) {
@@ -116,26 +116,44 @@ void EnvPool::StepRange(int begin, int end) {
 }
 
 void EnvPool::Step() {
-  if (num_threads_ > 1) {
-    pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
+  if (num_threads_ == 1) {
+    StepRange(0, num_envs_);
+    return;
   }
-  StepRange(0, SliceBegin(1));
-  if (num_threads_ > 1) SpinThenWait(pending_, [](int p) { return p == 0; });
+  // Chunks are claimed from a shared counter rather than fixed per thread, so
+  // a worker the OS has descheduled costs at most its in-flight chunk: the
+  // others take the rest. Every env is stepped exactly once either way, so
+  // results do not depend on which thread stepped it.
+  done_chunks_.store(0, std::memory_order_relaxed);
+  next_chunk_.store(0, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  StepChunks();
+  SpinThenWait(done_chunks_, [this](int d) { return d == num_chunks_; });
 }
 
-void EnvPool::WorkerLoop(int worker) {
+void EnvPool::StepChunks() {
+  for (;;) {
+    const int chunk = next_chunk_.fetch_add(1, std::memory_order_acq_rel);
+    if (chunk >= num_chunks_) return;
+    StepRange(chunk * chunk_size_, std::min(num_envs_, (chunk + 1) * chunk_size_));
+    if (done_chunks_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_chunks_) {
+      done_chunks_.notify_one();
+    }
+  }
+}
+
+void EnvPool::WorkerLoop() {
   // Generations start at 0 before any worker exists; reading the counter here
-  // instead would miss a Step() issued before this thread got scheduled.
-  // Step() waits for every worker, so a worker never falls a generation behind.
+  // instead would miss a Step() issued before this thread got scheduled. A
+  // worker that wakes late finds the chunks taken (or takes the next Step's,
+  // which are ready: Step() publishes them only after the actions are written).
   uint32_t seen = 0;
   for (;;) {
     SpinThenWait(generation_, [seen](uint32_t g) { return g != seen; });
-    ++seen;
+    seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
-    StepRange(SliceBegin(worker), SliceBegin(worker + 1));
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    StepChunks();
   }
 }
 

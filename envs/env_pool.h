@@ -23,7 +23,8 @@
 // the number of threads nor their timing.
 //
 // Threads: `num_threads` threads step the envs, the calling thread included
-// (num_threads - 1 workers are started); each owns a contiguous slice. Step()
+// (num_threads - 1 workers are started); they claim chunks of envs from a
+// shared counter, so a descheduled worker does not stall the batch. Step()
 // blocks until every env has stepped. Not thread-safe: one caller at a time.
 #pragma once
 
@@ -84,8 +85,8 @@ class EnvPool {
  private:
   EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& options);
   void StepRange(int begin, int end);
-  void WorkerLoop(int worker);
-  int SliceBegin(int slice) const;
+  void StepChunks();  // claims and steps chunks until none are left
+  void WorkerLoop();
 
   int num_envs_;
   int num_threads_;
@@ -98,8 +99,11 @@ class EnvPool {
   std::vector<int32_t> episode_lengths_, running_lengths_;
 
   std::vector<std::thread> workers_;
+  int chunk_size_ = 1;  // envs per chunk
+  int num_chunks_ = 1;
   std::atomic<uint32_t> generation_{0};  // bumped once per Step (and to stop)
-  std::atomic<int> pending_{0};          // workers still stepping this generation
+  std::atomic<int> next_chunk_{0};       // the next chunk to claim in this Step
+  std::atomic<int> done_chunks_{0};      // chunks stepped in this Step
   std::atomic<bool> stop_{false};
 };
 
