@@ -4,6 +4,9 @@ SHELL := /bin/bash
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
+# Let ccache share objects between clones in different folders (CI clones afresh).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: all deps configure build demo test bench clean format
 
