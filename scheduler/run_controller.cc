@@ -94,6 +94,7 @@ void RunController::Launch(size_t i) {
   const size_t n = a.spec.launch.ranks.size();
   a.last_heartbeat_s.assign(n, now);
   a.rank_done.assign(n, false);
+  a.armed.assign(n, false);
   a.killed = false;
   a.give_up = false;
   a.failed_rank = -1;
@@ -116,6 +117,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   if (m.rank < 0 || static_cast<size_t>(m.rank) >= a.last_heartbeat_s.size()) return;
   const double now = clock_->NowSeconds();
   a.last_heartbeat_s[static_cast<size_t>(m.rank)] = now;
+  a.armed[static_cast<size_t>(m.rank)] = true;
   for (auto& r : s.ranks) {
     if (r.rank == m.rank && m.pid > 0 && r.pid != m.pid) {
       r.pid = m.pid;  // an mpirun rank tells its own pid
@@ -232,7 +234,7 @@ void RunController::Tick() {
       case Phase::kRunning: {
         const double timeout = a.spec.restart.heartbeat_timeout_s;
         for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
-          if (timeout > 0 && !a.rank_done[r] && now - a.last_heartbeat_s[r] > timeout) {
+          if (timeout > 0 && a.armed[r] && !a.rank_done[r] && now - a.last_heartbeat_s[r] > timeout) {
             BeginTeardown(i,
                           fmt::format("rank {} sent no heartbeat for {:.1f} s (heartbeat_timeout_s {})",
                                       r, now - a.last_heartbeat_s[r], timeout),

@@ -8,6 +8,10 @@
 // agent is failed. Other agents are never touched. An agent whose ranks all
 // exit 0 has succeeded.
 //
+// The heartbeat watch of a rank starts with its first telemetry message (hello
+// or heartbeat): a program that does not use agentrt::Runtime (e.g. a stock
+// PyTorch DDP script) sends none and is supervised by its exit alone.
+//
 // Time comes from an injected Clock and processes from an injected backend, so
 // the logic is tested with fakes and no sleeps. The controller itself never
 // blocks: the caller drives it (see RunLoop in tools/agentctl/cmd_run.cc):
@@ -87,7 +91,8 @@ class RunController {
     Phase phase = Phase::kIdle;
     std::map<pid_t, int> live;             // pid -> rank (-1: stands for all ranks)
     std::vector<double> last_heartbeat_s;  // per rank
-    std::vector<bool> rank_done;           // rank exited 0
+    std::vector<bool> rank_done;           // rank exited 0 or said bye: no heartbeat expected
+    std::vector<bool> armed;               // rank has sent telemetry: its heartbeat is watched
     double kill_at_s = 0;
     bool killed = false;
     double restart_at_s = 0;

@@ -179,9 +179,10 @@ TEST_CASE("a rank that stops heartbeating is declared dead after heartbeat_timeo
   auto agent = MakeAgent("a", 2);
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
+  f.rc->OnTelemetry(Heartbeat("a", 1));  // rank 1 says hello once, then falls silent
   for (int t = 0; t < 4; ++t) {
     f.clock.now += 2;
-    f.rc->OnTelemetry(Heartbeat("a", 0));  // rank 1 stays silent after launch
+    f.rc->OnTelemetry(Heartbeat("a", 0));
     f.rc->Tick();
     if (t < 2) CHECK(f.A("a").state == AgentState::kRunning);
   }
@@ -208,6 +209,19 @@ TEST_CASE("a rank that said bye is not expected to heartbeat while mpirun waits 
   CHECK(f.backend.SignalsTo("m", SIGTERM) == 0);
 }
 
+TEST_CASE("a rank that never sends telemetry (a stock script) is supervised by its exit alone") {
+  Fixture f;
+  auto agent = MakeAgent("plain", 1);
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  f.clock.now += 60;
+  f.rc->Tick();
+  CHECK(f.A("plain").state == AgentState::kRunning);
+  f.backend.Exit("plain", 0, 1000, 0);
+  f.rc->Tick();
+  CHECK(f.A("plain").state == AgentState::kSucceeded);
+}
+
 TEST_CASE("heartbeats from an earlier incarnation do not keep a new one alive") {
   Fixture f;
   auto agent = MakeAgent("a", 1);
@@ -218,6 +232,7 @@ TEST_CASE("heartbeats from an earlier incarnation do not keep a new one alive") 
   f.clock.now += 2.5;
   f.rc->Tick();
   REQUIRE(f.A("a").restarts == 1);
+  f.rc->OnTelemetry(Heartbeat("a", 0, /*restart_count=*/1));  // the new incarnation's hello
   for (int t = 0; t < 6; ++t) {
     f.clock.now += 1;
     f.rc->OnTelemetry(Heartbeat("a", 0, /*restart_count=*/0));

@@ -338,8 +338,11 @@ def scenario_failing(work):
     summary naming the agent and its log; a healthy agent next to it succeeds."""
     first = free_port_block(64)
     restart = "{max_restarts: 2, backoff_s: 0.2, heartbeat_timeout_s: 30, grace_s: 1}"
+    # "plain" does not use the runtime (like a stock PyTorch script): no heartbeats, judged by its exit.
+    plain = ('  - name: plain\n    command: ["/bin/sh", "-c", "sleep 2; echo plain done"]\n'
+             '    restart: {max_restarts: 0, heartbeat_timeout_s: 0.5}\n')
     agents = (agent_yaml("broken", ["--fail-at-step", "2", "--exit-code", "3", "--step-ms", "10"], restart=restart) +
-              agent_yaml("fine", ["--steps", "20", "--step-ms", "10"], restart=restart))
+              agent_yaml("fine", ["--steps", "20", "--step-ms", "10"], restart=restart) + plain)
     run = Run(work, yaml_config(first, agents))
     follow = subprocess.Popen([AGENTCTL, "logs", run.run_dir, "fine", "--follow"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -358,6 +361,7 @@ def scenario_failing(work):
     check(broken["state"] == "failed" and broken["restarts"] == 2, "broken failed after max_restarts=2")
     check(broken["ranks"][0]["exit_code"] == 3, "its exit code is recorded")
     check(run.agent("fine")["state"] == "succeeded", "the healthy agent succeeded")
+    check(run.agent("plain")["state"] == "succeeded", "a program without heartbeats is judged by its exit (succeeded)")
     check("agent broken failed after 2 restarts" in out and "exited with code 3" in out and
           "logs/broken/rank0.log" in out, "the summary names the agent, the cause and the log:\n" + out)
     human = agentctl("status", run.run_dir)
