@@ -107,6 +107,19 @@ agents:
   Output other = Agentctl(dir, "plan " + config + " --cluster " + inv + " --json");
   REQUIRE(other.exit_code == 0);
   CHECK(PlanFromJsonString(other.out)->bus.host == "big1");
+  // --scontrol plans on SLURM's usable nodes of slurm.partition.
+  const std::string scontrol = dir.Write(
+      "nodes.txt",
+      "NodeName=sg1 CPUAlloc=0 CPUTot=64 Gres=gpu:h100:8(S:0-1) State=IDLE Partitions=gpu\n"
+      "NodeName=sg2 CPUAlloc=0 CPUTot=64 Gres=gpu:8 State=DOWN* Partitions=gpu\n"
+      "NodeName=sg3 CPUAlloc=0 CPUTot=64 Gres=gpu:8 State=MIXED Partitions=gpu\n"
+      "NodeName=sc1 CPUAlloc=0 CPUTot=64 Gres=(null) State=IDLE Partitions=cpu\n");
+  Output slurm =
+      Agentctl(dir, "plan " + config + " --scontrol " + scontrol + " --set slurm.partition=gpu");
+  REQUIRE(slurm.exit_code == 0);
+  CHECK_THAT(slurm.out, Contains("inventory: slurm partition gpu (2 nodes)"));
+  CHECK_THAT(slurm.out, Contains("sg1"));
+  CHECK_THAT(slurm.out, !Contains("sg2"));
   Output with_dir = Agentctl(dir, "plan " + config + " --json --run-dir /tmp/r1");
   CHECK(PlanFromJsonString(with_dir.out)->agents[0].checkpoint_dir ==
         "/tmp/r1/checkpoints/predator-0");

@@ -2,8 +2,11 @@
 // no side effects.
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,11 +16,38 @@
 #include "tools/agentctl/commands.h"
 
 namespace agentctl {
+namespace {
+
+// `scontrol show node -o` output from `path`, or from running it when path is "-".
+agentrt::Result<std::string> ReadScontrol(const std::string& path) {
+  std::string text;
+  if (path == "-") {
+    FILE* pipe = ::popen("scontrol show node -o", "r");
+    if (pipe == nullptr) return agentrt::ErrnoStatus(errno, "cannot run scontrol show node -o");
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) text.append(buf, n);
+    const int status = ::pclose(pipe);
+    if (status != 0) {
+      return agentrt::Unavailable(fmt::format(
+          "scontrol show node -o failed (status {}); is SLURM installed and reachable?", status));
+    }
+    return text;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return agentrt::ErrnoStatus(errno, fmt::format("cannot read {}", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace
 
 void RegisterPlan(CLI::App& app) {
   struct Options {
     std::string file;
     std::string cluster;
+    std::string scontrol;
     std::string run_dir;
     std::vector<std::string> overrides;
     bool json = false;
@@ -31,6 +61,10 @@ void RegisterPlan(CLI::App& app) {
       "--cluster", opts->cluster,
       "inventory YAML with a cluster: block (overrides the config's; default: the config's "
       "cluster, else this machine)");
+  cmd->add_option("--scontrol", opts->scontrol,
+                  "plan on SLURM's nodes: a file holding `scontrol show node -o` output, or '-' "
+                  "to run scontrol now (usable nodes of slurm.partition only)")
+      ->excludes("--cluster");
   cmd->add_option("--run-dir", opts->run_dir,
                   "plan for this run directory (checkpoint dirs under it)");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
@@ -45,6 +79,12 @@ void RegisterPlan(CLI::App& app) {
       agentrt::Status applied = agentrt::ApplyClusterFile(opts->cluster, *config);
       if (!applied.ok()) Fail("plan", applied);
       inventory = agentrt::InventoryFromCluster(config->cluster, opts->cluster);
+    } else if (!opts->scontrol.empty()) {
+      agentrt::Result<std::string> text = ReadScontrol(opts->scontrol);
+      if (!text.ok()) Fail("plan", text.status());
+      agentrt::Result<std::vector<agentrt::SlurmNode>> nodes = agentrt::ParseScontrolNodes(*text);
+      if (!nodes.ok()) Fail("plan", nodes.status());
+      inventory = agentrt::InventoryFromSlurm(*nodes, config->slurm.partition);
     } else if (!config->cluster.nodes.empty()) {
       inventory = agentrt::InventoryFromCluster(config->cluster, opts->file + " cluster:");
     } else {
