@@ -128,6 +128,25 @@ Status PpoConfig::Validate() const {
   return Status::Ok();
 }
 
+void ComputeGae(std::span<const float> rewards, std::span<const float> values,
+                std::span<const float> dones, std::span<const float> last_values, float gamma,
+                float lambda, std::span<float> advantages, std::span<float> returns) {
+  const size_t n = last_values.size();
+  const size_t steps = rewards.size() / n;
+  for (size_t i = 0; i < n; ++i) {
+    float gae = 0.0f;
+    for (size_t t = steps; t-- > 0;) {
+      const size_t k = t * n + i;
+      const float next_value = t + 1 == steps ? last_values[i] : values[k + n];
+      const float not_done = 1.0f - dones[k];
+      const float delta = rewards[k] + gamma * next_value * not_done - values[k];
+      gae = delta + gamma * lambda * not_done * gae;
+      advantages[k] = gae;
+      returns[k] = gae + values[k];
+    }
+  }
+}
+
 Result<std::unique_ptr<PpoLearner>> PpoLearner::Make(const PpoConfig& config,
                                                      const Space& observation_space,
                                                      const Space& action_space, Group& group) {
@@ -313,21 +332,11 @@ Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) 
   }
   act_net_.Forward(params_.data(), act_obs_);
 
-  // GAE(lambda): a done at step t means the next observation starts a new episode.
-  std::vector<float> last_gae(n, 0.0f);
-  for (int t = config_.rollout_steps - 1; t >= 0; --t) {
-    for (size_t i = 0; i < n; ++i) {
-      const size_t k = static_cast<size_t>(t) * n + i;
-      const float next_value = t == config_.rollout_steps - 1
-                                   ? act_net_.values()(static_cast<Eigen::Index>(i), 0)
-                                   : values_[k + n];
-      const float not_done = 1.0f - dones_[k];
-      const float delta = rewards_[k] + config_.gamma * next_value * not_done - values_[k];
-      last_gae[i] = delta + config_.gamma * config_.gae_lambda * not_done * last_gae[i];
-      advantages_[k] = last_gae[i];
-      returns_[k] = advantages_[k] + values_[k];
-    }
-  }
+  std::vector<float> last_values(n);
+  for (size_t i = 0; i < n; ++i)
+    last_values[i] = act_net_.values()(static_cast<Eigen::Index>(i), 0);
+  ComputeGae(rewards_, values_, dones_, last_values, config_.gamma, config_.gae_lambda, advantages_,
+             returns_);
 
   // Learning rate: linear decay over the group's step budget.
   float lr = config_.lr;

@@ -87,6 +87,14 @@ struct PpoMetrics {
   int epochs_run = 0;               // < config.epochs when target_kl stopped early
 };
 
+// Generalised advantage estimation over a rollout stored [t][env] row-major
+// (T x N): delta_t = r_t + gamma V_{t+1} (1 - done_t) - V_t,
+// A_t = delta_t + gamma lambda (1 - done_t) A_{t+1}; returns = A + V.
+// done_t means the step t ended its episode; V_T = last_values (N).
+void ComputeGae(std::span<const float> rewards, std::span<const float> values,
+                std::span<const float> dones, std::span<const float> last_values, float gamma,
+                float lambda, std::span<float> advantages, std::span<float> returns);
+
 class PpoLearner {
  public:
   // `group` must outlive the learner; every rank builds its learner with the

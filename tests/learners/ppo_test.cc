@@ -116,3 +116,25 @@ TEST_CASE("ppo state from another network or garbage is refused") {
   CHECK(a->LoadState(cut).code() == agentrt::StatusCode::kDataLoss);
   CHECK(a->LoadState(std::vector<uint8_t>(64, 7)).code() == agentrt::StatusCode::kDataLoss);
 }
+
+TEST_CASE("gae matches a hand computation across an episode boundary") {
+  // 3 steps x 2 envs, [t][env]. Env 0 ends its episode at t = 1; env 1 runs on.
+  const std::vector<float> rewards = {1, 0, 2, 0, 3, 1};
+  const std::vector<float> values = {0.5f, 0.1f, 0.4f, 0.2f, 0.3f, 0.3f};
+  const std::vector<float> dones = {0, 0, 1, 0, 0, 0};
+  const std::vector<float> last = {0.6f, 0.7f};
+  const float g = 0.9f, l = 0.8f;
+  std::vector<float> adv(6), ret(6);
+  agentrt::ComputeGae(rewards, values, dones, last, g, l, adv, ret);
+  // env 0: t=2: d = 3 + .9*.6 - .3 = 3.24; t=1 (done): d = 2 - .4 = 1.6, A = 1.6;
+  //        t=0: d = 1 + .9*.4 - .5 = .86, A = .86 + .72*1.6 = 2.012
+  CHECK(adv[4] == Approx(3.24f));
+  CHECK(adv[2] == Approx(1.6f));
+  CHECK(adv[0] == Approx(2.012f));
+  // env 1: t=2: d = 1 + .9*.7 - .3 = 1.33; t=1: d = 0 + .9*.3 - .2 = .07, A = .07 + .72*1.33
+  //        = 1.0276; t=0: d = 0 + .9*.2 - .1 = .08, A = .08 + .72*1.0276 = .819872
+  CHECK(adv[5] == Approx(1.33f));
+  CHECK(adv[3] == Approx(1.0276f));
+  CHECK(adv[1] == Approx(0.819872f));
+  for (size_t k = 0; k < 6; ++k) CHECK(ret[k] == Approx(adv[k] + values[k]));
+}
