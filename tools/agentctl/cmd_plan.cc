@@ -1,6 +1,7 @@
 // `agentctl plan FILE [--cluster inventory.yaml] [--json]` — the partition plan;
 // no side effects.
 #include <fmt/format.h>
+#include <sys/wait.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -29,8 +30,10 @@ agentrt::Result<std::string> ReadScontrol(const std::string& path) {
     while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) text.append(buf, n);
     const int status = ::pclose(pipe);
     if (status != 0) {
-      return agentrt::Unavailable(fmt::format(
-          "scontrol show node -o failed (status {}); is SLURM installed and reachable?", status));
+      const std::string how = WIFEXITED(status) ? fmt::format("exit code {}", WEXITSTATUS(status))
+                                                : fmt::format("wait status {}", status);
+      return agentrt::Unavailable(
+          fmt::format("scontrol show node -o failed ({}); is SLURM installed and reachable?", how));
     }
     return text;
   }
