@@ -47,7 +47,7 @@ struct PpoConfig {
   int epochs = 4;              // passes over each rollout
   int minibatches = 4;         // minibatches per epoch (each num_envs*rollout_steps/minibatches)
   float lr = 1e-3f;            // Adam learning rate
-  bool anneal_lr = true;       // decay lr linearly to 0 over `steps`
+  bool anneal_lr = true;       // decay lr linearly over `steps` (floor: lr / 1000)
   int64_t steps = 150000;      // env-step budget of the whole group (for annealing)
   float gamma = 0.99f;         // discount
   float gae_lambda = 0.95f;    // GAE lambda
