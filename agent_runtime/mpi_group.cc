@@ -152,6 +152,11 @@ void DivideInPlace(void* buf, size_t count, DataType type, int n) {
 
 // Tag of ReduceScatter's point-to-point messages (on the group's own communicator).
 constexpr int kReduceScatterTag = 0x5253;
+constexpr int kAllReduceTag = 0x4152;
+// Up to this size an allreduce on 2^k ranks takes the recursive-doubling path:
+// below the shared-memory transport's eager limit (4 KiB), where one exchange
+// per round is all it costs. Above it, Open MPI's own schedule measured better.
+constexpr size_t kSmallAllReduceBytes = size_t{2} << 10;
 
 std::string FormatTimeout(Timeout t) {
   const auto ms = t.count();
@@ -171,8 +176,10 @@ class MpiGroup final : public Group {
   ~MpiGroup() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    // A communicator with a collective still pending cannot be freed.
+    // A communicator with a collective still pending cannot be freed, nor the
+    // scratch a pending receive may still write to: both are left to exit.
     if (!finalized && !broken_) MPI_Comm_free(&comm_);
+    if (broken_) new std::vector<char>(std::move(scratch_));  // deliberately leaked
   }
 
   int rank() const override { return rank_; }
@@ -185,14 +192,19 @@ class MpiGroup final : public Group {
     AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(buf, count, "buffer", kOp)));
     const auto deadline = Clock::now() + timeout;
     const size_t elem = DataTypeSize(type);
-    for (size_t done = 0; done < count;) {
-      const int n = Chunk(count - done);
-      void* p = static_cast<char*>(buf) + done * elem;
-      MPI_Request req;
-      AGENTRT_MPI_CHECK(
-          MPI_Iallreduce(MPI_IN_PLACE, p, n, ToMpi(type), ToMpi(op, type), comm_, &req), where_);
-      AGENTRT_RETURN_IF_ERROR(Wait(&req, deadline, timeout, kOp, count, type));
-      done += static_cast<size_t>(n);
+    const bool power_of_two = (size_ & (size_ - 1)) == 0;
+    if (size_ > 1 && power_of_two && count * elem <= kSmallAllReduceBytes) {
+      AGENTRT_RETURN_IF_ERROR(SmallAllReduce(buf, count, type, op, deadline, timeout));
+    } else {
+      for (size_t done = 0; done < count;) {
+        const int n = Chunk(count - done);
+        void* p = static_cast<char*>(buf) + done * elem;
+        MPI_Request req;
+        AGENTRT_MPI_CHECK(
+            MPI_Iallreduce(MPI_IN_PLACE, p, n, ToMpi(type), ToMpi(op, type), comm_, &req), where_);
+        AGENTRT_RETURN_IF_ERROR(Wait(&req, deadline, timeout, kOp, count, type));
+        done += static_cast<size_t>(n);
+      }
     }
     if (op == ReduceOp::kAvg) DivideInPlace(buf, count, type, size_);
     return Status::Ok();
@@ -237,7 +249,8 @@ class MpiGroup final : public Group {
                         where_);
       AGENTRT_MPI_CHECK(MPI_Isend(outgoing, n, dt, right, kReduceScatterTag, comm_, &reqs[1]),
                         where_);
-      AGENTRT_RETURN_IF_ERROR(Wait(reqs, 2, deadline, timeout, kOp, recv_count, type));
+      AGENTRT_RETURN_IF_ERROR(Wait(reqs, 2, deadline, timeout, kOp, recv_count, type,
+                                   /*cancel_receive=*/true));
       AGENTRT_MPI_CHECK(MPI_Reduce_local(block_at(k + 2), incoming, n, dt, mop), where_);
       outgoing = incoming;
     }
@@ -302,6 +315,30 @@ class MpiGroup final : public Group {
     return Status::Ok();
   }
 
+  // Small messages on 2^k ranks: recursive doubling, log2(N) rounds of one
+  // exchange each (libnbc's schedule costs several rounds and an allocation per
+  // call). Each rank combines the same two operands per round (the ops are
+  // commutative), so every rank ends with bit-identical values.
+  Status SmallAllReduce(void* buf, size_t count, DataType type, ReduceOp op,
+                        Clock::time_point deadline, Timeout timeout) {
+    const size_t bytes = count * DataTypeSize(type);
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    const int n = static_cast<int>(count);
+    const MPI_Datatype dt = ToMpi(type);
+    const MPI_Op mop = ToMpi(op, type);
+    for (int mask = 1; mask < size_; mask <<= 1) {
+      const int peer = rank_ ^ mask;
+      MPI_Request reqs[2];
+      AGENTRT_MPI_CHECK(MPI_Irecv(scratch_.data(), n, dt, peer, kAllReduceTag, comm_, &reqs[0]),
+                        where_);
+      AGENTRT_MPI_CHECK(MPI_Isend(buf, n, dt, peer, kAllReduceTag, comm_, &reqs[1]), where_);
+      AGENTRT_RETURN_IF_ERROR(
+          Wait(reqs, 2, deadline, timeout, "allreduce", count, type, /*cancel_receive=*/true));
+      AGENTRT_MPI_CHECK(MPI_Reduce_local(scratch_.data(), buf, n, dt, mop), where_);
+    }
+    return Status::Ok();
+  }
+
   // Every call starts here: a broken group refuses, an argument error gets context.
   Status Begin(std::string_view op, Status arg_status) const {
     if (broken_) {
@@ -318,8 +355,10 @@ class MpiGroup final : public Group {
               size_t count, DataType type) {
     return Wait(req, 1, deadline, timeout, op, count, type);
   }
+  // With cancel_receive, reqs[0] is a point-to-point receive that is cancelled
+  // on timeout, so a late message cannot land in a buffer the caller reuses.
   Status Wait(MPI_Request* reqs, int num_reqs, Clock::time_point deadline, Timeout timeout,
-              std::string_view op, size_t count, DataType type) {
+              std::string_view op, size_t count, DataType type, bool cancel_receive = false) {
     int flag = 0;
     for (uint32_t polls = 0;; ++polls) {
       const int rc = MPI_Testall(num_reqs, reqs, &flag, MPI_STATUSES_IGNORE);
@@ -328,6 +367,11 @@ class MpiGroup final : public Group {
       }
       if (flag) return Status::Ok();
       if ((polls & 63u) == 0 && Clock::now() >= deadline) break;
+    }
+    if (cancel_receive && reqs[0] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&reqs[0]);
+      int done = 0;
+      MPI_Test(&reqs[0], &done, MPI_STATUS_IGNORE);
     }
     broken_ = true;
     g_mpi_poisoned = true;
@@ -343,7 +387,9 @@ class MpiGroup final : public Group {
   int size_;
   std::string where_;
   bool broken_ = false;
-  std::vector<char> scratch_;  // ReduceScatter's second partial-sum block (N > 2)
+  // Grown once, then reused: ReduceScatter's second partial-sum block (N > 2)
+  // and the peer's data in SmallAllReduce.
+  std::vector<char> scratch_;
 };
 
 }  // namespace
