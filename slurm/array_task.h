@@ -35,15 +35,17 @@ Result<std::vector<int>> ParseTasksPerNode(const std::string& text);
 // environment). `bus_address` is the content of RUN_DIR/bus.address.
 // Errors name the missing or malformed SLURM variable, or a task count that
 // differs from the plan's ranks.
-Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan, const AgentPlan& agent,
-                                                                 const std::string& run_dir,
-                                                                 const std::string& bus_address,
-                                                                 const EnvLookup& env);
+Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan,
+                                                                const AgentPlan& agent,
+                                                                const std::string& run_dir,
+                                                                const std::string& bus_address,
+                                                                const EnvLookup& env);
 
 // Reads the plan and bus address from `run_dir`, sets the environment, and
 // execs the agent's command (argv[0] looked up in PATH, with the directory of
 // `self_path` — where agentctl and agent-worker live — put first). Returns
 // only on error.
-Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name, const std::string& self_path);
+Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name,
+                     const std::string& self_path);
 
 }  // namespace agentrt::slurm

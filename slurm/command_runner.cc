@@ -1,6 +1,7 @@
 #include "slurm/command_runner.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace agentrt::slurm {
 namespace {
@@ -44,7 +43,9 @@ class ProcessRunner final : public CommandRunner {
     pid_t pid = fork();
     if (pid < 0) {
       int e = errno;
-      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]}) close(fd);
+      for (int fd :
+           {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]})
+        close(fd);
       return ErrnoStatus(e, "fork for " + argv[0]);
     }
     if (pid == 0) {
@@ -87,7 +88,8 @@ class ProcessRunner final : public CommandRunner {
     int open_fds = 2;
     char buf[8192];
     while (open_fds > 0) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         timed_out = true;
         break;
@@ -127,8 +129,9 @@ class ProcessRunner final : public CommandRunner {
       }
     }
     if (timed_out) {
-      return DeadlineExceeded(fmt::format("'{}' did not finish within {} s and was killed; stderr so far: {}",
-                                          FormatCommand(argv), timeout_s, result.err));
+      return DeadlineExceeded(
+          fmt::format("'{}' did not finish within {} s and was killed; stderr so far: {}",
+                      FormatCommand(argv), timeout_s, result.err));
     }
     result.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
     return result;
@@ -143,8 +146,9 @@ std::string FormatCommand(const std::vector<std::string>& argv) {
   std::string s;
   for (const auto& a : argv) {
     if (!s.empty()) s += ' ';
-    bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                   "0123456789-_./=:,@%+") == std::string::npos;
+    bool plain = !a.empty() && a.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789-_./=:,@%+") == std::string::npos;
     if (plain) {
       s += a;
     } else {

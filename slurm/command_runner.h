@@ -13,9 +13,9 @@ namespace agentrt::slurm {
 
 // What a finished command printed and how it ended.
 struct CommandOutput {
-  int exit_code = 0;   // the exit status; 128+N when killed by signal N
-  std::string out;     // everything it wrote to stdout
-  std::string err;     // everything it wrote to stderr
+  int exit_code = 0;  // the exit status; 128+N when killed by signal N
+  std::string out;    // everything it wrote to stdout
+  std::string err;    // everything it wrote to stderr
 };
 
 // Runs one external program to completion.

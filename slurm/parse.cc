@@ -1,32 +1,34 @@
 #include "slurm/parse.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <charconv>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace agentrt::slurm {
 namespace {
 
 constexpr std::array<std::pair<std::string_view, JobState>, 24> kStates = {{
-    {"PENDING", JobState::kPending},         {"CONFIGURING", JobState::kConfiguring},
-    {"RUNNING", JobState::kRunning},         {"SUSPENDED", JobState::kSuspended},
-    {"COMPLETING", JobState::kCompleting},   {"COMPLETED", JobState::kCompleted},
-    {"FAILED", JobState::kFailed},           {"CANCELLED", JobState::kCancelled},
-    {"TIMEOUT", JobState::kTimeout},         {"NODE_FAIL", JobState::kNodeFail},
-    {"PREEMPTED", JobState::kPreempted},     {"OUT_OF_MEMORY", JobState::kOutOfMemory},
-    {"BOOT_FAIL", JobState::kBootFail},      {"DEADLINE", JobState::kDeadline},
-    {"REQUEUED", JobState::kRequeued},       {"REQUEUE_FED", JobState::kRequeued},
-    {"REQUEUE_HOLD", JobState::kRequeued},   {"RESIZING", JobState::kResizing},
-    {"REVOKED", JobState::kRevoked},         {"SPECIAL_EXIT", JobState::kSpecialExit},
-    {"STOPPED", JobState::kStopped},         {"SIGNALING", JobState::kRunning},
-    {"STAGE_OUT", JobState::kCompleting},    {"UNKNOWN", JobState::kUnknown},
+    {"PENDING", JobState::kPending},       {"CONFIGURING", JobState::kConfiguring},
+    {"RUNNING", JobState::kRunning},       {"SUSPENDED", JobState::kSuspended},
+    {"COMPLETING", JobState::kCompleting}, {"COMPLETED", JobState::kCompleted},
+    {"FAILED", JobState::kFailed},         {"CANCELLED", JobState::kCancelled},
+    {"TIMEOUT", JobState::kTimeout},       {"NODE_FAIL", JobState::kNodeFail},
+    {"PREEMPTED", JobState::kPreempted},   {"OUT_OF_MEMORY", JobState::kOutOfMemory},
+    {"BOOT_FAIL", JobState::kBootFail},    {"DEADLINE", JobState::kDeadline},
+    {"REQUEUED", JobState::kRequeued},     {"REQUEUE_FED", JobState::kRequeued},
+    {"REQUEUE_HOLD", JobState::kRequeued}, {"RESIZING", JobState::kResizing},
+    {"REVOKED", JobState::kRevoked},       {"SPECIAL_EXIT", JobState::kSpecialExit},
+    {"STOPPED", JobState::kStopped},       {"SIGNALING", JobState::kRunning},
+    {"STAGE_OUT", JobState::kCompleting},  {"UNKNOWN", JobState::kUnknown},
 }};
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
     s.remove_suffix(1);
   return s;
 }
@@ -60,7 +62,9 @@ bool ParseInt(std::string_view s, int& out) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-std::string NullToEmpty(std::string_view v) { return v == "(null)" ? std::string() : std::string(v); }
+std::string NullToEmpty(std::string_view v) {
+  return v == "(null)" ? std::string() : std::string(v);
+}
 
 }  // namespace
 
@@ -143,8 +147,8 @@ Result<std::vector<JobRecord>> ParseScontrolJobs(std::string_view text) {
     };
     job.job_id = field("JobId");
     if (job.job_id.empty()) {
-      return InvalidArgument(fmt::format("scontrol show job output, line {}: no JobId= in '{}'", line_no,
-                                         line.substr(0, 120)));
+      return InvalidArgument(fmt::format("scontrol show job output, line {}: no JobId= in '{}'",
+                                         line_no, line.substr(0, 120)));
     }
     job.array_job_id = NullToEmpty(field("ArrayJobId"));
     job.array_task = NullToEmpty(field("ArrayTaskId"));
@@ -174,16 +178,17 @@ Result<std::vector<StepRecord>> ParseSqueueSteps(std::string_view text) {
     ++line_no;
     auto cols = Split(line, '|');
     if (cols.size() != 3) {
-      return InvalidArgument(fmt::format("squeue --steps output, line {}: expected 3 '|'-separated columns "
-                                         "(format {}), got '{}'",
-                                         line_no, kSqueueStepFormat, line));
+      return InvalidArgument(
+          fmt::format("squeue --steps output, line {}: expected 3 '|'-separated columns "
+                      "(format {}), got '{}'",
+                      line_no, kSqueueStepFormat, line));
     }
     StepRecord s;
     s.step_id = std::string(cols[0]);
     size_t dot = s.step_id.rfind('.');
     if (dot == std::string::npos) {
-      return InvalidArgument(fmt::format("squeue --steps output, line {}: step id '{}' has no '.'", line_no,
-                                         s.step_id));
+      return InvalidArgument(fmt::format("squeue --steps output, line {}: step id '{}' has no '.'",
+                                         line_no, s.step_id));
     }
     s.job = s.step_id.substr(0, dot);
     s.step = s.step_id.substr(dot + 1);
@@ -201,8 +206,9 @@ Result<std::vector<AccountingRecord>> ParseSacct(std::string_view text) {
     ++line_no;
     auto cols = Split(line, '|');
     if (cols.size() != 5) {
-      return InvalidArgument(fmt::format("sacct output, line {}: expected 5 '|'-separated columns ({}), got '{}'",
-                                         line_no, kSacctFields, line));
+      return InvalidArgument(
+          fmt::format("sacct output, line {}: expected 5 '|'-separated columns ({}), got '{}'",
+                      line_no, kSacctFields, line));
     }
     AccountingRecord r;
     r.job_id = std::string(cols[0]);

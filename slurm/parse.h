@@ -53,12 +53,12 @@ struct JobRecord {
   std::string array_task;    // ArrayTaskId: "2", or a pending range "0-3"; empty when not an array
   std::string name;          // JobName
   JobState state = JobState::kUnknown;
-  std::string state_text;    // JobState as printed
-  std::string reason;        // Reason
-  int exit_code = 0;         // ExitCode=<code>:<signal>
+  std::string state_text;  // JobState as printed
+  std::string reason;      // Reason
+  int exit_code = 0;       // ExitCode=<code>:<signal>
   int exit_signal = 0;
-  int restarts = 0;          // Restarts (requeues)
-  std::string node_list;     // NodeList, "(null)" while pending → empty
+  int restarts = 0;                           // Restarts (requeues)
+  std::string node_list;                      // NodeList, "(null)" while pending → empty
   std::map<std::string, std::string> fields;  // every Key=Value of the line
 
   // "12_3" for an array task, else the job id: how squeue and sacct name it.

@@ -1,5 +1,6 @@
 #include "slurm/sbatch_writer.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -7,8 +8,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "comms/auth.h"
 #include "slurm/command_runner.h"
@@ -25,9 +24,10 @@ std::string Quote(const std::string& word) { return FormatCommand({word}); }
 // word (sbatch splits the line on whitespace).
 Status CheckSbatchWord(const std::string& what, const std::string& value) {
   if (value.find_first_of(" \t\r\n\"'\\") != std::string::npos) {
-    return InvalidArgument(fmt::format("slurm: {} '{}' cannot go into an #SBATCH line (whitespace, quote or "
-                                       "backslash)",
-                                       what, value));
+    return InvalidArgument(
+        fmt::format("slurm: {} '{}' cannot go into an #SBATCH line (whitespace, quote or "
+                    "backslash)",
+                    what, value));
   }
   return Status::Ok();
 }
@@ -36,7 +36,8 @@ Status CheckSbatchWord(const std::string& what, const std::string& value) {
 // time, constraint and the user's extra arguments.
 Result<std::string> CommonDirectives(const SlurmConfig& slurm) {
   std::string out;
-  auto add = [&out](const std::string& what, const std::string& flag, const std::string& value) -> Status {
+  auto add = [&out](const std::string& what, const std::string& flag,
+                    const std::string& value) -> Status {
     if (value.empty()) return Status::Ok();
     AGENTRT_RETURN_IF_ERROR(CheckSbatchWord(what, value));
     out += fmt::format("#SBATCH {}={}\n", flag, value);
@@ -76,7 +77,8 @@ Status WriteTextFile(const fs::path& path, const std::string& text, fs::perms mo
 Status MakeDir(const fs::path& path, fs::perms mode) {
   std::error_code ec;
   fs::create_directories(path, ec);
-  if (ec) return Internal(fmt::format("cannot create directory {}: {}", path.string(), ec.message()));
+  if (ec)
+    return Internal(fmt::format("cannot create directory {}: {}", path.string(), ec.message()));
   fs::permissions(path, mode, fs::perm_options::replace, ec);
   if (ec) return Internal(fmt::format("chmod {}: {}", path.string(), ec.message()));
   return Status::Ok();
@@ -95,11 +97,13 @@ Result<ResourceShape> ShapeOf(const AgentPlan& agent) {
   ResourceShape shape;
   shape.nodes = agent.placement.empty() ? 1 : static_cast<int>(agent.placement.size());
   shape.ranks = agent.ranks;
-  if (agent.ranks < 1) return InvalidArgument(fmt::format("agent {}: {} ranks", agent.name, agent.ranks));
+  if (agent.ranks < 1)
+    return InvalidArgument(fmt::format("agent {}: {} ranks", agent.name, agent.ranks));
   if (agent.ranks % shape.nodes != 0 || agent.gpus % shape.nodes != 0) {
-    return InvalidArgument(fmt::format("agent {}: {} ranks and {} GPUs do not divide evenly over its {} nodes; a "
-                                       "job array needs the same tasks and GPUs on every node",
-                                       agent.name, agent.ranks, agent.gpus, shape.nodes));
+    return InvalidArgument(
+        fmt::format("agent {}: {} ranks and {} GPUs do not divide evenly over its {} nodes; a "
+                    "job array needs the same tasks and GPUs on every node",
+                    agent.name, agent.ranks, agent.gpus, shape.nodes));
   }
   shape.gpus_per_node = agent.gpus / shape.nodes;
   return shape;
@@ -124,11 +128,13 @@ Status MakePortsRunUnique(Plan& plan, const PortConfig& ports) {
   }
   int next = ports.first;
   for (AgentPlan* agent : moved) {
-    while (next + ports.per_agent - 1 <= ports.last && overlaps(next, next + ports.per_agent - 1)) ++next;
+    while (next + ports.per_agent - 1 <= ports.last && overlaps(next, next + ports.per_agent - 1))
+      ++next;
     if (next + ports.per_agent - 1 > ports.last) {
-      return ResourceExhausted(fmt::format("agent {}: no free block of {} ports left in {}-{} for a job-array run "
-                                           "(every agent needs its own block run-wide); widen cluster.ports",
-                                           agent->name, ports.per_agent, ports.first, ports.last));
+      return ResourceExhausted(
+          fmt::format("agent {}: no free block of {} ports left in {}-{} for a job-array run "
+                      "(every agent needs its own block run-wide); widen cluster.ports",
+                      agent->name, ports.per_agent, ports.first, ports.last));
     }
     int offset = agent->master_port - agent->ports.first;
     agent->ports.first = next;
@@ -139,15 +145,18 @@ Status MakePortsRunUnique(Plan& plan, const PortConfig& ports) {
   return Status::Ok();
 }
 
-Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm, const SbatchOptions& options) {
+Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm,
+                                    const SbatchOptions& options) {
   if (options.run_dir.empty() || options.run_dir.front() != '/') {
-    return InvalidArgument(fmt::format("sbatch: the run directory must be an absolute path, got '{}'", options.run_dir));
+    return InvalidArgument(fmt::format(
+        "sbatch: the run directory must be an absolute path, got '{}'", options.run_dir));
   }
   if (plan.agents.empty()) return InvalidArgument("sbatch: the plan has no agents");
   AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("run name", plan.run));
   AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("run directory", options.run_dir));
   if (slurm.signal_grace_s < 0) {
-    return InvalidArgument(fmt::format("slurm.signal_grace_s must be >= 0, got {}", slurm.signal_grace_s));
+    return InvalidArgument(
+        fmt::format("slurm.signal_grace_s must be >= 0, got {}", slurm.signal_grace_s));
   }
   AGENTRT_ASSIGN_OR_RETURN(std::string common, CommonDirectives(slurm));
 
@@ -190,22 +199,25 @@ rm -f "$RUN_DIR/bus.address"
 exec {bus} --plan "$RUN_DIR/plan.json" --secret-file "$RUN_DIR/secrets/run.secret" \
   --port 0 --address-file "$RUN_DIR/bus.address"
 )sh",
-      fmt::arg("run", plan.run), fmt::arg("logs", logs), fmt::arg("common", common), fmt::arg("run_dir", run_dir),
-      fmt::arg("bus", Quote(options.bus_path)));
+      fmt::arg("run", plan.run), fmt::arg("logs", logs), fmt::arg("common", common),
+      fmt::arg("run_dir", run_dir), fmt::arg("bus", Quote(options.bus_path)));
 
   // One job array per shape.
   for (ArrayJob& array : arrays) {
     const ResourceShape& s = array.shape;
-    std::string resources = fmt::format("#SBATCH --nodes={}\n#SBATCH --ntasks={}\n", s.nodes, s.ranks);
+    std::string resources =
+        fmt::format("#SBATCH --nodes={}\n#SBATCH --ntasks={}\n", s.nodes, s.ranks);
     if (s.nodes > 1) resources += fmt::format("#SBATCH --ntasks-per-node={}\n", s.ranks / s.nodes);
     resources += fmt::format("#SBATCH --cpus-per-task={}\n", options.cpus_per_rank);
     if (s.gpus_per_node > 0) resources += fmt::format("#SBATCH --gres=gpu:{}\n", s.gpus_per_node);
     // MPI agents need SLURM's PMIx to wire up MPI_Init under srun.
     bool mpi = false;
-    for (const std::string& name : array.agents) mpi |= plan.FindAgent(name)->backend == GroupBackend::kMpi;
+    for (const std::string& name : array.agents)
+      mpi |= plan.FindAgent(name)->backend == GroupBackend::kMpi;
     std::vector<std::string> quoted;
     for (const std::string& name : array.agents) quoted.push_back(Quote(name));
-    std::string gpus_text = s.gpus_per_node > 0 ? fmt::format("{} GPU(s) per node", s.gpus_per_node) : "no GPU";
+    std::string gpus_text =
+        s.gpus_per_node > 0 ? fmt::format("{} GPU(s) per node", s.gpus_per_node) : "no GPU";
     array.script = fmt::format(
         R"sh(#!/bin/bash
 # agentrt run "{run}": job array "{shape}": {count} agent(s), each {ranks} rank(s)
@@ -267,12 +279,14 @@ if [ "$preempted" = 1 ]; then
 fi
 exit "$rc"
 )sh",
-        fmt::arg("run", plan.run), fmt::arg("shape", s.Name()), fmt::arg("count", array.agents.size()),
-        fmt::arg("ranks", s.ranks), fmt::arg("nodes", s.nodes), fmt::arg("gpus_text", gpus_text),
+        fmt::arg("run", plan.run), fmt::arg("shape", s.Name()),
+        fmt::arg("count", array.agents.size()), fmt::arg("ranks", s.ranks),
+        fmt::arg("nodes", s.nodes), fmt::arg("gpus_text", gpus_text),
         fmt::arg("last", array.agents.size() - 1), fmt::arg("resources", resources),
         fmt::arg("grace", slurm.signal_grace_s), fmt::arg("logs", logs), fmt::arg("common", common),
         fmt::arg("run_dir", run_dir), fmt::arg("agentctl", Quote(options.agentctl_path)),
-        fmt::arg("agents", Join(quoted, " ")), fmt::arg("bus_wait", static_cast<long long>(options.bus_wait_s)),
+        fmt::arg("agents", Join(quoted, " ")),
+        fmt::arg("bus_wait", static_cast<long long>(options.bus_wait_s)),
         fmt::arg("mpi", mpi ? " --mpi=pmix" : ""));
   }
 
@@ -331,31 +345,33 @@ echo "agentrt: follow with: squeue -j $bus,{array_list}; logs in $RUN_DIR/logs"
 
 Result<SbatchSet> WriteSbatchRun(Plan plan, const Config& config, const SbatchOptions& options) {
   if (options.run_dir.empty() || options.run_dir.front() != '/') {
-    return InvalidArgument(fmt::format("sbatch: the run directory must be an absolute path, got '{}'", options.run_dir));
+    return InvalidArgument(fmt::format(
+        "sbatch: the run directory must be an absolute path, got '{}'", options.run_dir));
   }
   plan.run_dir = options.run_dir;
   AGENTRT_RETURN_IF_ERROR(MakePortsRunUnique(plan, config.cluster.ports));
   AGENTRT_ASSIGN_OR_RETURN(SbatchSet set, GenerateSbatchSet(plan, config.slurm, options));
 
   const fs::path dir(options.run_dir);
-  const auto rwx = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
-                   fs::perms::others_exec;
+  const auto rwx = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                   fs::perms::others_read | fs::perms::others_exec;
   AGENTRT_RETURN_IF_ERROR(MakeDir(dir, rwx));
   AGENTRT_RETURN_IF_ERROR(MakeDir(dir / "logs", rwx));
   AGENTRT_RETURN_IF_ERROR(MakeDir(dir / "secrets", fs::perms::owner_all));
   for (const AgentPlan& agent : plan.agents) {
     std::error_code ec;
     fs::create_directories(agent.checkpoint_dir, ec);
-    if (ec) return Internal(fmt::format("agent {}: cannot create checkpoint directory {}: {}", agent.name,
-                                        agent.checkpoint_dir, ec.message()));
+    if (ec)
+      return Internal(fmt::format("agent {}: cannot create checkpoint directory {}: {}", agent.name,
+                                  agent.checkpoint_dir, ec.message()));
   }
 
   // Credentials: a fresh secret per generated run; tokens derive from it.
   AGENTRT_ASSIGN_OR_RETURN(std::string secret, GenerateSecret());
   AGENTRT_RETURN_IF_ERROR(WriteSecretFile((dir / "secrets" / "run.secret").string(), secret));
   for (const AgentPlan& agent : plan.agents) {
-    AGENTRT_RETURN_IF_ERROR(WriteTokenFile((dir / "secrets" / (agent.name + ".token")).string(), agent.name,
-                                           DeriveAgentToken(secret, agent.name)));
+    AGENTRT_RETURN_IF_ERROR(WriteTokenFile((dir / "secrets" / (agent.name + ".token")).string(),
+                                           agent.name, DeriveAgentToken(secret, agent.name)));
   }
 
   AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan, (dir / "plan.json").string()));

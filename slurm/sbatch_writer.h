@@ -80,7 +80,8 @@ Status MakePortsRunUnique(Plan& plan, const PortConfig& ports);
 // The scripts for `plan` (whose run_dir must equal options.run_dir). Pure:
 // writes nothing. Errors: a value that cannot go into an #SBATCH line
 // (newline, or whitespace where SLURM takes one word), an uneven shape.
-Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm, const SbatchOptions& options);
+Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm,
+                                    const SbatchOptions& options);
 
 // Writes everything listed at the top of this file into options.run_dir:
 // makes ports run-unique, sets plan.run_dir, generates a fresh run secret and

@@ -1,9 +1,9 @@
 #include "slurm/slurm_client.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <thread>
-
-#include <fmt/format.h>
 
 namespace agentrt::slurm {
 namespace {
@@ -23,13 +23,15 @@ Result<CommandOutput> SlurmClient::RunChecked(const std::vector<std::string>& ar
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, runner_.Run(argv, options_.command_timeout_s));
   if (out.exit_code != 0) {
     std::string err = Tail(out.err.empty() ? out.out : out.err);
-    return Status(StatusCode::kUnavailable, fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
-                                                        out.exit_code, err.empty() ? "(no output)" : err));
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
+                              out.exit_code, err.empty() ? "(no output)" : err));
   }
   return out;
 }
 
-Result<std::string> SlurmClient::Submit(const std::string& script_path, const std::vector<std::string>& args) {
+Result<std::string> SlurmClient::Submit(const std::string& script_path,
+                                        const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"sbatch", "--parsable"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back(script_path);
@@ -44,12 +46,13 @@ Result<std::vector<JobRecord>> SlurmClient::ShowJob(std::string_view job_id) {
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, runner_.Run(argv, options_.command_timeout_s));
   if (out.exit_code != 0) {
     if (out.err.find("Invalid job id") != std::string::npos) {
-      return NotFound(fmt::format("SLURM does not know job {} (never submitted, or finished more than "
-                                  "MinJobAge ago): {}",
-                                  job_id, Tail(out.err)));
+      return NotFound(
+          fmt::format("SLURM does not know job {} (never submitted, or finished more than "
+                      "MinJobAge ago): {}",
+                      job_id, Tail(out.err)));
     }
-    return Unavailable(fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv), out.exit_code,
-                                   Tail(out.err)));
+    return Unavailable(fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
+                                   out.exit_code, Tail(out.err)));
   }
   auto jobs = ParseScontrolJobs(out.out);
   if (!jobs.ok()) return jobs.status().WithContext(FormatCommand(argv));
@@ -57,8 +60,8 @@ Result<std::vector<JobRecord>> SlurmClient::ShowJob(std::string_view job_id) {
 }
 
 Result<std::vector<StepRecord>> SlurmClient::Steps(std::string_view job_id) {
-  std::vector<std::string> argv = {"squeue", "-h", "--steps", "-j", std::string(job_id), "-o",
-                                   std::string(kSqueueStepFormat)};
+  std::vector<std::string> argv = {
+      "squeue", "-h", "--steps", "-j", std::string(job_id), "-o", std::string(kSqueueStepFormat)};
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, RunChecked(argv));
   auto steps = ParseSqueueSteps(out.out);
   if (!steps.ok()) return steps.status().WithContext(FormatCommand(argv));
@@ -66,17 +69,19 @@ Result<std::vector<StepRecord>> SlurmClient::Steps(std::string_view job_id) {
 }
 
 Result<std::vector<AccountingRecord>> SlurmClient::Accounting(std::string_view job_id) {
-  std::vector<std::string> argv = {"sacct", "-n", "-P", "-j", std::string(job_id), "-o", std::string(kSacctFields)};
+  std::vector<std::string> argv = {
+      "sacct", "-n", "-P", "-j", std::string(job_id), "-o", std::string(kSacctFields)};
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, runner_.Run(argv, options_.command_timeout_s));
   // sacct exits 1 with this on stderr when there is no slurmdbd.
   if (out.err.find("accounting storage is disabled") != std::string::npos) {
-    return FailedPrecondition(fmt::format("'{}': SLURM accounting is disabled on this cluster (no slurmdbd); use "
-                                          "ShowJob/Steps instead: {}",
-                                          FormatCommand(argv), Tail(out.err)));
+    return FailedPrecondition(
+        fmt::format("'{}': SLURM accounting is disabled on this cluster (no slurmdbd); use "
+                    "ShowJob/Steps instead: {}",
+                    FormatCommand(argv), Tail(out.err)));
   }
   if (out.exit_code != 0) {
-    return Unavailable(fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv), out.exit_code,
-                                   Tail(out.err)));
+    return Unavailable(fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
+                                   out.exit_code, Tail(out.err)));
   }
   auto rows = ParseSacct(out.out);
   if (!rows.ok()) return rows.status().WithContext(FormatCommand(argv));
@@ -98,9 +103,10 @@ Result<std::string> SlurmClient::ShowNodesText() {
   return std::move(out.out);
 }
 
-Result<std::vector<JobRecord>> SlurmClient::WaitForJobs(const std::vector<std::string>& job_ids, double timeout_s) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+Result<std::vector<JobRecord>> SlurmClient::WaitForJobs(const std::vector<std::string>& job_ids,
+                                                        double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
   while (true) {
     std::vector<JobRecord> all;
     std::string unfinished;
@@ -110,7 +116,8 @@ Result<std::vector<JobRecord>> SlurmClient::WaitForJobs(const std::vector<std::s
         // A pending array not yet split into tasks shows as one record with a range.
         bool range = job.array_task.find_first_of("-,%") != std::string::npos;
         if (range || !IsTerminal(job.state)) {
-          unfinished += fmt::format("{}{}={}", unfinished.empty() ? "" : ", ", job.DisplayId(), job.state_text);
+          unfinished += fmt::format("{}{}={}", unfinished.empty() ? "" : ", ", job.DisplayId(),
+                                    job.state_text);
         }
         all.push_back(std::move(job));
       }
@@ -120,7 +127,8 @@ Result<std::vector<JobRecord>> SlurmClient::WaitForJobs(const std::vector<std::s
       return DeadlineExceeded(
           fmt::format("SLURM jobs not finished after {} s: {}", timeout_s, unfinished));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long long>(options_.poll_interval_s * 1000)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<long long>(options_.poll_interval_s * 1000)));
   }
 }
 

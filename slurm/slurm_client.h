@@ -38,7 +38,8 @@ class SlurmClient {
 
   // sbatch --parsable [args...] SCRIPT → the job id ("12"; for an array the
   // array's job id). `args` come before the script (e.g. --dependency=...).
-  Result<std::string> Submit(const std::string& script_path, const std::vector<std::string>& args = {});
+  Result<std::string> Submit(const std::string& script_path,
+                             const std::vector<std::string>& args = {});
 
   // scontrol show job -o ID: one record per job, or per array task.
   // An id SLURM no longer knows (older than MinJobAge) is NotFound.
@@ -60,7 +61,8 @@ class SlurmClient {
   // Polls ShowJob until every record of each job is terminal (an array: every
   // task split out and terminal), or `timeout_s` passes (DeadlineExceeded,
   // naming the jobs still unfinished and their states).
-  Result<std::vector<JobRecord>> WaitForJobs(const std::vector<std::string>& job_ids, double timeout_s);
+  Result<std::vector<JobRecord>> WaitForJobs(const std::vector<std::string>& job_ids,
+                                             double timeout_s);
 
  private:
   // Runs argv; a non-zero exit becomes an error Status with stderr.

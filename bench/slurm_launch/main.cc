@@ -11,6 +11,7 @@
 // figure is the latest of those minus the submit time. Medians of --reps runs.
 //
 // Usage: bench_slurm_launch [--reps N]   (default 5)
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +24,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "slurm/command_runner.h"
 #include "slurm/slurm_client.h"
@@ -70,7 +69,8 @@ double WaitForRanks(const fs::path& dir, double timeout_s) {
       std::string t = ReadFile(e.path());
       if (!t.empty() && t.back() == '\n') times.push_back(std::atof(t.c_str()));
     }
-    if (static_cast<int>(times.size()) >= kRanks) return *std::max_element(times.begin(), times.end());
+    if (static_cast<int>(times.size()) >= kRanks)
+      return *std::max_element(times.begin(), times.end());
     usleep(10 * 1000);
   }
   Die(fmt::format("not every rank started within {} s (see {})", timeout_s, dir.string()));
@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) Die("cannot find my own path");
-  const fs::path bin = fs::path(std::string(self, static_cast<size_t>(n))).parent_path().parent_path() / "bin";
+  const fs::path bin =
+      fs::path(std::string(self, static_cast<size_t>(n))).parent_path().parent_path() / "bin";
   if (!fs::exists(bin / "agentctl") || !fs::exists(bin / "agentrt-bus")) {
     Die("build agentctl and agentrt-bus first (looked in " + bin.string() + ")");
   }
@@ -117,7 +118,8 @@ int main(int argc, char** argv) {
   std::string cluster_dir;
   if (std::getenv("SLURM_CONF") == nullptr) {
     cluster_dir = (work / "cluster").string();
-    auto up = runner->Run({std::string(AGENTRT_SOURCE_DIR) + "/slurm/testcluster/start.sh", cluster_dir}, 180);
+    auto up = runner->Run(
+        {std::string(AGENTRT_SOURCE_DIR) + "/slurm/testcluster/start.sh", cluster_dir}, 180);
     if (!up.ok() || up->exit_code != 0) {
       Die("the SLURM test cluster did not start: " + (up.ok() ? up->err : up.status().message()));
     }
@@ -125,7 +127,8 @@ int main(int argc, char** argv) {
   }
   auto stop_cluster = [&] {
     if (!cluster_dir.empty()) {
-      (void)runner->Run({std::string(AGENTRT_SOURCE_DIR) + "/slurm/testcluster/stop.sh", cluster_dir}, 120);
+      (void)runner->Run(
+          {std::string(AGENTRT_SOURCE_DIR) + "/slurm/testcluster/stop.sh", cluster_dir}, 120);
     }
   };
   SlurmClient slurm(*runner, {60, 0.2});
@@ -138,7 +141,8 @@ agents:
   - {{name: small, replicas: 2, gpus: 1, ranks: 1, command: [bash, {work}/rank.sh, {work}/seen]}}
 )",
                                               fmt::arg("work", work.string())));
-  WriteFile(work / "plain.sbatch", fmt::format(R"sh(#!/bin/bash
+  WriteFile(work / "plain.sbatch",
+            fmt::format(R"sh(#!/bin/bash
 #SBATCH --job-name=plain
 #SBATCH --ntasks={ranks}
 #SBATCH --cpus-per-task=1
@@ -151,7 +155,7 @@ srun --exact -n1 --gres=gpu:1 bash {work}/rank.sh "$seen" small-0 &
 srun --exact -n1 --gres=gpu:1 bash {work}/rank.sh "$seen" small-1 &
 wait
 )sh",
-                                               fmt::arg("ranks", kRanks), fmt::arg("work", work.string())));
+                        fmt::arg("ranks", kRanks), fmt::arg("work", work.string())));
 
   std::vector<double> agentrt_s, plain_s;
   for (int r = 0; r < reps; ++r) {
@@ -162,9 +166,10 @@ wait
       fs::remove_all(seen);
       fs::create_directories(seen);
       double t0 = Now();
-      auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o",
-                              run.string(), "--submit", "--bus-wait", "60"},
-                             120);
+      auto out =
+          runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o",
+                       run.string(), "--submit", "--bus-wait", "60"},
+                      120);
       if (!out.ok() || out->exit_code != 0) {
         stop_cluster();
         Die("agentctl sbatch --submit failed: " + (out.ok() ? out->err : out.status().message()));
@@ -193,16 +198,20 @@ wait
       auto done = slurm.WaitForJobs({*id}, 120);
       if (!done.ok()) Die(done.status().message());
     }
-    std::fprintf(stderr, "rep %d: agentrt %.3f s, plain %.3f s\n", r, agentrt_s.back(), plain_s.back());
+    std::fprintf(stderr, "rep %d: agentrt %.3f s, plain %.3f s\n", r, agentrt_s.back(),
+                 plain_s.back());
   }
   stop_cluster();
   fs::remove_all(work);
 
   double a = Median(agentrt_s);
   double p = Median(plain_s);
-  std::printf("{\"bench\":\"slurm_launch\",\"metric\":\"sbatch_array_submit_to_all_ranks_running\",\"value\":%.3f,"
-              "\"unit\":\"s\",\"anchor\":\"plain sbatch script srun-ing the same 6 ranks\",\"anchor_value\":%.3f,"
-              "\"ratio\":%.3f}\n",
-              a, p, a / p);
+  std::printf(
+      "{\"bench\":\"slurm_launch\",\"metric\":\"sbatch_array_submit_to_all_ranks_running\","
+      "\"value\":%.3f,"
+      "\"unit\":\"s\",\"anchor\":\"plain sbatch script srun-ing the same 6 "
+      "ranks\",\"anchor_value\":%.3f,"
+      "\"ratio\":%.3f}\n",
+      a, p, a / p);
   return 0;
 }

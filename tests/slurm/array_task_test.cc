@@ -1,8 +1,8 @@
-#include <catch2/catch.hpp>
+#include "slurm/array_task.h"
 
+#include <catch2/catch.hpp>
 #include <map>
 
-#include "slurm/array_task.h"
 #include "tests/slurm/test_plans.h"
 
 using namespace agentrt;
@@ -20,9 +20,12 @@ EnvLookup MapLookup(const std::map<std::string, std::string>& vars) {
 
 std::map<std::string, std::string> SlurmRank(int procid, int ntasks, const std::string& per_node,
                                              const std::string& nodelist) {
-  return {{"SLURM_PROCID", std::to_string(procid)}, {"SLURM_NTASKS", std::to_string(ntasks)},
-          {"SLURM_LOCALID", std::to_string(procid % 2)}, {"SLURM_NODEID", std::to_string(procid / 2)},
-          {"SLURM_TASKS_PER_NODE", per_node}, {"SLURM_JOB_NODELIST", nodelist},
+  return {{"SLURM_PROCID", std::to_string(procid)},
+          {"SLURM_NTASKS", std::to_string(ntasks)},
+          {"SLURM_LOCALID", std::to_string(procid % 2)},
+          {"SLURM_NODEID", std::to_string(procid / 2)},
+          {"SLURM_TASKS_PER_NODE", per_node},
+          {"SLURM_JOB_NODELIST", nodelist},
           {"CUDA_VISIBLE_DEVICES", "4,5"}};
 }
 
@@ -68,7 +71,8 @@ TEST_CASE("an array task's rank gets the agent contract from the plan and from S
 TEST_CASE("a CPU agent's rank sees no GPU") {
   Plan plan;
   AddAgent(plan, "cpu", 0, 1, "n", 20016, "/r");
-  auto env = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(SlurmRank(0, 1, "1", "n1")));
+  auto env = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1",
+                                  MapLookup(SlurmRank(0, 1, "1", "n1")));
   REQUIRE(env.ok());
   CHECK(env->at("CUDA_VISIBLE_DEVICES").empty());
   CHECK(env->at("AGENTRT_RESTART_COUNT") == "0");
@@ -83,7 +87,8 @@ TEST_CASE("array-task errors name what SLURM did not provide") {
   REQUIRE_FALSE(e1.ok());
   CHECK_THAT(e1.status().message(), Catch::Contains("SLURM_PROCID"));
 
-  auto e2 = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(SlurmRank(0, 3, "3", "n1")));
+  auto e2 = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1",
+                                 MapLookup(SlurmRank(0, 3, "3", "n1")));
   REQUIRE_FALSE(e2.ok());
   CHECK_THAT(e2.status().message(), Catch::Contains("3 tasks"));
 

@@ -1,8 +1,7 @@
-#include <catch2/catch.hpp>
-
-#include <chrono>
-
 #include "slurm/command_runner.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
 
 using namespace agentrt;
 using namespace agentrt::slurm;
@@ -39,5 +38,6 @@ TEST_CASE("the process runner kills a program at its deadline, with its children
 }
 
 TEST_CASE("a command line is quoted only where a word needs it") {
-  CHECK(FormatCommand({"sbatch", "--parsable", "a b", "it's"}) == "sbatch --parsable 'a b' 'it'\\''s'");
+  CHECK(FormatCommand({"sbatch", "--parsable", "a b", "it's"}) ==
+        "sbatch --parsable 'a b' 'it'\\''s'");
 }

@@ -1,17 +1,22 @@
-#include <catch2/catch.hpp>
-
 #include "slurm/parse.h"
+
+#include <catch2/catch.hpp>
 
 using namespace agentrt::slurm;
 
 // Captured from slurm-wlm 22.05 on the test cluster (two lines: an array task
 // running, one with a WorkDir that has a space in it).
 static const char* kScontrolJobs =
-    "JobId=12 ArrayJobId=12 ArrayTaskId=1 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A "
-    "Priority=4294901758 Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) "
-    "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:01 NodeList=vm BatchHost=vm "
-    "NumNodes=1 NumCPUs=2 NumTasks=2 CPUs/Task=1 WorkDir=/tmp StdOut=/dev/null Power= TresPerNode=gres:gpu:2 \n"
-    "JobId=14 ArrayJobId=(null) JobName=train JobState=CANCELLED Reason=None Restarts=1 ExitCode=0:15 "
+    "JobId=12 ArrayJobId=12 ArrayTaskId=1 JobName=wrap UserId=root(0) GroupId=root(0) "
+    "MCS_label=N/A "
+    "Priority=4294901758 Nice=0 Account=(null) QOS=(null) JobState=RUNNING Reason=None "
+    "Dependency=(null) "
+    "Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:01 NodeList=vm "
+    "BatchHost=vm "
+    "NumNodes=1 NumCPUs=2 NumTasks=2 CPUs/Task=1 WorkDir=/tmp StdOut=/dev/null Power= "
+    "TresPerNode=gres:gpu:2 \n"
+    "JobId=14 ArrayJobId=(null) JobName=train JobState=CANCELLED Reason=None Restarts=1 "
+    "ExitCode=0:15 "
     "NodeList=(null) WorkDir=/home/a user/run Command=/bin/true\n";
 
 TEST_CASE("scontrol show job -o lines become job records") {
@@ -59,7 +64,8 @@ TEST_CASE("job states read from every spelling SLURM prints") {
 }
 
 TEST_CASE("squeue --steps rows split into job and step") {
-  auto steps = ParseSqueueSteps("12_1.0|sleep|vm\n12_1.batch|batch|vm\n13.extern|extern|node[01-02]\n");
+  auto steps =
+      ParseSqueueSteps("12_1.0|sleep|vm\n12_1.batch|batch|vm\n13.extern|extern|node[01-02]\n");
   REQUIRE(steps.ok());
   REQUIRE(steps->size() == 3);
   CHECK((*steps)[0].job == "12_1");
@@ -72,7 +78,8 @@ TEST_CASE("squeue --steps rows split into job and step") {
 }
 
 TEST_CASE("sacct parsable rows become accounting records") {
-  auto rows = ParseSacct("7_0|job|COMPLETED|0:0|vm\n7_0.batch|batch|COMPLETED|0:0|vm\n7_0.0|a|FAILED|3:0|vm\n");
+  auto rows = ParseSacct(
+      "7_0|job|COMPLETED|0:0|vm\n7_0.batch|batch|COMPLETED|0:0|vm\n7_0.0|a|FAILED|3:0|vm\n");
   REQUIRE(rows.ok());
   REQUIRE(rows->size() == 3);
   CHECK((*rows)[2].state == JobState::kFailed);

@@ -2,19 +2,17 @@
 // of two shapes become two job arrays, every array task succeeds, every agent
 // saw its own GPUs (pairwise disjoint, while all four ran at once), and no
 // script and no job environment holds the run secret or a token.
-#include <catch2/catch.hpp>
-
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "comms/auth.h"
 #include "slurm/command_runner.h"
@@ -86,8 +84,10 @@ exit 1
 // Skips nothing: fails at once, with the fix, when the test cluster is not there.
 fs::path RequireCluster() {
   const char* conf = std::getenv("SLURM_CONF");
-  INFO("SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; source DIR/env.sh) or run "
-       "scripts/test.sh");
+  INFO(
+      "SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; source "
+      "DIR/env.sh) or run "
+      "scripts/test.sh");
   REQUIRE(conf != nullptr);
   const char* bin_env = std::getenv("AGENTRT_BIN_DIR");
   REQUIRE(bin_env != nullptr);
@@ -132,7 +132,9 @@ echo "restart $AGENTRT_RESTART_COUNT resumed from $(cat "$AGENTRT_CKPT_DIR/check
 
 }  // namespace
 
-TEST_CASE("agentctl sbatch: 4 agents of two shapes run as two job arrays on real SLURM with disjoint GPUs") {
+TEST_CASE(
+    "agentctl sbatch: 4 agents of two shapes run as two job arrays on real SLURM with disjoint "
+    "GPUs") {
   const fs::path bin = RequireCluster();
   const fs::path work = TempDir();
   const fs::path run = work / "run";
@@ -155,8 +157,8 @@ agents:
 
   auto runner = MakeProcessRunner();
   SlurmClient slurm(*runner, {60, 0.5});
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
-                          "--bus-wait", "90", "--submit"},
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
+                          "-o", run.string(), "--bus-wait", "90", "--submit"},
                          180);
   REQUIRE(out.ok());
   INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
@@ -181,7 +183,8 @@ agents:
   }
 
   // What every rank saw: its agent's GPUs, the same for all its ranks.
-  const std::map<std::string, int> expected = {{"big-0", 2}, {"big-1", 2}, {"small-0", 1}, {"small-1", 1}};
+  const std::map<std::string, int> expected = {
+      {"big-0", 2}, {"big-1", 2}, {"small-0", 1}, {"small-1", 1}};
   std::map<std::string, std::set<std::string>> gpus_of;
   for (const auto& [agent, count] : expected) {
     int ranks = agent.rfind("big", 0) == 0 ? 2 : 1;
@@ -234,7 +237,9 @@ agents:
   fs::remove_all(work);
 }
 
-TEST_CASE("USR2 on an array task: the agent checkpoints, the task requeues and resumes with restart count 1") {
+TEST_CASE(
+    "USR2 on an array task: the agent checkpoints, the task requeues and resumes with restart "
+    "count 1") {
   const fs::path bin = RequireCluster();
   const fs::path work = TempDir();
   const fs::path run = work / "run";
@@ -242,8 +247,8 @@ TEST_CASE("USR2 on an array task: the agent checkpoints, the task requeues and r
   WriteFile(work / "agents.yaml", OneAgentConfig(work));
   auto runner = MakeProcessRunner();
   SlurmClient slurm(*runner, {60, 0.5});
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
-                          "--bus-wait", "90", "--submit"},
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
+                          "-o", run.string(), "--bus-wait", "90", "--submit"},
                          180);
   REQUIRE(out.ok());
   INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
@@ -268,7 +273,8 @@ TEST_CASE("USR2 on an array task: the agent checkpoints, the task requeues and r
   fs::remove_all(work);
 }
 
-TEST_CASE("an array task without a bus fails after its wait with a message naming the bus address file") {
+TEST_CASE(
+    "an array task without a bus fails after its wait with a message naming the bus address file") {
   const fs::path bin = RequireCluster();
   const fs::path work = TempDir();
   const fs::path run = work / "run";
@@ -276,8 +282,8 @@ TEST_CASE("an array task without a bus fails after its wait with a message namin
   WriteFile(work / "agents.yaml", OneAgentConfig(work));
   auto runner = MakeProcessRunner();
   SlurmClient slurm(*runner, {60, 0.5});
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
-                          "--bus-wait", "2"},
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
+                          "-o", run.string(), "--bus-wait", "2"},
                          180);
   REQUIRE(out.ok());
   REQUIRE(out->exit_code == 0);
@@ -289,19 +295,22 @@ TEST_CASE("an array task without a bus fails after its wait with a message namin
   REQUIRE(finished.ok());
   CHECK(finished->at(0).state == JobState::kFailed);
   CHECK(finished->at(0).exit_code == 1);
-  CHECK_THAT(Logs(run), Catch::Contains("the bus did not publish its address in " + (run / "bus.address").string()));
+  CHECK_THAT(Logs(run), Catch::Contains("the bus did not publish its address in " +
+                                        (run / "bus.address").string()));
   fs::remove_all(work);
 }
 
-TEST_CASE("agentctl sbatch refuses a plan the live cluster cannot hold, before writing or submitting anything") {
+TEST_CASE(
+    "agentctl sbatch refuses a plan the live cluster cannot hold, before writing or submitting "
+    "anything") {
   const fs::path bin = RequireCluster();
   const fs::path work = TempDir();
   const fs::path run = work / "run";
   WriteFile(work / "agent.sh", "#!/bin/bash\nexit 0\n");
   WriteFile(work / "agents.yaml", OneAgentConfig(work, "64"));
   auto runner = MakeProcessRunner();
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(), "-o", run.string(),
-                          "--submit"},
+  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
+                          "-o", run.string(), "--submit"},
                          120);
   REQUIRE(out.ok());
   INFO(out->err);

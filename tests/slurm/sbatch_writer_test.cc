@@ -1,16 +1,15 @@
-#include <catch2/catch.hpp>
+#include "slurm/sbatch_writer.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include <fmt/format.h>
-
 #include "comms/auth.h"
-#include "slurm/sbatch_writer.h"
 #include "tests/slurm/test_plans.h"
 
 using namespace agentrt;
@@ -65,11 +64,11 @@ TEST_CASE("agents of the same resource shape become one job array each") {
   CHECK(small.agents == std::vector<std::string>{"prey-0", "prey-1"});
   CHECK(big.file_name == "array-gpu2-rank2.sbatch");
   CHECK(small.file_name == "array-gpu1-rank1.sbatch");
-  for (const char* line : {"#SBATCH --array=0-1\n", "#SBATCH --gres=gpu:2\n", "#SBATCH --ntasks=2\n",
-                                  "#SBATCH --cpus-per-task=1\n", "#SBATCH --signal=B:USR2@90\n",
-                                  "#SBATCH --requeue\n", "#SBATCH --partition=gpu\n", "#SBATCH --account=rl\n",
-                                  "#SBATCH --time=02:00:00\n", "AGENTS=(predator-0 predator-1)\n",
-                                  "BUS_WAIT_S=120\n"}) {
+  for (const char* line :
+       {"#SBATCH --array=0-1\n", "#SBATCH --gres=gpu:2\n", "#SBATCH --ntasks=2\n",
+        "#SBATCH --cpus-per-task=1\n", "#SBATCH --signal=B:USR2@90\n", "#SBATCH --requeue\n",
+        "#SBATCH --partition=gpu\n", "#SBATCH --account=rl\n", "#SBATCH --time=02:00:00\n",
+        "AGENTS=(predator-0 predator-1)\n", "BUS_WAIT_S=120\n"}) {
     CHECK_THAT(big.script, Catch::Contains(line));
   }
   CHECK_THAT(small.script, Catch::Contains("#SBATCH --gres=gpu:1\n"));
@@ -83,10 +82,13 @@ TEST_CASE("agents of the same resource shape become one job array each") {
   CHECK(big.script.rfind("#SBATCH", first_command) != std::string::npos);
   CHECK(big.script.find("#SBATCH", first_command) == std::string::npos);
 
-  CHECK_THAT(set->bus_script, Catch::Contains("/opt/agentrt/bin/agentrt-bus --plan \"$RUN_DIR/plan.json\""));
+  CHECK_THAT(set->bus_script,
+             Catch::Contains("/opt/agentrt/bin/agentrt-bus --plan \"$RUN_DIR/plan.json\""));
   CHECK_THAT(set->bus_script, Catch::Contains("--address-file \"$RUN_DIR/bus.address\""));
-  CHECK_THAT(set->submit_script, Catch::Contains("--dependency=after:\"$bus\" \"$RUN_DIR/array-gpu2-rank2.sbatch\""));
-  CHECK_THAT(set->submit_script, Catch::Contains("--dependency=afterany:$a0:$a1 \"$RUN_DIR/done.sbatch\" \"$bus\""));
+  CHECK_THAT(set->submit_script,
+             Catch::Contains("--dependency=after:\"$bus\" \"$RUN_DIR/array-gpu2-rank2.sbatch\""));
+  CHECK_THAT(set->submit_script,
+             Catch::Contains("--dependency=afterany:$a0:$a1 \"$RUN_DIR/done.sbatch\" \"$bus\""));
 }
 
 TEST_CASE("CPU agents get no gres, MPI agents get PMIx, multi-node agents get tasks per node") {
@@ -158,7 +160,9 @@ TEST_CASE("port blocks become unique across the run, keeping blocks that already
   CHECK_THAT(s.message(), Catch::Contains("agent"));
 }
 
-TEST_CASE("WriteSbatchRun writes the scripts, the plan and 0600 credentials, and no secret in any script") {
+TEST_CASE(
+    "WriteSbatchRun writes the scripts, the plan and 0600 credentials, and no secret in any "
+    "script") {
   char tmpl[] = "/tmp/agentrt-sbatch-test.XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string dir = std::string(tmpl) + "/run";
@@ -167,8 +171,8 @@ TEST_CASE("WriteSbatchRun writes the scripts, the plan and 0600 credentials, and
   auto set = WriteSbatchRun(FourAgentsTwoShapes(dir), config, Options(dir));
   REQUIRE(set.ok());
   namespace fs = std::filesystem;
-  for (const char* f : {"plan.json", "bus.sbatch", "array-gpu2-rank2.sbatch", "array-gpu1-rank1.sbatch",
-                        "done.sbatch", "submit.sh"}) {
+  for (const char* f : {"plan.json", "bus.sbatch", "array-gpu2-rank2.sbatch",
+                        "array-gpu1-rank1.sbatch", "done.sbatch", "submit.sh"}) {
     CHECK(fs::exists(fs::path(dir) / f));
   }
   CHECK(fs::is_directory(fs::path(dir) / "logs"));

@@ -1,8 +1,7 @@
-#include <catch2/catch.hpp>
-
-#include <deque>
-
 #include "slurm/slurm_client.h"
+
+#include <catch2/catch.hpp>
+#include <deque>
 
 using namespace agentrt;
 using namespace agentrt::slurm;
@@ -85,10 +84,16 @@ TEST_CASE("WaitForJobs polls until every array task is terminal") {
   FakeRunner runner;
   // A pending array not yet split, then one task running, then both done.
   runner.Push({0, "JobId=5 ArrayJobId=5 ArrayTaskId=0-1 JobState=PENDING\n", ""});
-  runner.Push({0, "JobId=5 ArrayJobId=5 ArrayTaskId=1 JobState=RUNNING\nJobId=6 ArrayJobId=5 ArrayTaskId=0 "
-                  "JobState=COMPLETED\n", ""});
-  runner.Push({0, "JobId=5 ArrayJobId=5 ArrayTaskId=1 JobState=COMPLETED\nJobId=6 ArrayJobId=5 ArrayTaskId=0 "
-                  "JobState=COMPLETED\n", ""});
+  runner.Push(
+      {0,
+       "JobId=5 ArrayJobId=5 ArrayTaskId=1 JobState=RUNNING\nJobId=6 ArrayJobId=5 ArrayTaskId=0 "
+       "JobState=COMPLETED\n",
+       ""});
+  runner.Push(
+      {0,
+       "JobId=5 ArrayJobId=5 ArrayTaskId=1 JobState=COMPLETED\nJobId=6 ArrayJobId=5 ArrayTaskId=0 "
+       "JobState=COMPLETED\n",
+       ""});
   SlurmClient client(runner, {10, 0.001});
   auto jobs = client.WaitForJobs({"5"}, 30);
   REQUIRE(jobs.ok());

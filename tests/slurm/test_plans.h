@@ -10,8 +10,9 @@ namespace agentrt::slurm::testing {
 
 // Adds an agent named `name` with `gpus` GPUs and `ranks` ranks on `node`,
 // port block `first`..`first+15`, checkpoint dir under `run_dir`.
-inline void AddAgent(Plan& plan, const std::string& name, int gpus, int ranks, const std::string& node, int first,
-                     const std::string& run_dir, std::vector<std::string> command = {"agent-worker"}) {
+inline void AddAgent(Plan& plan, const std::string& name, int gpus, int ranks,
+                     const std::string& node, int first, const std::string& run_dir,
+                     std::vector<std::string> command = {"agent-worker"}) {
   AgentPlan a;
   a.name = name;
   a.index = static_cast<int>(plan.agents.size());
@@ -25,7 +26,8 @@ inline void AddAgent(Plan& plan, const std::string& name, int gpus, int ranks, c
   a.master_addr = node;
   a.master_port = first;
   a.checkpoint_dir = run_dir + "/checkpoints/" + name;
-  a.backend = gpus > 0 ? GroupBackend::kNccl : (ranks > 1 ? GroupBackend::kMpi : GroupBackend::kSingle);
+  a.backend =
+      gpus > 0 ? GroupBackend::kNccl : (ranks > 1 ? GroupBackend::kMpi : GroupBackend::kSingle);
   a.command = std::move(command);
   plan.agents.push_back(std::move(a));
 }

@@ -2,6 +2,7 @@
 // resource shape, the bus as its own job) for users who submit by hand; and
 // `agentctl array-task`, what each rank of those array tasks runs. See
 // slurm/sbatch_writer.h and slurm/array_task.h.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <climits>
@@ -10,8 +11,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
@@ -50,22 +49,27 @@ void RegisterSbatch(CLI::App& app) {
     bool submit = false;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
-      "sbatch", "Write sbatch scripts for the plan: one job array per resource shape, the bus as its own job");
+  CLI::App* cmd = app.add_subcommand("sbatch",
+                                     "Write sbatch scripts for the plan: one job array per "
+                                     "resource shape, the bus as its own job");
   cmd->add_option("file", opts->file, "agents.yaml")->required();
-  cmd->add_option("-o,--output", opts->out_dir, "run directory to write (scripts, plan.json, secrets/, logs/)")
+  cmd->add_option("-o,--output", opts->out_dir,
+                  "run directory to write (scripts, plan.json, secrets/, logs/)")
       ->required();
-  cmd->add_option("--cluster", opts->cluster,
-                  "inventory YAML with a cluster: block (default: the config's cluster, else the live SLURM "
-                  "cluster from `scontrol show node -o`)");
+  cmd->add_option(
+      "--cluster", opts->cluster,
+      "inventory YAML with a cluster: block (default: the config's cluster, else the live SLURM "
+      "cluster from `scontrol show node -o`)");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
-  cmd->add_option("--cpus-per-rank", opts->cpus_per_rank, "sbatch --cpus-per-task of every array task")
+  cmd->add_option("--cpus-per-rank", opts->cpus_per_rank,
+                  "sbatch --cpus-per-task of every array task")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--bus-wait", opts->bus_wait_s, "seconds an array task waits for the bus address")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--bus", opts->bus_path, "path of agentrt-bus on the compute nodes (default: next to agentctl)");
+  cmd->add_option("--bus", opts->bus_path,
+                  "path of agentrt-bus on the compute nodes (default: next to agentctl)");
   cmd->add_flag("--submit", opts->submit, "also run the generated submit.sh");
   cmd->callback([opts] {
     agentrt::LoadOptions load;
@@ -85,10 +89,11 @@ void RegisterSbatch(CLI::App& app) {
       agentrt::slurm::SlurmClient slurm(*runner);
       auto text = slurm.ShowNodesText();
       if (!text.ok()) {
-        Fail("sbatch", text.status().WithContext(fmt::format(
-                           "{} has no cluster: block and the live SLURM cluster cannot be read (give --cluster "
-                           "inventory.yaml)",
-                           opts->file)));
+        Fail("sbatch",
+             text.status().WithContext(fmt::format("{} has no cluster: block and the live SLURM "
+                                                   "cluster cannot be read (give --cluster "
+                                                   "inventory.yaml)",
+                                                   opts->file)));
       }
       auto nodes = agentrt::ParseScontrolNodes(*text);
       if (!nodes.ok()) Fail("sbatch", nodes.status().WithContext("scontrol show node -o"));
@@ -97,14 +102,17 @@ void RegisterSbatch(CLI::App& app) {
 
     std::error_code ec;
     fs::path run_dir = fs::weakly_canonical(fs::absolute(opts->out_dir), ec);
-    if (ec) Fail("sbatch", agentrt::InvalidArgument(fmt::format("output directory {}: {}", opts->out_dir, ec.message())));
+    if (ec)
+      Fail("sbatch", agentrt::InvalidArgument(
+                         fmt::format("output directory {}: {}", opts->out_dir, ec.message())));
 
     agentrt::PlanOptions plan_options;
     plan_options.run_dir = run_dir.string();
     agentrt::PlanResult result = agentrt::MakePlan(*config, inventory, plan_options);
     if (!result.feasible()) {
       Fail("sbatch",
-           agentrt::ResourceExhausted(fmt::format("infeasible on {}: {}", inventory.source, result.infeasible().reason)),
+           agentrt::ResourceExhausted(
+               fmt::format("infeasible on {}: {}", inventory.source, result.infeasible().reason)),
            kExitInfeasible);
     }
     for (const std::string& w : result.plan().warnings) {
@@ -114,16 +122,19 @@ void RegisterSbatch(CLI::App& app) {
     agentrt::slurm::SbatchOptions sbatch;
     sbatch.run_dir = run_dir.string();
     sbatch.agentctl_path = SelfPath();
-    sbatch.bus_path = opts->bus_path.empty() ? (fs::path(sbatch.agentctl_path).parent_path() / "agentrt-bus").string()
-                                             : fs::absolute(opts->bus_path).string();
+    sbatch.bus_path = opts->bus_path.empty()
+                          ? (fs::path(sbatch.agentctl_path).parent_path() / "agentrt-bus").string()
+                          : fs::absolute(opts->bus_path).string();
     sbatch.bus_wait_s = opts->bus_wait_s;
     sbatch.cpus_per_rank = opts->cpus_per_rank;
     if (!fs::exists(sbatch.bus_path)) {
-      std::fputs(fmt::format("agentctl sbatch: warning: {} does not exist here; the bus job needs it on its node "
-                             "(give --bus PATH)\n",
-                             sbatch.bus_path)
-                     .c_str(),
-                 stderr);
+      std::fputs(
+          fmt::format(
+              "agentctl sbatch: warning: {} does not exist here; the bus job needs it on its node "
+              "(give --bus PATH)\n",
+              sbatch.bus_path)
+              .c_str(),
+          stderr);
     }
     auto written = agentrt::slurm::WriteSbatchRun(std::move(result).plan(), *config, sbatch);
     if (!written.ok()) Fail("sbatch", written.status());
@@ -132,7 +143,8 @@ void RegisterSbatch(CLI::App& app) {
     for (const auto& array : written->arrays) {
       std::string agents;
       for (const auto& a : array.agents) agents += (agents.empty() ? "" : " ") + a;
-      Print(fmt::format("  {}  --array=0-{}: {}\n", array.file_name, array.agents.size() - 1, agents));
+      Print(fmt::format("  {}  --array=0-{}: {}\n", array.file_name, array.agents.size() - 1,
+                        agents));
     }
     Print("  done.sbatch  stops the bus when every array task has ended\n");
     if (!opts->submit) {
@@ -143,8 +155,8 @@ void RegisterSbatch(CLI::App& app) {
     if (!out.ok()) Fail("sbatch", out.status());
     Print(out->out);
     if (out->exit_code != 0) {
-      Fail("sbatch", agentrt::Unavailable(fmt::format("{}/submit.sh failed with exit code {}: {}", sbatch.run_dir,
-                                                      out->exit_code, out->err)));
+      Fail("sbatch", agentrt::Unavailable(fmt::format("{}/submit.sh failed with exit code {}: {}",
+                                                      sbatch.run_dir, out->exit_code, out->err)));
     }
   });
 }
@@ -155,9 +167,11 @@ void RegisterArrayTask(CLI::App& app) {
     std::string agent;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
-      "array-task", "Run one rank of an agent inside a job-array task (called by the scripts of `agentctl sbatch`)");
-  cmd->add_option("--run-dir", opts->run_dir, "run directory holding plan.json and bus.address")->required();
+  CLI::App* cmd = app.add_subcommand("array-task",
+                                     "Run one rank of an agent inside a job-array task (called by "
+                                     "the scripts of `agentctl sbatch`)");
+  cmd->add_option("--run-dir", opts->run_dir, "run directory holding plan.json and bus.address")
+      ->required();
   cmd->add_option("--agent", opts->agent, "the agent this array task runs")->required();
   cmd->callback([opts] {
     // Returns only when the agent's command could not be started.
