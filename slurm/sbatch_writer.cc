@@ -306,11 +306,13 @@ scancel "$1"
       fmt::arg("run", plan.run), fmt::arg("logs", logs), fmt::arg("common", common));
 
   std::string submits;
-  std::vector<std::string> array_vars;
+  std::vector<std::string> array_vars;   // inside a double-quoted string
+  std::vector<std::string> quoted_vars;  // as words of a command
   for (size_t i = 0; i < arrays.size(); ++i) {
     submits += fmt::format("a{}=$(submit --dependency=after:\"$bus\" \"$RUN_DIR/{}\")  # {}\n", i,
                            arrays[i].file_name, Join(arrays[i].agents, " "));
     array_vars.push_back(fmt::format("$a{}", i));
+    quoted_vars.push_back(fmt::format("\"$a{}\"", i));
   }
   set.submit_script = fmt::format(
       R"sh(#!/bin/bash
@@ -331,13 +333,15 @@ submit() {{  # sbatch --parsable prints "id" or "id;cluster"
 rm -f "$RUN_DIR/bus.address"
 bus=$(submit "$RUN_DIR/bus.sbatch")
 echo "$bus" >"$RUN_DIR/bus.jobid"
-{submits}echo {array_vars} >"$RUN_DIR/arrays.jobids"
+{submits}echo {quoted_vars} >"$RUN_DIR/arrays.jobids"
 done_job=$(submit --dependency=afterany:{array_deps} "$RUN_DIR/done.sbatch" "$bus")
 echo "agentrt: submitted run {run}: bus job $bus, job arrays {array_vars}, cleanup job $done_job"
 echo "agentrt: follow with: squeue -j $bus,{array_list}; logs in $RUN_DIR/logs"
 )sh",
       fmt::arg("run", plan.run), fmt::arg("run_dir", run_dir), fmt::arg("submits", submits),
-      fmt::arg("array_vars", Join(array_vars, " ")), fmt::arg("array_deps", Join(array_vars, ":")),
+      fmt::arg("array_vars", Join(array_vars, " ")),
+      fmt::arg("quoted_vars", Join(quoted_vars, " ")),
+      fmt::arg("array_deps", Join(quoted_vars, ":")),
       fmt::arg("array_list", Join(array_vars, ",")));
   set.arrays = std::move(arrays);
   return set;

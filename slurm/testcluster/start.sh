@@ -54,7 +54,9 @@ conf=$state/slurm.conf
 pids=$state/pids
 
 # Prints the tail of a daemon log, for the error message.
-log_tail() { [ -f "$1" ] && { echo "---- last lines of $1:"; tail -n 25 "$1"; } >&2 || true; }
+log_tail() {
+  if [ -f "$1" ]; then { echo "---- last lines of $1:"; tail -n 25 "$1"; } >&2; fi
+}
 
 # True when every pid recorded by an earlier start.sh is alive and SLURM answers.
 already_running() {

@@ -87,8 +87,9 @@ TEST_CASE("agents of the same resource shape become one job array each") {
   CHECK_THAT(set->bus_script, Catch::Contains("--address-file \"$RUN_DIR/bus.address\""));
   CHECK_THAT(set->submit_script,
              Catch::Contains("--dependency=after:\"$bus\" \"$RUN_DIR/array-gpu2-rank2.sbatch\""));
-  CHECK_THAT(set->submit_script,
-             Catch::Contains("--dependency=afterany:$a0:$a1 \"$RUN_DIR/done.sbatch\" \"$bus\""));
+  CHECK_THAT(
+      set->submit_script,
+      Catch::Contains("--dependency=afterany:\"$a0\":\"$a1\" \"$RUN_DIR/done.sbatch\" \"$bus\""));
 }
 
 TEST_CASE("CPU agents get no gres, MPI agents get PMIx, multi-node agents get tasks per node") {

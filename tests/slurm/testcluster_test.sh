@@ -36,6 +36,7 @@ echo "srun --gres=gpu:2: CUDA_VISIBLE_DEVICES=$cvd"
 # saw, then waits (bounded) until the other has written too, so they overlap.
 half=$((gpus / 2))
 job() {  # name
+  # shellcheck disable=SC2016  # the script runs in the job, with its own $0 and $1
   timeout 90 srun -N1 -n1 --gres=gpu:$half -t 2 bash -c '
     echo "$CUDA_VISIBLE_DEVICES" >"$0/$1.gpus"
     for _ in $(seq 300); do [ -s "$0/a.gpus" ] && [ -s "$0/b.gpus" ] && exit 0; sleep 0.1; done
@@ -50,7 +51,7 @@ b=$(cat "$work/b.gpus")
 echo "concurrent jobs: a=$a b=$b"
 IFS=, read -r -a ga <<<"$a"
 IFS=, read -r -a gb <<<"$b"
-[ ${#ga[@]} -eq "$half" ] && [ ${#gb[@]} -eq "$half" ] || fail "expected $half GPUs each: a=$a b=$b"
+if [ ${#ga[@]} -ne "$half" ] || [ ${#gb[@]} -ne "$half" ]; then fail "expected $half GPUs each: a=$a b=$b"; fi
 for x in "${ga[@]}"; do
   for y in "${gb[@]}"; do
     [ "$x" != "$y" ] || fail "GPU $x was given to both concurrent jobs (a=$a b=$b)"
