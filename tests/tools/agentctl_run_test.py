@@ -428,7 +428,10 @@ def main():
     work = tempfile.mkdtemp(prefix="agentctl-%s-" % scenario)
     try:
         globals()["scenario_" + scenario](work)
-    except Failure as e:
+    except Exception as e:  # noqa: BLE001 - a Failure or a bug in the test: keep the evidence either way
+        if not isinstance(e, Failure):
+            import traceback
+            traceback.print_exc()
         print("FAILED:", e)
         print("(work dir kept: %s)" % work)
         return 1
