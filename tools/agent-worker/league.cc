@@ -18,11 +18,11 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus, st
     SubscribeOptions opts;
     opts.skip_expired = true;  // only the newest snapshot matters
     opts.on_event = [topic](const SubscriptionEvent& e) {
-      if (e.kind == SubscriptionEvent::Kind::kOffsetExpired || e.kind == SubscriptionEvent::Kind::kFailed ||
-          e.kind == SubscriptionEvent::Kind::kBrokerRestarted) {
-        std::fprintf(stderr, "agent-worker: subscription %s: event %d at offset %lld: %s\n", topic.c_str(),
-                     static_cast<int>(e.kind), static_cast<long long>(e.offset), e.status.ToString().c_str());
-      }
+      static constexpr const char* kNames[] = {"connected", "reconnecting", "broker restarted", "offset expired",
+                                               "failed"};
+      std::fprintf(stderr, "agent-worker: subscription %s: %s at offset %lld%s%s\n", topic.c_str(),
+                   kNames[static_cast<int>(e.kind)], static_cast<long long>(e.offset),
+                   e.status.ok() ? "" : ": ", e.status.ok() ? "" : e.status.ToString().c_str());
     };
     League* self = league.get();
     const int s = seat;
