@@ -1,0 +1,63 @@
+// SrunBackend: the LaunchBackend used inside a SLURM allocation (the batch
+// script of `agentctl run --backend slurm`). Every agent incarnation is one job
+// step:
+//
+//   srun --exact --kill-on-bad-exit=1 --job-name=<agent> --nodes=N --nodelist=<plan nodes>
+//        --ntasks=<ranks> --cpus-per-task=C [--gres=gpu:G] [--mpi=pmix]
+//        /bin/sh -c <rank wrapper> sh <command...>
+//
+// - A restart is a new step (a new srun); other agents' steps keep running.
+// - Signal(SIGKILL): `scancel JOBID.STEPID` of the agent's current step, then
+//   SIGKILL to the local srun. Other signals go to the step's tasks through
+//   `scancel --signal=SIG JOBID.STEPID` (srun's own forwarding when the step id
+//   is not known yet).
+// - Rank environment: DESIGN §4, built like the local backend's, passed to srun
+//   (which exports it to the tasks); the rank wrapper then sets RANK from
+//   SLURM_PROCID and LOCAL_RANK from SLURM_LOCALID, and sends the rank's output
+//   to <log_dir>/rank<RANK>.log. Rank 0 records the step id in <log_dir>/step.id.
+// - CUDA_VISIBLE_DEVICES: set explicitly to the plan's GPUs of the rank's node
+//   (the wrapper overwrites what SLURM's GRES binding set). `--gres=gpu:G` still
+//   makes SLURM account for the GPUs, so steps never oversubscribe the node's
+//   count; the plan is the single source of truth for *which* GPUs, and the
+//   planner has already made them pairwise disjoint. On clusters with
+//   ConstrainDevices=yes SLURM's cgroup shows each step only its bound devices;
+//   there the indices SLURM bound are the only visible ones, so set
+//   SrunOptions::trust_slurm_binding to keep SLURM's CUDA_VISIBLE_DEVICES.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/launch_backend.h"
+#include "scheduler/process.h"
+#include "slurm/command_runner.h"
+
+namespace agentrt::slurm {
+
+struct SrunOptions {
+  std::string srun = "srun";
+  std::string scancel = "scancel";
+  int cpus_per_rank = 1;                 // srun --cpus-per-task
+  std::vector<std::string> mpi_agents;   // agents launched with --mpi=pmix
+  bool trust_slurm_binding = false;      // keep SLURM's CUDA_VISIBLE_DEVICES
+  std::vector<std::string> search_dirs;  // where to look for a command not in PATH
+  std::vector<std::string> base_env;     // default: this process's environ
+  std::vector<std::string> extra_args;   // added to every srun (before the command)
+};
+
+// The srun argv for one incarnation of `agent` (command resolved to `program`).
+std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::string& program,
+                                       const SrunOptions& options);
+
+// The environment passed to srun for `agent` (sorted "NAME=value"): DESIGN §4
+// without RANK/LOCAL_RANK, plus AGENTRT_STEP_GPUS_<node> per plan node and
+// AGENTRT_STEP_LOG_DIR for the wrapper.
+std::vector<std::string> BuildSrunEnvironment(const AgentLaunch& agent, int master_port,
+                                              const SrunOptions& options);
+
+// `runner` runs scancel; it must outlive the backend.
+std::unique_ptr<LaunchBackend> MakeSrunBackend(std::unique_ptr<ProcessSpawner> spawner,
+                                               CommandRunner* runner, SrunOptions options);
+
+}  // namespace agentrt::slurm
