@@ -24,6 +24,8 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus, st
                    kNames[static_cast<int>(e.kind)], static_cast<long long>(e.offset),
                    e.status.ok() ? "" : ": ", e.status.ok() ? "" : e.status.ToString().c_str());
     };
+    league->seat_of_topic_[topic] = seat;
+    league->seat_state_[seat].received = std::chrono::steady_clock::now();
     League* self = league.get();
     const int s = seat;
     auto id = league->bus_->Subscribe(topic, from, [self, s](const BusMessage& m) { self->OnMessage(s, m); },
@@ -48,7 +50,41 @@ void League::OnMessage(int seat, const BusMessage& message) {
   }
   received_.fetch_add(1);
   std::lock_guard<std::mutex> lock(mu_);
+  SeatState& state = seat_state_[seat];
+  state.received = std::chrono::steady_clock::now();
+  if (message.offset() <= state.offset) return;  // an older one than we have (stream after a direct fetch)
+  state.offset = message.offset();
   fresh_[seat] = std::move(*snapshot);
+}
+
+void League::CatchUp(std::chrono::milliseconds period) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_check_ < period) return;
+  last_check_ = now;
+  auto topics = bus_->ListTopics();
+  if (!topics.ok()) return;
+  for (const auto& info : *topics) {
+    auto it = seat_of_topic_.find(info.topic());
+    if (it == seat_of_topic_.end()) continue;
+    const int seat = it->second;
+    bool stalled = false;
+    int64_t have = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const SeatState& state = seat_state_[seat];
+      have = state.offset;
+      stalled = info.end_offset() - 1 > state.offset && now - state.received >= period;
+    }
+    if (!stalled) continue;
+    auto newest = bus_->Fetch(info.topic(), info.end_offset() - 1, 1, std::chrono::milliseconds(500));
+    if (!newest.ok() || newest->empty()) continue;
+    if (stalls_.fetch_add(1) < 5) {
+      std::fprintf(stderr, "agent-worker: subscription %s is %lld message(s) behind and quiet; read offset %lld directly\n",
+                   info.topic().c_str(), static_cast<long long>(info.end_offset() - 1 - have),
+                   static_cast<long long>(info.end_offset() - 1));
+    }
+    OnMessage(seat, newest->back());
+  }
 }
 
 void League::TakeNew(std::map<int, PolicySnapshot>& out) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -41,6 +42,13 @@ class League {
   // Moves the snapshots received since the last call into `out` (seat -> newest).
   void TakeNew(std::map<int, PolicySnapshot>& out);
 
+  // Safety net against a subscription stream that stalls: at most every
+  // `period`, compares each topic's end offset (ListTopics) with what the
+  // stream delivered; a topic that is behind and quiet for `period` has its
+  // newest message fetched directly (counted in stream_stalls()). Called by
+  // the training thread; costs one RPC per period when the streams are healthy.
+  void CatchUp(std::chrono::milliseconds period = std::chrono::seconds(2));
+
   // Publishes asynchronously (acknowledged in the background; failures are
   // counted and logged, training does not wait on the bus).
   void PublishSnapshot(const PolicySnapshot& snapshot);
@@ -53,6 +61,7 @@ class League {
   int64_t snapshots_rejected() const { return rejected_.load(); }
   int64_t published() const { return published_.load(); }
   int64_t publish_failures() const { return publish_failures_.load(); }
+  int64_t stream_stalls() const { return stalls_.load(); }
 
  private:
   explicit League(std::unique_ptr<BusClient> bus) : bus_(std::move(bus)) {}
@@ -61,6 +70,14 @@ class League {
   std::unique_ptr<BusClient> bus_;
   std::mutex mu_;
   std::map<int, PolicySnapshot> fresh_;  // guarded by mu_
+  struct SeatState {
+    int64_t offset = -1;  // newest message taken
+    std::chrono::steady_clock::time_point received;
+  };
+  std::map<int, SeatState> seat_state_;  // guarded by mu_
+  std::map<std::string, int> seat_of_topic_;
+  std::chrono::steady_clock::time_point last_check_{};
+  std::atomic<int64_t> stalls_{0};
   std::atomic<int64_t> received_{0};
   std::atomic<int64_t> rejected_{0};
   std::atomic<int64_t> published_{0};

@@ -265,6 +265,7 @@ Status Worker::SaveCheckpoint(bool wait) {
 
 void Worker::InstallSnapshots() {
   if (!league_) return;
+  league_->CatchUp();
   std::map<int, PolicySnapshot> fresh;
   league_->TakeNew(fresh);
   for (auto& [seat, snapshot] : fresh) {
@@ -299,6 +300,7 @@ void Worker::ReportUpdate(const PpoMetrics& m, const std::array<float, 6>& total
   if (league_) {
     metrics["snapshots_received"] = league_->snapshots_received();
     metrics["bus_published"] = league_->published();
+    metrics["bus_stream_stalls"] = league_->stream_stalls();
     // Flat numbers (the metrics stream holds numbers): which update of each
     // other agent's policy played its seat.
     for (const auto& [seat, snap] : latest_) metrics["opponent_update/" + snap.agent] = snap.update;
