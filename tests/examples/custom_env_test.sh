@@ -63,7 +63,9 @@ vals = [json.loads(l)["metrics"]["episode_return_mean"] for l in open(sys.argv[1
         if '"corridor"' in l and "episode_return_mean" in l]
 assert len(vals) >= 5, f"only {len(vals)} metrics lines"
 print(f"episode_return_mean: first {vals[0]:.3f}, last {vals[-1]:.3f} ({len(vals)} reports)")
-assert vals[-1] > vals[0] + 0.3 and vals[-1] > 0.5, "no learning"
+# A random walk seldom reaches the end of the 12-cell corridor within 48 steps
+# (return about -0.4); the greedy path returns 0.89, epsilon-greedy about 0.85.
+assert vals[-1] > vals[0] and vals[-1] >= 0.8, "no learning"
 PY
 fi
 echo "custom_env_test: PASS"
