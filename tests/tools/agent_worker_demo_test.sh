@@ -26,6 +26,7 @@ elapsed=$(( $(date +%s) - start ))
 cat "$tmp/run.log"
 run_dir=$(ls -d "$tmp"/runs/*/ | head -1)
 echo "run took ${elapsed}s; run dir $run_dir"
+[ "$elapsed" -le 180 ] || fail "the demo took ${elapsed}s (issue 7: within 3 minutes on a 2-core machine)"
 grep -h "evaluation over\|bus stats\|budget reached" "$run_dir"/logs/*/*.log || true
 
 python3 - "$run_dir" <<'PY' || fail "acceptance checks"
