@@ -28,6 +28,8 @@ build: deps configure
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+# The `torch` tests need PyTorch (Debian's python3-torch); only `make test` installs it.
+test: export AGENTRT_SETUP_EXTRA := python3-torch
 test: build
 	@scripts/test.sh $(BUILD)
 
