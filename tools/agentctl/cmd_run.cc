@@ -3,6 +3,10 @@
 // supervise (restart from checkpoints), stream progress, and exit 0 only when
 // every agent succeeded. Also the hidden `agentctl exec-rank`, the wrapper that
 // mpirun starts in front of each rank of an MPI agent (scheduler/process.h).
+//
+// `--backend slurm` submits one allocation (slurm/alloc_script.h) whose batch
+// shell runs the hidden `--backend slurm-steps --run-dir DIR` mode: the same
+// controller, with every agent launched as a job step (slurm/srun_backend.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,7 +15,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -28,6 +35,10 @@
 #include "scheduler/process_exec_rank.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/run_dir.h"
+#include "slurm/alloc_script.h"
+#include "slurm/command_runner.h"
+#include "slurm/slurm_client.h"
+#include "slurm/srun_backend.h"
 #include "tools/agentctl/commands.h"
 
 namespace agentctl {
@@ -51,6 +62,19 @@ void InstallSignalHandlers() {
   signal(SIGPIPE, SIG_IGN);
 }
 
+// Inside a SLURM allocation: USR2 is the preemption / time-limit warning.
+void InstallPreemptionHandler() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGUSR2, &sa, nullptr);
+}
+
+std::string SignalLabel(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGUSR2 ? "SIGUSR2 (preemption)" : "SIGTERM";
+}
+
 void Print(const std::string& s) {
   std::fputs(s.c_str(), stdout);
   std::fflush(stdout);
@@ -60,7 +84,8 @@ void Print(const std::string& s) {
 std::vector<agentrt::SupervisedAgent> SupervisedAgents(const agentrt::Plan& plan,
                                                        const agentrt::RunDir& dir,
                                                        const std::string& bus_address,
-                                                       const std::string& telemetry) {
+                                                       const std::string& telemetry,
+                                                       const std::string& local_node = "") {
   std::vector<agentrt::SupervisedAgent> out;
   for (const auto& ap : plan.agents) {
     agentrt::SupervisedAgent s;
@@ -77,7 +102,10 @@ std::vector<agentrt::SupervisedAgent> SupervisedAgents(const agentrt::Plan& plan
               [](const auto& a, const auto& b) { return a.rank < b.rank; });
     l.command = ap.command;
     l.env = ap.env;
-    l.master_addr = "127.0.0.1";  // every rank runs here; plan node names need not resolve
+    // Local runs: every rank runs here; plan node names need not resolve. SLURM
+    // runs: the agent's first node, by name, unless that is this node.
+    l.master_addr = local_node.empty() || l.ranks.front().node == local_node ? "127.0.0.1"
+                                                                             : l.ranks.front().node;
     l.master_port = ap.master_port;
     l.ports_first = ap.ports.first;
     l.ports_last = ap.ports.last;
@@ -147,17 +175,27 @@ struct RunOptions {
   std::string backend = "local";
   double status_interval_s = 30;
   bool quiet = false;
+  std::string run_dir;  // --backend slurm-steps: the run directory made by --backend slurm
+  bool detach = false;  // --backend slurm: return once submitted
+  int cpus_per_rank = 1;
 };
 
+int Supervise(agentrt::Plan plan, const agentrt::RunDir& dir, const RunOptions& opts, bool in_slurm);
+int SubmitSlurm(const RunOptions& opts, const agentrt::Config& config);
+int RunInAllocation(const RunOptions& opts);
+
 int Run(const RunOptions& opts) {
+  if (opts.backend == "slurm-steps") return RunInAllocation(opts);
+  if (opts.file.empty()) Fail("run", agentrt::InvalidArgument("no agents.yaml given"));
   agentrt::LoadOptions load;
   load.overrides = opts.overrides;
   auto config = agentrt::LoadConfigFile(opts.file, load);
   if (!config.ok()) Fail("run", config.status());
+  if (opts.backend == "slurm") return SubmitSlurm(opts, *config);
   if (opts.backend != "local") {
-    Fail("run", agentrt::InvalidArgument("backend '" + opts.backend +
-                                         "' is not available in `agentctl run` yet; use --backend local, "
-                                         "or `agentctl sbatch` for SLURM"));
+    Fail("run", agentrt::InvalidArgument("unknown backend '" + opts.backend +
+                                         "'; use --backend local or --backend slurm "
+                                         "(or `agentctl sbatch` for job arrays)"));
   }
   agentrt::Inventory inventory;
   if (!opts.cluster.empty()) {
@@ -183,8 +221,15 @@ int Run(const RunOptions& opts) {
   agentrt::Plan plan = agentrt::MakePlan(*config, inventory, plan_options).plan();
   plan.run_dir = dir->path();
   for (const auto& w : plan.warnings) std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
+  return Supervise(std::move(plan), *dir, opts, /*in_slurm=*/false);
+}
 
+// Hosts the bus and supervises every agent until the run ends: on this machine
+// (local backend), or inside a SLURM allocation with one job step per agent launch.
+int Supervise(agentrt::Plan plan, const agentrt::RunDir& run_dir, const RunOptions& opts, bool in_slurm) {
+  const agentrt::RunDir* dir = &run_dir;
   InstallSignalHandlers();
+  if (in_slurm) InstallPreemptionHandler();
   agentrt::Status pid_written =
       agentrt::WriteFileAtomic(dir->ControllerPidPath(), std::to_string(::getpid()) + "\n");
   if (!pid_written.ok()) Fail("run", pid_written);
@@ -198,7 +243,17 @@ int Run(const RunOptions& opts) {
   } pid_guard{dir->ControllerPidPath()};
 
   // Credentials: one run secret (never printed, never in env or argv), one token file per agent.
-  auto secret = dir->CreateSecret();
+  // A requeued SLURM run keeps the secret it made on its first start.
+  agentrt::Result<std::string> secret = agentrt::Internal("no secret");
+  if (in_slurm && std::filesystem::exists(dir->SecretPath())) {
+    std::ifstream in(dir->SecretPath(), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    secret = bytes.str();
+    if (!in || secret->empty()) Fail("run", agentrt::Internal("cannot read " + dir->SecretPath()));
+  } else {
+    secret = dir->CreateSecret();
+  }
   if (!secret.ok()) Fail("run", secret.status());
   for (const auto& a : plan.agents) {
     agentrt::Status s = agentrt::WriteTokenFile(dir->TokenPath(a.name), a.name,
@@ -217,6 +272,15 @@ int Run(const RunOptions& opts) {
     bus_options.tls_cert_file = plan.bus.settings.cert_file;
     bus_options.tls_key_file = plan.bus.settings.key_file;
   }
+  // In an allocation spanning several nodes the bus listens on every interface
+  // and agents reach it by this node's name.
+  const char* node_env = std::getenv("SLURMD_NODENAME");
+  const std::string local_node = in_slurm && node_env != nullptr ? node_env : "";
+  bool multi_node = false;
+  for (const auto& a : plan.agents) {
+    for (const auto& p : a.placement) multi_node = multi_node || (!local_node.empty() && p.node != local_node);
+  }
+  if (multi_node) bus_options.host = "0.0.0.0";
   auto bus = agentrt::BusServer::Start(bus_options, *secret, AclOf(plan));
   if (!bus.ok() && plan.bus.port != 0) {
     std::fputs(fmt::format("agentctl run: warning: bus port {} unavailable ({}); using a free port\n",
@@ -225,8 +289,9 @@ int Run(const RunOptions& opts) {
     bus = agentrt::BusServer::Start(bus_options, *secret, AclOf(plan));
   }
   if (!bus.ok()) Fail("run", bus.status().WithContext("cannot start the message bus"));
-  plan.bus.host = "127.0.0.1";
+  plan.bus.host = multi_node ? local_node : "127.0.0.1";
   plan.bus.port = (*bus)->port();
+  const std::string bus_address = plan.bus.host + ":" + std::to_string(plan.bus.port);
   agentrt::Status plan_written = agentrt::WritePlanFile(plan, dir->PlanPath());
   if (!plan_written.ok()) Fail("run", plan_written);
 
@@ -246,11 +311,24 @@ int Run(const RunOptions& opts) {
   } else {
     backend_options.rank_exec = {bin_dir + "/agentctl", "exec-rank"};
   }
-  auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
+  auto runner = agentrt::slurm::MakeProcessRunner();
+  std::unique_ptr<agentrt::LaunchBackend> backend;
+  if (in_slurm) {
+    agentrt::slurm::SrunOptions srun;
+    srun.cpus_per_rank = opts.cpus_per_rank;
+    for (const auto& a : plan.agents) {
+      if (a.backend == agentrt::GroupBackend::kMpi && a.ranks > 1) srun.mpi_agents.push_back(a.name);
+    }
+    backend = agentrt::slurm::MakeSrunBackend(agentrt::MakePosixSpawner(), runner.get(), srun);
+  } else {
+    backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
+  }
   auto clock = agentrt::MakeSteadyClock();
   agentrt::RunController controller(
       plan.run, dir->path(),
-      SupervisedAgents(plan, *dir, (*bus)->address(), (*telemetry)->endpoint()), backend.get(),
+      SupervisedAgents(plan, *dir, in_slurm ? bus_address : (*bus)->address(), (*telemetry)->endpoint(),
+                       local_node),
+      backend.get(),
       clock.get());
 
   const bool tty = ::isatty(STDOUT_FILENO) == 1;
@@ -314,9 +392,9 @@ int Run(const RunOptions& opts) {
       if (!controller.stop_requested()) {
         display.Event(fmt::format("agentctl run: {} received: stopping every agent (SIGTERM, then SIGKILL "
                                   "after each agent's grace_s; press Ctrl-C again to kill now)",
-                                  sig == SIGINT ? "SIGINT" : "SIGTERM"));
-        controller.RequestStop(sig == SIGINT ? "SIGINT" : "SIGTERM");
-      } else {
+                                  SignalLabel(sig)));
+        controller.RequestStop(SignalLabel(sig));
+      } else if (sig != SIGUSR2) {
         display.Event("agentctl run: second stop signal: killing every agent now");
         for (const auto& a : plan.agents) (void)backend->Signal(a.name, SIGKILL);
       }
@@ -342,7 +420,126 @@ int Run(const RunOptions& opts) {
   if (!summary.empty()) std::fputs(summary.c_str(), stderr);
   Print(fmt::format("run {} {}; status: agentctl status {}\n", plan.run,
                     agentrt::RunStateName(controller.status().state), dir->path()));
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (in_slurm && g_last_signal.load() == SIGUSR2 && job != nullptr) {
+    // Preempted or near the time limit: every agent has checkpointed; come back.
+    Print(fmt::format("agentctl run: requeueing job {}; agents resume from their checkpoints\n", job));
+    auto out = runner->Run({"scontrol", "requeue", job}, 60);
+    if (!out.ok() || out->exit_code != 0) {
+      std::fputs(fmt::format("agentctl run: scontrol requeue {} failed: {}\n", job,
+                             out.ok() ? out->err : out.status().message()).c_str(), stderr);
+      return controller.ExitCode();
+    }
+    return 0;
+  }
   return controller.ExitCode();
+}
+
+// `--backend slurm-steps`: the batch shell of the allocation.
+int RunInAllocation(const RunOptions& opts) {
+  if (opts.run_dir.empty()) Fail("run", agentrt::InvalidArgument("--backend slurm-steps needs --run-dir"));
+  agentrt::RunDir dir(opts.run_dir);
+  auto plan = agentrt::ReadPlanFile(dir.PlanPath());
+  if (!plan.ok()) Fail("run", plan.status());
+  const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+  if (restarts != nullptr && std::string(restarts) != "0") {
+    Print(fmt::format("agentctl run: job restart {} of run {}: resuming every agent from its checkpoint\n",
+                      restarts, plan->run));
+  }
+  return Supervise(std::move(*plan), dir, opts, /*in_slurm=*/true);
+}
+
+// `--backend slurm`: plan on the live cluster, write and submit the allocation,
+// then follow the run through RUN_DIR/status.json (or return at once with --detach).
+int SubmitSlurm(const RunOptions& opts, const agentrt::Config& config) {
+  auto runner = agentrt::slurm::MakeProcessRunner();
+  agentrt::slurm::SlurmClient slurm(*runner);
+  auto text = slurm.ShowNodesText();
+  if (!text.ok()) Fail("run", text.status().WithContext("cannot read the SLURM cluster"));
+  auto nodes = agentrt::ParseScontrolNodes(*text);
+  if (!nodes.ok()) Fail("run", nodes.status().WithContext("scontrol show node -o"));
+  const agentrt::Inventory inventory = agentrt::InventoryFromSlurm(*nodes, config.slurm.partition);
+  agentrt::PlanResult trial = agentrt::MakePlan(config, inventory);
+  if (!trial.feasible()) {
+    Fail("run", agentrt::ResourceExhausted(fmt::format("infeasible on {}: {}; nothing submitted",
+                                                       inventory.source, trial.infeasible().reason)),
+         kExitInfeasible);
+  }
+  auto created = agentrt::RunDir::Create(config.run.dir, config.run.name, std::chrono::system_clock::now());
+  if (!created.ok()) Fail("run", created.status());
+  const agentrt::RunDir dir(std::filesystem::absolute(created->path()).lexically_normal().string());
+  agentrt::PlanOptions plan_options;
+  plan_options.run_dir = dir.path();
+  agentrt::Plan plan = agentrt::MakePlan(config, inventory, plan_options).plan();
+  plan.run_dir = dir.path();
+  for (const auto& w : plan.warnings) std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
+  agentrt::Status written = agentrt::WritePlanFile(plan, dir.PlanPath());
+  if (!written.ok()) Fail("run", written);
+
+  agentrt::slurm::AllocScriptOptions script_options;
+  script_options.run_dir = dir.path();
+  script_options.agentctl_path = agentrt::SelfExecutableDir() + "/agentctl";
+  script_options.cpus_per_rank = opts.cpus_per_rank;
+  const std::string script_path = dir.path() + "/alloc.sbatch";
+  written = agentrt::WriteFileAtomic(script_path,
+                                     agentrt::slurm::AllocationScript(plan, config.slurm, script_options));
+  if (!written.ok()) Fail("run", written);
+  auto job = slurm.Submit(script_path);
+  if (!job.ok()) Fail("run", job.status());
+  written = agentrt::WriteFileAtomic(dir.path() + "/slurm.job_id", *job + "\n");
+  if (!written.ok()) Fail("run", written);
+  Print(fmt::format("run {}: submitted job {} ({} agents), run dir {}\n", plan.run, *job, plan.agents.size(),
+                    dir.path()));
+  if (opts.detach) {
+    Print(fmt::format("follow with: agentctl status {}; stop with: scancel {}\n", dir.path(), *job));
+    return 0;
+  }
+
+  InstallSignalHandlers();
+  const bool tty = ::isatty(STDOUT_FILENO) == 1;
+  Display display(tty, opts.status_interval_s, opts.quiet);
+  auto clock = agentrt::MakeSteadyClock();
+  const double t0 = clock->NowSeconds();
+  int stops_seen = 0;
+  std::string last_state;
+  int exit_code = 0;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const int stops = g_stop_signals.load();
+    if (stops > stops_seen) {
+      // First Ctrl-C: the controller stops every agent (they checkpoint); second: cancel.
+      agentrt::slurm::CancelOptions cancel;
+      if (stops_seen == 0) {
+        cancel.signal = "TERM";
+        cancel.batch_only = true;
+      }
+      stops_seen = stops;
+      display.Event(fmt::format("agentctl run: stopping job {}", *job));
+      (void)slurm.Cancel(*job, cancel);
+    }
+    auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
+    if (status.ok()) display.Table(*status, clock->NowSeconds() - t0);
+    auto records = slurm.ShowJob(*job);
+    if (!records.ok() || records->empty()) {
+      if (records.status().code() == agentrt::StatusCode::kNotFound) break;
+      continue;
+    }
+    const auto& r = records->front();
+    if (r.state_text != last_state) {
+      display.Event(fmt::format("[{:7.1f}s] job {} {}{}", clock->NowSeconds() - t0, *job, r.state_text,
+                                r.restarts > 0 ? fmt::format(" (restart {})", r.restarts) : ""));
+      last_state = r.state_text;
+    }
+    if (agentrt::slurm::IsTerminal(r.state)) {
+      exit_code = r.exit_code != 0 ? r.exit_code : (r.exit_signal != 0 ? 128 + r.exit_signal : 0);
+      break;
+    }
+  }
+  auto final_status = agentrt::ReadRunStatusFile(dir.StatusPath());
+  if (final_status.ok()) display.Table(*final_status, clock->NowSeconds() - t0, /*force=*/true);
+  Print(fmt::format("run {} job {} ended with exit code {}; status: agentctl status {}\n", plan.run, *job,
+                    exit_code, dir.path()));
+  return exit_code;
 }
 
 }  // namespace
@@ -351,10 +548,15 @@ void RegisterRun(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
       "run", "Plan, start the bus, launch and supervise every agent; exit 0 when all succeeded");
-  cmd->add_option("file", opts->file, "agents.yaml")->required();
+  cmd->add_option("file", opts->file, "agents.yaml");
   cmd->add_option("--cluster", opts->cluster, "inventory YAML with a cluster: block (e.g. fake GPUs)");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
-  cmd->add_option("--backend", opts->backend, "launch backend (local)");
+  cmd->add_option("--backend", opts->backend,
+                  "launch backend: local, or slurm (one allocation, every agent a job step)");
+  cmd->add_flag("--detach", opts->detach, "--backend slurm: return once the allocation is submitted");
+  cmd->add_option("--cpus-per-rank", opts->cpus_per_rank, "--backend slurm: CPUs of every rank")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--run-dir", opts->run_dir, "")->group("");  // hidden: --backend slurm-steps
   cmd->add_option("--status-interval-s", opts->status_interval_s,
                   "seconds between progress tables when stdout is not a terminal");
   cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");

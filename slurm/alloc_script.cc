@@ -1,0 +1,83 @@
+#include "slurm/alloc_script.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+#include <map>
+#include <vector>
+
+namespace agentrt::slurm {
+namespace {
+
+// Single-quoted for bash unless the word is plainly safe.
+std::string Quote(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("/._-+:=,@%").find(c) !=
+                                                              std::string_view::npos;
+  });
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
+                             const AllocScriptOptions& options) {
+  std::vector<std::string> nodes;
+  std::map<std::string, size_t> gpus_on;
+  int ranks = 0;
+  for (const auto& a : plan.agents) {
+    ranks += a.ranks;
+    for (const auto& p : a.placement) {
+      if (std::find(nodes.begin(), nodes.end(), p.node) == nodes.end()) nodes.push_back(p.node);
+      gpus_on[p.node] += p.gpus.size();
+    }
+  }
+  size_t gpus = 0;
+  for (const auto& [node, n] : gpus_on) gpus = std::max(gpus, n);
+  std::string nodelist;
+  for (const auto& n : nodes) nodelist += (nodelist.empty() ? "" : ",") + n;
+
+  std::string s = "#!/bin/bash\n";
+  s += fmt::format(
+      "# agentctl run --backend slurm: the allocation of run '{}'.\n"
+      "# Its batch shell becomes the run controller: it hosts the message bus and starts\n"
+      "# every agent as its own job step (srun --exact), restarting failed agents as new\n"
+      "# steps. On USR2 ({} s before the time limit, or `scancel --signal=USR2 --batch`)\n"
+      "# every agent checkpoints and the job requeues itself; on restart it resumes every\n"
+      "# agent from its checkpoint with the same plan and ports (RUN_DIR/plan.json).\n"
+      "# No secret here: the run secret and tokens are 0600 files in RUN_DIR/secrets/.\n",
+      plan.run, slurm.signal_grace_s);
+  s += fmt::format("#SBATCH --job-name={}\n", Quote(plan.run));
+  s += "# the plan's nodes\n";
+  s += fmt::format("#SBATCH --nodes={}\n#SBATCH --nodelist={}\n", nodes.size(), nodelist);
+  s += fmt::format("# one task per rank of every agent ({} in all)\n", ranks);
+  s += fmt::format("#SBATCH --ntasks={}\n#SBATCH --cpus-per-task={}\n", std::max(ranks, 1),
+                   options.cpus_per_rank);
+  if (gpus > 0) {
+    s += "# the most GPUs the plan uses on one node\n";
+    s += fmt::format("#SBATCH --gres=gpu:{}\n", gpus);
+  }
+  s += "# preemption / time limit: USR2 to the batch shell (USR1 is NCCL's), then requeue\n";
+  s += fmt::format("#SBATCH --signal=B:USR2@{}\n#SBATCH --requeue\n", slurm.signal_grace_s);
+  s += "#SBATCH --open-mode=append\n";
+  s += fmt::format("#SBATCH --output={}\n", Quote(options.run_dir + "/slurm-%j.out"));
+  if (!slurm.partition.empty()) s += fmt::format("#SBATCH --partition={}\n", Quote(slurm.partition));
+  if (!slurm.account.empty()) s += fmt::format("#SBATCH --account={}\n", Quote(slurm.account));
+  if (!slurm.qos.empty()) s += fmt::format("#SBATCH --qos={}\n", Quote(slurm.qos));
+  if (!slurm.time.empty()) s += fmt::format("#SBATCH --time={}\n", Quote(slurm.time));
+  if (!slurm.constraint.empty()) {
+    s += fmt::format("#SBATCH --constraint={}\n", Quote(slurm.constraint));
+  }
+  for (const auto& extra : slurm.extra_args) s += fmt::format("#SBATCH {}\n", extra);
+  s += "\n# The controller replaces this shell, so SLURM's signals reach it directly.\n";
+  s += fmt::format("exec {} run --backend slurm-steps --run-dir {} --cpus-per-rank {}\n",
+                   Quote(options.agentctl_path), Quote(options.run_dir), options.cpus_per_rank);
+  return s;
+}
+
+}  // namespace agentrt::slurm
