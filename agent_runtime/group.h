@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/group_backend.h"
 #include "common/status.h"
 
 namespace agentrt {
@@ -66,8 +67,6 @@ class Group {
   virtual Status Barrier(Timeout timeout = kDefaultCollectiveTimeout) = 0;
 };
 
-enum class GroupBackend { kAuto, kSingle, kMpi, kNccl };
-
 struct GroupOptions {
   GroupBackend backend = GroupBackend::kAuto;
   // For error messages: "agent predator-0 rank 1: allreduce timed out after 30 s".
@@ -90,10 +89,6 @@ struct GroupOptions {
 // mpi: see agent_runtime/mpi_group.h (the ranks must be started by mpirun/srun).
 // Blocks until every rank has joined or init_timeout passes.
 Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options);
-
-// Parses "nccl", "mpi", "single" or "auto" (as written in agents.yaml).
-Result<GroupBackend> ParseGroupBackend(std::string_view name);
-std::string_view GroupBackendName(GroupBackend backend);
 
 // A one-rank group that needs no communication library.
 std::unique_ptr<Group> MakeSingleRankGroup(std::string agent = {});

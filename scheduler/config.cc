@@ -2,20 +2,6 @@
 
 namespace agentrt {
 
-std::string_view GroupBackendName(GroupBackend backend) {
-  switch (backend) {
-    case GroupBackend::kAuto:
-      return "auto";
-    case GroupBackend::kSingle:
-      return "single";
-    case GroupBackend::kMpi:
-      return "mpi";
-    case GroupBackend::kNccl:
-      return "nccl";
-  }
-  return "auto";
-}
-
 GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks) {
   if (requested != GroupBackend::kAuto) return requested;
   if (ranks <= 1) return GroupBackend::kSingle;

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/group_backend.h"
+
 namespace agentrt {
 
 // Declares one field of a settings struct from a settings list entry.
@@ -110,9 +112,7 @@ struct ClusterConfig {
   PortConfig ports;
 };
 
-// How an agent's ranks talk to each other (agent_runtime/group.h).
-enum class GroupBackend { kAuto, kSingle, kMpi, kNccl };
-std::string_view GroupBackendName(GroupBackend backend);  // "auto", "single", "mpi", "nccl"
+// How an agent's ranks talk to each other: GroupBackend (common/group_backend.h).
 // auto → single for one rank, nccl when the agent has GPUs, else mpi.
 GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks);
 
