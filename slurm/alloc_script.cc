@@ -55,8 +55,11 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
   s += fmt::format("#SBATCH --job-name={}\n", Quote(plan.run));
   s += "# the plan's nodes\n";
   s += fmt::format("#SBATCH --nodes={}\n#SBATCH --nodelist={}\n", nodes.size(), nodelist);
-  s += fmt::format("# one task per rank of every agent ({} in all)\n", ranks);
-  s += fmt::format("#SBATCH --ntasks={}\n#SBATCH --cpus-per-task={}\n", std::max(ranks, 1),
+  s += fmt::format(
+      "# one task per rank of every agent ({} in all), plus one for the controller: the\n"
+      "# batch step holds CPUs of its own, and steps are --exact\n",
+      ranks);
+  s += fmt::format("#SBATCH --ntasks={}\n#SBATCH --cpus-per-task={}\n", ranks + 1,
                    options.cpus_per_rank);
   if (gpus > 0) {
     s += "# the most GPUs the plan uses on one node\n";

@@ -205,7 +205,8 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
                                    "--nodelist=" + nodelist,
                                    "--ntasks=" + std::to_string(agent.ranks.size()),
                                    "--cpus-per-task=" + std::to_string(options.cpus_per_rank)};
-  if (gpus_per_node > 0) argv.push_back("--gres=gpu:" + std::to_string(gpus_per_node));
+  // A step that names no GRES gets all of the job's: a CPU agent says none.
+  argv.push_back(gpus_per_node > 0 ? "--gres=gpu:" + std::to_string(gpus_per_node) : "--gres=none");
   const bool mpi = std::find(options.mpi_agents.begin(), options.mpi_agents.end(), agent.name) !=
                    options.mpi_agents.end();
   argv.push_back(mpi ? "--mpi=pmix" : "--mpi=none");

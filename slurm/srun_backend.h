@@ -3,7 +3,7 @@
 // step:
 //
 //   srun --exact --kill-on-bad-exit=1 --job-name=<agent> --nodes=N --nodelist=<plan nodes>
-//        --ntasks=<ranks> --cpus-per-task=C [--gres=gpu:G] [--mpi=pmix]
+//        --ntasks=<ranks> --cpus-per-task=C --gres=gpu:G|none --mpi=pmix|none
 //        /bin/sh -c <rank wrapper> sh <command...>
 //
 // - A restart is a new step (a new srun); other agents' steps keep running.

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""`agentctl run --backend slurm` against the live SLURM test cluster (label slurm).
+
+Scenarios (one ctest each, argv[1]):
+  complete    3 agents (a: 2 ranks, 2 GPUs; b: 1 GPU; c: CPU) run to completion; every rank saw
+              exactly the plan's GPUs, pairwise disjoint between agents; each agent ran as its
+              own job step (one step id per agent launch); the allocation script holds no secret.
+  preempt     `scancel --signal=USR2 --batch JOB`: agents checkpoint, the job requeues
+              (Restarts=1), every agent resumes from its checkpoint with SLURM_RESTART_COUNT=1.
+  kill_rank   SIGKILL to one rank inside agent a's step: only a is restarted, as a new step;
+              b and c keep their first steps.
+  infeasible  a plan that cannot fit the live cluster: exit 2, no run dir, nothing submitted.
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ.get("AGENTRT_BIN_DIR", "")
+AGENTCTL = os.path.join(BIN, "agentctl")
+AGENT = os.path.join(BIN, "agentrt-test-agent")
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def free_port_block(n):
+    for _ in range(200):
+        s = socket.socket()
+        s.bind(("0.0.0.0", 0))
+        first = s.getsockname()[1]
+        s.close()
+        if first + n > 65000:
+            continue
+        ok = True
+        for p in range(first, first + n):
+            t = socket.socket()
+            try:
+                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                t.bind(("0.0.0.0", p))
+            except OSError:
+                ok = False
+            finally:
+                t.close()
+            if not ok:
+                break
+        if ok:
+            return first
+    fail("no free port block")
+
+
+def config(work, steps, gpus_a=2, gpus_b=1, extra_args=()):
+    first = free_port_block(64)
+    env_dir = os.path.join(work, "env")
+    os.makedirs(env_dir, exist_ok=True)
+
+    def agent(name, gpus, ranks):
+        cmd = [AGENT, "--steps", str(steps), "--step-ms", "50", "--ckpt-interval-s", "0.3",
+               "--dump-env", env_dir] + list(extra_args)
+        return ("  - name: %s\n    gpus: %d\n    ranks: %d\n    command: %s\n"
+                % (name, gpus, ranks, json.dumps(cmd)))
+
+    text = ("run: {name: alloc, dir: %s}\n"
+            "cluster:\n  ports: {first: %d, last: %d, per_agent: 8}\n"
+            "defaults:\n  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 60, grace_s: 10}\n"
+            "slurm: {time: \"00:10:00\", signal_grace_s: 30}\n"
+            "agents:\n" % (os.path.join(work, "runs"), first, first + 63))
+    text += agent("a", gpus_a, 2) + agent("b", gpus_b, gpus_b) + agent("c", 0, 1)
+    path = os.path.join(work, "agents.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def run_dir(work):
+    dirs = glob.glob(os.path.join(work, "runs", "alloc-*"))
+    check(len(dirs) == 1, "expected one run dir, got %s" % dirs)
+    return dirs[0]
+
+
+def job_fields(job):
+    out = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True,
+                         timeout=30)
+    fields = {}
+    for word in out.stdout.split():
+        k, _, v = word.partition("=")
+        fields.setdefault(k, v)
+    return fields
+
+
+def wait_job_done(job, timeout_s):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        f = job_fields(job)
+        if f.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
+            return f
+        time.sleep(0.5)
+    fail("job %s did not end within %ds: %s" % (job, timeout_s, job_fields(job)))
+
+
+def dumps(work):
+    out = {}
+    for path in glob.glob(os.path.join(work, "env", "*.json")):
+        with open(path) as f:
+            d = json.load(f)
+        out[(d["agent"], int(d["rank"]))] = d
+    return out
+
+
+def logs(rdir):
+    text = ""
+    for p in sorted(glob.glob(os.path.join(rdir, "logs", "*", "*")) +
+                    glob.glob(os.path.join(rdir, "slurm-*.out"))):
+        with open(p, errors="replace") as f:
+            text += "---- %s\n%s" % (p, f.read())
+    return text
+
+
+def plan_gpus(rdir):
+    with open(os.path.join(rdir, "plan.json")) as f:
+        plan = json.load(f)
+    return {a["name"]: sorted(g for p in a["placement"] for g in p.get("gpus", []))
+            for a in plan["agents"]}
+
+
+def scenario_complete(work):
+    cfg = config(work, steps=40)
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg, "--status-interval-s", "5"],
+                         capture_output=True, text=True, timeout=150)
+    rdir = run_dir(work)
+    check(out.returncode == 0, "agentctl run exited %d\n%s%s%s" % (out.returncode, out.stdout,
+                                                                 out.stderr, logs(rdir)))
+    d = dumps(work)
+    check(sorted(d) == [("a", 0), ("a", 1), ("b", 0), ("c", 0)], "ranks seen: %s" % sorted(d))
+    planned = plan_gpus(rdir)
+    seen = {}
+    for (agent, rank), x in d.items():
+        cvd = x["env"].get("CUDA_VISIBLE_DEVICES", "")
+        gpus = sorted(int(g) for g in cvd.split(",") if g != "")
+        check(gpus == planned[agent], "%s rank %d saw GPUs %s, plan says %s" % (agent, rank, gpus,
+                                                                               planned[agent]))
+        check(x["env"]["RANK"] == str(rank), "%s rank %d has RANK=%s" % (agent, rank, x["env"]["RANK"]))
+        seen.setdefault(agent, set()).update(gpus)
+    check(seen["c"] == set(), "CPU agent c saw GPUs %s" % seen["c"])
+    check(not (seen["a"] & seen["b"]), "a and b share GPUs: %s %s" % (seen["a"], seen["b"]))
+    check(len(seen["a"]) == 2 and len(seen["b"]) == 1, "GPU counts: %s" % seen)
+    # One job step per agent launch: ranks of an agent share a step id, agents differ.
+    steps = {}
+    for (agent, rank), x in d.items():
+        env = x["env"]
+        steps.setdefault(agent, set()).add((env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID")))
+    for agent, s in steps.items():
+        check(len(s) == 1 and None not in list(s)[0], "agent %s ran in steps %s" % (agent, s))
+    ids = [list(s)[0] for s in steps.values()]
+    check(len(set(ids)) == 3 and len({j for j, _ in ids}) == 1,
+          "agents did not run as three steps of one job: %s" % ids)
+    # No secret in the allocation script or in any rank's environment.
+    with open(os.path.join(rdir, "secrets", "run.secret"), "rb") as f:
+        secret = f.read()
+    with open(os.path.join(rdir, "alloc.sbatch"), "rb") as f:
+        script = f.read()
+    check(secret not in script and b"#SBATCH --signal=B:USR2@30" in script and b"--requeue" in script,
+          "allocation script:\n" + script.decode())
+    for x in d.values():
+        check(secret.hex() not in json.dumps(x), "secret in a rank's environment")
+    print("ok: 4 ranks, GPUs as planned and disjoint, 3 steps of job %s" % ids[0][0])
+
+
+def wait_for(pred, timeout_s, what):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.2)
+    fail("timed out waiting for " + what)
+
+
+def checkpointed(rdir, agents):
+    return all(glob.glob(os.path.join(rdir, "checkpoints", a, "*")) for a in agents)
+
+
+def scenario_preempt(work):
+    cfg = config(work, steps=300)
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, "submit failed: %s%s" % (out.stdout, out.stderr))
+    rdir = run_dir(work)
+    job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
+    try:
+        wait_for(lambda: checkpointed(rdir, "abc"), 90, "every agent's first checkpoint\n" + logs(rdir))
+        subprocess.run(["scancel", "--signal=USR2", "--batch", job], check=True, timeout=30)
+        f = wait_job_done(job, 150)
+    finally:
+        subprocess.run(["scancel", job], timeout=30)
+    text = logs(rdir)
+    check(f["JobState"] == "COMPLETED", "job ended %s\n%s" % (f, text))
+    check(f.get("Restarts") == "1", "Restarts=%s\n%s" % (f.get("Restarts"), text))
+    check("requeueing job " + job in text, "no requeue in the controller output\n" + text)
+    for a in "abc":
+        with open(os.path.join(rdir, "logs", a, "rank0.log")) as fh:
+            check("resumed from step" in fh.read(), "agent %s did not resume\n%s" % (a, text))
+    for (agent, rank), x in dumps(work).items():
+        check(x["env"].get("SLURM_RESTART_COUNT") == "1",
+              "%s rank %d: SLURM_RESTART_COUNT=%s" % (agent, rank, x["env"].get("SLURM_RESTART_COUNT")))
+    print("ok: job %s requeued once; every agent resumed from its checkpoint" % job)
+
+
+def scenario_kill_rank(work):
+    cfg = config(work, steps=400)
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, "submit failed: %s%s" % (out.stdout, out.stderr))
+    rdir = run_dir(work)
+    job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
+    try:
+        first = wait_for(lambda: (lambda d: d if len(d) == 4 else None)(dumps(work)), 90,
+                         "all four ranks\n" + logs(rdir))
+        steps_before = {a: first[(a, 0)]["env"]["SLURM_STEP_ID"] for a in "abc"}
+        try:
+            os.kill(int(first[("a", 1)]["pid"]), signal.SIGKILL)
+        except ProcessLookupError:
+            fail("rank 1 of agent a (pid %s) was gone before the kill\n%s" % (first[("a", 1)]["pid"],
+                                                                             logs(rdir)))
+        f = wait_job_done(job, 150)
+    finally:
+        subprocess.run(["scancel", job], timeout=30)
+    text = logs(rdir)
+    check(f["JobState"] == "COMPLETED", "job ended %s\n%s" % (f, text))
+    after = dumps(work)
+    check(after[("a", 0)]["env"]["SLURM_STEP_ID"] != steps_before["a"],
+          "agent a was not relaunched as a new step\n" + text)
+    check(after[("a", 0)]["env"]["AGENTRT_RESTART_COUNT"] == "1", "a restart count\n" + text)
+    for a in "bc":
+        check(after[(a, 0)]["env"]["SLURM_STEP_ID"] == steps_before[a] and
+              after[(a, 0)]["env"]["AGENTRT_RESTART_COUNT"] == "0", "agent %s was restarted\n%s" % (a, text))
+    with open(os.path.join(rdir, "status.json")) as fh:
+        status = json.load(fh)
+    restarts = {a["name"]: a.get("restarts") for a in status["agents"]}
+    check(restarts == {"a": 1, "b": 0, "c": 0}, "restarts %s" % restarts)
+    print("ok: only agent a restarted, as step %s (was %s)" % (after[("a", 0)]["env"]["SLURM_STEP_ID"],
+                                                              steps_before["a"]))
+
+
+def scenario_infeasible(work):
+    cfg = config(work, steps=10, gpus_b=7)  # 2 + 7 GPUs (b: 7 ranks); the test cluster has 8
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg], capture_output=True, text=True,
+                         timeout=60)
+    check(out.returncode == 2, "exit %d, want 2: %s%s" % (out.returncode, out.stdout, out.stderr))
+    check("infeasible" in out.stderr and "nothing submitted" in out.stderr, out.stderr)
+    check(not os.path.exists(os.path.join(work, "runs")), "a run dir was created")
+    print("ok: " + out.stderr.strip().splitlines()[-1])
+
+
+def main():
+    if not os.environ.get("SLURM_CONF"):
+        fail("SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; "
+             "source DIR/env.sh)")
+    scenario = sys.argv[1]
+    work = tempfile.mkdtemp(prefix="alloc-%s-" % scenario)
+    try:
+        globals()["scenario_" + scenario](work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
