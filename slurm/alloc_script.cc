@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <string_view>
 #include <map>
+#include <string_view>
 #include <vector>
 
 namespace agentrt::slurm {
@@ -14,8 +14,8 @@ namespace {
 // Single-quoted for bash unless the word is plainly safe.
 std::string Quote(const std::string& word) {
   const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("/._-+:=,@%").find(c) !=
-                                                              std::string_view::npos;
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("/._-+:=,@%").find(c) != std::string_view::npos;
   });
   if (plain) return word;
   std::string out = "'";
@@ -69,7 +69,8 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
   s += fmt::format("#SBATCH --signal=B:USR2@{}\n#SBATCH --requeue\n", slurm.signal_grace_s);
   s += "#SBATCH --open-mode=append\n";
   s += fmt::format("#SBATCH --output={}\n", Quote(options.run_dir + "/slurm-%j.out"));
-  if (!slurm.partition.empty()) s += fmt::format("#SBATCH --partition={}\n", Quote(slurm.partition));
+  if (!slurm.partition.empty())
+    s += fmt::format("#SBATCH --partition={}\n", Quote(slurm.partition));
   if (!slurm.account.empty()) s += fmt::format("#SBATCH --account={}\n", Quote(slurm.account));
   if (!slurm.qos.empty()) s += fmt::format("#SBATCH --qos={}\n", Quote(slurm.qos));
   if (!slurm.time.empty()) s += fmt::format("#SBATCH --time={}\n", Quote(slurm.time));

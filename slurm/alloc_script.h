@@ -21,7 +21,8 @@ struct AllocScriptOptions {
 };
 
 // The script text: #SBATCH --nodes / --nodelist (the plan's nodes), --ntasks
-// (every rank, plus one for the controller) and --cpus-per-task, --gres=gpu:<largest per-node GPU count>,
+// (every rank, plus one for the controller) and --cpus-per-task, --gres=gpu:<largest per-node GPU
+// count>,
 // --signal=B:USR2@<signal_grace_s>, --requeue, --open-mode=append, output to
 // RUN_DIR/slurm-<jobid>.out, partition/account/qos/time/constraint and
 // extra_args from `slurm:`; then `exec agentctl run --backend slurm-steps`.

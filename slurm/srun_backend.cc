@@ -1,9 +1,9 @@
 #include "slurm/srun_backend.h"
 
 #include <signal.h>
-#include <cctype>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -65,13 +65,20 @@ std::string EnvValue(const std::vector<std::string>& env, const std::string& nam
 
 std::string SignalName(int sig) {
   switch (sig) {
-    case SIGTERM: return "TERM";
-    case SIGKILL: return "KILL";
-    case SIGINT: return "INT";
-    case SIGCONT: return "CONT";
-    case SIGUSR2: return "USR2";
-    case SIGHUP: return "HUP";
-    default: return std::to_string(sig);
+    case SIGTERM:
+      return "TERM";
+    case SIGKILL:
+      return "KILL";
+    case SIGINT:
+      return "INT";
+    case SIGCONT:
+      return "CONT";
+    case SIGUSR2:
+      return "USR2";
+    case SIGHUP:
+      return "HUP";
+    default:
+      return std::to_string(sig);
   }
 }
 
@@ -97,12 +104,16 @@ class SrunBackend final : public LaunchBackend {
     if (agent.ranks.empty()) return InvalidArgument("agent " + agent.name + ": no ranks to launch");
     if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
     if (steps_.count(agent.name) && steps_[agent.name].pid != 0) {
-      return FailedPrecondition("agent " + agent.name + " is still running; cannot launch it again");
+      return FailedPrecondition("agent " + agent.name +
+                                " is still running; cannot launch it again");
     }
     std::error_code ec;
     std::filesystem::create_directories(agent.log_dir, ec);
-    if (ec) return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " + ec.message());
-    if (!agent.checkpoint_dir.empty()) std::filesystem::create_directories(agent.checkpoint_dir, ec);
+    if (ec)
+      return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " +
+                      ec.message());
+    if (!agent.checkpoint_dir.empty())
+      std::filesystem::create_directories(agent.checkpoint_dir, ec);
     std::filesystem::remove(agent.log_dir + "/step.id", ec);
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
@@ -220,7 +231,8 @@ std::vector<std::string> BuildSrunEnvironment(const AgentLaunch& agent, int mast
                                               const SrunOptions& options) {
   std::vector<std::string> env = BuildRankEnvironment(agent, -1, master_port, options.base_env);
   std::map<std::string, std::string> extra;
-  for (const auto& r : agent.ranks) extra["AGENTRT_STEP_GPUS_" + NodeKey(r.node)] = JoinInts(r.gpus);
+  for (const auto& r : agent.ranks)
+    extra["AGENTRT_STEP_GPUS_" + NodeKey(r.node)] = JoinInts(r.gpus);
   extra["AGENTRT_STEP_LOG_DIR"] = agent.log_dir;
   if (options.trust_slurm_binding) extra["AGENTRT_TRUST_SLURM_GPUS"] = "1";
   for (auto& e : env) {

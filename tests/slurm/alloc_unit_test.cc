@@ -1,8 +1,7 @@
 // The srun command line of one agent step and the allocation script, from a
 // plan: no cluster needed.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
