@@ -7,6 +7,9 @@
 //             the bus address, then `agentctl array-task` per rank.
 //   anchor:   plain SLURM: one `sbatch` of a script that `srun --exact`s the
 //             same four groups of no-op ranks (no bus, no plan).
+//   alloc:    `agentctl run --backend slurm --detach agents.yaml`: plan on the live
+//             cluster, one allocation whose batch shell is the run controller
+//             (bus included), every agent a `srun --exact` step (same anchor).
 // Each rank writes its start time (CLOCK_REALTIME) to a file and exits; the
 // figure is the latest of those minus the submit time. Medians of --reps runs.
 //
@@ -157,7 +160,7 @@ wait
 )sh",
                         fmt::arg("ranks", kRanks), fmt::arg("work", work.string())));
 
-  std::vector<double> agentrt_s, plain_s;
+  std::vector<double> agentrt_s, plain_s, alloc_s;
   for (int r = 0; r < reps; ++r) {
     // agentrt: sbatch generation + submission, through to every rank running.
     {
@@ -185,6 +188,30 @@ wait
       bus.erase(bus.find_last_not_of(" \n") + 1);
       (void)slurm.WaitForJobs({bus}, 60);
     }
+    // agentctl run --backend slurm: plan, run dir, allocation, controller, steps.
+    {
+      fs::path seen = work / "seen";
+      fs::remove_all(seen);
+      fs::create_directories(seen);
+      double t0 = Now();
+      auto out = runner->Run({(bin / "agentctl").string(), "run", "--backend", "slurm", "--detach",
+                              (work / "agents.yaml").string()},
+                             120);
+      if (!out.ok() || out->exit_code != 0) {
+        stop_cluster();
+        Die("agentctl run --backend slurm failed: " +
+            (out.ok() ? out->out + out->err : out.status().message()));
+      }
+      double t1 = WaitForRanks(seen, 120);
+      alloc_s.push_back(t1 - t0);
+      const std::string key = "submitted job ";
+      const size_t at = out->out.find(key);
+      if (at == std::string::npos) Die("no job id in: " + out->out);
+      const std::string job =
+          out->out.substr(at + key.size(), out->out.find(' ', at + key.size()) - at - key.size());
+      auto done = slurm.WaitForJobs({job}, 120);
+      if (!done.ok()) Die(done.status().message());
+    }
     // Anchor: plain sbatch of srun steps.
     {
       fs::path seen = work / "seen";
@@ -198,8 +225,9 @@ wait
       auto done = slurm.WaitForJobs({*id}, 120);
       if (!done.ok()) Die(done.status().message());
     }
-    std::fprintf(stderr, "rep %d: agentrt %.3f s, plain %.3f s\n", r, agentrt_s.back(),
-                 plain_s.back());
+    std::fprintf(
+        stderr, "rep %d: agentrt sbatch %.3f s, agentrt run --backend slurm %.3f s, plain %.3f s\n",
+        r, agentrt_s.back(), alloc_s.back(), plain_s.back());
   }
   stop_cluster();
   fs::remove_all(work);
@@ -213,5 +241,13 @@ wait
       "ranks\",\"anchor_value\":%.3f,"
       "\"ratio\":%.3f}\n",
       a, p, a / p);
+  const double al = Median(alloc_s);
+  std::printf(
+      "{\"bench\":\"slurm_launch\",\"metric\":\"run_backend_slurm_submit_to_all_ranks_running\","
+      "\"value\":%.3f,"
+      "\"unit\":\"s\",\"anchor\":\"plain sbatch script srun-ing the same 6 "
+      "ranks\",\"anchor_value\":%.3f,"
+      "\"ratio\":%.3f}\n",
+      al, p, al / p);
   return 0;
 }
