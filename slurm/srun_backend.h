@@ -16,13 +16,16 @@
 //   SLURM_PROCID and LOCAL_RANK from SLURM_LOCALID, and sends the rank's output
 //   to <log_dir>/rank<RANK>.log. Rank 0 records the step id in <log_dir>/step.id.
 // - CUDA_VISIBLE_DEVICES: set explicitly to the plan's GPUs of the rank's node
-//   (the wrapper overwrites what SLURM's GRES binding set). `--gres=gpu:G` still
-//   makes SLURM account for the GPUs, so steps never oversubscribe the node's
-//   count; the plan is the single source of truth for *which* GPUs, and the
-//   planner has already made them pairwise disjoint. On clusters with
-//   ConstrainDevices=yes SLURM's cgroup shows each step only its bound devices;
-//   there the indices SLURM bound are the only visible ones, so set
-//   SrunOptions::trust_slurm_binding to keep SLURM's CUDA_VISIBLE_DEVICES.
+//   (the wrapper overwrites what SLURM's GRES binding set). The controller first
+//   maps the plan's GPUs on its node onto the ones SLURM gave the job
+//   (SLURM_JOB_GPUS; see RunInAllocation in tools/agentctl/cmd_run.cc), so a run
+//   never touches another job's GPUs; `--gres=gpu:G` makes SLURM account for
+//   each step's count. The plan is then the single source of truth for *which*
+//   GPUs, and the planner has already made them pairwise disjoint. Without
+//   ConstrainDevices (the test cluster) SLURM's own per-step choice could
+//   overlap another step's plan GPUs, which is why it is not used. On clusters
+//   with ConstrainDevices=yes a step sees only the devices SLURM bound to it:
+//   there set SrunOptions::trust_slurm_binding to keep SLURM's value.
 #pragma once
 
 #include <memory>

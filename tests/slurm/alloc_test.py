@@ -2,8 +2,9 @@
 """`agentctl run --backend slurm` against the live SLURM test cluster (label slurm).
 
 Scenarios (one ctest each, argv[1]):
-  complete    3 agents (a: 2 ranks, 2 GPUs; b: 1 GPU; c: CPU) run to completion; every rank saw
-              exactly the plan's GPUs, pairwise disjoint between agents; each agent ran as its
+  complete    while another job holds 2 GPUs, 3 agents (a: 2 ranks, 2 GPUs; b: 1 GPU; c: CPU)
+              run to completion; every rank saw exactly the plan's GPUs (as mapped onto the
+              job's), pairwise disjoint between agents and none of the other job's; each agent ran as its
               own job step (one step id per agent launch); the allocation script holds no secret.
   preempt     `scancel --signal=USR2 --batch JOB`: agents checkpoint, the job requeues
               (Restarts=1), every agent resumes from its checkpoint with SLURM_RESTART_COUNT=1.
@@ -138,8 +139,21 @@ def plan_gpus(rdir):
 
 def scenario_complete(work):
     cfg = config(work, steps=40)
-    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg, "--status-interval-s", "5"],
-                         capture_output=True, text=True, timeout=150)
+    # Another job holds some GPUs first: the run must use only the ones SLURM gave it.
+    held = os.path.join(work, "held")
+    blocker = subprocess.run(["sbatch", "--parsable", "--gres=gpu:2", "--time=00:05:00",
+                              "--output=/dev/null", "--wrap",
+                              'echo "$SLURM_JOB_GPUS" >%s.tmp && mv %s.tmp %s && sleep 120'
+                              % (held, held, held)],
+                             capture_output=True, text=True, timeout=30)
+    check(blocker.returncode == 0, "blocker sbatch: " + blocker.stderr)
+    try:
+        wait_for(lambda: os.path.exists(held), 90, "the blocker job to start")
+        held_gpus = {int(g) for g in open(held).read().strip().split(",")}
+        out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg, "--status-interval-s", "5"],
+                             capture_output=True, text=True, timeout=150)
+    finally:
+        subprocess.run(["scancel", blocker.stdout.strip()], timeout=30)
     rdir = run_dir(work)
     check(out.returncode == 0, "agentctl run exited %d\n%s%s%s" % (out.returncode, out.stdout,
                                                                  out.stderr, logs(rdir)))
@@ -157,6 +171,8 @@ def scenario_complete(work):
     check(seen["c"] == set(), "CPU agent c saw GPUs %s" % seen["c"])
     check(not (seen["a"] & seen["b"]), "a and b share GPUs: %s %s" % (seen["a"], seen["b"]))
     check(len(seen["a"]) == 2 and len(seen["b"]) == 1, "GPU counts: %s" % seen)
+    check(not ((seen["a"] | seen["b"]) & held_gpus),
+          "the run used GPUs %s of another job (%s)" % (seen["a"] | seen["b"], held_gpus))
     # One job step per agent launch: ranks of an agent share a step id, agents differ.
     steps = {}
     for (agent, rank), x in d.items():
@@ -176,7 +192,8 @@ def scenario_complete(work):
           "allocation script:\n" + script.decode())
     for x in d.values():
         check(secret.hex() not in json.dumps(x), "secret in a rank's environment")
-    print("ok: 4 ranks, GPUs as planned and disjoint, 3 steps of job %s" % ids[0][0])
+    print("ok: 4 ranks, GPUs %s as planned, disjoint, not the other job's %s; 3 steps of job %s"
+          % (sorted(seen["a"] | seen["b"]), sorted(held_gpus), ids[0][0]))
 
 
 def wait_for(pred, timeout_s, what):

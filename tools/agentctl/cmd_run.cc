@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -445,6 +446,41 @@ int RunInAllocation(const RunOptions& opts) {
   if (restarts != nullptr && std::string(restarts) != "0") {
     Print(fmt::format("agentctl run: job restart {} of run {}: resuming every agent from its checkpoint\n",
                       restarts, plan->run));
+  }
+  // The plan numbers GPUs as if the node were ours alone; SLURM may have given the
+  // job others (another job holds 0-2). On this node, the plan's k-th GPU becomes
+  // the job's k-th (SLURM_JOB_GPUS), so agents stay pairwise disjoint inside the
+  // job and never touch another job's GPUs. Other nodes keep the plan's numbers.
+  const char* job_gpus = std::getenv("SLURM_JOB_GPUS");
+  const char* node = std::getenv("SLURMD_NODENAME");
+  if (job_gpus != nullptr && node != nullptr) {
+    std::vector<int> granted;
+    std::stringstream list(job_gpus);
+    for (std::string g; std::getline(list, g, ',');) {
+      if (!g.empty()) granted.push_back(std::atoi(g.c_str()));
+    }
+    std::vector<int> planned;
+    for (const auto& a : plan->agents) {
+      for (const auto& p : a.placement) {
+        if (p.node == node) planned.insert(planned.end(), p.gpus.begin(), p.gpus.end());
+      }
+    }
+    std::sort(planned.begin(), planned.end());
+    planned.erase(std::unique(planned.begin(), planned.end()), planned.end());
+    if (!planned.empty() && granted.size() >= planned.size()) {
+      for (auto& a : plan->agents) {
+        for (auto& p : a.placement) {
+          if (p.node != node) continue;
+          for (int& g : p.gpus) {
+            g = granted[std::lower_bound(planned.begin(), planned.end(), g) - planned.begin()];
+          }
+        }
+      }
+    } else if (!planned.empty()) {
+      std::fputs(fmt::format("agentctl run: warning: SLURM gave the job GPUs {} on {}, fewer than the "
+                             "plan's {}; keeping the plan's GPU numbers\n",
+                             job_gpus, node, planned.size()).c_str(), stderr);
+    }
   }
   return Supervise(std::move(*plan), dir, opts, /*in_slurm=*/true);
 }
