@@ -10,6 +10,8 @@ Scenarios (one ctest each, argv[1]):
               (Restarts=1), every agent resumes from its checkpoint with SLURM_RESTART_COUNT=1.
   kill_rank   SIGKILL to one rank inside agent a's step: only a is restarted, as a new step;
               b and c keep their first steps.
+  interrupt   SIGINT to the following `agentctl run`: scancel --signal=TERM --batch, every agent
+              stops (single-rank ones checkpoint), the job ends, agentctl exits 130.
   infeasible  a plan that cannot fit the live cluster: exit 2, no run dir, nothing submitted.
 """
 import glob
@@ -272,6 +274,35 @@ def scenario_kill_rank(work):
                                                               steps_before["a"]))
 
 
+def scenario_interrupt(work):
+    cfg = config(work, steps=2000)
+    proc = subprocess.Popen([AGENTCTL, "run", "--backend", "slurm", cfg, "--status-interval-s", "100"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: glob.glob(os.path.join(work, "runs", "alloc-*")) and
+                 checkpointed(run_dir(work), "abc"), 90, "every agent's first checkpoint")
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        jid = os.path.join(run_dir(work), "slurm.job_id")
+        if os.path.exists(jid):
+            subprocess.run(["scancel", open(jid).read().strip()], timeout=30)
+    rdir = run_dir(work)
+    check(proc.returncode == 130, "agentctl run exited %d\n%s%s" % (proc.returncode, out, logs(rdir)))
+    with open(os.path.join(rdir, "status.json")) as fh:
+        states = {a["name"]: a["state"] for a in json.load(fh)["agents"]}
+    check(states == {"a": "stopped", "b": "stopped", "c": "stopped"}, "states %s" % states)
+    # Single-rank agents checkpoint on a stop request (the test agent's ranks of a
+    # group stand at different steps, so a group keeps its periodic checkpoints).
+    for a in "bc":
+        with open(os.path.join(rdir, "logs", a, "rank0.log")) as fh:
+            check("before exit" in fh.read(), "agent %s did not checkpoint on stop\n%s" % (a, logs(rdir)))
+    print("ok: Ctrl-C stopped every agent with a checkpoint; exit 130")
+
+
 def scenario_infeasible(work):
     cfg = config(work, steps=10, gpus_b=7)  # 2 + 7 GPUs (b: 7 ranks); the test cluster has 8
     out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg], capture_output=True, text=True,
@@ -291,7 +322,8 @@ def main():
     try:
         globals()["scenario_" + scenario](work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not os.environ.get("ALLOC_KEEP"):  # set it to keep the run dirs for a look
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
