@@ -303,6 +303,30 @@ def scenario_interrupt(work):
     print("ok: Ctrl-C stopped every agent with a checkpoint; exit 130")
 
 
+def scenario_stop(work):
+    cfg = config(work, steps=2000)
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, "agentctl run --detach exited %d\n%s%s" % (out.returncode, out.stdout, out.stderr))
+    rdir = run_dir(work)
+    job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
+    try:
+        wait_for(lambda: checkpointed(rdir, "abc"), 90, "every agent's first checkpoint")
+        stop = subprocess.run([AGENTCTL, "stop", rdir, "--timeout-s", "90"],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["scancel", job], timeout=30)
+    check(stop.returncode == 0, "agentctl stop exited %d\n%s%s" % (stop.returncode, stop.stdout, stop.stderr))
+    check("SLURM job " + job in stop.stdout, "stop did not go through SLURM:\n" + stop.stdout)
+    with open(os.path.join(rdir, "status.json")) as fh:
+        states = {a["name"]: a["state"] for a in json.load(fh)["agents"]}
+    check(states == {"a": "stopped", "b": "stopped", "c": "stopped"}, "states %s\n%s" % (states, logs(rdir)))
+    again = subprocess.run([AGENTCTL, "stop", rdir], capture_output=True, text=True, timeout=60)
+    check(again.returncode == 0 and "not running" in again.stdout,
+          "stop of an ended SLURM run: %d %s%s" % (again.returncode, again.stdout, again.stderr))
+    print("ok: agentctl stop ended a --backend slurm run through scancel --signal=TERM --batch")
+
+
 def scenario_infeasible(work):
     cfg = config(work, steps=10, gpus_b=7)  # 2 + 7 GPUs (b: 7 ranks); the test cluster has 8
     out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg], capture_output=True, text=True,

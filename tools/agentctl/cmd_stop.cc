@@ -1,10 +1,14 @@
 // `agentctl stop RUN_DIR [--no-wait] [--timeout-s S]` — ends a run: SIGTERM to
-// its controller (RUN_DIR/controller.pid), which asks every agent to stop
-// (checkpoint first), waits each agent's grace period, then kills.
+// its controller, which asks every agent to stop (checkpoint first), waits each
+// agent's grace period, then kills. A local run's controller is found through
+// RUN_DIR/controller.pid; a SLURM run's (`--backend slurm`, RUN_DIR/slurm.job_id)
+// is the allocation's batch shell, reached with `scancel --signal=TERM --batch`
+// from any host of the cluster (its pid means nothing on another node).
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,10 +16,49 @@
 #include <fmt/format.h>
 
 #include "scheduler/run_dir.h"
+#include "slurm/command_runner.h"
+#include "slurm/slurm_client.h"
 #include "scheduler/status.h"
 #include "tools/agentctl/commands.h"
 
 namespace agentctl {
+namespace {
+
+// The SLURM job of a `--backend slurm` run, or "" for a local run.
+std::string SlurmJobOf(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/slurm.job_id");
+  std::string job;
+  if (in) std::getline(in, job);
+  return job;
+}
+
+// Asks the allocation's controller to stop (the same SIGTERM a local stop
+// sends) and waits for the job to end. Returns false when the job has already
+// ended (or SLURM no longer knows it), so the caller reports the last status.
+bool StopSlurmRun(const std::string& run_dir, const std::string& job, bool no_wait,
+                  double timeout_s) {
+  auto runner = agentrt::slurm::MakeProcessRunner();
+  agentrt::slurm::SlurmClient client(*runner);
+  auto records = client.ShowJob(job);
+  if (!records.ok()) return false;
+  bool live = false;
+  for (const auto& record : *records) live = live || !agentrt::slurm::IsTerminal(record.state);
+  if (!live) return false;
+  agentrt::Status sent = client.Cancel(job, {.signal = "TERM", .batch_only = true});
+  if (!sent.ok()) Fail("stop", sent.WithContext("cannot signal SLURM job " + job + " of " + run_dir));
+  std::fputs(fmt::format("stop requested (SLURM job {})\n", job).c_str(), stdout);
+  if (no_wait) return true;
+  auto done = client.WaitForJobs({job}, timeout_s);
+  if (!done.ok()) Fail("stop", done.status());
+  auto status = agentrt::ReadRunStatusFile(run_dir + "/status.json");
+  if (status.ok()) {
+    std::fputs(fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),
+               stdout);
+  }
+  return true;
+}
+
+}  // namespace
 
 void RegisterStop(CLI::App& app) {
   struct Options {
@@ -29,6 +72,10 @@ void RegisterStop(CLI::App& app) {
   cmd->add_flag("--no-wait", opts->no_wait, "return once the stop is requested");
   cmd->add_option("--timeout-s", opts->timeout_s, "how long to wait for the run to end");
   cmd->callback([opts] {
+    if (const std::string job = SlurmJobOf(opts->run_dir);
+        !job.empty() && StopSlurmRun(opts->run_dir, job, opts->no_wait, opts->timeout_s)) {
+      return;
+    }
     const pid_t pid = agentrt::LiveControllerPid(opts->run_dir);
     if (pid == 0) {
       auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
