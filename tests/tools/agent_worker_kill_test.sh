@@ -91,4 +91,22 @@ assert a["restarts"] == 1, a
 prey = [a for a in status["agents"] if a["name"] == "prey"][0]
 assert prey["restarts"] == 0, f"the prey was restarted too: {prey}"
 PY
+# The bus side of the resume (issue 6): the restarted predator subscribes to the
+# prey's policy topic from the offset its checkpoint stored (less one: it re-reads
+# the newest snapshot it had), not from the start of the log.
+python3 - "$run_dir" "$resumed" <<'PY' || fail "the restarted predator did not resume its bus subscription from the checkpoint"
+import glob, json, os, re, sys
+run, resumed = sys.argv[1], int(sys.argv[2])
+manifests = [json.load(open(m)) for m in glob.glob(os.path.join(run, "checkpoints", "predator", "step-*", "manifest.json"))]
+meta = [m["metadata"] for m in manifests if m["metadata"].get("env_steps") == resumed]
+assert meta, f"no checkpoint with env_steps {resumed} is left (keep_last) to compare with"
+stored = meta[0]["bus_offsets"]["policies/prey"]
+log = open(os.path.join(run, "logs", "predator", "rank0.log")).read()
+after = log[log.rindex("resumed at env step"):]
+m = re.search(r"subscription policies/prey: connected at offset (\d+)", after)
+assert m, "no subscription line after the resume"
+got = int(m.group(1))
+print(f"checkpoint stored offset {stored} for policies/prey; the restarted predator subscribed at {got}")
+assert stored > 1 and got == stored - 1, (stored, got)
+PY
 echo "agent_worker_kill_test: PASS"
