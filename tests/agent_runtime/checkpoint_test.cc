@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/agent_runtime/temp_dir.h"
 #include "agent_runtime/checkpointer.h"
 #include "agent_runtime/crc.h"
 
@@ -23,17 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
-struct TempDir {
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "agentrt-ckpt-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("agentrt-ckpt") {}
 };
 
 CheckpointOptions Options(const std::string& dir, int rank = 0, int world = 1) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comms/telemetry.h"
+#include "tests/agent_runtime/temp_dir.h"
 
 namespace agentrt {
 namespace {
@@ -23,17 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-struct TempDir {
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "agentrt-agent-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("agentrt-agent") {}
 };
 
 std::string AgentBinary() {

@@ -1,4 +1,5 @@
 #include "agent_runtime/runtime.h"
+#include "tests/agent_runtime/temp_dir.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -17,17 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-struct TempDir {
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "agentrt-rt-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("agentrt-rt") {}
 };
 
 using Env = std::map<std::string, std::string>;
