@@ -39,6 +39,9 @@ by_agent = {}
 for rec in lines:
     if rec.get("rank", 0) == 0:
         by_agent.setdefault(rec["agent"], []).append(rec)
+for a in status["agents"]:
+    if a["restarts"]:  # not a failure by itself; shown to explain what follows
+        print(f"note: {a['name']} was restarted {a['restarts']} time(s): {a.get('reason', '')}")
 predators = [a["name"] for a in status["agents"] if a["name"].startswith("predator")]
 assert predators, "no predator agents in the run"
 for name in [a["name"] for a in status["agents"]]:

@@ -468,6 +468,13 @@ Status Worker::Run() {
   log_("%s at env step %lld (%lld this run in %.1f s), checkpoint saved",
        runtime_->ShouldStop() ? "stopped" : "budget reached", static_cast<long long>(env_steps_),
        static_cast<long long>(env_steps_ - start_steps), seconds);
+  if (env_steps_ == start_steps && start_steps > 0) {
+    // A restart after the budget was already spent (the agent was torn down
+    // after its last checkpoint): nothing was trained, and the evaluation the
+    // earlier incarnation reported stands.
+    log_("nothing left to train after the restart; the earlier evaluation stands");
+    return Status::Ok();
+  }
   if (rank_ == 0 && !runtime_->ShouldStop()) AGENTRT_RETURN_IF_ERROR(Evaluate());
   return Status::Ok();
 }
