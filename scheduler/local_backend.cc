@@ -13,7 +13,6 @@
 #include <set>
 #include <thread>
 
-extern char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace agentrt {
 namespace {
@@ -54,13 +53,8 @@ class LocalBackend final : public LaunchBackend {
  public:
   LocalBackend(std::unique_ptr<ProcessSpawner> spawner, LocalBackendOptions options)
       : spawner_(std::move(spawner)), options_(std::move(options)) {
-    if (options_.base_env.empty() && options_.inherit_environ) {
-      for (char** e = environ; *e != nullptr; ++e) options_.base_env.emplace_back(*e);
-    }
-    if (options_.search_dirs.empty()) {
-      const std::string self = SelfExecutableDir();
-      if (!self.empty()) options_.search_dirs.push_back(self);
-    }
+    if (options_.base_env.empty() && options_.inherit_environ) options_.base_env = CurrentEnviron();
+    if (options_.search_dirs.empty()) options_.search_dirs = DefaultSearchDirs();
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {

@@ -190,6 +190,18 @@ std::string SelfExecutableDir() {
   return exe.parent_path().string();
 }
 
+std::vector<std::string> DefaultSearchDirs() {
+  std::string self = SelfExecutableDir();
+  if (self.empty()) return {};
+  return {std::move(self)};
+}
+
+std::vector<std::string> CurrentEnviron() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
 std::string DescribeExit(int exit_code, int term_signal) {
   if (term_signal != 0) {
     const char* name = ::strsignal(term_signal);

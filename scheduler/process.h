@@ -57,6 +57,14 @@ Result<std::string> ResolveExecutable(const std::string& name, const std::string
 // The directory of the running executable (/proc/self/exe), or "" if unknown.
 std::string SelfExecutableDir();
 
+// Where launch backends look for an agent's program after PATH: the directory
+// of the running agentctl (so `agent-worker` next to it is found), if known.
+std::vector<std::string> DefaultSearchDirs();
+
+// This process's environment as "NAME=value" strings, the base a launch
+// backend builds each rank's environment on.
+std::vector<std::string> CurrentEnviron();
+
 // "exited with code 3" / "was killed by signal 9 (Killed)".
 std::string DescribeExit(int exit_code, int term_signal);
 

@@ -11,7 +11,6 @@
 
 #include "scheduler/local_backend.h"
 
-extern char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace agentrt::slurm {
 namespace {
@@ -91,13 +90,8 @@ class SrunBackend final : public LaunchBackend {
  public:
   SrunBackend(std::unique_ptr<ProcessSpawner> spawner, CommandRunner* runner, SrunOptions options)
       : spawner_(std::move(spawner)), runner_(runner), options_(std::move(options)) {
-    if (options_.base_env.empty()) {
-      for (char** e = environ; *e != nullptr; ++e) options_.base_env.emplace_back(*e);
-    }
-    if (options_.search_dirs.empty()) {
-      const std::string self = SelfExecutableDir();
-      if (!self.empty()) options_.search_dirs.push_back(self);
-    }
+    if (options_.base_env.empty()) options_.base_env = CurrentEnviron();
+    if (options_.search_dirs.empty()) options_.search_dirs = DefaultSearchDirs();
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
