@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "agent_runtime/crc.h"
+#include "common/file_util.h"
 
 namespace agentrt {
 namespace {
@@ -99,46 +100,15 @@ Status Fsync(int fd, const std::string& path) {
   return Status::Ok();
 }
 
-// Writes `content` to dir/name via name.tmp + fsync + rename (not the directory fsync).
+// Writes `content` to dir/name via a temporary + fsync + rename (not the directory fsync).
 Status WriteFileAtomic(int dir_fd, const std::string& dir_path, const std::string& name,
                        std::string_view content) {
-  std::string tmp = name + ".tmp";
-  std::string tmp_path = dir_path + "/" + tmp;
-  Fd fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd.ok()) return ErrnoStatus(errno, "create " + tmp_path);
-  AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), content.data(), content.size(), tmp_path));
-  AGENTRT_RETURN_IF_ERROR(Fsync(fd.get(), tmp_path));
-  fd.Reset();
-  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
-    return ErrnoStatus(errno, "rename " + tmp_path + " to " + name);
-  }
-  return Status::Ok();
+  return WriteFileAtomicAt(dir_fd, dir_path, name, content, {.mode = 0600});
 }
 
 // Reads a small file (manifest, record) without following symlinks.
 Result<std::string> ReadSmallFile(int dir_fd, const std::string& name, const std::string& path) {
-  Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.ok()) return ErrnoStatus(errno, "open " + path);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat " + path);
-  if (!S_ISREG(st.st_mode)) return DataLoss(path + " is not a regular file");
-  if (static_cast<size_t>(st.st_size) > kMaxJsonBytes) {
-    return DataLoss(path + " is " + std::to_string(st.st_size) +
-                    " bytes, more than a manifest can be");
-  }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "read " + path);
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  out.resize(done);
-  return out;
+  return ReadWholeFileAt(dir_fd, name, path, kMaxJsonBytes);
 }
 
 bool ExistsAt(int dir_fd, const std::string& name) {

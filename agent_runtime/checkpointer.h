@@ -55,7 +55,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent_runtime/clock.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace agentrt {

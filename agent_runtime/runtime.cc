@@ -2,146 +2,39 @@
 
 #include <unistd.h>
 
-#include <charconv>
 #include <csignal>
-#include <cstdlib>
 #include <utility>
 
+#include "plan/run_dir.h"
+
 namespace agentrt {
-namespace {
-
-constexpr char kOutsideHint[] =
-    " (agent processes are started by `agentctl run`, which sets it; to run one by hand, set the "
-    "DESIGN §4 variables yourself)";
-
-Result<int64_t> ParseInt(std::string_view name, std::string_view text) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || ptr != text.data() + text.size()) {
-    return InvalidArgument("environment variable " + std::string(name) + "=\"" + std::string(text) +
-                           "\" is not an integer");
-  }
-  return v;
-}
-
-}  // namespace
-
-Result<Assignment> AssignmentFromEnvironment() {
-  return AssignmentFromEnvironment([](const char* name) { return std::getenv(name); });
-}
-
-Result<Assignment> AssignmentFromEnvironment(
-    const std::function<const char*(const char*)>& getenv) {
-  auto get = [&getenv](const char* name) -> const char* {
-    const char* v = getenv(name);
-    return (v != nullptr && *v != '\0') ? v : nullptr;
-  };
-  auto required = [&get](const char* name) -> Result<std::string> {
-    const char* v = get(name);
-    if (v == nullptr)
-      return NotFound(std::string("environment variable ") + name + " is not set" + kOutsideHint);
-    return std::string(v);
-  };
-  // The first of `names` that is set, parsed as an integer; `fallback` if none is.
-  auto integer = [&get](std::initializer_list<const char*> names, int64_t fallback,
-                        bool is_required) -> Result<int64_t> {
-    for (const char* n : names) {
-      if (const char* v = get(n)) return ParseInt(n, v);
-    }
-    if (is_required) {
-      return NotFound(std::string("environment variable ") + *names.begin() + " is not set" +
-                      kOutsideHint);
-    }
-    return fallback;
-  };
-
-  Assignment a;
-  AGENTRT_ASSIGN_OR_RETURN(a.run_dir, required("AGENTRT_RUN_DIR"));
-  AGENTRT_ASSIGN_OR_RETURN(a.agent, required("AGENTRT_AGENT"));
-  AGENTRT_ASSIGN_OR_RETURN(a.ckpt_dir, required("AGENTRT_CKPT_DIR"));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t index, integer({"AGENTRT_AGENT_INDEX"}, 0, true));
-  // Under mpirun or srun the per-rank variables come from the launcher.
-  AGENTRT_ASSIGN_OR_RETURN(
-      int64_t rank,
-      integer({"RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0, true));
-  AGENTRT_ASSIGN_OR_RETURN(
-      int64_t world, integer({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, 1, true));
-  AGENTRT_ASSIGN_OR_RETURN(
-      int64_t local_rank,
-      integer({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, rank, false));
-  AGENTRT_ASSIGN_OR_RETURN(
-      int64_t local_world,
-      integer({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}, world, false));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t master_port, integer({"MASTER_PORT"}, 0, false));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t restarts, integer({"AGENTRT_RESTART_COUNT"}, 0, false));
-  AGENTRT_ASSIGN_OR_RETURN(int64_t keep_last, integer({"AGENTRT_CKPT_KEEP_LAST"}, 0, false));
-  if (world < 1 || rank < 0 || rank >= world) {
-    return InvalidArgument("RANK=" + std::to_string(rank) + " is outside WORLD_SIZE=" +
-                           std::to_string(world) + " for agent " + a.agent);
-  }
-  a.agent_index = static_cast<int>(index);
-  a.rank = static_cast<int>(rank);
-  a.world_size = static_cast<int>(world);
-  a.local_rank = static_cast<int>(local_rank);
-  a.local_world_size = static_cast<int>(local_world);
-  a.master_port = static_cast<int>(master_port);
-  a.restart_count = static_cast<int>(restarts);
-  a.ckpt_keep_last = static_cast<int>(keep_last);
-  if (const char* v = get("MASTER_ADDR")) a.master_addr = v;
-  if (const char* v = get("AGENTRT_BUS")) a.bus = v;
-  if (const char* v = get("AGENTRT_TOKEN_FILE")) a.token_file = v;
-  if (const char* v = get("AGENTRT_TELEMETRY")) a.telemetry = v;
-  if (const char* v = get("AGENTRT_CKPT_INTERVAL_S")) {
-    char* end = nullptr;
-    a.ckpt_interval_s = std::strtod(v, &end);
-    if (end == v || *end != '\0' || a.ckpt_interval_s < 0) {
-      return InvalidArgument(std::string("environment variable AGENTRT_CKPT_INTERVAL_S=\"") + v +
-                             "\" is not a non-negative number of seconds");
-    }
-  }
-  if (const char* v = get("AGENTRT_PORTS")) {
-    std::string_view s = v;
-    auto dash = s.find('-');
-    if (dash == std::string_view::npos) {
-      return InvalidArgument(std::string("environment variable AGENTRT_PORTS=\"") + v +
-                             "\" is not of the form first-last");
-    }
-    AGENTRT_ASSIGN_OR_RETURN(int64_t first, ParseInt("AGENTRT_PORTS", s.substr(0, dash)));
-    AGENTRT_ASSIGN_OR_RETURN(int64_t last, ParseInt("AGENTRT_PORTS", s.substr(dash + 1)));
-    if (first < 1 || last > 65535 || first > last) {
-      return InvalidArgument(std::string("environment variable AGENTRT_PORTS=\"") + v +
-                             "\" is not a port range within 1-65535");
-    }
-    a.ports_first = static_cast<int>(first);
-    a.ports_last = static_cast<int>(last);
-  }
-  if (const char* v = getenv("CUDA_VISIBLE_DEVICES")) {
-    a.cuda_visible_devices = v;
-    std::string_view s = v;
-    while (!s.empty()) {
-      auto comma = s.find(',');
-      std::string_view item = s.substr(0, comma);
-      int gpu = 0;
-      auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), gpu);
-      // UUIDs (GPU-...) and MIG names are kept only in cuda_visible_devices.
-      if (ec == std::errc() && ptr == item.data() + item.size()) a.visible_gpus.push_back(gpu);
-      if (comma == std::string_view::npos) break;
-      s.remove_prefix(comma + 1);
-    }
-  }
-  return a;
-}
 
 Result<std::unique_ptr<Runtime>> Runtime::FromEnvironment(RuntimeOptions options) {
-  AGENTRT_ASSIGN_OR_RETURN(Assignment a, AssignmentFromEnvironment());
-  return Create(std::move(a), std::move(options));
+  AGENTRT_ASSIGN_OR_RETURN(AgentEnv env, AgentEnv::FromProcess());
+  Result<Plan> plan = ReadPlanFile(RunDir(env.run_dir).PlanPath());
+  if (!plan.ok()) {
+    return plan.status().WithContext("runtime (agent " + env.agent + " rank " +
+                                     std::to_string(env.rank) +
+                                     "): the run's plan (AGENTRT_RUN_DIR/plan.json, written by "
+                                     "agentctl run)");
+  }
+  return Create(std::move(env), std::move(plan).value(), std::move(options));
 }
 
-Result<std::unique_ptr<Runtime>> Runtime::Create(Assignment assignment, RuntimeOptions options) {
-  std::string where =
-      "runtime (agent " + assignment.agent + " rank " + std::to_string(assignment.rank) + "): ";
-  std::unique_ptr<Runtime> rt(new Runtime(std::move(assignment), std::move(options)));
-  const Assignment& a = rt->assignment_;
+Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, RuntimeOptions options) {
+  std::string where = "runtime (agent " + env.agent + " rank " + std::to_string(env.rank) + "): ";
+  if (plan.FindAgent(env.agent) == nullptr) {
+    return NotFound(where + "the plan of run " + plan.run + " has no agent named '" + env.agent +
+                    "'");
+  }
+  std::unique_ptr<Runtime> rt(new Runtime(std::move(env), std::move(plan), std::move(options)));
+  const AgentEnv& a = rt->env_;
+  const AgentPlan& me = *rt->agent_plan_;
+  if (me.ranks != a.world_size) {
+    return FailedPrecondition(where + "the plan gives agent " + a.agent + " " +
+                              std::to_string(me.ranks) + " ranks but WORLD_SIZE is " +
+                              std::to_string(a.world_size));
+  }
 
   if (!a.telemetry.empty()) {
     auto sender = TelemetrySender::Connect(a.telemetry, rt->options_.telemetry);
@@ -154,8 +47,8 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(Assignment assignment, RuntimeO
   c.agent = a.agent;
   c.rank = a.rank;
   c.world_size = a.world_size;
-  if (c.interval_s < 0) c.interval_s = a.ckpt_interval_s >= 0 ? a.ckpt_interval_s : 1800;
-  if (c.keep_last <= 0) c.keep_last = a.ckpt_keep_last > 0 ? a.ckpt_keep_last : 3;
+  if (c.interval_s < 0) c.interval_s = me.checkpoint.interval_s;
+  if (c.keep_last <= 0) c.keep_last = me.checkpoint.keep_last;
   Runtime* self = rt.get();
   auto user_on_commit = c.on_commit;
   c.on_commit = [self, user_on_commit](int64_t step) {
@@ -182,8 +75,40 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(Assignment assignment, RuntimeO
   return rt;
 }
 
-Runtime::Runtime(Assignment assignment, RuntimeOptions options)
-    : assignment_(std::move(assignment)), options_(std::move(options)) {}
+Runtime::Runtime(AgentEnv env, Plan plan, RuntimeOptions options)
+    : env_(std::move(env)), plan_(std::move(plan)), options_(std::move(options)) {
+  agent_plan_ = plan_.FindAgent(env_.agent);
+}
+
+Result<Group*> Runtime::group() {
+  std::lock_guard<std::mutex> lock(lazy_mu_);
+  if (group_) return group_.get();
+  if (!group_status_.ok()) return group_status_;
+  GroupOptions g;
+  g.backend = agent_plan_->backend;
+  g.agent = env_.agent;
+  g.rank = env_.rank;
+  g.world_size = env_.world_size;
+  g.local_rank = env_.local_rank;
+  g.has_gpus = !env_.cuda_visible_devices.empty();
+  g.master_addr = env_.master_addr;
+  g.master_port = env_.master_port;
+  g.init_timeout = options_.group_init_timeout;
+  Result<std::unique_ptr<Group>> made = MakeGroup(g);
+  if (!made.ok()) {
+    group_status_ = made.status();
+    return group_status_;
+  }
+  group_ = std::move(made).value();
+  return group_.get();
+}
+
+Result<BusClient*> Runtime::bus() {
+  std::lock_guard<std::mutex> lock(lazy_mu_);
+  if (bus_) return bus_.get();
+  AGENTRT_ASSIGN_OR_RETURN(bus_, BusClient::ForAgent(env_, options_.bus));
+  return bus_.get();
+}
 
 Runtime::~Runtime() {
   {
@@ -206,11 +131,11 @@ Runtime::~Runtime() {
 TelemetryMessage Runtime::Message(TelemetryType type) const {
   TelemetryMessage m;
   m.type = type;
-  m.agent = assignment_.agent;
-  m.rank = assignment_.rank;
+  m.agent = env_.agent;
+  m.rank = env_.rank;
   m.pid = ::getpid();
   m.time = UnixTimeSeconds();
-  m.restart_count = assignment_.restart_count;
+  m.restart_count = env_.restart_count;
   m.step = step_.load();
   return m;
 }

@@ -1,10 +1,13 @@
 // agentrt::Runtime — what an agent process gets from agentrt: its assignment
-// (DESIGN §4), a heartbeat to the run controller, metrics reporting, stop and
+// (the agent environment of DESIGN §4, plan/agent_env.h), its own entry of the
+// run's plan (args, checkpoint policy, group backend, ports, GPUs), its Group,
+// its BusClient, a heartbeat to the run controller, metrics reporting, stop and
 // checkpoint signals, and its Checkpointer.
 //
 //   auto rt = agentrt::Runtime::FromEnvironment();      // inside `agentctl run`
 //   if (!rt.ok()) { std::cerr << rt.status().ToString() << "\n"; return 2; }
-//   auto& ckpt = (*rt)->checkpointer();
+//   const nlohmann::json& args = (*rt)->args();          // this agent's `args:`
+//   auto& ckpt = (*rt)->checkpointer();                  // policy from the plan
 //   auto restored = ckpt.Restore();  ...
 //   for (int64_t step = start; !(*rt)->ShouldStop(); ++step) {
 //     ... train ...
@@ -12,6 +15,10 @@
 //     if (ckpt.SaveDue()) ckpt.SaveAsync(step, state);
 //   }
 //   ckpt.Save(step, state);   // the stop path: a final checkpoint before exit
+//
+// The plan is read once, from RUN_DIR/plan.json, when the Runtime is made.
+// group() and bus() are made on first use: group() is collective (every rank of
+// the agent must call it), bus() connects lazily.
 //
 // How a stop reaches the agent: the controller (agentctl stop, Ctrl-C on
 // agentctl run, a restart of the agent) sends SIGTERM to the agent's process
@@ -26,11 +33,8 @@
 // heartbeat_period carrying the latest step, "metrics" on Report(), "checkpoint"
 // with checkpoint_step after every commit (rank 0), "bye" on destruction.
 //
-// Hooks for later integration: the agent's Group (agent_runtime/group.h,
-// MakeGroup) and the bus client (comms/) will be exposed here; the assignment
-// already carries everything they need (master addr/port, bus address, token file).
-//
-// Thread-safety: all methods may be called from any thread.
+// Thread-safety: all methods may be called from any thread, except group(),
+// which belongs to the training thread (a Group is used by one thread).
 #pragma once
 
 #include <atomic>
@@ -47,46 +51,18 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
+#include "agent_runtime/group.h"
 #include "agent_runtime/signals.h"
 #include "common/status.h"
+#include "comms/bus_client.h"
 #include "comms/telemetry.h"
+#include "plan/agent_env.h"
+#include "plan/plan.h"
 
 namespace agentrt {
 
-// The DESIGN §4 process contract, parsed.
-struct Assignment {
-  std::string run_dir;       // AGENTRT_RUN_DIR
-  std::string agent;         // AGENTRT_AGENT
-  int agent_index = 0;       // AGENTRT_AGENT_INDEX
-  int rank = 0;              // RANK (or OMPI_COMM_WORLD_RANK / PMIX_RANK / SLURM_PROCID)
-  int world_size = 1;        // WORLD_SIZE (or OMPI_COMM_WORLD_SIZE / SLURM_NTASKS)
-  int local_rank = 0;        // LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID)
-  int local_world_size = 1;  // LOCAL_WORLD_SIZE
-  std::string master_addr;   // MASTER_ADDR
-  int master_port = 0;       // MASTER_PORT
-  int ports_first = 0;       // AGENTRT_PORTS "first-last"
-  int ports_last = 0;
-  std::string cuda_visible_devices;  // CUDA_VISIBLE_DEVICES as given
-  std::vector<int> visible_gpus;     // its integer entries (empty for CPU agents)
-  std::string ckpt_dir;              // AGENTRT_CKPT_DIR
-  std::string bus;                   // AGENTRT_BUS host:port (may be empty: no bus)
-  std::string token_file;            // AGENTRT_TOKEN_FILE
-  std::string telemetry;             // AGENTRT_TELEMETRY ZeroMQ endpoint (empty: none)
-  int restart_count = 0;             // AGENTRT_RESTART_COUNT
-  // Optional checkpoint settings from agents.yaml (AGENTRT_CKPT_INTERVAL_S,
-  // AGENTRT_CKPT_KEEP_LAST); <0 / 0 when not set.
-  double ckpt_interval_s = -1;
-  int ckpt_keep_last = 0;
-};
-
-// Reads the assignment through `getenv` (tests pass a map). A missing required
-// variable or a malformed number is an error naming the variable and saying that
-// agents are meant to be started by `agentctl run`.
-Result<Assignment> AssignmentFromEnvironment(const std::function<const char*(const char*)>& getenv);
-Result<Assignment> AssignmentFromEnvironment();
-
 // CheckpointOptions whose interval_s/keep_last say "not set" (-1 / 0), so the
-// Runtime fills them from the assignment.
+// Runtime fills them from the agent's checkpoint policy in the plan.
 inline CheckpointOptions UnsetCheckpointOptions() {
   CheckpointOptions c;
   c.interval_s = -1;
@@ -99,19 +75,24 @@ struct RuntimeOptions {
   // Install SIGTERM/SIGINT/SIGUSR2 handlers (one Runtime per process may).
   bool install_signal_handlers = true;
   TelemetrySenderOptions telemetry;
-  // Checkpointer settings; interval_s/keep_last default to the assignment's
-  // (from agents.yaml) and else to 1800 s / 3. dir, agent, rank, world_size and
+  // Checkpointer settings; interval_s/keep_last default to the agent's
+  // `checkpoint:` policy in the plan. dir, agent, rank, world_size and
   // on_commit are filled in by the Runtime.
   CheckpointOptions checkpoint = UnsetCheckpointOptions();
   const Clock* clock = SteadyClock();
+  // group(): how long every rank waits for the others to join.
+  std::chrono::milliseconds group_init_timeout{std::chrono::minutes(2)};
+  BusClientOptions bus;
 };
 
 class Runtime {
  public:
-  // Inside `agentctl run`: the assignment comes from the environment.
+  // Inside `agentctl run`: the assignment comes from the environment and the
+  // plan from RUN_DIR/plan.json. Errors name the variable or the file.
   static Result<std::unique_ptr<Runtime>> FromEnvironment(RuntimeOptions options = {});
-  // With an explicit assignment (tests, embedding).
-  static Result<std::unique_ptr<Runtime>> Create(Assignment assignment,
+  // With an explicit assignment and plan (tests, embedding); `plan` must hold
+  // an agent named env.agent.
+  static Result<std::unique_ptr<Runtime>> Create(AgentEnv env, Plan plan,
                                                  RuntimeOptions options = {});
   // Sends "bye", stops the heartbeat, waits for a checkpoint in progress and
   // restores the previous signal handlers.
@@ -119,8 +100,23 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  const Assignment& assignment() const { return assignment_; }
+  // The agent environment this rank was started with.
+  const AgentEnv& env() const { return env_; }
+  // The run's plan, and this agent's entry of it.
+  const Plan& plan() const { return plan_; }
+  const AgentPlan& agent_plan() const { return *agent_plan_; }
+  // This agent's `args:` from agents.yaml (a JSON object).
+  const nlohmann::json& args() const { return agent_plan_->args; }
   Checkpointer& checkpointer() { return *checkpointer_; }
+
+  // The agent's own group (backend from the plan, rendezvous on its
+  // MASTER_ADDR:MASTER_PORT, this rank's GPU from LOCAL_RANK). Made on the first
+  // call, which is collective: every rank must call it. Later calls return the
+  // same group (or the same error).
+  Result<Group*> group();
+  // The agent's bus connection (AGENTRT_BUS + its token file), made on the
+  // first call. FailedPrecondition when the run has no bus.
+  Result<BusClient*> bus();
 
   // Sends a "metrics" message with `step` and `metrics` (a JSON object of
   // numbers/strings) and makes `step` the one heartbeats carry. Never blocks:
@@ -144,13 +140,19 @@ class Runtime {
   uint64_t heartbeats_sent() const { return heartbeats_.load(); }
 
  private:
-  Runtime(Assignment assignment, RuntimeOptions options);
+  Runtime(AgentEnv env, Plan plan, RuntimeOptions options);
   TelemetryMessage Message(TelemetryType type) const;
   void HeartbeatLoop();
   void OnSignal(int signo);
 
-  Assignment assignment_;
+  AgentEnv env_;
+  Plan plan_;
+  const AgentPlan* agent_plan_ = nullptr;  // into plan_
   RuntimeOptions options_;
+  std::mutex lazy_mu_;  // guards group_/bus_ creation
+  std::unique_ptr<Group> group_;
+  Status group_status_;
+  std::unique_ptr<BusClient> bus_;
   std::unique_ptr<TelemetrySender> sender_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<SignalWatcher> signals_;

@@ -21,7 +21,7 @@ set(AGENTRT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/agentrt)
 # Libraries, in dependency order. learners (the reference PPO) is optional for
 # embedders but installed so a custom trainer can reuse it.
 set(_agentrt_export_targets)
-foreach(module common comms runtime envs learners)
+foreach(module common plan comms runtime envs learners)
   if(TARGET agentrt_${module})
     list(APPEND _agentrt_export_targets agentrt_${module})
   endif()
@@ -41,7 +41,7 @@ install(EXPORT agentrtTargets NAMESPACE agentrt:: DESTINATION ${AGENTRT_CMAKE_IN
 
 # Headers: every module header of the installed libraries, at the same relative
 # path as in the source tree, plus the generated protobuf/gRPC headers of comms.
-foreach(module common comms agent_runtime envs learners)
+foreach(module common plan comms agent_runtime envs learners)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${module}/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/${module}
           FILES_MATCHING PATTERN "*.h"

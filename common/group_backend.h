@@ -1,5 +1,5 @@
 // How an agent's ranks talk to each other. Shared by the config model
-// (scheduler/config.h: `group_backend:` in agents.yaml, resolved in the plan)
+// (plan/config.h: `group_backend:` in agents.yaml, resolved in the plan)
 // and the runtime (agent_runtime/group.h: MakeGroup), so it lives here once.
 #pragma once
 

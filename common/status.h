@@ -56,15 +56,25 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
-inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status PermissionDenied(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 
 // Translates errno into a Status: "<what>: <strerror(err)>".
@@ -74,7 +84,7 @@ Status ErrnoStatus(int err, std::string_view what);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status");
   }
@@ -87,6 +97,11 @@ class [[nodiscard]] Result {
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }
+  // The value, or `fallback` when there is none.
+  template <typename U>
+  T value_or(U&& fallback) const& {
+    return ok() ? value() : static_cast<T>(std::forward<U>(fallback));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -102,15 +117,15 @@ class [[nodiscard]] Result {
 #define AGENTRT_CONCAT(a, b) AGENTRT_CONCAT_IMPL(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define AGENTRT_RETURN_IF_ERROR(expr)                 \
-  do {                                                \
-    ::agentrt::Status _agentrt_status = (expr);       \
+#define AGENTRT_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::agentrt::Status _agentrt_status = (expr);        \
     if (!_agentrt_status.ok()) return _agentrt_status; \
   } while (false)
 
 // `AGENTRT_ASSIGN_OR_RETURN(auto x, MakeX());` binds the value or returns the Status.
-#define AGENTRT_ASSIGN_OR_RETURN(lhs, expr)                                   \
-  auto AGENTRT_CONCAT(_agentrt_result_, __LINE__) = (expr);                  \
-  if (!AGENTRT_CONCAT(_agentrt_result_, __LINE__).ok())                      \
-    return AGENTRT_CONCAT(_agentrt_result_, __LINE__).status();              \
+#define AGENTRT_ASSIGN_OR_RETURN(lhs, expr)                     \
+  auto AGENTRT_CONCAT(_agentrt_result_, __LINE__) = (expr);     \
+  if (!AGENTRT_CONCAT(_agentrt_result_, __LINE__).ok())         \
+    return AGENTRT_CONCAT(_agentrt_result_, __LINE__).status(); \
   lhs = std::move(AGENTRT_CONCAT(_agentrt_result_, __LINE__)).value()

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/plan.h"
+#include "plan/run_dir.h"
 
 namespace agentrt {
 
@@ -29,18 +31,20 @@ std::string DeriveAgentToken(std::string_view secret, std::string_view agent);
 // Constant-time comparison of a presented token with the expected one.
 bool TokenMatches(std::string_view presented, std::string_view expected);
 
-// Generates `bytes` random bytes (OpenSSL RAND_bytes).
-Result<std::string> GenerateSecret(size_t bytes = 32);
-
-// Writes the secret to `path` with mode 0600 (created or replaced atomically).
-Status WriteSecretFile(const std::string& path, std::string_view secret);
-// Reads a secret file; refuses an empty file or one readable by group/others.
+// Reads a secret file (RunDir::CreateSecret writes the run's); refuses an
+// empty file or one readable by group/others.
 Result<std::string> ReadSecretFile(const std::string& path);
 
 // Token file: JSON {"agent": "...", "token": "..."} with mode 0600, written
 // atomically (temp file + rename).
 Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token);
 Result<Credential> ReadTokenFile(const std::string& path);
+
+// A PEM file of the bus's TLS set-up; errors say which (`what`) and where.
+Result<std::string> ReadTlsFile(const std::string& path, std::string_view what);
+
+// One token file per agent of `plan`, at RunDir::TokenPath, derived from `secret`.
+Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan);
 
 // Who may publish to and subscribe from which topics. Names are agent names
 // of the run (already expanded from replicas; a '*' glob is also accepted).
@@ -64,10 +68,9 @@ struct BusAcl {
   bool MaySubscribe(std::string_view agent, std::string_view topic) const;
 };
 
-// Reads the ACL from a plan JSON file: top-level "agents": [{"name": ...}, ...]
-// and "channels": [{"topic", "publishers": [...], "subscribers": [...]}]
-// ("channels" may be absent: no channels). Errors name the file and the field.
-Result<BusAcl> LoadAclFromPlanFile(const std::string& path);
-Result<BusAcl> ParseAclFromPlanJson(std::string_view json, std::string_view source_name);
+// The ACL of a run: its agents and channels, from the plan (the only source;
+// the embedded broker of `agentctl run` and the standalone agentrt-bus both
+// call this).
+BusAcl AclFromPlan(const Plan& plan);
 
 }  // namespace agentrt

@@ -6,18 +6,17 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <mutex>
-#include <random>
-#include <sstream>
 #include <thread>
 
+#include "common/file_util.h"
+#include "common/random.h"
 #include "comms/proto/bus.grpc.pb.h"
 
 namespace agentrt {
 
 namespace v1 = bus::v1;
-using Clock = std::chrono::system_clock;
+using WallClock = std::chrono::system_clock;
 
 namespace {
 
@@ -26,45 +25,61 @@ Status FromGrpc(const grpc::Status& s, std::string_view what) {
   if (s.ok()) return Status::Ok();
   StatusCode code = StatusCode::kInternal;
   switch (s.error_code()) {
-    case grpc::StatusCode::OK: return Status::Ok();
-    case grpc::StatusCode::CANCELLED: code = StatusCode::kCancelled; break;
-    case grpc::StatusCode::INVALID_ARGUMENT: code = StatusCode::kInvalidArgument; break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: code = StatusCode::kDeadlineExceeded; break;
-    case grpc::StatusCode::NOT_FOUND: code = StatusCode::kNotFound; break;
-    case grpc::StatusCode::ALREADY_EXISTS: code = StatusCode::kAlreadyExists; break;
-    case grpc::StatusCode::PERMISSION_DENIED: code = StatusCode::kPermissionDenied; break;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: code = StatusCode::kResourceExhausted; break;
-    case grpc::StatusCode::FAILED_PRECONDITION: code = StatusCode::kFailedPrecondition; break;
-    case grpc::StatusCode::ABORTED: code = StatusCode::kAborted; break;
-    case grpc::StatusCode::OUT_OF_RANGE: code = StatusCode::kOutOfRange; break;
-    case grpc::StatusCode::UNIMPLEMENTED: code = StatusCode::kUnimplemented; break;
-    case grpc::StatusCode::UNAVAILABLE: code = StatusCode::kUnavailable; break;
-    case grpc::StatusCode::DATA_LOSS: code = StatusCode::kDataLoss; break;
-    case grpc::StatusCode::UNAUTHENTICATED: code = StatusCode::kUnauthenticated; break;
+    case grpc::StatusCode::OK:
+      return Status::Ok();
+    case grpc::StatusCode::CANCELLED:
+      code = StatusCode::kCancelled;
+      break;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      code = StatusCode::kDeadlineExceeded;
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      code = StatusCode::kNotFound;
+      break;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      code = StatusCode::kAlreadyExists;
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      code = StatusCode::kPermissionDenied;
+      break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      code = StatusCode::kFailedPrecondition;
+      break;
+    case grpc::StatusCode::ABORTED:
+      code = StatusCode::kAborted;
+      break;
+    case grpc::StatusCode::OUT_OF_RANGE:
+      code = StatusCode::kOutOfRange;
+      break;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      code = StatusCode::kUnimplemented;
+      break;
+    case grpc::StatusCode::UNAVAILABLE:
+      code = StatusCode::kUnavailable;
+      break;
+    case grpc::StatusCode::DATA_LOSS:
+      code = StatusCode::kDataLoss;
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      code = StatusCode::kUnauthenticated;
+      break;
     case grpc::StatusCode::UNKNOWN:
     case grpc::StatusCode::INTERNAL:
-    default: code = StatusCode::kInternal; break;
+    default:
+      code = StatusCode::kInternal;
+      break;
   }
   return Status(code, std::string(what) + ": " + s.error_message());
 }
 
 bool Retryable(grpc::StatusCode c) {
   return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED;
-}
-
-Result<std::string> ReadFile(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read " + std::string(what) + " " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-uint64_t RandomNonZero() {
-  std::random_device rd;
-  uint64_t v = 0;
-  while (v == 0) v = (uint64_t{rd()} << 32) | rd();
-  return v;
 }
 
 struct AsyncItem {
@@ -114,7 +129,7 @@ struct BusClient::Impl {
   Status async_error;
   std::thread async_thread;
 
-  void Prepare(grpc::ClientContext* ctx, Clock::time_point deadline) const {
+  void Prepare(grpc::ClientContext* ctx, WallClock::time_point deadline) const {
     ctx->set_deadline(deadline);
     ctx->AddMetadata("x-agentrt-agent", cred.agent);
     ctx->AddMetadata("x-agentrt-token", cred.token);
@@ -128,15 +143,16 @@ struct BusClient::Impl {
   // Runs a unary call, retrying UNAVAILABLE / DEADLINE_EXCEEDED of one attempt
   // until the overall deadline.
   template <typename Req, typename Resp, typename Call>
-  Status UnaryWithRetry(Call call, const Req& req, Resp* resp, Clock::time_point deadline, std::string_view what) {
+  Status UnaryWithRetry(Call call, const Req& req, Resp* resp, WallClock::time_point deadline,
+                        std::string_view what) {
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
-      const auto attempt_deadline = std::min(deadline, Clock::now() + options.call_timeout);
+      const auto attempt_deadline = std::min(deadline, WallClock::now() + options.call_timeout);
       Prepare(&ctx, attempt_deadline);
       grpc::Status s = (stub.get()->*call)(&ctx, req, resp);
       if (s.ok()) return Status::Ok();
       const auto wait = Backoff(attempt);
-      if (!Retryable(s.error_code()) || Clock::now() + wait >= deadline) {
+      if (!Retryable(s.error_code()) || WallClock::now() + wait >= deadline) {
         return FromGrpc(s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
       }
       std::this_thread::sleep_for(wait);
@@ -187,10 +203,12 @@ Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Crede
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!options.tls_ca_file.empty()) {
     grpc::SslCredentialsOptions ssl;
-    AGENTRT_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFile(options.tls_ca_file, "bus TLS CA"));
+    AGENTRT_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTlsFile(options.tls_ca_file, "bus TLS CA"));
     if (!options.tls_cert_file.empty()) {
-      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadFile(options.tls_cert_file, "bus TLS client certificate"));
-      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_private_key, ReadFile(options.tls_key_file, "bus TLS client key"));
+      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_cert_chain,
+                               ReadTlsFile(options.tls_cert_file, "bus TLS client certificate"));
+      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                               ReadTlsFile(options.tls_key_file, "bus TLS client key"));
     }
     if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
     creds = grpc::SslCredentials(ssl);
@@ -201,22 +219,29 @@ Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Crede
   impl->stub = v1::Bus::NewStub(impl->channel);
   impl->address = std::move(address);
   impl->cred = std::move(credential);
-  impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZero();
+  impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZeroU64();
   impl->options = std::move(options);
   return std::unique_ptr<BusClient>(new BusClient(std::move(impl)));
 }
 
 Result<std::unique_ptr<BusClient>> BusClient::FromEnvironment(BusClientOptions options) {
-  const char* bus = std::getenv("AGENTRT_BUS");
-  const char* token_file = std::getenv("AGENTRT_TOKEN_FILE");
-  if (bus == nullptr || *bus == '\0') {
-    return FailedPrecondition("AGENTRT_BUS is not set; is this process started by agentctl run?");
+  AGENTRT_ASSIGN_OR_RETURN(const AgentEnv env, AgentEnv::FromProcess());
+  return ForAgent(env, std::move(options));
+}
+
+Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
+                                                       BusClientOptions options) {
+  if (env.bus.empty()) {
+    return FailedPrecondition("agent " + env.agent +
+                              ": AGENTRT_BUS is not set: this run has no message bus");
   }
-  if (token_file == nullptr || *token_file == '\0') {
-    return FailedPrecondition("AGENTRT_TOKEN_FILE is not set; is this process started by agentctl run?");
+  if (env.token_file.empty()) {
+    return FailedPrecondition(
+        "agent " + env.agent +
+        ": AGENTRT_TOKEN_FILE is not set; is this process started by agentctl run?");
   }
-  AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(token_file));
-  return Connect(bus, std::move(cred), std::move(options));
+  AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(env.token_file));
+  return Connect(env.bus, std::move(cred), std::move(options));
 }
 
 const std::string& BusClient::agent() const { return impl_->cred.agent; }
@@ -226,7 +251,7 @@ uint64_t BusClient::NextSequence() const { return impl_->next_sequence.load(); }
 void BusClient::SetNextSequence(uint64_t next) { impl_->next_sequence.store(next == 0 ? 1 : next); }
 
 Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
+  const auto deadline = WallClock::now() + timeout;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext ctx;
     impl_->Prepare(&ctx, deadline);
@@ -234,14 +259,15 @@ Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
     v1::StatsResponse resp;
     grpc::Status s = impl_->stub->Stats(&ctx, v1::StatsRequest(), &resp);
     if (s.ok()) return Status::Ok();
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= deadline) {
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || WallClock::now() >= deadline) {
       return FromGrpc(s, "waiting for the bus at " + impl_->address);
     }
     std::this_thread::sleep_for(impl_->Backoff(attempt));
   }
 }
 
-Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload, const PublishOptions& opts) {
+Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload,
+                                      const PublishOptions& opts) {
   v1::PublishRequest req;
   req.set_topic(std::string(topic));
   req.set_payload(std::string(payload));
@@ -250,14 +276,14 @@ Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view p
   const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
   req.set_sequence(seq);
   v1::PublishResponse resp;
-  const auto deadline = Clock::now() + opts.timeout.value_or(impl_->options.call_timeout);
+  const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
   AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::Stub::Publish, req, &resp, deadline,
                                                 "publish to topic \"" + std::string(topic) + "\""));
   return PublishAck{resp.offset(), resp.duplicate(), seq};
 }
 
-void BusClient::PublishAsync(std::string_view topic, std::string_view payload, const PublishOptions& opts,
-                             AckCallback on_ack) {
+void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
+                             const PublishOptions& opts, AckCallback on_ack) {
   AsyncItem item;
   item.req.set_topic(std::string(topic));
   item.req.set_payload(std::string(payload));
@@ -265,7 +291,8 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload, c
   item.req.set_publisher_id(impl_->publisher_id);
   item.on_ack = std::move(on_ack);
   std::unique_lock<std::mutex> lock(impl_->async_mu);
-  impl_->async_cv.wait(lock, [&] { return impl_->async_unacked < impl_->options.async_max_pending; });
+  impl_->async_cv.wait(lock,
+                       [&] { return impl_->async_unacked < impl_->options.async_max_pending; });
   // Sequence taken under the queue lock: queue order == sequence order.
   item.req.set_sequence(opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1));
   impl_->async_queue.push_back(std::move(item));
@@ -278,7 +305,8 @@ Status BusClient::Flush(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(impl_->async_mu);
   if (!impl_->async_cv.wait_for(lock, timeout, [&] { return impl_->async_unacked == 0; })) {
     return DeadlineExceeded("flush: " + std::to_string(impl_->async_unacked) +
-                            " async publishes still unacknowledged by the bus at " + impl_->address);
+                            " async publishes still unacknowledged by the bus at " +
+                            impl_->address);
   }
   Status s = impl_->async_error;
   impl_->async_error = Status::Ok();
@@ -299,7 +327,7 @@ void BusClient::Impl::RunAsyncPublisher() {
   struct Batch {
     std::vector<Pending> entries;  // not yet answered, in order
     v1::PublishBatchRequest req;   // the same entries
-    Clock::time_point first_sent;
+    WallClock::time_point first_sent;
   };
   std::deque<Batch> in_flight;  // guarded by async_mu once the reader runs
   std::vector<std::pair<AckCallback, Result<PublishAck>>> done;
@@ -342,7 +370,7 @@ void BusClient::Impl::RunAsyncPublisher() {
       if (async_queue.empty() && in_flight.empty()) return;  // stopping, nothing left
     }
     grpc::ClientContext ctx;
-    Prepare(&ctx, Clock::now() + options.stream_deadline);
+    Prepare(&ctx, WallClock::now() + options.stream_deadline);
     auto stream = stub->PublishStream(&ctx);
     bool broken = false;
     bool reader_done = false;
@@ -361,7 +389,8 @@ void BusClient::Impl::RunAsyncPublisher() {
           std::lock_guard<std::mutex> lock(async_mu);
           if (in_flight.empty()) break;  // protocol violation: nothing was waiting for this
           Batch& f = in_flight.front();
-          const size_t n = std::min<size_t>(static_cast<size_t>(resp.acks_size()), f.entries.size());
+          const size_t n =
+              std::min<size_t>(static_cast<size_t>(resp.acks_size()), f.entries.size());
           for (size_t i = 0; i < n; ++i) {
             const auto& a = resp.acks(static_cast<int>(i));
             acked.emplace_back(std::move(f.entries[i].on_ack),
@@ -391,7 +420,8 @@ void BusClient::Impl::RunAsyncPublisher() {
         if (reader_done || async_queue.empty()) break;  // broken, or idle: close the stream
         Batch b;
         int64_t bytes = 0;
-        while (!async_queue.empty() && static_cast<int>(b.entries.size()) < options.async_batch_messages) {
+        while (!async_queue.empty() &&
+               static_cast<int>(b.entries.size()) < options.async_batch_messages) {
           AsyncItem& item = async_queue.front();
           const int64_t size = static_cast<int64_t>(item.req.payload().size());
           if (!b.entries.empty() && bytes + size > options.async_batch_bytes) break;
@@ -400,7 +430,7 @@ void BusClient::Impl::RunAsyncPublisher() {
           b.req.add_messages()->Swap(&item.req);
           async_queue.pop_front();
         }
-        b.first_sent = Clock::now();
+        b.first_sent = WallClock::now();
         in_flight.push_back(std::move(b));
         next = &in_flight.back();  // deque: stays valid while the reader pops the front
       }
@@ -420,18 +450,19 @@ void BusClient::Impl::RunAsyncPublisher() {
       continue;
     }
     const std::string what = "async publish (bus " + address + ", agent " + cred.agent + ")";
-    Status err = s.ok() ? Unavailable(what + ": the stream ended with publishes unanswered") : FromGrpc(s, what);
+    Status err = s.ok() ? Unavailable(what + ": the stream ended with publishes unanswered")
+                        : FromGrpc(s, what);
     if (!s.ok() && !Retryable(s.error_code())) {
       // The broker refused the first unanswered entry; the rest are resent.
       // UNAUTHENTICATED refuses everything sent with this credential.
       fail_front_entries(s.error_code() == grpc::StatusCode::UNAUTHENTICATED ? SIZE_MAX : 1, err);
       continue;
     }
-    Clock::time_point oldest;
+    WallClock::time_point oldest;
     bool stopping = false;
     {
       std::lock_guard<std::mutex> lock(async_mu);
-      oldest = in_flight.empty() ? Clock::now() : in_flight.front().first_sent;
+      oldest = in_flight.empty() ? WallClock::now() : in_flight.front().first_sent;
       stopping = async_stop;
     }
     if (stopping) {  // the client is being destroyed: no more retries
@@ -445,7 +476,7 @@ void BusClient::Impl::RunAsyncPublisher() {
       complete(dropped);
       continue;
     }
-    if (Clock::now() - oldest > options.call_timeout) {
+    if (WallClock::now() - oldest > options.call_timeout) {
       fail_front_entries(SIZE_MAX, err.WithContext("gave up after call_timeout"));
       attempt = 0;
       continue;
@@ -454,7 +485,8 @@ void BusClient::Impl::RunAsyncPublisher() {
   }
 }
 
-Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload, const PublishOptions& opts) {
+Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload,
+                                   const PublishOptions& opts) {
   v1::SendRequest req;
   req.set_to(std::string(to));
   req.set_payload(std::string(payload));
@@ -463,13 +495,14 @@ Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload
   const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
   req.set_sequence(seq);
   v1::SendResponse resp;
-  const auto deadline = Clock::now() + opts.timeout.value_or(impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(
-      impl_->UnaryWithRetry(&v1::Bus::Stub::Send, req, &resp, deadline, "send to agent " + std::string(to)));
+  const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::Stub::Send, req, &resp, deadline,
+                                                "send to agent " + std::string(to)));
   return PublishAck{resp.offset(), resp.duplicate(), seq};
 }
 
-Result<BusReply> BusClient::Request(std::string_view to, std::string_view payload, std::chrono::milliseconds timeout,
+Result<BusReply> BusClient::Request(std::string_view to, std::string_view payload,
+                                    std::chrono::milliseconds timeout,
                                     std::string_view content_type) {
   v1::RequestRequest req;
   req.set_to(std::string(to));
@@ -477,43 +510,53 @@ Result<BusReply> BusClient::Request(std::string_view to, std::string_view payloa
   req.set_content_type(std::string(content_type));
   v1::RequestResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, Clock::now() + timeout);
+  impl_->Prepare(&ctx, WallClock::now() + timeout);
   // Not retried: the request may already sit in the receiver's inbox.
   grpc::Status s = impl_->stub->Request(&ctx, req, &resp);
   if (!s.ok()) {
-    return FromGrpc(s, "request to agent " + std::string(to) + " (bus " + impl_->address + ", agent " +
-                           impl_->cred.agent + ")");
+    return FromGrpc(s, "request to agent " + std::string(to) + " (bus " + impl_->address +
+                           ", agent " + impl_->cred.agent + ")");
   }
   return BusReply{std::move(*resp.mutable_payload()), std::move(*resp.mutable_content_type()),
                   std::move(*resp.mutable_replier())};
 }
 
-Status BusClient::Reply(uint64_t request_id, std::string_view payload, std::string_view content_type) {
+Status BusClient::Reply(uint64_t request_id, std::string_view payload,
+                        std::string_view content_type) {
   v1::ReplyRequest req;
   req.set_request_id(request_id);
   req.set_payload(std::string(payload));
   req.set_content_type(std::string(content_type));
   v1::ReplyResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, Clock::now() + impl_->options.call_timeout);
-  return FromGrpc(impl_->stub->Reply(&ctx, req, &resp),
-                  "reply to request " + std::to_string(request_id) + " (agent " + impl_->cred.agent + ")");
+  impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
+  return FromGrpc(
+      impl_->stub->Reply(&ctx, req, &resp),
+      "reply to request " + std::to_string(request_id) + " (agent " + impl_->cred.agent + ")");
 }
 
 namespace {
 void ToProto(const StartAt& from, v1::StartAt* out) {
   switch (from.kind) {
-    case StartAt::Kind::kEarliest: out->set_earliest(true); break;
-    case StartAt::Kind::kLatest: out->set_latest(true); break;
-    case StartAt::Kind::kOffset: out->set_offset(from.offset); break;
+    case StartAt::Kind::kEarliest:
+      out->set_earliest(true);
+      break;
+    case StartAt::Kind::kLatest:
+      out->set_latest(true);
+      break;
+    case StartAt::Kind::kOffset:
+      out->set_offset(from.offset);
+      break;
   }
 }
 }  // namespace
 
 void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscription>& sub) {
   const std::string name = sub->inbox ? InboxName(cred.agent) : sub->topic;
-  auto emit = [&](SubscriptionEvent::Kind kind, Status status, int64_t offset, int64_t earliest = 0) {
-    if (sub->opts.on_event) sub->opts.on_event(SubscriptionEvent{kind, name, std::move(status), offset, earliest});
+  auto emit = [&](SubscriptionEvent::Kind kind, Status status, int64_t offset,
+                  int64_t earliest = 0) {
+    if (sub->opts.on_event)
+      sub->opts.on_event(SubscriptionEvent{kind, name, std::move(status), offset, earliest});
   };
   auto finish = [&](Status s) {
     {
@@ -526,7 +569,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
   v1::SubscribeResponse resp;
   for (;;) {
     grpc::ClientContext ctx;
-    Prepare(&ctx, Clock::now() + options.stream_deadline);
+    Prepare(&ctx, WallClock::now() + options.stream_deadline);
     {
       std::lock_guard<std::mutex> lock(sub->mu);
       if (sub->stop) return;
@@ -559,15 +602,16 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
         const auto& h = resp.header();
         if (h.broker_restarted()) {
           emit(SubscriptionEvent::Kind::kBrokerRestarted,
-               DataLoss("the bus broker restarted and lost its logs; reading " + name + " restarts at offset " +
-                        std::to_string(h.start_offset())),
+               DataLoss("the bus broker restarted and lost its logs; reading " + name +
+                        " restarts at offset " + std::to_string(h.start_offset())),
                h.start_offset());
         }
         sub->incarnation = h.incarnation();
         sub->next_offset.store(h.start_offset());
         sub->has_position.store(true);
         attempt = 0;
-        emit(SubscriptionEvent::Kind::kConnected, Status::Ok(), h.start_offset(), h.earliest_offset());
+        emit(SubscriptionEvent::Kind::kConnected, Status::Ok(), h.start_offset(),
+             h.earliest_offset());
       }
       for (const auto& m : resp.messages()) {
         sub->on_message(m);
@@ -581,14 +625,16 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       sub->ctx = nullptr;
       if (sub->stop) return;
     }
-    const std::string what = "subscription to " + name + " (bus " + address + ", agent " + cred.agent + ")";
+    const std::string what =
+        "subscription to " + name + " (bus " + address + ", agent " + cred.agent + ")";
     if (s.error_code() == grpc::StatusCode::OUT_OF_RANGE && expired_earliest >= 0) {
       if (!sub->opts.skip_expired) {
         finish(Status(StatusCode::kOutOfRange, what + ": " + s.error_message()));
         return;
       }
-      emit(SubscriptionEvent::Kind::kOffsetExpired, Status(StatusCode::kOutOfRange, s.error_message()),
-           sub->next_offset.load(), expired_earliest);
+      emit(SubscriptionEvent::Kind::kOffsetExpired,
+           Status(StatusCode::kOutOfRange, s.error_message()), sub->next_offset.load(),
+           expired_earliest);
       sub->next_offset.store(expired_earliest);
       continue;
     }
@@ -604,8 +650,9 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
         break;
     }
     // Transient (broker restart, closed stream, stream deadline): resume at next_offset.
-    const auto wait = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ? std::chrono::milliseconds(0)
-                                                                            : Backoff(attempt++);
+    const auto wait = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+                          ? std::chrono::milliseconds(0)
+                          : Backoff(attempt++);
     emit(SubscriptionEvent::Kind::kReconnecting, FromGrpc(s, what), sub->next_offset.load());
     std::unique_lock<std::mutex> lock(sub->mu);
     sub->cv.wait_for(lock, wait, [&] { return sub->stop; });
@@ -613,9 +660,10 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
   }
 }
 
-Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from, MessageCallback on_message,
-                                            SubscribeOptions opts) {
-  if (!on_message) return InvalidArgument("subscribe to \"" + std::string(topic) + "\": no message callback");
+Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from,
+                                            MessageCallback on_message, SubscribeOptions opts) {
+  if (!on_message)
+    return InvalidArgument("subscribe to \"" + std::string(topic) + "\": no message callback");
   AGENTRT_RETURN_IF_ERROR(ValidateTopic(topic).WithContext("subscribe"));
   if (from.kind == StartAt::Kind::kOffset && from.offset < 0) {
     return InvalidArgument("subscribe to \"" + std::string(topic) + "\": negative start offset");
@@ -633,7 +681,8 @@ Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from
   return sub->id;
 }
 
-Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_message, SubscribeOptions opts) {
+Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_message,
+                                          SubscribeOptions opts) {
   if (!on_message) return InvalidArgument("receive: no message callback");
   auto sub = std::make_shared<BusClientSubscription>();
   sub->inbox = true;
@@ -653,7 +702,8 @@ Status BusClient::Unsubscribe(SubscriptionId id) {
   {
     std::lock_guard<std::mutex> lock(impl_->subs_mu);
     auto it = impl_->subs.find(id);
-    if (it == impl_->subs.end()) return NotFound("unsubscribe: no subscription " + std::to_string(id));
+    if (it == impl_->subs.end())
+      return NotFound("unsubscribe: no subscription " + std::to_string(id));
     sub = it->second;
     if (sub->thread.get_id() == std::this_thread::get_id()) {
       return FailedPrecondition("unsubscribe called from the subscription's own callback");
@@ -692,7 +742,8 @@ std::map<std::string, int64_t> BusClient::SubscriptionOffsets() const {
       out[sub->inbox ? InboxName(impl_->cred.agent) : sub->topic] = sub->from.offset;
       continue;
     }
-    out[sub->inbox ? InboxName(impl_->cred.agent) : sub->topic] = sub->next_offset.load(std::memory_order_acquire);
+    out[sub->inbox ? InboxName(impl_->cred.agent) : sub->topic] =
+        sub->next_offset.load(std::memory_order_acquire);
   }
   return out;
 }
@@ -705,7 +756,7 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   req.mutable_start()->set_offset(offset);
   req.set_max_batch_messages(std::min(max, 4096));
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, Clock::now() + timeout);
+  impl_->Prepare(&ctx, WallClock::now() + timeout);
   auto reader = impl_->stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;
@@ -718,26 +769,29 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (!out.empty()) return out;
-  if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED || s.error_code() == grpc::StatusCode::CANCELLED) {
+  if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+      s.error_code() == grpc::StatusCode::CANCELLED) {
     return out;  // nothing arrived in time
   }
-  return FromGrpc(s, "fetch from topic \"" + std::string(topic) + "\" (bus " + impl_->address + ")");
+  return FromGrpc(s,
+                  "fetch from topic \"" + std::string(topic) + "\" (bus " + impl_->address + ")");
 }
 
 Result<std::vector<BusTopicInfo>> BusClient::ListTopics() {
   v1::ListTopicsResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, Clock::now() + impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(
-      FromGrpc(impl_->stub->ListTopics(&ctx, v1::ListTopicsRequest(), &resp), "list topics (bus " + impl_->address + ")"));
+  impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListTopics(&ctx, v1::ListTopicsRequest(), &resp),
+                                   "list topics (bus " + impl_->address + ")"));
   return std::vector<BusTopicInfo>(resp.topics().begin(), resp.topics().end());
 }
 
 Result<BusStats> BusClient::Stats() {
   v1::StatsResponse r;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, Clock::now() + impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &r), "bus stats (" + impl_->address + ")"));
+  impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
+  AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &r),
+                                   "bus stats (" + impl_->address + ")"));
   BusStats s;
   s.incarnation = r.incarnation();
   s.topics = r.topics();

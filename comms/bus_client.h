@@ -1,12 +1,12 @@
 // BusClient: an agent's connection to the message bus (comms/proto/bus.proto).
 //
-//   AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::FromEnvironment());  // AGENTRT_BUS + AGENTRT_TOKEN_FILE
-//   bus->Publish("sightings", payload);                                 // sync, stored when it returns
-//   bus->PublishAsync("sightings", payload, {}, on_ack);                // batched in the background
-//   auto id = bus->Subscribe("sightings", StartAt::Earliest(),
+//   AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::FromEnvironment());  // AGENTRT_BUS +
+//   AGENTRT_TOKEN_FILE bus->Publish("sightings", payload);                                 // sync,
+//   stored when it returns bus->PublishAsync("sightings", payload, {}, on_ack);                //
+//   batched in the background auto id = bus->Subscribe("sightings", StartAt::Earliest(),
 //                            [](const BusMessage& m) { ... });          // on a background thread
-//   checkpoint["bus_offsets"] = bus->SubscriptionOffsets();             // resume exactly here later:
-//   bus->Subscribe("sightings", StartAt::Offset(saved["sightings"]), cb);
+//   checkpoint["bus_offsets"] = bus->SubscriptionOffsets();             // resume exactly here
+//   later: bus->Subscribe("sightings", StartAt::Offset(saved["sightings"]), cb);
 //
 // Every call has a deadline (BusClientOptions::call_timeout unless given).
 // Publish and Send retry on UNAVAILABLE / DEADLINE_EXCEEDED until their
@@ -32,10 +32,11 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "comms/auth.h"
 #include "comms/broker.h"
 #include "comms/proto/bus.pb.h"
-#include "common/status.h"
+#include "plan/agent_env.h"
 
 namespace agentrt {
 
@@ -45,7 +46,7 @@ using BusMessage = bus::v1::Message;
 using BusTopicInfo = bus::v1::TopicInfo;
 
 struct BusClientOptions {
-  std::chrono::milliseconds call_timeout{10000};     // default deadline of a call
+  std::chrono::milliseconds call_timeout{10000};      // default deadline of a call
   std::chrono::milliseconds retry_backoff{20};        // first wait before a retry / reconnect
   std::chrono::milliseconds max_retry_backoff{1000};  // cap of the doubling backoff
   // Streams are re-opened (and resumed) after this long, so even they carry a deadline.
@@ -62,17 +63,18 @@ struct BusClientOptions {
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
   int64_t async_batch_bytes = 4 << 20;  // at most kMaxBatchBytes (bus_server.h)
-  size_t async_max_pending = 65536;  // PublishAsync blocks while this many are unacknowledged
+  size_t async_max_pending = 65536;     // PublishAsync blocks while this many are unacknowledged
 };
 
 struct PublishOptions {
   std::string content_type;
-  uint64_t sequence = 0;  // 0 = the next automatic sequence number
+  uint64_t sequence = 0;                             // 0 = the next automatic sequence number
   std::optional<std::chrono::milliseconds> timeout;  // default BusClientOptions::call_timeout
 };
 
 struct PublishAck {
-  int64_t offset = -1;     // offset in the topic/inbox (-1: duplicate whose first copy is no longer known)
+  int64_t offset =
+      -1;  // offset in the topic/inbox (-1: duplicate whose first copy is no longer known)
   bool duplicate = false;  // already stored by an earlier attempt; nothing appended
   uint64_t sequence = 0;   // the sequence number the message carried
 };
@@ -89,9 +91,10 @@ struct StartAt {
 
 struct SubscriptionEvent {
   enum class Kind {
-    kConnected,        // the stream is open (first time or after a reconnect); offset = where it starts
+    kConnected,  // the stream is open (first time or after a reconnect); offset = where it starts
     kReconnecting,     // the stream broke; status says why; it resumes at `offset`
-    kBrokerRestarted,  // the broker lost its logs; reading restarts at its earliest offset (`offset`)
+    kBrokerRestarted,  // the broker lost its logs; reading restarts at its earliest offset
+                       // (`offset`)
     kOffsetExpired,    // `offset` fell out of retention; `earliest` is the first still held
     kFailed,           // the subscription ended for good (status says why)
   };
@@ -106,7 +109,7 @@ struct SubscribeOptions {
   // On OFFSET_EXPIRED: false = end the subscription (kFailed, OUT_OF_RANGE);
   // true = report kOffsetExpired and go on from the earliest held offset.
   bool skip_expired = false;
-  int max_batch_messages = 0;  // 0 = broker default
+  int max_batch_messages = 0;                              // 0 = broker default
   std::function<void(const SubscriptionEvent&)> on_event;  // optional; on the subscription's thread
 };
 
@@ -125,7 +128,11 @@ class BusClient {
   // Connects lazily: no call is made here. `address` is "host:port".
   static Result<std::unique_ptr<BusClient>> Connect(std::string address, Credential credential,
                                                     BusClientOptions options = {});
-  // From AGENTRT_BUS and AGENTRT_TOKEN_FILE (the agent process contract).
+  // The agent's own connection: AGENTRT_BUS and AGENTRT_TOKEN_FILE of the
+  // agent process contract (plan/agent_env.h).
+  static Result<std::unique_ptr<BusClient>> ForAgent(const AgentEnv& env,
+                                                     BusClientOptions options = {});
+  // ForAgent(AgentEnv::FromProcess()).
   static Result<std::unique_ptr<BusClient>> FromEnvironment(BusClientOptions options = {});
 
   ~BusClient();  // ends subscriptions, flushes async publishes (up to call_timeout)
@@ -139,24 +146,27 @@ class BusClient {
   Status WaitForReady(std::chrono::milliseconds timeout);
 
   // Stores one message; returns once stored. Retries keep the sequence.
-  Result<PublishAck> Publish(std::string_view topic, std::string_view payload, const PublishOptions& opts = {});
+  Result<PublishAck> Publish(std::string_view topic, std::string_view payload,
+                             const PublishOptions& opts = {});
   // Queues a message; `on_ack` (optional) runs on the publish thread once it is
   // stored or failed. Messages of one client are stored in the order queued.
   // Blocks while async_max_pending messages are unacknowledged (backpressure).
-  void PublishAsync(std::string_view topic, std::string_view payload, const PublishOptions& opts = {},
-                    AckCallback on_ack = nullptr);
+  void PublishAsync(std::string_view topic, std::string_view payload,
+                    const PublishOptions& opts = {}, AckCallback on_ack = nullptr);
   // Waits until every queued async publish is acknowledged. DEADLINE_EXCEEDED
   // if not within `timeout`; otherwise the first async failure since the last Flush, if any.
   Status Flush(std::chrono::milliseconds timeout);
 
   // Direct messages to another agent's inbox (any agent of the run).
-  Result<PublishAck> Send(std::string_view to, std::string_view payload, const PublishOptions& opts = {});
+  Result<PublishAck> Send(std::string_view to, std::string_view payload,
+                          const PublishOptions& opts = {});
   // Reads this agent's own inbox, like Subscribe (messages with request_id != 0 are Requests).
-  Result<SubscriptionId> Receive(StartAt from, MessageCallback on_message, SubscribeOptions opts = {});
+  Result<SubscriptionId> Receive(StartAt from, MessageCallback on_message,
+                                 SubscribeOptions opts = {});
 
   // Sends a request to `to` and waits for its Reply (DEADLINE_EXCEEDED after `timeout`).
-  Result<BusReply> Request(std::string_view to, std::string_view payload, std::chrono::milliseconds timeout,
-                           std::string_view content_type = {});
+  Result<BusReply> Request(std::string_view to, std::string_view payload,
+                           std::chrono::milliseconds timeout, std::string_view content_type = {});
   Status Reply(uint64_t request_id, std::string_view payload, std::string_view content_type = {});
 
   // Starts a background subscription; returns once it is registered (it

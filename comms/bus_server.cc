@@ -20,22 +20,53 @@ grpc::Status ToGrpc(const Status& s) {
   using grpc::StatusCode;
   StatusCode code = StatusCode::UNKNOWN;
   switch (s.code()) {
-    case agentrt::StatusCode::kOk: return grpc::Status::OK;
-    case agentrt::StatusCode::kCancelled: code = StatusCode::CANCELLED; break;
-    case agentrt::StatusCode::kInvalidArgument: code = StatusCode::INVALID_ARGUMENT; break;
-    case agentrt::StatusCode::kDeadlineExceeded: code = StatusCode::DEADLINE_EXCEEDED; break;
-    case agentrt::StatusCode::kNotFound: code = StatusCode::NOT_FOUND; break;
-    case agentrt::StatusCode::kAlreadyExists: code = StatusCode::ALREADY_EXISTS; break;
-    case agentrt::StatusCode::kPermissionDenied: code = StatusCode::PERMISSION_DENIED; break;
-    case agentrt::StatusCode::kResourceExhausted: code = StatusCode::RESOURCE_EXHAUSTED; break;
-    case agentrt::StatusCode::kFailedPrecondition: code = StatusCode::FAILED_PRECONDITION; break;
-    case agentrt::StatusCode::kAborted: code = StatusCode::ABORTED; break;
-    case agentrt::StatusCode::kOutOfRange: code = StatusCode::OUT_OF_RANGE; break;
-    case agentrt::StatusCode::kUnimplemented: code = StatusCode::UNIMPLEMENTED; break;
-    case agentrt::StatusCode::kInternal: code = StatusCode::INTERNAL; break;
-    case agentrt::StatusCode::kUnavailable: code = StatusCode::UNAVAILABLE; break;
-    case agentrt::StatusCode::kDataLoss: code = StatusCode::DATA_LOSS; break;
-    case agentrt::StatusCode::kUnauthenticated: code = StatusCode::UNAUTHENTICATED; break;
+    case agentrt::StatusCode::kOk:
+      return grpc::Status::OK;
+    case agentrt::StatusCode::kCancelled:
+      code = StatusCode::CANCELLED;
+      break;
+    case agentrt::StatusCode::kInvalidArgument:
+      code = StatusCode::INVALID_ARGUMENT;
+      break;
+    case agentrt::StatusCode::kDeadlineExceeded:
+      code = StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case agentrt::StatusCode::kNotFound:
+      code = StatusCode::NOT_FOUND;
+      break;
+    case agentrt::StatusCode::kAlreadyExists:
+      code = StatusCode::ALREADY_EXISTS;
+      break;
+    case agentrt::StatusCode::kPermissionDenied:
+      code = StatusCode::PERMISSION_DENIED;
+      break;
+    case agentrt::StatusCode::kResourceExhausted:
+      code = StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case agentrt::StatusCode::kFailedPrecondition:
+      code = StatusCode::FAILED_PRECONDITION;
+      break;
+    case agentrt::StatusCode::kAborted:
+      code = StatusCode::ABORTED;
+      break;
+    case agentrt::StatusCode::kOutOfRange:
+      code = StatusCode::OUT_OF_RANGE;
+      break;
+    case agentrt::StatusCode::kUnimplemented:
+      code = StatusCode::UNIMPLEMENTED;
+      break;
+    case agentrt::StatusCode::kInternal:
+      code = StatusCode::INTERNAL;
+      break;
+    case agentrt::StatusCode::kUnavailable:
+      code = StatusCode::UNAVAILABLE;
+      break;
+    case agentrt::StatusCode::kDataLoss:
+      code = StatusCode::DATA_LOSS;
+      break;
+    case agentrt::StatusCode::kUnauthenticated:
+      code = StatusCode::UNAUTHENTICATED;
+      break;
   }
   return grpc::Status(code, s.message());
 }
@@ -47,18 +78,10 @@ std::string_view Metadata(const grpc::ServerContext* ctx, std::string_view key) 
   return {it->second.data(), it->second.size()};
 }
 
-Result<std::string> ReadWholeFile(const std::string& path, std::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read " + std::string(what) + " " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Authenticates the call or returns UNAUTHENTICATED; binds `var` to the agent name.
-#define AGENTRT_AUTH_OR_RETURN(var)                              \
-  Result<std::string> var##_auth = Authenticate(ctx);            \
-  if (!var##_auth.ok()) return ToGrpc(var##_auth.status());      \
+#define AGENTRT_AUTH_OR_RETURN(var)                         \
+  Result<std::string> var##_auth = Authenticate(ctx);       \
+  if (!var##_auth.ok()) return ToGrpc(var##_auth.status()); \
   const std::string& var = var##_auth.value()
 
 constexpr auto kStreamPoll = std::chrono::milliseconds(100);
@@ -69,7 +92,8 @@ class BusService final : public v1::Bus::Service {
 
   void CloseStreams() { stream_generation_.fetch_add(1, std::memory_order_acq_rel); }
 
-  grpc::Status Publish(grpc::ServerContext* ctx, const v1::PublishRequest* req, v1::PublishResponse* resp) override {
+  grpc::Status Publish(grpc::ServerContext* ctx, const v1::PublishRequest* req,
+                       v1::PublishResponse* resp) override {
     AGENTRT_AUTH_OR_RETURN(agent);
     // The request is ours for this call; moving its payload saves a copy.
     return ToGrpc(broker_->Publish(agent, const_cast<v1::PublishRequest&>(*req), resp));
@@ -82,9 +106,9 @@ class BusService final : public v1::Bus::Service {
     return ToGrpc(broker_->PublishBatch(agent, const_cast<v1::PublishBatchRequest&>(*req), resp));
   }
 
-  grpc::Status PublishStream(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::PublishBatchResponse, v1::PublishBatchRequest>* stream) override {
+  grpc::Status PublishStream(grpc::ServerContext* ctx,
+                             grpc::ServerReaderWriter<v1::PublishBatchResponse,
+                                                      v1::PublishBatchRequest>* stream) override {
     AGENTRT_AUTH_OR_RETURN(agent);
     v1::PublishBatchRequest req;
     v1::PublishBatchResponse resp;
@@ -95,8 +119,10 @@ class BusService final : public v1::Bus::Service {
         stream->Write(resp);
         return ToGrpc(s);
       }
-      if (!stream->Write(resp)) return grpc::Status(grpc::StatusCode::CANCELLED, "publisher went away");
-      if (broker_->shutting_down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
+      if (!stream->Write(resp))
+        return grpc::Status(grpc::StatusCode::CANCELLED, "publisher went away");
+      if (broker_->shutting_down())
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
     }
     return grpc::Status::OK;
   }
@@ -119,22 +145,26 @@ class BusService final : public v1::Bus::Service {
     return Stream(ctx, &reader.value(), &first, writer, "inbox of agent " + agent);
   }
 
-  grpc::Status Send(grpc::ServerContext* ctx, const v1::SendRequest* req, v1::SendResponse* resp) override {
+  grpc::Status Send(grpc::ServerContext* ctx, const v1::SendRequest* req,
+                    v1::SendResponse* resp) override {
     AGENTRT_AUTH_OR_RETURN(agent);
     return ToGrpc(broker_->Send(agent, const_cast<v1::SendRequest&>(*req), resp));
   }
 
-  grpc::Status Request(grpc::ServerContext* ctx, const v1::RequestRequest* req, v1::RequestResponse* resp) override {
+  grpc::Status Request(grpc::ServerContext* ctx, const v1::RequestRequest* req,
+                       v1::RequestResponse* resp) override {
     AGENTRT_AUTH_OR_RETURN(agent);
     // A call without a deadline still must not wait forever.
     auto deadline = ctx->deadline();
     const auto cap = std::chrono::system_clock::now() + std::chrono::hours(1);
     if (deadline > cap) deadline = cap;
-    return ToGrpc(broker_->Request(agent, const_cast<v1::RequestRequest&>(*req), deadline,
-                                   [ctx] { return ctx->IsCancelled(); }, resp));
+    return ToGrpc(broker_->Request(
+        agent, const_cast<v1::RequestRequest&>(*req), deadline,
+        [ctx] { return ctx->IsCancelled(); }, resp));
   }
 
-  grpc::Status Reply(grpc::ServerContext* ctx, const v1::ReplyRequest* req, v1::ReplyResponse*) override {
+  grpc::Status Reply(grpc::ServerContext* ctx, const v1::ReplyRequest* req,
+                     v1::ReplyResponse*) override {
     AGENTRT_AUTH_OR_RETURN(agent);
     return ToGrpc(broker_->Reply(agent, const_cast<v1::ReplyRequest&>(*req)));
   }
@@ -146,7 +176,8 @@ class BusService final : public v1::Bus::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) override {
+  grpc::Status Stats(grpc::ServerContext* ctx, const v1::StatsRequest*,
+                     v1::StatsResponse* resp) override {
     AGENTRT_AUTH_OR_RETURN(agent);
     (void)agent;
     BusStats s = broker_->Stats();
@@ -171,7 +202,8 @@ class BusService final : public v1::Bus::Service {
     return agent;
   }
 
-  grpc::Status Stream(grpc::ServerContext* ctx, Broker::Reader* reader, v1::SubscribeResponse* first,
+  grpc::Status Stream(grpc::ServerContext* ctx, Broker::Reader* reader,
+                      v1::SubscribeResponse* first,
                       grpc::ServerWriter<v1::SubscribeResponse>* writer, const std::string& what) {
     broker_->StreamOpened();
     struct Closer {
@@ -179,14 +211,18 @@ class BusService final : public v1::Bus::Service {
       ~Closer() { b->StreamClosed(); }
     } closer{broker_};
     const uint64_t generation = stream_generation_.load(std::memory_order_acquire);
-    if (!writer->Write(*first)) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+    if (!writer->Write(*first))
+      return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
     v1::SubscribeResponse resp;
     Broker::Lease lease(&resp);  // declared after resp: gives the messages back before resp goes
     for (;;) {
-      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
-      if (broker_->shutting_down()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
+      if (ctx->IsCancelled())
+        return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+      if (broker_->shutting_down())
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
       if (stream_generation_.load(std::memory_order_acquire) != generation) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker closed this stream; resume at the next offset");
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "the bus broker closed this stream; resume at the next offset");
       }
       lease.Release();  // before Clear, which would otherwise clear the stored messages
       resp.Clear();
@@ -195,7 +231,8 @@ class BusService final : public v1::Bus::Service {
         case Broker::ReadOutcome::kIdle:
           break;
         case Broker::ReadOutcome::kMessages:
-          if (!writer->Write(resp)) return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+          if (!writer->Write(resp))
+            return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
           break;
         case Broker::ReadOutcome::kExpired: {
           auto* e = resp.mutable_expired();
@@ -204,7 +241,8 @@ class BusService final : public v1::Bus::Service {
           writer->Write(resp);
           ctx->AddTrailingMetadata("x-agentrt-earliest-offset", std::to_string(earliest));
           return grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
-                              "OFFSET_EXPIRED: " + what + " offset " + std::to_string(reader->next_offset) +
+                              "OFFSET_EXPIRED: " + what + " offset " +
+                                  std::to_string(reader->next_offset) +
                                   " is no longer retained; the earliest available offset is " +
                                   std::to_string(earliest));
         }
@@ -231,29 +269,36 @@ struct BusServer::Impl {
 BusServer::BusServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BusServer::~BusServer() { Shutdown(); }
 
-Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& options, std::string secret, BusAcl acl) {
+Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& options,
+                                                    std::string secret, BusAcl acl) {
   if (secret.empty()) return InvalidArgument("bus server: the run secret is empty");
   if (options.port < 0 || options.port > 65535) {
-    return InvalidArgument("bus server: port " + std::to_string(options.port) + " is outside 0..65535");
+    return InvalidArgument("bus server: port " + std::to_string(options.port) +
+                           " is outside 0..65535");
   }
   const auto& b = options.broker;
   if (b.limits.max_message_bytes <= 0 || b.retention_messages <= 0 || b.retention_bytes <= 0) {
-    return InvalidArgument("bus server: max_message_bytes, retention and retention_bytes must be > 0");
+    return InvalidArgument(
+        "bus server: max_message_bytes, retention and retention_bytes must be > 0");
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   uint64_t incarnation = options.incarnation;
-  while (incarnation == 0) incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  impl->broker = std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);
+  while (incarnation == 0)
+    incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  impl->broker =
+      std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);
   impl->service = std::make_unique<BusService>(impl->broker.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!options.tls_cert_file.empty()) {
-    AGENTRT_ASSIGN_OR_RETURN(std::string cert, ReadWholeFile(options.tls_cert_file, "bus TLS certificate"));
-    AGENTRT_ASSIGN_OR_RETURN(std::string key, ReadWholeFile(options.tls_key_file, "bus TLS key"));
+    AGENTRT_ASSIGN_OR_RETURN(std::string cert,
+                             ReadTlsFile(options.tls_cert_file, "bus TLS certificate"));
+    AGENTRT_ASSIGN_OR_RETURN(std::string key, ReadTlsFile(options.tls_key_file, "bus TLS key"));
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     if (!options.tls_client_ca_file.empty()) {
-      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadWholeFile(options.tls_client_ca_file, "bus TLS client CA"));
+      AGENTRT_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                               ReadTlsFile(options.tls_client_ca_file, "bus TLS client CA"));
       ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     ssl.pem_key_cert_pairs.push_back({key, cert});
@@ -262,15 +307,17 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
     creds = grpc::InsecureServerCredentials();
   }
 
-  const std::string listen = (options.host.find(':') != std::string::npos && options.host.front() != '['
-                                  ? "[" + options.host + "]"
-                                  : options.host) +
-                             ":" + std::to_string(options.port);
+  const std::string listen =
+      (options.host.find(':') != std::string::npos && options.host.front() != '['
+           ? "[" + options.host + "]"
+           : options.host) +
+      ":" + std::to_string(options.port);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
   // A batch may carry kMaxBatchBytes of messages, or one maximal message, plus framing.
-  const int64_t max_recv = std::max<int64_t>(b.limits.max_message_bytes, kMaxBatchBytes) + (1 << 20);
+  const int64_t max_recv =
+      std::max<int64_t>(b.limits.max_message_bytes, kMaxBatchBytes) + (1 << 20);
   builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_recv, INT32_MAX)));
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
@@ -283,7 +330,8 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
-    return Unavailable("bus server: cannot listen on " + listen + " (port in use, or bad address?)");
+    return Unavailable("bus server: cannot listen on " + listen +
+                       " (port in use, or bad address?)");
   }
   return std::unique_ptr<BusServer>(new BusServer(std::move(impl)));
 }

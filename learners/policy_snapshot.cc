@@ -3,151 +3,184 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace agentrt {
 namespace {
 
-constexpr char kMagic[8] = {'A', 'G', 'P', 'O', 'L', 'I', 'C', '1'};
+template <typename T>
+void Append(std::string& out, const std::vector<T>& v) {
+  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
 
-struct Header {
-  char magic[8];
-  int32_t obs_size;
-  int32_t num_actions;
-  int32_t hidden;
-  int32_t hidden_layers;
-  int64_t updates;
-  int32_t norm_obs;
-  float obs_clip;
-  uint64_t num_params;
-};
-
-std::vector<int> Sizes(int obs_size, int num_actions, int hidden, int hidden_layers) {
-  std::vector<int> s{obs_size};
-  for (int i = 0; i < hidden_layers; ++i) s.push_back(hidden);
-  s.push_back(num_actions);
-  return s;
+template <typename T>
+Status Take(std::string_view& body, size_t n, std::vector<T>& out, std::string_view what) {
+  const size_t bytes = n * sizeof(T);
+  if (body.size() < bytes) {
+    return InvalidArgument("policy snapshot: " + std::string(what) + " needs " +
+                           std::to_string(bytes) + " bytes, only " + std::to_string(body.size()) +
+                           " left");
+  }
+  out.resize(n);
+  std::memcpy(out.data(), body.data(), bytes);
+  body.remove_prefix(bytes);
+  return Status::Ok();
 }
 
 }  // namespace
 
-PolicySnapshot::PolicySnapshot(int obs_size, int num_actions, int hidden, int hidden_layers)
-    : obs_size_(obs_size),
-      num_actions_(num_actions),
-      hidden_(hidden),
-      mlp_(Sizes(obs_size, num_actions, hidden, hidden_layers), 0) {}
+PolicySnapshot SnapshotOf(const PpoLearner& learner, std::string agent, int64_t env_steps) {
+  const PpoConfig& config = learner.config();
+  const ActorCritic& net = learner.network();
+  PolicySnapshot s;
+  s.agent = std::move(agent);
+  s.update = learner.updates();
+  s.env_steps = env_steps;
+  s.obs_size = net.obs_size();
+  s.num_actions = net.num_actions();
+  s.hidden = config.hidden;
+  s.hidden_layers = config.hidden_layers;
+  s.norm_obs = config.norm_obs;
+  s.obs_clip = config.obs_clip;
+  // The policy MLP comes first in the flat layout (learners/actor_critic.h).
+  const auto params = learner.parameters();
+  s.policy_params.assign(params.begin(),
+                         params.begin() + static_cast<ptrdiff_t>(net.policy().num_params()));
+  if (s.norm_obs) {
+    s.obs_mean = learner.normalizer().mean();
+    s.obs_var = learner.normalizer().var();
+  }
+  return s;
+}
 
-std::vector<uint8_t> PolicySnapshot::Serialize(int obs_size, int num_actions, int hidden,
-                                               int hidden_layers, int64_t updates, bool norm_obs,
-                                               float obs_clip, std::span<const double> mean,
-                                               std::span<const double> var,
-                                               std::span<const float> policy_params) {
-  Header h{};
-  std::memcpy(h.magic, kMagic, 8);
-  h.obs_size = obs_size;
-  h.num_actions = num_actions;
-  h.hidden = hidden;
-  h.hidden_layers = hidden_layers;
-  h.updates = updates;
-  h.norm_obs = norm_obs ? 1 : 0;
-  h.obs_clip = obs_clip;
-  h.num_params = policy_params.size();
-  std::vector<uint8_t> out(sizeof h);
-  std::memcpy(out.data(), &h, sizeof h);
-  auto put = [&out](const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
-  };
-  put(mean.data(), mean.size_bytes());
-  put(var.data(), var.size_bytes());
-  put(policy_params.data(), policy_params.size_bytes());
+std::string EncodeSnapshot(const PolicySnapshot& s) {
+  nlohmann::json header = {{"format", 1},
+                           {"agent", s.agent},
+                           {"update", s.update},
+                           {"env_steps", s.env_steps},
+                           {"obs_size", s.obs_size},
+                           {"num_actions", s.num_actions},
+                           {"hidden", s.hidden},
+                           {"hidden_layers", s.hidden_layers},
+                           {"norm_obs", s.norm_obs},
+                           {"obs_clip", s.obs_clip},
+                           {"policy_params", s.policy_params.size()}};
+  std::string out = header.dump();
+  out.push_back('\n');
+  Append(out, s.policy_params);
+  if (s.norm_obs) {
+    Append(out, s.obs_mean);
+    Append(out, s.obs_var);
+  }
   return out;
 }
 
-Result<std::shared_ptr<const PolicySnapshot>> PolicySnapshot::FromBytes(
-    std::span<const uint8_t> bytes) {
-  Header h{};
-  if (bytes.size() < sizeof h) return DataLoss("policy snapshot: shorter than its header");
-  std::memcpy(&h, bytes.data(), sizeof h);
-  if (std::memcmp(h.magic, kMagic, 8) != 0) {
-    return DataLoss("policy snapshot: bad magic (not written by PpoLearner::SnapshotPolicy)");
+Result<PolicySnapshot> DecodeSnapshot(std::string_view payload) {
+  const size_t eol = payload.find('\n');
+  if (eol == std::string_view::npos) return InvalidArgument("policy snapshot: no header line");
+  const nlohmann::json header =
+      nlohmann::json::parse(payload.substr(0, eol), nullptr, /*allow_exceptions=*/false);
+  if (!header.is_object())
+    return InvalidArgument("policy snapshot: the header is not a JSON object");
+  PolicySnapshot s;
+  try {
+    if (header.at("format").get<int>() != 1) {
+      return InvalidArgument("policy snapshot: unknown format " + header.at("format").dump());
+    }
+    s.agent = header.at("agent").get<std::string>();
+    s.update = header.at("update").get<int64_t>();
+    s.env_steps = header.at("env_steps").get<int64_t>();
+    s.obs_size = header.at("obs_size").get<int>();
+    s.num_actions = header.at("num_actions").get<int>();
+    s.hidden = header.at("hidden").get<int>();
+    s.hidden_layers = header.at("hidden_layers").get<int>();
+    s.norm_obs = header.at("norm_obs").get<bool>();
+    s.obs_clip = header.at("obs_clip").get<float>();
+    const auto n = header.at("policy_params").get<size_t>();
+    if (s.obs_size <= 0 || s.num_actions <= 0 || s.num_actions > 256 || s.hidden <= 0 ||
+        s.hidden_layers < 0) {
+      return InvalidArgument("policy snapshot of " + s.agent + ": bad network shape " +
+                             header.dump());
+    }
+    const size_t expected = Mlp(
+                                [&] {
+                                  std::vector<int> sizes{s.obs_size};
+                                  for (int l = 0; l < s.hidden_layers; ++l)
+                                    sizes.push_back(s.hidden);
+                                  sizes.push_back(s.num_actions);
+                                  return sizes;
+                                }(),
+                                0)
+                                .num_params();
+    if (n != expected) {
+      return InvalidArgument("policy snapshot of " + s.agent + ": " + std::to_string(n) +
+                             " policy parameters, the shape needs " + std::to_string(expected));
+    }
+    std::string_view body = payload.substr(eol + 1);
+    AGENTRT_RETURN_IF_ERROR(Take(body, n, s.policy_params, "the policy parameters"));
+    if (s.norm_obs) {
+      AGENTRT_RETURN_IF_ERROR(
+          Take(body, static_cast<size_t>(s.obs_size), s.obs_mean, "the normaliser mean"));
+      AGENTRT_RETURN_IF_ERROR(
+          Take(body, static_cast<size_t>(s.obs_size), s.obs_var, "the normaliser variance"));
+    }
+    if (!body.empty()) {
+      return InvalidArgument("policy snapshot of " + s.agent + ": " + std::to_string(body.size()) +
+                             " trailing bytes");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidArgument(std::string("policy snapshot: bad header: ") + e.what());
   }
-  if (h.obs_size < 1 || h.num_actions < 1 || h.num_actions > 256 || h.hidden < 1 ||
-      h.hidden_layers < 0 || h.hidden > 1 << 16 || h.hidden_layers > 64 || h.obs_size > 1 << 24) {
-    return DataLoss("policy snapshot: implausible network shape");
-  }
-  std::shared_ptr<PolicySnapshot> s(
-      new PolicySnapshot(h.obs_size, h.num_actions, h.hidden, h.hidden_layers));
-  const auto d = static_cast<size_t>(h.obs_size);
-  const size_t want = sizeof h + 2 * d * sizeof(double) + s->mlp_.num_params() * sizeof(float);
-  if (h.num_params != s->mlp_.num_params() || bytes.size() != want) {
-    return DataLoss("policy snapshot: " + std::to_string(bytes.size()) + " bytes, expected " +
-                    std::to_string(want) + " for its network shape");
-  }
-  s->updates_ = h.updates;
-  s->norm_obs_ = h.norm_obs != 0;
-  s->obs_clip_ = h.obs_clip;
-  std::vector<double> mean(d), var(d);
-  const uint8_t* p = bytes.data() + sizeof h;
-  std::memcpy(mean.data(), p, d * sizeof(double));
-  std::memcpy(var.data(), p + d * sizeof(double), d * sizeof(double));
-  s->params_.resize(s->mlp_.num_params());
-  std::memcpy(s->params_.data(), p + 2 * d * sizeof(double), s->params_.size() * sizeof(float));
-  s->shift_.resize(d);
-  s->scale_.resize(d);
-  for (size_t k = 0; k < d; ++k) {
-    s->shift_[k] = static_cast<float>(mean[k]);
-    s->scale_[k] = static_cast<float>(
-        1.0 / std::sqrt(var[k] + static_cast<double>(1e-8f)));  // as ObsNormalizer
-  }
-  return std::shared_ptr<const PolicySnapshot>(std::move(s));
+  return s;
 }
 
-void PolicySnapshot::Act(std::span<const float> obs, std::span<float> action, Rng& rng,
-                         bool deterministic) const {
-  // Per-thread scratch: a snapshot is played from several pool workers at once.
-  thread_local std::vector<float> a, b;
-  const size_t widest = static_cast<size_t>(std::max({obs_size_, hidden_, num_actions_}));
-  if (a.size() < widest) a.resize(widest);
-  if (b.size() < widest) b.resize(widest);
-  for (size_t k = 0; k < static_cast<size_t>(obs_size_); ++k) {
-    const float x = norm_obs_ ? (obs[k] - shift_[k]) * scale_[k] : obs[k];
-    a[k] = std::clamp(x, -obs_clip_, obs_clip_);
-  }
-  const auto& layers = mlp_.layers();
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const DenseLayer& d = layers[l];
-    const float* w = params_.data() + d.w_offset;
-    const float* bias = params_.data() + d.b_offset;
-    for (int o = 0; o < d.out; ++o) {
-      float z = bias[o];
-      const float* row = w + static_cast<size_t>(o) * static_cast<size_t>(d.in);
-      for (int i = 0; i < d.in; ++i) z += row[i] * a[static_cast<size_t>(i)];
-      b[static_cast<size_t>(o)] = l + 1 < layers.size() ? std::tanh(z) : z;
+Status PolicyPlayer::Load(const PolicySnapshot& s) {
+  std::vector<int> sizes{s.obs_size};
+  for (int l = 0; l < s.hidden_layers; ++l) sizes.push_back(s.hidden);
+  sizes.push_back(s.num_actions);
+  const bool same_shape = net_ != nullptr && net_->in() == s.obs_size &&
+                          net_->out() == s.num_actions &&
+                          net_->num_params() == s.policy_params.size();
+  if (!same_shape) {
+    auto net = std::make_unique<Mlp>(sizes, 0);
+    if (net->num_params() != s.policy_params.size()) {
+      return InvalidArgument("policy snapshot of " + s.agent +
+                             ": parameter count does not match its shape");
     }
-    std::swap(a, b);
+    net_ = std::move(net);
+    input_.resize(1, s.obs_size);
+    logp_.resize(static_cast<size_t>(s.num_actions));
   }
-  float logp[256];
-  LogSoftmax(a.data(), num_actions_, logp);
-  int choice = num_actions_ - 1;
-  if (deterministic) {
-    choice = static_cast<int>(std::max_element(logp, logp + num_actions_) - logp);
+  params_.assign(s.policy_params.begin(), s.policy_params.end());  // same size: no reallocation
+  if (s.norm_obs) {
+    if (!normalizer_ || normalizer_->size() != static_cast<size_t>(s.obs_size)) {
+      normalizer_.emplace(static_cast<size_t>(s.obs_size), s.obs_clip);
+    }
+    normalizer_->SetState(1.0, s.obs_mean, s.obs_var);
   } else {
-    double u = rng.Uniform();
-    for (int j = 0; j < num_actions_; ++j) {
-      u -= std::exp(static_cast<double>(logp[j]));
-      if (u < 0.0) {
-        choice = j;
-        break;
-      }
-    }
+    normalizer_.reset();
   }
-  action[0] = static_cast<float>(choice);
+  update_ = s.update;
+  return Status::Ok();
 }
 
-SingleAgentView::OthersPolicy PolicySnapshot::AsOthersPolicy(
-    std::shared_ptr<const PolicySnapshot> self) {
-  return [self = std::move(self)](int, std::span<const float> obs, std::span<float> action,
-                                  Rng& rng) { self->Act(obs, action, rng); };
+int PolicyPlayer::Act(std::span<const float> obs, Rng& rng, bool deterministic) {
+  if (normalizer_) {
+    normalizer_->Normalize(obs.data(), 1, input_.data());
+  } else {
+    std::copy_n(obs.data(), input_.cols(), input_.data());
+  }
+  net_->Forward(params_.data(), input_, ws_);
+  const int n = net_->out();
+  LogSoftmax(ws_.acts.back().data(), n, logp_.data());
+  if (deterministic)
+    return static_cast<int>(std::max_element(logp_.begin(), logp_.end()) - logp_.begin());
+  double u = rng.Uniform();
+  for (int j = 0; j < n; ++j) {
+    u -= std::exp(static_cast<double>(logp_[static_cast<size_t>(j)]));
+    if (u < 0.0) return j;
+  }
+  return n - 1;
 }
 
 }  // namespace agentrt

@@ -1,66 +1,86 @@
-// agentrt::PolicySnapshot — a frozen copy of a PPO policy (policy MLP weights
-// plus the observation normaliser), small enough to publish on the bus
-// (`policies/<agent>`) and cheap to play: the league / self-play pattern, where
-// an agent's opponents are the latest snapshots of the other agents.
+// Policy snapshots: the one format of a frozen PPO policy — what an agent
+// publishes on the bus topic `policies/<agent>` so that other agents can play
+// against (or with) its latest policy (the league / self-play pattern). A
+// snapshot is self-describing: the network shape, the policy MLP's parameters
+// and the observation normaliser's statistics, enough to act without the
+// learner (no value net, no optimizer).
 //
-//   bytes = learner.SnapshotPolicy();                          // publisher
-//   auto snap = PolicySnapshot::FromBytes(bytes);              // subscriber
-//   view.set_others_policy(snap->AsOthersPolicy());            // envs/single_agent_view.h
+// Wire format (content type kPolicySnapshotContentType), little-endian host order:
+//   one line of JSON, '\n', then the binary body:
+//     {"format": 1, "agent": "predator-0", "update": 12, "env_steps": 24576,
+//      "obs_size": 78, "num_actions": 5, "hidden": 64, "hidden_layers": 2,
+//      "norm_obs": true, "obs_clip": 10.0, "policy_params": 9413}
+//     float32[policy_params]   the policy MLP (learners/actor_critic.h layout)
+//     float64[obs_size]        normaliser mean   (only when norm_obs)
+//     float64[obs_size]        normaliser variance (only when norm_obs)
 //
-// Thread-safety: Act is const and keeps its scratch in thread_local buffers,
-// so one snapshot can be played from every EnvPool worker at once. Act does
-// not allocate after a thread's first call.
+// PolicyPlayer acts with a snapshot. Thread-safety: one PolicyPlayer per
+// thread (its workspace is a member); Act does not allocate once the player
+// has acted once with its current snapshot shape.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 #include "envs/rng.h"
-#include "envs/single_agent_view.h"
 #include "learners/actor_critic.h"
+#include "learners/obs_normalizer.h"
+#include "learners/ppo.h"
 
 namespace agentrt {
 
-class PolicySnapshot {
+inline constexpr std::string_view kPolicySnapshotContentType = "application/x-agentrt-policy";
+
+struct PolicySnapshot {
+  std::string agent;
+  int64_t update = 0;
+  int64_t env_steps = 0;
+  int obs_size = 0;
+  int num_actions = 0;
+  int hidden = 0;
+  int hidden_layers = 0;
+  bool norm_obs = false;
+  float obs_clip = 10.0f;
+  std::vector<float> policy_params;
+  std::vector<double> obs_mean;  // empty unless norm_obs
+  std::vector<double> obs_var;
+};
+
+// The learner's current policy as a snapshot.
+PolicySnapshot SnapshotOf(const PpoLearner& learner, std::string agent, int64_t env_steps);
+
+std::string EncodeSnapshot(const PolicySnapshot& snapshot);
+// Errors say what is wrong with the payload (sizes, JSON, format version).
+Result<PolicySnapshot> DecodeSnapshot(std::string_view payload);
+
+class PolicyPlayer {
  public:
-  // Parses bytes written by PpoLearner::SnapshotPolicy (DATA_LOSS if malformed).
-  static Result<std::shared_ptr<const PolicySnapshot>> FromBytes(std::span<const uint8_t> bytes);
+  PolicyPlayer() = default;
 
-  int obs_size() const { return obs_size_; }
-  int num_actions() const { return num_actions_; }
-  // The update count of the learner when it was taken.
-  int64_t updates() const { return updates_; }
+  // Takes over the snapshot (its network shape may differ from the previous one).
+  Status Load(const PolicySnapshot& snapshot);
+  bool loaded() const { return net_ != nullptr; }
+  // The snapshot's `update` (-1 before the first Load).
+  int64_t update() const { return update_; }
 
-  // One observation in, one action out (sampled, or the most likely one).
-  void Act(std::span<const float> obs, std::span<float> action, Rng& rng,
-           bool deterministic = false) const;
-
-  // An OthersPolicy for SingleAgentView that plays this snapshot for every
-  // other agent. Keeps the snapshot alive.
-  static SingleAgentView::OthersPolicy AsOthersPolicy(std::shared_ptr<const PolicySnapshot> self);
-
-  // Writes a snapshot (used by PpoLearner::SnapshotPolicy).
-  static std::vector<uint8_t> Serialize(int obs_size, int num_actions, int hidden,
-                                        int hidden_layers, int64_t updates, bool norm_obs,
-                                        float obs_clip, std::span<const double> mean,
-                                        std::span<const double> var,
-                                        std::span<const float> policy_params);
+  // The action (index) for one raw observation: sampled from the policy with
+  // `rng`, or its most likely action when `deterministic`.
+  int Act(std::span<const float> obs, Rng& rng, bool deterministic = false);
 
  private:
-  PolicySnapshot(int obs_size, int num_actions, int hidden, int hidden_layers);
-
-  int obs_size_;
-  int num_actions_;
-  int hidden_;
-  int64_t updates_ = 0;
-  bool norm_obs_ = true;
-  float obs_clip_ = 10.0f;
-  Mlp mlp_;
-  std::vector<float> shift_, scale_;
-  std::vector<float> params_;  // the policy MLP only, offsets from 0
+  std::unique_ptr<Mlp> net_;
+  Mlp::Workspace ws_;
+  std::vector<float> params_;
+  std::optional<ObsNormalizer> normalizer_;
+  RowMatrix input_;
+  std::vector<float> logp_;
+  int64_t update_ = -1;
 };
 
 }  // namespace agentrt

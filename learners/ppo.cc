@@ -6,8 +6,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "learners/policy_snapshot.h"
-
 namespace agentrt {
 namespace {
 
@@ -455,13 +453,6 @@ void PpoLearner::Act(std::span<const float> obs, int batch, std::span<float> act
   }
   eval_net_.Forward(params_.data(), eval_obs_);
   Sample(eval_net_.logits(), actions, nullptr, deterministic, rng);
-}
-
-std::vector<uint8_t> PpoLearner::SnapshotPolicy() const {
-  return PolicySnapshot::Serialize(
-      obs_size_, num_actions_, config_.hidden, config_.hidden_layers, updates_, config_.norm_obs,
-      config_.obs_clip, normalizer_.mean(), normalizer_.var(),
-      std::span<const float>(params_).first(train_net_.policy().num_params()));
 }
 
 std::vector<uint8_t> PpoLearner::SaveState() const {

@@ -132,10 +132,6 @@ class PpoLearner {
   void Act(std::span<const float> obs, int batch, std::span<float> actions, bool deterministic,
            Rng& rng);
 
-  // The policy alone (weights + normaliser) for PolicySnapshot::FromBytes
-  // (learners/policy_snapshot.h): what an agent publishes for other agents.
-  std::vector<uint8_t> SnapshotPolicy() const;
-
   // The learner's state as bytes: parameters, normaliser statistics, RNG
   // state, update count and this rank's optimiser shard. LoadState checks the
   // layout (parameter count, observation size, world size).

@@ -1,5 +1,6 @@
 #include "learners/ppo_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -53,33 +54,46 @@ nlohmann::json TrainerMetrics::ToJson() const {
 }
 
 Result<std::unique_ptr<PpoTrainer>> PpoTrainer::Make(const PpoTrainerConfig& config, Group& group,
-                                                     const EnvRegistry& registry) {
+                                                     PpoTrainerOptions options) {
   AGENTRT_RETURN_IF_ERROR(config.ppo.Validate());
   std::unique_ptr<PpoTrainer> t(new PpoTrainer(config, group));
-  const nlohmann::json env_args = config.env_args;
-  const std::string env = config.env;
-  AGENTRT_ASSIGN_OR_RETURN(t->pool_, EnvPool::Make([&] { return registry.MakeEnv(env, env_args); },
-                                                   {.num_envs = config.ppo.num_envs,
-                                                    .num_threads = config.env_threads,
-                                                    .seed = EnvSeed(config.ppo, group.rank(), 0)}));
+  EnvPool::Factory factory = std::move(options.env_factory);
+  if (!factory) {
+    const EnvRegistry& registry =
+        options.registry != nullptr ? *options.registry : GlobalEnvRegistry();
+    const nlohmann::json env_args = config.env_args;
+    const std::string env = config.env;
+    factory = [&registry, env, env_args] { return registry.MakeEnv(env, env_args); };
+  }
+  AGENTRT_ASSIGN_OR_RETURN(t->pool_,
+                           EnvPool::Make(factory, {.num_envs = config.ppo.num_envs,
+                                                   .num_threads = config.env_threads,
+                                                   .seed = EnvSeed(config.ppo, group.rank(), 0)}));
+  if (!t->pool_->action_space().is_discrete()) {
+    return InvalidArgument("ppo trainer: env " + config.env + " has action space " +
+                           t->pool_->action_space().ToString() + "; PPO here needs a Discrete one");
+  }
   AGENTRT_ASSIGN_OR_RETURN(t->learner_, PpoLearner::Make(config.ppo, t->pool_->observation_space(),
                                                          t->pool_->action_space(), group));
   t->pool_->Reset();
   return t;
 }
 
-Status PpoTrainer::Iterate(TrainerMetrics* metrics) {
+Status PpoTrainer::Iterate(TrainerMetrics* metrics, std::span<float> agree) {
   const auto start = std::chrono::steady_clock::now();
   EnvPool& pool = *pool_;
+  float ended = 0.0f, terminated = 0.0f;
   for (int t = 0; t < config_.ppo.rollout_steps; ++t) {
     learner_->ActAndRecord(pool.observations(), pool.actions());
     pool.Step();
     learner_->RecordStep(pool.rewards(), pool.terminated(), pool.truncated(),
                          pool.final_observations());
     for (int i = 0; i < pool.num_envs(); ++i) {
-      if (!pool.terminated()[i] && !pool.truncated()[i]) continue;
-      ++episodes_;
-      window_.emplace_back(pool.episode_returns()[i], pool.episode_lengths()[i]);
+      const auto k = static_cast<size_t>(i);
+      if (!pool.terminated()[k] && !pool.truncated()[k]) continue;
+      ended += 1.0f;
+      if (pool.terminated()[k]) terminated += 1.0f;
+      window_.emplace_back(pool.episode_returns()[k], pool.episode_lengths()[k]);
       if (static_cast<int>(window_.size()) > config_.episode_window) window_.pop_front();
     }
   }
@@ -87,24 +101,36 @@ Status PpoTrainer::Iterate(TrainerMetrics* metrics) {
   AGENTRT_RETURN_IF_ERROR(learner_->Update(pool.observations(), &ppo));
   env_steps_ +=
       static_cast<int64_t>(config_.ppo.rollout_steps) * config_.ppo.num_envs * group_.size();
-  if (metrics == nullptr) return Status::Ok();
 
-  // Episode statistics: this rank's window, averaged over the ranks that have one.
-  float stats[3] = {0.0f, 0.0f, window_.empty() ? 0.0f : 1.0f};
+  // Episode statistics (this rank's window, averaged over the ranks that have
+  // one; this iteration's episodes, summed) and the caller's values, in one
+  // all-reduce.
+  constexpr size_t kStats = 5;
+  stats_.assign(kStats + agree.size(), 0.0f);
+  stats_[2] = window_.empty() ? 0.0f : 1.0f;
   for (const auto& [ret, len] : window_) {
-    stats[0] += ret / static_cast<float>(window_.size());
-    stats[1] += static_cast<float>(len) / static_cast<float>(window_.size());
+    stats_[0] += ret / static_cast<float>(window_.size());
+    stats_[1] += static_cast<float>(len) / static_cast<float>(window_.size());
   }
+  stats_[3] = ended;
+  stats_[4] = terminated;
+  std::copy(agree.begin(), agree.end(), stats_.begin() + kStats);
   if (group_.size() > 1) {
-    AGENTRT_RETURN_IF_ERROR(group_.AllReduce(stats, 3, DataType::kFloat32, ReduceOp::kSum)
-                                .WithContext("ppo trainer: all-reducing episode statistics"));
+    AGENTRT_RETURN_IF_ERROR(
+        group_.AllReduce(stats_.data(), stats_.size(), DataType::kFloat32, ReduceOp::kSum)
+            .WithContext("ppo trainer: all-reducing episode statistics"));
   }
+  std::copy(stats_.begin() + kStats, stats_.end(), agree.begin());
+  episodes_ += static_cast<int64_t>(stats_[3]);
+  if (metrics == nullptr) return Status::Ok();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   metrics->env_steps = env_steps_;
   metrics->episodes = episodes_;
-  metrics->episode_return_mean = stats[2] > 0.0f ? stats[0] / stats[2] : 0.0f;
-  metrics->episode_length_mean = stats[2] > 0.0f ? stats[1] / stats[2] : 0.0f;
+  metrics->iteration_episodes = static_cast<int64_t>(stats_[3]);
+  metrics->terminated_fraction = stats_[3] > 0.0f ? stats_[4] / stats_[3] : 0.0f;
+  metrics->episode_return_mean = stats_[2] > 0.0f ? stats_[0] / stats_[2] : 0.0f;
+  metrics->episode_length_mean = stats_[2] > 0.0f ? stats_[1] / stats_[2] : 0.0f;
   metrics->window_episodes = static_cast<int>(window_.size());
   metrics->steps_per_s = static_cast<double>(config_.ppo.rollout_steps) * config_.ppo.num_envs *
                          group_.size() / seconds;
@@ -138,11 +164,9 @@ Status PpoTrainer::LoadState(std::span<const uint8_t> state) {
     at += sizeof v;
     return true;
   };
-  char magic[8];
   if (state.size() < 8 || std::memcmp(state.data(), kTrainerMagic, 8) != 0) {
     return DataLoss("ppo trainer: state does not start with the trainer magic");
   }
-  std::memcpy(magic, state.data(), 8);
   at = 8;
   int64_t env_steps = 0, episodes = 0;
   uint64_t window = 0;

@@ -8,6 +8,9 @@
 #include <numeric>
 #include <thread>
 
+#include "common/file_util.h"
+#include "scheduler/loader.h"
+
 #ifdef AGENTRT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -234,6 +237,54 @@ Inventory InventoryFromSlurm(const std::vector<SlurmNode>& nodes, std::string_vi
     inv.nodes.push_back(n.spec);
   }
   return inv;
+}
+
+Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& request,
+                                   const ScontrolReader& read_live_scontrol) {
+  if (!request.cluster_file.empty()) {
+    if (request.live_slurm) {
+      return InvalidArgument(
+          "--cluster " + request.cluster_file +
+          " cannot be used with --backend slurm: the allocation runs on the nodes SLURM has "
+          "(scontrol show node); drop --cluster, or use it with `agentctl plan` and "
+          "`--backend local`");
+    }
+    if (!request.scontrol.empty()) {
+      return InvalidArgument("give either --cluster or --scontrol, not both");
+    }
+    AGENTRT_RETURN_IF_ERROR(ApplyClusterFile(request.cluster_file, config));
+    return InventoryFromCluster(config.cluster, request.cluster_file);
+  }
+  const bool use_slurm =
+      !request.scontrol.empty() || request.live_slurm ||
+      (config.cluster.nodes.empty() && request.fallback == InventoryRequest::Fallback::kSlurm);
+  if (use_slurm) {
+    Result<std::string> text = Internal("no scontrol output");
+    if (!request.scontrol.empty() && request.scontrol != "-") {
+      text = ReadWholeFile(request.scontrol, size_t{64} << 20);
+      if (!text.ok()) return text.status().WithContext("--scontrol");
+    } else {
+      if (!read_live_scontrol) return FailedPrecondition("no way to read the live SLURM cluster");
+      text = read_live_scontrol();
+      if (!text.ok()) {
+        return text.status().WithContext(
+            "cannot read the SLURM cluster (scontrol show node -o); is SLURM installed and "
+            "reachable? (or describe the nodes with --cluster / a cluster: block)");
+      }
+    }
+    AGENTRT_ASSIGN_OR_RETURN(std::vector<SlurmNode> nodes, ParseScontrolNodes(*text));
+    Inventory inventory = InventoryFromSlurm(nodes, config.slurm.partition);
+    if (!config.cluster.nodes.empty()) {
+      inventory.warnings.push_back(
+          fmt::format("{}: the cluster.nodes block is not used: the plan is made on SLURM's nodes",
+                      request.config_file.empty() ? "the config" : request.config_file));
+    }
+    return inventory;
+  }
+  if (!config.cluster.nodes.empty()) {
+    return InventoryFromCluster(config.cluster, request.config_file + " cluster:");
+  }
+  return LocalInventory(DetectLocalMachine());
 }
 
 }  // namespace agentrt

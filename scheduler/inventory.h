@@ -5,12 +5,13 @@
 // Plain data and pure functions, except DetectLocalMachine (reads the host).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
-#include "scheduler/config.h"
+#include "plan/config.h"
 
 namespace agentrt {
 
@@ -20,6 +21,9 @@ struct Inventory {
   // run a 5-rank demo); the planner then warns instead of refusing.
   bool oversubscribe_cpus = false;
   std::string source;  // "config", "local machine", "slurm partition gpu", ...
+  // Said while resolving it (e.g. a config block it did not use); the planner
+  // copies them into the plan's warnings.
+  std::vector<std::string> warnings;
 };
 
 Inventory InventoryFromCluster(const ClusterConfig& cluster, std::string source = "config");
@@ -56,6 +60,35 @@ Result<std::vector<SlurmNode>> ParseScontrolNodes(std::string_view text);
 
 // Usable nodes, in the order given, restricted to `partition` when not empty.
 Inventory InventoryFromSlurm(const std::vector<SlurmNode>& nodes, std::string_view partition);
+
+// Where the nodes of a plan come from: one rule, shared by `agentctl plan`,
+// `agentctl run` and `agentctl sbatch`, in this order of precedence:
+//   1. --cluster FILE: an inventory file; its nodes (and its ports, when it
+//      states them) replace the config's. Refused when planning for a live
+//      SLURM allocation (`run --backend slurm`), whose nodes SLURM decides.
+//   2. SLURM: `--scontrol FILE` (saved `scontrol show node -o` output) or
+//      `--scontrol -` / a live allocation (scontrol run now): the usable nodes of
+//      slurm.partition. A `cluster.nodes` block in the config is then not used,
+//      and the inventory says so in a warning.
+//   3. the config's own `cluster.nodes` block;
+//   4. the command's fallback: this machine (plan, run) or the live SLURM
+//      cluster (sbatch).
+struct InventoryRequest {
+  std::string config_file;   // names the config's cluster block in messages
+  std::string cluster_file;  // --cluster
+  std::string scontrol;      // --scontrol: a file, or "-" for the live cluster
+  bool live_slurm = false;   // plan for a live allocation (run --backend slurm)
+  enum class Fallback { kLocalMachine, kSlurm };
+  Fallback fallback = Fallback::kLocalMachine;
+};
+
+// `scontrol show node -o` of the live cluster (slurm/slurm_client.h provides one).
+using ScontrolReader = std::function<Result<std::string>()>;
+
+// The inventory `request` asks for. May change `config` (an inventory file's
+// nodes and ports replace the config's). Errors name the file or the command.
+Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& request,
+                                   const ScontrolReader& read_live_scontrol);
 
 // The GPU count of a SLURM gres string (`gpu:h100:8(S:0-1),nic:1` → 8).
 int GpusFromGres(std::string_view gres);

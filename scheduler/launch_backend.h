@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/agent_env.h"
 
 namespace agentrt {
 
@@ -28,25 +29,33 @@ struct RankLaunch {
 };
 
 // Everything needed to start one incarnation of an agent group. Built from the
-// plan by the caller; the backend adds nothing but what DESIGN §4 names.
+// plan (LaunchesFromPlan in scheduler/run_driver.h); the backend adds nothing
+// but what DESIGN §4 names, through Contract().
 struct AgentLaunch {
   std::string name;
   int index = 0;
-  std::vector<RankLaunch> ranks;         // ranks 0..n-1, in order
-  std::vector<std::string> command;      // argv of every rank
+  std::vector<RankLaunch> ranks;           // ranks 0..n-1, in order
+  std::vector<std::string> command;        // argv of every rank
   std::map<std::string, std::string> env;  // the agent's own env: from agents.yaml
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                   // preferred rendezvous port (inside the block)
-  int ports_first = 0;                   // the agent's port block, inclusive
+  int master_port = 0;  // preferred rendezvous port (inside the block)
+  int ports_first = 0;  // the agent's port block, inclusive
   int ports_last = 0;
   std::string run_dir;
   std::string checkpoint_dir;
-  std::string log_dir;                   // rank N logs to <log_dir>/rank<N>.log
-  std::string bus_address;               // host:port
+  std::string log_dir;      // rank N logs to <log_dir>/rank<N>.log
+  std::string bus_address;  // host:port
   std::string token_file;
   std::string telemetry_endpoint;
+  std::string workdir;  // the ranks' working directory ("" = inherit)
   int restart_count = 0;
-  bool use_mpirun = false;               // one `mpirun` for all ranks (CPU + MPI group)
+  bool use_mpirun = false;  // one `mpirun` for all ranks (CPU + MPI group)
+
+  // The agent contract (plan/agent_env.h) of `rank`, rendezvous on
+  // `rendezvous_port`. With rank < 0: the agent-wide part, for a launcher whose
+  // rank wrapper fills in the rank (mpirun, srun); CUDA_VISIBLE_DEVICES is then
+  // that of rank 0's node (the wrapper sets each node's own).
+  AgentEnv Contract(int rank, int rendezvous_port) const;
 };
 
 struct LaunchedRank {

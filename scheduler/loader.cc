@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/file_util.h"
 #include "scheduler/hostlist.h"
 
 namespace agentrt {
@@ -1003,23 +1004,13 @@ YAML::Node ParseYaml(std::string_view text, const std::string& source) {
 
 Result<std::string> ReadCapped(const std::string& path, size_t max_bytes) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return ErrnoStatus(errno, fmt::format("cannot read config {}", path));
-  if (!S_ISREG(st.st_mode)) return InvalidArgument(fmt::format("{}: not a regular file", path));
-  if (static_cast<size_t>(st.st_size) > max_bytes) {
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<size_t>(st.st_size) > max_bytes) {
     return InvalidArgument(fmt::format("{}: file is {} bytes; the limit for a config is {} bytes",
                                        path, static_cast<size_t>(st.st_size), max_bytes));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus(errno, fmt::format("cannot open config {}", path));
-  std::string text;
-  text.resize(max_bytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > max_bytes) {  // grew after stat
-    return InvalidArgument(
-        fmt::format("{}: file is larger than the limit of {} bytes", path, max_bytes));
-  }
+  Result<std::string> text = ReadWholeFile(path, max_bytes);
+  if (!text.ok()) return text.status().WithContext("cannot read config");
   return text;
 }
 

@@ -1,4 +1,4 @@
-// Loads and validates agents.yaml into a Config (scheduler/config.h).
+// Loads and validates agents.yaml into a Config (plan/config.h).
 //
 // Every error is one line: `file:line:column: key 'agents[1].gpus': expected
 // ...; did you mean 'gpus'?`. Hostile input is stopped before yaml-cpp sees it
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "scheduler/config.h"
+#include "plan/config.h"
 
 namespace agentrt {
 

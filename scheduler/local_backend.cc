@@ -13,27 +13,10 @@
 #include <set>
 #include <thread>
 
+#include "plan/rank_exec.h"
 
 namespace agentrt {
 namespace {
-
-const std::set<std::string>& InheritedNamesToDrop() {
-  static const std::set<std::string> names = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-      "CUDA_VISIBLE_DEVICES", "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"};
-  return names;
-}
-
-bool DropInherited(const std::string& name) {
-  return name.rfind("AGENTRT_", 0) == 0 || name.rfind("OMPI_", 0) == 0 ||
-         name.rfind("PMIX_", 0) == 0 || InheritedNamesToDrop().count(name) > 0;
-}
-
-std::string JoinInts(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
 
 std::string EnvValue(const std::vector<std::string>& env, const std::string& name) {
   for (const auto& e : env) {
@@ -61,12 +44,16 @@ class LocalBackend final : public LaunchBackend {
     if (agent.ranks.empty()) return InvalidArgument("agent " + agent.name + ": no ranks to launch");
     if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
     if (procs_.count(agent.name) && !procs_[agent.name].live.empty()) {
-      return FailedPrecondition("agent " + agent.name + " is still running; cannot launch it again");
+      return FailedPrecondition("agent " + agent.name +
+                                " is still running; cannot launch it again");
     }
     std::error_code ec;
     std::filesystem::create_directories(agent.log_dir, ec);
-    if (ec) return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " + ec.message());
-    if (!agent.checkpoint_dir.empty()) std::filesystem::create_directories(agent.checkpoint_dir, ec);
+    if (ec)
+      return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " +
+                      ec.message());
+    if (!agent.checkpoint_dir.empty())
+      std::filesystem::create_directories(agent.checkpoint_dir, ec);
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
                                                           agent.ports_first, agent.ports_last));
@@ -81,24 +68,30 @@ class LocalBackend final : public LaunchBackend {
       auto mpirun = ResolveExecutable(options_.mpirun, path_env, {});
       if (!mpirun.ok()) return mpirun.status().WithContext("agent " + agent.name);
       if (options_.rank_exec.empty()) {
-        return FailedPrecondition("agent " + agent.name + ": no rank wrapper configured for mpirun");
+        return FailedPrecondition("agent " + agent.name +
+                                  ": no rank wrapper configured for mpirun");
       }
       SpawnRequest req;
-      req.argv = {*mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
-                  "-np", std::to_string(agent.ranks.size())};
+      req.argv = {*mpirun,
+                  "--oversubscribe",
+                  "--allow-run-as-root",
+                  "--bind-to",
+                  "none",
+                  "-np",
+                  std::to_string(agent.ranks.size())};
       req.env = BuildRankEnvironment(agent, -1, port, options_.base_env);
-      for (const auto& e : req.env) {
-        const std::string name = e.substr(0, e.find('='));
-        if (name.rfind("AGENTRT_", 0) == 0 || agent.env.count(name) ||
-            std::find(ContractVariables().begin(), ContractVariables().end(), name) !=
-                ContractVariables().end()) {
-          req.argv.push_back("-x");
-          req.argv.push_back(name);
-        }
-      }
+      // mpirun passes on to its ranks only what it is told to (-x): the
+      // agent's own env and the contract.
+      std::map<std::string, std::string> passed = agent.Contract(-1, port).ToVariables(false);
+      passed.insert(agent.env.begin(), agent.env.end());
+      for (const auto& [name, value] : passed) req.argv.insert(req.argv.end(), {"-x", name});
+      RankExecOptions wrapper;
+      wrapper.log_dir = agent.log_dir;
+      wrapper.command = agent.command;
+      wrapper.command[0] = *program;
+      const std::vector<std::string> wrapper_args = RankExecArgs(wrapper);
       req.argv.insert(req.argv.end(), options_.rank_exec.begin(), options_.rank_exec.end());
-      req.argv.insert(req.argv.end(), {"--log-dir", agent.log_dir, "--", *program});
-      req.argv.insert(req.argv.end(), agent.command.begin() + 1, agent.command.end());
+      req.argv.insert(req.argv.end(), wrapper_args.begin(), wrapper_args.end());
       req.log_path = agent.log_dir + "/mpirun.log";
       AGENTRT_ASSIGN_OR_RETURN(const pid_t pid, spawner_->Spawn(req));
       procs.pgid = pid;
@@ -115,7 +108,8 @@ class LocalBackend final : public LaunchBackend {
         auto pid = spawner_->Spawn(req);
         if (!pid.ok()) {
           KillAndForget(procs);
-          return pid.status().WithContext("agent " + agent.name + " rank " + std::to_string(r.rank));
+          return pid.status().WithContext("agent " + agent.name + " rank " +
+                                          std::to_string(r.rank));
         }
         if (procs.pgid == 0) procs.pgid = *pid;
         procs.live[*pid] = r.rank;
@@ -131,8 +125,7 @@ class LocalBackend final : public LaunchBackend {
   Status Signal(const std::string& agent, int sig) override {
     auto it = procs_.find(agent);
     if (it == procs_.end() || it->second.live.empty()) return Status::Ok();
-    return spawner_->SignalGroup(it->second.pgid, sig)
-        .WithContext("agent " + agent);
+    return spawner_->SignalGroup(it->second.pgid, sig).WithContext("agent " + agent);
   }
 
   std::vector<AgentProcessExit> PollExits() override {
@@ -183,54 +176,10 @@ class LocalBackend final : public LaunchBackend {
 
 }  // namespace
 
-const std::vector<std::string>& ContractVariables() {
-  static const std::vector<std::string> names = {
-      "AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_AGENT_INDEX", "RANK", "WORLD_SIZE",
-      "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
-      "AGENTRT_PORTS", "AGENTRT_CKPT_DIR", "AGENTRT_BUS", "AGENTRT_TOKEN_FILE",
-      "AGENTRT_TELEMETRY", "AGENTRT_RESTART_COUNT"};
-  return names;
-}
-
 std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
                                               const std::vector<std::string>& base_env) {
-  std::map<std::string, std::string> env;
-  for (const auto& e : base_env) {
-    const auto eq = e.find('=');
-    if (eq == std::string::npos) continue;
-    std::string name = e.substr(0, eq);
-    if (!DropInherited(name)) env[name] = e.substr(eq + 1);
-  }
-  for (const auto& [k, v] : agent.env) env[k] = v;
-
-  const RankLaunch* r = nullptr;
-  for (const auto& candidate : agent.ranks) {
-    if (candidate.rank == rank) r = &candidate;
-  }
-  const RankLaunch& any = r != nullptr ? *r : agent.ranks.front();
-  env["AGENTRT_RUN_DIR"] = agent.run_dir;
-  env["AGENTRT_AGENT"] = agent.name;
-  env["AGENTRT_AGENT_INDEX"] = std::to_string(agent.index);
-  env["WORLD_SIZE"] = std::to_string(agent.ranks.size());
-  env["LOCAL_WORLD_SIZE"] = std::to_string(any.local_world_size);
-  if (r != nullptr) {
-    env["RANK"] = std::to_string(r->rank);
-    env["LOCAL_RANK"] = std::to_string(r->local_rank);
-  }
-  env["MASTER_ADDR"] = agent.master_addr;
-  env["MASTER_PORT"] = std::to_string(master_port);
-  env["CUDA_VISIBLE_DEVICES"] = JoinInts(any.gpus);  // empty for a CPU rank
-  env["AGENTRT_PORTS"] = std::to_string(agent.ports_first) + "-" + std::to_string(agent.ports_last);
-  env["AGENTRT_CKPT_DIR"] = agent.checkpoint_dir;
-  env["AGENTRT_BUS"] = agent.bus_address;
-  env["AGENTRT_TOKEN_FILE"] = agent.token_file;
-  env["AGENTRT_TELEMETRY"] = agent.telemetry_endpoint;
-  env["AGENTRT_RESTART_COUNT"] = std::to_string(agent.restart_count);
-
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
+  return ComposeEnvironment(base_env, agent.env,
+                            agent.Contract(rank, master_port).ToVariables(rank >= 0));
 }
 
 Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last) {
@@ -255,10 +204,11 @@ Result<int> PickFreePort(const std::string& agent, int preferred, int first, int
     ::close(fd);
     if (free) return port;
   }
-  return ResourceExhausted("agent " + agent + ": every port of its block " + std::to_string(first) +
-                           "-" + std::to_string(last) +
-                           " is taken by another process; free one or give the agent a larger block "
-                           "(cluster.ports.per_agent)");
+  return ResourceExhausted(
+      "agent " + agent + ": every port of its block " + std::to_string(first) + "-" +
+      std::to_string(last) +
+      " is taken by another process; free one or give the agent a larger block "
+      "(cluster.ports.per_agent)");
 }
 
 std::unique_ptr<LaunchBackend> MakeLocalBackend(std::unique_ptr<ProcessSpawner> spawner,

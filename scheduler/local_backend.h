@@ -7,10 +7,10 @@
 //   `mpirun --oversubscribe --allow-run-as-root -np N -x VAR...` per agent, so
 //   each agent is its own MPI world. mpirun starts `rank_exec` (a small wrapper,
 //   `agentrt-exec-rank --log-dir DIR -- command...`, see
-//   scheduler/process_exec_rank.h) in front of the command: it sets RANK / LOCAL_RANK
+//   plan/rank_exec.h) in front of the command: it sets RANK / LOCAL_RANK
 //   from OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_RANK and its own
 //   PDEATHSIG, so the ranks see exactly the DESIGN §4 variables and die with
-//   mpirun (which Open MPI puts in separate process groups).
+//   mpirun (which Open MPI puts in separate process groups). See plan/rank_exec.h.
 // - MASTER_PORT is the first port of the agent's block, starting at the
 //   preferred one, that can be bound at launch; never a port outside the block.
 // - Environment of a rank: agentctl's own environment without any inherited
@@ -28,19 +28,20 @@
 namespace agentrt {
 
 struct LocalBackendOptions {
-  std::string mpirun = "mpirun";           // resolved in PATH at launch
-  std::vector<std::string> rank_exec;      // wrapper argv prefix for mpirun ranks
-  std::vector<std::string> search_dirs;    // where to look for a command not in PATH
-  std::vector<std::string> base_env;       // "NAME=value"; default: this process's environ
-  bool inherit_environ = true;             // take base_env from environ when it is empty
+  std::string mpirun = "mpirun";         // resolved in PATH at launch
+  std::vector<std::string> rank_exec;    // wrapper argv prefix for mpirun ranks
+  std::vector<std::string> search_dirs;  // where to look for a command not in PATH
+  std::vector<std::string> base_env;     // "NAME=value"; default: this process's environ
+  bool inherit_environ = true;           // take base_env from environ when it is empty
 };
 
 std::unique_ptr<LaunchBackend> MakeLocalBackend(std::unique_ptr<ProcessSpawner> spawner,
                                                 LocalBackendOptions options);
 
 // The complete environment of rank `rank` of `agent` ("NAME=value", sorted),
-// using `master_port`. With rank < 0: the environment of the agent's mpirun
-// (no RANK / LOCAL_RANK; the wrapper sets them).
+// using `master_port`: ComposeEnvironment (plan/agent_env.h) of `base_env`, the
+// agent's env and its Contract(). With rank < 0: the environment of the
+// agent's mpirun (no rank variables; the wrapper sets them).
 std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
                                               const std::vector<std::string>& base_env);
 
@@ -48,8 +49,5 @@ std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank
 // that can be bound now on all interfaces. ResourceExhausted naming the block
 // and `agent` when none can.
 Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last);
-
-// The environment names DESIGN §4 gives every rank.
-const std::vector<std::string>& ContractVariables();
 
 }  // namespace agentrt

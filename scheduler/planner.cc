@@ -13,17 +13,13 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "plan/run_dir.h"
+
 namespace agentrt {
 
 Result<Plan> PlanResult::ToResult() && {
   if (feasible()) return std::move(*this).plan();
   return ResourceExhausted(infeasible().reason);
-}
-
-std::string CheckpointDir(const Config& config, const PlanOptions& options,
-                          const std::string& agent) {
-  if (!options.run_dir.empty()) return fmt::format("{}/checkpoints/{}", options.run_dir, agent);
-  return fmt::format("{}/{}/checkpoints/{}", config.run.dir, config.run.name, agent);
 }
 
 namespace {
@@ -156,13 +152,14 @@ class Planner {
       out.args = agent.args;
       out.restart = agent.restart;
       out.checkpoint = agent.checkpoint;
-      out.checkpoint_dir = CheckpointDir(config_, options_, agent.name);
+      out.checkpoint_dir = RunDir::RelativeCheckpointDir(agent.name);
       std::optional<Infeasible> why = Place(agent, out);
       if (why) return *why;
     }
 
     for (const ChannelConfig& c : config_.channels)
       plan.channels.push_back({c.topic, c.publishers, c.subscribers});
+    plan.warnings = inventory_.warnings;
     for (const NodeState& n : nodes_) {
       if (n.spec->cpus > 0 && n.ranks > n.spec->cpus) {
         plan.warnings.push_back(fmt::format(

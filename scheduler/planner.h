@@ -19,16 +19,15 @@
 #include <string>
 #include <variant>
 
-#include "scheduler/config.h"
+#include "plan/config.h"
+#include "plan/plan.h"
 #include "scheduler/inventory.h"
-#include "scheduler/plan.h"
 
 namespace agentrt {
 
 struct PlanOptions {
-  // The actual run directory once the run controller has created it
-  // (`<run.dir>/<name>-<UTC timestamp>`); checkpoint dirs go under it. Empty:
-  // `<run.dir>/<run.name>/checkpoints/<agent>` (what `agentctl plan` shows).
+  // The run directory the plan is for, when it exists already; recorded as
+  // plan.run_dir. Paths in the plan (checkpoint_dir) are relative to it.
   std::string run_dir;
 };
 
@@ -59,9 +58,5 @@ class PlanResult {
 
 PlanResult MakePlan(const Config& config, const Inventory& inventory,
                     const PlanOptions& options = {});
-
-// The checkpoint directory of `agent` (see PlanOptions::run_dir).
-std::string CheckpointDir(const Config& config, const PlanOptions& options,
-                          const std::string& agent);
 
 }  // namespace agentrt

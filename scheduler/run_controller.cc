@@ -1,22 +1,14 @@
 #include "scheduler/run_controller.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
 #include <set>
 
-#include <fmt/format.h>
-
 namespace agentrt {
 namespace {
-
-class SteadyClock final : public Clock {
- public:
-  double NowSeconds() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  }
-};
 
 // Errors that will not go away by trying again: the agent fails at once.
 bool IsPermanent(const Status& s) {
@@ -26,11 +18,9 @@ bool IsPermanent(const Status& s) {
 
 }  // namespace
 
-std::unique_ptr<Clock> MakeSteadyClock() { return std::make_unique<SteadyClock>(); }
-
 RunController::RunController(std::string run_name, std::string run_dir,
                              std::vector<SupervisedAgent> agents, LaunchBackend* backend,
-                             Clock* clock)
+                             const Clock* clock)
     : backend_(backend), clock_(clock) {
   status_.run = std::move(run_name);
   status_.run_dir = std::move(run_dir);
@@ -234,11 +224,13 @@ void RunController::Tick() {
       case Phase::kRunning: {
         const double timeout = a.spec.restart.heartbeat_timeout_s;
         for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
-          if (timeout > 0 && a.armed[r] && !a.rank_done[r] && now - a.last_heartbeat_s[r] > timeout) {
-            BeginTeardown(i,
-                          fmt::format("rank {} sent no heartbeat for {:.1f} s (heartbeat_timeout_s {})",
-                                      r, now - a.last_heartbeat_s[r], timeout),
-                          static_cast<int>(r));
+          if (timeout > 0 && a.armed[r] && !a.rank_done[r] &&
+              now - a.last_heartbeat_s[r] > timeout) {
+            BeginTeardown(
+                i,
+                fmt::format("rank {} sent no heartbeat for {:.1f} s (heartbeat_timeout_s {})", r,
+                            now - a.last_heartbeat_s[r], timeout),
+                static_cast<int>(r));
             break;
           }
         }
@@ -300,7 +292,8 @@ void RunController::UpdateRunState() {
   if (Finished()) {
     state = RunState::kSucceeded;
     for (const auto& s : status_.agents) {
-      if (s.state == AgentState::kStopped && state == RunState::kSucceeded) state = RunState::kStopped;
+      if (s.state == AgentState::kStopped && state == RunState::kSucceeded)
+        state = RunState::kStopped;
       if (s.state == AgentState::kFailed) state = RunState::kFailed;
     }
   }
@@ -330,8 +323,8 @@ std::string RunController::Summary() const {
     if (s.state == AgentState::kFailed) {
       ++failed;
       const int rank = agents_[i].failed_rank;
-      const std::string log = rank >= 0 ? s.log_dir + "/rank" + std::to_string(rank) + ".log"
-                                        : s.log_dir + "/";
+      const std::string log =
+          rank >= 0 ? s.log_dir + "/rank" + std::to_string(rank) + ".log" : s.log_dir + "/";
       out += fmt::format("agent {} failed after {} restart{}: {}; see its log: {}\n", s.name,
                          s.restarts, s.restarts == 1 ? "" : "s", s.reason, log);
     } else if (s.state == AgentState::kStopped) {
@@ -339,11 +332,11 @@ std::string RunController::Summary() const {
     }
   }
   if (status_.state == RunState::kRunning) return "run " + status_.run + " is still running\n";
-  std::string head =
-      failed > 0 ? fmt::format("run {} failed: {} of {} agents failed", status_.run, failed,
-                               agents_.size())
-                 : fmt::format("run {} stopped: {} of {} agents stopped before finishing",
-                               status_.run, stopped, agents_.size());
+  std::string head = failed > 0
+                         ? fmt::format("run {} failed: {} of {} agents failed", status_.run, failed,
+                                       agents_.size())
+                         : fmt::format("run {} stopped: {} of {} agents stopped before finishing",
+                                       status_.run, stopped, agents_.size());
   return head + " (run dir " + status_.run_dir + ").\n" + out;
 }
 

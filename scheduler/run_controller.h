@@ -27,31 +27,24 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "comms/telemetry.h"
-#include "scheduler/config.h"
+#include "plan/config.h"
 #include "scheduler/launch_backend.h"
 #include "scheduler/status.h"
 
 namespace agentrt {
 
-// Monotonic seconds.
-class Clock {
- public:
-  virtual ~Clock() = default;
-  virtual double NowSeconds() = 0;
-};
-std::unique_ptr<Clock> MakeSteadyClock();
-
 struct SupervisedAgent {
-  AgentLaunch launch;      // restart_count is set by the controller
-  RestartPolicy restart;   // max_restarts, backoff_s, heartbeat_timeout_s, grace_s
+  AgentLaunch launch;     // restart_count is set by the controller
+  RestartPolicy restart;  // max_restarts, backoff_s, heartbeat_timeout_s, grace_s
 };
 
 class RunController {
  public:
   // `backend` and `clock` must outlive the controller.
   RunController(std::string run_name, std::string run_dir, std::vector<SupervisedAgent> agents,
-                LaunchBackend* backend, Clock* clock);
+                LaunchBackend* backend, const Clock* clock);
 
   // Launches every agent. A launch error counts as a failure of that agent.
   void Start();
@@ -96,8 +89,8 @@ class RunController {
     double kill_at_s = 0;
     bool killed = false;
     double restart_at_s = 0;
-    bool give_up = false;                  // teardown ends in failed regardless of restarts
-    bool stopping = false;                 // teardown ends in stopped
+    bool give_up = false;   // teardown ends in failed regardless of restarts
+    bool stopping = false;  // teardown ends in stopped
     int failed_rank = -1;
     double rate_t0_s = -1;
     int64_t rate_step0 = -1;
@@ -113,7 +106,7 @@ class RunController {
   int FindAgent(const std::string& name) const;
 
   LaunchBackend* backend_;
-  Clock* clock_;
+  const Clock* clock_;
   std::vector<Agent> agents_;
   RunStatus status_;
   bool stop_requested_ = false;

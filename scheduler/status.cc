@@ -2,13 +2,13 @@
 
 #include <fmt/format.h>
 
-#include "scheduler/run_dir.h"
+#include "common/file_util.h"
 
 namespace agentrt {
 
 namespace {
-constexpr std::string_view kAgentStates[] = {"pending", "running", "restarting",
-                                             "succeeded", "failed", "stopped"};
+constexpr std::string_view kAgentStates[] = {"pending",   "running", "restarting",
+                                             "succeeded", "failed",  "stopped"};
 constexpr std::string_view kRunStates[] = {"running", "succeeded", "failed", "stopped"};
 
 template <typename E, size_t N>
@@ -81,20 +81,21 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
   try {
     RunStatus s;
     s.run = j.at("run").get<std::string>();
-    AGENTRT_ASSIGN_OR_RETURN(s.state, ParseEnum<RunState>(j.at("state").get<std::string>(),
-                                                           kRunStates, "run state"));
+    AGENTRT_ASSIGN_OR_RETURN(
+        s.state, ParseEnum<RunState>(j.at("state").get<std::string>(), kRunStates, "run state"));
     for (const auto& aj : j.at("agents")) {
       AgentStatus a;
       a.name = aj.at("name").get<std::string>();
       AGENTRT_ASSIGN_OR_RETURN(a.state, ParseEnum<AgentState>(aj.at("state").get<std::string>(),
-                                                               kAgentStates, "agent state"));
+                                                              kAgentStates, "agent state"));
       a.restarts = aj.at("restarts").get<int>();
       for (const auto& rj : aj.at("ranks")) {
         RankStatus r;
         r.rank = rj.at("rank").get<int>();
         r.pid = rj.at("pid").get<int64_t>();
         r.node = rj.value("node", "");
-        if (rj.contains("exit_code") && !rj["exit_code"].is_null()) r.exit_code = rj["exit_code"].get<int>();
+        if (rj.contains("exit_code") && !rj["exit_code"].is_null())
+          r.exit_code = rj["exit_code"].get<int>();
         a.ranks.push_back(r);
       }
       if (aj.contains("last_checkpoint_step") && !aj["last_checkpoint_step"].is_null()) {
@@ -128,7 +129,7 @@ Result<RunStatus> ReadRunStatusFile(const std::string& path) {
 }
 
 Status WriteRunStatusFile(const RunStatus& status, const std::string& path) {
-  return WriteFileAtomic(path, RunStatusToJson(status).dump(2) + "\n", 0644);
+  return WriteFileAtomic(path, RunStatusToJson(status).dump(2) + "\n");
 }
 
 std::string RenderStatusTable(const RunStatus& status, int width) {
@@ -144,11 +145,11 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
       }
     }
     if (IsTerminal(a.state) && !a.reason.empty()) metrics = a.reason;
-    std::string line = fmt::format("{:<{}}  {:<10}  {:>3}  {:>9}  {:>8.1f}  {}", a.name, name_w,
-                                   AgentStateName(a.state), a.restarts,
-                                   a.step < 0 ? std::string("-") : std::to_string(a.step),
-                                   a.steps_per_s, metrics);
-    if (width > 0 && line.size() > static_cast<size_t>(width)) line.resize(static_cast<size_t>(width));
+    std::string line = fmt::format(
+        "{:<{}}  {:<10}  {:>3}  {:>9}  {:>8.1f}  {}", a.name, name_w, AgentStateName(a.state),
+        a.restarts, a.step < 0 ? std::string("-") : std::to_string(a.step), a.steps_per_s, metrics);
+    if (width > 0 && line.size() > static_cast<size_t>(width))
+      line.resize(static_cast<size_t>(width));
     out += line + "\n";
   }
   return out;

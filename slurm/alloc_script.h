@@ -9,8 +9,8 @@
 
 #include <string>
 
-#include "scheduler/config.h"
-#include "scheduler/plan.h"
+#include "plan/config.h"
+#include "plan/plan.h"
 
 namespace agentrt::slurm {
 

@@ -1,7 +1,7 @@
 // `agentctl array-task`: what runs as each rank of a job-array task (see
-// slurm/sbatch_writer.h). It finds the agent in RUN_DIR/plan.json, builds the
-// agent process contract (DESIGN §4) from the plan and from what SLURM set for
-// this rank, then execs the agent's command.
+// slurm/sbatch_writer.h). It finds the agent in RUN_DIR/plan.json, fills the
+// agent process contract (AgentEnv, plan/agent_env.h) from the plan and from
+// what SLURM set for this rank, then execs the agent's command.
 //
 // From the plan: AGENTRT_AGENT(_INDEX), MASTER_PORT, AGENTRT_PORTS,
 // AGENTRT_CKPT_DIR, the agent's env, its command. From SLURM: RANK
@@ -21,15 +21,10 @@
 #include <vector>
 
 #include "common/status.h"
-#include "scheduler/plan.h"
+#include "plan/agent_env.h"
+#include "plan/plan.h"
 
 namespace agentrt::slurm {
-
-// Reads one variable of the rank's environment (tests pass a map).
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-
-// `SLURM_TASKS_PER_NODE` ("2(x3),1") expanded to one count per node.
-Result<std::vector<int>> ParseTasksPerNode(const std::string& text);
 
 // The variables to set for this rank (added to or replacing the inherited
 // environment). `bus_address` is the content of RUN_DIR/bus.address.

@@ -5,11 +5,12 @@
 
 #include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
+#include "common/file_util.h"
 #include "comms/auth.h"
+#include "plan/run_dir.h"
 #include "slurm/command_runner.h"
 
 namespace agentrt::slurm {
@@ -59,19 +60,6 @@ std::string Join(const std::vector<std::string>& words, const std::string& sep) 
   std::string out;
   for (const auto& w : words) out += (out.empty() ? "" : sep) + w;
   return out;
-}
-
-Status WriteTextFile(const fs::path& path, const std::string& text, fs::perms mode) {
-  {
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return Internal(fmt::format("cannot write {}", path.string()));
-  }
-  std::error_code ec;
-  fs::permissions(path, mode, fs::perm_options::replace, ec);
-  if (ec) return Internal(fmt::format("chmod {}: {}", path.string(), ec.message()));
-  return Status::Ok();
 }
 
 Status MakeDir(const fs::path& path, fs::perms mode) {
@@ -160,8 +148,9 @@ Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm,
   }
   AGENTRT_ASSIGN_OR_RETURN(std::string common, CommonDirectives(slurm));
 
+  const RunDir layout(options.run_dir);
   const std::string run_dir = Quote(options.run_dir);
-  const std::string logs = options.run_dir + "/logs";
+  const std::string logs = layout.LogsDir();
   SbatchSet set;
 
   // Group agents by shape, in order of each shape's first agent.
@@ -195,12 +184,14 @@ Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm,
 RUN_DIR={run_dir}
 
 # An address left by an earlier bus would send agents to the wrong place.
-rm -f "$RUN_DIR/bus.address"
-exec {bus} --plan "$RUN_DIR/plan.json" --secret-file "$RUN_DIR/secrets/run.secret" \
-  --port 0 --address-file "$RUN_DIR/bus.address"
+rm -f {address}
+exec {bus} --plan {plan} --secret-file {secret} \
+  --port 0 --address-file {address}
 )sh",
       fmt::arg("run", plan.run), fmt::arg("logs", logs), fmt::arg("common", common),
-      fmt::arg("run_dir", run_dir), fmt::arg("bus", Quote(options.bus_path)));
+      fmt::arg("run_dir", run_dir), fmt::arg("bus", Quote(options.bus_path)),
+      fmt::arg("plan", Quote(layout.PlanPath())), fmt::arg("secret", Quote(layout.SecretPath())),
+      fmt::arg("address", Quote(layout.BusAddressPath())));
 
   // One job array per shape.
   for (ArrayJob& array : arrays) {
@@ -248,9 +239,9 @@ echo "agentrt: array task ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} runs 
 # The bus job writes its host:port to bus.address once it listens; look
 # every 0.1 s (ticks), give up after BUS_WAIT_S.
 ticks=0
-until [ -s "$RUN_DIR/bus.address" ]; do
+until [ -s {address} ]; do
   if [ "$ticks" -ge $((BUS_WAIT_S * 10)) ]; then
-    echo "agentrt: agent $agent: the bus did not publish its address in $RUN_DIR/bus.address within" \
+    echo "agentrt: agent $agent: the bus did not publish its address in "{address}" within" \
       "$BUS_WAIT_S s; is the bus job $(cat "$RUN_DIR/bus.jobid" 2>/dev/null) running? See $RUN_DIR/logs/{run}-bus-*.out" >&2
     exit 1
   fi
@@ -287,7 +278,8 @@ exit "$rc"
         fmt::arg("run_dir", run_dir), fmt::arg("agentctl", Quote(options.agentctl_path)),
         fmt::arg("agents", Join(quoted, " ")),
         fmt::arg("bus_wait", static_cast<long long>(options.bus_wait_s)),
-        fmt::arg("mpi", mpi ? " --mpi=pmix" : ""));
+        fmt::arg("mpi", mpi ? " --mpi=pmix" : ""),
+        fmt::arg("address", Quote(layout.BusAddressPath())));
   }
 
   set.done_script = fmt::format(
@@ -362,29 +354,29 @@ Result<SbatchSet> WriteSbatchRun(Plan plan, const Config& config, const SbatchOp
   AGENTRT_RETURN_IF_ERROR(MakeDir(dir, rwx));
   AGENTRT_RETURN_IF_ERROR(MakeDir(dir / "logs", rwx));
   AGENTRT_RETURN_IF_ERROR(MakeDir(dir / "secrets", fs::perms::owner_all));
+  const RunDir run_dir(options.run_dir);
   for (const AgentPlan& agent : plan.agents) {
+    const std::string ckpt = run_dir.Resolve(agent.checkpoint_dir);
     std::error_code ec;
-    fs::create_directories(agent.checkpoint_dir, ec);
+    fs::create_directories(ckpt, ec);
     if (ec)
       return Internal(fmt::format("agent {}: cannot create checkpoint directory {}: {}", agent.name,
-                                  agent.checkpoint_dir, ec.message()));
+                                  ckpt, ec.message()));
   }
 
   // Credentials: a fresh secret per generated run; tokens derive from it.
-  AGENTRT_ASSIGN_OR_RETURN(std::string secret, GenerateSecret());
-  AGENTRT_RETURN_IF_ERROR(WriteSecretFile((dir / "secrets" / "run.secret").string(), secret));
-  for (const AgentPlan& agent : plan.agents) {
-    AGENTRT_RETURN_IF_ERROR(WriteTokenFile((dir / "secrets" / (agent.name + ".token")).string(),
-                                           agent.name, DeriveAgentToken(secret, agent.name)));
-  }
+  AGENTRT_ASSIGN_OR_RETURN(const std::string secret, run_dir.CreateSecret());
+  AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(run_dir, secret, plan));
 
-  AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan, (dir / "plan.json").string()));
-  AGENTRT_RETURN_IF_ERROR(WriteTextFile(dir / "bus.sbatch", set.bus_script, rwx));
+  AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan, run_dir.PlanPath()));
+  const AtomicWriteOptions script{.mode = 0755};
+  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic((dir / "bus.sbatch").string(), set.bus_script, script));
   for (const ArrayJob& array : set.arrays) {
-    AGENTRT_RETURN_IF_ERROR(WriteTextFile(dir / array.file_name, array.script, rwx));
+    AGENTRT_RETURN_IF_ERROR(
+        WriteFileAtomic((dir / array.file_name).string(), array.script, script));
   }
-  AGENTRT_RETURN_IF_ERROR(WriteTextFile(dir / "done.sbatch", set.done_script, rwx));
-  AGENTRT_RETURN_IF_ERROR(WriteTextFile(dir / "submit.sh", set.submit_script, rwx));
+  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic((dir / "done.sbatch").string(), set.done_script, script));
+  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic((dir / "submit.sh").string(), set.submit_script, script));
   return set;
 }
 

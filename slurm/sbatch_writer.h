@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "scheduler/config.h"
-#include "scheduler/plan.h"
+#include "plan/config.h"
+#include "plan/plan.h"
 
 namespace agentrt::slurm {
 

@@ -3,46 +3,17 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <cctype>
+#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
+#include "common/file_util.h"
+#include "plan/rank_exec.h"
 #include "scheduler/local_backend.h"
-
 
 namespace agentrt::slurm {
 namespace {
-
-// Runs as every task of the step: the DESIGN §4 rank variables from SLURM's,
-// the plan's GPUs of this node, the rank's log file, then exec of the command.
-constexpr const char* kRankWrapper = R"sh(export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID"
-node=$(printf %s "${SLURMD_NODENAME:-}" | tr -c 'A-Za-z0-9_' '_')
-if [ -z "${AGENTRT_TRUST_SLURM_GPUS:-}" ]; then
-  eval "CUDA_VISIBLE_DEVICES=\${AGENTRT_STEP_GPUS_$node-}"
-  export CUDA_VISIBLE_DEVICES
-fi
-if [ "$SLURM_PROCID" = 0 ]; then
-  echo "$SLURM_JOB_ID.$SLURM_STEP_ID" >"$AGENTRT_STEP_LOG_DIR/step.id.tmp" &&
-    mv -f "$AGENTRT_STEP_LOG_DIR/step.id.tmp" "$AGENTRT_STEP_LOG_DIR/step.id"
-fi
-exec "$@" >>"$AGENTRT_STEP_LOG_DIR/rank$RANK.log" 2>&1
-)sh";
-
-std::string NodeKey(const std::string& node) {
-  std::string key = node;
-  for (char& c : key) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') c = '_';
-  }
-  return key;
-}
-
-std::string JoinInts(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
-}
 
 // Plan nodes in rank order, each once.
 std::vector<std::string> Nodes(const AgentLaunch& agent) {
@@ -51,15 +22,6 @@ std::vector<std::string> Nodes(const AgentLaunch& agent) {
     if (std::find(nodes.begin(), nodes.end(), r.node) == nodes.end()) nodes.push_back(r.node);
   }
   return nodes;
-}
-
-std::string EnvValue(const std::vector<std::string>& env, const std::string& name) {
-  for (const auto& e : env) {
-    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
-      return e.substr(name.size() + 1);
-    }
-  }
-  return "";
 }
 
 std::string SignalName(int sig) {
@@ -112,7 +74,7 @@ class SrunBackend final : public LaunchBackend {
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
                                                           agent.ports_first, agent.ports_last));
-    const std::string path_env = EnvValue(options_.base_env, "PATH");
+    const std::string path_env = EnvLookupOf(options_.base_env)("PATH").value_or("");
     auto program = ResolveExecutable(agent.command[0], path_env, options_.search_dirs);
     if (!program.ok()) return program.status().WithContext("agent " + agent.name);
     auto srun = ResolveExecutable(options_.srun, path_env, {});
@@ -180,10 +142,8 @@ class SrunBackend final : public LaunchBackend {
 
  private:
   static std::string StepId(const Step& step) {
-    std::ifstream in(step.log_dir + "/step.id");
-    std::string id;
-    std::getline(in, id);
-    return id;
+    const std::string id = ReadWholeFile(step.log_dir + "/step.id", 256).value_or("");
+    return id.substr(0, id.find('\n'));
   }
 
   std::unique_ptr<ProcessSpawner> spawner_;
@@ -216,29 +176,67 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
                    options.mpi_agents.end();
   argv.push_back(mpi ? "--mpi=pmix" : "--mpi=none");
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
-  argv.insert(argv.end(), {"/bin/sh", "-c", kRankWrapper, "sh", program});
-  argv.insert(argv.end(), agent.command.begin() + 1, agent.command.end());
+  // Every task runs the rank wrapper (plan/rank_exec.h): the rank variables
+  // from SLURM's, the plan's GPUs of its node, its log, the step id.
+  RankExecOptions wrapper;
+  wrapper.log_dir = agent.log_dir;
+  wrapper.step_id_file = agent.log_dir + "/step.id";
+  if (!options.trust_slurm_binding && gpus_per_node > 0) {
+    for (const auto& node : nodes) {
+      for (const auto& r : agent.ranks) {
+        if (r.node == node) {
+          wrapper.node_gpus.push_back(node + "=" + GpuListString(r.gpus));
+          break;
+        }
+      }
+    }
+  }
+  wrapper.command = agent.command;
+  wrapper.command[0] = program;
+  const std::vector<std::string> args = RankExecArgs(wrapper);
+  argv.insert(argv.end(), options.rank_exec.begin(), options.rank_exec.end());
+  argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
 
 std::vector<std::string> BuildSrunEnvironment(const AgentLaunch& agent, int master_port,
                                               const SrunOptions& options) {
-  std::vector<std::string> env = BuildRankEnvironment(agent, -1, master_port, options.base_env);
-  std::map<std::string, std::string> extra;
-  for (const auto& r : agent.ranks)
-    extra["AGENTRT_STEP_GPUS_" + NodeKey(r.node)] = JoinInts(r.gpus);
-  extra["AGENTRT_STEP_LOG_DIR"] = agent.log_dir;
-  if (options.trust_slurm_binding) extra["AGENTRT_TRUST_SLURM_GPUS"] = "1";
-  for (auto& e : env) {
-    const std::string name = e.substr(0, e.find('='));
-    auto it = extra.find(name);
-    if (it == extra.end()) continue;
-    e = name + "=" + it->second;
-    extra.erase(it);
+  return BuildRankEnvironment(agent, -1, master_port, options.base_env);
+}
+
+std::string MapPlanGpusOntoJob(Plan& plan, const std::string& node,
+                               const std::string& slurm_job_gpus) {
+  std::vector<int> granted;
+  size_t at = 0;
+  while (at < slurm_job_gpus.size()) {
+    const size_t comma = std::min(slurm_job_gpus.find(',', at), slurm_job_gpus.size());
+    if (comma > at) granted.push_back(std::atoi(slurm_job_gpus.substr(at, comma - at).c_str()));
+    at = comma + 1;
   }
-  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
-  std::sort(env.begin(), env.end());
-  return env;
+  std::vector<int> planned;
+  for (const AgentPlan& a : plan.agents) {
+    for (const Placement& p : a.placement) {
+      if (p.node == node) planned.insert(planned.end(), p.gpus.begin(), p.gpus.end());
+    }
+  }
+  std::sort(planned.begin(), planned.end());
+  planned.erase(std::unique(planned.begin(), planned.end()), planned.end());
+  if (planned.empty()) return "";
+  if (granted.size() < planned.size()) {
+    return "SLURM gave the job GPUs " + slurm_job_gpus + " on " + node +
+           ", fewer than the plan's " + std::to_string(planned.size()) +
+           "; keeping the plan's GPU numbers";
+  }
+  for (AgentPlan& a : plan.agents) {
+    for (Placement& p : a.placement) {
+      if (p.node != node) continue;
+      for (int& g : p.gpus) {
+        g = granted[static_cast<size_t>(std::lower_bound(planned.begin(), planned.end(), g) -
+                                        planned.begin())];
+      }
+    }
+  }
+  return "";
 }
 
 std::unique_ptr<LaunchBackend> MakeSrunBackend(std::unique_ptr<ProcessSpawner> spawner,

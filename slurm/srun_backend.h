@@ -4,19 +4,21 @@
 //
 //   srun --exact --kill-on-bad-exit=1 --job-name=<agent> --nodes=N --nodelist=<plan nodes>
 //        --ntasks=<ranks> --cpus-per-task=C --gres=gpu:G|none --mpi=pmix|none
-//        /bin/sh -c <rank wrapper> sh <command...>
+//        agentrt-exec-rank --log-dir LOG_DIR [--gpus NODE=LIST]... --step-id-file LOG_DIR/step.id
+//        -- <command...>
 //
 // - A restart is a new step (a new srun); other agents' steps keep running.
 // - Signal(SIGKILL): `scancel JOBID.STEPID` of the agent's current step, then
 //   SIGKILL to the local srun. Other signals go to the step's tasks through
 //   `scancel --signal=SIG JOBID.STEPID` (srun's own forwarding when the step id
 //   is not known yet).
-// - Rank environment: DESIGN §4, built like the local backend's, passed to srun
-//   (which exports it to the tasks); the rank wrapper then sets RANK from
-//   SLURM_PROCID and LOCAL_RANK from SLURM_LOCALID, and sends the rank's output
-//   to <log_dir>/rank<RANK>.log. Rank 0 records the step id in <log_dir>/step.id.
+// - Rank environment: the agent's Contract() (plan/agent_env.h), composed like
+//   the local backend's, passed to srun (which exports it to the tasks); the
+//   rank wrapper (plan/rank_exec.h) then sets the rank variables from SLURM's,
+//   and sends the rank's output to <log_dir>/rank<RANK>.log. Rank 0 records the
+//   step id in <log_dir>/step.id.
 // - CUDA_VISIBLE_DEVICES: set explicitly to the plan's GPUs of the rank's node
-//   (the wrapper overwrites what SLURM's GRES binding set). The controller first
+//   (the wrapper's --gpus overwrites what SLURM's GRES binding set). The controller first
 //   maps the plan's GPUs on its node onto the ones SLURM gave the job
 //   (SLURM_JOB_GPUS; see RunInAllocation in tools/agentctl/cmd_run.cc), so a run
 //   never touches another job's GPUs; `--gres=gpu:G` makes SLURM account for
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/plan.h"
 #include "scheduler/launch_backend.h"
 #include "scheduler/process.h"
 #include "slurm/command_runner.h"
@@ -47,17 +50,26 @@ struct SrunOptions {
   std::vector<std::string> search_dirs;  // where to look for a command not in PATH
   std::vector<std::string> base_env;     // default: this process's environ
   std::vector<std::string> extra_args;   // added to every srun (before the command)
+  std::vector<std::string> rank_exec = {"agentrt-exec-rank"};  // the rank wrapper's argv prefix
 };
 
 // The srun argv for one incarnation of `agent` (command resolved to `program`).
 std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::string& program,
                                        const SrunOptions& options);
 
-// The environment passed to srun for `agent` (sorted "NAME=value"): DESIGN §4
-// without RANK/LOCAL_RANK, plus AGENTRT_STEP_GPUS_<node> per plan node and
-// AGENTRT_STEP_LOG_DIR for the wrapper.
+// The environment passed to srun for `agent` (sorted "NAME=value"): the
+// agent-wide contract (the wrapper adds the rank part).
 std::vector<std::string> BuildSrunEnvironment(const AgentLaunch& agent, int master_port,
                                               const SrunOptions& options);
+
+// The plan numbers GPUs as if the node were the job's alone; SLURM may have
+// given the job others (another job holds 0-2). On `node`, the plan's k-th GPU
+// becomes the job's k-th (`slurm_job_gpus`, SLURM_JOB_GPUS), so agents stay
+// pairwise disjoint inside the job and never touch another job's GPUs. Other
+// nodes keep the plan's numbers. Returns a warning ("" when none) when SLURM
+// gave fewer GPUs than the plan uses there (the plan is then left alone).
+std::string MapPlanGpusOntoJob(Plan& plan, const std::string& node,
+                               const std::string& slurm_job_gpus);
 
 // `runner` runs scancel; it must outlive the backend.
 std::unique_ptr<LaunchBackend> MakeSrunBackend(std::unique_ptr<ProcessSpawner> spawner,

@@ -1,13 +1,16 @@
 #include "corridor.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "envs/params.h"
 
-Corridor::Corridor(int length, int max_steps, float step_cost)
+Corridor::Corridor(int length, int max_steps, float step_cost, int step_us)
     : length_(length),
       max_steps_(max_steps),
       step_cost_(step_cost),
+      step_us_(step_us),
       observation_space_(agentrt::Space::Box({length}, 0.0f, 1.0f)),
       action_space_(agentrt::Space::Discrete(2)) {}
 
@@ -19,6 +22,7 @@ void Corridor::Reset(std::optional<uint64_t> /*seed*/, std::span<float> obs) {
 }
 
 agentrt::StepResult Corridor::Step(std::span<const float> action, std::span<float> obs) {
+  if (step_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(step_us_));
   const int move = action[0] >= 0.5f ? 1 : -1;
   position_ = std::clamp(position_ + move, 0, length_ - 1);
   ++elapsed_;
@@ -44,8 +48,11 @@ agentrt::Result<std::unique_ptr<agentrt::Env>> MakeCorridor(const nlohmann::json
   const int length = p.Get("length", 16);
   const int max_steps = p.Get("max_steps", 64);
   const float step_cost = p.Get("step_cost", 0.01f);
+  const int step_us = p.Get("step_us", 0);
   if (length < 2) p.Invalid("length", "must be at least 2");
   if (max_steps < 1) p.Invalid("max_steps", "must be positive");
+  if (step_us < 0) p.Invalid("step_us", "must not be negative");
   AGENTRT_RETURN_IF_ERROR(p.Finish());
-  return std::unique_ptr<agentrt::Env>(std::make_unique<Corridor>(length, max_steps, step_cost));
+  return std::unique_ptr<agentrt::Env>(
+      std::make_unique<Corridor>(length, max_steps, step_cost, step_us));
 }

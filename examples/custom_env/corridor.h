@@ -10,10 +10,11 @@
 //
 // A random walk needs ~length^2 steps to reach the end, so with length 16 and
 // max_steps 64 it rarely does; a learner that works reaches it in length - 1.
+// `step_us` makes every step take that long, standing in for a real
+// simulator's cost (the corridor itself steps in nanoseconds).
 #pragma once
 
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
@@ -21,7 +22,7 @@
 
 class Corridor final : public agentrt::Env {
  public:
-  Corridor(int length, int max_steps, float step_cost);
+  Corridor(int length, int max_steps, float step_cost, int step_us = 0);
 
   const agentrt::Space& observation_space() const override { return observation_space_; }
   const agentrt::Space& action_space() const override { return action_space_; }
@@ -37,11 +38,12 @@ class Corridor final : public agentrt::Env {
   int length_;
   int max_steps_;
   float step_cost_;
+  int step_us_;
   agentrt::Space observation_space_;
   agentrt::Space action_space_;
   int position_ = 0;
   int elapsed_ = 0;
 };
 
-// {"length": 16, "max_steps": 64, "step_cost": 0.01}; errors name the key.
+// {"length": 16, "max_steps": 64, "step_cost": 0.01, "step_us": 0}; errors name the key.
 agentrt::Result<std::unique_ptr<agentrt::Env>> MakeCorridor(const nlohmann::json& params);

@@ -2,7 +2,8 @@
 // (see agents.yaml here), it
 //   1. builds agentrt::Runtime from the environment the launcher sets
 //      (AGENTRT_RUN_DIR, AGENTRT_AGENT, AGENTRT_CKPT_DIR, AGENTRT_TELEMETRY, ...);
-//   2. reads its own `args` from RUN_DIR/plan.json;
+//   2. takes its own `args` and checkpoint policy from the run's plan, which the
+//      Runtime has loaded (no file of agentrt's is parsed here);
 //   3. resumes from its newest valid checkpoint, if any;
 //   4. trains a tabular Q-learning policy on the user-defined Corridor env,
 //      reporting metrics (they land in RUN_DIR/metrics.jsonl) and saving
@@ -12,11 +13,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/runtime.h"
 #include "corridor.h"
@@ -24,19 +23,6 @@
 #include "envs/rng.h"
 
 namespace {
-
-// This agent's `args` from the plan the controller wrote (plan.json, DESIGN §6).
-agentrt::Result<nlohmann::json> ReadArgs(const agentrt::Assignment& a) {
-  const std::string path = a.run_dir + "/plan.json";
-  std::ifstream in(path);
-  if (!in) return agentrt::NotFound("cannot open " + path + " (is this agent started by agentctl run?)");
-  nlohmann::json plan = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (plan.is_discarded()) return agentrt::InvalidArgument(path + ": not valid JSON");
-  for (const auto& agent : plan.value("agents", nlohmann::json::array())) {
-    if (agent.value("name", "") == a.agent) return agent.value("args", nlohmann::json::object());
-  }
-  return agentrt::NotFound(path + ": no agent named '" + a.agent + "'");
-}
 
 struct Settings {
   int64_t steps = 20000;
@@ -73,9 +59,7 @@ int main() {
   if (!rt.ok()) return Fail(rt.status());
   agentrt::Runtime& runtime = **rt;
 
-  auto args = ReadArgs(runtime.assignment());
-  if (!args.ok()) return Fail(args.status());
-  auto settings = ParseSettings(*args);
+  auto settings = ParseSettings(runtime.args());
   if (!settings.ok()) return Fail(settings.status());
   auto made = MakeCorridor(settings->env_args);
   if (!made.ok()) return Fail(made.status());
@@ -83,7 +67,7 @@ int main() {
 
   const int cells = static_cast<int>(env.observation_space().size());
   std::vector<float> q(static_cast<size_t>(cells) * 2, 0.0f);  // Q[cell][action]
-  agentrt::Rng rng(settings->seed + static_cast<uint64_t>(runtime.assignment().rank));
+  agentrt::Rng rng(settings->seed + static_cast<uint64_t>(runtime.env().rank));
   int64_t step = 0;
   int64_t episodes = 0;
 
@@ -91,11 +75,13 @@ int main() {
   agentrt::Checkpointer& ckpt = runtime.checkpointer();
   auto restored = ckpt.Restore();
   if (!restored.ok()) return Fail(restored.status());
-  std::printf("corridor-agent %s: %s\n", runtime.assignment().agent.c_str(), restored->Describe().c_str());
+  std::printf("corridor-agent %s: %s\n", runtime.env().agent.c_str(), restored->Describe().c_str());
   if (restored->restored()) {
     agentrt::Rng::State state;
-    if (auto s = restored->shard.CopyTo("q", q.data(), q.size() * sizeof(float)); !s.ok()) return Fail(s);
-    if (auto s = restored->shard.CopyTo("rng", state.data(), sizeof(state)); !s.ok()) return Fail(s);
+    if (auto s = restored->shard.CopyTo("q", q.data(), q.size() * sizeof(float)); !s.ok())
+      return Fail(s);
+    if (auto s = restored->shard.CopyTo("rng", state.data(), sizeof(state)); !s.ok())
+      return Fail(s);
     rng.set_state(state);
     step = restored->step;
     episodes = restored->metadata.value("episodes", int64_t{0});
@@ -122,12 +108,15 @@ int main() {
     for (bool done = false; !done; ++length, ++step) {
       const int s = cell_of();
       float* qs = &q[static_cast<size_t>(s) * 2];
-      const int a = rng.Uniform() < settings->epsilon ? static_cast<int>(rng.Below(2))
-                                                       : (qs[1] > qs[0] ? 1 : (qs[0] > qs[1] ? 0 : static_cast<int>(rng.Below(2))));
+      const int a =
+          rng.Uniform() < settings->epsilon
+              ? static_cast<int>(rng.Below(2))
+              : (qs[1] > qs[0] ? 1 : (qs[0] > qs[1] ? 0 : static_cast<int>(rng.Below(2))));
       const float action = static_cast<float>(a);
       const agentrt::StepResult r = env.Step({&action, 1}, obs);
       const float* next = &q[static_cast<size_t>(cell_of()) * 2];
-      const double target = r.reward + (r.terminated ? 0.0 : settings->gamma * std::max(next[0], next[1]));
+      const double target =
+          r.reward + (r.terminated ? 0.0 : settings->gamma * std::max(next[0], next[1]));
       qs[a] += static_cast<float>(settings->lr * (target - qs[a]));
       episode_return += r.reward;
       done = r.terminated || r.truncated;
@@ -138,18 +127,21 @@ int main() {
     if (returns.size() > 20) returns.pop_front(), lengths.pop_front();
     if (episodes % 10 == 0) {
       const double n = static_cast<double>(returns.size());
-      runtime.Report(step, {{"episode_return_mean", std::accumulate(returns.begin(), returns.end(), 0.0) / n},
-                            {"episode_length", std::accumulate(lengths.begin(), lengths.end(), 0.0) / n},
-                            {"episodes", episodes}});
+      runtime.Report(
+          step, {{"episode_return_mean", std::accumulate(returns.begin(), returns.end(), 0.0) / n},
+                 {"episode_length_mean", std::accumulate(lengths.begin(), lengths.end(), 0.0) / n},
+                 {"episodes", episodes}});
     }
-    if (ckpt.SaveDue()) {
+    if (ckpt.SaveDue()) {  // the plan's checkpoint.interval_s has passed (or SIGUSR2)
+      std::printf("corridor-agent %s: checkpoint due at step %lld\n", runtime.env().agent.c_str(),
+                  static_cast<long long>(step));
       if (auto s = save(false); !s.ok()) return Fail(s);
     }
   }
   // Budget reached or stop requested: a last checkpoint, then exit 0.
   if (auto s = save(true); !s.ok()) return Fail(s);
   std::printf("corridor-agent %s: %s at step %lld after %lld episodes, checkpoint saved\n",
-              runtime.assignment().agent.c_str(), runtime.ShouldStop() ? "stopped" : "done",
+              runtime.env().agent.c_str(), runtime.ShouldStop() ? "stopped" : "done",
               static_cast<long long>(step), static_cast<long long>(episodes));
   return 0;
 }

@@ -12,13 +12,13 @@ removed on success.
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -26,51 +26,6 @@ AGENT = os.path.join(BIN, "agentrt-test-agent")
 STEP_MS = 20
 INTERVAL_S = 1.0
 STEPS_PER_INTERVAL = int(INTERVAL_S * 1000 / STEP_MS)
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-    print("ok:", what, flush=True)
-
-
-def wait_for(what, pred, timeout_s=30.0, period_s=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(period_s)
-    raise Failure("timed out after %.0f s waiting for %s" % (timeout_s, what))
-
-
-def free_port_block(n):
-    for _ in range(200):
-        s = socket.socket()
-        s.bind(("0.0.0.0", 0))
-        first = s.getsockname()[1]
-        s.close()
-        if first + n > 65000:
-            continue
-        ok = True
-        for p in range(first, first + n):
-            t = socket.socket()
-            try:
-                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                t.bind(("0.0.0.0", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-            if not ok:
-                break
-        if ok:
-            return first
-    raise Failure("no free block of %d ports" % n)
 
 
 def committed_steps(ckpt_dir):
@@ -215,21 +170,12 @@ agents:
 
 
 def main():
-    name = sys.argv[1]
     for path in (AGENTCTL, AGENT):
         if not os.access(path, os.X_OK):
             print("missing %s (build agentctl and agentrt-test-agent)" % path)
             return 1
-    work = tempfile.mkdtemp(prefix="agentrt-ckpt-e2e-%s-" % name)
-    try:
-        scenario(work, 1 if name == "single" else 2)
-    except Failure as e:
-        print("FAILED:", e)
-        print("(work dir kept: %s)" % work)
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print("PASSED", name)
-    return 0
+    scenarios = {"single": lambda work: scenario(work, 1), "mpi_pair": lambda work: scenario(work, 2)}
+    return run_scenarios(scenarios, sys.argv[1], "agentrt-ckpt-e2e")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 
 #include "comms/telemetry.h"
 #include "tests/agent_runtime/temp_dir.h"
+#include "tests/plan/plan_test_util.h"
 
 namespace agentrt {
 namespace {
@@ -38,6 +39,10 @@ std::string AgentBinary() {
 pid_t StartAgent(const std::string& run_dir, const std::string& telemetry, const std::string& log,
                  std::vector<std::string> args, int restart_count = 0) {
   std::string bin = AgentBinary();
+  // The runtime reads its agent's entry from the run's plan.
+  REQUIRE(WritePlanFile(testing::TestPlan("t", std::vector<std::string>{"counter-0"}),
+                        run_dir + "/plan.json")
+              .ok());
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {

@@ -1,5 +1,4 @@
 #include "agent_runtime/runtime.h"
-#include "tests/agent_runtime/temp_dir.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -12,6 +11,9 @@
 #include <string>
 #include <thread>
 
+#include "tests/agent_runtime/temp_dir.h"
+#include "tests/plan/plan_test_util.h"
+
 namespace agentrt {
 namespace {
 
@@ -22,111 +24,21 @@ struct TempDir : testing::TempDir {
   TempDir() : testing::TempDir("agentrt-rt") {}
 };
 
-using Env = std::map<std::string, std::string>;
-
-Env FullEnv() {
-  return {{"AGENTRT_RUN_DIR", "/runs/demo-1"},
-          {"AGENTRT_AGENT", "predator-1"},
-          {"AGENTRT_AGENT_INDEX", "3"},
-          {"RANK", "1"},
-          {"WORLD_SIZE", "2"},
-          {"LOCAL_RANK", "1"},
-          {"LOCAL_WORLD_SIZE", "2"},
-          {"MASTER_ADDR", "node01"},
-          {"MASTER_PORT", "20017"},
-          {"CUDA_VISIBLE_DEVICES", "2,3"},
-          {"AGENTRT_PORTS", "20016-20031"},
-          {"AGENTRT_CKPT_DIR", "/runs/demo-1/checkpoints/predator-1"},
-          {"AGENTRT_BUS", "node01:20000"},
-          {"AGENTRT_TOKEN_FILE", "/runs/demo-1/secrets/predator-1.token"},
-          {"AGENTRT_TELEMETRY", "ipc:///runs/demo-1/telemetry.sock"},
-          {"AGENTRT_RESTART_COUNT", "2"}};
-}
-
-Result<Assignment> Parse(const Env& env) {
-  return AssignmentFromEnvironment([&env](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
-}
-
-TEST_CASE("the assignment is read from the DESIGN §4 environment variables") {
-  auto a = Parse(FullEnv());
-  REQUIRE(a.ok());
-  CHECK(a->run_dir == "/runs/demo-1");
-  CHECK(a->agent == "predator-1");
-  CHECK(a->agent_index == 3);
-  CHECK(a->rank == 1);
-  CHECK(a->world_size == 2);
-  CHECK(a->local_rank == 1);
-  CHECK(a->local_world_size == 2);
-  CHECK(a->master_addr == "node01");
-  CHECK(a->master_port == 20017);
-  CHECK(a->ports_first == 20016);
-  CHECK(a->ports_last == 20031);
-  CHECK(a->visible_gpus == std::vector<int>{2, 3});
-  CHECK(a->ckpt_dir == "/runs/demo-1/checkpoints/predator-1");
-  CHECK(a->bus == "node01:20000");
-  CHECK(a->token_file == "/runs/demo-1/secrets/predator-1.token");
-  CHECK(a->telemetry == "ipc:///runs/demo-1/telemetry.sock");
-  CHECK(a->restart_count == 2);
-}
-
-TEST_CASE("a missing variable is named, with a hint that agentctl run sets it") {
-  for (const char* name :
-       {"AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_CKPT_DIR", "RANK", "WORLD_SIZE"}) {
-    Env env = FullEnv();
-    env.erase(name);
-    auto a = Parse(env);
-    REQUIRE_FALSE(a.ok());
-    CHECK(a.status().message().find(std::string("environment variable ") + name + " is not set") !=
-          std::string::npos);
-    CHECK(a.status().message().find("agentctl run") != std::string::npos);
-  }
-}
-
-TEST_CASE("malformed numbers and ranges in the environment are rejected by name") {
-  Env env = FullEnv();
-  env["MASTER_PORT"] = "20x";
-  auto a = Parse(env);
-  REQUIRE_FALSE(a.ok());
-  CHECK(a.status().message().find("MASTER_PORT=\"20x\"") != std::string::npos);
-  env = FullEnv();
-  env["AGENTRT_PORTS"] = "20031-20016";
-  CHECK_FALSE(Parse(env).ok());
-  env = FullEnv();
-  env["RANK"] = "2";
-  auto b = Parse(env);
-  REQUIRE_FALSE(b.ok());
-  CHECK(b.status().message().find("outside WORLD_SIZE=2") != std::string::npos);
-}
-
-TEST_CASE("under mpirun the rank comes from Open MPI's variables; CPU agents see no GPU") {
-  Env env = FullEnv();
-  env.erase("RANK");
-  env.erase("WORLD_SIZE");
-  env.erase("LOCAL_RANK");
-  env.erase("LOCAL_WORLD_SIZE");
-  env["OMPI_COMM_WORLD_RANK"] = "3";
-  env["OMPI_COMM_WORLD_SIZE"] = "4";
-  env["OMPI_COMM_WORLD_LOCAL_RANK"] = "3";
-  env["CUDA_VISIBLE_DEVICES"] = "";
-  auto a = Parse(env);
-  REQUIRE(a.ok());
-  CHECK(a->rank == 3);
-  CHECK(a->world_size == 4);
-  CHECK(a->local_rank == 3);
-  CHECK(a->visible_gpus.empty());
-}
-
-Assignment TestAssignment(const TempDir& dir, const std::string& telemetry) {
-  Assignment a;
+AgentEnv TestEnv(const TempDir& dir, const std::string& telemetry) {
+  AgentEnv a;
   a.run_dir = dir.path;
   a.agent = "prey-0";
   a.ckpt_dir = dir.path + "/checkpoints/prey-0";
   a.telemetry = telemetry;
   a.restart_count = 1;
   return a;
+}
+
+Plan OnePlan(double interval_s = 1800, int keep_last = 3) {
+  Plan plan = testing::TestPlan("t", std::vector<std::string>{"prey-0"});
+  plan.agents[0].checkpoint.interval_s = interval_s;
+  plan.agents[0].checkpoint.keep_last = keep_last;
+  return plan;
 }
 
 // Polls until `pred` holds over the messages received so far, or 10 s pass.
@@ -154,7 +66,7 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   RuntimeOptions options;
   options.heartbeat_period = milliseconds(20);
   options.install_signal_handlers = false;
-  auto rt = Runtime::Create(TestAssignment(dir, (*receiver)->endpoint()), options);
+  auto rt = Runtime::Create(TestEnv(dir, (*receiver)->endpoint()), OnePlan(), options);
   REQUIRE(rt.ok());
   (*rt)->Report(5, {{"reward", 1.5}});
   CheckpointState state;
@@ -197,7 +109,7 @@ TEST_CASE("Report never blocks when nobody receives telemetry; drops are counted
   options.install_signal_handlers = false;
   options.telemetry.send_high_water_mark = 8;
   options.telemetry.linger = milliseconds(0);
-  auto rt = Runtime::Create(TestAssignment(dir, "ipc://" + dir.path + "/nobody.sock"), options);
+  auto rt = Runtime::Create(TestEnv(dir, "ipc://" + dir.path + "/nobody.sock"), OnePlan(), options);
   REQUIRE(rt.ok());
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 2000; ++i) (*rt)->Report(i, {{"loss", 0.1}});
@@ -209,7 +121,7 @@ TEST_CASE("SIGUSR2 asks for a checkpoint; SIGTERM asks for a checkpoint and a st
   TempDir dir;
   RuntimeOptions options;
   options.checkpoint.interval_s = 0;  // no timer: only the signals trigger
-  auto rt_or = Runtime::Create(TestAssignment(dir, ""), options);
+  auto rt_or = Runtime::Create(TestEnv(dir, ""), OnePlan(), options);
   REQUIRE(rt_or.ok());
   Runtime& rt = **rt_or;
   std::promise<std::string> stopped;
@@ -238,13 +150,70 @@ TEST_CASE("SIGUSR2 asks for a checkpoint; SIGTERM asks for a checkpoint and a st
 
 TEST_CASE("only one runtime per process may own the signal handlers") {
   TempDir dir;
-  auto first = Runtime::Create(TestAssignment(dir, ""));
+  auto first = Runtime::Create(TestEnv(dir, ""), OnePlan());
   REQUIRE(first.ok());
-  auto second = Runtime::Create(TestAssignment(dir, ""));
+  auto second = Runtime::Create(TestEnv(dir, ""), OnePlan());
   REQUIRE_FALSE(second.ok());
   CHECK(second.status().message().find("already installed") != std::string::npos);
   first->reset();
-  CHECK(Runtime::Create(TestAssignment(dir, "")).ok());
+  CHECK(Runtime::Create(TestEnv(dir, ""), OnePlan()).ok());
+}
+
+TEST_CASE("the checkpoint policy comes from the agent's entry in the plan") {
+  TempDir dir;
+  RuntimeOptions options;
+  options.install_signal_handlers = false;
+  ManualClock clock;
+  options.clock = &clock;
+  auto rt = Runtime::Create(TestEnv(dir, ""), OnePlan(/*interval_s=*/2, /*keep_last=*/2), options);
+  REQUIRE(rt.ok());
+  Checkpointer& ckpt = (*rt)->checkpointer();
+  CHECK_FALSE(ckpt.SaveDue());
+  clock.AdvanceSeconds(2.5);
+  CHECK(ckpt.SaveDue());  // the plan's 2 s, not the 1800 s default
+  CheckpointState state;
+  int64_t step = 0;
+  state.AddBytes("step", &step, sizeof step);
+  for (step = 1; step <= 3; ++step) REQUIRE(ckpt.Save(step, state).ok());
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(dir.path + "/checkpoints/prey-0")) {
+    kept += e.path().filename().string().rfind("step-", 0) == 0;
+  }
+  CHECK(kept == 2);  // keep_last from the plan
+  CHECK((*rt)->agent_plan().name == "prey-0");
+  CHECK((*rt)->args().is_object());
+}
+
+TEST_CASE("a runtime refuses a plan without its agent, or with another rank count") {
+  TempDir dir;
+  RuntimeOptions options;
+  options.install_signal_handlers = false;
+  AgentEnv env = TestEnv(dir, "");
+  env.agent = "wolf";
+  auto missing = Runtime::Create(env, OnePlan(), options);
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.status().message(), Catch::Contains("no agent named 'wolf'"));
+  env = TestEnv(dir, "");
+  env.world_size = 2;
+  auto ranks = Runtime::Create(env, OnePlan(), options);
+  REQUIRE_FALSE(ranks.ok());
+  CHECK_THAT(ranks.status().message(), Catch::Contains("WORLD_SIZE is 2"));
+}
+
+TEST_CASE("the runtime's group follows the plan's backend; a run without a bus says so") {
+  TempDir dir;
+  RuntimeOptions options;
+  options.install_signal_handlers = false;
+  auto rt = Runtime::Create(TestEnv(dir, ""), OnePlan(), options);
+  REQUIRE(rt.ok());
+  auto group = (*rt)->group();
+  REQUIRE(group.ok());
+  CHECK((*group)->backend() == "single");
+  CHECK((*group)->size() == 1);
+  CHECK(*(*rt)->group() == *group);  // made once
+  auto bus = (*rt)->bus();
+  REQUIRE_FALSE(bus.ok());
+  CHECK_THAT(bus.status().message(), Catch::Contains("AGENTRT_BUS is not set"));
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ extern char** environ;
 
 namespace {
 
-void DumpEnvironment(const std::string& dir, const agentrt::Assignment& a, int argc, char** argv) {
+void DumpEnvironment(const std::string& dir, const agentrt::AgentEnv& a, int argc, char** argv) {
   nlohmann::json env = nlohmann::json::object();
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto& rt = **rt_or;
-  const auto& a = rt.assignment();
+  const auto& a = rt.env();
   std::cout << "agent " << a.agent << " rank " << a.rank << "/" << a.world_size << " pid "
             << ::getpid() << " restart " << a.restart_count << std::endl;
   if (!dump_env.empty()) DumpEnvironment(dump_env, a, argc, argv);

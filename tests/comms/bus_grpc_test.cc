@@ -24,10 +24,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "tests/plan/plan_test_util.h"
 
 using namespace agentrt;
 namespace v1 = agentrt::bus::v1;
@@ -52,8 +54,8 @@ std::unique_ptr<BusServer> StartServer(BusServerOptions opts = {}, BusAcl acl = 
   return std::move(s).value();
 }
 
-std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent, BusClientOptions o = {},
-                                  std::string token = "") {
+std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent,
+                                  BusClientOptions o = {}, std::string token = "") {
   if (token.empty()) token = DeriveAgentToken(kSecret, agent);
   auto c = BusClient::Connect(address, Credential{agent, token}, std::move(o));
   REQUIRE(c.ok());
@@ -117,7 +119,9 @@ void CheckExactSequence(const std::vector<BusMessage>& msgs, int n, int64_t firs
   int bad = 0;
   for (int i = 0; i < n; ++i) {
     if (msgs[i].payload() != std::to_string(i) || msgs[i].offset() != first_offset + i) {
-      if (bad++ < 5) FAIL_CHECK("message " << i << " has payload " << msgs[i].payload() << " offset " << msgs[i].offset());
+      if (bad++ < 5)
+        FAIL_CHECK("message " << i << " has payload " << msgs[i].payload() << " offset "
+                              << msgs[i].offset());
     }
   }
   CHECK(bad == 0);
@@ -179,8 +183,10 @@ TEST_CASE("100,000 messages with retried publishes: no loss, no duplicates, in o
   constexpr int kN = 100000;
   std::atomic<int> duplicates{0}, failures{0};
   auto on_ack = [&](const Result<PublishAck>& r) {
-    if (!r.ok()) failures++;
-    else if (r->duplicate) duplicates++;
+    if (!r.ok())
+      failures++;
+    else if (r->duplicate)
+      duplicates++;
   };
   for (int i = 0; i < kN; ++i) {
     const uint64_t seq = pub->NextSequence();
@@ -204,7 +210,9 @@ TEST_CASE("100,000 messages with retried publishes: no loss, no duplicates, in o
   CHECK(stats.duplicates_dropped == kN / 10);
 }
 
-TEST_CASE("100,000 messages while subscriber streams are cut and a subscriber restores from its offsets") {
+TEST_CASE(
+    "100,000 messages while subscriber streams are cut and a subscriber restores from its "
+    "offsets") {
   auto server = StartServer();
   auto pub = Client(server->address(), "pub");
   auto sub = Client(server->address(), "sub");
@@ -219,16 +227,19 @@ TEST_CASE("100,000 messages while subscriber streams are cut and a subscriber re
   std::atomic<bool> released{false};
   SubscribeOptions small;
   small.max_batch_messages = 100;
-  auto id = sub2->Subscribe("tcut", StartAt::Earliest(), [&](const BusMessage& m) {
-    if (released.load()) return;  // this incarnation is gone; nothing it reads counts
-    if (seen.load() < 30000) {
-      first.OnMessage()(m);
-      seen++;
-      return;
-    }
-    // Past the checkpoint: block until the test has read the offsets.
-    while (!released.load()) std::this_thread::sleep_for(1ms);
-  }, small);
+  auto id = sub2->Subscribe(
+      "tcut", StartAt::Earliest(),
+      [&](const BusMessage& m) {
+        if (released.load()) return;  // this incarnation is gone; nothing it reads counts
+        if (seen.load() < 30000) {
+          first.OnMessage()(m);
+          seen++;
+          return;
+        }
+        // Past the checkpoint: block until the test has read the offsets.
+        while (!released.load()) std::this_thread::sleep_for(1ms);
+      },
+      small);
   REQUIRE(id.ok());
 
   constexpr int kN = 100000;
@@ -253,7 +264,8 @@ TEST_CASE("100,000 messages while subscriber streams are cut and a subscriber re
   Collector rest;
   REQUIRE(restored->Subscribe("tcut", StartAt::Offset(offsets["tcut"]), rest.OnMessage()).ok());
 
-  REQUIRE(WaitFor([&] { return c.size() >= static_cast<size_t>(kN) && rest.size() >= kN - 30000u; }, 60s));
+  REQUIRE(WaitFor([&] { return c.size() >= static_cast<size_t>(kN) && rest.size() >= kN - 30000u; },
+                  60s));
   std::this_thread::sleep_for(100ms);
   CheckExactSequence(c.msgs, kN);
   std::vector<BusMessage> joined = first.msgs;
@@ -263,7 +275,9 @@ TEST_CASE("100,000 messages while subscriber streams are cut and a subscriber re
   CHECK(sub->SubscriptionOffsets()["tcut"] == kN);
 }
 
-TEST_CASE("after a broker restart, publishes are retried and subscriptions resume, told that the log restarted") {
+TEST_CASE(
+    "after a broker restart, publishes are retried and subscriptions resume, told that the log "
+    "restarted") {
   BusServerOptions opts;
   auto server = StartServer(opts);
   const int port = server->port();
@@ -284,9 +298,17 @@ TEST_CASE("after a broker restart, publishes are retried and subscriptions resum
     std::this_thread::sleep_for(300ms);
     opts.port = port;
     for (int attempt = 0; attempt < 50 && !server; ++attempt) {
-      auto s = BusServer::Start([&] { auto o = opts; o.host = "127.0.0.1"; return o; }(), kSecret, TestAcl());
-      if (s.ok()) server = std::move(s).value();
-      else std::this_thread::sleep_for(100ms);
+      auto s = BusServer::Start(
+          [&] {
+            auto o = opts;
+            o.host = "127.0.0.1";
+            return o;
+          }(),
+          kSecret, TestAcl());
+      if (s.ok())
+        server = std::move(s).value();
+      else
+        std::this_thread::sleep_for(100ms);
     }
   });
   auto first_after = pub->Publish("trestart", "100", patient);
@@ -304,7 +326,9 @@ TEST_CASE("after a broker restart, publishes are retried and subscriptions resum
   }
 }
 
-TEST_CASE("a subscriber behind retention gets OFFSET_EXPIRED with the earliest offset, never a silent gap") {
+TEST_CASE(
+    "a subscriber behind retention gets OFFSET_EXPIRED with the earliest offset, never a silent "
+    "gap") {
   BusServerOptions opts;
   opts.broker.retention_messages = 100;
   auto server = StartServer(opts);
@@ -325,7 +349,8 @@ TEST_CASE("a subscriber behind retention gets OFFSET_EXPIRED with the earliest o
   CHECK(sub->SubscriptionStatus(id.value()).code() == StatusCode::kOutOfRange);
 
   Collector skipping;
-  REQUIRE(sub->Subscribe("texp", StartAt::Offset(0), skipping.OnMessage(), skipping.Options(true)).ok());
+  REQUIRE(sub->Subscribe("texp", StartAt::Offset(0), skipping.OnMessage(), skipping.Options(true))
+              .ok());
   REQUIRE(WaitFor([&] { return skipping.size() == 100; }));
   CHECK(skipping.HasEvent(SubscriptionEvent::Kind::kOffsetExpired));
   {
@@ -356,7 +381,8 @@ TEST_CASE("wrong credentials are UNAUTHENTICATED, channels outside the ACL are P
   auto sub = Client(addr, "sub");
   CHECK(sub->Publish("ta", "x").status().code() == StatusCode::kPermissionDenied);
   Collector denied;
-  REQUIRE(sub->Subscribe("private", StartAt::Earliest(), denied.OnMessage(), denied.Options()).ok());
+  REQUIRE(
+      sub->Subscribe("private", StartAt::Earliest(), denied.OnMessage(), denied.Options()).ok());
   REQUIRE(WaitFor([&] { return !denied.Failure().ok(); }));
   CHECK(denied.Failure().code() == StatusCode::kPermissionDenied);
 
@@ -396,7 +422,9 @@ TEST_CASE("an oversized message is RESOURCE_EXHAUSTED and nothing else happens")
   CHECK((*topics)[0].end_offset() == 2);
 }
 
-TEST_CASE("garbage TCP bytes and a truncated HTTP/2 frame on the broker port do not disturb other clients") {
+TEST_CASE(
+    "garbage TCP bytes and a truncated HTTP/2 frame on the broker port do not disturb other "
+    "clients") {
   auto server = StartServer();
   auto pub = Client(server->address(), "pub");
   auto sub = Client(server->address(), "sub");
@@ -423,9 +451,11 @@ TEST_CASE("garbage TCP bytes and a truncated HTTP/2 frame on the broker port do 
   send_raw("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
   const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
   // A SETTINGS frame header that promises 18 bytes, followed by 3.
-  send_raw(preface + std::string("\x00\x00\x12\x04\x00\x00\x00\x00\x00", 9) + std::string("\x00\x03\x00", 3));
+  send_raw(preface + std::string("\x00\x00\x12\x04\x00\x00\x00\x00\x00", 9) +
+           std::string("\x00\x03\x00", 3));
   // A HEADERS frame cut in the middle of its header.
-  send_raw(preface + std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9) + std::string("\x00\x40\x00\x01", 4));
+  send_raw(preface + std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9) +
+           std::string("\x00\x40\x00\x01", 4));
   // Many at once, left open.
   std::vector<int> open_fds;
   for (int i = 0; i < 20; ++i) {
@@ -453,7 +483,8 @@ TEST_CASE("garbage TCP bytes and a truncated HTTP/2 frame on the broker port do 
   CHECK((*fetched)[0].payload() == "99");
 }
 
-TEST_CASE("direct messages reach only the addressee's inbox; requests get their reply or a deadline") {
+TEST_CASE(
+    "direct messages reach only the addressee's inbox; requests get their reply or a deadline") {
   auto server = StartServer();
   auto a = Client(server->address(), "pub");
   auto b = Client(server->address(), "sub");
@@ -472,7 +503,8 @@ TEST_CASE("direct messages reach only the addressee's inbox; requests get their 
   // b answers requests from its inbox.
   auto responder = Client(server->address(), "sub");
   auto rid = responder->Receive(StartAt::Latest(), [&](const BusMessage& m) {
-    if (m.request_id() != 0) (void)responder->Reply(m.request_id(), "re: " + m.payload(), "text/plain");
+    if (m.request_id() != 0)
+      (void)responder->Reply(m.request_id(), "re: " + m.payload(), "text/plain");
   });
   REQUIRE(rid.ok());
   std::this_thread::sleep_for(200ms);  // the responder's stream opens at "latest"
@@ -491,16 +523,26 @@ TEST_CASE("a client built from the agent environment connects with its token fil
   auto dir = TempDir();
   const std::string token_file = (dir / "pub.token").string();
   REQUIRE(WriteTokenFile(token_file, "pub", DeriveAgentToken(kSecret, "pub")).ok());
-  ::setenv("AGENTRT_BUS", server->address().c_str(), 1);
-  ::setenv("AGENTRT_TOKEN_FILE", token_file.c_str(), 1);
-  auto c = BusClient::FromEnvironment();
-  ::unsetenv("AGENTRT_BUS");
-  ::unsetenv("AGENTRT_TOKEN_FILE");
+  AgentEnv env;
+  env.run_dir = dir.string();
+  env.agent = "pub";
+  env.ckpt_dir = (dir / "ckpt").string();
+  env.bus = server->address();
+  env.token_file = token_file;
+  auto c = BusClient::ForAgent(env);
   REQUIRE(c.ok());
   CHECK((*c)->agent() == "pub");
   REQUIRE((*c)->WaitForReady(10s).ok());
   CHECK((*c)->Publish("tenv", "x").ok());
-  CHECK(BusClient::FromEnvironment().status().code() == StatusCode::kFailedPrecondition);
+  // FromEnvironment parses the same contract from the process's variables.
+  for (const auto& [k, v] : env.ToVariables()) ::setenv(k.c_str(), v.c_str(), 1);
+  auto from_env = BusClient::FromEnvironment();
+  for (const auto& [k, v] : env.ToVariables()) ::unsetenv(k.c_str());
+  REQUIRE(from_env.ok());
+  CHECK((*from_env)->agent() == "pub");
+  CHECK(BusClient::FromEnvironment().status().code() == StatusCode::kNotFound);
+  env.bus.clear();
+  CHECK(BusClient::ForAgent(env).status().code() == StatusCode::kFailedPrecondition);
   std::filesystem::remove_all(dir);
 }
 
@@ -511,14 +553,19 @@ TEST_CASE("TLS and mutual TLS from certificate files") {
   }
   auto dir = TempDir();
   const std::string d = dir.string();
-  const std::string script =
-      "set -e; cd " + d + ";"
-      "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=agentrt-test-ca 2>/dev/null;"
-      "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null;"
-      "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext;"
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null;"
-      "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=pub 2>/dev/null;"
-      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 1 2>/dev/null";
+  const std::string script = "set -e; cd " + d +
+                             ";"
+                             "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
+                             "-days 1 -subj /CN=agentrt-test-ca 2>/dev/null;"
+                             "openssl req -newkey rsa:2048 -nodes -keyout server.key -out "
+                             "server.csr -subj /CN=localhost 2>/dev/null;"
+                             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext;"
+                             "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+                             "-CAcreateserial -out server.pem -days 1 -extfile san.ext 2>/dev/null;"
+                             "openssl req -newkey rsa:2048 -nodes -keyout client.key -out "
+                             "client.csr -subj /CN=pub 2>/dev/null;"
+                             "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key "
+                             "-CAcreateserial -out client.pem -days 1 2>/dev/null";
   REQUIRE(std::system(("bash -c \"" + script + "\"").c_str()) == 0);
 
   BusServerOptions opts;
@@ -562,16 +609,17 @@ TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops 
   auto dir = TempDir();
   const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string(),
                     address_file = (dir / "bus.address").string();
-  {
-    std::ofstream(plan) << R"({"run": "t", "agents": [{"name": "predator-0"}, {"name": "prey-0"}],
-      "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": ["prey-0"]}]})";
-  }
-  REQUIRE(WriteSecretFile(secret, kSecret).ok());
+  REQUIRE(WritePlanFile(testing::TestPlan("t", std::vector<std::string>{"predator-0", "prey-0"},
+                                          {{"sightings", {"predator-0"}, {"prey-0"}}}),
+                        plan)
+              .ok());
+  REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    ::execl(bin.c_str(), bin.c_str(), "--plan", plan.c_str(), "--secret-file", secret.c_str(), "--host", "127.0.0.1",
-            "--port", "0", "--address-file", address_file.c_str(), static_cast<char*>(nullptr));
+    ::execl(bin.c_str(), bin.c_str(), "--plan", plan.c_str(), "--secret-file", secret.c_str(),
+            "--host", "127.0.0.1", "--port", "0", "--address-file", address_file.c_str(),
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   REQUIRE(WaitFor([&] { return std::filesystem::exists(address_file); }, 30s));
@@ -602,7 +650,8 @@ TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a stalled subscriber does not slow publishers; it learns what it missed when it catches up") {
+TEST_CASE(
+    "a stalled subscriber does not slow publishers; it learns what it missed when it catches up") {
   BusServerOptions opts;
   opts.broker.retention_messages = 1000;
   auto server = StartServer(opts);
@@ -612,10 +661,14 @@ TEST_CASE("a stalled subscriber does not slow publishers; it learns what it miss
   std::atomic<int> received{0};
   Collector c;
   auto on_event = c.Options(/*skip_expired=*/true);
-  REQUIRE(sub->Subscribe("tslow", StartAt::Earliest(), [&](const BusMessage&) {
-    received++;
-    while (stalled.load()) std::this_thread::sleep_for(1ms);
-  }, on_event).ok());
+  REQUIRE(sub->Subscribe(
+                 "tslow", StartAt::Earliest(),
+                 [&](const BusMessage&) {
+                   received++;
+                   while (stalled.load()) std::this_thread::sleep_for(1ms);
+                 },
+                 on_event)
+              .ok());
   REQUIRE(pub->Publish("tslow", std::string(1024, 'x')).ok());
   REQUIRE(WaitFor([&] { return received.load() == 1; }));
   // The subscriber holds its first message; 20,000 x 1 KiB more must still go through.
@@ -632,7 +685,8 @@ TEST_CASE("a stalled subscriber does not slow publishers; it learns what it miss
   REQUIRE(WaitFor([&] { return sub->SubscriptionOffsets()["tslow"] == 20001; }));
 }
 
-TEST_CASE("an async publish the broker refuses fails alone; the ones around it are stored in order") {
+TEST_CASE(
+    "an async publish the broker refuses fails alone; the ones around it are stored in order") {
   auto server = StartServer();
   auto pub = Client(server->address(), "pub");
   std::mutex mu;
@@ -678,8 +732,10 @@ TEST_CASE("async publishes queued while the broker is down are delivered once it
   opts.port = port;
   for (int attempt = 0; attempt < 50 && !server; ++attempt) {
     auto s = BusServer::Start(opts, kSecret, TestAcl());
-    if (s.ok()) server = std::move(s).value();
-    else std::this_thread::sleep_for(100ms);
+    if (s.ok())
+      server = std::move(s).value();
+    else
+      std::this_thread::sleep_for(100ms);
   }
   REQUIRE(server);
   REQUIRE(pub->Flush(30s).ok());
@@ -689,18 +745,22 @@ TEST_CASE("async publishes queued while the broker is down are delivered once it
   CheckExactSequence(*got, 1000);
 }
 
-TEST_CASE("keepalive notices a broker that stopped answering; the subscription resumes when it answers again") {
+TEST_CASE(
+    "keepalive notices a broker that stopped answering; the subscription resumes when it answers "
+    "again") {
   const char* bin_dir = std::getenv("AGENTRT_BIN_DIR");
   REQUIRE(bin_dir != nullptr);
   const std::string bin = std::string(bin_dir) + "/agentrt-bus";
   auto dir = TempDir();
-  const std::string secret = (dir / "bus.secret").string(), address_file = (dir / "bus.address").string();
-  REQUIRE(WriteSecretFile(secret, kSecret).ok());
+  const std::string secret = (dir / "bus.secret").string(),
+                    address_file = (dir / "bus.address").string();
+  REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    ::execl(bin.c_str(), bin.c_str(), "--open", "--secret-file", secret.c_str(), "--host", "127.0.0.1", "--port", "0",
-            "--address-file", address_file.c_str(), static_cast<char*>(nullptr));
+    ::execl(bin.c_str(), bin.c_str(), "--open", "--secret-file", secret.c_str(), "--host",
+            "127.0.0.1", "--port", "0", "--address-file", address_file.c_str(),
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   struct Reaper {

@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import Failure, check, test_plan  # noqa: E402
+
 import grpc
 from grpc_tools import protoc
 
@@ -26,13 +29,7 @@ DEADLINE_S = 10
 
 
 def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
+    raise Failure(msg)
 
 
 def main():
@@ -50,10 +47,8 @@ def main():
     fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, secret)
     os.close(fd)
-    plan = {"run": "interop",
-            "agents": [{"name": "py-pub"}, {"name": "py-sub"}, {"name": "cxx-agent"}],
-            "channels": [{"topic": "interop", "publishers": ["py-pub", "cxx-agent"],
-                          "subscribers": ["py-sub", "cxx-agent"]}]}
+    plan = test_plan("interop", ["py-pub", "py-sub", "cxx-agent"],
+                     [("interop", ["py-pub", "cxx-agent"], ["py-sub", "cxx-agent"])])
     plan_file = os.path.join(work, "plan.json")
     with open(plan_file, "w") as f:
         json.dump(plan, f)
@@ -168,4 +163,8 @@ def run(address, secret, work, bus_pb2, bus_pb2_grpc):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        sys.exit(1)

@@ -15,6 +15,7 @@
 #include "comms/auth.h"
 #include "comms/broker.h"
 #include "comms/bus_validate.h"
+#include "tests/plan/plan_test_util.h"
 
 using namespace agentrt;
 namespace v1 = agentrt::bus::v1;
@@ -31,12 +32,14 @@ std::filesystem::path TempDir() {
 BusAcl TestAcl() {
   BusAcl acl;
   acl.agents = {"predator-0", "predator-1", "prey-0"};
-  acl.channels = {{"sightings", {"predator-0", "predator-1"}, {"predator-0", "predator-1", "prey-0"}},
-                  {"policies/*", {"prey-0"}, {"prey-*"}}};
+  acl.channels = {
+      {"sightings", {"predator-0", "predator-1"}, {"predator-0", "predator-1", "prey-0"}},
+      {"policies/*", {"prey-0"}, {"prey-*"}}};
   return acl;
 }
 
-v1::PublishRequest Pub(const std::string& topic, const std::string& payload, uint64_t pid = 0, uint64_t seq = 0) {
+v1::PublishRequest Pub(const std::string& topic, const std::string& payload, uint64_t pid = 0,
+                       uint64_t seq = 0) {
   v1::PublishRequest r;
   r.set_topic(topic);
   r.set_payload(payload);
@@ -66,8 +69,8 @@ std::vector<v1::Message> ReadAll(Broker& b, Broker::Reader* r) {
   return out;
 }
 
-Broker::Reader Open(Broker& b, const std::string& agent, const std::string& topic, v1::StartAt start,
-                    v1::SubscribeResponse::Header* header = nullptr) {
+Broker::Reader Open(Broker& b, const std::string& agent, const std::string& topic,
+                    v1::StartAt start, v1::SubscribeResponse::Header* header = nullptr) {
   v1::SubscribeRequest req;
   req.set_topic(topic);
   *req.mutable_start() = start;
@@ -108,11 +111,13 @@ TEST_CASE("token and secret files are 0600 and round-trip; a readable-by-others 
   CHECK(cred->agent == "predator-0");
   CHECK(cred->token == "abc123");
 
-  auto secret = GenerateSecret(32);
+  const RunDir run(dir.string());
+  auto secret = run.CreateSecret(32);
   REQUIRE(secret.ok());
   CHECK(secret->size() == 32);
-  const std::string secret_path = (dir / "bus.secret").string();
-  REQUIRE(WriteSecretFile(secret_path, *secret).ok());
+  const std::string secret_path = run.SecretPath();
+  REQUIRE(::stat(secret_path.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
   auto back = ReadSecretFile(secret_path);
   REQUIRE(back.ok());
   CHECK(*back == *secret);
@@ -128,26 +133,19 @@ TEST_CASE("token and secret files are 0600 and round-trip; a readable-by-others 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the ACL is read from plan.json and applies channel globs") {
-  const char* plan = R"({"run": "pp", "agents": [{"name": "predator-0", "index": 0}, {"name": "prey-0"}],
-    "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": ["predator-0", "prey-0"]},
-                 {"topic": "policies/*", "publishers": ["prey-*"], "subscribers": []}]})";
-  auto acl = ParseAclFromPlanJson(plan, "plan.json");
-  REQUIRE(acl.ok());
-  CHECK(acl->IsAgent("prey-0"));
-  CHECK_FALSE(acl->IsAgent("wolf"));
-  CHECK(acl->MayPublish("predator-0", "sightings"));
-  CHECK_FALSE(acl->MayPublish("prey-0", "sightings"));
-  CHECK(acl->MaySubscribe("prey-0", "sightings"));
-  CHECK(acl->MayPublish("prey-0", "policies/prey-0"));
-  CHECK_FALSE(acl->MayPublish("predator-0", "policies/x"));
-  CHECK_FALSE(acl->MaySubscribe("prey-0", "policies/x"));
-
-  auto bad = ParseAclFromPlanJson(R"({"agents": [{"index": 0}]})", "run/plan.json");
-  REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message().find("run/plan.json: agents[0]") != std::string::npos);
-  CHECK_FALSE(ParseAclFromPlanJson("{not json", "p").ok());
-  CHECK_FALSE(ParseAclFromPlanJson(R"({"agents": [], "channels": [{"topic": 3}]})", "p").ok());
+TEST_CASE("the ACL comes from the plan and applies channel globs") {
+  const Plan plan = testing::TestPlan(
+      "pp", std::vector<std::string>{"predator-0", "prey-0"},
+      {{"sightings", {"predator-0"}, {"predator-0", "prey-0"}}, {"policies/*", {"prey-*"}, {}}});
+  const BusAcl acl = AclFromPlan(plan);
+  CHECK(acl.IsAgent("prey-0"));
+  CHECK_FALSE(acl.IsAgent("wolf"));
+  CHECK(acl.MayPublish("predator-0", "sightings"));
+  CHECK_FALSE(acl.MayPublish("prey-0", "sightings"));
+  CHECK(acl.MaySubscribe("prey-0", "sightings"));
+  CHECK(acl.MayPublish("prey-0", "policies/prey-0"));
+  CHECK_FALSE(acl.MayPublish("predator-0", "policies/x"));
+  CHECK_FALSE(acl.MaySubscribe("prey-0", "policies/x"));
 }
 
 TEST_CASE("request validation names what is wrong") {
@@ -156,14 +154,16 @@ TEST_CASE("request validation names what is wrong") {
   CHECK(ValidatePublish(Pub("a/b-c_d.e:f", "x"), limits).ok());
   CHECK(ValidatePublish(Pub("", "x"), limits).code() == StatusCode::kInvalidArgument);
   CHECK(ValidatePublish(Pub("@inbox/x", "x"), limits).code() == StatusCode::kInvalidArgument);
-  CHECK(ValidatePublish(Pub(std::string(256, 'a'), "x"), limits).code() == StatusCode::kInvalidArgument);
+  CHECK(ValidatePublish(Pub(std::string(256, 'a'), "x"), limits).code() ==
+        StatusCode::kInvalidArgument);
   auto nul = ValidatePublish(Pub(std::string("a\0b", 3), "x"), limits);
   CHECK(nul.code() == StatusCode::kInvalidArgument);
   CHECK(nul.message().find("\\x00") != std::string::npos);
   auto big = ValidatePublish(Pub("t", std::string(17, 'x')), limits);
   CHECK(big.code() == StatusCode::kResourceExhausted);
   CHECK(big.message().find("17 bytes") != std::string::npos);
-  CHECK(ValidatePublish(Pub("t", "x", /*pid=*/5, /*seq=*/0), limits).code() == StatusCode::kInvalidArgument);
+  CHECK(ValidatePublish(Pub("t", "x", /*pid=*/5, /*seq=*/0), limits).code() ==
+        StatusCode::kInvalidArgument);
   v1::SubscribeRequest sub;
   sub.set_topic("t");
   sub.mutable_start()->set_offset(-1);
@@ -175,9 +175,11 @@ TEST_CASE("request validation names what is wrong") {
 TEST_CASE("the broker refuses a wrong token, an unknown agent and publishing as someone else") {
   Broker b({}, TestAcl(), "secret", 1);
   CHECK(b.Authenticate("predator-0", DeriveAgentToken("secret", "predator-0")).ok());
-  CHECK(b.Authenticate("predator-0", DeriveAgentToken("secret", "prey-0")).code() == StatusCode::kUnauthenticated);
+  CHECK(b.Authenticate("predator-0", DeriveAgentToken("secret", "prey-0")).code() ==
+        StatusCode::kUnauthenticated);
   CHECK(b.Authenticate("predator-0", "").code() == StatusCode::kUnauthenticated);
-  CHECK(b.Authenticate("wolf", DeriveAgentToken("secret", "wolf")).code() == StatusCode::kUnauthenticated);
+  CHECK(b.Authenticate("wolf", DeriveAgentToken("secret", "wolf")).code() ==
+        StatusCode::kUnauthenticated);
   CHECK(b.Authenticate("", "x").code() == StatusCode::kUnauthenticated);
 
   auto as_other = Pub("sightings", "x");
@@ -198,7 +200,8 @@ TEST_CASE("the broker refuses a wrong token, an unknown agent and publishing as 
 
 TEST_CASE("a topic assigns consecutive offsets and stamps the authenticated publisher") {
   Broker b({}, TestAcl(), "s", 1);
-  for (int i = 0; i < 10; ++i) CHECK(PublishOk(b, "predator-0", Pub("sightings", std::to_string(i))) == i);
+  for (int i = 0; i < 10; ++i)
+    CHECK(PublishOk(b, "predator-0", Pub("sightings", std::to_string(i))) == i);
   auto r = Open(b, "prey-0", "sightings", Earliest());
   auto msgs = ReadAll(b, &r);
   REQUIRE(msgs.size() == 10);
@@ -215,7 +218,8 @@ TEST_CASE("a topic assigns consecutive offsets and stamps the authenticated publ
   CHECK(ReadAll(b, &latest).empty());
 }
 
-TEST_CASE("a retried publish with the same (publisher, sequence) is stored once, also out of order") {
+TEST_CASE(
+    "a retried publish with the same (publisher, sequence) is stored once, also out of order") {
   Broker b({}, TestAcl(), "s", 1);
   bool dup = false;
   CHECK(PublishOk(b, "predator-0", Pub("sightings", "a", 7, 1), &dup) == 0);
@@ -260,7 +264,8 @@ TEST_CASE("retention drops the oldest messages and a reader behind it gets OFFSE
     BrokerOptions o2;
     o2.retention_bytes = 100;
     Broker b2(o2, TestAcl(), "s", 1);
-    for (int i = 0; i < 10; ++i) PublishOk(b2, "predator-0", Pub("sightings", std::string(30, 'x')));
+    for (int i = 0; i < 10; ++i)
+      PublishOk(b2, "predator-0", Pub("sightings", std::string(30, 'x')));
     auto t = b2.ListTopics("");
     REQUIRE(t.size() == 1);
     CHECK(t[0].retained_bytes() <= 100);
@@ -365,16 +370,19 @@ TEST_CASE("a request is answered only by the agent it was addressed to, before i
   v1::RequestRequest late;
   late.set_to("prey-0");
   v1::RequestResponse lr;
-  CHECK(b.Request("predator-0", late, std::chrono::system_clock::now() + 50ms, nullptr, &lr).code() ==
-        StatusCode::kDeadlineExceeded);
+  CHECK(
+      b.Request("predator-0", late, std::chrono::system_clock::now() + 50ms, nullptr, &lr).code() ==
+      StatusCode::kDeadlineExceeded);
 }
 
-TEST_CASE("a publish batch stores runs in order, drops in-batch retries and stops at the first bad entry") {
+TEST_CASE(
+    "a publish batch stores runs in order, drops in-batch retries and stops at the first bad "
+    "entry") {
   Broker b({}, TestAcl(), "s", 1);
   v1::PublishBatchRequest batch;
   *batch.add_messages() = Pub("sightings", "a", 9, 1);
   *batch.add_messages() = Pub("sightings", "b", 9, 2);
-  *batch.add_messages() = Pub("sightings", "a", 9, 1);  // retry inside the batch
+  *batch.add_messages() = Pub("sightings", "a", 9, 1);   // retry inside the batch
   *batch.add_messages() = Pub("policies/x", "p", 9, 3);  // predator-0 may not publish here
   *batch.add_messages() = Pub("sightings", "never", 9, 4);
   v1::PublishBatchResponse resp;

@@ -1,64 +1,126 @@
-// Policy snapshots: what an agent publishes for the others to play against.
+// Policy snapshots, the one format of a frozen policy: what an agent publishes
+// for the others to play against, and the player that acts with one.
 #include "learners/policy_snapshot.h"
 
 #include <catch2/catch.hpp>
+#include <string>
 #include <vector>
 
 #include "agent_runtime/group.h"
 #include "envs/env_pool.h"
-#include "envs/pursuit.h"
 #include "envs/registry.h"
+#include "envs/single_agent_view.h"
+#include "learners/ppo.h"
 #include "learners/ppo_trainer.h"
 
-TEST_CASE("a policy snapshot plays exactly like the learner it was taken from") {
-  auto group = agentrt::MakeSingleRankGroup("t");
-  auto config = agentrt::PpoTrainerConfig::FromJson(
-      {{"env", "cartpole"}, {"num_envs", 4}, {"rollout_steps", 64}});
-  REQUIRE(config.ok());
-  auto trainer = agentrt::PpoTrainer::Make(*config, *group);
-  REQUIRE(trainer.ok());
-  for (int i = 0; i < 3; ++i) REQUIRE((*trainer)->Iterate(nullptr).ok());
-  agentrt::PpoLearner& learner = (*trainer)->learner();
-  auto snap = agentrt::PolicySnapshot::FromBytes(learner.SnapshotPolicy());
-  REQUIRE(snap.ok());
-  CHECK((*snap)->updates() == 3);
-  CHECK((*snap)->num_actions() == 2);
+using namespace agentrt;
 
-  agentrt::Rng data(5), r1(1), r2(1);
-  int agree = 0, both_stochastic_agree = 0;
-  for (int i = 0; i < 500; ++i) {
-    std::vector<float> obs(4);
-    for (auto& x : obs) x = static_cast<float>(data.Normal() * 0.5);
-    float a = -1.0f, b = -1.0f;
-    learner.Act(obs, 1, {&a, 1}, true, r1);
-    (*snap)->Act(obs, {&b, 1}, r2, true);
-    agree += a == b;
-    learner.Act(obs, 1, {&a, 1}, false, r1);
-    (*snap)->Act(obs, {&b, 1}, r2, false);  // same RNG stream, same probabilities
-    both_stochastic_agree += a == b;
+namespace {
+
+struct LearnerFixture {
+  std::unique_ptr<Group> group = MakeSingleRankGroup("unit");
+  std::unique_ptr<PpoLearner> learner;
+  explicit LearnerFixture(const std::string& env = "cartpole", nlohmann::json env_args = nullptr) {
+    auto made = GlobalEnvRegistry().MakeEnv(env, env_args);
+    REQUIRE(made.ok());
+    PpoConfig config;
+    config.num_envs = 2;
+    config.rollout_steps = 8;
+    config.hidden = 16;
+    auto l =
+        PpoLearner::Make(config, (*made)->observation_space(), (*made)->action_space(), *group);
+    REQUIRE(l.ok());
+    learner = std::move(*l);
   }
-  CHECK(agree == 500);
-  CHECK(both_stochastic_agree >= 495);  // float rounding may flip a draw on a boundary
+};
+
+}  // namespace
+
+TEST_CASE("a policy snapshot survives the wire bit for bit") {
+  LearnerFixture f;
+  const PolicySnapshot s = SnapshotOf(*f.learner, "predator-0", 4096);
+  REQUIRE(s.policy_params.size() == f.learner->network().policy().num_params());
+  const std::string wire = EncodeSnapshot(s);
+  auto back = DecodeSnapshot(wire);
+  REQUIRE(back.ok());
+  CHECK(back->agent == "predator-0");
+  CHECK(back->env_steps == 4096);
+  CHECK(back->obs_size == 4);
+  CHECK(back->num_actions == 2);
+  CHECK(back->policy_params == s.policy_params);
+  CHECK(back->obs_mean == s.obs_mean);
+  CHECK(back->obs_var == s.obs_var);
 }
 
-TEST_CASE("a policy snapshot drives the other agents of pursuit from pool threads") {
-  auto group = agentrt::MakeSingleRankGroup("t");
+TEST_CASE("a damaged policy snapshot is refused with the reason") {
+  LearnerFixture f;
+  const std::string wire = EncodeSnapshot(SnapshotOf(*f.learner, "prey-0", 0));
+  auto truncated = DecodeSnapshot(std::string_view(wire).substr(0, wire.size() - 3));
+  REQUIRE_FALSE(truncated.ok());
+  CHECK_THAT(truncated.status().message(), Catch::Contains("bytes"));
+  CHECK_FALSE(DecodeSnapshot("no header here").ok());
+  auto trailing = DecodeSnapshot(wire + "xx");
+  REQUIRE_FALSE(trailing.ok());
+  CHECK_THAT(trailing.status().message(), Catch::Contains("trailing"));
+  const auto pos = wire.find("\"policy_params\":");
+  REQUIRE(pos != std::string::npos);
+  // e.g. 402 -> 1402 parameters
+  const std::string wrong_count = wire.substr(0, pos + 16) + "1" + wire.substr(pos + 16);
+  auto bad = DecodeSnapshot(wrong_count);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("prey-0"));
+}
+
+TEST_CASE("a snapshot player acts like the learner it was taken from") {
+  LearnerFixture f;
+  PolicyPlayer player;
+  CHECK_FALSE(player.loaded());
+  auto decoded = DecodeSnapshot(EncodeSnapshot(SnapshotOf(*f.learner, "me", 0)));
+  REQUIRE(decoded.ok());
+  REQUIRE(player.Load(*decoded).ok());
+  Rng obs_rng(7), rng_a(1), rng_b(1);
+  std::vector<float> obs(4), action(1);
+  int agree = 0;
+  for (int i = 0; i < 200; ++i) {
+    for (auto& x : obs) x = static_cast<float>(obs_rng.Normal());
+    f.learner->Act(obs, 1, action, /*deterministic=*/true, rng_a);
+    agree += player.Act(obs, rng_b, /*deterministic=*/true) == static_cast<int>(action[0]);
+  }
+  CHECK(agree == 200);
+  // Sampling with the same random stream draws the same actions too.
+  Rng s1(3), s2(3);
+  for (int i = 0; i < 100; ++i) {
+    for (auto& x : obs) x = static_cast<float>(obs_rng.Normal());
+    f.learner->Act(obs, 1, action, /*deterministic=*/false, s1);
+    CHECK(player.Act(obs, s2) == static_cast<int>(action[0]));
+  }
+}
+
+TEST_CASE(
+    "snapshots drive the other agents of pursuit from pool threads, one player per env copy") {
+  auto group = MakeSingleRankGroup("t");
   const nlohmann::json world = {{"predators", 2}, {"prey", 1}, {"control", "prey_0"}};
-  auto config = agentrt::PpoTrainerConfig::FromJson(
+  auto config = PpoTrainerConfig::FromJson(
       {{"env", "pursuit"}, {"env_args", world}, {"num_envs", 2}, {"rollout_steps", 16}});
   REQUIRE(config.ok());
-  auto other = agentrt::PpoTrainer::Make(*config, *group);
+  auto other = PpoTrainer::Make(*config, *group);
   REQUIRE(other.ok());  // any policy over pursuit observations can play the others
   REQUIRE((*other)->Iterate(nullptr).ok());
-  auto snap = agentrt::PolicySnapshot::FromBytes((*other)->learner().SnapshotPolicy());
+  auto snap = DecodeSnapshot(EncodeSnapshot(SnapshotOf((*other)->learner(), "predator-0", 0)));
   REQUIRE(snap.ok());
 
-  auto pool = agentrt::EnvPool::Make(
-      [&]() -> agentrt::Result<std::unique_ptr<agentrt::Env>> {
-        auto env = agentrt::GlobalEnvRegistry().MakeEnv("pursuit", world);
+  std::vector<std::unique_ptr<PolicyPlayer>> players;
+  auto pool = EnvPool::Make(
+      [&]() -> Result<std::unique_ptr<Env>> {
+        auto env = GlobalEnvRegistry().MakeEnv("pursuit", world);
         if (!env.ok()) return env.status();
-        dynamic_cast<agentrt::SingleAgentView&>(**env).set_others_policy(
-            agentrt::PolicySnapshot::AsOthersPolicy(*snap));
+        players.push_back(std::make_unique<PolicyPlayer>());
+        PolicyPlayer* player = players.back().get();
+        if (Status s = player->Load(*snap); !s.ok()) return s;
+        dynamic_cast<SingleAgentView&>(**env).set_others_policy(
+            [player](int, std::span<const float> obs, std::span<float> action, Rng& rng) {
+              action[0] = static_cast<float>(player->Act(obs, rng));
+            });
         return env;
       },
       {.num_envs = 8, .num_threads = 2, .seed = 4});
@@ -66,25 +128,13 @@ TEST_CASE("a policy snapshot drives the other agents of pursuit from pool thread
   (*pool)->Reset();
   int episodes = 0;
   for (int t = 0; t < 300; ++t) {
-    for (int i = 0; i < 8; ++i) (*pool)->actions()[i] = static_cast<float>((t + i) % 5);
+    for (int i = 0; i < 8; ++i)
+      (*pool)->actions()[static_cast<size_t>(i)] = static_cast<float>((t + i) % 5);
     (*pool)->Step();
-    for (int i = 0; i < 8; ++i) episodes += (*pool)->terminated()[i] || (*pool)->truncated()[i];
+    for (int i = 0; i < 8; ++i) {
+      episodes += (*pool)->terminated()[static_cast<size_t>(i)] ||
+                  (*pool)->truncated()[static_cast<size_t>(i)];
+    }
   }
   CHECK(episodes > 8);
-}
-
-TEST_CASE("a malformed policy snapshot is refused") {
-  CHECK(agentrt::PolicySnapshot::FromBytes(std::vector<uint8_t>(10, 0)).status().code() ==
-        agentrt::StatusCode::kDataLoss);
-  auto group = agentrt::MakeSingleRankGroup("t");
-  auto config = agentrt::PpoConfig::FromJson({{"num_envs", 1}, {"rollout_steps", 4}});
-  REQUIRE(config.ok());
-  auto learner = agentrt::PpoLearner::Make(*config, agentrt::Space::Box({3}, -1.0f, 1.0f),
-                                           agentrt::Space::Discrete(3), *group);
-  REQUIRE(learner.ok());
-  std::vector<uint8_t> bytes = (*learner)->SnapshotPolicy();
-  bytes.pop_back();
-  auto cut = agentrt::PolicySnapshot::FromBytes(bytes);
-  REQUIRE_FALSE(cut.ok());
-  CHECK_THAT(cut.status().message(), Catch::Contains("expected"));
 }

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <string>
 
-#include "scheduler/config.h"
+#include "plan/config.h"
 #include "scheduler/loader.h"
 #include "tests/scheduler/config_test_util.h"
 

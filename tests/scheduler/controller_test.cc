@@ -9,18 +9,12 @@
 #include <optional>
 #include <set>
 
+#include "plan/run_dir.h"
 #include "scheduler/run_controller.h"
-#include "scheduler/run_dir.h"
 #include "scheduler/status.h"
 
 namespace agentrt {
 namespace {
-
-class FakeClock final : public Clock {
- public:
-  double NowSeconds() override { return now; }
-  double now = 1000.0;
-};
 
 class FakeBackend final : public LaunchBackend {
  public:
@@ -89,7 +83,8 @@ SupervisedAgent MakeAgent(const std::string& name, int ranks, int max_restarts =
   return a;
 }
 
-TelemetryMessage Heartbeat(const std::string& agent, int rank, int restart_count = 0, int64_t step = -1) {
+TelemetryMessage Heartbeat(const std::string& agent, int rank, int restart_count = 0,
+                           int64_t step = -1) {
   TelemetryMessage m;
   m.type = TelemetryType::kHeartbeat;
   m.agent = agent;
@@ -100,7 +95,7 @@ TelemetryMessage Heartbeat(const std::string& agent, int rank, int restart_count
 }
 
 struct Fixture {
-  FakeClock clock;
+  ManualClock clock;
   FakeBackend backend;
   std::unique_ptr<RunController> rc;
   void Make(std::vector<SupervisedAgent> agents) {
@@ -139,7 +134,9 @@ TEST_CASE("an agent whose ranks all exit 0 has succeeded, and so has the run") {
   CHECK(f.rc->Summary().empty());
 }
 
-TEST_CASE("a killed rank tears the whole group down, and it restarts after the backoff with restart count 1") {
+TEST_CASE(
+    "a killed rank tears the whole group down, and it restarts after the backoff with restart "
+    "count 1") {
   Fixture f;
   f.Make({MakeAgent("a", 2), MakeAgent("b", 2)});
   f.backend.Exit("a", 1, 1001, 0, SIGKILL);
@@ -150,16 +147,16 @@ TEST_CASE("a killed rank tears the whole group down, and it restarts after the b
   CHECK(f.A("a").ranks[1].exit_code == -SIGKILL);
   CHECK(f.A("a").reason.find("rank 1 (pid 1001) was killed by signal 9") != std::string::npos);
   // Rank 0 ignores SIGTERM: after grace_s comes SIGKILL.
-  f.clock.now += 2.9;
+  f.clock.AdvanceSeconds(2.9);
   f.rc->Tick();
   CHECK(f.backend.SignalsTo("a", SIGKILL) == 0);
-  f.clock.now += 0.2;
+  f.clock.AdvanceSeconds(0.2);
   f.rc->Tick();
   CHECK(f.backend.SignalsTo("a", SIGKILL) == 1);
   f.backend.KillAll("a");
   f.rc->Tick();
   CHECK(f.backend.launches.size() == 2);  // not yet: backoff
-  f.clock.now += 2.1;
+  f.clock.AdvanceSeconds(2.1);
   f.rc->Tick();
   REQUIRE(f.backend.launches.size() == 3);
   CHECK(f.backend.launches[2].name == "a");
@@ -181,7 +178,7 @@ TEST_CASE("a rank that stops heartbeating is declared dead after heartbeat_timeo
   f.Make({agent});
   f.rc->OnTelemetry(Heartbeat("a", 1));  // rank 1 says hello once, then falls silent
   for (int t = 0; t < 4; ++t) {
-    f.clock.now += 2;
+    f.clock.AdvanceSeconds(2);
     f.rc->OnTelemetry(Heartbeat("a", 0));
     f.rc->Tick();
     if (t < 2) CHECK(f.A("a").state == AgentState::kRunning);
@@ -201,7 +198,7 @@ TEST_CASE("a rank that said bye is not expected to heartbeat while mpirun waits 
   bye.type = TelemetryType::kBye;
   f.rc->OnTelemetry(bye);
   for (int t = 0; t < 5; ++t) {
-    f.clock.now += 2;
+    f.clock.AdvanceSeconds(2);
     f.rc->OnTelemetry(Heartbeat("m", 1));
     f.rc->Tick();
   }
@@ -214,7 +211,7 @@ TEST_CASE("a rank that never sends telemetry (a stock script) is supervised by i
   auto agent = MakeAgent("plain", 1);
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
-  f.clock.now += 60;
+  f.clock.AdvanceSeconds(60);
   f.rc->Tick();
   CHECK(f.A("plain").state == AgentState::kRunning);
   f.backend.Exit("plain", 0, 1000, 0);
@@ -229,12 +226,12 @@ TEST_CASE("heartbeats from an earlier incarnation do not keep a new one alive") 
   f.Make({agent});
   f.backend.Exit("a", 0, 1000, 1);
   f.rc->Tick();
-  f.clock.now += 2.5;
+  f.clock.AdvanceSeconds(2.5);
   f.rc->Tick();
   REQUIRE(f.A("a").restarts == 1);
   f.rc->OnTelemetry(Heartbeat("a", 0, /*restart_count=*/1));  // the new incarnation's hello
   for (int t = 0; t < 6; ++t) {
-    f.clock.now += 1;
+    f.clock.AdvanceSeconds(1);
     f.rc->OnTelemetry(Heartbeat("a", 0, /*restart_count=*/0));
     f.rc->Tick();
   }
@@ -249,7 +246,7 @@ TEST_CASE("an agent that always fails ends failed after max_restarts and the run
     const pid_t pid = *f.backend.live["bad"].begin();
     f.backend.Exit("bad", 0, pid, 3);
     f.rc->Tick();
-    f.clock.now += 2.5;
+    f.clock.AdvanceSeconds(2.5);
     f.rc->Tick();
   }
   CHECK(f.A("bad").state == AgentState::kFailed);
@@ -276,7 +273,8 @@ TEST_CASE("a launch error that cannot go away fails the agent at once") {
   CHECK(f.rc->Finished());
 }
 
-TEST_CASE("mpirun standing for all ranks: its exit ends every rank, and a rank's hello gives its pid") {
+TEST_CASE(
+    "mpirun standing for all ranks: its exit ends every rank, and a rank's hello gives its pid") {
   Fixture f;
   auto a = MakeAgent("m", 2);
   a.launch.use_mpirun = true;
@@ -299,7 +297,7 @@ TEST_CASE("telemetry updates step, metrics, steps/s and the last checkpoint step
   Fixture f;
   f.Make({MakeAgent("a", 1)});
   f.rc->OnTelemetry(Heartbeat("a", 0, 0, 100));
-  f.clock.now += 4;
+  f.clock.AdvanceSeconds(4);
   auto m = Heartbeat("a", 0, 0, 500);
   m.type = TelemetryType::kMetrics;
   m.metrics = {{"loss", 0.5}, {"return", 12}};
@@ -325,11 +323,11 @@ TEST_CASE("a stop request sends SIGTERM, then SIGKILL after the grace, and ends 
   CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
   CHECK(f.A("b").state == AgentState::kStopped);
   CHECK_FALSE(f.rc->Finished());
-  f.clock.now += 3.5;
+  f.clock.AdvanceSeconds(3.5);
   f.rc->Tick();
   CHECK(f.backend.SignalsTo("a", SIGKILL) == 1);
   f.backend.KillAll("a");
-  f.clock.now += 10;
+  f.clock.AdvanceSeconds(10);
   f.rc->Tick();
   CHECK(f.backend.launches.size() == 2);  // nothing restarted
   CHECK(f.A("a").state == AgentState::kStopped);
@@ -362,9 +360,12 @@ TEST_CASE("status.json round-trips through its JSON shape") {
   CHECK(RenderStatusTable(*back).find("predator-0") != std::string::npos);
 }
 
-TEST_CASE("the run directory is named <name>-<UTC timestamp> and keeps its secrets 0600 in a 0700 folder") {
+TEST_CASE(
+    "the run directory is named <name>-<UTC timestamp> and keeps its secrets 0600 in a 0700 "
+    "folder") {
   namespace fs = std::filesystem;
-  const fs::path base = fs::temp_directory_path() / ("agentrt-rundir-" + std::to_string(::getpid()));
+  const fs::path base =
+      fs::temp_directory_path() / ("agentrt-rundir-" + std::to_string(::getpid()));
   const auto t = std::chrono::system_clock::from_time_t(1764464671);  // 2025-11-30 01:04:31 UTC
   auto dir = RunDir::Create(base.string(), "demo", t);
   REQUIRE(dir.ok());

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "scheduler/plan.h"
+#include "plan/plan.h"
 #include "tests/scheduler/config_test_util.h"
 
 namespace agentrt {
@@ -93,7 +93,7 @@ agents:
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Contains("AGENT"));
   CHECK_THAT(table.out, Contains("predator-1"));
-  CHECK_THAT(table.out, Contains("runs/pp/checkpoints/prey"));
+  CHECK_THAT(table.out, Contains("checkpoints/prey"));
   Output json = Agentctl(dir, "plan " + config + " --json");
   REQUIRE(json.exit_code == 0);
   Result<Plan> plan = PlanFromJsonString(json.out);
@@ -121,8 +121,10 @@ agents:
   CHECK_THAT(slurm.out, Contains("sg1"));
   CHECK_THAT(slurm.out, !Contains("sg2"));
   Output with_dir = Agentctl(dir, "plan " + config + " --json --run-dir /tmp/r1");
-  CHECK(PlanFromJsonString(with_dir.out)->agents[0].checkpoint_dir ==
-        "/tmp/r1/checkpoints/predator-0");
+  CHECK(PlanFromJsonString(with_dir.out)->run_dir == "/tmp/r1");
+  CHECK(PlanFromJsonString(with_dir.out)->agents[0].checkpoint_dir == "checkpoints/predator-0");
+  Output table_in_dir = Agentctl(dir, "plan " + config + " --run-dir /tmp/r1");
+  CHECK_THAT(table_in_dir.out, Contains("/tmp/r1/checkpoints/prey"));
 }
 
 TEST_CASE("agentctl plan exits 2 and names the agent when the plan is infeasible") {

@@ -48,7 +48,7 @@ TEST_CASE("plan JSON has the DESIGN §6 shape with additive keys") {
   CHECK(a["ports"]["first"].is_number_integer());
   CHECK(a["master_addr"] == a["ports"]["node"]);
   CHECK(a["master_port"] == a["ports"]["first"]);
-  CHECK(a["checkpoint_dir"] == "runs/predator-prey/checkpoints/predator-0");
+  CHECK(a["checkpoint_dir"] == "checkpoints/predator-0");
   CHECK(a["gpus"] == 2);
   CHECK(a["backend"] == "nccl");
   CHECK(a["command"] == nlohmann::json::array({"agent-worker"}));
@@ -86,9 +86,10 @@ TEST_CASE("a plan survives a JSON round trip, through a file too") {
   Result<Plan> read = ReadPlanFile(path);
   REQUIRE(read.ok());
   CHECK(PlanToJsonString(*read) == text);
-  CHECK_THAT(ReadPlanFile(dir.Path("none.json")).status().message(), Contains("cannot open plan"));
+  CHECK_THAT(ReadPlanFile(dir.Path("none.json")).status().message(),
+             Contains("cannot read the plan") && Contains("no such file"));
   CHECK_THAT(WritePlanFile(plan, dir.Path("no/such/dir/plan.json")).message(),
-             Contains("cannot create"));
+             Contains("no/such/dir"));
 }
 
 TEST_CASE("the bare DESIGN §6 example reads, with the additive keys derived") {
@@ -137,7 +138,7 @@ TEST_CASE("the plan table lists agent, nodes, GPUs, ranks, ports and checkpoint 
   CHECK_THAT(t, Contains("huge"));
   CHECK_THAT(t, Contains("node01 node02"));
   CHECK_THAT(t, Contains("0-7 0-7"));
-  CHECK_THAT(t, Contains("runs/predator-prey/checkpoints/prey"));
+  CHECK_THAT(t, Contains("checkpoints/prey"));
 }
 
 }  // namespace

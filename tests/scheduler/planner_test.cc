@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "plan/run_dir.h"
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
 
@@ -250,7 +251,7 @@ agents: [{name: a, replicas: 3}]
              Contains("a-2 needs a port block; ports 21000-21047 hold 3 blocks of 16"));
 }
 
-TEST_CASE("the plan is deterministic and checkpoint dirs follow the run directory") {
+TEST_CASE("the plan is deterministic and its checkpoint dirs are relative to the run directory") {
   Config c = Load(R"(run: {name: pp, dir: /tmp/runs}
 cluster: {nodes: [{name: "n[1-3]", gpus: 8, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}]}
 agents:
@@ -261,13 +262,15 @@ agents:
   Plan p1 = MustPlan(c);
   Plan p2 = MustPlan(c);
   CHECK(PlanToJsonString(p1) == PlanToJsonString(p2));
-  CHECK(p1.agents[0].checkpoint_dir == "/tmp/runs/pp/checkpoints/a-0");
+  CHECK(p1.agents[0].checkpoint_dir == "checkpoints/a-0");
   PlanOptions options;
   options.run_dir = "/tmp/runs/pp-20260101T000000Z";
   PlanResult r = MakePlan(c, InventoryFromCluster(c.cluster), options);
   REQUIRE(r.feasible());
   CHECK(r.plan().run_dir == options.run_dir);
-  CHECK(r.plan().agents[0].checkpoint_dir == "/tmp/runs/pp-20260101T000000Z/checkpoints/a-0");
+  CHECK(PlanToJsonString(r.plan()).find("checkpoints/a-0") != std::string::npos);
+  CHECK(RunDir(r.plan().run_dir).Resolve(r.plan().agents[0].checkpoint_dir) ==
+        "/tmp/runs/pp-20260101T000000Z/checkpoints/a-0");
 }
 
 TEST_CASE("an empty inventory is infeasible") {

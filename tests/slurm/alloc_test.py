@@ -19,11 +19,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import Failure, check, free_port_block, wait_for  # noqa: E402
 
 BIN = os.environ.get("AGENTRT_BIN_DIR", "")
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -31,38 +33,7 @@ AGENT = os.path.join(BIN, "agentrt-test-agent")
 
 
 def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
-
-
-def check(cond, msg):
-    if not cond:
-        fail(msg)
-
-
-def free_port_block(n):
-    for _ in range(200):
-        s = socket.socket()
-        s.bind(("0.0.0.0", 0))
-        first = s.getsockname()[1]
-        s.close()
-        if first + n > 65000:
-            continue
-        ok = True
-        for p in range(first, first + n):
-            t = socket.socket()
-            try:
-                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                t.bind(("0.0.0.0", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-            if not ok:
-                break
-        if ok:
-            return first
-    fail("no free port block")
+    raise Failure(msg)
 
 
 def config(work, steps, gpus_a=2, gpus_b=1, extra_args=()):
@@ -150,7 +121,7 @@ def scenario_complete(work):
                              capture_output=True, text=True, timeout=30)
     check(blocker.returncode == 0, "blocker sbatch: " + blocker.stderr)
     try:
-        wait_for(lambda: os.path.exists(held), 90, "the blocker job to start")
+        wait_for("the blocker job to start", lambda: os.path.exists(held), 90, 0.2)
         held_gpus = {int(g) for g in open(held).read().strip().split(",")}
         out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", cfg, "--status-interval-s", "5"],
                              capture_output=True, text=True, timeout=150)
@@ -198,16 +169,6 @@ def scenario_complete(work):
           % (sorted(seen["a"] | seen["b"]), sorted(held_gpus), ids[0][0]))
 
 
-def wait_for(pred, timeout_s, what):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    fail("timed out waiting for " + what)
-
-
 def checkpointed(rdir, agents):
     return all(glob.glob(os.path.join(rdir, "checkpoints", a, "*")) for a in agents)
 
@@ -220,7 +181,7 @@ def scenario_preempt(work):
     rdir = run_dir(work)
     job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
     try:
-        wait_for(lambda: checkpointed(rdir, "abc"), 90, "every agent's first checkpoint\n" + logs(rdir))
+        wait_for("every agent's first checkpoint", lambda: checkpointed(rdir, "abc"), 90, 0.2)
         subprocess.run(["scancel", "--signal=USR2", "--batch", job], check=True, timeout=30)
         f = wait_job_done(job, 150)
     finally:
@@ -246,8 +207,8 @@ def scenario_kill_rank(work):
     rdir = run_dir(work)
     job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
     try:
-        first = wait_for(lambda: (lambda d: d if len(d) == 4 else None)(dumps(work)), 90,
-                         "all four ranks\n" + logs(rdir))
+        first = wait_for("all four ranks", lambda: (lambda d: d if len(d) == 4 else None)(dumps(work)),
+                         90, 0.2)
         steps_before = {a: first[(a, 0)]["env"]["SLURM_STEP_ID"] for a in "abc"}
         try:
             os.kill(int(first[("a", 1)]["pid"]), signal.SIGKILL)
@@ -279,8 +240,8 @@ def scenario_interrupt(work):
     proc = subprocess.Popen([AGENTCTL, "run", "--backend", "slurm", cfg, "--status-interval-s", "100"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: glob.glob(os.path.join(work, "runs", "alloc-*")) and
-                 checkpointed(run_dir(work), "abc"), 90, "every agent's first checkpoint")
+        wait_for("every agent's first checkpoint", lambda: glob.glob(os.path.join(work, "runs", "alloc-*")) and
+                 checkpointed(run_dir(work), "abc"), 90, 0.2)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=90)
     finally:
@@ -311,7 +272,7 @@ def scenario_stop(work):
     rdir = run_dir(work)
     job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
     try:
-        wait_for(lambda: checkpointed(rdir, "abc"), 90, "every agent's first checkpoint")
+        wait_for("every agent's first checkpoint", lambda: checkpointed(rdir, "abc"), 90, 0.2)
         stop = subprocess.run([AGENTCTL, "stop", rdir, "--timeout-s", "90"],
                               capture_output=True, text=True, timeout=120)
     finally:
@@ -339,16 +300,21 @@ def scenario_infeasible(work):
 
 def main():
     if not os.environ.get("SLURM_CONF"):
-        fail("SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; "
-             "source DIR/env.sh)")
+        print("SLURM_CONF is not set: start the test cluster (slurm/testcluster/start.sh DIR; "
+              "source DIR/env.sh)", file=sys.stderr)
+        return 1
     scenario = sys.argv[1]
     work = tempfile.mkdtemp(prefix="alloc-%s-" % scenario)
     try:
         globals()["scenario_" + scenario](work)
+    except Failure as e:
+        print("FAIL: %s" % e, file=sys.stderr)
+        return 1
     finally:
         if not os.environ.get("ALLOC_KEEP"):  # set it to keep the run dirs for a look
             shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -52,10 +52,18 @@ TEST_CASE("srun argv: one step with the plan's nodes, tasks, GPUs and MPI") {
   CHECK(Has(argv, "--cpus-per-task=4"));
   CHECK(Has(argv, "--gres=gpu:2"));
   CHECK(Has(argv, "--mpi=pmix"));
-  // The command comes last, after the rank wrapper, arguments untouched.
-  REQUIRE(argv.size() >= 4);
-  CHECK(std::vector<std::string>(argv.end() - 4, argv.end()) ==
-        std::vector<std::string>{"sh", "/bin/train", "--lr", "3e-4"});
+  // Every task runs the rank wrapper with the plan's GPUs of its node, its
+  // log dir and the step id file; the command comes last, arguments untouched.
+  const auto wrapper = std::find(argv.begin(), argv.end(), "agentrt-exec-rank");
+  REQUIRE(wrapper != argv.end());
+  CHECK(std::vector<std::string>(wrapper, argv.end()) ==
+        std::vector<std::string>{"agentrt-exec-rank", "--log-dir", "/runs/r/logs/learner", "--gpus",
+                                 "gpu-01=2,3", "--gpus", "gpu-02=0", "--step-id-file",
+                                 "/runs/r/logs/learner/step.id", "--", "/bin/train", "--lr",
+                                 "3e-4"});
+  options.trust_slurm_binding = true;  // ConstrainDevices clusters: SLURM's binding stands
+  const auto trusting = BuildSrunArgv(TwoNodeAgent(), "/bin/train", options);
+  CHECK_FALSE(Has(trusting, "--gpus"));
 }
 
 TEST_CASE("srun argv: a CPU agent asks for no GRES and no MPI") {
@@ -69,17 +77,18 @@ TEST_CASE("srun argv: a CPU agent asks for no GRES and no MPI") {
   CHECK(Has(argv, "--nodes=1"));
 }
 
-TEST_CASE("srun environment: the plan's GPUs per node for the wrapper, no rank variables") {
+TEST_CASE("srun environment: the agent-wide contract, no rank variables") {
   SrunOptions options;
   options.base_env = {"PATH=/usr/bin", "RANK=7", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"};
   const auto env = BuildSrunEnvironment(TwoNodeAgent(), 30003, options);
-  CHECK(Value(env, "AGENTRT_STEP_GPUS_gpu_01") == "2,3");
-  CHECK(Value(env, "AGENTRT_STEP_GPUS_gpu_02") == "0");
-  CHECK(Value(env, "AGENTRT_STEP_LOG_DIR") == "/runs/r/logs/learner");
   CHECK(Value(env, "MASTER_PORT") == "30003");
-  CHECK(Value(env, "WORLD_SIZE") == "3");
-  CHECK(Value(env, "RANK") == "<unset>");  // set per task from SLURM_PROCID
-  CHECK(Value(env, "AGENTRT_TRUST_SLURM_GPUS") == "<unset>");
+  CHECK(Value(env, "AGENTRT_AGENT") == "learner");
+  CHECK(Value(env, "AGENTRT_PORTS") == "30000-30007");
+  CHECK(Value(env, "PATH") == "/usr/bin");
+  // Set per task by the rank wrapper from SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID.
+  CHECK(Value(env, "RANK") == "<unset>");
+  CHECK(Value(env, "WORLD_SIZE") == "<unset>");
+  CHECK(Value(env, "CUDA_VISIBLE_DEVICES") == "2,3");  // the wrapper's --gpus sets each node's
   CHECK(std::is_sorted(env.begin(), env.end()));
 }
 

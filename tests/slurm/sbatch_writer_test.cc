@@ -83,8 +83,9 @@ TEST_CASE("agents of the same resource shape become one job array each") {
   CHECK(big.script.find("#SBATCH", first_command) == std::string::npos);
 
   CHECK_THAT(set->bus_script,
-             Catch::Contains("/opt/agentrt/bin/agentrt-bus --plan \"$RUN_DIR/plan.json\""));
-  CHECK_THAT(set->bus_script, Catch::Contains("--address-file \"$RUN_DIR/bus.address\""));
+             Catch::Contains("/opt/agentrt/bin/agentrt-bus --plan /runs/pp/plan.json "
+                             "--secret-file /runs/pp/secrets/run.secret"));
+  CHECK_THAT(set->bus_script, Catch::Contains("--address-file /runs/pp/bus.address"));
   CHECK_THAT(set->submit_script,
              Catch::Contains("--dependency=after:\"$bus\" \"$RUN_DIR/array-gpu2-rank2.sbatch\""));
   CHECK_THAT(

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "scheduler/plan.h"
+#include "plan/plan.h"
 
 namespace agentrt::slurm::testing {
 

@@ -14,12 +14,19 @@ cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm
 trap cleanup EXIT
 fail() { echo "agent_worker_standalone_test: FAIL: $*" >&2; exit 1; }
 
-plan() {  # plan DIR NAME RANKS BACKEND ARGS_JSON
+# plan DIR AGENTS_JSON: a complete plan.json (tests/agentrt_testing.py) for the
+# agents [{"name", "ranks", "backend", "args"}, ...].
+plans() {
   mkdir -p "$1"
-  cat >"$1/plan.json" <<JSON
-{"run": "t", "agents": [{"name": "$2", "index": 0, "ranks": $3, "backend": "$4", "args": $5,
-  "checkpoint": {"interval_s": 1800, "keep_last": 3}}]}
-JSON
+  /usr/bin/python3 - "$1/plan.json" "$2" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ["AGENTRT_SOURCE_DIR"], "tests"))
+from agentrt_testing import test_plan
+json.dump(test_plan("t", json.loads(sys.argv[2])), open(sys.argv[1], "w"))
+PY
+}
+plan() {  # plan DIR NAME RANKS BACKEND ARGS_JSON: one agent
+  plans "$1" "[{\"name\": \"$2\", \"ranks\": $3, \"backend\": \"$4\", \"args\": $5}]"
 }
 agent_env() {  # agent_env DIR NAME
   echo AGENTRT_RUN_DIR="$1" AGENTRT_AGENT="$2" AGENTRT_AGENT_INDEX=0 AGENTRT_CKPT_DIR="$1/ckpt"
@@ -72,12 +79,8 @@ test -f "$d/ckpt/step-8192/rank-0.shard" -a -f "$d/ckpt/step-8192/rank-1.shard" 
 
 echo "== pursuit without a bus"
 d="$tmp/pursuit"
-mkdir -p "$d"
-cat >"$d/plan.json" <<'JSON'
-{"run": "t", "agents": [
- {"name": "predator-0", "index": 0, "ranks": 1, "args": {"env": "pursuit", "role": "predator", "steps": 4096, "eval_episodes": 20}},
- {"name": "prey-0", "index": 1, "ranks": 1, "args": {"env": "pursuit", "role": "prey", "steps": 4096}}]}
-JSON
+plans "$d" '[{"name": "predator-0", "args": {"env": "pursuit", "role": "predator", "steps": 4096, "eval_episodes": 20}},
+            {"name": "prey-0", "args": {"env": "pursuit", "role": "prey", "steps": 4096}}]'
 out=$(env $(agent_env "$d" predator-0) RANK=0 WORLD_SIZE=1 timeout 120 "$worker" 2>&1) || { echo "$out"; fail "pursuit run exited non-zero"; }
 echo "$out"
 grep -q "this agent plays seat 0; seats played by others: 2=prey-0" <<<"$out" || fail "wrong seating"

@@ -9,64 +9,20 @@ scenario runs in its own temporary directory, which is removed on success.
 """
 import json
 import os
-import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
 AGENT = os.path.join(BIN, "agentrt-test-agent")
 
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-    print("ok:", what, flush=True)
-
-
-def wait_for(what, pred, timeout_s=30.0, period_s=0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(period_s)
-    raise Failure("timed out after %.0f s waiting for %s" % (timeout_s, what))
-
-
-def free_port_block(n):
-    """First port of n consecutive ports that can all be bound now."""
-    for _ in range(200):
-        s = socket.socket()
-        s.bind(("0.0.0.0", 0))
-        first = s.getsockname()[1]
-        s.close()
-        if first + n > 65000:
-            continue
-        ok = True
-        for p in range(first, first + n):
-            t = socket.socket()
-            try:
-                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                t.bind(("0.0.0.0", p))
-            except OSError:
-                ok = False
-            finally:
-                t.close()
-            if not ok:
-                break
-        if ok:
-            return first
-    raise Failure("no free block of %d ports" % n)
 
 
 class Run:
@@ -211,7 +167,8 @@ def scenario_env_contract(work):
     secret_forms = [secret, secret.hex().encode(), secret.hex().upper().encode()]
     contract = ["AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_AGENT_INDEX", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                 "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "AGENTRT_PORTS",
-                "AGENTRT_CKPT_DIR", "AGENTRT_BUS", "AGENTRT_TOKEN_FILE", "AGENTRT_TELEMETRY", "AGENTRT_RESTART_COUNT"]
+                "AGENTRT_CKPT_DIR", "AGENTRT_BUS", "AGENTRT_TOKEN_FILE", "AGENTRT_TELEMETRY", "AGENTRT_RESTART_COUNT",
+                "AGENTRT_WORKDIR"]
     for name, ranks in sorted(dumps.items()):
         check(sorted(ranks) == list(range(sizes[name])), "%s has ranks 0..%d" % (name, sizes[name] - 1))
         for r, d in ranks.items():
@@ -420,24 +377,12 @@ def scenario_busy_port(work):
 
 
 def main():
-    scenario = sys.argv[1]
+    scenarios = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
     for path in (AGENTCTL, AGENT):
         if not os.access(path, os.X_OK):
             print("missing %s (build agentctl and agentrt-test-agent)" % path)
             return 1
-    work = tempfile.mkdtemp(prefix="agentctl-%s-" % scenario)
-    try:
-        globals()["scenario_" + scenario](work)
-    except Exception as e:  # noqa: BLE001 - a Failure or a bug in the test: keep the evidence either way
-        if not isinstance(e, Failure):
-            import traceback
-            traceback.print_exc()
-        print("FAILED:", e)
-        print("(work dir kept: %s)" % work)
-        return 1
-    shutil.rmtree(work, ignore_errors=True)
-    print("PASSED", scenario)
-    return 0
+    return run_scenarios(scenarios, sys.argv[1], "agentctl")
 
 
 if __name__ == "__main__":

@@ -18,13 +18,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
-#include "comms/bus_client.h"
 #include "common/status.h"
-#include "tools/agent-worker/policy_snapshot.h"
+#include "comms/bus_client.h"
+#include "learners/policy_snapshot.h"
 
 namespace agentrt::worker {
 
@@ -35,7 +34,8 @@ class League {
  public:
   // `seats`: seat -> agent whose snapshots play it. `offsets` (topic -> next
   // offset) from a checkpoint, or empty to read each topic from its start.
-  static Result<std::unique_ptr<League>> Start(std::unique_ptr<BusClient> bus, std::map<int, std::string> seats,
+  static Result<std::unique_ptr<League>> Start(std::unique_ptr<BusClient> bus,
+                                               std::map<int, std::string> seats,
                                                const std::map<std::string, int64_t>& offsets);
   ~League();
 

@@ -6,13 +6,12 @@
 
 #include <functional>
 #include <map>
-#include <span>
-
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "common/status.h"
 #include "envs/rng.h"
-#include "tools/agent-worker/policy_snapshot.h"
+#include "learners/policy_snapshot.h"
 
 namespace agentrt::worker {
 
@@ -21,7 +20,7 @@ using SeatPolicy = std::function<int(int seat, std::span<const float> obs, Rng& 
 
 struct CaptureStats {
   int episodes = 0;
-  int captures = 0;         // prey caught, over all episodes
+  int captures = 0;  // prey caught, over all episodes
   double captures_per_episode = 0;
   double mean_length = 0;
 };

@@ -7,27 +7,26 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "agent_runtime/group.h"
 #include "agent_runtime/runtime.h"
 #include "comms/bus_client.h"
-#include "envs/env_pool.h"
 #include "envs/registry.h"
 #include "envs/single_agent_view.h"
-#include "learners/ppo.h"
+#include "learners/policy_snapshot.h"
+#include "learners/ppo_trainer.h"
+#include "plan/run_dir.h"
 #include "tools/agent-worker/league.h"
-#include "tools/agent-worker/policy_snapshot.h"
 #include "tools/agent-worker/pursuit_eval.h"
 #include "tools/agent-worker/settings.h"
 
 namespace agentrt::worker {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyTime = std::chrono::steady_clock;
 
 // One log line on stdout (the rank's log file), prefixed with agent and rank.
 class Log {
@@ -55,174 +54,129 @@ struct CopySeats {
   int num_actions = 0;
 };
 
-GroupBackend GroupBackendFromPlan(const std::string& backend) {
-  if (backend == "single") return GroupBackend::kSingle;
-  if (backend == "mpi") return GroupBackend::kMpi;
-  if (backend == "nccl") return GroupBackend::kNccl;
-  return GroupBackend::kAuto;
-}
-
 class Worker {
  public:
   Status Run();
 
  private:
   Status Setup();
-  Status SetupEnvs();
+  Status SetupTrainer();
   void SetupBus(const std::map<std::string, int64_t>& offsets);
   Status Restore();
   void InstallSnapshots();
   Status TrainLoop();
   Status SaveCheckpoint(bool wait);
   Status Evaluate();
-  void ReportUpdate(const PpoMetrics& m, const std::array<float, 6>& totals, double steps_per_s);
+  void ReportIteration(const TrainerMetrics& m);
+  void PublishIteration(const TrainerMetrics& m);
 
   Log log_;
   std::unique_ptr<Runtime> runtime_;
   std::string agent_;
   int rank_ = 0;
-  int world_ = 1;
-  std::vector<PlanAgentArgs> plan_;
-  const PlanAgentArgs* me_ = nullptr;
   WorkerSettings settings_;
   bool multi_agent_ = false;
   Seating seating_;
-  std::unique_ptr<Group> group_;
-  std::unique_ptr<EnvPool> pool_;
+  Group* group_ = nullptr;
   std::vector<std::unique_ptr<CopySeats>> seats_;  // per env copy (multi-agent)
-  std::unique_ptr<PpoLearner> learner_;
+  std::unique_ptr<PpoTrainer> trainer_;
   std::unique_ptr<League> league_;
   std::map<int, PolicySnapshot> latest_;  // seat -> newest snapshot installed
-  int64_t env_steps_ = 0;
-  int64_t episodes_ = 0;
-  double last_return_mean_ = 0;
-  double last_length_mean_ = 0;
-  std::vector<uint8_t> learner_state_;  // checkpoint scratch
-  std::array<int64_t, 2> counters_{};   // env_steps, episodes (checkpointed)
-  Clock::time_point last_log_ = Clock::now();
+  TrainerMetrics last_;                   // of the last iteration
+  std::vector<uint8_t> trainer_state_;    // checkpoint scratch
+  SteadyTime::time_point last_log_ = SteadyTime::now();
 };
 
 Status Worker::Setup() {
-  AGENTRT_ASSIGN_OR_RETURN(Assignment assignment, AssignmentFromEnvironment());
-  agent_ = assignment.agent;
-  rank_ = assignment.rank;
-  world_ = assignment.world_size;
+  AGENTRT_ASSIGN_OR_RETURN(runtime_, Runtime::FromEnvironment());
+  agent_ = runtime_->env().agent;
+  rank_ = runtime_->env().rank;
   log_.SetPrefix(agent_ + " rank " + std::to_string(rank_));
-
-  const std::string plan_path = assignment.run_dir + "/plan.json";
-  AGENTRT_ASSIGN_OR_RETURN(plan_, ReadPlanAgents(plan_path));
-  for (const auto& a : plan_) {
-    if (a.name == agent_) me_ = &a;
-  }
-  if (me_ == nullptr) return NotFound(plan_path + ": no agent named '" + agent_ + "'");
-  if (me_->ranks != world_) {
-    return FailedPrecondition(plan_path + ": agent " + agent_ + " has " + std::to_string(me_->ranks) +
-                              " ranks in the plan but WORLD_SIZE is " + std::to_string(world_));
-  }
-  AGENTRT_ASSIGN_OR_RETURN(settings_, WorkerSettings::FromArgs(me_->args, "agent " + agent_ + " args"));
-
-  RuntimeOptions options;
-  options.checkpoint.interval_s =
-      settings_.checkpoint_interval_s >= 0 ? settings_.checkpoint_interval_s : me_->checkpoint_interval_s;
-  options.checkpoint.keep_last = me_->checkpoint_keep_last;
-  AGENTRT_ASSIGN_OR_RETURN(runtime_, Runtime::Create(assignment, options));
-
-  GroupOptions group;
-  group.backend = GroupBackendFromPlan(me_->backend);
-  group.agent = agent_;
-  group.rank = rank_;
-  group.world_size = world_;
-  group.has_gpus = !assignment.visible_gpus.empty();
-  group.master_addr = assignment.master_addr;
-  group.master_port = assignment.master_port;
-  AGENTRT_ASSIGN_OR_RETURN(group_, MakeGroup(group));
+  AGENTRT_ASSIGN_OR_RETURN(settings_,
+                           WorkerSettings::FromArgs(runtime_->args(), "agent " + agent_ + " args"));
+  AGENTRT_ASSIGN_OR_RETURN(group_, runtime_->group());
   if (group_->device_buffers()) {
-    return FailedPrecondition("agent " + agent_ + ": the PPO learner runs on the CPU; give agent-worker agents gpus: 0");
+    return FailedPrecondition(
+        "agent " + agent_ +
+        ": the PPO learner of agent-worker runs on the CPU; give agent-worker "
+        "agents gpus: 0 (a PyTorch agent trains on GPUs)");
   }
-  log_("plan %s, env %s, %d rank(s) on a %s group, budget %lld env steps", plan_path.c_str(),
-       settings_.env.c_str(), world_, std::string(group_->backend()).c_str(),
-       static_cast<long long>(settings_.ppo.steps));
+  log_("plan %s, env %s, %d rank(s) on a %s group, budget %lld env steps",
+       RunDir(runtime_->env().run_dir).PlanPath().c_str(), settings_.trainer.env.c_str(),
+       group_->size(), std::string(group_->backend()).c_str(),
+       static_cast<long long>(settings_.trainer.ppo.steps));
   return Status::Ok();
 }
 
-Status Worker::SetupEnvs() {
-  EnvRegistry& registry = GlobalEnvRegistry();
-  multi_agent_ = registry.IsMultiAgent(settings_.env);
-  nlohmann::json env_args = settings_.env_args;
+Status Worker::SetupTrainer() {
+  const EnvRegistry& registry = GlobalEnvRegistry();
+  multi_agent_ = registry.IsMultiAgent(settings_.trainer.env);
+  PpoTrainerOptions options;
   if (multi_agent_) {
-    AGENTRT_ASSIGN_OR_RETURN(seating_, SeatPursuit(plan_, agent_, settings_));
-    env_args = seating_.world_args;
+    AGENTRT_ASSIGN_OR_RETURN(seating_, SeatPursuit(runtime_->plan(), agent_, settings_));
     std::string others;
-    for (const auto& [seat, agent] : seating_.others) others += " " + std::to_string(seat) + "=" + agent;
+    for (const auto& [seat, agent] : seating_.others)
+      others += " " + std::to_string(seat) + "=" + agent;
     log_("%s world: %d predators, %d prey; this agent plays seat %d; seats played by others:%s",
-         settings_.env.c_str(), seating_.predators, seating_.prey, seating_.control,
+         settings_.trainer.env.c_str(), seating_.predators, seating_.prey, seating_.control,
          others.empty() ? " none" : others.c_str());
-  }
-  EnvPoolOptions pool_options;
-  pool_options.num_envs = settings_.ppo.num_envs;
-  pool_options.num_threads = settings_.env_threads;
-  // Distinct episodes per rank and per restart (the env state is not checkpointed).
-  pool_options.seed = settings_.ppo.seed * 1000003ULL + static_cast<uint64_t>(rank_) * 10007ULL +
-                      static_cast<uint64_t>(runtime_->assignment().restart_count) * 7919ULL;
-  auto factory = [&]() -> Result<std::unique_ptr<Env>> {
-    AGENTRT_ASSIGN_OR_RETURN(std::unique_ptr<Env> env, registry.MakeEnv(settings_.env, env_args));
-    if (multi_agent_) {
+    options.env_factory = [this, &registry]() -> Result<std::unique_ptr<Env>> {
+      AGENTRT_ASSIGN_OR_RETURN(std::unique_ptr<Env> env,
+                               registry.MakeEnv(settings_.trainer.env, seating_.world_args));
       auto* view = dynamic_cast<SingleAgentView*>(env.get());
-      if (view == nullptr) return Internal("env " + settings_.env + " did not come as a SingleAgentView");
+      if (view == nullptr)
+        return Internal("env " + settings_.trainer.env + " did not come as a SingleAgentView");
       auto copy = std::make_unique<CopySeats>();
       copy->num_actions = static_cast<int>(view->action_space().n());
       CopySeats* seats = copy.get();
-      view->set_others_policy([seats](int seat, std::span<const float> obs, std::span<float> action, Rng& rng) {
-        auto it = seats->players.find(seat);
-        if (it != seats->players.end() && it->second.loaded()) {
-          action[0] = static_cast<float>(it->second.Act(obs, rng));
-        } else {
-          action[0] = static_cast<float>(rng.Below(static_cast<uint64_t>(seats->num_actions)));
-        }
-      });
+      view->set_others_policy(
+          [seats](int seat, std::span<const float> obs, std::span<float> action, Rng& rng) {
+            auto it = seats->players.find(seat);
+            if (it != seats->players.end() && it->second.loaded()) {
+              action[0] = static_cast<float>(it->second.Act(obs, rng));
+            } else {
+              action[0] = static_cast<float>(rng.Below(static_cast<uint64_t>(seats->num_actions)));
+            }
+          });
       // Every seat gets its player now, so the map never changes under the env threads.
       for (const auto& [seat, agent] : seating_.others) copy->players[seat];
       seats_.push_back(std::move(copy));
-    }
-    return env;
-  };
-  AGENTRT_ASSIGN_OR_RETURN(pool_, EnvPool::Make(factory, pool_options));
-  if (!pool_->action_space().is_discrete()) {
-    return InvalidArgument("agent " + agent_ + ": env " + settings_.env + " has action space " +
-                           pool_->action_space().ToString() + "; the PPO learner needs a Discrete one");
+      return env;
+    };
   }
-  AGENTRT_ASSIGN_OR_RETURN(learner_, PpoLearner::Make(settings_.ppo, pool_->observation_space(),
-                                                      pool_->action_space(), *group_));
+  AGENTRT_ASSIGN_OR_RETURN(trainer_,
+                           PpoTrainer::Make(settings_.trainer, *group_, std::move(options)));
   return Status::Ok();
 }
 
 void Worker::SetupBus(const std::map<std::string, int64_t>& offsets) {
   if (!multi_agent_) return;  // single-agent envs have nobody to play with
-  const Assignment& a = runtime_->assignment();
-  if (a.bus.empty()) {
-    log_("no bus (AGENTRT_BUS is not set): training without it; other seats play at random, "
-         "no snapshots are published");
+  const AgentEnv& env = runtime_->env();
+  if (env.bus.empty()) {
+    log_(
+        "no bus (AGENTRT_BUS is not set): training without it; other seats play at random, "
+        "no snapshots are published");
     return;
   }
-  auto bus = BusClient::FromEnvironment();
+  auto bus = BusClient::ForAgent(env);
   if (!bus.ok()) {
-    log_("bus %s not usable (%s): training without it; other seats play at random", a.bus.c_str(),
+    log_("bus %s not usable (%s): training without it; other seats play at random", env.bus.c_str(),
          bus.status().ToString().c_str());
     return;
   }
   if (Status ready = (*bus)->WaitForReady(std::chrono::seconds(10)); !ready.ok()) {
-    log_("bus %s not reachable (%s): training without it; other seats play at random", a.bus.c_str(),
-         ready.ToString().c_str());
+    log_("bus %s not reachable (%s): training without it; other seats play at random",
+         env.bus.c_str(), ready.ToString().c_str());
     return;
   }
   auto league = League::Start(std::move(*bus), seating_.others, offsets);
   if (!league.ok()) {
-    log_("bus %s: %s; training without it", a.bus.c_str(), league.status().ToString().c_str());
+    log_("bus %s: %s; training without it", env.bus.c_str(), league.status().ToString().c_str());
     return;
   }
   league_ = std::move(*league);
-  log_("bus %s: subscribed to the policies of %zu seat(s)%s", a.bus.c_str(), seating_.others.size(),
-       offsets.empty() ? "" : " from the checkpoint's offsets");
+  log_("bus %s: subscribed to the policies of %zu seat(s)%s", env.bus.c_str(),
+       seating_.others.size(), offsets.empty() ? "" : " from the checkpoint's offsets");
 }
 
 Status Worker::Restore() {
@@ -230,37 +184,36 @@ Status Worker::Restore() {
   log_("%s", restored.Describe().c_str());
   std::map<std::string, int64_t> offsets;
   if (restored.restored()) {
-    const auto bytes = restored.shard.Bytes("learner");
-    if (bytes.empty()) return DataLoss("agent " + agent_ + ": checkpoint step " + std::to_string(restored.step) +
-                                       " has no learner state for rank " + std::to_string(rank_));
-    AGENTRT_RETURN_IF_ERROR(learner_->LoadState(
-        {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}));
-    AGENTRT_RETURN_IF_ERROR(restored.shard.CopyTo("counters", counters_.data(), sizeof(counters_)));
-    env_steps_ = counters_[0];
-    episodes_ = counters_[1];
+    const auto bytes = restored.shard.Bytes("trainer");
+    if (bytes.empty()) {
+      return DataLoss("agent " + agent_ + ": checkpoint step " + std::to_string(restored.step) +
+                      " has no trainer state for rank " + std::to_string(rank_));
+    }
+    AGENTRT_RETURN_IF_ERROR(
+        trainer_->LoadState({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}));
     if (restored.metadata.contains("bus_offsets")) {
       offsets = restored.metadata["bus_offsets"].get<std::map<std::string, int64_t>>();
     }
-    log_("resumed at env step %lld (update %lld, %lld episodes)", static_cast<long long>(env_steps_),
-         static_cast<long long>(learner_->updates()), static_cast<long long>(episodes_));
+    log_("resumed at env step %lld (update %lld, %lld episodes)",
+         static_cast<long long>(trainer_->env_steps()),
+         static_cast<long long>(trainer_->learner().updates()),
+         static_cast<long long>(trainer_->episodes()));
   }
   SetupBus(offsets);
   return Status::Ok();
 }
 
 Status Worker::SaveCheckpoint(bool wait) {
-  learner_state_ = learner_->SaveState();
-  if (learner_state_.empty()) return Internal("agent " + agent_ + ": the learner state could not be read");
-  counters_ = {env_steps_, episodes_};
+  trainer_state_ = trainer_->SaveState();
   CheckpointState state;
-  state.AddBytes("learner", learner_state_.data(), learner_state_.size());
-  state.AddArray("counters", counters_.data(), "int64", {2}, sizeof(int64_t));
-  state.metadata["env_steps"] = env_steps_;
-  state.metadata["updates"] = learner_->updates();
-  state.metadata["episodes"] = episodes_;
+  state.AddBytes("trainer", trainer_state_.data(), trainer_state_.size());
+  state.metadata["env_steps"] = trainer_->env_steps();
+  state.metadata["updates"] = trainer_->learner().updates();
+  state.metadata["episodes"] = trainer_->episodes();
   if (league_) state.metadata["bus_offsets"] = league_->SubscriptionOffsets();
   Checkpointer& ckpt = runtime_->checkpointer();
-  return wait ? ckpt.Save(env_steps_, state) : ckpt.SaveAsync(env_steps_, state);
+  return wait ? ckpt.Save(trainer_->env_steps(), state)
+              : ckpt.SaveAsync(trainer_->env_steps(), state);
 }
 
 void Worker::InstallSnapshots() {
@@ -271,7 +224,8 @@ void Worker::InstallSnapshots() {
   for (auto& [seat, snapshot] : fresh) {
     for (auto& copy : seats_) {
       if (Status s = copy->players[seat].Load(snapshot); !s.ok()) {
-        log_("seat %d: snapshot of %s refused: %s", seat, snapshot.agent.c_str(), s.ToString().c_str());
+        log_("seat %d: snapshot of %s refused: %s", seat, snapshot.agent.c_str(),
+             s.ToString().c_str());
         break;
       }
     }
@@ -279,24 +233,9 @@ void Worker::InstallSnapshots() {
   }
 }
 
-void Worker::ReportUpdate(const PpoMetrics& m, const std::array<float, 6>& totals, double steps_per_s) {
-  if (totals[2] > 0) {
-    last_return_mean_ = totals[0] / totals[2];
-    last_length_mean_ = totals[1] / totals[2];
-  }
-  nlohmann::json metrics = {{"episode_return_mean", last_return_mean_},
-                            {"episode_length", last_length_mean_},
-                            {"episodes", episodes_},
-                            {"steps_per_s", steps_per_s},
-                            {"updates", m.updates},
-                            {"lr", m.lr},
-                            {"pg_loss", m.pg_loss},
-                            {"v_loss", m.v_loss},
-                            {"entropy", m.entropy},
-                            {"approx_kl", m.approx_kl},
-                            {"clip_fraction", m.clip_fraction},
-                            {"explained_variance", m.explained_variance}};
-  if (multi_agent_ && totals[2] > 0) metrics["capture_rate"] = totals[3] / totals[2];
+void Worker::ReportIteration(const TrainerMetrics& m) {
+  nlohmann::json metrics = m.ToJson();
+  if (multi_agent_ && m.iteration_episodes > 0) metrics["capture_rate"] = m.terminated_fraction;
   if (league_) {
     metrics["snapshots_received"] = league_->snapshots_received();
     metrics["bus_published"] = league_->published();
@@ -305,97 +244,66 @@ void Worker::ReportUpdate(const PpoMetrics& m, const std::array<float, 6>& total
     // other agent's policy played its seat.
     for (const auto& [seat, snap] : latest_) metrics["opponent_update/" + snap.agent] = snap.update;
   }
-  runtime_->Report(env_steps_, metrics);
+  runtime_->Report(m.env_steps, metrics);
   // A progress line in the rank's log every few seconds (the metrics stream is the record).
-  const auto now = Clock::now();
+  const auto now = SteadyTime::now();
   if (now - last_log_ >= std::chrono::seconds(5)) {
     last_log_ = now;
     log_("env step %lld: episode return %.3f, length %.1f, %.0f steps/s, entropy %.3f",
-         static_cast<long long>(env_steps_), last_return_mean_, last_length_mean_, steps_per_s, m.entropy);
+         static_cast<long long>(m.env_steps), m.episode_return_mean, m.episode_length_mean,
+         m.steps_per_s, m.ppo.entropy);
   }
 }
 
+void Worker::PublishIteration(const TrainerMetrics& m) {
+  league_->PublishSnapshot(SnapshotOf(trainer_->learner(), agent_, m.env_steps));
+  nlohmann::json result = {{"agent", agent_},
+                           {"seat", seating_.control},
+                           {"update", m.ppo.updates},
+                           {"env_steps", m.env_steps},
+                           {"episodes", m.iteration_episodes},
+                           {"return_mean", m.episode_return_mean}};
+  if (m.iteration_episodes > 0) result["capture_rate"] = m.terminated_fraction;
+  nlohmann::json opponents = nlohmann::json::object();
+  for (const auto& [seat, snap] : latest_) opponents[snap.agent] = snap.update;
+  result["opponents"] = opponents;
+  league_->PublishResult(result);
+}
+
 Status Worker::TrainLoop() {
-  const int num_envs = pool_->num_envs();
-  const int64_t steps_per_update = static_cast<int64_t>(world_) * num_envs * settings_.ppo.rollout_steps;
-  pool_->Reset();
-  PpoMetrics metrics;
-  // Per update, summed over the group: return, length, episodes, captures, save, stop.
-  std::array<float, 6> totals{};
-  auto last_report = Clock::now();
-  int64_t steps_at_report = env_steps_;
-  while (env_steps_ < settings_.ppo.steps) {
+  while (trainer_->env_steps() < settings_.trainer.ppo.steps) {
     InstallSnapshots();
-    totals.fill(0.0f);
-    for (int t = 0; t < settings_.ppo.rollout_steps; ++t) {
-      learner_->ActAndRecord(pool_->observations(), pool_->actions());
-      pool_->Step();
-      learner_->RecordStep(pool_->rewards(), pool_->terminated(), pool_->truncated(),
-                           pool_->final_observations());
-      const auto term = pool_->terminated();
-      const auto trunc = pool_->truncated();
-      for (int i = 0; i < num_envs; ++i) {
-        if (!term[static_cast<size_t>(i)] && !trunc[static_cast<size_t>(i)]) continue;
-        const float ret = pool_->episode_returns()[static_cast<size_t>(i)];
-        totals[0] += ret;
-        totals[1] += static_cast<float>(pool_->episode_lengths()[static_cast<size_t>(i)]);
-        totals[2] += 1.0f;
-        // Pursuit: a terminated episode is a capture (every prey caught, or
-        // this prey caught); a truncated one is an escape.
-        if (term[static_cast<size_t>(i)]) totals[3] += 1.0f;
-      }
-    }
-    AGENTRT_RETURN_IF_ERROR(learner_->Update(pool_->observations(), &metrics));
-    env_steps_ += steps_per_update;
-    // Every rank must agree on saving and stopping (they are collective).
-    totals[4] = runtime_->checkpointer().SaveDue() ? 1.0f : 0.0f;
-    totals[5] = runtime_->ShouldStop() ? 1.0f : 0.0f;
-    AGENTRT_RETURN_IF_ERROR(group_->AllReduce(totals.data(), totals.size(), DataType::kFloat32, ReduceOp::kSum,
-                                              std::chrono::minutes(2)));
-    episodes_ += static_cast<int64_t>(totals[2]);
+    // Saving and stopping are collective: every rank must agree, so each adds
+    // its own view and acts on the group's sum.
+    std::array<float, 2> agree = {runtime_->checkpointer().SaveDue() ? 1.0f : 0.0f,
+                                  runtime_->ShouldStop() ? 1.0f : 0.0f};
+    AGENTRT_RETURN_IF_ERROR(trainer_->Iterate(&last_, agree));
     if (rank_ == 0) {
-      if (learner_->updates() % settings_.report_every == 0) {
-        const auto now = Clock::now();
-        const double dt = std::chrono::duration<double>(now - last_report).count();
-        const double sps = dt > 0 ? static_cast<double>(env_steps_ - steps_at_report) / dt : 0.0;
-        last_report = now;
-        steps_at_report = env_steps_;
-        ReportUpdate(metrics, totals, sps);
-      }
-      if (league_ && learner_->updates() % settings_.snapshot_every == 0) {
-        league_->PublishSnapshot(SnapshotOf(*learner_, agent_, env_steps_));
-        nlohmann::json result = {{"agent", agent_},
-                                 {"seat", seating_.control},
-                                 {"update", learner_->updates()},
-                                 {"env_steps", env_steps_},
-                                 {"episodes", static_cast<int64_t>(totals[2])},
-                                 {"return_mean", last_return_mean_}};
-        if (totals[2] > 0) result["capture_rate"] = totals[3] / totals[2];
-        nlohmann::json opponents = nlohmann::json::object();
-        for (const auto& [seat, snap] : latest_) opponents[snap.agent] = snap.update;
-        result["opponents"] = opponents;
-        league_->PublishResult(result);
-      }
+      if (last_.ppo.updates % settings_.report_every == 0) ReportIteration(last_);
+      if (league_ && last_.ppo.updates % settings_.snapshot_every == 0) PublishIteration(last_);
     } else {
-      runtime_->SetStep(env_steps_);
+      runtime_->SetStep(last_.env_steps);
     }
-    if (totals[5] > 0) {
-      log_("stop requested (%s) at env step %lld: saving a checkpoint", runtime_->stop_reason().c_str(),
-           static_cast<long long>(env_steps_));
+    if (agree[1] > 0) {
+      log_("stop requested (%s) at env step %lld: saving a checkpoint",
+           runtime_->stop_reason().c_str(), static_cast<long long>(trainer_->env_steps()));
       return Status::Ok();
     }
-    if (totals[4] > 0) AGENTRT_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/false));
+    if (agree[0] > 0) AGENTRT_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/false));
   }
   return Status::Ok();
 }
 
 Status Worker::Evaluate() {
-  if (!multi_agent_ || seating_.control >= seating_.predators || settings_.eval_episodes == 0) return Status::Ok();
+  if (!multi_agent_ || seating_.control >= seating_.predators || settings_.eval_episodes == 0)
+    return Status::Ok();
   InstallSnapshots();
   // Players for the other seats from the newest snapshots; seats without one play at random.
   std::map<int, PolicyPlayer> players;
-  for (const auto& [seat, snapshot] : latest_) AGENTRT_RETURN_IF_ERROR(players[seat].Load(snapshot));
-  const int num_actions = static_cast<int>(pool_->action_space().n());
+  for (const auto& [seat, snapshot] : latest_)
+    AGENTRT_RETURN_IF_ERROR(players[seat].Load(snapshot));
+  PpoLearner& learner = trainer_->learner();
+  const int num_actions = static_cast<int>(trainer_->pool().action_space().n());
   std::vector<float> action(1);
   auto other = [&](int seat, std::span<const float> obs, Rng& rng) -> int {
     auto it = players.find(seat);
@@ -404,38 +312,44 @@ Status Worker::Evaluate() {
   };
   auto trained = [&](int seat, std::span<const float> obs, Rng& rng) -> int {
     if (seat == seating_.control) {
-      learner_->Act(obs, 1, action, /*deterministic=*/false, rng);
+      learner.Act(obs, 1, action, /*deterministic=*/false, rng);
       return static_cast<int>(action[0]);
     }
     return other(seat, obs, rng);
   };
   auto random_predators = [&](int seat, std::span<const float> obs, Rng& rng) -> int {
-    if (seat < seating_.predators) return static_cast<int>(rng.Below(static_cast<uint64_t>(num_actions)));
+    if (seat < seating_.predators)
+      return static_cast<int>(rng.Below(static_cast<uint64_t>(num_actions)));
     return other(seat, obs, rng);
   };
   const uint64_t seed = 424242;
-  AGENTRT_ASSIGN_OR_RETURN(CaptureStats with_training,
-                           PlayPursuit(seating_.world_args, settings_.eval_episodes, seed, trained));
-  AGENTRT_ASSIGN_OR_RETURN(CaptureStats with_random,
-                           PlayPursuit(seating_.world_args, settings_.eval_episodes, seed, random_predators));
+  AGENTRT_ASSIGN_OR_RETURN(
+      CaptureStats with_training,
+      PlayPursuit(seating_.world_args, settings_.eval_episodes, seed, trained));
+  AGENTRT_ASSIGN_OR_RETURN(
+      CaptureStats with_random,
+      PlayPursuit(seating_.world_args, settings_.eval_episodes, seed, random_predators));
   const double ratio = with_random.captures_per_episode > 0
                            ? with_training.captures_per_episode / with_random.captures_per_episode
                            : (with_training.captures_per_episode > 0 ? 1e9 : 0.0);
   std::string prey_versions;
   for (const auto& [seat, snap] : latest_) {
-    if (seat >= seating_.predators) prey_versions += " " + snap.agent + "@update" + std::to_string(snap.update);
+    if (seat >= seating_.predators)
+      prey_versions += " " + snap.agent + "@update" + std::to_string(snap.update);
   }
-  log_("evaluation over %d episodes against prey%s: captures/episode %.3f trained vs %.3f random predators "
-       "(ratio %.2f)",
-       settings_.eval_episodes, prey_versions.empty() ? " playing at random" : prey_versions.c_str(),
-       with_training.captures_per_episode, with_random.captures_per_episode, ratio);
+  log_(
+      "evaluation over %d episodes against prey%s: captures/episode %.3f trained vs %.3f random "
+      "predators "
+      "(ratio %.2f)",
+      settings_.eval_episodes, prey_versions.empty() ? " playing at random" : prey_versions.c_str(),
+      with_training.captures_per_episode, with_random.captures_per_episode, ratio);
   nlohmann::json eval = {{"eval_episodes", settings_.eval_episodes},
                          {"eval_capture_rate", with_training.captures_per_episode},
                          {"eval_random_capture_rate", with_random.captures_per_episode},
                          {"eval_capture_ratio", ratio},
                          {"eval_prey_snapshot", prey_versions.empty() ? 0 : 1},
-                         {"episode_return_mean", last_return_mean_},
-                         {"episode_length", last_length_mean_}};
+                         {"episode_return_mean", last_.episode_return_mean},
+                         {"episode_length_mean", last_.episode_length_mean}};
   if (league_) {
     eval["snapshots_received"] = league_->snapshots_received();
     if (auto stats = league_->bus().Stats(); stats.ok()) {
@@ -451,24 +365,25 @@ Status Worker::Evaluate() {
     result["kind"] = "evaluation";
     league_->PublishResult(result);
   }
-  runtime_->Report(env_steps_, eval);
+  runtime_->Report(trainer_->env_steps(), eval);
   return Status::Ok();
 }
 
 Status Worker::Run() {
   AGENTRT_RETURN_IF_ERROR(Setup());
-  AGENTRT_RETURN_IF_ERROR(SetupEnvs());
+  AGENTRT_RETURN_IF_ERROR(SetupTrainer());
   AGENTRT_RETURN_IF_ERROR(Restore());
-  const auto start = Clock::now();
-  const int64_t start_steps = env_steps_;
+  const auto start = SteadyTime::now();
+  const int64_t start_steps = trainer_->env_steps();
   AGENTRT_RETURN_IF_ERROR(TrainLoop());
   // Budget reached or stop requested: always a last checkpoint.
   AGENTRT_RETURN_IF_ERROR(SaveCheckpoint(/*wait=*/true));
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const int64_t steps = trainer_->env_steps();
+  const double seconds = std::chrono::duration<double>(SteadyTime::now() - start).count();
   log_("%s at env step %lld (%lld this run in %.1f s), checkpoint saved",
-       runtime_->ShouldStop() ? "stopped" : "budget reached", static_cast<long long>(env_steps_),
-       static_cast<long long>(env_steps_ - start_steps), seconds);
-  if (env_steps_ == start_steps && start_steps > 0) {
+       runtime_->ShouldStop() ? "stopped" : "budget reached", static_cast<long long>(steps),
+       static_cast<long long>(steps - start_steps), seconds);
+  if (steps == start_steps && start_steps > 0) {
     // A restart after the budget was already spent (the agent was torn down
     // after its last checkpoint): nothing was trained, and the evaluation the
     // earlier incarnation reported stands.

@@ -2,6 +2,7 @@
 // (RUN_DIR/logs/<agent>/rank<N>.log). Without --rank every rank's log, each
 // line prefixed with [rankN]. --follow keeps printing new lines until the run
 // has ended (or Ctrl-C).
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -14,9 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-
-#include "scheduler/run_dir.h"
+#include "plan/run_dir.h"
 #include "scheduler/status.h"
 #include "tools/agentctl/commands.h"
 
@@ -68,7 +67,8 @@ int RankOf(const fs::path& p) {
 std::vector<std::string> AgentsWithLogs(const std::string& run_dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(run_dir + "/logs", ec)) names.push_back(e.path().filename());
+  for (const auto& e : fs::directory_iterator(run_dir + "/logs", ec))
+    names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -98,21 +98,23 @@ void RegisterLogs(CLI::App& app) {
     if (!fs::is_directory(dir)) {
       std::string known;
       for (const auto& n : AgentsWithLogs(opts->run_dir)) known += (known.empty() ? "" : ", ") + n;
-      Fail("logs", agentrt::NotFound(fmt::format("no logs for agent '{}' in {} (agents with logs: {})",
-                                                 opts->agent, opts->run_dir,
-                                                 known.empty() ? "none" : known)));
+      Fail("logs", agentrt::NotFound(
+                       fmt::format("no logs for agent '{}' in {} (agents with logs: {})",
+                                   opts->agent, opts->run_dir, known.empty() ? "none" : known)));
     }
     std::vector<fs::path> paths;
     for (const auto& e : fs::directory_iterator(dir)) {
       const std::string name = e.path().filename().string();
       if (name.rfind("rank", 0) == 0 && RankOf(e.path()) >= 0) paths.push_back(e.path());
     }
-    std::sort(paths.begin(), paths.end(), [](const auto& a, const auto& b) { return RankOf(a) < RankOf(b); });
+    std::sort(paths.begin(), paths.end(),
+              [](const auto& a, const auto& b) { return RankOf(a) < RankOf(b); });
     if (opts->rank >= 0) {
       const fs::path want = dir / fmt::format("rank{}.log", opts->rank);
       if (!fs::exists(want)) {
-        Fail("logs", agentrt::NotFound(fmt::format("agent {} has no log for rank {} ({} does not exist)",
-                                                   opts->agent, opts->rank, want.string())));
+        Fail("logs",
+             agentrt::NotFound(fmt::format("agent {} has no log for rank {} ({} does not exist)",
+                                           opts->agent, opts->rank, want.string())));
       }
       paths = {want};
     }
@@ -120,7 +122,8 @@ void RegisterLogs(CLI::App& app) {
     for (const auto& p : paths) {
       files.emplace_back(paths.size() > 1 ? fmt::format("[rank{}] ", RankOf(p)) : "", p);
     }
-    if (paths.size() > 1 && fs::exists(dir / "mpirun.log")) files.emplace_back("[mpirun] ", dir / "mpirun.log");
+    if (paths.size() > 1 && fs::exists(dir / "mpirun.log"))
+      files.emplace_back("[mpirun] ", dir / "mpirun.log");
     for (auto& f : files) f.Pump(!opts->follow);
     if (!opts->follow) return;
     signal(SIGPIPE, SIG_DFL);

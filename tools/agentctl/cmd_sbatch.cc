@@ -78,27 +78,14 @@ void RegisterSbatch(CLI::App& app) {
     if (!config.ok()) Fail("sbatch", config.status());
 
     auto runner = agentrt::slurm::MakeProcessRunner();
-    agentrt::Inventory inventory;
-    if (!opts->cluster.empty()) {
-      agentrt::Status applied = agentrt::ApplyClusterFile(opts->cluster, *config);
-      if (!applied.ok()) Fail("sbatch", applied);
-      inventory = agentrt::InventoryFromCluster(config->cluster, opts->cluster);
-    } else if (!config->cluster.nodes.empty()) {
-      inventory = agentrt::InventoryFromCluster(config->cluster, opts->file + " cluster:");
-    } else {
-      agentrt::slurm::SlurmClient slurm(*runner);
-      auto text = slurm.ShowNodesText();
-      if (!text.ok()) {
-        Fail("sbatch",
-             text.status().WithContext(fmt::format("{} has no cluster: block and the live SLURM "
-                                                   "cluster cannot be read (give --cluster "
-                                                   "inventory.yaml)",
-                                                   opts->file)));
-      }
-      auto nodes = agentrt::ParseScontrolNodes(*text);
-      if (!nodes.ok()) Fail("sbatch", nodes.status().WithContext("scontrol show node -o"));
-      inventory = agentrt::InventoryFromSlurm(*nodes, config->slurm.partition);
-    }
+    agentrt::slurm::SlurmClient slurm(*runner);
+    agentrt::InventoryRequest request;
+    request.config_file = opts->file;
+    request.cluster_file = opts->cluster;
+    request.fallback = agentrt::InventoryRequest::Fallback::kSlurm;
+    agentrt::Result<agentrt::Inventory> inventory =
+        agentrt::ResolveInventory(*config, request, [&slurm] { return slurm.ShowNodesText(); });
+    if (!inventory.ok()) Fail("sbatch", inventory.status());
 
     std::error_code ec;
     fs::path run_dir = fs::weakly_canonical(fs::absolute(opts->out_dir), ec);
@@ -108,11 +95,11 @@ void RegisterSbatch(CLI::App& app) {
 
     agentrt::PlanOptions plan_options;
     plan_options.run_dir = run_dir.string();
-    agentrt::PlanResult result = agentrt::MakePlan(*config, inventory, plan_options);
+    agentrt::PlanResult result = agentrt::MakePlan(*config, *inventory, plan_options);
     if (!result.feasible()) {
       Fail("sbatch",
            agentrt::ResourceExhausted(
-               fmt::format("infeasible on {}: {}", inventory.source, result.infeasible().reason)),
+               fmt::format("infeasible on {}: {}", inventory->source, result.infeasible().reason)),
            kExitInfeasible);
     }
     for (const std::string& w : result.plan().warnings) {

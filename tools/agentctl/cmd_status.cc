@@ -1,12 +1,12 @@
 // `agentctl status RUN_DIR [--json]` — the state of a run from its status.json,
 // while it runs and after it has ended.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 
-#include <fmt/format.h>
-
-#include "scheduler/run_dir.h"
+#include "plan/run_dir.h"
 #include "scheduler/status.h"
 #include "tools/agentctl/commands.h"
 
@@ -19,7 +19,8 @@ void RegisterStatus(CLI::App& app) {
   };
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("status", "Show the state of a run (running or finished)");
-  cmd->add_option("run_dir", opts->run_dir, "the run directory (printed by `agentctl run`)")->required();
+  cmd->add_option("run_dir", opts->run_dir, "the run directory (printed by `agentctl run`)")
+      ->required();
   cmd->add_flag("--json", opts->json, "print status.json (shape: see scheduler/status.h)");
   cmd->callback([opts] {
     auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
@@ -39,11 +40,12 @@ void RegisterStatus(CLI::App& app) {
       std::fputs(agentrt::RenderStatusTable(*status, 0).c_str(), stdout);
     }
     if (orphaned) {
-      std::fputs(fmt::format("agentctl status: warning: the controller (pid {}) of this run is gone; "
-                             "the run did not end cleanly and the state above is its last record\n",
-                             status->controller_pid)
-                     .c_str(),
-                 stderr);
+      std::fputs(
+          fmt::format("agentctl status: warning: the controller (pid {}) of this run is gone; "
+                      "the run did not end cleanly and the state above is its last record\n",
+                      status->controller_pid)
+              .c_str(),
+          stderr);
     }
   });
 }

@@ -4,21 +4,20 @@
 // RUN_DIR/controller.pid; a SLURM run's (`--backend slurm`, RUN_DIR/slurm.job_id)
 // is the allocation's batch shell, reached with `scancel --signal=TERM --batch`
 // from any host of the cluster (its pid means nothing on another node).
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 
-#include <fmt/format.h>
-
-#include "scheduler/run_dir.h"
+#include "common/file_util.h"
+#include "plan/run_dir.h"
+#include "scheduler/status.h"
 #include "slurm/command_runner.h"
 #include "slurm/slurm_client.h"
-#include "scheduler/status.h"
 #include "tools/agentctl/commands.h"
 
 namespace agentctl {
@@ -26,10 +25,9 @@ namespace {
 
 // The SLURM job of a `--backend slurm` run, or "" for a local run.
 std::string SlurmJobOf(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/slurm.job_id");
-  std::string job;
-  if (in) std::getline(in, job);
-  return job;
+  const std::string job =
+      agentrt::ReadWholeFile(agentrt::RunDir(run_dir).SlurmJobIdPath(), 256).value_or("");
+  return job.substr(0, job.find('\n'));
 }
 
 // Asks the allocation's controller to stop (the same SIGTERM a local stop
@@ -45,15 +43,17 @@ bool StopSlurmRun(const std::string& run_dir, const std::string& job, bool no_wa
   for (const auto& record : *records) live = live || !agentrt::slurm::IsTerminal(record.state);
   if (!live) return false;
   agentrt::Status sent = client.Cancel(job, {.signal = "TERM", .batch_only = true});
-  if (!sent.ok()) Fail("stop", sent.WithContext("cannot signal SLURM job " + job + " of " + run_dir));
+  if (!sent.ok())
+    Fail("stop", sent.WithContext("cannot signal SLURM job " + job + " of " + run_dir));
   std::fputs(fmt::format("stop requested (SLURM job {})\n", job).c_str(), stdout);
   if (no_wait) return true;
   auto done = client.WaitForJobs({job}, timeout_s);
   if (!done.ok()) Fail("stop", done.status());
   auto status = agentrt::ReadRunStatusFile(run_dir + "/status.json");
   if (status.ok()) {
-    std::fputs(fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),
-               stdout);
+    std::fputs(
+        fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),
+        stdout);
   }
   return true;
 }
@@ -79,13 +79,17 @@ void RegisterStop(CLI::App& app) {
     const pid_t pid = agentrt::LiveControllerPid(opts->run_dir);
     if (pid == 0) {
       auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
-      if (!status.ok()) Fail("stop", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
+      if (!status.ok())
+        Fail("stop", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
       std::fputs(fmt::format("run {} is not running (state {})\n", status->run,
-                             agentrt::RunStateName(status->state)).c_str(), stdout);
+                             agentrt::RunStateName(status->state))
+                     .c_str(),
+                 stdout);
       return;
     }
     if (::kill(pid, SIGTERM) != 0) {
-      Fail("stop", agentrt::ErrnoStatus(errno, fmt::format("cannot signal the controller (pid {})", pid)));
+      Fail("stop",
+           agentrt::ErrnoStatus(errno, fmt::format("cannot signal the controller (pid {})", pid)));
     }
     std::fputs(fmt::format("stop requested (controller pid {})\n", pid).c_str(), stdout);
     if (opts->no_wait) return;
@@ -93,16 +97,18 @@ void RegisterStop(CLI::App& app) {
                           std::chrono::milliseconds(static_cast<int64_t>(opts->timeout_s * 1000));
     while (agentrt::LiveControllerPid(opts->run_dir) != 0) {
       if (std::chrono::steady_clock::now() > deadline) {
-        Fail("stop", agentrt::DeadlineExceeded(fmt::format(
-                         "the run in {} did not end within {} s; it is still stopping (controller pid {})",
-                         opts->run_dir, opts->timeout_s, pid)));
+        Fail("stop",
+             agentrt::DeadlineExceeded(fmt::format(
+                 "the run in {} did not end within {} s; it is still stopping (controller pid {})",
+                 opts->run_dir, opts->timeout_s, pid)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
     if (status.ok()) {
-      std::fputs(fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),
-                 stdout);
+      std::fputs(
+          fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),
+          stdout);
     }
   });
 }

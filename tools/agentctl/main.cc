@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string_view>
 
+#include "plan/rank_exec.h"
 #include "tools/agentctl/commands.h"
 
 namespace agentctl {
@@ -15,6 +17,11 @@ void Fail(std::string_view command, const agentrt::Status& status, int code) {
 }  // namespace agentctl
 
 int main(int argc, char** argv) {
+  // The rank wrapper (plan/rank_exec.h) when agentrt-exec-rank is not installed
+  // next to agentctl: internal, so neither parsed by CLI11 nor listed by --help.
+  if (argc > 1 && std::string_view(argv[1]) == "exec-rank") {
+    return agentrt::ExecRankMain(argc - 1, argv + 1);
+  }
   CLI::App app{"agentctl: plan, run and inspect multi-agent RL training runs"};
   app.require_subcommand(1);
 #define AGENTCTL_REGISTER(name) agentctl::Register##name(app);

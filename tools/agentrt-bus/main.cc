@@ -16,37 +16,23 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 
 namespace {
 
-agentrt::Status WriteAddressFile(const std::string& path, const std::string& address) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << address << "\n";
-    out.flush();
-    if (!out) return agentrt::Internal("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return agentrt::ErrnoStatus(errno, "rename " + tmp + " to " + path);
-  }
-  return agentrt::Status::Ok();
-}
-
 int Fail(const agentrt::Status& s) {
   std::fprintf(stderr, "agentrt-bus: %s\n", s.ToString().c_str());
   return 1;
 }
 
-agentrt::Result<std::unique_ptr<agentrt::BusClient>> ClientFor(const std::string& bus, const std::string& token_file) {
+agentrt::Result<std::unique_ptr<agentrt::BusClient>> ClientFor(const std::string& bus,
+                                                               const std::string& token_file) {
   if (bus.empty() || token_file.empty()) return agentrt::BusClient::FromEnvironment();
   AGENTRT_ASSIGN_OR_RETURN(agentrt::Credential cred, agentrt::ReadTokenFile(token_file));
   return agentrt::BusClient::Connect(bus, std::move(cred));
@@ -61,25 +47,33 @@ int main(int argc, char** argv) {
   opts.host = "0.0.0.0";
   bool open = false;
   app.add_option("--plan", plan, "plan JSON (agents and channels: the ACL)");
-  app.add_flag("--open", open, "no plan: any agent with a valid token may publish/subscribe anything");
-  app.add_option("--secret-file", secret_file, "run secret (0600 file); agent tokens derive from it");
+  app.add_flag("--open", open,
+               "no plan: any agent with a valid token may publish/subscribe anything");
+  app.add_option("--secret-file", secret_file,
+                 "run secret (0600 file); agent tokens derive from it");
   app.add_option("--host", opts.host, "listen address")->capture_default_str();
   app.add_option("--port", opts.port, "listen port (0 = pick a free one)")->capture_default_str();
-  app.add_option("--address-file", address_file, "write the bound host:port here (atomically) when ready");
+  app.add_option("--address-file", address_file,
+                 "write the bound host:port here (atomically) when ready");
   app.add_option("--advertise-host", advertise_host,
-                 "host written to --address-file (default: the listen host, or this machine's name for 0.0.0.0)");
-  app.add_option("--max-message-bytes", opts.broker.limits.max_message_bytes, "largest payload accepted")
+                 "host written to --address-file (default: the listen host, or this machine's name "
+                 "for 0.0.0.0)");
+  app.add_option("--max-message-bytes", opts.broker.limits.max_message_bytes,
+                 "largest payload accepted")
       ->capture_default_str();
-  app.add_option("--retention", opts.broker.retention_messages, "messages kept per topic")->capture_default_str();
+  app.add_option("--retention", opts.broker.retention_messages, "messages kept per topic")
+      ->capture_default_str();
   app.add_option("--retention-bytes", opts.broker.retention_bytes, "payload bytes kept per topic")
       ->capture_default_str();
   app.add_option("--tls-cert", opts.tls_cert_file, "server certificate (PEM): serve TLS only");
   app.add_option("--tls-key", opts.tls_key_file, "server private key (PEM)");
-  app.add_option("--tls-client-ca", opts.tls_client_ca_file, "CA (PEM) that client certificates must chain to (mTLS)");
+  app.add_option("--tls-client-ca", opts.tls_client_ca_file,
+                 "CA (PEM) that client certificates must chain to (mTLS)");
   std::string bus, token_file, topic, payload;
   int64_t from = 0;
   int max = 100, timeout_ms = 5000;
-  auto* publish = app.add_subcommand("publish", "publish one message (as the agent of --token-file)");
+  auto* publish =
+      app.add_subcommand("publish", "publish one message (as the agent of --token-file)");
   auto* fetch = app.add_subcommand("fetch", "print messages of a topic as JSON lines");
   for (auto* sub : {publish, fetch}) {
     sub->add_option("--bus", bus, "broker host:port (default: $AGENTRT_BUS)");
@@ -106,27 +100,32 @@ int main(int argc, char** argv) {
     auto msgs = client.value()->Fetch(topic, from, max, std::chrono::milliseconds(timeout_ms));
     if (!msgs.ok()) return Fail(msgs.status());
     for (const auto& m : msgs.value()) {
-      nlohmann::json j = {{"topic", m.topic()},         {"offset", m.offset()},
-                          {"publisher", m.publisher()}, {"sequence", m.sequence()},
-                          {"content_type", m.content_type()}, {"payload", m.payload()}};
+      nlohmann::json j = {{"topic", m.topic()},
+                          {"offset", m.offset()},
+                          {"publisher", m.publisher()},
+                          {"sequence", m.sequence()},
+                          {"content_type", m.content_type()},
+                          {"payload", m.payload()}};
       // Invalid UTF-8 in a binary payload prints as U+FFFD rather than failing.
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
     return 0;
   }
-  if (secret_file.empty()) return Fail(agentrt::InvalidArgument("--secret-file is required to serve"));
+  if (secret_file.empty())
+    return Fail(agentrt::InvalidArgument("--secret-file is required to serve"));
 
   if (plan.empty() && !open) {
-    return Fail(agentrt::InvalidArgument("give --plan RUN_DIR/plan.json (the channel ACL), or --open"));
+    return Fail(
+        agentrt::InvalidArgument("give --plan RUN_DIR/plan.json (the channel ACL), or --open"));
   }
   if (!opts.tls_cert_file.empty() && opts.tls_key_file.empty()) {
     return Fail(agentrt::InvalidArgument("--tls-cert needs --tls-key"));
   }
   agentrt::BusAcl acl;
   if (!plan.empty()) {
-    auto loaded = agentrt::LoadAclFromPlanFile(plan);
+    auto loaded = agentrt::ReadPlanFile(plan);
     if (!loaded.ok()) return Fail(loaded.status());
-    acl = std::move(loaded).value();
+    acl = agentrt::AclFromPlan(*loaded);
   } else {
     acl.open = true;
   }
@@ -152,21 +151,26 @@ int main(int argc, char** argv) {
   }
   const std::string address = host + ":" + std::to_string(server.value()->port());
   if (!address_file.empty()) {
-    if (auto s = WriteAddressFile(address_file, address); !s.ok()) return Fail(s);
+    if (auto s = agentrt::WriteFileAtomic(address_file, address + "\n"); !s.ok()) return Fail(s);
   }
-  std::fprintf(stderr, "agentrt-bus: serving on %s (listen %s:%d, incarnation %016llx, %s)\n", address.c_str(),
-               opts.host.c_str(), server.value()->port(),
+  std::fprintf(stderr, "agentrt-bus: serving on %s (listen %s:%d, incarnation %016llx, %s)\n",
+               address.c_str(), opts.host.c_str(), server.value()->port(),
                static_cast<unsigned long long>(server.value()->incarnation()),
-               opts.tls_cert_file.empty() ? "plaintext" : (opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
+               opts.tls_cert_file.empty()
+                   ? "plaintext"
+                   : (opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "agentrt-bus: %s received, shutting down\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  std::fprintf(stderr, "agentrt-bus: %s received, shutting down\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
   server.value()->Shutdown();
   if (!address_file.empty()) ::unlink(address_file.c_str());
   const agentrt::BusStats st = server.value()->Stats();
-  std::fprintf(stderr, "agentrt-bus: stopped (published %lld, duplicates %lld, delivered %lld, expired %lld)\n",
-               static_cast<long long>(st.messages_published), static_cast<long long>(st.duplicates_dropped),
-               static_cast<long long>(st.messages_delivered), static_cast<long long>(st.messages_expired));
+  std::fprintf(
+      stderr,
+      "agentrt-bus: stopped (published %lld, duplicates %lld, delivered %lld, expired %lld)\n",
+      static_cast<long long>(st.messages_published), static_cast<long long>(st.duplicates_dropped),
+      static_cast<long long>(st.messages_delivered), static_cast<long long>(st.messages_expired));
   return 0;
 }

@@ -1,4 +1,4 @@
-#include "scheduler/config.h"
+#include "plan/config.h"
 
 namespace agentrt {
 

@@ -12,11 +12,17 @@
 //       "placement": [{"node": "node01", "gpus": [0, 1], "ranks": [0, 1]}],
 //       "ports": {"node": "node01", "first": 20016, "last": 20031},
 //       "master_addr": "node01", "master_port": 20016,
-//       "checkpoint_dir": "runs/predator-prey/checkpoints/predator-0",
+//       "checkpoint_dir": "checkpoints/predator-0",
 //       "gpus": 2, "backend": "nccl", "command": ["agent-worker"], "env": {...},
 //       "args": {...}, "restart": {...}, "checkpoint": {...}}],
 //    "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": [...]}],
 //    "warnings": ["..."]}
+//
+// Paths in the plan (checkpoint_dir) are relative to run_dir (RunDir::Resolve
+// turns them into absolute ones), so the plan is made once, before the run
+// directory exists. plan.json is written by the run controller and by
+// `agentctl sbatch`, and read back through ReadPlanFile by everyone else: the
+// launchers, the agent runtime, agent-worker, the standalone bus.
 //
 // Plain data; not synchronised.
 #pragma once
@@ -28,7 +34,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "scheduler/config.h"
+#include "plan/config.h"
 
 namespace agentrt {
 
@@ -56,7 +62,7 @@ struct AgentPlan {
   PortBlock ports;
   std::string master_addr;
   int master_port = 0;
-  std::string checkpoint_dir;
+  std::string checkpoint_dir;  // relative to the run directory (or absolute)
   // Additive: what the launcher and the agent process need.
   int gpus = 0;
   GroupBackend backend = GroupBackend::kSingle;  // resolved: never kAuto

@@ -1,4 +1,4 @@
-#include "agent_runtime/clock.h"
+#include "common/clock.h"
 
 namespace agentrt {
 namespace {

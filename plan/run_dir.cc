@@ -1,14 +1,14 @@
-#include "scheduler/run_dir.h"
+#include "plan/run_dir.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "common/file_util.h"
+#include "common/random.h"
 
 namespace agentrt {
 namespace fs = std::filesystem;
@@ -41,7 +41,7 @@ Result<RunDir> RunDir::Create(const std::string& base_dir, const std::string& ru
     path = stem + "-" + std::to_string(n);
   }
   RunDir dir(fs::absolute(path).lexically_normal().string());
-  for (const std::string sub : {"/logs", "/checkpoints"}) {
+  for (const std::string sub : {"/logs", "/checkpoints", "/agents"}) {
     if (::mkdir((dir.path() + sub).c_str(), 0755) != 0) {
       return ErrnoStatus(errno, "cannot create " + dir.path() + sub);
     }
@@ -53,6 +53,12 @@ Result<RunDir> RunDir::Create(const std::string& base_dir, const std::string& ru
   return dir;
 }
 
+std::string RunDir::Resolve(const std::string& relative) const {
+  if (!relative.empty() && relative.front() == '/') return relative;
+  if (relative.empty()) return path_;
+  return path_ + "/" + relative;
+}
+
 std::string RunDir::TelemetryIpcEndpoint() const {
   const std::string sock = path_ + "/telemetry.sock";
   if (sock.size() >= 100) return "";  // sockaddr_un.sun_path holds 108 bytes
@@ -60,19 +66,30 @@ std::string RunDir::TelemetryIpcEndpoint() const {
 }
 
 Result<std::string> RunDir::CreateSecret(size_t bytes) const {
-  std::string secret(bytes, '\0');
-  {
-    std::ifstream urandom("/dev/urandom", std::ios::binary);
-    if (!urandom.read(secret.data(), static_cast<std::streamsize>(bytes))) {
-      return Internal("cannot read " + std::to_string(bytes) + " bytes from /dev/urandom");
-    }
+  if (::mkdir(SecretsDir().c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, "cannot create " + SecretsDir());
   }
-  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(SecretPath(), secret, 0600));
+  if (::chmod(SecretsDir().c_str(), 0700) != 0)
+    return ErrnoStatus(errno, "chmod 700 " + SecretsDir());
+  AGENTRT_ASSIGN_OR_RETURN(std::string secret, RandomBytes(bytes));
+  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(SecretPath(), secret, {.mode = 0600, .sync_dir = true}));
   return secret;
 }
 
+Result<std::string> RunDir::ReadSecret() const {
+  AGENTRT_ASSIGN_OR_RETURN(std::string secret, ReadPrivateFile(SecretPath(), "run secret"));
+  if (secret.empty()) return DataLoss("run secret " + SecretPath() + " is empty");
+  return secret;
+}
+
+Result<std::string> RunDir::LoadOrCreateSecret() const {
+  Result<std::string> existing = ReadSecret();
+  if (existing.ok() || existing.status().code() != StatusCode::kNotFound) return existing;
+  return CreateSecret();
+}
+
 pid_t LiveControllerPid(const std::string& run_dir) {
-  auto text = ReadWholeFile(run_dir + "/controller.pid");
+  auto text = ReadWholeFile(RunDir(run_dir).ControllerPidPath(), 64);
   if (!text.ok()) return 0;
   long pid = 0;
   try {
@@ -81,52 +98,11 @@ pid_t LiveControllerPid(const std::string& run_dir) {
     return 0;
   }
   if (pid <= 0) return 0;
-  auto cmdline = ReadWholeFile("/proc/" + std::to_string(pid) + "/cmdline");
+  auto cmdline = ReadWholeFile("/proc/" + std::to_string(pid) + "/cmdline", 1 << 20);
   if (!cmdline.ok()) return 0;
   const std::string argv0 = cmdline->substr(0, cmdline->find('\0'));
   if (fs::path(argv0).filename().string().find("agentctl") == std::string::npos) return 0;
   return static_cast<pid_t>(pid);
-}
-
-Status WriteFileAtomic(const std::string& path, const std::string& contents, int mode) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create " + tmp);
-  ::fchmod(fd, static_cast<mode_t>(mode));
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus(err, "cannot write " + tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, "cannot flush " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus(err, "cannot rename " + tmp + " to " + path);
-  }
-  return Status::Ok();
-}
-
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) return NotFound(path + ": no such file");
-    return ErrnoStatus(errno, "cannot read " + path);
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace agentrt

@@ -1,14 +1,11 @@
-#include "scheduler/plan.h"
+#include "plan/plan.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
+
+#include "common/file_util.h"
+#include "plan/run_dir.h"
 
 namespace agentrt {
 namespace {
@@ -108,15 +105,6 @@ class Reader {
  private:
   std::string error_;
 };
-
-GroupBackend BackendFromName(std::string_view name, bool* ok) {
-  *ok = true;
-  for (GroupBackend b : {GroupBackend::kSingle, GroupBackend::kMpi, GroupBackend::kNccl}) {
-    if (GroupBackendName(b) == name) return b;
-  }
-  *ok = false;
-  return GroupBackend::kSingle;
-}
 
 }  // namespace
 
@@ -238,9 +226,12 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
       if (backend.empty()) {
         a.backend = ResolveGroupBackend(GroupBackend::kAuto, a.gpus, a.ranks);
       } else {
-        bool known = false;
-        a.backend = BackendFromName(backend, &known);
-        if (!known) r.Fail(path + ".backend", "expected single, mpi or nccl");
+        Result<GroupBackend> parsed = ParseGroupBackend(backend);
+        if (!parsed.ok() || *parsed == GroupBackend::kAuto) {
+          r.Fail(path + ".backend", "expected single, mpi or nccl, got \"" + backend + "\"");
+        } else {
+          a.backend = *parsed;
+        }
       }
       if (aj.contains("command")) {
         r.Read(aj, path, "command", a.command);
@@ -292,37 +283,15 @@ Result<Plan> PlanFromJsonString(std::string_view text) {
 }
 
 Result<Plan> ReadPlanFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus(errno, fmt::format("cannot open plan {}", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  Result<Plan> plan = PlanFromJsonString(buffer.str());
+  Result<std::string> text = ReadWholeFile(path, size_t{64} << 20);
+  if (!text.ok()) return text.status().WithContext("cannot read the plan");
+  Result<Plan> plan = PlanFromJsonString(*text);
   if (!plan.ok()) return plan.status().WithContext(path);
   return plan;
 }
 
 Status WritePlanFile(const Plan& plan, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  const std::string text = PlanToJsonString(plan) + "\n";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, fmt::format("cannot create {}", tmp));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      return ErrnoStatus(err, fmt::format("cannot write {}", tmp));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    return ErrnoStatus(errno, fmt::format("cannot flush {}", tmp));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoStatus(errno, fmt::format("cannot rename {} to {}", tmp, path));
-  }
-  return Status::Ok();
+  return WriteFileAtomic(path, PlanToJsonString(plan) + "\n", {.mode = 0644, .sync_dir = true});
 }
 
 namespace {
@@ -348,9 +317,14 @@ std::string PlanToTable(const Plan& plan) {
   };
   std::vector<Row> rows;
   rows.push_back({"AGENT", "NODE(S)", "GPUS", "RANKS", "PORTS", "CHECKPOINT DIR"});
+  const RunDir dir(plan.run_dir);
   for (const AgentPlan& a : plan.agents) {
-    Row row{a.name,          "", "", "", fmt::format("{}-{}", a.ports.first, a.ports.last),
-            a.checkpoint_dir};
+    Row row{a.name,
+            "",
+            "",
+            "",
+            fmt::format("{}-{}", a.ports.first, a.ports.last),
+            plan.run_dir.empty() ? a.checkpoint_dir : dir.Resolve(a.checkpoint_dir)};
     for (size_t i = 0; i < a.placement.size(); ++i) {
       const Placement& p = a.placement[i];
       const char* sep = i == 0 ? "" : " ";
@@ -370,6 +344,7 @@ std::string PlanToTable(const Plan& plan) {
   }
   std::string out = fmt::format("run {}: {} agents; bus on {}:{}\n", plan.run, plan.agents.size(),
                                 plan.bus.host, plan.bus.port);
+  if (plan.run_dir.empty()) out += "(paths are relative to the run directory)\n";
   for (const Row& r : rows) {
     out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", r.agent, w[0], r.nodes, w[1],
                        r.gpus, w[2], r.ranks, w[3], r.ports, w[4], r.ckpt);

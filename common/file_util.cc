@@ -1,0 +1,168 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <utility>
+
+namespace agentrt {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  // Closes now; the error of close() matters for written files.
+  int Close() { return ::close(std::exchange(fd_, -1)); }
+
+ private:
+  int fd_;
+};
+
+std::string ParentOf(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string BaseOf(const std::string& path) {
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::string& name,
+                         std::string_view contents, const AtomicWriteOptions& options) {
+  // The pid keeps two processes writing the same file from sharing a temporary.
+  const std::string tmp = name + "." + std::to_string(::getpid()) + ".tmp";
+  const std::string tmp_path = dir_path + "/" + tmp;
+  Fd fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                 options.mode));
+  if (!fd.ok()) return ErrnoStatus(errno, "cannot create " + tmp_path);
+  auto fail = [&](int err, const std::string& what) {
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return ErrnoStatus(err, what);
+  };
+  if (::fchmod(fd.get(), static_cast<mode_t>(options.mode)) != 0) {
+    return fail(errno, "cannot chmod " + tmp_path);
+  }
+  const char* p = contents.data();
+  size_t left = contents.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd.get(), p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(errno, "cannot write " + tmp_path);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) return fail(errno, "cannot fsync " + tmp_path);
+  if (fd.Close() != 0) return fail(errno, "cannot close " + tmp_path);
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    return fail(errno, "cannot rename " + tmp_path + " to " + name);
+  }
+  if (options.sync_dir && ::fsync(dir_fd) != 0)
+    return ErrnoStatus(errno, "cannot fsync " + dir_path);
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view contents,
+                       const AtomicWriteOptions& options) {
+  const std::string dir = ParentOf(path);
+  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd.ok()) return ErrnoStatus(errno, "cannot open directory " + dir + " to write " + path);
+  return WriteFileAtomicAt(dir_fd.get(), dir, BaseOf(path), contents, options);
+}
+
+namespace {
+
+// Reads the open file `fd` (named `path` in messages) to its end.
+Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct stat& st,
+                                 size_t max_bytes) {
+  if (!S_ISREG(st.st_mode)) return DataLoss(path + " is not a regular file");
+  if (static_cast<size_t>(st.st_size) > max_bytes) {
+    return DataLoss(path + " is " + std::to_string(st.st_size) + " bytes, more than the " +
+                    std::to_string(max_bytes) + " expected");
+  }
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) {
+      return DataLoss(path + " holds more than the " + std::to_string(max_bytes) +
+                      " bytes expected");
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
+                                    size_t max_bytes) {
+  Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return NotFound(path + ": no such file");
+    return ErrnoStatus(errno, "cannot read " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + path);
+  return ReadOpenFile(fd.get(), path, st, max_bytes);
+}
+
+Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return NotFound(path + ": no such file");
+    return ErrnoStatus(errno, "cannot read " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + path);
+  return ReadOpenFile(fd.get(), path, st, max_bytes);
+}
+
+Result<std::string> ReadPrivateFile(const std::string& path, std::string_view what) {
+  const std::string name = std::string(what) + " " + path;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return NotFound(name + ": no such file");
+    return ErrnoStatus(errno, "cannot open " + name);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + name);
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return PermissionDenied(name + " has mode " + mode +
+                            "; it must be readable by its owner only (chmod 600)");
+  }
+  return ReadOpenFile(fd.get(), name, st, size_t{1} << 20);
+}
+
+Status FsyncDir(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.ok()) return ErrnoStatus(errno, "cannot open directory " + path);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "cannot fsync " + path);
+  return Status::Ok();
+}
+
+}  // namespace agentrt

@@ -1,0 +1,52 @@
+// Files written and read whole: the one atomic writer and the one whole-file
+// reader of agentrt. plan.json, status.json, token files, the run secret,
+// sbatch scripts, checkpoint records and manifests all go through here.
+//
+// Atomic write: the bytes go to a temporary file next to the target (created
+// with `mode`, exactly that mode whatever the umask), are fsync'd, and the
+// temporary file is renamed over the target. A reader sees the old content or
+// the new, never a part. With `sync_dir` the directory is fsync'd after the
+// rename, so the new name itself survives a power loss.
+//
+// Thread-safe (no shared state); blocking file I/O.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+struct AtomicWriteOptions {
+  int mode = 0644;
+  bool sync_dir = false;  // fsync the directory after the rename
+};
+
+// Writes `contents` to `path` atomically (see above). Errors name the path.
+Status WriteFileAtomic(const std::string& path, std::string_view contents,
+                       const AtomicWriteOptions& options = {});
+
+// The same inside an open directory: `name` relative to `dir_fd` (symlinks are
+// not followed); `dir_path` is only for messages.
+Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::string& name,
+                         std::string_view contents, const AtomicWriteOptions& options = {});
+
+// The whole file. NotFound when it does not exist; other errors name the path.
+// Refuses files larger than `max_bytes` (DataLoss naming the size).
+// Only regular files are read.
+Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes = size_t{1} << 30);
+// The same for `name` inside an open directory (not following a symlink);
+// `path` names it in messages.
+Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
+                                    size_t max_bytes);
+
+// A file that must be readable by its owner only (a secret, a token): its
+// content, or PermissionDenied when group or others may read it ("chmod 600"),
+// NotFound when it does not exist. `what` names it in messages ("bus token file").
+Result<std::string> ReadPrivateFile(const std::string& path, std::string_view what);
+
+// fsync of a directory (so renames and unlinks in it are durable).
+Status FsyncDir(const std::string& path);
+
+}  // namespace agentrt

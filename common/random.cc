@@ -1,0 +1,38 @@
+#include "common/random.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+namespace agentrt {
+
+Result<std::string> RandomBytes(size_t bytes) {
+  std::string out(bytes, '\0');
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::getrandom(out.data() + done, bytes - done, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "getrandom(" + std::to_string(bytes) + " bytes)");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+uint64_t RandomNonZeroU64() {
+  uint64_t v = 0;
+  while (v == 0) {
+    auto bytes = RandomBytes(sizeof v);
+    if (bytes.ok()) {
+      std::memcpy(&v, bytes->data(), sizeof v);
+    } else {
+      v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) | 1u;
+    }
+  }
+  return v;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,19 @@
+// Random bytes from the kernel (getrandom(2)): the run secret, publisher ids.
+// Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+// `bytes` bytes of cryptographic quality, or Internal naming the failure.
+Result<std::string> RandomBytes(size_t bytes);
+
+// A random non-zero 64-bit number (falls back to the clock if the kernel refuses).
+uint64_t RandomNonZeroU64();
+
+}  // namespace agentrt

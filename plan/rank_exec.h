@@ -1,0 +1,45 @@
+// The rank wrapper: what mpirun (local MPI agents) and srun (every agent inside
+// a SLURM allocation) start in front of each rank of an agent.
+//
+//   agentrt-exec-rank [--log-dir DIR] [--gpus NODE=0,1]... [--step-id-file FILE]
+//                     -- /abs/program args...
+//   (also reachable as `agentctl exec-rank ...`)
+//
+// It
+//   1. sets PR_SET_PDEATHSIG(SIGKILL): Open MPI puts its children in their own
+//      process groups, so this is what makes a rank die with its launcher;
+//   2. sets the rank part of the agent contract (RANK, WORLD_SIZE, LOCAL_RANK,
+//      LOCAL_WORLD_SIZE) from mpirun's or srun's own variables
+//      (RankVariablesFromLauncher in plan/agent_env.h), so every rank sees
+//      exactly the DESIGN §4 variables;
+//   3. with --gpus: sets CUDA_VISIBLE_DEVICES to the list given for this node
+//      (SLURMD_NODENAME, else the host name): the plan, not SLURM's per-step
+//      binding, says which GPUs an agent has;
+//   4. with --step-id-file, on rank 0 under srun: writes "JOBID.STEPID" there
+//      (atomically), so the controller can scancel exactly this step;
+//   5. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
+//
+// Returns only on error, with the exit status to use (126/127 like a shell).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace agentrt {
+
+struct RankExecOptions {
+  std::string log_dir;
+  std::vector<std::string> node_gpus;  // "NODE=0,1" entries; empty: leave CUDA_VISIBLE_DEVICES
+  std::string step_id_file;
+  std::vector<std::string> command;  // absolute program path and its arguments
+};
+
+// The wrapper's argv (after the program name) for `options`.
+std::vector<std::string> RankExecArgs(const RankExecOptions& options);
+
+int ExecRank(const RankExecOptions& options);
+
+// Parses the command line above (argv[0] excluded) and runs ExecRank.
+int ExecRankMain(int argc, char** argv);
+
+}  // namespace agentrt

@@ -1,0 +1,93 @@
+// agentrt::RunDir — the run directory, the one owner of its layout: every path
+// under it, the agents' token paths and the run secret. Everything one
+// `agentctl run` (or `agentctl sbatch`) leaves behind:
+//
+//   <run.dir>/<name>-<UTC timestamp>/     e.g. runs/demo-20261130T010431Z
+//     plan.json  status.json  metrics.jsonl  controller.pid
+//     logs/<agent>/rank<N>.log            checkpoints/<agent>/   agents/<agent>/ (working dirs)
+//     secrets/ (0700)  run.secret (0600)  <agent>.token (0600)
+//     bus.address  slurm.job_id  alloc.sbatch   (SLURM modes)
+//
+// Secrets are only ever written to files; their bytes are never printed, put in
+// an environment variable or on a command line.
+//
+// Plain value type; thread-safe to read. Blocking file I/O in the functions
+// that touch the disk.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+class RunDir {
+ public:
+  explicit RunDir(std::string path) : path_(std::move(path)) {}
+
+  // Creates <base_dir>/<run_name>-<YYYYmmddTHHMMSSZ> (with a -N suffix if that
+  // exists already) and its logs/, checkpoints/, agents/ and secrets/ (0700)
+  // folders. The path is absolute.
+  static Result<RunDir> Create(const std::string& base_dir, const std::string& run_name,
+                               std::chrono::system_clock::time_point now);
+
+  // An agent's checkpoint directory relative to the run directory, as the plan
+  // records it ("checkpoints/<agent>").
+  static std::string RelativeCheckpointDir(const std::string& agent) {
+    return "checkpoints/" + agent;
+  }
+  // An agent's default working directory relative to the run directory.
+  static std::string RelativeWorkDir(const std::string& agent) { return "agents/" + agent; }
+
+  const std::string& path() const { return path_; }
+  // `relative` under the run directory; an absolute path is returned as it is.
+  std::string Resolve(const std::string& relative) const;
+
+  std::string PlanPath() const { return path_ + "/plan.json"; }
+  std::string StatusPath() const { return path_ + "/status.json"; }
+  std::string MetricsPath() const { return path_ + "/metrics.jsonl"; }
+  std::string ControllerPidPath() const { return path_ + "/controller.pid"; }
+  std::string BusAddressPath() const { return path_ + "/bus.address"; }
+  std::string SlurmJobIdPath() const { return path_ + "/slurm.job_id"; }
+  std::string AllocScriptPath() const { return path_ + "/alloc.sbatch"; }
+  std::string LogsDir() const { return path_ + "/logs"; }
+  std::string LogDir(const std::string& agent) const { return LogsDir() + "/" + agent; }
+  std::string RankLogPath(const std::string& agent, int rank) const {
+    return LogDir(agent) + "/rank" + std::to_string(rank) + ".log";
+  }
+  std::string CheckpointDir(const std::string& agent) const {
+    return Resolve(RelativeCheckpointDir(agent));
+  }
+  std::string WorkDir(const std::string& agent) const { return Resolve(RelativeWorkDir(agent)); }
+  std::string SecretsDir() const { return path_ + "/secrets"; }
+  std::string SecretPath() const { return SecretsDir() + "/run.secret"; }
+  std::string TokenPath(const std::string& agent) const {
+    return SecretsDir() + "/" + agent + ".token";
+  }
+  // ipc://<run dir>/telemetry.sock when the path fits a unix socket, else "".
+  std::string TelemetryIpcEndpoint() const;
+
+  // Creates secrets/ (0700) if missing, writes `bytes` fresh random bytes to
+  // secrets/run.secret (0600) and returns them. The one secret generator.
+  Result<std::string> CreateSecret(size_t bytes = 32) const;
+  // The secret written by CreateSecret; refuses a file others may read.
+  Result<std::string> ReadSecret() const;
+  // ReadSecret when the secret exists (a requeued or resumed run keeps its
+  // credentials), else CreateSecret.
+  Result<std::string> LoadOrCreateSecret() const;
+
+ private:
+  std::string path_;
+};
+
+// The pid in RUN_DIR/controller.pid when that process is still alive and is an
+// agentctl (so a recycled pid is never signalled); 0 otherwise.
+pid_t LiveControllerPid(const std::string& run_dir);
+
+// "20261130T010431Z".
+std::string UtcTimestamp(std::chrono::system_clock::time_point t);
+
+}  // namespace agentrt

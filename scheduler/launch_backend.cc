@@ -1,0 +1,33 @@
+#include "scheduler/launch_backend.h"
+
+namespace agentrt {
+
+AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
+  const RankLaunch* r = nullptr;
+  for (const auto& candidate : ranks) {
+    if (candidate.rank == rank) r = &candidate;
+  }
+  const RankLaunch& any = r != nullptr ? *r : ranks.front();
+  AgentEnv e;
+  e.run_dir = run_dir;
+  e.agent = name;
+  e.agent_index = index;
+  e.rank = r != nullptr ? r->rank : 0;
+  e.world_size = static_cast<int>(ranks.size());
+  e.local_rank = r != nullptr ? r->local_rank : 0;
+  e.local_world_size = any.local_world_size;
+  e.master_addr = master_addr;
+  e.master_port = rendezvous_port;
+  e.cuda_visible_devices = GpuListString(any.gpus);  // "" for a CPU rank: it must not pick up a GPU
+  e.ports_first = ports_first;
+  e.ports_last = ports_last;
+  e.ckpt_dir = checkpoint_dir;
+  e.bus = bus_address;
+  e.token_file = token_file;
+  e.telemetry = telemetry_endpoint;
+  e.restart_count = restart_count;
+  e.workdir = workdir;
+  return e;
+}
+
+}  // namespace agentrt

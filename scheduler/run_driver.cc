@@ -1,0 +1,261 @@
+#include "scheduler/run_driver.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "common/file_util.h"
+#include "comms/auth.h"
+#include "comms/bus_server.h"
+#include "comms/telemetry.h"
+#include "scheduler/planner.h"
+
+namespace agentrt {
+
+Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory_request,
+                               const ScontrolReader& read_scontrol) {
+  AGENTRT_ASSIGN_OR_RETURN(const Inventory inventory,
+                           ResolveInventory(config, inventory_request, read_scontrol));
+  PlanResult planned = MakePlan(config, inventory);
+  if (!planned.feasible()) {
+    return ResourceExhausted(
+        fmt::format("infeasible on {}: {}", inventory.source, planned.infeasible().reason));
+  }
+  AGENTRT_ASSIGN_OR_RETURN(RunDir dir, RunDir::Create(config.run.dir, config.run.name,
+                                                      std::chrono::system_clock::now()));
+  Plan plan = std::move(planned).plan();
+  plan.run_dir = dir.path();
+  return PreparedRun{std::move(plan), std::move(dir), inventory.source};
+}
+
+std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
+                                                const std::string& bus_address,
+                                                const std::string& telemetry_endpoint,
+                                                const std::string& local_node) {
+  std::vector<SupervisedAgent> out;
+  for (const AgentPlan& ap : plan.agents) {
+    SupervisedAgent s;
+    AgentLaunch& l = s.launch;
+    l.name = ap.name;
+    l.index = ap.index;
+    for (const Placement& p : ap.placement) {
+      for (size_t i = 0; i < p.ranks.size(); ++i) {
+        l.ranks.push_back(
+            {p.ranks[i], static_cast<int>(i), static_cast<int>(p.ranks.size()), p.node, p.gpus});
+      }
+    }
+    std::sort(l.ranks.begin(), l.ranks.end(),
+              [](const RankLaunch& a, const RankLaunch& b) { return a.rank < b.rank; });
+    l.command = ap.command;
+    l.env = ap.env;
+    // Local runs: every rank runs here; plan node names need not resolve.
+    // Inside an allocation: the agent's first node, by name, unless it is this one.
+    const bool here =
+        local_node.empty() || (!l.ranks.empty() && l.ranks.front().node == local_node);
+    l.master_addr = here ? "127.0.0.1" : l.ranks.front().node;
+    l.master_port = ap.master_port;
+    l.ports_first = ap.ports.first;
+    l.ports_last = ap.ports.last;
+    l.run_dir = dir.path();
+    l.checkpoint_dir = dir.Resolve(ap.checkpoint_dir);
+    l.log_dir = dir.LogDir(ap.name);
+    l.bus_address = bus_address;
+    l.token_file = dir.TokenPath(ap.name);
+    l.telemetry_endpoint = telemetry_endpoint;
+    l.use_mpirun = ap.backend == GroupBackend::kMpi && ap.ranks > 1 && ap.gpus == 0;
+    s.restart = ap.restart;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+RunDriver::RunDriver(Plan plan, RunDir dir, LaunchBackend* backend, const Clock* clock,
+                     RunObserver* observer, const StopRequests* stops, RunDriverOptions options)
+    : plan_(std::move(plan)),
+      dir_(std::move(dir)),
+      backend_(backend),
+      clock_(clock),
+      observer_(observer),
+      stops_(stops),
+      options_(std::move(options)) {}
+
+RunDriver::~RunDriver() {
+  if (bus_) bus_->Shutdown(std::chrono::milliseconds(500));
+  // controller.pid lives exactly as long as this controller (also when Start failed).
+  if (pid_file_written_) {
+    std::error_code ec;
+    std::filesystem::remove(dir_.ControllerPidPath(), ec);
+  }
+}
+
+Status RunDriver::Start() {
+  AGENTRT_RETURN_IF_ERROR(
+      WriteFileAtomic(dir_.ControllerPidPath(), std::to_string(::getpid()) + "\n"));
+  pid_file_written_ = true;
+
+  // Credentials: one run secret (never printed, never in env or argv), one token
+  // file per agent. A requeued or resumed run keeps the secret it made first.
+  AGENTRT_ASSIGN_OR_RETURN(const std::string secret, dir_.LoadOrCreateSecret());
+  AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(dir_, secret, plan_));
+
+  BusServerOptions bus_options;
+  bus_options.host = options_.bus_listen_host;
+  bus_options.port = plan_.bus.port;
+  bus_options.broker.limits.max_message_bytes = plan_.bus.settings.max_message_bytes;
+  bus_options.broker.retention_messages = plan_.bus.settings.retention;
+  bus_options.broker.retention_bytes = plan_.bus.settings.retention_bytes;
+  if (plan_.bus.settings.tls) {
+    bus_options.tls_cert_file = plan_.bus.settings.cert_file;
+    bus_options.tls_key_file = plan_.bus.settings.key_file;
+  }
+  auto bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
+  if (!bus.ok() && plan_.bus.port != 0) {
+    observer_->Warn(
+        fmt::format("agentctl run: warning: bus port {} unavailable ({}); using a free port",
+                    plan_.bus.port, bus.status().message()) +
+        "\n");
+    bus_options.port = 0;
+    bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
+  }
+  if (!bus.ok()) return bus.status().WithContext("cannot start the message bus");
+  bus_ = std::move(bus).value();
+  plan_.bus.host = options_.bus_advertised_host;
+  plan_.bus.port = bus_->port();
+  plan_.bus.settings.port = bus_->port();
+  bus_address_ = plan_.bus.host + ":" + std::to_string(plan_.bus.port);
+  AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan_, dir_.PlanPath()));
+
+  std::string endpoint = dir_.TelemetryIpcEndpoint();
+  if (endpoint.empty()) endpoint = "tcp://127.0.0.1:*";
+  auto telemetry = TelemetryReceiver::Bind(endpoint);
+  if (!telemetry.ok())
+    return telemetry.status().WithContext("cannot bind telemetry at " + endpoint);
+  telemetry_ = std::move(telemetry).value();
+  start_unix_s_ = UnixTimeSeconds();
+  AGENTRT_ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(dir_.MetricsPath(), start_unix_s_));
+
+  controller_ = std::make_unique<RunController>(
+      plan_.run, dir_.path(),
+      SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node),
+      backend_, clock_);
+  observer_->Event(fmt::format("run {}: {} agents, run dir {}, bus {}", plan_.run,
+                               plan_.agents.size(), dir_.path(), bus_address_));
+  controller_->Start();
+  WriteStatus();
+  t0_ = clock_->NowSeconds();
+  written_state_ = controller_->state_version();
+  written_any_ = controller_->version();
+  written_at_ = t0_;
+  stops_seen_ = stops_ != nullptr ? stops_->count() : 0;
+  ReportChanges(0);
+  return Status::Ok();
+}
+
+void RunDriver::WriteStatus() {
+  RunStatus s = controller_->status();
+  s.controller_pid = ::getpid();
+  s.started_unix_s = start_unix_s_;
+  s.updated_unix_s = UnixTimeSeconds();
+  const Status w = WriteRunStatusFile(s, dir_.StatusPath());
+  if (!w.ok()) observer_->Warn("agentctl run: warning: " + w.message() + "\n");
+}
+
+// One line per agent state change, with the reason when there is one.
+void RunDriver::ReportChanges(double t) {
+  const RunStatus& now = controller_->status();
+  for (size_t i = 0; i < now.agents.size(); ++i) {
+    const AgentStatus& a = now.agents[i];
+    const bool is_new = i >= last_shown_.agents.size();
+    if (!is_new && last_shown_.agents[i].state == a.state &&
+        last_shown_.agents[i].restarts == a.restarts) {
+      continue;
+    }
+    std::string line = fmt::format("[{:7.1f}s] {} {}", t, a.name, AgentStateName(a.state));
+    if (a.state == AgentState::kRunning) {
+      line += fmt::format(" (restart {}, pids", a.restarts);
+      for (const RankStatus& r : a.ranks) line += fmt::format(" {}", r.pid);
+      line += fmt::format(", MASTER_PORT {})", a.master_port);
+    } else if (!a.reason.empty() && a.state != AgentState::kSucceeded) {
+      line += ": " + a.reason;
+    }
+    observer_->Event(line);
+  }
+  last_shown_ = now;
+}
+
+namespace {
+
+std::string SignalLabel(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGUSR2 ? "SIGUSR2 (preemption)" : "SIGTERM";
+}
+
+}  // namespace
+
+bool RunDriver::Step() {
+  if (controller_->Finished()) return false;
+  auto messages = telemetry_->Poll(options_.poll);
+  if (messages.ok()) {
+    for (const TelemetryMessage& m : *messages) {
+      controller_->OnTelemetry(m);
+      if (m.type == TelemetryType::kMetrics) (void)metrics_->Write(m);
+    }
+    if (!messages->empty()) (void)metrics_->Flush();
+  }
+  const int stops = stops_ != nullptr ? stops_->count() : 0;
+  if (stops > stops_seen_) {
+    stops_seen_ = stops;
+    const int sig = stops_->last_signal();
+    last_signal_ = sig;
+    if (!controller_->stop_requested()) {
+      observer_->Event(fmt::format(
+          "agentctl run: {} received: stopping every agent (SIGTERM, then SIGKILL after each "
+          "agent's grace_s; press Ctrl-C again to kill now)",
+          SignalLabel(sig)));
+      controller_->RequestStop(SignalLabel(sig));
+    } else if (sig != SIGUSR2) {
+      observer_->Event("agentctl run: second stop signal: killing every agent now");
+      for (const AgentPlan& a : plan_.agents) (void)backend_->Signal(a.name, SIGKILL);
+    }
+  }
+  controller_->Tick();
+  const double now = clock_->NowSeconds();
+  if (controller_->state_version() != written_state_ ||
+      (controller_->version() != written_any_ && now - written_at_ >= 1.0)) {
+    if (controller_->state_version() != written_state_) ReportChanges(now - t0_);
+    WriteStatus();
+    written_state_ = controller_->state_version();
+    written_any_ = controller_->version();
+    written_at_ = now;
+  }
+  observer_->Progress(controller_->status(), now - t0_, false);
+  return !controller_->Finished();
+}
+
+int RunDriver::Finish() {
+  const double elapsed = clock_->NowSeconds() - t0_;
+  ReportChanges(elapsed);
+  WriteStatus();
+  (void)metrics_->Flush();
+  observer_->Progress(controller_->status(), elapsed, true);
+  bus_->Shutdown(std::chrono::milliseconds(1000));
+  const std::string summary = controller_->Summary();
+  if (!summary.empty()) observer_->Warn(summary);
+  observer_->Event(fmt::format("run {} {}; status: agentctl status {}", plan_.run,
+                               RunStateName(controller_->status().state), dir_.path()));
+  return controller_->ExitCode();
+}
+
+int RunDriver::Run() {
+  if (Status s = Start(); !s.ok()) {
+    observer_->Warn("agentctl run: " + s.message() + "\n");
+    return 1;
+  }
+  while (Step()) {
+  }
+  return Finish();
+}
+
+}  // namespace agentrt

@@ -1,0 +1,150 @@
+// The run driver: everything `agentctl run` does between reading agents.yaml
+// and its exit code, as a library, so it is driven with a fake backend and a
+// ManualClock in tests exactly as the real command drives it.
+//
+// Preparing (PrepareRun): config -> inventory (ResolveInventory, one rule for
+// every command) -> plan (made once; checkpoint dirs are relative to the run
+// dir) -> the run directory.
+//
+// Driving (RunDriver), on the thread that owns the children:
+//   Start()   controller.pid, the run secret and one token per agent, the bus
+//             (embedded gRPC broker with the plan's ACL), plan.json, the
+//             telemetry receiver, metrics.jsonl, then every agent's launch;
+//   Step()    one turn: telemetry in (heartbeats, metrics), stop signals (the
+//             first stops every agent gracefully, a second one kills), the
+//             controller's Tick, status.json on every change;
+//   Finish()  the last status, the bus down, the summary; the exit code.
+// What a user sees goes to a RunObserver (the terminal in agentctl); stop
+// signals come from a StopRequests (the process's signal handlers in agentctl).
+//
+// Thread-safety: one thread drives a RunDriver (the one that spawns children,
+// see launch_backend.h).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "plan/config.h"
+#include "plan/plan.h"
+#include "plan/run_dir.h"
+#include "scheduler/inventory.h"
+#include "scheduler/launch_backend.h"
+#include "scheduler/run_controller.h"
+#include "scheduler/status.h"
+
+namespace agentrt {
+
+class BusServer;
+class TelemetryReceiver;
+class MetricsWriter;
+
+// A plan with the run directory made for it.
+struct PreparedRun {
+  Plan plan;  // plan.run_dir == dir.path()
+  RunDir dir;
+  std::string inventory_source;  // where the nodes came from, for messages
+};
+
+// ResolveInventory, MakePlan (once), RunDir::Create under config.run.dir.
+// An infeasible plan is ResourceExhausted ("infeasible on <inventory>: <why>")
+// and creates nothing.
+Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory,
+                               const ScontrolReader& read_scontrol);
+
+// The agents of `plan` as the controller launches them: ranks in order with
+// their node, local rank and GPUs; ports, checkpoint dir (absolute), log dir,
+// bus address, token file and telemetry endpoint. MASTER_ADDR is 127.0.0.1
+// when the agent's first node is `local_node` (or `local_node` is empty: a
+// local run), else that node's name.
+std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
+                                                const std::string& bus_address,
+                                                const std::string& telemetry_endpoint,
+                                                const std::string& local_node = "");
+
+// What the user sees of a run.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  // One line: an agent's state change, a signal, the start of the run.
+  virtual void Event(const std::string& line) = 0;
+  // A warning or the failure summary (agentctl writes these to stderr).
+  virtual void Warn(const std::string& text) = 0;
+  // The live table; `force` at the end of the run.
+  virtual void Progress(const RunStatus& status, double elapsed_s, bool force) = 0;
+};
+
+// How stop requests (SIGINT, SIGTERM, SIGUSR2 in an allocation) reach the driver.
+class StopRequests {
+ public:
+  virtual ~StopRequests() = default;
+  virtual int count() const = 0;        // requests so far
+  virtual int last_signal() const = 0;  // the signal of the latest one
+};
+
+struct RunDriverOptions {
+  // The bus listens here; agents are given advertised_host:<port>.
+  std::string bus_listen_host = "127.0.0.1";
+  std::string bus_advertised_host = "127.0.0.1";
+  std::string local_node;               // inside an allocation: this node (SLURMD_NODENAME)
+  std::chrono::milliseconds poll{100};  // longest wait for telemetry per Step()
+};
+
+class RunDriver {
+ public:
+  // `backend`, `clock`, `observer` and `stops` must outlive the driver.
+  RunDriver(Plan plan, RunDir dir, LaunchBackend* backend, const Clock* clock,
+            RunObserver* observer, const StopRequests* stops, RunDriverOptions options = {});
+  ~RunDriver();
+  RunDriver(const RunDriver&) = delete;
+  RunDriver& operator=(const RunDriver&) = delete;
+
+  // Errors name what could not be set up (nothing of the agents runs then).
+  Status Start();
+  // False once every agent is done (succeeded, failed or stopped).
+  bool Step();
+  // 0 when every agent succeeded, 1 when any failed, 130 when stopped.
+  int Finish();
+  // Start (an error is reported to the observer: exit 1), Step until done, Finish.
+  int Run();
+
+  const Plan& plan() const { return plan_; }
+  const RunDir& dir() const { return dir_; }
+  const RunController& controller() const { return *controller_; }
+  // The signal of the last stop request, 0 when none came.
+  int last_signal() const { return last_signal_; }
+  // "host:port" agents connect to (empty before Start).
+  const std::string& bus_address() const { return bus_address_; }
+
+ private:
+  void WriteStatus();
+  void ReportChanges(double t);
+
+  Plan plan_;
+  RunDir dir_;
+  LaunchBackend* backend_;
+  const Clock* clock_;
+  RunObserver* observer_;
+  const StopRequests* stops_;
+  RunDriverOptions options_;
+
+  std::unique_ptr<BusServer> bus_;
+  std::unique_ptr<TelemetryReceiver> telemetry_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<RunController> controller_;
+  std::string bus_address_;
+  bool pid_file_written_ = false;
+  double start_unix_s_ = 0;
+  double t0_ = 0;
+  uint64_t written_state_ = 0;
+  uint64_t written_any_ = 0;
+  double written_at_ = 0;
+  int stops_seen_ = 0;
+  int last_signal_ = 0;
+  RunStatus last_shown_;
+};
+
+}  // namespace agentrt

@@ -1,0 +1,109 @@
+"""Helpers shared by agentrt's Python tests (Debian's /usr/bin/python3, standard library only).
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from agentrt_testing import Failure, check, wait_for, free_port_block, test_plan
+
+Every wait is bounded; a failed check raises Failure, which run_scenarios() reports.
+"""
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+
+class Failure(Exception):
+    """A check that did not hold: the test fails with this message."""
+
+
+def check(cond, what):
+    """Raise Failure(what) unless cond; print 'ok: what' when it holds."""
+    if not cond:
+        raise Failure(what)
+    print("ok:", what, flush=True)
+
+
+def wait_for(what, pred, timeout_s=30.0, period_s=0.05):
+    """The first truthy value of pred(), polled every period_s; Failure after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(period_s)
+    raise Failure("timed out after %.0f s waiting for %s" % (timeout_s, what))
+
+
+def free_port_block(n):
+    """First port of n consecutive ports that can all be bound now."""
+    for _ in range(200):
+        s = socket.socket()
+        s.bind(("0.0.0.0", 0))
+        first = s.getsockname()[1]
+        s.close()
+        if first + n > 65000:
+            continue
+        ok = True
+        for p in range(first, first + n):
+            t = socket.socket()
+            try:
+                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                t.bind(("0.0.0.0", p))
+            except OSError:
+                ok = False
+            finally:
+                t.close()
+            if not ok:
+                break
+        if ok:
+            return first
+    raise Failure("no free block of %d ports" % n)
+
+
+def test_plan(run, agents, channels=(), first_port=20016):
+    """A complete plan.json (DESIGN §6) for agents on one node: agents is a list of
+    names or of dicts {name, ranks, backend, args}; channels of (topic, publishers, subscribers)."""
+    out = {"run": run, "bus": {"host": "localhost", "port": first_port - 16}, "agents": [], "channels": []}
+    for i, a in enumerate(agents):
+        a = {"name": a} if isinstance(a, str) else dict(a)
+        ranks = a.get("ranks", 1)
+        first = first_port + 16 * i
+        out["agents"].append({
+            "name": a["name"], "index": i, "ranks": ranks,
+            "placement": [{"node": "localhost", "gpus": [], "ranks": list(range(ranks))}],
+            "ports": {"node": "localhost", "first": first, "last": first + 15},
+            "master_addr": "localhost", "master_port": first,
+            "checkpoint_dir": "checkpoints/" + a["name"], "gpus": 0,
+            "backend": a.get("backend", "single" if ranks == 1 else "mpi"),
+            "args": a.get("args", {}),
+            "checkpoint": a.get("checkpoint", {"interval_s": 1800, "keep_last": 3})})
+    for topic, pubs, subs in channels:
+        out["channels"].append({"topic": topic, "publishers": list(pubs), "subscribers": list(subs)})
+    return out
+
+
+def run_scenarios(scenarios, name, prefix):
+    """Runs scenarios[name](work) in a fresh temporary folder; returns the exit status.
+    The folder is removed on success and kept (and named) on failure."""
+    work = tempfile.mkdtemp(prefix="%s-%s-" % (prefix, name))
+    try:
+        scenarios[name](work)
+    except Exception as e:  # noqa: BLE001 - a Failure or a bug in the test: keep the evidence either way
+        if not isinstance(e, Failure):
+            traceback.print_exc()
+        print("FAILED:", e, flush=True)
+        print("(work dir kept: %s)" % work, flush=True)
+        return 1
+    shutil.rmtree(work, ignore_errors=True)
+    print("PASSED", name, flush=True)
+    return 0
+
+
+def require_executables(*paths):
+    """Exit 1 naming the first of paths that is not an executable (a build step is missing)."""
+    for path in paths:
+        if not os.access(path, os.X_OK):
+            print("missing %s (build it first)" % path, file=sys.stderr)
+            sys.exit(1)
