@@ -1,9 +1,10 @@
 # `cmake --install <build> --prefix <prefix>` installs what a project outside
 # this tree needs to embed agentrt (examples/custom_env is the worked example):
 #
-#   <prefix>/bin/                      agentctl, agent-worker, agentrt-bus
-#   <prefix>/lib/                      libagentrt_{common,comms,runtime,envs,learners}.a
-#   <prefix>/include/agentrt/<module>/ the public headers, included as "agent_runtime/runtime.h"
+#   <prefix>/bin/                      agentctl, agent-worker, agentrt-bus, agentrt-exec-rank
+#   <prefix>/lib/                      libagentrt_{common,plan,comms,runtime,envs,learners}.a
+#   <prefix>/include/agentrt/<module>/ the public headers (AGENTRT_PUBLIC_HEADERS below),
+#                                      included as "agent_runtime/runtime.h"
 #   <prefix>/lib/cmake/agentrt/        agentrtConfig.cmake + agentrtTargets.cmake
 #
 # and then, from the other project:
@@ -39,23 +40,33 @@ install(TARGETS ${_agentrt_export_targets} EXPORT agentrtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT agentrtTargets NAMESPACE agentrt:: DESTINATION ${AGENTRT_CMAKE_INSTALL_DIR})
 
-# Headers: every module header of the installed libraries, at the same relative
-# path as in the source tree, plus the generated protobuf/gRPC headers of comms.
-foreach(module common plan comms agent_runtime envs learners)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${module}/
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/${module}
-          FILES_MATCHING PATTERN "*.h"
-          PATTERN "cuda" EXCLUDE)
+# Headers: only what an embedder uses (DESIGN §1.6): the runtime and its
+# checkpointer, group and signals, the bus client, the env interface and pool,
+# the plan and agent environment they expose, and the reference PPO for a
+# custom trainer. Internal headers (group_internal.h, mpi_group.h, broker.h,
+# the CUDA code, the scheduler) are not installed. Each header below is
+# self-contained against this set (tests/examples/custom_env_test.sh checks).
+set(AGENTRT_PUBLIC_HEADERS
+    common/status.h common/clock.h common/group_backend.h
+    plan/agent_env.h plan/config.h plan/plan.h plan/run_dir.h
+    comms/auth.h comms/bus_client.h comms/bus_types.h comms/telemetry.h
+    agent_runtime/runtime.h agent_runtime/checkpointer.h agent_runtime/group.h
+    agent_runtime/signals.h agent_runtime/sharded_adam.h agent_runtime/adamw.h
+    envs/env.h envs/space.h envs/rng.h envs/params.h envs/env_pool.h envs/registry.h
+    envs/single_agent_view.h
+    learners/ppo.h learners/ppo_trainer.h learners/policy_snapshot.h learners/actor_critic.h
+    learners/obs_normalizer.h)
+foreach(header ${AGENTRT_PUBLIC_HEADERS})
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${PROJECT_SOURCE_DIR}/${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/${dir})
 endforeach()
-install(DIRECTORY ${PROJECT_BINARY_DIR}/comms/proto/
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/comms/proto
-        FILES_MATCHING PATTERN "*.pb.h")
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/comms/proto/
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/comms/proto
-        FILES_MATCHING PATTERN "*.proto")
+install(FILES ${PROJECT_BINARY_DIR}/comms/proto/bus.pb.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/comms/proto)
+install(FILES ${PROJECT_SOURCE_DIR}/comms/proto/bus.proto
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/comms/proto)
 
 # Programs: the controller, the default agent and the standalone bus.
-foreach(tool agentctl agent-worker agentrt-bus)
+foreach(tool agentctl agent-worker agentrt-bus agentrt-exec-rank)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()

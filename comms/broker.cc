@@ -61,7 +61,8 @@ constexpr size_t kMaxPublishers = 1024;
 constexpr size_t kMaxCacheEntries = 4096;
 
 int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 }  // namespace
@@ -82,8 +83,10 @@ Status Broker::Authenticate(std::string_view agent, std::string_view token) {
   };
   if (agent.empty()) return refuse("no agent name (metadata x-agentrt-agent) on the call");
   if (!ValidateAgentName(agent).ok()) return refuse("malformed agent name in x-agentrt-agent");
-  if (!acl_.IsAgent(agent)) return refuse("\"" + std::string(agent) + "\" is not an agent of this run");
-  if (token.empty()) return refuse("agent " + std::string(agent) + " presented no token (x-agentrt-token)");
+  if (!acl_.IsAgent(agent))
+    return refuse("\"" + std::string(agent) + "\" is not an agent of this run");
+  if (token.empty())
+    return refuse("agent " + std::string(agent) + " presented no token (x-agentrt-token)");
   std::string expected;
   {
     std::lock_guard<std::mutex> lock(tokens_mu_);
@@ -121,7 +124,15 @@ std::shared_ptr<Broker::Log> Broker::GetLog(const std::string& name, bool create
   return slot;
 }
 
-std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& agent, uint64_t publisher_id) {
+int Broker::WaitingReaders(const std::string& topic) {
+  std::shared_ptr<Log> log = GetLog(topic, /*create=*/false);
+  if (!log) return 0;
+  std::lock_guard<std::mutex> lock(log->mu);
+  return log->waiters;
+}
+
+std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& agent,
+                                                             uint64_t publisher_id) {
   std::lock_guard<std::mutex> lock(publishers_mu_);
   auto key = std::make_pair(agent, publisher_id);
   auto it = publishers_.find(key);
@@ -152,8 +163,9 @@ int64_t Broker::AppendLocked(Log& log, v1::Message&& msg) {
 void Broker::TrimLocked(Log& log) {
   // Retention: drop the oldest, always keeping the newest message.
   int64_t dropped = 0, dropped_bytes = 0;
-  while (log.msgs.size() > 1 && (static_cast<int64_t>(log.msgs.size()) > options_.retention_messages ||
-                                 log.bytes > options_.retention_bytes)) {
+  while (log.msgs.size() > 1 &&
+         (static_cast<int64_t>(log.msgs.size()) > options_.retention_messages ||
+          log.bytes > options_.retention_bytes)) {
     const int64_t b = static_cast<int64_t>(log.msgs.front()->payload().size());
     log.bytes -= b;
     dropped_bytes += b;
@@ -193,10 +205,12 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
   return Stored{offset, false};
 }
 
-Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& req, bool check_acl) {
+Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& req,
+                            bool check_acl) {
   if (Status s = ValidatePublish(req, options_.limits); !s.ok()) {
     CountInvalid();
-    return s.WithContext("publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " + agent);
+    return s.WithContext("publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " +
+                         agent);
   }
   if (!req.publisher().empty() && req.publisher() != agent) {
     return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
@@ -237,7 +251,8 @@ v1::Message ToMessage(const std::string& agent, v1::PublishRequest& req) {
 }
 }  // namespace
 
-Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::PublishResponse* resp) {
+Status Broker::Publish(const std::string& agent, v1::PublishRequest& req,
+                       v1::PublishResponse* resp) {
   AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, req));
   Stored st = Append(GetLog(req.topic(), /*create=*/true), ToMessage(agent, req));
   resp->set_offset(st.offset);
@@ -245,10 +260,12 @@ Status Broker::Publish(const std::string& agent, v1::PublishRequest& req, v1::Pu
   return Status::Ok();
 }
 
-Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& req, v1::PublishBatchResponse* resp) {
+Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& req,
+                            v1::PublishBatchResponse* resp) {
   if (req.messages_size() == 0 || req.messages_size() > options_.limits.max_batch_messages) {
     CountInvalid();
-    return ValidatePublishBatch(req, options_.limits).WithContext("publish batch by agent " + agent);
+    return ValidatePublishBatch(req, options_.limits)
+        .WithContext("publish batch by agent " + agent);
   }
   const int n = req.messages_size();
   int i = 0;
@@ -259,7 +276,8 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
     const uint64_t pid = req.messages(i).publisher_id();
     int end = i;
     Status failed;
-    while (end < n && req.messages(end).topic() == topic && req.messages(end).publisher_id() == pid) {
+    while (end < n && req.messages(end).topic() == topic &&
+           req.messages(end).publisher_id() == pid) {
       failed = CheckPublish(agent, req.messages(end), /*check_acl=*/end == i);
       if (!failed.ok()) break;
       ++end;
@@ -296,8 +314,8 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
       if (wake) log->cv.notify_all();
     }
     if (!failed.ok()) {
-      return failed.WithContext("batch entry " + std::to_string(end) + " (the " + std::to_string(end) +
-                                " before it are stored)");
+      return failed.WithContext("batch entry " + std::to_string(end) + " (the " +
+                                std::to_string(end) + " before it are stored)");
     }
     i = end;
   }
@@ -309,7 +327,8 @@ Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResp
     CountInvalid();
     return s.WithContext("send from agent " + agent);
   }
-  if (!acl_.IsAgent(req.to())) return NotFound("send from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
+  if (!acl_.IsAgent(req.to()))
+    return NotFound("send from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
   v1::Message msg;
   msg.set_publisher(agent);
   msg.set_publisher_id(req.publisher_id());
@@ -322,8 +341,9 @@ Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResp
   return Status::Ok();
 }
 
-Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::StartAt& start, uint64_t incarnation,
-                                          int max_batch, v1::SubscribeResponse::Header* header) {
+Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::StartAt& start,
+                                          uint64_t incarnation, int max_batch,
+                                          v1::SubscribeResponse::Header* header) {
   Reader r;
   r.max_batch_messages = max_batch > 0 ? max_batch : options_.limits.max_batch_messages;
   std::lock_guard<std::mutex> lock(log->mu);
@@ -347,7 +367,8 @@ Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::St
   return r;
 }
 
-Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent, const v1::SubscribeRequest& req,
+Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent,
+                                               const v1::SubscribeRequest& req,
                                                v1::SubscribeResponse::Header* header) {
   if (Status s = ValidateSubscribe(req, options_.limits); !s.ok()) {
     CountInvalid();
@@ -357,20 +378,24 @@ Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent, const v
     return Deny("agent " + agent + " may not subscribe to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a subscriber)");
   }
-  return OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(), req.max_batch_messages(), header);
+  return OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(),
+                    req.max_batch_messages(), header);
 }
 
-Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent, const v1::ReceiveRequest& req,
+Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent,
+                                               const v1::ReceiveRequest& req,
                                                v1::SubscribeResponse::Header* header) {
   if (Status s = ValidateReceive(req, options_.limits); !s.ok()) {
     CountInvalid();
     return s.WithContext("receive by agent " + agent);
   }
-  return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(), req.max_batch_messages(), header);
+  return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(),
+                    req.max_batch_messages(), header);
 }
 
 Broker::ReadOutcome Broker::Collect(Reader* reader, std::chrono::milliseconds wait,
-                                    std::vector<std::shared_ptr<const v1::Message>>* batch, int64_t* earliest) {
+                                    std::vector<std::shared_ptr<const v1::Message>>* batch,
+                                    int64_t* earliest) {
   Log& log = *reader->log;
   std::unique_lock<std::mutex> lock(log.mu);
   auto end = [&] { return log.base + static_cast<int64_t>(log.msgs.size()); };
@@ -399,8 +424,8 @@ Broker::ReadOutcome Broker::Collect(Reader* reader, std::chrono::milliseconds wa
   return ReadOutcome::kMessages;
 }
 
-Broker::ReadOutcome Broker::Read(Reader* reader, std::chrono::milliseconds wait, v1::SubscribeResponse* out,
-                                 int64_t* earliest) {
+Broker::ReadOutcome Broker::Read(Reader* reader, std::chrono::milliseconds wait,
+                                 v1::SubscribeResponse* out, int64_t* earliest) {
   // Pointers are taken under the log lock and copied outside it, so a large
   // copy never holds up publishers.
   std::vector<std::shared_ptr<const v1::Message>> batch;
@@ -409,15 +434,16 @@ Broker::ReadOutcome Broker::Read(Reader* reader, std::chrono::milliseconds wait,
   return outcome;
 }
 
-Broker::ReadOutcome Broker::ReadBorrowed(Reader* reader, std::chrono::milliseconds wait, Lease* lease,
-                                         int64_t* earliest) {
+Broker::ReadOutcome Broker::ReadBorrowed(Reader* reader, std::chrono::milliseconds wait,
+                                         Lease* lease, int64_t* earliest) {
   lease->Release();
   ReadOutcome outcome = Collect(reader, wait, &lease->held_, earliest);
   auto* field = lease->out_->mutable_messages();
   field->Reserve(static_cast<int>(lease->held_.size()));
   // Stored messages are never modified, so serializing them from several
   // streams at once is safe (protobuf const access).
-  for (const auto& m : lease->held_) field->UnsafeArenaAddAllocated(const_cast<v1::Message*>(m.get()));
+  for (const auto& m : lease->held_)
+    field->UnsafeArenaAddAllocated(const_cast<v1::Message*>(m.get()));
   return outcome;
 }
 
@@ -428,8 +454,8 @@ void Broker::Lease::Release() {
 }
 
 Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
-                       std::chrono::system_clock::time_point deadline, const std::function<bool()>& cancelled,
-                       v1::RequestResponse* resp) {
+                       std::chrono::system_clock::time_point deadline,
+                       const std::function<bool()>& cancelled, v1::RequestResponse* resp) {
   if (Status s = ValidateRequest(req, options_.limits); !s.ok()) {
     CountInvalid();
     return s.WithContext("request from agent " + agent);
@@ -461,8 +487,8 @@ Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
     if (now >= deadline) {
       lock.unlock();
       forget();
-      return DeadlineExceeded("request " + std::to_string(id) + " from agent " + agent + " to agent " + req.to() +
-                              ": no reply before the deadline");
+      return DeadlineExceeded("request " + std::to_string(id) + " from agent " + agent +
+                              " to agent " + req.to() + ": no reply before the deadline");
     }
     if (shutting_down()) {
       lock.unlock();
@@ -472,10 +498,11 @@ Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
     if (cancelled && cancelled()) {
       lock.unlock();
       forget();
-      return Status(StatusCode::kCancelled, "request " + std::to_string(id) + " cancelled by the caller");
+      return Status(StatusCode::kCancelled,
+                    "request " + std::to_string(id) + " cancelled by the caller");
     }
-    pending->cv.wait_for(lock, std::min<std::chrono::system_clock::duration>(deadline - now,
-                                                                             std::chrono::milliseconds(50)));
+    pending->cv.wait_for(lock, std::min<std::chrono::system_clock::duration>(
+                                   deadline - now, std::chrono::milliseconds(50)));
   }
   *resp = std::move(pending->response);
   return Status::Ok();
@@ -491,7 +518,8 @@ Status Broker::Reply(const std::string& agent, v1::ReplyRequest& req) {
     std::lock_guard<std::mutex> lock(requests_mu_);
     auto it = requests_.find(req.request_id());
     if (it == requests_.end()) {
-      return NotFound("reply from agent " + agent + ": request " + std::to_string(req.request_id()) +
+      return NotFound("reply from agent " + agent + ": request " +
+                      std::to_string(req.request_id()) +
                       " is unknown or no longer waiting (its deadline passed?)");
     }
     if (it->second->to != agent) {

@@ -20,33 +20,20 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/status.h"
 #include "comms/auth.h"
+#include "comms/bus_types.h"
 #include "comms/bus_validate.h"
 #include "comms/proto/bus.pb.h"
-#include "common/status.h"
 
 namespace agentrt {
 
 struct BrokerOptions {
   BusLimits limits;
-  int64_t retention_messages = 100000;      // per topic/inbox
+  int64_t retention_messages = 100000;         // per topic/inbox
   int64_t retention_bytes = int64_t{1} << 30;  // per topic/inbox, payload bytes
-  int64_t max_stream_batch_bytes = 1 << 20;  // bytes per SubscribeResponse (one larger message still goes alone)
-};
-
-// Counters reported by Stats (a snapshot).
-struct BusStats {
-  uint64_t incarnation = 0;
-  int64_t topics = 0;
-  int64_t messages_published = 0;
-  int64_t duplicates_dropped = 0;
-  int64_t messages_delivered = 0;
-  int64_t messages_expired = 0;
-  int64_t retained_bytes = 0;
-  int64_t active_streams = 0;
-  int64_t rejected_unauthenticated = 0;
-  int64_t rejected_permission = 0;
-  int64_t rejected_invalid = 0;
+  int64_t max_stream_batch_bytes =
+      1 << 20;  // bytes per SubscribeResponse (one larger message still goes alone)
 };
 
 class Broker {
@@ -95,7 +82,8 @@ class Broker {
 
   // Stores one message (its payload is moved out of `req`). Validates, checks
   // the ACL and `req.publisher` == `agent`, and suppresses duplicates.
-  Status Publish(const std::string& agent, bus::v1::PublishRequest& req, bus::v1::PublishResponse* resp);
+  Status Publish(const std::string& agent, bus::v1::PublishRequest& req,
+                 bus::v1::PublishResponse* resp);
   // Stores the entries in order, each checked as by Publish; consecutive
   // entries for one topic are stored under one lock. On the first failing
   // entry, returns its error; `resp->acks` then covers the entries before it.
@@ -116,14 +104,18 @@ class Broker {
   ReadOutcome Read(Reader* reader, std::chrono::milliseconds wait, bus::v1::SubscribeResponse* out,
                    int64_t* earliest);
   // The same, but the messages are borrowed into lease's response (no copy).
-  ReadOutcome ReadBorrowed(Reader* reader, std::chrono::milliseconds wait, Lease* lease, int64_t* earliest);
+  ReadOutcome ReadBorrowed(Reader* reader, std::chrono::milliseconds wait, Lease* lease,
+                           int64_t* earliest);
 
   // Request/Reply. Request stores the request in `req.to`'s inbox and blocks
   // until the reply, `deadline`, or `cancelled()` returns true (polled).
   Status Request(const std::string& agent, bus::v1::RequestRequest& req,
-                 std::chrono::system_clock::time_point deadline, const std::function<bool()>& cancelled,
-                 bus::v1::RequestResponse* resp);
+                 std::chrono::system_clock::time_point deadline,
+                 const std::function<bool()>& cancelled, bus::v1::RequestResponse* resp);
   Status Reply(const std::string& agent, bus::v1::ReplyRequest& req);
+
+  // Readers blocked in Read() on `topic` right now (for tests and diagnostics).
+  int WaitingReaders(const std::string& topic);
 
   // Topics `agent` may subscribe to (all topics when agent is empty).
   std::vector<bus::v1::TopicInfo> ListTopics(const std::string& agent);
@@ -150,14 +142,17 @@ class Broker {
   std::shared_ptr<PublisherState> GetPublisher(const std::string& agent, uint64_t publisher_id);
   // Appends msg (publisher fields already stamped) with duplicate suppression.
   Stored Append(const std::shared_ptr<Log>& log, bus::v1::Message&& msg);
-  Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start, uint64_t incarnation,
-                            int max_batch, bus::v1::SubscribeResponse::Header* header);
+  Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start,
+                            uint64_t incarnation, int max_batch,
+                            bus::v1::SubscribeResponse::Header* header);
   Status Deny(std::string message);
   // Read's common part: the next batch's messages, or kIdle/kExpired.
   ReadOutcome Collect(Reader* reader, std::chrono::milliseconds wait,
-                      std::vector<std::shared_ptr<const bus::v1::Message>>* batch, int64_t* earliest);
+                      std::vector<std::shared_ptr<const bus::v1::Message>>* batch,
+                      int64_t* earliest);
   // Validation, publisher field and (when check_acl) ACL of one publish; no state change.
-  Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req, bool check_acl = true);
+  Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req,
+                      bool check_acl = true);
   // Under log->mu: appends one message; returns its offset. TrimLocked drops
   // what retention no longer allows.
   int64_t AppendLocked(Log& log, bus::v1::Message&& msg);
@@ -186,11 +181,11 @@ class Broker {
   std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;
   std::atomic<uint64_t> next_request_id_;
 
-  std::atomic<int64_t> published_{0}, duplicates_{0}, delivered_{0}, expired_{0}, retained_bytes_{0},
-      active_streams_{0}, rejected_unauthenticated_{0}, rejected_permission_{0}, rejected_invalid_{0};
+  std::atomic<int64_t> published_{0}, duplicates_{0}, delivered_{0}, expired_{0},
+      retained_bytes_{0}, active_streams_{0}, rejected_unauthenticated_{0}, rejected_permission_{0},
+      rejected_invalid_{0};
 };
 
 // The inbox log name of an agent: "@inbox/<agent>".
-std::string InboxName(std::string_view agent);
 
 }  // namespace agentrt

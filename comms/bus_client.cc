@@ -11,6 +11,8 @@
 
 #include "common/file_util.h"
 #include "common/random.h"
+#include "comms/bus_client_stub.h"
+#include "comms/bus_validate.h"
 #include "comms/proto/bus.grpc.pb.h"
 
 namespace agentrt {
@@ -111,8 +113,8 @@ struct BusClient::Impl {
   std::string address;
   Credential cred;
   BusClientOptions options;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Bus::Stub> stub;
+  std::shared_ptr<grpc::Channel> channel;  // null with an injected stub
+  std::unique_ptr<v1::Bus::StubInterface> stub;
   uint64_t publisher_id = 0;
   std::atomic<uint64_t> next_sequence{1};
 
@@ -183,13 +185,20 @@ BusClient::~BusClient() {
   for (auto id : ids) (void)Unsubscribe(id);
 }
 
+struct BusClientStubAccess {
+  static std::unique_ptr<BusClient> Make(std::unique_ptr<BusClient::Impl> impl) {
+    return std::unique_ptr<BusClient>(new BusClient(std::move(impl)));
+  }
+  static BusClient::Impl& ImplOf(BusClient& client) { return *client.impl_; }
+  static std::unique_ptr<BusClient::Impl> NewImpl() { return std::make_unique<BusClient::Impl>(); }
+};
+
 Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Credential credential,
                                                       BusClientOptions options) {
   if (address.empty()) return InvalidArgument("bus client: empty bus address (expected host:port)");
   if (credential.agent.empty() || credential.token.empty()) {
     return InvalidArgument("bus client: the credential has no agent name or no token");
   }
-  auto impl = std::make_unique<Impl>();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);
@@ -215,13 +224,27 @@ Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Crede
   } else {
     creds = grpc::InsecureChannelCredentials();
   }
-  impl->channel = grpc::CreateCustomChannel(address, creds, args);
-  impl->stub = v1::Bus::NewStub(impl->channel);
+  auto channel = grpc::CreateCustomChannel(address, creds, args);
+  auto client = MakeBusClientWithStub(v1::Bus::NewStub(channel), std::move(address),
+                                      std::move(credential), std::move(options));
+  if (client.ok()) BusClientStubAccess::ImplOf(**client).channel = std::move(channel);
+  return client;
+}
+
+Result<std::unique_ptr<BusClient>> MakeBusClientWithStub(
+    std::unique_ptr<bus::v1::Bus::StubInterface> stub, std::string address, Credential credential,
+    BusClientOptions options) {
+  if (stub == nullptr) return InvalidArgument("bus client: no stub");
+  if (credential.agent.empty() || credential.token.empty()) {
+    return InvalidArgument("bus client: the credential has no agent name or no token");
+  }
+  auto impl = BusClientStubAccess::NewImpl();
+  impl->stub = std::move(stub);
   impl->address = std::move(address);
   impl->cred = std::move(credential);
   impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZeroU64();
   impl->options = std::move(options);
-  return std::unique_ptr<BusClient>(new BusClient(std::move(impl)));
+  return BusClientStubAccess::Make(std::move(impl));
 }
 
 Result<std::unique_ptr<BusClient>> BusClient::FromEnvironment(BusClientOptions options) {
@@ -277,7 +300,8 @@ Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view p
   req.set_sequence(seq);
   v1::PublishResponse resp;
   const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::Stub::Publish, req, &resp, deadline,
+  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::StubInterface::Publish, req, &resp,
+                                                deadline,
                                                 "publish to topic \"" + std::string(topic) + "\""));
   return PublishAck{resp.offset(), resp.duplicate(), seq};
 }
@@ -496,7 +520,7 @@ Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload
   req.set_sequence(seq);
   v1::SendResponse resp;
   const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::Stub::Send, req, &resp, deadline,
+  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::StubInterface::Send, req, &resp, deadline,
                                                 "send to agent " + std::string(to)));
   return PublishAck{resp.offset(), resp.duplicate(), seq};
 }
@@ -581,7 +605,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
     } else {
       ToProto(sub->from, &start);
     }
-    std::unique_ptr<grpc::ClientReader<v1::SubscribeResponse>> reader;
+    std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> reader;
     if (sub->inbox) {
       v1::ReceiveRequest req;
       *req.mutable_start() = start;
@@ -636,6 +660,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
            Status(StatusCode::kOutOfRange, s.error_message()), sub->next_offset.load(),
            expired_earliest);
       sub->next_offset.store(expired_earliest);
+      sub->has_position.store(true);  // resume there, not at the expired start again
       continue;
     }
     switch (s.error_code()) {

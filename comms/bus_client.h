@@ -34,7 +34,7 @@
 
 #include "common/status.h"
 #include "comms/auth.h"
-#include "comms/broker.h"
+#include "comms/bus_types.h"
 #include "comms/proto/bus.pb.h"
 #include "plan/agent_env.h"
 
@@ -199,6 +199,7 @@ class BusClient {
 
  private:
   struct Impl;
+  friend struct BusClientStubAccess;  // MakeBusClientWithStub (comms/bus_client_stub.h)
   explicit BusClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

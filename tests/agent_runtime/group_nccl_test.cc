@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -29,13 +30,19 @@ cudaError_t LaunchSpinUntil(volatile int* device_flag, cudaStream_t stream);
 
 namespace {
 
-bool HaveDevice() {
+// Without a device the whole program reports "skipped" to CTest (exit 77,
+// SKIP_RETURN_CODE in group.cmake) instead of passing cases that ran nothing.
+constexpr int kSkipped = 77;
+
+void RequireDeviceOrSkip() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("skipped: no CUDA device\n");
-    return false;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    std::printf("skipped: no CUDA device (%s)\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0");
+    std::fflush(stdout);
+    std::_Exit(kSkipped);
   }
-  return true;
 }
 
 int FreePort() {
@@ -86,7 +93,7 @@ std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
 }
 
 TEST_CASE("nccl group on one rank runs every op on device buffers") {
-  if (!HaveDevice()) return;
+  RequireDeviceOrSkip();
   auto g = NcclGroup("gpu-test");
   CHECK(g->backend() == "nccl");
   CHECK(g->device_buffers());
@@ -128,7 +135,7 @@ TEST_CASE("nccl group on one rank runs every op on device buffers") {
 }
 
 TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s") {
-  if (!HaveDevice()) return;
+  RequireDeviceOrSkip();
   auto g = NcclGroup("stuck-gpu");
   cudaStream_t stream = cuda::NcclGroupStream(*g);
   REQUIRE(stream != nullptr);
@@ -175,7 +182,7 @@ TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s"
 }
 
 TEST_CASE("nccl group whose peer never joins gives up at init_timeout, naming the agent") {
-  if (!HaveDevice()) return;
+  RequireDeviceOrSkip();
   GroupOptions o;
   o.agent = "lonely-gpu";
   o.has_gpus = true;
@@ -195,7 +202,7 @@ TEST_CASE("nccl group whose peer never joins gives up at init_timeout, naming th
 }
 
 TEST_CASE("ShardedAdam's CUDA kernel matches the CPU result") {
-  if (!HaveDevice()) return;
+  RequireDeviceOrSkip();
   auto device_group = NcclGroup("adam-gpu");
   auto host_group = MakeSingleRankGroup("adam-cpu");
   for (size_t n : {size_t{1} << 16, size_t{100003}}) {
@@ -230,7 +237,7 @@ TEST_CASE("ShardedAdam's CUDA kernel matches the CPU result") {
 }
 
 TEST_CASE("AdamW kernel equals the host update, aligned and unaligned") {
-  if (!HaveDevice()) return;
+  RequireDeviceOrSkip();
   const size_t n = 10001;
   std::vector<float> p = RandomVector(n + 1, 1, 1.0f);
   std::vector<float> g = RandomVector(n + 1, 2, 1.0f);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "agent_runtime/runtime.h"
+#include "common/file_util.h"
 
 extern char** environ;
 
@@ -46,12 +47,7 @@ void DumpEnvironment(const std::string& dir, const agentrt::AgentEnv& a, int arg
       {"agent", a.agent}, {"rank", a.rank}, {"pid", ::getpid()}, {"env", env}, {"argv", args}};
   std::filesystem::create_directories(dir);
   std::string path = dir + "/" + a.agent + ".rank" + std::to_string(a.rank) + ".json";
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << out.dump(1) << "\n";
-  }
-  std::filesystem::rename(tmp, path);  // readers never see half a file
+  (void)agentrt::WriteFileAtomic(path, out.dump(1) + "\n");  // readers never see half a file
 }
 
 }  // namespace

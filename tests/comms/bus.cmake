@@ -7,6 +7,13 @@ agentrt_test(NAME bus_unit_test
   LABELS unit
   TIMEOUT 60)
 
+# BusClient's retry, reconnect and dedupe logic over a fake stub (no broker).
+agentrt_test(NAME bus_client_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_client_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 60)
+
 agentrt_test(NAME bus_grpc_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_grpc_test.cc
   DEPS agentrt::comms

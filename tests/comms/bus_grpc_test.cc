@@ -203,10 +203,13 @@ TEST_CASE("100,000 messages with retried publishes: no loss, no duplicates, in o
   CHECK(failures == 0);
   CHECK(duplicates == kN / 10);
   REQUIRE(WaitFor([&] { return c.size() >= static_cast<size_t>(kN); }, 60s));
-  std::this_thread::sleep_for(100ms);  // anything extra would show up now
-  CheckExactSequence(c.msgs, kN);
+  // A sentinel published last: once it arrived, anything extra before it would have too.
+  REQUIRE(pub->Publish("t100k", "end").ok());
+  REQUIRE(WaitFor([&] { return c.size() >= static_cast<size_t>(kN) + 1; }, 60s));
+  CHECK(c.msgs.back().payload() == "end");
+  CheckExactSequence(std::vector<BusMessage>(c.msgs.begin(), c.msgs.end() - 1), kN);
   auto stats = server->Stats();
-  CHECK(stats.messages_published == kN);
+  CHECK(stats.messages_published == kN + 1);
   CHECK(stats.duplicates_dropped == kN / 10);
 }
 
@@ -236,8 +239,11 @@ TEST_CASE(
           seen++;
           return;
         }
-        // Past the checkpoint: block until the test has read the offsets.
-        while (!released.load()) std::this_thread::sleep_for(1ms);
+        // Past the checkpoint: block until the test has read the offsets (bounded).
+        const auto until = std::chrono::steady_clock::now() + 60s;
+        while (!released.load() && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(1ms);
+        }
       },
       small);
   REQUIRE(id.ok());
@@ -245,7 +251,7 @@ TEST_CASE(
   constexpr int kN = 100000;
   std::thread cutter([&] {
     for (int k = 0; k < 5; ++k) {
-      std::this_thread::sleep_for(150ms);
+      std::this_thread::sleep_for(150ms);  // the pace of the cuts, not a synchronisation
       server->CloseStreams();
     }
   });
@@ -266,13 +272,17 @@ TEST_CASE(
 
   REQUIRE(WaitFor([&] { return c.size() >= static_cast<size_t>(kN) && rest.size() >= kN - 30000u; },
                   60s));
-  std::this_thread::sleep_for(100ms);
-  CheckExactSequence(c.msgs, kN);
+  // A sentinel published last: once both have it, anything extra would have shown up.
+  REQUIRE(pub->Publish("tcut", "end").ok());
+  REQUIRE(WaitFor([&] { return c.size() >= kN + 1u && rest.size() >= kN - 30000u + 1; }, 60s));
+  CHECK(c.msgs.back().payload() == "end");
+  CHECK(rest.msgs.back().payload() == "end");
+  CheckExactSequence(std::vector<BusMessage>(c.msgs.begin(), c.msgs.end() - 1), kN);
   std::vector<BusMessage> joined = first.msgs;
-  joined.insert(joined.end(), rest.msgs.begin(), rest.msgs.end());
+  joined.insert(joined.end(), rest.msgs.begin(), rest.msgs.end() - 1);
   CheckExactSequence(joined, kN);
   CHECK(c.HasEvent(SubscriptionEvent::Kind::kReconnecting));
-  CHECK(sub->SubscriptionOffsets()["tcut"] == kN);
+  CHECK(sub->SubscriptionOffsets()["tcut"] == kN + 1);
 }
 
 TEST_CASE(
@@ -295,7 +305,7 @@ TEST_CASE(
   PublishOptions patient;
   patient.timeout = 30s;
   std::thread late([&] {
-    std::this_thread::sleep_for(300ms);
+    std::this_thread::sleep_for(300ms);  // how long the broker stays down
     opts.port = port;
     for (int attempt = 0; attempt < 50 && !server; ++attempt) {
       auto s = BusServer::Start(
@@ -441,7 +451,14 @@ TEST_CASE(
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
     (void)!::write(fd, bytes.data(), bytes.size());
-    std::this_thread::sleep_for(50ms);
+    // Done sending; wait (bounded) until the broker has read the bytes and
+    // closed its end, or answered and stopped.
+    ::shutdown(fd, SHUT_WR);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char sink[4096];
+    while (::read(fd, sink, sizeof sink) > 0) {
+    }
     ::close(fd);
   };
   std::mt19937 rng(7);
@@ -502,12 +519,17 @@ TEST_CASE(
 
   // b answers requests from its inbox.
   auto responder = Client(server->address(), "sub");
-  auto rid = responder->Receive(StartAt::Latest(), [&](const BusMessage& m) {
-    if (m.request_id() != 0)
-      (void)responder->Reply(m.request_id(), "re: " + m.payload(), "text/plain");
-  });
+  Collector events;
+  auto rid = responder->Receive(
+      StartAt::Latest(),
+      [&](const BusMessage& m) {
+        if (m.request_id() != 0)
+          (void)responder->Reply(m.request_id(), "re: " + m.payload(), "text/plain");
+      },
+      events.Options());
   REQUIRE(rid.ok());
-  std::this_thread::sleep_for(200ms);  // the responder's stream opens at "latest"
+  // The responder's stream opens at "latest": wait until it is connected.
+  REQUIRE(WaitFor([&] { return events.HasEvent(SubscriptionEvent::Kind::kConnected); }));
   auto reply = a->Request("sub", "ping", 10s);
   REQUIRE(reply.ok());
   CHECK(reply->payload == "re: ping");
@@ -665,7 +687,10 @@ TEST_CASE(
                  "tslow", StartAt::Earliest(),
                  [&](const BusMessage&) {
                    received++;
-                   while (stalled.load()) std::this_thread::sleep_for(1ms);
+                   const auto until = std::chrono::steady_clock::now() + 60s;  // bounded
+                   while (stalled.load() && std::chrono::steady_clock::now() < until) {
+                     std::this_thread::sleep_for(1ms);
+                   }
                  },
                  on_event)
               .ok());
@@ -726,7 +751,7 @@ TEST_CASE("async publishes queued while the broker is down are delivered once it
   server->Shutdown();
   server.reset();
   for (int i = 0; i < 1000; ++i) pub->PublishAsync("tdown", std::to_string(i));
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // how long the broker stays down
   BusServerOptions opts;
   opts.host = "127.0.0.1";
   opts.port = port;

@@ -303,7 +303,13 @@ TEST_CASE("a reader waits for the next message instead of spinning") {
     auto outcome = b.Read(&r, 10s, &resp, &e);
     return std::make_pair(outcome, resp.messages_size());
   });
-  std::this_thread::sleep_for(50ms);
+  // The reader is blocked (not spinning, not returned) before the message exists.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (b.WaitingReaders("sightings") == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  REQUIRE(b.WaitingReaders("sightings") == 1);
+  REQUIRE(fut.wait_for(0s) == std::future_status::timeout);
   PublishOk(b, "predator-0", Pub("sightings", "wake"));
   REQUIRE(fut.wait_for(10s) == std::future_status::ready);
   auto [outcome, n] = fut.get();

@@ -15,6 +15,19 @@ echo "== install into $tmp/prefix"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }
 test -f "$tmp/prefix/lib/cmake/agentrt/agentrtConfig.cmake" || fail "no agentrtConfig.cmake installed"
 test -x "$tmp/prefix/bin/agentctl" || fail "agentctl not installed"
+test -x "$tmp/prefix/bin/agentrt-exec-rank" || fail "agentrt-exec-rank not installed"
+
+echo "== only the public headers are installed, and each one compiles on its own"
+inc="$tmp/prefix/include/agentrt"
+for internal in agent_runtime/group_internal.h agent_runtime/group_half.h agent_runtime/mpi_group.h \
+                agent_runtime/sharded_adam_ops.h comms/broker.h comms/bus_server.h scheduler/planner.h; do
+  test ! -e "$inc/$internal" || fail "internal header $internal is installed"
+done
+export AGENTRT_HDR_FLAGS="-std=c++20 -fsyntax-only -I$inc $(pkg-config --cflags protobuf) -I/usr/include/eigen3"
+(cd "$inc" && find . -name '*.h' ! -name '*.pb.h' | sed 's|^\./||' | sort) |
+  xargs -P 2 -I{} sh -c 'echo "#include \"{}\"" | g++ $AGENTRT_HDR_FLAGS -x c++ - >/dev/null 2>&1 ||
+                         { echo "installed header {} does not compile on its own"; exit 255; }' \
+  || fail "an installed header is not self-contained (see above)"
 
 echo "== configure + build the example outside the tree"
 cp -r "$src/examples/custom_env" "$tmp/custom_env"   # a copy: nothing of the agentrt tree is visible

@@ -11,3 +11,13 @@ agentrt_test(NAME scheduler_local_backend_test
   DEPS agentrt::scheduler
   LABELS unit
   TIMEOUT 60)
+agentrt_test(NAME scheduler_local_backend_fake_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/local_backend_fake_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
+agentrt_test(NAME scheduler_run_driver_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/run_driver_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)

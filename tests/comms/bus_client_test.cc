@@ -1,0 +1,241 @@
+// BusClient's own logic over a fake stub (tests/comms/fake_bus_stub.h): retries
+// that keep their sequence so the broker stores a message once, reconnects that
+// resume at the next offset with no gap and no duplicate, expired offsets and
+// broker restarts reported as events, async publish streams resent in order.
+// No broker, no sockets, no sleeps: every wait is for an event, bounded.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comms/bus_client_stub.h"
+#include "tests/comms/fake_bus_stub.h"
+
+namespace agentrt {
+namespace {
+
+using testing::FakeBus;
+using testing::FakeBusStub;
+using namespace std::chrono_literals;
+
+struct Fixture {
+  std::shared_ptr<FakeBus> bus = std::make_shared<FakeBus>();
+  std::unique_ptr<BusClient> client;
+
+  explicit Fixture(BusClientOptions options = Fast()) {
+    auto c = MakeBusClientWithStub(std::make_unique<FakeBusStub>(bus), "fake:0", {"me", "token"},
+                                   options);
+    REQUIRE(c.ok());
+    client = std::move(c).value();
+  }
+  ~Fixture() {
+    bus->Close();  // ends the fake's streams so the client's threads can stop
+    client.reset();
+  }
+  static BusClientOptions Fast() {
+    BusClientOptions o;
+    o.retry_backoff = 1ms;  // the client's own wait between attempts; the test never sleeps
+    o.max_retry_backoff = 1ms;
+    o.call_timeout = 5s;
+    return o;
+  }
+};
+
+// What a subscription delivered, and its events, waited for by count.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> payloads;
+  std::vector<int64_t> offsets;
+  std::vector<SubscriptionEvent::Kind> events;
+
+  MessageCallback OnMessage() {
+    return [this](const BusMessage& m) {
+      std::lock_guard<std::mutex> lock(mu);
+      payloads.push_back(m.payload());
+      offsets.push_back(m.offset());
+      cv.notify_all();
+    };
+  }
+  SubscribeOptions Options(bool skip_expired = false) {
+    SubscribeOptions o;
+    o.skip_expired = skip_expired;
+    o.on_event = [this](const SubscriptionEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e.kind);
+      cv.notify_all();
+    };
+    return o;
+  }
+  bool WaitMessages(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return payloads.size() >= n; });
+  }
+  bool WaitEvent(SubscriptionEvent::Kind kind) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(
+        lock, 10s, [&] { return std::find(events.begin(), events.end(), kind) != events.end(); });
+  }
+};
+
+TEST_CASE("a publish whose answer was lost is retried with its sequence and stored once") {
+  Fixture f;
+  f.bus->FailNextPublishes(2, grpc::StatusCode::UNAVAILABLE, /*stored=*/true);
+  auto ack = f.client->Publish("t", "hello");
+  REQUIRE(ack.ok());
+  CHECK(ack->duplicate);  // the retry found the first copy
+  CHECK(ack->offset == 0);
+  CHECK(f.bus->publish_calls() == 3);
+  CHECK(f.bus->Payloads("t") == std::vector<std::string>{"hello"});
+  // The next publish has the next sequence: stored, not taken for a duplicate.
+  auto next = f.client->Publish("t", "world");
+  REQUIRE(next.ok());
+  CHECK_FALSE(next->duplicate);
+  CHECK(next->sequence == ack->sequence + 1);
+  CHECK(f.bus->Payloads("t") == std::vector<std::string>{"hello", "world"});
+}
+
+TEST_CASE("a publish whose request was lost is retried until stored") {
+  Fixture f;
+  f.bus->FailNextPublishes(3, grpc::StatusCode::DEADLINE_EXCEEDED, /*stored=*/false);
+  auto ack = f.client->Publish("t", "x");
+  REQUIRE(ack.ok());
+  CHECK_FALSE(ack->duplicate);
+  CHECK(f.bus->publish_calls() == 4);
+  CHECK(f.bus->Payloads("t").size() == 1);
+}
+
+TEST_CASE("a refused publish is not retried and names topic, bus and agent") {
+  Fixture f;
+  f.bus->FailNextPublishes(1, grpc::StatusCode::PERMISSION_DENIED, /*stored=*/false);
+  auto ack = f.client->Publish("secret-topic", "x");
+  REQUIRE_FALSE(ack.ok());
+  CHECK(ack.status().code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(ack.status().message(), Catch::Contains("secret-topic") && Catch::Contains("fake:0") &&
+                                         Catch::Contains("agent me"));
+  CHECK(f.bus->publish_calls() == 1);
+}
+
+TEST_CASE("a retried send is stored once in the receiver's inbox") {
+  Fixture f;
+  f.bus->FailNextPublishes(1, grpc::StatusCode::UNAVAILABLE, /*stored=*/true);
+  auto ack = f.client->Send("other", "direct");
+  REQUIRE(ack.ok());
+  CHECK(ack->duplicate);
+  CHECK(f.bus->Payloads("@inbox/other") == std::vector<std::string>{"direct"});
+}
+
+TEST_CASE("a broken subscription resumes at its next offset: no gap, no duplicate") {
+  Inbox inbox;  // outlives the client, whose threads call it
+  Fixture f;
+  for (int i = 0; i < 10; ++i) f.bus->Append("t", "m" + std::to_string(i));
+  f.bus->BreakNextStreamAfter(3);
+  auto id = f.client->Subscribe("t", StartAt::Earliest(), inbox.OnMessage(), inbox.Options());
+  REQUIRE(id.ok());
+  REQUIRE(inbox.WaitMessages(10));
+  std::vector<int64_t> expected;
+  for (int64_t i = 0; i < 10; ++i) expected.push_back(i);
+  {
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    CHECK(inbox.offsets == expected);
+    CHECK(std::count(inbox.events.begin(), inbox.events.end(),
+                     SubscriptionEvent::Kind::kReconnecting) >= 1);
+  }
+  // The second stream asked for offset 3, where the first one broke.
+  const auto starts = f.bus->stream_starts();
+  REQUIRE(starts.size() >= 2);
+  CHECK(starts[0] == -1);
+  CHECK(starts[1] == 3);
+  CHECK(f.client->SubscriptionOffsets().at("t") == 10);
+  // New messages keep arriving on the resumed stream.
+  f.bus->Append("t", "m10");
+  REQUIRE(inbox.WaitMessages(11));
+  f.bus->Close();
+  CHECK(f.client->Unsubscribe(*id).ok());
+}
+
+TEST_CASE("a subscription from a checkpointed offset starts exactly there") {
+  Inbox inbox;  // outlives the client, whose threads call it
+  Fixture f;
+  for (int i = 0; i < 6; ++i) f.bus->Append("t", "m" + std::to_string(i));
+  auto id = f.client->Subscribe("t", StartAt::Offset(4), inbox.OnMessage(), inbox.Options());
+  REQUIRE(id.ok());
+  REQUIRE(inbox.WaitMessages(2));
+  std::lock_guard<std::mutex> lock(inbox.mu);
+  CHECK(inbox.payloads == std::vector<std::string>{"m4", "m5"});
+}
+
+TEST_CASE("an expired offset ends the subscription, or skips to the earliest one when asked") {
+  SECTION("by default: kFailed with OUT_OF_RANGE, never a silent gap") {
+    Inbox inbox;  // outlives the client, whose threads call it
+    Fixture f;
+    for (int i = 0; i < 5; ++i) f.bus->Append("t", "m" + std::to_string(i));
+    f.bus->ExpireBelow("t", 3);
+    auto id = f.client->Subscribe("t", StartAt::Offset(1), inbox.OnMessage(), inbox.Options());
+    REQUIRE(id.ok());
+    REQUIRE(inbox.WaitEvent(SubscriptionEvent::Kind::kFailed));
+    CHECK(f.client->SubscriptionStatus(*id).code() == StatusCode::kOutOfRange);
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    CHECK(inbox.payloads.empty());
+  }
+  SECTION("skip_expired: kOffsetExpired, then on from the earliest held offset") {
+    Inbox inbox;  // outlives the client, whose threads call it
+    Fixture f;
+    for (int i = 0; i < 5; ++i) f.bus->Append("t", "m" + std::to_string(i));
+    f.bus->ExpireBelow("t", 3);
+    auto id = f.client->Subscribe("t", StartAt::Offset(1), inbox.OnMessage(), inbox.Options(true));
+    REQUIRE(id.ok());
+    REQUIRE(inbox.WaitMessages(2));
+    std::lock_guard<std::mutex> lock(inbox.mu);
+    CHECK(inbox.payloads == std::vector<std::string>{"m3", "m4"});
+    CHECK(std::find(inbox.events.begin(), inbox.events.end(),
+                    SubscriptionEvent::Kind::kOffsetExpired) != inbox.events.end());
+  }
+}
+
+TEST_CASE("a broker restart is reported when a subscription resumes") {
+  Inbox inbox;  // outlives the client, whose threads call it
+  Fixture f;
+  for (int i = 0; i < 2; ++i) f.bus->Append("t", "m" + std::to_string(i));
+  f.bus->BreakNextStreamAfter(2);
+  f.bus->Restart(1);  // the first stream reads incarnation 1
+  auto id = f.client->Subscribe("t", StartAt::Earliest(), inbox.OnMessage(), inbox.Options());
+  REQUIRE(id.ok());
+  REQUIRE(inbox.WaitMessages(2));
+  f.bus->Restart(2);  // ... and resumes against incarnation 2
+  REQUIRE(inbox.WaitEvent(SubscriptionEvent::Kind::kBrokerRestarted));
+}
+
+TEST_CASE("async publishes survive a broken stream: resent in order, each stored once") {
+  std::mutex mu;  // with `acks`, outlives the client, whose threads fill them
+  std::vector<PublishAck> acks;
+  int failed = 0;
+  Fixture f;
+  f.bus->BreakNextPublishStreamAtBatch(1);  // stored, never answered
+  for (int i = 0; i < 50; ++i) {
+    f.client->PublishAsync("t", "a" + std::to_string(i), {}, [&](const Result<PublishAck>& r) {
+      std::lock_guard<std::mutex> lock(mu);  // on the client's thread: no Catch2 macros here
+      if (r.ok()) {
+        acks.push_back(*r);
+      } else {
+        ++failed;
+      }
+    });
+  }
+  REQUIRE(f.client->Flush(10s).ok());
+  REQUIRE(f.bus->WaitStored("t", 50));
+  std::vector<std::string> expected;
+  for (int i = 0; i < 50; ++i) expected.push_back("a" + std::to_string(i));
+  CHECK(f.bus->Payloads("t") == expected);  // each once, in queue order
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(failed == 0);
+  REQUIRE(acks.size() == 50);
+  for (size_t i = 1; i < acks.size(); ++i) CHECK(acks[i].sequence == acks[i - 1].sequence + 1);
+  CHECK(std::any_of(acks.begin(), acks.end(), [](const PublishAck& a) { return a.duplicate; }));
+}
+
+}  // namespace
+}  // namespace agentrt
