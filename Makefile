@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps configure build demo test bench clean format
+.PHONY: all deps configure build demo test bench clean format format-check
 
 all: build
 
@@ -36,8 +36,18 @@ test: build
 bench: build
 	@scripts/bench.sh $(BUILD)
 
-format:
-	@git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format -i
+# clang-format (Debian's clang-format, installed by scripts/setup.sh) over every C++ file.
+FORMAT_FILES = git ls-files '*.h' '*.cc' '*.cu'
+
+format: deps
+	@$(FORMAT_FILES) | xargs clang-format -i
+
+# Fails, naming the files, when any C++ file is not formatted (CI runs it).
+format-check: deps
+	@unformatted=$$($(FORMAT_FILES) | xargs -I{} sh -c 'clang-format --dry-run -Werror "{}" >/dev/null 2>&1 || echo "{}"'); \
+	if [ -n "$$unformatted" ]; then \
+	  echo "format-check: not formatted (run make format):"; echo "$$unformatted" | sed 's/^/  /'; exit 1; \
+	fi
 
 clean:
 	rm -rf $(BUILD) $(BUILD).configure.log

@@ -16,9 +16,9 @@
 #include <memory>
 #include <string>
 
+#include "common/status.h"
 #include "comms/auth.h"
 #include "comms/broker.h"
-#include "common/status.h"
 
 namespace agentrt {
 
@@ -36,8 +36,8 @@ struct BusServerOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
-  int keepalive_time_ms = 10000;     // server pings an idle connection this often
-  int keepalive_timeout_ms = 5000;   // and drops it when the ping is not answered in time
+  int keepalive_time_ms = 10000;    // server pings an idle connection this often
+  int keepalive_timeout_ms = 5000;  // and drops it when the ping is not answered in time
   // 0 = random. Tests set it to check restart detection deterministically.
   uint64_t incarnation = 0;
 };
@@ -45,7 +45,8 @@ struct BusServerOptions {
 class BusServer {
  public:
   // Binds, starts serving and returns. Errors name the address and port.
-  static Result<std::unique_ptr<BusServer>> Start(const BusServerOptions& options, std::string secret, BusAcl acl);
+  static Result<std::unique_ptr<BusServer>> Start(const BusServerOptions& options,
+                                                  std::string secret, BusAcl acl);
   ~BusServer();
   BusServer(const BusServer&) = delete;
   BusServer& operator=(const BusServer&) = delete;

@@ -30,13 +30,15 @@ std::string Printable(std::string_view s) {
 Status CheckName(std::string_view what, std::string_view s, size_t max, bool topic) {
   if (s.empty()) return InvalidArgument(std::string(what) + " is empty");
   if (s.size() > max) {
-    return InvalidArgument(std::string(what) + " \"" + Printable(s) + "\" is " + std::to_string(s.size()) +
-                           " bytes; at most " + std::to_string(max) + " are allowed");
+    return InvalidArgument(std::string(what) + " \"" + Printable(s) + "\" is " +
+                           std::to_string(s.size()) + " bytes; at most " + std::to_string(max) +
+                           " are allowed");
   }
   for (size_t i = 0; i < s.size(); ++i) {
     if (!NameByte(s[i], topic)) {
-      return InvalidArgument(std::string(what) + " \"" + Printable(s) + "\" has a byte not allowed at position " +
-                             std::to_string(i) + " (allowed: letters, digits and ._-:" + (topic ? "/@" : "") + ")");
+      return InvalidArgument(std::string(what) + " \"" + Printable(s) +
+                             "\" has a byte not allowed at position " + std::to_string(i) +
+                             " (allowed: letters, digits and ._-:" + (topic ? "/@" : "") + ")");
     }
   }
   return Status::Ok();
@@ -44,8 +46,9 @@ Status CheckName(std::string_view what, std::string_view s, size_t max, bool top
 
 Status CheckPayload(size_t payload, size_t content_type, const BusLimits& limits) {
   if (static_cast<int64_t>(payload) > limits.max_message_bytes) {
-    return ResourceExhausted("payload of " + std::to_string(payload) + " bytes exceeds the bus limit of " +
-                             std::to_string(limits.max_message_bytes) + " bytes (bus.max_message_bytes)");
+    return ResourceExhausted(
+        "payload of " + std::to_string(payload) + " bytes exceeds the bus limit of " +
+        std::to_string(limits.max_message_bytes) + " bytes (bus.max_message_bytes)");
   }
   if (content_type > kMaxContentTypeBytes) {
     return InvalidArgument("content_type is " + std::to_string(content_type) + " bytes; at most " +
@@ -64,8 +67,8 @@ Status CheckSequence(uint64_t publisher_id, uint64_t sequence) {
 
 Status CheckBatch(int32_t max_batch_messages, const BusLimits& limits) {
   if (max_batch_messages < 0 || max_batch_messages > limits.max_batch_messages) {
-    return InvalidArgument("max_batch_messages " + std::to_string(max_batch_messages) + " is outside [0, " +
-                           std::to_string(limits.max_batch_messages) + "]");
+    return InvalidArgument("max_batch_messages " + std::to_string(max_batch_messages) +
+                           " is outside [0, " + std::to_string(limits.max_batch_messages) + "]");
   }
   return Status::Ok();
 }
@@ -75,7 +78,8 @@ Status CheckBatch(int32_t max_batch_messages, const BusLimits& limits) {
 Status ValidateTopic(std::string_view topic) {
   AGENTRT_RETURN_IF_ERROR(CheckName("topic", topic, kMaxTopicBytes, /*topic=*/true));
   if (topic.front() == '@') {
-    return InvalidArgument("topic \"" + Printable(topic) + "\" starts with '@', which is reserved for inboxes");
+    return InvalidArgument("topic \"" + Printable(topic) +
+                           "\" starts with '@', which is reserved for inboxes");
   }
   return Status::Ok();
 }
@@ -87,7 +91,8 @@ Status ValidateAgentName(std::string_view agent) {
 Status ValidateStartAt(const bus::v1::StartAt& start) {
   switch (start.position_case()) {
     case bus::v1::StartAt::kOffset:
-      if (start.offset() < 0) return InvalidArgument("start offset " + std::to_string(start.offset()) + " is negative");
+      if (start.offset() < 0)
+        return InvalidArgument("start offset " + std::to_string(start.offset()) + " is negative");
       return Status::Ok();
     case bus::v1::StartAt::kEarliest:
     case bus::v1::StartAt::kLatest:
@@ -107,8 +112,9 @@ Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limi
 Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits) {
   if (req.messages_size() == 0) return InvalidArgument("PublishBatch has no messages");
   if (req.messages_size() > limits.max_batch_messages) {
-    return InvalidArgument("PublishBatch has " + std::to_string(req.messages_size()) + " messages; at most " +
-                           std::to_string(limits.max_batch_messages) + " are allowed");
+    return InvalidArgument("PublishBatch has " + std::to_string(req.messages_size()) +
+                           " messages; at most " + std::to_string(limits.max_batch_messages) +
+                           " are allowed");
   }
   for (int i = 0; i < req.messages_size(); ++i) {
     Status s = ValidatePublish(req.messages(i), limits);

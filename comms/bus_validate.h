@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "comms/proto/bus.pb.h"
 #include "common/status.h"
+#include "comms/proto/bus.pb.h"
 
 namespace agentrt {
 

@@ -214,4 +214,3 @@ std::string DescribeExit(int exit_code, int term_signal) {
 std::string AgentProcessExit::Describe() const { return DescribeExit(exit_code, term_signal); }
 
 }  // namespace agentrt
-

@@ -69,4 +69,3 @@ std::vector<std::string> CurrentEnviron();
 std::string DescribeExit(int exit_code, int term_signal);
 
 }  // namespace agentrt
-

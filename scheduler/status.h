@@ -23,12 +23,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 
@@ -58,7 +57,7 @@ struct AgentStatus {
   int64_t step = -1;
   double steps_per_s = 0;
   int master_port = 0;
-  std::string reason;   // why it last failed / stopped ("" when it did not)
+  std::string reason;  // why it last failed / stopped ("" when it did not)
   std::string log_dir;
 };
 

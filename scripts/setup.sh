@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config
+  build-essential cmake ninja-build ccache pkg-config clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libzmq3-dev cppzmq-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
   catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev

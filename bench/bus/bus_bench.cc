@@ -23,11 +23,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <condition_variable>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,7 +46,8 @@ using Clock = std::chrono::steady_clock;
 constexpr char kSecret[] = "bench-secret-bench-secret-bench!";
 
 int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 // Payload: [send_ns int64][index int64][padding].
@@ -68,7 +69,8 @@ int64_t SendNs(const std::string& p) {
 }
 
 std::unique_ptr<BusClient> Connect(const std::string& address, const std::string& agent) {
-  auto c = BusClient::Connect(address, agentrt::Credential{agent, agentrt::DeriveAgentToken(kSecret, agent)});
+  auto c = BusClient::Connect(
+      address, agentrt::Credential{agent, agentrt::DeriveAgentToken(kSecret, agent)});
   if (!c.ok()) Die(c.status().ToString());
   if (auto s = c.value()->WaitForReady(std::chrono::seconds(30)); !s.ok()) Die(s.ToString());
   return std::move(c).value();
@@ -145,7 +147,8 @@ int RunEchoServer() {
 // Subscribes to `topic` from offset 0, prints "ready" once connected, and
 // after `n` messages prints "result <first_send_ns> <last_recv_ns> <bytes>"
 // followed by one latency (ns) per message when `latencies` is set.
-int RunBusSubscriber(const std::string& address, const std::string& topic, int64_t n, bool latencies) {
+int RunBusSubscriber(const std::string& address, const std::string& topic, int64_t n,
+                     bool latencies) {
   auto client = Connect(address, "bench-sub");
   std::vector<int64_t> lat;
   lat.reserve(static_cast<size_t>(latencies ? n : 0));
@@ -157,27 +160,31 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
     if (e.kind == agentrt::SubscriptionEvent::Kind::kConnected) Ready();
     if (e.kind == agentrt::SubscriptionEvent::Kind::kFailed) Die(e.status.ToString());
   };
-  auto id = client->Subscribe(topic, agentrt::StartAt::Offset(0), [&](const BusMessage& m) {
-    const int64_t now = NowNs();
-    const int64_t sent = SendNs(m.payload());
-    if (count == 0) first_send = sent;
-    if (latencies) lat.push_back(now - sent);
-    bytes += static_cast<int64_t>(m.payload().size());
-    if (++count == n) {
-      last_recv = now;
-      std::lock_guard<std::mutex> l(mu);
-      cv.notify_all();
-    }
-  }, opts);
+  auto id = client->Subscribe(
+      topic, agentrt::StartAt::Offset(0),
+      [&](const BusMessage& m) {
+        const int64_t now = NowNs();
+        const int64_t sent = SendNs(m.payload());
+        if (count == 0) first_send = sent;
+        if (latencies) lat.push_back(now - sent);
+        bytes += static_cast<int64_t>(m.payload().size());
+        if (++count == n) {
+          last_recv = now;
+          std::lock_guard<std::mutex> l(mu);
+          cv.notify_all();
+        }
+      },
+      opts);
   if (!id.ok()) Die(id.status().ToString());
   {
     std::unique_lock<std::mutex> l(mu);
-    if (!cv.wait_for(l, std::chrono::seconds(120), [&] { return last_recv != 0; })) Die("subscriber timed out");
+    if (!cv.wait_for(l, std::chrono::seconds(120), [&] { return last_recv != 0; }))
+      Die("subscriber timed out");
   }
   (void)client->Unsubscribe(id.value());
   std::fprintf(stderr, "bench_bus: subscriber of %s used %.0f ms of CPU\n", topic.c_str(), CpuMs());
-  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send), static_cast<long long>(last_recv),
-              static_cast<long long>(bytes));
+  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send),
+              static_cast<long long>(last_recv), static_cast<long long>(bytes));
   for (int64_t v : lat) std::printf("%lld\n", static_cast<long long>(v));
   std::fflush(stdout);
   return 0;
@@ -197,8 +204,8 @@ int RunZmqPull(int64_t n) {
     bytes += static_cast<int64_t>(msg.size());
   }
   last_recv = NowNs();
-  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send), static_cast<long long>(last_recv),
-              static_cast<long long>(bytes));
+  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send),
+              static_cast<long long>(last_recv), static_cast<long long>(bytes));
   std::fflush(stdout);
   return 0;
 }
@@ -265,14 +272,16 @@ struct Flow {
 
 Flow ParseResult(const std::string& line, int64_t n) {
   long long first = 0, last = 0, bytes = 0;
-  if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &last, &bytes) != 3) Die("bad result: " + line);
+  if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &last, &bytes) != 3)
+    Die("bad result: " + line);
   const double s = static_cast<double>(last - first) / 1e9;
   return Flow{static_cast<double>(n) / s, static_cast<double>(bytes) / 1e6 / s};
 }
 
 double Percentile(std::vector<int64_t> v, double p) {
   std::sort(v.begin(), v.end());
-  return static_cast<double>(v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]);
+  return static_cast<double>(
+      v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]);
 }
 
 double Median(std::vector<double> v) {
@@ -293,8 +302,11 @@ Flow BusFlow(const std::string& address, const std::string& topic, int64_t n, si
   if (auto s = pub->Flush(std::chrono::seconds(120)); !s.ok()) Die(s.ToString());
   const int64_t flushed = NowNs();
   Flow f = ParseResult(sub.ReadLine(120), n);
-  std::fprintf(stderr, "bench_bus: %s: %lld x %zu B, publisher flushed %.1f ms after its last message; %.0f msg/s\n",
-               topic.c_str(), static_cast<long long>(n), size, static_cast<double>(flushed - t0) / 1e6, f.rate);
+  std::fprintf(
+      stderr,
+      "bench_bus: %s: %lld x %zu B, publisher flushed %.1f ms after its last message; %.0f msg/s\n",
+      topic.c_str(), static_cast<long long>(n), size, static_cast<double>(flushed - t0) / 1e6,
+      f.rate);
   sub.Stop();
   return f;
 }
@@ -317,7 +329,8 @@ Flow ZmqFlow(int64_t n, size_t size) {
   return f;
 }
 
-void PrintFigure(const char* metric, double value, const char* unit, const char* anchor, double anchor_value) {
+void PrintFigure(const char* metric, double value, const char* unit, const char* anchor,
+                 double anchor_value) {
   std::printf(
       "{\"bench\":\"bus\",\"metric\":\"%s\",\"value\":%.2f,\"unit\":\"%s\",\"anchor\":\"%s\","
       "\"anchor_value\":%.2f,\"ratio\":%.3f}\n",
@@ -334,7 +347,8 @@ int RunParent(bool quick) {
   const std::string address = broker.WaitReady();
   Child echo = Spawn({"echo-server"});
   const std::string echo_address = echo.WaitReady();
-  std::fprintf(stderr, "bench_bus: broker %s, echo server %s\n", address.c_str(), echo_address.c_str());
+  std::fprintf(stderr, "bench_bus: broker %s, echo server %s\n", address.c_str(),
+               echo_address.c_str());
 
   // Latency: one message at a time, publish -> delivered, interleaved with
   // the echo anchor's round trips so both see the same machine load.
@@ -343,7 +357,8 @@ int RunParent(bool quick) {
     Child sub = Spawn({"bus-sub", address, "latency", std::to_string(lat_n), "1"});
     sub.WaitReady();
     auto pub = Connect(address, "bench-pub");
-    auto stub = agentrt::bench::Echo::NewStub(grpc::CreateChannel(echo_address, grpc::InsecureChannelCredentials()));
+    auto stub = agentrt::bench::Echo::NewStub(
+        grpc::CreateChannel(echo_address, grpc::InsecureChannelCredentials()));
     agentrt::bench::EchoMessage req, resp;
     req.set_payload(MakePayload(64));
     std::string payload = MakePayload(64);
@@ -379,8 +394,10 @@ int RunParent(bool quick) {
   }
   broker.Stop();
 
-  std::fprintf(stderr, "bench_bus: %lld latency samples, %d repetitions of %lld x 64 B and %lld x 1 MiB\n",
-               static_cast<long long>(lat_n), reps, static_cast<long long>(tput_n), static_cast<long long>(bw_n));
+  std::fprintf(stderr,
+               "bench_bus: %lld latency samples, %d repetitions of %lld x 64 B and %lld x 1 MiB\n",
+               static_cast<long long>(lat_n), reps, static_cast<long long>(tput_n),
+               static_cast<long long>(bw_n));
   PrintFigure("latency_p50_64B", Percentile(bus_lat, 0.5) / 1e3, "us", "grpc_unary_echo_rtt_p50",
               Percentile(echo_rtt, 0.5) / 1e3);
   PrintFigure("latency_p99_64B", Percentile(bus_lat, 0.99) / 1e3, "us", "grpc_unary_echo_rtt_p99",

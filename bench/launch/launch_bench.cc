@@ -15,6 +15,7 @@
 // With --noop-agent this binary is the agent: it sends "hello" and a heartbeat
 // to AGENTRT_TELEMETRY (when set) and to BENCH_PROBE, then heartbeats every
 // second until SIGTERM.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,8 +32,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "comms/telemetry.h"
 #include "scheduler/process.h"
@@ -76,7 +75,8 @@ int NoopAgent() {
   send(agentrt::TelemetryType::kHello);
   while (!g_stop.load()) {
     send(agentrt::TelemetryType::kHeartbeat);
-    for (int i = 0; i < 10 && !g_stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 10 && !g_stop.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   send(agentrt::TelemetryType::kBye);
   return 0;
@@ -84,7 +84,8 @@ int NoopAgent() {
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
+  return v.empty() ? 0
+                   : (v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
@@ -144,8 +145,11 @@ double CpuSeconds(pid_t pid) {
   const char* close = std::strrchr(buf, ')');
   if (n == 0 || close == nullptr) return 0;
   unsigned long utime = 0, stime = 0;
-  // Fields after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-  if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) return 0;
+  // Fields after "pid (comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+  // cmajflt utime stime
+  if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                  &stime) != 2)
+    return 0;
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
@@ -178,7 +182,8 @@ int main(int argc, char** argv) {
       agentctl = argv[++i];
     } else {
       std::fprintf(stderr,
-                   "usage: bench_launch [--reps N] [--agents N] [--ranks N] [--cpu-window-s S] [--agentctl PATH]\n");
+                   "usage: bench_launch [--reps N] [--agents N] [--ranks N] [--cpu-window-s S] "
+                   "[--agentctl PATH]\n");
       return 2;
     }
   }
@@ -207,14 +212,16 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     Drain(**probe);
     const auto start = Clock::now();
-    const pid_t pid = Spawn({*mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np",
-                             std::to_string(total), "-x", "BENCH_PROBE", self, "--noop-agent"},
-                            (work / "mpirun.log").string());
+    const pid_t pid =
+        Spawn({*mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np",
+               std::to_string(total), "-x", "BENCH_PROBE", self, "--noop-agent"},
+              (work / "mpirun.log").string());
     const double t = WaitForRanks(**probe, static_cast<size_t>(total), start, 60);
     StopAndReap(pid, SIGTERM);
     if (t < 0) {
-      std::fprintf(stderr, "bench_launch: mpirun -np %d: not every rank reported within 60 s (see %s)\n", total,
-                   (work / "mpirun.log").c_str());
+      std::fprintf(stderr,
+                   "bench_launch: mpirun -np %d: not every rank reported within 60 s (see %s)\n",
+                   total, (work / "mpirun.log").c_str());
       return 1;
     }
     anchor_s.push_back(t);
@@ -227,7 +234,8 @@ int main(int argc, char** argv) {
   const std::string inventory = (work / "inventory.yaml").string();
   {
     std::ofstream inv(inventory);
-    inv << "cluster:\n  nodes:\n    - {name: localhost, gpus: " << total << ", cpus: " << total << "}\n";
+    inv << "cluster:\n  nodes:\n    - {name: localhost, gpus: " << total << ", cpus: " << total
+        << "}\n";
   }
   struct Variant {
     std::string name;
@@ -242,8 +250,9 @@ int main(int argc, char** argv) {
       std::ofstream y(yaml_path);
       y << "run: {name: bench, dir: " << (work / "runs").string() << "}\n"
         << "defaults:\n  restart: {max_restarts: 0, heartbeat_timeout_s: 60, grace_s: 5}\n"
-        << "agents:\n  - name: noop\n    replicas: " << agents << "\n    gpus: " << v.gpus << "\n    ranks: " << ranks
-        << "\n    command: [" << self << ", --noop-agent]\n    env: {BENCH_PROBE: \"" << probe_endpoint << "\"}\n";
+        << "agents:\n  - name: noop\n    replicas: " << agents << "\n    gpus: " << v.gpus
+        << "\n    ranks: " << ranks << "\n    command: [" << self
+        << ", --noop-agent]\n    env: {BENCH_PROBE: \"" << probe_endpoint << "\"}\n";
     }
     for (int r = 0; r < reps; ++r) {
       Drain(**probe);
@@ -254,23 +263,27 @@ int main(int argc, char** argv) {
       const double t = WaitForRanks(**probe, static_cast<size_t>(total), start, 60);
       if (t < 0) {
         StopAndReap(pid, SIGTERM);
-        std::fprintf(stderr, "bench_launch: agentctl run (%s): not every rank reported within 60 s (see %s)\n",
-                     v.name.c_str(), (work / "agentctl.log").c_str());
+        std::fprintf(
+            stderr,
+            "bench_launch: agentctl run (%s): not every rank reported within 60 s (see %s)\n",
+            v.name.c_str(), (work / "agentctl.log").c_str());
         return 1;
       }
       v.up_s.push_back(t);
-      std::fprintf(stderr, "agentctl run (%d x %d, %s): all ranks up in %.1f ms\n", agents, ranks, v.name.c_str(),
-                   t * 1e3);
+      std::fprintf(stderr, "agentctl run (%d x %d, %s): all ranks up in %.1f ms\n", agents, ranks,
+                   v.name.c_str(), t * 1e3);
       if (r == 0) {  // CPU use once per variant, over a window after start-up settled
         std::this_thread::sleep_for(std::chrono::seconds(2));
         const double c0 = CpuSeconds(pid);
         const auto w0 = Clock::now();
-        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(cpu_window_s * 1000)));
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(static_cast<int64_t>(cpu_window_s * 1000)));
         const double c1 = CpuSeconds(pid);
         const double wall = std::chrono::duration<double>(Clock::now() - w0).count();
         v.cpu_pct.push_back(100.0 * (c1 - c0) / wall);
-        std::fprintf(stderr, "controller CPU while %d ranks heartbeat: %.2f %% of a core over %.1f s\n", total,
-                     v.cpu_pct.back(), wall);
+        std::fprintf(stderr,
+                     "controller CPU while %d ranks heartbeat: %.2f %% of a core over %.1f s\n",
+                     total, v.cpu_pct.back(), wall);
       }
       StopAndReap(pid, SIGTERM);
     }
@@ -280,11 +293,19 @@ int main(int argc, char** argv) {
   const double anchor_ms = Median(anchor_s) * 1e3;
   for (const auto& v : variants) {
     const double ms = Median(v.up_s) * 1e3;
-    std::printf("%s\n", fmt::format(R"J({{"bench":"launch","metric":"time_to_first_heartbeat_all_ranks_{}x{}_{}","value":{:.1f},"unit":"ms","anchor":"mpirun -np {} (same no-op program)","anchor_value":{:.1f},"ratio":{:.3f}}})J",
-                                     agents, ranks, v.name, ms, total, anchor_ms, ms / anchor_ms).c_str());
+    std::printf(
+        "%s\n",
+        fmt::format(
+            R"J({{"bench":"launch","metric":"time_to_first_heartbeat_all_ranks_{}x{}_{}","value":{:.1f},"unit":"ms","anchor":"mpirun -np {} (same no-op program)","anchor_value":{:.1f},"ratio":{:.3f}}})J",
+            agents, ranks, v.name, ms, total, anchor_ms, ms / anchor_ms)
+            .c_str());
   }
   const double cpu = Median(variants[0].cpu_pct);
-  std::printf("%s\n", fmt::format(R"J({{"bench":"launch","metric":"controller_cpu_{}_ranks_heartbeating","value":{:.3f},"unit":"% of one core","anchor":"issue 3 goal","anchor_value":2.0,"ratio":{:.3f}}})J",
-                                   total, cpu, cpu / 2.0).c_str());
+  std::printf(
+      "%s\n",
+      fmt::format(
+          R"J({{"bench":"launch","metric":"controller_cpu_{}_ranks_heartbeating","value":{:.3f},"unit":"% of one core","anchor":"issue 3 goal","anchor_value":2.0,"ratio":{:.3f}}})J",
+          total, cpu, cpu / 2.0)
+          .c_str());
   return 0;
 }

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "tests/agent_runtime/temp_dir.h"
 #include "agent_runtime/checkpointer.h"
 #include "agent_runtime/crc.h"
+#include "tests/agent_runtime/temp_dir.h"
 
 namespace agentrt {
 namespace {

@@ -145,7 +145,8 @@ TEST_CASE("GPU ranks see exactly their agent's GPUs") {
   for (const auto& e : mpirun_env) CHECK(e.rfind("RANK=", 0) != 0);
 }
 
-TEST_CASE("signalling an agent reaches every process of its group, and exits are reported per rank") {
+TEST_CASE(
+    "signalling an agent reaches every process of its group, and exits are reported per rank") {
   TempDir dir;
   auto backend = MakeLocalBackend(MakePosixSpawner(), {});
   // Each rank also starts a grandchild in the same group: the signal must reach it too.

@@ -6,7 +6,8 @@ namespace agentrt::worker {
 
 std::string PolicyTopic(const std::string& agent) { return "policies/" + agent; }
 
-Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus, std::map<int, std::string> seats,
+Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
+                                              std::map<int, std::string> seats,
                                               const std::map<std::string, int64_t>& offsets) {
   std::unique_ptr<League> league(new League(std::move(bus)));
   for (const auto& [seat, agent] : seats) {
@@ -18,8 +19,8 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus, st
     SubscribeOptions opts;
     opts.skip_expired = true;  // only the newest snapshot matters
     opts.on_event = [topic](const SubscriptionEvent& e) {
-      static constexpr const char* kNames[] = {"connected", "reconnecting", "broker restarted", "offset expired",
-                                               "failed"};
+      static constexpr const char* kNames[] = {"connected", "reconnecting", "broker restarted",
+                                               "offset expired", "failed"};
       std::fprintf(stderr, "agent-worker: subscription %s: %s at offset %lld%s%s\n", topic.c_str(),
                    kNames[static_cast<int>(e.kind)], static_cast<long long>(e.offset),
                    e.status.ok() ? "" : ": ", e.status.ok() ? "" : e.status.ToString().c_str());
@@ -28,8 +29,8 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus, st
     league->seat_state_[seat].received = std::chrono::steady_clock::now();
     League* self = league.get();
     const int s = seat;
-    auto id = league->bus_->Subscribe(topic, from, [self, s](const BusMessage& m) { self->OnMessage(s, m); },
-                                      std::move(opts));
+    auto id = league->bus_->Subscribe(
+        topic, from, [self, s](const BusMessage& m) { self->OnMessage(s, m); }, std::move(opts));
     if (!id.ok()) return id.status().WithContext("subscribe to " + topic);
   }
   return league;
@@ -52,7 +53,8 @@ void League::OnMessage(int seat, const BusMessage& message) {
   std::lock_guard<std::mutex> lock(mu_);
   SeatState& state = seat_state_[seat];
   state.received = std::chrono::steady_clock::now();
-  if (message.offset() <= state.offset) return;  // an older one than we have (stream after a direct fetch)
+  if (message.offset() <= state.offset)
+    return;  // an older one than we have (stream after a direct fetch)
   state.offset = message.offset();
   fresh_[seat] = std::move(*snapshot);
 }
@@ -76,10 +78,13 @@ void League::CatchUp(std::chrono::milliseconds period) {
       stalled = info.end_offset() - 1 > state.offset && now - state.received >= period;
     }
     if (!stalled) continue;
-    auto newest = bus_->Fetch(info.topic(), info.end_offset() - 1, 1, std::chrono::milliseconds(500));
+    auto newest =
+        bus_->Fetch(info.topic(), info.end_offset() - 1, 1, std::chrono::milliseconds(500));
     if (!newest.ok() || newest->empty()) continue;
     if (stalls_.fetch_add(1) < 5) {
-      std::fprintf(stderr, "agent-worker: subscription %s is %lld message(s) behind and quiet; read offset %lld directly\n",
+      std::fprintf(stderr,
+                   "agent-worker: subscription %s is %lld message(s) behind and quiet; read offset "
+                   "%lld directly\n",
                    info.topic().c_str(), static_cast<long long>(info.end_offset() - 1 - have),
                    static_cast<long long>(info.end_offset() - 1));
     }
@@ -114,7 +119,8 @@ void League::PublishResult(const nlohmann::json& result) {
     if (ack.ok()) {
       published_.fetch_add(1);
     } else if (publish_failures_.fetch_add(1) < 5) {
-      std::fprintf(stderr, "agent-worker: publishing a result failed: %s\n", ack.status().ToString().c_str());
+      std::fprintf(stderr, "agent-worker: publishing a result failed: %s\n",
+                   ack.status().ToString().c_str());
     }
   });
 }

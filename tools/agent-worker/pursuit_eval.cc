@@ -26,7 +26,8 @@ Result<CaptureStats> PlayPursuit(const nlohmann::json& world_args, int episodes,
     for (bool done = false; !done;) {
       for (int a = 0; a < n; ++a) {
         actions[static_cast<size_t>(a)] =
-            world->active(a) ? static_cast<float>(policy(a, {&obs[obs_size * static_cast<size_t>(a)], obs_size}, rng))
+            world->active(a) ? static_cast<float>(policy(
+                                   a, {&obs[obs_size * static_cast<size_t>(a)], obs_size}, rng))
                              : 0.0f;
       }
       const auto outcome = world->Step(actions, obs, rewards);

@@ -7,20 +7,19 @@
 // agentctl::Exit(code) or agentctl::Fail(status) (below); never call exit().
 #pragma once
 
-#include <string_view>
-
 #include <CLI/CLI.hpp>
+#include <string_view>
 
 #include "common/status.h"
 
 #define AGENTCTL_COMMANDS(X) \
-  X(Validate)               \
-  X(Plan)                   \
-  X(Sbatch)                 \
-  X(ArrayTask)              \
-  X(Run)                    \
-  X(Status)                 \
-  X(Logs)                   \
+  X(Validate)                \
+  X(Plan)                    \
+  X(Sbatch)                  \
+  X(ArrayTask)               \
+  X(Run)                     \
+  X(Status)                  \
+  X(Logs)                    \
   X(Stop)
 
 namespace agentctl {
@@ -37,6 +36,7 @@ inline constexpr int kExitInfeasible = 2;  // the plan cannot be made on this cl
 [[noreturn]] inline void Exit(int code) { throw CLI::RuntimeError(code); }
 
 // Prints "agentctl <command>: <message>" to stderr and exits with `code`.
-[[noreturn]] void Fail(std::string_view command, const agentrt::Status& status, int code = kExitError);
+[[noreturn]] void Fail(std::string_view command, const agentrt::Status& status,
+                       int code = kExitError);
 
 }  // namespace agentctl

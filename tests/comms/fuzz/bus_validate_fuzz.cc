@@ -103,7 +103,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 7:
-      (void)agentrt::ParseAclFromPlanJson(std::string_view(body, static_cast<size_t>(len)), "fuzz.json");
+      (void)agentrt::ParseAclFromPlanJson(std::string_view(body, static_cast<size_t>(len)),
+                                          "fuzz.json");
       break;
   }
   return 0;
