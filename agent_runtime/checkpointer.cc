@@ -112,13 +112,13 @@ Result<std::string> ReadSmallFile(int dir_fd, const std::string& name, const std
 }
 
 bool ExistsAt(int dir_fd, const std::string& name) {
-  struct stat st;
+  struct stat st {};
   return ::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 // Removes dir_fd/name, recursively for directories, never following symlinks.
 void RemoveTreeAt(int dir_fd, const std::string& name, int depth = 0) {
-  struct stat st;
+  struct stat st {};
   if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return;
   if (!S_ISDIR(st.st_mode)) {
     ::unlinkat(dir_fd, name.c_str(), 0);
@@ -560,8 +560,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   return Status::Ok();
 }
 
-Status Checkpointer::WriteAndCommit(int64_t step, nlohmann::json metadata,
-                                    std::vector<ShardEntry> entries, size_t bytes) {
+Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata,
+                                    const std::vector<ShardEntry>& entries, size_t bytes) {
   const std::string step_name = StepName(step);
   const std::string step_path = options_.dir + "/" + step_name;
   if (::mkdirat(dir_fd_, step_name.c_str(), 0700) == 0) {
@@ -702,7 +702,7 @@ Status Checkpointer::CleanDebris() {
       continue;
     }
     if (!ParseStepName(n)) continue;  // not ours: leave it
-    struct stat st;
+    struct stat st {};
     if (::fstatat(dir_fd_, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
       continue;
     if (!ExistsAt(dir_fd_, n + "/" + kManifest)) {
@@ -766,7 +766,7 @@ VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t s
     const std::string path = step_path + "/" + shard.file;
     Fd fd(::openat(step_fd.get(), shard.file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.ok()) return corrupt(path, std::string("cannot open: ") + std::strerror(errno));
-    struct stat st;
+    struct stat st {};
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
       return corrupt(path, "not a regular file");
     if (static_cast<uint64_t>(st.st_size) != shard.bytes) {

@@ -228,8 +228,8 @@ class Checkpointer {
 
  private:
   Checkpointer(CheckpointOptions options, const Clock* clock, int dir_fd);
-  Status WriteAndCommit(int64_t step, nlohmann::json metadata, std::vector<ShardEntry> entries,
-                        size_t bytes);
+  Status WriteAndCommit(int64_t step, const nlohmann::json& metadata,
+                        const std::vector<ShardEntry>& entries, size_t bytes);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
   void Prune(int64_t committed_step);
   Status CleanDebris();

@@ -62,7 +62,7 @@ __attribute__((target("sse4.2"))) uint32_t Crc32cSse42Stream(uint32_t crc, const
 __attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, const void* data,
                                                        size_t size) {
   const auto* p = static_cast<const unsigned char*>(data);
-  constexpr size_t kMinThreeWay = 256 * 1024;
+  constexpr size_t kMinThreeWay = size_t{256} * 1024;
   if (size < kMinThreeWay) return Crc32cSse42Stream(crc, p, size);
   const size_t third = (size / 3) & ~size_t{7};
   const unsigned char* a = p;

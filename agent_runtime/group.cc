@@ -12,7 +12,6 @@ size_t DataTypeSize(DataType type) {
     case DataType::kFloat32:
       return 4;
     case DataType::kBFloat16:
-      return 2;
     case DataType::kFloat16:
       return 2;
     case DataType::kInt64:
@@ -112,7 +111,7 @@ class SingleRankGroup final : public Group {
   Status Barrier(Timeout) override { return Status::Ok(); }
 
  private:
-  Status Where(Status s) const {
+  Status Where(const Status& s) const {
     return s.ok() ? s : s.WithContext(internal::GroupWhere(agent_, 0, "single"));
   }
   std::string agent_;

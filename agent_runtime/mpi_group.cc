@@ -179,7 +179,8 @@ class MpiGroup final : public Group {
     // A communicator with a collective still pending cannot be freed, nor the
     // scratch a pending receive may still write to: both are left to exit.
     if (!finalized && !broken_) MPI_Comm_free(&comm_);
-    if (broken_) new std::vector<char>(std::move(scratch_));  // deliberately leaked
+    // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new): deliberately leaked, see above
+    if (broken_) new std::vector<char>(std::move(scratch_));
   }
 
   int rank() const override { return rank_; }
@@ -340,7 +341,7 @@ class MpiGroup final : public Group {
   }
 
   // Every call starts here: a broken group refuses, an argument error gets context.
-  Status Begin(std::string_view op, Status arg_status) const {
+  Status Begin(std::string_view op, const Status& arg_status) const {
     if (broken_) {
       return Aborted(where_ + ": " + std::string(op) +
                      " refused: an earlier collective timed out and this group is unusable; "

@@ -173,7 +173,7 @@ class TcpStore::Server {
     return WriteAll(fd, reply, std::chrono::steady_clock::now() + std::chrono::seconds(5));
   }
 
-  bool Serve(int fd, char op, std::string key, std::string value) {
+  bool Serve(int fd, char op, const std::string& key, const std::string& value) {
     switch (op) {
       case 'S': {
         data_[key] = value;

@@ -48,6 +48,7 @@ function(agentrt_test)
   endif()
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} agentrt_catch_main)
+  target_include_directories(${A_NAME} PRIVATE ${PROJECT_SOURCE_DIR})  # tests/... helpers
   target_compile_options(${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${AGENTRT_WARNINGS}>)
   set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   if(A_COMMAND)

@@ -130,14 +130,7 @@ Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const s
 }
 
 Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.ok()) {
-    if (errno == ENOENT) return NotFound(path + ": no such file");
-    return ErrnoStatus(errno, "cannot read " + path);
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + path);
-  return ReadOpenFile(fd.get(), path, st, max_bytes);
+  return ReadWholeFileAt(AT_FDCWD, path, path, max_bytes);
 }
 
 Result<std::string> ReadPrivateFile(const std::string& path, std::string_view what) {

@@ -36,8 +36,9 @@ Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::str
 // Refuses files larger than `max_bytes` (DataLoss naming the size).
 // Only regular files are read.
 Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes = size_t{1} << 30);
-// The same for `name` inside an open directory (not following a symlink);
-// `path` names it in messages.
+// The same for `name` inside an open directory (AT_FDCWD: the working
+// directory), not following a symlink at the last component; `path` names it
+// in messages.
 Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
                                     size_t max_bytes);
 

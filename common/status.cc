@@ -61,7 +61,8 @@ Status Status::WithContext(std::string_view context) const {
 Status ErrnoStatus(int err, std::string_view what) {
   std::string m(what);
   m += ": ";
-  m += std::strerror(err);
+  char buf[256];
+  m += ::strerror_r(err, buf, sizeof buf);  // thread-safe, unlike strerror (GNU variant)
   return {err == ENOENT ? StatusCode::kNotFound : StatusCode::kInternal, std::move(m)};
 }
 

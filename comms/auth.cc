@@ -33,7 +33,7 @@ std::string DeriveAgentToken(std::string_view secret, std::string_view agent) {
        reinterpret_cast<const unsigned char*>(agent.data()), agent.size(), mac, &mac_len);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(mac_len * 2);
+  out.reserve(size_t{mac_len} * 2);
   for (unsigned int i = 0; i < mac_len; ++i) {
     out.push_back(kHex[mac[i] >> 4]);
     out.push_back(kHex[mac[i] & 0xf]);

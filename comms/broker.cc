@@ -68,7 +68,7 @@ int64_t NowNs() {
 }  // namespace
 
 Broker::Broker(BrokerOptions options, BusAcl acl, std::string secret, uint64_t incarnation)
-    : options_(std::move(options)),
+    : options_(options),
       acl_(std::move(acl)),
       secret_(std::move(secret)),
       incarnation_(incarnation),

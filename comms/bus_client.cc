@@ -582,7 +582,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
     if (sub->opts.on_event)
       sub->opts.on_event(SubscriptionEvent{kind, name, std::move(status), offset, earliest});
   };
-  auto finish = [&](Status s) {
+  auto finish = [&](const Status& s) {
     {
       std::lock_guard<std::mutex> lock(sub->mu);
       sub->final_status = s;

@@ -79,6 +79,7 @@ std::string_view Metadata(const grpc::ServerContext* ctx, std::string_view key) 
 }
 
 // Authenticates the call or returns UNAUTHENTICATED; binds `var` to the agent name.
+// NOLINTNEXTLINE(bugprone-macro-parentheses): `var` names the variable it declares
 #define AGENTRT_AUTH_OR_RETURN(var)                         \
   Result<std::string> var##_auth = Authenticate(ctx);       \
   if (!var##_auth.ok()) return ToGrpc(var##_auth.status()); \

@@ -52,8 +52,9 @@ Pursuit::Pursuit(const PursuitConfig& config)
   pos_.resize(static_cast<size_t>(n));
   active_.assign(static_cast<size_t>(n), 1);
   before_.assign(static_cast<size_t>(n), 0);
-  predator_grid_.assign(static_cast<size_t>(config_.width * config_.height), 0.0f);
-  prey_grid_.assign(static_cast<size_t>(config_.width * config_.height), 0.0f);
+  predator_grid_.assign(static_cast<size_t>(config_.width) * static_cast<size_t>(config_.height),
+                        0.0f);
+  prey_grid_.assign(static_cast<size_t>(config_.width) * static_cast<size_t>(config_.height), 0.0f);
   catchers_.reserve(static_cast<size_t>(config_.predators));
 }
 
@@ -161,7 +162,8 @@ void Pursuit::RebuildGrid() {
   std::fill(prey_grid_.begin(), prey_grid_.end(), 0.0f);
   for (int i = 0; i < num_agents(); ++i) {
     if (!active_[i]) continue;
-    const size_t cell = static_cast<size_t>(pos_[i].y * config_.width + pos_[i].x);
+    const size_t cell = static_cast<size_t>(pos_[i].y) * static_cast<size_t>(config_.width) +
+                        static_cast<size_t>(pos_[i].x);
     (is_predator(i) ? predator_grid_ : prey_grid_)[cell] += 1.0f;
   }
 }
@@ -170,7 +172,7 @@ void Pursuit::Observe(std::span<float> obs) {
   RebuildGrid();
   const int r = config_.obs_radius;
   const int side = 2 * r + 1;
-  const size_t plane = static_cast<size_t>(side * side);
+  const size_t plane = static_cast<size_t>(side) * static_cast<size_t>(side);
   const size_t obs_size = observation_space_.size();
   assert(obs.size() >= obs_size * static_cast<size_t>(num_agents()));
   for (int i = 0; i < num_agents(); ++i) {
@@ -181,7 +183,8 @@ void Pursuit::Observe(std::span<float> obs) {
     }
     for (int dy = -r; dy <= r; ++dy) {
       for (int dx = -r; dx <= r; ++dx) {
-        const size_t k = static_cast<size_t>((dy + r) * side + (dx + r));
+        const size_t k =
+            static_cast<size_t>(dy + r) * static_cast<size_t>(side) + static_cast<size_t>(dx + r);
         const int x = pos_[i].x + dx;
         const int y = pos_[i].y + dy;
         const bool outside = x < 0 || y < 0 || x >= config_.width || y >= config_.height;

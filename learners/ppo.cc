@@ -341,7 +341,8 @@ Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) 
   if (config_.anneal_lr && config_.steps > 0) {
     const double done_steps =
         static_cast<double>(updates_) * static_cast<double>(total) * group_.size();
-    lr = static_cast<float>(config_.lr * std::max(0.0, 1.0 - done_steps / config_.steps));
+    lr = static_cast<float>(config_.lr *
+                            std::max(0.0, 1.0 - done_steps / static_cast<double>(config_.steps)));
     lr = std::max(lr, config_.lr * 1e-3f);
   }
   adam_->options().lr = lr;

@@ -1,5 +1,7 @@
 #include "scheduler/launch_backend.h"
 
+#include <filesystem>
+
 namespace agentrt {
 
 AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
@@ -28,6 +30,22 @@ AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
   e.restart_count = restart_count;
   e.workdir = workdir;
   return e;
+}
+
+Status PrepareLaunch(const AgentLaunch& agent, bool still_running) {
+  if (agent.ranks.empty()) return InvalidArgument("agent " + agent.name + ": no ranks to launch");
+  if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
+  if (still_running) {
+    return FailedPrecondition("agent " + agent.name + " is still running; cannot launch it again");
+  }
+  for (const std::string* dir : {&agent.log_dir, &agent.checkpoint_dir, &agent.workdir}) {
+    if (dir->empty()) continue;
+    std::error_code ec;
+    std::filesystem::create_directories(*dir, ec);
+    if (ec)
+      return Internal("agent " + agent.name + ": cannot create " + *dir + ": " + ec.message());
+  }
+  return Status::Ok();
 }
 
 }  // namespace agentrt

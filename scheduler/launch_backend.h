@@ -58,6 +58,11 @@ struct AgentLaunch {
   AgentEnv Contract(int rank, int rendezvous_port) const;
 };
 
+// What every backend does before starting an incarnation: refuses an agent
+// with no ranks or no command, or one that is `still_running`, and creates its
+// log, checkpoint and working directories. Errors name the agent.
+Status PrepareLaunch(const AgentLaunch& agent, bool still_running);
+
 struct LaunchedRank {
   int rank = 0;
   pid_t pid = 0;  // for an mpirun agent: mpirun's pid until the rank says hello

@@ -18,15 +18,6 @@
 namespace agentrt {
 namespace {
 
-std::string EnvValue(const std::vector<std::string>& env, const std::string& name) {
-  for (const auto& e : env) {
-    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 && e[name.size()] == '=') {
-      return e.substr(name.size() + 1);
-    }
-  }
-  return "";
-}
-
 struct AgentProcs {
   pid_t pgid = 0;
   std::map<pid_t, int> live;  // pid -> rank (-1: mpirun for all ranks)
@@ -41,23 +32,12 @@ class LocalBackend final : public LaunchBackend {
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
-    if (agent.ranks.empty()) return InvalidArgument("agent " + agent.name + ": no ranks to launch");
-    if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
-    if (procs_.count(agent.name) && !procs_[agent.name].live.empty()) {
-      return FailedPrecondition("agent " + agent.name +
-                                " is still running; cannot launch it again");
-    }
-    std::error_code ec;
-    std::filesystem::create_directories(agent.log_dir, ec);
-    if (ec)
-      return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " +
-                      ec.message());
-    if (!agent.checkpoint_dir.empty())
-      std::filesystem::create_directories(agent.checkpoint_dir, ec);
+    AGENTRT_RETURN_IF_ERROR(
+        PrepareLaunch(agent, procs_.count(agent.name) > 0 && !procs_[agent.name].live.empty()));
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
                                                           agent.ports_first, agent.ports_last));
-    const std::string path_env = EnvValue(options_.base_env, "PATH");
+    const std::string path_env = EnvLookupOf(options_.base_env)("PATH").value_or("");
     auto program = ResolveExecutable(agent.command[0], path_env, options_.search_dirs);
     if (!program.ok()) return program.status().WithContext("agent " + agent.name);
 

@@ -341,7 +341,7 @@ class Planner {
     return Shortage(agent, allowed, g);
   }
 
-  void FinishSingleNode(const AgentConfig& agent, size_t n, std::vector<std::uint64_t> masks,
+  void FinishSingleNode(const AgentConfig& agent, size_t n, const std::vector<std::uint64_t>& masks,
                         AgentPlan& out) {
     Placement p;
     p.node = nodes_[n].spec->name;

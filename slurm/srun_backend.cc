@@ -57,19 +57,9 @@ class SrunBackend final : public LaunchBackend {
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
-    if (agent.ranks.empty()) return InvalidArgument("agent " + agent.name + ": no ranks to launch");
-    if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
-    if (steps_.count(agent.name) && steps_[agent.name].pid != 0) {
-      return FailedPrecondition("agent " + agent.name +
-                                " is still running; cannot launch it again");
-    }
+    AGENTRT_RETURN_IF_ERROR(
+        PrepareLaunch(agent, steps_.count(agent.name) > 0 && steps_[agent.name].pid != 0));
     std::error_code ec;
-    std::filesystem::create_directories(agent.log_dir, ec);
-    if (ec)
-      return Internal("agent " + agent.name + ": cannot create log dir " + agent.log_dir + ": " +
-                      ec.message());
-    if (!agent.checkpoint_dir.empty())
-      std::filesystem::create_directories(agent.checkpoint_dir, ec);
     std::filesystem::remove(agent.log_dir + "/step.id", ec);
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,

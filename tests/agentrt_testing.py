@@ -5,9 +5,11 @@
 
 Every wait is bounded; a failed check raises Failure, which run_scenarios() reports.
 """
+import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +62,64 @@ def free_port_block(n):
         if ok:
             return first
     raise Failure("no free block of %d ports" % n)
+
+
+class AgentctlRun:
+    """One `agentctl run` of yaml_text in workdir, in the background; its output goes to
+    workdir/agentctl.out and its run directory is workdir/runs/<name>-<time>."""
+
+    def __init__(self, agentctl, workdir, yaml_text, extra_args=()):
+        self.workdir = workdir
+        self.config = os.path.join(workdir, "agents.yaml")
+        with open(self.config, "w") as f:
+            f.write(yaml_text)
+        self.out_path = os.path.join(workdir, "agentctl.out")
+        self.out = open(self.out_path, "w")
+        self.proc = subprocess.Popen([agentctl, "run", self.config, "--status-interval-s", "5"] + list(extra_args),
+                                     cwd=workdir, stdout=self.out, stderr=subprocess.STDOUT)
+        self.run_dir = wait_for("the run directory", self._find_run_dir, 30)
+
+    def _find_run_dir(self):
+        base = os.path.join(self.workdir, "runs")
+        if not os.path.isdir(base):
+            return None
+        for name in os.listdir(base):
+            d = os.path.join(base, name)
+            if os.path.exists(os.path.join(d, "status.json")):
+                return d
+        return None
+
+    def status(self):
+        try:
+            with open(os.path.join(self.run_dir, "status.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def agent(self, name):
+        s = self.status()
+        if not s:
+            return None
+        for a in s["agents"]:
+            if a["name"] == name:
+                return a
+        return None
+
+    def wait_exit(self, timeout_s=60):
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise Failure("agentctl run did not exit within %d s" % timeout_s)
+
+    def output(self):
+        self.out.flush()
+        with open(self.out_path) as f:
+            return f.read()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
 
 
 def test_plan(run, agents, channels=(), first_port=20016):

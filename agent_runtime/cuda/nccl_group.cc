@@ -167,7 +167,7 @@ class NcclGroup final : public Group {
   }
 
  private:
-  Status Begin(std::string_view op, Status arg_status) const {
+  Status Begin(std::string_view op, const Status& arg_status) const {
     if (broken_) {
       return Aborted(where_ + ": " + std::string(op) +
                      " refused: an earlier collective failed or timed out and the communicator "

@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
+from agentrt_testing import AgentctlRun, Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -40,50 +40,6 @@ def committed_steps(ckpt_dir):
         if m and os.path.exists(os.path.join(ckpt_dir, name, "manifest.json")):
             steps.append(int(m.group(1)))
     return sorted(steps, reverse=True)
-
-
-class Run:
-    def __init__(self, workdir, yaml_text):
-        self.workdir = workdir
-        config = os.path.join(workdir, "agents.yaml")
-        with open(config, "w") as f:
-            f.write(yaml_text)
-        self.out_path = os.path.join(workdir, "agentctl.out")
-        self.out = open(self.out_path, "w")
-        self.proc = subprocess.Popen([AGENTCTL, "run", config, "--status-interval-s", "5"], cwd=workdir,
-                                     stdout=self.out, stderr=subprocess.STDOUT)
-        self.run_dir = wait_for("the run directory", self._find_run_dir, 30)
-
-    def _find_run_dir(self):
-        base = os.path.join(self.workdir, "runs")
-        if not os.path.isdir(base):
-            return None
-        for name in os.listdir(base):
-            d = os.path.join(base, name)
-            if os.path.exists(os.path.join(d, "status.json")):
-                return d
-        return None
-
-    def agent(self, name):
-        try:
-            with open(os.path.join(self.run_dir, "status.json")) as f:
-                st = json.load(f)
-        except (OSError, ValueError):
-            return None
-        for a in st["agents"]:
-            if a["name"] == name:
-                return a
-        return None
-
-    def output(self):
-        self.out.flush()
-        with open(self.out_path) as f:
-            return f.read()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 def running(run, name, ranks, restarts):
@@ -109,7 +65,7 @@ agents:
     ranks: %d
     command: %s
 """ % (first, first + 63, ranks, json.dumps([AGENT] + args))
-    run = Run(work, yaml_text)
+    run = AgentctlRun(AGENTCTL, work, yaml_text)
     try:
         a = wait_for("counter running", lambda: running(run, "counter", ranks, 0), 60)
         ckpt_dir = os.path.join(run.run_dir, "checkpoints", "counter")

@@ -12,19 +12,9 @@
 #include <cstdlib>
 #include <string>
 
-namespace {
+#include "tests/agent_runtime/free_port.h"
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+namespace {
 
 std::string Launch(int np, const std::string& args) {
   const char* mpiexec = std::getenv("AGENTRT_MPIEXEC");
@@ -53,9 +43,9 @@ Outcome Finish(FILE* p) {
 }
 
 TEST_CASE("two agents' groups run side by side without cross-talk") {
-  const int port_a = FreePort();
-  int port_b = FreePort();
-  while (port_b == port_a) port_b = FreePort();
+  const int port_a = agentrt::testing::FreeTestPort();
+  int port_b = agentrt::testing::FreeTestPort();
+  while (port_b == port_a) port_b = agentrt::testing::FreeTestPort();
   // Both worlds run at the same time: started before either is read.
   FILE* a = ::popen(Launch(2, "--mode agent --agent agent-a --value 1 --iters 400 --port " +
                                   std::to_string(port_a))

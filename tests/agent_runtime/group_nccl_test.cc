@@ -22,6 +22,7 @@
 #include "agent_runtime/group.h"
 #include "agent_runtime/group_half.h"
 #include "agent_runtime/sharded_adam.h"
+#include "tests/agent_runtime/free_port.h"
 
 namespace agentrt {
 namespace testing {
@@ -43,18 +44,6 @@ void RequireDeviceOrSkip() {
     std::fflush(stdout);
     std::_Exit(kSkipped);
   }
-}
-
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 std::unique_ptr<Group> NcclGroup(const char* agent) {
@@ -189,7 +178,7 @@ TEST_CASE("nccl group whose peer never joins gives up at init_timeout, naming th
   o.rank = 0;
   o.world_size = 2;  // rank 1 never starts
   o.master_addr = "127.0.0.1";
-  o.master_port = FreePort();
+  o.master_port = testing::FreeTestPort();
   o.init_timeout = std::chrono::seconds(3);
   const auto t0 = std::chrono::steady_clock::now();
   auto g = MakeGroup(o);

@@ -31,14 +31,6 @@ std::map<std::string, std::string> SlurmRank(int procid, int ntasks, const std::
 
 }  // namespace
 
-TEST_CASE("SLURM_TASKS_PER_NODE expands to one count per node") {
-  CHECK(ParseTasksPerNode("2").value() == std::vector<int>{2});
-  CHECK(ParseTasksPerNode("2(x3),1").value() == std::vector<int>{2, 2, 2, 1});
-  CHECK_FALSE(ParseTasksPerNode("").ok());
-  CHECK_FALSE(ParseTasksPerNode("2(3)").ok());
-  CHECK_FALSE(ParseTasksPerNode("x").ok());
-}
-
 TEST_CASE("an array task's rank gets the agent contract from the plan and from SLURM") {
   Plan plan;
   plan.run = "pp";

@@ -17,69 +17,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
+from agentrt_testing import AgentctlRun, Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
 AGENT = os.path.join(BIN, "agentrt-test-agent")
 
-
-
-class Run:
-    """One `agentctl run` in the background."""
-
-    def __init__(self, workdir, yaml_text, extra_args=()):
-        self.workdir = workdir
-        self.config = os.path.join(workdir, "agents.yaml")
-        with open(self.config, "w") as f:
-            f.write(yaml_text)
-        self.out_path = os.path.join(workdir, "agentctl.out")
-        self.out = open(self.out_path, "w")
-        self.proc = subprocess.Popen([AGENTCTL, "run", self.config, "--status-interval-s", "5"] + list(extra_args),
-                                     cwd=workdir, stdout=self.out, stderr=subprocess.STDOUT)
-        self.run_dir = wait_for("the run directory", self._find_run_dir, 30)
-
-    def _find_run_dir(self):
-        base = os.path.join(self.workdir, "runs")
-        if not os.path.isdir(base):
-            return None
-        for name in os.listdir(base):
-            d = os.path.join(base, name)
-            if os.path.exists(os.path.join(d, "status.json")):
-                return d
-        return None
-
-    def status(self):
-        try:
-            with open(os.path.join(self.run_dir, "status.json")) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
-
-    def agent(self, name):
-        s = self.status()
-        if not s:
-            return None
-        for a in s["agents"]:
-            if a["name"] == name:
-                return a
-        return None
-
-    def wait_exit(self, timeout_s=60):
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise Failure("agentctl run did not exit within %d s" % timeout_s)
-
-    def output(self):
-        self.out.flush()
-        with open(self.out_path) as f:
-            return f.read()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 def run_processes(run_dir):
@@ -149,7 +92,7 @@ def scenario_env_contract(work):
     args = ["--steps", "15", "--step-ms", "20", "--heartbeat-ms", "200", "--dump-env", dump]
     agents = (agent_yaml("gpu-a", args, gpus=2, ranks=2) + agent_yaml("gpu-b", args, gpus=2, ranks=2) +
               agent_yaml("cpu-c", args, gpus=0, ranks=2, env={"MY_FLAG": "1"}) + agent_yaml("cpu-d", args))
-    run = Run(work, yaml_config(first, agents), ["--cluster", inventory])
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents), ["--cluster", inventory])
     rc = run.wait_exit(90)
     out = run.output()
     check(rc == 0, "agentctl run exits 0 when every agent succeeded (rc %d)\n%s" % (rc, out))
@@ -240,7 +183,7 @@ def scenario_restart(work):
     restart = "{max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 2, grace_s: 1}"
     agents = (agent_yaml("pair", args + ["--ckpt-interval-s", "0.5"], ranks=2, restart=restart) +
               agent_yaml("solo", args, restart=restart))
-    run = Run(work, yaml_config(first, agents))
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
     try:
         wait_for("pair heartbeating", lambda: heartbeating(run, "pair", 2), 40)
         ckpt = wait_for("a checkpoint of pair", lambda: (run.agent("pair") or {}).get("last_checkpoint_step"), 40)
@@ -300,7 +243,7 @@ def scenario_failing(work):
              '    restart: {max_restarts: 0, heartbeat_timeout_s: 0.5}\n')
     agents = (agent_yaml("broken", ["--fail-at-step", "2", "--exit-code", "3", "--step-ms", "10"], restart=restart) +
               agent_yaml("fine", ["--steps", "20", "--step-ms", "10"], restart=restart) + plain)
-    run = Run(work, yaml_config(first, agents))
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
     follow = subprocess.Popen([AGENTCTL, "logs", run.run_dir, "fine", "--follow"], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     rc = run.wait_exit(60)
@@ -331,7 +274,7 @@ def scenario_kill_controller(work):
     first = free_port_block(64)
     args = ["--forever", "--step-ms", "50", "--heartbeat-ms", "200"]
     agents = agent_yaml("mpi-pair", args, ranks=2) + agent_yaml("solo", args)
-    run = Run(work, yaml_config(first, agents))
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
     try:
         wait_for("mpi-pair heartbeating", lambda: heartbeating(run, "mpi-pair", 2), 40)
         wait_for("solo heartbeating", lambda: heartbeating(run, "solo", 1), 40)
@@ -363,7 +306,7 @@ def scenario_busy_port(work):
     foreign.bind(("127.0.0.1", block["first"]))
     foreign.listen(1)
     try:
-        run = Run(work, cfg)
+        run = AgentctlRun(AGENTCTL, work, cfg)
         rc = run.wait_exit(60)
         check(rc == 0, "the agent still ran to completion (rc %d)\n%s" % (rc, run.output()))
         with open(os.path.join(dump, "a.rank0.json")) as f:

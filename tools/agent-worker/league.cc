@@ -7,7 +7,7 @@ namespace agentrt::worker {
 std::string PolicyTopic(const std::string& agent) { return "policies/" + agent; }
 
 Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
-                                              std::map<int, std::string> seats,
+                                              const std::map<int, std::string>& seats,
                                               const std::map<std::string, int64_t>& offsets) {
   std::unique_ptr<League> league(new League(std::move(bus)));
   for (const auto& [seat, agent] : seats) {

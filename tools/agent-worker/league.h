@@ -35,7 +35,7 @@ class League {
   // `seats`: seat -> agent whose snapshots play it. `offsets` (topic -> next
   // offset) from a checkpoint, or empty to read each topic from its start.
   static Result<std::unique_ptr<League>> Start(std::unique_ptr<BusClient> bus,
-                                               std::map<int, std::string> seats,
+                                               const std::map<int, std::string>& seats,
                                                const std::map<std::string, int64_t>& offsets);
   ~League();
 

@@ -119,6 +119,7 @@ void RegisterLogs(CLI::App& app) {
       paths = {want};
     }
     std::vector<LogFile> files;
+    files.reserve(paths.size() + 1);
     for (const auto& p : paths) {
       files.emplace_back(paths.size() > 1 ? fmt::format("[rank{}] ", RankOf(p)) : "", p);
     }
