@@ -825,6 +825,7 @@ Result<RestoreResult> Checkpointer::Restore() {
   }
   // The wall-clock cadence counts from the restore, not from the previous run.
   last_start_ = clock_->Now().time_since_epoch().count();
+  if (options_.on_restore && options_.rank == 0) options_.on_restore(result);
   return result;
 }
 

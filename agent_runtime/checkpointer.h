@@ -60,6 +60,8 @@
 
 namespace agentrt {
 
+struct RestoreResult;
+
 struct CheckpointOptions {
   std::string dir;    // the agent's checkpoint directory; created 0700 if missing
   std::string agent;  // for messages ("agent predator-0 rank 1: ...")
@@ -84,6 +86,9 @@ struct CheckpointOptions {
   // Called on rank 0's writer thread after each commit (e.g. telemetry to the
   // controller, which records last_checkpoint_step).
   std::function<void(int64_t step)> on_commit;
+  // Called by Restore() with its outcome, on rank 0 (telemetry: the
+  // controller says when an agent started fresh past corrupt checkpoints).
+  std::function<void(const RestoreResult& result)> on_restore;
 };
 
 // What one rank saves: views of the caller's memory, copied when the save starts.

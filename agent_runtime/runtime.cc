@@ -59,6 +59,16 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, Runtim
     }
     if (user_on_commit) user_on_commit(step);
   };
+  auto user_on_restore = c.on_restore;
+  c.on_restore = [self, user_on_restore](const RestoreResult& r) {
+    if (self->sender_) {
+      TelemetryMessage m = self->Message(TelemetryType::kRestore);
+      m.checkpoint_step = r.restored() ? r.step : -1;
+      for (const auto& skipped : r.skipped) m.skipped_steps.push_back(skipped.step);
+      self->sender_->Send(m);
+    }
+    if (user_on_restore) user_on_restore(r);
+  };
   auto ckpt = Checkpointer::Create(std::move(c), rt->options_.clock);
   if (!ckpt.ok()) return ckpt.status().WithContext(where.substr(0, where.size() - 2));
   rt->checkpointer_ = std::move(ckpt).value();

@@ -76,6 +76,7 @@ inline Status ResourceExhausted(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
 }
 inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 
 // Translates errno into a Status: "<what>: <strerror(err)>".
 Status ErrnoStatus(int err, std::string_view what);

@@ -13,6 +13,7 @@
 #include "common/random.h"
 #include "comms/bus_client_stub.h"
 #include "comms/bus_validate.h"
+#include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
 
 namespace agentrt {
@@ -199,6 +200,7 @@ Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Crede
   if (credential.agent.empty() || credential.token.empty()) {
     return InvalidArgument("bus client: the credential has no agent name or no token");
   }
+  RouteGrpcLogging();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);

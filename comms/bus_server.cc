@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
 
 namespace agentrt {
@@ -313,6 +314,7 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
            ? "[" + options.host + "]"
            : options.host) +
       ":" + std::to_string(options.port);
+  RouteGrpcLogging();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
@@ -329,6 +331,9 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Let a large message flow without waiting for window updates.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  // gRPC sets SO_REUSEPORT by default: a second broker would bind the same
+  // port silently and the kernel would split connections between the two.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     return Unavailable("bus server: cannot listen on " + listen +

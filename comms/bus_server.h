@@ -28,8 +28,10 @@ inline constexpr int64_t kMaxBatchBytes = 4 << 20;
 
 struct BusServerOptions {
   std::string host = "0.0.0.0";  // listen address ("127.0.0.1" for loopback only)
-  int port = 0;                  // 0 = pick a free port; see BusServer::port()
-  BrokerOptions broker;          // limits (max_message_bytes) and retention
+  // 0 = pick a free port; see BusServer::port(). The port is never shared:
+  // SO_REUSEPORT is off, so a port in use is an error, not a silent co-bind.
+  int port = 0;
+  BrokerOptions broker;  // limits (max_message_bytes) and retention
   // TLS: when tls_cert_file is set the server speaks TLS only. With
   // tls_client_ca_file set too, clients must present a certificate signed by
   // that CA (mutual TLS).

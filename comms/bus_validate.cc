@@ -12,21 +12,6 @@ bool NameByte(char c, bool allow_slash_at) {
   return allow_slash_at && (c == '/' || c == '@');
 }
 
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 64)) {
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-      out += buf;
-    }
-  }
-  if (s.size() > 64) out += "...";
-  return out;
-}
-
 Status CheckName(std::string_view what, std::string_view s, size_t max, bool topic) {
   if (s.empty()) return InvalidArgument(std::string(what) + " is empty");
   if (s.size() > max) {
@@ -74,6 +59,21 @@ Status CheckBatch(int32_t max_batch_messages, const BusLimits& limits) {
 }
 
 }  // namespace
+
+std::string Printable(std::string_view s, size_t max_bytes) {
+  std::string out;
+  for (char c : s.substr(0, max_bytes)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    }
+  }
+  if (s.size() > max_bytes) out += "...";
+  return out;
+}
 
 Status ValidateTopic(std::string_view topic) {
   AGENTRT_RETURN_IF_ERROR(CheckName("topic", topic, kMaxTopicBytes, /*topic=*/true));

@@ -24,6 +24,10 @@ inline constexpr size_t kMaxContentTypeBytes = 255;
 // A topic is 1..255 bytes of [A-Za-z0-9._:/@-] and does not start with '@'
 // (reserved for inboxes). INVALID_ARGUMENT names the offending byte.
 Status ValidateTopic(std::string_view topic);
+
+// `s` safe to print: bytes outside printable ASCII as \xNN, cut after
+// `max_bytes` ("..."). Peer bytes never reach a terminal raw.
+std::string Printable(std::string_view s, size_t max_bytes = 64);
 // Agent names: 1..255 bytes of [A-Za-z0-9._:-].
 Status ValidateAgentName(std::string_view agent);
 

@@ -22,6 +22,7 @@ Result<TelemetryType> ParseType(std::string_view name) {
   if (name == "metrics") return TelemetryType::kMetrics;
   if (name == "checkpoint") return TelemetryType::kCheckpoint;
   if (name == "bye") return TelemetryType::kBye;
+  if (name == "restore") return TelemetryType::kRestore;
   return InvalidArgument("telemetry: unknown message type \"" + std::string(name) + "\"");
 }
 
@@ -39,6 +40,8 @@ std::string_view TelemetryTypeName(TelemetryType type) {
       return "checkpoint";
     case TelemetryType::kBye:
       return "bye";
+    case TelemetryType::kRestore:
+      return "restore";
   }
   return "unknown";
 }
@@ -61,6 +64,10 @@ std::string EncodeTelemetry(const TelemetryMessage& m) {
   }
   if (m.type == TelemetryType::kCheckpoint) j["checkpoint_step"] = m.checkpoint_step;
   if (m.type == TelemetryType::kBye && !m.reason.empty()) j["reason"] = m.reason;
+  if (m.type == TelemetryType::kRestore) {
+    j["restored_step"] = m.checkpoint_step;
+    j["skipped_steps"] = m.skipped_steps;
+  }
   // Replace invalid UTF-8 rather than throw: a metric name is user data.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -109,6 +116,14 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
   if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step < 0) {
     return InvalidArgument("telemetry: checkpoint message from agent " + m.agent + " rank " +
                            std::to_string(m.rank) + " has no \"checkpoint_step\"");
+  }
+  if (m.type == TelemetryType::kRestore) {
+    m.checkpoint_step = get_int("restored_step", -1);
+    if (auto it = j.find("skipped_steps"); it != j.end() && it->is_array()) {
+      for (const auto& step : *it) {
+        if (step.is_number_integer()) m.skipped_steps.push_back(step.get<int64_t>());
+      }
+    }
   }
   auto reason_it = j.find("reason");
   if (reason_it != j.end() && reason_it->is_string()) m.reason = reason_it->get<std::string>();

@@ -3,7 +3,7 @@
 //
 // Wire format: one ZeroMQ message per event, holding one UTF-8 JSON object:
 //
-//   {"type": "hello" | "heartbeat" | "metrics" | "checkpoint" | "bye",
+//   {"type": "hello" | "heartbeat" | "metrics" | "checkpoint" | "restore" | "bye",
 //    "agent": "predator-0",      // AGENTRT_AGENT
 //    "rank": 1,                   // rank inside the agent's group
 //    "pid": 12345,                // OS process id of the rank
@@ -12,6 +12,8 @@
 //    "step": 420,                 // latest training step the rank reported (-1: none yet)
 //    "metrics": {"loss": 0.12},   // "metrics" only: metric name -> number (or string)
 //    "checkpoint_step": 400,      // "checkpoint" only: the step just committed
+//    "restored_step": 400,        // "restore" only: the step resumed from (-1: a fresh start)
+//    "skipped_steps": [600],      // "restore" only: corrupt checkpoints passed over
 //    "reason": "..."}             // "bye" only, optional: why the rank is leaving
 //
 // Order per rank: "hello" first, then heartbeats (period 1 s by default) mixed
@@ -40,7 +42,7 @@
 
 namespace agentrt {
 
-enum class TelemetryType { kHello, kHeartbeat, kMetrics, kCheckpoint, kBye };
+enum class TelemetryType { kHello, kHeartbeat, kMetrics, kCheckpoint, kBye, kRestore };
 
 std::string_view TelemetryTypeName(TelemetryType type);
 
@@ -53,8 +55,9 @@ struct TelemetryMessage {
   int restart_count = 0;
   int64_t step = -1;             // -1: no step reported yet
   nlohmann::json metrics;        // object for kMetrics; null otherwise
-  int64_t checkpoint_step = -1;  // kCheckpoint only
-  std::string reason;            // kBye only (may be empty)
+  int64_t checkpoint_step = -1;  // kCheckpoint: the step committed; kRestore: restored (-1: fresh)
+  std::vector<int64_t> skipped_steps;  // kRestore: committed checkpoints passed over as corrupt
+  std::string reason;                  // kBye only (may be empty)
 };
 
 // Current wall-clock time in Unix seconds.

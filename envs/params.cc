@@ -25,4 +25,16 @@ Status Params::Finish() const {
   return Status::Ok();
 }
 
+std::string Params::KeyOfError(const Status& error) {
+  const std::string& m = error.message();
+  for (const char* marker : {"unknown parameter '", "parameter '"}) {
+    const size_t at = m.find(marker);
+    if (at == std::string::npos) continue;
+    const size_t start = at + std::string_view(marker).size();
+    const size_t end = m.find('\'', start);
+    if (end != std::string::npos) return m.substr(start, end - start);
+  }
+  return "";
+}
+
 }  // namespace agentrt

@@ -70,6 +70,10 @@ class Params {
   // an unknown key (listing the known ones).
   Status Finish() const;
 
+  // The key an error of Finish() is about ("" when it is about no one key), so
+  // a caller holding the source (agentctl validate) can point at its line.
+  static std::string KeyOfError(const Status& error);
+
  private:
   template <typename T>
   T Fail(std::string_view key, std::string_view expected, const nlohmann::json& got, T fallback) {

@@ -37,6 +37,12 @@
 
 namespace agentrt {
 
+// The exit status of an agent process that cannot start because of its own
+// configuration (bad `args`, a world it cannot be seated in): EX_CONFIG of
+// sysexits.h. The supervisor does not restart it (trying again cannot help)
+// and quotes the agent's last message in the run summary.
+inline constexpr int kExitConfigError = 78;
+
 // Reads one variable (nullopt when unset). Tests pass a map.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 // The process's own environment.

@@ -132,7 +132,9 @@ struct AgentConfig {
   int index = 0;                           // position in Config::agents
   int gpus = 0;                            // GPUs of the whole agent; 0 = CPU agent
   int ranks = 1;                           // processes; defaults to gpus (one rank per GPU), else 1
-  std::vector<std::string> command;        // argv; the first is looked up on PATH
+  std::vector<std::string> command;        // argv; a bare first word is looked up on PATH,
+                                           // relative paths are resolved at load time
+  std::string workdir;                     // absolute; empty = RUN_DIR/agents/<name>
   std::map<std::string, std::string> env;  // defaults.env overlaid with the agent's env
   nlohmann::json args = nlohmann::json::object();  // arbitrary YAML map, passed to the agent
   RestartPolicy restart;

@@ -129,6 +129,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   ojson bus = ojson::object();
   bus["host"] = plan.bus.host;
   bus["port"] = plan.bus.port;
+  bus["fixed_port"] = plan.bus.fixed_port;
 #define AGENTRT_TO_JSON(type, name, default_value, doc) \
   if (std::string_view(#name) != "port") bus[#name] = plan.bus.settings.name;
   AGENTRT_BUS_SETTINGS(AGENTRT_TO_JSON)
@@ -150,6 +151,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     aj["master_addr"] = a.master_addr;
     aj["master_port"] = a.master_port;
     aj["checkpoint_dir"] = a.checkpoint_dir;
+    aj["workdir"] = a.workdir;
     aj["gpus"] = a.gpus;
     aj["backend"] = std::string(GroupBackendName(a.backend));
     aj["command"] = a.command;
@@ -167,6 +169,8 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
         ojson{{"topic", c.topic}, {"publishers", c.publishers}, {"subscribers", c.subscribers}});
   }
   j["channels"] = std::move(channels);
+  j["ports"] = ojson{
+      {"first", plan.ports.first}, {"last", plan.ports.last}, {"per_agent", plan.ports.per_agent}};
   if (!plan.warnings.empty()) j["warnings"] = plan.warnings;
   return j;
 }
@@ -181,6 +185,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
   if (const json* bus = r.Get(j, "", "bus")) {
     r.Read(*bus, "bus", "host", plan.bus.host);
     r.Read(*bus, "bus", "port", plan.bus.port);
+    r.Read(*bus, "bus", "fixed_port", plan.bus.fixed_port, false);
 #define AGENTRT_FROM_JSON(type, name, default_value, doc) \
   if (std::string_view(#name) != "port") r.Read(*bus, "bus", #name, plan.bus.settings.name, false);
     AGENTRT_BUS_SETTINGS(AGENTRT_FROM_JSON)
@@ -215,6 +220,8 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
       r.Read(aj, path, "master_addr", a.master_addr);
       r.Read(aj, path, "master_port", a.master_port);
       r.Read(aj, path, "checkpoint_dir", a.checkpoint_dir);
+      r.Read(aj, path, "workdir", a.workdir, false);
+      if (a.workdir.empty()) a.workdir = RunDir::RelativeWorkDir(a.name);
       // Additive keys are optional so a plan in the bare DESIGN §6 shape reads.
       r.Read(aj, path, "gpus", a.gpus, false);
       if (!aj.contains("gpus")) {
@@ -272,6 +279,11 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     }
   }
   r.Read(j, "", "warnings", plan.warnings, false);
+  if (const json* ports = r.Get(j, "", "ports", false)) {
+    r.Read(*ports, "ports", "first", plan.ports.first);
+    r.Read(*ports, "ports", "last", plan.ports.last);
+    r.Read(*ports, "ports", "per_agent", plan.ports.per_agent);
+  }
   if (!r.ok()) return InvalidArgument(r.error());
   return plan;
 }

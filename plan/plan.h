@@ -16,6 +16,7 @@
 //       "gpus": 2, "backend": "nccl", "command": ["agent-worker"], "env": {...},
 //       "args": {...}, "restart": {...}, "checkpoint": {...}}],
 //    "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": [...]}],
+//    "ports": {"first": 20000, "last": 29999, "per_agent": 16},
 //    "warnings": ["..."]}
 //
 // Paths in the plan (checkpoint_dir) are relative to run_dir (RunDir::Resolve
@@ -63,6 +64,7 @@ struct AgentPlan {
   std::string master_addr;
   int master_port = 0;
   std::string checkpoint_dir;  // relative to the run directory (or absolute)
+  std::string workdir;         // the ranks' working directory, likewise ("agents/<name>")
   // Additive: what the launcher and the agent process need.
   int gpus = 0;
   GroupBackend backend = GroupBackend::kSingle;  // resolved: never kAuto
@@ -79,7 +81,8 @@ struct AgentPlan {
 struct BusPlan {
   std::string host;
   int port = 0;
-  BusConfig settings;  // settings.port == port
+  bool fixed_port = false;  // bus.port was set in the config: never moved to another port
+  BusConfig settings;       // settings.port == port
 };
 
 struct ChannelPlan {
@@ -95,6 +98,7 @@ struct Plan {
   std::vector<AgentPlan> agents;  // in config order; agents[i].index == i
   std::vector<ChannelPlan> channels;
   std::vector<std::string> warnings;  // e.g. local CPU oversubscription
+  PortConfig ports;                   // cluster.ports: where leased blocks may move
 
   const AgentPlan* FindAgent(std::string_view name) const;  // nullptr when absent
 };

@@ -1,19 +1,128 @@
 #include "plan/rank_exec.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
 #include "plan/agent_env.h"
 
 namespace agentrt {
+namespace {
+
+// The program the wrapper supervises (--exit-record), for the signal relay.
+volatile sig_atomic_t g_child = 0;
+
+void Relay(int sig) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+// Everything that ends or pauses a process when it arrives, except SIGKILL
+// and SIGSTOP (which cannot be caught: SIGKILL of the wrapper reaches the
+// program through its PDEATHSIG).
+constexpr int kRelayed[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
+                            SIGUSR2, SIGCONT, SIGTSTP, SIGALRM, SIGPIPE};
+
+double UnixNow() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+[[noreturn]] void ExecProgram(const RankExecOptions& options, const std::string& rank,
+                              const EnvLookup& env) {
+  if (!options.log_dir.empty()) {
+    const std::string path = options.log_dir + "/rank" + rank + ".log";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      std::fprintf(stderr, "exec-rank: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+      std::_Exit(126);
+    }
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+  }
+  if (const auto workdir = env("AGENTRT_WORKDIR"); workdir && !workdir->empty()) {
+    if (::chdir(workdir->c_str()) != 0) {
+      std::fprintf(stderr, "exec-rank: cannot enter the agent's working directory %s: %s\n",
+                   workdir->c_str(), std::strerror(errno));
+      std::_Exit(126);
+    }
+  }
+  std::vector<char*> args;
+  args.reserve(options.command.size() + 1);
+  for (const auto& a : options.command) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  std::fprintf(stderr, "exec-rank: cannot execute %s: %s\n", args[0], std::strerror(errno));
+  std::_Exit(errno == ENOENT ? 127 : 126);
+}
+
+// Runs the program as a child, relays signals, records how it ended and ends
+// the same way.
+[[noreturn]] void Supervise(const RankExecOptions& options, const std::string& rank,
+                            const EnvLookup& env) {
+  struct sigaction relay {};
+  relay.sa_handler = Relay;
+  sigemptyset(&relay.sa_mask);
+  relay.sa_flags = SA_RESTART;
+  for (int sig : kRelayed) ::sigaction(sig, &relay, nullptr);
+  const pid_t wrapper = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "exec-rank: fork: %s\n", std::strerror(errno));
+    std::_Exit(126);
+  }
+  if (child == 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig : kRelayed) ::sigaction(sig, &dfl, nullptr);
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != wrapper) std::_Exit(127);
+    ExecProgram(options, rank, env);
+  }
+  g_child = child;
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  RankExit e;
+  e.rank = std::atoi(rank.c_str());
+  e.pid = child;
+  e.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+  e.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  e.restart_count = std::atoi(env("AGENTRT_RESTART_COUNT").value_or("0").c_str());
+  e.time = UnixNow();
+  if (!options.log_dir.empty()) {
+    const nlohmann::json j = {{"rank", e.rank},
+                              {"pid", e.pid},
+                              {"exit_code", e.exit_code},
+                              {"signal", e.signal},
+                              {"restart_count", e.restart_count},
+                              {"time", e.time}};
+    const Status s = WriteFileAtomic(RankExitPath(options.log_dir, e.rank), j.dump() + "\n");
+    if (!s.ok()) std::fprintf(stderr, "exec-rank: %s\n", s.message().c_str());
+  }
+  if (e.signal != 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(e.signal, &dfl, nullptr);
+    ::kill(::getpid(), e.signal);  // end the way the program ended
+  }
+  std::_Exit(e.signal != 0 ? 128 + e.signal : e.exit_code);
+}
+
+}  // namespace
 
 std::vector<std::string> RankExecArgs(const RankExecOptions& options) {
   std::vector<std::string> args;
@@ -21,9 +130,42 @@ std::vector<std::string> RankExecArgs(const RankExecOptions& options) {
   for (const auto& g : options.node_gpus) args.insert(args.end(), {"--gpus", g});
   if (!options.step_id_file.empty())
     args.insert(args.end(), {"--step-id-file", options.step_id_file});
+  if (options.exit_record) args.emplace_back("--exit-record");
   args.push_back("--");
   args.insert(args.end(), options.command.begin(), options.command.end());
   return args;
+}
+
+std::string RankExitPath(const std::string& log_dir, int rank) {
+  return log_dir + "/rank" + std::to_string(rank) + ".exit";
+}
+
+std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_count) {
+  std::vector<RankExit> out;
+  DIR* d = ::opendir(log_dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.rfind("rank", 0) != 0 || name.size() < 10 || name.substr(name.size() - 5) != ".exit") {
+      continue;
+    }
+    auto text = ReadWholeFile(log_dir + "/" + name, 4096);
+    if (!text.ok()) continue;
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("restart_count", -1) != restart_count) continue;
+    RankExit e;
+    e.rank = j.value("rank", -1);
+    e.pid = j.value("pid", int64_t{0});
+    e.exit_code = j.value("exit_code", 0);
+    e.signal = j.value("signal", 0);
+    e.restart_count = restart_count;
+    e.time = j.value("time", 0.0);
+    out.push_back(e);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(),
+            [](const RankExit& a, const RankExit& b) { return a.rank < b.rank; });
+  return out;
 }
 
 int ExecRank(const RankExecOptions& options) {
@@ -73,31 +215,8 @@ int ExecRank(const RankExecOptions& options) {
       if (!s.ok()) std::fprintf(stderr, "exec-rank: %s\n", s.message().c_str());
     }
   }
-
-  if (!options.log_dir.empty()) {
-    const std::string path = options.log_dir + "/rank" + rank + ".log";
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      std::fprintf(stderr, "exec-rank: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
-      return 126;
-    }
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-  }
-  if (const auto workdir = env("AGENTRT_WORKDIR"); workdir && !workdir->empty()) {
-    if (::chdir(workdir->c_str()) != 0) {
-      std::fprintf(stderr, "exec-rank: cannot enter the agent's working directory %s: %s\n",
-                   workdir->c_str(), std::strerror(errno));
-      return 126;
-    }
-  }
-  std::vector<char*> args;
-  args.reserve(options.command.size() + 1);
-  for (const auto& a : options.command) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  ::execv(args[0], args.data());
-  std::fprintf(stderr, "exec-rank: cannot execute %s: %s\n", args[0], std::strerror(errno));
-  return errno == ENOENT ? 127 : 126;
+  if (options.exit_record) Supervise(options, rank, env);
+  ExecProgram(options, rank, env);
 }
 
 int ExecRankMain(int argc, char** argv) {
@@ -105,8 +224,8 @@ int ExecRankMain(int argc, char** argv) {
   int i = 1;
   auto usage = [&] {
     std::fprintf(stderr,
-                 "usage: %s [--log-dir DIR] [--gpus NODE=LIST]... [--step-id-file FILE] -- "
-                 "/abs/program args...\n",
+                 "usage: %s [--log-dir DIR] [--gpus NODE=LIST]... [--step-id-file FILE] "
+                 "[--exit-record] -- /abs/program args...\n",
                  argv[0]);
     return 2;
   };
@@ -115,6 +234,10 @@ int ExecRankMain(int argc, char** argv) {
     if (a == "--") {
       ++i;
       break;
+    }
+    if (a == "--exit-record") {
+      options.exit_record = true;
+      continue;
     }
     if (i + 1 >= argc) return usage();
     if (a == "--log-dir") {

@@ -2,7 +2,7 @@
 // a SLURM allocation) start in front of each rank of an agent.
 //
 //   agentrt-exec-rank [--log-dir DIR] [--gpus NODE=0,1]... [--step-id-file FILE]
-//                     -- /abs/program args...
+//                     [--exit-record] -- /abs/program args...
 //   (also reachable as `agentctl exec-rank ...`)
 //
 // It
@@ -18,10 +18,18 @@
 //   4. with --step-id-file, on rank 0 under srun: writes "JOBID.STEPID" there
 //      (atomically), so the controller can scancel exactly this step;
 //   5. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
+//   With --exit-record it stays the program's parent instead: it passes on
+//   every catchable signal it gets (SIGTERM, SIGINT, SIGUSR1/2, SIGHUP,
+//   SIGCONT, ...), and when the program ends writes DIR/rank<RANK>.exit
+//   (RankExit below) and ends the same way (the same exit code, or the same
+//   signal). That is how the supervisor of an mpirun or srun agent learns
+//   which rank failed and how ("rank 1 (pid N) was killed by signal 9"),
+//   where mpirun alone would only say that it stopped.
 //
 // Returns only on error, with the exit status to use (126/127 like a shell).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,8 +39,24 @@ struct RankExecOptions {
   std::string log_dir;
   std::vector<std::string> node_gpus;  // "NODE=0,1" entries; empty: leave CUDA_VISIBLE_DEVICES
   std::string step_id_file;
+  bool exit_record = false;          // stay the parent and write DIR/rank<RANK>.exit
   std::vector<std::string> command;  // absolute program path and its arguments
 };
+
+// How one rank ended, as --exit-record writes it: one JSON object
+// {"rank", "pid", "exit_code", "signal", "restart_count", "time"} in
+// <log_dir>/rank<RANK>.exit.
+struct RankExit {
+  int rank = 0;
+  int64_t pid = 0;
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // the signal that killed it, or 0
+  int restart_count = 0;
+  double time = 0;  // Unix seconds
+};
+std::string RankExitPath(const std::string& log_dir, int rank);
+// The records of `log_dir` written by incarnation `restart_count`, by rank.
+std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_count);
 
 // The wrapper's argv (after the program name) for `options`.
 std::vector<std::string> RankExecArgs(const RankExecOptions& options);

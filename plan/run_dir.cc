@@ -1,5 +1,7 @@
 #include "plan/run_dir.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,7 +90,35 @@ Result<std::string> RunDir::LoadOrCreateSecret() const {
   return CreateSecret();
 }
 
+Result<std::unique_ptr<ControllerLock>> ControllerLock::Acquire(const RunDir& dir) {
+  const std::string path = dir.ControllerLockPath();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open " + path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      const auto pid = ReadWholeFile(dir.ControllerPidPath(), 64).value_or("?");
+      return FailedPrecondition("run " + dir.path() + " is driven by a live controller (pid " +
+                                pid.substr(0, pid.find('\n')) + ")");
+    }
+    return ErrnoStatus(err, "cannot lock " + path);
+  }
+  return std::unique_ptr<ControllerLock>(new ControllerLock(fd));
+}
+
+ControllerLock::~ControllerLock() { ::close(fd_); }
+
+bool ControllerRunning(const std::string& run_dir) {
+  const int fd = ::open(RunDir(run_dir).ControllerLockPath().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;  // no controller ever ran here
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // drops the shared lock taken when it was free
+  return held;
+}
+
 pid_t LiveControllerPid(const std::string& run_dir) {
+  if (!ControllerRunning(run_dir)) return 0;
   auto text = ReadWholeFile(RunDir(run_dir).ControllerPidPath(), 64);
   if (!text.ok()) return 0;
   long pid = 0;
@@ -97,12 +127,7 @@ pid_t LiveControllerPid(const std::string& run_dir) {
   } catch (const std::exception&) {
     return 0;
   }
-  if (pid <= 0) return 0;
-  auto cmdline = ReadWholeFile("/proc/" + std::to_string(pid) + "/cmdline", 1 << 20);
-  if (!cmdline.ok()) return 0;
-  const std::string argv0 = cmdline->substr(0, cmdline->find('\0'));
-  if (fs::path(argv0).filename().string().find("agentctl") == std::string::npos) return 0;
-  return static_cast<pid_t>(pid);
+  return pid > 0 ? static_cast<pid_t>(pid) : 0;
 }
 
 }  // namespace agentrt

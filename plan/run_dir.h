@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -50,6 +51,7 @@ class RunDir {
   std::string StatusPath() const { return path_ + "/status.json"; }
   std::string MetricsPath() const { return path_ + "/metrics.jsonl"; }
   std::string ControllerPidPath() const { return path_ + "/controller.pid"; }
+  std::string ControllerLockPath() const { return path_ + "/controller.lock"; }
   std::string BusAddressPath() const { return path_ + "/bus.address"; }
   std::string SlurmJobIdPath() const { return path_ + "/slurm.job_id"; }
   std::string AllocScriptPath() const { return path_ + "/alloc.sbatch"; }
@@ -83,8 +85,29 @@ class RunDir {
   std::string path_;
 };
 
-// The pid in RUN_DIR/controller.pid when that process is still alive and is an
-// agentctl (so a recycled pid is never signalled); 0 otherwise.
+// What a run's controller holds for as long as it drives the run: an flock on
+// RUN_DIR/controller.lock. The kernel drops it when the controller ends,
+// however it ends (kill -9, power loss), so `agentctl status`, `stop` and
+// `resume` tell a live controller from a dead one without timeouts or pid
+// guesses, and a second controller of one run is refused.
+class ControllerLock {
+ public:
+  // FailedPrecondition naming the live controller's pid when it is held.
+  static Result<std::unique_ptr<ControllerLock>> Acquire(const RunDir& dir);
+  ~ControllerLock();
+  ControllerLock(const ControllerLock&) = delete;
+  ControllerLock& operator=(const ControllerLock&) = delete;
+
+ private:
+  explicit ControllerLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// True while some controller holds the run's ControllerLock.
+bool ControllerRunning(const std::string& run_dir);
+
+// The pid in RUN_DIR/controller.pid while the run's controller holds its lock
+// (so a dead controller's recycled pid is never signalled); 0 otherwise.
 pid_t LiveControllerPid(const std::string& run_dir);
 
 // "20261130T010431Z".

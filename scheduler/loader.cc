@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -430,9 +431,9 @@ const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",   "bu
 const std::vector<std::string> kClusterKeys = {"nodes", "ports"};
 const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains"};
 const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "command", "env"};
-const std::vector<std::string> kAgentKeys = {"name",       "replicas", "gpus",   "ranks",
-                                             "command",    "env",      "args",   "restart",
-                                             "checkpoint", "nodes",    "backend"};
+const std::vector<std::string> kAgentKeys = {"name",    "replicas",   "gpus",  "ranks",
+                                             "command", "env",        "args",  "restart",
+                                             "workdir", "checkpoint", "nodes", "backend"};
 const std::vector<std::string> kChannelKeys = {"topic", "publishers", "subscribers"};
 constexpr int kMaxGpusPerNode = 64;
 
@@ -445,7 +446,9 @@ const std::regex& EnvKeyRegex() {
   return r;
 }
 const std::regex& TopicRegex() {
-  static const std::regex r("[A-Za-z0-9_.{}/-]{1,200}");
+  // '*' makes a topic pattern ("probe/*"): the channel's ACL covers every
+  // topic it matches (fnmatch, as comms/auth.h applies it).
+  static const std::regex r("[A-Za-z0-9_.{}/*-]{1,200}");
   return r;
 }
 
@@ -459,7 +462,12 @@ bool IsReservedEnv(const std::string& key) {
 
 class ConfigBuilder {
  public:
-  ConfigBuilder(Converter& c) : c_(c) {}  // NOLINT(google-explicit-constructor)
+  // `base_dir`: the folder relative paths in the config are taken from.
+  explicit ConfigBuilder(Converter& c, std::string base_dir = ".",
+                         std::map<std::string, ArgsValidator> validators = {})
+      : c_(c),
+        base_dir_(std::filesystem::absolute(base_dir).lexically_normal().string()),
+        validators_(std::move(validators)) {}
 
   Config Build(const YAML::Node& root) {
     Config config;
@@ -697,11 +705,61 @@ class ConfigBuilder {
               fmt::format("expected at least 1, got {}", cp.keep_last));
   }
 
+  // A relative program path (`bin/agent`, `./run.sh`) and a relative script
+  // argument (`train.py`, `scripts/go.sh`) are taken from the folder of the
+  // config, so `command: [python3, train.py]` next to agents.yaml works from
+  // wherever agentctl runs (and in the agent's own working directory); a bare
+  // program name is looked up in PATH at launch.
   void ParseCommand(const YAML::Node& n, const std::string& path,
                     std::vector<std::string>& command) {
     c_.Convert(n, path, command);
     if (command.empty() || command[0].empty())
       c_.Fail(n, path, "expected a program and its arguments, e.g. [python3, train.py]");
+    for (size_t i = 0; i < command.size(); ++i) {
+      const std::string& word = command[i];
+      const bool program_path = i == 0 && word.find('/') != std::string::npos;
+      const bool script = i > 0 && IsScriptPath(word);
+      if (word.empty() || word.front() == '/' || (!program_path && !script)) continue;
+      const std::filesystem::path resolved =
+          (std::filesystem::path(base_dir_) / word).lexically_normal();
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(resolved, ec)) {
+        c_.Fail(n.IsSequence() && i < n.size() ? n[i] : n, Index(path, i),
+                fmt::format("no such file {} (relative paths in command are taken from the "
+                            "folder of the config, {})",
+                            resolved.string(), base_dir_));
+      }
+      command[i] = resolved.string();
+    }
+  }
+
+  // The agent's args as its program sees them (LoadOptions::args_validators),
+  // failing at the key the problem is about.
+  void ValidateArgs(const YAML::Node& n, const std::string& path, const AgentConfig& agent) {
+    if (validators_.empty() || agent.command.empty()) return;
+    const auto v = validators_.find(std::filesystem::path(agent.command[0]).filename().string());
+    if (v == validators_.end()) return;
+    const std::optional<ArgsProblem> problem = v->second(agent.args);
+    if (!problem) return;
+    const YAML::Node args = n["args"];
+    if (args.IsMap() && !problem->key.empty()) {
+      for (auto it = args.begin(); it != args.end(); ++it) {
+        if (it->first.Scalar() == problem->key) {
+          c_.Fail(it->first, Join(Join(path, "args"), problem->key), problem->message);
+        }
+      }
+    }
+    c_.Fail(args.IsDefined() ? args : n, Join(path, "args"), problem->message);
+  }
+
+  // `train.py`, `scripts/run.sh`: a relative path with a script's extension
+  // and no spaces (an inline `-c "..."` program is left alone).
+  static bool IsScriptPath(const std::string& w) {
+    if (w.empty() || w.front() == '-' || w.find_first_of(" \t\n=") != std::string::npos)
+      return false;
+    static const std::set<std::string> kExtensions = {".py",  ".sh", ".bash", ".pl", ".rb",
+                                                      ".lua", ".jl", ".R",    ".js"};
+    return kExtensions.count(std::filesystem::path(w).extension().string()) > 0;
   }
 
   void ParseEnv(const YAML::Node& n, const std::string& path,
@@ -789,6 +847,7 @@ class ConfigBuilder {
           c_.Fail(args, Join(path, "args"), fmt::format("expected a map, got {}", KindName(args)));
         if (args.IsMap()) base.args = c_.ToJson(args, Join(path, "args"));
       }
+      ValidateArgs(n, path, base);
       base.restart = config.defaults.restart;
       if (const YAML::Node r = n["restart"]; r.IsDefined())
         ParseRestart(r, Join(path, "restart"), base.restart);
@@ -807,21 +866,20 @@ class ConfigBuilder {
           }
         }
       }
+      if (const YAML::Node w = n["workdir"]; w.IsDefined()) {
+        c_.Convert(w, Join(path, "workdir"), base.workdir);
+        if (base.workdir.empty()) c_.Fail(w, Join(path, "workdir"), "expected a directory");
+        // Relative to the config's folder, like command paths.
+        base.workdir =
+            (std::filesystem::path(base_dir_) / base.workdir).lexically_normal().string();
+      }
       if (const YAML::Node b = n["backend"]; b.IsDefined()) {
         std::string name;
         c_.Convert(b, Join(path, "backend"), name);
-        std::vector<std::string> names;
-        bool found = false;
-        for (GroupBackend g : {GroupBackend::kAuto, GroupBackend::kSingle, GroupBackend::kMpi,
-                               GroupBackend::kNccl}) {
-          names.emplace_back(GroupBackendName(g));
-          if (GroupBackendName(g) == name) {
-            base.backend = g;
-            found = true;
-          }
-        }
-        if (!found) {
-          std::string hint = ClosestMatch(name, names);
+        Result<GroupBackend> parsed = ParseGroupBackend(name);
+        if (parsed.ok()) base.backend = *parsed;
+        if (!parsed.ok() || name.empty()) {
+          std::string hint = ClosestMatch(name, {"auto", "single", "mpi", "nccl"});
           c_.Fail(b, Join(path, "backend"),
                   fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
                               hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
@@ -902,7 +960,8 @@ class ConfigBuilder {
         c_.Fail(n, Join(path, "topic"), "missing; every channel needs a topic");
       if (!std::regex_match(ch.topic, TopicRegex())) {
         c_.Fail(n["topic"], Join(path, "topic"),
-                fmt::format("expected letters, digits, '_', '.', '/', '-' and {{agent}}, got '{}'",
+                fmt::format("expected letters, digits, '_', '.', '/', '-', '*' (a pattern) and "
+                            "{{agent}}, got '{}'",
                             ch.topic));
       }
       const YAML::Node pubs = n["publishers"];
@@ -943,6 +1002,8 @@ class ConfigBuilder {
 
  private:
   Converter& c_;
+  std::string base_dir_;
+  std::map<std::string, ArgsValidator> validators_;
 };
 
 // Applies `a.b.c=value` to the YAML tree; returns the value's node.
@@ -994,7 +1055,18 @@ YAML::Node ApplyOverride(YAML::Node& root, const std::string& override_text,
 
 YAML::Node ParseYaml(std::string_view text, const std::string& source) {
   try {
-    return YAML::Load(std::string(text));
+    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    if (docs.size() > 1) {
+      // A second document would be ignored silently (`agents: 5` after a `---`).
+      const YAML::Mark m = docs[1].Mark();
+      throw ConfigError(fmt::format(
+          "{}: a second YAML document starts here; agents.yaml holds one document (remove the "
+          "'---' line or merge the two)",
+          m.is_null() ? source : Location(source, m.line + 1, m.column + 1)));
+    }
+    return docs.empty() ? YAML::Node() : docs[0];
+  } catch (const ConfigError&) {
+    throw;
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw ConfigError(fmt::format("{}: not valid YAML: {}", source, e.msg));
     throw ConfigError(fmt::format("{}: not valid YAML: {}",
@@ -1025,7 +1097,8 @@ Result<Config> LoadConfigString(std::string_view text, std::string_view source,
     for (const std::string& o : options.overrides) {
       converter.AddOverride(ApplyOverride(root, o, options.limits), o);
     }
-    ConfigBuilder builder{converter};
+    ConfigBuilder builder{converter, options.base_dir.empty() ? "." : options.base_dir,
+                          options.args_validators};
     return builder.Build(root);
   } catch (const ConfigError& e) {
     return InvalidArgument(e.what());
@@ -1036,7 +1109,11 @@ Result<Config> LoadConfigString(std::string_view text, std::string_view source,
 
 Result<Config> LoadConfigFile(const std::string& path, const LoadOptions& options) {
   AGENTRT_ASSIGN_OR_RETURN(std::string text, ReadCapped(path, options.limits.max_bytes));
-  return LoadConfigString(text, path, options);
+  LoadOptions with_dir = options;
+  if (with_dir.base_dir.empty()) {
+    with_dir.base_dir = std::filesystem::absolute(path).parent_path().string();
+  }
+  return LoadConfigString(text, path, with_dir);
 }
 
 Status ApplyClusterFile(const std::string& path, Config& config, const LoadLimits& limits) {
@@ -1178,7 +1255,8 @@ std::string DescribeSettings() {
   line("cluster.nodes[].nvlink_domains", "list", "[all GPUs]",
        "disjoint GPU id lists covering 0..gpus-1");
   line("channels[].topic", "string", "(required)",
-       "topic name; {agent} makes one topic per publisher");
+       "topic name or pattern ('*' matches any characters, e.g. probe/*); {agent} makes one topic "
+       "per publisher");
   line("channels[].publishers", "list", "(required)", "glob patterns of agents that may publish");
   line("channels[].subscribers", "list", "(required)",
        "glob patterns of agents that may subscribe");

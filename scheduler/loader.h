@@ -10,6 +10,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,12 +31,29 @@ struct LoadLimits {
   size_t max_nodes = 250000;   // YAML nodes visited while converting (aliases count each time)
 };
 
+// What is wrong with an agent's `args`, as its program sees it: the key (""
+// when the args as a whole) and the message.
+struct ArgsProblem {
+  std::string key;
+  std::string message;
+};
+// Checks `args` with the declarations the program itself uses at start-up.
+using ArgsValidator = std::function<std::optional<ArgsProblem>(const nlohmann::json& args)>;
+
 struct LoadOptions {
   LoadLimits limits;
   // Command-line overrides `section.key=value` applied to the YAML before it is
   // validated, e.g. `bus.port=21000`, `run.name=test`, `defaults.restart.max_restarts=0`.
   // The value is parsed as YAML (`cluster.ports={first: 21000, last: 21999}`).
   std::vector<std::string> overrides;
+  // The folder relative paths in the config (command, workdir) are taken
+  // from. LoadConfigFile: the file's folder unless set; strings: the working
+  // directory unless set.
+  std::string base_dir;
+  // Validators of `args` by program name (the basename of the command's first
+  // word, e.g. "agent-worker"); a problem fails the load at the key's
+  // file:line:column.
+  std::map<std::string, ArgsValidator> args_validators;
 };
 
 // Reads, pre-scans, parses and validates `path`.

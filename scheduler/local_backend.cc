@@ -67,12 +67,14 @@ class LocalBackend final : public LaunchBackend {
       for (const auto& [name, value] : passed) req.argv.insert(req.argv.end(), {"-x", name});
       RankExecOptions wrapper;
       wrapper.log_dir = agent.log_dir;
+      wrapper.exit_record = true;  // so a failure names its rank, not only mpirun
       wrapper.command = agent.command;
       wrapper.command[0] = *program;
       const std::vector<std::string> wrapper_args = RankExecArgs(wrapper);
       req.argv.insert(req.argv.end(), options_.rank_exec.begin(), options_.rank_exec.end());
       req.argv.insert(req.argv.end(), wrapper_args.begin(), wrapper_args.end());
       req.log_path = agent.log_dir + "/mpirun.log";
+      req.workdir = agent.workdir;  // the wrapper enters AGENTRT_WORKDIR too
       AGENTRT_ASSIGN_OR_RETURN(const pid_t pid, spawner_->Spawn(req));
       procs.pgid = pid;
       procs.live[pid] = -1;
@@ -84,6 +86,7 @@ class LocalBackend final : public LaunchBackend {
         req.argv[0] = *program;
         req.env = BuildRankEnvironment(agent, r.rank, port, options_.base_env);
         req.log_path = agent.log_dir + "/rank" + std::to_string(r.rank) + ".log";
+        req.workdir = agent.workdir;
         req.join_group = procs.pgid;
         auto pid = spawner_->Spawn(req);
         if (!pid.ok()) {

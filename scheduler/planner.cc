@@ -122,6 +122,8 @@ class Planner {
     plan.bus.host = inventory_.nodes[0].name;
     plan.bus.settings = config_.bus;
     plan.bus.port = config_.bus.port == 0 ? ports.first : config_.bus.port;
+    plan.bus.fixed_port = config_.bus.port != 0;
+    plan.ports = ports;
     plan.bus.settings.port = plan.bus.port;
     if (plan.bus.port >= ports.first && plan.bus.port < ports.first + blocks_ * ports.per_agent) {
       nodes_[0].reserved_block = (plan.bus.port - ports.first) / ports.per_agent;
@@ -153,6 +155,7 @@ class Planner {
       out.restart = agent.restart;
       out.checkpoint = agent.checkpoint;
       out.checkpoint_dir = RunDir::RelativeCheckpointDir(agent.name);
+      out.workdir = agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir;
       std::optional<Infeasible> why = Place(agent, out);
       if (why) return *why;
     }
@@ -160,6 +163,7 @@ class Planner {
     for (const ChannelConfig& c : config_.channels)
       plan.channels.push_back({c.topic, c.publishers, c.subscribers});
     plan.warnings = inventory_.warnings;
+    plan.warnings.insert(plan.warnings.end(), warnings_.begin(), warnings_.end());
     for (const NodeState& n : nodes_) {
       if (n.spec->cpus > 0 && n.ranks > n.spec->cpus) {
         plan.warnings.push_back(fmt::format(
@@ -391,6 +395,14 @@ class Planner {
                       agent.name, agent.gpus, candidates.size(), free_gpus,
                       agent.nodes.empty() ? "" : " among its pinned nodes")};
     }
+    int held = 0;
+    for (size_t n : chosen) held += nodes_[n].spec->gpus;
+    if (held > agent.gpus) {
+      warnings_.push_back(fmt::format(
+          "agent {} needs {} GPUs and holds {} whole nodes with {}: {} GPUs stay idle (an agent "
+          "larger than a node gets whole nodes); give it {} GPUs to use them all",
+          agent.name, agent.gpus, chosen.size(), held, held - agent.gpus, held));
+    }
     int rank = 0;
     covered = 0;
     for (size_t n : chosen) {
@@ -473,9 +485,24 @@ class Planner {
             fmt::format("{} needs {} GPUs in one NVLink domain; largest free block is {} on {}{}",
                         agent.name, gpus, best_domain, domain_node, scope)};
       }
+      // The true shortage: too few GPUs left at all, or enough but spread out.
+      int total_free = 0, nodes_with_free = 0;
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        if (!Allows(allowed, n) || nodes_[n].exclusive || nodes_[n].free_gpus == 0) continue;
+        total_free += nodes_[n].free_gpus;
+        ++nodes_with_free;
+      }
+      if (total_free < gpus) {
+        return {agent.name,
+                fmt::format("{} needs {} GPUs; {} free in total{} (the most on one "
+                            "node: {} on {})",
+                            agent.name, gpus, total_free, scope, best_node_gpus, gpu_node)};
+      }
       return {agent.name,
-              fmt::format("{} needs {} GPUs on one node; largest free block is {} on {}{}",
-                          agent.name, gpus, best_node_gpus, gpu_node, scope)};
+              fmt::format("{} needs {} GPUs on one node; the most free on one node is {} on {} "
+                          "({} free in total, spread over {} nodes){}",
+                          agent.name, gpus, best_node_gpus, gpu_node, total_free, nodes_with_free,
+                          scope)};
     }
     if (cpu_short) {
       return {
@@ -502,7 +529,8 @@ class Planner {
   std::unordered_map<std::string, size_t> index_of_;
   FreeIndex index_;
   int blocks_ = 0;
-  int max_gpus_ = 0;  // most GPUs of any node
+  int max_gpus_ = 0;                   // most GPUs of any node
+  std::vector<std::string> warnings_;  // said while placing (idle GPUs of whole nodes)
 };
 
 }  // namespace
@@ -510,6 +538,56 @@ class Planner {
 PlanResult MakePlan(const Config& config, const Inventory& inventory, const PlanOptions& options) {
   Planner planner(config, inventory, options);
   return planner.Run();
+}
+
+Status LeaseRunPorts(Plan& plan, const PortConfig& ports,
+                     const std::function<bool(const AgentPlan&)>& here, PortLeases& leases) {
+  const std::string range = fmt::format("{}-{}", ports.first, ports.last);
+  // The bus: its planned port, or (auto) any single free port of the range.
+  if (plan.bus.fixed_port) {
+    if (Status s = leases.Acquire(plan.bus.port, plan.bus.port); !s.ok()) {
+      return s.WithContext(fmt::format("bus.port {} is not free", plan.bus.port) +
+                           " (set another bus.port, or bus.port: auto)");
+    }
+  } else {
+    int port = plan.bus.port;
+    for (int p = ports.first; !leases.Free(port, port) && p <= ports.last; ++p) port = p;
+    if (!leases.Free(port, port)) {
+      return ResourceExhausted(fmt::format(
+          "no free port for the bus in cluster.ports {}: every one is leased by other runs on this "
+          "machine; widen cluster.ports (first/last)",
+          range));
+    }
+    AGENTRT_RETURN_IF_ERROR(leases.Acquire(port, port));
+    plan.bus.port = port;
+    plan.bus.settings.port = port;
+  }
+  // The agents: each its planned block when free, else the first free block.
+  const int blocks = ports.BlockCount();
+  for (AgentPlan& a : plan.agents) {
+    if (!here(a)) continue;
+    const int width = a.ports.last - a.ports.first;
+    int first = a.ports.first;
+    if (!leases.Free(first, first + width)) {
+      first = -1;
+      for (int b = 0; b < blocks && first < 0; ++b) {
+        const int f = ports.first + b * ports.per_agent;
+        if (f + width <= ports.last && leases.Free(f, f + width)) first = f;
+      }
+      if (first < 0) {
+        return ResourceExhausted(fmt::format(
+            "agent {} needs a block of {} ports and every block of cluster.ports {} ({} blocks) is "
+            "leased by this run or by other runs on this machine; widen cluster.ports (first/last)",
+            a.name, width + 1, range, blocks));
+      }
+    }
+    AGENTRT_RETURN_IF_ERROR(leases.Acquire(first, first + width).WithContext("agent " + a.name));
+    const int offset = a.master_port - a.ports.first;
+    a.ports.first = first;
+    a.ports.last = first + width;
+    a.master_port = first + std::clamp(offset, 0, width);
+  }
+  return Status::Ok();
 }
 
 }  // namespace agentrt

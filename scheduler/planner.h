@@ -16,11 +16,13 @@
 //   - pinned agents (`nodes:`) are placed only on their nodes.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <variant>
 
 #include "plan/config.h"
 #include "plan/plan.h"
+#include "plan/port_lease.h"
 #include "scheduler/inventory.h"
 
 namespace agentrt {
@@ -58,5 +60,16 @@ class PlanResult {
 
 PlanResult MakePlan(const Config& config, const Inventory& inventory,
                     const PlanOptions& options = {});
+
+// Leases (plan/port_lease.h) every port of `plan` that is used on this machine,
+// for as long as `leases` lives: the bus port first, then the port block of
+// every agent `here` accepts (every agent for the local backend: they all run
+// on this machine whatever the plan's node names). A block another run holds
+// moves to a free block of `ports` (and MASTER_PORT with it); a fixed bus
+// port (plan.bus.fixed_port: bus.port set in the config) never moves: in use,
+// it is an error. ResourceExhausted names the agent and the range to widen when
+// no block is left; AlreadyExists names the holder of a fixed bus port.
+Status LeaseRunPorts(Plan& plan, const PortConfig& ports,
+                     const std::function<bool(const AgentPlan&)>& here, PortLeases& leases);
 
 }  // namespace agentrt

@@ -73,6 +73,7 @@ class PosixSpawner final : public ProcessSpawner {
 
     const pid_t parent = ::getpid();
     const pid_t join = request.join_group;
+    const char* workdir = request.workdir.empty() ? nullptr : request.workdir.c_str();
     const pid_t pid = ::fork();
     if (pid < 0) return ErrnoStatus(errno, "fork for " + request.argv[0]);
     if (pid == 0) {
@@ -89,6 +90,7 @@ class PosixSpawner final : public ProcessSpawner {
       if (::dup2(devnull.get(), 0) < 0 || ::dup2(log.get(), 1) < 0 || ::dup2(log.get(), 2) < 0) {
         ChildFail(report_write.get(), errno);
       }
+      if (workdir != nullptr && ::chdir(workdir) != 0) ChildFail(report_write.get(), errno);
       ::execve(argv[0], argv.data(), envp.data());
       ChildFail(report_write.get(), errno);
     }
@@ -165,8 +167,12 @@ std::unique_ptr<ProcessSpawner> MakePosixSpawner() { return std::make_unique<Pos
 Result<std::string> ResolveExecutable(const std::string& name, const std::string& path_env,
                                       const std::vector<std::string>& fallback_dirs) {
   if (name.empty()) return InvalidArgument("empty program name");
+  // Absolute, so it still names the file after the child enters its workdir.
+  auto absolute = [](const std::string& p) {
+    return std::filesystem::absolute(p).lexically_normal().string();
+  };
   if (name.find('/') != std::string::npos) {
-    if (IsExecutableFile(name)) return name;
+    if (IsExecutableFile(name)) return absolute(name);
     return NotFound("program '" + name + "' does not exist or is not executable");
   }
   std::vector<std::string> dirs;
@@ -175,7 +181,7 @@ Result<std::string> ResolveExecutable(const std::string& name, const std::string
   dirs.insert(dirs.end(), fallback_dirs.begin(), fallback_dirs.end());
   for (const auto& dir : dirs) {
     const std::string candidate = dir + "/" + name;
-    if (IsExecutableFile(candidate)) return candidate;
+    if (IsExecutableFile(candidate)) return absolute(candidate);
   }
   std::string looked;
   for (const auto& dir : dirs) looked += (looked.empty() ? "" : ":") + dir;

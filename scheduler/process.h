@@ -23,6 +23,7 @@ struct SpawnRequest {
   std::vector<std::string> env;   // the complete environment, "NAME=value"
   std::string log_path;           // stdout and stderr are appended here; stdin is /dev/null
   pid_t join_group = 0;           // 0: the child leads a new process group
+  std::string workdir;            // the child's working directory ("" = the parent's)
 };
 
 struct ProcessExit {
@@ -49,8 +50,8 @@ class ProcessSpawner {
 std::unique_ptr<ProcessSpawner> MakePosixSpawner();
 
 // Finds `name` the way execvp would: as given when it contains '/', else in the
-// ':'-separated `path_env`, then in each of `fallback_dirs`. Returns an absolute
-// or relative path to an executable file, or NotFound naming every place looked.
+// ':'-separated `path_env`, then in each of `fallback_dirs`. Returns the
+// absolute path of an executable file, or NotFound naming every place looked.
 Result<std::string> ResolveExecutable(const std::string& name, const std::string& path_env,
                                       const std::vector<std::string>& fallback_dirs);
 

@@ -7,6 +7,11 @@
 #include <chrono>
 #include <set>
 
+#include "common/file_util.h"
+#include "plan/agent_env.h"
+#include "plan/rank_exec.h"
+#include "scheduler/process.h"
+
 namespace agentrt {
 namespace {
 
@@ -14,6 +19,21 @@ namespace {
 bool IsPermanent(const Status& s) {
   return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kInvalidArgument ||
          s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kPermissionDenied;
+}
+
+// The last non-empty line of a rank's log (what it said before exiting), at
+// most 300 bytes, or "".
+std::string LastLogLine(const std::string& log_dir, int rank) {
+  const auto text =
+      ReadWholeFile(log_dir + "/rank" + std::to_string(rank) + ".log", size_t{64} << 20);
+  if (!text.ok()) return "";
+  std::string_view s = *text;
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
+    s.remove_suffix(1);
+  const size_t nl = s.rfind('\n');
+  std::string line(nl == std::string_view::npos ? s : s.substr(nl + 1));
+  if (line.size() > 300) line = line.substr(0, 300) + "...";
+  return line;
 }
 
 }  // namespace
@@ -35,6 +55,29 @@ RunController::RunController(std::string run_name, std::string run_dir,
     a.spec = std::move(spec);
     agents_.push_back(std::move(a));
   }
+}
+
+void RunController::Resume(const RunStatus& previous) {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    const AgentStatus* before = previous.FindAgent(status_.agents[i].name);
+    if (before == nullptr) continue;
+    AgentStatus& s = status_.agents[i];
+    s.step = before->step;
+    s.last_checkpoint_step = before->last_checkpoint_step;
+    s.metrics = before->metrics;
+    s.restored_step = before->restored_step;
+    s.skipped_checkpoints = before->skipped_checkpoints;
+    if (before->state == AgentState::kSucceeded) {
+      agents_[i].phase = Phase::kDone;
+      s.restarts = before->restarts;
+      s.ranks = before->ranks;
+      s.state = AgentState::kSucceeded;
+    } else {
+      s.restarts = before->restarts + 1;  // a new incarnation, from its checkpoint
+      s.reason = "resumed after its controller ended";
+    }
+  }
+  Touch(true);
 }
 
 void RunController::Start() {
@@ -103,7 +146,18 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   const size_t i = static_cast<size_t>(idx);
   Agent& a = agents_[i];
   AgentStatus& s = status_.agents[i];
-  if (a.phase != Phase::kRunning || m.restart_count != s.restarts) return;
+  if (m.restart_count != s.restarts) return;
+  if (a.phase == Phase::kTearingDown || a.phase == Phase::kBackoff || a.phase == Phase::kDone) {
+    // The checkpoint an agent writes while it is being stopped is its newest
+    // committed one: it counts (nothing else does once teardown has begun).
+    if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
+        (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
+      s.last_checkpoint_step = m.checkpoint_step;
+      Touch(true);
+    }
+    return;
+  }
+  if (a.phase != Phase::kRunning) return;
   if (m.rank < 0 || static_cast<size_t>(m.rank) >= a.last_heartbeat_s.size()) return;
   const double now = clock_->NowSeconds();
   a.last_heartbeat_s[static_cast<size_t>(m.rank)] = now;
@@ -132,6 +186,11 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   if (m.type == TelemetryType::kMetrics && m.metrics.is_object()) {
     for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
     Touch(false);
+  }
+  if (m.type == TelemetryType::kRestore) {
+    s.restored_step = m.checkpoint_step;
+    s.skipped_checkpoints = m.skipped_steps;
+    Touch(true);
   }
   if (m.type == TelemetryType::kBye) {
     // A rank leaving cleanly sends no more heartbeats; its exit (or mpirun's) decides the rest.
@@ -171,9 +230,41 @@ void RunController::OnExit(const AgentProcessExit& e) {
       }
       return;
     }
-    const std::string who = rank < 0 ? fmt::format("mpirun (pid {})", e.pid)
-                                     : fmt::format("rank {} (pid {})", rank, e.pid);
-    BeginTeardown(i, who + " " + e.Describe(), rank);
+    std::string who = rank < 0 ? fmt::format("mpirun (pid {})", e.pid)
+                               : fmt::format("rank {} (pid {})", rank, e.pid);
+    std::string how = e.Describe();
+    int culprit = rank;
+    bool config_error = e.term_signal == 0 && e.exit_code == kExitConfigError;
+    if (rank < 0) {
+      // One launcher stood for every rank: the rank wrappers' records say
+      // which rank failed first, and how (plan/rank_exec.h).
+      const std::vector<RankExit> exits = ReadRankExits(s.log_dir, s.restarts);
+      const RankExit* first = nullptr;
+      for (const RankExit& r : exits) {
+        for (auto& st : s.ranks) {
+          if (st.rank == r.rank) {
+            st.pid = r.pid;
+            st.exit_code = r.signal != 0 ? -r.signal : r.exit_code;
+          }
+        }
+        const bool failed = r.signal != 0 || r.exit_code != 0;
+        if (failed && (first == nullptr || r.time < first->time)) first = &r;
+      }
+      if (first != nullptr) {
+        how = DescribeExit(first->exit_code, first->signal) + "; " + who + " " + how;
+        who = fmt::format("rank {} (pid {})", first->rank, first->pid);
+        culprit = first->rank;
+        config_error = first->signal == 0 && first->exit_code == kExitConfigError;
+      }
+    }
+    if (config_error) {
+      // The agent refused its own configuration: trying again cannot help.
+      a.give_up = true;
+      const std::string said = LastLogLine(s.log_dir, culprit < 0 ? 0 : culprit);
+      BeginTeardown(i, "configuration error: " + (said.empty() ? who + " " + how : said), culprit);
+      return;
+    }
+    BeginTeardown(i, who + " " + how, culprit);
     return;
   }
   if (a.phase == Phase::kTearingDown && a.live.empty()) FinishTeardown(i);
@@ -315,7 +406,12 @@ int RunController::ExitCode() const {
 }
 
 std::string RunController::Summary() const {
-  if (status_.state == RunState::kSucceeded) return "";
+  std::string notes;
+  for (const AgentStatus& s : status_.agents) {
+    const std::string note = RestoreNote(s);
+    if (!note.empty()) notes += note + "\n";
+  }
+  if (status_.state == RunState::kSucceeded) return notes;
   std::string out;
   int failed = 0, stopped = 0;
   for (size_t i = 0; i < agents_.size(); ++i) {
@@ -337,7 +433,7 @@ std::string RunController::Summary() const {
                                        agents_.size())
                          : fmt::format("run {} stopped: {} of {} agents stopped before finishing",
                                        status_.run, stopped, agents_.size());
-  return head + " (run dir " + status_.run_dir + ").\n" + out;
+  return head + " (run dir " + status_.run_dir + ").\n" + out + notes;
 }
 
 }  // namespace agentrt

@@ -5,7 +5,9 @@
 // agent exits non-zero, is killed or stops heartbeating, tears the whole agent
 // group down (SIGTERM + SIGCONT, `grace_s`, SIGKILL) and restarts it after
 // `backoff_s` with AGENTRT_RESTART_COUNT + 1, up to `max_restarts`; then the
-// agent is failed. Other agents are never touched. An agent whose ranks all
+// agent is failed. A rank that exits with kExitConfigError (78,
+// plan/agent_env.h) fails its agent at once: "configuration error", quoting
+// the last line of its log. Other agents are never touched. An agent whose ranks all
 // exit 0 has succeeded.
 //
 // The heartbeat watch of a rank starts with its first telemetry message (hello
@@ -45,6 +47,13 @@ class RunController {
   // `backend` and `clock` must outlive the controller.
   RunController(std::string run_name, std::string run_dir, std::vector<SupervisedAgent> agents,
                 LaunchBackend* backend, const Clock* clock);
+
+  // Takes over a run whose controller died (agentctl resume), before Start:
+  // agents that had succeeded stay succeeded and are not launched again;
+  // every other one keeps its step, checkpoint and restart history and is
+  // launched as its next incarnation (restart count + 1), to resume from its
+  // newest checkpoint.
+  void Resume(const RunStatus& previous);
 
   // Launches every agent. A launch error counts as a failure of that agent.
   void Start();

@@ -16,7 +16,7 @@
 namespace agentrt {
 
 Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory_request,
-                               const ScontrolReader& read_scontrol) {
+                               const ScontrolReader& read_scontrol, const PrepareOptions& options) {
   AGENTRT_ASSIGN_OR_RETURN(const Inventory inventory,
                            ResolveInventory(config, inventory_request, read_scontrol));
   PlanResult planned = MakePlan(config, inventory);
@@ -28,7 +28,22 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
                                                       std::chrono::system_clock::now()));
   Plan plan = std::move(planned).plan();
   plan.run_dir = dir.path();
-  return PreparedRun{std::move(plan), std::move(dir), inventory.source};
+  std::unique_ptr<PortLeases> leases;
+  if (options.lease_ports) {
+    auto leased = [&]() -> Result<std::unique_ptr<PortLeases>> {
+      AGENTRT_ASSIGN_OR_RETURN(auto l, PortLeases::Open(dir.path(), options.lease_dir));
+      AGENTRT_RETURN_IF_ERROR(LeaseRunPorts(
+          plan, plan.ports, [](const AgentPlan&) { return true; }, *l));
+      return l;
+    }();
+    if (!leased.ok()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir.path(), ec);  // nothing was started: leave nothing behind
+      return leased.status().WithContext("cannot lease the run's ports on this machine");
+    }
+    leases = std::move(leased).value();
+  }
+  return PreparedRun{std::move(plan), std::move(dir), inventory.source, std::move(leases)};
 }
 
 std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
@@ -61,6 +76,7 @@ std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& 
     l.ports_last = ap.ports.last;
     l.run_dir = dir.path();
     l.checkpoint_dir = dir.Resolve(ap.checkpoint_dir);
+    l.workdir = dir.Resolve(ap.workdir);
     l.log_dir = dir.LogDir(ap.name);
     l.bus_address = bus_address;
     l.token_file = dir.TokenPath(ap.name);
@@ -73,14 +89,16 @@ std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& 
 }
 
 RunDriver::RunDriver(Plan plan, RunDir dir, LaunchBackend* backend, const Clock* clock,
-                     RunObserver* observer, const StopRequests* stops, RunDriverOptions options)
+                     RunObserver* observer, const StopRequests* stops, RunDriverOptions options,
+                     std::unique_ptr<PortLeases> leases)
     : plan_(std::move(plan)),
       dir_(std::move(dir)),
       backend_(backend),
       clock_(clock),
       observer_(observer),
       stops_(stops),
-      options_(std::move(options)) {}
+      options_(std::move(options)),
+      leases_(std::move(leases)) {}
 
 RunDriver::~RunDriver() {
   if (bus_) bus_->Shutdown(std::chrono::milliseconds(500));
@@ -92,6 +110,8 @@ RunDriver::~RunDriver() {
 }
 
 Status RunDriver::Start() {
+  // One controller per run, and `agentctl status` can tell whether it lives.
+  AGENTRT_ASSIGN_OR_RETURN(lock_, ControllerLock::Acquire(dir_));
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(dir_.ControllerPidPath(), std::to_string(::getpid()) + "\n"));
   pid_file_written_ = true;
@@ -112,15 +132,28 @@ Status RunDriver::Start() {
     bus_options.tls_key_file = plan_.bus.settings.key_file;
   }
   auto bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
-  if (!bus.ok() && plan_.bus.port != 0) {
-    observer_->Warn(
-        fmt::format("agentctl run: warning: bus port {} unavailable ({}); using a free port",
-                    plan_.bus.port, bus.status().message()) +
-        "\n");
-    bus_options.port = 0;
+  // An auto port that a process outside agentrt's leases holds: the next free one.
+  for (int tries = 0; !bus.ok() && !plan_.bus.fixed_port && leases_ && tries < 20; ++tries) {
+    const int taken = bus_options.port;
+    (void)leases_->Release(taken, taken);
+    int next = -1;
+    for (int p = taken + 1; p <= plan_.ports.last && next < 0; ++p) {
+      if (leases_->Free(p, p)) next = p;
+    }
+    if (next < 0 || !leases_->Acquire(next, next).ok()) break;
+    observer_->Warn(fmt::format(
+        "agentctl run: bus port {} is used by a program outside agentrt; the bus takes {}\n", taken,
+        next));
+    bus_options.port = next;
     bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
   }
-  if (!bus.ok()) return bus.status().WithContext("cannot start the message bus");
+  if (!bus.ok()) {
+    return bus.status().WithContext(
+        plan_.bus.fixed_port
+            ? fmt::format("cannot start the message bus on bus.port {} (set another, or auto)",
+                          plan_.bus.port)
+            : std::string("cannot start the message bus"));
+  }
   bus_ = std::move(bus).value();
   plan_.bus.host = options_.bus_advertised_host;
   plan_.bus.port = bus_->port();
@@ -143,6 +176,7 @@ Status RunDriver::Start() {
       backend_, clock_);
   observer_->Event(fmt::format("run {}: {} agents, run dir {}, bus {}", plan_.run,
                                plan_.agents.size(), dir_.path(), bus_address_));
+  if (options_.resume_from) controller_->Resume(*options_.resume_from);
   controller_->Start();
   WriteStatus();
   t0_ = clock_->NowSeconds();
@@ -235,6 +269,16 @@ bool RunDriver::Step() {
 }
 
 int RunDriver::Finish() {
+  // Telemetry still in flight (the checkpoint an agent committed as it
+  // stopped): take it before the last status is written.
+  for (int i = 0; i < 10; ++i) {
+    auto late = telemetry_->Poll(std::chrono::milliseconds(20));
+    if (!late.ok() || late->empty()) break;
+    for (const TelemetryMessage& m : *late) {
+      controller_->OnTelemetry(m);
+      if (m.type == TelemetryType::kMetrics) (void)metrics_->Write(m);
+    }
+  }
   const double elapsed = clock_->NowSeconds() - t0_;
   ReportChanges(elapsed);
   WriteStatus();

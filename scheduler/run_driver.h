@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "common/status.h"
 #include "plan/config.h"
 #include "plan/plan.h"
+#include "plan/port_lease.h"
 #include "plan/run_dir.h"
 #include "scheduler/inventory.h"
 #include "scheduler/launch_backend.h"
@@ -47,13 +49,24 @@ struct PreparedRun {
   Plan plan;  // plan.run_dir == dir.path()
   RunDir dir;
   std::string inventory_source;  // where the nodes came from, for messages
+  // Every port of the plan, leased on this machine (null when not asked for).
+  std::unique_ptr<PortLeases> leases;
 };
 
-// ResolveInventory, MakePlan (once), RunDir::Create under config.run.dir.
-// An infeasible plan is ResourceExhausted ("infeasible on <inventory>: <why>")
-// and creates nothing.
+struct PrepareOptions {
+  // Lease every port of the plan on this machine (LeaseRunPorts): what a
+  // local run needs. Off for `--backend slurm` on a login node.
+  bool lease_ports = true;
+  std::string lease_dir = DefaultPortLeaseDir();
+};
+
+// ResolveInventory, MakePlan (once), RunDir::Create under config.run.dir, and
+// the port leases. An infeasible plan is ResourceExhausted ("infeasible on
+// <inventory>: <why>") and creates nothing; a plan whose ports cannot be
+// leased fails the same way and leaves no run directory behind.
 Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory,
-                               const ScontrolReader& read_scontrol);
+                               const ScontrolReader& read_scontrol,
+                               const PrepareOptions& options = {});
 
 // The agents of `plan` as the controller launches them: ranks in order with
 // their node, local rank and GPUs; ports, checkpoint dir (absolute), log dir,
@@ -91,13 +104,17 @@ struct RunDriverOptions {
   std::string bus_advertised_host = "127.0.0.1";
   std::string local_node;               // inside an allocation: this node (SLURMD_NODENAME)
   std::chrono::milliseconds poll{100};  // longest wait for telemetry per Step()
+  // agentctl resume: the run's last status.json (RunController::Resume).
+  std::optional<RunStatus> resume_from;
 };
 
 class RunDriver {
  public:
   // `backend`, `clock`, `observer` and `stops` must outlive the driver.
+  // `leases` (may be null) holds the plan's ports for the run's lifetime.
   RunDriver(Plan plan, RunDir dir, LaunchBackend* backend, const Clock* clock,
-            RunObserver* observer, const StopRequests* stops, RunDriverOptions options = {});
+            RunObserver* observer, const StopRequests* stops, RunDriverOptions options = {},
+            std::unique_ptr<PortLeases> leases = nullptr);
   ~RunDriver();
   RunDriver(const RunDriver&) = delete;
   RunDriver& operator=(const RunDriver&) = delete;
@@ -131,6 +148,8 @@ class RunDriver {
   const StopRequests* stops_;
   RunDriverOptions options_;
 
+  std::unique_ptr<ControllerLock> lock_;
+  std::unique_ptr<PortLeases> leases_;
   std::unique_ptr<BusServer> bus_;
   std::unique_ptr<TelemetryReceiver> telemetry_;
   std::unique_ptr<MetricsWriter> metrics_;

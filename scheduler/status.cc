@@ -68,6 +68,8 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
     aj["master_port"] = a.master_port;
     aj["reason"] = a.reason;
     aj["log_dir"] = a.log_dir;
+    aj["restored_step"] = a.restored_step ? nlohmann::ordered_json(*a.restored_step) : nullptr;
+    aj["skipped_checkpoints"] = a.skipped_checkpoints;
     j["agents"].push_back(aj);
   }
   j["run_dir"] = status.run_dir;
@@ -107,6 +109,10 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
       a.master_port = aj.value("master_port", 0);
       a.reason = aj.value("reason", "");
       a.log_dir = aj.value("log_dir", "");
+      if (aj.contains("restored_step") && !aj["restored_step"].is_null()) {
+        a.restored_step = aj["restored_step"].get<int64_t>();
+      }
+      a.skipped_checkpoints = aj.value("skipped_checkpoints", std::vector<int64_t>{});
       s.agents.push_back(std::move(a));
     }
     s.run_dir = j.value("run_dir", "");
@@ -152,7 +158,24 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
       line.resize(static_cast<size_t>(width));
     out += line + "\n";
   }
+  for (const AgentStatus& a : status.agents) {
+    const std::string note = RestoreNote(a);
+    if (!note.empty()) out += "note: " + note + "\n";
+  }
   return out;
+}
+
+std::string RestoreNote(const AgentStatus& a) {
+  if (a.skipped_checkpoints.empty()) return "";
+  std::string steps;
+  for (const int64_t s : a.skipped_checkpoints)
+    steps += (steps.empty() ? "" : ", ") + std::to_string(s);
+  if (!a.restored_step || *a.restored_step < 0) {
+    return fmt::format("agent {} started fresh: every checkpoint was corrupt (skipped step{} {})",
+                       a.name, a.skipped_checkpoints.size() == 1 ? "" : "s", steps);
+  }
+  return fmt::format("agent {} resumed from step {}, past corrupt checkpoint{} {}", a.name,
+                     *a.restored_step, a.skipped_checkpoints.size() == 1 ? "" : "s", steps);
 }
 
 }  // namespace agentrt

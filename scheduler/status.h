@@ -13,7 +13,9 @@
 //                "metrics": {"loss": 0.1},         // latest values reported
 //                "step": 420, "steps_per_s": 35.5, "master_port": 20016,
 //                "reason": "rank 1 (pid 4243) was killed by signal 9 (Killed)",
-//                "log_dir": "/abs/run/logs/predator-0"}],
+//                "log_dir": "/abs/run/logs/predator-0",
+//                "restored_step": 400,            // null: not reported; -1: fresh start
+//                "skipped_checkpoints": [600]}],  // corrupt checkpoints passed over
 //    "run_dir": "/abs/run", "controller_pid": 4200, "started_unix_s": 1764460000.1,
 //    "updated_unix_s": 1764460042.3}
 // exit_code: null while the rank runs (or is not known), the exit status once it
@@ -59,6 +61,10 @@ struct AgentStatus {
   int master_port = 0;
   std::string reason;  // why it last failed / stopped ("" when it did not)
   std::string log_dir;
+  // Its latest restore: the step resumed from (-1: a fresh start; unset: not
+  // reported), and committed checkpoints it had to pass over as corrupt.
+  std::optional<int64_t> restored_step;
+  std::vector<int64_t> skipped_checkpoints;
 };
 
 struct RunStatus {
@@ -78,6 +84,11 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& json);
 Result<RunStatus> ReadRunStatusFile(const std::string& path);
 // Atomic: a temporary file renamed over `path`.
 Status WriteRunStatusFile(const RunStatus& status, const std::string& path);
+
+// "agent X started fresh: every checkpoint was corrupt (skipped steps 600,
+// 400)" or "... resumed from step 400, past corrupt checkpoint 600"; "" when
+// nothing was skipped.
+std::string RestoreNote(const AgentStatus& agent);
 
 // The live table: one line per agent (state, restarts, step, steps/s, latest
 // metrics), fitted to `width` columns. Ends with a newline.

@@ -170,6 +170,7 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
   // from SLURM's, the plan's GPUs of its node, its log, the step id.
   RankExecOptions wrapper;
   wrapper.log_dir = agent.log_dir;
+  wrapper.exit_record = true;  // so a failure names its rank, not only srun
   wrapper.step_id_file = agent.log_dir + "/step.id";
   if (!options.trust_slurm_binding && gpus_per_node > 0) {
     for (const auto& node : nodes) {

@@ -14,10 +14,10 @@ fi
 "$build/bin/agentctl" run --help >/dev/null 2>&1 || fail "agentctl has no run command"
 tmp=$(mktemp -d /tmp/agentrt-ddp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-cd "$src"
+cd "$tmp"  # anywhere: the config's train.py is found next to it
 # The python with torch first on PATH; agent-worker-free: the config's command is python3 train.py.
 export PATH="/usr/bin:$build/bin:$PATH"
-timeout 300 "$build/bin/agentctl" run examples/pytorch_ddp/agents.yaml --set run.dir="$tmp/runs" --quiet \
+timeout 300 "$build/bin/agentctl" run "$src/examples/pytorch_ddp/agents.yaml" --set run.dir="$tmp/runs" --quiet \
   >"$tmp/run.log" 2>&1 || { cat "$tmp/run.log"; cat "$tmp"/runs/*/logs/ddp/* 2>/dev/null; fail "agentctl run exited non-zero"; }
 run_dir=$(ls -d "$tmp"/runs/pytorch-ddp-* | head -1)
 summary=$(cat "$run_dir"/logs/ddp/* | grep '^{"world_size"' | head -1)

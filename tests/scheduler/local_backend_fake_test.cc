@@ -159,8 +159,8 @@ TEST_CASE(
       std::find(req.argv.begin(), req.argv.end(), "/opt/agentrt/bin/agentrt-exec-rank");
   REQUIRE(wrapper != req.argv.end());
   CHECK(std::vector<std::string>(wrapper + 1, req.argv.end()) ==
-        std::vector<std::string>{"--log-dir", "/tmp/agentrt-fake-backend-logs/mpi-agent", "--",
-                                 "/bin/true", "--flag"});
+        std::vector<std::string>{"--log-dir", "/tmp/agentrt-fake-backend-logs/mpi-agent",
+                                 "--exit-record", "--", "/bin/true", "--flag"});
   CHECK(Env(req.env, "RANK") == "<unset>");
   CHECK(req.log_path == "/tmp/agentrt-fake-backend-logs/mpi-agent/mpirun.log");
   REQUIRE(launched->ranks.size() == 2);

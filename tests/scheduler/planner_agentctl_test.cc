@@ -66,10 +66,12 @@ TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1
   Output o = Agentctl(dir, "validate " + bad);
   CHECK(o.exit_code == 1);
   CHECK(o.out.empty());
-  CHECK(o.err == "agentctl validate: " + bad +
-                     ":3:5: key 'agents[0].gpu': unknown key; expected one of name, replicas, "
-                     "gpus, ranks, command, env, args, restart, checkpoint, nodes, backend; did "
-                     "you mean 'gpus'?\n");
+  CHECK(o.err ==
+        "agentctl validate: " + bad +
+            ":3:5: key 'agents[0].gpu': unknown key; expected one of name, replicas, "
+            "gpus, ranks, command, env, args, restart, workdir, checkpoint, nodes, backend; "
+            "did "
+            "you mean 'gpus'?\n");
   o = Agentctl(dir, "validate " + dir.Path("missing.yaml"));
   CHECK(o.exit_code == 1);
   CHECK_THAT(o.err, Contains("cannot read config"));

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -280,6 +281,78 @@ TEST_CASE("an empty inventory is infeasible") {
   PlanResult r = MakePlan(c, none);
   REQUIRE_FALSE(r.feasible());
   CHECK(r.infeasible().reason == "the inventory (slurm partition gpu) has no usable nodes");
+}
+
+}  // namespace
+}  // namespace agentrt
+
+namespace agentrt {
+namespace {
+
+struct TempLeaseDir {
+  TempLeaseDir() {
+    char tmpl[] = "/tmp/agentrt-plan-lease.XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempLeaseDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+const auto kEverywhere = [](const AgentPlan&) { return true; };
+
+TEST_CASE("a second run on the machine gets other port blocks and another bus port") {
+  TempLeaseDir dir;
+  const Config c = Load(R"(cluster:
+  nodes: [{name: n1, cpus: 8}]
+  ports: {first: 23000, last: 23127, per_agent: 16}
+agents: [{name: a, replicas: 3}]
+)");
+  Plan first = MustPlan(c);
+  Plan second = MustPlan(c);
+  REQUIRE(PlanToJsonString(first) == PlanToJsonString(second));  // the same plan twice...
+  auto l1 = PortLeases::Open("run-1", dir.path);
+  auto l2 = PortLeases::Open("run-2", dir.path);
+  REQUIRE(LeaseRunPorts(first, first.ports, kEverywhere, **l1).ok());
+  REQUIRE(LeaseRunPorts(second, second.ports, kEverywhere, **l2).ok());
+  // ... but no port in common once both are leased.
+  std::set<int> used;
+  for (const Plan* p : {&first, &second}) {
+    CHECK(used.insert(p->bus.port).second);
+    for (const AgentPlan& a : p->agents) {
+      for (int port = a.ports.first; port <= a.ports.last; ++port) CHECK(used.insert(port).second);
+      CHECK(a.master_port == a.ports.first);
+      CHECK(a.ports.last - a.ports.first == 15);
+    }
+  }
+  // A third does not fit in 128 ports: it is told which agent and which range.
+  Plan third = MustPlan(c);
+  auto l3 = PortLeases::Open("run-3", dir.path);
+  const Status full = LeaseRunPorts(third, third.ports, kEverywhere, **l3);
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.code() == StatusCode::kResourceExhausted);
+  CHECK_THAT(full.message(),
+             Contains("agent a-") && Contains("23000-23127") && Contains("widen cluster.ports"));
+}
+
+TEST_CASE("a fixed bus port that another run holds is an error, never a silent co-bind") {
+  TempLeaseDir dir;
+  const Config c = Load(R"(cluster:
+  nodes: [{name: n1, cpus: 8}]
+  ports: {first: 23200, last: 23299, per_agent: 16}
+bus: {port: 23250}
+agents: [{name: a}]
+)");
+  Plan first = MustPlan(c);
+  Plan second = MustPlan(c);
+  CHECK(first.bus.fixed_port);
+  auto l1 = PortLeases::Open("/runs/one", dir.path);
+  auto l2 = PortLeases::Open("/runs/two", dir.path);
+  REQUIRE(LeaseRunPorts(first, first.ports, kEverywhere, **l1).ok());
+  CHECK(first.bus.port == 23250);
+  const Status s = LeaseRunPorts(second, second.ports, kEverywhere, **l2);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == StatusCode::kAlreadyExists);
+  CHECK_THAT(s.message(), Contains("bus.port 23250 is not free") && Contains("/runs/one"));
 }
 
 }  // namespace

@@ -59,8 +59,8 @@ TEST_CASE("srun argv: one step with the plan's nodes, tasks, GPUs and MPI") {
   CHECK(std::vector<std::string>(wrapper, argv.end()) ==
         std::vector<std::string>{"agentrt-exec-rank", "--log-dir", "/runs/r/logs/learner", "--gpus",
                                  "gpu-01=2,3", "--gpus", "gpu-02=0", "--step-id-file",
-                                 "/runs/r/logs/learner/step.id", "--", "/bin/train", "--lr",
-                                 "3e-4"});
+                                 "/runs/r/logs/learner/step.id", "--exit-record", "--",
+                                 "/bin/train", "--lr", "3e-4"});
   options.trust_slurm_binding = true;  // ConstrainDevices clusters: SLURM's binding stands
   const auto trusting = BuildSrunArgv(TwoNodeAgent(), "/bin/train", options);
   CHECK_FALSE(Has(trusting, "--gpus"));

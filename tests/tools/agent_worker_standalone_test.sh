@@ -92,6 +92,6 @@ d="$tmp/typo"
 plan "$d" typo 1 single '{"env": "cartpole", "stepz": 10}'
 rc=0; out=$(env $(agent_env "$d" typo) RANK=0 WORLD_SIZE=1 timeout 60 "$worker" 2>&1) || rc=$?
 echo "$out"
-[ "$rc" = 1 ] || fail "exit status $rc for a bad args key (want 1)"
+[ "$rc" = 78 ] || fail "exit status $rc for a bad args key (want 78, EX_CONFIG: not worth a restart)"
 grep -q "agent typo args: unknown parameter 'stepz'" <<<"$out" || fail "the error does not name the key"
 echo "agent_worker_standalone_test: PASS"

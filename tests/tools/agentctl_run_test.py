@@ -286,7 +286,10 @@ def scenario_kill_controller(work):
         wait_for("every process of the run to die", lambda: not run_processes(run.run_dir) or None, 5.0, 0.05)
         check(True, "nothing left %.2f s after kill -9 of agentctl (was %d processes)" % (time.monotonic() - t0, len(before)))
         st = agentctl("status", run.run_dir)
-        check(st.returncode == 0 and "is gone" in st.stderr, "status warns that the controller is gone")
+        check(st.returncode == 3 and "is gone" in st.stderr and "controller gone" in st.stdout,
+              "status says the controller is gone (exit 3)")
+        stop = agentctl("stop", run.run_dir)
+        check(stop.returncode != 0 and "is gone" in stop.stderr, "stop refuses, saying what it found")
     finally:
         run.kill()
 

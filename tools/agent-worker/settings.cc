@@ -31,6 +31,12 @@ Result<WorkerSettings> WorkerSettings::FromArgs(const nlohmann::json& args,
   return s;
 }
 
+std::optional<std::pair<std::string, std::string>> CheckArgs(const nlohmann::json& args) {
+  Result<WorkerSettings> s = WorkerSettings::FromArgs(args, "agent-worker args");
+  if (s.ok()) return std::nullopt;
+  return std::make_pair(Params::KeyOfError(s.status()), s.status().message());
+}
+
 Result<Seating> SeatPursuit(const Plan& plan, const std::string& me,
                             const WorkerSettings& settings) {
   std::vector<std::string> predators, prey;

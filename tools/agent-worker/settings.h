@@ -17,7 +17,9 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -37,6 +39,11 @@ struct WorkerSettings {
   // `owner` prefixes messages ("agent predator-0 args").
   static Result<WorkerSettings> FromArgs(const nlohmann::json& args, const std::string& owner);
 };
+
+// The problem agent-worker would stop at with these args, as (key, message) —
+// key "" when it is not about one key — or nullopt. What `agentctl validate`
+// asks (the same declarations as start-up).
+std::optional<std::pair<std::string, std::string>> CheckArgs(const nlohmann::json& args);
 
 // Who plays which seat of a multi-agent world (pursuit). Agents of the plan
 // whose args say the same env take the seats in plan order, by role:

@@ -57,6 +57,9 @@ struct CopySeats {
 class Worker {
  public:
   Status Run();
+  // The run failed on the agent's own configuration (its args, its seat, its
+  // GPUs): restarting cannot help.
+  bool configuration_error() const { return configuration_error_; }
 
  private:
   Status Setup();
@@ -85,6 +88,7 @@ class Worker {
   TrainerMetrics last_;                   // of the last iteration
   std::vector<uint8_t> trainer_state_;    // checkpoint scratch
   SteadyTime::time_point last_log_ = SteadyTime::now();
+  bool configuration_error_ = false;
 };
 
 Status Worker::Setup() {
@@ -370,8 +374,14 @@ Status Worker::Evaluate() {
 }
 
 Status Worker::Run() {
-  AGENTRT_RETURN_IF_ERROR(Setup());
-  AGENTRT_RETURN_IF_ERROR(SetupTrainer());
+  // Before training starts, a bad argument or a refused GPU is the config's fault.
+  auto configured = [this](Status s) {
+    configuration_error_ =
+        s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
+    return s;
+  };
+  if (Status s = Setup(); !s.ok()) return configured(s);
+  if (Status s = SetupTrainer(); !s.ok()) return configured(s);
   AGENTRT_RETURN_IF_ERROR(Restore());
   const auto start = SteadyTime::now();
   const int64_t start_steps = trainer_->env_steps();
@@ -401,7 +411,7 @@ int WorkerMain() {
   Status status = worker.Run();
   if (!status.ok()) {
     std::fprintf(stderr, "agent-worker: %s\n", status.ToString().c_str());
-    return 1;
+    return worker.configuration_error() ? kExitConfigError : 1;
   }
   return 0;
 }

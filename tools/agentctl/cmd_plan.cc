@@ -43,8 +43,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
   cmd->add_flag("--json", opts->json, "print the plan as JSON (DESIGN §6)");
   cmd->callback([opts] {
-    agentrt::LoadOptions load;
-    load.overrides = opts->overrides;
+    const agentrt::LoadOptions load = ConfigLoadOptions(opts->overrides);
     agentrt::Result<agentrt::Config> config = agentrt::LoadConfigFile(opts->file, load);
     if (!config.ok()) Fail("plan", config.status());
     agentrt::InventoryRequest request;

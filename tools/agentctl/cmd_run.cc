@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,9 +24,11 @@
 
 #include "common/clock.h"
 #include "common/file_util.h"
+#include "plan/port_lease.h"
 #include "plan/run_dir.h"
 #include "scheduler/loader.h"
 #include "scheduler/local_backend.h"
+#include "scheduler/planner.h"
 #include "scheduler/process.h"
 #include "scheduler/run_driver.h"
 #include "slurm/alloc_script.h"
@@ -151,11 +154,12 @@ std::vector<std::string> RankWrapper() {
 
 // Drives the run to its end on this thread and returns the exit code.
 int Drive(agentrt::Plan plan, agentrt::RunDir dir, agentrt::LaunchBackend* backend,
-          const RunOptions& opts, agentrt::RunDriverOptions driver_options) {
+          const RunOptions& opts, agentrt::RunDriverOptions driver_options,
+          std::unique_ptr<agentrt::PortLeases> leases) {
   Display display(::isatty(STDOUT_FILENO) == 1, opts.status_interval_s, opts.quiet);
   ProcessStops stops;
   agentrt::RunDriver driver(std::move(plan), std::move(dir), backend, agentrt::SteadyClock(),
-                            &display, &stops, std::move(driver_options));
+                            &display, &stops, std::move(driver_options), std::move(leases));
   const int code = driver.Run();
   last_signal_of_run = driver.last_signal();
   return code;
@@ -164,8 +168,7 @@ int Drive(agentrt::Plan plan, agentrt::RunDir dir, agentrt::LaunchBackend* backe
 int Run(const RunOptions& opts) {
   if (opts.backend == "slurm-steps") return RunInAllocation(opts);
   if (opts.file.empty()) Fail("run", agentrt::InvalidArgument("no agents.yaml given"));
-  agentrt::LoadOptions load;
-  load.overrides = opts.overrides;
+  const agentrt::LoadOptions load = ConfigLoadOptions(opts.overrides);
   auto config = agentrt::LoadConfigFile(opts.file, load);
   if (!config.ok()) Fail("run", config.status());
   if (opts.backend == "slurm") return SubmitSlurm(opts, *config);
@@ -189,7 +192,8 @@ int Run(const RunOptions& opts) {
   agentrt::LocalBackendOptions backend_options;
   backend_options.rank_exec = RankWrapper();
   auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
-  return Drive(std::move(prepared->plan), std::move(prepared->dir), backend.get(), opts, {});
+  return Drive(std::move(prepared->plan), std::move(prepared->dir), backend.get(), opts, {},
+               std::move(prepared->leases));
 }
 
 // `--backend slurm-steps`: the batch shell of the allocation. The same driver,
@@ -237,7 +241,21 @@ int RunInAllocation(const RunOptions& opts) {
     driver_options.bus_listen_host = "0.0.0.0";
     driver_options.bus_advertised_host = local_node;
   }
-  const int code = Drive(std::move(*plan), dir, backend.get(), opts, driver_options);
+  // Lease the ports this node serves (the bus, its agents'); a block another
+  // run holds here moves, and plan.json is rewritten with it at start.
+  auto leases = agentrt::PortLeases::Open(dir.path());
+  if (!leases.ok()) Fail("run", leases.status());
+  const agentrt::Status leased = agentrt::LeaseRunPorts(
+      *plan, plan->ports,
+      [&local_node](const agentrt::AgentPlan& a) {
+        return local_node.empty() ||
+               (!a.placement.empty() && a.placement.front().node == local_node);
+      },
+      **leases);
+  if (!leased.ok())
+    Fail("run", leased.WithContext("cannot lease the run's ports on " + local_node));
+  const int code =
+      Drive(std::move(*plan), dir, backend.get(), opts, driver_options, std::move(leases).value());
   const char* job = std::getenv("SLURM_JOB_ID");
   if (last_signal_of_run == SIGUSR2 && job != nullptr) {
     // Preempted or near the time limit: every agent has checkpointed; come back.
@@ -265,7 +283,10 @@ int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
   request.config_file = opts.file;
   request.cluster_file = opts.cluster;
   request.live_slurm = true;
-  auto prepared = agentrt::PrepareRun(config, request, [&slurm] { return slurm.ShowNodesText(); });
+  agentrt::PrepareOptions prepare;
+  prepare.lease_ports = false;  // the allocation's controller leases them on its node
+  auto prepared = agentrt::PrepareRun(
+      config, request, [&slurm] { return slurm.ShowNodesText(); }, prepare);
   if (!prepared.ok()) {
     const bool infeasible = prepared.status().code() == agentrt::StatusCode::kResourceExhausted;
     Fail("run", infeasible ? prepared.status().WithContext("nothing submitted") : prepared.status(),
@@ -347,6 +368,65 @@ int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
 }
 
 }  // namespace
+
+// `agentctl resume RUN_DIR`: continue a local run whose controller died.
+int Resume(const std::string& run_dir_path, const RunOptions& opts) {
+  const agentrt::RunDir dir(std::filesystem::absolute(run_dir_path).lexically_normal().string());
+  if (agentrt::ControllerRunning(dir.path())) {
+    Fail("resume", agentrt::FailedPrecondition(
+                       fmt::format("run {} still has a live controller (pid {}); nothing to resume",
+                                   dir.path(), agentrt::LiveControllerPid(dir.path()))));
+  }
+  if (std::filesystem::exists(dir.SlurmJobIdPath())) {
+    Fail("resume", agentrt::FailedPrecondition(
+                       "run " + dir.path() +
+                       " runs on SLURM: its allocation resumes itself on requeue (scontrol requeue "
+                       "JOBID), or start it again with agentctl run --backend slurm"));
+  }
+  auto plan = agentrt::ReadPlanFile(dir.PlanPath());
+  if (!plan.ok())
+    Fail("resume", plan.status().WithContext("is " + dir.path() + " a run directory?"));
+  agentrt::RunDriverOptions driver_options;
+  if (auto previous = agentrt::ReadRunStatusFile(dir.StatusPath()); previous.ok()) {
+    if (previous->state == agentrt::RunState::kSucceeded ||
+        previous->state == agentrt::RunState::kFailed) {
+      Fail("resume", agentrt::FailedPrecondition(
+                         fmt::format("run {} already {}; nothing to resume", previous->run,
+                                     agentrt::RunStateName(previous->state))));
+    }
+    driver_options.resume_from = *previous;
+  }
+  // The ports again: the same blocks unless another run took them meanwhile.
+  auto leases = agentrt::PortLeases::Open(dir.path());
+  if (!leases.ok()) Fail("resume", leases.status());
+  const agentrt::Status leased = agentrt::LeaseRunPorts(
+      *plan, plan->ports, [](const agentrt::AgentPlan&) { return true; }, **leases);
+  if (!leased.ok()) Fail("resume", leased.WithContext("cannot lease the run's ports"));
+  Print(
+      fmt::format("agentctl resume: run {} in {}: every unfinished agent resumes from its "
+                  "newest checkpoint\n",
+                  plan->run, dir.path()));
+  InstallSignalHandlers();
+  agentrt::LocalBackendOptions backend_options;
+  backend_options.rank_exec = RankWrapper();
+  auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
+  return Drive(std::move(*plan), dir, backend.get(), opts, std::move(driver_options),
+               std::move(leases).value());
+}
+
+void RegisterResume(CLI::App& app) {
+  auto opts = std::make_shared<RunOptions>();
+  auto run_dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "resume",
+      "Continue a local run whose controller died: same plan and run directory, unfinished "
+      "agents from their newest checkpoints");
+  cmd->add_option("run_dir", *run_dir, "the run directory")->required();
+  cmd->add_option("--status-interval-s", opts->status_interval_s,
+                  "seconds between progress tables when stdout is not a terminal");
+  cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");
+  cmd->callback([opts, run_dir] { Exit(Resume(*run_dir, *opts)); });
+}
 
 void RegisterRun(CLI::App& app) {
   auto opts = std::make_shared<RunOptions>();

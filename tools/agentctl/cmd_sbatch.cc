@@ -72,8 +72,7 @@ void RegisterSbatch(CLI::App& app) {
                   "path of agentrt-bus on the compute nodes (default: next to agentctl)");
   cmd->add_flag("--submit", opts->submit, "also run the generated submit.sh");
   cmd->callback([opts] {
-    agentrt::LoadOptions load;
-    load.overrides = opts->overrides;
+    const agentrt::LoadOptions load = ConfigLoadOptions(opts->overrides);
     agentrt::Result<agentrt::Config> config = agentrt::LoadConfigFile(opts->file, load);
     if (!config.ok()) Fail("sbatch", config.status());
 

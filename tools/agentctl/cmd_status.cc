@@ -27,25 +27,31 @@ void RegisterStatus(CLI::App& app) {
     if (!status.ok()) {
       Fail("status", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
     }
-    // A run whose controller died (kill -9, power loss) still says "running".
-    const bool orphaned = status->state == agentrt::RunState::kRunning &&
-                          agentrt::LiveControllerPid(opts->run_dir) == 0;
+    // A run whose controller died (kill -9, power loss) still says "running"
+    // in its last record; the controller's lock (plan/run_dir.h) says the truth.
+    const bool orphaned =
+        status->state == agentrt::RunState::kRunning && !agentrt::ControllerRunning(opts->run_dir);
     if (opts->json) {
-      std::fputs((agentrt::RunStatusToJson(*status).dump(2) + "\n").c_str(), stdout);
+      auto j = agentrt::RunStatusToJson(*status);
+      j["controller_alive"] = agentrt::ControllerRunning(opts->run_dir);
+      std::fputs((j.dump(2) + "\n").c_str(), stdout);
     } else {
-      std::fputs(fmt::format("run {}: {} ({})\n", status->run, agentrt::RunStateName(status->state),
-                             opts->run_dir)
-                     .c_str(),
+      const std::string state = orphaned ? "controller gone (its last record says running)"
+                                         : std::string(agentrt::RunStateName(status->state));
+      std::fputs(fmt::format("run {}: {} ({})\n", status->run, state, opts->run_dir).c_str(),
                  stdout);
       std::fputs(agentrt::RenderStatusTable(*status, 0).c_str(), stdout);
     }
     if (orphaned) {
       std::fputs(
-          fmt::format("agentctl status: warning: the controller (pid {}) of this run is gone; "
-                      "the run did not end cleanly and the state above is its last record\n",
-                      status->controller_pid)
+          fmt::format(
+              "agentctl status: the controller (pid {}) of this run is gone: the run did not "
+              "end cleanly and the state above is its last record; `agentctl resume {}` "
+              "continues it\n",
+              status->controller_pid, opts->run_dir)
               .c_str(),
           stderr);
+      Exit(kExitControllerGone);
     }
   });
 }

@@ -81,6 +81,13 @@ void RegisterStop(CLI::App& app) {
       auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
       if (!status.ok())
         Fail("stop", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
+      if (status->state == agentrt::RunState::kRunning) {
+        // Its last record says running, but nobody holds the controller's lock.
+        Fail("stop", agentrt::FailedPrecondition(fmt::format(
+                         "the controller (pid {}) of run {} is gone: nothing is left to stop (its "
+                         "agents ended with it); `agentctl resume {}` continues the run",
+                         status->controller_pid, status->run, opts->run_dir)));
+      }
       std::fputs(fmt::format("run {} is not running (state {})\n", status->run,
                              agentrt::RunStateName(status->state))
                      .c_str(),

@@ -31,8 +31,7 @@ void RegisterValidate(CLI::App& app) {
     }
     if (opts->file.empty())
       Fail("validate", agentrt::InvalidArgument("missing FILE (agents.yaml to check)"));
-    agentrt::LoadOptions load;
-    load.overrides = opts->overrides;
+    const agentrt::LoadOptions load = ConfigLoadOptions(opts->overrides);
     agentrt::Result<agentrt::Config> config = agentrt::LoadConfigFile(opts->file, load);
     if (!config.ok()) Fail("validate", config.status());
     const agentrt::Config& c = *config;

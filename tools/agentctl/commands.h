@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "scheduler/loader.h"
 
 #define AGENTCTL_COMMANDS(X) \
   X(Validate)                \
@@ -18,6 +19,7 @@
   X(Sbatch)                  \
   X(ArrayTask)               \
   X(Run)                     \
+  X(Resume)                  \
   X(Status)                  \
   X(Logs)                    \
   X(Stop)
@@ -29,11 +31,16 @@ AGENTCTL_COMMANDS(AGENTCTL_DECLARE_REGISTER)
 #undef AGENTCTL_DECLARE_REGISTER
 
 // Exit codes shared by every subcommand.
-inline constexpr int kExitError = 1;       // bad input, I/O error, ...
-inline constexpr int kExitInfeasible = 2;  // the plan cannot be made on this cluster
+inline constexpr int kExitError = 1;           // bad input, I/O error, ...
+inline constexpr int kExitInfeasible = 2;      // the plan cannot be made on this cluster
+inline constexpr int kExitControllerGone = 3;  // status: the run's controller died mid-run
 
 // Ends the running subcommand with `code` (main returns it).
 [[noreturn]] inline void Exit(int code) { throw CLI::RuntimeError(code); }
+
+// How every subcommand loads agents.yaml: the overrides, and agent-worker's
+// own check of its agents' `args` (so a typo there fails at file:line:col).
+agentrt::LoadOptions ConfigLoadOptions(const std::vector<std::string>& overrides);
 
 // Prints "agentctl <command>: <message>" to stderr and exits with `code`.
 [[noreturn]] void Fail(std::string_view command, const agentrt::Status& status,

@@ -5,9 +5,22 @@
 #include <string_view>
 
 #include "plan/rank_exec.h"
+#include "tools/agent-worker/settings.h"
 #include "tools/agentctl/commands.h"
 
 namespace agentctl {
+
+agentrt::LoadOptions ConfigLoadOptions(const std::vector<std::string>& overrides) {
+  agentrt::LoadOptions options;
+  options.overrides = overrides;
+  options.args_validators["agent-worker"] =
+      [](const nlohmann::json& args) -> std::optional<agentrt::ArgsProblem> {
+    auto problem = agentrt::worker::CheckArgs(args);
+    if (!problem) return std::nullopt;
+    return agentrt::ArgsProblem{problem->first, problem->second};
+  };
+  return options;
+}
 
 void Fail(std::string_view command, const agentrt::Status& status, int code) {
   std::fputs(fmt::format("agentctl {}: {}\n", command, status.message()).c_str(), stderr);

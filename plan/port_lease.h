@@ -1,0 +1,71 @@
+// Machine-wide port leases: every port a run uses on a machine (the bus, every
+// agent's block) is leased for the run's lifetime, so concurrent runs of any
+// users, in any run directories, local or inside SLURM steps that share a node,
+// never hand out the same port.
+//
+// How: one lock file, `<dir>/ports.lock` (mode 0666 in a 1777 directory, so
+// every user can lock it), and one Linux open-file-description byte-range lock
+// (F_OFD_SETLK) per leased range, with byte offset = port number. The kernel
+// decides conflicts between any two ranges whatever their boundaries, across
+// processes and users, and drops a lease the moment its owner's descriptor is
+// closed — when the run ends, or when its process dies, however it dies: a
+// lease of a dead owner is reclaimed with no clean-up step and no timeout. Next
+// to it, `<dir>/owners/<pid>.json` says which run holds which ranges, so a
+// conflict names the holder ("ports 20016-20031 are held by run /runs/demo-...
+// (pid 4242)"); stale owner files of dead pids are removed when found.
+//
+// The directory is AGENTRT_PORT_LEASE_DIR, else /run/lock/agentrt (not /tmp:
+// SLURM's job_container/tmpfs gives each job a private /tmp), else
+// /tmp/agentrt-ports. Leases are per machine: they do not reach other nodes.
+//
+// Thread-safety: a PortLeases object is used by one thread. Its descriptor is
+// close-on-exec, so children do not keep a run's leases alive.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+// AGENTRT_PORT_LEASE_DIR, /run/lock/agentrt or /tmp/agentrt-ports (see above).
+std::string DefaultPortLeaseDir();
+
+class PortLeases {
+ public:
+  // Opens (creating) the lease directory and lock file. `owner` names the
+  // holder in other runs' messages (the run directory).
+  static Result<std::unique_ptr<PortLeases>> Open(std::string owner,
+                                                  std::string dir = DefaultPortLeaseDir());
+  ~PortLeases();  // releases every lease and removes the owner file
+  PortLeases(const PortLeases&) = delete;
+  PortLeases& operator=(const PortLeases&) = delete;
+
+  // Leases [first, last] for as long as this object lives (or until Release).
+  // AlreadyExists naming the port and, when known, the run and pid holding it;
+  // an errno status when the lock file cannot be locked at all.
+  Status Acquire(int first, int last);
+  // Releases a range leased by Acquire (exactly as it was acquired).
+  Status Release(int first, int last);
+
+  // True when [first, last] could be leased now (by anyone but this object).
+  bool Free(int first, int last) const;
+
+  const std::vector<std::pair<int, int>>& held() const { return held_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  PortLeases(std::string owner, std::string dir, int fd);
+  void WriteOwnerFile() const;
+  std::string Holder(int port) const;  // "run X (pid N)" or ""
+
+  std::string owner_;
+  std::string dir_;
+  int fd_ = -1;
+  std::vector<std::pair<int, int>> held_;
+};
+
+}  // namespace agentrt
