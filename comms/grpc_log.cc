@@ -13,7 +13,7 @@ namespace agentrt {
 namespace {
 
 void LogLine(gpr_log_func_args* args) {
-  const char* severity = args->severity == GPR_LOG_SEVERITY_ERROR   ? "error"
+  const char* severity = args->severity == GPR_LOG_SEVERITY_ERROR  ? "error"
                          : args->severity == GPR_LOG_SEVERITY_INFO ? "info"
                                                                    : "debug";
   const char* file = args->file != nullptr ? std::strrchr(args->file, '/') : nullptr;

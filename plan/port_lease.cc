@@ -38,7 +38,9 @@ struct flock Range(short type, int first, int last) {
   return fl;
 }
 
-bool PidAlive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+bool PidAlive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
 
 }  // namespace
 
@@ -69,14 +71,14 @@ PortLeases::~PortLeases() {
 
 Status PortLeases::Acquire(int first, int last) {
   if (first < 1 || last > 65535 || first > last) {
-    return InvalidArgument("cannot lease ports " + std::to_string(first) + "-" + std::to_string(last) +
-                           ": not a range within 1-65535");
+    return InvalidArgument("cannot lease ports " + std::to_string(first) + "-" +
+                           std::to_string(last) + ": not a range within 1-65535");
   }
   struct flock fl = Range(F_WRLCK, first, last);
   if (::fcntl(fd_, F_OFD_SETLK, &fl) != 0) {
     if (errno != EAGAIN && errno != EACCES) {
-      return ErrnoStatus(errno, "cannot lock ports " + std::to_string(first) + "-" + std::to_string(last) +
-                                    " in " + dir_ + "/ports.lock");
+      return ErrnoStatus(errno, "cannot lock ports " + std::to_string(first) + "-" +
+                                    std::to_string(last) + " in " + dir_ + "/ports.lock");
     }
     // Which port is taken, and by whom.
     struct flock probe = Range(F_WRLCK, first, last);
@@ -97,7 +99,8 @@ Status PortLeases::Acquire(int first, int last) {
 Status PortLeases::Release(int first, int last) {
   struct flock fl = Range(F_UNLCK, first, last);
   if (::fcntl(fd_, F_OFD_SETLK, &fl) != 0) {
-    return ErrnoStatus(errno, "cannot release ports " + std::to_string(first) + "-" + std::to_string(last));
+    return ErrnoStatus(
+        errno, "cannot release ports " + std::to_string(first) + "-" + std::to_string(last));
   }
   std::erase(held_, std::make_pair(first, last));
   WriteOwnerFile();

@@ -7,6 +7,11 @@
 //   --forever         never stop by itself (until SIGTERM/SIGINT)
 //   --fail-at-step K  exit with --exit-code right after step K (default code 1 then)
 //   --exit-code C     the exit code used by --steps / --fail-at-step
+//   --say TEXT        with --fail-at-step: print TEXT on stderr last (what a failing agent says)
+//   --bus-connections N  open N fresh bus connections, publish on each, exit 4 on any refusal
+//   --rendezvous      every rank meets at MASTER_PORT (rank 0 serves a TcpStore holding
+//                     this run's and agent's identity); a rank that reaches anyone else's
+//                     store, or nobody, exits 5
 // Checkpoint cadence: one rank follows the wall clock (and SIGUSR2). Ranks of a
 // multi-rank agent must save the same step, and this agent has no collective to
 // agree on one, so they save every round(interval / step time) steps instead.
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "agent_runtime/runtime.h"
+#include "agent_runtime/tcp_store.h"
 #include "common/file_util.h"
 
 extern char** environ;
@@ -64,6 +70,9 @@ int main(int argc, char** argv) {
   size_t state_bytes = 4096;
   int heartbeat_ms = 1000;
   std::string dump_env;
+  std::string say;
+  int bus_connections = 0;
+  bool rendezvous = false;
   app.add_option("--steps", steps, "total steps, then exit");
   app.add_flag("--forever", forever, "never stop by itself");
   app.add_option("--fail-at-step", fail_at_step, "exit with --exit-code after this step");
@@ -74,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--state-bytes", state_bytes, "bytes of fake model state per checkpoint");
   app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period");
   app.add_option("--dump-env", dump_env, "write DIR/<agent>.rank<r>.json with env and argv");
+  app.add_option("--say", say, "with --fail-at-step: print this on stderr last");
+  app.add_option("--bus-connections", bus_connections, "fresh bus connections to open and use");
+  app.add_flag("--rendezvous", rendezvous, "every rank meets at MASTER_PORT");
   CLI11_PARSE(app, argc, argv);
 
   agentrt::RuntimeOptions options;
@@ -91,6 +103,47 @@ int main(int argc, char** argv) {
   std::cout << "agent " << a.agent << " rank " << a.rank << "/" << a.world_size << " pid "
             << ::getpid() << " restart " << a.restart_count << std::endl;
   if (!dump_env.empty()) DumpEnvironment(dump_env, a, argc, argv);
+  if (rendezvous) {
+    // What NCCL's id exchange does: rank 0 serves on MASTER_PORT, every rank
+    // reads the identity it left there. Another run's store would say otherwise.
+    const std::string me = a.run_dir + "|" + a.agent;
+    agentrt::TcpStoreOptions o;
+    o.host = a.master_addr.empty() ? "127.0.0.1" : a.master_addr;
+    o.port = a.master_port;
+    o.is_server = a.rank == 0;
+    o.rank = a.rank;
+    o.world_size = a.world_size;
+    o.agent = a.agent;
+    o.connect_timeout = std::chrono::seconds(30);
+    auto store = agentrt::TcpStore::Create(o);
+    if (!store.ok()) {
+      std::cerr << "agentrt-test-agent: rendezvous: " << store.status().ToString() << std::endl;
+      return 5;
+    }
+    if (a.rank == 0 && !(*store)->Set("identity", me).ok()) return 5;
+    auto seen = (*store)->Get("identity", std::chrono::seconds(30));
+    if (!seen.ok() || *seen != me) {
+      std::cerr << "agentrt-test-agent: rendezvous on port " << a.master_port << " met '"
+                << (seen.ok() ? *seen : seen.status().ToString()) << "', not '" << me << "'"
+                << std::endl;
+      return 5;
+    }
+    if (!(*store)->Barrier(std::chrono::seconds(30)).ok()) return 5;
+    std::cout << "rendezvous on port " << a.master_port << " ok" << std::endl;
+  }
+  for (int c = 0; c < bus_connections; ++c) {
+    agentrt::BusClientOptions bo;
+    bo.call_timeout = std::chrono::seconds(20);
+    auto bus = agentrt::BusClient::ForAgent(a, bo);
+    agentrt::Status s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(20)) : bus.status();
+    if (s.ok()) s = (*bus)->Publish("probe/" + a.agent, std::to_string(c)).status();
+    if (!s.ok()) {
+      std::cerr << "agentrt-test-agent: bus connection " << c << " refused: " << s.ToString()
+                << std::endl;
+      return 4;
+    }
+  }
+  if (bus_connections > 0) std::cout << bus_connections << " bus connections ok" << std::endl;
 
   const bool checkpointing = ckpt_interval_s > 0;
   const bool single_rank = a.world_size == 1;
@@ -149,7 +202,8 @@ int main(int argc, char** argv) {
     if (fail_at_step >= 0 && step >= fail_at_step) {
       int code = exit_code >= 0 ? exit_code : 1;
       std::cout << "failing at step " << step << " with exit code " << code << std::endl;
-      std::_Exit(code);  // like a crash: no checkpoint, no bye
+      if (!say.empty()) std::cerr << say << std::endl;  // its last word
+      std::_Exit(code);                                 // like a crash: no checkpoint, no bye
     }
   }
   if (checkpointing) {

@@ -67,7 +67,8 @@ TEST_CASE("a lease dies with its owner, however it dies, and its owner file is c
   REQUIRE(parent.ok());
   const Status held = (*parent)->Acquire(21000, 21015);
   REQUIRE_FALSE(held.ok());
-  CHECK_THAT(held.message(), Catch::Contains("run /runs/child (pid " + std::to_string(child) + ")"));
+  CHECK_THAT(held.message(),
+             Catch::Contains("run /runs/child (pid " + std::to_string(child) + ")"));
   REQUIRE(::kill(child, SIGKILL) == 0);
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
@@ -85,8 +86,10 @@ TEST_CASE("the lease directory and file can be shared by every user") {
   LeaseDir dir;
   auto l = PortLeases::Open("/runs/a", dir.path + "/shared");
   REQUIRE(l.ok());
-  CHECK((fs::status(dir.path + "/shared").permissions() & fs::perms::others_write) != fs::perms::none);
-  CHECK((fs::status(dir.path + "/shared").permissions() & fs::perms::sticky_bit) != fs::perms::none);
+  CHECK((fs::status(dir.path + "/shared").permissions() & fs::perms::others_write) !=
+        fs::perms::none);
+  CHECK((fs::status(dir.path + "/shared").permissions() & fs::perms::sticky_bit) !=
+        fs::perms::none);
   CHECK((fs::status(dir.path + "/shared/ports.lock").permissions() & fs::perms::others_write) !=
         fs::perms::none);
   CHECK_FALSE((*l)->Acquire(0, 10).ok());

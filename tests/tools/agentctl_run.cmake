@@ -1,9 +1,27 @@
 # `agentctl run` on one machine (issue 3), end to end: the real agentctl, the
 # real test agent (tests/agent_runtime/test_agent.cc), real mpirun, real signals.
 # Each scenario is its own test, bounded in time; ports are probed free by the test.
-foreach(scenario env_contract restart failing kill_controller busy_port)
+foreach(scenario env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure
+                 config_error fresh_after_corrupt last_checkpoint)
   agentrt_script_test(NAME agentctl_run_${scenario}
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py ${scenario}
     LABELS integration
     TIMEOUT 120)
 endforeach()
+
+# Shared machines: four runs at once on one machine (fault: what users came to agentrt to escape).
+agentrt_script_test(NAME agentctl_run_concurrent
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py concurrent
+  LABELS integration fault
+  TIMEOUT 180)
+
+# The fault suite: a kill loop over random ranks, and a SIGSTOP during a short demo.
+agentrt_script_test(NAME agentctl_run_kill_loop
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py kill_loop
+  LABELS integration fault
+  TIMEOUT 240)
+agentrt_script_test(NAME agentctl_run_sigstop_demo
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py sigstop_demo
+  LABELS integration fault
+  TIMEOUT 300)
+set_tests_properties(agentctl_run_sigstop_demo PROPERTIES RUN_SERIAL TRUE)

@@ -7,8 +7,10 @@ agentctl binary and the real test agent (agentrt-test-agent).
 Every wait is bounded; ports come from a block probed free by the test; each
 scenario runs in its own temporary directory, which is removed on success.
 """
+import glob
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -51,6 +53,24 @@ def heartbeating(run, name, ranks):
         return None
     pids = [r["pid"] for r in a["ranks"]]
     return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None
+
+
+def incarnation_restore(log, restart):
+    """(step,) incarnation `restart` of a test agent logged it resumed from, (-1,) when it restored
+    nothing, None while its restore line is not in `log` yet."""
+    try:
+        with open(log) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    start = re.search(r" restart %d\n" % restart, text)
+    if not start:
+        return None
+    lines = text[start.end():].splitlines()
+    if not lines:
+        return None
+    m = re.match(r"resumed from step (\d+)", lines[0])
+    return (int(m.group(1)) if m else -1,)
 
 
 def agentctl(*args, timeout=30):
@@ -320,6 +340,338 @@ def scenario_busy_port(work):
         check(run.agent("a")["master_port"] == port, "status.json records the port used")
     finally:
         foreign.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Shared machines (issue 12): concurrent runs, working directories, resume, rank-level status.
+
+def plan_of(run_dir):
+    with open(os.path.join(run_dir, "plan.json")) as f:
+        return json.load(f)
+
+
+def scenario_concurrent(work):
+    """Four runs of one config at once on one machine: every agent opens many fresh bus
+    connections and rendezvouses on its MASTER_PORT; no call is refused, no port is shared by
+    two runs, every run succeeds."""
+    first = free_port_block(256)
+    inventory = os.path.join(work, "inventory.yaml")
+    with open(inventory, "w") as f:  # fake GPUs: agents of 2 ranks spawned directly
+        f.write("cluster:\n  nodes:\n    - {name: localhost, gpus: 8, cpus: 64}\n"
+                "  ports: {first: %d, last: %d, per_agent: 8}\n" % (first, first + 255))
+    args = ["--steps", "10", "--step-ms", "10", "--heartbeat-ms", "200", "--rendezvous",
+            "--bus-connections", "20"]
+    agents = agent_yaml("a", args, gpus=2, ranks=2) + agent_yaml("b", args, gpus=2, ranks=2)
+    channels = 'channels:\n  - {topic: "probe/*", publishers: ["*"], subscribers: ["*"]}\n'
+    runs = []
+    for i in range(4):
+        d = os.path.join(work, "run%d" % i)
+        os.makedirs(d)
+        runs.append(AgentctlRun(AGENTCTL, d, yaml_config(first, agents, channels), ["--cluster", inventory]))
+    codes = [r.wait_exit(120) for r in runs]
+    for i, (r, rc) in enumerate(zip(runs, codes)):
+        check(rc == 0, "run %d succeeded (rc %d)\n%s" % (i, rc, r.output()))
+    ports = {}
+    for i, r in enumerate(runs):
+        plan = plan_of(r.run_dir)
+        used = [plan["bus"]["port"]]
+        for a in plan["agents"]:
+            used += list(range(a["ports"]["first"], a["ports"]["last"] + 1))
+        for port in used:
+            check(port not in ports, "port %d of run %d is not also run %s's" % (port, i, ports.get(port)))
+            ports[port] = i
+        for a in ("a", "b"):
+            for rank in (0, 1):
+                with open(os.path.join(r.run_dir, "logs", a, "rank%d.log" % rank)) as f:
+                    log = f.read()
+                check("20 bus connections ok" in log and "rendezvous on port" in log,
+                      "run %d %s rank %d: 20 fresh bus connections and its own rendezvous" % (i, a, rank))
+    check(len({plan_of(r.run_dir)["bus"]["port"] for r in runs}) == 4, "four buses on four ports")
+
+
+def scenario_workdir(work):
+    """Two agents run one stock script that writes and reads a relative file: each sees only its
+    own, in its own working directory; the script is found next to agents.yaml."""
+    first = free_port_block(64)
+    script = os.path.join(work, "snapshot.py")
+    with open(script, "w") as f:
+        f.write("import os, sys, time\n"
+                "me = os.environ['AGENTRT_AGENT']\n"
+                "if os.path.exists('snapshot.txt'):\n"
+                "    print('found a snapshot of', open('snapshot.txt').read()); sys.exit(3)\n"
+                "open('snapshot.txt', 'w').write(me)\n"
+                "time.sleep(1.0)\n"
+                "seen = open('snapshot.txt').read()\n"
+                "print('cwd', os.getcwd(), 'workdir', os.environ['AGENTRT_WORKDIR'], 'seen', seen)\n"
+                "sys.exit(0 if seen == me and os.getcwd() == os.environ['AGENTRT_WORKDIR'] else 4)\n")
+    agents = ""
+    for name in ("one", "two"):
+        agents += "  - name: %s\n    command: [/usr/bin/python3, snapshot.py]\n" % name
+    elsewhere = os.path.join(work, "elsewhere")
+    os.makedirs(elsewhere)
+    config = os.path.join(work, "agents.yaml")
+    with open(config, "w") as f:
+        f.write(yaml_config(first, agents).replace("dir: runs", "dir: %s" % os.path.join(work, "runs")))
+    out = subprocess.run([AGENTCTL, "run", config, "--quiet"], cwd=elsewhere, capture_output=True,
+                         text=True, timeout=60)
+    check(out.returncode == 0, "both agents saw only their own file (rc %d)\n%s%s" %
+          (out.returncode, out.stdout, out.stderr))
+    run_dir = glob.glob(os.path.join(work, "runs", "t-*"))[0]
+    for name in ("one", "two"):
+        with open(os.path.join(run_dir, "agents", name, "snapshot.txt")) as f:
+            check(f.read() == name, "%s's snapshot.txt is in RUN_DIR/agents/%s" % (name, name))
+    check(not os.path.exists(os.path.join(elsewhere, "snapshot.txt")), "nothing landed in agentctl's directory")
+    bad = os.path.join(work, "missing.yaml")
+    with open(bad, "w") as f:
+        f.write("agents:\n  - name: x\n    command: [python3, nothere.py]\n")
+    v = agentctl("validate", bad)
+    check(v.returncode != 0 and "missing.yaml:3:24" in v.stderr and "nothere.py" in v.stderr,
+          "a missing script is an error at file:line:col: %s" % v.stderr.strip())
+
+
+def scenario_resume(work):
+    """kill -9 of agentctl, then agentctl resume: the finished agent stays finished, the other
+    resumes from its checkpoint and completes; resume is refused while a controller lives."""
+    first = free_port_block(64)
+    quick = ["--steps", "5", "--step-ms", "10", "--heartbeat-ms", "200"]
+    slow = ["--steps", "60", "--step-ms", "50", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.5"]
+    agents = agent_yaml("quick", quick) + agent_yaml("slow", slow)
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    try:
+        wait_for("quick to finish", lambda: (run.agent("quick") or {}).get("state") == "succeeded", 30)
+        wait_for("a checkpoint of slow",
+                 lambda: ((run.agent("slow") or {}).get("last_checkpoint_step") or 0) >= 5, 30)
+        refused = agentctl("resume", run.run_dir)
+        check(refused.returncode != 0 and "live controller" in refused.stderr,
+              "resume is refused while the controller lives: %s" % refused.stderr.strip())
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait(timeout=10)
+        wait_for("the old agents to die", lambda: not run_processes(run.run_dir) or None, 10)
+        st = agentctl("status", run.run_dir)
+        check(st.returncode == 3, "status: the controller is gone (exit 3)")
+        resumed = subprocess.run([AGENTCTL, "resume", run.run_dir, "--quiet"], capture_output=True,
+                                 text=True, timeout=90)
+        check(resumed.returncode == 0, "the resumed run succeeded\n%s%s" % (resumed.stdout, resumed.stderr))
+        with open(os.path.join(run.run_dir, "logs", "slow", "rank0.log")) as f:
+            log = f.read()
+        steps = [int(x) for x in re.findall(r"resumed from step (\d+)", log)]
+        check(steps and steps[-1] >= 5, "slow resumed from its checkpoint (step %s)" % steps)
+        check("done at step 60" in log, "slow reached its budget")
+        with open(os.path.join(run.run_dir, "logs", "quick", "rank0.log")) as f:
+            check(f.read().count("training from step") == 1, "quick was not started again")
+        final = run.status()
+        check(final["state"] == "succeeded" and run.agent("slow")["restarts"] >= 1,
+              "status: succeeded, slow counted one more incarnation")
+    finally:
+        run.kill()
+
+
+def scenario_mpi_rank_failure(work):
+    """SIGKILL of rank 1 of an mpirun agent: status names rank 1, its own pid and the signal."""
+    first = free_port_block(64)
+    args = ["--forever", "--step-ms", "50", "--heartbeat-ms", "200"]
+    agents = agent_yaml("pair", args, ranks=2, restart="{max_restarts: 0}")
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    try:
+        a = wait_for("both ranks heartbeating", lambda: heartbeating(run, "pair", 2), 40)
+        pids = {r["rank"]: r["pid"] for r in a["ranks"]}
+        check(len(set(pids.values())) == 2, "status shows each rank's own pid: %s" % pids)
+        os.kill(pids[1], signal.SIGKILL)
+        rc = run.wait_exit(60)
+        reason = run.agent("pair")["reason"]
+        check(rc != 0 and "rank 1 (pid %d) was killed by signal 9" % pids[1] in reason,
+              "the failure names rank 1, its pid and SIGKILL: %s" % reason)
+        ranks = {r["rank"]: r for r in run.agent("pair")["ranks"]}
+        check(ranks[1]["exit_code"] == -9, "status.json records rank 1's own end (-9)")
+    finally:
+        run.kill()
+
+
+def scenario_config_error(work):
+    """An agent that exits 78 (EX_CONFIG) is not restarted; the summary says configuration error
+    and quotes what it said."""
+    first = free_port_block(64)
+    args = ["--steps", "5", "--fail-at-step", "1", "--exit-code", "78", "--say",
+            "my-agent: unknown option 'lrr' in args"]
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agent_yaml("picky", args)))
+    rc = run.wait_exit(60)
+    out = run.output()
+    a = run.agent("picky")
+    check(rc == 1 and a["state"] == "failed" and a["restarts"] == 0, "failed at once, no restart")
+    check("configuration error" in a["reason"] and "unknown option 'lrr'" in out,
+          "the summary says configuration error and quotes the agent: %s" % a["reason"])
+
+
+def scenario_fresh_after_corrupt(work):
+    """Every checkpoint of an agent corrupt when it restarts: it starts fresh and status and the
+    summary say so, naming the skipped steps."""
+    first = free_port_block(64)
+    args = ["--steps", "400", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.3",
+            "--keep-last", "2"]
+    agents = agent_yaml("victim", args, restart="{max_restarts: 2, backoff_s: 3}")
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    try:
+        wait_for("two checkpoints", lambda: len(committed_dirs(run.run_dir, "victim")) >= 2, 40)
+        pid = heartbeating(run, "victim", 1)["ranks"][0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_for("the restart's backoff", lambda: (run.agent("victim") or {}).get("state") == "restarting", 20)
+        time.sleep(0.5)  # let the dying rank's writer finish; the restart is 3 s away
+        steps = []
+        for d in committed_dirs(run.run_dir, "victim"):
+            steps.append(int(os.path.basename(d).split("-")[1]))
+            with open(os.path.join(d, "rank-0.shard"), "r+b") as f:
+                f.write(b"\xff" * 8)  # damage every committed shard
+        def fresh_again():
+            a = run.agent("victim") or {}
+            return a.get("restarts", 0) >= 1 and a.get("restored_step") == -1 and a.get("skipped_checkpoints")
+        wait_for("the fresh start of the next incarnation", fresh_again, 30)
+        a = run.agent("victim")
+        check(sorted(a["skipped_checkpoints"]) == sorted(steps),
+              "status lists the skipped steps %s (%s)" % (steps, a["skipped_checkpoints"]))
+        rc = run.wait_exit(60)
+        out = run.output()
+        check(rc == 0 and "started fresh: every checkpoint was corrupt" in out,
+              "the summary says it started fresh (rc %d)" % rc)
+    finally:
+        run.kill()
+
+
+def committed_dirs(run_dir, agent):
+    """The committed checkpoint directories (manifest written) of `agent`."""
+    d = os.path.join(run_dir, "checkpoints", agent)
+    return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(d, "step-*", "manifest.json")))
+
+
+def scenario_last_checkpoint(work):
+    """agentctl stop: the checkpoint written while stopping is the one status reports."""
+    first = free_port_block(64)
+    args = ["--forever", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "30"]
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agent_yaml("saver", args)))
+    try:
+        wait_for("saver heartbeating", lambda: heartbeating(run, "saver", 1), 30)
+        stop = agentctl("stop", run.run_dir, "--timeout-s", "30", timeout=60)
+        check(stop.returncode == 0, "agentctl stop: %s%s" % (stop.stdout, stop.stderr))
+        run.wait_exit(30)
+        newest = max(int(os.path.basename(d).split("-")[1]) for d in committed_dirs(run.run_dir, "saver"))
+        check(run.agent("saver")["last_checkpoint_step"] == newest,
+              "last_checkpoint_step %s is the newest committed, %d (written while stopping)" %
+              (run.agent("saver")["last_checkpoint_step"], newest))
+    finally:
+        run.kill()
+
+
+# --------------------------------------------------------------------------------------------
+# The fault suite (label fault): bounded in time, real processes, real signals.
+
+def newest_committed(run_dir, agent):
+    steps = [int(os.path.basename(d).split("-")[1]) for d in committed_dirs(run_dir, agent)]
+    return max(steps) if steps else -1
+
+
+def scenario_kill_loop(work):
+    """SIGKILL of a random rank of a random agent, a dozen times: every restart resumes from a
+    checkpoint (never from 0 while one exists), the step budget is met exactly, and no process of
+    the run outlives it."""
+    import random
+    rng = random.Random(12)
+    first = free_port_block(64)
+    common = ["--steps", "250", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.3",
+              "--keep-last", "3"]
+    restart = "{max_restarts: 20, backoff_s: 0.3, heartbeat_timeout_s: 30, grace_s: 3}"
+    agents = agent_yaml("solo", common, restart=restart) + agent_yaml("pair", common, ranks=2, restart=restart)
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    sizes = {"solo": 1, "pair": 2}
+    try:
+        kills = 0
+        while kills < 12:
+            # Agents near their budget (or past it) are not worth a kill.
+            live = [n for n in sorted(sizes) if (run.agent(n) or {}).get("step", 0) < 230
+                    and (run.agent(n) or {}).get("state") != "succeeded"]
+            if not live:
+                break
+            name = rng.choice(live)
+            a = wait_for("%s heartbeating" % name, lambda: heartbeating(run, name, sizes[name]), 60)
+            if a["step"] >= 230:
+                continue
+            ckpt = newest_committed(run.run_dir, name)
+            rank = rng.randrange(sizes[name])
+            pid = [r["pid"] for r in a["ranks"] if r["rank"] == rank][0]
+            restarts = a["restarts"]
+            os.kill(pid, signal.SIGKILL)
+            kills += 1
+            b = wait_for("%s back after kill %d" % (name, kills),
+                         lambda: (lambda x: x if x and x["restarts"] > restarts else None)(
+                             heartbeating(run, name, sizes[name])), 60)
+            # mpirun relays a rank's stdout on its own schedule: read the log once the
+            # new incarnation's first line and what it restored are in it.
+            log = os.path.join(run.run_dir, "logs", name, "rank0.log")
+            resumed = wait_for("%s rank 0 logged incarnation %d" % (name, b["restarts"]),
+                               lambda: incarnation_restore(log, b["restarts"]), 30)[0]
+            resumed = [resumed] if resumed >= 0 else []
+            if ckpt > 0:
+                check(resumed and resumed[-1] >= ckpt,
+                      "kill %d: %s rank %d resumed from step %s, not below its checkpoint %d" %
+                      (kills, name, rank, resumed[-1:] or "-", ckpt))
+            check(b["step"] >= max(ckpt, 0), "kill %d: %s's step did not go back (%d)" % (kills, name, b["step"]))
+        check(kills >= 8, "%d kills landed" % kills)
+        rc = run.wait_exit(120)
+        check(rc == 0, "the run still succeeded (rc %d)\n%s" % (rc, run.output()[-2000:]))
+        for name in sizes:
+            a = run.agent(name)
+            check(a["state"] == "succeeded" and a["step"] == 250, "%s met its budget exactly (%d)" % (name, a["step"]))
+        wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 10)
+    finally:
+        run.kill()
+
+
+def scenario_sigstop_demo(work):
+    """A short pursuit demo (agent-worker, the demo's shape); one SIGSTOP of a predator rank:
+    caught by its heartbeat, the agent restarts from its checkpoint, the run still succeeds and no
+    process of it survives."""
+    first = free_port_block(128)
+    worker = os.path.join(BIN, "agent-worker")
+    config = """run: {name: demo, dir: runs}
+cluster:
+  ports: {first: %d, last: %d, per_agent: 16}
+defaults:
+  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 4, grace_s: 3}
+  checkpoint: {interval_s: 1, keep_last: 3}
+agents:
+  - name: predator
+    replicas: 2
+    ranks: 2
+    command: [%s]
+    args: {env: pursuit, role: predator, steps: 60000, num_envs: 8, rollout_steps: 64, eval_episodes: 20}
+  - name: prey
+    command: [%s]
+    args: {env: pursuit, role: prey, steps: 60000, num_envs: 8, rollout_steps: 64}
+channels:
+  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: results, publishers: ["*"], subscribers: ["*"]}
+""" % (first, first + 127, worker, worker)
+    run = AgentctlRun(AGENTCTL, work, config)
+    try:
+        a = wait_for("predator-1 checkpointed",
+                     lambda: (lambda x: x if x and x.get("last_checkpoint_step") else None)(
+                         heartbeating(run, "predator-1", 2)), 120)
+        victim = [r["pid"] for r in a["ranks"] if r["rank"] == 1][0]
+        os.kill(victim, signal.SIGSTOP)
+        b = wait_for("the heartbeat to catch the stopped rank and restart predator-1",
+                     lambda: (lambda x: x if x and x["restarts"] >= 1 else None)(run.agent("predator-1")), 60)
+        check("heartbeat" in b["reason"], "the reason names the heartbeat: %s" % b["reason"])
+        rc = run.wait_exit(240)
+        check(rc == 0, "the demo still succeeded (rc %d)\n%s" % (rc, run.output()[-2000:]))
+        with open(os.path.join(run.run_dir, "logs", "predator-1", "rank0.log")) as f:
+            log = f.read()
+        resumed = [int(x) for x in re.findall(r"resumed at env step (\d+)", log)]
+        check(resumed and resumed[0] > 0, "predator-1 resumed from its checkpoint (env step %s)" % resumed)
+        wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 10)
+    finally:
+        run.kill()
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except (OSError, UnboundLocalError):
+            pass
 
 
 def main():
