@@ -101,8 +101,8 @@ struct BusClientSubscription {
   SubscribeOptions opts;
   std::atomic<int64_t> next_offset{0};
   std::atomic<bool> has_position{false};
-  uint64_t incarnation = 0;
-  std::mutex mu;  // guards ctx, stop, final_status
+  std::atomic<uint64_t> incarnation{0};  // of the broker `next_offset` belongs to
+  std::mutex mu;                         // guards ctx, stop, final_status
   std::condition_variable cv;
   grpc::ClientContext* ctx = nullptr;
   bool stop = false;
@@ -163,6 +163,8 @@ struct BusClient::Impl {
   }
 
   void RunSubscription(const std::shared_ptr<BusClientSubscription>& sub);
+  SubscriptionId AddSubscription(std::shared_ptr<BusClientSubscription> sub, StartAt from,
+                                 MessageCallback on_message, SubscribeOptions opts);
   void RunAsyncPublisher();
 };
 
@@ -611,14 +613,14 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
     if (sub->inbox) {
       v1::ReceiveRequest req;
       *req.mutable_start() = start;
-      req.set_incarnation(sub->incarnation);
+      req.set_incarnation(sub->incarnation.load());
       req.set_max_batch_messages(sub->opts.max_batch_messages);
       reader = stub->Receive(&ctx, req);
     } else {
       v1::SubscribeRequest req;
       req.set_topic(sub->topic);
       *req.mutable_start() = start;
-      req.set_incarnation(sub->incarnation);
+      req.set_incarnation(sub->incarnation.load());
       req.set_max_batch_messages(sub->opts.max_batch_messages);
       reader = stub->Subscribe(&ctx, req);
     }
@@ -632,7 +634,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
                         " restarts at offset " + std::to_string(h.start_offset())),
                h.start_offset());
         }
-        sub->incarnation = h.incarnation();
+        sub->incarnation.store(h.incarnation());
         sub->next_offset.store(h.start_offset());
         sub->has_position.store(true);
         attempt = 0;
@@ -697,15 +699,7 @@ Result<SubscriptionId> BusClient::Subscribe(std::string_view topic, StartAt from
   }
   auto sub = std::make_shared<BusClientSubscription>();
   sub->topic = std::string(topic);
-  sub->from = from;
-  sub->on_message = std::move(on_message);
-  sub->opts = std::move(opts);
-  std::lock_guard<std::mutex> lock(impl_->subs_mu);
-  sub->id = impl_->next_sub_id++;
-  impl_->subs.emplace(sub->id, sub);
-  Impl* impl = impl_.get();
-  sub->thread = std::thread([impl, sub] { impl->RunSubscription(sub); });
-  return sub->id;
+  return impl_->AddSubscription(std::move(sub), from, std::move(on_message), std::move(opts));
 }
 
 Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_message,
@@ -713,14 +707,20 @@ Result<SubscriptionId> BusClient::Receive(StartAt from, MessageCallback on_messa
   if (!on_message) return InvalidArgument("receive: no message callback");
   auto sub = std::make_shared<BusClientSubscription>();
   sub->inbox = true;
+  return impl_->AddSubscription(std::move(sub), from, std::move(on_message), std::move(opts));
+}
+
+SubscriptionId BusClient::Impl::AddSubscription(std::shared_ptr<BusClientSubscription> sub,
+                                                StartAt from, MessageCallback on_message,
+                                                SubscribeOptions opts) {
   sub->from = from;
+  if (from.kind == StartAt::Kind::kOffset) sub->incarnation.store(from.incarnation);
   sub->on_message = std::move(on_message);
   sub->opts = std::move(opts);
-  std::lock_guard<std::mutex> lock(impl_->subs_mu);
-  sub->id = impl_->next_sub_id++;
-  impl_->subs.emplace(sub->id, sub);
-  Impl* impl = impl_.get();
-  sub->thread = std::thread([impl, sub] { impl->RunSubscription(sub); });
+  std::lock_guard<std::mutex> lock(subs_mu);
+  sub->id = next_sub_id++;
+  subs.emplace(sub->id, sub);
+  sub->thread = std::thread([this, sub] { RunSubscription(sub); });
   return sub->id;
 }
 
@@ -773,6 +773,19 @@ std::map<std::string, int64_t> BusClient::SubscriptionOffsets() const {
         sub->next_offset.load(std::memory_order_acquire);
   }
   return out;
+}
+
+uint64_t BusClient::SubscriptionIncarnation() const {
+  uint64_t common = 0;
+  std::lock_guard<std::mutex> lock(impl_->subs_mu);
+  for (const auto& [id, sub] : impl_->subs) {
+    // Not connected yet: the incarnation given with its start offset, if any.
+    const uint64_t here = sub->incarnation.load();
+    if (here == 0) continue;
+    if (common != 0 && here != common) return kMixedIncarnation;
+    common = here;
+  }
+  return common;
 }
 
 Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t offset, int max,

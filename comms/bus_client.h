@@ -1,12 +1,13 @@
 // BusClient: an agent's connection to the message bus (comms/proto/bus.proto).
 //
-//   AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::FromEnvironment());  // AGENTRT_BUS +
-//   AGENTRT_TOKEN_FILE bus->Publish("sightings", payload);                                 // sync,
-//   stored when it returns bus->PublishAsync("sightings", payload, {}, on_ack);                //
-//   batched in the background auto id = bus->Subscribe("sightings", StartAt::Earliest(),
-//                            [](const BusMessage& m) { ... });          // on a background thread
-//   checkpoint["bus_offsets"] = bus->SubscriptionOffsets();             // resume exactly here
-//   later: bus->Subscribe("sightings", StartAt::Offset(saved["sightings"]), cb);
+//   AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::FromEnvironment());  // AGENTRT_BUS + token
+//   bus->Publish("sightings", payload);                  // sync: stored when it returns
+//   bus->PublishAsync("sightings", payload, {}, on_ack);  // batched in the background
+//   auto id = bus->Subscribe("sightings", StartAt::Earliest(),
+//                            [](const BusMessage& m) { ... });  // on a background thread
+//   checkpoint["bus_offsets"] = bus->SubscriptionOffsets();      // resume exactly here,
+//   checkpoint["bus_incarnation"] = bus->SubscriptionIncarnation();  // on this broker
+//   later: bus->Subscribe("sightings", StartAt::Offset(offsets["sightings"], incarnation), cb);
 //
 // Every call has a deadline (BusClientOptions::call_timeout unless given).
 // Publish and Send retry on UNAVAILABLE / DEADLINE_EXCEEDED until their
@@ -80,13 +81,21 @@ struct PublishAck {
 };
 
 // Where a subscription starts.
+// Where a subscription starts. An offset saved in a checkpoint belongs to one
+// broker incarnation (its logs live in memory): pass the incarnation it was
+// read from too, so that a broker which has since restarted says so
+// (SubscriptionEvent::kBrokerRestarted) and the subscription reads its new log
+// from the start, instead of waiting at an offset of a log that is gone.
 struct StartAt {
   enum class Kind { kEarliest, kLatest, kOffset };
   Kind kind = Kind::kLatest;
   int64_t offset = 0;
-  static StartAt Earliest() { return {Kind::kEarliest, 0}; }
-  static StartAt Latest() { return {Kind::kLatest, 0}; }
-  static StartAt Offset(int64_t n) { return {Kind::kOffset, n}; }
+  uint64_t incarnation = 0;  // kOffset: the broker incarnation of `offset` (0: unknown)
+  static StartAt Earliest() { return {Kind::kEarliest, 0, 0}; }
+  static StartAt Latest() { return {Kind::kLatest, 0, 0}; }
+  static StartAt Offset(int64_t n, uint64_t incarnation = 0) {
+    return {Kind::kOffset, n, incarnation};
+  }
 };
 
 struct SubscriptionEvent {
@@ -184,9 +193,15 @@ class BusClient {
                                         std::chrono::milliseconds timeout);
 
   // The next offset to read, per topic this client subscribes to (inbox:
-  // "@inbox/<agent>"). Store it in a checkpoint; pass it back as
-  // StartAt::Offset on restore.
+  // "@inbox/<agent>"), and the broker incarnation they belong to (0 before
+  // any stream opened). Store both in a checkpoint; pass them back as
+  // StartAt::Offset(offset, incarnation) on restore.
+  // While subscriptions straddle a broker restart (some reconnected, some
+  // not yet) the incarnation is kMixedIncarnation, which no broker has: a
+  // restore from it reads every topic from the new log's start (duplicates,
+  // never a gap).
   std::map<std::string, int64_t> SubscriptionOffsets() const;
+  uint64_t SubscriptionIncarnation() const;
 
   // Publisher stream identity (see bus.proto): a restored agent normally keeps
   // the fresh random publisher_id; set both to continue one exact stream.

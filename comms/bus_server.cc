@@ -286,7 +286,7 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   uint64_t incarnation = options.incarnation;
-  while (incarnation == 0)
+  while (incarnation == 0 || incarnation == kMixedIncarnation)
     incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   impl->broker =
       std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);

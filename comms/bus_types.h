@@ -23,6 +23,11 @@ struct BusStats {
   int64_t rejected_invalid = 0;
 };
 
+// Broker incarnations are random, non-zero and never this value, which stands
+// for "subscriptions read from more than one incarnation" (a restore from it
+// is told the broker restarted).
+inline constexpr uint64_t kMixedIncarnation = ~uint64_t{0};
+
 // The log name of `agent`'s inbox: "@inbox/<agent>" (a name no topic can have).
 std::string InboxName(std::string_view agent);
 

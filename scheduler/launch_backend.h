@@ -86,7 +86,7 @@ struct AgentProcessExit {
   int term_signal = 0;
 
   bool success() const { return term_signal == 0 && exit_code == 0; }
-  // "exited with code 3" / "was killed by signal 9 (Killed)".
+  // "exited with code 3" / "was killed by SIGKILL (signal 9)".
   std::string Describe() const;
 };
 

@@ -1056,8 +1056,10 @@ YAML::Node ApplyOverride(YAML::Node& root, const std::string& override_text,
 YAML::Node ParseYaml(std::string_view text, const std::string& source) {
   try {
     std::vector<YAML::Node> docs = YAML::LoadAll(std::string(text));
+    // A second document would be ignored silently (`agents: 5` after a `---`);
+    // an empty one after a trailing `---` holds nothing to ignore.
+    while (docs.size() > 1 && docs.back().IsNull()) docs.pop_back();
     if (docs.size() > 1) {
-      // A second document would be ignored silently (`agents: 5` after a `---`).
       const YAML::Mark m = docs[1].Mark();
       throw ConfigError(fmt::format(
           "{}: a second YAML document starts here; agents.yaml holds one document (remove the "

@@ -1,6 +1,7 @@
 #include "scheduler/planner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -392,8 +393,7 @@ class Planner {
           agent.name,
           fmt::format("{} needs {} GPUs on whole nodes; only {} whole free node(s) with {} GPUs "
                       "in all are left{}",
-                      agent.name, agent.gpus, candidates.size(), free_gpus,
-                      agent.nodes.empty() ? "" : " among its pinned nodes")};
+                      agent.name, agent.gpus, candidates.size(), free_gpus, PinScope(agent))};
     }
     int held = 0;
     for (size_t n : chosen) held += nodes_[n].spec->gpus;
@@ -434,23 +434,24 @@ class Planner {
     return std::nullopt;
   }
 
+  // " on node03", " on its pinned nodes n1, n2", or "" for an agent that may go anywhere.
+  static std::string PinScope(const AgentConfig& agent) {
+    if (agent.nodes.empty()) return "";
+    if (agent.nodes.size() == 1) return " on " + agent.nodes[0];
+    return fmt::format(" on its pinned nodes {}", fmt::join(agent.nodes, ", "));
+  }
+
   // Explains why no allowed node could take `agent` needing `gpus` GPUs.
   Infeasible Shortage(const AgentConfig& agent, const std::vector<bool>& allowed, int gpus) const {
-    const std::string scope = agent.nodes.empty() ? "" : " among its pinned nodes";
-    int best_domain = -1, best_node_gpus = -1;
-    std::string domain_node, gpu_node;
+    const std::string scope = PinScope(agent);
+    int best_node_gpus = -1;
+    std::string gpu_node;
     bool gpu_fit_somewhere = false, cpu_short = false, port_short = false;
     int best_cpus = -1;
     std::string cpu_node;
     for (size_t n = 0; n < nodes_.size(); ++n) {
       const NodeState& s = nodes_[n];
       if (!Allows(allowed, n) || s.exclusive) continue;
-      for (const DomainState& d : s.domains) {
-        if (d.Free() > best_domain) {
-          best_domain = d.Free();
-          domain_node = s.spec->name;
-        }
-      }
       if (s.free_gpus > best_node_gpus) {
         best_node_gpus = s.free_gpus;
         gpu_node = s.spec->name;
@@ -474,18 +475,8 @@ class Planner {
                   agent.name, scope)};
     }
     if (!gpu_fit_somewhere) {
-      int domain_size = 0;
-      for (size_t n = 0; n < nodes_.size(); ++n) {
-        if (!Allows(allowed, n)) continue;
-        for (const DomainState& d : nodes_[n].domains) domain_size = std::max(domain_size, d.size);
-      }
-      if (gpus <= domain_size) {
-        return {
-            agent.name,
-            fmt::format("{} needs {} GPUs in one NVLink domain; largest free block is {} on {}{}",
-                        agent.name, gpus, best_domain, domain_node, scope)};
-      }
-      // The true shortage: too few GPUs left at all, or enough but spread out.
+      // No node has enough (the placer spans NVLink domains when it must): too
+      // few GPUs left at all, or enough but spread over nodes.
       int total_free = 0, nodes_with_free = 0;
       for (size_t n = 0; n < nodes_.size(); ++n) {
         if (!Allows(allowed, n) || nodes_[n].exclusive || nodes_[n].free_gpus == 0) continue;
@@ -493,10 +484,12 @@ class Planner {
         ++nodes_with_free;
       }
       if (total_free < gpus) {
-        return {agent.name,
-                fmt::format("{} needs {} GPUs; {} free in total{} (the most on one "
-                            "node: {} on {})",
-                            agent.name, gpus, total_free, scope, best_node_gpus, gpu_node)};
+        const bool one_node = agent.nodes.size() == 1 || total_free == 0;
+        return {agent.name, fmt::format("{} needs {} GPUs; {} free in total{}{}", agent.name, gpus,
+                                        total_free, scope,
+                                        one_node ? ""
+                                                 : fmt::format(" (the most on one node: {} on {})",
+                                                               best_node_gpus, gpu_node))};
       }
       return {agent.name,
               fmt::format("{} needs {} GPUs on one node; the most free on one node is {} on {} "

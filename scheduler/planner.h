@@ -35,9 +35,8 @@ struct PlanOptions {
 
 // Why no plan exists: the agent that could not be placed and what is short.
 struct Infeasible {
-  std::string agent;  // empty when the problem is not one agent's (e.g. no nodes)
-  std::string
-      reason;  // "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02"
+  std::string agent;   // empty when the problem is not one agent's (e.g. no nodes)
+  std::string reason;  // "six needs 6 GPUs; 4 free in total on node03"
 };
 
 // PlanResult{plan | infeasible(reason)}.

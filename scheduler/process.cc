@@ -210,9 +210,10 @@ std::vector<std::string> CurrentEnviron() {
 
 std::string DescribeExit(int exit_code, int term_signal) {
   if (term_signal != 0) {
-    const char* name = ::strsignal(term_signal);
-    return "was killed by signal " + std::to_string(term_signal) + " (" +
-           (name != nullptr ? name : "?") + ")";
+    const char* abbrev = ::sigabbrev_np(term_signal);  // "KILL"
+    return "was killed by " +
+           (abbrev != nullptr ? "SIG" + std::string(abbrev) : std::string("a signal")) +
+           " (signal " + std::to_string(term_signal) + ")";
   }
   return "exited with code " + std::to_string(exit_code);
 }

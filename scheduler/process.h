@@ -66,7 +66,7 @@ std::vector<std::string> DefaultSearchDirs();
 // backend builds each rank's environment on.
 std::vector<std::string> CurrentEnviron();
 
-// "exited with code 3" / "was killed by signal 9 (Killed)".
+// "exited with code 3" / "was killed by SIGKILL (signal 9)".
 std::string DescribeExit(int exit_code, int term_signal);
 
 }  // namespace agentrt

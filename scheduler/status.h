@@ -12,7 +12,7 @@
 //                "last_checkpoint_step": 400,      // null: none yet
 //                "metrics": {"loss": 0.1},         // latest values reported
 //                "step": 420, "steps_per_s": 35.5, "master_port": 20016,
-//                "reason": "rank 1 (pid 4243) was killed by signal 9 (Killed)",
+//                "reason": "rank 1 (pid 4243) was killed by SIGKILL (signal 9)",
 //                "log_dir": "/abs/run/logs/predator-0",
 //                "restored_step": 400,            // null: not reported; -1: fresh start
 //                "skipped_checkpoints": [600]}],  // corrupt checkpoints passed over

@@ -28,6 +28,12 @@ agentrt_script_test(NAME bus_python_interop_test
   LABELS integration
   TIMEOUT 120)
 
+# A peer's raw bytes in gRPC's own log lines come out escaped.
+agentrt_script_test(NAME bus_log_escape_test
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_log_escape_test.py
+  LABELS integration
+  TIMEOUT 60)
+
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   # libFuzzer target on the broker's request validation (clang only; skipped
   # with g++). The validation and broker sources are compiled into it so that

@@ -397,6 +397,85 @@ TEST_CASE("an inventory file replaces the config's nodes and, when given, its po
   CHECK_THAT(ApplyClusterFile(inv, *c).message(), Contains("the inventory is empty"));
 }
 
+TEST_CASE("a second YAML document is an error at its line") {
+  const std::string e = ErrorOf("agents:\n  - name: a\n---\nagents: 5\n");
+  CHECK_THAT(e, StartsWith("agents.yaml:4:1: a second YAML document"));
+  CHECK(ErrorOf("agents:\n  - name: a\n---\n").empty());  // an empty trailing document is none
+}
+
+TEST_CASE("a channel topic may be a glob; other punctuation is refused") {
+  Result<Config> c = LoadConfigString(
+      "agents: [{name: a}, {name: b}]\n"
+      "channels: [{topic: \"probe/*\", publishers: [a], subscribers: [\"*\"]}]\n");
+  REQUIRE(c.ok());
+  REQUIRE(c->channels.size() == 1);
+  CHECK(c->channels[0].topic == "probe/*");
+  CHECK_THAT(ErrorOf("agents: [{name: a}]\n"
+                     "channels: [{topic: \"probe?\", publishers: [a], subscribers: [a]}]\n"),
+             Contains("agents.yaml:2:20: key 'channels[0].topic'"));
+}
+
+TEST_CASE("relative program and script paths are taken from the config's folder") {
+  ScratchDir dir;
+  dir.Write("train.py", "print('hi')\n");
+  std::filesystem::create_directories(dir.Path("bin"));
+  dir.Write("bin/agent", "#!/bin/sh\n");
+  const std::string config =
+      dir.Write("agents.yaml",
+                "agents:\n"
+                "  - {name: a, command: [python3, -u, train.py, --lr, \"0.1\"]}\n"
+                "  - {name: b, command: [bin/agent, -c, \"print(1)\"], workdir: scratch/b}\n"
+                "  - {name: c, command: [/bin/true], workdir: /tmp/c-dir}\n");
+  Result<Config> c = LoadConfigFile(config);
+  REQUIRE(c.ok());
+  const std::filesystem::path base = std::filesystem::path(config).parent_path();
+  CHECK(c->agents[0].command ==
+        std::vector<std::string>{"python3", "-u", (base / "train.py").string(), "--lr", "0.1"});
+  CHECK(c->agents[0].workdir.empty());  // RUN_DIR/agents/a, decided by the plan
+  CHECK(c->agents[1].command[0] == (base / "bin/agent").string());
+  CHECK(c->agents[1].command[2] == "print(1)");  // an inline program is not a path
+  CHECK(c->agents[1].workdir == (base / "scratch/b").string());
+  CHECK(c->agents[2].workdir == "/tmp/c-dir");
+
+  const std::string missing =
+      dir.Write("missing.yaml", "agents:\n  - name: a\n    command: [python3, tran.py]\n");
+  Result<Config> m = LoadConfigFile(missing);
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), StartsWith(missing + ":3:24: key 'agents[0].command[1]'"));
+  CHECK_THAT(m.status().message(), Contains("no such file " + (base / "tran.py").string()));
+  CHECK_THAT(ErrorOf("agents: [{name: a, workdir: \"\"}]\n"),
+             Contains("key 'agents[0].workdir': expected a directory"));
+}
+
+TEST_CASE("a program's own args validator fails the load at the key's line:column") {
+  LoadOptions options;
+  options.args_validators["trainer"] =
+      [](const nlohmann::json& args) -> std::optional<ArgsProblem> {
+    if (args.contains("lr") && !args["lr"].is_number())
+      return ArgsProblem{"lr", "expected a number"};
+    if (args.contains("oops")) return ArgsProblem{"", "the args as a whole are wrong"};
+    return std::nullopt;
+  };
+  const char* ok = "agents:\n  - name: a\n    command: [/opt/x/trainer]\n    args: {lr: 0.1}\n";
+  CHECK(LoadConfigString(ok, "agents.yaml", options).ok());
+  Result<Config> bad = LoadConfigString(
+      "agents:\n  - name: a\n    command: [/opt/x/trainer]\n    args:\n      steps: 5\n"
+      "      lr: fast\n",
+      "agents.yaml", options);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() == "agents.yaml:6:7: key 'agents[0].args.lr': expected a number");
+  Result<Config> whole =
+      LoadConfigString("agents:\n  - name: a\n    command: [/opt/x/trainer]\n    args: {oops: 1}\n",
+                       "agents.yaml", options);
+  REQUIRE_FALSE(whole.ok());
+  CHECK_THAT(whole.status().message(),
+             StartsWith("agents.yaml:4:11: key 'agents[0].args': the args as a whole"));
+  // Another program's args are its own business.
+  CHECK(LoadConfigString("agents:\n  - {name: a, command: [/bin/other], args: {lr: fast}}\n",
+                         "agents.yaml", options)
+            .ok());
+}
+
 TEST_CASE("every setting is listed with its type, default and doc") {
   std::string s = DescribeSettings();
   for (const char* key :

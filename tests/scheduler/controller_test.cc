@@ -9,6 +9,9 @@
 #include <optional>
 #include <set>
 
+#include "common/file_util.h"
+#include "plan/agent_env.h"
+#include "plan/rank_exec.h"
 #include "plan/run_dir.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/status.h"
@@ -18,6 +21,18 @@ namespace agentrt {
 namespace {
 
 using testing::FakeBackend;
+
+// A log folder of its own, removed at scope exit.
+struct LogDir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("agentrt-ctl-" + std::to_string(::getpid()) + "-" +
+                                                std::to_string(reinterpret_cast<uintptr_t>(this)));
+  LogDir() { std::filesystem::create_directories(path); }
+  ~LogDir() { std::filesystem::remove_all(path); }
+  void Write(const std::string& name, const std::string& text) const {
+    REQUIRE(WriteFileAtomic((path / name).string(), text).ok());
+  }
+};
 
 SupervisedAgent MakeAgent(const std::string& name, int ranks, int max_restarts = 2) {
   SupervisedAgent a;
@@ -95,7 +110,8 @@ TEST_CASE(
   CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
   CHECK(f.backend.SignalsTo("a", SIGCONT) == 1);
   CHECK(f.A("a").ranks[1].exit_code == -SIGKILL);
-  CHECK(f.A("a").reason.find("rank 1 (pid 1001) was killed by signal 9") != std::string::npos);
+  CHECK(f.A("a").reason.find("rank 1 (pid 1001) was killed by SIGKILL (signal 9)") !=
+        std::string::npos);
   // Rank 0 ignores SIGTERM: after grace_s comes SIGKILL.
   f.clock.AdvanceSeconds(2.9);
   f.rc->Tick();
@@ -284,6 +300,143 @@ TEST_CASE("a stop request sends SIGTERM, then SIGKILL after the grace, and ends 
   CHECK(f.rc->Finished());
   CHECK(f.rc->status().state == RunState::kStopped);
   CHECK(f.rc->ExitCode() != 0);
+}
+
+TEST_CASE("an agent that exits 78 (its own configuration) fails at once, quoting its message") {
+  LogDir logs;
+  logs.Write("rank0.log", "starting\nagent-worker: args.lr: expected a number, got \"fast\"\n\n");
+  Fixture f;
+  auto a = MakeAgent("a", 1, /*max_restarts=*/5);
+  a.launch.log_dir = logs.path.string();
+  f.Make({a});
+  f.backend.Exit("a", 0, 1000, kExitConfigError);
+  f.rc->Tick();
+  f.clock.AdvanceSeconds(10);
+  f.rc->Tick();
+  CHECK(f.backend.launches.size() == 1);  // not restarted
+  CHECK(f.A("a").state == AgentState::kFailed);
+  CHECK(f.A("a").reason ==
+        "configuration error: agent-worker: args.lr: expected a number, got \"fast\"");
+  CHECK(f.rc->ExitCode() != 0);
+  CHECK_THAT(f.rc->Summary(), Catch::Matchers::Contains("configuration error: agent-worker"));
+}
+
+TEST_CASE("mpirun's exit is explained by the rank wrappers' records: which rank, which signal") {
+  LogDir logs;
+  // Rank 1 was killed first; rank 0 then lost its peer and exited 1.
+  logs.Write("rank1.exit",
+             R"({"rank":1,"pid":5151,"exit_code":0,"signal":9,"restart_count":0,"time":100.0})");
+  logs.Write("rank0.exit",
+             R"({"rank":0,"pid":5150,"exit_code":1,"signal":0,"restart_count":0,"time":100.5})");
+  // A record of an earlier incarnation says nothing about this one.
+  logs.Write("rank2.exit",
+             R"({"rank":2,"pid":4000,"exit_code":3,"signal":0,"restart_count":7,"time":1.0})");
+  Fixture f;
+  auto a = MakeAgent("m", 2);
+  a.launch.use_mpirun = true;
+  a.launch.log_dir = logs.path.string();
+  f.Make({a});
+  f.backend.Exit("m", -1, 1000, 1);
+  f.rc->Tick();
+  const AgentStatus& s = f.A("m");
+  CHECK(s.reason.rfind("rank 1 (pid 5151) ", 0) == 0);
+  CHECK_THAT(s.reason, Catch::Matchers::Contains("was killed by SIGKILL"));
+  CHECK_THAT(s.reason, Catch::Matchers::Contains("mpirun (pid 1000)"));
+  CHECK(s.ranks[0].pid == 5150);
+  CHECK(s.ranks[1].pid == 5151);
+  CHECK(s.ranks[1].exit_code == -9);
+  CHECK(s.ranks[0].exit_code == 1);
+  CHECK(s.state == AgentState::kRestarting);
+}
+
+TEST_CASE("the checkpoint an agent commits while being stopped is its last checkpoint") {
+  Fixture f;
+  f.Make({MakeAgent("a", 1)});
+  auto c = Heartbeat("a", 0, 0, 300);
+  c.type = TelemetryType::kCheckpoint;
+  c.checkpoint_step = 200;
+  f.rc->OnTelemetry(c);
+  f.rc->RequestStop("SIGTERM");
+  c.checkpoint_step = 300;  // written on SIGTERM, before the rank exits
+  f.rc->OnTelemetry(c);
+  CHECK(f.A("a").last_checkpoint_step == 300);
+  auto stale = c;
+  stale.restart_count = 4;  // another incarnation's word does not count
+  stale.checkpoint_step = 900;
+  f.rc->OnTelemetry(stale);
+  CHECK(f.A("a").last_checkpoint_step == 300);
+  f.backend.Exit("a", 0, 1000, 0);
+  f.rc->Tick();
+  f.rc->OnTelemetry(c);  // late, after the exit: still no regression
+  CHECK(f.A("a").last_checkpoint_step == 300);
+}
+
+TEST_CASE("a restore report records the step and the corrupt checkpoints it passed over") {
+  Fixture f;
+  f.Make({MakeAgent("a", 1), MakeAgent("b", 1)});
+  auto r = Heartbeat("a", 0);
+  r.type = TelemetryType::kRestore;
+  r.checkpoint_step = 400;
+  r.skipped_steps = {600, 500};
+  f.rc->OnTelemetry(r);
+  r.agent = "b";
+  r.checkpoint_step = -1;
+  r.skipped_steps = {100};
+  f.rc->OnTelemetry(r);
+  CHECK(f.A("a").restored_step == 400);
+  CHECK(f.A("a").skipped_checkpoints == std::vector<int64_t>{600, 500});
+  CHECK(RestoreNote(f.A("a")) ==
+        "agent a resumed from step 400, past corrupt checkpoints 600, 500");
+  CHECK(RestoreNote(f.A("b")) ==
+        "agent b started fresh: every checkpoint was corrupt (skipped step 100)");
+  f.backend.Exit("a", 0, 1000, 0);
+  f.backend.Exit("b", 0, 1100, 0);
+  f.rc->Tick();
+  REQUIRE(f.rc->status().state == RunState::kSucceeded);
+  CHECK_THAT(f.rc->Summary(), Catch::Matchers::Contains("agent b started fresh"));
+  CHECK_THAT(RenderStatusTable(f.rc->status()), Catch::Matchers::Contains("note: agent a resumed"));
+  const auto back = RunStatusFromJson(RunStatusToJson(f.rc->status()));
+  REQUIRE(back.ok());
+  CHECK(back->FindAgent("b")->restored_step == -1);
+  CHECK(back->FindAgent("b")->skipped_checkpoints == std::vector<int64_t>{100});
+}
+
+TEST_CASE("resume: finished agents are left alone, the others start a new incarnation") {
+  RunStatus before;
+  AgentStatus done;
+  done.name = "done";
+  done.state = AgentState::kSucceeded;
+  done.step = 500;
+  done.restarts = 1;
+  done.ranks = {{0, 77, "localhost", 0}};
+  AgentStatus busy;
+  busy.name = "busy";
+  busy.state = AgentState::kRunning;
+  busy.step = 120;
+  busy.restarts = 2;
+  busy.last_checkpoint_step = 100;
+  before.agents = {done, busy};
+
+  ManualClock clock;
+  FakeBackend backend;
+  RunController rc("test", "/run", {MakeAgent("done", 1), MakeAgent("busy", 1, 5)}, &backend,
+                   &clock);
+  rc.Resume(before);
+  rc.Start();
+  REQUIRE(backend.launches.size() == 1);
+  CHECK(backend.launches[0].name == "busy");
+  CHECK(backend.launches[0].restart_count == 3);  // its telemetry is told from the dead run's
+  const AgentStatus& b = *rc.status().FindAgent("busy");
+  CHECK(b.state == AgentState::kRunning);
+  CHECK(b.last_checkpoint_step == 100);
+  const AgentStatus& d = *rc.status().FindAgent("done");
+  CHECK(d.state == AgentState::kSucceeded);
+  CHECK(d.step == 500);
+  CHECK(d.ranks[0].pid == 77);
+  backend.Exit("busy", 0, *backend.live["busy"].begin(), 0);
+  rc.Tick();
+  CHECK(rc.Finished());
+  CHECK(rc.status().state == RunState::kSucceeded);
 }
 
 TEST_CASE("status.json round-trips through its JSON shape") {

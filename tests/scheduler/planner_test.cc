@@ -108,6 +108,16 @@ agents:
   CHECK(huge.master_addr == "g1");
   // The small agent stays off the whole nodes.
   CHECK(Agent(p, "small").placement[0].node == "g3");
+  CHECK(p.warnings.empty());  // 16 of 16 GPUs used
+  // A 9-GPU agent on 8-GPU nodes holds two whole nodes: plan says so.
+  Plan idle = MustPlan(Load(R"(cluster: {nodes: [{name: "g[1-2]", gpus: 8}]}
+agents: [{name: nine, gpus: 9}]
+)"));
+  REQUIRE(idle.warnings.size() == 1);
+  CHECK(
+      idle.warnings[0] ==
+      "agent nine needs 9 GPUs and holds 2 whole nodes with 16: 7 GPUs stay idle (an agent larger "
+      "than a node gets whole nodes); give it 16 GPUs to use them all");
   // Not enough whole nodes.
   PlanResult r = PlanOn(Load(R"(cluster: {nodes: [{name: "g[1-2]", gpus: 8}]}
 agents:
@@ -131,8 +141,7 @@ agents:
 )"));
   REQUIRE_FALSE(r.feasible());
   CHECK(r.infeasible().agent == "predator-3");
-  CHECK(r.infeasible().reason ==
-        "predator-3 needs 2 GPUs in one NVLink domain; largest free block is 0 on node01");
+  CHECK(r.infeasible().reason == "predator-3 needs 2 GPUs; 0 free in total");
   PlanResult frag = PlanOn(Load(R"(cluster:
   nodes:
     - {name: node01, gpus: 8, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}
@@ -144,7 +153,8 @@ agents:
 )"));
   REQUIRE_FALSE(frag.feasible());
   CHECK(frag.infeasible().reason ==
-        "predator-3 needs 4 GPUs in one NVLink domain; largest free block is 2 on node02");
+        "predator-3 needs 4 GPUs on one node; the most free on one node is 2 on node01 (4 free in "
+        "total, spread over 2 nodes)");
   Result<Plan> as_result = std::move(frag).ToResult();
   CHECK(as_result.status().code() == StatusCode::kResourceExhausted);
   PlanResult no_gpus =
@@ -175,7 +185,28 @@ agents:
       PlanOn(Load("cluster: {nodes: [{name: n1, gpus: 4}, {name: n2, gpus: 2}]}\nagents: [{name: "
                   "a, gpus: 4, nodes: [n2]}]\n"));
   REQUIRE_FALSE(small.feasible());
-  CHECK_THAT(small.infeasible().reason, Contains("among its pinned nodes"));
+  CHECK(small.infeasible().reason ==
+        "a needs 4 GPUs on whole nodes; only 1 whole free node(s) with 2 GPUs in all are left on "
+        "n2");
+  // The true shortage of a machine with GPUs left, but not enough: said in total, not per domain.
+  PlanResult short_total = PlanOn(Load(R"(cluster:
+  nodes: [{name: "node0[1-3]", gpus: 10}]
+agents:
+  - {name: first, gpus: 6, nodes: [node03]}
+  - {name: second, gpus: 6, nodes: [node03]}
+)"));
+  REQUIRE_FALSE(short_total.feasible());
+  CHECK(short_total.infeasible().reason == "second needs 6 GPUs; 4 free in total on node03");
+  PlanResult spread = PlanOn(Load(R"(cluster: {nodes: [{name: "n[1-2]", gpus: 4}]}
+agents:
+  - {name: a, gpus: 3, nodes: [n1]}
+  - {name: b, gpus: 3, nodes: [n2]}
+  - {name: c, gpus: 2, nodes: [n1, n2]}
+)"));
+  REQUIRE_FALSE(spread.feasible());
+  CHECK(spread.infeasible().reason ==
+        "c needs 2 GPUs on one node; the most free on one node is 1 on n1 (2 free in total, spread "
+        "over 2 nodes) on its pinned nodes n1, n2");
 }
 
 TEST_CASE(

@@ -479,7 +479,7 @@ def scenario_mpi_rank_failure(work):
         os.kill(pids[1], signal.SIGKILL)
         rc = run.wait_exit(60)
         reason = run.agent("pair")["reason"]
-        check(rc != 0 and "rank 1 (pid %d) was killed by signal 9" % pids[1] in reason,
+        check(rc != 0 and "rank 1 (pid %d) was killed by SIGKILL" % pids[1] in reason,
               "the failure names rank 1, its pid and SIGKILL: %s" % reason)
         ranks = {r["rank"]: r for r in run.agent("pair")["ranks"]}
         check(ranks[1]["exit_code"] == -9, "status.json records rank 1's own end (-9)")

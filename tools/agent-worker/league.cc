@@ -8,13 +8,14 @@ std::string PolicyTopic(const std::string& agent) { return "policies/" + agent; 
 
 Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
                                               const std::map<int, std::string>& seats,
-                                              const std::map<std::string, int64_t>& offsets) {
+                                              const std::map<std::string, int64_t>& offsets,
+                                              uint64_t incarnation) {
   std::unique_ptr<League> league(new League(std::move(bus)));
   for (const auto& [seat, agent] : seats) {
     const std::string topic = PolicyTopic(agent);
     StartAt from = StartAt::Earliest();
     if (auto it = offsets.find(topic); it != offsets.end()) {
-      from = StartAt::Offset(std::max<int64_t>(0, it->second - 1));
+      from = StartAt::Offset(std::max<int64_t>(0, it->second - 1), incarnation);
     }
     SubscribeOptions opts;
     opts.skip_expired = true;  // only the newest snapshot matters

@@ -33,10 +33,12 @@ inline constexpr char kResultsTopic[] = "results";
 class League {
  public:
   // `seats`: seat -> agent whose snapshots play it. `offsets` (topic -> next
-  // offset) from a checkpoint, or empty to read each topic from its start.
+  // offset) and the broker `incarnation` they were read from, from a
+  // checkpoint; empty to read each topic from its start.
   static Result<std::unique_ptr<League>> Start(std::unique_ptr<BusClient> bus,
                                                const std::map<int, std::string>& seats,
-                                               const std::map<std::string, int64_t>& offsets);
+                                               const std::map<std::string, int64_t>& offsets,
+                                               uint64_t incarnation);
   ~League();
 
   // Moves the snapshots received since the last call into `out` (seat -> newest).
@@ -55,6 +57,7 @@ class League {
   void PublishResult(const nlohmann::json& result);
 
   std::map<std::string, int64_t> SubscriptionOffsets() const { return bus_->SubscriptionOffsets(); }
+  uint64_t SubscriptionIncarnation() const { return bus_->SubscriptionIncarnation(); }
   BusClient& bus() { return *bus_; }
 
   int64_t snapshots_received() const { return received_.load(); }

@@ -64,7 +64,7 @@ class Worker {
  private:
   Status Setup();
   Status SetupTrainer();
-  void SetupBus(const std::map<std::string, int64_t>& offsets);
+  void SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t incarnation);
   Status Restore();
   void InstallSnapshots();
   Status TrainLoop();
@@ -153,7 +153,7 @@ Status Worker::SetupTrainer() {
   return Status::Ok();
 }
 
-void Worker::SetupBus(const std::map<std::string, int64_t>& offsets) {
+void Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t incarnation) {
   if (!multi_agent_) return;  // single-agent envs have nobody to play with
   const AgentEnv& env = runtime_->env();
   if (env.bus.empty()) {
@@ -173,7 +173,7 @@ void Worker::SetupBus(const std::map<std::string, int64_t>& offsets) {
          env.bus.c_str(), ready.ToString().c_str());
     return;
   }
-  auto league = League::Start(std::move(*bus), seating_.others, offsets);
+  auto league = League::Start(std::move(*bus), seating_.others, offsets, incarnation);
   if (!league.ok()) {
     log_("bus %s: %s; training without it", env.bus.c_str(), league.status().ToString().c_str());
     return;
@@ -187,6 +187,7 @@ Status Worker::Restore() {
   AGENTRT_ASSIGN_OR_RETURN(RestoreResult restored, runtime_->checkpointer().Restore());
   log_("%s", restored.Describe().c_str());
   std::map<std::string, int64_t> offsets;
+  uint64_t incarnation = 0;
   if (restored.restored()) {
     const auto bytes = restored.shard.Bytes("trainer");
     if (bytes.empty()) {
@@ -198,12 +199,15 @@ Status Worker::Restore() {
     if (restored.metadata.contains("bus_offsets")) {
       offsets = restored.metadata["bus_offsets"].get<std::map<std::string, int64_t>>();
     }
+    if (restored.metadata.contains("bus_incarnation")) {
+      incarnation = restored.metadata["bus_incarnation"].get<uint64_t>();
+    }
     log_("resumed at env step %lld (update %lld, %lld episodes)",
          static_cast<long long>(trainer_->env_steps()),
          static_cast<long long>(trainer_->learner().updates()),
          static_cast<long long>(trainer_->episodes()));
   }
-  SetupBus(offsets);
+  SetupBus(offsets, incarnation);
   return Status::Ok();
 }
 
@@ -214,7 +218,10 @@ Status Worker::SaveCheckpoint(bool wait) {
   state.metadata["env_steps"] = trainer_->env_steps();
   state.metadata["updates"] = trainer_->learner().updates();
   state.metadata["episodes"] = trainer_->episodes();
-  if (league_) state.metadata["bus_offsets"] = league_->SubscriptionOffsets();
+  if (league_) {
+    state.metadata["bus_offsets"] = league_->SubscriptionOffsets();
+    state.metadata["bus_incarnation"] = league_->SubscriptionIncarnation();
+  }
   Checkpointer& ckpt = runtime_->checkpointer();
   return wait ? ckpt.Save(trainer_->env_steps(), state)
               : ckpt.SaveAsync(trainer_->env_steps(), state);
