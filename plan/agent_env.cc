@@ -62,7 +62,7 @@ std::vector<int> AgentEnv::VisibleGpus() const {
 
 std::map<std::string, std::string> AgentEnv::ToVariables(bool with_rank) const {
   std::map<std::string, std::string> v;
-  v["AGENTRT_RUN_DIR"] = run_dir;
+  v[kEnvRunDir] = run_dir;
   v["AGENTRT_AGENT"] = agent;
   v["AGENTRT_AGENT_INDEX"] = std::to_string(agent_index);
   if (with_rank) {
@@ -112,7 +112,7 @@ Result<AgentEnv> AgentEnv::Parse(const EnvLookup& lookup) {
   };
 
   AgentEnv a;
-  AGENTRT_ASSIGN_OR_RETURN(a.run_dir, required("AGENTRT_RUN_DIR"));
+  AGENTRT_ASSIGN_OR_RETURN(a.run_dir, required(kEnvRunDir));
   AGENTRT_ASSIGN_OR_RETURN(a.agent, required("AGENTRT_AGENT"));
   AGENTRT_ASSIGN_OR_RETURN(a.ckpt_dir, required("AGENTRT_CKPT_DIR"));
   AGENTRT_ASSIGN_OR_RETURN(const int64_t index, integer({"AGENTRT_AGENT_INDEX"}, 0, true));

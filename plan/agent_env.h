@@ -43,6 +43,10 @@ namespace agentrt {
 // and quotes the agent's last message in the run summary.
 inline constexpr int kExitConfigError = 78;
 
+// The run directory's variable, for code that needs it before (or without) a
+// whole AgentEnv (the rank wrapper names its port lease after it).
+inline constexpr char kEnvRunDir[] = "AGENTRT_RUN_DIR";
+
 // Reads one variable (nullopt when unset). Tests pass a map.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 // The process's own environment.

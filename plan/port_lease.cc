@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,36 @@ struct flock Range(short type, int first, int last) {
 
 bool PidAlive(long pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+// Calls f(run, pid) for every live owner file of `dir` that claims `port`;
+// owner files of dead pids are removed (their locks are gone already).
+template <typename F>
+void ForEachOwner(const std::string& dir, int port, F&& f) {
+  const std::string owners = dir + "/owners";
+  DIR* d = ::opendir(owners.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() < 6 || name.substr(name.size() - 5) != ".json") continue;
+    const std::string path = owners + "/" + name;
+    auto text = ReadWholeFile(path, 1 << 20);
+    if (!text.ok()) continue;
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    const long pid = j.value("pid", 0L);
+    if (!PidAlive(pid)) {
+      ::unlink(path.c_str());
+      continue;
+    }
+    for (const auto& r : j.value("ranges", nlohmann::json::array())) {
+      if (r.is_array() && r.size() == 2 && r[0].is_number_integer() && r[1].is_number_integer() &&
+          r[0].get<int>() <= port && port <= r[1].get<int>()) {
+        f(j.value("run", std::string("?")), pid);
+      }
+    }
+  }
+  ::closedir(d);
 }
 
 }  // namespace
@@ -127,32 +158,27 @@ void PortLeases::WriteOwnerFile() const {
 }
 
 std::string PortLeases::Holder(int port) const {
-  const std::string owners = dir_ + "/owners";
-  DIR* d = ::opendir(owners.c_str());
-  if (d == nullptr) return "";
   std::string found;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.size() < 6 || name.substr(name.size() - 5) != ".json") continue;
-    const std::string path = owners + "/" + name;
-    auto text = ReadWholeFile(path, 1 << 20);
-    if (!text.ok()) continue;
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) continue;
-    const long pid = j.value("pid", 0L);
-    if (!PidAlive(pid)) {
-      ::unlink(path.c_str());  // a dead owner: its locks are gone already
-      continue;
-    }
-    for (const auto& r : j.value("ranges", nlohmann::json::array())) {
-      if (r.is_array() && r.size() == 2 && r[0].is_number_integer() && r[1].is_number_integer() &&
-          r[0].get<int>() <= port && port <= r[1].get<int>()) {
-        found = "run " + j.value("run", std::string("?")) + " (pid " + std::to_string(pid) + ")";
-      }
-    }
-  }
-  ::closedir(d);
+  ForEachOwner(dir_, port, [&](const std::string& run, long pid) {
+    found = "run " + run + " (pid " + std::to_string(pid) + ")";
+  });
   return found;
+}
+
+std::vector<std::string> PortLeases::HolderRuns(int port) const {
+  std::vector<std::string> runs;
+  ForEachOwner(dir_, port, [&](const std::string& run, long) { runs.push_back(run); });
+  return runs;
+}
+
+Status PortLeases::AcquireForRun(int first, int last) {
+  Status s = Acquire(first, last);
+  if (s.ok() || s.code() != StatusCode::kAlreadyExists) return s;
+  for (int port = first; port <= last; ++port) {
+    const std::vector<std::string> runs = HolderRuns(port);
+    if (std::find(runs.begin(), runs.end(), owner_) == runs.end()) return s;
+  }
+  return Status::Ok();
 }
 
 }  // namespace agentrt

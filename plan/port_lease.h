@@ -48,6 +48,11 @@ class PortLeases {
   // AlreadyExists naming the port and, when known, the run and pid holding it;
   // an errno status when the lock file cannot be locked at all.
   Status Acquire(int first, int last);
+  // Acquire, except that a range this object's run (its `owner`) already
+  // holds from another process on this machine, every port of it, counts as
+  // leased: the rank wrapper of a SLURM step on the controller's own node
+  // finds its agent's block held by the controller. Not added to held().
+  Status AcquireForRun(int first, int last);
   // Releases a range leased by Acquire (exactly as it was acquired).
   Status Release(int first, int last);
 
@@ -61,6 +66,8 @@ class PortLeases {
   PortLeases(std::string owner, std::string dir, int fd);
   void WriteOwnerFile() const;
   std::string Holder(int port) const;  // "run X (pid N)" or ""
+  // The runs (owners) whose live owner files claim `port`.
+  std::vector<std::string> HolderRuns(int port) const;
 
   std::string owner_;
   std::string dir_;

@@ -17,6 +17,7 @@
 
 #include "common/file_util.h"
 #include "plan/agent_env.h"
+#include "plan/port_lease.h"
 
 namespace agentrt {
 namespace {
@@ -72,6 +73,12 @@ double UnixNow() {
 // the same way.
 [[noreturn]] void Supervise(const RankExecOptions& options, const std::string& rank,
                             const EnvLookup& env) {
+  // A signal that arrives before the child's pid is known waits (blocked)
+  // and is relayed as soon as it is: none is lost during start-up.
+  sigset_t relayed, previous;
+  sigemptyset(&relayed);
+  for (int sig : kRelayed) sigaddset(&relayed, sig);
+  ::sigprocmask(SIG_BLOCK, &relayed, &previous);
   struct sigaction relay {};
   relay.sa_handler = Relay;
   sigemptyset(&relay.sa_mask);
@@ -88,10 +95,12 @@ double UnixNow() {
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     for (int sig : kRelayed) ::sigaction(sig, &dfl, nullptr);
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != wrapper) std::_Exit(127);
     ExecProgram(options, rank, env);
   }
   g_child = child;
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
@@ -131,6 +140,10 @@ std::vector<std::string> RankExecArgs(const RankExecOptions& options) {
   if (!options.step_id_file.empty())
     args.insert(args.end(), {"--step-id-file", options.step_id_file});
   if (options.exit_record) args.emplace_back("--exit-record");
+  if (options.lease_first > 0) {
+    args.insert(args.end(), {"--lease-ports", std::to_string(options.lease_first) + "-" +
+                                                  std::to_string(options.lease_last)});
+  }
   args.push_back("--");
   args.insert(args.end(), options.command.begin(), options.command.end());
   return args;
@@ -215,7 +228,23 @@ int ExecRank(const RankExecOptions& options) {
       if (!s.ok()) std::fprintf(stderr, "exec-rank: %s\n", s.message().c_str());
     }
   }
-  if (options.exit_record) Supervise(options, rank, env);
+  if (options.lease_first > 0 && vars->at("LOCAL_RANK") == "0") {
+    // Held by this process until it ends (Supervise never returns).
+    const std::string node = env("SLURMD_NODENAME").value_or("this node");
+    auto leases = PortLeases::Open(env(std::string(kEnvRunDir)).value_or("?"));
+    Status leased = leases.ok() ? (*leases)->AcquireForRun(options.lease_first, options.lease_last)
+                                : leases.status();
+    if (!leased.ok()) {
+      std::fprintf(stderr,
+                   "exec-rank: rank %s on node %s: cannot lease its agent's ports %d-%d: %s\n",
+                   rank.c_str(), node.c_str(), options.lease_first, options.lease_last,
+                   leased.message().c_str());
+      return 2;
+    }
+    static std::unique_ptr<PortLeases> held;
+    held = std::move(leases).value();
+  }
+  if (options.exit_record || options.lease_first > 0) Supervise(options, rank, env);
   ExecProgram(options, rank, env);
 }
 
@@ -225,7 +254,7 @@ int ExecRankMain(int argc, char** argv) {
   auto usage = [&] {
     std::fprintf(stderr,
                  "usage: %s [--log-dir DIR] [--gpus NODE=LIST]... [--step-id-file FILE] "
-                 "[--exit-record] -- /abs/program args...\n",
+                 "[--exit-record] [--lease-ports FIRST-LAST] -- /abs/program args...\n",
                  argv[0]);
     return 2;
   };
@@ -246,6 +275,15 @@ int ExecRankMain(int argc, char** argv) {
       options.node_gpus.emplace_back(argv[++i]);
     } else if (a == "--step-id-file") {
       options.step_id_file = argv[++i];
+    } else if (a == "--lease-ports") {
+      const std::string range = argv[++i];
+      if (std::sscanf(range.c_str(), "%d-%d", &options.lease_first, &options.lease_last) != 2 ||
+          options.lease_first < 1 || options.lease_last < options.lease_first ||
+          options.lease_last > 65535) {
+        std::fprintf(stderr, "exec-rank: --lease-ports %s: expected FIRST-LAST within 1-65535\n",
+                     range.c_str());
+        return 2;
+      }
     } else {
       return usage();
     }

@@ -2,7 +2,7 @@
 // a SLURM allocation) start in front of each rank of an agent.
 //
 //   agentrt-exec-rank [--log-dir DIR] [--gpus NODE=0,1]... [--step-id-file FILE]
-//                     [--exit-record] -- /abs/program args...
+//                     [--exit-record] [--lease-ports FIRST-LAST] -- /abs/program args...
 //   (also reachable as `agentctl exec-rank ...`)
 //
 // It
@@ -17,7 +17,13 @@
 //      binding, says which GPUs an agent has;
 //   4. with --step-id-file, on rank 0 under srun: writes "JOBID.STEPID" there
 //      (atomically), so the controller can scancel exactly this step;
-//   5. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
+//   5. with --lease-ports (implies --exit-record), on the node's first rank
+//      (LOCAL_RANK 0): leases the agent's port block on this node
+//      (plan/port_lease.h) for the rank's lifetime, so runs of other
+//      allocations sharing the node never get it; a block the run's own
+//      controller holds here counts as leased. A block another run holds is an
+//      error (exit 2) that names the node and the holder;
+//   6. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
 //   With --exit-record it stays the program's parent instead: it passes on
 //   every catchable signal it gets (SIGTERM, SIGINT, SIGUSR1/2, SIGHUP,
 //   SIGCONT, ...), and when the program ends writes DIR/rank<RANK>.exit
@@ -39,7 +45,9 @@ struct RankExecOptions {
   std::string log_dir;
   std::vector<std::string> node_gpus;  // "NODE=0,1" entries; empty: leave CUDA_VISIBLE_DEVICES
   std::string step_id_file;
-  bool exit_record = false;          // stay the parent and write DIR/rank<RANK>.exit
+  bool exit_record = false;  // stay the parent and write DIR/rank<RANK>.exit
+  int lease_first = 0;       // the agent's port block to lease on this node (0: none)
+  int lease_last = 0;
   std::vector<std::string> command;  // absolute program path and its arguments
 };
 

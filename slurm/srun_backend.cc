@@ -172,6 +172,10 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
   wrapper.log_dir = agent.log_dir;
   wrapper.exit_record = true;  // so a failure names its rank, not only srun
   wrapper.step_id_file = agent.log_dir + "/step.id";
+  // Other allocations may share a node: each node's first rank leases the
+  // agent's block there (the controller's own leases count as the run's).
+  wrapper.lease_first = agent.ports_first;
+  wrapper.lease_last = agent.ports_last;
   if (!options.trust_slurm_binding && gpus_per_node > 0) {
     for (const auto& node : nodes) {
       for (const auto& r : agent.ranks) {

@@ -53,14 +53,15 @@ TEST_CASE("srun argv: one step with the plan's nodes, tasks, GPUs and MPI") {
   CHECK(Has(argv, "--gres=gpu:2"));
   CHECK(Has(argv, "--mpi=pmix"));
   // Every task runs the rank wrapper with the plan's GPUs of its node, its
-  // log dir and the step id file; the command comes last, arguments untouched.
+  // log dir, the step id file and the agent's port block to lease on each
+  // node; the command comes last, arguments untouched.
   const auto wrapper = std::find(argv.begin(), argv.end(), "agentrt-exec-rank");
   REQUIRE(wrapper != argv.end());
   CHECK(std::vector<std::string>(wrapper, argv.end()) ==
         std::vector<std::string>{"agentrt-exec-rank", "--log-dir", "/runs/r/logs/learner", "--gpus",
                                  "gpu-01=2,3", "--gpus", "gpu-02=0", "--step-id-file",
-                                 "/runs/r/logs/learner/step.id", "--exit-record", "--",
-                                 "/bin/train", "--lr", "3e-4"});
+                                 "/runs/r/logs/learner/step.id", "--exit-record", "--lease-ports",
+                                 "30000-30007", "--", "/bin/train", "--lr", "3e-4"});
   options.trust_slurm_binding = true;  // ConstrainDevices clusters: SLURM's binding stands
   const auto trusting = BuildSrunArgv(TwoNodeAgent(), "/bin/train", options);
   CHECK_FALSE(Has(trusting, "--gpus"));

@@ -1,0 +1,149 @@
+// The rank wrapper's port lease (--lease-ports): the first rank of a node
+// leases its agent's block for the rank's lifetime; a block another run holds
+// there is an error naming the holder; the run's own controller's lease counts.
+#include "plan/rank_exec.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plan/port_lease.h"
+
+namespace agentrt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Scratch {
+  Scratch() {
+    char tmpl[] = "/tmp/agentrt-rank-exec-test.XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~Scratch() { fs::remove_all(path); }
+  std::string path;
+};
+
+struct Wrapped {
+  pid_t pid = -1;
+  std::string stderr_path;
+};
+
+// Starts the wrapper as srun would start rank `local` of one node: SLURM's
+// variables, the run dir, the lease dir; stderr to a file.
+Wrapped Start(const Scratch& s, const std::string& run_dir, int local,
+              const std::vector<std::string>& args) {
+  Wrapped w;
+  w.stderr_path = s.path + "/stderr" + std::to_string(local);
+  w.pid = ::fork();
+  REQUIRE(w.pid >= 0);
+  if (w.pid == 0) {
+    ::setenv("SLURM_PROCID", std::to_string(local).c_str(), 1);
+    ::setenv("SLURM_NTASKS", "2", 1);
+    ::setenv("SLURM_LOCALID", std::to_string(local).c_str(), 1);
+    ::setenv("SLURM_NODEID", "0", 1);
+    ::setenv("SLURM_TASKS_PER_NODE", "2", 1);
+    ::setenv("SLURMD_NODENAME", "node07", 1);
+    ::setenv("AGENTRT_RUN_DIR", run_dir.c_str(), 1);
+    ::setenv("AGENTRT_PORT_LEASE_DIR", (s.path + "/leases").c_str(), 1);
+    const int fd = ::open(w.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    std::vector<char*> argv = {const_cast<char*>("agentrt-exec-rank")};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::_exit(ExecRankMain(static_cast<int>(argv.size()) - 1, argv.data()));
+  }
+  return w;
+}
+
+int Wait(pid_t pid) {
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `pred` every 10 ms for at most 10 s.
+template <typename F>
+bool Eventually(F&& pred) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("the node's first rank leases its agent's block while it runs") {
+  Scratch s;
+  auto probe = PortLeases::Open("/runs/probe", s.path + "/leases");
+  REQUIRE(probe.ok());
+  const std::vector<std::string> args = {"--lease-ports", "31000-31007", "--", "/bin/sleep", "30"};
+  Wrapped first = Start(s, "/runs/mine", 0, args);
+  CHECK(Eventually([&] { return !(*probe)->Free(31000, 31007); }));
+  // The node's second rank leases nothing (the block is the agent's, once):
+  // it runs although the first rank holds the block.
+  Wrapped second =
+      Start(s, "/runs/other-rank", 1, {"--lease-ports", "31000-31007", "--", "/bin/true"});
+  CHECK(Wait(second.pid) == 0);
+  CHECK(Slurp(second.stderr_path).empty());
+  CHECK_FALSE((*probe)->Free(31000, 31007));
+  REQUIRE(::kill(first.pid, SIGTERM) == 0);  // relayed to sleep, or ends the wrapper itself
+  CHECK(Wait(first.pid) == 128 + SIGTERM);
+  CHECK((*probe)->Free(31000, 31007));  // released with the rank
+}
+
+TEST_CASE("a block another run holds on the node stops the rank, naming node and holder") {
+  Scratch s;
+  auto other = PortLeases::Open("/runs/other", s.path + "/leases");
+  REQUIRE(other.ok());
+  REQUIRE((*other)->Acquire(31004, 31004).ok());
+  Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31007", "--", "/bin/true"});
+  CHECK(Wait(w.pid) == 2);
+  const std::string err = Slurp(w.stderr_path);
+  CHECK_THAT(err, Catch::Contains("rank 0 on node node07: cannot lease its agent's ports "
+                                  "31000-31007: port 31004") &&
+                      Catch::Contains("run /runs/other (pid " + std::to_string(::getpid()) + ")"));
+}
+
+TEST_CASE("the run's own controller holding the block on this node counts as leased") {
+  Scratch s;
+  auto controller = PortLeases::Open("/runs/mine", s.path + "/leases");
+  REQUIRE(controller.ok());
+  REQUIRE((*controller)->Acquire(31000, 31007).ok());
+  Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31007", "--", "/bin/true"});
+  CHECK(Wait(w.pid) == 0);
+  CHECK(Slurp(w.stderr_path).empty());
+  // Partly another run's: not the run's own, refused.
+  auto other = PortLeases::Open("/runs/other", s.path + "/leases");
+  REQUIRE(other.ok());
+  REQUIRE((*other)->Acquire(31008, 31008).ok());
+  Wrapped partly = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31008", "--", "/bin/true"});
+  CHECK(Wait(partly.pid) == 2);
+}
+
+TEST_CASE("--lease-ports must be a port range") {
+  Scratch s;
+  Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000", "--", "/bin/true"});
+  CHECK(Wait(w.pid) == 2);
+  CHECK_THAT(Slurp(w.stderr_path), Catch::Contains("--lease-ports 31000: expected FIRST-LAST"));
+}
+
+}  // namespace agentrt
