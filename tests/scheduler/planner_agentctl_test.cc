@@ -82,6 +82,28 @@ TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1
   CHECK(o.exit_code == 0);
 }
 
+TEST_CASE("agentctl validate checks agent-worker's args with agent-worker's own declarations") {
+  testing::ScratchDir dir;
+  const std::string typo = dir.Write(
+      "typo.yaml", "agents:\n  - name: a\n    args:\n      env: cartpole\n      lrr: 0.1\n");
+  Output o = Agentctl(dir, "validate " + typo);
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.err, Contains(typo + ":5:7: key 'agents[0].args.lrr'"));
+  CHECK_THAT(o.err, Contains("lr"));  // the suggestion
+  const std::string type = dir.Write(
+      "type.yaml",
+      "agents:\n  - name: a\n    command: [agent-worker]\n    args: {env: cartpole, steps: "
+      "many}\n");
+  o = Agentctl(dir, "validate " + type);
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.err, Contains(type + ":4:27: key 'agents[0].args.steps'"));
+  // Another program's args are not agent-worker's business.
+  const std::string other = dir.Write(
+      "other.yaml", "agents:\n  - name: a\n    command: [/bin/true]\n    args: {lrr: 0.1}\n");
+  o = Agentctl(dir, "validate " + other);
+  CHECK(o.exit_code == 0);
+}
+
 TEST_CASE("agentctl plan prints a table, or the DESIGN §6 JSON with --json") {
   testing::ScratchDir dir;
   const std::string config = dir.Write("agents.yaml", R"(run: {name: pp, dir: runs}
