@@ -16,7 +16,7 @@
 
 #include "agent_runtime/checkpointer.h"
 #include "agent_runtime/crc.h"
-#include "tests/agent_runtime/temp_dir.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "comms/telemetry.h"
-#include "tests/agent_runtime/temp_dir.h"
+#include "tests/common/temp_dir.h"
 #include "tests/plan/plan_test_util.h"
 
 namespace agentrt {

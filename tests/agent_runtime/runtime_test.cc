@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/agent_runtime/temp_dir.h"
+#include "tests/common/temp_dir.h"
 #include "tests/plan/plan_test_util.h"
 
 namespace agentrt {

@@ -10,19 +10,14 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/common/temp_dir.h"
+
 namespace agentrt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct LeaseDir {
-  LeaseDir() {
-    char tmpl[] = "/tmp/agentrt-lease-test.XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~LeaseDir() { fs::remove_all(path); }
-  std::string path;
-};
+using LeaseDir = testing::TempDir;
 
 TEST_CASE("two runs never lease one port, whatever their blocks' boundaries") {
   LeaseDir dir;

@@ -11,27 +11,20 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/file_util.h"
 #include "plan/port_lease.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Scratch {
-  Scratch() {
-    char tmpl[] = "/tmp/agentrt-rank-exec-test.XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~Scratch() { fs::remove_all(path); }
-  std::string path;
-};
+using Scratch = testing::TempDir;
 
 struct Wrapped {
   pid_t pid = -1;
@@ -72,10 +65,8 @@ int Wait(pid_t pid) {
 }
 
 std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = ReadWholeFile(path, 1 << 20);
+  return text.ok() ? *text : "";
 }
 
 // Polls `pred` every 10 ms for at most 10 s.

@@ -1,26 +1,23 @@
 // The run directory owns its layout, the tokens' paths and the run secret.
 #include "plan/run_dir.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "common/file_util.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Base {
-  Base() {
-    char tmpl[] = "/tmp/agentrt-rundir.XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~Base() { fs::remove_all(path); }
-  std::string path;
-};
+using Base = testing::TempDir;
 
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
@@ -71,6 +68,46 @@ TEST_CASE("the run secret is created once, 0600, and read back; a readable one i
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == StatusCode::kPermissionDenied);
   CHECK_THAT(refused.status().message(), Catch::Contains("chmod 600"));
+}
+
+TEST_CASE("a run's controller holds its lock; a dead one's pid is never taken for live") {
+  Base base;
+  const RunDir dir(base.path);
+  REQUIRE(WriteFileAtomic(dir.ControllerPidPath(), std::to_string(::getpid()) + "\n").ok());
+  CHECK_FALSE(ControllerRunning(dir.path()));
+  CHECK(LiveControllerPid(dir.path()) == 0);  // a pid file alone proves nothing
+  {
+    auto lock = ControllerLock::Acquire(dir);
+    REQUIRE(lock.ok());
+    CHECK(ControllerRunning(dir.path()));
+    CHECK(LiveControllerPid(dir.path()) == ::getpid());
+    auto second = ControllerLock::Acquire(dir);  // a second controller of the run
+    REQUIRE_FALSE(second.ok());
+    CHECK(second.status().code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(second.status().message(), Catch::Contains(std::to_string(::getpid())));
+  }
+  CHECK_FALSE(ControllerRunning(dir.path()));
+  // Held by a process that is killed: gone with it.
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto held = ControllerLock::Acquire(dir);
+    if (!held.ok()) ::_exit(1);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  CHECK(ControllerRunning(dir.path()));
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK_FALSE(ControllerRunning(dir.path()));
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST_CASE("an atomic write leaves the old file or the new one, never a temporary") {

@@ -9,14 +9,14 @@
 
 #include "plan/config.h"
 #include "scheduler/loader.h"
-#include "tests/scheduler/config_test_util.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
 
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
-using testing::ScratchDir;
+using testing::TempDir;
 
 // Loads `text` as the file `name` and returns the error message ("" when it loaded).
 std::string ErrorOf(const std::string& text, const std::string& name = "agents.yaml") {
@@ -326,7 +326,7 @@ TEST_CASE("10,000-deep nesting is rejected before yaml-cpp recurses") {
 }
 
 TEST_CASE("a 50 MB file is rejected by the size cap without being read") {
-  ScratchDir dir;
+  TempDir dir;
   const std::string path = dir.Path("huge.yaml");
   { std::ofstream(path) << "agents: [{name: a}]\n"; }
   std::filesystem::resize_file(path, 50u * 1024 * 1024);
@@ -376,7 +376,7 @@ TEST_CASE("command-line overrides are applied before validation") {
 }
 
 TEST_CASE("an inventory file replaces the config's nodes and, when given, its ports") {
-  ScratchDir dir;
+  TempDir dir;
   Result<Config> c = LoadConfigString(kFull, "full.yaml");
   REQUIRE(c.ok());
   std::string inv =
@@ -416,7 +416,7 @@ TEST_CASE("a channel topic may be a glob; other punctuation is refused") {
 }
 
 TEST_CASE("relative program and script paths are taken from the config's folder") {
-  ScratchDir dir;
+  TempDir dir;
   dir.Write("train.py", "print('hi')\n");
   std::filesystem::create_directories(dir.Path("bin"));
   dir.Write("bin/agent", "#!/bin/sh\n");

@@ -13,21 +13,13 @@
 #include <thread>
 
 #include "scheduler/local_backend.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("agentrt-lb-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static inline int counter = 0;
-};
+using testing::TempDir;
 
 std::string Slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -85,11 +77,11 @@ AgentLaunch ShellAgent(const TempDir& dir, const std::string& script, int ranks)
   a.ports_first = FreeBlock(4);
   a.ports_last = a.ports_first + 3;
   a.master_port = a.ports_first;
-  a.run_dir = dir.path.string();
-  a.checkpoint_dir = (dir.path / "checkpoints" / a.name).string();
-  a.log_dir = (dir.path / "logs" / a.name).string();
+  a.run_dir = dir.path;
+  a.checkpoint_dir = dir.Path("checkpoints/" + a.name);
+  a.log_dir = dir.Path("logs/" + a.name);
   a.bus_address = "127.0.0.1:1";
-  a.token_file = (dir.path / "secrets" / "sh-agent.token").string();
+  a.token_file = dir.Path("secrets/sh-agent.token");
   a.telemetry_endpoint = "ipc:///nowhere";
   a.restart_count = 2;
   return a;

@@ -15,6 +15,7 @@
 #include "plan/run_dir.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/status.h"
+#include "tests/common/temp_dir.h"
 #include "tests/scheduler/fake_backend.h"
 
 namespace agentrt {
@@ -23,14 +24,10 @@ namespace {
 using testing::FakeBackend;
 
 // A log folder of its own, removed at scope exit.
-struct LogDir {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("agentrt-ctl-" + std::to_string(::getpid()) + "-" +
-                                                std::to_string(reinterpret_cast<uintptr_t>(this)));
-  LogDir() { std::filesystem::create_directories(path); }
-  ~LogDir() { std::filesystem::remove_all(path); }
+struct LogDir : testing::TempDir {
+  LogDir() : testing::TempDir("agentrt-ctl") {}
   void Write(const std::string& name, const std::string& text) const {
-    REQUIRE(WriteFileAtomic((path / name).string(), text).ok());
+    REQUIRE(WriteFileAtomic(Path(name), text).ok());
   }
 };
 
@@ -307,7 +304,7 @@ TEST_CASE("an agent that exits 78 (its own configuration) fails at once, quoting
   logs.Write("rank0.log", "starting\nagent-worker: args.lr: expected a number, got \"fast\"\n\n");
   Fixture f;
   auto a = MakeAgent("a", 1, /*max_restarts=*/5);
-  a.launch.log_dir = logs.path.string();
+  a.launch.log_dir = logs.path;
   f.Make({a});
   f.backend.Exit("a", 0, 1000, kExitConfigError);
   f.rc->Tick();
@@ -334,7 +331,7 @@ TEST_CASE("mpirun's exit is explained by the rank wrappers' records: which rank,
   Fixture f;
   auto a = MakeAgent("m", 2);
   a.launch.use_mpirun = true;
-  a.launch.log_dir = logs.path.string();
+  a.launch.log_dir = logs.path;
   f.Make({a});
   f.backend.Exit("m", -1, 1000, 1);
   f.rc->Tick();
@@ -461,29 +458,6 @@ TEST_CASE("status.json round-trips through its JSON shape") {
   CHECK(back->agents[0].ranks[1].exit_code == -9);
   CHECK(back->agents[0].last_checkpoint_step == 40);
   CHECK(RenderStatusTable(*back).find("predator-0") != std::string::npos);
-}
-
-TEST_CASE(
-    "the run directory is named <name>-<UTC timestamp> and keeps its secrets 0600 in a 0700 "
-    "folder") {
-  namespace fs = std::filesystem;
-  const fs::path base =
-      fs::temp_directory_path() / ("agentrt-rundir-" + std::to_string(::getpid()));
-  const auto t = std::chrono::system_clock::from_time_t(1764464671);  // 2025-11-30 01:04:31 UTC
-  auto dir = RunDir::Create(base.string(), "demo", t);
-  REQUIRE(dir.ok());
-  CHECK(fs::path(dir->path()).filename() == "demo-20251130T010431Z");
-  auto second = RunDir::Create(base.string(), "demo", t);
-  REQUIRE(second.ok());
-  CHECK(second->path() != dir->path());
-  CHECK((fs::status(dir->SecretsDir()).permissions() & fs::perms::all) == fs::perms::owner_all);
-  auto secret = dir->CreateSecret();
-  REQUIRE(secret.ok());
-  CHECK(secret->size() == 32);
-  CHECK((fs::status(dir->SecretPath()).permissions() & fs::perms::all) ==
-        (fs::perms::owner_read | fs::perms::owner_write));
-  CHECK_FALSE(RunDir::Create(base.string(), "../evil", t).ok());
-  fs::remove_all(base);
 }
 
 }  // namespace agentrt

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "plan/plan.h"
-#include "tests/scheduler/config_test_util.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
@@ -37,7 +37,7 @@ std::string Env(const char* name) {
 }
 
 // Runs `agentctl <args>` (args are trusted test strings) with a 60 s bound.
-Output Agentctl(const testing::ScratchDir& dir, const std::string& args) {
+Output Agentctl(const testing::TempDir& dir, const std::string& args) {
   const std::string out = dir.Path("stdout"), err = dir.Path("stderr");
   const std::string cmd =
       "timeout 60 " + Env("AGENTRT_BIN_DIR") + "/agentctl " + args + " >" + out + " 2>" + err;
@@ -50,7 +50,7 @@ Output Agentctl(const testing::ScratchDir& dir, const std::string& args) {
 }
 
 TEST_CASE("agentctl validate accepts the shipped configs") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   Output o = Agentctl(dir, "validate " + Env("AGENTRT_SOURCE_DIR") + "/configs/demo.yaml");
   CHECK(o.exit_code == 0);
   CHECK_THAT(o.out, StartsWith("ok: 3 agents (5 ranks, 0 GPUs), 4 channels"));
@@ -61,7 +61,7 @@ TEST_CASE("agentctl validate accepts the shipped configs") {
 }
 
 TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string bad = dir.Write("bad.yaml", "agents:\n  - name: a\n    gpu: 2\n");
   Output o = Agentctl(dir, "validate " + bad);
   CHECK(o.exit_code == 1);
@@ -83,7 +83,7 @@ TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1
 }
 
 TEST_CASE("agentctl validate checks agent-worker's args with agent-worker's own declarations") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string typo = dir.Write(
       "typo.yaml", "agents:\n  - name: a\n    args:\n      env: cartpole\n      lrr: 0.1\n");
   Output o = Agentctl(dir, "validate " + typo);
@@ -105,7 +105,7 @@ TEST_CASE("agentctl validate checks agent-worker's args with agent-worker's own 
 }
 
 TEST_CASE("agentctl plan prints a table, or the DESIGN §6 JSON with --json") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string config = dir.Write("agents.yaml", R"(run: {name: pp, dir: runs}
 cluster:
   nodes: [{name: "node[01-02]", gpus: 8, cpus: 64, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}]
@@ -152,7 +152,7 @@ agents:
 }
 
 TEST_CASE("agentctl plan exits 2 and names the agent when the plan is infeasible") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string config = dir.Write("agents.yaml", R"(cluster:
   nodes:
     - {name: node01, gpus: 4, nvlink_domains: [[0,1],[2,3]]}
@@ -166,7 +166,7 @@ agents: [{name: predator, replicas: 4, gpus: 2}]
 }
 
 TEST_CASE("agentctl plan on this machine plans the demo, warning about oversubscription") {
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   Output o = Agentctl(dir, "plan " + Env("AGENTRT_SOURCE_DIR") + "/configs/demo.yaml --json");
   REQUIRE(o.exit_code == 0);
   Result<Plan> plan = PlanFromJsonString(o.out);

@@ -4,7 +4,7 @@
 
 #include "scheduler/loader.h"
 #include "scheduler/planner.h"
-#include "tests/scheduler/config_test_util.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
@@ -80,7 +80,7 @@ TEST_CASE("a plan survives a JSON round trip, through a file too") {
   CHECK(back->agents[3].PlacementOfRank(16) == nullptr);
   CHECK(back->bus.settings.port == back->bus.port);
 
-  testing::ScratchDir dir;
+  testing::TempDir dir;
   const std::string path = dir.Path("plan.json");
   REQUIRE(WritePlanFile(plan, path).ok());
   Result<Plan> read = ReadPlanFile(path);

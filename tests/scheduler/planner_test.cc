@@ -13,6 +13,7 @@
 #include "plan/run_dir.h"
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
@@ -320,14 +321,7 @@ TEST_CASE("an empty inventory is infeasible") {
 namespace agentrt {
 namespace {
 
-struct TempLeaseDir {
-  TempLeaseDir() {
-    char tmpl[] = "/tmp/agentrt-plan-lease.XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempLeaseDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
+using TempLeaseDir = testing::TempDir;
 
 const auto kEverywhere = [](const AgentPlan&) { return true; };
 

@@ -16,7 +16,7 @@
 
 #include "common/file_util.h"
 #include "scheduler/loader.h"
-#include "tests/scheduler/config_test_util.h"
+#include "tests/common/temp_dir.h"
 #include "tests/scheduler/fake_backend.h"
 
 namespace agentrt {
@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::FakeBackend;
-using testing::ScratchDir;
+using testing::TempDir;
 
 class RecordingObserver final : public RunObserver {
  public:
@@ -53,7 +53,7 @@ class FakeStops final : public StopRequests {
   int sig = 0;
 };
 
-Config LoadConfig(const ScratchDir& dir, const std::string& yaml) {
+Config LoadConfig(const TempDir& dir, const std::string& yaml) {
   auto c = LoadConfigString(yaml, dir.Path("agents.yaml"));
   REQUIRE(c.ok());
   c->run.dir = dir.Path("runs");
@@ -70,7 +70,7 @@ agents:
 )";
 
 TEST_CASE("preparing a run plans once, before the run directory exists, and records it") {
-  ScratchDir dir;
+  TempDir dir;
   Config config = LoadConfig(dir, kTwoAgents);
   InventoryRequest request;
   request.config_file = "agents.yaml";
@@ -92,7 +92,7 @@ TEST_CASE("preparing a run plans once, before the run directory exists, and reco
 }
 
 TEST_CASE("one inventory rule: --cluster, then SLURM, then the config's block, then the fallback") {
-  ScratchDir dir;
+  TempDir dir;
   const std::string inv = dir.Write("inv.yaml", "cluster:\n  nodes: [{name: big, gpus: 8}]\n");
   const std::string scontrol = dir.Write(
       "nodes.txt", "NodeName=s1 CPUAlloc=0 CPUTot=8 Gres=gpu:4 State=IDLE Partitions=p\n");
@@ -151,7 +151,7 @@ TEST_CASE("one inventory rule: --cluster, then SLURM, then the config's block, t
 }
 
 struct DriverFixture {
-  ScratchDir scratch;
+  TempDir scratch;
   ManualClock clock;
   FakeBackend backend;
   RecordingObserver observer;

@@ -1,11 +1,13 @@
 // A fresh directory under $TMPDIR for one test, removed with everything in it
-// when the test ends.
+// when the test ends; small files written into it by name. The one scratch
+// directory of every C++ test.
 #pragma once
 
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -23,6 +25,18 @@ struct TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
+
+  // The path of `name` inside the directory.
+  std::string Path(const std::string& name) const { return path + "/" + name; }
+  // Writes `text` to `name` inside the directory and returns its path.
+  std::string Write(const std::string& name, const std::string& text) const {
+    const std::string p = Path(name);
+    std::ofstream out(p, std::ios::binary);
+    out << text;
+    REQUIRE(out.good());
+    return p;
+  }
+
   std::string path;
 };
 
