@@ -6,6 +6,9 @@
 #   <prefix>/include/agentrt/<module>/ the public headers (AGENTRT_PUBLIC_HEADERS below),
 #                                      included as "agent_runtime/runtime.h"
 #   <prefix>/lib/cmake/agentrt/        agentrtConfig.cmake + agentrtTargets.cmake
+#   <prefix>/lib/libagentrt_c.so       the C API (include/agentrt/capi/agentrt_c.h)
+#   <prefix>/lib/agentrt/python/       the Python package `agentrt` over it; agentctl
+#                                      puts it on the PYTHONPATH of the agents it starts
 #
 # and then, from the other project:
 #
@@ -52,7 +55,8 @@ set(AGENTRT_PUBLIC_HEADERS
     comms/auth.h comms/bus_client.h comms/bus_types.h comms/telemetry.h
     agent_runtime/runtime.h agent_runtime/checkpointer.h agent_runtime/group.h
     agent_runtime/signals.h agent_runtime/sharded_adam.h agent_runtime/adamw.h
-    envs/env.h envs/space.h envs/rng.h envs/params.h envs/env_pool.h envs/registry.h
+    envs/env.h envs/space.h envs/rng.h envs/params.h envs/env_pool.h envs/chunk_runner.h
+    envs/multi_agent_env_pool.h envs/registry.h
     envs/single_agent_view.h
     learners/ppo.h learners/ppo_trainer.h learners/policy_snapshot.h learners/actor_critic.h
     learners/obs_normalizer.h)
@@ -64,6 +68,17 @@ install(FILES ${PROJECT_BINARY_DIR}/comms/proto/bus.pb.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/comms/proto)
 install(FILES ${PROJECT_SOURCE_DIR}/comms/proto/bus.proto
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/comms/proto)
+
+# The C API and the Python package over it (python/CMakeLists.txt).
+if(TARGET agentrt_c)
+  install(TARGETS agentrt_c LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/capi/agentrt_c.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/agentrt/capi)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/agentrt
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/agentrt/python
+          FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed"
+          PATTERN "__pycache__" EXCLUDE)
+endif()
 
 # Programs: the controller, the default agent and the standalone bus.
 foreach(tool agentctl agent-worker agentrt-bus agentrt-exec-rank)

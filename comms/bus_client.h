@@ -80,7 +80,6 @@ struct PublishAck {
   uint64_t sequence = 0;   // the sequence number the message carried
 };
 
-// Where a subscription starts.
 // Where a subscription starts. An offset saved in a checkpoint belongs to one
 // broker incarnation (its logs live in memory): pass the incarnation it was
 // read from too, so that a broker which has since restarted says so

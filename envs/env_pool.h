@@ -23,20 +23,20 @@
 // the number of threads nor their timing.
 //
 // Threads: `num_threads` threads step the envs, the calling thread included
-// (num_threads - 1 workers are started); they claim chunks of envs from a
-// shared counter, so a descheduled worker does not stall the batch. Step()
-// blocks until every env has stepped. Not thread-safe: one caller at a time.
+// (envs/chunk_runner.h: chunks claimed from a shared counter, so a descheduled
+// worker does not stall the batch). Step() blocks until every env has
+// stepped. Not thread-safe: one caller at a time.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "envs/chunk_runner.h"
 #include "envs/env.h"
 
 namespace agentrt {
@@ -59,7 +59,7 @@ class EnvPool {
   EnvPool& operator=(const EnvPool&) = delete;
 
   int num_envs() const { return num_envs_; }
-  int num_threads() const { return num_threads_; }
+  int num_threads() const { return runner_->threads(); }
   const Space& observation_space() const { return envs_.front()->observation_space(); }
   const Space& action_space() const { return envs_.front()->action_space(); }
   size_t obs_size() const { return obs_size_; }
@@ -85,11 +85,8 @@ class EnvPool {
  private:
   EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& options);
   void StepRange(int begin, int end);
-  void StepChunks();  // claims and steps chunks until none are left
-  void WorkerLoop();
 
   int num_envs_;
-  int num_threads_;
   uint64_t seed_;
   size_t obs_size_;
   size_t act_size_;
@@ -97,14 +94,7 @@ class EnvPool {
   std::vector<float> obs_, final_obs_, actions_, rewards_, episode_returns_, running_returns_;
   std::vector<uint8_t> terminated_, truncated_;
   std::vector<int32_t> episode_lengths_, running_lengths_;
-
-  std::vector<std::thread> workers_;
-  int chunk_size_ = 1;  // envs per chunk
-  int num_chunks_ = 1;
-  std::atomic<uint32_t> generation_{0};  // bumped once per Step (and to stop)
-  std::atomic<int> next_chunk_{0};       // the next chunk to claim in this Step
-  std::atomic<int> done_chunks_{0};      // chunks stepped in this Step
-  std::atomic<bool> stop_{false};
+  std::unique_ptr<ChunkRunner> runner_;  // last: its threads stop before the buffers go
 };
 
 }  // namespace agentrt

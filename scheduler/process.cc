@@ -202,6 +202,41 @@ std::vector<std::string> DefaultSearchDirs() {
   return {std::move(self)};
 }
 
+std::optional<PythonPackage> FindPythonPackage() {
+  namespace fs = std::filesystem;
+  const std::string self = SelfExecutableDir();
+  if (self.empty()) return std::nullopt;
+  const fs::path root = fs::path(self).parent_path();
+  std::error_code ec;
+  const std::pair<fs::path, fs::path> layouts[] = {
+      {root / "python", root / "lib" / "libagentrt_c.so"},
+      {root / AGENTRT_INSTALL_LIBDIR / "agentrt" / "python",
+       root / AGENTRT_INSTALL_LIBDIR / "libagentrt_c.so.1"}};
+  for (const auto& [python, library] : layouts) {
+    if (fs::exists(python / "agentrt" / "__init__.py", ec) && fs::exists(library, ec)) {
+      return PythonPackage{python.lexically_normal().string(), library.lexically_normal().string()};
+    }
+  }
+  return std::nullopt;
+}
+
+void ExposePythonPackage() {
+  const std::optional<PythonPackage> package = FindPythonPackage();
+  if (!package) return;
+  const char* old = std::getenv("PYTHONPATH");
+  std::string path = package->python_dir;
+  if (old != nullptr && *old != '\0') {
+    const std::string current = old;
+    if ((":" + current + ":").find(":" + path + ":") != std::string::npos) {
+      path = current;
+    } else {
+      path += ":" + current;
+    }
+  }
+  ::setenv("PYTHONPATH", path.c_str(), 1);
+  ::setenv("AGENTRT_C_LIBRARY", package->library.c_str(), 0);
+}
+
 std::vector<std::string> CurrentEnviron() {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);

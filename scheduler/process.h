@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,22 @@ std::string SelfExecutableDir();
 // Where launch backends look for an agent's program after PATH: the directory
 // of the running agentctl (so `agent-worker` next to it is found), if known.
 std::vector<std::string> DefaultSearchDirs();
+
+// The Python package `agentrt` (python/agentrt) and the C library it loads,
+// found next to the running agentctl: <build>/python and
+// <build>/lib/libagentrt_c.so in a build tree, <prefix>/<libdir>/agentrt/python
+// and <prefix>/<libdir>/libagentrt_c.so.1 when installed.
+struct PythonPackage {
+  std::string python_dir;  // holds agentrt/__init__.py
+  std::string library;     // libagentrt_c.so
+};
+std::optional<PythonPackage> FindPythonPackage();
+
+// Prepends the package's folder to this process's PYTHONPATH and sets
+// AGENTRT_C_LIBRARY (unless already set), so that every agent started from it
+// (any backend: they inherit this environment) can `import agentrt` with no
+// set-up. A no-op when the package is not found.
+void ExposePythonPackage();
 
 // This process's environment as "NAME=value" strings, the base a launch
 // backend builds each rank's environment on.

@@ -5,8 +5,11 @@
 
 Every wait is bounded; a failed check raises Failure, which run_scenarios() reports.
 """
+import hashlib
+import hmac
 import json
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -120,6 +123,64 @@ class AgentctlRun:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def die_with_parent():
+    """preexec_fn: the child gets SIGTERM when the test process dies (PR_SET_PDEATHSIG),
+    so a test killed by its timeout leaves no daemon behind."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def agent_token(secret, agent):
+    """The bus token of `agent` under the run secret (comms/auth.h: HMAC-SHA256, hex)."""
+    return hmac.new(secret, agent.encode(), hashlib.sha256).hexdigest()
+
+
+class StandaloneBus:
+    """A real agentrt-bus on 127.0.0.1 for a test: with `plan` (a dict) its ACL, else --open.
+    `address`, `secret`; token(agent); stop() (also on `with` exit) asserts a clean exit."""
+
+    def __init__(self, work, plan=None):
+        self.secret = os.urandom(32)
+        secret_file = os.path.join(work, "bus.secret")
+        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, self.secret)
+        os.close(fd)
+        address_file = os.path.join(work, "bus.address")
+        args = [os.path.join(os.environ["AGENTRT_BIN_DIR"], "agentrt-bus"), "--secret-file",
+                secret_file, "--host", "127.0.0.1", "--port", "0", "--address-file", address_file]
+        if plan is None:
+            args.append("--open")
+        else:
+            plan_file = os.path.join(work, "plan.json")
+            with open(plan_file, "w") as f:
+                json.dump(plan, f)
+            args += ["--plan", plan_file]
+        self.proc = subprocess.Popen(args, preexec_fn=die_with_parent)
+        wait_for("agentrt-bus's address file",
+                 lambda: os.path.exists(address_file) or self.proc.poll() is not None, 30)
+        check(self.proc.poll() is None, "agentrt-bus started")
+        with open(address_file) as f:
+            self.address = f.read().strip()
+
+    def token(self, agent):
+        return agent_token(self.secret, agent)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                raise Failure("agentrt-bus did not stop within 20 s of SIGTERM")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 def test_plan(run, agents, channels=(), first_port=20016):

@@ -7,8 +7,6 @@ stored once) and subscribes in order; a C++ client (agentrt-bus publish/fetch)
 reads what Python published and publishes what Python reads; a wrong token is
 UNAUTHENTICATED and an ACL violation PERMISSION_DENIED. Exit 0 = pass.
 """
-import hashlib
-import hmac
 import json
 import os
 import signal
@@ -18,7 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, check, test_plan  # noqa: E402
+from agentrt_testing import Failure, agent_token as token, check, test_plan  # noqa: E402
 
 import grpc
 from grpc_tools import protoc
@@ -72,10 +70,6 @@ def main():
             broker.kill()
             fail("agentrt-bus did not stop within 20 s of SIGTERM")
     print("PASS: python client interoperates with the C++ broker and client")
-
-
-def token(secret, agent):
-    return hmac.new(secret, agent.encode(), hashlib.sha256).hexdigest()
 
 
 def md(secret, agent):

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "plan/rank_exec.h"
+#include "scheduler/process.h"
 #include "tools/agent-worker/settings.h"
 #include "tools/agentctl/commands.h"
 
@@ -35,6 +36,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "exec-rank") {
     return agentrt::ExecRankMain(argc - 1, argv + 1);
   }
+  // Agents (any backend, any node sharing this install) can `import agentrt`.
+  agentrt::ExposePythonPackage();
   CLI::App app{"agentctl: plan, run and inspect multi-agent RL training runs"};
   app.require_subcommand(1);
 #define AGENTCTL_REGISTER(name) agentctl::Register##name(app);

@@ -1,0 +1,57 @@
+// What every capi/*.cc shares: the thread's last error, the translation of a
+// Status to a C code, and the guard that keeps exceptions from crossing the C
+// boundary. Not installed.
+#pragma once
+
+#include <cstring>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "agent_runtime/runtime.h"
+#include "capi/agentrt_c.h"
+#include "common/status.h"
+
+// The runtime handle (runtime_c.cc makes it; bus_c.cc borrows its bus).
+struct agentrt_runtime {
+  std::unique_ptr<agentrt::Runtime> rt;
+};
+
+namespace agentrt::capi {
+
+// Records `s` as the calling thread's last error; its C code.
+int Fail(const Status& s);
+// Clears the thread's last error; AGENTRT_OK.
+int Ok();
+// agentrt::StatusCode -> enum agentrt_code (gRPC's numbering).
+int CodeOf(StatusCode code);
+
+// A malloc'd copy of `s` for a char** out-parameter (freed with agentrt_free).
+char* CopyOut(const std::string& s);
+inline int JsonOut(const nlohmann::json& j, char** out) {
+  if (out == nullptr) return Fail(InvalidArgument("the output pointer is NULL"));
+  *out = CopyOut(j.dump());
+  return Ok();
+}
+
+// Runs `body` (returning a C code); an exception becomes AGENTRT_INTERNAL
+// with its message instead of unwinding into C.
+template <typename F>
+int Guard(const char* what, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return Fail(Internal(std::string(what) + ": " + e.what()));
+  } catch (...) {
+    return Fail(Internal(std::string(what) + ": unknown exception"));
+  }
+}
+
+// InvalidArgument naming `what` when `p` is NULL.
+#define AGENTRT_C_REQUIRE(p, what) \
+  if ((p) == nullptr) return ::agentrt::capi::Fail(::agentrt::InvalidArgument(std::string(what) + " is NULL"))
+
+// Parses a JSON argument; InvalidArgument naming `what` when it is not JSON.
+Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);
+
+}  // namespace agentrt::capi

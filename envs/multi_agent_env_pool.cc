@@ -1,0 +1,111 @@
+#include "envs/multi_agent_env_pool.h"
+
+#include <algorithm>
+#include <string>
+
+namespace agentrt {
+
+Result<std::unique_ptr<MultiAgentEnvPool>> MultiAgentEnvPool::Make(const Factory& factory,
+                                                                   const EnvPoolOptions& options) {
+  if (options.num_envs < 1) {
+    return InvalidArgument("multi-agent env pool: num_envs must be >= 1, got " +
+                           std::to_string(options.num_envs));
+  }
+  if (options.num_threads < 1) {
+    return InvalidArgument("multi-agent env pool: num_threads must be >= 1, got " +
+                           std::to_string(options.num_threads));
+  }
+  std::vector<std::unique_ptr<MultiAgentEnv>> envs;
+  for (int i = 0; i < options.num_envs; ++i) {
+    Result<std::unique_ptr<MultiAgentEnv>> env = factory();
+    if (!env.ok()) {
+      return env.status().WithContext("multi-agent env pool: building world " + std::to_string(i));
+    }
+    const MultiAgentEnv& first = i == 0 ? **env : *envs.front();
+    if ((*env)->num_agents() < 1 || (*env)->num_agents() != first.num_agents() ||
+        (*env)->observation_space() != first.observation_space() ||
+        (*env)->action_space() != first.action_space()) {
+      return InvalidArgument("multi-agent env pool: world " + std::to_string(i) +
+                             " has other seats or spaces than world 0; every copy must be alike");
+    }
+    envs.push_back(std::move(env).value());
+  }
+  return std::unique_ptr<MultiAgentEnvPool>(new MultiAgentEnvPool(std::move(envs), options));
+}
+
+MultiAgentEnvPool::MultiAgentEnvPool(std::vector<std::unique_ptr<MultiAgentEnv>> envs,
+                                     const EnvPoolOptions& options)
+    : num_envs_(options.num_envs),
+      num_agents_(envs.front()->num_agents()),
+      seed_(options.seed),
+      obs_size_(envs.front()->observation_space().size()),
+      act_size_(envs.front()->action_space().size()),
+      envs_(std::move(envs)) {
+  const auto n = static_cast<size_t>(num_envs_);
+  const auto seats = n * static_cast<size_t>(num_agents_);
+  obs_.assign(seats * obs_size_, 0.0f);
+  final_obs_.assign(seats * obs_size_, 0.0f);
+  actions_.assign(seats * act_size_, 0.0f);
+  rewards_.assign(seats, 0.0f);
+  episode_returns_.assign(seats, 0.0f);
+  running_returns_.assign(seats, 0.0f);
+  active_.assign(seats, 1);
+  terminated_.assign(n, 0);
+  truncated_.assign(n, 0);
+  episode_lengths_.assign(n, 0);
+  running_lengths_.assign(n, 0);
+  runner_ = std::make_unique<ChunkRunner>(num_envs_, options.num_threads,
+                                          [this](int begin, int end) { StepRange(begin, end); });
+}
+
+MultiAgentEnvPool::~MultiAgentEnvPool() = default;
+
+void MultiAgentEnvPool::Reset(std::optional<uint64_t> seed) {
+  const uint64_t base = seed.value_or(seed_);
+  const auto a = static_cast<size_t>(num_agents_);
+  for (int i = 0; i < num_envs_; ++i) {
+    const auto k = static_cast<size_t>(i);
+    envs_[k]->Reset(base + static_cast<uint64_t>(i),
+                    std::span<float>(obs_).subspan(k * a * obs_size_, a * obs_size_));
+    for (size_t s = k * a; s < (k + 1) * a; ++s) {
+      running_returns_[s] = 0.0f;
+      rewards_[s] = 0.0f;
+      active_[s] = 1;
+    }
+    running_lengths_[k] = 0;
+    terminated_[k] = truncated_[k] = 0;
+  }
+}
+
+void MultiAgentEnvPool::StepRange(int begin, int end) {
+  const auto a = static_cast<size_t>(num_agents_);
+  for (int i = begin; i < end; ++i) {
+    const auto k = static_cast<size_t>(i);
+    const std::span<float> obs = std::span<float>(obs_).subspan(k * a * obs_size_, a * obs_size_);
+    const std::span<float> rewards = std::span<float>(rewards_).subspan(k * a, a);
+    const MultiAgentEnv::StepOutcome r = envs_[k]->Step(
+        std::span<const float>(actions_).subspan(k * a * act_size_, a * act_size_), obs, rewards);
+    terminated_[k] = r.terminated;
+    truncated_[k] = r.truncated;
+    running_lengths_[k] += 1;
+    for (size_t s = 0; s < a; ++s) {
+      running_returns_[k * a + s] += rewards[s];
+      active_[k * a + s] = envs_[k]->active(static_cast<int>(s)) ? 1 : 0;
+    }
+    if (r.terminated || r.truncated) {
+      std::copy(obs.begin(), obs.end(),
+                final_obs_.begin() + static_cast<ptrdiff_t>(k * a * obs_size_));
+      for (size_t s = k * a; s < (k + 1) * a; ++s) {
+        episode_returns_[s] = running_returns_[s];
+        running_returns_[s] = 0.0f;
+      }
+      episode_lengths_[k] = running_lengths_[k];
+      running_lengths_[k] = 0;
+      envs_[k]->Reset(std::nullopt, obs);
+    }
+  }
+}
+
+void MultiAgentEnvPool::Step() { runner_->Run(); }
+
+}  // namespace agentrt

@@ -1,0 +1,90 @@
+// agentrt::MultiAgentEnvPool — N copies of a MultiAgentEnv stepped as one batch
+// (EnvPool's engine and contract, with every seat of every world exposed), so
+// that one caller can act for all seats at once: its own learner's and the
+// opponents' (e.g. policies received over the bus, run batched on a GPU).
+//
+//   auto pool = MultiAgentEnvPool::Make([&] { return MakePursuit({}); }, {.num_envs = 64});
+//   pool->Reset();
+//   loop: fill pool->actions(); pool->Step();
+//
+// Buffers are flat, world i seat a at [(i * A + a) * size, ... + size), A = num_agents():
+//   observations(), final_observations()  as in EnvPool, per seat
+//   actions()                             per seat (a seat that is not active() is ignored)
+//   rewards()                             [i * A + a]: seat a's reward of the step just taken
+//   active()                              [i * A + a]: 1 while seat a is in world i's episode
+//                                         (before the step's auto-reset: a prey caught in this
+//                                         step reads 0; after an auto-reset every seat is
+//                                         active again on the next step)
+//   terminated(), truncated()             [i]: world i's episode ended in this step
+//   episode_returns()                     [i * A + a], where world i's episode ended
+//   episode_lengths()                     [i], where world i's episode ended
+//
+// Determinism and threads as in EnvPool (envs/env_pool.h). Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "envs/chunk_runner.h"
+#include "envs/env.h"
+#include "envs/env_pool.h"
+
+namespace agentrt {
+
+class MultiAgentEnvPool {
+ public:
+  using Factory = std::function<Result<std::unique_ptr<MultiAgentEnv>>()>;
+
+  static Result<std::unique_ptr<MultiAgentEnvPool>> Make(const Factory& factory,
+                                                         const EnvPoolOptions& options);
+  ~MultiAgentEnvPool();
+  MultiAgentEnvPool(const MultiAgentEnvPool&) = delete;
+  MultiAgentEnvPool& operator=(const MultiAgentEnvPool&) = delete;
+
+  int num_envs() const { return num_envs_; }
+  int num_agents() const { return num_agents_; }
+  int num_threads() const { return runner_->threads(); }
+  const Space& observation_space() const { return envs_.front()->observation_space(); }
+  const Space& action_space() const { return envs_.front()->action_space(); }
+  size_t obs_size() const { return obs_size_; }
+  size_t act_size() const { return act_size_; }
+  MultiAgentEnv& env(int i) { return *envs_[static_cast<size_t>(i)]; }
+
+  void Reset(std::optional<uint64_t> seed = std::nullopt);
+  // Steps every world with actions(); auto-resets the ones whose episode ended.
+  // Does not allocate.
+  void Step();
+
+  std::span<float> actions() { return actions_; }
+  std::span<const float> observations() const { return obs_; }
+  std::span<const float> final_observations() const { return final_obs_; }
+  std::span<const float> rewards() const { return rewards_; }
+  std::span<const uint8_t> active() const { return active_; }
+  std::span<const uint8_t> terminated() const { return terminated_; }
+  std::span<const uint8_t> truncated() const { return truncated_; }
+  std::span<const float> episode_returns() const { return episode_returns_; }
+  std::span<const int32_t> episode_lengths() const { return episode_lengths_; }
+
+ private:
+  MultiAgentEnvPool(std::vector<std::unique_ptr<MultiAgentEnv>> envs,
+                    const EnvPoolOptions& options);
+  void StepRange(int begin, int end);
+
+  int num_envs_;
+  int num_agents_;
+  uint64_t seed_;
+  size_t obs_size_;
+  size_t act_size_;
+  std::vector<std::unique_ptr<MultiAgentEnv>> envs_;
+  std::vector<float> obs_, final_obs_, actions_, rewards_, episode_returns_, running_returns_;
+  std::vector<uint8_t> active_, terminated_, truncated_;
+  std::vector<int32_t> episode_lengths_, running_lengths_;
+  std::unique_ptr<ChunkRunner> runner_;  // last: its threads stop before the buffers go
+};
+
+}  // namespace agentrt

@@ -1,0 +1,283 @@
+"""agentrt.torch: PyTorch state as agentrt checkpoints and bus payloads, with
+no pickle anywhere (a checkpoint or a message can never run code on load).
+
+    import agentrt.torch as art
+    art.save(ck, step, model=model, optimizer=opt, bus=rt.bus, extra={"updates": n}, wait=False)
+    ...
+    got = art.restore(ck, model=model, optimizer=opt)     # None on a fresh start
+    if got:
+        step, extra = got.step, got.extra                 # RNG restored too
+        sub = rt.bus.subscribe(topic, start=got.bus_offsets.get(topic, 0),
+                               incarnation=got.bus_incarnation)
+
+What is saved: the model's state_dict (parameters and buffers), the
+optimizer's state_dict, the RNG states (torch CPU, every CUDA device, NumPy's
+global, Python's ``random``), the bus positions and ``extra``. Tensors become
+named arrays of the checkpoint (CPU tensors are read in place; CUDA tensors
+are copied to the host once); everything else (hyperparameters, step counts,
+ints keyed dicts, tuples) is JSON in the manifest. Restore copies the arrays
+into the model's own tensors (on their devices) and rebuilds the optimizer
+state on its parameters' devices.
+
+``to_bytes(tensors, meta)`` / ``from_bytes(payload)`` do the same for a policy
+published on the bus: a JSON header line and the raw arrays.
+"""
+import json
+import random as _random
+
+import numpy as np
+import torch as _torch
+
+
+FORMAT = 1
+_MAGIC = b"AGENTRT-TENSORS 1\n"
+
+_TORCH_TO_NUMPY = {
+    _torch.float32: "float32", _torch.float64: "float64", _torch.float16: "float16",
+    _torch.int8: "int8", _torch.uint8: "uint8", _torch.int16: "int16", _torch.int32: "int32",
+    _torch.int64: "int64", _torch.bool: "bool", _torch.complex64: "complex64",
+    _torch.complex128: "complex128",
+}
+_NUMPY_TO_TORCH = {v: k for k, v in _TORCH_TO_NUMPY.items()}
+
+
+def tensor_to_array(t):
+    """(array, dtype label): a host NumPy array of tensor ``t`` (a view of a
+    contiguous CPU tensor, else one copy) and the dtype to record."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.to("cpu")
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.dtype == _torch.bfloat16:
+        return t.view(_torch.int16).numpy(), "bfloat16"
+    if t.dtype not in _TORCH_TO_NUMPY:
+        raise TypeError("tensors of dtype %s cannot be saved" % t.dtype)
+    return t.numpy(), _TORCH_TO_NUMPY[t.dtype]
+
+
+def array_to_tensor(arr, dtype_label, copy=True):
+    """The tensor of an array saved by tensor_to_array (a copy unless copy=False)."""
+    if dtype_label == "bfloat16":
+        t = _torch.from_numpy(np.asarray(arr).view(np.int16)).view(_torch.bfloat16)
+    elif dtype_label in _NUMPY_TO_TORCH:
+        t = _torch.from_numpy(np.asarray(arr))
+    else:
+        raise ValueError("entry of dtype %r is not a tensor" % dtype_label)
+    return t.clone() if copy else t
+
+
+class _Encoder:
+    """Turns nested Python/PyTorch state into JSON plus named arrays."""
+
+    def __init__(self, prefix, arrays, dtypes):
+        self.prefix = prefix
+        self.arrays = arrays
+        self.dtypes = dtypes
+
+    def array(self, path, arr, label):
+        name = "%s/%s" % (self.prefix, path) if path else self.prefix
+        if name in self.arrays:
+            raise ValueError("two values map to the checkpoint entry %r" % name)
+        self.arrays[name] = arr
+        self.dtypes[name] = label
+        return {"__array__": name}
+
+    def encode(self, obj, path=""):
+        if isinstance(obj, _torch.Tensor):
+            arr, label = tensor_to_array(obj)
+            ref = self.array(path, arr, label)
+            ref["device"] = str(obj.device)
+            ref["tensor"] = True
+            return ref
+        if isinstance(obj, np.ndarray):
+            arr = np.ascontiguousarray(obj)
+            return self.array(path, arr, arr.dtype.name)
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, (int, float)):
+            if isinstance(obj, float) and not np.isfinite(obj):
+                return {"__float__": repr(obj)}
+            return obj
+        if isinstance(obj, tuple):
+            return {"__tuple__": [self.encode(v, "%s/%d" % (path, i)) for i, v in enumerate(obj)]}
+        if isinstance(obj, list):
+            return [self.encode(v, "%s/%d" % (path, i)) for i, v in enumerate(obj)]
+        if isinstance(obj, dict):
+            items = []
+            for k, v in obj.items():
+                if not isinstance(k, (str, int, float, bool)) and k is not None:
+                    raise TypeError("%s: a key of type %s cannot be saved"
+                                    % (path or "state", type(k).__name__))
+                items.append([k, self.encode(v, "%s/%s" % (path, k) if path else str(k))])
+            return {"__dict__": items}
+        raise TypeError("%s: a %s cannot be saved without pickle (save tensors, arrays, numbers, "
+                        "strings, lists, tuples and dicts)" % (path or "state", type(obj).__name__))
+
+
+def _decode(obj, restore, copy=True):
+    if isinstance(obj, list):
+        return [_decode(v, restore, copy) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if "__array__" in obj:
+        name = obj["__array__"]
+        if name not in restore:
+            raise ValueError("the checkpoint's metadata names entry %r, which it does not hold"
+                             % name)
+        arr = restore[name]
+        label = restore.entries[name]["dtype"]
+        if obj.get("tensor"):
+            return array_to_tensor(arr, label, copy)
+        return arr.copy() if copy else arr
+    if "__tuple__" in obj:
+        return tuple(_decode(v, restore, copy) for v in obj["__tuple__"])
+    if "__dict__" in obj:
+        return {k: _decode(v, restore, copy) for k, v in obj["__dict__"]}
+    if "__float__" in obj:
+        return float(obj["__float__"])
+    raise ValueError("unknown value in the checkpoint's metadata: %r" % sorted(obj))
+
+
+def rng_state():
+    """Every RNG this process uses: torch CPU and CUDA, NumPy's global, Python's."""
+    return {"torch": _torch.get_rng_state(),
+            "cuda": _torch.cuda.get_rng_state_all() if _torch.cuda.is_available() else [],
+            "numpy": np.random.get_state(),
+            "python": _random.getstate()}
+
+
+def set_rng_state(state):
+    _torch.set_rng_state(state["torch"])
+    if state.get("cuda") and _torch.cuda.is_available():
+        cuda = state["cuda"][:_torch.cuda.device_count()]
+        _torch.cuda.set_rng_state_all(cuda)
+    np.random.set_state(state["numpy"])
+    py = state["python"]
+    _random.setstate((py[0], tuple(py[1]), py[2]))
+
+
+def state_of(model=None, optimizer=None, rng=True, bus=None, extra=None):
+    """(arrays, dtypes, metadata) of one save: what save() hands the checkpointer."""
+    arrays, dtypes, meta = {}, {}, {"agentrt_torch": FORMAT}
+    if model is not None:
+        meta["model"] = _Encoder("model", arrays, dtypes).encode(dict(model.state_dict()))
+    if optimizer is not None:
+        meta["optimizer"] = _Encoder("optim", arrays, dtypes).encode(optimizer.state_dict())
+    if rng:
+        meta["rng"] = _Encoder("rng", arrays, dtypes).encode(rng_state())
+    if bus is not None:
+        offsets, incarnation = bus.positions()
+        meta["bus"] = {"offsets": offsets, "incarnation": incarnation}
+    if extra is not None:
+        meta["extra"] = _Encoder("extra", arrays, dtypes).encode(extra)
+    return arrays, dtypes, meta
+
+
+def save(checkpointer, step, model=None, optimizer=None, rng=True, bus=None, extra=None,
+         wait=True):
+    """Saves model, optimizer, RNG, bus positions and ``extra`` as ``step``
+    through ``checkpointer`` (an agentrt.Checkpointer). wait=False returns once
+    the state is copied (CUDA tensors: after their copy to the host)."""
+    arrays, dtypes, meta = state_of(model, optimizer, rng, bus, extra)
+    checkpointer.save(step, arrays, metadata=meta, wait=wait, dtypes=dtypes)
+
+
+class Restored:
+    """What restore() loaded: step, extra, bus_offsets, bus_incarnation, and
+    the underlying agentrt.Restore (``restore``: kind, skipped, describe)."""
+
+    def __init__(self, restore, extra, bus):
+        self.restore = restore
+        self.step = restore.step
+        self.extra = extra
+        self.bus_offsets = (bus or {}).get("offsets", {})
+        self.bus_incarnation = (bus or {}).get("incarnation", 0)
+
+    def __repr__(self):
+        return "<agentrt.torch.Restored step %d>" % self.step
+
+
+def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
+    """Loads the newest verified checkpoint into ``model`` and ``optimizer``
+    (and the RNGs); returns a Restored, or None when there is nothing to
+    restore (a fresh start, or every checkpoint corrupt: ``checkpointer``'s
+    restore outcome, with the skipped files and reasons, is then in
+    ``restore.last``)."""
+    r = checkpointer.restore()
+    restore.last = r
+    if not r.restored:
+        return None
+    meta = r.metadata
+    if meta.get("agentrt_torch") != FORMAT:
+        raise ValueError("checkpoint step %d was not written by agentrt.torch (format %r)"
+                         % (r.step, meta.get("agentrt_torch")))
+    if model is not None:
+        if "model" not in meta:
+            raise ValueError("checkpoint step %d holds no model" % r.step)
+        state = _decode(meta["model"], r, copy=False)  # load_state_dict copies into the params
+        model.load_state_dict(state, strict=strict)
+    if optimizer is not None:
+        if "optimizer" not in meta:
+            raise ValueError("checkpoint step %d holds no optimizer" % r.step)
+        optimizer.load_state_dict(_decode(meta["optimizer"], r))
+    if rng and "rng" in meta:
+        set_rng_state(_decode(meta["rng"], r))
+    extra = _decode(meta["extra"], r) if "extra" in meta else None
+    return Restored(r, extra, meta.get("bus"))
+
+
+restore.last = None
+
+
+def to_bytes(tensors, meta=None):
+    """A bus payload of named tensors/arrays ({name: tensor}) and JSON ``meta``:
+    a magic line, one JSON header line, then the raw arrays."""
+    entries, chunks, offset = [], [], 0
+    for name, value in tensors.items():
+        if isinstance(value, _torch.Tensor):
+            arr, label = tensor_to_array(value)
+        else:
+            arr = np.ascontiguousarray(value)
+            label = arr.dtype.name
+        raw = arr.tobytes()
+        entries.append({"name": name, "dtype": label, "shape": list(arr.shape), "offset": offset,
+                        "bytes": len(raw)})
+        chunks.append(raw)
+        offset += len(raw)
+    header = json.dumps({"format": FORMAT, "meta": meta or {}, "entries": entries},
+                        allow_nan=False).encode()
+    return b"".join([_MAGIC, header, b"\n"] + chunks)
+
+
+def from_bytes(payload):
+    """(tensors, meta) of a to_bytes payload. ValueError says what is wrong
+    with a payload that is not one (never executes anything from it)."""
+    payload = bytes(payload)
+    if not payload.startswith(_MAGIC):
+        raise ValueError("not an agentrt tensor payload (bad magic)")
+    end = payload.find(b"\n", len(_MAGIC))
+    if end < 0:
+        raise ValueError("tensor payload: no header line")
+    try:
+        header = json.loads(payload[len(_MAGIC):end])
+    except ValueError as e:
+        raise ValueError("tensor payload: header is not JSON: %s" % e) from None
+    body = memoryview(payload)[end + 1:]
+    tensors = {}
+    for e in header.get("entries", []):
+        label, shape = e["dtype"], tuple(e["shape"])
+        lo, n = int(e["offset"]), int(e["bytes"])
+        if lo < 0 or n < 0 or lo + n > len(body):
+            raise ValueError("tensor payload: entry %r lies outside the payload" % e["name"])
+        np_dtype = np.int16 if label == "bfloat16" else np.dtype(label)
+        count = int(np.prod(shape)) if shape else 1
+        if count * np.dtype(np_dtype).itemsize != n:
+            raise ValueError("tensor payload: entry %r has %d bytes for shape %s of %s"
+                             % (e["name"], n, shape, label))
+        arr = np.frombuffer(body[lo:lo + n], dtype=np_dtype).reshape(shape)
+        tensors[e["name"]] = array_to_tensor(arr, label) if label in _NUMPY_TO_TORCH or \
+            label == "bfloat16" else arr.copy()
+    return tensors, header.get("meta", {})
