@@ -13,8 +13,8 @@
  *     fprintf(stderr, "%s\n", agentrt_last_error());   // e.g. "AGENTRT_RUN_DIR is not set ..."
  *     return 2;
  *   }
- *   char* who; agentrt_runtime_assignment(rt, &who);   // {"agent": ..., "rank": ..., "args": {...}}
- *   agentrt_checkpointer* ck; agentrt_runtime_checkpointer(rt, &ck);
+ *   char* who; agentrt_runtime_assignment(rt, &who);   // {"agent": ..., "rank": ..., "args":
+ * {...}} agentrt_checkpointer* ck; agentrt_runtime_checkpointer(rt, &ck);
  *   ... agentrt_runtime_report(rt, step, "{\"loss\": 0.5}") ...
  *   agentrt_checkpointer_close(ck); agentrt_runtime_close(rt); agentrt_free(who);
  *
@@ -98,8 +98,8 @@ AGENTRT_C_EXPORT void agentrt_runtime_close(agentrt_runtime* rt);
 /* This rank's assignment as one JSON object: run, run_dir, agent, rank,
  * world_size, local_rank, local_world_size, master_addr, master_port,
  * ports [first, last], gpus (this node's), backend, restart_count, ckpt_dir,
- * workdir, bus, args (the agent's `args:`), checkpoint {interval_s,
- * keep_last}. */
+ * workdir, bus, args (the agent's `args:`), agents (every agent of the run:
+ * [{name, index, ranks, gpus, args}]), checkpoint {interval_s, keep_last}. */
 AGENTRT_C_EXPORT int agentrt_runtime_assignment(const agentrt_runtime* rt, char** json_out);
 /* Non-blocking: a "metrics" message (a JSON object of numbers and strings)
  * with `step`, which heartbeats carry from now on. Dropped (and counted) when
@@ -115,8 +115,7 @@ AGENTRT_C_EXPORT int agentrt_runtime_request_stop(agentrt_runtime* rt, const cha
 AGENTRT_C_EXPORT int agentrt_runtime_counters(const agentrt_runtime* rt, char** json_out);
 /* The agent's Checkpointer (policy from the plan) and bus connection (made on
  * first use), borrowed from the runtime: close them before the runtime. */
-AGENTRT_C_EXPORT int agentrt_runtime_checkpointer(agentrt_runtime* rt,
-                                                  agentrt_checkpointer** out);
+AGENTRT_C_EXPORT int agentrt_runtime_checkpointer(agentrt_runtime* rt, agentrt_checkpointer** out);
 AGENTRT_C_EXPORT int agentrt_runtime_bus(agentrt_runtime* rt, agentrt_bus** out);
 
 /* ---- Checkpoints (agent_runtime/checkpointer.h) ------------------------ */
@@ -144,8 +143,7 @@ AGENTRT_C_EXPORT int agentrt_checkpointer_wait(agentrt_checkpointer* ck);
  * "last_snapshot_s", "last_write_s"}. */
 AGENTRT_C_EXPORT int agentrt_checkpointer_info(const agentrt_checkpointer* ck, char** json_out);
 /* The newest checkpoint that verifies, or a fresh start (see agentrt_restore_info). */
-AGENTRT_C_EXPORT int agentrt_checkpointer_restore(agentrt_checkpointer* ck,
-                                                  agentrt_restore** out);
+AGENTRT_C_EXPORT int agentrt_checkpointer_restore(agentrt_checkpointer* ck, agentrt_restore** out);
 
 /* What one rank saves: named arrays of the caller's memory (not copied until
  * the save) and JSON metadata. */
@@ -174,8 +172,8 @@ AGENTRT_C_EXPORT void agentrt_restore_free(agentrt_restore* r);
 /* The agent's own connection (AGENTRT_BUS, AGENTRT_TOKEN_FILE), or one to
  * `address` ("host:port") as `agent` with `token`. Connects lazily. */
 AGENTRT_C_EXPORT int agentrt_bus_from_environment(agentrt_bus** out);
-AGENTRT_C_EXPORT int agentrt_bus_connect(const char* address, const char* agent,
-                                         const char* token, agentrt_bus** out);
+AGENTRT_C_EXPORT int agentrt_bus_connect(const char* address, const char* agent, const char* token,
+                                         agentrt_bus** out);
 /* Ends its subscriptions, flushes async publishes; frees the handle (a
  * borrowed one: the subscriptions made through it and the handle). */
 AGENTRT_C_EXPORT void agentrt_bus_close(agentrt_bus* bus);
@@ -199,7 +197,11 @@ AGENTRT_C_EXPORT int agentrt_bus_request(agentrt_bus* bus, const char* to, const
 AGENTRT_C_EXPORT int agentrt_bus_reply(agentrt_bus* bus, uint64_t request_id, const void* data,
                                        size_t len);
 
-enum agentrt_start { AGENTRT_START_EARLIEST = 0, AGENTRT_START_LATEST = 1, AGENTRT_START_OFFSET = 2 };
+enum agentrt_start {
+  AGENTRT_START_EARLIEST = 0,
+  AGENTRT_START_LATEST = 1,
+  AGENTRT_START_OFFSET = 2
+};
 enum agentrt_event {
   AGENTRT_EVENT_CONNECTED = 0,
   AGENTRT_EVENT_RECONNECTING = 1,
@@ -255,9 +257,8 @@ AGENTRT_C_EXPORT void agentrt_message_free(agentrt_message* m);
 /* `num_envs` copies of the registered env `name` (cartpole, dummy, pursuit,
  * ...) with `params_json` (NULL: defaults), stepped by `num_threads` threads.
  * A multi-agent env exposes every seat. */
-AGENTRT_C_EXPORT int agentrt_envpool_create(const char* name, const char* params_json,
-                                            int num_envs, int num_threads, uint64_t seed,
-                                            agentrt_envpool** out);
+AGENTRT_C_EXPORT int agentrt_envpool_create(const char* name, const char* params_json, int num_envs,
+                                            int num_threads, uint64_t seed, agentrt_envpool** out);
 AGENTRT_C_EXPORT void agentrt_envpool_close(agentrt_envpool* pool);
 /* {"env", "num_envs", "num_agents" (0: single-agent), "agent_names",
  * "obs_size", "act_size", "observation_space", "action_space"}. */
@@ -268,15 +269,15 @@ AGENTRT_C_EXPORT int agentrt_envpool_reset(agentrt_envpool* pool, int has_seed, 
 AGENTRT_C_EXPORT int agentrt_envpool_step(agentrt_envpool* pool);
 
 enum agentrt_buffer {
-  AGENTRT_BUFFER_OBSERVATIONS = 0,        /* float32 [envs, (seats,) obs_size] */
-  AGENTRT_BUFFER_FINAL_OBSERVATIONS = 1,  /* float32 [envs, (seats,) obs_size] */
-  AGENTRT_BUFFER_ACTIONS = 2,             /* float32 [envs, (seats,) act_size] (written by caller) */
-  AGENTRT_BUFFER_REWARDS = 3,             /* float32 [envs (, seats)] */
-  AGENTRT_BUFFER_TERMINATED = 4,          /* uint8 [envs] */
-  AGENTRT_BUFFER_TRUNCATED = 5,           /* uint8 [envs] */
-  AGENTRT_BUFFER_EPISODE_RETURNS = 6,     /* float32 [envs (, seats)] */
-  AGENTRT_BUFFER_EPISODE_LENGTHS = 7,     /* int32 [envs] */
-  AGENTRT_BUFFER_ACTIVE = 8               /* uint8 [envs, seats] (multi-agent only) */
+  AGENTRT_BUFFER_OBSERVATIONS = 0,       /* float32 [envs, (seats,) obs_size] */
+  AGENTRT_BUFFER_FINAL_OBSERVATIONS = 1, /* float32 [envs, (seats,) obs_size] */
+  AGENTRT_BUFFER_ACTIONS = 2,            /* float32 [envs, (seats,) act_size] (written by caller) */
+  AGENTRT_BUFFER_REWARDS = 3,            /* float32 [envs (, seats)] */
+  AGENTRT_BUFFER_TERMINATED = 4,         /* uint8 [envs] */
+  AGENTRT_BUFFER_TRUNCATED = 5,          /* uint8 [envs] */
+  AGENTRT_BUFFER_EPISODE_RETURNS = 6,    /* float32 [envs (, seats)] */
+  AGENTRT_BUFFER_EPISODE_LENGTHS = 7,    /* int32 [envs] */
+  AGENTRT_BUFFER_ACTIVE = 8              /* uint8 [envs, seats] (multi-agent only) */
 };
 /* The pool's own buffer `which` (see enum agentrt_buffer): *data, and *count
  * elements. The memory is the pool's, valid until it is closed; step and

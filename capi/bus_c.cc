@@ -20,7 +20,6 @@ using agentrt::capi::Guard;
 using agentrt::capi::JsonOut;
 using agentrt::capi::Ok;
 
-
 // A message: a view of one the client delivers (during a callback), or one of
 // its own (queue, reply) that the caller frees.
 struct agentrt_message {
@@ -74,9 +73,10 @@ Status StartOf(int start, int64_t offset, uint64_t incarnation, agentrt::StartAt
       *out = agentrt::StartAt::Offset(offset, incarnation);
       return Status::Ok();
     default:
-      return agentrt::InvalidArgument("start must be AGENTRT_START_EARLIEST, _LATEST or _OFFSET, "
-                                      "got " +
-                                      std::to_string(start));
+      return agentrt::InvalidArgument(
+          "start must be AGENTRT_START_EARLIEST, _LATEST or _OFFSET, "
+          "got " +
+          std::to_string(start));
   }
 }
 
@@ -410,8 +410,8 @@ int agentrt_bus_unsubscribe(agentrt_bus* bus, uint64_t id) {
       std::lock_guard<std::mutex> lock(bus->mu);
       auto it = bus->subs.find(id);
       if (it == bus->subs.end()) {
-        return Fail(agentrt::NotFound("no subscription " + std::to_string(id) +
-                                      " on this bus handle"));
+        return Fail(
+            agentrt::NotFound("no subscription " + std::to_string(id) + " on this bus handle"));
       }
       q = it->second;
       bus->subs.erase(it);

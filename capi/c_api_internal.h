@@ -49,7 +49,8 @@ int Guard(const char* what, F&& body) {
 
 // InvalidArgument naming `what` when `p` is NULL.
 #define AGENTRT_C_REQUIRE(p, what) \
-  if ((p) == nullptr) return ::agentrt::capi::Fail(::agentrt::InvalidArgument(std::string(what) + " is NULL"))
+  if ((p) == nullptr)              \
+  return ::agentrt::capi::Fail(::agentrt::InvalidArgument(std::string(what) + " is NULL"))
 
 // Parses a JSON argument; InvalidArgument naming `what` when it is not JSON.
 Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);

@@ -46,8 +46,8 @@ nlohmann::json SpaceJson(const agentrt::Space& s) {
 
 extern "C" {
 
-int agentrt_envpool_create(const char* name, const char* params_json, int num_envs,
-                           int num_threads, uint64_t seed, agentrt_envpool** out) {
+int agentrt_envpool_create(const char* name, const char* params_json, int num_envs, int num_threads,
+                           uint64_t seed, agentrt_envpool** out) {
   AGENTRT_C_REQUIRE(name, "name");
   AGENTRT_C_REQUIRE(out, "out");
   *out = nullptr;

@@ -33,10 +33,10 @@ namespace {
 // Bytes of one element of the dtypes NumPy and PyTorch share; 0 if unknown.
 size_t DtypeSize(const std::string& dtype) {
   static const std::map<std::string, size_t> kSizes = {
-      {"bool", 1},    {"int8", 1},    {"uint8", 1},      {"int16", 2},      {"uint16", 2},
-      {"float16", 2}, {"bfloat16", 2}, {"int32", 4},      {"uint32", 4},     {"float32", 4},
-      {"int64", 8},   {"uint64", 8},  {"float64", 8},    {"complex64", 8},  {"complex128", 16},
-      {"bytes", 1}};
+      {"bool", 1},    {"int8", 1},      {"uint8", 1},       {"int16", 2},
+      {"uint16", 2},  {"float16", 2},   {"bfloat16", 2},    {"int32", 4},
+      {"uint32", 4},  {"float32", 4},   {"int64", 8},       {"uint64", 8},
+      {"float64", 8}, {"complex64", 8}, {"complex128", 16}, {"bytes", 1}};
   auto it = kSizes.find(dtype);
   return it == kSizes.end() ? 0 : it->second;
 }
@@ -88,28 +88,38 @@ int agentrt_runtime_assignment(const agentrt_runtime* rt, char** json_out) {
   return Guard("agentrt_runtime_assignment", [&] {
     const agentrt::AgentEnv& e = rt->rt->env();
     const agentrt::AgentPlan& a = rt->rt->agent_plan();
-    nlohmann::json j = {{"run", rt->rt->plan().run},
-                        {"run_dir", e.run_dir},
-                        {"agent", e.agent},
-                        {"agent_index", e.agent_index},
-                        {"rank", e.rank},
-                        {"world_size", e.world_size},
-                        {"local_rank", e.local_rank},
-                        {"local_world_size", e.local_world_size},
-                        {"master_addr", e.master_addr},
-                        {"master_port", e.master_port},
-                        {"ports", {e.ports_first, e.ports_last}},
-                        {"gpus", e.VisibleGpus()},
-                        {"cuda_visible_devices", e.cuda_visible_devices},
-                        {"backend", std::string(agentrt::GroupBackendName(a.backend))},
-                        {"restart_count", e.restart_count},
-                        {"ckpt_dir", e.ckpt_dir},
-                        {"workdir", e.workdir},
-                        {"bus", e.bus},
-                        {"args", a.args},
-                        {"checkpoint",
-                         {{"interval_s", a.checkpoint.interval_s},
-                          {"keep_last", a.checkpoint.keep_last}}}};
+    // Every agent of the run, for agents that seat each other (a league).
+    nlohmann::json peers = nlohmann::json::array();
+    for (const agentrt::AgentPlan& p : rt->rt->plan().agents) {
+      peers.push_back({{"name", p.name},
+                       {"index", p.index},
+                       {"ranks", p.ranks},
+                       {"gpus", p.gpus},
+                       {"args", p.args}});
+    }
+    nlohmann::json j = {
+        {"run", rt->rt->plan().run},
+        {"run_dir", e.run_dir},
+        {"agent", e.agent},
+        {"agent_index", e.agent_index},
+        {"rank", e.rank},
+        {"world_size", e.world_size},
+        {"local_rank", e.local_rank},
+        {"local_world_size", e.local_world_size},
+        {"master_addr", e.master_addr},
+        {"master_port", e.master_port},
+        {"ports", {e.ports_first, e.ports_last}},
+        {"gpus", e.VisibleGpus()},
+        {"cuda_visible_devices", e.cuda_visible_devices},
+        {"backend", std::string(agentrt::GroupBackendName(a.backend))},
+        {"restart_count", e.restart_count},
+        {"ckpt_dir", e.ckpt_dir},
+        {"workdir", e.workdir},
+        {"bus", e.bus},
+        {"args", a.args},
+        {"agents", peers},
+        {"checkpoint",
+         {{"interval_s", a.checkpoint.interval_s}, {"keep_last", a.checkpoint.keep_last}}}};
     return JsonOut(j, json_out);
   });
 }
@@ -289,8 +299,8 @@ int agentrt_state_add(agentrt_state* state, const char* name, const void* data, 
       return Fail(agentrt::InvalidArgument("entry '" + n + "': data is NULL"));
     }
     if (ndim < 0 || (ndim > 0 && shape == nullptr)) {
-      return Fail(agentrt::InvalidArgument("entry '" + n + "': no shape for ndim " +
-                                           std::to_string(ndim)));
+      return Fail(
+          agentrt::InvalidArgument("entry '" + n + "': no shape for ndim " + std::to_string(ndim)));
     }
     const size_t element = DtypeSize(dtype);
     if (element == 0) {

@@ -2,8 +2,8 @@
 // of threads, the caller included: the stepping engine of EnvPool and
 // MultiAgentEnvPool.
 //
-//   ChunkRunner runner(num_envs, num_threads, [this](int begin, int end) { StepRange(begin, end); });
-//   runner.Run();   // every index stepped exactly once; returns when all are
+//   ChunkRunner runner(num_envs, num_threads, [this](int begin, int end) { StepRange(begin, end);
+//   }); runner.Run();   // every index stepped exactly once; returns when all are
 //
 // Chunks are claimed from a shared counter rather than fixed per thread, so a
 // worker the OS has descheduled costs at most its in-flight chunk: the others

@@ -5,6 +5,7 @@
 
 Every wait is bounded; a failed check raises Failure, which run_scenarios() reports.
 """
+import glob
 import hashlib
 import hmac
 import json
@@ -123,6 +124,45 @@ class AgentctlRun:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def run_processes(run_dir):
+    """pids of every process whose environment names this run directory."""
+    needle = ("AGENTRT_RUN_DIR=" + run_dir).encode() + b"\0"
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = f.read() + b"\0"
+            with open("/proc/%s/stat" % entry) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def heartbeating(run, name, ranks):
+    """All ranks of `name` run and have told their own pid (hello) and a step."""
+    a = run.agent(name)
+    if not a or a["state"] != "running" or a["step"] < 1 or len(a["ranks"]) != ranks:
+        return None
+    pids = [r["pid"] for r in a["ranks"]]
+    return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None
+
+
+def committed_dirs(run_dir, agent):
+    """The committed checkpoint directories (manifest written) of `agent`."""
+    d = os.path.join(run_dir, "checkpoints", agent)
+    return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(d, "step-*", "manifest.json")))
+
+
+def newest_committed(run_dir, agent):
+    steps = [int(os.path.basename(d).split("-")[1]) for d in committed_dirs(run_dir, agent)]
+    return max(steps) if steps else -1
 
 
 def die_with_parent():

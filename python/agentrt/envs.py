@@ -28,11 +28,11 @@ _BUFFERS = {  # name: (enum agentrt_buffer, dtype, per-seat)
     "final_observations": (1, "float32", True),
     "actions": (2, "float32", True),
     "rewards": (3, "float32", True),
-    "terminated": (4, "uint8", False),
-    "truncated": (5, "uint8", False),
+    "terminated": (4, "bool", False),  # uint8 0/1 in C: NumPy bool views
+    "truncated": (5, "bool", False),
     "episode_returns": (6, "float32", True),
     "episode_lengths": (7, "int32", False),
-    "active": (8, "uint8", True),
+    "active": (8, "bool", True),
 }
 
 

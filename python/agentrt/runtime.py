@@ -20,6 +20,7 @@ class Runtime(Handle):
     Attributes (from the assignment): agent, rank, world_size, local_rank,
     local_world_size, master_addr, master_port, ports, gpus, backend,
     restart_count, ckpt_dir, workdir, args (the agent's ``args:`` dict),
+    agents (every agent of the run: name, index, ranks, gpus, args),
     assignment (all of it, a dict).
 
         with agentrt.Runtime() as rt:
@@ -42,7 +43,7 @@ class Runtime(Handle):
         self.assignment = _lib.take_json(out)
         for key in ("agent", "rank", "world_size", "local_rank", "local_world_size", "master_addr",
                     "master_port", "ports", "gpus", "backend", "restart_count", "ckpt_dir",
-                    "workdir", "args", "run", "run_dir"):
+                    "workdir", "args", "agents", "run", "run_dir"):
             setattr(self, key, self.assignment[key])
         self._checkpointer = None
         self._bus = None

@@ -24,6 +24,7 @@ published on the bus: a JSON header line and the raw arrays.
 """
 import json
 import random as _random
+import warnings
 
 import numpy as np
 import torch as _torch
@@ -57,14 +58,18 @@ def tensor_to_array(t):
 
 
 def array_to_tensor(arr, dtype_label, copy=True):
-    """The tensor of an array saved by tensor_to_array (a copy unless copy=False)."""
-    if dtype_label == "bfloat16":
-        t = _torch.from_numpy(np.asarray(arr).view(np.int16)).view(_torch.bfloat16)
-    elif dtype_label in _NUMPY_TO_TORCH:
-        t = _torch.from_numpy(np.asarray(arr))
-    else:
+    """The tensor of an array saved by tensor_to_array: its own copy, or with
+    copy=False a read-only view of ``arr`` (to be read, e.g. by load_state_dict)."""
+    if dtype_label != "bfloat16" and dtype_label not in _NUMPY_TO_TORCH:
         raise ValueError("entry of dtype %r is not a tensor" % dtype_label)
-    return t.clone() if copy else t
+    arr = np.array(arr) if copy else np.asarray(arr)
+    if dtype_label == "bfloat16":
+        arr = arr.view(np.int16)
+    with warnings.catch_warnings():
+        # A view of a read-only buffer: torch warns that it could be written; it is not.
+        warnings.simplefilter("ignore", UserWarning)
+        t = _torch.from_numpy(arr)
+    return t.view(_torch.bfloat16) if dtype_label == "bfloat16" else t
 
 
 class _Encoder:

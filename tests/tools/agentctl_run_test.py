@@ -19,40 +19,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import AgentctlRun, Failure, check, free_port_block, run_scenarios, wait_for  # noqa: E402
+from agentrt_testing import (AgentctlRun, Failure, check, committed_dirs, free_port_block, heartbeating,  # noqa: E402
+                             newest_committed, run_processes, run_scenarios, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
 AGENT = os.path.join(BIN, "agentrt-test-agent")
 
-
-
-def run_processes(run_dir):
-    """pids of every process whose environment names this run directory."""
-    needle = ("AGENTRT_RUN_DIR=" + run_dir).encode() + b"\0"
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/environ" % entry, "rb") as f:
-                env = f.read() + b"\0"
-            with open("/proc/%s/stat" % entry) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            pids.append(int(entry))
-    return pids
-
-
-def heartbeating(run, name, ranks):
-    """All ranks of `name` run and have told their own pid (hello) and a step."""
-    a = run.agent(name)
-    if not a or a["state"] != "running" or a["step"] < 1 or len(a["ranks"]) != ranks:
-        return None
-    pids = [r["pid"] for r in a["ranks"]]
-    return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None
 
 
 def incarnation_restore(log, restart):
@@ -536,12 +509,6 @@ def scenario_fresh_after_corrupt(work):
         run.kill()
 
 
-def committed_dirs(run_dir, agent):
-    """The committed checkpoint directories (manifest written) of `agent`."""
-    d = os.path.join(run_dir, "checkpoints", agent)
-    return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(d, "step-*", "manifest.json")))
-
-
 def scenario_last_checkpoint(work):
     """agentctl stop: the checkpoint written while stopping is the one status reports."""
     first = free_port_block(64)
@@ -562,11 +529,6 @@ def scenario_last_checkpoint(work):
 
 # --------------------------------------------------------------------------------------------
 # The fault suite (label fault): bounded in time, real processes, real signals.
-
-def newest_committed(run_dir, agent):
-    steps = [int(os.path.basename(d).split("-")[1]) for d in committed_dirs(run_dir, agent)]
-    return max(steps) if steps else -1
-
 
 def scenario_kill_loop(work):
     """SIGKILL of a random rank of a random agent, a dozen times: every restart resumes from a
