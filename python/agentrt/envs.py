@@ -114,9 +114,13 @@ class EnvPool(Handle):
         """Steps every env with ``actions`` (copied into ``self.actions``, whose
         shape it must have) or with what ``self.actions`` holds; returns the
         views (observations, rewards, terminated, truncated)."""
-        if actions is not None:
+        ptr = self._p()  # ClosedError once closed
+        target = self._views["actions"] if actions is not None else None
+        if target is not None and getattr(actions, "dtype", None) == target.dtype and \
+                getattr(actions, "shape", None) == target.shape:
+            target[...] = actions  # the common case, without the checks below
+        elif target is not None:
             import numpy as np
-            target = self._views["actions"]
             a = np.asarray(actions)
             if a.shape != target.shape:
                 if a.size == target.size and a.ndim <= 1 + bool(self.num_agents):
@@ -127,7 +131,7 @@ class EnvPool(Handle):
             if not np.can_cast(a.dtype, np.float32, casting="same_kind"):
                 raise TypeError("actions of dtype %s cannot be float32" % a.dtype)
             np.copyto(target, a, casting="same_kind")
-        _lib.check(_lib.lib().agentrt_envpool_step(self._p()), errors.EnvError)
+        _lib.check(_lib.lib().agentrt_envpool_step(ptr), errors.EnvError)
         v = self._views
         return v["observations"], v["rewards"], v["terminated"], v["truncated"]
 

@@ -67,4 +67,25 @@ print(f"episode_return_mean: first {vals[0]:.3f}, last {vals[-1]:.3f} ({len(vals
 # (return about -0.4); the greedy path returns 0.89, epsilon-greedy about 0.85.
 assert vals[-1] > vals[0] and vals[-1] >= 0.8, "no learning"
 PY
+echo "== a Python agent of the installed agentctl imports agentrt with no set-up"
+mkdir -p "$tmp/py"
+cat >"$tmp/py/agent.py" <<'PY'
+import agentrt
+with agentrt.Runtime() as rt:
+    print("agentrt from", agentrt.__file__, "library", agentrt.library_path(), flush=True)
+    rt.report(1, imported=1)
+PY
+cat >"$tmp/py/agents.yaml" <<'YAML'
+run: {name: py-installed, dir: runs}
+agents:
+  - name: py
+    command: [/usr/bin/python3, agent.py]
+YAML
+(cd "$tmp/py" && env -u PYTHONPATH -u AGENTRT_C_LIBRARY timeout 120 "$tmp/prefix/bin/agentctl" run agents.yaml --quiet \
+  >"$tmp/py/run.log" 2>&1) || { cat "$tmp/py/run.log"; cat "$tmp"/py/runs/*/logs/py/rank0.log; fail "the Python agent failed"; }
+pylog=$(cat "$tmp"/py/runs/py-installed-*/logs/py/rank0.log)
+echo "$pylog"
+grep -q "agentrt from $tmp/prefix/lib.*/agentrt/python/agentrt/__init__.py library $tmp/prefix/lib" <<<"$pylog" \
+  || fail "the agent did not import the installed package and library"
+test -f "$(ls -d "$tmp"/prefix/lib*/agentrt/python/agentrt | head -1)/bus.pyi" || fail "the type stubs are not installed"
 echo "custom_env_test: PASS"

@@ -219,6 +219,39 @@ def scenario_outside_agentctl(work):
           "help(agentrt.Checkpointer) reads as documentation")
 
 
+def scenario_stubs(work):
+    """Every public class, function and method of the package has its entry in the .pyi stubs."""
+    import ast
+    import inspect
+    pkg = os.path.dirname(agentrt.__file__)
+    for mod in ("runtime", "checkpoint", "bus", "envs", "errors", "torch"):
+        path = os.path.join(pkg, mod + ".pyi")
+        check(os.path.exists(path), "%s.pyi is installed next to %s.py" % (mod, mod))
+        with open(path) as f:
+            tree = ast.parse(f.read())
+        stub = {n.name: {m.name if isinstance(m, ast.FunctionDef) else m.target.id for m in n.body
+                         if isinstance(m, (ast.FunctionDef, ast.AnnAssign))}
+                for n in tree.body if isinstance(n, ast.ClassDef)}
+        funcs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        if mod == "torch":
+            try:
+                import agentrt.torch as module
+            except ImportError:
+                continue
+        else:
+            module = getattr(agentrt, mod)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if inspect.isclass(obj):
+                check(name in stub, "%s.%s has a stub" % (mod, name))
+                for attr, v in vars(obj).items():
+                    if not attr.startswith("_") and (callable(v) or isinstance(v, (property, classmethod))):
+                        check(attr in stub[name], "%s.%s.%s has a stub" % (mod, name, attr))
+            elif inspect.isfunction(obj):
+                check(name in funcs, "%s.%s() has a stub" % (mod, name))
+
+
 def main():
     scenarios = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
     if len(sys.argv) != 2 or sys.argv[1] not in scenarios:

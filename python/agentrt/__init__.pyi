@@ -1,0 +1,12 @@
+from .bus import Bus as Bus, Message as Message, Subscription as Subscription
+from .checkpoint import Checkpointer as Checkpointer, Restore as Restore
+from .envs import EnvPool as EnvPool
+from .errors import (AssignmentError as AssignmentError, BusError as BusError,
+                     CheckpointError as CheckpointError, ClosedError as ClosedError,
+                     EnvError as EnvError, Error as Error,
+                     InvalidArgumentError as InvalidArgumentError, LibraryError as LibraryError)
+from .runtime import Runtime as Runtime
+
+__version__: str
+
+def library_path() -> str: ...

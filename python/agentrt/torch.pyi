@@ -1,0 +1,33 @@
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import torch as _torch
+
+from .bus import Bus
+from .checkpoint import Checkpointer, Restore
+
+FORMAT: int
+
+def tensor_to_array(t: _torch.Tensor) -> Tuple[np.ndarray, str]: ...
+def array_to_tensor(arr: np.ndarray, dtype_label: str, copy: bool = ...) -> _torch.Tensor: ...
+def rng_state() -> Dict[str, Any]: ...
+def set_rng_state(state: Mapping[str, Any]) -> None: ...
+def state_of(model: Optional[_torch.nn.Module] = ..., optimizer: Optional[_torch.optim.Optimizer] = ...,
+             rng: bool = ..., bus: Optional[Bus] = ..., extra: Any = ...
+             ) -> Tuple[Dict[str, np.ndarray], Dict[str, str], Dict[str, Any]]: ...
+def save(checkpointer: Checkpointer, step: int, model: Optional[_torch.nn.Module] = ...,
+         optimizer: Optional[_torch.optim.Optimizer] = ..., rng: bool = ..., bus: Optional[Bus] = ...,
+         extra: Any = ..., wait: bool = ...) -> None: ...
+
+class Restored:
+    restore: Restore
+    step: int
+    extra: Any
+    bus_offsets: Dict[str, int]
+    bus_incarnation: int
+
+def restore(checkpointer: Checkpointer, model: Optional[_torch.nn.Module] = ...,
+            optimizer: Optional[_torch.optim.Optimizer] = ..., rng: bool = ...,
+            strict: bool = ...) -> Optional[Restored]: ...
+def to_bytes(tensors: Mapping[str, Any], meta: Optional[Mapping[str, Any]] = ...) -> bytes: ...
+def from_bytes(payload: bytes) -> Tuple[Dict[str, Any], Dict[str, Any]]: ...
