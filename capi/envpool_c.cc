@@ -2,6 +2,7 @@
 // with the pool's own buffers handed out for zero-copy views.
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "capi/c_api_internal.h"
 #include "envs/env_pool.h"
@@ -22,6 +23,40 @@ struct agentrt_envpool {
 };
 
 namespace {
+
+// Buffer `which` of an EnvPool or a MultiAgentEnvPool (their accessors have the
+// same names; only the multi-agent pool has `active`). False: no such buffer.
+template <typename Pool>
+bool BufferOf(Pool& p, int which, void** data, size_t* count) {
+  auto give = [&](auto span) {
+    *data = const_cast<void*>(static_cast<const void*>(span.data()));
+    *count = span.size();
+    return true;
+  };
+  switch (which) {
+    case AGENTRT_BUFFER_OBSERVATIONS:
+      return give(p.observations());
+    case AGENTRT_BUFFER_FINAL_OBSERVATIONS:
+      return give(p.final_observations());
+    case AGENTRT_BUFFER_ACTIONS:
+      return give(p.actions());
+    case AGENTRT_BUFFER_REWARDS:
+      return give(p.rewards());
+    case AGENTRT_BUFFER_TERMINATED:
+      return give(p.terminated());
+    case AGENTRT_BUFFER_TRUNCATED:
+      return give(p.truncated());
+    case AGENTRT_BUFFER_EPISODE_RETURNS:
+      return give(p.episode_returns());
+    case AGENTRT_BUFFER_EPISODE_LENGTHS:
+      return give(p.episode_lengths());
+    case AGENTRT_BUFFER_ACTIVE:
+      if constexpr (std::is_same_v<Pool, agentrt::MultiAgentEnvPool>) return give(p.active());
+      return false;
+    default:
+      return false;
+  }
+}
 
 nlohmann::json SpaceJson(const agentrt::Space& s) {
   nlohmann::json j = {{"kind", s.is_discrete() ? "discrete" : "box"},
@@ -134,60 +169,12 @@ int agentrt_envpool_buffer(agentrt_envpool* pool, int which, void** data, size_t
   AGENTRT_C_REQUIRE(pool, "env pool");
   AGENTRT_C_REQUIRE(data, "data");
   AGENTRT_C_REQUIRE(count, "count");
-  auto give = [&](auto span) {
-    *data = const_cast<void*>(static_cast<const void*>(span.data()));
-    *count = span.size();
-    return Ok();
-  };
-  if (pool->multi) {
-    agentrt::MultiAgentEnvPool& p = *pool->multi;
-    switch (which) {
-      case AGENTRT_BUFFER_OBSERVATIONS:
-        return give(p.observations());
-      case AGENTRT_BUFFER_FINAL_OBSERVATIONS:
-        return give(p.final_observations());
-      case AGENTRT_BUFFER_ACTIONS:
-        return give(p.actions());
-      case AGENTRT_BUFFER_REWARDS:
-        return give(p.rewards());
-      case AGENTRT_BUFFER_TERMINATED:
-        return give(p.terminated());
-      case AGENTRT_BUFFER_TRUNCATED:
-        return give(p.truncated());
-      case AGENTRT_BUFFER_EPISODE_RETURNS:
-        return give(p.episode_returns());
-      case AGENTRT_BUFFER_EPISODE_LENGTHS:
-        return give(p.episode_lengths());
-      case AGENTRT_BUFFER_ACTIVE:
-        return give(p.active());
-      default:
-        break;
-    }
-  } else {
-    agentrt::EnvPool& p = *pool->single;
-    switch (which) {
-      case AGENTRT_BUFFER_OBSERVATIONS:
-        return give(p.observations());
-      case AGENTRT_BUFFER_FINAL_OBSERVATIONS:
-        return give(p.final_observations());
-      case AGENTRT_BUFFER_ACTIONS:
-        return give(p.actions());
-      case AGENTRT_BUFFER_REWARDS:
-        return give(p.rewards());
-      case AGENTRT_BUFFER_TERMINATED:
-        return give(p.terminated());
-      case AGENTRT_BUFFER_TRUNCATED:
-        return give(p.truncated());
-      case AGENTRT_BUFFER_EPISODE_RETURNS:
-        return give(p.episode_returns());
-      case AGENTRT_BUFFER_EPISODE_LENGTHS:
-        return give(p.episode_lengths());
-      case AGENTRT_BUFFER_ACTIVE:
-        return Fail(agentrt::InvalidArgument(
-            "env '" + pool->name + "' is single-agent: it has no per-seat active buffer"));
-      default:
-        break;
-    }
+  const bool found = pool->multi ? BufferOf(*pool->multi, which, data, count)
+                                 : BufferOf(*pool->single, which, data, count);
+  if (found) return Ok();
+  if (which == AGENTRT_BUFFER_ACTIVE && !pool->multi) {
+    return Fail(agentrt::InvalidArgument("env '" + pool->name +
+                                         "' is single-agent: it has no per-seat active buffer"));
   }
   return Fail(agentrt::InvalidArgument("no env pool buffer " + std::to_string(which)));
 }

@@ -245,6 +245,17 @@ def test_plan(run, agents, channels=(), first_port=20016):
     return out
 
 
+def scenarios_main(namespace, prefix, argv=None):
+    """The main of a test script of scenarios: runs scenario_<argv[1]> of `namespace`
+    (the script's globals()) through run_scenarios; usage (exit 2) for anything else."""
+    argv = sys.argv if argv is None else argv
+    scenarios = {k[len("scenario_"):]: v for k, v in namespace.items() if k.startswith("scenario_")}
+    if len(argv) != 2 or argv[1] not in scenarios:
+        print("usage: %s {%s}" % (argv[0], ",".join(sorted(scenarios))))
+        return 2
+    return run_scenarios(scenarios, argv[1], prefix)
+
+
 def run_scenarios(scenarios, name, prefix):
     """Runs scenarios[name](work) in a fresh temporary folder; returns the exit status
     (77, CTest's skip, when the scenario returns 77: it could not run here). The folder

@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from agentrt_testing import (AgentctlRun, check, committed_dirs, free_port_block,  # noqa: E402
-                             heartbeating, newest_committed, run_processes, run_scenarios, wait_for)
+                             heartbeating, newest_committed, run_processes, scenarios_main, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 SRC = os.path.abspath(os.environ.get("AGENTRT_SOURCE_DIR", "."))
@@ -204,11 +204,7 @@ def main():
     except ImportError:
         print("torch_ppo_test: skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)")
         return 77
-    scenarios = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
-    if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
-        print("usage: %s {%s}" % (sys.argv[0], ",".join(sorted(scenarios))))
-        return 2
-    return run_scenarios(scenarios, sys.argv[1], "agentrt-torch")
+    return scenarios_main(globals(), "agentrt-torch")
 
 
 if __name__ == "__main__":

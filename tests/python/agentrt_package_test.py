@@ -11,7 +11,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, StandaloneBus, check, run_scenarios, wait_for  # noqa: E402
+from agentrt_testing import Failure, StandaloneBus, check, scenarios_main, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -253,11 +253,7 @@ def scenario_stubs(work):
 
 
 def main():
-    scenarios = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
-    if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
-        print("usage: %s {%s}" % (sys.argv[0], ",".join(sorted(scenarios))))
-        return 2
-    return run_scenarios(scenarios, sys.argv[1], "agentrt-py")
+    return scenarios_main(globals(), "agentrt-py")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, check, run_scenarios  # noqa: E402
+from agentrt_testing import Failure, check, scenarios_main  # noqa: E402
 
 try:
     import torch
@@ -133,11 +133,7 @@ def scenario_cuda(work):
 
 
 def main():
-    scenarios = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
-    if len(sys.argv) != 2 or sys.argv[1] not in scenarios:
-        print("usage: %s {%s}" % (sys.argv[0], ",".join(sorted(scenarios))))
-        return 2
-    return run_scenarios(scenarios, sys.argv[1], "agentrt-torch")
+    return scenarios_main(globals(), "agentrt-torch")
 
 
 if __name__ == "__main__":

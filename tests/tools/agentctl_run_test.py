@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from agentrt_testing import (AgentctlRun, Failure, check, committed_dirs, free_port_block, heartbeating,  # noqa: E402
-                             newest_committed, run_processes, run_scenarios, wait_for)
+                             newest_committed, run_processes, scenarios_main, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -637,12 +637,11 @@ channels:
 
 
 def main():
-    scenarios = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
     for path in (AGENTCTL, AGENT):
         if not os.access(path, os.X_OK):
             print("missing %s (build agentctl and agentrt-test-agent)" % path)
             return 1
-    return run_scenarios(scenarios, sys.argv[1], "agentctl")
+    return scenarios_main(globals(), "agentctl")
 
 
 if __name__ == "__main__":
