@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comms/bus_client_stub.h"
+#include "tests/common/wait_for.h"
 #include "tests/comms/fake_bus_stub.h"
 
 namespace agentrt {
@@ -19,6 +20,7 @@ namespace {
 
 using testing::FakeBus;
 using testing::FakeBusStub;
+using testing::WaitFor;
 using namespace std::chrono_literals;
 
 struct Fixture {
@@ -149,7 +151,8 @@ TEST_CASE("a broken subscription resumes at its next offset: no gap, no duplicat
   REQUIRE(starts.size() >= 2);
   CHECK(starts[0] == -1);
   CHECK(starts[1] == 3);
-  CHECK(f.client->SubscriptionOffsets().at("t") == 10);
+  // The position moves past a message once its callback has returned.
+  CHECK(WaitFor([&] { return f.client->SubscriptionOffsets().at("t") == 10; }, 10s));
   // New messages keep arriving on the resumed stream.
   f.bus->Append("t", "m10");
   REQUIRE(inbox.WaitMessages(11));

@@ -29,6 +29,7 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "tests/common/wait_for.h"
 #include "tests/plan/plan_test_util.h"
 
 using namespace agentrt;
@@ -62,15 +63,7 @@ std::unique_ptr<BusClient> Client(const std::string& address, const std::string&
   return std::move(c).value();
 }
 
-// Waits (bounded) until pred() holds.
-bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using agentrt::testing::WaitFor;
 
 // Collects a subscription's messages and events, thread-safely.
 struct Collector {

@@ -18,6 +18,7 @@
 #include "common/file_util.h"
 #include "plan/port_lease.h"
 #include "tests/common/temp_dir.h"
+#include "tests/common/wait_for.h"
 
 namespace agentrt {
 namespace {
@@ -25,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using Scratch = testing::TempDir;
+using testing::WaitFor;
 
 struct Wrapped {
   pid_t pid = -1;
@@ -69,17 +71,6 @@ std::string Slurp(const std::string& path) {
   return text.ok() ? *text : "";
 }
 
-// Polls `pred` every 10 ms for at most 10 s.
-template <typename F>
-bool Eventually(F&& pred) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < end) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("the node's first rank leases its agent's block while it runs") {
@@ -88,7 +79,7 @@ TEST_CASE("the node's first rank leases its agent's block while it runs") {
   REQUIRE(probe.ok());
   const std::vector<std::string> args = {"--lease-ports", "31000-31007", "--", "/bin/sleep", "30"};
   Wrapped first = Start(s, "/runs/mine", 0, args);
-  CHECK(Eventually([&] { return !(*probe)->Free(31000, 31007); }));
+  CHECK(WaitFor([&] { return !(*probe)->Free(31000, 31007); }));
   // The node's second rank leases nothing (the block is the agent's, once):
   // it runs although the first rank holds the block.
   Wrapped second =

@@ -11,6 +11,12 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
                                               const std::map<std::string, int64_t>& offsets,
                                               uint64_t incarnation) {
   std::unique_ptr<League> league(new League(std::move(bus)));
+  // Every seat's state exists before the first subscription starts: a callback
+  // (on a bus thread) of one seat must never run while another seat is inserted.
+  for (const auto& [seat, agent] : seats) {
+    league->seat_of_topic_[PolicyTopic(agent)] = seat;
+    league->seat_state_[seat].received = std::chrono::steady_clock::now();
+  }
   for (const auto& [seat, agent] : seats) {
     const std::string topic = PolicyTopic(agent);
     StartAt from = StartAt::Earliest();
@@ -26,8 +32,6 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
                    kNames[static_cast<int>(e.kind)], static_cast<long long>(e.offset),
                    e.status.ok() ? "" : ": ", e.status.ok() ? "" : e.status.ToString().c_str());
     };
-    league->seat_of_topic_[topic] = seat;
-    league->seat_state_[seat].received = std::chrono::steady_clock::now();
     League* self = league.get();
     const int s = seat;
     auto id = league->bus_->Subscribe(

@@ -78,7 +78,8 @@ class League {
     std::chrono::steady_clock::time_point received;
   };
   std::map<int, SeatState> seat_state_;  // guarded by mu_
-  std::map<std::string, int> seat_of_topic_;
+  std::map<std::string, int>
+      seat_of_topic_;  // filled before the first subscription; read-only after
   std::chrono::steady_clock::time_point last_check_{};
   std::atomic<int64_t> stalls_{0};
   std::atomic<int64_t> received_{0};
