@@ -499,22 +499,62 @@ Status Checkpointer::Wait() {
   return std::exchange(writer_status_, Status::Ok());
 }
 
-Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
-  AGENTRT_RETURN_IF_ERROR(SaveAsync(step, state));
-  return Wait();
-}
-
-Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
+Status Checkpointer::BeginSave(int64_t step, bool* go) {
+  *go = false;
   AGENTRT_RETURN_IF_ERROR(Wait().WithContext(Where() + "the previous save failed"));
   if (step < 0) return InvalidArgument(Where() + "step must be >= 0, got " + std::to_string(step));
   if (ExistsAt(dir_fd_, StepName(step) + "/" + kManifest)) {
     requested_ = false;
     return Status::Ok();  // already committed (e.g. the step just restored)
   }
-  auto start = std::chrono::steady_clock::now();
   saving_ = true;  // from here on, triggers are absorbed by this save
   requested_ = false;
   last_start_ = clock_->Now().time_since_epoch().count();
+  *go = true;
+  return Status::Ok();
+}
+
+Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
+  const bool host_only = std::none_of(state.entries().begin(), state.entries().end(),
+                                      [](const auto& e) { return bool(e.copy_to_host); });
+  if (!host_only) {
+    AGENTRT_RETURN_IF_ERROR(SaveAsync(step, state));
+    return Wait();
+  }
+  bool go = false;
+  AGENTRT_RETURN_IF_ERROR(BeginSave(step, &go));
+  if (!go) return Status::Ok();
+  std::vector<ShardEntry> entries;
+  std::vector<std::span<const std::byte>> parts;
+  entries.reserve(state.entries().size());
+  parts.reserve(state.entries().size());
+  uint64_t offset = 0;
+  for (const auto& e : state.entries()) {
+    entries.push_back(ShardEntry{e.name, e.dtype, e.shape, offset, e.bytes});
+    if (e.bytes > 0) parts.emplace_back(static_cast<const std::byte*>(e.data), e.bytes);
+    offset += e.bytes;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.saves_started;
+    stats_.last_snapshot_s = 0;  // nothing copied: the caller waits for the write instead
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = WriteAndCommit(step, state.metadata, entries, offset, parts);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
+    if (s.ok()) ++stats_.saves_committed;
+  }
+  saving_ = false;
+  return s;
+}
+
+Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
+  bool go = false;
+  AGENTRT_RETURN_IF_ERROR(BeginSave(step, &go));
+  if (!go) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
 
   size_t total = state.total_bytes();
   if (total > snapshot_capacity_) {
@@ -548,7 +588,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   writer_ = std::thread(
       [this, step, metadata = state.metadata, entries = std::move(entries), total]() mutable {
         auto t0 = std::chrono::steady_clock::now();
-        Status s = WriteAndCommit(step, std::move(metadata), std::move(entries), total);
+        Status s = WriteAndCommit(step, metadata, entries, total,
+                                  {std::span<const std::byte>(snapshot_.get(), total)});
         {
           std::lock_guard<std::mutex> lock(stats_mu_);
           stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
@@ -561,7 +602,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
 }
 
 Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata,
-                                    const std::vector<ShardEntry>& entries, size_t bytes) {
+                                    const std::vector<ShardEntry>& entries, size_t bytes,
+                                    const std::vector<std::span<const std::byte>>& parts) {
   const std::string step_name = StepName(step);
   const std::string step_path = options_.dir + "/" + step_name;
   if (::mkdirat(dir_fd_, step_name.c_str(), 0700) == 0) {
@@ -583,12 +625,14 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
     Fd fd(::openat(step_fd.get(), shard_tmp.c_str(),
                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.ok()) return ErrnoStatus(errno, Where() + "create " + shard_tmp_path);
-    for (size_t done = 0; done < bytes;) {
-      size_t n = std::min(options_.io_chunk_bytes, bytes - done);
-      crc = Crc32c(crc, snapshot_.get() + done, n);
-      AGENTRT_RETURN_IF_ERROR(
-          WriteAll(fd.get(), snapshot_.get() + done, n, shard_tmp_path).WithContext(Where()));
-      done += n;
+    for (const std::span<const std::byte> part : parts) {
+      for (size_t done = 0; done < part.size();) {
+        const size_t n = std::min(options_.io_chunk_bytes, part.size() - done);
+        crc = Crc32c(crc, part.data() + done, n);
+        AGENTRT_RETURN_IF_ERROR(
+            WriteAll(fd.get(), part.data() + done, n, shard_tmp_path).WithContext(Where()));
+        done += n;
+      }
     }
     AGENTRT_RETURN_IF_ERROR(Fsync(fd.get(), shard_tmp_path).WithContext(Where()));
   }

@@ -220,7 +220,9 @@ class Checkpointer {
   // writes and commits it on a background thread. Waits first for a previous
   // save still in progress. Saving a step that is already committed is a no-op.
   Status SaveAsync(int64_t step, const CheckpointState& state);
-  // SaveAsync + Wait.
+  // Saves and commits `state` before returning. Host-memory entries are written
+  // straight from the caller's memory (no snapshot copy, no extra memory); a
+  // state with copier entries (GPU) goes through SaveAsync + Wait.
   Status Save(int64_t step, const CheckpointState& state);
   // Waits for the save in progress (if any) and returns how it ended.
   Status Wait();
@@ -233,8 +235,12 @@ class Checkpointer {
 
  private:
   Checkpointer(CheckpointOptions options, const Clock* clock, int dir_fd);
+  // The common start of a save; false in *go when `step` is already committed.
+  Status BeginSave(int64_t step, bool* go);
+  // Writes `parts` (the shard's bytes, in order: `bytes` in all) and commits.
   Status WriteAndCommit(int64_t step, const nlohmann::json& metadata,
-                        const std::vector<ShardEntry>& entries, size_t bytes);
+                        const std::vector<ShardEntry>& entries, size_t bytes,
+                        const std::vector<std::span<const std::byte>>& parts);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
   void Prune(int64_t committed_step);
   Status CleanDebris();
