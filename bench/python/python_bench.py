@@ -50,6 +50,19 @@ def median_of(fn, repeats):
     return statistics.median(fn() for _ in range(repeats))
 
 
+def interleaved(ours, anchor, repeats):
+    """(median of ours, median of anchor) over `repeats` rounds, alternating which runs first."""
+    a, b = [], []
+    for i in range(repeats):
+        if i % 2 == 0:
+            a.append(ours())
+            b.append(anchor())
+        else:
+            b.append(anchor())
+            a.append(ours())
+    return statistics.median(a), statistics.median(b)
+
+
 # --- env stepping ------------------------------------------------------------------------------
 
 class PyCartPole:
@@ -172,12 +185,14 @@ def bench_checkpoint():
             return time.perf_counter() - t
 
         ours_save(), anchor_save()  # warm-up (page cache, allocator)
-        sync = median_of(ours_save, 3)
-        anchor = median_of(anchor_save, 3)
+        # Fresh memory costs whoever touches it first, and on a VM that varies tenfold:
+        # alternate which side goes first, so neither inherits the other's warm pages.
+        sync, anchor = interleaved(ours_save, anchor_save, 4)
         emit("python_checkpoint", "save_%dmib_fsync_s" % mib, sync, "s", "torch.save + fsync", anchor,
              higher_is_better=False)
-        emit("python_checkpoint", "restore_%dmib_verified_s" % mib, median_of(ours_restore, 3), "s",
-             "torch.load + load_state_dict", median_of(anchor_restore, 3), higher_is_better=False)
+        ours_r, anchor_r = interleaved(ours_restore, anchor_restore, 4)
+        emit("python_checkpoint", "restore_%dmib_verified_s" % mib, ours_r, "s",
+             "torch.load + load_state_dict", anchor_r, higher_is_better=False)
         stall = median_of(ours_async_stall, 3)
         # Here the ratio is stall / sync save (goal <= 0.1): not "better than", a fraction.
         print(json.dumps({"bench": "python_checkpoint", "metric": "async_save_stall_%dmib_s" % mib,
