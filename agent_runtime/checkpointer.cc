@@ -524,6 +524,10 @@ Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
   bool go = false;
   AGENTRT_RETURN_IF_ERROR(BeginSave(step, &go));
   if (!go) return Status::Ok();
+  struct Done {  // however this ends (an exception included), the save is over
+    std::atomic<bool>& saving;
+    ~Done() { saving = false; }
+  } done{saving_};
   std::vector<ShardEntry> entries;
   std::vector<std::span<const std::byte>> parts;
   entries.reserve(state.entries().size());
@@ -546,7 +550,6 @@ Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
     stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
     if (s.ok()) ++stats_.saves_committed;
   }
-  saving_ = false;
   return s;
 }
 

@@ -1,4 +1,5 @@
 // The bus client through the C API: callback and queue subscriptions.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -414,18 +415,35 @@ int agentrt_bus_unsubscribe(agentrt_bus* bus, uint64_t id) {
             agentrt::NotFound("no subscription " + std::to_string(id) + " on this bus handle"));
       }
       q = it->second;
-      bus->subs.erase(it);
     }
+    // Forgotten only once it has ended: a refused unsubscribe (from the
+    // subscription's own callback) leaves it running and known.
     const Status s = bus->End(id, q);
-    return s.ok() ? Ok() : Fail(s);
+    if (!s.ok()) return Fail(s);
+    std::lock_guard<std::mutex> lock(bus->mu);
+    bus->subs.erase(id);
+    return Ok();
   });
 }
 
 int agentrt_bus_positions(agentrt_bus* bus, char** json_out) {
   AGENTRT_C_REQUIRE(bus, "bus");
   return Guard("agentrt_bus_positions", [&] {
-    return JsonOut({{"offsets", bus->client->SubscriptionOffsets()},
-                    {"incarnation", bus->client->SubscriptionIncarnation()}},
+    // A pulled subscription's position is its first message not yet taken by
+    // agentrt_bus_next: what waits in its queue was delivered, not consumed.
+    std::map<std::string, int64_t> offsets = bus->client->SubscriptionOffsets();
+    {
+      std::lock_guard<std::mutex> lock(bus->mu);
+      for (const auto& [id, q] : bus->subs) {
+        if (!q) continue;
+        std::lock_guard<std::mutex> qlock(q->mu);
+        if (q->messages.empty()) continue;
+        const BusMessage& first = q->messages.front();
+        auto it = offsets.find(first.topic());
+        if (it != offsets.end()) it->second = std::min(it->second, first.offset());
+      }
+    }
+    return JsonOut({{"offsets", offsets}, {"incarnation", bus->client->SubscriptionIncarnation()}},
                    json_out);
   });
 }

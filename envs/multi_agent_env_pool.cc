@@ -102,6 +102,9 @@ void MultiAgentEnvPool::StepRange(int begin, int end) {
       episode_lengths_[k] = running_lengths_[k];
       running_lengths_[k] = 0;
       envs_[k]->Reset(std::nullopt, obs);
+      // Like the observations, `active` now describes the new episode.
+      for (size_t s = 0; s < a; ++s)
+        active_[k * a + s] = envs_[k]->active(static_cast<int>(s)) ? 1 : 0;
     }
   }
 }

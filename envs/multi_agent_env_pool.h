@@ -11,10 +11,9 @@
 //   observations(), final_observations()  as in EnvPool, per seat
 //   actions()                             per seat (a seat that is not active() is ignored)
 //   rewards()                             [i * A + a]: seat a's reward of the step just taken
-//   active()                              [i * A + a]: 1 while seat a is in world i's episode
-//                                         (before the step's auto-reset: a prey caught in this
-//                                         step reads 0; after an auto-reset every seat is
-//                                         active again on the next step)
+//   active()                              [i * A + a]: 1 while seat a is in world i's episode;
+//                                         like observations(), it describes the episode to act
+//                                         in next (after an auto-reset: the new episode's seats)
 //   terminated(), truncated()             [i]: world i's episode ended in this step
 //   episode_returns()                     [i * A + a], where world i's episode ended
 //   episode_lengths()                     [i], where world i's episode ended

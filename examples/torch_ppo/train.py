@@ -296,13 +296,16 @@ def main():
             buf_obs[t], buf_act[t], buf_logp[t], buf_val[t] = mine, a, dist_a.log_prob(a), value
             buf_mask[t] = torch.from_numpy(pool.active[:, seat].astype(np.float32)).to(device)
             actions[:, seat, 0] = a.cpu().numpy()
-            for other in others:
-                actions[:, other, 0] = league.act(other, obs[:, other], gen, num_actions).numpy()
+            for other in range(pool.num_agents):  # seats no agent plays act at random
+                if other != seat:
+                    actions[:, other, 0] = league.act(other, obs[:, other], gen, num_actions).numpy()
             before = pool.active[:, prey_seats].copy()
             _, rew, term, trunc = pool.step(actions)
             ended = term | trunc
             buf_rew[t] = torch.from_numpy(rew[:, seat].copy()).to(device)
-            buf_done[t] = torch.from_numpy(ended.astype(np.float32)).to(device)
+            # Done for this seat: its world ended, or it left the episode (a caught prey).
+            left = ~pool.active[:, seat] & ~ended
+            buf_done[t] = torch.from_numpy((ended | left).astype(np.float32)).to(device)
             ep_return += rew[:, seat]
             recent_captures += int(before[term].sum())  # worlds whose last prey was caught
             recent_ends += int(ended.sum())
@@ -311,7 +314,7 @@ def main():
                 ep_return[i] = 0.0
         with torch.no_grad():
             _, last_value = model(torch.from_numpy(pool.observations[:, seat].copy()).to(device))
-        # GAE; an ended world (or a prey seat that was caught) does not bootstrap.
+        # GAE; an ended world, or a seat that left it (a caught prey), does not bootstrap.
         adv = torch.zeros(T, N, device=device)
         gae = torch.zeros(N, device=device)
         for t in reversed(range(T)):
@@ -321,13 +324,6 @@ def main():
             gae = delta + s["gamma"] * s["lam"] * not_done * gae
             adv[t] = gae
         ret = adv + buf_val
-        # The rollout's observation moments, over every rank of the agent, update the
-        # normaliser after the rollout (the same on every replica).
-        moments = torch.cat([buf_obs.sum((0, 1)), (buf_obs ** 2).sum((0, 1)),
-                             torch.tensor([float(T * N)], device=device)])
-        if rt.world_size > 1:
-            dist.all_reduce(moments)
-        model.observe(moments[:obs_size], moments[obs_size:2 * obs_size], moments[-1])
         b_obs, b_act, b_logp = buf_obs.view(T * N, -1), buf_act.view(-1), buf_logp.view(-1)
         b_adv, b_ret, b_mask = adv.view(-1), ret.view(-1), buf_mask.view(-1)
         mb = T * N // s["minibatches"]
@@ -359,6 +355,14 @@ def main():
                     offset += n
                 nn.utils.clip_grad_norm_(params, s["max_grad_norm"])
                 opt.step()
+        # The rollout's observation moments, over every rank of the agent, update the
+        # normaliser once the update is done (so the update saw the rollout's own
+        # normalisation; the same on every replica).
+        moments = torch.cat([buf_obs.sum((0, 1)), (buf_obs ** 2).sum((0, 1)),
+                             torch.tensor([float(T * N)], device=device)])
+        if rt.world_size > 1:
+            dist.all_reduce(moments)
+        model.observe(moments[:obs_size], moments[obs_size:2 * obs_size], moments[-1])
         update += 1
         env_steps += per_update
         if rt.rank == 0 and update % s["snapshot_every"] == 0:
@@ -396,7 +400,10 @@ def main():
         if rt.rank == 0 and s["role"] == "predator" and s["eval_episodes"] > 0:
             evaluate(rt, s, model, league, world_args, seat, prey_seats, num_actions, env_steps)
     if league.bus is not None:
-        league.bus.flush(30)
+        try:
+            league.bus.flush(30)
+        except agentrt.BusError as e:  # the training is done and saved: say it, do not fail
+            log(rt, "bus: some snapshots were not stored: %s", e)
     dist.destroy_process_group()
     rt.close()
     return 0

@@ -9,6 +9,38 @@ from . import errors
 
 _open = weakref.WeakSet()
 _open_lock = threading.Lock()
+_callback = threading.local()  # depth of library callbacks running on this thread
+_deferred = []  # (closer, ptr) of handles finalised on a library thread
+
+
+class callback_scope:
+    """Marks the current thread as running a library callback (bus messages and
+    events): a handle must not be closed from there (its owner would wait for
+    this very thread), so finalisers defer and explicit closes refuse or defer."""
+
+    def __enter__(self):
+        _callback.depth = getattr(_callback, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _callback.depth -= 1
+
+
+def in_callback():
+    return getattr(_callback, "depth", 0) > 0
+
+
+def drain_deferred():
+    """Closes the handles whose finaliser ran on a library thread (called from
+    ordinary threads, on the next use of any handle, and at exit)."""
+    while _deferred and not in_callback():
+        with _open_lock:
+            if not _deferred:
+                return
+            closer, ptr = _deferred.pop()
+        try:
+            closer(ptr)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 class Handle:
@@ -26,6 +58,8 @@ class Handle:
 
     def _p(self):
         """The raw handle; ClosedError once closed."""
+        if _deferred:
+            drain_deferred()
         if self._ptr is None:
             raise errors.ClosedError(self._what)
         return self._ptr
@@ -48,6 +82,12 @@ class Handle:
 
     def __del__(self):
         try:
+            if in_callback():  # the garbage collector ran on a library thread
+                ptr, self._ptr = self._ptr, None
+                if ptr is not None:
+                    with _open_lock:
+                        _deferred.append((self._closer, ptr))
+                return
             self.close()
         except Exception:  # noqa: BLE001 (never raise from a finaliser)
             pass
@@ -63,6 +103,7 @@ def _close_all():
             h.close()
         except Exception:  # noqa: BLE001
             pass
+    drain_deferred()
 
 
 class Memory:

@@ -2,11 +2,13 @@
 (comms/bus_client.h): publish, subscribe from an offset (with a callback, or
 pulled as an iterator), direct messages, request/reply, and the positions to
 store in a checkpoint."""
+import contextlib
 import ctypes
+import threading
 import time
 
 from . import _lib, errors
-from ._handle import Handle
+from ._handle import Handle, callback_scope, in_callback
 
 EVENT_KINDS = ("connected", "reconnecting", "broker_restarted", "offset_expired", "failed")
 
@@ -85,10 +87,12 @@ class Subscription:
         self._pulled = pulled
         self._keep = keep  # the ctypes callbacks must live as long as the subscription
         self._events = []
+        self._cancelled = False  # closed from a callback: delivery stopped, stream not ended yet
+        self._ending = False  # being unsubscribed right now
 
     @property
     def closed(self):
-        return self._keep is None
+        return self._keep is None or self._cancelled or self._ending
 
     def next(self, timeout=None):
         """The next message, or None after ``timeout`` seconds (None: wait)."""
@@ -103,8 +107,13 @@ class Subscription:
             ms = 200
             if deadline is not None:
                 ms = max(0, min(ms, int((deadline - time.monotonic()) * 1000)))
-            _lib.check(_lib.lib().agentrt_bus_next(self._bus._p(), self.id, ms, ctypes.byref(out)),
-                       errors.BusError)
+            with self._bus._in_flight():  # Bus.close() waits for this call to return
+                if self.closed:
+                    raise errors.ClosedError("subscription")
+                code = _lib.lib().agentrt_bus_next(self._bus._p(), self.id, ms, ctypes.byref(out))
+                if code != 0 and self.closed:  # closed by another thread meanwhile
+                    raise errors.ClosedError("subscription")
+                _lib.check(code, errors.BusError)
             if out.value:
                 try:
                     return Message(out)
@@ -131,15 +140,29 @@ class Subscription:
         return events
 
     def close(self):
-        if self.closed:
+        """Ends the subscription. From one of this bus's callbacks it only stops
+        delivery at once (no callback of it runs after close returns); the
+        stream itself ends at the next call on the bus from another thread, or
+        when the bus closes."""
+        if self.closed or self._cancelled:
             return
-        try:
-            if not self._bus.closed:
+        if in_callback() and not self._pulled:
+            self._cancelled = True  # the C side cannot end it from a callback thread
+            self._bus._pending_unsubscribe.append(self)
+            return
+        self._unsubscribe()
+
+    def _unsubscribe(self):
+        if not self._bus.closed:
+            self._ending = True  # a next() on another thread now ends with ClosedError
+            try:
                 _lib.check(_lib.lib().agentrt_bus_unsubscribe(self._bus._p(), self.id),
-                           errors.BusError)
-        finally:
-            self._bus._subs.pop(self.id, None)
-            self._keep = None
+                           errors.BusError)  # on failure it goes on, and stays known
+            except errors.Error:
+                self._ending = False
+                raise
+        self._bus._subs.pop(self.id, None)
+        self._keep = None
 
     def __enter__(self):
         return self
@@ -159,6 +182,30 @@ class Bus(Handle):
         super().__init__(ptr, _lib.lib().agentrt_bus_close)
         self._owner = owner
         self._subs = {}
+        self._pending_unsubscribe = []  # closed from a callback; ended on the next call here
+        self._calls = 0  # blocking calls (Subscription.next) in progress on other threads
+        self._calls_done = threading.Condition()
+
+    @contextlib.contextmanager
+    def _in_flight(self):
+        with self._calls_done:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._calls_done:
+                self._calls -= 1
+                self._calls_done.notify_all()
+
+    def _p(self):
+        ptr = super()._p()
+        while self._pending_unsubscribe and not in_callback():
+            sub = self._pending_unsubscribe.pop()
+            try:
+                sub._unsubscribe()
+            except errors.Error:
+                pass  # it stays cancelled: nothing more is delivered to Python
+        return ptr
 
     @classmethod
     def _borrowed(cls, ptr, owner):
@@ -264,16 +311,21 @@ class Bus(Handle):
             holder = {}
 
             def on_message(_user, ptr):
-                callback(Message(ptr))
+                with callback_scope():
+                    sub = holder.get("sub")
+                    if sub is not None and sub._cancelled:
+                        return
+                    callback(Message(ptr))
 
             def on_ev(_user, kind_, topic_, offset_, earliest, code, message):
                 event = {"kind": EVENT_KINDS[kind_], "topic": topic_.decode("utf-8", "replace"),
                          "offset": offset_, "earliest": earliest, "code": code,
                          "message": message.decode("utf-8", "replace")}
-                if on_event is not None:
-                    on_event(event)
-                elif "sub" in holder:
-                    holder["sub"]._events.append(event)
+                with callback_scope():
+                    if on_event is not None:
+                        on_event(event)
+                    elif "sub" in holder:
+                        holder["sub"]._events.append(event)
 
             keep = (_lib.MESSAGE_FN(on_message), _lib.EVENT_FN(on_ev))
             _lib.check(_lib.lib().agentrt_bus_subscribe(
@@ -309,10 +361,24 @@ class Bus(Handle):
         self._subs.clear()
 
     def close(self):
+        if self._ptr is not None and in_callback():
+            raise errors.error_for(9, "a bus cannot be closed from one of its own callbacks "
+                                      "(close it from another thread)", errors.BusError)
+        if self._ptr is not None:
+            # Wake the threads blocked in next() (their queues close), and wait for
+            # their calls to return before the handle goes.
+            for sub in [s for s in self._subs.values() if s._pulled and not s.closed]:
+                try:
+                    sub._unsubscribe()
+                except errors.Error:
+                    pass
+            with self._calls_done:
+                self._calls_done.wait_for(lambda: self._calls == 0, timeout=5)
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
             self._closer(ptr)  # ends every subscription first: no callback runs after this
             self._before_close()
+            self._pending_unsubscribe.clear()
 
     def __repr__(self):
         return "<agentrt.Bus %s>" % ("closed" if self.closed else "open")

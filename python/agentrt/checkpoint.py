@@ -124,9 +124,11 @@ class Restore(Handle):
         e = self.entries[name]
         buf = (ctypes.c_uint8 * size.value).from_address(data.value or 0)
         buf._owner = self  # the view keeps the restored memory alive
-        dtype = e["dtype"] if e["dtype"] in _NUMPY_DTYPES else "uint8"
+        # bfloat16 (no NumPy dtype) comes back as its bits, int16, in its shape.
+        dtype = "int16" if e["dtype"] == "bfloat16" else \
+            e["dtype"] if e["dtype"] in _NUMPY_DTYPES else "uint8"
         arr = np.frombuffer(buf, dtype=dtype) if size.value else np.zeros(0, dtype=dtype)
-        if e["dtype"] in _NUMPY_DTYPES:
+        if dtype != "uint8" or e["dtype"] == "uint8":
             arr = arr.reshape(e["shape"])
         return arr
 

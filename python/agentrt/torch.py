@@ -208,11 +208,12 @@ class Restored:
 def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
     """Loads the newest verified checkpoint into ``model`` and ``optimizer``
     (and the RNGs); returns a Restored, or None when there is nothing to
-    restore (a fresh start, or every checkpoint corrupt: ``checkpointer``'s
-    restore outcome, with the skipped files and reasons, is then in
-    ``restore.last``)."""
+    restore (a fresh start, or every checkpoint corrupt). ``restore.last``
+    holds the outcome either way: kind, step, skipped (files and reasons of the
+    corrupt checkpoints passed over), describe."""
     r = checkpointer.restore()
-    restore.last = r
+    # The outcome without the restored bytes (those go with the Restored, or now).
+    restore.last = _Outcome(r.kind, r.step, r.skipped, r.describe)
     if not r.restored:
         return None
     meta = r.metadata
@@ -232,6 +233,20 @@ def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
         set_rng_state(_decode(meta["rng"], r))
     extra = _decode(meta["extra"], r) if "extra" in meta else None
     return Restored(r, extra, meta.get("bus"))
+
+
+class _Outcome:
+    """What the last restore() found: kind, step, skipped, describe."""
+
+    def __init__(self, kind, step, skipped, describe):
+        self.kind, self.step, self.skipped, self.describe = kind, step, skipped, describe
+
+    @property
+    def restored(self):
+        return self.kind == "restored"
+
+    def __repr__(self):
+        return "<agentrt.torch restore outcome: %s>" % self.describe
 
 
 restore.last = None

@@ -153,6 +153,49 @@ def scenario_bus(work):
         pub.publish("t", b"late")
         check(next(iter(pulled)).payload == b"late", "iteration yields the next message")
         pulled.close()
+        # A pulled subscription's position counts only what next() took.
+        p2 = sub.subscribe("t", start=0)
+        wait_for("messages waiting in the queue", lambda: p2.next(5) is not None, 10)
+        # (The stream's own position lags its callbacks by a moment: wait for it to pass 1.)
+        check(wait_for("the position", lambda: sub.positions()[0]["t"] == 1 or None, 10),
+              "positions() of a pulled subscription: the first untaken message (1), not the end "
+              "of what its queue holds (100)")
+        p2.close()
+        # Closing a subscription from its own callback stops delivery at once; a bus
+        # cannot be closed from its callbacks.
+        seen, refused = [], []
+
+        def close_self(m):
+            seen.append(m.offset)
+            try:
+                sub.close()
+            except agentrt.BusError as e:
+                refused.append(e)
+            own.close()
+        own = sub.subscribe("t", close_self)
+        wait_for("the self-closing callback ran", lambda: seen or None, 10)
+        pub.publish("t", b"after")
+        check(refused and refused[0].code_name == "FAILED_PRECONDITION",
+              "close() of the bus from its callback is refused: %s" % refused[:1])
+        check(own.closed and seen == [0], "a subscription closed from its callback gets nothing more: %s" % seen)
+        check(not sub.closed, "and the bus is still open")
+        # Closing the bus while another thread waits in next(): that thread gets ClosedError.
+        other = agentrt.Bus.connect(b.address, "sub", b.token("sub"))
+        waiting = other.subscribe("nothing-here")
+        outcome = []
+
+        def wait_next():
+            try:
+                waiting.next(timeout=30)
+                outcome.append("returned")
+            except agentrt.ClosedError:
+                outcome.append("closed")
+        waiter = threading.Thread(target=wait_next)
+        waiter.start()
+        time.sleep(0.3)  # let it block inside next()
+        other.close()
+        waiter.join(10)
+        check(outcome == ["closed"], "a next() blocked while the bus closes raises ClosedError: %s" % outcome)
         # Direct messages and request/reply.
         inbox = sub.receive()
         pub.send("sub", b"hello")

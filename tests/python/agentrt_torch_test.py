@@ -27,6 +27,7 @@ import agentrt.torch as art  # noqa: E402
 def make(seed):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7), torch.nn.Linear(7, 2))
+    model.register_buffer("bf16", torch.randn(3, 4).to(torch.bfloat16))  # a dtype NumPy lacks
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     return model, opt
 

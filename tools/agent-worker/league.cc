@@ -44,6 +44,8 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
 League::~League() {
   // Let queued publishes reach the broker before the client goes.
   (void)bus_->Flush(std::chrono::seconds(5));
+  // The client's threads call OnMessage: end them while the members they use live.
+  bus_.reset();
 }
 
 void League::OnMessage(int seat, const BusMessage& message) {
