@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Starts a real single-host SLURM for tests: munged, slurmctld and slurmd from
-# Debian's munge and slurm-wlm, everything (config, key, sockets, spool, state,
-# logs, pid files) inside STATE_DIR, with N fake GPUs.
+# Starts a real SLURM on this one machine for tests: munged, slurmctld and
+# slurmd from Debian's munge and slurm-wlm, everything (config, key, sockets,
+# spool, state, logs, pid files) inside STATE_DIR, with fake GPUs.
 #
-#   slurm/testcluster/start.sh STATE_DIR [--gpus N] [--cpus N]
+#   slurm/testcluster/start.sh STATE_DIR [--nodes N] [--gpus G] [--cpus C]
 #   source STATE_DIR/env.sh        # SLURM_CONF for sinfo/srun/sbatch/...
 #   slurm/testcluster/stop.sh STATE_DIR
+#
+# --nodes 1 (the default): one node named after this host, on 127.0.0.1.
+# --nodes N > 1: nodes n1..nN, each a slurmd in its own network namespace with
+# its own address on a private bridge that this script creates (and stop.sh
+# removes, with the namespaces: only what STATE_DIR/net records, by name), its
+# own hostname (a UTS namespace) and its own PMIx scratch directory (a private
+# mount namespace, bind-mounted over one shared path: see mpi.conf). munged and
+# slurmctld run once, in this namespace, on the bridge's address. --gpus is per
+# node.
 #
 # The fake GPUs are character devices (major 1, minor 3: the same device as
 # /dev/null) named in gres.conf, so SLURM's GRES accounting and its
@@ -19,19 +28,22 @@
 # something does not start. Needs root (slurmd runs jobs as their user).
 set -euo pipefail
 
-usage() { echo "usage: $0 STATE_DIR [--gpus N] [--cpus N]" >&2; exit 2; }
+usage() { echo "usage: $0 STATE_DIR [--nodes N] [--gpus G] [--cpus C]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 state_arg=$1; shift
 gpus=${AGENTRT_TESTCLUSTER_GPUS:-8}
 cpus=${AGENTRT_TESTCLUSTER_CPUS:-}
+nodes=${AGENTRT_TESTCLUSTER_NODES:-1}
 while [ $# -gt 0 ]; do
   case $1 in
-    --gpus) gpus=${2:?}; shift 2 ;;
-    --cpus) cpus=${2:?}; shift 2 ;;
+    --gpus|--gpus-per-node) gpus=${2:?}; shift 2 ;;
+    --cpus|--cpus-per-node) cpus=${2:?}; shift 2 ;;
+    --nodes) nodes=${2:?}; shift 2 ;;
     *) usage ;;
   esac
 done
 [[ $gpus =~ ^[0-9]+$ ]] || { echo "testcluster: --gpus must be a number, got '$gpus'" >&2; exit 2; }
+[[ $nodes =~ ^[1-9][0-9]?$ ]] || { echo "testcluster: --nodes must be 1 to 99, got '$nodes'" >&2; exit 2; }
 if [ -z "$cpus" ]; then cpus=$(( $(nproc) > 16 ? $(nproc) : 16 )); fi
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || { echo "testcluster: --cpus must be a positive number, got '$cpus'" >&2; exit 2; }
 
@@ -44,7 +56,9 @@ die() {
   exit 1
 }
 [ "$(id -u)" -eq 0 ] || die "must run as root (slurmd starts job steps as their user)"
-for tool in munged slurmctld slurmd sinfo srun scontrol; do
+tools=(munged slurmctld slurmd sinfo srun scontrol)
+[ "$nodes" -gt 1 ] && tools+=(ip nsenter unshare)
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || die "'$tool' not found; install the Debian packages slurm-wlm and munge (scripts/setup.sh)"
 done
 
@@ -120,10 +134,55 @@ slurmd_port=$(free_port)
 gres_node=""
 [ "$gpus" -gt 0 ] && gres_node="Gres=gpu:$gpus"
 
+# --- the network of a multi-node cluster: a bridge with an address here, one
+# namespace per node with a veth on it. Everything made is named in $state/net
+# (before it is made) so stop.sh removes exactly that.
+net=$state/net
+ctld_addr=127.0.0.1
+node_names=("$host")
+node_addrs=(127.0.0.1)
+if [ "$nodes" -gt 1 ]; then
+  tag=$(printf '%s' "$state" | md5sum | cut -c1-4)
+  bridge=artb$tag
+  k=$(( 0x$tag % 250 ))
+  for _ in $(seq 250); do  # a /24 in 10.211.0.0/16 that no interface here uses
+    prefix=10.211.$k
+    ip -4 -o addr show | grep -q " $prefix\." || break
+    k=$(( (k + 1) % 250 ))
+  done
+  ! ip link show "$bridge" >/dev/null 2>&1 || die "a link named $bridge exists already (another test cluster in $state?)"
+  echo "bridge $bridge" >>"$net"
+  ip link add "$bridge" type bridge || die "cannot create the bridge $bridge (needs CAP_NET_ADMIN)"
+  ip addr add "$prefix.1/24" dev "$bridge" && ip link set "$bridge" up || die "cannot bring up $bridge"
+  ctld_addr=$prefix.1
+  node_names=()
+  node_addrs=()
+  for ((i = 1; i <= nodes; i++)); do
+    ns=art$tag-n$i
+    echo "netns $ns" >>"$net"
+    ip netns add "$ns" || die "cannot create the network namespace $ns"
+    ip link add "arth$tag$i" type veth peer name "artc$tag$i" || die "cannot create a veth pair for n$i"
+    ip link set "artc$tag$i" netns "$ns" && ip link set "arth$tag$i" master "$bridge" up \
+      && ip -n "$ns" link set "artc$tag$i" name eth0 \
+      && ip -n "$ns" addr add "$prefix.$((10 + i))/24" dev eth0 \
+      && ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up \
+      && ip -n "$ns" route add default via "$prefix.1" || die "cannot wire n$i into $bridge"
+    node_names+=("n$i")
+    node_addrs+=("$prefix.$((10 + i))")
+  done
+fi
+node_list=$(IFS=,; echo "${node_names[*]}")
+node_spool=$state/spool/slurmd
+node_pidfile=$state/run/slurmd.pid
+if [ "$nodes" -gt 1 ]; then
+  node_spool=$state/spool/slurmd-%n
+  node_pidfile=$state/run/slurmd-%n.pid
+fi
+
 cat >"$conf" <<CONF
-# Written by slurm/testcluster/start.sh: a one-node SLURM for agentrt's tests.
+# Written by slurm/testcluster/start.sh: a $nodes-node SLURM for agentrt's tests.
 ClusterName=agentrt-test
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($ctld_addr)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -133,9 +192,9 @@ CredType=cred/munge
 # cred_expire also sets how long a requeued job waits before it may start again (default 120 s).
 AuthInfo=socket=$socket,cred_expire=10
 StateSaveLocation=$state/spool/ctld
-SlurmdSpoolDir=$state/spool/slurmd
+SlurmdSpoolDir=$node_spool
 SlurmctldPidFile=$state/run/slurmctld.pid
-SlurmdPidFile=$state/run/slurmd.pid
+SlurmdPidFile=$node_pidfile
 SlurmctldLogFile=$state/log/slurmctld.log
 SlurmdLogFile=$state/log/slurmd-%n.log
 SlurmctldDebug=info
@@ -164,14 +223,20 @@ KillWait=5
 InactiveLimit=0
 SlurmdTimeout=60
 SlurmctldTimeout=60
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=1000 $gres_node State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+$(for ((i = 0; i < ${#node_names[@]}; i++)); do
+  echo "NodeName=${node_names[$i]} NodeAddr=${node_addrs[$i]} NodeHostname=${node_names[$i]} CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=1000 $gres_node State=UNKNOWN"
+done)
+PartitionName=debug Nodes=$node_list Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
+# PMIx: every node's step daemons make their scratch directories under this one
+# path, which each node bind-mounts over with its own (the nodes share /tmp).
+mkdir -p "$state/pmix-tmp"
+echo "PMIxCliTmpDirBase=$state/pmix-tmp" >"$state/mpi.conf"
 : >"$state/plugstack.conf"
 {
   echo "# Fake GPUs: character devices (1,3) made by start.sh."
   echo "AutoDetect=off"
-  [ "$gpus" -gt 0 ] && echo "NodeName=$host Name=gpu File=$state/dev/fakegpu[0-$((gpus - 1))]"
+  [ "$gpus" -gt 0 ] && echo "NodeName=$node_list Name=gpu File=$state/dev/fakegpu[0-$((gpus - 1))]"
 } >"$state/gres.conf"
 cat >"$state/cgroup.conf" <<CONF
 # Unused (proctrack/linuxproc, task/none); present so no daemon looks in /etc/slurm.
@@ -193,24 +258,38 @@ export SLURM_CONF=$conf
 for _ in $(seq 100); do timeout 5 scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.2; done
 timeout 5 scontrol ping 2>/dev/null | grep -q UP \
   || { log_tail "$state/log/slurmctld.log"; die "slurmctld does not answer on port $ctld_port"; }
-start_daemon slurmd "$state/log/slurmd-$host.log" slurmd -D -f "$conf" -N "$host"
+if [ "$nodes" -eq 1 ]; then
+  start_daemon slurmd "$state/log/slurmd-$host.log" slurmd -D -f "$conf" -N "$host"
+else
+  for ((i = 1; i <= nodes; i++)); do
+    # Only the network namespace is entered (a new mount namespace from `ip netns
+    # exec` would remount /sys); its own hostname and PMIx scratch directory.
+    mkdir -p "$state/pmix/n$i"
+    start_daemon "slurmd-n$i" "$state/log/slurmd-n$i.log" \
+      nsenter --net="/run/netns/art$tag-n$i" unshare --uts --mount --propagation private \
+      sh -c "hostname n$i && mount --bind '$state/pmix/n$i' '$state/pmix-tmp' && exec slurmd -D -f '$conf' -N n$i"
+  done
+fi
 
-# Bounded wait until the node is idle, then prove a step runs end to end.
-node_state=""
-for _ in $(seq 150); do
-  node_state=$(timeout 5 sinfo -h -n "$host" -o %T 2>/dev/null || true)
-  [ "$node_state" = idle ] && break
-  sleep 0.2
+# Bounded wait until every node is idle, then prove a step runs end to end on all.
+for name in "${node_names[@]}"; do
+  node_state=""
+  for _ in $(seq 150); do
+    node_state=$(timeout 5 sinfo -h -n "$name" -o %T 2>/dev/null || true)
+    [ "$node_state" = idle ] && break
+    sleep 0.2
+  done
+  [ "$node_state" = idle ] || { log_tail "$state/log/slurmd-$name.log"; log_tail "$state/log/slurmctld.log"; \
+    die "node $name is '${node_state:-unknown}', not idle, after 30 s"; }
 done
-[ "$node_state" = idle ] || { log_tail "$state/log/slurmd-$host.log"; log_tail "$state/log/slurmctld.log"; \
-  die "node $host is '${node_state:-unknown}', not idle, after 30 s"; }
-timeout 60 srun -N1 -n1 -t 1 true </dev/null \
-  || { log_tail "$state/log/slurmd-$host.log"; die "'srun -N1 true' failed on the test cluster"; }
+timeout 60 srun -N"$nodes" -n"$nodes" -t 1 true </dev/null \
+  || { log_tail "$state/log/slurmd-${node_names[0]}.log"; die "'srun -N$nodes true' failed on the test cluster"; }
 
 cat >"$state/env.sh" <<ENV
 # Written by slurm/testcluster/start.sh; source it to use the test cluster.
 export SLURM_CONF=$conf
 export AGENTRT_TESTCLUSTER_DIR=$state
 export AGENTRT_TESTCLUSTER_GPUS=$gpus
+export AGENTRT_TESTCLUSTER_NODES=$nodes
 ENV
-echo "testcluster: up in $state: node $host, $cpus CPUs, $gpus fake GPUs, slurmctld port $ctld_port (source $state/env.sh)"
+echo "testcluster: up in $state: node(s) $node_list ($(IFS=,; echo "${node_addrs[*]}")), $cpus CPUs and $gpus fake GPUs each, slurmctld $ctld_addr:$ctld_port (source $state/env.sh)"

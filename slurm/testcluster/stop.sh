@@ -45,4 +45,24 @@ for entry in "${alive[@]}"; do
   fi
 done
 rm -f "$pids"
+
+# A multi-node cluster's network: what start.sh recorded, by name. Whatever still
+# runs in a node's namespace goes with it (a job's leftovers); deleting the
+# namespace removes its veth pair.
+if [ -f "$state/net" ]; then
+  while read -r kind name; do
+    case $kind in
+      netns)
+        if ip netns list 2>/dev/null | grep -qw "^$name"; then
+          for pid in $(ip netns pids "$name" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+          ip netns del "$name" 2>/dev/null || echo "testcluster: could not delete namespace $name" >&2
+        fi ;;
+      bridge)
+        if ip link show "$name" >/dev/null 2>&1; then
+          ip link del "$name" 2>/dev/null || echo "testcluster: could not delete bridge $name" >&2
+        fi ;;
+    esac
+  done < <(tac "$state/net")
+  rm -f "$state/net"
+fi
 echo "testcluster: stopped in $state"

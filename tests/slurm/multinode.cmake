@@ -1,0 +1,7 @@
+# The multi-node test cluster (slurm/testcluster/start.sh --nodes 3, network
+# namespaces): starts and removes its own cluster; skipped without CAP_NET_ADMIN.
+agentrt_script_test(NAME slurm_multinode_cluster_test
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/multinode_cluster_test.sh
+  LABELS slurm
+  TIMEOUT 240)
+set_tests_properties(slurm_multinode_cluster_test PROPERTIES SKIP_RETURN_CODE 77)

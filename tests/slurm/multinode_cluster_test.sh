@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The multi-node test cluster (slurm/testcluster/start.sh --nodes 3): three real
+# slurmd, each in its own network namespace on a private bridge, against its
+# promises: every node idle with its own fake GPUs; a step across all three runs
+# one task per node, each with its node's name, hostname and address; PMIx
+# ranks span two nodes; a batch job's inner srun reaches both of its nodes;
+# start.sh again is a no-op; stop.sh leaves no daemon, namespace or link behind.
+# Its own cluster, beside the single-node one scripts/test.sh starts.
+# Skips (77) where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
+set -uo pipefail
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+src=${AGENTRT_SOURCE_DIR:?}
+if [ "$(id -u)" -ne 0 ] || ! ip netns add "agentrt-probe-$$" 2>/dev/null; then
+  echo "multinode_cluster_test: skipped: cannot create network namespaces here (needs root and CAP_NET_ADMIN)"
+  exit 77
+fi
+ip netns del "agentrt-probe-$$"
+state=$(mktemp -d /tmp/agentrt-multinode.XXXXXX)
+cleanup() {
+  "$src/slurm/testcluster/stop.sh" "$state" >/dev/null 2>&1
+  rm -rf "$state"
+}
+trap cleanup EXIT
+
+"$src/slurm/testcluster/start.sh" "$state" --nodes 3 --gpus 2 --cpus 4 || fail "start.sh --nodes 3 failed"
+# shellcheck disable=SC1091
+source "$state/env.sh"
+tag=$(printf '%s' "$state" | md5sum | cut -c1-4)
+
+# 1. Three nodes, idle, two GPUs each.
+for n in n1 n2 n3; do
+  line=$(timeout 20 scontrol show node "$n" -o) || fail "scontrol show node $n failed"
+  grep -q "State=IDLE" <<<"$line" || fail "$n is not idle: $line"
+  grep -q "Gres=gpu:2" <<<"$line" || fail "$n does not offer gpu:2: $line"
+done
+
+# 2. One task per node; each sees its own node name, hostname and address.
+out=$(timeout 60 srun -N3 -n3 -t 1 bash -c \
+  'echo "$SLURMD_NODENAME $(hostname) $(ip -4 -o addr show eth0 | awk "{print \$4}")"' | sort) \
+  || fail "srun -N3 failed"
+echo "$out"
+[ "$(wc -l <<<"$out")" -eq 3 ] || fail "srun -N3 -n3 printed $(wc -l <<<"$out") lines, not 3"
+while read -r name host addr; do
+  [ "$name" = "$host" ] || fail "task on $name has hostname $host"
+  want=$(timeout 10 scontrol show node "$name" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+  [ "${addr%/*}" = "$want" ] || fail "task on $name runs on address $addr, the node's is $want"
+done <<<"$out"
+[ "$(cut -d' ' -f1 <<<"$out" | sort -u | tr '\n' ' ')" = "n1 n2 n3 " ] || fail "tasks did not land on n1, n2, n3"
+
+# 3. GPUs are bound per node: one GPU per task on two nodes.
+gpu_out=$(timeout 60 srun -N2 -n2 --gres=gpu:1 -t 1 bash -c 'echo "$SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"' | sort) \
+  || fail "srun --gres=gpu:1 on two nodes failed"
+[ "$(wc -l <<<"$gpu_out")" -eq 2 ] && ! grep -qv ' [01]$' <<<"$gpu_out" \
+  || fail "CUDA_VISIBLE_DEVICES per node: '$gpu_out'"
+
+# 4. PMIx ranks across two nodes (each node's own PMIx scratch directory).
+ranks=$(timeout 60 srun -N2 -n4 --mpi=pmix -t 1 bash -c 'echo "$PMIX_RANK $SLURMD_NODENAME"' | sort -n) \
+  || fail "srun --mpi=pmix -N2 -n4 failed"
+[ "$(cut -d' ' -f1 <<<"$ranks" | tr '\n' ' ')" = "0 1 2 3 " ] || fail "PMIx ranks: '$ranks'"
+[ "$(cut -d' ' -f2 <<<"$ranks" | sort -u | wc -l)" -eq 2 ] || fail "PMIx ranks did not span two nodes: '$ranks'"
+
+# 5. A batch job on two nodes: its script runs on the first, its srun reaches both.
+job=$(timeout 20 sbatch --parsable -N2 -t 1 -o "$state/job.out" --wrap 'srun -N2 -n2 hostname') \
+  || fail "sbatch -N2 failed"
+for _ in $(seq 300); do
+  [ -z "$(timeout 5 squeue -h -j "$job" 2>/dev/null)" ] && break
+  sleep 0.2
+done
+[ "$(sort "$state/job.out" | tr '\n' ' ')" = "n1 n2 " ] || fail "the batch job's srun printed '$(cat "$state/job.out")'"
+
+# 6. start.sh again changes nothing.
+again=$("$src/slurm/testcluster/start.sh" "$state" --nodes 3 2>&1) || fail "start.sh again failed: $again"
+grep -q "already running" <<<"$again" || fail "start.sh again did not notice the running cluster: $again"
+
+# 7. stop.sh removes exactly what start.sh made.
+"$src/slurm/testcluster/stop.sh" "$state" || fail "stop.sh failed"
+left=$(ip netns list | grep -c "^art$tag-" || true)
+[ "$left" -eq 0 ] || fail "$left network namespace(s) of the cluster left: $(ip netns list)"
+ip link show "artb$tag" >/dev/null 2>&1 && fail "the bridge artb$tag is still there"
+for f in "$state"/run/*.pid; do
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && fail "a daemon of $f still runs"
+done
+echo "multinode_cluster_test: PASS"
