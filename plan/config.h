@@ -105,6 +105,7 @@ struct NodeSpec {
   // Disjoint sets of GPU ids that together cover 0..gpus-1. The loader fills in
   // one domain holding every GPU when the config gives none.
   std::vector<std::vector<int>> nvlink_domains;
+  std::string addr;  // how other nodes reach it (SLURM's NodeAddr); empty: by name
 };
 
 struct ClusterConfig {

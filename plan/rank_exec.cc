@@ -1,9 +1,15 @@
 #include "plan/rank_exec.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +27,16 @@
 
 namespace agentrt {
 namespace {
+
+// The node this rank runs on: SLURM's name for it, else the hostname.
+std::string ThisNode(const EnvLookup& env) {
+  std::string node = env("SLURMD_NODENAME").value_or("");
+  if (node.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) node = host;
+  }
+  return node;
+}
 
 // The program the wrapper supervises (--exit-record), for the signal relay.
 volatile sig_atomic_t g_child = 0;
@@ -111,13 +127,15 @@ double UnixNow() {
   e.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   e.restart_count = std::atoi(env("AGENTRT_RESTART_COUNT").value_or("0").c_str());
   e.time = UnixNow();
+  e.node = ThisNode(env);
   if (!options.log_dir.empty()) {
     const nlohmann::json j = {{"rank", e.rank},
                               {"pid", e.pid},
                               {"exit_code", e.exit_code},
                               {"signal", e.signal},
                               {"restart_count", e.restart_count},
-                              {"time", e.time}};
+                              {"time", e.time},
+                              {"node", e.node}};
     const Status s = WriteFileAtomic(RankExitPath(options.log_dir, e.rank), j.dump() + "\n");
     if (!s.ok()) std::fprintf(stderr, "exec-rank: %s\n", s.message().c_str());
   }
@@ -173,12 +191,51 @@ std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_coun
     e.signal = j.value("signal", 0);
     e.restart_count = restart_count;
     e.time = j.value("time", 0.0);
+    e.node = j.value("node", "");
     out.push_back(e);
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(),
             [](const RankExit& a, const RankExit& b) { return a.rank < b.rank; });
   return out;
+}
+
+Result<std::string> InterfaceToward(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(addr.c_str(), "9", &hints, &found); rc != 0 || !found) {
+    return NotFound("cannot resolve " + addr + ": " + ::gai_strerror(rc));
+  }
+  sockaddr_in to{};
+  std::memcpy(&to, found->ai_addr, sizeof to);
+  ::freeaddrinfo(found);
+  // A connected UDP socket: the kernel picks the route and source address, sends nothing.
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus(errno, "socket");
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return ErrnoStatus(err, "no route to " + addr);
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return ErrnoStatus(errno, "getifaddrs");
+  std::string name;
+  for (ifaddrs* i = ifs; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == local.sin_addr.s_addr)
+      name = i->ifa_name;
+  }
+  ::freeifaddrs(ifs);
+  if (name.empty()) {
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+    return NotFound(std::string("no interface holds ") + text + ", the route to " + addr);
+  }
+  return name;
 }
 
 int ExecRank(const RankExecOptions& options) {
@@ -199,12 +256,27 @@ int ExecRank(const RankExecOptions& options) {
   for (const auto& [k, v] : *vars) ::setenv(k.c_str(), v.c_str(), 1);
   const std::string rank = vars->at("RANK");
 
-  if (!options.node_gpus.empty()) {
-    std::string node = env("SLURMD_NODENAME").value_or("");
-    if (node.empty()) {
-      char host[256] = {};
-      if (::gethostname(host, sizeof host - 1) == 0) node = host;
+  // NCCL and gloo pick an interface by themselves, often one the other nodes
+  // cannot reach: name the one that leads to rank 0 (unless the agent did).
+  // (Ranks of one node talk over loopback: nothing to choose.)
+  if (const auto master = env("MASTER_ADDR");
+      master && !master->empty() && *master != "localhost" && master->rfind("127.", 0) != 0) {
+    const bool nccl_set = env("NCCL_SOCKET_IFNAME").has_value();
+    const bool gloo_set = env("GLOO_SOCKET_IFNAME").has_value();
+    if (!nccl_set || !gloo_set) {
+      auto iface = InterfaceToward(*master);
+      if (iface.ok()) {
+        if (!nccl_set) ::setenv("NCCL_SOCKET_IFNAME", iface->c_str(), 1);
+        if (!gloo_set) ::setenv("GLOO_SOCKET_IFNAME", iface->c_str(), 1);
+      } else {
+        std::fprintf(stderr, "exec-rank: rank %s: MASTER_ADDR %s: %s\n", rank.c_str(),
+                     master->c_str(), iface.status().message().c_str());
+      }
     }
+  }
+
+  if (!options.node_gpus.empty()) {
+    const std::string node = ThisNode(env);
     bool found = false;
     for (const auto& entry : options.node_gpus) {
       const auto eq = entry.find('=');

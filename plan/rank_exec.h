@@ -39,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace agentrt {
 
 struct RankExecOptions {
@@ -60,7 +62,8 @@ struct RankExit {
   int exit_code = 0;  // valid when signal == 0
   int signal = 0;     // the signal that killed it, or 0
   int restart_count = 0;
-  double time = 0;  // Unix seconds
+  double time = 0;   // Unix seconds
+  std::string node;  // where it ran: SLURMD_NODENAME, else the hostname
 };
 std::string RankExitPath(const std::string& log_dir, int rank);
 // The records of `log_dir` written by incarnation `restart_count`, by rank.
@@ -68,6 +71,11 @@ std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_coun
 
 // The wrapper's argv (after the program name) for `options`.
 std::vector<std::string> RankExecArgs(const RankExecOptions& options);
+
+// The name of this host's network interface that traffic to `addr` (an IPv4
+// address or a resolvable name) leaves by: what NCCL_SOCKET_IFNAME and
+// GLOO_SOCKET_IFNAME must name for a rank to reach MASTER_ADDR. No packet is sent.
+Result<std::string> InterfaceToward(const std::string& addr);
 
 int ExecRank(const RankExecOptions& options);
 

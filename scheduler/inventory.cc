@@ -194,6 +194,8 @@ Result<std::vector<SlurmNode>> ParseScontrolNodes(std::string_view text) {
       if (key == "NodeName") {
         node.spec.name = value;
         have_name = true;
+      } else if (key == "NodeAddr") {
+        node.spec.addr = value;
       } else if (key == "CPUTot") {
         std::from_chars(value.data(), value.data() + value.size(), node.spec.cpus);
       } else if (key == "CPUAlloc") {

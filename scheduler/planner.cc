@@ -252,7 +252,9 @@ class Planner {
     out.ports.node = nodes_[nodes.front()].spec->name;
     out.ports.first = ports.first + block * ports.per_agent;
     out.ports.last = out.ports.first + ports.per_agent - 1;
-    out.master_addr = out.ports.node;
+    // Rank 0's node, as every node of the agent reaches it.
+    const std::string& first_addr = nodes_[nodes.front()].spec->addr;
+    out.master_addr = first_addr.empty() ? out.ports.node : first_addr;
     out.master_port = out.ports.first;
   }
 

@@ -67,10 +67,13 @@ std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& 
     l.command = ap.command;
     l.env = ap.env;
     // Local runs: every rank runs here; plan node names need not resolve.
-    // Inside an allocation: the agent's first node, by name, unless it is this one.
-    const bool here =
-        local_node.empty() || (!l.ranks.empty() && l.ranks.front().node == local_node);
-    l.master_addr = here ? "127.0.0.1" : l.ranks.front().node;
+    // Inside an allocation: the plan's address of the agent's first node (its
+    // NodeAddr, else its name), unless every rank runs on this node.
+    const bool here = local_node.empty() ||
+                      std::all_of(l.ranks.begin(), l.ranks.end(),
+                                  [&](const RankLaunch& r) { return r.node == local_node; });
+    l.master_addr =
+        here ? "127.0.0.1" : (!ap.master_addr.empty() ? ap.master_addr : l.ranks.front().node);
     l.master_port = ap.master_port;
     l.ports_first = ap.ports.first;
     l.ports_last = ap.ports.last;

@@ -29,14 +29,18 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
                              const AllocScriptOptions& options) {
   std::vector<std::string> nodes;
   std::map<std::string, size_t> gpus_on;
+  std::map<std::string, size_t> ranks_on;
   int ranks = 0;
   for (const auto& a : plan.agents) {
     ranks += a.ranks;
     for (const auto& p : a.placement) {
       if (std::find(nodes.begin(), nodes.end(), p.node) == nodes.end()) nodes.push_back(p.node);
       gpus_on[p.node] += p.gpus.size();
+      ranks_on[p.node] += p.ranks.size();
     }
   }
+  size_t most_ranks = 0;
+  for (const auto& [node, n] : ranks_on) most_ranks = std::max(most_ranks, n);
   size_t gpus = 0;
   for (const auto& [node, n] : gpus_on) gpus = std::max(gpus, n);
   std::string nodelist;
@@ -59,8 +63,18 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
       "# one task per rank of every agent ({} in all), plus one for the controller: the\n"
       "# batch step holds CPUs of its own, and steps are --exact\n",
       ranks);
-  s += fmt::format("#SBATCH --ntasks={}\n#SBATCH --cpus-per-task={}\n", ranks + 1,
-                   options.cpus_per_rank);
+  if (nodes.size() > 1) {
+    // SLURM would spread `--ntasks` its own way (filling the first node): ask
+    // every node for the most ranks the plan puts on one node, and the controller's.
+    s += fmt::format(
+        "# on several nodes: on each, the most ranks the plan puts on one node ({}) and one\n",
+        most_ranks);
+    s += fmt::format("#SBATCH --ntasks-per-node={}\n#SBATCH --cpus-per-task={}\n", most_ranks + 1,
+                     options.cpus_per_rank);
+  } else {
+    s += fmt::format("#SBATCH --ntasks={}\n#SBATCH --cpus-per-task={}\n", ranks + 1,
+                     options.cpus_per_rank);
+  }
   if (gpus > 0) {
     s += "# the most GPUs the plan uses on one node\n";
     s += fmt::format("#SBATCH --gres=gpu:{}\n", gpus);

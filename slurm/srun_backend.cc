@@ -160,6 +160,18 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
                                    "--nodelist=" + nodelist,
                                    "--ntasks=" + std::to_string(agent.ranks.size()),
                                    "--cpus-per-task=" + std::to_string(options.cpus_per_rank)};
+  // The plan's ranks per node, not SLURM's packing (which may put 3 of 4 ranks on
+  // the first node): the planner gives a multi-node agent the same count on each.
+  if (nodes.size() > 1) {
+    std::map<std::string, size_t> per_node;
+    for (const auto& r : agent.ranks) ++per_node[r.node];
+    const size_t k = per_node.begin()->second;
+    if (std::all_of(per_node.begin(), per_node.end(),
+                    [&](const auto& e) { return e.second == k; })) {
+      argv.push_back("--ntasks-per-node=" + std::to_string(k));
+      argv.push_back("--distribution=block");
+    }
+  }
   // A step that names no GRES gets all of the job's: a CPU agent says none.
   argv.push_back(gpus_per_node > 0 ? "--gres=gpu:" + std::to_string(gpus_per_node) : "--gres=none");
   const bool mpi = std::find(options.mpi_agents.begin(), options.mpi_agents.end(), agent.name) !=

@@ -30,7 +30,7 @@ Config MakeConfig() {
   c.run.name = "plan-scale";
   for (int n = 0; n < 2000; ++n) {
     c.cluster.nodes.push_back(
-        NodeSpec{fmt::format("gpu{:04}", n + 1), 8, 64, {{0, 1, 2, 3}, {4, 5, 6, 7}}});
+        NodeSpec{fmt::format("gpu{:04}", n + 1), 8, 64, {{0, 1, 2, 3}, {4, 5, 6, 7}}, ""});
   }
   // 50x16 + 150x8 + 700x4 + 2100x2 + 7000x1 = 16,000 GPUs in 10,000 agents.
   std::vector<int> sizes;

@@ -128,4 +128,13 @@ TEST_CASE("--lease-ports must be a port range") {
   CHECK_THAT(Slurp(w.stderr_path), Catch::Contains("--lease-ports 31000: expected FIRST-LAST"));
 }
 
+TEST_CASE("InterfaceToward names the interface that holds the route's source address") {
+  auto lo = InterfaceToward("127.0.0.1");
+  REQUIRE(lo.ok());
+  CHECK(*lo == "lo");
+  auto bad = InterfaceToward("no-such-host.invalid");
+  CHECK(!bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("cannot resolve no-such-host.invalid"));
+}
+
 }  // namespace agentrt

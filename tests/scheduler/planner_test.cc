@@ -380,5 +380,19 @@ agents: [{name: a}]
   CHECK_THAT(s.message(), Contains("bus.port 23250 is not free") && Contains("/runs/one"));
 }
 
+TEST_CASE("a multi-node agent's MASTER_ADDR is its first node's address, as SLURM gives it") {
+  Config c = Load(R"(cluster: {nodes: [{name: "n[1-2]", gpus: 2}]}
+agents: [{name: wide, gpus: 4, ranks: 4}]
+)");
+  c.cluster.nodes[0].addr = "10.211.7.11";  // from `scontrol show node -o` NodeAddr=
+  c.cluster.nodes[1].addr = "10.211.7.12";
+  Plan p = MustPlan(c);
+  CHECK(Agent(p, "wide").placement.size() == 2);
+  CHECK(Agent(p, "wide").master_addr == "10.211.7.11");
+  Plan named =
+      MustPlan(Load("cluster: {nodes: [{name: a1, gpus: 2}]}\nagents: [{name: x, gpus: 1}]\n"));
+  CHECK(Agent(named, "x").master_addr == "a1");  // no address known: by name
+}
+
 }  // namespace
 }  // namespace agentrt

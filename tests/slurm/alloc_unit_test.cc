@@ -117,7 +117,9 @@ TEST_CASE("allocation script: nodes, tasks, GPUs, signal, requeue, no secret, co
   CHECK(s.rfind("#!/bin/bash\n", 0) == 0);
   CHECK(s.find("#SBATCH --nodes=2\n") != std::string::npos);
   CHECK(s.find("#SBATCH --nodelist=n1,n2\n") != std::string::npos);
-  CHECK(s.find("#SBATCH --ntasks=4\n") != std::string::npos);  // 3 ranks + the controller
+  // Two nodes: each asks for the most ranks the plan puts on one (2, on n1) plus the controller.
+  CHECK(s.find("#SBATCH --ntasks-per-node=3\n") != std::string::npos);
+  CHECK(s.find("#SBATCH --ntasks=") == std::string::npos);
   CHECK(s.find("#SBATCH --gres=gpu:2\n") != std::string::npos);
   CHECK(s.find("#SBATCH --signal=B:USR2@90\n") != std::string::npos);
   CHECK(s.find("#SBATCH --requeue\n") != std::string::npos);

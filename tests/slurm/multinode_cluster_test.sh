@@ -3,8 +3,9 @@
 # slurmd, each in its own network namespace on a private bridge, against its
 # promises: every node idle with its own fake GPUs; a step across all three runs
 # one task per node, each with its node's name, hostname and address; PMIx
-# ranks span two nodes; a batch job's inner srun reaches both of its nodes;
-# start.sh again is a no-op; stop.sh leaves no daemon, namespace or link behind.
+# ranks span two nodes; a batch job's inner srun reaches both of its nodes; the
+# stock PyTorch DDP example trains as one agent over two nodes through
+# `agentctl run --backend slurm`; start.sh again is a no-op; stop.sh leaves no daemon, namespace or link behind.
 # Its own cluster, beside the single-node one scripts/test.sh starts.
 # Skips (77) where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
 set -uo pipefail
@@ -69,11 +70,43 @@ for _ in $(seq 300); do
 done
 [ "$(sort "$state/job.out" | tr '\n' ' ')" = "n1 n2 " ] || fail "the batch job's srun printed '$(cat "$state/job.out")'"
 
-# 6. start.sh again changes nothing.
+# 6. The stock PyTorch DDP example (gloo) as one agent over two nodes, unchanged:
+# `agentctl run --backend slurm` plans it on two whole nodes, gives every rank
+# MASTER_ADDR = the first node's address and the interface toward it.
+if /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
+  mkdir -p "$state/ddp"
+  cat >"$state/ddp/agents.yaml" <<YAML
+run: {name: ddp2, dir: $state/ddp/runs}
+agents:
+  - name: ddp
+    gpus: 4     # two whole nodes of two GPUs: two ranks on each
+    ranks: 4
+    command: [/usr/bin/python3, $src/examples/pytorch_ddp/train.py, --epochs, "3"]
+    env: {PYTHONUNBUFFERED: "1", OMP_NUM_THREADS: "1"}
+YAML
+  (cd "$state/ddp" && timeout 180 "${AGENTRT_BIN_DIR:?}/agentctl" run agents.yaml --backend slurm --quiet \
+    >"$state/ddp/run.log" 2>&1) || { cat "$state/ddp/run.log"; cat "$state"/ddp/runs/*/logs/ddp/*.log; \
+    fail "the DDP agent over two nodes failed"; }
+  run_dir=$(ls -d "$state"/ddp/runs/ddp2-* | head -1)
+  summary=$(grep -h '^{"world_size"' "$run_dir"/logs/ddp/rank0.log)
+  echo "DDP over two nodes: $summary"
+  /usr/bin/python3 - "$summary" "$run_dir/logs/ddp" <<'PY' || fail "the DDP agent did not train across two nodes"
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["world_size"] == 4 and s["backend"] == "gloo", s
+assert s["final_loss"] < 0.5 * s["first_loss"] and s["max_weight_diff"] == 0.0, s
+nodes = [json.load(open("%s/rank%d.exit" % (sys.argv[2], r)))["node"] for r in range(4)]
+assert nodes == ["n1", "n1", "n2", "n2"], "ranks 0-3 ran on %s" % nodes
+PY
+else
+  echo "multinode_cluster_test: the DDP part skipped: /usr/bin/python3 has no torch"
+fi
+
+# 7. start.sh again changes nothing.
 again=$("$src/slurm/testcluster/start.sh" "$state" --nodes 3 2>&1) || fail "start.sh again failed: $again"
 grep -q "already running" <<<"$again" || fail "start.sh again did not notice the running cluster: $again"
 
-# 7. stop.sh removes exactly what start.sh made.
+# 8. stop.sh removes exactly what start.sh made.
 "$src/slurm/testcluster/stop.sh" "$state" || fail "stop.sh failed"
 left=$(ip netns list | grep -c "^art$tag-" || true)
 [ "$left" -eq 0 ] || fail "$left network namespace(s) of the cluster left: $(ip netns list)"
