@@ -101,6 +101,28 @@ PY
 else
   echo "multinode_cluster_test: the DDP part skipped: /usr/bin/python3 has no torch"
 fi
+# What each rank of a 2-node agent is given: MASTER_ADDR is n1's address (not
+# localhost), and NCCL/gloo are pointed at the interface toward it.
+mkdir -p "$state/envs"
+cat >"$state/envs/agents.yaml" <<YAML
+run: {name: envs, dir: $state/envs/runs}
+agents:
+  - name: wide
+    gpus: 4
+    ranks: 4
+    command: [/bin/sh, -c, 'echo "RANKENV \$RANK \$SLURMD_NODENAME \$MASTER_ADDR \$GLOO_SOCKET_IFNAME \$NCCL_SOCKET_IFNAME"']
+YAML
+(cd "$state/envs" && timeout 120 "${AGENTRT_BIN_DIR:?}/agentctl" run agents.yaml --backend slurm --quiet \
+  >"$state/envs/run.log" 2>&1) || { cat "$state/envs/run.log"; fail "the 2-node env agent failed"; }
+n1_addr=$(timeout 10 scontrol show node n1 -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+seen=$(cat "$state"/envs/runs/envs-*/logs/wide/rank*.log | grep '^RANKENV' | sort)
+echo "$seen"
+want=$(printf 'RANKENV 0 n1 %s eth0 eth0\nRANKENV 1 n1 %s eth0 eth0\nRANKENV 2 n2 %s eth0 eth0\nRANKENV 3 n2 %s eth0 eth0' \
+  "$n1_addr" "$n1_addr" "$n1_addr" "$n1_addr")
+[ "$seen" = "$want" ] || fail "rank environments over two nodes: got
+$seen
+want
+$want"
 
 # 7. start.sh again changes nothing.
 again=$("$src/slurm/testcluster/start.sh" "$state" --nodes 3 2>&1) || fail "start.sh again failed: $again"
