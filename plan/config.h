@@ -105,7 +105,8 @@ struct NodeSpec {
   // Disjoint sets of GPU ids that together cover 0..gpus-1. The loader fills in
   // one domain holding every GPU when the config gives none.
   std::vector<std::vector<int>> nvlink_domains;
-  std::string addr;  // how other nodes reach it (SLURM's NodeAddr); empty: by name
+  std::string addr;      // how other nodes reach it (SLURM's NodeAddr); empty: by name
+  std::string gpu_type;  // e.g. "h100" (SLURM's gres gpu:h100:8); empty: not stated
 };
 
 struct ClusterConfig {
@@ -142,7 +143,8 @@ struct AgentConfig {
   CheckpointPolicy checkpoint;
   std::vector<std::string> nodes;  // pin list (expanded hostnames); empty = anywhere
   GroupBackend backend = GroupBackend::kAuto;
-  int line = 0;  // 1-based position of the agent entry in the file, for messages
+  std::string gpu_type;  // only nodes whose GPUs are of this type; empty = any
+  int line = 0;          // 1-based position of the agent entry in the file, for messages
   int column = 0;
 };
 

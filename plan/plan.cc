@@ -153,6 +153,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     aj["checkpoint_dir"] = a.checkpoint_dir;
     aj["workdir"] = a.workdir;
     aj["gpus"] = a.gpus;
+    if (!a.gpu_type.empty()) aj["gpu_type"] = a.gpu_type;
     aj["backend"] = std::string(GroupBackendName(a.backend));
     aj["command"] = a.command;
     aj["env"] = a.env;
@@ -228,6 +229,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
         a.gpus = 0;
         for (const Placement& p : a.placement) a.gpus += static_cast<int>(p.gpus.size());
       }
+      r.Read(aj, path, "gpu_type", a.gpu_type, false);
       std::string backend;
       r.Read(aj, path, "backend", backend, false);
       if (backend.empty()) {

@@ -105,6 +105,19 @@ Inventory LocalInventory(const LocalMachine& machine) {
   return inv;
 }
 
+std::string GpuTypeFromGres(std::string_view gres) {
+  for (size_t at = gres.find("gpu:"); at != std::string_view::npos;
+       at = gres.find("gpu:", at + 1)) {
+    if (at > 0 && gres[at - 1] != ',') continue;
+    std::string_view rest = gres.substr(at + 4);
+    const size_t colon = rest.find(':');
+    const size_t stop = rest.find_first_of(",(");
+    if (colon != std::string_view::npos && (stop == std::string_view::npos || colon < stop))
+      return std::string(rest.substr(0, colon));
+  }
+  return "";
+}
+
 int GpusFromGres(std::string_view gres) {
   int total = 0;
   size_t start = 0;
@@ -202,6 +215,7 @@ Result<std::vector<SlurmNode>> ParseScontrolNodes(std::string_view text) {
         std::from_chars(value.data(), value.data() + value.size(), node.cpus_allocated);
       } else if (key == "Gres") {
         node.spec.gpus = GpusFromGres(value);
+        node.spec.gpu_type = GpuTypeFromGres(value);
       } else if (key == "GresUsed") {
         node.gpus_used = GpusFromGres(value);
       } else if (key == "State") {

@@ -92,5 +92,7 @@ Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& reque
 
 // The GPU count of a SLURM gres string (`gpu:h100:8(S:0-1),nic:1` → 8).
 int GpusFromGres(std::string_view gres);
+// The GPU type of a SLURM gres string (`gpu:h100:8(S:0-1)` → "h100"); "" when untyped.
+std::string GpuTypeFromGres(std::string_view gres);
 
 }  // namespace agentrt

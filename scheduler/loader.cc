@@ -429,11 +429,11 @@ class Converter {
 const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",   "bus",
                                            "defaults", "agents",  "channels"};
 const std::vector<std::string> kClusterKeys = {"nodes", "ports"};
-const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains"};
+const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains", "gpu_type"};
 const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "command", "env"};
-const std::vector<std::string> kAgentKeys = {"name",    "replicas",   "gpus",  "ranks",
-                                             "command", "env",        "args",  "restart",
-                                             "workdir", "checkpoint", "nodes", "backend"};
+const std::vector<std::string> kAgentKeys = {
+    "name",    "replicas", "gpus",       "ranks", "command", "env",     "args",
+    "restart", "workdir",  "checkpoint", "nodes", "backend", "gpu_type"};
 const std::vector<std::string> kChannelKeys = {"topic", "publishers", "subscribers"};
 constexpr int kMaxGpusPerNode = 64;
 
@@ -540,6 +540,7 @@ class ConfigBuilder {
       c_.Fail(n["gpus"], Join(path, "gpus"),
               fmt::format("expected 0..{} GPUs, got {}", kMaxGpusPerNode, spec.gpus));
     }
+    c_.Read(n, path, "gpu_type", spec.gpu_type);
     if (c_.Read(n, path, "cpus", spec.cpus) && spec.cpus < 1) {
       c_.Fail(n["cpus"], Join(path, "cpus"),
               fmt::format("expected at least 1 CPU, got {}", spec.cpus));
@@ -821,6 +822,11 @@ class ConfigBuilder {
       if (base.gpus < 0)
         c_.Fail(n["gpus"], Join(path, "gpus"),
                 fmt::format("expected 0 (a CPU agent) or more GPUs, got {}", base.gpus));
+      if (c_.Read(n, path, "gpu_type", base.gpu_type) && base.gpus == 0) {
+        c_.Fail(
+            n["gpu_type"], Join(path, "gpu_type"),
+            fmt::format("a CPU agent (gpus: 0) cannot ask for GPUs of type '{}'", base.gpu_type));
+      }
       base.ranks = base.gpus > 0 ? base.gpus : 1;
       if (c_.Read(n, path, "ranks", base.ranks)) {
         if (base.ranks < 1)
@@ -1251,9 +1257,12 @@ std::string DescribeSettings() {
   line("agents[].checkpoint", "map", "defaults", "overrides of defaults.checkpoint keys");
   line("agents[].nodes", "list", "[]", "pin list of hostlist expressions; empty = any node");
   line("agents[].backend", "string", "auto", "group backend: auto | single | mpi | nccl");
+  line("agents[].gpu_type", "string", "(any)",
+       "only nodes whose GPUs are of this type (SLURM gres gpu:<type>:N), e.g. h100");
   line("cluster.nodes[].name", "string", "(required)", "hostlist expression, e.g. gpu[01-04,07]");
   line("cluster.nodes[].gpus", "int", "0", "GPUs per node");
   line("cluster.nodes[].cpus", "int", "(unlimited)", "CPU slots per node; each rank takes one");
+  line("cluster.nodes[].gpu_type", "string", "(none)", "the type of the node's GPUs, e.g. h100");
   line("cluster.nodes[].nvlink_domains", "list", "[all GPUs]",
        "disjoint GPU id lists covering 0..gpus-1");
   line("channels[].topic", "string", "(required)",

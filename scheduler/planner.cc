@@ -149,6 +149,7 @@ class Planner {
       out.index = static_cast<int>(i);
       out.ranks = agent.ranks;
       out.gpus = agent.gpus;
+      out.gpu_type = agent.gpu_type;
       out.backend = ResolveGroupBackend(agent.backend, agent.gpus, agent.ranks);
       out.command = agent.command;
       out.env = agent.env;
@@ -180,6 +181,33 @@ class Planner {
   // which keeps the common case free of per-agent O(nodes) work.
   std::optional<Infeasible> Allowed(const AgentConfig& agent, std::vector<bool>& allowed) {
     allowed.clear();
+    if (auto why = Pinned(agent, allowed)) return why;
+    if (agent.gpu_type.empty()) return std::nullopt;
+    if (allowed.empty()) allowed.assign(nodes_.size(), true);
+    std::map<std::string, std::vector<std::string>> types;  // type -> nodes, for the message
+    bool any = false;
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      const NodeSpec& spec = *nodes_[n].spec;
+      if (spec.gpus > 0)
+        types[spec.gpu_type.empty() ? "(untyped)" : spec.gpu_type].push_back(spec.name);
+      allowed[n] = allowed[n] && spec.gpu_type == agent.gpu_type;
+      any = any || allowed[n];
+    }
+    if (any) return std::nullopt;
+    std::string present;
+    for (const auto& [type, names] : types) {
+      present += fmt::format("{}{} ({} node{})", present.empty() ? "" : ", ", type, names.size(),
+                             names.size() == 1 ? "" : "s");
+    }
+    return Infeasible{agent.name,
+                      fmt::format("{} asks for gpu_type '{}', which no {}node has; GPU types "
+                                  "present: {}",
+                                  agent.name, agent.gpu_type, agent.nodes.empty() ? "" : "allowed ",
+                                  present.empty() ? "none (no node has GPUs)" : present)};
+  }
+
+  // The nodes `agent` is pinned to (agents[].nodes) as a mask; empty = not pinned.
+  std::optional<Infeasible> Pinned(const AgentConfig& agent, std::vector<bool>& allowed) {
     if (agent.nodes.empty()) return std::nullopt;
     allowed.assign(nodes_.size(), false);
     for (const std::string& name : agent.nodes) {

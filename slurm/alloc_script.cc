@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -43,6 +44,15 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
   for (const auto& [node, n] : ranks_on) most_ranks = std::max(most_ranks, n);
   size_t gpus = 0;
   for (const auto& [node, n] : gpus_on) gpus = std::max(gpus, n);
+  // A typed GRES when every GPU agent asks for the same gpu_type (one request
+  // applies to every node of the job); else untyped: the planner already put
+  // each typed agent on nodes of its type, and --nodelist holds the job there.
+  std::set<std::string> types;
+  for (const auto& a : plan.agents) {
+    if (a.gpus > 0) types.insert(a.gpu_type);
+  }
+  const std::string gres_type =
+      types.size() == 1 && !types.begin()->empty() ? *types.begin() + ":" : "";
   std::string nodelist;
   for (const auto& n : nodes) nodelist += (nodelist.empty() ? "" : ",") + n;
 
@@ -77,7 +87,7 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
   }
   if (gpus > 0) {
     s += "# the most GPUs the plan uses on one node\n";
-    s += fmt::format("#SBATCH --gres=gpu:{}\n", gpus);
+    s += fmt::format("#SBATCH --gres=gpu:{}{}\n", gres_type, gpus);
   }
   s += "# preemption / time limit: USR2 to the batch shell (USR1 is NCCL's), then requeue\n";
   s += fmt::format("#SBATCH --signal=B:USR2@{}\n#SBATCH --requeue\n", slurm.signal_grace_s);

@@ -78,6 +78,7 @@ std::string ResourceShape::Name() const {
   std::string name = gpus_per_node > 0 ? fmt::format("gpu{}-rank{}", gpus_per_node * nodes, ranks)
                                        : fmt::format("cpu-rank{}", ranks);
   if (nodes > 1) name += fmt::format("-node{}", nodes);
+  if (!gpu_type.empty()) name += "-" + gpu_type;
   return name;
 }
 
@@ -94,6 +95,7 @@ Result<ResourceShape> ShapeOf(const AgentPlan& agent) {
                     agent.name, agent.ranks, agent.gpus, shape.nodes));
   }
   shape.gpus_per_node = agent.gpus / shape.nodes;
+  shape.gpu_type = agent.gpu_type;
   return shape;
 }
 
@@ -200,7 +202,10 @@ exec {bus} --plan {plan} --secret-file {secret} \
         fmt::format("#SBATCH --nodes={}\n#SBATCH --ntasks={}\n", s.nodes, s.ranks);
     if (s.nodes > 1) resources += fmt::format("#SBATCH --ntasks-per-node={}\n", s.ranks / s.nodes);
     resources += fmt::format("#SBATCH --cpus-per-task={}\n", options.cpus_per_rank);
-    if (s.gpus_per_node > 0) resources += fmt::format("#SBATCH --gres=gpu:{}\n", s.gpus_per_node);
+    if (s.gpus_per_node > 0) {
+      resources += fmt::format("#SBATCH --gres=gpu:{}{}\n",
+                               s.gpu_type.empty() ? "" : s.gpu_type + ":", s.gpus_per_node);
+    }
     // MPI agents need SLURM's PMIx to wire up MPI_Init under srun.
     bool mpi = false;
     for (const std::string& name : array.agents)

@@ -39,8 +39,9 @@ struct ResourceShape {
   int nodes = 1;
   int ranks = 1;          // tasks in total (--ntasks)
   int gpus_per_node = 0;  // --gres=gpu:N (none when 0)
+  std::string gpu_type;   // --gres=gpu:TYPE:N when set
 
-  // "gpu2-rank2", "gpu8-rank16-node2", "cpu-rank1".
+  // "gpu2-rank2", "gpu8-rank16-node2", "cpu-rank1", "gpu2-rank2-h100".
   std::string Name() const;
   auto operator<=>(const ResourceShape&) const = default;
 };

@@ -173,6 +173,8 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
     }
   }
   // A step that names no GRES gets all of the job's: a CPU agent says none.
+  // Untyped even for an agent with a gpu_type: its nodes (--nodelist) already
+  // are of that type, and a step may not ask for a type the allocation did not.
   argv.push_back(gpus_per_node > 0 ? "--gres=gpu:" + std::to_string(gpus_per_node) : "--gres=none");
   const bool mpi = std::find(options.mpi_agents.begin(), options.mpi_agents.end(), agent.name) !=
                    options.mpi_agents.end();

@@ -29,8 +29,12 @@ Config MakeConfig() {
   Config c;
   c.run.name = "plan-scale";
   for (int n = 0; n < 2000; ++n) {
-    c.cluster.nodes.push_back(
-        NodeSpec{fmt::format("gpu{:04}", n + 1), 8, 64, {{0, 1, 2, 3}, {4, 5, 6, 7}}, ""});
+    NodeSpec node;
+    node.name = fmt::format("gpu{:04}", n + 1);
+    node.gpus = 8;
+    node.cpus = 64;
+    node.nvlink_domains = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+    c.cluster.nodes.push_back(std::move(node));
   }
   // 50x16 + 150x8 + 700x4 + 2100x2 + 7000x1 = 16,000 GPUs in 10,000 agents.
   std::vector<int> sizes;

@@ -3,7 +3,7 @@
 # slurmd from Debian's munge and slurm-wlm, everything (config, key, sockets,
 # spool, state, logs, pid files) inside STATE_DIR, with fake GPUs.
 #
-#   slurm/testcluster/start.sh STATE_DIR [--nodes N] [--gpus G] [--cpus C]
+#   slurm/testcluster/start.sh STATE_DIR [--nodes N] [--gpus G] [--cpus C] [--gpu-types T1,T2]
 #   source STATE_DIR/env.sh        # SLURM_CONF for sinfo/srun/sbatch/...
 #   slurm/testcluster/stop.sh STATE_DIR
 #
@@ -14,7 +14,8 @@
 # own hostname (a UTS namespace) and its own PMIx scratch directory (a private
 # mount namespace, bind-mounted over one shared path: see mpi.conf). munged and
 # slurmctld run once, in this namespace, on the bridge's address. --gpus is per
-# node.
+# node. --gpu-types h100,b200 gives node I the type T((I-1) mod count): its gres
+# is gpu:TYPE:G, as on a cluster with two kinds of GPU nodes.
 #
 # The fake GPUs are character devices (major 1, minor 3: the same device as
 # /dev/null) named in gres.conf, so SLURM's GRES accounting and its
@@ -28,22 +29,27 @@
 # something does not start. Needs root (slurmd runs jobs as their user).
 set -euo pipefail
 
-usage() { echo "usage: $0 STATE_DIR [--nodes N] [--gpus G] [--cpus C]" >&2; exit 2; }
+usage() { echo "usage: $0 STATE_DIR [--nodes N] [--gpus G] [--cpus C] [--gpu-types T1,T2]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 state_arg=$1; shift
 gpus=${AGENTRT_TESTCLUSTER_GPUS:-8}
 cpus=${AGENTRT_TESTCLUSTER_CPUS:-}
 nodes=${AGENTRT_TESTCLUSTER_NODES:-1}
+gpu_types=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gpus|--gpus-per-node) gpus=${2:?}; shift 2 ;;
     --cpus|--cpus-per-node) cpus=${2:?}; shift 2 ;;
     --nodes) nodes=${2:?}; shift 2 ;;
+    --gpu-types) gpu_types=${2:?}; shift 2 ;;
     *) usage ;;
   esac
 done
 [[ $gpus =~ ^[0-9]+$ ]] || { echo "testcluster: --gpus must be a number, got '$gpus'" >&2; exit 2; }
 [[ $nodes =~ ^[1-9][0-9]?$ ]] || { echo "testcluster: --nodes must be 1 to 99, got '$nodes'" >&2; exit 2; }
+[[ -z $gpu_types || $gpu_types =~ ^[a-z0-9]+(,[a-z0-9]+)*$ ]] \
+  || { echo "testcluster: --gpu-types must be names like h100,b200, got '$gpu_types'" >&2; exit 2; }
+IFS=, read -r -a type_list <<<"$gpu_types"
 if [ -z "$cpus" ]; then cpus=$(( $(nproc) > 16 ? $(nproc) : 16 )); fi
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || { echo "testcluster: --cpus must be a positive number, got '$cpus'" >&2; exit 2; }
 
@@ -172,6 +178,7 @@ if [ "$nodes" -gt 1 ]; then
   done
 fi
 node_list=$(IFS=,; echo "${node_names[*]}")
+type_of() { echo "${type_list[$(( $1 % ${#type_list[@]} ))]}"; }  # node index (0-based) -> GPU type
 node_spool=$state/spool/slurmd
 node_pidfile=$state/run/slurmd.pid
 if [ "$nodes" -gt 1 ]; then
@@ -224,7 +231,9 @@ InactiveLimit=0
 SlurmdTimeout=60
 SlurmctldTimeout=60
 $(for ((i = 0; i < ${#node_names[@]}; i++)); do
-  echo "NodeName=${node_names[$i]} NodeAddr=${node_addrs[$i]} NodeHostname=${node_names[$i]} CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=1000 $gres_node State=UNKNOWN"
+  gres=$gres_node
+  [ "$gpus" -gt 0 ] && [ ${#type_list[@]} -gt 0 ] && gres="Gres=gpu:$(type_of "$i"):$gpus"
+  echo "NodeName=${node_names[$i]} NodeAddr=${node_addrs[$i]} NodeHostname=${node_names[$i]} CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=1000 $gres State=UNKNOWN"
 done)
 PartitionName=debug Nodes=$node_list Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
@@ -236,7 +245,13 @@ echo "PMIxCliTmpDirBase=$state/pmix-tmp" >"$state/mpi.conf"
 {
   echo "# Fake GPUs: character devices (1,3) made by start.sh."
   echo "AutoDetect=off"
-  [ "$gpus" -gt 0 ] && echo "NodeName=$node_list Name=gpu File=$state/dev/fakegpu[0-$((gpus - 1))]"
+  if [ "$gpus" -gt 0 ] && [ ${#type_list[@]} -gt 0 ]; then
+    for ((i = 0; i < ${#node_names[@]}; i++)); do
+      echo "NodeName=${node_names[$i]} Name=gpu Type=$(type_of "$i") File=$state/dev/fakegpu[0-$((gpus - 1))]"
+    done
+  elif [ "$gpus" -gt 0 ]; then
+    echo "NodeName=$node_list Name=gpu File=$state/dev/fakegpu[0-$((gpus - 1))]"
+  fi
 } >"$state/gres.conf"
 cat >"$state/cgroup.conf" <<CONF
 # Unused (proctrack/linuxproc, task/none); present so no daemon looks in /etc/slurm.

@@ -46,8 +46,10 @@ TEST_CASE("scontrol show node -o output is parsed: GPUs, CPUs, states, partition
   CHECK(g1.usable);
   CHECK(g1.partitions == std::vector<std::string>{"gpu", "all"});
   CHECK(g1.spec.nvlink_domains.size() == 1);
-  CHECK(g1.spec.addr == "gpu01");        // NodeAddr: how the other nodes reach it
-  CHECK((*nodes)[2].spec.addr.empty());  // none given: by name
+  CHECK(g1.spec.addr == "gpu01");            // NodeAddr: how the other nodes reach it
+  CHECK((*nodes)[2].spec.addr.empty());      // none given: by name
+  CHECK(g1.spec.gpu_type == "h100");         // gpu:h100:8(S:0-1)
+  CHECK((*nodes)[1].spec.gpu_type.empty());  // gpu:8: untyped
   CHECK((*nodes)[1].spec.gpus == 8);
   CHECK((*nodes)[1].cpus_allocated == 16);
   CHECK((*nodes)[1].usable);  // MIXED can take more jobs

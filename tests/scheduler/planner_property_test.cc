@@ -272,7 +272,11 @@ TEST_CASE("power-of-two agents that fit are all placed, each inside one NVLink d
     Config& c = s.config;
     const int nodes = Between(rng, 1, 16);
     for (int n = 0; n < nodes; ++n) {
-      c.cluster.nodes.push_back({fmt::format("g{:03}", n), 8, 0, {{0, 1, 2, 3}, {4, 5, 6, 7}}, ""});
+      NodeSpec node;
+      node.name = fmt::format("g{:03}", n);
+      node.gpus = 8;
+      node.nvlink_domains = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+      c.cluster.nodes.push_back(std::move(node));
     }
     int capacity = 8 * nodes;
     int used = 0;

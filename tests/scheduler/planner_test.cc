@@ -380,6 +380,36 @@ agents: [{name: a}]
   CHECK_THAT(s.message(), Contains("bus.port 23250 is not free") && Contains("/runs/one"));
 }
 
+TEST_CASE(
+    "gpu_type places an agent only on nodes of that type; an absent type names those present") {
+  Config c = Load(R"(cluster:
+  nodes:
+    - {name: "h[1-2]", gpus: 4, gpu_type: h100}
+    - {name: b1, gpus: 4, gpu_type: b200}
+agents:
+  - {name: fast, gpus: 2, gpu_type: b200}
+  - {name: any, gpus: 4}
+)");
+  Plan p = MustPlan(c);
+  CHECK(Agent(p, "fast").placement[0].node == "b1");
+  CHECK(Agent(p, "fast").gpu_type == "b200");
+  CHECK(Agent(p, "any").gpu_type.empty());
+  Config bad = Load(R"(cluster:
+  nodes: [{name: "h[1-2]", gpus: 4, gpu_type: h100}, {name: b1, gpus: 4, gpu_type: b200}]
+agents: [{name: wish, gpus: 1, gpu_type: a100}]
+)");
+  PlanResult r = PlanOn(bad);
+  REQUIRE_FALSE(r.feasible());
+  CHECK(r.infeasible().agent == "wish");
+  CHECK_THAT(r.infeasible().reason,
+             Catch::Contains("wish asks for gpu_type 'a100', which no node has; GPU types present: "
+                             "b200 (1 node), h100 (2 nodes)"));
+  Result<Config> cpu = LoadConfigString("agents: [{name: c, gpus: 0, gpu_type: h100}]\n", "t.yaml");
+  REQUIRE_FALSE(cpu.ok());
+  CHECK_THAT(cpu.status().message(), Catch::Contains("t.yaml:1:"));
+  CHECK_THAT(cpu.status().message(), Catch::Contains("cannot ask for GPUs of type 'h100'"));
+}
+
 TEST_CASE("a multi-node agent's MASTER_ADDR is its first node's address, as SLURM gives it") {
   Config c = Load(R"(cluster: {nodes: [{name: "n[1-2]", gpus: 2}]}
 agents: [{name: wide, gpus: 4, ranks: 4}]

@@ -37,6 +37,18 @@ AgentLaunch TwoNodeAgent() {
 
 }  // namespace
 
+TEST_CASE("srun argv: the plan's ranks per node") {
+  AgentLaunch a = TwoNodeAgent();
+  a.ranks = {{0, 0, 2, "gpu-01", {0}},
+             {1, 1, 2, "gpu-01", {1}},
+             {2, 0, 2, "gpu-02", {0}},
+             {3, 1, 2, "gpu-02", {1}}};
+  const auto argv = BuildSrunArgv(a, "/bin/train", SrunOptions{});
+  CHECK(Has(argv, "--ntasks-per-node=2"));
+  CHECK(Has(argv, "--distribution=block"));
+  CHECK(Has(argv, "--gres=gpu:1"));
+}
+
 TEST_CASE("srun argv: one step with the plan's nodes, tasks, GPUs and MPI") {
   SrunOptions options;
   options.cpus_per_rank = 4;
@@ -52,6 +64,9 @@ TEST_CASE("srun argv: one step with the plan's nodes, tasks, GPUs and MPI") {
   CHECK(Has(argv, "--cpus-per-task=4"));
   CHECK(Has(argv, "--gres=gpu:2"));
   CHECK(Has(argv, "--mpi=pmix"));
+  // Two ranks on gpu-01, one on gpu-02: uneven, so SLURM is not told a per-node count.
+  CHECK(std::none_of(argv.begin(), argv.end(),
+                     [](const std::string& a) { return a.rfind("--ntasks-per-node", 0) == 0; }));
   // Every task runs the rank wrapper with the plan's GPUs of its node, its
   // log dir, the step id file and the agent's port block to lease on each
   // node; the command comes last, arguments untouched.

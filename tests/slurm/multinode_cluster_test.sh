@@ -24,16 +24,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$src/slurm/testcluster/start.sh" "$state" --nodes 3 --gpus 2 --cpus 4 || fail "start.sh --nodes 3 failed"
+"$src/slurm/testcluster/start.sh" "$state" --nodes 3 --gpus 2 --cpus 4 --gpu-types h100,b200 \
+  || fail "start.sh --nodes 3 failed"
 # shellcheck disable=SC1091
 source "$state/env.sh"
 tag=$(printf '%s' "$state" | md5sum | cut -c1-4)
 
-# 1. Three nodes, idle, two GPUs each.
-for n in n1 n2 n3; do
+# 1. Three nodes, idle, two GPUs each: h100 on n1 and n3, b200 on n2.
+for nt in n1:h100 n2:b200 n3:h100; do
+  n=${nt%:*}
   line=$(timeout 20 scontrol show node "$n" -o) || fail "scontrol show node $n failed"
   grep -q "State=IDLE" <<<"$line" || fail "$n is not idle: $line"
-  grep -q "Gres=gpu:2" <<<"$line" || fail "$n does not offer gpu:2: $line"
+  grep -q "Gres=gpu:${nt#*:}:2" <<<"$line" || fail "$n does not offer gpu:${nt#*:}:2: $line"
 done
 
 # 2. One task per node; each sees its own node name, hostname and address.
@@ -123,6 +125,31 @@ want=$(printf 'RANKENV 0 n1 %s eth0 eth0\nRANKENV 1 n1 %s eth0 eth0\nRANKENV 2 n
 $seen
 want
 $want"
+
+# gpu_type: an agent asking for b200 runs on n2, the only b200 node, through a
+# typed GRES request; a type no node has is refused at plan time, naming the agent
+# and the types present.
+mkdir -p "$state/typed"
+cat >"$state/typed/agents.yaml" <<YAML
+run: {name: typed, dir: $state/typed/runs}
+agents:
+  - name: fast
+    gpus: 1
+    gpu_type: b200
+    command: [/bin/sh, -c, 'echo "TYPED \$SLURMD_NODENAME \$CUDA_VISIBLE_DEVICES"']
+YAML
+(cd "$state/typed" && timeout 120 "${AGENTRT_BIN_DIR:?}/agentctl" run agents.yaml --backend slurm --quiet \
+  >"$state/typed/run.log" 2>&1) || { cat "$state/typed/run.log"; fail "the b200 agent failed"; }
+typed=$(grep -h '^TYPED' "$state"/typed/runs/typed-*/logs/fast/rank0.log)
+[ "${typed% *}" = "TYPED n2" ] || fail "the b200 agent ran as '$typed', not on n2"
+grep -q -- "^#SBATCH --gres=gpu:b200:1$" "$state"/typed/runs/typed-*/alloc.sbatch \
+  || fail "the allocation did not ask for the typed GRES gpu:b200:1"
+sed -i 's/gpu_type: b200/gpu_type: a100/' "$state/typed/agents.yaml"
+refused=$(cd "$state/typed" && "${AGENTRT_BIN_DIR:?}/agentctl" plan agents.yaml --scontrol - 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "fast asks for gpu_type 'a100'" <<<"$refused" && grep -q "b200 (1 node)" <<<"$refused" \
+  && grep -q "h100 (2 nodes)" <<<"$refused" || fail "an impossible gpu_type: rc $rc, '$refused'"
+echo "gpu_type: b200 ran on n2; a100 refused: $refused"
 
 # 7. start.sh again changes nothing.
 again=$("$src/slurm/testcluster/start.sh" "$state" --nodes 3 2>&1) || fail "start.sh again failed: $again"

@@ -131,6 +131,21 @@ TEST_CASE("an agent whose ranks do not divide over its nodes cannot be an array 
   CHECK_THAT(set.status().message(), Catch::Contains("odd"));
 }
 
+TEST_CASE("an agent with a gpu_type asks for the typed GRES, in a shape of its own") {
+  Plan plan;
+  plan.run = "typed";
+  AddAgent(plan, "fast", 2, 2, "b1", 20016, "/r");
+  plan.agents[0].gpu_type = "b200";
+  AddAgent(plan, "plain", 2, 2, "h1", 20032, "/r");
+  auto set = GenerateSbatchSet(plan, {}, Options("/r"));
+  REQUIRE(set.ok());
+  REQUIRE(set->arrays.size() == 2);  // same counts, different types: two arrays
+  std::string all;
+  for (const auto& a : set->arrays) all += a.script;
+  CHECK_THAT(all, Catch::Contains("#SBATCH --gres=gpu:b200:2\n"));
+  CHECK_THAT(all, Catch::Contains("#SBATCH --gres=gpu:2\n"));
+}
+
 TEST_CASE("port blocks become unique across the run, keeping blocks that already are") {
   Plan plan;
   plan.run = "ports";
