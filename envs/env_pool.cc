@@ -4,6 +4,22 @@
 #include <string>
 
 namespace agentrt {
+void PoolBuffers::Assign(size_t envs, size_t seats, size_t obs_size, size_t act_size,
+                         bool with_active) {
+  const size_t slots = envs * seats;
+  obs.assign(slots * obs_size, 0.0f);
+  final_obs.assign(slots * obs_size, 0.0f);
+  actions.assign(slots * act_size, 0.0f);
+  rewards.assign(slots, 0.0f);
+  episode_returns.assign(slots, 0.0f);
+  running_returns.assign(slots, 0.0f);
+  active.assign(with_active ? slots : 0, 1);
+  terminated.assign(envs, 0);
+  truncated.assign(envs, 0);
+  episode_lengths.assign(envs, 0);
+  running_lengths.assign(envs, 0);
+}
+
 Result<std::unique_ptr<EnvPool>> EnvPool::Make(const Factory& factory,
                                                const EnvPoolOptions& options) {
   if (options.num_envs < 1) {
@@ -34,17 +50,7 @@ EnvPool::EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& o
       obs_size_(envs.front()->observation_space().size()),
       act_size_(envs.front()->action_space().size()),
       envs_(std::move(envs)) {
-  const auto n = static_cast<size_t>(num_envs_);
-  obs_.assign(n * obs_size_, 0.0f);
-  final_obs_.assign(n * obs_size_, 0.0f);
-  actions_.assign(n * act_size_, 0.0f);
-  rewards_.assign(n, 0.0f);
-  episode_returns_.assign(n, 0.0f);
-  running_returns_.assign(n, 0.0f);
-  terminated_.assign(n, 0);
-  truncated_.assign(n, 0);
-  episode_lengths_.assign(n, 0);
-  running_lengths_.assign(n, 0);
+  buf_.Assign(static_cast<size_t>(num_envs_), 1, obs_size_, act_size_, /*with_active=*/false);
   runner_ = std::make_unique<ChunkRunner>(num_envs_, options.num_threads,
                                           [this](int begin, int end) { StepRange(begin, end); });
 }
@@ -56,31 +62,32 @@ void EnvPool::Reset(std::optional<uint64_t> seed) {
   for (int i = 0; i < num_envs_; ++i) {
     const auto k = static_cast<size_t>(i);
     envs_[k]->Reset(base + static_cast<uint64_t>(i),
-                    std::span<float>(obs_).subspan(k * obs_size_, obs_size_));
-    running_returns_[k] = 0.0f;
-    running_lengths_[k] = 0;
-    terminated_[k] = truncated_[k] = 0;
-    rewards_[k] = 0.0f;
+                    std::span<float>(buf_.obs).subspan(k * obs_size_, obs_size_));
+    buf_.running_returns[k] = 0.0f;
+    buf_.running_lengths[k] = 0;
+    buf_.terminated[k] = buf_.truncated[k] = 0;
+    buf_.rewards[k] = 0.0f;
   }
 }
 
 void EnvPool::StepRange(int begin, int end) {
   for (int i = begin; i < end; ++i) {
     const auto k = static_cast<size_t>(i);
-    const std::span<float> obs = std::span<float>(obs_).subspan(k * obs_size_, obs_size_);
+    const std::span<float> obs = std::span<float>(buf_.obs).subspan(k * obs_size_, obs_size_);
     const StepResult r =
-        envs_[k]->Step(std::span<const float>(actions_).subspan(k * act_size_, act_size_), obs);
-    rewards_[k] = r.reward;
-    terminated_[k] = r.terminated;
-    truncated_[k] = r.truncated;
-    running_returns_[k] += r.reward;
-    running_lengths_[k] += 1;
+        envs_[k]->Step(std::span<const float>(buf_.actions).subspan(k * act_size_, act_size_), obs);
+    buf_.rewards[k] = r.reward;
+    buf_.terminated[k] = r.terminated;
+    buf_.truncated[k] = r.truncated;
+    buf_.running_returns[k] += r.reward;
+    buf_.running_lengths[k] += 1;
     if (r.terminated || r.truncated) {
-      std::copy(obs.begin(), obs.end(), final_obs_.begin() + static_cast<ptrdiff_t>(k * obs_size_));
-      episode_returns_[k] = running_returns_[k];
-      episode_lengths_[k] = running_lengths_[k];
-      running_returns_[k] = 0.0f;
-      running_lengths_[k] = 0;
+      std::copy(obs.begin(), obs.end(),
+                buf_.final_obs.begin() + static_cast<ptrdiff_t>(k * obs_size_));
+      buf_.episode_returns[k] = buf_.running_returns[k];
+      buf_.episode_lengths[k] = buf_.running_lengths[k];
+      buf_.running_returns[k] = 0.0f;
+      buf_.running_lengths[k] = 0;
       envs_[k]->Reset(std::nullopt, obs);
     }
   }

@@ -47,6 +47,18 @@ struct EnvPoolOptions {
   uint64_t seed = 0;    // env i is first reset with seed + i
 };
 
+// The step buffers of a pool, seat-major within an env (one seat for EnvPool):
+// what EnvPool and MultiAgentEnvPool hand out, in one place.
+struct PoolBuffers {
+  std::vector<float> obs, final_obs, actions, rewards, episode_returns, running_returns;
+  std::vector<uint8_t> active, terminated, truncated;  // active: per seat (multi-agent only)
+  std::vector<int32_t> episode_lengths, running_lengths;
+
+  // Zeroed buffers for `envs` envs of `seats` seats each; `active` when seats > 0
+  // is asked for (a multi-agent pool), every seat active.
+  void Assign(size_t envs, size_t seats, size_t obs_size, size_t act_size, bool with_active);
+};
+
 class EnvPool {
  public:
   // Called num_envs times, on the calling thread, to build the copies.
@@ -71,14 +83,14 @@ class EnvPool {
   // Does not allocate.
   void Step();
 
-  std::span<float> actions() { return actions_; }
-  std::span<const float> observations() const { return obs_; }
-  std::span<const float> final_observations() const { return final_obs_; }
-  std::span<const float> rewards() const { return rewards_; }
-  std::span<const uint8_t> terminated() const { return terminated_; }
-  std::span<const uint8_t> truncated() const { return truncated_; }
-  std::span<const float> episode_returns() const { return episode_returns_; }
-  std::span<const int32_t> episode_lengths() const { return episode_lengths_; }
+  std::span<float> actions() { return buf_.actions; }
+  std::span<const float> observations() const { return buf_.obs; }
+  std::span<const float> final_observations() const { return buf_.final_obs; }
+  std::span<const float> rewards() const { return buf_.rewards; }
+  std::span<const uint8_t> terminated() const { return buf_.terminated; }
+  std::span<const uint8_t> truncated() const { return buf_.truncated; }
+  std::span<const float> episode_returns() const { return buf_.episode_returns; }
+  std::span<const int32_t> episode_lengths() const { return buf_.episode_lengths; }
   // Direct access to env i (not while Step() runs).
   Env& env(int i) { return *envs_[static_cast<size_t>(i)]; }
 
@@ -91,9 +103,7 @@ class EnvPool {
   size_t obs_size_;
   size_t act_size_;
   std::vector<std::unique_ptr<Env>> envs_;
-  std::vector<float> obs_, final_obs_, actions_, rewards_, episode_returns_, running_returns_;
-  std::vector<uint8_t> terminated_, truncated_;
-  std::vector<int32_t> episode_lengths_, running_lengths_;
+  PoolBuffers buf_;
   std::unique_ptr<ChunkRunner> runner_;  // last: its threads stop before the buffers go
 };
 

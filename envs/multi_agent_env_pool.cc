@@ -41,19 +41,8 @@ MultiAgentEnvPool::MultiAgentEnvPool(std::vector<std::unique_ptr<MultiAgentEnv>>
       obs_size_(envs.front()->observation_space().size()),
       act_size_(envs.front()->action_space().size()),
       envs_(std::move(envs)) {
-  const auto n = static_cast<size_t>(num_envs_);
-  const auto seats = n * static_cast<size_t>(num_agents_);
-  obs_.assign(seats * obs_size_, 0.0f);
-  final_obs_.assign(seats * obs_size_, 0.0f);
-  actions_.assign(seats * act_size_, 0.0f);
-  rewards_.assign(seats, 0.0f);
-  episode_returns_.assign(seats, 0.0f);
-  running_returns_.assign(seats, 0.0f);
-  active_.assign(seats, 1);
-  terminated_.assign(n, 0);
-  truncated_.assign(n, 0);
-  episode_lengths_.assign(n, 0);
-  running_lengths_.assign(n, 0);
+  buf_.Assign(static_cast<size_t>(num_envs_), static_cast<size_t>(num_agents_), obs_size_,
+              act_size_, /*with_active=*/true);
   runner_ = std::make_unique<ChunkRunner>(num_envs_, options.num_threads,
                                           [this](int begin, int end) { StepRange(begin, end); });
 }
@@ -66,14 +55,14 @@ void MultiAgentEnvPool::Reset(std::optional<uint64_t> seed) {
   for (int i = 0; i < num_envs_; ++i) {
     const auto k = static_cast<size_t>(i);
     envs_[k]->Reset(base + static_cast<uint64_t>(i),
-                    std::span<float>(obs_).subspan(k * a * obs_size_, a * obs_size_));
+                    std::span<float>(buf_.obs).subspan(k * a * obs_size_, a * obs_size_));
     for (size_t s = k * a; s < (k + 1) * a; ++s) {
-      running_returns_[s] = 0.0f;
-      rewards_[s] = 0.0f;
-      active_[s] = 1;
+      buf_.running_returns[s] = 0.0f;
+      buf_.rewards[s] = 0.0f;
+      buf_.active[s] = 1;
     }
-    running_lengths_[k] = 0;
-    terminated_[k] = truncated_[k] = 0;
+    buf_.running_lengths[k] = 0;
+    buf_.terminated[k] = buf_.truncated[k] = 0;
   }
 }
 
@@ -81,30 +70,32 @@ void MultiAgentEnvPool::StepRange(int begin, int end) {
   const auto a = static_cast<size_t>(num_agents_);
   for (int i = begin; i < end; ++i) {
     const auto k = static_cast<size_t>(i);
-    const std::span<float> obs = std::span<float>(obs_).subspan(k * a * obs_size_, a * obs_size_);
-    const std::span<float> rewards = std::span<float>(rewards_).subspan(k * a, a);
+    const std::span<float> obs =
+        std::span<float>(buf_.obs).subspan(k * a * obs_size_, a * obs_size_);
+    const std::span<float> rewards = std::span<float>(buf_.rewards).subspan(k * a, a);
     const MultiAgentEnv::StepOutcome r = envs_[k]->Step(
-        std::span<const float>(actions_).subspan(k * a * act_size_, a * act_size_), obs, rewards);
-    terminated_[k] = r.terminated;
-    truncated_[k] = r.truncated;
-    running_lengths_[k] += 1;
+        std::span<const float>(buf_.actions).subspan(k * a * act_size_, a * act_size_), obs,
+        rewards);
+    buf_.terminated[k] = r.terminated;
+    buf_.truncated[k] = r.truncated;
+    buf_.running_lengths[k] += 1;
     for (size_t s = 0; s < a; ++s) {
-      running_returns_[k * a + s] += rewards[s];
-      active_[k * a + s] = envs_[k]->active(static_cast<int>(s)) ? 1 : 0;
+      buf_.running_returns[k * a + s] += rewards[s];
+      buf_.active[k * a + s] = envs_[k]->active(static_cast<int>(s)) ? 1 : 0;
     }
     if (r.terminated || r.truncated) {
       std::copy(obs.begin(), obs.end(),
-                final_obs_.begin() + static_cast<ptrdiff_t>(k * a * obs_size_));
+                buf_.final_obs.begin() + static_cast<ptrdiff_t>(k * a * obs_size_));
       for (size_t s = k * a; s < (k + 1) * a; ++s) {
-        episode_returns_[s] = running_returns_[s];
-        running_returns_[s] = 0.0f;
+        buf_.episode_returns[s] = buf_.running_returns[s];
+        buf_.running_returns[s] = 0.0f;
       }
-      episode_lengths_[k] = running_lengths_[k];
-      running_lengths_[k] = 0;
+      buf_.episode_lengths[k] = buf_.running_lengths[k];
+      buf_.running_lengths[k] = 0;
       envs_[k]->Reset(std::nullopt, obs);
       // Like the observations, `active` now describes the new episode.
       for (size_t s = 0; s < a; ++s)
-        active_[k * a + s] = envs_[k]->active(static_cast<int>(s)) ? 1 : 0;
+        buf_.active[k * a + s] = envs_[k]->active(static_cast<int>(s)) ? 1 : 0;
     }
   }
 }

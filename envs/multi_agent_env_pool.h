@@ -59,15 +59,15 @@ class MultiAgentEnvPool {
   // Does not allocate.
   void Step();
 
-  std::span<float> actions() { return actions_; }
-  std::span<const float> observations() const { return obs_; }
-  std::span<const float> final_observations() const { return final_obs_; }
-  std::span<const float> rewards() const { return rewards_; }
-  std::span<const uint8_t> active() const { return active_; }
-  std::span<const uint8_t> terminated() const { return terminated_; }
-  std::span<const uint8_t> truncated() const { return truncated_; }
-  std::span<const float> episode_returns() const { return episode_returns_; }
-  std::span<const int32_t> episode_lengths() const { return episode_lengths_; }
+  std::span<float> actions() { return buf_.actions; }
+  std::span<const float> observations() const { return buf_.obs; }
+  std::span<const float> final_observations() const { return buf_.final_obs; }
+  std::span<const float> rewards() const { return buf_.rewards; }
+  std::span<const uint8_t> active() const { return buf_.active; }
+  std::span<const uint8_t> terminated() const { return buf_.terminated; }
+  std::span<const uint8_t> truncated() const { return buf_.truncated; }
+  std::span<const float> episode_returns() const { return buf_.episode_returns; }
+  std::span<const int32_t> episode_lengths() const { return buf_.episode_lengths; }
 
  private:
   MultiAgentEnvPool(std::vector<std::unique_ptr<MultiAgentEnv>> envs,
@@ -80,9 +80,7 @@ class MultiAgentEnvPool {
   size_t obs_size_;
   size_t act_size_;
   std::vector<std::unique_ptr<MultiAgentEnv>> envs_;
-  std::vector<float> obs_, final_obs_, actions_, rewards_, episode_returns_, running_returns_;
-  std::vector<uint8_t> active_, terminated_, truncated_;
-  std::vector<int32_t> episode_lengths_, running_lengths_;
+  PoolBuffers buf_;
   std::unique_ptr<ChunkRunner> runner_;  // last: its threads stop before the buffers go
 };
 
