@@ -499,6 +499,22 @@ Status Checkpointer::Wait() {
   return std::exchange(writer_status_, Status::Ok());
 }
 
+namespace {
+
+// Where each entry of `state` lies in the shard: in order, back to back.
+std::vector<ShardEntry> ShardLayout(const CheckpointState& state) {
+  std::vector<ShardEntry> entries;
+  entries.reserve(state.entries().size());
+  uint64_t offset = 0;
+  for (const auto& e : state.entries()) {
+    entries.push_back(ShardEntry{e.name, e.dtype, e.shape, offset, e.bytes});
+    offset += e.bytes;
+  }
+  return entries;
+}
+
+}  // namespace
+
 Status Checkpointer::BeginSave(int64_t step, bool* go) {
   *go = false;
   AGENTRT_RETURN_IF_ERROR(Wait().WithContext(Where() + "the previous save failed"));
@@ -528,28 +544,26 @@ Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
     std::atomic<bool>& saving;
     ~Done() { saving = false; }
   } done{saving_};
-  std::vector<ShardEntry> entries;
   std::vector<std::span<const std::byte>> parts;
-  entries.reserve(state.entries().size());
-  parts.reserve(state.entries().size());
-  uint64_t offset = 0;
   for (const auto& e : state.entries()) {
-    entries.push_back(ShardEntry{e.name, e.dtype, e.shape, offset, e.bytes});
     if (e.bytes > 0) parts.emplace_back(static_cast<const std::byte*>(e.data), e.bytes);
-    offset += e.bytes;
   }
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.saves_started;
     stats_.last_snapshot_s = 0;  // nothing copied: the caller waits for the write instead
   }
+  return TimedWriteAndCommit(step, state.metadata, ShardLayout(state), state.total_bytes(), parts);
+}
+
+Status Checkpointer::TimedWriteAndCommit(int64_t step, const nlohmann::json& metadata,
+                                         const std::vector<ShardEntry>& entries, size_t bytes,
+                                         const std::vector<std::span<const std::byte>>& parts) {
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = WriteAndCommit(step, state.metadata, entries, offset, parts);
-  {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
-    if (s.ok()) ++stats_.saves_committed;
-  }
+  Status s = WriteAndCommit(step, metadata, entries, bytes, parts);
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
+  if (s.ok()) ++stats_.saves_committed;
   return s;
 }
 
@@ -565,11 +579,10 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     snapshot_.reset(new std::byte[total]);
     snapshot_capacity_ = total;
   }
-  std::vector<ShardEntry> entries;
-  entries.reserve(state.entries().size());
-  uint64_t offset = 0;
-  for (const auto& e : state.entries()) {
-    std::byte* dst = snapshot_.get() + offset;
+  std::vector<ShardEntry> entries = ShardLayout(state);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = state.entries()[i];
+    std::byte* dst = snapshot_.get() + entries[i].offset;
     if (e.copy_to_host) {
       Status s = e.copy_to_host(dst);
       if (!s.ok()) {
@@ -580,8 +593,6 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     } else if (e.bytes > 0) {
       std::memcpy(dst, e.data, e.bytes);
     }
-    entries.push_back(ShardEntry{e.name, e.dtype, e.shape, offset, e.bytes});
-    offset += e.bytes;
   }
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -590,15 +601,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   }
   writer_ = std::thread(
       [this, step, metadata = state.metadata, entries = std::move(entries), total]() mutable {
-        auto t0 = std::chrono::steady_clock::now();
-        Status s = WriteAndCommit(step, metadata, entries, total,
-                                  {std::span<const std::byte>(snapshot_.get(), total)});
-        {
-          std::lock_guard<std::mutex> lock(stats_mu_);
-          stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
-          if (s.ok()) ++stats_.saves_committed;
-        }
-        writer_status_ = std::move(s);
+        writer_status_ = TimedWriteAndCommit(step, metadata, entries, total,
+                                             {std::span<const std::byte>(snapshot_.get(), total)});
         saving_ = false;
       });
   return Status::Ok();

@@ -241,6 +241,10 @@ class Checkpointer {
   Status WriteAndCommit(int64_t step, const nlohmann::json& metadata,
                         const std::vector<ShardEntry>& entries, size_t bytes,
                         const std::vector<std::span<const std::byte>>& parts);
+  // WriteAndCommit, with its time and outcome in the stats.
+  Status TimedWriteAndCommit(int64_t step, const nlohmann::json& metadata,
+                             const std::vector<ShardEntry>& entries, size_t bytes,
+                             const std::vector<std::span<const std::byte>>& parts);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
   void Prune(int64_t committed_step);
   Status CleanDebris();
