@@ -5,6 +5,7 @@
 #include <csignal>
 #include <utility>
 
+#include "comms/auth.h"
 #include "plan/run_dir.h"
 
 namespace agentrt {
@@ -37,7 +38,15 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, Runtim
   }
 
   if (!a.telemetry.empty()) {
-    auto sender = TelemetrySender::Connect(a.telemetry, rt->options_.telemetry);
+    // Every message is signed with the agent's token: the controller counts
+    // no heartbeat it cannot attribute (comms/telemetry.h).
+    TelemetrySenderOptions telemetry = rt->options_.telemetry;
+    if (telemetry.token.empty() && !a.token_file.empty()) {
+      auto credential = ReadTokenFile(a.token_file);
+      if (!credential.ok()) return credential.status().WithContext(where + "telemetry");
+      telemetry.token = credential->token;
+    }
+    auto sender = TelemetrySender::Connect(a.telemetry, std::move(telemetry));
     if (!sender.ok()) return sender.status().WithContext(where + "telemetry");
     rt->sender_ = std::move(sender).value();
   }

@@ -26,11 +26,11 @@ bool AnyMatch(const std::vector<std::string>& patterns, std::string_view name) {
 
 }  // namespace
 
-std::string DeriveAgentToken(std::string_view secret, std::string_view agent) {
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-       reinterpret_cast<const unsigned char*>(agent.data()), agent.size(), mac, &mac_len);
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &mac_len);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(size_t{mac_len} * 2);
@@ -39,6 +39,10 @@ std::string DeriveAgentToken(std::string_view secret, std::string_view agent) {
     out.push_back(kHex[mac[i] & 0xf]);
   }
   return out;
+}
+
+std::string DeriveAgentToken(std::string_view secret, std::string_view agent) {
+  return HmacSha256Hex(secret, agent);
 }
 
 bool TokenMatches(std::string_view presented, std::string_view expected) {

@@ -25,6 +25,9 @@ struct Credential {
   std::string token;  // lower-case hex of HMAC-SHA256(secret, agent), 64 chars
 };
 
+// Lower-case hex HMAC-SHA256(key, data), 64 chars.
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
+
 // Lower-case hex HMAC-SHA256(secret, agent).
 std::string DeriveAgentToken(std::string_view secret, std::string_view agent);
 

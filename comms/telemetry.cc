@@ -3,9 +3,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
+
+#include "comms/auth.h"
 
 namespace agentrt {
 namespace {
@@ -68,6 +71,7 @@ std::string EncodeTelemetry(const TelemetryMessage& m) {
     j["restored_step"] = m.checkpoint_step;
     j["skipped_steps"] = m.skipped_steps;
   }
+  if (m.seq > 0) j["seq"] = m.seq;
   // Replace invalid UTF-8 rather than throw: a metric name is user data.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -127,6 +131,9 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
   }
   auto reason_it = j.find("reason");
   if (reason_it != j.end() && reason_it->is_string()) m.reason = reason_it->get<std::string>();
+  if (auto it = j.find("seq"); it != j.end() && it->is_number_unsigned()) {
+    m.seq = it->get<uint64_t>();
+  }
   return m;
 }
 
@@ -153,11 +160,16 @@ Result<std::unique_ptr<TelemetrySender>> TelemetrySender::Connect(const std::str
     zmq_ctx_term(context);
     return s;
   }
-  return std::unique_ptr<TelemetrySender>(new TelemetrySender(context, socket, endpoint));
+  return std::unique_ptr<TelemetrySender>(
+      new TelemetrySender(context, socket, endpoint, std::move(options.token)));
 }
 
-TelemetrySender::TelemetrySender(void* context, void* socket, std::string endpoint)
-    : context_(context), socket_(socket), endpoint_(std::move(endpoint)) {}
+TelemetrySender::TelemetrySender(void* context, void* socket, std::string endpoint,
+                                 std::string token)
+    : context_(context),
+      socket_(socket),
+      endpoint_(std::move(endpoint)),
+      token_(std::move(token)) {}
 
 TelemetrySender::~TelemetrySender() {
   zmq_close(socket_);
@@ -165,15 +177,29 @@ TelemetrySender::~TelemetrySender() {
 }
 
 bool TelemetrySender::Send(const TelemetryMessage& message) {
-  return SendRaw(EncodeTelemetry(message));
+  if (token_.empty()) return SendRaw(EncodeTelemetry(message));
+  TelemetryMessage numbered = message;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Microseconds of wall time, so a second sender of the same rank and
+  // restart (a Runtime made again in one process) still counts upwards.
+  const auto now_us = static_cast<uint64_t>(UnixTimeSeconds() * 1e6);
+  last_seq_ = std::max(last_seq_ + 1, now_us);
+  numbered.seq = last_seq_;
+  const std::string text = EncodeTelemetry(numbered);
+  return SendFramesLocked(text, HmacSha256Hex(token_, text));
 }
 
-bool TelemetrySender::SendRaw(std::string_view text) {
-  int rc;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    rc = zmq_send(socket_, text.data(), text.size(), ZMQ_DONTWAIT);
-  }
+bool TelemetrySender::SendRaw(std::string_view text, std::string_view mac) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SendFramesLocked(text, mac);
+}
+
+bool TelemetrySender::SendFramesLocked(std::string_view text, std::string_view mac) {
+  // A multipart message is queued whole or not at all: once the first frame
+  // is accepted, the second is too.
+  int rc =
+      zmq_send(socket_, text.data(), text.size(), ZMQ_DONTWAIT | (mac.empty() ? 0 : ZMQ_SNDMORE));
+  if (rc >= 0 && !mac.empty()) rc = zmq_send(socket_, mac.data(), mac.size(), ZMQ_DONTWAIT);
   if (rc < 0) {
     dropped_.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -184,7 +210,8 @@ bool TelemetrySender::SendRaw(std::string_view text) {
 
 // ---------------------------------------------------------------- receiver
 
-Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(const std::string& endpoint) {
+Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(
+    const std::string& endpoint, TelemetryReceiverOptions options) {
   if (endpoint.empty()) return InvalidArgument("telemetry receiver: empty endpoint");
   std::string ipc_path;
   if (endpoint.rfind("ipc://", 0) == 0) {
@@ -217,16 +244,28 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(const std::st
   if (zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, resolved, &resolved_len) == 0 && resolved_len > 1) {
     actual.assign(resolved, strnlen(resolved, resolved_len));
   }
-  return std::unique_ptr<TelemetryReceiver>(
-      new TelemetryReceiver(context, socket, std::move(actual), std::move(ipc_path)));
+  return std::unique_ptr<TelemetryReceiver>(new TelemetryReceiver(
+      context, socket, std::move(actual), std::move(ipc_path), std::move(options)));
 }
 
 TelemetryReceiver::TelemetryReceiver(void* context, void* socket, std::string endpoint,
-                                     std::string ipc_path)
+                                     std::string ipc_path, TelemetryReceiverOptions options)
     : context_(context),
       socket_(socket),
       endpoint_(std::move(endpoint)),
-      ipc_path_(std::move(ipc_path)) {}
+      ipc_path_(std::move(ipc_path)),
+      options_(std::move(options)) {}
+
+bool TelemetryReceiver::Authentic(const TelemetryMessage& m, std::string_view text,
+                                  std::string_view mac) {
+  auto token = options_.tokens.find(m.agent);
+  if (token == options_.tokens.end() || mac.empty() || m.seq == 0) return false;
+  if (!TokenMatches(mac, HmacSha256Hex(token->second, text))) return false;
+  uint64_t& last = last_seq_[{m.agent, m.rank, m.restart_count}];
+  if (m.seq <= last) return false;  // a replay
+  last = m.seq;
+  return true;
+}
 
 TelemetryReceiver::~TelemetryReceiver() {
   zmq_close(socket_);
@@ -244,24 +283,41 @@ Result<std::vector<TelemetryMessage>> TelemetryReceiver::Poll(std::chrono::milli
     return ZmqError("telemetry receiver: poll", endpoint_);
   }
   if (rc == 0) return out;
-  zmq_msg_t msg;
+  zmq_msg_t text;
+  zmq_msg_t mac;
   while (out.size() < max_messages) {
-    zmq_msg_init(&msg);
-    int n = zmq_msg_recv(&msg, socket_, ZMQ_DONTWAIT);
-    if (n < 0) {
+    zmq_msg_init(&text);
+    if (zmq_msg_recv(&text, socket_, ZMQ_DONTWAIT) < 0) {
       int err = zmq_errno();
-      zmq_msg_close(&msg);
+      zmq_msg_close(&text);
       if (err == EAGAIN || err == EINTR) break;
       return ZmqError("telemetry receiver: recv", endpoint_);
     }
-    auto decoded = DecodeTelemetry(
-        std::string_view(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg)));
-    zmq_msg_close(&msg);
-    if (decoded.ok()) {
-      out.push_back(std::move(decoded).value());
-    } else {
-      ++malformed_;
+    // Frame 2 (the signature) and any frames after it come with frame 1.
+    zmq_msg_init(&mac);
+    int frames = 1;
+    for (bool more = zmq_msg_more(&text) != 0; more; ++frames) {
+      zmq_msg_close(&mac);
+      zmq_msg_init(&mac);
+      if (zmq_msg_recv(&mac, socket_, 0) < 0) break;
+      more = zmq_msg_more(&mac) != 0;
     }
+    const std::string_view body(static_cast<const char*>(zmq_msg_data(&text)), zmq_msg_size(&text));
+    const std::string_view signature =
+        frames == 2
+            ? std::string_view(static_cast<const char*>(zmq_msg_data(&mac)), zmq_msg_size(&mac))
+            : std::string_view();
+    auto decoded = frames <= 2 ? DecodeTelemetry(body)
+                               : Result<TelemetryMessage>(InvalidArgument("telemetry: frames"));
+    if (!decoded.ok()) {
+      ++malformed_;
+    } else if (!options_.tokens.empty() && !Authentic(*decoded, body, signature)) {
+      ++rejected_;
+    } else {
+      out.push_back(std::move(decoded).value());
+    }
+    zmq_msg_close(&mac);
+    zmq_msg_close(&text);
   }
   return out;
 }

@@ -14,7 +14,16 @@
 //    "checkpoint_step": 400,      // "checkpoint" only: the step just committed
 //    "restored_step": 400,        // "restore" only: the step resumed from (-1: a fresh start)
 //    "skipped_steps": [600],      // "restore" only: corrupt checkpoints passed over
-//    "reason": "..."}             // "bye" only, optional: why the rank is leaving
+//    "reason": "...",             // "bye" only, optional: why the rank is leaving
+//    "seq": 1764460000250000}     // signed messages: strictly increasing per sender
+//
+// A signed message (the sender has its agent's token, AGENTRT_TOKEN_FILE) is
+// two ZeroMQ frames: the JSON text, then the lower-case hex
+// HMAC-SHA256(agent token, JSON text). A receiver given the run's tokens
+// accepts only messages signed with the token of the agent they name and
+// whose "seq" is above the last one it accepted from that agent, rank and
+// restart: a process without the token can neither forge nor replay a
+// heartbeat, which matters once telemetry is TCP across nodes.
 //
 // Order per rank: "hello" first, then heartbeats (period 1 s by default) mixed
 // with "metrics" and "checkpoint" messages, and "bye" when the rank exits
@@ -24,18 +33,21 @@
 //
 // The controller binds a TelemetryReceiver at AGENTRT_TELEMETRY, e.g.
 // ipc://RUN_DIR/telemetry.sock (path at most ~100 bytes, a limit of Unix
-// sockets) or tcp://127.0.0.1:* (any free port; endpoint() tells which).
+// sockets) or tcp://ADDR:* (any free port; endpoint() tells which): the
+// controller's node address when ranks run on other nodes.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -58,6 +70,7 @@ struct TelemetryMessage {
   int64_t checkpoint_step = -1;  // kCheckpoint: the step committed; kRestore: restored (-1: fresh)
   std::vector<int64_t> skipped_steps;  // kRestore: committed checkpoints passed over as corrupt
   std::string reason;                  // kBye only (may be empty)
+  uint64_t seq = 0;                    // set by a signing sender; 0: unsigned
 };
 
 // Current wall-clock time in Unix seconds.
@@ -73,6 +86,9 @@ struct TelemetrySenderOptions {
   int send_high_water_mark = 1000;
   // How long the destructor may wait to flush queued messages (e.g. "bye").
   std::chrono::milliseconds linger{500};
+  // The agent's token (comms/auth.h): every message is signed with it. Empty:
+  // unsigned, which only a receiver without tokens accepts.
+  std::string token;
 };
 
 // The rank side: PUSH, connected to the controller's endpoint.
@@ -87,23 +103,35 @@ class TelemetrySender {
   TelemetrySender(const TelemetrySender&) = delete;
   TelemetrySender& operator=(const TelemetrySender&) = delete;
 
-  // True when queued; false when dropped (queue full or socket error).
+  // True when queued; false when dropped (queue full or socket error). Send
+  // numbers and signs the message when the sender has a token; SendRaw sends
+  // `text` as it is, with `mac` as the second frame when not empty.
   bool Send(const TelemetryMessage& message);
-  bool SendRaw(std::string_view text);
+  bool SendRaw(std::string_view text, std::string_view mac = {});
 
   uint64_t sent() const { return sent_.load(std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   const std::string& endpoint() const { return endpoint_; }
 
  private:
-  TelemetrySender(void* context, void* socket, std::string endpoint);
+  TelemetrySender(void* context, void* socket, std::string endpoint, std::string token);
+  bool SendFramesLocked(std::string_view text, std::string_view mac);  // mu_ held
 
   void* context_;
   void* socket_;
   std::string endpoint_;
+  std::string token_;
   std::mutex mu_;
+  uint64_t last_seq_ = 0;  // guarded by mu_
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> dropped_{0};
+};
+
+struct TelemetryReceiverOptions {
+  // Agent name -> its token. Not empty: only messages signed with the token of
+  // the agent they name, with a fresh "seq", are accepted; the rest are
+  // counted in rejected(). Empty: every well-formed message is accepted.
+  std::map<std::string, std::string> tokens;
 };
 
 // The controller side: PULL, bound at an endpoint.
@@ -111,9 +139,10 @@ class TelemetrySender {
 // Not thread-safe: one thread polls it.
 class TelemetryReceiver {
  public:
-  // `endpoint` e.g. "ipc:///run/dir/telemetry.sock" or "tcp://127.0.0.1:*".
+  // `endpoint` e.g. "ipc:///run/dir/telemetry.sock" or "tcp://10.0.0.1:*".
   // A stale ipc socket file left by a crashed controller is replaced.
-  static Result<std::unique_ptr<TelemetryReceiver>> Bind(const std::string& endpoint);
+  static Result<std::unique_ptr<TelemetryReceiver>> Bind(const std::string& endpoint,
+                                                         TelemetryReceiverOptions options = {});
   ~TelemetryReceiver();
   TelemetryReceiver(const TelemetryReceiver&) = delete;
   TelemetryReceiver& operator=(const TelemetryReceiver&) = delete;
@@ -128,15 +157,25 @@ class TelemetryReceiver {
                                              size_t max_messages = 4096);
 
   uint64_t malformed() const { return malformed_; }
+  // Messages refused by the token check: unsigned, badly signed, naming an
+  // agent without a token, or replayed (a "seq" not above the last accepted).
+  uint64_t rejected() const { return rejected_; }
 
  private:
-  TelemetryReceiver(void* context, void* socket, std::string endpoint, std::string ipc_path);
+  TelemetryReceiver(void* context, void* socket, std::string endpoint, std::string ipc_path,
+                    TelemetryReceiverOptions options);
+  // True when `m` (decoded from `text`) carries a valid signature `mac`.
+  bool Authentic(const TelemetryMessage& m, std::string_view text, std::string_view mac);
 
   void* context_;
   void* socket_;
   std::string endpoint_;
   std::string ipc_path_;  // removed on destruction
+  TelemetryReceiverOptions options_;
+  // (agent, rank, restart_count) -> the last accepted seq.
+  std::map<std::tuple<std::string, int, int>, uint64_t> last_seq_;
   uint64_t malformed_ = 0;
+  uint64_t rejected_ = 0;
 };
 
 // One line of RUN_DIR/metrics.jsonl for a "metrics" message:

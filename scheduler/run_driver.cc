@@ -164,9 +164,15 @@ Status RunDriver::Start() {
   bus_address_ = plan_.bus.host + ":" + std::to_string(plan_.bus.port);
   AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan_, dir_.PlanPath()));
 
-  std::string endpoint = dir_.TelemetryIpcEndpoint();
+  std::string endpoint = options_.telemetry_host.empty()
+                             ? dir_.TelemetryIpcEndpoint()
+                             : "tcp://" + options_.telemetry_host + ":*";
   if (endpoint.empty()) endpoint = "tcp://127.0.0.1:*";
-  auto telemetry = TelemetryReceiver::Bind(endpoint);
+  TelemetryReceiverOptions telemetry_options;
+  for (const AgentPlan& a : plan_.agents) {
+    telemetry_options.tokens[a.name] = DeriveAgentToken(secret, a.name);
+  }
+  auto telemetry = TelemetryReceiver::Bind(endpoint, std::move(telemetry_options));
   if (!telemetry.ok())
     return telemetry.status().WithContext("cannot bind telemetry at " + endpoint);
   telemetry_ = std::move(telemetry).value();
@@ -240,6 +246,14 @@ bool RunDriver::Step() {
       if (m.type == TelemetryType::kMetrics) (void)metrics_->Write(m);
     }
     if (!messages->empty()) (void)metrics_->Flush();
+  }
+  if (telemetry_->rejected() > rejected_seen_) {
+    // Said once per burst: something without an agent's token is talking.
+    observer_->Warn(fmt::format(
+        "agentctl run: warning: {} telemetry message(s) at {} refused: not signed with the "
+        "token of the agent they name, or replayed\n",
+        telemetry_->rejected() - rejected_seen_, telemetry_->endpoint()));
+    rejected_seen_ = telemetry_->rejected();
   }
   const int stops = stops_ != nullptr ? stops_->count() : 0;
   if (stops > stops_seen_) {

@@ -102,7 +102,11 @@ struct RunDriverOptions {
   // The bus listens here; agents are given advertised_host:<port>.
   std::string bus_listen_host = "127.0.0.1";
   std::string bus_advertised_host = "127.0.0.1";
-  std::string local_node;               // inside an allocation: this node (SLURMD_NODENAME)
+  std::string local_node;  // inside an allocation: this node (SLURMD_NODENAME)
+  // Telemetry listens on tcp://<telemetry_host>:<free port> when set (ranks on
+  // other nodes), else on ipc://RUN_DIR/telemetry.sock. Either way only
+  // messages signed with the agent's token count (comms/telemetry.h).
+  std::string telemetry_host;
   std::chrono::milliseconds poll{100};  // longest wait for telemetry per Step()
   // agentctl resume: the run's last status.json (RunController::Resume).
   std::optional<RunStatus> resume_from;
@@ -152,6 +156,7 @@ class RunDriver {
   std::unique_ptr<PortLeases> leases_;
   std::unique_ptr<BusServer> bus_;
   std::unique_ptr<TelemetryReceiver> telemetry_;
+  uint64_t rejected_seen_ = 0;  // telemetry_->rejected() already warned about
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<RunController> controller_;
   std::string bus_address_;

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "comms/auth.h"
+
 namespace agentrt {
 namespace {
 
@@ -116,6 +118,84 @@ TEST_CASE("a sender reaches a receiver bound on an ipc socket in the run directo
     CHECK((*receiver)->malformed() == 1);
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a receiver with the run's tokens takes only messages signed by the agent they name") {
+  TelemetryReceiverOptions options;
+  options.tokens = {{"predator-0", DeriveAgentToken("secret", "predator-0")},
+                    {"prey-0", DeriveAgentToken("secret", "prey-0")}};
+  auto receiver = TelemetryReceiver::Bind("tcp://127.0.0.1:*", options);
+  REQUIRE(receiver.ok());
+  const std::string endpoint = (*receiver)->endpoint();
+
+  TelemetrySenderOptions signed_options;
+  signed_options.token = options.tokens["predator-0"];
+  auto good = TelemetrySender::Connect(endpoint, signed_options);
+  REQUIRE(good.ok());
+  auto unsigned_sender = TelemetrySender::Connect(endpoint);
+  REQUIRE(unsigned_sender.ok());
+  TelemetrySenderOptions wrong_options;  // prey-0's token, claiming to be predator-0
+  wrong_options.token = options.tokens["prey-0"];
+  auto impostor = TelemetrySender::Connect(endpoint, wrong_options);
+  REQUIRE(impostor.ok());
+
+  REQUIRE((*unsigned_sender)->Send(Metrics(0, 1, 0.0)));
+  REQUIRE((*impostor)->Send(Metrics(0, 2, 0.0)));
+  // Signed with a guessed token, or a valid signature over other bytes.
+  TelemetryMessage forged = Metrics(0, 3, 0.0);
+  forged.seq = 7;
+  const std::string text = EncodeTelemetry(forged);
+  REQUIRE((*unsigned_sender)->SendRaw(text, HmacSha256Hex(std::string(64, '0'), text)));
+  REQUIRE(
+      (*unsigned_sender)->SendRaw(text, HmacSha256Hex(options.tokens["predator-0"], text + " ")));
+  for (int i = 10; i < 13; ++i) REQUIRE((*good)->Send(Metrics(1, i, 0.5)));
+
+  auto got = Receive(**receiver, 3);
+  REQUIRE(got.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(got[i].step == 10 + i);
+    CHECK(got[i].seq > 0);
+    if (i > 0) CHECK(got[i].seq > got[i - 1].seq);
+  }
+  // The four bad ones were counted, not dropped silently; none slipped through.
+  auto late = (*receiver)->Poll(milliseconds(200));
+  REQUIRE(late.ok());
+  CHECK(late->empty());
+  CHECK((*receiver)->rejected() == 4);
+  CHECK((*receiver)->malformed() == 0);
+}
+
+TEST_CASE("a replayed signed message is refused; a new restart of the rank starts afresh") {
+  TelemetryReceiverOptions options;
+  options.tokens = {{"predator-0", DeriveAgentToken("secret", "predator-0")}};
+  auto receiver = TelemetryReceiver::Bind("tcp://127.0.0.1:*", options);
+  REQUIRE(receiver.ok());
+  auto raw = TelemetrySender::Connect((*receiver)->endpoint());
+  REQUIRE(raw.ok());
+  const std::string& token = options.tokens["predator-0"];
+  TelemetryMessage hb;
+  hb.type = TelemetryType::kHeartbeat;
+  hb.agent = "predator-0";
+  hb.seq = 100;
+  const std::string first = EncodeTelemetry(hb);
+  REQUIRE((*raw)->SendRaw(first, HmacSha256Hex(token, first)));
+  REQUIRE((*raw)->SendRaw(first, HmacSha256Hex(token, first)));  // captured and sent again
+  hb.seq = 50;                                                   // older
+  const std::string older = EncodeTelemetry(hb);
+  REQUIRE((*raw)->SendRaw(older, HmacSha256Hex(token, older)));
+  hb.restart_count = 1;  // the next incarnation numbers on its own
+  const std::string next = EncodeTelemetry(hb);
+  REQUIRE((*raw)->SendRaw(next, HmacSha256Hex(token, next)));
+  auto got = Receive(**receiver, 2);
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].restart_count == 0);
+  CHECK(got[0].seq == 100);
+  CHECK(got[1].restart_count == 1);
+  CHECK(got[1].seq == 50);
+  auto late = (*receiver)->Poll(milliseconds(200));
+  REQUIRE(late.ok());
+  CHECK(late->empty());
+  CHECK((*receiver)->rejected() == 2);
 }
 
 TEST_CASE("a sender with no receiver drops instead of blocking, and counts the drops") {

@@ -26,6 +26,7 @@
 #include "common/file_util.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
+#include "scheduler/inventory.h"
 #include "scheduler/loader.h"
 #include "scheduler/local_backend.h"
 #include "scheduler/planner.h"
@@ -196,6 +197,27 @@ int Run(const RunOptions& opts) {
                std::move(prepared->leases));
 }
 
+// How the other nodes of the allocation reach `node`: its NodeAddr from
+// scontrol, or the name itself when SLURM does not say.
+std::string NodeAddress(agentrt::slurm::CommandRunner& runner, const std::string& node) {
+  agentrt::slurm::SlurmClient slurm(runner);
+  auto text = slurm.ShowNodesText();
+  auto nodes = text.ok() ? agentrt::ParseScontrolNodes(*text)
+                         : agentrt::Result<std::vector<agentrt::SlurmNode>>(text.status());
+  if (nodes.ok()) {
+    for (const auto& n : *nodes) {
+      if (n.spec.name == node && !n.spec.addr.empty()) return n.spec.addr;
+    }
+  } else {
+    std::fputs(fmt::format("agentctl run: warning: cannot read node {}'s address ({}); agents "
+                           "reach the controller by its name\n",
+                           node, nodes.status().message())
+                   .c_str(),
+               stderr);
+  }
+  return node;
+}
+
 // `--backend slurm-steps`: the batch shell of the allocation. The same driver,
 // every agent a job step; on USR2 (preemption, time limit) every agent
 // checkpoints and the job requeues itself.
@@ -238,8 +260,12 @@ int RunInAllocation(const RunOptions& opts) {
       multi_node = multi_node || (!local_node.empty() && p.node != local_node);
   }
   if (multi_node) {
+    // Ranks elsewhere reach this node by its NodeAddr (node names need not
+    // resolve on a cluster), and heartbeat over TCP to it.
+    const std::string addr = NodeAddress(*runner, local_node);
     driver_options.bus_listen_host = "0.0.0.0";
-    driver_options.bus_advertised_host = local_node;
+    driver_options.bus_advertised_host = addr;
+    driver_options.telemetry_host = addr;
   }
   // Lease the ports this node serves (the bus, its agents'); a block another
   // run holds here moves, and plan.json is rewritten with it at start.
