@@ -19,6 +19,7 @@
 
 #include "agent_runtime/crc.h"
 #include "common/file_util.h"
+#include "plan/fence.h"
 
 namespace agentrt {
 namespace {
@@ -613,6 +614,8 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
                                     const std::vector<std::span<const std::byte>>& parts) {
   const std::string step_name = StepName(step);
   const std::string step_path = options_.dir + "/" + step_name;
+  AGENTRT_RETURN_IF_ERROR(
+      CheckCheckpointFence(options_.dir, options_.incarnation).WithContext(Where()));
   if (::mkdirat(dir_fd_, step_name.c_str(), 0700) == 0) {
     AGENTRT_RETURN_IF_ERROR(Fsync(dir_fd_, options_.dir).WithContext(Where()));
   } else if (errno != EEXIST) {
@@ -709,10 +712,13 @@ Status Checkpointer::CommitAsRankZero(int64_t step, int step_fd, const nlohmann:
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  AGENTRT_RETURN_IF_ERROR(
+      CheckCheckpointFence(options_.dir, options_.incarnation).WithContext(Where()));
   nlohmann::json manifest = {{"format", kFormat},       {"step", step},
                              {"time", UnixNow()},       {"world_size", options_.world_size},
                              {"agent", options_.agent}, {"shards", std::move(shards)},
                              {"metadata", metadata}};
+  if (!options_.incarnation.empty()) manifest["incarnation"] = options_.incarnation;
   std::string text = manifest.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(step_fd, step_path, kManifest, text).WithContext(Where()));

@@ -89,6 +89,11 @@ struct CheckpointOptions {
   // Called by Restore() with its outcome, on rank 0 (telemetry: the
   // controller says when an agent started fresh past corrupt checkpoints).
   std::function<void(const RestoreResult& result)> on_restore;
+  // This process's launch (AGENTRT_INCARNATION). When set, every save checks
+  // the directory's fence (plan/fence.h) before it writes and rank 0 again
+  // before it commits: a superseded incarnation's save fails
+  // (FailedPrecondition "fenced: ...") and writes no manifest.
+  std::string incarnation;
 };
 
 // What one rank saves: views of the caller's memory, copied when the save starts.

@@ -56,6 +56,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, Runtim
   c.agent = a.agent;
   c.rank = a.rank;
   c.world_size = a.world_size;
+  c.incarnation = a.incarnation;
   if (c.interval_s < 0) c.interval_s = me.checkpoint.interval_s;
   if (c.keep_last <= 0) c.keep_last = me.checkpoint.keep_last;
   Runtime* self = rt.get();

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "plan/fence.h"
+
 namespace agentrt {
 
 AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
@@ -28,6 +30,7 @@ AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
   e.token_file = token_file;
   e.telemetry = telemetry_endpoint;
   e.restart_count = restart_count;
+  e.incarnation = incarnation;
   e.workdir = workdir;
   return e;
 }
@@ -44,6 +47,10 @@ Status PrepareLaunch(const AgentLaunch& agent, bool still_running) {
     std::filesystem::create_directories(*dir, ec);
     if (ec)
       return Internal("agent " + agent.name + ": cannot create " + *dir + ": " + ec.message());
+  }
+  if (!agent.incarnation.empty() && !agent.checkpoint_dir.empty()) {
+    AGENTRT_RETURN_IF_ERROR(WriteCheckpointFence(agent.checkpoint_dir, agent.incarnation)
+                                .WithContext("agent " + agent.name));
   }
   return Status::Ok();
 }

@@ -49,6 +49,11 @@ struct AgentLaunch {
   std::string telemetry_endpoint;
   std::string workdir;  // the ranks' working directory ("" = inherit)
   int restart_count = 0;
+  // This launch's id (set by the controller, unique per launch). PrepareLaunch
+  // writes it to <checkpoint_dir>/FENCE: only ranks of this incarnation may
+  // commit checkpoints, so one cut off by a network partition and still
+  // running cannot write beside its successor (agent_runtime/checkpointer.h).
+  std::string incarnation;
   bool use_mpirun = false;  // one `mpirun` for all ranks (CPU + MPI group)
 
   // The agent contract (plan/agent_env.h) of `rank`, rendezvous on
@@ -59,8 +64,9 @@ struct AgentLaunch {
 };
 
 // What every backend does before starting an incarnation: refuses an agent
-// with no ranks or no command, or one that is `still_running`, and creates its
-// log, checkpoint and working directories. Errors name the agent.
+// with no ranks or no command, or one that is `still_running`, creates its
+// log, checkpoint and working directories, and fences the checkpoint
+// directory for this incarnation (FENCE). Errors name the agent.
 Status PrepareLaunch(const AgentLaunch& agent, bool still_running);
 
 struct LaunchedRank {

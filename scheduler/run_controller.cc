@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/file_util.h"
+#include "common/random.h"
 #include "plan/agent_env.h"
 #include "plan/rank_exec.h"
 #include "scheduler/process.h"
@@ -110,6 +111,9 @@ void RunController::Launch(size_t i) {
   Agent& a = agents_[i];
   AgentStatus& s = status_.agents[i];
   a.spec.launch.restart_count = s.restarts;
+  // Unique per launch, also across controllers of one run (a requeue or a
+  // resume starts counting restarts again): the checkpoint fence's id.
+  a.spec.launch.incarnation = fmt::format("{}.{:016x}", s.restarts, RandomNonZeroU64());
   auto launched = backend_->Launch(a.spec.launch);
   const double now = clock_->NowSeconds();
   if (!launched.ok()) {
@@ -163,10 +167,12 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   a.last_heartbeat_s[static_cast<size_t>(m.rank)] = now;
   a.armed[static_cast<size_t>(m.rank)] = true;
   for (auto& r : s.ranks) {
-    if (r.rank == m.rank && m.pid > 0 && r.pid != m.pid) {
-      r.pid = m.pid;  // an mpirun rank tells its own pid
+    if (r.rank != m.rank) continue;
+    if (m.pid > 0 && r.pid != m.pid) {
+      r.pid = m.pid;  // an mpirun or srun rank tells its own pid
       Touch(true);
     }
+    if (m.time > 0) r.heard_unix_s = m.time;
   }
   if (m.step >= 0) {
     if (a.rate_t0_s < 0) {

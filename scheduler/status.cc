@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "common/file_util.h"
 
 namespace agentrt {
@@ -58,6 +61,7 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
       rj["pid"] = r.pid;
       rj["node"] = r.node;
       rj["exit_code"] = r.exit_code ? nlohmann::ordered_json(*r.exit_code) : nullptr;
+      rj["heard_unix_s"] = r.heard_unix_s ? nlohmann::ordered_json(*r.heard_unix_s) : nullptr;
       aj["ranks"].push_back(rj);
     }
     aj["last_checkpoint_step"] =
@@ -98,6 +102,8 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
         r.node = rj.value("node", "");
         if (rj.contains("exit_code") && !rj["exit_code"].is_null())
           r.exit_code = rj["exit_code"].get<int>();
+        if (rj.contains("heard_unix_s") && rj["heard_unix_s"].is_number())
+          r.heard_unix_s = rj["heard_unix_s"].get<double>();
         a.ranks.push_back(r);
       }
       if (aj.contains("last_checkpoint_step") && !aj["last_checkpoint_step"].is_null()) {
@@ -140,10 +146,25 @@ Status WriteRunStatusFile(const RunStatus& status, const std::string& path) {
 
 std::string RenderStatusTable(const RunStatus& status, int width) {
   size_t name_w = 5;
-  for (const auto& a : status.agents) name_w = std::max(name_w, a.name.size());
-  std::string out = fmt::format("{:<{}}  {:<10}  {:>3}  {:>9}  {:>8}  {}\n", "AGENT", name_w,
-                                "STATE", "RST", "STEP", "STEPS/S", "METRICS");
+  size_t nodes_w = 5;
+  std::vector<std::string> nodes_of;
   for (const auto& a : status.agents) {
+    name_w = std::max(name_w, a.name.size());
+    std::string nodes;
+    for (const auto& r : a.ranks) {
+      if (r.node.empty() || (" " + nodes + " ").find(" " + r.node + " ") != std::string::npos)
+        continue;
+      nodes += (nodes.empty() ? "" : " ") + r.node;
+    }
+    if (nodes.empty()) nodes = "-";
+    nodes_w = std::max(nodes_w, nodes.size());
+    nodes_of.push_back(std::move(nodes));
+  }
+  std::string out =
+      fmt::format("{:<{}}  {:<10}  {:>3}  {:>9}  {:>8}  {:<{}}  {}\n", "AGENT", name_w, "STATE",
+                  "RST", "STEP", "STEPS/S", "NODES", nodes_w, "METRICS");
+  for (size_t i = 0; i < status.agents.size(); ++i) {
+    const AgentStatus& a = status.agents[i];
     std::string metrics;
     if (a.metrics.is_object()) {
       for (const auto& [k, v] : a.metrics.items()) {
@@ -151,9 +172,10 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
       }
     }
     if (IsTerminal(a.state) && !a.reason.empty()) metrics = a.reason;
-    std::string line = fmt::format(
-        "{:<{}}  {:<10}  {:>3}  {:>9}  {:>8.1f}  {}", a.name, name_w, AgentStateName(a.state),
-        a.restarts, a.step < 0 ? std::string("-") : std::to_string(a.step), a.steps_per_s, metrics);
+    std::string line = fmt::format("{:<{}}  {:<10}  {:>3}  {:>9}  {:>8.1f}  {:<{}}  {}", a.name,
+                                   name_w, AgentStateName(a.state), a.restarts,
+                                   a.step < 0 ? std::string("-") : std::to_string(a.step),
+                                   a.steps_per_s, nodes_of[i], nodes_w, metrics);
     if (width > 0 && line.size() > static_cast<size_t>(width))
       line.resize(static_cast<size_t>(width));
     out += line + "\n";

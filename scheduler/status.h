@@ -8,7 +8,8 @@
 //    "agents": [{"name": "predator-0",
 //                "state": "pending|running|restarting|succeeded|failed|stopped",
 //                "restarts": 1,
-//                "ranks": [{"rank": 0, "pid": 4242, "node": "localhost", "exit_code": null}],
+//                "ranks": [{"rank": 0, "pid": 4242, "node": "localhost", "exit_code": null,
+//                           "heard_unix_s": 1764460031.2}],
 //                "last_checkpoint_step": 400,      // null: none yet
 //                "metrics": {"loss": 0.1},         // latest values reported
 //                "step": 420, "steps_per_s": 35.5, "master_port": 20016,
@@ -47,6 +48,9 @@ struct RankStatus {
   int64_t pid = 0;
   std::string node;
   std::optional<int> exit_code;  // -signal when killed by a signal
+  // The send time (the rank's own clock, Unix s) of its latest telemetry
+  // message in this incarnation; unset until it sends one.
+  std::optional<double> heard_unix_s;
 };
 
 struct AgentStatus {

@@ -16,6 +16,7 @@
 
 #include "agent_runtime/checkpointer.h"
 #include "agent_runtime/crc.h"
+#include "plan/fence.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -134,6 +135,41 @@ TEST_CASE("a saved checkpoint restores its named arrays and metadata") {
   CHECK((st.st_mode & 0777) == 0700);
   REQUIRE(::stat((dir.path + "/step-7/rank-0.shard").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("a fenced-off incarnation can no longer save; the one the fence names can") {
+  TempDir dir;
+  CheckpointOptions old_options = Options(dir.path);
+  old_options.incarnation = "0.aaaa";
+  REQUIRE(WriteCheckpointFence(dir.path, "0.aaaa").ok());
+  auto old = Make(old_options);
+  SaveStep(*old, 10);
+  nlohmann::json manifest =
+      nlohmann::json::parse(std::ifstream(dir.path + "/step-10/manifest.json"));
+  CHECK(manifest["incarnation"] == "0.aaaa");
+
+  // The controller launched incarnation 1 elsewhere; the old one still runs.
+  REQUIRE(WriteCheckpointFence(dir.path, "1.bbbb").ok());
+  auto w = Weights(20);
+  CheckpointState state;
+  state.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  const Status refused = old->Save(20, state);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.code() == StatusCode::kFailedPrecondition);
+  CHECK_THAT(refused.message(),
+             Catch::Contains("fenced") && Catch::Contains("1.bbbb") && Catch::Contains("0.aaaa"));
+  CHECK_FALSE(fs::exists(dir.path + "/step-20"));  // not even a shard was written
+
+  CheckpointOptions new_options = Options(dir.path);
+  new_options.incarnation = "1.bbbb";
+  auto successor = Make(new_options);
+  auto r = successor->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 10);
+  SaveStep(*successor, 30);
+  CHECK(ReadCheckpointFence(dir.path).value() == std::optional<std::string>("1.bbbb"));
+  // No incarnation (no controller): the fence does not apply.
+  SaveStep(*Make(Options(dir.path)), 40);
 }
 
 TEST_CASE("the checkpoint directory is created 0700 with its parents") {

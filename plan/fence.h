@@ -1,0 +1,32 @@
+// The checkpoint fence: <checkpoint dir>/FENCE holds the id of the agent's
+// newest launch (AGENTRT_INCARNATION, plan/agent_env.h). The launcher writes
+// it before starting an incarnation (PrepareLaunch, scheduler/launch_backend.h);
+// a rank's Checkpointer reads it before each save and commit and refuses when
+// it names another incarnation. So when an agent is restarted elsewhere while
+// its old ranks still run (a node cut off by a network partition, an srun the
+// scheduler could not reach), exactly one incarnation writes checkpoints.
+//
+// Format: the id and a newline, written atomically (temp file + rename).
+// Thread-safe (no shared state).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+
+namespace agentrt {
+
+inline constexpr char kFenceFile[] = "FENCE";
+
+Status WriteCheckpointFence(const std::string& checkpoint_dir, const std::string& incarnation);
+
+// The id in <checkpoint_dir>/FENCE; nullopt when there is no fence.
+Result<std::optional<std::string>> ReadCheckpointFence(const std::string& checkpoint_dir);
+
+// OK when `incarnation` may write to `checkpoint_dir`: it is empty (not
+// launched by a controller), there is no fence, or the fence names it. Else
+// FailedPrecondition naming both ids.
+Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string& incarnation);
+
+}  // namespace agentrt
