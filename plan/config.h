@@ -44,6 +44,7 @@ namespace agentrt {
   X(std::string, time, "24:00:00", "sbatch --time wall-clock limit ([D-]HH:MM:SS)")                \
   X(std::string, constraint, "", "sbatch --constraint feature expression; empty = none")           \
   X(int, signal_grace_s, 120, "seconds before the time limit at which SLURM signals a checkpoint") \
+  X(int, spare_nodes, 0, "extra nodes in the allocation; an agent on a failed node moves to one")  \
   X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")
 
 // `bus:` — the gRPC message bus.

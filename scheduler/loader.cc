@@ -638,6 +638,10 @@ class ConfigBuilder {
       c_.Fail(n["time"], "slurm.time",
               fmt::format("expected [D-]HH:MM:SS, MM or UNLIMITED, got '{}'", slurm.time));
     }
+    if (slurm.spare_nodes < 0 || slurm.spare_nodes > 1024) {
+      c_.Fail(n["spare_nodes"], "slurm.spare_nodes",
+              fmt::format("expected 0..1024 nodes, got {}", slurm.spare_nodes));
+    }
     if (slurm.signal_grace_s < 0 || slurm.signal_grace_s > 65533) {
       c_.Fail(n["signal_grace_s"], "slurm.signal_grace_s",
               fmt::format("expected 0..65533 seconds, got {}", slurm.signal_grace_s));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <set>
 
 #include "common/file_util.h"
@@ -341,6 +342,19 @@ void RunController::Tick() {
         break;
       case Phase::kBackoff:
         if (now >= a.restart_at_s) {
+          if (advisor_) {
+            RelaunchAdvice advice = advisor_(a.spec.launch);
+            for (NodeFailure& f : advice.failures) status_.node_failures.push_back(std::move(f));
+            if (!advice.failures.empty()) Touch(true);
+            if (advice.hold) {
+              // Not relaunched: it waits for the requeued allocation.
+              a.restart_at_s = std::numeric_limits<double>::infinity();
+              s.reason = advice.reason;
+              status_.requeue_reason = advice.reason;
+              Touch(true);
+              break;
+            }
+          }
           ++s.restarts;
           Launch(i);
         }

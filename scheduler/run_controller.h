@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +43,18 @@ struct SupervisedAgent {
   RestartPolicy restart;  // max_restarts, backoff_s, heartbeat_timeout_s, grace_s
 };
 
+// What the controller is told before it relaunches a failed agent (RunDriver
+// asks its NodeFailover): go ahead (the advisor may have moved the launch's
+// ranks to other nodes), or hold: the agent is not relaunched, waits as
+// `restarting` with `reason`, and requeue_reason() says why the run must
+// requeue its allocation. `failures` are added to the status either way.
+struct RelaunchAdvice {
+  bool hold = false;
+  std::string reason;
+  std::vector<NodeFailure> failures;
+};
+using RelaunchAdvisor = std::function<RelaunchAdvice(AgentLaunch& launch)>;
+
 class RunController {
  public:
   // `backend` and `clock` must outlive the controller.
@@ -54,6 +67,10 @@ class RunController {
   // launched as its next incarnation (restart count + 1), to resume from its
   // newest checkpoint.
   void Resume(const RunStatus& previous);
+
+  // Consulted before every relaunch after a failure (not before the first
+  // launch). Unset: relaunch as planned.
+  void SetRelaunchAdvisor(RelaunchAdvisor advisor) { advisor_ = std::move(advisor); }
 
   // Launches every agent. A launch error counts as a failure of that agent.
   void Start();
@@ -70,6 +87,8 @@ class RunController {
   // SIGKILL after each agent's grace_s. Agents end `stopped`.
   void RequestStop(const std::string& why);
   bool stop_requested() const { return stop_requested_; }
+  // Not empty once an advisor held an agent: the run should requeue.
+  const std::string& requeue_reason() const { return status_.requeue_reason; }
 
   // Every agent is succeeded, failed or stopped (and nothing of it runs).
   bool Finished() const;
@@ -116,6 +135,7 @@ class RunController {
 
   LaunchBackend* backend_;
   const Clock* clock_;
+  RelaunchAdvisor advisor_;
   std::vector<Agent> agents_;
   RunStatus status_;
   bool stop_requested_ = false;

@@ -1,6 +1,7 @@
 #include "scheduler/run_driver.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -185,6 +186,10 @@ Status RunDriver::Start() {
       backend_, clock_);
   observer_->Event(fmt::format("run {}: {} agents, run dir {}, bus {}", plan_.run,
                                plan_.agents.size(), dir_.path(), bus_address_));
+  if (options_.down_nodes) {
+    failover_ = std::make_unique<NodeFailover>(options_.allocation_nodes);
+    controller_->SetRelaunchAdvisor([this](AgentLaunch& launch) { return AdviseRelaunch(launch); });
+  }
   if (options_.resume_from) controller_->Resume(*options_.resume_from);
   controller_->Start();
   WriteStatus();
@@ -195,6 +200,43 @@ Status RunDriver::Start() {
   stops_seen_ = stops_ != nullptr ? stops_->count() : 0;
   ReportChanges(0);
   return Status::Ok();
+}
+
+RelaunchAdvice RunDriver::AdviseRelaunch(AgentLaunch& launch) {
+  RelaunchAdvice advice;
+  auto down = options_.down_nodes();
+  if (!down.ok()) {
+    observer_->Warn("agentctl run: warning: cannot tell which nodes are down (" +
+                    down.status().message() + "); " + launch.name +
+                    " is relaunched where it was\n");
+    return advice;
+  }
+  const FailoverDecision d = failover_->Relocate(plan_, launch.name, *down);
+  if (d.kind == FailoverDecision::Kind::kStay) return advice;
+  const double now = UnixTimeSeconds();
+  for (size_t k = 0; k < d.failed.size(); ++k) {
+    advice.failures.push_back(
+        {d.failed[k], now, launch.name, k < d.moved_to.size() ? d.moved_to[k] : ""});
+  }
+  if (d.kind == FailoverDecision::Kind::kNoSpare) {
+    advice.hold = true;
+    advice.reason = fmt::format("node {} failed and {}: requeueing the allocation",
+                                fmt::join(d.failed, ","), d.reason);
+    observer_->Event("agentctl run: " + launch.name + ": " + advice.reason);
+    return advice;
+  }
+  // Only this agent's ranks move; plan.json says where they are now.
+  for (SupervisedAgent& s :
+       SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node)) {
+    if (s.launch.name != launch.name) continue;
+    launch.ranks = std::move(s.launch.ranks);
+    launch.master_addr = std::move(s.launch.master_addr);
+  }
+  const Status written = WritePlanFile(plan_, dir_.PlanPath());
+  if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
+  observer_->Event(fmt::format("agentctl run: node {} failed: {} moves to {}",
+                               fmt::join(d.failed, ","), launch.name, fmt::join(d.moved_to, ",")));
+  return advice;
 }
 
 void RunDriver::WriteStatus() {
@@ -254,6 +296,13 @@ bool RunDriver::Step() {
         "token of the agent they name, or replayed\n",
         telemetry_->rejected() - rejected_seen_, telemetry_->endpoint()));
     rejected_seen_ = telemetry_->rejected();
+  }
+  if (!controller_->requeue_reason().empty() && !controller_->stop_requested()) {
+    // A node failed with no spare left: as on preemption, every agent
+    // checkpoints and the allocation is requeued (last_signal() says so).
+    observer_->Event("agentctl run: " + controller_->requeue_reason());
+    controller_->RequestStop("requeue: " + controller_->requeue_reason());
+    last_signal_ = SIGUSR2;
   }
   const int stops = stops_ != nullptr ? stops_->count() : 0;
   if (stops > stops_seen_) {

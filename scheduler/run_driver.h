@@ -22,8 +22,10 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@
 #include "plan/run_dir.h"
 #include "scheduler/inventory.h"
 #include "scheduler/launch_backend.h"
+#include "scheduler/node_failover.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/status.h"
 
@@ -107,6 +110,11 @@ struct RunDriverOptions {
   // other nodes), else on ipc://RUN_DIR/telemetry.sock. Either way only
   // messages signed with the agent's token count (comms/telemetry.h).
   std::string telemetry_host;
+  // Node failover (scheduler/node_failover.h), inside an allocation: every
+  // node the allocation holds, and who says which are down now (SLURM).
+  // Without `down_nodes` a failed agent is relaunched where it was.
+  std::vector<NodeSpec> allocation_nodes;
+  std::function<Result<std::set<std::string>>()> down_nodes;
   std::chrono::milliseconds poll{100};  // longest wait for telemetry per Step()
   // agentctl resume: the run's last status.json (RunController::Resume).
   std::optional<RunStatus> resume_from;
@@ -143,6 +151,8 @@ class RunDriver {
  private:
   void WriteStatus();
   void ReportChanges(double t);
+  // The RelaunchAdvisor of a run with node failover.
+  RelaunchAdvice AdviseRelaunch(AgentLaunch& launch);
 
   Plan plan_;
   RunDir dir_;
@@ -159,6 +169,7 @@ class RunDriver {
   uint64_t rejected_seen_ = 0;  // telemetry_->rejected() already warned about
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<RunController> controller_;
+  std::unique_ptr<NodeFailover> failover_;
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;

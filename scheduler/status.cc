@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ctime>
 #include <vector>
 
 #include "common/file_util.h"
@@ -80,6 +81,12 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
   j["controller_pid"] = status.controller_pid;
   j["started_unix_s"] = status.started_unix_s;
   j["updated_unix_s"] = status.updated_unix_s;
+  j["node_failures"] = nlohmann::ordered_json::array();
+  for (const NodeFailure& f : status.node_failures) {
+    j["node_failures"].push_back(
+        {{"node", f.node}, {"time", f.unix_s}, {"agent", f.agent}, {"moved_to", f.moved_to}});
+  }
+  j["requeue_reason"] = status.requeue_reason;
   return j;
 }
 
@@ -125,6 +132,13 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
     s.controller_pid = j.value("controller_pid", int64_t{0});
     s.started_unix_s = j.value("started_unix_s", 0.0);
     s.updated_unix_s = j.value("updated_unix_s", 0.0);
+    if (j.contains("node_failures") && j["node_failures"].is_array()) {
+      for (const auto& fj : j["node_failures"]) {
+        s.node_failures.push_back({fj.value("node", ""), fj.value("time", 0.0),
+                                   fj.value("agent", ""), fj.value("moved_to", "")});
+      }
+    }
+    s.requeue_reason = j.value("requeue_reason", "");
     return s;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("status: malformed JSON: ") + e.what());
@@ -184,7 +198,20 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
     const std::string note = RestoreNote(a);
     if (!note.empty()) out += "note: " + note + "\n";
   }
+  for (const NodeFailure& f : status.node_failures) out += "note: " + NodeFailureNote(f) + "\n";
+  if (!status.requeue_reason.empty()) out += "note: requeue: " + status.requeue_reason + "\n";
   return out;
+}
+
+std::string NodeFailureNote(const NodeFailure& f) {
+  const auto t = static_cast<std::time_t>(f.unix_s);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char when[16];
+  std::strftime(when, sizeof when, "%H:%M:%S", &utc);
+  return fmt::format("node {} failed at {} UTC: {} {}", f.node, when, f.agent,
+                     f.moved_to.empty() ? "has no spare node left (the allocation requeues)"
+                                        : "moved to " + f.moved_to);
 }
 
 std::string RestoreNote(const AgentStatus& a) {

@@ -18,7 +18,10 @@
 //                "restored_step": 400,            // null: not reported; -1: fresh start
 //                "skipped_checkpoints": [600]}],  // corrupt checkpoints passed over
 //    "run_dir": "/abs/run", "controller_pid": 4200, "started_unix_s": 1764460000.1,
-//    "updated_unix_s": 1764460042.3}
+//    "updated_unix_s": 1764460042.3,
+//    "node_failures": [{"node": "n2", "time": 1764460040.0, "agent": "prey-0",
+//                       "moved_to": "n4"}],    // "" = no spare left: requeued
+//    "requeue_reason": ""}                      // set when the run requeues its allocation
 // exit_code: null while the rank runs (or is not known), the exit status once it
 // has exited, minus the signal number when a signal killed it (-9).
 //
@@ -71,6 +74,14 @@ struct AgentStatus {
   std::vector<int64_t> skipped_checkpoints;
 };
 
+// A node of the run that failed, and what became of one agent that ran there.
+struct NodeFailure {
+  std::string node;
+  double unix_s = 0;     // when the controller acted on it
+  std::string agent;     // an agent that had ranks on it
+  std::string moved_to;  // the spare node that took them; "" = none left (requeue)
+};
+
 struct RunStatus {
   std::string run;
   RunState state = RunState::kRunning;
@@ -79,6 +90,8 @@ struct RunStatus {
   int64_t controller_pid = 0;
   double started_unix_s = 0;
   double updated_unix_s = 0;
+  std::vector<NodeFailure> node_failures;  // in the order they happened
+  std::string requeue_reason;              // why the run requeues its allocation ("": it does not)
 
   const AgentStatus* FindAgent(std::string_view name) const;
 };
@@ -93,6 +106,9 @@ Status WriteRunStatusFile(const RunStatus& status, const std::string& path);
 // 400)" or "... resumed from step 400, past corrupt checkpoint 600"; "" when
 // nothing was skipped.
 std::string RestoreNote(const AgentStatus& agent);
+
+// "node n2 failed at 16:40:12 UTC: prey-0 moved to n4" (one per entry).
+std::string NodeFailureNote(const NodeFailure& failure);
 
 // The live table: one line per agent (state, restarts, step, steps/s, latest
 // metrics), fitted to `width` columns. Ends with a newline.

@@ -67,13 +67,25 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
       "# No secret here: the run secret and tokens are 0600 files in RUN_DIR/secrets/.\n",
       plan.run, slurm.signal_grace_s);
   s += fmt::format("#SBATCH --job-name={}\n", Quote(plan.run));
-  s += "# the plan's nodes\n";
-  s += fmt::format("#SBATCH --nodes={}\n#SBATCH --nodelist={}\n", nodes.size(), nodelist);
+  if (slurm.spare_nodes > 0) {
+    s += fmt::format(
+        "# the plan's nodes and {} spare: an agent on a node that fails moves to a spare\n",
+        slurm.spare_nodes);
+  } else {
+    s += "# the plan's nodes\n";
+  }
+  s += fmt::format("#SBATCH --nodes={}\n#SBATCH --nodelist={}\n",
+                   nodes.size() + static_cast<size_t>(slurm.spare_nodes), nodelist);
+  if (nodes.size() > 1 || slurm.spare_nodes > 0) {
+    // Else SLURM ends the whole job when one node fails; the controller
+    // moves the agents of a failed node itself (or requeues the job).
+    s += "# a failed node does not end the job: the controller handles it\n#SBATCH --no-kill\n";
+  }
   s += fmt::format(
       "# one task per rank of every agent ({} in all), plus one for the controller: the\n"
       "# batch step holds CPUs of its own, and steps are --exact\n",
       ranks);
-  if (nodes.size() > 1) {
+  if (nodes.size() + static_cast<size_t>(slurm.spare_nodes) > 1) {
     // SLURM would spread `--ntasks` its own way (filling the first node): ask
     // every node for the most ranks the plan puts on one node, and the controller's.
     s += fmt::format(

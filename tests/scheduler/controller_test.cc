@@ -436,6 +436,66 @@ TEST_CASE("resume: finished agents are left alone, the others start a new incarn
   CHECK(rc.status().state == RunState::kSucceeded);
 }
 
+TEST_CASE("before a relaunch the advisor may move the agent, or hold it for a requeue") {
+  Fixture f;
+  auto a = MakeAgent("a", 2);
+  a.launch.ranks[1].node = "n2";
+  auto b = MakeAgent("b", 1);
+  f.Make({a, b});
+  int asked = 0;
+  bool hold = false;
+  f.rc->SetRelaunchAdvisor([&](AgentLaunch& launch) {
+    ++asked;
+    RelaunchAdvice advice;
+    if (hold) {
+      advice.hold = true;
+      advice.reason = "node n3 failed and no spare node left";
+      advice.failures.push_back({"n3", 1.0, launch.name, ""});
+      return advice;
+    }
+    launch.ranks[1].node = "n4";
+    launch.master_addr = "10.0.0.4";
+    advice.failures.push_back({"n2", 1.0, launch.name, "n4"});
+    return advice;
+  });
+  CHECK(asked == 0);  // not for the first launch
+  f.backend.KillAll("a");
+  f.rc->Tick();
+  f.clock.AdvanceSeconds(2.5);
+  f.rc->Tick();
+  REQUIRE(asked == 1);
+  REQUIRE(f.backend.launches.size() == 3);
+  CHECK(f.backend.launches.back().name == "a");
+  CHECK(f.backend.launches.back().ranks[1].node == "n4");
+  CHECK(f.backend.launches.back().master_addr == "10.0.0.4");
+  CHECK(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("b").restarts == 0);  // the other agent was not touched
+  REQUIRE(f.rc->status().node_failures.size() == 1);
+  CHECK(f.rc->status().node_failures[0].moved_to == "n4");
+  CHECK(f.rc->requeue_reason().empty());
+
+  // The next failure finds no spare: a is held, not relaunched, and the run
+  // is told to requeue.
+  hold = true;
+  f.backend.KillAll("a");
+  f.rc->Tick();
+  f.clock.AdvanceSeconds(2.5);
+  f.rc->Tick();
+  f.clock.AdvanceSeconds(100);
+  f.rc->Tick();
+  CHECK(asked == 2);
+  CHECK(f.backend.launches.size() == 3);
+  CHECK(f.A("a").state == AgentState::kRestarting);
+  CHECK(f.A("a").reason == "node n3 failed and no spare node left");
+  CHECK(f.rc->requeue_reason() == "node n3 failed and no spare node left");
+  CHECK(f.rc->status().node_failures.size() == 2);
+  f.rc->RequestStop("requeue");
+  f.backend.KillAll("b");
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kStopped);
+  CHECK(f.rc->Finished());
+}
+
 TEST_CASE("status.json round-trips through its JSON shape") {
   RunStatus s;
   s.run = "demo";
@@ -444,10 +504,12 @@ TEST_CASE("status.json round-trips through its JSON shape") {
   a.name = "predator-0";
   a.state = AgentState::kRestarting;
   a.restarts = 2;
-  a.ranks = {{0, 11, "localhost", std::nullopt}, {1, 12, "localhost", -9}};
+  a.ranks = {{0, 11, "n1", std::nullopt, 1764460031.5}, {1, 12, "n2", -9, std::nullopt}};
   a.last_checkpoint_step = 40;
   a.metrics = {{"loss", 1.5}};
   s.agents.push_back(a);
+  s.node_failures = {{"n3", 1764460040.0, "predator-0", "n4"}, {"n4", 1764460050.0, "prey-0", ""}};
+  s.requeue_reason = "node n4 failed and no spare node left";
   const auto j = RunStatusToJson(s);
   CHECK(j["agents"][0]["ranks"][0]["exit_code"].is_null());
   CHECK(j["agents"][0]["ranks"][1]["exit_code"] == -9);
@@ -457,7 +519,19 @@ TEST_CASE("status.json round-trips through its JSON shape") {
   CHECK(back->state == RunState::kFailed);
   CHECK(back->agents[0].ranks[1].exit_code == -9);
   CHECK(back->agents[0].last_checkpoint_step == 40);
-  CHECK(RenderStatusTable(*back).find("predator-0") != std::string::npos);
+  CHECK(back->agents[0].ranks[0].heard_unix_s == 1764460031.5);
+  CHECK_FALSE(back->agents[0].ranks[1].heard_unix_s);
+  REQUIRE(back->node_failures.size() == 2);
+  CHECK(back->node_failures[0].node == "n3");
+  CHECK(back->node_failures[0].moved_to == "n4");
+  CHECK(back->node_failures[1].moved_to.empty());
+  CHECK(back->requeue_reason == s.requeue_reason);
+  const std::string table = RenderStatusTable(*back);
+  CHECK(table.find("predator-0") != std::string::npos);
+  CHECK(table.find("n1 n2") != std::string::npos);  // the agent's nodes
+  CHECK(table.find("node n3 failed at 23:47:20 UTC: predator-0 moved to n4") != std::string::npos);
+  CHECK(table.find("prey-0 has no spare node left") != std::string::npos);
+  CHECK(table.find("requeue: node n4 failed") != std::string::npos);
 }
 
 }  // namespace agentrt

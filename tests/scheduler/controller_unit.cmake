@@ -21,3 +21,8 @@ agentrt_test(NAME scheduler_run_driver_test
   DEPS agentrt::scheduler
   LABELS unit
   TIMEOUT 60)
+agentrt_test(NAME scheduler_node_failover_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/node_failover_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)

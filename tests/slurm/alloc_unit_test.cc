@@ -135,6 +135,8 @@ TEST_CASE("allocation script: nodes, tasks, GPUs, signal, requeue, no secret, co
   // Two nodes: each asks for the most ranks the plan puts on one (2, on n1) plus the controller.
   CHECK(s.find("#SBATCH --ntasks-per-node=3\n") != std::string::npos);
   CHECK(s.find("#SBATCH --ntasks=") == std::string::npos);
+  // Several nodes: losing one must not end the job (the controller handles it).
+  CHECK(s.find("#SBATCH --no-kill\n") != std::string::npos);
   CHECK(s.find("#SBATCH --gres=gpu:2\n") != std::string::npos);
   CHECK(s.find("#SBATCH --signal=B:USR2@90\n") != std::string::npos);
   CHECK(s.find("#SBATCH --requeue\n") != std::string::npos);
@@ -154,4 +156,29 @@ TEST_CASE("allocation script: nodes, tasks, GPUs, signal, requeue, no secret, co
     at = end == std::string::npos ? s.size() : end + 1;
   }
   CHECK(commands == 1);
+}
+
+TEST_CASE("allocation script: spare nodes widen --nodes beyond the plan's --nodelist") {
+  Plan plan;
+  plan.run = "spares";
+  AgentPlan a;
+  a.name = "a";
+  a.ranks = 1;
+  a.placement = {{"n1", {0}, {0}}};
+  plan.agents = {a};
+  SlurmConfig slurm;
+  AllocScriptOptions options;
+  options.run_dir = "/runs/spares-1";
+  options.agentctl_path = "agentctl";
+  const std::string plain = AllocationScript(plan, slurm, options);
+  CHECK(plain.find("#SBATCH --nodes=1\n") != std::string::npos);
+  CHECK(plain.find("--no-kill") == std::string::npos);  // one node, no spare: SLURM's default
+  slurm.spare_nodes = 2;
+  const std::string s = AllocationScript(plan, slurm, options);
+  CHECK(s.find("#SBATCH --nodes=3\n#SBATCH --nodelist=n1\n") != std::string::npos);
+  CHECK(s.find("#SBATCH --no-kill\n") != std::string::npos);
+  CHECK(s.find("2 spare") != std::string::npos);
+  // Tasks per node, so that a spare can take the agent's ranks (and -n is not below -N).
+  CHECK(s.find("#SBATCH --ntasks-per-node=2\n") != std::string::npos);
+  CHECK(s.find("#SBATCH --ntasks=") == std::string::npos);
 }

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "common/file_util.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
+#include "scheduler/hostlist.h"
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
 #include "scheduler/local_backend.h"
@@ -197,25 +199,24 @@ int Run(const RunOptions& opts) {
                std::move(prepared->leases));
 }
 
-// How the other nodes of the allocation reach `node`: its NodeAddr from
-// scontrol, or the name itself when SLURM does not say.
-std::string NodeAddress(agentrt::slurm::CommandRunner& runner, const std::string& node) {
+// The nodes of this allocation (SLURM_JOB_NODELIST) as `scontrol show node -o`
+// describes them now: specs, addresses, whether each is up.
+agentrt::Result<std::vector<agentrt::SlurmNode>> AllocationNodes(
+    agentrt::slurm::CommandRunner& runner) {
   agentrt::slurm::SlurmClient slurm(runner);
-  auto text = slurm.ShowNodesText();
-  auto nodes = text.ok() ? agentrt::ParseScontrolNodes(*text)
-                         : agentrt::Result<std::vector<agentrt::SlurmNode>>(text.status());
-  if (nodes.ok()) {
-    for (const auto& n : *nodes) {
-      if (n.spec.name == node && !n.spec.addr.empty()) return n.spec.addr;
+  AGENTRT_ASSIGN_OR_RETURN(const std::string text, slurm.ShowNodesText());
+  AGENTRT_ASSIGN_OR_RETURN(std::vector<agentrt::SlurmNode> nodes,
+                           agentrt::ParseScontrolNodes(text));
+  const char* list = std::getenv("SLURM_JOB_NODELIST");
+  if (list == nullptr) return nodes;
+  AGENTRT_ASSIGN_OR_RETURN(const std::vector<std::string> mine, agentrt::ExpandHostlist(list));
+  std::vector<agentrt::SlurmNode> out;
+  for (const std::string& name : mine) {
+    for (const auto& n : nodes) {
+      if (n.spec.name == name) out.push_back(n);
     }
-  } else {
-    std::fputs(fmt::format("agentctl run: warning: cannot read node {}'s address ({}); agents "
-                           "reach the controller by its name\n",
-                           node, nodes.status().message())
-                   .c_str(),
-               stderr);
   }
-  return node;
+  return out;
 }
 
 // `--backend slurm-steps`: the batch shell of the allocation. The same driver,
@@ -250,22 +251,45 @@ int RunInAllocation(const RunOptions& opts) {
     if (a.backend == agentrt::GroupBackend::kMpi && a.ranks > 1) srun.mpi_agents.push_back(a.name);
   }
   auto backend = agentrt::slurm::MakeSrunBackend(agentrt::MakePosixSpawner(), runner.get(), srun);
-  // In an allocation spanning several nodes the bus listens on every interface
-  // and agents reach it by this node's name.
+  // In an allocation of several nodes the bus listens on every interface and
+  // telemetry on TCP, both at this node's NodeAddr (node names need not
+  // resolve on a cluster); an agent on a failed node moves to a spare one.
   agentrt::RunDriverOptions driver_options;
   driver_options.local_node = local_node;
-  bool multi_node = false;
+  auto allocation = AllocationNodes(*runner);
+  if (!allocation.ok()) {
+    std::fputs(("agentctl run: warning: cannot read the allocation's nodes (" +
+                allocation.status().message() + "); no node failover\n")
+                   .c_str(),
+               stderr);
+  }
+  bool multi_node = allocation.ok() && allocation->size() > 1;
   for (const auto& a : plan->agents) {
     for (const auto& p : a.placement)
       multi_node = multi_node || (!local_node.empty() && p.node != local_node);
   }
   if (multi_node) {
-    // Ranks elsewhere reach this node by its NodeAddr (node names need not
-    // resolve on a cluster), and heartbeat over TCP to it.
-    const std::string addr = NodeAddress(*runner, local_node);
+    std::string addr = local_node;
+    if (allocation.ok()) {
+      for (const auto& n : *allocation) {
+        if (n.spec.name == local_node && !n.spec.addr.empty()) addr = n.spec.addr;
+      }
+    }
     driver_options.bus_listen_host = "0.0.0.0";
     driver_options.bus_advertised_host = addr;
     driver_options.telemetry_host = addr;
+  }
+  if (multi_node && allocation.ok()) {
+    for (const auto& n : *allocation) driver_options.allocation_nodes.push_back(n.spec);
+    agentrt::slurm::CommandRunner* commands = runner.get();
+    driver_options.down_nodes = [commands]() -> agentrt::Result<std::set<std::string>> {
+      AGENTRT_ASSIGN_OR_RETURN(const auto nodes, AllocationNodes(*commands));
+      std::set<std::string> down;
+      for (const auto& n : nodes) {
+        if (!n.usable) down.insert(n.spec.name);
+      }
+      return down;
+    };
   }
   // Lease the ports this node serves (the bus, its agents'); a block another
   // run holds here moves, and plan.json is rewritten with it at start.

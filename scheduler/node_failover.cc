@@ -1,0 +1,85 @@
+#include "scheduler/node_failover.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+namespace agentrt {
+
+NodeFailover::NodeFailover(std::vector<NodeSpec> nodes) : nodes_(std::move(nodes)) {}
+
+const NodeSpec* NodeFailover::Find(const std::string& name) const {
+  for (const NodeSpec& n : nodes_) {
+    if (n.name == name) return &n;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> NodeFailover::Spares(const Plan& plan,
+                                              const std::set<std::string>& down) const {
+  std::set<std::string> used;
+  for (const AgentPlan& a : plan.agents) {
+    for (const Placement& p : a.placement) used.insert(p.node);
+  }
+  std::vector<std::string> out;
+  for (const NodeSpec& n : nodes_) {
+    if (!used.count(n.name) && !down.count(n.name) && !failed_.count(n.name)) out.push_back(n.name);
+  }
+  return out;
+}
+
+FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
+                                        const std::set<std::string>& down) {
+  failed_.insert(down.begin(), down.end());
+  FailoverDecision d;
+  AgentPlan* a = nullptr;
+  for (AgentPlan& candidate : plan.agents) {
+    if (candidate.name == agent) a = &candidate;
+  }
+  if (a == nullptr) return d;
+  for (const Placement& p : a->placement) {
+    if (failed_.count(p.node)) d.failed.push_back(p.node);
+  }
+  if (d.failed.empty()) return d;
+
+  std::vector<std::string> spares = Spares(plan, down);
+  std::vector<Placement> placement = a->placement;
+  for (Placement& p : placement) {
+    if (!failed_.count(p.node)) continue;
+    const size_t gpus = p.gpus.size();
+    const size_t ranks = p.ranks.size();
+    auto fits = [&](const std::string& name) {
+      const NodeSpec* n = Find(name);
+      return n != nullptr && static_cast<size_t>(n->gpus) >= gpus &&
+             (a->gpu_type.empty() || n->gpu_type == a->gpu_type) &&
+             (n->cpus <= 0 || static_cast<size_t>(n->cpus) >= ranks);
+    };
+    auto spare = std::find_if(spares.begin(), spares.end(), fits);
+    if (spare == spares.end()) {
+      d.kind = FailoverDecision::Kind::kNoSpare;
+      d.moved_to.clear();
+      d.reason = fmt::format(
+          "no spare node left for its {} rank(s){} of failed node {} ({} spare node(s) free)",
+          ranks,
+          gpus > 0 ? fmt::format(" and {} {}GPU(s)", gpus,
+                                 a->gpu_type.empty() ? "" : a->gpu_type + " ")
+                   : "",
+          p.node, spares.size());
+      return d;
+    }
+    d.moved_to.push_back(*spare);
+    p.node = *spare;
+    std::iota(p.gpus.begin(), p.gpus.end(), 0);
+    spares.erase(spare);
+  }
+  a->placement = std::move(placement);
+  a->ports.node = a->placement.front().node;
+  const NodeSpec* first = Find(a->ports.node);
+  a->master_addr = first != nullptr && !first->addr.empty() ? first->addr : a->ports.node;
+  d.kind = FailoverDecision::Kind::kMoved;
+  return d;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,63 @@
+// Moving an agent off a failed node (agentctl run --backend slurm with
+// `slurm.spare_nodes`).
+//
+// The allocation holds the plan's nodes and K spare ones. When the controller
+// is about to relaunch an agent after a failure and one of the agent's nodes
+// is down (SLURM says DOWN, DRAIN, FAIL or NOT_RESPONDING), only that agent is
+// re-planned: each of its failed nodes is replaced by a spare node of the
+// allocation that is up, holds no agent, and offers what the agent had there
+// (as many GPUs, of its gpu_type, and CPU slots for its ranks). Ranks per node
+// and the port block stay; the spare's GPUs are numbered from 0; MASTER_ADDR
+// follows the agent's first node. Agents on healthy nodes are not touched.
+// With no spare that fits, the decision is kNoSpare and the run requeues its
+// allocation (RunDriver), as on preemption.
+//
+// A node once seen down is never given to an agent again by this run's
+// controller, even if it comes back.
+//
+// Pure logic over the plan: tested with hand-made plans and node sets.
+// Not thread-safe.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plan/config.h"
+#include "plan/plan.h"
+
+namespace agentrt {
+
+struct FailoverDecision {
+  enum class Kind {
+    kStay,     // none of the agent's nodes is down: relaunch where it was
+    kMoved,    // the plan's entry of the agent now names spare nodes
+    kNoSpare,  // a node of the agent is down and no spare fits: requeue
+  };
+  Kind kind = Kind::kStay;
+  std::vector<std::string> failed;    // the agent's nodes that are down
+  std::vector<std::string> moved_to;  // kMoved: the spare that took failed[i]
+  std::string reason;                 // kNoSpare: why no spare fits
+};
+
+class NodeFailover {
+ public:
+  // `nodes`: every node of the allocation (the plan's and the spares).
+  explicit NodeFailover(std::vector<NodeSpec> nodes);
+
+  // The decision for agent `agent` of `plan` while `down` are down; kMoved
+  // rewrites the agent's placement, ports.node and master_addr in `plan`.
+  FailoverDecision Relocate(Plan& plan, const std::string& agent,
+                            const std::set<std::string>& down);
+
+  // Nodes of the allocation no agent of `plan` uses and none has seen fail.
+  std::vector<std::string> Spares(const Plan& plan, const std::set<std::string>& down) const;
+
+ private:
+  const NodeSpec* Find(const std::string& name) const;
+
+  std::vector<NodeSpec> nodes_;
+  std::set<std::string> failed_;
+};
+
+}  // namespace agentrt

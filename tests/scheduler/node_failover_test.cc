@@ -1,0 +1,102 @@
+// NodeFailover (scheduler/node_failover.h): which spare takes a failed node's
+// ranks, that nothing else moves, and when there is none.
+#include "scheduler/node_failover.h"
+
+#include <catch2/catch.hpp>
+
+namespace agentrt {
+namespace {
+
+NodeSpec Node(const std::string& name, int gpus, const std::string& type = "", int cpus = 8) {
+  NodeSpec n;
+  n.name = name;
+  n.gpus = gpus;
+  n.cpus = cpus;
+  n.addr = "10.0.0." + name.substr(1);
+  n.gpu_type = type;
+  return n;
+}
+
+AgentPlan Agent(const std::string& name, std::vector<Placement> placement) {
+  AgentPlan a;
+  a.name = name;
+  a.placement = std::move(placement);
+  for (const auto& p : a.placement) {
+    a.ranks += static_cast<int>(p.ranks.size());
+    a.gpus += static_cast<int>(p.gpus.size());
+  }
+  a.ports = {a.placement.front().node, 20016, 20031};
+  a.master_addr = "10.0.0." + a.placement.front().node.substr(1);
+  return a;
+}
+
+// n1: steady (1 GPU); n2+n3: wide (2 ranks on each, GPUs 0-1); spares n4, n5.
+Plan MakePlan() {
+  Plan p;
+  p.run = "t";
+  p.agents = {Agent("steady", {{"n1", {0}, {0}}}),
+              Agent("wide", {{"n2", {0, 1}, {0, 1}}, {"n3", {0, 1}, {2, 3}}})};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("an agent on a failed node takes a spare; its other nodes, ports and peers stay") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 2), Node("n5", 2)});
+  Plan plan = MakePlan();
+  CHECK(f.Spares(plan, {}) == std::vector<std::string>{"n4", "n5"});
+
+  // steady's node is fine: it stays.
+  const FailoverDecision stay = f.Relocate(plan, "steady", {"n2"});
+  CHECK(stay.kind == FailoverDecision::Kind::kStay);
+  CHECK(plan.agents[0].placement.front().node == "n1");
+
+  const FailoverDecision d = f.Relocate(plan, "wide", {"n2"});
+  REQUIRE(d.kind == FailoverDecision::Kind::kMoved);
+  CHECK(d.failed == std::vector<std::string>{"n2"});
+  CHECK(d.moved_to == std::vector<std::string>{"n4"});
+  const AgentPlan& wide = plan.agents[1];
+  REQUIRE(wide.placement.size() == 2);
+  CHECK(wide.placement[0].node == "n4");
+  CHECK(wide.placement[0].ranks == std::vector<int>{0, 1});
+  CHECK(wide.placement[0].gpus == std::vector<int>{0, 1});
+  CHECK(wide.placement[1].node == "n3");  // the healthy node keeps its ranks
+  CHECK(wide.ports.node == "n4");
+  CHECK(wide.ports.first == 20016);  // same block
+  CHECK(wide.master_addr == "10.0.0.4");
+  CHECK(plan.agents[0].placement.front().node == "n1");
+  CHECK(f.Spares(plan, {"n2"}) == std::vector<std::string>{"n5"});
+}
+
+TEST_CASE("a failed node is never handed out again, even when SLURM says it is back") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 2), Node("n5", 2)});
+  Plan plan = MakePlan();
+  REQUIRE(f.Relocate(plan, "wide", {"n3"}).kind == FailoverDecision::Kind::kMoved);
+  CHECK(plan.agents[1].placement[1].node == "n4");
+  // n3 is back up, then n1 fails: steady goes to n5, not to n3.
+  const FailoverDecision d = f.Relocate(plan, "steady", {"n1"});
+  REQUIRE(d.kind == FailoverDecision::Kind::kMoved);
+  CHECK(d.moved_to == std::vector<std::string>{"n5"});
+  CHECK(f.Spares(plan, {}).empty());
+}
+
+TEST_CASE("no spare that fits: the decision says so, and the plan is left as it was") {
+  // The only spare has one GPU, of another type; wide needs two on each node.
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 1, "b200")});
+  Plan plan = MakePlan();
+  plan.agents[1].gpu_type = "h100";
+  const Plan before = plan;
+  const FailoverDecision d = f.Relocate(plan, "wide", {"n2", "n3"});
+  REQUIRE(d.kind == FailoverDecision::Kind::kNoSpare);
+  CHECK(d.failed == std::vector<std::string>{"n2", "n3"});
+  CHECK_THAT(d.reason, Catch::Contains("no spare node left") && Catch::Contains("n2") &&
+                           Catch::Contains("2 h100 GPU(s)") && Catch::Contains("1 spare"));
+  CHECK(PlanToJsonString(plan) == PlanToJsonString(before));
+
+  // A spare with too few CPU slots for the ranks does not fit either.
+  NodeFailover small({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 2, "", 1)});
+  Plan p2 = MakePlan();
+  CHECK(small.Relocate(p2, "wide", {"n2"}).kind == FailoverDecision::Kind::kNoSpare);
+}
+
+}  // namespace agentrt
