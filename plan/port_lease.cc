@@ -174,9 +174,23 @@ std::vector<std::string> PortLeases::HolderRuns(int port) const {
 Status PortLeases::AcquireForRun(int first, int last) {
   Status s = Acquire(first, last);
   if (s.ok() || s.code() != StatusCode::kAlreadyExists) return s;
-  for (int port = first; port <= last; ++port) {
+  auto ours = [this](int port) {
     const std::vector<std::string> runs = HolderRuns(port);
-    if (std::find(runs.begin(), runs.end(), owner_) == runs.end()) return s;
+    return std::find(runs.begin(), runs.end(), owner_) != runs.end();
+  };
+  // The stretches the run does not hold yet, each leased here.
+  std::vector<std::pair<int, int>> taken;
+  for (int port = first; port <= last; ++port) {
+    if (ours(port)) continue;
+    int end = port;
+    while (end < last && !ours(end + 1)) ++end;
+    Status part = Acquire(port, end);
+    if (!part.ok()) {
+      for (const auto& [a, b] : taken) (void)Release(a, b);
+      return part;
+    }
+    taken.emplace_back(port, end);
+    port = end;
   }
   return Status::Ok();
 }

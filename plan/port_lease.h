@@ -48,10 +48,11 @@ class PortLeases {
   // AlreadyExists naming the port and, when known, the run and pid holding it;
   // an errno status when the lock file cannot be locked at all.
   Status Acquire(int first, int last);
-  // Acquire, except that a range this object's run (its `owner`) already
-  // holds from another process on this machine, every port of it, counts as
-  // leased: the rank wrapper of a SLURM step on the controller's own node
-  // finds its agent's block held by the controller. Not added to held().
+  // Acquire, except that ports of the range this object's run (its `owner`)
+  // already holds from another process on this machine count as leased (not
+  // added to held()); the others are leased here, all or none: the rank
+  // wrapper of a SLURM step finds its agent's block, or the bus port inside
+  // it, held by the run's controller on the same machine.
   Status AcquireForRun(int first, int last);
   // Releases a range leased by Acquire (exactly as it was acquired).
   Status Release(int first, int last);

@@ -90,9 +90,13 @@ struct AgentProcessExit {
   pid_t pid = 0;
   int exit_code = 0;
   int term_signal = 0;
+  // Not empty when the launcher exited 0 but ranks did not end cleanly (srun
+  // after a node failure): what happened to them. Such an exit is a failure.
+  std::string lost;
 
-  bool success() const { return term_signal == 0 && exit_code == 0; }
-  // "exited with code 3" / "was killed by SIGKILL (signal 9)".
+  bool success() const { return term_signal == 0 && exit_code == 0 && lost.empty(); }
+  // "exited with code 3" / "was killed by SIGKILL (signal 9)" / "exited with
+  // code 0 but lost rank 2: ...".
   std::string Describe() const;
 };
 

@@ -63,9 +63,9 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
       d.reason = fmt::format(
           "no spare node left for its {} rank(s){} of failed node {} ({} spare node(s) free)",
           ranks,
-          gpus > 0 ? fmt::format(" and {} {}GPU(s)", gpus,
-                                 a->gpu_type.empty() ? "" : a->gpu_type + " ")
-                   : "",
+          gpus > 0
+              ? fmt::format(" and {} {}GPU(s)", gpus, a->gpu_type.empty() ? "" : a->gpu_type + " ")
+              : "",
           p.node, spares.size());
       return d;
     }

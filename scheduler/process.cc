@@ -253,6 +253,9 @@ std::string DescribeExit(int exit_code, int term_signal) {
   return "exited with code " + std::to_string(exit_code);
 }
 
-std::string AgentProcessExit::Describe() const { return DescribeExit(exit_code, term_signal); }
+std::string AgentProcessExit::Describe() const {
+  const std::string how = DescribeExit(exit_code, term_signal);
+  return lost.empty() ? how : how + " but " + lost;
+}
 
 }  // namespace agentrt

@@ -187,8 +187,11 @@ RUN_DIR={run_dir}
 
 # An address left by an earlier bus would send agents to the wrong place.
 rm -f {address}
+# Advertise this node's address as SLURM knows it (NodeAddr): node names need
+# not resolve on every node. Without scontrol's answer, the host name.
+addr=$(scontrol show node "${{SLURMD_NODENAME:-}}" -o 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2 || true)
 exec {bus} --plan {plan} --secret-file {secret} \
-  --port 0 --address-file {address}
+  --port 0 --address-file {address} ${{addr:+--advertise-host "$addr"}}
 )sh",
       fmt::arg("run", plan.run), fmt::arg("logs", logs), fmt::arg("common", common),
       fmt::arg("run_dir", run_dir), fmt::arg("bus", Quote(options.bus_path)),

@@ -46,7 +46,31 @@ std::string SignalName(int sig) {
 struct Step {
   pid_t pid = 0;  // the local srun; 0 when it has exited
   std::string log_dir;
+  int ranks = 0;
+  int restart_count = 0;
 };
+
+// After srun exited 0: every rank must have left a clean exit record (the
+// wrapper writes one however the program ends). srun also exits 0 when SLURM
+// removed a failed node from the job (--no-kill); then its ranks there left
+// none. Returns "" when every rank ended cleanly, else what was lost.
+std::string LostRanks(const Step& step) {
+  std::vector<bool> clean(static_cast<size_t>(step.ranks), false);
+  for (const RankExit& r : ReadRankExits(step.log_dir, step.restart_count)) {
+    if (r.rank >= 0 && r.rank < step.ranks && r.signal == 0 && r.exit_code == 0)
+      clean[static_cast<size_t>(r.rank)] = true;
+  }
+  std::string missing;
+  for (int r = 0; r < step.ranks; ++r) {
+    if (!clean[static_cast<size_t>(r)]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (missing.empty()) return "";
+  std::string said = ReadWholeFile(step.log_dir + "/srun.log", 1 << 20).value_or("");
+  const size_t at = said.rfind("error:");
+  said = at == std::string::npos ? "" : said.substr(at, said.find('\n', at) - at);
+  return "rank(s) " + missing + " left no clean exit record" +
+         (said.empty() ? std::string() : " (srun " + said + ")");
+}
 
 class SrunBackend final : public LaunchBackend {
  public:
@@ -78,7 +102,8 @@ class SrunBackend final : public LaunchBackend {
     auto pid = spawner_->Spawn(req);
     if (!pid.ok()) return pid.status().WithContext("agent " + agent.name + ": srun");
 
-    steps_[agent.name] = Step{*pid, agent.log_dir};
+    steps_[agent.name] =
+        Step{*pid, agent.log_dir, static_cast<int>(agent.ranks.size()), agent.restart_count};
     owner_[*pid] = agent.name;
     LaunchedAgent launched;
     launched.process_group = *pid;
@@ -123,6 +148,7 @@ class SrunBackend final : public LaunchBackend {
       x.exit_code = e.exit_code;
       x.term_signal = e.term_signal;
       auto step = steps_.find(owner->second);
+      if (step != steps_.end() && x.success()) x.lost = LostRanks(step->second);
       if (step != steps_.end() && step->second.pid == e.pid) step->second.pid = 0;
       owner_.erase(owner);
       out.push_back(x);

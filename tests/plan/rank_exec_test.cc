@@ -121,6 +121,27 @@ TEST_CASE("the run's own controller holding the block on this node counts as lea
   CHECK(Wait(partly.pid) == 2);
 }
 
+TEST_CASE("a block the run's controller holds only part of (its bus port) is leased for the rest") {
+  Scratch s;
+  auto controller = PortLeases::Open("/runs/mine", s.path + "/leases");
+  REQUIRE(controller.ok());
+  REQUIRE((*controller)->Acquire(31000, 31000).ok());  // the bus, inside the agent's block
+  Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31007", "--", "/bin/sleep", "30"});
+  // While the rank runs, its wrapper holds 31001-31007: another run cannot have them.
+  auto other = PortLeases::Open("/runs/other", s.path + "/leases");
+  REQUIRE(other.ok());
+  bool held = false;
+  for (int i = 0; i < 200 && !held; ++i) {
+    held = !(*other)->Free(31001, 31007);
+    if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  CHECK(held);
+  CHECK_FALSE((*other)->Free(31007, 31007));
+  ::kill(w.pid, SIGKILL);
+  Wait(w.pid);
+  CHECK((*other)->Free(31001, 31007));
+}
+
 TEST_CASE("--lease-ports must be a port range") {
   Scratch s;
   Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000", "--", "/bin/true"});

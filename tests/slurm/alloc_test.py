@@ -170,7 +170,8 @@ def scenario_complete(work):
 
 
 def checkpointed(rdir, agents):
-    return all(glob.glob(os.path.join(rdir, "checkpoints", a, "*")) for a in agents)
+    return all(glob.glob(os.path.join(rdir, "checkpoints", a, "step-*", "manifest.json"))
+               for a in agents)
 
 
 def scenario_preempt(work):

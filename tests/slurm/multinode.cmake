@@ -5,3 +5,9 @@ agentrt_script_test(NAME slurm_multinode_cluster_test
   LABELS slurm
   TIMEOUT 240)
 set_tests_properties(slurm_multinode_cluster_test PROPERTIES SKIP_RETURN_CODE 77)
+# Agents across nodes and node failover (slurm.spare_nodes) on its own 5-node cluster.
+agentrt_script_test(NAME slurm_node_failover_test
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/node_failover_test.sh
+  LABELS slurm fault
+  TIMEOUT 420)
+set_tests_properties(slurm_node_failover_test PROPERTIES SKIP_RETURN_CODE 77)

@@ -5,30 +5,15 @@
 # one task per node, each with its node's name, hostname and address; PMIx
 # ranks span two nodes; a batch job's inner srun reaches both of its nodes; the
 # stock PyTorch DDP example trains as one agent over two nodes through
-# `agentctl run --backend slurm`; start.sh again is a no-op; stop.sh leaves no daemon, namespace or link behind.
+# `agentctl run --backend slurm`; job-array tasks on two nodes reach the bus job
+# by its node's address; start.sh again is a no-op; stop.sh leaves no daemon,
+# namespace or link behind.
 # Its own cluster, beside the single-node one scripts/test.sh starts.
 # Skips (77) where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
 set -uo pipefail
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-src=${AGENTRT_SOURCE_DIR:?}
-if [ "$(id -u)" -ne 0 ] || ! ip netns add "agentrt-probe-$$" 2>/dev/null; then
-  echo "multinode_cluster_test: skipped: cannot create network namespaces here (needs root and CAP_NET_ADMIN)"
-  exit 77
-fi
-ip netns del "agentrt-probe-$$"
-state=$(mktemp -d /tmp/agentrt-multinode.XXXXXX)
-cleanup() {
-  "$src/slurm/testcluster/stop.sh" "$state" >/dev/null 2>&1
-  rm -rf "$state"
-}
-trap cleanup EXIT
-
-"$src/slurm/testcluster/start.sh" "$state" --nodes 3 --gpus 2 --cpus 4 --gpu-types h100,b200 \
-  || fail "start.sh --nodes 3 failed"
-# shellcheck disable=SC1091
-source "$state/env.sh"
-tag=$(printf '%s' "$state" | md5sum | cut -c1-4)
+# shellcheck source=slurm/testcluster/multinode_lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
+start_cluster 3 --gpus 2 --cpus 4 --gpu-types h100,b200
 
 # 1. Three nodes, idle, two GPUs each: h100 on n1 and n3, b200 on n2.
 for nt in n1:h100 n2:b200 n3:h100; do
@@ -46,7 +31,7 @@ echo "$out"
 [ "$(wc -l <<<"$out")" -eq 3 ] || fail "srun -N3 -n3 printed $(wc -l <<<"$out") lines, not 3"
 while read -r name host addr; do
   [ "$name" = "$host" ] || fail "task on $name has hostname $host"
-  want=$(timeout 10 scontrol show node "$name" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+  want=$(node_addr "$name")
   [ "${addr%/*}" = "$want" ] || fail "task on $name runs on address $addr, the node's is $want"
 done <<<"$out"
 [ "$(cut -d' ' -f1 <<<"$out" | sort -u | tr '\n' ' ')" = "n1 n2 n3 " ] || fail "tasks did not land on n1, n2, n3"
@@ -66,10 +51,7 @@ ranks=$(timeout 60 srun -N2 -n4 --mpi=pmix -t 1 bash -c 'echo "$PMIX_RANK $SLURM
 # 5. A batch job on two nodes: its script runs on the first, its srun reaches both.
 job=$(timeout 20 sbatch --parsable -N2 -t 1 -o "$state/job.out" --wrap 'srun -N2 -n2 hostname') \
   || fail "sbatch -N2 failed"
-for _ in $(seq 300); do
-  [ -z "$(timeout 5 squeue -h -j "$job" 2>/dev/null)" ] && break
-  sleep 0.2
-done
+wait_job_gone "$job"
 [ "$(sort "$state/job.out" | tr '\n' ' ')" = "n1 n2 " ] || fail "the batch job's srun printed '$(cat "$state/job.out")'"
 
 # 6. The stock PyTorch DDP example (gloo) as one agent over two nodes, unchanged:
@@ -116,7 +98,7 @@ agents:
 YAML
 (cd "$state/envs" && timeout 120 "${AGENTRT_BIN_DIR:?}/agentctl" run agents.yaml --backend slurm --quiet \
   >"$state/envs/run.log" 2>&1) || { cat "$state/envs/run.log"; fail "the 2-node env agent failed"; }
-n1_addr=$(timeout 10 scontrol show node n1 -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+n1_addr=$(node_addr n1)
 seen=$(cat "$state"/envs/runs/envs-*/logs/wide/rank*.log | grep '^RANKENV' | sort)
 echo "$seen"
 want=$(printf 'RANKENV 0 n1 %s eth0 eth0\nRANKENV 1 n1 %s eth0 eth0\nRANKENV 2 n2 %s eth0 eth0\nRANKENV 3 n2 %s eth0 eth0' \
@@ -150,6 +132,41 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "fast asks for gpu_type 'a100'" <<<"$refused" && grep -q "b200 (1 node)" <<<"$refused" \
   && grep -q "h100 (2 nodes)" <<<"$refused" || fail "an impossible gpu_type: rc $rc, '$refused'"
 echo "gpu_type: b200 ran on n2; a100 refused: $refused"
+
+# Job arrays across nodes: each agent needs a whole node (2 GPUs), so its
+# array task runs on a node of its own; both reach the bus job, which
+# advertises its node's NodeAddr (node names do not resolve here), and each
+# trains against the other's policy snapshots.
+mkdir -p "$state/arrays"
+cat >"$state/arrays/agents.yaml" <<YAML
+run: {name: arrays, dir: $state/arrays/runs}
+slurm: {time: "00:05:00"}
+agents:
+  - {name: predator, gpus: 2, backend: mpi, command: [${AGENTRT_BIN_DIR:?}/agent-worker],
+     args: {env: pursuit, role: predator, algo: ppo, steps: 20000, num_envs: 8, rollout_steps: 64,
+            snapshot_every: 1, eval_episodes: 30}}
+  - {name: prey, gpus: 2, backend: mpi, command: [${AGENTRT_BIN_DIR:?}/agent-worker],
+     args: {env: pursuit, role: prey, algo: ppo, steps: 20000, num_envs: 8, rollout_steps: 64,
+            snapshot_every: 1}}
+channels:
+  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: results, publishers: ["*"], subscribers: ["*"]}
+YAML
+arun=$state/arrays/run
+(cd "$state/arrays" && timeout 60 "${AGENTRT_BIN_DIR:?}/agentctl" sbatch agents.yaml -o "$arun" --submit \
+  >"$state/arrays/submit.log" 2>&1) || { cat "$state/arrays/submit.log"; fail "agentctl sbatch --submit failed"; }
+for j in $(cat "$arun/arrays.jobids"); do wait_job_gone "$j"; done
+bus_addr=$(grep -ho 'agentrt-bus: serving on [^ ]*' "$arun"/logs/arrays-bus-*.out | awk '{print $4}')
+[[ "$bus_addr" =~ ^10\.211\.[0-9]+\.[0-9]+:[0-9]+$ ]] || fail "the bus job advertised '$bus_addr', not its node's address"
+pred_log=$(grep -h "^agent-worker predator" "$arun"/logs/arrays-gpu2-*.out)
+prey_log=$(grep -h "^agent-worker prey" "$arun"/logs/arrays-gpu2-*.out)
+grep -q "against prey prey@update" <<<"$pred_log" \
+  || { tail -n 20 "$arun"/logs/*.out; fail "the predator's array task did not receive the prey's policy over the bus"; }
+grep -q "subscribed to the policies of" <<<"$prey_log" || fail "the prey's array task did not reach the bus"
+nodes=$(for j in $(cat "$arun/arrays.jobids"); do timeout 10 scontrol show job "$j" -o; done \
+  | grep -o ' NodeList=[^ ]*' | cut -d= -f2 | sort -u | tr '\n' ' ')
+[ "$(wc -w <<<"$nodes")" -eq 2 ] || fail "the two array tasks did not run on two nodes: '$nodes'"
+echo "job arrays over nodes $nodes, bus at $bus_addr: $(grep -o 'against prey prey@update[0-9]*' <<<"$pred_log")"
 
 # 7. start.sh again changes nothing.
 again=$("$src/slurm/testcluster/start.sh" "$state" --nodes 3 2>&1) || fail "start.sh again failed: $again"

@@ -86,6 +86,9 @@ TEST_CASE("agents of the same resource shape become one job array each") {
              Catch::Contains("/opt/agentrt/bin/agentrt-bus --plan /runs/pp/plan.json "
                              "--secret-file /runs/pp/secrets/run.secret"));
   CHECK_THAT(set->bus_script, Catch::Contains("--address-file /runs/pp/bus.address"));
+  // The bus advertises its node's NodeAddr (node names need not resolve everywhere).
+  CHECK_THAT(set->bus_script,
+             Catch::Contains("NodeAddr") && Catch::Contains("--advertise-host \"$addr\""));
   CHECK_THAT(set->submit_script,
              Catch::Contains("--dependency=after:\"$bus\" \"$RUN_DIR/array-gpu2-rank2.sbatch\""));
   CHECK_THAT(

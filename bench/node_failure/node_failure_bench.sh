@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# bench_node_failure: a node dies under a running job; how long until work
+# resumes? On a 4-node test cluster (slurm/testcluster/start.sh, network
+# namespaces), fresh for every repetition:
+#   agentrt:  `agentctl run --backend slurm` with slurm.spare_nodes: 1 and two
+#             agent-worker agents, `keep` on n1 and `move` on n2. n2 dies (its
+#             slurmd and every process in its namespace killed, the node marked
+#             down). Figure: the kill to `move` training again on the spare
+#             (its restore report: it has resumed from its checkpoint).
+#   anchor:   SLURM's own answer: a plain `sbatch --requeue -N2` job running the
+#             same two ranks with srun; its second node dies the same way; SLURM
+#             requeues the whole job. Figure: the kill to both ranks running again.
+#   also:     the steps `keep` lost (0 when it was never restarted), against
+#             the steps a whole-job requeue would have cost it (those since its
+#             last checkpoint at the moment of the kill).
+# The test cluster sets SLURM's requeue hold (cred_expire) to 10 s, not the
+# default 120 s: the anchor is faster here than on a stock SLURM.
+# Medians over --reps N (default 3). Prints one JSON line per figure.
+# Needs root (network namespaces); says "skipped" and exits 0 otherwise.
+set -uo pipefail
+reps=3
+[ "${1:-}" = "--reps" ] && reps=${2:?}
+MULTINODE_SKIP_CODE=0
+# shellcheck source=slurm/testcluster/multinode_lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
+bin=${AGENTRT_BIN_DIR:?}
+py=/usr/bin/python3
+work=$(mktemp -d /tmp/agentrt-bench-nodefail.XXXXXX)
+trap 'cleanup; rm -rf "$work"' EXIT
+now() { date +%s.%N; }
+fresh_cluster() {
+  "$src/slurm/testcluster/stop.sh" "$state" >/dev/null 2>&1
+  rm -rf "$state" && mkdir -p "$state"
+  start_cluster 4 --gpus 1 --cpus 4 >/dev/null
+}
+kill_node() {  # NODE: everything in its namespace, then SLURM marks it down
+  # shellcheck disable=SC2046
+  kill -KILL $(ip netns pids "art$tag-$1") 2>/dev/null
+  timeout 10 scontrol update nodename="$1" state=down reason=bench-killed >/dev/null
+}
+# status EXPR: evaluates a Python expression over RUN's status (A: agents by name).
+status() {
+  "$bin/agentctl" status "$run" --json 2>/dev/null | $py -c "
+import json, sys
+S = json.load(sys.stdin); A = {a['name']: a for a in S['agents']}
+v = ($1)
+print(v if not isinstance(v, bool) else int(v))" 2>/dev/null
+}
+wait_status() {  # SECONDS EXPR
+  local deadline=$((SECONDS + $1))
+  until [ "$(status "$2")" = 1 ]; do
+    [ $SECONDS -lt "$deadline" ] || fail "not within $1 s: $2"
+    sleep 0.05
+  done
+}
+
+agentrt_s=() anchor_s=() lost=() would_lose=()
+for ((r = 0; r < reps; ++r)); do
+  fresh_cluster
+  # --- agentrt
+  mkdir -p "$work/a$r"
+  cat >"$work/a$r/agents.yaml" <<YAML
+run: {name: nodefail, dir: $work/a$r/runs}
+slurm: {spare_nodes: 1}
+defaults:
+  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}
+  checkpoint: {interval_s: 2, keep_last: 3}
+agents:
+  - {name: keep, gpus: 1, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
+  - {name: move, gpus: 1, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
+YAML
+  out=$(cd "$work/a$r" && "$bin/agentctl" run agents.yaml --backend slurm --detach 2>&1) || fail "submit: $out"
+  job=$(grep -o 'submitted job [0-9]*' <<<"$out" | awk '{print $3}')
+  run=$(ls -d "$work/a$r"/runs/nodefail-*)
+  wait_status 90 "all(a['state'] == 'running' and a['last_checkpoint_step'] is not None for a in A.values())"
+  victim=$(status "A['move']['ranks'][0]['node']")
+  keep_node=$(status "A['keep']['ranks'][0]['node']")
+  [ "$victim" != "$keep_node" ] || fail "keep and move share node $victim"
+  t0=$(now)
+  kill_node "$victim"
+  keep_step=$(status "A['keep']['step']")
+  keep_ckpt=$(status "A['keep']['last_checkpoint_step']")
+  wait_status 120 "A['move']['restarts'] >= 1 and A['move']['state'] == 'running' and (A['move']['restored_step'] or -1) >= 0 and A['move']['ranks'][0]['node'] != '$victim'"
+  t1=$(now)
+  agentrt_s+=("$(awk "BEGIN {print $t1 - $t0}")")
+  [ "$(status "A['keep']['restarts']")" = 0 ] && [ "$(status "A['keep']['step'] > $keep_step")" = 1 ] \
+    && lost+=(0) || lost+=("$((keep_step - $(status "A['keep']['restored_step'] or 0")))")
+  would_lose+=("$((keep_step - keep_ckpt))")
+  timeout 10 scancel "$job"
+  wait_job_gone "$job"
+
+  # --- anchor: plain SLURM, requeue of the whole job
+  mkdir -p "$work/p$r/seen"
+  cat >"$work/p$r/rank.sh" <<'SH'
+#!/bin/bash
+f="$1/${SLURM_RESTART_COUNT:-0}.$SLURM_PROCID"
+echo "$(date +%s.%N) $SLURMD_NODENAME" >"$f.tmp" && mv "$f.tmp" "$f.start"
+exec sleep 1000
+SH
+  cat >"$work/p$r/plain.sbatch" <<SH
+#!/bin/bash
+#SBATCH --job-name=plain -N2 --ntasks-per-node=1 --gres=gpu:1 --requeue
+#SBATCH --output=$work/p$r/plain-%j.out --open-mode=append
+srun -N2 -n2 bash $work/p$r/rank.sh $work/p$r/seen
+SH
+  pjob=$(timeout 20 sbatch --parsable "$work/p$r/plain.sbatch") || fail "sbatch of the anchor failed"
+  wait_until 60 "the anchor's two ranks to start" sh -c "[ \$(ls $work/p$r/seen/0.*.start 2>/dev/null | wc -l) -eq 2 ]"
+  pvictim=$(awk '{print $2}' "$work/p$r/seen/0.1.start")
+  t0=$(now)
+  kill_node "$pvictim"
+  wait_until 180 "SLURM to requeue the anchor and start both ranks again" \
+    sh -c "[ \$(ls $work/p$r/seen/1.*.start 2>/dev/null | wc -l) -eq 2 ]"
+  t1=$(cat "$work/p$r"/seen/1.*.start | awk '{print $1}' | sort -n | tail -1)
+  anchor_s+=("$(awk "BEGIN {print $t1 - $t0}")")
+  timeout 10 scancel "$pjob"
+  wait_job_gone "$pjob"
+  echo "rep $r: agentrt ${agentrt_s[-1]} s (move left $victim), SLURM requeue ${anchor_s[-1]} s; keep lost ${lost[-1]} steps (a requeue: ${would_lose[-1]})" >&2
+done
+
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+a=$(median "${agentrt_s[@]}")
+p=$(median "${anchor_s[@]}")
+l=$(median "${lost[@]}")
+w=$(median "${would_lose[@]}")
+printf '{"bench":"node_failure","metric":"node_death_to_agent_training_again","value":%.3f,"unit":"s","anchor":"SLURM requeue of the whole job to all ranks running again (requeue hold 10 s)","anchor_value":%.3f,"ratio":%.3f}\n' \
+  "$a" "$p" "$(awk "BEGIN {print $a / $p}")"
+printf '{"bench":"node_failure","metric":"untouched_agent_steps_lost","value":%d,"unit":"env steps","anchor":"steps since its last checkpoint, lost to a whole-job requeue","anchor_value":%d,"ratio":%.3f}\n' \
+  "$l" "$w" "$(awk "BEGIN {print $l / ($w + 0.000001)}")"
