@@ -431,6 +431,8 @@ std::string RunController::Summary() const {
     const std::string note = RestoreNote(s);
     if (!note.empty()) notes += note + "\n";
   }
+  for (const NodeFailure& f : status_.node_failures) notes += NodeFailureNote(f) + "\n";
+  if (!status_.requeue_reason.empty()) notes += "requeue: " + status_.requeue_reason + "\n";
   if (status_.state == RunState::kSucceeded) return notes;
   std::string out;
   int failed = 0, stopped = 0;

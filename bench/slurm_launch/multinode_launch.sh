@@ -5,7 +5,8 @@
 # rank heartbeating (its first telemetry at the controller: the send time of
 # the latest rank's "hello", from `agentctl status --json`), against a plain
 # `sbatch -N4` whose script srun-s the same two groups of 4 ranks (each rank
-# notes when it started). Medians over --reps N (default 5), alternating.
+# notes when it started). Medians over --reps N (default 5), alternating; each
+# submission waits for every node to be idle first.
 # Needs root (network namespaces); says "skipped" and exits 0 otherwise.
 set -uo pipefail
 reps=5
@@ -60,6 +61,7 @@ for ((r = 0; r < reps; ++r)); do
   agentrt_s+=("$(awk "BEGIN {print $t1 - $t0}")")
   timeout 10 scancel "$job"
   wait_job_gone "$job"
+  wait_nodes_idle
 
   rm -rf "$work/seen" && mkdir -p "$work/seen"
   t0=$(now)
@@ -68,6 +70,7 @@ for ((r = 0; r < reps; ++r)); do
   t1=$(cat "$work"/seen/*.start | sort -n | tail -1)
   plain_s+=("$(awk "BEGIN {print $t1 - $t0}")")
   wait_job_gone "$pjob"
+  wait_nodes_idle
   echo "rep $r: agentctl run --backend slurm ${agentrt_s[-1]} s, plain sbatch+srun ${plain_s[-1]} s" >&2
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }

@@ -47,3 +47,9 @@ wait_until() {
 wait_job_gone() {
   wait_until 60 "job $1 to end" sh -c "[ -z \"\$(timeout 5 squeue -h -j $1 2>/dev/null)\" ]"
 }
+
+# Waits (at most 60 s) until every node is idle: a job that just ended may leave
+# its nodes completing for a few seconds, which would delay the next one.
+wait_nodes_idle() {
+  wait_until 60 "every node to be idle" sh -c '[ "$(timeout 5 sinfo -h -N -o %T | sort -u)" = idle ]'
+}

@@ -494,6 +494,10 @@ TEST_CASE("before a relaunch the advisor may move the agent, or hold it for a re
   f.rc->Tick();
   CHECK(f.A("a").state == AgentState::kStopped);
   CHECK(f.rc->Finished());
+  const std::string summary = f.rc->Summary();
+  CHECK_THAT(summary, Catch::Contains("node n2 failed at") && Catch::Contains("a moved to n4") &&
+                          Catch::Contains("node n3 failed at") &&
+                          Catch::Contains("requeue: node n3 failed and no spare node left"));
 }
 
 TEST_CASE("status.json round-trips through its JSON shape") {
