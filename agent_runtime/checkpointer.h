@@ -89,7 +89,8 @@ struct CheckpointOptions {
   // Called by Restore() with its outcome, on rank 0 (telemetry: the
   // controller says when an agent started fresh past corrupt checkpoints).
   std::function<void(const RestoreResult& result)> on_restore;
-  // This process's launch (AGENTRT_INCARNATION). When set, every save checks
+  // This process's launch (the fence's id when it started, plan/fence.h;
+  // Runtime sets it). When set, every save checks
   // the directory's fence (plan/fence.h) before it writes and rank 0 again
   // before it commits: a superseded incarnation's save fails
   // (FailedPrecondition "fenced: ...") and writes no manifest.

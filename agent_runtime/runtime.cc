@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "comms/auth.h"
+#include "plan/fence.h"
 #include "plan/run_dir.h"
 
 namespace agentrt {
@@ -56,7 +57,13 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, Runtim
   c.agent = a.agent;
   c.rank = a.rank;
   c.world_size = a.world_size;
-  c.incarnation = a.incarnation;
+  // The launcher fenced the directory for this launch just before starting
+  // it: the id found there now is this incarnation's (plan/fence.h).
+  if (c.incarnation.empty() && !a.telemetry.empty()) {
+    auto fence = ReadCheckpointFence(a.ckpt_dir);
+    if (!fence.ok()) return fence.status().WithContext(where + "checkpoint fence");
+    if (*fence) c.incarnation = **fence;
+  }
   if (c.interval_s < 0) c.interval_s = me.checkpoint.interval_s;
   if (c.keep_last <= 0) c.keep_last = me.checkpoint.keep_last;
   Runtime* self = rt.get();

@@ -82,7 +82,6 @@ std::map<std::string, std::string> AgentEnv::ToVariables(bool with_rank) const {
   v["AGENTRT_TOKEN_FILE"] = token_file;
   v["AGENTRT_TELEMETRY"] = telemetry;
   v["AGENTRT_RESTART_COUNT"] = std::to_string(restart_count);
-  v["AGENTRT_INCARNATION"] = incarnation;
   v["AGENTRT_WORKDIR"] = workdir;
   return v;
 }
@@ -155,7 +154,6 @@ Result<AgentEnv> AgentEnv::Parse(const EnvLookup& lookup) {
   a.token_file = get("AGENTRT_TOKEN_FILE").value_or("");
   a.telemetry = get("AGENTRT_TELEMETRY").value_or("");
   a.workdir = get("AGENTRT_WORKDIR").value_or("");
-  a.incarnation = get("AGENTRT_INCARNATION").value_or("");
   // Set but empty is meaningful here: no GPU.
   a.cuda_visible_devices = lookup("CUDA_VISIBLE_DEVICES").value_or("");
   if (std::optional<std::string> v = get("AGENTRT_PORTS")) {

@@ -21,8 +21,6 @@
 //   AGENTRT_TOKEN_FILE       token_file          launcher
 //   AGENTRT_TELEMETRY        telemetry           launcher ("" = no controller)
 //   AGENTRT_RESTART_COUNT    restart_count       launcher
-//   AGENTRT_INCARNATION      incarnation         launcher: this launch's id; the one in
-//                                                CKPT_DIR/FENCE may commit checkpoints
 //   AGENTRT_WORKDIR          workdir             launcher (also the rank's cwd)
 //
 // Plain data and pure functions; thread-safe.
@@ -74,7 +72,6 @@ struct AgentEnv {
   std::string token_file;
   std::string telemetry;
   int restart_count = 0;
-  std::string incarnation;  // "" = not fenced (no controller)
   std::string workdir;
 
   // The integer entries of cuda_visible_devices (UUIDs and MIG names are skipped).

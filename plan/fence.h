@@ -1,8 +1,10 @@
 // The checkpoint fence: <checkpoint dir>/FENCE holds the id of the agent's
-// newest launch (AGENTRT_INCARNATION, plan/agent_env.h). The launcher writes
-// it before starting an incarnation (PrepareLaunch, scheduler/launch_backend.h);
-// a rank's Checkpointer reads it before each save and commit and refuses when
-// it names another incarnation. So when an agent is restarted elsewhere while
+// newest launch (AgentLaunch::incarnation). The launcher writes it before
+// starting an incarnation (PrepareLaunch, scheduler/launch_backend.h); each
+// rank takes the id it finds there when it starts as its own (Runtime: no
+// variable is added to the agent contract), and its Checkpointer reads the
+// file again before each save and commit and refuses when it names another
+// incarnation. So when an agent is restarted elsewhere while
 // its old ranks still run (a node cut off by a network partition, an srun the
 // scheduler could not reach), exactly one incarnation writes checkpoints.
 //

@@ -30,7 +30,6 @@ AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
   e.token_file = token_file;
   e.telemetry = telemetry_endpoint;
   e.restart_count = restart_count;
-  e.incarnation = incarnation;
   e.workdir = workdir;
   return e;
 }

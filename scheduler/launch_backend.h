@@ -50,9 +50,9 @@ struct AgentLaunch {
   std::string workdir;  // the ranks' working directory ("" = inherit)
   int restart_count = 0;
   // This launch's id (set by the controller, unique per launch). PrepareLaunch
-  // writes it to <checkpoint_dir>/FENCE: only ranks of this incarnation may
-  // commit checkpoints, so one cut off by a network partition and still
-  // running cannot write beside its successor (agent_runtime/checkpointer.h).
+  // writes it to <checkpoint_dir>/FENCE, where the ranks find it at start:
+  // only ranks of this incarnation may commit checkpoints, so one cut off by a network partition
+  // and still running cannot write beside its successor (agent_runtime/checkpointer.h).
   std::string incarnation;
   bool use_mpirun = false;  // one `mpirun` for all ranks (CPU + MPI group)
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "plan/fence.h"
 #include "tests/common/temp_dir.h"
 #include "tests/plan/plan_test_util.h"
 
@@ -101,6 +102,29 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   auto rest = ReceiveUntil(**receiver,
                            [](const auto& got) { return Count(got, TelemetryType::kBye) >= 1; });
   CHECK(Count(rest, TelemetryType::kBye) == 1);
+}
+
+TEST_CASE("a rank takes the fence's id at start; once superseded, it can no longer checkpoint") {
+  TempDir dir;
+  auto receiver = TelemetryReceiver::Bind("ipc://" + dir.path + "/telemetry.sock");
+  REQUIRE(receiver.ok());
+  const AgentEnv env = TestEnv(dir, (*receiver)->endpoint());
+  std::filesystem::create_directories(env.ckpt_dir);
+  REQUIRE(WriteCheckpointFence(env.ckpt_dir, "1.aaaa").ok());  // what the launcher wrote
+  RuntimeOptions options;
+  options.install_signal_handlers = false;
+  auto rt = Runtime::Create(env, OnePlan(), options);
+  REQUIRE(rt.ok());
+  CheckpointState state;
+  int64_t step = 5;
+  state.AddBytes("step", &step, sizeof step);
+  REQUIRE((*rt)->checkpointer().Save(5, state).ok());
+  // The controller relaunched the agent elsewhere (a partition): this rank is fenced off.
+  REQUIRE(WriteCheckpointFence(env.ckpt_dir, "2.bbbb").ok());
+  const Status fenced = (*rt)->checkpointer().Save(6, state);
+  REQUIRE_FALSE(fenced.ok());
+  CHECK_THAT(fenced.message(), Catch::Contains("fenced") && Catch::Contains("1.aaaa"));
+  CHECK_FALSE(std::filesystem::exists(env.ckpt_dir + "/step-6"));
 }
 
 TEST_CASE("Report never blocks when nobody receives telemetry; drops are counted") {
