@@ -126,7 +126,8 @@ Result<Group*> Runtime::group() {
     group_status_ = made.status();
     return group_status_;
   }
-  group_ = std::move(made).value();
+  group_ = RecordCollectives(std::move(made).value(), &recorder_);
+  recording_.store(true);
   return group_.get();
 }
 
@@ -179,7 +180,9 @@ void Runtime::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(hb_mu_);
   while (!hb_quit_) {
     if (sender_) {
-      sender_->Send(Message(TelemetryType::kHeartbeat));
+      TelemetryMessage m = Message(TelemetryType::kHeartbeat);
+      if (recording_.load()) m.collective = recorder_.Snapshot();
+      sender_->Send(m);
       heartbeats_.fetch_add(1);
     }
     hb_cv_.wait_for(lock, options_.heartbeat_period, [this] { return hb_quit_; });

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
+#include "agent_runtime/flight_recorder.h"
 #include "agent_runtime/group.h"
 #include "agent_runtime/signals.h"
 #include "common/status.h"
@@ -152,6 +153,8 @@ class Runtime {
   std::mutex lazy_mu_;  // guards group_/bus_ creation
   std::unique_ptr<Group> group_;
   Status group_status_;
+  FlightRecorder recorder_;             // every collective of group_
+  std::atomic<bool> recording_{false};  // group_ exists: heartbeats carry recorder_
   std::unique_ptr<BusClient> bus_;
   std::unique_ptr<TelemetrySender> sender_;
   std::unique_ptr<Checkpointer> checkpointer_;

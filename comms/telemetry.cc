@@ -71,6 +71,9 @@ std::string EncodeTelemetry(const TelemetryMessage& m) {
     j["restored_step"] = m.checkpoint_step;
     j["skipped_steps"] = m.skipped_steps;
   }
+  if (m.type == TelemetryType::kHeartbeat && m.collective.is_object()) {
+    j["collective"] = m.collective;
+  }
   if (m.seq > 0) j["seq"] = m.seq;
   // Replace invalid UTF-8 rather than throw: a metric name is user data.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -131,6 +134,9 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
   }
   auto reason_it = j.find("reason");
   if (reason_it != j.end() && reason_it->is_string()) m.reason = reason_it->get<std::string>();
+  if (auto it = j.find("collective"); it != j.end() && it->is_object()) {
+    m.collective = std::move(*it);
+  }
   if (auto it = j.find("seq"); it != j.end() && it->is_number_unsigned()) {
     m.seq = it->get<uint64_t>();
   }

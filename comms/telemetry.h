@@ -15,6 +15,9 @@
 //    "restored_step": 400,        // "restore" only: the step resumed from (-1: a fresh start)
 //    "skipped_steps": [600],      // "restore" only: corrupt checkpoints passed over
 //    "reason": "...",             // "bye" only, optional: why the rank is leaving
+//    "collective": {"seq": 4182, "in": true, "op": "all_reduce", "since": 1764460000.1,
+//                   "recent": [...]},  // heartbeats of a rank with a Group: its
+//                                      // flight recorder (agent_runtime/flight_recorder.h)
 //    "seq": 1764460000250000}     // signed messages: strictly increasing per sender
 //
 // A signed message (the sender has its agent's token, AGENTRT_TOKEN_FILE) is
@@ -71,6 +74,7 @@ struct TelemetryMessage {
   std::vector<int64_t> skipped_steps;  // kRestore: committed checkpoints passed over as corrupt
   std::string reason;                  // kBye only (may be empty)
   uint64_t seq = 0;                    // set by a signing sender; 0: unsigned
+  nlohmann::json collective;           // kHeartbeat of a rank with a Group; null otherwise
 };
 
 // Current wall-clock time in Unix seconds.

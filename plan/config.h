@@ -65,7 +65,15 @@ namespace agentrt {
   X(int, max_restarts, 3, "restarts of a failed agent before the run gives up on it")           \
   X(double, backoff_s, 2.0, "wait before restarting a failed agent, seconds")                   \
   X(double, heartbeat_timeout_s, 60.0, "a rank silent for this long is declared dead, seconds") \
-  X(double, grace_s, 10.0, "SIGTERM-to-SIGKILL grace when tearing an agent down, seconds")
+  X(double, grace_s, 10.0, "SIGTERM-to-SIGKILL grace when tearing an agent down, seconds")      \
+  X(double, progress_timeout_s, 0.0,                                                            \
+    "no reported step for this long is a hang (restart); 0 = not watched, seconds")
+
+// `group:` under `defaults:` or an agent: its collectives (agent_runtime/group.h).
+#define AGENTRT_GROUP_SETTINGS(X)                                                  \
+  X(double, collective_timeout_s, 300.0,                                           \
+    "a collective some rank waits in this long while a peer never entered it, or " \
+    "that every rank waits in, is a hang: dump and restart; 0 = not watched, seconds")
 
 // `checkpoint:` under `defaults:` or an agent.
 #define AGENTRT_CHECKPOINT_SETTINGS(X)                                    \
@@ -98,6 +106,10 @@ struct CheckpointPolicy {
   AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_DECLARE_SETTING)
 };
 
+struct GroupPolicy {
+  AGENTRT_GROUP_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
 // One machine, after hostlist expansion (`gpu[01-02]` is two NodeSpecs).
 struct NodeSpec {
   std::string name;
@@ -123,6 +135,7 @@ GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks);
 struct AgentDefaults {
   RestartPolicy restart;
   CheckpointPolicy checkpoint;
+  GroupPolicy group;
   std::vector<std::string> command = {"agent-worker"};  // program and its arguments
   std::map<std::string, std::string> env;               // merged under each agent's env
 };
@@ -142,6 +155,7 @@ struct AgentConfig {
   nlohmann::json args = nlohmann::json::object();  // arbitrary YAML map, passed to the agent
   RestartPolicy restart;
   CheckpointPolicy checkpoint;
+  GroupPolicy group;
   std::vector<std::string> nodes;  // pin list (expanded hostnames); empty = anywhere
   GroupBackend backend = GroupBackend::kAuto;
   std::string gpu_type;  // only nodes whose GPUs are of this type; empty = any

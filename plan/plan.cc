@@ -29,6 +29,14 @@ ojson CheckpointToJson(const CheckpointPolicy& c) {
   return j;
 }
 
+ojson GroupToJson(const GroupPolicy& g) {
+  ojson j = ojson::object();
+#define AGENTRT_TO_JSON(type, name, default_value, doc) j[#name] = g.name;
+  AGENTRT_GROUP_SETTINGS(AGENTRT_TO_JSON)
+#undef AGENTRT_TO_JSON
+  return j;
+}
+
 // Reads typed values out of untrusted JSON, remembering the first error with
 // its JSON path so PlanFromJson can report exactly what is wrong.
 class Reader {
@@ -160,6 +168,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     aj["args"] = ojson::parse(a.args.dump());
     aj["restart"] = RestartToJson(a.restart);
     aj["checkpoint"] = CheckpointToJson(a.checkpoint);
+    aj["group"] = GroupToJson(a.group);
     agents.push_back(std::move(aj));
   }
   j["agents"] = std::move(agents);
@@ -262,6 +271,12 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
 #define AGENTRT_FROM_JSON(type, name, default_value, doc) \
   r.Read(*checkpoint, path + ".checkpoint", #name, a.checkpoint.name, false);
         AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_FROM_JSON)
+#undef AGENTRT_FROM_JSON
+      }
+      if (const json* group = r.Get(aj, path, "group", false)) {
+#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
+  r.Read(*group, path + ".group", #name, a.group.name, false);
+        AGENTRT_GROUP_SETTINGS(AGENTRT_FROM_JSON)
 #undef AGENTRT_FROM_JSON
       }
       if (r.ok() && a.index != static_cast<int>(i))

@@ -14,7 +14,7 @@
 //       "master_addr": "node01", "master_port": 20016,
 //       "checkpoint_dir": "checkpoints/predator-0",
 //       "gpus": 2, "backend": "nccl", "command": ["agent-worker"], "env": {...},
-//       "args": {...}, "restart": {...}, "checkpoint": {...}}],
+//       "args": {...}, "restart": {...}, "checkpoint": {...}, "group": {...}}],
 //    "channels": [{"topic": "sightings", "publishers": ["predator-0"], "subscribers": [...]}],
 //    "ports": {"first": 20000, "last": 29999, "per_agent": 16},
 //    "warnings": ["..."]}
@@ -74,6 +74,7 @@ struct AgentPlan {
   nlohmann::json args = nlohmann::json::object();
   RestartPolicy restart;
   CheckpointPolicy checkpoint;
+  GroupPolicy group;
 
   // The node that holds `rank`, or nullptr.
   const Placement* PlacementOfRank(int rank) const;

@@ -430,10 +430,10 @@ const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",   "bu
                                            "defaults", "agents",  "channels"};
 const std::vector<std::string> kClusterKeys = {"nodes", "ports"};
 const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains", "gpu_type"};
-const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "command", "env"};
+const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "group", "command", "env"};
 const std::vector<std::string> kAgentKeys = {
     "name",    "replicas", "gpus",       "ranks", "command", "env",     "args",
-    "restart", "workdir",  "checkpoint", "nodes", "backend", "gpu_type"};
+    "restart", "workdir",  "checkpoint", "group", "nodes",   "backend", "gpu_type"};
 const std::vector<std::string> kChannelKeys = {"topic", "publishers", "subscribers"};
 constexpr int kMaxGpusPerNode = 64;
 
@@ -695,6 +695,21 @@ class ConfigBuilder {
     if (r.grace_s < 0)
       c_.Fail(n["grace_s"], Join(path, "grace_s"),
               fmt::format("expected 0 or more seconds, got {}", r.grace_s));
+    if (r.progress_timeout_s < 0)
+      c_.Fail(
+          n["progress_timeout_s"], Join(path, "progress_timeout_s"),
+          fmt::format("expected 0 (not watched) or more seconds, got {}", r.progress_timeout_s));
+  }
+
+  void ParseGroup(const YAML::Node& n, const std::string& path, GroupPolicy& g) {
+    c_.CheckMap(n, path, {AGENTRT_GROUP_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, g.name);
+    AGENTRT_GROUP_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    if (g.collective_timeout_s < 0)
+      c_.Fail(
+          n["collective_timeout_s"], Join(path, "collective_timeout_s"),
+          fmt::format("expected 0 (not watched) or more seconds, got {}", g.collective_timeout_s));
   }
 
   void ParseCheckpoint(const YAML::Node& n, const std::string& path, CheckpointPolicy& cp) {
@@ -787,6 +802,7 @@ class ConfigBuilder {
       ParseRestart(r, "defaults.restart", d.restart);
     if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
       ParseCheckpoint(cp, "defaults.checkpoint", d.checkpoint);
+    if (const YAML::Node g = n["group"]; g.IsDefined()) ParseGroup(g, "defaults.group", d.group);
     if (const YAML::Node cmd = n["command"]; cmd.IsDefined())
       ParseCommand(cmd, "defaults.command", d.command);
     if (const YAML::Node env = n["env"]; env.IsDefined()) ParseEnv(env, "defaults.env", d.env);
@@ -864,6 +880,9 @@ class ConfigBuilder {
       base.checkpoint = config.defaults.checkpoint;
       if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
         ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);
+      base.group = config.defaults.group;
+      if (const YAML::Node g = n["group"]; g.IsDefined())
+        ParseGroup(g, Join(path, "group"), base.group);
       if (const YAML::Node pins = n["nodes"]; pins.IsDefined()) {
         std::vector<std::string> exprs;
         c_.Convert(pins, Join(path, "nodes"), exprs);
@@ -1243,6 +1262,13 @@ std::string DescribeSettings() {
     AGENTRT_CHECKPOINT_SETTINGS(X)
 #undef X
   }
+  {
+    GroupPolicy d;
+#define X(type, name, default_value, doc) \
+  line("defaults.group." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_GROUP_SETTINGS(X)
+#undef X
+  }
   line("defaults.command", "list", "[agent-worker]",
        "program and arguments every agent runs unless it sets command");
   line("defaults.env", "map", "{}",
@@ -1259,6 +1285,7 @@ std::string DescribeSettings() {
        "free-form settings passed to the agent (plan.json, agent-worker flags)");
   line("agents[].restart", "map", "defaults", "overrides of defaults.restart keys");
   line("agents[].checkpoint", "map", "defaults", "overrides of defaults.checkpoint keys");
+  line("agents[].group", "map", "defaults", "overrides of defaults.group keys");
   line("agents[].nodes", "list", "[]", "pin list of hostlist expressions; empty = any node");
   line("agents[].backend", "string", "auto", "group backend: auto | single | mpi | nccl");
   line("agents[].gpu_type", "string", "(any)",

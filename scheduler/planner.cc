@@ -156,6 +156,7 @@ class Planner {
       out.args = agent.args;
       out.restart = agent.restart;
       out.checkpoint = agent.checkpoint;
+      out.group = agent.group;
       out.checkpoint_dir = RunDir::RelativeCheckpointDir(agent.name);
       out.workdir = agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir;
       std::optional<Infeasible> why = Place(agent, out);

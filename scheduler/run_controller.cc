@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "common/random.h"
 #include "plan/agent_env.h"
 #include "plan/rank_exec.h"
+#include "plan/run_dir.h"
 #include "scheduler/process.h"
 
 namespace agentrt {
@@ -137,6 +139,8 @@ void RunController::Launch(size_t i) {
   a.give_up = false;
   a.failed_rank = -1;
   a.rate_t0_s = -1;
+  a.progress_s = now;
+  a.collectives.assign(n, {});
   s.ranks.clear();
   for (const auto& r : launched->ranks) s.ranks.push_back({r.rank, r.pid, r.node, std::nullopt});
   s.master_port = launched->master_port;
@@ -175,6 +179,17 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     }
     if (m.time > 0) r.heard_unix_s = m.time;
   }
+  if (m.type == TelemetryType::kHeartbeat && m.collective.is_object()) {
+    auto& c = a.collectives[static_cast<size_t>(m.rank)];
+    c.known = true;
+    c.seq = m.collective.value("seq", uint64_t{0});
+    c.in = m.collective.value("in", false);
+    c.op = m.collective.value("op", "");
+    c.in_for_s = c.in ? std::max(0.0, m.time - m.collective.value("since", m.time)) : 0.0;
+    c.heard_s = now;
+    c.snapshot = m.collective;
+  }
+  if (m.type == TelemetryType::kMetrics || (m.step >= 0 && m.step > s.step)) a.progress_s = now;
   if (m.step >= 0) {
     if (a.rate_t0_s < 0) {
       s.step = m.step;  // first step of this incarnation (it may have resumed lower)
@@ -320,6 +335,12 @@ void RunController::Tick() {
     AgentStatus& s = status_.agents[i];
     switch (a.phase) {
       case Phase::kRunning: {
+        int culprit = -1;
+        if (const std::string hang = FindHang(i, now, &culprit); !hang.empty()) {
+          const std::string dump = DumpHang(i, hang);
+          BeginTeardown(i, dump.empty() ? hang : hang + " (hang report: " + dump + ")", culprit);
+          break;
+        }
         const double timeout = a.spec.restart.heartbeat_timeout_s;
         for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
           if (timeout > 0 && a.armed[r] && !a.rank_done[r] &&
@@ -365,6 +386,110 @@ void RunController::Tick() {
     }
   }
   UpdateRunState();
+}
+
+std::string RunController::FindHang(size_t i, double now, int* culprit) const {
+  const Agent& a = agents_[i];
+  const double progress_timeout = a.spec.restart.progress_timeout_s;
+  const bool armed = std::any_of(a.armed.begin(), a.armed.end(), [](bool b) { return b; });
+  if (progress_timeout > 0 && armed && now - a.progress_s > progress_timeout) {
+    *culprit = -1;
+    return fmt::format("no new step reported for {:.1f} s (progress_timeout_s {})",
+                       now - a.progress_s, progress_timeout);
+  }
+  const double timeout = a.spec.group.collective_timeout_s;
+  const size_t n = a.collectives.size();
+  if (timeout <= 0 || n < 2) return "";
+  // The rank that has waited longest in a collective, if longer than the timeout.
+  int w = -1;
+  double longest = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const auto& c = a.collectives[r];
+    if (!c.known || !c.in) continue;
+    const double waited = c.in_for_s + (now - c.heard_s);
+    if (waited > timeout && waited > longest) {
+      w = static_cast<int>(r);
+      longest = waited;
+    }
+  }
+  if (w < 0) return "";
+  const auto& stuck = a.collectives[static_cast<size_t>(w)];
+  std::vector<int> lagging, inside;
+  std::set<std::string> ops;
+  for (size_t r = 0; r < n; ++r) {
+    const auto& c = a.collectives[r];
+    if (!c.known || c.seq < stuck.seq) {
+      lagging.push_back(static_cast<int>(r));
+    } else if (c.in && c.seq == stuck.seq) {
+      inside.push_back(static_cast<int>(r));
+      ops.insert(c.op);
+    }
+  }
+  auto list = [](const std::vector<int>& ranks) {
+    std::string out;
+    for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+    return out;
+  };
+  if (!lagging.empty()) {
+    *culprit = lagging.front();
+    return fmt::format("rank{} {} never entered {} #{} that rank{} {} entered {:.0f} s ago",
+                       lagging.size() == 1 ? "" : "s", list(lagging), stuck.op, stuck.seq,
+                       inside.size() == 1 ? "" : "s", list(inside), longest);
+  }
+  if (inside.size() == n) {
+    *culprit = w;
+    std::string what = stuck.op;
+    if (ops.size() > 1) {
+      what = "collective";
+      std::string which;
+      for (size_t r = 0; r < n; ++r)
+        which += fmt::format("{}rank {}: {}", which.empty() ? "" : ", ", r, a.collectives[r].op);
+      return fmt::format("every rank is stuck in {} #{} for {:.0f} s, but not the same one ({})",
+                         what, stuck.seq, longest, which);
+    }
+    return fmt::format("every rank is stuck in {} #{} for {:.0f} s", what, stuck.seq, longest);
+  }
+  // Some rank is past it: the ranks' sequences disagree (one skipped or added
+  // a collective, and MPI paired the wrong ones).
+  std::string ahead;
+  for (size_t r = 0; r < n; ++r) {
+    const auto& c = a.collectives[r];
+    if (c.seq <= stuck.seq) continue;
+    ahead += fmt::format("{}rank {} at #{} ({})", ahead.empty() ? "" : ", ", r, c.seq,
+                         c.in ? "in " + c.op : "past " + c.op);
+  }
+  *culprit = w;
+  return fmt::format(
+      "rank{} {} waited {:.0f} s in {} #{} while {}: the ranks' collective sequences disagree (a "
+      "skipped or extra collective)",
+      inside.size() == 1 ? "" : "s", list(inside), longest, stuck.op, stuck.seq, ahead);
+}
+
+std::string RunController::DumpHang(size_t i, const std::string& summary) const {
+  const Agent& a = agents_[i];
+  const AgentStatus& s = status_.agents[i];
+  nlohmann::json dump = {{"agent", s.name},
+                         {"restart", s.restarts},
+                         {"detected_unix_s", UnixTimeSeconds()},
+                         {"summary", summary},
+                         {"ranks", nlohmann::json::array()}};
+  for (size_t r = 0; r < a.collectives.size(); ++r) {
+    nlohmann::json rank = {{"rank", r}, {"collective", a.collectives[r].snapshot}};
+    for (const RankStatus& rs : s.ranks) {
+      if (rs.rank == static_cast<int>(r)) {
+        rank["node"] = rs.node;
+        rank["pid"] = rs.pid;
+      }
+    }
+    dump["ranks"].push_back(std::move(rank));
+  }
+  const std::string dir = status_.run_dir + "/hangs";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string path =
+      dir + "/" + s.name + "-" + UtcTimestamp(std::chrono::system_clock::now()) + ".json";
+  if (!WriteFileAtomic(path, dump.dump(1) + "\n").ok()) return "";
+  return path;
 }
 
 void RunController::RequestStop(const std::string& why) {

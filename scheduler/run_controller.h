@@ -39,8 +39,10 @@
 namespace agentrt {
 
 struct SupervisedAgent {
-  AgentLaunch launch;     // restart_count is set by the controller
-  RestartPolicy restart;  // max_restarts, backoff_s, heartbeat_timeout_s, grace_s
+  AgentLaunch launch;  // restart_count is set by the controller
+  RestartPolicy
+      restart;        // max_restarts, backoff_s, heartbeat_timeout_s, grace_s, progress_timeout_s
+  GroupPolicy group;  // collective_timeout_s: the hang watch
 };
 
 // What the controller is told before it relaunches a failed agent (RunDriver
@@ -122,9 +124,27 @@ class RunController {
     int failed_rank = -1;
     double rate_t0_s = -1;
     int64_t rate_step0 = -1;
+    double progress_s = 0;  // when the agent last reported a new step (or metrics)
+    // Per rank, from its latest heartbeat: the collective it is in (or last
+    // ran), how long it had been in it then, and when (this clock) we heard.
+    struct Collective {
+      bool known = false;
+      uint64_t seq = 0;
+      bool in = false;
+      std::string op;
+      double in_for_s = 0;
+      double heard_s = 0;
+      nlohmann::json snapshot;
+    };
+    std::vector<Collective> collectives;
   };
 
   void Launch(size_t i);
+  // A hang of agent i's group (a desync, or every rank stuck in one
+  // collective) or of its training loop: what and where, "" when none.
+  std::string FindHang(size_t i, double now, int* culprit) const;
+  // RUN_DIR/hangs/<agent>-<time>.json: every rank's recorder; "" on failure.
+  std::string DumpHang(size_t i, const std::string& summary) const;
   void OnExit(const AgentProcessExit& exit);
   void BeginTeardown(size_t i, const std::string& reason, int rank);
   void FinishTeardown(size_t i);

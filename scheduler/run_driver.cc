@@ -87,6 +87,7 @@ std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& 
     l.telemetry_endpoint = telemetry_endpoint;
     l.use_mpirun = ap.backend == GroupBackend::kMpi && ap.ranks > 1 && ap.gpus == 0;
     s.restart = ap.restart;
+    s.group = ap.group;
     out.push_back(std::move(s));
   }
   return out;

@@ -12,6 +12,12 @@
 //   --rendezvous      every rank meets at MASTER_PORT (rank 0 serves a TcpStore holding
 //                     this run's and agent's identity); a rank that reaches anyone else's
 //                     store, or nobody, exits 5
+//   --collective      every step, all ranks all-reduce the step through Runtime::group()
+//   --slow-rank-ms X  the last rank's steps take X ms longer (its peers wait in the all-reduce)
+//   --hang MODE       with --collective, in the first incarnation only, at --hang-at-step
+//                     rank --hang-rank (default: the last) hangs the group: `skip` (it
+//                     leaves out that step's all-reduce), `sleep` (it sleeps an hour before
+//                     it), `deadlock` (it calls a barrier where the others all-reduce)
 // Checkpoint cadence: one rank follows the wall clock (and SIGUSR2). Ranks of a
 // multi-rank agent must save the same step, and this agent has no collective to
 // agree on one, so they save every round(interval / step time) steps instead.
@@ -73,6 +79,11 @@ int main(int argc, char** argv) {
   std::string say;
   int bus_connections = 0;
   bool rendezvous = false;
+  bool collective = false;
+  std::string hang;
+  int hang_rank = -1;
+  int64_t hang_at_step = 5;
+  int slow_rank_ms = 0;
   app.add_option("--steps", steps, "total steps, then exit");
   app.add_flag("--forever", forever, "never stop by itself");
   app.add_option("--fail-at-step", fail_at_step, "exit with --exit-code after this step");
@@ -86,6 +97,12 @@ int main(int argc, char** argv) {
   app.add_option("--say", say, "with --fail-at-step: print this on stderr last");
   app.add_option("--bus-connections", bus_connections, "fresh bus connections to open and use");
   app.add_flag("--rendezvous", rendezvous, "every rank meets at MASTER_PORT");
+  app.add_flag("--collective", collective, "all-reduce the step every step");
+  app.add_option("--hang", hang, "skip | sleep | deadlock (first incarnation only)")
+      ->check(CLI::IsMember({"skip", "sleep", "deadlock"}));
+  app.add_option("--hang-rank", hang_rank, "the rank that hangs the group (default: last)");
+  app.add_option("--hang-at-step", hang_at_step, "the step at which it does");
+  app.add_option("--slow-rank-ms", slow_rank_ms, "extra milliseconds per step of the last rank");
   CLI11_PARSE(app, argc, argv);
 
   agentrt::RuntimeOptions options;
@@ -178,14 +195,47 @@ int main(int argc, char** argv) {
     cs.metadata = {{"agent", a.agent}, {"step", step}};
   };
 
+  agentrt::Group* group = nullptr;
+  if (collective) {
+    auto g = rt.group();
+    if (!g.ok()) {
+      std::cerr << "agentrt-test-agent: " << g.status().ToString() << std::endl;
+      return 6;
+    }
+    group = *g;
+  }
+  if (hang_rank < 0) hang_rank = a.world_size - 1;
+  const bool hangs = !hang.empty() && a.restart_count == 0 && a.rank == hang_rank;
   std::cout << "training from step " << step << std::endl;
   const auto start = std::chrono::steady_clock::now();
   int64_t done_this_run = 0;
   while (!rt.ShouldStop()) {
     if (!forever && step >= steps) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(step_ms + (a.rank == a.world_size - 1 ? slow_rank_ms : 0)));
     ++step;
     ++done_this_run;
+    if (group != nullptr) {
+      int64_t value = step;
+      agentrt::Status s;
+      if (hangs && step == hang_at_step && hang == "sleep") {
+        std::cout << "hanging at step " << step << ": sleeping" << std::endl;
+        std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+      if (hangs && step == hang_at_step && hang == "skip") {
+        std::cout << "hanging at step " << step << ": skipping its all-reduce" << std::endl;
+      } else if (hangs && step == hang_at_step && hang == "deadlock") {
+        std::cout << "hanging at step " << step << ": a barrier where the others all-reduce"
+                  << std::endl;
+        s = group->Barrier();
+      } else {
+        s = group->AllReduce(&value, 1, agentrt::DataType::kInt64, agentrt::ReduceOp::kMax);
+      }
+      if (!s.ok()) {
+        std::cerr << "agentrt-test-agent: " << s.ToString() << std::endl;
+        return 6;
+      }
+    }
     for (size_t i = 0; i < state.size(); i += 64) state[i] = static_cast<unsigned char>(step + i);
     double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -500,6 +500,102 @@ TEST_CASE("before a relaunch the advisor may move the agent, or hold it for a re
                           Catch::Contains("requeue: node n3 failed and no spare node left"));
 }
 
+TEST_CASE("a rank that never enters the collective its peers wait in is a hang: named, dumped") {
+  LogDir dir;
+  ManualClock clock;
+  FakeBackend backend;
+  auto agent = MakeAgent("a", 3);
+  agent.group.collective_timeout_s = 5;
+  RunController rc("test", dir.path, {agent}, &backend, &clock);
+  rc.Start();
+  auto beat = [&](int rank, uint64_t seq, bool in, double in_for) {
+    TelemetryMessage m = Heartbeat("a", rank);
+    m.time = 1000;
+    m.collective = {{"seq", seq},
+                    {"in", in},
+                    {"op", "all_reduce"},
+                    {"since", 1000 - in_for},
+                    {"recent", nlohmann::json::array({{{"seq", seq}, {"op", "all_reduce"}}})}};
+    rc.OnTelemetry(m);
+  };
+  // Ranks 0 and 2 wait in #42; rank 1 is still at #41 (computing).
+  beat(0, 42, true, 1);
+  beat(1, 41, false, 0);
+  beat(2, 42, true, 1);
+  clock.AdvanceSeconds(3);
+  rc.Tick();
+  CHECK(rc.status().agents[0].state == AgentState::kRunning);  // 4 s < 5 s
+  clock.AdvanceSeconds(2);
+  rc.Tick();
+  const AgentStatus& s = rc.status().agents[0];
+  REQUIRE(s.state == AgentState::kRestarting);
+  CHECK_THAT(s.reason, Catch::StartsWith("rank 1 never entered all_reduce #42 that ranks 0,2 "
+                                         "entered 6 s ago (hang report: " +
+                                         dir.path + "/hangs/a-"));
+  CHECK(backend.SignalsTo("a", SIGTERM) == 1);
+  auto files = std::vector<std::filesystem::path>(
+      std::filesystem::directory_iterator(dir.path + "/hangs"), {});
+  REQUIRE(files.size() == 1);
+  const auto dump = nlohmann::json::parse(ReadWholeFile(files[0].string()).value());
+  CHECK(dump["agent"] == "a");
+  CHECK(dump["ranks"].size() == 3);
+  CHECK(dump["ranks"][1]["collective"]["seq"] == 41);
+  CHECK(dump["summary"].get<std::string>().find("rank 1 never entered") == 0);
+}
+
+TEST_CASE("every rank in the same collective too long is a hang; a slow but moving group is not") {
+  ManualClock clock;
+  FakeBackend backend;
+  auto agent = MakeAgent("a", 2);
+  agent.group.collective_timeout_s = 5;
+  agent.restart.progress_timeout_s = 20;
+  RunController rc("test", "/nonexistent-run-dir", {agent}, &backend, &clock);
+  rc.Start();
+  uint64_t seq = 1;
+  for (int i = 0; i < 10; ++i) {  // 40 s of collectives that each take 4 s: no alarm
+    for (int r = 0; r < 2; ++r) {
+      TelemetryMessage m = Heartbeat("a", r, 0, i);
+      m.time = 1000;  // heard halfway through: in it for 2 s so far
+      m.collective = {{"seq", seq}, {"in", true}, {"op", "all_reduce"}, {"since", 998}};
+      rc.OnTelemetry(m);
+    }
+    ++seq;
+    clock.AdvanceSeconds(2);
+    rc.Tick();
+    clock.AdvanceSeconds(2);
+  }
+  CHECK(rc.status().agents[0].state == AgentState::kRunning);
+  for (int r = 0; r < 2; ++r) {
+    TelemetryMessage m = Heartbeat("a", r, 0, 10);
+    m.time = 1000;
+    m.collective = {{"seq", seq}, {"in", true}, {"op", "all_gather"}, {"since", 994}};
+    rc.OnTelemetry(m);
+  }
+  rc.Tick();
+  CHECK_THAT(rc.status().agents[0].reason,
+             Catch::StartsWith("every rank is stuck in all_gather #11 for 6 s"));
+}
+
+TEST_CASE("a training loop that stops reporting steps is a hang after progress_timeout_s") {
+  Fixture f;
+  auto agent = MakeAgent("a", 1);
+  agent.restart.progress_timeout_s = 10;
+  f.Make({agent});
+  f.rc->OnTelemetry(Heartbeat("a", 0, 0, 1));
+  for (int t = 0; t < 6; ++t) {  // heartbeats go on (the thread lives), the step does not
+    f.clock.AdvanceSeconds(1.5);
+    f.rc->OnTelemetry(Heartbeat("a", 0, 0, 1));
+    f.rc->Tick();
+  }
+  CHECK(f.A("a").state == AgentState::kRunning);  // 9 s without a new step
+  f.clock.AdvanceSeconds(1.5);
+  f.rc->OnTelemetry(Heartbeat("a", 0, 0, 1));
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kRestarting);
+  CHECK_THAT(f.A("a").reason,
+             Catch::StartsWith("no new step reported for 10.5 s (progress_timeout_s 10)"));
+}
+
 TEST_CASE("status.json round-trips through its JSON shape") {
   RunStatus s;
   s.run = "demo";

@@ -25,3 +25,9 @@ agentrt_script_test(NAME agentctl_run_sigstop_demo
   LABELS integration fault
   TIMEOUT 300)
 set_tests_properties(agentctl_run_sigstop_demo PROPERTIES RUN_SERIAL TRUE)
+
+# Collective hang detection: skip / sleep / deadlock, and 60 s of a slow healthy agent.
+agentrt_script_test(NAME agentctl_run_hangs
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py hangs
+  LABELS integration fault
+  TIMEOUT 240)

@@ -460,6 +460,71 @@ def scenario_mpi_rank_failure(work):
         run.kill()
 
 
+def scenario_hangs(work):
+    """Collective hang detection (group.collective_timeout_s 3): one rank skips an all-reduce, one
+    sleeps inside the loop, one calls a barrier where its peer all-reduces; each is named (op,
+    sequence, rank) within the bound, its hang report written, the agent restarted from its
+    checkpoint, and the run finishes. A fourth agent whose last rank is 2 s slower every step
+    (its peer waits 2 s in every all-reduce) runs 60 s without a false alarm."""
+    first = free_port_block(64)
+    common = ["--collective", "--step-ms", "100", "--heartbeat-ms", "250", "--ckpt-interval-s", "0.5"]
+    agents = "".join([
+        agent_yaml("skip", common + ["--steps", "30", "--hang", "skip", "--hang-at-step", "10"], ranks=2),
+        agent_yaml("sleep", common + ["--steps", "30", "--hang", "sleep", "--hang-at-step", "10"], ranks=2),
+        agent_yaml("deadlock", common + ["--steps", "30", "--hang", "deadlock", "--hang-at-step", "10"],
+                   ranks=2),
+        agent_yaml("healthy", ["--collective", "--step-ms", "100", "--slow-rank-ms", "2000",
+                               "--heartbeat-ms", "250", "--steps", "28"], ranks=2)])
+    extra = "  group: {collective_timeout_s: 3}"
+    cfg = yaml_config(first, agents).replace("  restart: {max_restarts: 3", extra + "\n  restart: {max_restarts: 3")
+    run = AgentctlRun(AGENTCTL, work, cfg)
+    t0 = time.time()
+    try:
+        detected = {}
+        def restarted():
+            for name in ("skip", "sleep", "deadlock"):
+                a = run.agent(name)
+                if name not in detected and a and a["restarts"] >= 1:
+                    detected[name] = (time.time() - t0, a["reason"])
+            return len(detected) == 3
+        wait_for("every hang detected and its agent restarted", restarted, 60, 0.1)
+        for name, (at, reason) in sorted(detected.items()):
+            print("%s: detected after %.1f s: %s" % (name, at, reason))
+        skip_reason, sleep_reason, dead_reason = (detected[n][1] for n in ("skip", "sleep", "deadlock"))
+        # skip: rank 1 left out one all-reduce; from there on the two ranks' sequence numbers
+        # disagree, and one of them ends up waiting in a collective the other is past.
+        check(re.search(r"rank 1 never entered all_reduce #\d+ that rank 0 entered \d+ s ago", skip_reason)
+              or re.search(r"rank [01] waited \d+ s in all_reduce #\d+ while rank [01] at #\d+ .*"
+                           r"collective sequences disagree", skip_reason),
+              "the skipped collective is named: %s" % skip_reason)
+        check(re.search(r"rank 1 never entered all_reduce #10 that rank 0 entered \d+ s ago", sleep_reason),
+              "the sleeping rank is named: %s" % sleep_reason)
+        check("every rank is stuck in collective #10" in dead_reason and "rank 0: all_reduce" in dead_reason
+              and "rank 1: barrier" in dead_reason, "the mismatched collectives are named: %s" % dead_reason)
+        # Within the bound: two heartbeat intervals plus the timeout after the hang began (step 10
+        # at 100 ms a step is ~1 s in; skip hangs at the end, ~3 s in), with room for start-up.
+        check(detected["sleep"][0] < 1.5 + 3 + 0.5 + 5 and detected["deadlock"][0] < 1.5 + 3 + 0.5 + 5,
+              "detected within the bound: %s" % {n: round(v[0], 1) for n, v in detected.items()})
+        for name, (_, reason) in detected.items():
+            m = re.search(r"hang report: (\S+\.json)", reason)
+            check(m and os.path.exists(m.group(1)), "%s: the hang report exists: %s" % (name, reason))
+            report = json.load(open(m.group(1)))
+            check(report["agent"] == name and len(report["ranks"]) == 2 and
+                  all(r["collective"]["recent"] for r in report["ranks"]),
+                  "%s: the report has both ranks' flight recorders" % name)
+        rc = run.wait_exit(120)
+        out = run.output()
+        check(rc == 0, "the run finishes (rc %d)\n%s" % (rc, out))
+        for name in ("skip", "sleep", "deadlock"):
+            a = run.agent(name)
+            check(a["state"] == "succeeded" and a["restarts"] == 1, "%s: restarted once, then done: %s" % (name, a))
+        healthy = run.agent("healthy")
+        check(healthy["state"] == "succeeded" and healthy["restarts"] == 0 and time.time() - t0 > 55,
+              "the slow healthy agent ran %.0f s without a false alarm: %s" % (time.time() - t0, healthy))
+    finally:
+        run.kill()
+
+
 def scenario_config_error(work):
     """An agent that exits 78 (EX_CONFIG) is not restarted; the summary says configuration error
     and quotes what it said."""

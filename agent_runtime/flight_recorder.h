@@ -1,0 +1,66 @@
+// FlightRecorder: the last collectives of one rank's Group, for hang reports.
+//
+// Every collective a Group runs is recorded when it starts (op, sequence
+// number from 1, bytes, dtype, start time) and when it ends (end time, done or
+// failed), in a fixed ring of kCapacity records: nothing is allocated per
+// call. The rank's heartbeats carry Current() and the newest records
+// (Runtime), so the controller sees which collective each rank is in, and for
+// how long, and can tell a rank that never entered a collective its peers wait
+// in (comms/telemetry.h, "collective"; scheduler/run_controller.h).
+//
+// Thread-safe: the training thread records while the heartbeat thread reads
+// (a mutex held for a few stores; never across the collective itself).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "agent_runtime/group.h"
+
+namespace agentrt {
+
+enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier".
+std::string_view CollectiveOpName(CollectiveOp op);
+
+struct CollectiveRecord {
+  enum class State : uint8_t { kRunning, kDone, kFailed };
+  uint64_t seq = 0;  // 0: an empty slot
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  DataType dtype = DataType::kFloat32;
+  uint64_t bytes = 0;
+  double start_unix_s = 0;
+  double end_unix_s = 0;  // 0 while running
+  State state = State::kRunning;
+};
+
+class FlightRecorder {
+ public:
+  static constexpr size_t kCapacity = 64;
+
+  // A collective starts; returns its sequence number.
+  uint64_t Begin(CollectiveOp op, uint64_t bytes, DataType dtype);
+  // Collective `seq` ended.
+  void End(uint64_t seq, bool ok);
+
+  // {"seq": <last started, 0: none>, "in": <inside it now>, "op": "all_reduce",
+  //  "since": <its start, Unix s>, "recent": [<up to `recent` newest records,
+  //  oldest first: {"seq", "op", "bytes", "dtype", "start", "end", "state"}>]}
+  // (allocates: for the heartbeat thread, never the training loop).
+  nlohmann::json Snapshot(size_t recent = 16) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::array<CollectiveRecord, kCapacity> ring_{};
+  uint64_t last_seq_ = 0;
+};
+
+// `group` with every collective recorded in `recorder` (which must outlive it).
+std::unique_ptr<Group> RecordCollectives(std::unique_ptr<Group> group, FlightRecorder* recorder);
+
+}  // namespace agentrt
