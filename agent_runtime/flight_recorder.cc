@@ -39,8 +39,9 @@ class RecordingGroup final : public Group {
   }
   Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                        Timeout timeout) override {
-    return Recorded(CollectiveOp::kReduceScatter, recv_count * static_cast<size_t>(size()), type,
-                    [&] { return inner_->ReduceScatter(send, recv, recv_count, type, op, timeout); });
+    return Recorded(
+        CollectiveOp::kReduceScatter, recv_count * static_cast<size_t>(size()), type,
+        [&] { return inner_->ReduceScatter(send, recv, recv_count, type, op, timeout); });
   }
   Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                    Timeout timeout) override {

@@ -36,6 +36,24 @@ namespace agentrt {
   X(int, last, 29999, "last port (inclusive) of the range")                \
   X(int, per_agent, 16, "ports in one agent's block; the first is MASTER_PORT")
 
+// `cluster.links:` — the bus bandwidth (nccl-tests busbw) each link class is
+// expected to reach, GB/s: what `agentctl check` compares its sweep with.
+#define AGENTRT_LINK_SETTINGS(X)                                                      \
+  X(double, nvlink_gbps, 300.0, "GPUs of one node in one NVLink domain")              \
+  X(double, pcie_gbps, 24.0, "GPUs of one node across NVLink domains (PCIe 4.0 x16)") \
+  X(double, network_gbps, 12.5, "ranks on several nodes (100 Gb/s InfiniBand/RoCE)")  \
+  X(double, shm_gbps, 5.0, "CPU ranks of one node (MPI over shared memory)")
+
+// `preflight:` — `agentctl check` and `agentctl run --preflight`.
+#define AGENTRT_PREFLIGHT_SETTINGS(X)                                                   \
+  X(double, min_efficiency, 0.7,                                                        \
+    "largest-size busbw / expected below this: warning (--strict: error)")              \
+  X(std::int64_t, max_bytes, 67108864, "largest collective buffer of the sweep, bytes") \
+  X(std::int64_t, checkpoint_probe_bytes, 16777216,                                     \
+    "bytes written + fsynced to probe each checkpoint dir")                             \
+  X(double, checkpoint_bytes, 0,                                                        \
+    "checkpoint size to sustain every checkpoint.interval_s; 0 = only measure")
+
 // `slurm:` — used by the SLURM launch backends and `agentctl sbatch`.
 #define AGENTRT_SLURM_SETTINGS(X)                                                                  \
   X(std::string, partition, "", "sbatch --partition; empty = the cluster's default")               \
@@ -122,9 +140,18 @@ struct NodeSpec {
   std::string gpu_type;  // e.g. "h100" (SLURM's gres gpu:h100:8); empty: not stated
 };
 
+struct LinkConfig {
+  AGENTRT_LINK_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
+struct PreflightConfig {
+  AGENTRT_PREFLIGHT_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
 struct ClusterConfig {
   std::vector<NodeSpec> nodes;  // empty = not described (local: detected; SLURM: scontrol)
   PortConfig ports;
+  LinkConfig links;
 };
 
 // How an agent's ranks talk to each other: GroupBackend (common/group_backend.h).
@@ -179,6 +206,7 @@ struct Config {
   ClusterConfig cluster;
   SlurmConfig slurm;
   BusConfig bus;
+  PreflightConfig preflight;
   AgentDefaults defaults;
   std::vector<AgentConfig> agents;
   std::vector<ChannelConfig> channels;

@@ -426,9 +426,9 @@ class Converter {
 
 #define AGENTRT_KEY_NAME(type, name, default_value, doc) #name,
 
-const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",   "bus",
-                                           "defaults", "agents",  "channels"};
-const std::vector<std::string> kClusterKeys = {"nodes", "ports"};
+const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",    "bus",
+                                           "defaults", "agents",  "channels", "preflight"};
+const std::vector<std::string> kClusterKeys = {"nodes", "ports", "links"};
 const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains", "gpu_type"};
 const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "group", "command", "env"};
 const std::vector<std::string> kAgentKeys = {
@@ -487,6 +487,7 @@ class ConfigBuilder {
       ParseCluster(n, "cluster", config.cluster, nullptr);
     if (const YAML::Node n = root["slurm"]; n.IsDefined()) ParseSlurm(n, config.slurm);
     if (const YAML::Node n = root["bus"]; n.IsDefined()) ParseBus(n, config.bus);
+    if (const YAML::Node n = root["preflight"]; n.IsDefined()) ParsePreflight(n, config.preflight);
     if (const YAML::Node n = root["defaults"]; n.IsDefined()) ParseDefaults(n, config.defaults);
     const YAML::Node agents = root["agents"];
     if (!agents.IsDefined()) c_.Fail(root, "agents", "missing; expected a list of agents");
@@ -524,6 +525,33 @@ class ConfigBuilder {
       if (ports_given != nullptr) *ports_given = true;
       ParsePorts(ports, Join(path, "ports"), cluster.ports);
     }
+    if (const YAML::Node links = n["links"]; links.IsDefined()) {
+      const std::string lpath = Join(path, "links");
+      c_.CheckMap(links, lpath, {AGENTRT_LINK_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) \
+  c_.Read(links, lpath, #name, cluster.links.name);  \
+  if (!(cluster.links.name > 0))                     \
+    c_.Fail(links[#name], Join(lpath, #name),        \
+            fmt::format("expected a positive bandwidth in GB/s, got {}", cluster.links.name));
+      AGENTRT_LINK_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    }
+  }
+
+  void ParsePreflight(const YAML::Node& n, PreflightConfig& p) {
+    c_.CheckMap(n, "preflight", {AGENTRT_PREFLIGHT_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "preflight", #name, p.name);
+    AGENTRT_PREFLIGHT_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    if (!(p.min_efficiency >= 0 && p.min_efficiency <= 1))
+      c_.Fail(n["min_efficiency"], "preflight.min_efficiency",
+              fmt::format("expected a fraction in 0..1, got {}", p.min_efficiency));
+    if (p.max_bytes < 8 || p.max_bytes > (int64_t{1} << 34))
+      c_.Fail(n["max_bytes"], "preflight.max_bytes",
+              fmt::format("expected 8 B .. 16 GiB, got {}", p.max_bytes));
+    if (p.checkpoint_probe_bytes < 1 || p.checkpoint_bytes < 0)
+      c_.Fail(n, "preflight",
+              "checkpoint_probe_bytes must be positive, checkpoint_bytes 0 or more");
   }
 
   void ParseNodes(const YAML::Node& n, const std::string& path, std::vector<NodeSpec>& out,
@@ -1234,6 +1262,20 @@ std::string DescribeSettings() {
 #define X(type, name, default_value, doc) \
   line("cluster.ports." #name, TypeName<type>(), Show(d.name), doc);
     AGENTRT_PORT_SETTINGS(X)
+#undef X
+  }
+  {
+    LinkConfig d;
+#define X(type, name, default_value, doc) \
+  line("cluster.links." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_LINK_SETTINGS(X)
+#undef X
+  }
+  {
+    PreflightConfig d;
+#define X(type, name, default_value, doc) \
+  line("preflight." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_PREFLIGHT_SETTINGS(X)
 #undef X
   }
   {

@@ -50,3 +50,10 @@ if(AGENTRT_HAVE_CUDA)
   # Without a GPU the program exits 77 before any case runs: CTest says skipped, not passed.
   set_tests_properties(group_nccl_test PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# The per-rank flight recorder of collectives (hang reports) and the busbw formulas.
+agentrt_test(NAME agent_runtime_flight_recorder_test
+  SRCS flight_recorder_test.cc
+  DEPS agentrt::runtime
+  LABELS unit
+  TIMEOUT 60)

@@ -31,3 +31,11 @@ agentrt_script_test(NAME agentctl_run_hangs
   COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py hangs
   LABELS integration fault
   TIMEOUT 240)
+
+# agentctl check: the preflight sweep, a busy port, --strict.
+foreach(scenario sweep busy_port strict)
+  agentrt_script_test(NAME agentctl_check_${scenario}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_check_test.py ${scenario}
+    LABELS integration
+    TIMEOUT 120)
+endforeach()

@@ -135,6 +135,8 @@ struct RunOptions {
   std::string run_dir;  // --backend slurm-steps: the run directory made by --backend slurm
   bool detach = false;  // --backend slurm: return once submitted
   int cpus_per_rank = 1;
+  bool preflight = false;  // agentctl check first; start nothing when it fails
+  bool strict = false;     // --preflight --strict: its warnings fail too
 };
 
 // The signal handlers above, as the driver sees them.
@@ -168,6 +170,35 @@ int Drive(agentrt::Plan plan, agentrt::RunDir dir, agentrt::LaunchBackend* backe
   return code;
 }
 
+}  // namespace
+
+agentrt::PreparedRun PrepareLocal(agentrt::Config& config, const std::string& file,
+                                  const std::string& cluster, std::string_view command) {
+  agentrt::InventoryRequest request;
+  request.config_file = file;
+  request.cluster_file = cluster;
+  auto prepared = agentrt::PrepareRun(config, request, nullptr);
+  if (!prepared.ok()) {
+    Fail(command, prepared.status(),
+         prepared.status().code() == agentrt::StatusCode::kResourceExhausted ? kExitInfeasible
+                                                                             : kExitError);
+  }
+  return std::move(prepared).value();
+}
+
+int DriveLocal(agentrt::PreparedRun prepared, bool quiet) {
+  InstallSignalHandlers();
+  agentrt::LocalBackendOptions backend_options;
+  backend_options.rank_exec = RankWrapper();
+  auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
+  RunOptions opts;
+  opts.quiet = quiet;
+  return Drive(std::move(prepared.plan), std::move(prepared.dir), backend.get(), opts, {},
+               std::move(prepared.leases));
+}
+
+namespace {
+
 int Run(const RunOptions& opts) {
   if (opts.backend == "slurm-steps") return RunInAllocation(opts);
   if (opts.file.empty()) Fail("run", agentrt::InvalidArgument("no agents.yaml given"));
@@ -180,23 +211,19 @@ int Run(const RunOptions& opts) {
                                          "'; use --backend local or --backend slurm "
                                          "(or `agentctl sbatch` for job arrays)"));
   }
-  agentrt::InventoryRequest request;
-  request.config_file = opts.file;
-  request.cluster_file = opts.cluster;
-  auto prepared = agentrt::PrepareRun(*config, request, nullptr);
-  if (!prepared.ok()) {
-    Fail("run", prepared.status(),
-         prepared.status().code() == agentrt::StatusCode::kResourceExhausted ? kExitInfeasible
-                                                                             : kExitError);
+  if (opts.preflight) {
+    // The same agents, on the same partition, first running the checks only.
+    agentrt::Config copy = *config;
+    const int checked = Check(copy, {opts.file, opts.cluster, opts.strict, false}, "run");
+    if (checked != 0) {
+      std::fputs("agentctl run: the preflight check failed; nothing was started\n", stderr);
+      return checked;
+    }
   }
-  for (const auto& w : prepared->plan.warnings)
+  auto prepared = PrepareLocal(*config, opts.file, opts.cluster, "run");
+  for (const auto& w : prepared.plan.warnings)
     std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
-  InstallSignalHandlers();
-  agentrt::LocalBackendOptions backend_options;
-  backend_options.rank_exec = RankWrapper();
-  auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
-  return Drive(std::move(prepared->plan), std::move(prepared->dir), backend.get(), opts, {},
-               std::move(prepared->leases));
+  return DriveLocal(std::move(prepared), opts.quiet);
 }
 
 // The nodes of this allocation (SLURM_JOB_NODELIST) as `scontrol show node -o`
@@ -496,6 +523,9 @@ void RegisterRun(CLI::App& app) {
   cmd->add_option("--status-interval-s", opts->status_interval_s,
                   "seconds between progress tables when stdout is not a terminal");
   cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");
+  cmd->add_flag("--preflight", opts->preflight,
+                "run `agentctl check` on the same partition first; start nothing if it fails");
+  cmd->add_flag("--strict", opts->strict, "with --preflight: its warnings fail too");
   cmd->callback([opts] { Exit(Run(*opts)); });
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "scheduler/loader.h"
+#include "scheduler/run_driver.h"
 
 #define AGENTCTL_COMMANDS(X) \
   X(Validate)                \
@@ -22,7 +23,8 @@
   X(Resume)                  \
   X(Status)                  \
   X(Logs)                    \
-  X(Stop)
+  X(Stop)                    \
+  X(Check)
 
 namespace agentctl {
 
@@ -41,6 +43,22 @@ inline constexpr int kExitControllerGone = 3;  // status: the run's controller d
 // How every subcommand loads agents.yaml: the overrides, and agent-worker's
 // own check of its agents' `args` (so a typo there fails at file:line:col).
 agentrt::LoadOptions ConfigLoadOptions(const std::vector<std::string>& overrides);
+
+// A local run's set-up (PrepareRun on this machine or --cluster), failing the
+// command with the planner's error (exit 2 when infeasible).
+agentrt::PreparedRun PrepareLocal(agentrt::Config& config, const std::string& file,
+                                  const std::string& cluster, std::string_view command);
+// Drives a prepared local run to its end on this terminal (the local backend).
+int DriveLocal(agentrt::PreparedRun prepared, bool quiet);
+
+// `agentctl check` (cmd_check.cc): 0 when every agent passed, 1 otherwise.
+struct CheckOptions {
+  std::string file;
+  std::string cluster;
+  bool strict = false;
+  bool json = false;
+};
+int Check(agentrt::Config& config, const CheckOptions& options, std::string_view command);
 
 // Prints "agentctl <command>: <message>" to stderr and exits with `code`.
 [[noreturn]] void Fail(std::string_view command, const agentrt::Status& status,

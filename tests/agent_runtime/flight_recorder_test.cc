@@ -1,0 +1,93 @@
+// FlightRecorder (agent_runtime/flight_recorder.h) and the nccl-tests bandwidth
+// formulas (agent_runtime/bandwidth.h). This binary replaces operator new to
+// count allocations: recording a collective allocates nothing.
+#include "agent_runtime/flight_recorder.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <new>
+
+#include "agent_runtime/bandwidth.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+// GCC pairs the replaced operators by name and warns on the free() inside them.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace agentrt {
+
+TEST_CASE("the recorder numbers collectives, says which one runs, and keeps the newest") {
+  FlightRecorder rec;
+  CHECK(rec.Snapshot()["seq"] == 0);
+  CHECK(rec.Snapshot()["in"] == false);
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t seq = rec.Begin(CollectiveOp::kAllReduce, 4096, DataType::kFloat32);
+    CHECK(seq == static_cast<uint64_t>(i + 1));
+    rec.End(seq, true);
+  }
+  const uint64_t running = rec.Begin(CollectiveOp::kBarrier, 0, DataType::kFloat32);
+  const nlohmann::json s = rec.Snapshot(16);
+  CHECK(s["seq"] == 101);
+  CHECK(s["in"] == true);
+  CHECK(s["op"] == "barrier");
+  REQUIRE(s["recent"].size() == 16);
+  CHECK(s["recent"].front()["seq"] == 86);  // oldest first
+  CHECK(s["recent"].back()["seq"] == 101);
+  CHECK(s["recent"].back()["state"] == "running");
+  CHECK(s["recent"][0]["state"] == "done");
+  CHECK(s["recent"][0]["bytes"] == 4096);
+  rec.End(running, false);
+  CHECK(rec.Snapshot()["in"] == false);
+  CHECK(rec.Snapshot(200)["recent"].size() == FlightRecorder::kCapacity);
+  CHECK(rec.Snapshot(1)["recent"][0]["state"] == "failed");
+}
+
+TEST_CASE("a recorded group records every call, and recording allocates nothing") {
+  FlightRecorder rec;
+  auto group = RecordCollectives(MakeSingleRankGroup("a"), &rec);
+  float buf[8] = {};
+  REQUIRE(group->AllReduce(buf, 8, DataType::kFloat32, ReduceOp::kSum).ok());  // warm-up
+  const long before = g_allocations.load();
+  for (int i = 0; i < 1000; ++i) {
+    REQUIRE(group->AllReduce(buf, 8, DataType::kFloat32, ReduceOp::kSum).ok());
+    REQUIRE(group->Barrier().ok());
+  }
+  CHECK(g_allocations.load() - before == 0);
+  const nlohmann::json s = rec.Snapshot(2);
+  CHECK(s["seq"] == 2001);
+  CHECK(s["recent"][0]["op"] == "all_reduce");
+  CHECK(s["recent"][0]["bytes"] == 32);
+  CHECK(s["recent"][1]["op"] == "barrier");
+  // The counter does see allocations (the check above can fail).
+  const long counted = g_allocations.load();
+  auto* p = new int(3);
+  CHECK(g_allocations.load() - counted == 1);
+  delete p;
+}
+
+TEST_CASE("bus bandwidth factors are nccl-tests'") {
+  CHECK(BusBandwidthFactor(CollectiveOp::kAllReduce, 2) == 1.0);
+  CHECK(BusBandwidthFactor(CollectiveOp::kAllReduce, 4) == 1.5);
+  CHECK(BusBandwidthFactor(CollectiveOp::kAllReduce, 8) == 1.75);
+  CHECK(BusBandwidthFactor(CollectiveOp::kReduceScatter, 4) == 0.75);
+  CHECK(BusBandwidthFactor(CollectiveOp::kAllGather, 8) == 0.875);
+  CHECK(BusBandwidthFactor(CollectiveOp::kBroadcast, 8) == 1.0);
+  CHECK(BusBandwidthFactor(CollectiveOp::kAllReduce, 1) == 0.0);
+  CHECK(AlgBandwidthGBps(2e9, 0.5) == 4.0);
+}
+
+}  // namespace agentrt

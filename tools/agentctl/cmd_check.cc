@@ -1,0 +1,166 @@
+// agentctl check agents.yaml: know before you train. Every agent runs
+// agentrt-preflight (tools/agentrt-preflight) on exactly its own partition, as
+// a run of its own (the same planner, launcher and supervisor as `agentctl
+// run`, so what is checked is what a run would get): a collective sweep through
+// its Group with nccl-tests' algbw/busbw, busbw as a share of its link class's
+// expected bandwidth (cluster.links), its port block, the bus, its checkpoint
+// directory's write bandwidth and the clock skew between its ranks. Prints one
+// row per agent (or --json) and exits 0 when every agent passed; an efficiency
+// below preflight.min_efficiency is a warning, an error with --strict.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "common/file_util.h"
+#include "plan/plan.h"
+#include "scheduler/process.h"
+#include "scheduler/status.h"
+#include "tools/agentctl/commands.h"
+
+namespace agentctl {
+namespace {
+
+// The link an agent's collectives cross, and what it should reach (GB/s).
+std::pair<std::string, double> LinkOf(const agentrt::AgentPlan& a, const agentrt::LinkConfig& l) {
+  if (a.placement.size() > 1) return {"network", l.network_gbps};
+  if (a.gpus == 0) return {"shm", l.shm_gbps};
+  // One node: the planner keeps a sub-node agent inside one NVLink domain.
+  return {"nvlink", l.nvlink_gbps};
+}
+
+std::string NodesOf(const agentrt::AgentPlan& a) {
+  std::string out;
+  for (const auto& p : a.placement) out += (out.empty() ? "" : ",") + p.node;
+  return out;
+}
+
+}  // namespace
+
+int Check(agentrt::Config& config, const CheckOptions& options, std::string_view command) {
+  // A run of its own, next to the real ones, named for what it is.
+  config.run.name = config.run.name.substr(0, 57) + "-check";
+  agentrt::PreparedRun prepared = PrepareLocal(config, options.file, options.cluster, command);
+  const std::string preflight = agentrt::SelfExecutableDir() + "/agentrt-preflight";
+  std::map<std::string, std::pair<std::string, double>> links;
+  for (agentrt::AgentPlan& a : prepared.plan.agents) {
+    links[a.name] = LinkOf(a, config.cluster.links);
+    a.command = {preflight,
+                 "--link",
+                 links[a.name].first,
+                 "--expected-gbps",
+                 fmt::format("{}", links[a.name].second),
+                 "--max-bytes",
+                 std::to_string(config.preflight.max_bytes),
+                 "--ckpt-probe-bytes",
+                 std::to_string(config.preflight.checkpoint_probe_bytes)};
+    a.restart.max_restarts = 0;  // a check that fails says so; it is not retried
+    a.restart.progress_timeout_s = 0;
+    a.group.collective_timeout_s = 60;  // a check that hangs fails within a minute
+  }
+  const agentrt::Plan plan = prepared.plan;
+  const agentrt::RunDir dir = prepared.dir;
+  (void)DriveLocal(std::move(prepared), /*quiet=*/true);
+  auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
+
+  nlohmann::json report = {{"run_dir", dir.path()}, {"agents", nlohmann::json::array()}};
+  bool all_passed = true;
+  for (const agentrt::AgentPlan& a : plan.agents) {
+    nlohmann::json row;
+    auto text = agentrt::ReadWholeFile(dir.Resolve(a.workdir) + "/preflight.json", 16 << 20);
+    if (text.ok()) row = nlohmann::json::parse(*text, nullptr, false);
+    if (!row.is_object()) {
+      row = {{"agent", a.name}, {"ranks", a.ranks}, {"errors", nlohmann::json::array()},
+             {"warnings", nlohmann::json::array()}};
+      const agentrt::AgentStatus* s = status.ok() ? status->FindAgent(a.name) : nullptr;
+      row["errors"].push_back("the check did not complete: " +
+                              (s != nullptr && !s->reason.empty() ? s->reason
+                                                                  : std::string("no result")) +
+                              "; see " + dir.LogDir(a.name));
+    }
+    row["nodes"] = NodesOf(a);
+    row["link"] = links[a.name].first;
+    row["expected_gbps"] = links[a.name].second;
+    if (row.contains("efficiency") && row["efficiency"].is_number() &&
+        row["efficiency"].get<double>() < config.preflight.min_efficiency) {
+      row["warnings"].push_back(fmt::format(
+          "all_reduce busbw {:.2f} GB/s is {:.0f}% of the {} link's expected {} GB/s (below {:.0f}%)",
+          row.value("largest_busbw_gbps", 0.0), 100 * row["efficiency"].get<double>(),
+          links[a.name].first, links[a.name].second, 100 * config.preflight.min_efficiency));
+    }
+    if (row.contains("checkpoint") && config.preflight.checkpoint_bytes > 0) {
+      const double need = config.preflight.checkpoint_bytes / 1e6 / a.checkpoint.interval_s;
+      const double have = row["checkpoint"].value("write_mb_s", -1.0);
+      row["checkpoint"]["needed_mb_s"] = need;
+      if (have >= 0 && have < need) {
+        row["errors"].push_back(fmt::format(
+            "its checkpoint directory writes {:.0f} MB/s; {} bytes every {} s need {:.0f} MB/s", have,
+            config.preflight.checkpoint_bytes, a.checkpoint.interval_s, need));
+      }
+    }
+    const bool failed = !row["errors"].empty() || (options.strict && !row["warnings"].empty());
+    row["verdict"] = failed ? "fail" : (row["warnings"].empty() ? "ok" : "warn");
+    all_passed = all_passed && !failed;
+    report["agents"].push_back(std::move(row));
+  }
+  report["passed"] = all_passed;
+
+  if (options.json) {
+    std::fputs((report.dump(1) + "\n").c_str(), stdout);
+    return all_passed ? 0 : kExitError;
+  }
+  size_t name_w = 5;
+  for (const auto& a : plan.agents) name_w = std::max(name_w, a.name.size());
+  std::string out = fmt::format("{:<{}}  {:>5}  {:<12}  {:<7}  {:>12}  {:>9}  {:>5}  {:>9}  {:>7}  {}\n",
+                                "AGENT", name_w, "RANKS", "NODES", "LINK", "BUSBW GB/s", "EXPECTED",
+                                "EFF", "CKPT MB/s", "SKEW ms", "VERDICT");
+  for (const auto& row : report["agents"]) {
+    const bool swept = row.value("largest_bytes", 0) > 0;
+    const auto eff = row.contains("efficiency") && row["efficiency"].is_number()
+                         ? fmt::format("{:.0f}%", 100 * row["efficiency"].get<double>())
+                         : std::string("-");
+    const double ckpt =
+        row.contains("checkpoint") ? row["checkpoint"].value("write_mb_s", -1.0) : -1.0;
+    out += fmt::format(
+        "{:<{}}  {:>5}  {:<12}  {:<7}  {:>12}  {:>9}  {:>5}  {:>9}  {:>7}  {}\n",
+        row.value("agent", ""), name_w, row.value("ranks", 0), row.value("nodes", ""),
+        row.value("link", ""),
+        swept ? fmt::format("{:.2f}", row.value("largest_busbw_gbps", 0.0)) : std::string("-"),
+        row.value("expected_gbps", 0.0), eff,
+        ckpt >= 0 ? fmt::format("{:.0f}", ckpt) : std::string("-"),
+        fmt::format("{:.2f}", row.value("clock_skew_ms", 0.0)), row.value("verdict", ""));
+  }
+  for (const auto& row : report["agents"]) {
+    for (const auto& e : row["errors"])
+      out += fmt::format("error: {}: {}\n", row.value("agent", ""), e.get<std::string>());
+    for (const auto& w : row["warnings"])
+      out += fmt::format("warning: {}: {}\n", row.value("agent", ""), w.get<std::string>());
+  }
+  out += fmt::format("busbw: nccl-tests' bus bandwidth of the largest all_reduce ({}); details: {}\n",
+                     "algbw x 2(n-1)/n", dir.path() + "/agents/<agent>/preflight.json");
+  std::fputs(out.c_str(), stdout);
+  return all_passed ? 0 : kExitError;
+}
+
+void RegisterCheck(CLI::App& app) {
+  auto opts = std::make_shared<CheckOptions>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* cmd = app.add_subcommand(
+      "check", "Preflight: every agent's collectives, ports, bus, checkpoint dir and clocks, on "
+               "exactly its own partition; exit 0 when all pass");
+  cmd->add_option("file", opts->file, "agents.yaml")->required();
+  cmd->add_option("--cluster", opts->cluster,
+                  "inventory YAML with a cluster: block (e.g. fake GPUs)");
+  cmd->add_option("--set", *overrides, "override a setting: key.path=value (repeatable)");
+  cmd->add_flag("--strict", opts->strict, "an efficiency warning fails the check too");
+  cmd->add_flag("--json", opts->json, "one JSON report instead of the table");
+  cmd->callback([opts, overrides] {
+    auto config = agentrt::LoadConfigFile(opts->file, ConfigLoadOptions(*overrides));
+    if (!config.ok()) Fail("check", config.status());
+    Exit(Check(*config, *opts, "check"));
+  });
+}
+
+}  // namespace agentctl

@@ -1,0 +1,259 @@
+// agentrt-preflight: one rank of `agentctl check` (tools/agentctl/cmd_check.cc).
+// Started by the controller like any agent, so it runs on exactly the agent's
+// partition (its GPUs, its ranks, its nodes, its port block):
+//   1. ports: the first rank on each node binds every port of AGENTRT_PORTS;
+//   2. the group: all-reduce, reduce-scatter and all-gather from 8 B to
+//      --max-bytes (x4 steps) through Runtime::group(), time per call, algbw and
+//      busbw with the nccl-tests formulas (agent_runtime/bandwidth.h), the
+//      largest size's busbw against --expected-gbps;
+//   3. the bus: connect and authenticate with the agent's token;
+//   4. the checkpoint directory: write + fsync --ckpt-probe-bytes, MB/s;
+//   5. clock skew between the ranks (an all-gather of their clocks).
+// Rank 0 writes $AGENTRT_WORKDIR/preflight.json (shape: see WriteResult) and
+// every rank exits 0, also when a probe failed: the verdict is agentctl check's.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "agent_runtime/bandwidth.h"
+#include "agent_runtime/runtime.h"
+#include "common/file_util.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Ports of [first, last] nobody may bind now (each bound and closed at once).
+std::vector<int> UnbindablePorts(int first, int last) {
+  std::vector<int> bad;
+  for (int port = first; port > 0 && port <= last; ++port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      bad.push_back(port);
+    if (fd >= 0) ::close(fd);
+  }
+  return bad;
+}
+
+// MB/s of writing `bytes` to a file in `dir` and fsyncing it; -1 when it fails.
+double WriteProbe(const std::string& dir, size_t bytes, std::string* error) {
+  const std::string path = dir + "/.preflight-probe";
+  std::vector<char> chunk(std::min<size_t>(bytes, 4u << 20), 'x');
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = "cannot create " + path + ": " + std::strerror(errno);
+    return -1;
+  }
+  bool ok = true;
+  for (size_t done = 0; ok && done < bytes;) {
+    const size_t n = std::min(chunk.size(), bytes - done);
+    const ssize_t w = ::write(fd, chunk.data(), n);
+    ok = w > 0;
+    if (ok) done += static_cast<size_t>(w);
+  }
+  ok = ok && ::fsync(fd) == 0;
+  if (!ok) *error = "cannot write and fsync " + path + ": " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(path.c_str());
+  const double s = Seconds(Clock::now() - t0);
+  return ok && s > 0 ? static_cast<double>(bytes) / s / 1e6 : -1;
+}
+
+struct Point {
+  agentrt::CollectiveOp op;
+  size_t bytes;
+  double seconds;  // per call
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentrt-preflight: one rank of `agentctl check`"};
+  size_t max_bytes = 64u << 20;
+  double expected_gbps = 0;
+  std::string link = "shm";
+  size_t ckpt_probe_bytes = 16u << 20;
+  app.add_option("--max-bytes", max_bytes, "largest collective buffer");
+  app.add_option("--expected-gbps", expected_gbps, "the link's expected bus bandwidth, GB/s");
+  app.add_option("--link", link, "nvlink | pcie | network | shm");
+  app.add_option("--ckpt-probe-bytes", ckpt_probe_bytes, "bytes written to probe the checkpoint dir");
+  CLI11_PARSE(app, argc, argv);
+
+  agentrt::RuntimeOptions options;
+  options.install_signal_handlers = true;
+  auto rt_or = agentrt::Runtime::FromEnvironment(options);
+  if (!rt_or.ok()) {
+    std::cerr << "agentrt-preflight: " << rt_or.status().ToString() << std::endl;
+    return 2;
+  }
+  agentrt::Runtime& rt = **rt_or;
+  const agentrt::AgentEnv& env = rt.env();
+  nlohmann::json result = {{"agent", env.agent},
+                           {"ranks", env.world_size},
+                           {"link", link},
+                           {"expected_gbps", expected_gbps},
+                           {"errors", nlohmann::json::array()},
+                           {"warnings", nlohmann::json::array()}};
+  auto error = [&](const std::string& what) {
+    result["errors"].push_back(what);
+    std::cerr << "agentrt-preflight " << env.agent << " rank " << env.rank << ": " << what
+              << std::endl;
+  };
+
+  // 1. Ports (before the group: NCCL's store takes MASTER_PORT).
+  std::vector<int> bad_ports;
+  if (env.local_rank == 0) bad_ports = UnbindablePorts(env.ports_first, env.ports_last);
+  for (int p : bad_ports) {
+    error("port " + std::to_string(p) + " of the agent's block " + std::to_string(env.ports_first) +
+          "-" + std::to_string(env.ports_last) + " cannot be bound on this node (in use?)");
+  }
+
+  // 2. The group.
+  auto group_or = rt.group();
+  std::vector<Point> points;
+  double skew_ms = 0;
+  int64_t bad_elsewhere = 0;
+  if (!group_or.ok()) {
+    error("the group did not form: " + group_or.status().ToString());
+  } else {
+    agentrt::Group& g = **group_or;
+    const int n = g.size();
+    if (g.device_buffers()) {
+      error("the " + std::string(g.backend()) +
+            " sweep needs device buffers; this agentrt-preflight was built without CUDA");
+    } else if (n > 1) {
+      std::vector<float> send(max_bytes / sizeof(float) + 1, 1.0f);
+      std::vector<float> recv(send.size(), 0.0f);
+      const agentrt::CollectiveOp ops[] = {agentrt::CollectiveOp::kAllReduce,
+                                           agentrt::CollectiveOp::kReduceScatter,
+                                           agentrt::CollectiveOp::kAllGather};
+      // 8 B, x4 each step, and --max-bytes last. Every rank runs the same
+      // calls: a failure on one rank ends the sweep on all (the collective fails).
+      bool sweep_failed = false;
+      for (size_t bytes = std::min<size_t>(8, max_bytes); !sweep_failed;
+           bytes = std::min(bytes * 4, max_bytes)) {
+        for (agentrt::CollectiveOp op : ops) {
+          // Elements of the whole buffer, a multiple of n for the scatter/gather ops.
+          size_t count = std::max<size_t>(bytes / sizeof(float), static_cast<size_t>(n));
+          count -= count % static_cast<size_t>(n);
+          auto call = [&]() -> agentrt::Status {
+            switch (op) {
+              case agentrt::CollectiveOp::kAllReduce:
+                return g.AllReduce(send.data(), count, agentrt::DataType::kFloat32,
+                                   agentrt::ReduceOp::kSum);
+              case agentrt::CollectiveOp::kReduceScatter:
+                return g.ReduceScatter(send.data(), recv.data(), count / static_cast<size_t>(n),
+                                       agentrt::DataType::kFloat32, agentrt::ReduceOp::kSum);
+              default:
+                return g.AllGather(send.data(), recv.data(), count / static_cast<size_t>(n),
+                                   agentrt::DataType::kFloat32);
+            }
+          };
+          agentrt::Status s = call();  // warm-up
+          // As many calls as fit in ~50 ms (at least 3); rank 0's count for everyone.
+          int64_t iters = 3;
+          const auto t0 = Clock::now();
+          for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
+          if (s.ok()) {
+            double once = Seconds(Clock::now() - t0) / static_cast<double>(iters);
+            iters = std::clamp<int64_t>(static_cast<int64_t>(0.05 / std::max(once, 1e-7)), 3, 1000);
+            s = g.Broadcast(&iters, 1, agentrt::DataType::kInt64, 0);
+            const auto t1 = Clock::now();
+            for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
+            once = Seconds(Clock::now() - t1) / static_cast<double>(iters);
+            points.push_back({op, count * sizeof(float), once});
+          }
+          if (!s.ok()) {
+            error(std::string(agentrt::CollectiveOpName(op)) + " failed: " + s.ToString());
+            sweep_failed = true;
+            break;
+          }
+        }
+        if (bytes == max_bytes) break;
+      }
+      // 5. Clock skew: every rank's clock at (nearly) the same moment.
+      std::vector<int64_t> clocks(static_cast<size_t>(n), 0);
+      const int64_t mine = static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
+      clocks[static_cast<size_t>(g.rank())] = mine;
+      if (g.Barrier().ok() &&
+          g.AllGather(&clocks[static_cast<size_t>(g.rank())], clocks.data(), 1,
+                      agentrt::DataType::kInt64)
+              .ok()) {
+        const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
+        skew_ms = static_cast<double>(*hi - *lo) / 1e3;
+      }
+      // Ports unbindable on other nodes: their count, here.
+      bad_elsewhere = static_cast<int64_t>(bad_ports.size());
+      (void)g.AllReduce(&bad_elsewhere, 1, agentrt::DataType::kInt64, agentrt::ReduceOp::kSum);
+      bad_elsewhere -= static_cast<int64_t>(bad_ports.size());
+    }
+  }
+  if (bad_elsewhere > 0) {
+    error(std::to_string(bad_elsewhere) +
+          " port(s) of the agent's block cannot be bound on its other nodes (see their logs)");
+  }
+
+  // 3. The bus, with the agent's own credential.
+  if (!env.bus.empty()) {
+    agentrt::Status s = agentrt::Status::Ok();
+    auto bus = rt.bus();
+    s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(10)) : bus.status();
+    if (s.ok()) s = (*bus)->Stats().status();
+    result["bus"] = {{"address", env.bus}, {"ok", s.ok()}};
+    if (!s.ok()) error("the bus at " + env.bus + " is not usable from here: " + s.ToString());
+  }
+
+  if (env.rank != 0) return 0;
+  // 4. The checkpoint directory.
+  std::string why;
+  const double mbps = WriteProbe(env.ckpt_dir, ckpt_probe_bytes, &why);
+  result["checkpoint"] = {{"dir", env.ckpt_dir}, {"write_mb_s", mbps}};
+  if (mbps < 0) error(why);
+
+  nlohmann::json sweep = nlohmann::json::array();
+  double largest_busbw = 0;
+  size_t largest = 0;
+  for (const Point& p : points) {
+    const double algbw = agentrt::AlgBandwidthGBps(static_cast<double>(p.bytes), p.seconds);
+    const double busbw = algbw * agentrt::BusBandwidthFactor(p.op, env.world_size);
+    sweep.push_back({{"op", agentrt::CollectiveOpName(p.op)},
+                     {"bytes", p.bytes},
+                     {"time_us", p.seconds * 1e6},
+                     {"algbw_gbps", algbw},
+                     {"busbw_gbps", busbw}});
+    if (p.op == agentrt::CollectiveOp::kAllReduce && p.bytes >= largest) {
+      largest = p.bytes;
+      largest_busbw = busbw;
+    }
+  }
+  result["sweep"] = std::move(sweep);
+  result["largest_bytes"] = largest;
+  result["largest_busbw_gbps"] = largest_busbw;
+  result["efficiency"] =
+      expected_gbps > 0 && largest > 0 ? nlohmann::json(largest_busbw / expected_gbps) : nullptr;
+  result["clock_skew_ms"] = skew_ms;
+  const agentrt::Status written =
+      agentrt::WriteFileAtomic(env.workdir + "/preflight.json", result.dump(1) + "\n");
+  if (!written.ok()) {
+    std::cerr << "agentrt-preflight: " << written.ToString() << std::endl;
+    return 1;
+  }
+  return 0;
+}
