@@ -103,17 +103,20 @@ void FlightRecorder::End(uint64_t seq, bool ok) {
   if (r.seq != seq) return;
   r.end_unix_s = now;
   r.state = ok ? CollectiveRecord::State::kDone : CollectiveRecord::State::kFailed;
+  busy_s_ += now - r.start_unix_s;
 }
 
 nlohmann::json FlightRecorder::Snapshot(size_t recent) const {
   std::array<CollectiveRecord, kCapacity> copy;
   uint64_t last = 0;
+  double busy = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     copy = ring_;
     last = last_seq_;
+    busy = busy_s_;
   }
-  nlohmann::json j = {{"seq", last}, {"in", false}};
+  nlohmann::json j = {{"seq", last}, {"in", false}, {"busy_s", busy}};
   if (last > 0) {
     const CollectiveRecord& current = copy[last % kCapacity];
     j["in"] = current.state == CollectiveRecord::State::kRunning;

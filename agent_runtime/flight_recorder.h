@@ -49,8 +49,9 @@ class FlightRecorder {
   void End(uint64_t seq, bool ok);
 
   // {"seq": <last started, 0: none>, "in": <inside it now>, "op": "all_reduce",
-  //  "since": <its start, Unix s>, "recent": [<up to `recent` newest records,
-  //  oldest first: {"seq", "op", "bytes", "dtype", "start", "end", "state"}>]}
+  //  "since": <its start, Unix s>, "busy_s": <seconds in finished collectives>, "recent": [<up to
+  //  `recent` newest records, oldest first: {"seq", "op", "bytes", "dtype", "start", "end",
+  //  "state"}>]}
   // (allocates: for the heartbeat thread, never the training loop).
   nlohmann::json Snapshot(size_t recent = 16) const;
 
@@ -58,6 +59,7 @@ class FlightRecorder {
   mutable std::mutex mu_;
   std::array<CollectiveRecord, kCapacity> ring_{};
   uint64_t last_seq_ = 0;
+  double busy_s_ = 0;  // seconds spent in finished collectives, in all
 };
 
 // `group` with every collective recorded in `recorder` (which must outlive it).

@@ -165,6 +165,7 @@ TelemetryMessage Runtime::Message(TelemetryType type) const {
   m.time = UnixTimeSeconds();
   m.restart_count = env_.restart_count;
   m.step = step_.load();
+  m.flops_per_sample = flops_per_sample_.load();
   return m;
 }
 

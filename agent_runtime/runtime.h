@@ -125,6 +125,12 @@ class Runtime {
   void Report(int64_t step, const nlohmann::json& metrics);
   // Updates the step heartbeats carry without sending metrics.
   void SetStep(int64_t step) { step_.store(step); }
+  // The work of one sample, in floating-point operations (forward + backward;
+  // a sample is what one step of Report/SetStep counts: agent-worker's are env
+  // steps). Heartbeats carry it; the controller reports achieved FLOP/s =
+  // samples/s x this against the partition's peak (plan: peak_flops) in
+  // status. 0: not declared.
+  void SetFlopsPerSample(double flops) { flops_per_sample_.store(flops); }
 
   // True once a stop was requested (SIGTERM/SIGINT or RequestStop).
   bool ShouldStop() const { return stop_.load(); }
@@ -161,6 +167,7 @@ class Runtime {
   std::unique_ptr<SignalWatcher> signals_;
 
   std::atomic<int64_t> step_{-1};
+  std::atomic<double> flops_per_sample_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> heartbeats_{0};
   mutable std::mutex mu_;

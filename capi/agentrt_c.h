@@ -107,6 +107,9 @@ AGENTRT_C_EXPORT int agentrt_runtime_assignment(const agentrt_runtime* rt, char*
 AGENTRT_C_EXPORT int agentrt_runtime_report(agentrt_runtime* rt, int64_t step,
                                             const char* metrics_json);
 AGENTRT_C_EXPORT int agentrt_runtime_set_step(agentrt_runtime* rt, int64_t step);
+/* The floating-point operations of one sample (what one step counts); status
+ * then shows achieved FLOP/s against the partition's peak. 0: not declared. */
+AGENTRT_C_EXPORT int agentrt_runtime_set_flops_per_sample(agentrt_runtime* rt, double flops);
 /* *stop = 1 once a stop was requested; *reason_out (optional) says why. */
 AGENTRT_C_EXPORT int agentrt_runtime_should_stop(const agentrt_runtime* rt, int* stop,
                                                  char** reason_out);

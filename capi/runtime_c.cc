@@ -145,6 +145,13 @@ int agentrt_runtime_set_step(agentrt_runtime* rt, int64_t step) {
   return Ok();
 }
 
+int agentrt_runtime_set_flops_per_sample(agentrt_runtime* rt, double flops) {
+  AGENTRT_C_REQUIRE(rt, "runtime");
+  if (!(flops >= 0)) return Fail(agentrt::InvalidArgument("flops per step must be 0 or more"));
+  rt->rt->SetFlopsPerSample(flops);
+  return Ok();
+}
+
 int agentrt_runtime_should_stop(const agentrt_runtime* rt, int* stop, char** reason_out) {
   AGENTRT_C_REQUIRE(rt, "runtime");
   AGENTRT_C_REQUIRE(stop, "stop");

@@ -55,6 +55,7 @@ set(AGENTRT_PUBLIC_HEADERS
     comms/auth.h comms/bus_client.h comms/bus_types.h comms/telemetry.h
     agent_runtime/runtime.h agent_runtime/checkpointer.h agent_runtime/group.h
     agent_runtime/signals.h agent_runtime/sharded_adam.h agent_runtime/adamw.h
+    agent_runtime/flight_recorder.h agent_runtime/bandwidth.h
     envs/env.h envs/space.h envs/rng.h envs/params.h envs/env_pool.h envs/chunk_runner.h
     envs/multi_agent_env_pool.h envs/registry.h
     envs/single_agent_view.h

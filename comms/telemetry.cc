@@ -74,6 +74,7 @@ std::string EncodeTelemetry(const TelemetryMessage& m) {
   if (m.type == TelemetryType::kHeartbeat && m.collective.is_object()) {
     j["collective"] = m.collective;
   }
+  if (m.flops_per_sample > 0) j["flops_per_sample"] = m.flops_per_sample;
   if (m.seq > 0) j["seq"] = m.seq;
   // Replace invalid UTF-8 rather than throw: a metric name is user data.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -134,6 +135,9 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
   }
   auto reason_it = j.find("reason");
   if (reason_it != j.end() && reason_it->is_string()) m.reason = reason_it->get<std::string>();
+  if (auto it = j.find("flops_per_sample"); it != j.end() && it->is_number()) {
+    m.flops_per_sample = it->get<double>();
+  }
   if (auto it = j.find("collective"); it != j.end() && it->is_object()) {
     m.collective = std::move(*it);
   }

@@ -18,6 +18,7 @@
 //    "collective": {"seq": 4182, "in": true, "op": "all_reduce", "since": 1764460000.1,
 //                   "recent": [...]},  // heartbeats of a rank with a Group: its
 //                                      // flight recorder (agent_runtime/flight_recorder.h)
+//    "flops_per_sample": 3.2e12,    // when the agent declared it
 //    "seq": 1764460000250000}     // signed messages: strictly increasing per sender
 //
 // A signed message (the sender has its agent's token, AGENTRT_TOKEN_FILE) is
@@ -75,6 +76,7 @@ struct TelemetryMessage {
   std::string reason;                  // kBye only (may be empty)
   uint64_t seq = 0;                    // set by a signing sender; 0: unsigned
   nlohmann::json collective;           // kHeartbeat of a rank with a Group; null otherwise
+  double flops_per_sample = 0;         // declared by the agent (Runtime::SetFlopsPerSample); 0: not
 };
 
 // Current wall-clock time in Unix seconds.

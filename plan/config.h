@@ -44,6 +44,15 @@ namespace agentrt {
   X(double, network_gbps, 12.5, "ranks on several nodes (100 Gb/s InfiniBand/RoCE)")  \
   X(double, shm_gbps, 5.0, "CPU ranks of one node (MPI over shared memory)")
 
+// `cluster.peak:` — the theoretical peak an agent's efficiency is measured
+// against (status: achieved FLOP/s / peak, when the agent declares its FLOPs
+// per sample).
+#define AGENTRT_PEAK_SETTINGS(X)                                                                 \
+  X(double, gpu_tflops, 0.0,                                                                     \
+    "peak TFLOP/s of one GPU; 0 = by gpu_type (h100/h200 989, b200 2250, a100 312 bf16 dense), " \
+    "else 989")                                                                                  \
+  X(double, cpu_rank_gflops, 50.0, "peak GFLOP/s of one CPU rank (one core, fp32 SIMD)")
+
 // `preflight:` — `agentctl check` and `agentctl run --preflight`.
 #define AGENTRT_PREFLIGHT_SETTINGS(X)                                                   \
   X(double, min_efficiency, 0.7,                                                        \
@@ -144,6 +153,10 @@ struct LinkConfig {
   AGENTRT_LINK_SETTINGS(AGENTRT_DECLARE_SETTING)
 };
 
+struct PeakConfig {
+  AGENTRT_PEAK_SETTINGS(AGENTRT_DECLARE_SETTING)
+};
+
 struct PreflightConfig {
   AGENTRT_PREFLIGHT_SETTINGS(AGENTRT_DECLARE_SETTING)
 };
@@ -152,6 +165,7 @@ struct ClusterConfig {
   std::vector<NodeSpec> nodes;  // empty = not described (local: detected; SLURM: scontrol)
   PortConfig ports;
   LinkConfig links;
+  PeakConfig peak;
 };
 
 // How an agent's ranks talk to each other: GroupBackend (common/group_backend.h).

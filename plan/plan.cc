@@ -162,6 +162,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     aj["workdir"] = a.workdir;
     aj["gpus"] = a.gpus;
     if (!a.gpu_type.empty()) aj["gpu_type"] = a.gpu_type;
+    if (a.peak_flops > 0) aj["peak_flops"] = a.peak_flops;
     aj["backend"] = std::string(GroupBackendName(a.backend));
     aj["command"] = a.command;
     aj["env"] = a.env;
@@ -239,6 +240,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
         for (const Placement& p : a.placement) a.gpus += static_cast<int>(p.gpus.size());
       }
       r.Read(aj, path, "gpu_type", a.gpu_type, false);
+      r.Read(aj, path, "peak_flops", a.peak_flops, false);
       std::string backend;
       r.Read(aj, path, "backend", backend, false);
       if (backend.empty()) {

@@ -67,7 +67,8 @@ struct AgentPlan {
   std::string workdir;         // the ranks' working directory, likewise ("agents/<name>")
   // Additive: what the launcher and the agent process need.
   int gpus = 0;
-  std::string gpu_type;                          // agents[].gpu_type; empty = any
+  std::string gpu_type;   // agents[].gpu_type; empty = any
+  double peak_flops = 0;  // the partition's theoretical peak, FLOP/s (cluster.peak)
   GroupBackend backend = GroupBackend::kSingle;  // resolved: never kAuto
   std::vector<std::string> command;
   std::map<std::string, std::string> env;

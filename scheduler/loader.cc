@@ -428,7 +428,7 @@ class Converter {
 
 const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",    "bus",
                                            "defaults", "agents",  "channels", "preflight"};
-const std::vector<std::string> kClusterKeys = {"nodes", "ports", "links"};
+const std::vector<std::string> kClusterKeys = {"nodes", "ports", "links", "peak"};
 const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains", "gpu_type"};
 const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "group", "command", "env"};
 const std::vector<std::string> kAgentKeys = {
@@ -534,6 +534,17 @@ class ConfigBuilder {
     c_.Fail(links[#name], Join(lpath, #name),        \
             fmt::format("expected a positive bandwidth in GB/s, got {}", cluster.links.name));
       AGENTRT_LINK_SETTINGS(AGENTRT_READ)
+#undef AGENTRT_READ
+    }
+    if (const YAML::Node peak = n["peak"]; peak.IsDefined()) {
+      const std::string ppath = Join(path, "peak");
+      c_.CheckMap(peak, ppath, {AGENTRT_PEAK_SETTINGS(AGENTRT_KEY_NAME)});
+#define AGENTRT_READ(type, name, default_value, doc) \
+  c_.Read(peak, ppath, #name, cluster.peak.name);    \
+  if (cluster.peak.name < 0)                         \
+    c_.Fail(peak[#name], Join(ppath, #name),         \
+            fmt::format("expected 0 or more, got {}", cluster.peak.name));
+      AGENTRT_PEAK_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
     }
   }
@@ -1269,6 +1280,13 @@ std::string DescribeSettings() {
 #define X(type, name, default_value, doc) \
   line("cluster.links." #name, TypeName<type>(), Show(d.name), doc);
     AGENTRT_LINK_SETTINGS(X)
+#undef X
+  }
+  {
+    PeakConfig d;
+#define X(type, name, default_value, doc) \
+  line("cluster.peak." #name, TypeName<type>(), Show(d.name), doc);
+    AGENTRT_PEAK_SETTINGS(X)
 #undef X
   }
   {

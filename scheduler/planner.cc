@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -32,6 +33,17 @@ struct DomainState {
   int size = 0;
   int Free() const { return std::popcount(free_mask); }
 };
+
+// Dense bf16 peak of one GPU of `type`, TFLOP/s (vendor data sheets), 989 (H100) when unknown.
+double GpuPeakTflops(const std::string& type, const PeakConfig& peak) {
+  if (peak.gpu_tflops > 0) return peak.gpu_tflops;
+  static const std::map<std::string, double> kPeak = {
+      {"h100", 989}, {"h200", 989}, {"b200", 2250}, {"a100", 312}, {"l40s", 362}};
+  std::string lower = type;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto it = kPeak.find(lower);
+  return it != kPeak.end() ? it->second : 989;
+}
 
 struct NodeState {
   const NodeSpec* spec = nullptr;
@@ -161,6 +173,19 @@ class Planner {
       out.workdir = agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir;
       std::optional<Infeasible> why = Place(agent, out);
       if (why) return *why;
+      // The partition's theoretical peak: its GPUs (by the type of their node), or its CPU ranks.
+      out.peak_flops = 0;
+      for (const Placement& p : out.placement) {
+        const NodeSpec* spec = nullptr;
+        for (const NodeState& n : nodes_) {
+          if (n.spec->name == p.node) spec = n.spec;
+        }
+        out.peak_flops +=
+            agent.gpus > 0
+                ? static_cast<double>(p.gpus.size()) * 1e12 *
+                      GpuPeakTflops(spec != nullptr ? spec->gpu_type : "", config_.cluster.peak)
+                : static_cast<double>(p.ranks.size()) * 1e9 * config_.cluster.peak.cpu_rank_gflops;
+      }
     }
 
     for (const ChannelConfig& c : config_.channels)

@@ -50,6 +50,7 @@ RunController::RunController(std::string run_name, std::string run_dir,
   status_.run_dir = std::move(run_dir);
   for (auto& spec : agents) {
     AgentStatus s;
+    s.peak_flops = spec.peak_flops;
     s.name = spec.launch.name;
     s.log_dir = spec.launch.log_dir;
     s.master_port = spec.launch.master_port;
@@ -190,17 +191,27 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     c.snapshot = m.collective;
   }
   if (m.type == TelemetryType::kMetrics || (m.step >= 0 && m.step > s.step)) a.progress_s = now;
+  if (m.flops_per_sample > 0) s.flops_per_sample = m.flops_per_sample;
   if (m.step >= 0) {
+    const auto& rank0 = a.collectives.front();
+    const double busy = rank0.known ? rank0.snapshot.value("busy_s", 0.0) : -1.0;
     if (a.rate_t0_s < 0) {
       s.step = m.step;  // first step of this incarnation (it may have resumed lower)
       a.rate_t0_s = now;
       a.rate_step0 = m.step;
+      a.rate_busy0_s = busy;
     } else if (m.step > s.step) {
       s.step = m.step;
       if (now - a.rate_t0_s >= 2.0) {
         s.steps_per_s = static_cast<double>(s.step - a.rate_step0) / (now - a.rate_t0_s);
+        s.achieved_flops = s.steps_per_s * s.flops_per_sample;
+        s.collective_share =
+            busy >= 0 && a.rate_busy0_s >= 0
+                ? std::clamp((busy - a.rate_busy0_s) / (now - a.rate_t0_s), 0.0, 1.0)
+                : -1.0;
         a.rate_t0_s = now;
         a.rate_step0 = s.step;
+        a.rate_busy0_s = busy;
       }
     }
     Touch(false);

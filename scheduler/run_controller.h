@@ -40,9 +40,10 @@ namespace agentrt {
 
 struct SupervisedAgent {
   AgentLaunch launch;  // restart_count is set by the controller
-  RestartPolicy
-      restart;        // max_restarts, backoff_s, heartbeat_timeout_s, grace_s, progress_timeout_s
-  GroupPolicy group;  // collective_timeout_s: the hang watch
+  // max_restarts, backoff_s, heartbeat_timeout_s, grace_s, progress_timeout_s
+  RestartPolicy restart;
+  GroupPolicy group;      // collective_timeout_s: the hang watch
+  double peak_flops = 0;  // the partition's theoretical peak (plan), FLOP/s
 };
 
 // What the controller is told before it relaunches a failed agent (RunDriver
@@ -124,7 +125,8 @@ class RunController {
     int failed_rank = -1;
     double rate_t0_s = -1;
     int64_t rate_step0 = -1;
-    double progress_s = 0;  // when the agent last reported a new step (or metrics)
+    double rate_busy0_s = 0;  // rank 0's time in collectives at rate_t0_s
+    double progress_s = 0;    // when the agent last reported a new step (or metrics)
     // Per rank, from its latest heartbeat: the collective it is in (or last
     // ran), how long it had been in it then, and when (this clock) we heard.
     struct Collective {

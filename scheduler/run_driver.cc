@@ -88,6 +88,7 @@ std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& 
     l.use_mpirun = ap.backend == GroupBackend::kMpi && ap.ranks > 1 && ap.gpus == 0;
     s.restart = ap.restart;
     s.group = ap.group;
+    s.peak_flops = ap.peak_flops;
     out.push_back(std::move(s));
   }
   return out;

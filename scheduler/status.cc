@@ -75,6 +75,10 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
     aj["log_dir"] = a.log_dir;
     aj["restored_step"] = a.restored_step ? nlohmann::ordered_json(*a.restored_step) : nullptr;
     aj["skipped_checkpoints"] = a.skipped_checkpoints;
+    aj["flops_per_sample"] = a.flops_per_sample;
+    aj["achieved_flops"] = a.achieved_flops;
+    aj["peak_flops"] = a.peak_flops;
+    aj["collective_share"] = a.collective_share;
     j["agents"].push_back(aj);
   }
   j["run_dir"] = status.run_dir;
@@ -126,6 +130,10 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
         a.restored_step = aj["restored_step"].get<int64_t>();
       }
       a.skipped_checkpoints = aj.value("skipped_checkpoints", std::vector<int64_t>{});
+      a.flops_per_sample = aj.value("flops_per_sample", 0.0);
+      a.achieved_flops = aj.value("achieved_flops", 0.0);
+      a.peak_flops = aj.value("peak_flops", 0.0);
+      a.collective_share = aj.value("collective_share", -1.0);
       s.agents.push_back(std::move(a));
     }
     s.run_dir = j.value("run_dir", "");
@@ -198,8 +206,32 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
     const std::string note = RestoreNote(a);
     if (!note.empty()) out += "note: " + note + "\n";
   }
+  for (const AgentStatus& a : status.agents) {
+    const std::string note = EfficiencyNote(a);
+    if (!note.empty()) out += "note: " + note + "\n";
+  }
   for (const NodeFailure& f : status.node_failures) out += "note: " + NodeFailureNote(f) + "\n";
   if (!status.requeue_reason.empty()) out += "note: requeue: " + status.requeue_reason + "\n";
+  return out;
+}
+
+std::string EfficiencyNote(const AgentStatus& a, double threshold) {
+  if (a.flops_per_sample <= 0 || a.peak_flops <= 0 || a.achieved_flops <= 0 ||
+      a.achieved_flops >= threshold * a.peak_flops) {
+    return "";
+  }
+  std::string out = fmt::format(
+      "agent {} reaches {:.1f}% of its peak ({:.3g} TFLOP/s achieved of {:.3g} TFLOP/s)", a.name,
+      100 * a.achieved_flops / a.peak_flops, a.achieved_flops / 1e12, a.peak_flops / 1e12);
+  if (a.collective_share >= 0) {
+    out += a.collective_share >= 0.5
+               ? fmt::format("; the biggest phase: collectives, {:.0f}% of its time",
+                             100 * a.collective_share)
+               : fmt::format(
+                     "; the biggest phase: outside collectives (compute, env, "
+                     "checkpoint), {:.0f}% of its time",
+                     100 * (1 - a.collective_share));
+  }
   return out;
 }
 

@@ -16,7 +16,9 @@
 //                "reason": "rank 1 (pid 4243) was killed by SIGKILL (signal 9)",
 //                "log_dir": "/abs/run/logs/predator-0",
 //                "restored_step": 400,            // null: not reported; -1: fresh start
-//                "skipped_checkpoints": [600]}],  // corrupt checkpoints passed over
+//                "skipped_checkpoints": [600],    // corrupt checkpoints passed over
+//                "flops_per_sample": 0, "achieved_flops": 0, "peak_flops": 1.9e15,
+//                "collective_share": 0.4}],       // -1: not known
 //    "run_dir": "/abs/run", "controller_pid": 4200, "started_unix_s": 1764460000.1,
 //    "updated_unix_s": 1764460042.3,
 //    "node_failures": [{"node": "n2", "time": 1764460040.0, "agent": "prey-0",
@@ -72,7 +74,18 @@ struct AgentStatus {
   // reported), and committed checkpoints it had to pass over as corrupt.
   std::optional<int64_t> restored_step;
   std::vector<int64_t> skipped_checkpoints;
+  // Efficiency, once the agent declared its FLOPs per sample: steps_per_s x
+  // flops_per_sample against the partition's peak; and the share of rank 0's
+  // time spent in collectives over the same window (-1: not known).
+  double flops_per_sample = 0;
+  double achieved_flops = 0;
+  double peak_flops = 0;
+  double collective_share = -1;
 };
+
+// "agent a reaches 12% of its peak (...); the biggest phase: ..." when it
+// declared its FLOPs and is below `threshold` of its peak, else "".
+std::string EfficiencyNote(const AgentStatus& agent, double threshold = 0.7);
 
 // A node of the run that failed, and what became of one agent that ran there.
 struct NodeFailure {

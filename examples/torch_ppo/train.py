@@ -250,6 +250,10 @@ def main():
     torch.manual_seed(int(s["seed"]))  # the same initial weights on every rank
     model = Policy(obs_size, num_actions, s["hidden"]).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=s["lr"], eps=1e-5)
+    # The work of one env step, for `agentctl status`'s efficiency: a forward pass
+    # to act (2 FLOPs per weight) and `epochs` forward+backward passes (6 per weight).
+    weights = sum(p.numel() for p in model.parameters())
+    rt.set_flops_per_sample(weights * (2 + 6 * s["epochs"]))
     ck = rt.checkpointer
 
     restored = art.restore(ck, model=model, optimizer=opt)

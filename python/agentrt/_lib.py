@@ -40,6 +40,7 @@ _SIGNATURES = {
     "agentrt_runtime_assignment": (_I, [_P, _PP]),
     "agentrt_runtime_report": (_I, [_P, _I64, _S]),
     "agentrt_runtime_set_step": (_I, [_P, _I64]),
+    "agentrt_runtime_set_flops_per_sample": (_I, [_P, _D]),
     "agentrt_runtime_should_stop": (_I, [_P, ctypes.POINTER(_I), _PP]),
     "agentrt_runtime_request_stop": (_I, [_P, _S]),
     "agentrt_runtime_counters": (_I, [_P, _PP]),

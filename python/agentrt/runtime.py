@@ -63,6 +63,12 @@ class Runtime(Handle):
         """The step heartbeats carry, without sending metrics."""
         _lib.check(_lib.lib().agentrt_runtime_set_step(self._p(), int(step)))
 
+    def set_flops_per_sample(self, flops):
+        """The floating-point operations of one sample (forward + backward; a sample is what
+        one step of `report` counts): `agentctl status` then shows achieved FLOP/s against
+        the partition's peak."""
+        _lib.check(_lib.lib().agentrt_runtime_set_flops_per_sample(self._p(), float(flops)))
+
     @property
     def should_stop(self):
         """True once a stop was requested (SIGTERM, SIGINT, request_stop)."""

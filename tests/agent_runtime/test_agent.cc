@@ -14,6 +14,7 @@
 //                     store, or nobody, exits 5
 //   --collective      every step, all ranks all-reduce the step through Runtime::group()
 //   --slow-rank-ms X  the last rank's steps take X ms longer (its peers wait in the all-reduce)
+//   --flops-per-sample F  declares F FLOPs per step (status: achieved FLOP/s and efficiency)
 //   --hang MODE       with --collective, in the first incarnation only, at --hang-at-step
 //                     rank --hang-rank (default: the last) hangs the group: `skip` (it
 //                     leaves out that step's all-reduce), `sleep` (it sleeps an hour before
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
   int hang_rank = -1;
   int64_t hang_at_step = 5;
   int slow_rank_ms = 0;
+  double flops_per_sample = 0;
   app.add_option("--steps", steps, "total steps, then exit");
   app.add_flag("--forever", forever, "never stop by itself");
   app.add_option("--fail-at-step", fail_at_step, "exit with --exit-code after this step");
@@ -103,6 +105,7 @@ int main(int argc, char** argv) {
   app.add_option("--hang-rank", hang_rank, "the rank that hangs the group (default: last)");
   app.add_option("--hang-at-step", hang_at_step, "the step at which it does");
   app.add_option("--slow-rank-ms", slow_rank_ms, "extra milliseconds per step of the last rank");
+  app.add_option("--flops-per-sample", flops_per_sample, "declared FLOPs of one step");
   CLI11_PARSE(app, argc, argv);
 
   agentrt::RuntimeOptions options;
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   }
   auto& rt = **rt_or;
   const auto& a = rt.env();
+  if (flops_per_sample > 0) rt.SetFlopsPerSample(flops_per_sample);
   std::cout << "agent " << a.agent << " rank " << a.rank << "/" << a.world_size << " pid "
             << ::getpid() << " restart " << a.restart_count << std::endl;
   if (!dump_env.empty()) DumpEnvironment(dump_env, a, argc, argv);

@@ -104,6 +104,10 @@ def scenario_league(work):
               "%s: trained predators capture at least 3x as often as random ones" % name)
         check(abs(m["eval_capture_rate"] - e["capture_rate"]) < 1e-9,
               "%s: the evaluation is in agentctl status" % name)
+        a = agents[name]
+        check(a["flops_per_sample"] > 0 and a["peak_flops"] > 0,
+              "%s declared its FLOPs per sample, and its partition has a peak: %s" %
+              (name, {k: a[k] for k in ("flops_per_sample", "achieved_flops", "peak_flops")}))
 
 
 def scenario_sigkill(work):

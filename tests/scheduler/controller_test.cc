@@ -596,6 +596,38 @@ TEST_CASE("a training loop that stops reporting steps is a hang after progress_t
              Catch::StartsWith("no new step reported for 10.5 s (progress_timeout_s 10)"));
 }
 
+TEST_CASE("declared FLOPs per sample give achieved FLOP/s, efficiency and the biggest phase") {
+  Fixture f;
+  auto agent = MakeAgent("a", 2);
+  agent.peak_flops = 2e12;  // two CPU ranks of 1 TFLOP/s
+  f.Make({agent});
+  CHECK(f.A("a").peak_flops == 2e12);
+  // Rank 0 heartbeats every second, 1000 samples further each time, with 0.6 s
+  // more inside collectives; each sample is 1e8 FLOPs: 1e11 FLOP/s, 5% of the peak.
+  for (int t = 0; t <= 4; ++t) {
+    TelemetryMessage m = Heartbeat("a", 0, 0, 1000 * t);
+    m.time = 1000 + t;
+    m.flops_per_sample = 1e8;
+    m.collective = {{"seq", t}, {"in", false}, {"busy_s", 0.6 * t}};
+    f.rc->OnTelemetry(m);
+    f.rc->OnTelemetry(Heartbeat("a", 1, 0, 1000 * t));
+    f.clock.AdvanceSeconds(1);
+  }
+  const AgentStatus& s = f.A("a");
+  CHECK(s.flops_per_sample == 1e8);
+  CHECK(s.steps_per_s == Approx(1000));
+  CHECK(s.achieved_flops == Approx(1e11));
+  CHECK(s.collective_share == Approx(0.6));
+  CHECK(EfficiencyNote(s) ==
+        "agent a reaches 5.0% of its peak (0.1 TFLOP/s achieved of 2 TFLOP/s); the biggest phase: "
+        "collectives, 60% of its time");
+  CHECK(RenderStatusTable(f.rc->status()).find("note: agent a reaches 5.0% of its peak") !=
+        std::string::npos);
+  AgentStatus fast = s;
+  fast.achieved_flops = 1.8e12;
+  CHECK(EfficiencyNote(fast).empty());  // 90%: nothing to flag
+}
+
 TEST_CASE("status.json round-trips through its JSON shape") {
   RunStatus s;
   s.run = "demo";

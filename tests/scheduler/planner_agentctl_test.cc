@@ -69,7 +69,7 @@ TEST_CASE("agentctl validate prints one line naming file:line:column and exits 1
   CHECK(o.err ==
         "agentctl validate: " + bad +
             ":3:5: key 'agents[0].gpu': unknown key; expected one of name, replicas, "
-            "gpus, ranks, command, env, args, restart, workdir, checkpoint, nodes, backend, "
+            "gpus, ranks, command, env, args, restart, workdir, checkpoint, group, nodes, backend, "
             "gpu_type; "
             "did "
             "you mean 'gpus'?\n");

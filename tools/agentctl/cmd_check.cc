@@ -72,13 +72,15 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
     auto text = agentrt::ReadWholeFile(dir.Resolve(a.workdir) + "/preflight.json", 16 << 20);
     if (text.ok()) row = nlohmann::json::parse(*text, nullptr, false);
     if (!row.is_object()) {
-      row = {{"agent", a.name}, {"ranks", a.ranks}, {"errors", nlohmann::json::array()},
+      row = {{"agent", a.name},
+             {"ranks", a.ranks},
+             {"errors", nlohmann::json::array()},
              {"warnings", nlohmann::json::array()}};
       const agentrt::AgentStatus* s = status.ok() ? status->FindAgent(a.name) : nullptr;
-      row["errors"].push_back("the check did not complete: " +
-                              (s != nullptr && !s->reason.empty() ? s->reason
-                                                                  : std::string("no result")) +
-                              "; see " + dir.LogDir(a.name));
+      row["errors"].push_back(
+          "the check did not complete: " +
+          (s != nullptr && !s->reason.empty() ? s->reason : std::string("no result")) + "; see " +
+          dir.LogDir(a.name));
     }
     row["nodes"] = NodesOf(a);
     row["link"] = links[a.name].first;
@@ -86,7 +88,8 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
     if (row.contains("efficiency") && row["efficiency"].is_number() &&
         row["efficiency"].get<double>() < config.preflight.min_efficiency) {
       row["warnings"].push_back(fmt::format(
-          "all_reduce busbw {:.2f} GB/s is {:.0f}% of the {} link's expected {} GB/s (below {:.0f}%)",
+          "all_reduce busbw {:.2f} GB/s is {:.0f}% of the {} link's expected {} GB/s (below "
+          "{:.0f}%)",
           row.value("largest_busbw_gbps", 0.0), 100 * row["efficiency"].get<double>(),
           links[a.name].first, links[a.name].second, 100 * config.preflight.min_efficiency));
     }
@@ -96,8 +99,8 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
       row["checkpoint"]["needed_mb_s"] = need;
       if (have >= 0 && have < need) {
         row["errors"].push_back(fmt::format(
-            "its checkpoint directory writes {:.0f} MB/s; {} bytes every {} s need {:.0f} MB/s", have,
-            config.preflight.checkpoint_bytes, a.checkpoint.interval_s, need));
+            "its checkpoint directory writes {:.0f} MB/s; {} bytes every {} s need {:.0f} MB/s",
+            have, config.preflight.checkpoint_bytes, a.checkpoint.interval_s, need));
       }
     }
     const bool failed = !row["errors"].empty() || (options.strict && !row["warnings"].empty());
@@ -113,9 +116,9 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
   }
   size_t name_w = 5;
   for (const auto& a : plan.agents) name_w = std::max(name_w, a.name.size());
-  std::string out = fmt::format("{:<{}}  {:>5}  {:<12}  {:<7}  {:>12}  {:>9}  {:>5}  {:>9}  {:>7}  {}\n",
-                                "AGENT", name_w, "RANKS", "NODES", "LINK", "BUSBW GB/s", "EXPECTED",
-                                "EFF", "CKPT MB/s", "SKEW ms", "VERDICT");
+  std::string out = fmt::format(
+      "{:<{}}  {:>5}  {:<12}  {:<7}  {:>12}  {:>9}  {:>5}  {:>9}  {:>7}  {}\n", "AGENT", name_w,
+      "RANKS", "NODES", "LINK", "BUSBW GB/s", "EXPECTED", "EFF", "CKPT MB/s", "SKEW ms", "VERDICT");
   for (const auto& row : report["agents"]) {
     const bool swept = row.value("largest_bytes", 0) > 0;
     const auto eff = row.contains("efficiency") && row["efficiency"].is_number()
@@ -138,8 +141,9 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
     for (const auto& w : row["warnings"])
       out += fmt::format("warning: {}: {}\n", row.value("agent", ""), w.get<std::string>());
   }
-  out += fmt::format("busbw: nccl-tests' bus bandwidth of the largest all_reduce ({}); details: {}\n",
-                     "algbw x 2(n-1)/n", dir.path() + "/agents/<agent>/preflight.json");
+  out +=
+      fmt::format("busbw: nccl-tests' bus bandwidth of the largest all_reduce ({}); details: {}\n",
+                  "algbw x 2(n-1)/n", dir.path() + "/agents/<agent>/preflight.json");
   std::fputs(out.c_str(), stdout);
   return all_passed ? 0 : kExitError;
 }
@@ -148,8 +152,9 @@ void RegisterCheck(CLI::App& app) {
   auto opts = std::make_shared<CheckOptions>();
   auto overrides = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand(
-      "check", "Preflight: every agent's collectives, ports, bus, checkpoint dir and clocks, on "
-               "exactly its own partition; exit 0 when all pass");
+      "check",
+      "Preflight: every agent's collectives, ports, bus, checkpoint dir and clocks, on "
+      "exactly its own partition; exit 0 when all pass");
   cmd->add_option("file", opts->file, "agents.yaml")->required();
   cmd->add_option("--cluster", opts->cluster,
                   "inventory YAML with a cluster: block (e.g. fake GPUs)");

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", max_bytes, "largest collective buffer");
   app.add_option("--expected-gbps", expected_gbps, "the link's expected bus bandwidth, GB/s");
   app.add_option("--link", link, "nvlink | pcie | network | shm");
-  app.add_option("--ckpt-probe-bytes", ckpt_probe_bytes, "bytes written to probe the checkpoint dir");
+  app.add_option("--ckpt-probe-bytes", ckpt_probe_bytes,
+                 "bytes written to probe the checkpoint dir");
   CLI11_PARSE(app, argc, argv);
 
   agentrt::RuntimeOptions options;
@@ -192,10 +193,9 @@ int main(int argc, char** argv) {
       std::vector<int64_t> clocks(static_cast<size_t>(n), 0);
       const int64_t mine = static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
       clocks[static_cast<size_t>(g.rank())] = mine;
-      if (g.Barrier().ok() &&
-          g.AllGather(&clocks[static_cast<size_t>(g.rank())], clocks.data(), 1,
-                      agentrt::DataType::kInt64)
-              .ok()) {
+      if (g.Barrier().ok() && g.AllGather(&clocks[static_cast<size_t>(g.rank())], clocks.data(), 1,
+                                          agentrt::DataType::kInt64)
+                                  .ok()) {
         const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
         skew_ms = static_cast<double>(*hi - *lo) / 1e3;
       }
