@@ -60,8 +60,9 @@ struct Fixture {
   ManualClock clock;
   FakeBackend backend;
   std::unique_ptr<RunController> rc;
+  std::string run_dir = "/run";  // set it (a temporary folder) when the test writes hang reports
   void Make(std::vector<SupervisedAgent> agents) {
-    rc = std::make_unique<RunController>("test", "/run", std::move(agents), &backend, &clock);
+    rc = std::make_unique<RunController>("test", run_dir, std::move(agents), &backend, &clock);
     rc->Start();
   }
   const AgentStatus& A(const std::string& name) { return *rc->status().FindAgent(name); }
@@ -549,7 +550,8 @@ TEST_CASE("every rank in the same collective too long is a hang; a slow but movi
   auto agent = MakeAgent("a", 2);
   agent.group.collective_timeout_s = 5;
   agent.restart.progress_timeout_s = 20;
-  RunController rc("test", "/nonexistent-run-dir", {agent}, &backend, &clock);
+  LogDir dir;  // the hang report goes to <run dir>/hangs
+  RunController rc("test", dir.path, {agent}, &backend, &clock);
   rc.Start();
   uint64_t seq = 1;
   for (int i = 0; i < 10; ++i) {  // 40 s of collectives that each take 4 s: no alarm
@@ -577,7 +579,9 @@ TEST_CASE("every rank in the same collective too long is a hang; a slow but movi
 }
 
 TEST_CASE("a training loop that stops reporting steps is a hang after progress_timeout_s") {
+  LogDir dir;  // the hang report goes to <run dir>/hangs
   Fixture f;
+  f.run_dir = dir.path;
   auto agent = MakeAgent("a", 1);
   agent.restart.progress_timeout_s = 10;
   f.Make({agent});
