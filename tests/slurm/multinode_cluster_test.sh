@@ -168,6 +168,32 @@ nodes=$(for j in $(cat "$arun/arrays.jobids"); do timeout 10 scontrol show job "
 [ "$(wc -w <<<"$nodes")" -eq 2 ] || fail "the two array tasks did not run on two nodes: '$nodes'"
 echo "job arrays over nodes $nodes, bus at $bus_addr: $(grep -o 'against prey prey@update[0-9]*' <<<"$pred_log")"
 
+# Preflight on the cluster: `agentctl check --backend slurm` runs every agent's
+# checks as job steps on its own nodes; the 2-node MPI agent's sweep crosses the
+# network between n1 and n2.
+mkdir -p "$state/check"
+cat >"$state/check/agents.yaml" <<YAML
+run: {name: chk, dir: $state/check/runs}
+slurm: {time: "00:05:00"}
+preflight: {max_bytes: 1048576, checkpoint_probe_bytes: 1048576}
+agents:
+  - {name: wide, gpus: 4, ranks: 4, backend: mpi, command: [agent-worker], args: {env: cartpole}}
+  - {name: solo, gpus: 1, command: [agent-worker], args: {env: cartpole}}
+YAML
+(cd "$state/check" && timeout 120 "${AGENTRT_BIN_DIR:?}/agentctl" check agents.yaml --backend slurm --json \
+  >"$state/check/report.json" 2>"$state/check/err.log") || { cat "$state/check/report.json" "$state/check/err.log"; \
+  fail "agentctl check --backend slurm failed"; }
+/usr/bin/python3 - "$state/check/report.json" <<'PY' || fail "the preflight report over two nodes is not what the plan gives"
+import json, sys
+rows = {r["agent"]: r for r in json.load(open(sys.argv[1]))["agents"]}
+wide, solo = rows["wide"], rows["solo"]
+assert len(wide["nodes"].split(",")) == 2 and wide["link"] == "network" and wide["ranks"] == 4, wide
+assert {p["op"] for p in wide["sweep"]} == {"all_reduce", "reduce_scatter", "all_gather"}, wide["sweep"]
+assert wide["largest_busbw_gbps"] > 0 and wide["bus"]["ok"] and not wide["errors"], wide
+assert solo["verdict"] == "ok" and solo["nodes"] not in wide["nodes"].split(","), solo
+print("check over nodes %s: busbw %.3f GB/s, skew %.2f ms" % (wide["nodes"], wide["largest_busbw_gbps"], wide["clock_skew_ms"]))
+PY
+
 # 7. start.sh again changes nothing.
 again=$("$src/slurm/testcluster/start.sh" "$state" --nodes 3 2>&1) || fail "start.sh again failed: $again"
 grep -q "already running" <<<"$again" || fail "start.sh again did not notice the running cluster: $again"

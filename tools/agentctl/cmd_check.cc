@@ -42,7 +42,14 @@ std::string NodesOf(const agentrt::AgentPlan& a) {
 int Check(agentrt::Config& config, const CheckOptions& options, std::string_view command) {
   // A run of its own, next to the real ones, named for what it is.
   config.run.name = config.run.name.substr(0, 57) + "-check";
-  agentrt::PreparedRun prepared = PrepareLocal(config, options.file, options.cluster, command);
+  const bool on_slurm = options.backend == "slurm";
+  if (!on_slurm && options.backend != "local") {
+    Fail(command, agentrt::InvalidArgument("unknown backend '" + options.backend +
+                                           "'; use --backend local or --backend slurm"));
+  }
+  agentrt::PreparedRun prepared =
+      on_slurm ? PrepareOnSlurm(config, options.file, options.cluster, command)
+               : PrepareLocal(config, options.file, options.cluster, command);
   const std::string preflight = agentrt::SelfExecutableDir() + "/agentrt-preflight";
   std::map<std::string, std::pair<std::string, double>> links;
   for (agentrt::AgentPlan& a : prepared.plan.agents) {
@@ -62,7 +69,12 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
   }
   const agentrt::Plan plan = prepared.plan;
   const agentrt::RunDir dir = prepared.dir;
-  (void)DriveLocal(std::move(prepared), /*quiet=*/true);
+  if (on_slurm) {
+    // One allocation on the agents' own nodes, every agent a job step there.
+    (void)SubmitAndFollow(prepared, config.slurm, /*quiet=*/true);
+  } else {
+    (void)DriveLocal(std::move(prepared), /*quiet=*/true);
+  }
   auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
 
   nlohmann::json report = {{"run_dir", dir.path()}, {"agents", nlohmann::json::array()}};
@@ -121,9 +133,12 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
       "RANKS", "NODES", "LINK", "BUSBW GB/s", "EXPECTED", "EFF", "CKPT MB/s", "SKEW ms", "VERDICT");
   for (const auto& row : report["agents"]) {
     const bool swept = row.value("largest_bytes", 0) > 0;
-    const auto eff = row.contains("efficiency") && row["efficiency"].is_number()
-                         ? fmt::format("{:.0f}%", 100 * row["efficiency"].get<double>())
-                         : std::string("-");
+    const double e = row.contains("efficiency") && row["efficiency"].is_number()
+                         ? 100 * row["efficiency"].get<double>()
+                         : -1;
+    const auto eff = e < 0    ? std::string("-")
+                     : e < 10 ? fmt::format("{:.1f}%", e)
+                              : fmt::format("{:.0f}%", e);
     const double ckpt =
         row.contains("checkpoint") ? row["checkpoint"].value("write_mb_s", -1.0) : -1.0;
     out += fmt::format(
@@ -161,6 +176,8 @@ void RegisterCheck(CLI::App& app) {
   cmd->add_option("--set", *overrides, "override a setting: key.path=value (repeatable)");
   cmd->add_flag("--strict", opts->strict, "an efficiency warning fails the check too");
   cmd->add_flag("--json", opts->json, "one JSON report instead of the table");
+  cmd->add_option("--backend", opts->backend,
+                  "local, or slurm: one allocation on the agents' nodes, every agent a job step");
   cmd->callback([opts, overrides] {
     auto config = agentrt::LoadConfigFile(opts->file, ConfigLoadOptions(*overrides));
     if (!config.ok()) Fail("check", config.status());

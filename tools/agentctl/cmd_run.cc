@@ -136,7 +136,9 @@ struct RunOptions {
   bool detach = false;  // --backend slurm: return once submitted
   int cpus_per_rank = 1;
   bool preflight = false;  // agentctl check first; start nothing when it fails
-  bool strict = false;     // --preflight --strict: its warnings fail too
+  bool notes_to_stderr =
+      false;            // --backend slurm: "submitted job ..." lines on stderr (check --json)
+  bool strict = false;  // --preflight --strict: its warnings fail too
 };
 
 // The signal handlers above, as the driver sees them.
@@ -147,6 +149,8 @@ class ProcessStops final : public agentrt::StopRequests {
 };
 
 int SubmitSlurm(const RunOptions& opts, agentrt::Config& config);
+int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmConfig& slurm_config,
+                    const RunOptions& opts);
 int RunInAllocation(const RunOptions& opts);
 
 // The rank wrapper (plan/rank_exec.h): next to agentctl when it is there, else agentctl itself.
@@ -214,7 +218,11 @@ int Run(const RunOptions& opts) {
   if (opts.preflight) {
     // The same agents, on the same partition, first running the checks only.
     agentrt::Config copy = *config;
-    const int checked = Check(copy, {opts.file, opts.cluster, opts.strict, false}, "run");
+    CheckOptions check;
+    check.file = opts.file;
+    check.cluster = opts.cluster;
+    check.strict = opts.strict;
+    const int checked = Check(copy, check, "run");
     if (checked != 0) {
       std::fputs("agentctl run: the preflight check failed; nothing was started\n", stderr);
       return checked;
@@ -354,11 +362,21 @@ int RunInAllocation(const RunOptions& opts) {
 // `--backend slurm`: plan on the live cluster, write and submit the allocation,
 // then follow the run through RUN_DIR/status.json (or return at once with --detach).
 int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
+  agentrt::PreparedRun prepared = PrepareOnSlurm(config, opts.file, opts.cluster, "run");
+  for (const auto& w : prepared.plan.warnings)
+    std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
+  return SubmitAndFollow(prepared, config.slurm, opts);
+}
+
+}  // namespace
+
+agentrt::PreparedRun PrepareOnSlurm(agentrt::Config& config, const std::string& file,
+                                    const std::string& cluster, std::string_view command) {
   auto runner = agentrt::slurm::MakeProcessRunner();
   agentrt::slurm::SlurmClient slurm(*runner);
   agentrt::InventoryRequest request;
-  request.config_file = opts.file;
-  request.cluster_file = opts.cluster;
+  request.config_file = file;
+  request.cluster_file = cluster;
   request.live_slurm = true;
   agentrt::PrepareOptions prepare;
   prepare.lease_ports = false;  // the allocation's controller leases them on its node
@@ -366,13 +384,29 @@ int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
       config, request, [&slurm] { return slurm.ShowNodesText(); }, prepare);
   if (!prepared.ok()) {
     const bool infeasible = prepared.status().code() == agentrt::StatusCode::kResourceExhausted;
-    Fail("run", infeasible ? prepared.status().WithContext("nothing submitted") : prepared.status(),
+    Fail(command,
+         infeasible ? prepared.status().WithContext("nothing submitted") : prepared.status(),
          infeasible ? kExitInfeasible : kExitError);
   }
-  const agentrt::RunDir& dir = prepared->dir;
-  const agentrt::Plan& plan = prepared->plan;
-  for (const auto& w : plan.warnings)
-    std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
+  return std::move(prepared).value();
+}
+
+int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmConfig& slurm_config,
+                    bool quiet) {
+  RunOptions opts;
+  opts.quiet = quiet;
+  opts.notes_to_stderr = quiet;
+  return SubmitAndFollow(prepared, slurm_config, opts);
+}
+
+namespace {
+
+int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmConfig& slurm_config,
+                    const RunOptions& opts) {
+  auto runner = agentrt::slurm::MakeProcessRunner();
+  agentrt::slurm::SlurmClient slurm(*runner);
+  const agentrt::RunDir& dir = prepared.dir;
+  const agentrt::Plan& plan = prepared.plan;
   agentrt::Status written = agentrt::WritePlanFile(plan, dir.PlanPath());
   if (!written.ok()) Fail("run", written);
 
@@ -382,14 +416,21 @@ int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
   script_options.cpus_per_rank = opts.cpus_per_rank;
   const std::string script_path = dir.AllocScriptPath();
   written = agentrt::WriteFileAtomic(
-      script_path, agentrt::slurm::AllocationScript(plan, config.slurm, script_options));
+      script_path, agentrt::slurm::AllocationScript(plan, slurm_config, script_options));
   if (!written.ok()) Fail("run", written);
   auto job = slurm.Submit(script_path);
   if (!job.ok()) Fail("run", job.status());
   written = agentrt::WriteFileAtomic(dir.SlurmJobIdPath(), *job + "\n");
   if (!written.ok()) Fail("run", written);
-  Print(fmt::format("run {}: submitted job {} ({} agents), run dir {}\n", plan.run, *job,
-                    plan.agents.size(), dir.path()));
+  auto note = [&opts](const std::string& line) {
+    if (opts.notes_to_stderr) {
+      std::fputs(line.c_str(), stderr);
+    } else {
+      Print(line);
+    }
+  };
+  note(fmt::format("run {}: submitted job {} ({} agents), run dir {}\n", plan.run, *job,
+                   plan.agents.size(), dir.path()));
   if (opts.detach) {
     Print(
         fmt::format("follow with: agentctl status {}; stop with: scancel {}\n", dir.path(), *job));
@@ -439,8 +480,8 @@ int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
   }
   auto final_status = agentrt::ReadRunStatusFile(dir.StatusPath());
   if (final_status.ok()) display.Table(*final_status, clock->NowSeconds() - t0, /*force=*/true);
-  Print(fmt::format("run {} job {} ended with exit code {}; status: agentctl status {}\n", plan.run,
-                    *job, exit_code, dir.path()));
+  note(fmt::format("run {} job {} ended with exit code {}; status: agentctl status {}\n", plan.run,
+                   *job, exit_code, dir.path()));
   return exit_code;
 }
 

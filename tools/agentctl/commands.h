@@ -50,11 +50,20 @@ agentrt::PreparedRun PrepareLocal(agentrt::Config& config, const std::string& fi
                                   const std::string& cluster, std::string_view command);
 // Drives a prepared local run to its end on this terminal (the local backend).
 int DriveLocal(agentrt::PreparedRun prepared, bool quiet);
+// A run planned on the live SLURM cluster (nothing submitted yet), failing the
+// command with the planner's error.
+agentrt::PreparedRun PrepareOnSlurm(agentrt::Config& config, const std::string& file,
+                                    const std::string& cluster, std::string_view command);
+// Writes plan.json and the allocation script of `prepared`, submits it and
+// follows it to its end; the job's exit code.
+int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmConfig& slurm_config,
+                    bool quiet);
 
 // `agentctl check` (cmd_check.cc): 0 when every agent passed, 1 otherwise.
 struct CheckOptions {
   std::string file;
   std::string cluster;
+  std::string backend = "local";  // or "slurm": the check as one allocation, every agent a step
   bool strict = false;
   bool json = false;
 };

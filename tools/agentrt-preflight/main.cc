@@ -35,11 +35,15 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Ports of [first, last] nobody may bind now (each bound and closed at once).
+// Ports of [first, last] a server cannot bind now (each bound and closed at
+// once). SO_REUSEADDR, as servers set it: a connection of an earlier run in
+// TIME_WAIT does not count, a program listening there does.
 std::vector<int> UnbindablePorts(int first, int last) {
   std::vector<int> bad;
   for (int port = first; port > 0 && port <= last; ++port) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    if (fd >= 0) (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
