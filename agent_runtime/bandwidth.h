@@ -7,7 +7,7 @@
 // Used by agentrt-preflight (`agentctl check`) and bench/collectives.
 #pragma once
 
-#include "agent_runtime/flight_recorder.h"
+#include "agent_runtime/group.h"
 
 namespace agentrt {
 

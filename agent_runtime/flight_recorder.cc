@@ -1,14 +1,11 @@
 #include "agent_runtime/flight_recorder.h"
 
-#include <chrono>
 #include <utility>
+
+#include "comms/telemetry.h"  // UnixTimeSeconds
 
 namespace agentrt {
 namespace {
-
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string_view StateName(CollectiveRecord::State s) {
   switch (s) {
@@ -72,24 +69,8 @@ class RecordingGroup final : public Group {
 
 }  // namespace
 
-std::string_view CollectiveOpName(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      return "all_reduce";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOp::kAllGather:
-      return "all_gather";
-    case CollectiveOp::kBroadcast:
-      return "broadcast";
-    case CollectiveOp::kBarrier:
-      return "barrier";
-  }
-  return "unknown";
-}
-
 uint64_t FlightRecorder::Begin(CollectiveOp op, uint64_t bytes, DataType dtype) {
-  const double now = UnixNow();
+  const double now = UnixTimeSeconds();
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = ++last_seq_;
   ring_[seq % kCapacity] = {seq, op, dtype, bytes, now, 0, CollectiveRecord::State::kRunning};
@@ -97,7 +78,7 @@ uint64_t FlightRecorder::Begin(CollectiveOp op, uint64_t bytes, DataType dtype) 
 }
 
 void FlightRecorder::End(uint64_t seq, bool ok) {
-  const double now = UnixNow();
+  const double now = UnixTimeSeconds();
   std::lock_guard<std::mutex> lock(mu_);
   CollectiveRecord& r = ring_[seq % kCapacity];
   if (r.seq != seq) return;

@@ -23,11 +23,6 @@
 
 namespace agentrt {
 
-enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
-
-// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier".
-std::string_view CollectiveOpName(CollectiveOp op);
-
 struct CollectiveRecord {
   enum class State : uint8_t { kRunning, kDone, kFailed };
   uint64_t seq = 0;  // 0: an empty slot

@@ -46,6 +46,22 @@ std::string_view ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+std::string_view CollectiveOpName(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return "all_reduce";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kAllGather:
+      return "all_gather";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kBarrier:
+      return "barrier";
+  }
+  return "unknown";
+}
+
 namespace internal {
 
 std::string GroupWhere(std::string_view agent, int rank, std::string_view backend) {

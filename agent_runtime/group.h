@@ -30,9 +30,14 @@ namespace agentrt {
 enum class DataType { kFloat32, kBFloat16, kFloat16, kInt64 };
 enum class ReduceOp { kSum, kAvg, kMax };
 
+// The collectives of a Group (the flight recorder and bandwidth formulas name them).
+enum class CollectiveOp : uint8_t { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+
 size_t DataTypeSize(DataType type);
 std::string_view DataTypeName(DataType type);
 std::string_view ReduceOpName(ReduceOp op);
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier".
+std::string_view CollectiveOpName(CollectiveOp op);
 
 using Timeout = std::chrono::milliseconds;
 inline constexpr Timeout kDefaultCollectiveTimeout = std::chrono::minutes(10);

@@ -53,7 +53,7 @@ double UnixTimeSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string EncodeTelemetry(const TelemetryMessage& m) {
+std::string EncodeTelemetry(const TelemetryMessage& m, uint64_t seq) {
   nlohmann::json j;
   j["type"] = TelemetryTypeName(m.type);
   j["agent"] = m.agent;
@@ -75,7 +75,8 @@ std::string EncodeTelemetry(const TelemetryMessage& m) {
     j["collective"] = m.collective;
   }
   if (m.flops_per_sample > 0) j["flops_per_sample"] = m.flops_per_sample;
-  if (m.seq > 0) j["seq"] = m.seq;
+  if (seq == 0) seq = m.seq;
+  if (seq > 0) j["seq"] = seq;
   // Replace invalid UTF-8 rather than throw: a metric name is user data.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -188,14 +189,12 @@ TelemetrySender::~TelemetrySender() {
 
 bool TelemetrySender::Send(const TelemetryMessage& message) {
   if (token_.empty()) return SendRaw(EncodeTelemetry(message));
-  TelemetryMessage numbered = message;
   std::lock_guard<std::mutex> lock(mu_);
   // Microseconds of wall time, so a second sender of the same rank and
   // restart (a Runtime made again in one process) still counts upwards.
   const auto now_us = static_cast<uint64_t>(UnixTimeSeconds() * 1e6);
   last_seq_ = std::max(last_seq_ + 1, now_us);
-  numbered.seq = last_seq_;
-  const std::string text = EncodeTelemetry(numbered);
+  const std::string text = EncodeTelemetry(message, last_seq_);
   return SendFramesLocked(text, HmacSha256Hex(token_, text));
 }
 

@@ -82,8 +82,9 @@ struct TelemetryMessage {
 // Current wall-clock time in Unix seconds.
 double UnixTimeSeconds();
 
-// The JSON text of `message` (the wire format above).
-std::string EncodeTelemetry(const TelemetryMessage& message);
+// The JSON text of `message` (the wire format above); with `seq` > 0, that
+// number instead of message.seq (a signing sender numbers as it sends).
+std::string EncodeTelemetry(const TelemetryMessage& message, uint64_t seq = 0);
 // Parses one wire message; the error names what is missing or malformed.
 Result<TelemetryMessage> DecodeTelemetry(std::string_view text);
 

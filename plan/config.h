@@ -147,6 +147,9 @@ struct NodeSpec {
   std::vector<std::vector<int>> nvlink_domains;
   std::string addr;      // how other nodes reach it (SLURM's NodeAddr); empty: by name
   std::string gpu_type;  // e.g. "h100" (SLURM's gres gpu:h100:8); empty: not stated
+
+  // How other nodes reach it: its NodeAddr, else its name.
+  const std::string& Address() const { return addr.empty() ? name : addr; }
 };
 
 struct LinkConfig {

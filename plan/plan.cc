@@ -13,30 +13,6 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
 
-ojson RestartToJson(const RestartPolicy& r) {
-  ojson j = ojson::object();
-#define AGENTRT_TO_JSON(type, name, default_value, doc) j[#name] = r.name;
-  AGENTRT_RESTART_SETTINGS(AGENTRT_TO_JSON)
-#undef AGENTRT_TO_JSON
-  return j;
-}
-
-ojson CheckpointToJson(const CheckpointPolicy& c) {
-  ojson j = ojson::object();
-#define AGENTRT_TO_JSON(type, name, default_value, doc) j[#name] = c.name;
-  AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_TO_JSON)
-#undef AGENTRT_TO_JSON
-  return j;
-}
-
-ojson GroupToJson(const GroupPolicy& g) {
-  ojson j = ojson::object();
-#define AGENTRT_TO_JSON(type, name, default_value, doc) j[#name] = g.name;
-  AGENTRT_GROUP_SETTINGS(AGENTRT_TO_JSON)
-#undef AGENTRT_TO_JSON
-  return j;
-}
-
 // Reads typed values out of untrusted JSON, remembering the first error with
 // its JSON path so PlanFromJson can report exactly what is wrong.
 class Reader {
@@ -114,6 +90,26 @@ class Reader {
   std::string error_;
 };
 
+// One agent-level settings block (an X-macro list of plan/config.h) to JSON
+// and back: {"<setting>": value, ...}; keys it lacks keep their defaults.
+#define AGENTRT_PUT(type, name, default_value, doc) j[#name] = s.name;
+#define AGENTRT_GET(type, name, default_value, doc) r.Read(obj, path, #name, s.name, false);
+#define AGENTRT_SETTINGS_CODEC(Type, LIST)                                              \
+  ojson SettingsToJson(const Type& s) {                                                 \
+    ojson j = ojson::object();                                                          \
+    LIST(AGENTRT_PUT)                                                                   \
+    return j;                                                                           \
+  }                                                                                     \
+  void SettingsFromJson(Reader& r, const json& obj, const std::string& path, Type& s) { \
+    LIST(AGENTRT_GET)                                                                   \
+  }
+AGENTRT_SETTINGS_CODEC(RestartPolicy, AGENTRT_RESTART_SETTINGS)
+AGENTRT_SETTINGS_CODEC(CheckpointPolicy, AGENTRT_CHECKPOINT_SETTINGS)
+AGENTRT_SETTINGS_CODEC(GroupPolicy, AGENTRT_GROUP_SETTINGS)
+#undef AGENTRT_SETTINGS_CODEC
+#undef AGENTRT_GET
+#undef AGENTRT_PUT
+
 }  // namespace
 
 const Placement* AgentPlan::PlacementOfRank(int rank) const {
@@ -167,9 +163,9 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
     aj["command"] = a.command;
     aj["env"] = a.env;
     aj["args"] = ojson::parse(a.args.dump());
-    aj["restart"] = RestartToJson(a.restart);
-    aj["checkpoint"] = CheckpointToJson(a.checkpoint);
-    aj["group"] = GroupToJson(a.group);
+    aj["restart"] = SettingsToJson(a.restart);
+    aj["checkpoint"] = SettingsToJson(a.checkpoint);
+    aj["group"] = SettingsToJson(a.group);
     agents.push_back(std::move(aj));
   }
   j["agents"] = std::move(agents);
@@ -263,24 +259,12 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
         if (!args->is_object()) r.Fail(path + ".args", "expected an object");
         a.args = *args;
       }
-      if (const json* restart = r.Get(aj, path, "restart", false)) {
-#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
-  r.Read(*restart, path + ".restart", #name, a.restart.name, false);
-        AGENTRT_RESTART_SETTINGS(AGENTRT_FROM_JSON)
-#undef AGENTRT_FROM_JSON
-      }
-      if (const json* checkpoint = r.Get(aj, path, "checkpoint", false)) {
-#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
-  r.Read(*checkpoint, path + ".checkpoint", #name, a.checkpoint.name, false);
-        AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_FROM_JSON)
-#undef AGENTRT_FROM_JSON
-      }
-      if (const json* group = r.Get(aj, path, "group", false)) {
-#define AGENTRT_FROM_JSON(type, name, default_value, doc) \
-  r.Read(*group, path + ".group", #name, a.group.name, false);
-        AGENTRT_GROUP_SETTINGS(AGENTRT_FROM_JSON)
-#undef AGENTRT_FROM_JSON
-      }
+      if (const json* restart = r.Get(aj, path, "restart", false))
+        SettingsFromJson(r, *restart, path + ".restart", a.restart);
+      if (const json* checkpoint = r.Get(aj, path, "checkpoint", false))
+        SettingsFromJson(r, *checkpoint, path + ".checkpoint", a.checkpoint);
+      if (const json* group = r.Get(aj, path, "group", false))
+        SettingsFromJson(r, *group, path + ".group", a.group);
       if (r.ok() && a.index != static_cast<int>(i))
         r.Fail(path + ".index", fmt::format("expected {}", i));
       plan.agents.push_back(std::move(a));

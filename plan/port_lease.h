@@ -31,6 +31,12 @@
 
 namespace agentrt {
 
+// True when a server could bind TCP `port` on every interface of this node now
+// (SO_REUSEADDR, as servers set it: an old connection in TIME_WAIT does not
+// count, a program listening there does). Bound and closed at once; false
+// also when no socket can be made.
+bool PortBindable(int port);
+
 // AGENTRT_PORT_LEASE_DIR, /run/lock/agentrt or /tmp/agentrt-ports (see above).
 std::string DefaultPortLeaseDir();
 

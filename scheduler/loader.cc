@@ -1262,73 +1262,27 @@ std::string DescribeSettings() {
                      const char* doc) {
     out += fmt::format("{:<32} {:<7} {:<14} {}\n", key, type, def, doc);
   };
-  {
-    RunConfig d;
-#define X(type, name, default_value, doc) line("run." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_RUN_SETTINGS(X)
-#undef X
+  // One settings block: its X-macro list, the struct holding its defaults, its key prefix.
+#define AGENTRT_LINE(type, name, default_value, doc) \
+  line(prefix + #name, TypeName<type>(), Show(d.name), doc);
+#define AGENTRT_BLOCK(Type, LIST, key_prefix) \
+  {                                           \
+    const Type d;                             \
+    const std::string prefix = key_prefix;    \
+    LIST(AGENTRT_LINE)                        \
   }
-  {
-    PortConfig d;
-#define X(type, name, default_value, doc) \
-  line("cluster.ports." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_PORT_SETTINGS(X)
-#undef X
-  }
-  {
-    LinkConfig d;
-#define X(type, name, default_value, doc) \
-  line("cluster.links." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_LINK_SETTINGS(X)
-#undef X
-  }
-  {
-    PeakConfig d;
-#define X(type, name, default_value, doc) \
-  line("cluster.peak." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_PEAK_SETTINGS(X)
-#undef X
-  }
-  {
-    PreflightConfig d;
-#define X(type, name, default_value, doc) \
-  line("preflight." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_PREFLIGHT_SETTINGS(X)
-#undef X
-  }
-  {
-    SlurmConfig d;
-#define X(type, name, default_value, doc) line("slurm." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_SLURM_SETTINGS(X)
-#undef X
-  }
-  {
-    BusConfig d;
-#define X(type, name, default_value, doc) line("bus." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_BUS_SETTINGS(X)
-#undef X
-  }
-  {
-    RestartPolicy d;
-#define X(type, name, default_value, doc) \
-  line("defaults.restart." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_RESTART_SETTINGS(X)
-#undef X
-  }
-  {
-    CheckpointPolicy d;
-#define X(type, name, default_value, doc) \
-  line("defaults.checkpoint." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_CHECKPOINT_SETTINGS(X)
-#undef X
-  }
-  {
-    GroupPolicy d;
-#define X(type, name, default_value, doc) \
-  line("defaults.group." #name, TypeName<type>(), Show(d.name), doc);
-    AGENTRT_GROUP_SETTINGS(X)
-#undef X
-  }
+  AGENTRT_BLOCK(RunConfig, AGENTRT_RUN_SETTINGS, "run.")
+  AGENTRT_BLOCK(PortConfig, AGENTRT_PORT_SETTINGS, "cluster.ports.")
+  AGENTRT_BLOCK(LinkConfig, AGENTRT_LINK_SETTINGS, "cluster.links.")
+  AGENTRT_BLOCK(PeakConfig, AGENTRT_PEAK_SETTINGS, "cluster.peak.")
+  AGENTRT_BLOCK(PreflightConfig, AGENTRT_PREFLIGHT_SETTINGS, "preflight.")
+  AGENTRT_BLOCK(SlurmConfig, AGENTRT_SLURM_SETTINGS, "slurm.")
+  AGENTRT_BLOCK(BusConfig, AGENTRT_BUS_SETTINGS, "bus.")
+  AGENTRT_BLOCK(RestartPolicy, AGENTRT_RESTART_SETTINGS, "defaults.restart.")
+  AGENTRT_BLOCK(CheckpointPolicy, AGENTRT_CHECKPOINT_SETTINGS, "defaults.checkpoint.")
+  AGENTRT_BLOCK(GroupPolicy, AGENTRT_GROUP_SETTINGS, "defaults.group.")
+#undef AGENTRT_BLOCK
+#undef AGENTRT_LINE
   line("defaults.command", "list", "[agent-worker]",
        "program and arguments every agent runs unless it sets command");
   line("defaults.env", "map", "{}",

@@ -1,8 +1,6 @@
 #include "scheduler/local_backend.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "plan/port_lease.h"
 #include "plan/rank_exec.h"
 
 namespace agentrt {
@@ -175,17 +174,7 @@ Result<int> PickFreePort(const std::string& agent, int preferred, int first, int
   for (int p = preferred; p <= last; ++p) order.push_back(p);
   for (int p = first; p < preferred; ++p) order.push_back(p);
   for (int port : order) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return ErrnoStatus(errno, "agent " + agent + ": socket() for the port probe");
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    if (free) return port;
+    if (PortBindable(port)) return port;
   }
   return ResourceExhausted(
       "agent " + agent + ": every port of its block " + std::to_string(first) + "-" +

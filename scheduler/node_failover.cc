@@ -77,7 +77,7 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
   a->placement = std::move(placement);
   a->ports.node = a->placement.front().node;
   const NodeSpec* first = Find(a->ports.node);
-  a->master_addr = first != nullptr && !first->addr.empty() ? first->addr : a->ports.node;
+  a->master_addr = first != nullptr ? first->Address() : a->ports.node;
   d.kind = FailoverDecision::Kind::kMoved;
   return d;
 }

@@ -176,15 +176,11 @@ class Planner {
       // The partition's theoretical peak: its GPUs (by the type of their node), or its CPU ranks.
       out.peak_flops = 0;
       for (const Placement& p : out.placement) {
-        const NodeSpec* spec = nullptr;
-        for (const NodeState& n : nodes_) {
-          if (n.spec->name == p.node) spec = n.spec;
-        }
-        out.peak_flops +=
-            agent.gpus > 0
-                ? static_cast<double>(p.gpus.size()) * 1e12 *
-                      GpuPeakTflops(spec != nullptr ? spec->gpu_type : "", config_.cluster.peak)
-                : static_cast<double>(p.ranks.size()) * 1e9 * config_.cluster.peak.cpu_rank_gflops;
+        const NodeSpec& spec = *nodes_[index_of_.at(p.node)].spec;
+        out.peak_flops += agent.gpus > 0 ? static_cast<double>(p.gpus.size()) * 1e12 *
+                                               GpuPeakTflops(spec.gpu_type, config_.cluster.peak)
+                                         : static_cast<double>(p.ranks.size()) * 1e9 *
+                                               config_.cluster.peak.cpu_rank_gflops;
       }
     }
 
@@ -307,8 +303,7 @@ class Planner {
     out.ports.first = ports.first + block * ports.per_agent;
     out.ports.last = out.ports.first + ports.per_agent - 1;
     // Rank 0's node, as every node of the agent reaches it.
-    const std::string& first_addr = nodes_[nodes.front()].spec->addr;
-    out.master_addr = first_addr.empty() ? out.ports.node : first_addr;
+    out.master_addr = nodes_[nodes.front()].spec->Address();
     out.master_port = out.ports.first;
   }
 

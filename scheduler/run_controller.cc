@@ -563,12 +563,7 @@ int RunController::ExitCode() const {
 
 std::string RunController::Summary() const {
   std::string notes;
-  for (const AgentStatus& s : status_.agents) {
-    const std::string note = RestoreNote(s);
-    if (!note.empty()) notes += note + "\n";
-  }
-  for (const NodeFailure& f : status_.node_failures) notes += NodeFailureNote(f) + "\n";
-  if (!status_.requeue_reason.empty()) notes += "requeue: " + status_.requeue_reason + "\n";
+  for (const std::string& note : RunNotes(status_, /*efficiency=*/false)) notes += note + "\n";
   if (status_.state == RunState::kSucceeded) return notes;
   std::string out;
   int failed = 0, stopped = 0;

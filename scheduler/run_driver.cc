@@ -47,49 +47,56 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
   return PreparedRun{std::move(plan), std::move(dir), inventory.source, std::move(leases)};
 }
 
+SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
+                                  const std::string& bus_address,
+                                  const std::string& telemetry_endpoint,
+                                  const std::string& local_node) {
+  SupervisedAgent s;
+  AgentLaunch& l = s.launch;
+  l.name = ap.name;
+  l.index = ap.index;
+  for (const Placement& p : ap.placement) {
+    for (size_t i = 0; i < p.ranks.size(); ++i) {
+      l.ranks.push_back(
+          {p.ranks[i], static_cast<int>(i), static_cast<int>(p.ranks.size()), p.node, p.gpus});
+    }
+  }
+  std::sort(l.ranks.begin(), l.ranks.end(),
+            [](const RankLaunch& a, const RankLaunch& b) { return a.rank < b.rank; });
+  l.command = ap.command;
+  l.env = ap.env;
+  // Local runs: every rank runs here; plan node names need not resolve.
+  // Inside an allocation: the plan's address of the agent's first node (its
+  // NodeAddr, else its name), unless every rank runs on this node.
+  const bool here =
+      local_node.empty() || std::all_of(l.ranks.begin(), l.ranks.end(),
+                                        [&](const RankLaunch& r) { return r.node == local_node; });
+  l.master_addr =
+      here ? "127.0.0.1" : (!ap.master_addr.empty() ? ap.master_addr : l.ranks.front().node);
+  l.master_port = ap.master_port;
+  l.ports_first = ap.ports.first;
+  l.ports_last = ap.ports.last;
+  l.run_dir = dir.path();
+  l.checkpoint_dir = dir.Resolve(ap.checkpoint_dir);
+  l.workdir = dir.Resolve(ap.workdir);
+  l.log_dir = dir.LogDir(ap.name);
+  l.bus_address = bus_address;
+  l.token_file = dir.TokenPath(ap.name);
+  l.telemetry_endpoint = telemetry_endpoint;
+  l.use_mpirun = ap.backend == GroupBackend::kMpi && ap.ranks > 1 && ap.gpus == 0;
+  s.restart = ap.restart;
+  s.group = ap.group;
+  s.peak_flops = ap.peak_flops;
+  return s;
+}
+
 std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
                                                 const std::string& bus_address,
                                                 const std::string& telemetry_endpoint,
                                                 const std::string& local_node) {
   std::vector<SupervisedAgent> out;
   for (const AgentPlan& ap : plan.agents) {
-    SupervisedAgent s;
-    AgentLaunch& l = s.launch;
-    l.name = ap.name;
-    l.index = ap.index;
-    for (const Placement& p : ap.placement) {
-      for (size_t i = 0; i < p.ranks.size(); ++i) {
-        l.ranks.push_back(
-            {p.ranks[i], static_cast<int>(i), static_cast<int>(p.ranks.size()), p.node, p.gpus});
-      }
-    }
-    std::sort(l.ranks.begin(), l.ranks.end(),
-              [](const RankLaunch& a, const RankLaunch& b) { return a.rank < b.rank; });
-    l.command = ap.command;
-    l.env = ap.env;
-    // Local runs: every rank runs here; plan node names need not resolve.
-    // Inside an allocation: the plan's address of the agent's first node (its
-    // NodeAddr, else its name), unless every rank runs on this node.
-    const bool here = local_node.empty() ||
-                      std::all_of(l.ranks.begin(), l.ranks.end(),
-                                  [&](const RankLaunch& r) { return r.node == local_node; });
-    l.master_addr =
-        here ? "127.0.0.1" : (!ap.master_addr.empty() ? ap.master_addr : l.ranks.front().node);
-    l.master_port = ap.master_port;
-    l.ports_first = ap.ports.first;
-    l.ports_last = ap.ports.last;
-    l.run_dir = dir.path();
-    l.checkpoint_dir = dir.Resolve(ap.checkpoint_dir);
-    l.workdir = dir.Resolve(ap.workdir);
-    l.log_dir = dir.LogDir(ap.name);
-    l.bus_address = bus_address;
-    l.token_file = dir.TokenPath(ap.name);
-    l.telemetry_endpoint = telemetry_endpoint;
-    l.use_mpirun = ap.backend == GroupBackend::kMpi && ap.ranks > 1 && ap.gpus == 0;
-    s.restart = ap.restart;
-    s.group = ap.group;
-    s.peak_flops = ap.peak_flops;
-    out.push_back(std::move(s));
+    out.push_back(SupervisedAgentOf(ap, dir, bus_address, telemetry_endpoint, local_node));
   }
   return out;
 }

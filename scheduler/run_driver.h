@@ -76,6 +76,11 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
 // bus address, token file and telemetry endpoint. MASTER_ADDR is 127.0.0.1
 // when the agent's first node is `local_node` (or `local_node` is empty: a
 // local run), else that node's name.
+// One agent of the plan, likewise.
+SupervisedAgent SupervisedAgentOf(const AgentPlan& agent, const RunDir& dir,
+                                  const std::string& bus_address,
+                                  const std::string& telemetry_endpoint,
+                                  const std::string& local_node = "");
 std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
                                                 const std::string& bus_address,
                                                 const std::string& telemetry_endpoint,

@@ -1,6 +1,7 @@
 #include "scheduler/status.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <ctime>
@@ -172,13 +173,12 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
   std::vector<std::string> nodes_of;
   for (const auto& a : status.agents) {
     name_w = std::max(name_w, a.name.size());
-    std::string nodes;
+    std::vector<std::string> seen;
     for (const auto& r : a.ranks) {
-      if (r.node.empty() || (" " + nodes + " ").find(" " + r.node + " ") != std::string::npos)
-        continue;
-      nodes += (nodes.empty() ? "" : " ") + r.node;
+      if (!r.node.empty() && std::find(seen.begin(), seen.end(), r.node) == seen.end())
+        seen.push_back(r.node);
     }
-    if (nodes.empty()) nodes = "-";
+    std::string nodes = seen.empty() ? "-" : fmt::format("{}", fmt::join(seen, " "));
     nodes_w = std::max(nodes_w, nodes.size());
     nodes_of.push_back(std::move(nodes));
   }
@@ -202,17 +202,23 @@ std::string RenderStatusTable(const RunStatus& status, int width) {
       line.resize(static_cast<size_t>(width));
     out += line + "\n";
   }
-  for (const AgentStatus& a : status.agents) {
-    const std::string note = RestoreNote(a);
-    if (!note.empty()) out += "note: " + note + "\n";
-  }
-  for (const AgentStatus& a : status.agents) {
-    const std::string note = EfficiencyNote(a);
-    if (!note.empty()) out += "note: " + note + "\n";
-  }
-  for (const NodeFailure& f : status.node_failures) out += "note: " + NodeFailureNote(f) + "\n";
-  if (!status.requeue_reason.empty()) out += "note: requeue: " + status.requeue_reason + "\n";
+  for (const std::string& note : RunNotes(status, /*efficiency=*/true))
+    out += "note: " + note + "\n";
   return out;
+}
+
+std::vector<std::string> RunNotes(const RunStatus& status, bool efficiency) {
+  std::vector<std::string> notes;
+  for (const AgentStatus& a : status.agents) {
+    if (std::string note = RestoreNote(a); !note.empty()) notes.push_back(std::move(note));
+  }
+  for (const AgentStatus& a : status.agents) {
+    if (std::string note = EfficiencyNote(a); efficiency && !note.empty())
+      notes.push_back(std::move(note));
+  }
+  for (const NodeFailure& f : status.node_failures) notes.push_back(NodeFailureNote(f));
+  if (!status.requeue_reason.empty()) notes.push_back("requeue: " + status.requeue_reason);
+  return notes;
 }
 
 std::string EfficiencyNote(const AgentStatus& a, double threshold) {

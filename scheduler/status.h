@@ -123,6 +123,11 @@ std::string RestoreNote(const AgentStatus& agent);
 // "node n2 failed at 16:40:12 UTC: prey-0 moved to n4" (one per entry).
 std::string NodeFailureNote(const NodeFailure& failure);
 
+// What the table and the run summary add under the agents, one line each:
+// restores past corrupt checkpoints, (with `efficiency`) agents below 70% of
+// their peak, node failures, the requeue reason.
+std::vector<std::string> RunNotes(const RunStatus& status, bool efficiency);
+
 // The live table: one line per agent (state, restarts, step, steps/s, latest
 // metrics), fitted to `width` columns. Ends with a newline.
 std::string RenderStatusTable(const RunStatus& status, int width = 120);

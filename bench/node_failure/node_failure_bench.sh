@@ -23,36 +23,14 @@ reps=3
 MULTINODE_SKIP_CODE=0
 # shellcheck source=slurm/testcluster/multinode_lib.sh
 source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
-bin=${AGENTRT_BIN_DIR:?}
-py=/usr/bin/python3
-work=$(mktemp -d /tmp/agentrt-bench-nodefail.XXXXXX)
-trap 'cleanup; rm -rf "$work"' EXIT
-now() { date +%s.%N; }
 fresh_cluster() {
   "$src/slurm/testcluster/stop.sh" "$state" >/dev/null 2>&1
   rm -rf "$state" && mkdir -p "$state"
   start_cluster 4 --gpus 1 --cpus 4 >/dev/null
 }
-kill_node() {  # NODE: everything in its namespace, then SLURM marks it down
-  # shellcheck disable=SC2046
-  kill -KILL $(ip netns pids "art$tag-$1") 2>/dev/null
-  timeout 10 scontrol update nodename="$1" state=down reason=bench-killed >/dev/null
-}
-# status EXPR: evaluates a Python expression over RUN's status (A: agents by name).
-status() {
-  "$bin/agentctl" status "$run" --json 2>/dev/null | $py -c "
-import json, sys
-S = json.load(sys.stdin); A = {a['name']: a for a in S['agents']}
-v = ($1)
-print(v if not isinstance(v, bool) else int(v))" 2>/dev/null
-}
-wait_status() {  # SECONDS EXPR
-  local deadline=$((SECONDS + $1))
-  until [ "$(status "$2")" = 1 ]; do
-    [ $SECONDS -lt "$deadline" ] || fail "not within $1 s: $2"
-    sleep 0.05
-  done
-}
+status() { run_status "$run" "$1"; }
+wait_period=0.05  # the figures are timed by these waits
+wait_status() { wait_until "$1" "$2" status_holds "$run" "$2"; }  # SECONDS EXPR
 
 agentrt_s=() anchor_s=() lost=() would_lose=()
 for ((r = 0; r < reps; ++r)); do
@@ -117,7 +95,6 @@ SH
   echo "rep $r: agentrt ${agentrt_s[-1]} s (move left $victim), SLURM requeue ${anchor_s[-1]} s; keep lost ${lost[-1]} steps (a requeue: ${would_lose[-1]})" >&2
 done
 
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 a=$(median "${agentrt_s[@]}")
 p=$(median "${anchor_s[@]}")
 l=$(median "${lost[@]}")

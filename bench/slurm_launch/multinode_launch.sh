@@ -14,12 +14,7 @@ reps=5
 MULTINODE_SKIP_CODE=0
 # shellcheck source=slurm/testcluster/multinode_lib.sh
 source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
-bin=${AGENTRT_BIN_DIR:?}
-py=/usr/bin/python3
-work=$(mktemp -d /tmp/agentrt-bench-launch4.XXXXXX)
-trap 'cleanup; rm -rf "$work"' EXIT
 start_cluster 4 --gpus 2 --cpus 4 >/dev/null
-now() { date +%s.%N; }
 cat >"$work/agents.yaml" <<YAML
 run: {name: launch4, dir: $work/runs}
 slurm: {time: "00:05:00"}
@@ -40,12 +35,10 @@ srun --exact -N2 -n4 --gres=gpu:2 bash $work/rank.sh $work/seen wide-0 &
 srun --exact -N2 -n4 --gres=gpu:2 bash $work/rank.sh $work/seen wide-1 &
 wait
 SH
-heard_all() {  # RUN: the latest first-telemetry time once all 8 ranks were heard, else nothing
-  "$bin/agentctl" status "$1" --json 2>/dev/null | $py -c "
-import json, sys
-S = json.load(sys.stdin)
-t = [r['heard_unix_s'] for a in S['agents'] for r in a['ranks']]
-if len(t) == 8 and all(t): print(max(t))" 2>/dev/null
+# RUN: the latest first-telemetry time once all 8 ranks were heard, else nothing.
+heard_all() {
+  run_status "$1" "[max(t) for t in [[r['heard_unix_s'] for a in S['agents'] for r in a['ranks']]]
+                   if len(t) == 8 and all(t)][0]"
 }
 agentrt_s=() plain_s=()
 for ((r = 0; r < reps; ++r)); do
@@ -73,7 +66,6 @@ for ((r = 0; r < reps; ++r)); do
   wait_nodes_idle
   echo "rep $r: agentctl run --backend slurm ${agentrt_s[-1]} s, plain sbatch+srun ${plain_s[-1]} s" >&2
 done
-median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 a=$(median "${agentrt_s[@]}")
 p=$(median "${plain_s[@]}")
 printf '{"bench":"slurm_launch","metric":"run_backend_slurm_4_nodes_submit_to_every_rank_heartbeating","value":%.3f,"unit":"s","anchor":"plain sbatch -N4 srun-ing the same 8 ranks to all running","anchor_value":%.3f,"ratio":%.3f}\n' \

@@ -2,10 +2,14 @@
 # tests, bench/node_failure): source it, then `start_cluster N [start.sh options]`.
 # Where network namespaces cannot be made (not root, no CAP_NET_ADMIN) it says
 # so and exits with MULTINODE_SKIP_CODE (default 77, CTest's "skipped").
-# Needs AGENTRT_SOURCE_DIR. Sets: src, state (the cluster's state directory,
-# removed with the cluster on exit), tag (its namespace tag).
+# Needs AGENTRT_SOURCE_DIR and AGENTRT_BIN_DIR. Sets: src, bin (agentctl's
+# folder), py (Debian's python3), state (the cluster's state directory, removed
+# with the cluster on exit), tag (its namespace tag), work (a scratch folder,
+# removed on exit).
 fail() { echo "FAIL: $*" >&2; exit 1; }
 src=${AGENTRT_SOURCE_DIR:?}
+bin=${AGENTRT_BIN_DIR:?}
+py=/usr/bin/python3
 if [ "$(id -u)" -ne 0 ] || ! ip netns add "agentrt-probe-$$" 2>/dev/null; then
   echo "$(basename "$0"): skipped: cannot create network namespaces here (needs root and CAP_NET_ADMIN)"
   exit "${MULTINODE_SKIP_CODE:-77}"
@@ -13,11 +17,35 @@ fi
 ip netns del "agentrt-probe-$$"
 state=$(mktemp -d /tmp/agentrt-multinode.XXXXXX)
 tag=$(printf '%s' "$state" | md5sum | cut -c1-4)
+work=$(mktemp -d /tmp/agentrt-multinode-work.XXXXXX)
 cleanup() {
   "$src/slurm/testcluster/stop.sh" "$state" >/dev/null 2>&1
-  rm -rf "$state"
+  rm -rf "$state" "$work"
 }
 trap cleanup EXIT
+
+now() { date +%s.%N; }
+
+# The median of the numbers given.
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+# run_status RUN EXPR: prints the Python expression EXPR (it may span lines)
+# over `agentctl status RUN --json`: S is the status, A its agents by name,
+# nodes(agent) its ranks' nodes, heard_since(agent, t) whether every rank of
+# it was heard after Unix time t; True/False print as 1/0. Nothing (and exit
+# 1) while there is no status yet.
+cat >"$work/run_status.py" <<'PY'
+import json, sys
+S = json.load(sys.stdin)
+A = {a["name"]: a for a in S["agents"]}
+def nodes(name): return [r["node"] for r in A[name]["ranks"]]
+def heard_since(name, t): return all((r["heard_unix_s"] or 0) > t for r in A[name]["ranks"])
+v = eval("(" + sys.argv[1] + ")")
+print(int(v) if isinstance(v, bool) else v)
+PY
+run_status() { "$bin/agentctl" status "$1" --json 2>/dev/null | $py "$work/run_status.py" "$2" 2>/dev/null; }
+# status_holds RUN EXPR: EXPR (as for run_status) is true now.
+status_holds() { [ "$(run_status "$1" "$2")" = 1 ]; }
 
 # start_cluster N [start.sh options...]: N nodes, then this shell talks to them.
 start_cluster() {
@@ -31,16 +59,29 @@ start_cluster() {
 # The NodeAddr SLURM has for node $1.
 node_addr() { timeout 10 scontrol show node "$1" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2; }
 
-# wait_until SECONDS WHAT COMMAND...: runs COMMAND every 0.2 s until it succeeds;
-# fails the test naming WHAT when SECONDS pass first.
+# wait_until SECONDS WHAT COMMAND...: runs COMMAND every $wait_period s
+# (default 0.2) until it succeeds; when SECONDS pass first, calls on_failure
+# (if the script defines it) and fails naming WHAT.
 wait_until() {
   local limit=$1 what=$2
   shift 2
   local deadline=$((SECONDS + limit))
   until "$@"; do
-    [ $SECONDS -lt "$deadline" ] || fail "not within ${limit} s: $what"
-    sleep 0.2
+    if [ $SECONDS -ge "$deadline" ]; then
+      declare -F on_failure >/dev/null && on_failure
+      fail "not within ${limit} s: $what"
+    fi
+    sleep "${wait_period:-0.2}"
   done
+}
+
+# kill_node NODE: the node dies: every process in its namespace (its slurmd,
+# step daemons, ranks) is killed, then SLURM is told it is down.
+kill_node() {
+  # shellcheck disable=SC2046
+  kill -KILL $(ip netns pids "art$tag-$1") 2>/dev/null
+  timeout 10 scontrol update nodename="$1" state=down reason=agentrt-test-killed >/dev/null \
+    || fail "cannot mark $1 down"
 }
 
 # Waits (at most 60 s) until job $1 has left the queue.

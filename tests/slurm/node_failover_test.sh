@@ -19,8 +19,6 @@ set -uo pipefail
 # shellcheck source=slurm/testcluster/multinode_lib.sh
 source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
 start_cluster 5 --gpus 2 --cpus 4
-bin=${AGENTRT_BIN_DIR:?}
-py=/usr/bin/python3
 mkdir -p "$state/fo"
 cat >"$state/fo/agents.yaml" <<YAML
 run: {name: failover, dir: $state/fo/runs}
@@ -55,30 +53,14 @@ on_failure() {
   for f in "$run"/logs/*/rank*.log; do echo "--- $f"; tail -5 "$f"; done
 }
 
-# check EXPR: a Python expression over the run's status (A: agents by name, S:
-# the whole status, now: this machine's clock) holds.
-cat >"$state/check.py" <<'PY'
-import json, os, sys, time
-S = json.load(sys.stdin)
-A = {a["name"]: a for a in S["agents"]}
-now = time.time()
-def nodes(name): return [r["node"] for r in A[name]["ranks"]]
-def heard_since(name, t): return all((r["heard_unix_s"] or 0) > t for r in A[name]["ranks"])
-sys.exit(0 if eval("(" + sys.argv[1] + ")") else 1)  # parenthesised: it may span lines
-PY
-check() { "$bin/agentctl" status "$run" --json 2>/dev/null | $py "$state/check.py" "$1" 2>/dev/null; }
-value() { "$bin/agentctl" status "$run" --json | $py -c "import json,sys; S=json.load(sys.stdin); A={a['name']: a for a in S['agents']}; print($1)"; }
-until_status() {  # SECONDS WHAT EXPR
-  local limit=$1 what=$2 expr=$3 deadline=$((SECONDS + $1))
-  until check "$expr"; do
-    [ $SECONDS -lt "$deadline" ] || { on_failure; fail "not within ${limit} s: $what"; }
-    sleep 0.2
-  done
-}
+# check EXPR / value EXPR: a Python expression over the run's status (run_status).
+check() { status_holds "$run" "$1"; }
+value() { run_status "$run" "$1"; }
+until_status() { wait_until "$1" "$2" check "$3"; }  # SECONDS WHAT EXPR
 
 # (a) + (c): both agents train, have checkpointed, and every rank on every
 # node (n1, n2 for wide; n3 for solo) heartbeats to the controller on n1.
-t=$(date +%s.%N)
+t=$(now)
 until_status 90 "both agents training with a checkpoint, every rank heard from" \
   "all(a['state'] == 'running' and a['last_checkpoint_step'] is not None for a in A.values())
    and heard_since('wide', $t) and heard_since('solo', $t)"
@@ -113,16 +95,14 @@ until_status 40 "the stopped rank of solo to be restarted after its heartbeat ti
 echo "SIGSTOP on n3: $(value "A['solo']['reason']")"
 
 # A node dies: its slurmd and everything in its namespace, then SLURM marks it down.
-until_status 60 "solo to checkpoint again after its restart" "heard_since('solo', $(date +%s.%N)) and A['solo']['last_checkpoint_step'] is not None"
+until_status 60 "solo to checkpoint again after its restart" "heard_since('solo', $(now)) and A['solo']['last_checkpoint_step'] is not None"
 wide_step=$(value "A['wide']['step']")
-t_kill=$(date +%s.%N)
-# shellcheck disable=SC2046
-kill -KILL $(ip netns pids "art$tag-n3") 2>/dev/null
-timeout 10 scontrol update nodename=n3 state=down reason=agentrt-test-killed || fail "cannot mark n3 down"
+t_kill=$(now)
+kill_node n3
 until_status 60 "solo to move to a spare node and train again from its checkpoint" \
   "nodes('solo') == ['n4'] and A['solo']['state'] == 'running' and heard_since('solo', $t_kill)
    and (A['solo']['restored_step'] or -1) >= 0"
-echo "node n3 killed: solo back on n4 after $(awk "BEGIN {print $(date +%s.%N) - $t_kill}") s"
+echo "node n3 killed: solo back on n4 after $(awk "BEGIN {print $(now) - $t_kill}") s"
 check "A['wide']['restarts'] == 0 and A['wide']['step'] > $wide_step and A['wide']['state'] == 'running'" \
   || { on_failure; fail "wide was disturbed by n3's death"; }
 check "any(f['node'] == 'n3' and f['agent'] == 'solo' and f['moved_to'] == 'n4' for f in S['node_failures'])" \
@@ -136,10 +116,10 @@ $py -c "import json,sys; p=json.load(open(sys.argv[1])); s=next(a for a in p['ag
 old_pid=$(value "A['solo']['ranks'][0]['pid']")
 ip link set "arth${tag}4" down || fail "cannot cut n4's link"
 timeout 10 scontrol update nodename=n4 state=down reason=agentrt-test-partition || fail "cannot mark n4 down"
-t_cut=$(date +%s.%N)
+t_cut=$(now)
 until_status 60 "solo to move off the cut-off n4 to the last spare" \
   "nodes('solo') == ['n5'] and A['solo']['state'] == 'running' and heard_since('solo', $t_cut)"
-t_moved=$(date +%s.%N)
+t_moved=$(now)
 kill -0 "$old_pid" 2>/dev/null || fail "the cut-off incarnation (pid $old_pid) was not alive when solo moved: nothing was fenced"
 fence=$(cat "$run/checkpoints/solo/FENCE")
 until_status 60 "solo's new incarnation to commit a checkpoint" "A['solo']['last_checkpoint_step'] is not None and heard_since('solo', $t_moved + 2)"
@@ -159,9 +139,7 @@ PY
 grep -h "fenced" "$run/logs/solo/rank0.log" | head -1
 
 # No spare left: n5 dies too; the run requeues its allocation and says why.
-# shellcheck disable=SC2046
-kill -KILL $(ip netns pids "art$tag-n5") 2>/dev/null
-timeout 10 scontrol update nodename=n5 state=down reason=agentrt-test-killed || fail "cannot mark n5 down"
+kill_node n5
 until_status 60 "the run to requeue for want of a spare" "'no spare node left' in S['requeue_reason']"
 echo "no spare: $(value "S['requeue_reason']")"
 wait_until 60 "job $job to be requeued" sh -c "timeout 5 scontrol show job $job -o | grep -q 'Restarts=1'"

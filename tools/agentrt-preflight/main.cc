@@ -4,20 +4,19 @@
 //   1. ports: the first rank on each node binds every port of AGENTRT_PORTS;
 //   2. the group: all-reduce, reduce-scatter and all-gather from 8 B to
 //      --max-bytes (x4 steps) through Runtime::group(), time per call, algbw and
-//      busbw with the nccl-tests formulas (agent_runtime/bandwidth.h), the
-//      largest size's busbw against --expected-gbps;
-//   3. the bus: connect and authenticate with the agent's token;
+//      busbw with the nccl-tests formulas (agent_runtime/bandwidth.h); agentctl
+//      check compares the largest with the agent's link;
+//   3. the bus: connect and authenticate with the agent's token, from each node;
 //   4. the checkpoint directory: write + fsync --ckpt-probe-bytes, MB/s;
 //   5. clock skew between the ranks (an all-gather of their clocks).
 // Rank 0 writes $AGENTRT_WORKDIR/preflight.json (shape: see WriteResult) and
 // every rank exits 0, also when a probe failed: the verdict is agentctl check's.
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -28,6 +27,7 @@
 #include "agent_runtime/bandwidth.h"
 #include "agent_runtime/runtime.h"
 #include "common/file_util.h"
+#include "plan/port_lease.h"
 
 namespace {
 
@@ -35,22 +35,11 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Ports of [first, last] a server cannot bind now (each bound and closed at
-// once). SO_REUSEADDR, as servers set it: a connection of an earlier run in
-// TIME_WAIT does not count, a program listening there does.
+// Ports of [first, last] a server cannot bind now.
 std::vector<int> UnbindablePorts(int first, int last) {
   std::vector<int> bad;
   for (int port = first; port > 0 && port <= last; ++port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int one = 1;
-    if (fd >= 0) (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-      bad.push_back(port);
-    if (fd >= 0) ::close(fd);
+    if (!agentrt::PortBindable(port)) bad.push_back(port);
   }
   return bad;
 }
@@ -91,12 +80,8 @@ struct Point {
 int main(int argc, char** argv) {
   CLI::App app{"agentrt-preflight: one rank of `agentctl check`"};
   size_t max_bytes = 64u << 20;
-  double expected_gbps = 0;
-  std::string link = "shm";
   size_t ckpt_probe_bytes = 16u << 20;
   app.add_option("--max-bytes", max_bytes, "largest collective buffer");
-  app.add_option("--expected-gbps", expected_gbps, "the link's expected bus bandwidth, GB/s");
-  app.add_option("--link", link, "nvlink | pcie | network | shm");
   app.add_option("--ckpt-probe-bytes", ckpt_probe_bytes,
                  "bytes written to probe the checkpoint dir");
   CLI11_PARSE(app, argc, argv);
@@ -110,12 +95,8 @@ int main(int argc, char** argv) {
   }
   agentrt::Runtime& rt = **rt_or;
   const agentrt::AgentEnv& env = rt.env();
-  nlohmann::json result = {{"agent", env.agent},
-                           {"ranks", env.world_size},
-                           {"link", link},
-                           {"expected_gbps", expected_gbps},
-                           {"errors", nlohmann::json::array()},
-                           {"warnings", nlohmann::json::array()}};
+  nlohmann::json result = {
+      {"agent", env.agent}, {"ranks", env.world_size}, {"errors", nlohmann::json::array()}};
   auto error = [&](const std::string& what) {
     result["errors"].push_back(what);
     std::cerr << "agentrt-preflight " << env.agent << " rank " << env.rank << ": " << what
@@ -130,11 +111,23 @@ int main(int argc, char** argv) {
           "-" + std::to_string(env.ports_last) + " cannot be bound on this node (in use?)");
   }
 
+  // 3. The bus, with the agent's own credential, from each node (its first rank).
+  bool bus_ok = true;
+  if (!env.bus.empty() && env.local_rank == 0) {
+    auto bus = rt.bus();
+    agentrt::Status s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(10)) : bus.status();
+    if (s.ok()) s = (*bus)->Stats().status();
+    bus_ok = s.ok();
+    if (!s.ok()) error("the bus at " + env.bus + " is not usable from here: " + s.ToString());
+  }
+
   // 2. The group.
   auto group_or = rt.group();
   std::vector<Point> points;
   double skew_ms = 0;
-  int64_t bad_elsewhere = 0;
+  // What the probes of 1 and 3 found on this rank's node, then on the agent's other nodes.
+  std::array<int64_t, 2> failed_here = {static_cast<int64_t>(bad_ports.size()), bus_ok ? 0 : 1};
+  std::array<int64_t, 2> failed_elsewhere = {0, 0};
   if (!group_or.ok()) {
     error("the group did not form: " + group_or.status().ToString());
   } else {
@@ -193,35 +186,34 @@ int main(int argc, char** argv) {
         }
         if (bytes == max_bytes) break;
       }
-      // 5. Clock skew: every rank's clock at (nearly) the same moment.
+      // 5. Clock skew: every rank reads its clock as it leaves one barrier.
       std::vector<int64_t> clocks(static_cast<size_t>(n), 0);
-      const int64_t mine = static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
-      clocks[static_cast<size_t>(g.rank())] = mine;
-      if (g.Barrier().ok() && g.AllGather(&clocks[static_cast<size_t>(g.rank())], clocks.data(), 1,
-                                          agentrt::DataType::kInt64)
-                                  .ok()) {
-        const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
-        skew_ms = static_cast<double>(*hi - *lo) / 1e3;
+      if (g.Barrier().ok()) {
+        clocks[static_cast<size_t>(g.rank())] =
+            static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
+        if (g.AllGather(&clocks[static_cast<size_t>(g.rank())], clocks.data(), 1,
+                        agentrt::DataType::kInt64)
+                .ok()) {
+          const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
+          skew_ms = static_cast<double>(*hi - *lo) / 1e3;
+        }
       }
-      // Ports unbindable on other nodes: their count, here.
-      bad_elsewhere = static_cast<int64_t>(bad_ports.size());
-      (void)g.AllReduce(&bad_elsewhere, 1, agentrt::DataType::kInt64, agentrt::ReduceOp::kSum);
-      bad_elsewhere -= static_cast<int64_t>(bad_ports.size());
+      failed_elsewhere = failed_here;
+      (void)g.AllReduce(failed_elsewhere.data(), 2, agentrt::DataType::kInt64,
+                        agentrt::ReduceOp::kSum);
+      for (size_t k = 0; k < 2; ++k) failed_elsewhere[k] -= failed_here[k];
     }
   }
-  if (bad_elsewhere > 0) {
-    error(std::to_string(bad_elsewhere) +
+  if (failed_elsewhere[0] > 0) {
+    error(std::to_string(failed_elsewhere[0]) +
           " port(s) of the agent's block cannot be bound on its other nodes (see their logs)");
   }
-
-  // 3. The bus, with the agent's own credential.
+  if (failed_elsewhere[1] > 0) {
+    error("the bus at " + env.bus + " is not usable from " + std::to_string(failed_elsewhere[1]) +
+          " other node(s) of the agent (see their logs)");
+  }
   if (!env.bus.empty()) {
-    agentrt::Status s = agentrt::Status::Ok();
-    auto bus = rt.bus();
-    s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(10)) : bus.status();
-    if (s.ok()) s = (*bus)->Stats().status();
-    result["bus"] = {{"address", env.bus}, {"ok", s.ok()}};
-    if (!s.ok()) error("the bus at " + env.bus + " is not usable from here: " + s.ToString());
+    result["bus"] = {{"address", env.bus}, {"ok", failed_here[1] + failed_elsewhere[1] == 0}};
   }
 
   if (env.rank != 0) return 0;
@@ -250,8 +242,6 @@ int main(int argc, char** argv) {
   result["sweep"] = std::move(sweep);
   result["largest_bytes"] = largest;
   result["largest_busbw_gbps"] = largest_busbw;
-  result["efficiency"] =
-      expected_gbps > 0 && largest > 0 ? nlohmann::json(largest_busbw / expected_gbps) : nullptr;
   result["clock_skew_ms"] = skew_ms;
   const agentrt::Status written =
       agentrt::WriteFileAtomic(env.workdir + "/preflight.json", result.dump(1) + "\n");
