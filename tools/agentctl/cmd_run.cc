@@ -209,8 +209,7 @@ int Run(const RunOptions& opts) {
   const agentrt::LoadOptions load = ConfigLoadOptions(opts.overrides);
   auto config = agentrt::LoadConfigFile(opts.file, load);
   if (!config.ok()) Fail("run", config.status());
-  if (opts.backend == "slurm") return SubmitSlurm(opts, *config);
-  if (opts.backend != "local") {
+  if (opts.backend != "local" && opts.backend != "slurm") {
     Fail("run", agentrt::InvalidArgument("unknown backend '" + opts.backend +
                                          "'; use --backend local or --backend slurm "
                                          "(or `agentctl sbatch` for job arrays)"));
@@ -222,12 +221,14 @@ int Run(const RunOptions& opts) {
     check.file = opts.file;
     check.cluster = opts.cluster;
     check.strict = opts.strict;
+    check.backend = opts.backend == "slurm" ? "slurm" : "local";
     const int checked = Check(copy, check, "run");
     if (checked != 0) {
       std::fputs("agentctl run: the preflight check failed; nothing was started\n", stderr);
       return checked;
     }
   }
+  if (opts.backend == "slurm") return SubmitSlurm(opts, *config);
   auto prepared = PrepareLocal(*config, opts.file, opts.cluster, "run");
   for (const auto& w : prepared.plan.warnings)
     std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
@@ -565,7 +566,8 @@ void RegisterRun(CLI::App& app) {
                   "seconds between progress tables when stdout is not a terminal");
   cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");
   cmd->add_flag("--preflight", opts->preflight,
-                "run `agentctl check` on the same partition first; start nothing if it fails");
+                "run `agentctl check` on the same partition (and backend) first; start nothing "
+                "if it fails");
   cmd->add_flag("--strict", opts->strict, "with --preflight: its warnings fail too");
   cmd->callback([opts] { Exit(Run(*opts)); });
 }
