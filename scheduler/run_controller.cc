@@ -141,6 +141,7 @@ void RunController::Launch(size_t i) {
   a.failed_rank = -1;
   a.rate_t0_s = -1;
   a.progress_s = now;
+  a.bye_s = -1;
   a.collectives.assign(n, {});
   s.ranks.clear();
   for (const auto& r : launched->ranks) s.ranks.push_back({r.rank, r.pid, r.node, std::nullopt});
@@ -228,6 +229,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   if (m.type == TelemetryType::kBye) {
     // A rank leaving cleanly sends no more heartbeats; its exit (or mpirun's) decides the rest.
     a.rank_done[static_cast<size_t>(m.rank)] = true;
+    a.bye_s = now;
   }
   if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
       (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
@@ -353,6 +355,10 @@ void RunController::Tick() {
           break;
         }
         const double timeout = a.spec.restart.heartbeat_timeout_s;
+        if (const std::string stuck = FindStuckExit(i, now, &culprit); !stuck.empty()) {
+          BeginTeardown(i, stuck, culprit);
+          break;
+        }
         for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
           if (timeout > 0 && a.armed[r] && !a.rank_done[r] &&
               now - a.last_heartbeat_s[r] > timeout) {
@@ -397,6 +403,41 @@ void RunController::Tick() {
     }
   }
   UpdateRunState();
+}
+
+std::string RunController::FindStuckExit(size_t i, double now, int* culprit) const {
+  const Agent& a = agents_[i];
+  const double timeout = a.spec.restart.heartbeat_timeout_s;
+  if (!(timeout > 0) || a.bye_s < 0 || now - a.bye_s <= timeout || a.live.empty()) return "";
+  if (!std::all_of(a.rank_done.begin(), a.rank_done.end(), [](bool b) { return b; })) return "";
+  // Every rank is done, one at least by saying bye, yet processes remain: which ranks?
+  const AgentStatus& s = status_.agents[i];
+  std::vector<int> left;
+  bool launcher = false;  // one process (mpirun) stands for every rank
+  for (const auto& [pid, rank] : a.live) {
+    if (rank >= 0) left.push_back(rank);
+    launcher = launcher || rank < 0;
+  }
+  if (launcher) {
+    // The rank wrappers' exit records say which ranks have left.
+    std::set<int> exited;
+    for (const RankExit& r : ReadRankExits(s.log_dir, s.restarts)) exited.insert(r.rank);
+    for (const auto& r : s.ranks) {
+      if (exited.count(r.rank) == 0) left.push_back(r.rank);
+    }
+  }
+  std::sort(left.begin(), left.end());
+  left.erase(std::unique(left.begin(), left.end()), left.end());
+  *culprit = left.empty() ? -1 : left.front();
+  std::string which;
+  for (int r : left) which += (which.empty() ? "" : ",") + std::to_string(r);
+  const std::string who = left.empty() ? "its processes have"
+                                       : fmt::format("rank{} {} {}", left.size() == 1 ? "" : "s",
+                                                     which, left.size() == 1 ? "has" : "have");
+  return fmt::format(
+      "every rank said bye, the last {:.1f} s ago, but {} not exited "
+      "(heartbeat_timeout_s {})",
+      now - a.bye_s, who, timeout);
 }
 
 std::string RunController::FindHang(size_t i, double now, int* culprit) const {

@@ -127,6 +127,7 @@ class RunController {
     int64_t rate_step0 = -1;
     double rate_busy0_s = 0;  // rank 0's time in collectives at rate_t0_s
     double progress_s = 0;    // when the agent last reported a new step (or metrics)
+    double bye_s = -1;        // when a rank last said bye (-1: none has)
     // Per rank, from its latest heartbeat: the collective it is in (or last
     // ran), how long it had been in it then, and when (this clock) we heard.
     struct Collective {
@@ -145,6 +146,11 @@ class RunController {
   // A hang of agent i's group (a desync, or every rank stuck in one
   // collective) or of its training loop: what and where, "" when none.
   std::string FindHang(size_t i, double now, int* culprit) const;
+  // "" unless every rank of agent i is done, one at least by saying bye more
+  // than heartbeat_timeout_s ago, and a process of it has still not exited
+  // (stopped, or wedged on its way out): then why, and *culprit the first
+  // rank left.
+  std::string FindStuckExit(size_t i, double now, int* culprit) const;
   // RUN_DIR/hangs/<agent>-<time>.json: every rank's recorder; "" on failure.
   std::string DumpHang(size_t i, const std::string& summary) const;
   void OnExit(const AgentProcessExit& exit);

@@ -146,9 +146,12 @@ def run_processes(run_dir):
 
 
 def heartbeating(run, name, ranks):
-    """All ranks of `name` run and have told their own pid (hello) and a step."""
+    """All ranks of `name` run and have told their own pid (hello) and a step. Until a rank has
+    sent telemetry (heard_unix_s), its pid may be its launcher's (mpirun stands for every rank)."""
     a = run.agent(name)
     if not a or a["state"] != "running" or a["step"] < 1 or len(a["ranks"]) != ranks:
+        return None
+    if any(r.get("heard_unix_s") is None for r in a["ranks"]):
         return None
     pids = [r["pid"] for r in a["ranks"]]
     return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None

@@ -46,7 +46,8 @@ def running(run, name, ranks, restarts):
     a = run.agent(name)
     if not a or a["state"] != "running" or a["restarts"] != restarts or len(a["ranks"]) != ranks:
         return None
-    if a.get("step", -1) < 1 or not all(r["pid"] > 0 for r in a["ranks"]):
+    # Each rank's own pid: it has sent telemetry (before that, mpirun's pid stands for it).
+    if a.get("step", -1) < 1 or not all(r["pid"] > 0 and r.get("heard_unix_s") for r in a["ranks"]):
         return None
     return a
 

@@ -19,6 +19,7 @@
 //                     rank --hang-rank (default: the last) hangs the group: `skip` (it
 //                     leaves out that step's all-reduce), `sleep` (it sleeps an hour before
 //                     it), `deadlock` (it calls a barrier where the others all-reduce)
+//   --linger-s S      when done, close the runtime (it says bye) and only exit S seconds later
 // Checkpoint cadence: one rank follows the wall clock (and SIGUSR2). Ranks of a
 // multi-rank agent must save the same step, and this agent has no collective to
 // agree on one, so they save every round(interval / step time) steps instead.
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   int64_t hang_at_step = 5;
   int slow_rank_ms = 0;
   double flops_per_sample = 0;
+  double linger_s = 0;
   app.add_option("--steps", steps, "total steps, then exit");
   app.add_flag("--forever", forever, "never stop by itself");
   app.add_option("--fail-at-step", fail_at_step, "exit with --exit-code after this step");
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   app.add_option("--hang-at-step", hang_at_step, "the step at which it does");
   app.add_option("--slow-rank-ms", slow_rank_ms, "extra milliseconds per step of the last rank");
   app.add_option("--flops-per-sample", flops_per_sample, "declared FLOPs of one step");
+  app.add_option("--linger-s", linger_s, "seconds between saying bye and exiting");
   CLI11_PARSE(app, argc, argv);
 
   agentrt::RuntimeOptions options;
@@ -277,5 +280,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::cout << "done at step " << step << std::endl;
+  if (linger_s > 0) {
+    rt_or->reset();  // the runtime says bye; the process stays (wedged on its way out)
+    std::cout << "said bye; exiting in " << linger_s << " s" << std::endl;
+    std::this_thread::sleep_for(std::chrono::duration<double>(linger_s));
+  }
   return exit_code >= 0 ? exit_code : 0;
 }

@@ -148,6 +148,7 @@ def scenario_sigstop(work):
         a = wait_for("predator-1 checkpointed",
                      lambda: (lambda x: x if x and x.get("last_checkpoint_step") else None)(
                          heartbeating(run, "predator-1", 2)), 120)
+        check(a["step"] < 30000, "predator-1 is still training when stopped (step %d of 60000)" % a["step"])
         victim = [r["pid"] for r in a["ranks"] if r["rank"] == 1][0]
         os.kill(victim, signal.SIGSTOP)
         b = wait_for("the heartbeat to catch the stopped rank",

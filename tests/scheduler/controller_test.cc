@@ -170,6 +170,71 @@ TEST_CASE("a rank that said bye is not expected to heartbeat while mpirun waits 
   CHECK(f.backend.SignalsTo("m", SIGTERM) == 0);
 }
 
+TEST_CASE(
+    "ranks that said bye must exit within heartbeat_timeout_s; one that does not is torn down") {
+  Fixture f;
+  auto agent = MakeAgent("a", 2);
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  for (int r = 0; r < 2; ++r) {
+    auto bye = Heartbeat("a", r);
+    bye.type = TelemetryType::kBye;
+    f.rc->OnTelemetry(bye);
+  }
+  f.backend.Exit("a", 0, 1000, 0);  // rank 0 leaves; rank 1 (pid 1001) is stopped on its way out
+  f.clock.AdvanceSeconds(4);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kRunning);  // within the bound: it may still be leaving
+  f.clock.AdvanceSeconds(2);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kRestarting);
+  CHECK_THAT(f.A("a").reason, Catch::Matchers::Contains("every rank said bye, the last 6.0 s ago, "
+                                                        "but rank 1 has not exited"));
+  CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
+  CHECK(f.backend.SignalsTo("a", SIGCONT) == 1);  // a stopped rank must run to see SIGTERM
+}
+
+TEST_CASE("under mpirun the rank wrappers' records name the rank that said bye and never left") {
+  LogDir logs;
+  logs.Write("rank0.exit",
+             R"({"rank":0,"pid":5150,"exit_code":0,"signal":0,"restart_count":0,"time":100.0})");
+  Fixture f;
+  auto agent = MakeAgent("m", 2);
+  agent.launch.use_mpirun = true;
+  agent.launch.log_dir = logs.path;
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  for (int r = 0; r < 2; ++r) {
+    auto bye = Heartbeat("m", r);
+    bye.type = TelemetryType::kBye;
+    f.rc->OnTelemetry(bye);
+  }
+  f.clock.AdvanceSeconds(6);
+  f.rc->Tick();
+  CHECK(f.A("m").state == AgentState::kRestarting);
+  CHECK_THAT(f.A("m").reason, Catch::Matchers::Contains("but rank 1 has not exited"));
+}
+
+TEST_CASE("ranks that said bye and exit in time end the agent succeeded") {
+  Fixture f;
+  auto agent = MakeAgent("a", 2);
+  agent.restart.heartbeat_timeout_s = 5;
+  f.Make({agent});
+  for (int r = 0; r < 2; ++r) {
+    auto bye = Heartbeat("a", r);
+    bye.type = TelemetryType::kBye;
+    f.rc->OnTelemetry(bye);
+  }
+  f.clock.AdvanceSeconds(4);
+  f.rc->Tick();
+  f.backend.Exit("a", 0, 1000, 0);
+  f.backend.Exit("a", 1, 1001, 0);
+  f.clock.AdvanceSeconds(4);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kSucceeded);
+  CHECK(f.backend.SignalsTo("a", SIGTERM) == 0);
+}
+
 TEST_CASE("a rank that never sends telemetry (a stock script) is supervised by its exit alone") {
   Fixture f;
   auto agent = MakeAgent("plain", 1);

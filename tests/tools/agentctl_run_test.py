@@ -651,10 +651,33 @@ def scenario_kill_loop(work):
         run.kill()
 
 
+def scenario_bye_linger(work):
+    """A rank that says bye (closes its runtime) and then never exits is torn down once
+    heartbeat_timeout_s has passed since, named in the reason; the run ends instead of waiting
+    for it forever, and no process of it is left."""
+    first = free_port_block(64)
+    restart = "{max_restarts: 1, backoff_s: 0.2, heartbeat_timeout_s: 2, grace_s: 1}"
+    agents = agent_yaml("stuck", ["--steps", "10", "--step-ms", "20", "--heartbeat-ms", "200",
+                                  "--linger-s", "600"], ranks=2, restart=restart)
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    try:
+        rc = run.wait_exit(60)
+        check(rc != 0, "the run ends failed, not succeeded (rc %d)\n%s" % (rc, run.output()[-2000:]))
+        a = run.agent("stuck")
+        check(a["state"] == "failed" and a["restarts"] == 1, "stuck failed after its one restart: %s" % a)
+        check("every rank said bye" in a["reason"] and "not exited" in a["reason"],
+              "the reason says the ranks said bye and did not exit: %s" % a["reason"])
+        wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 10)
+    finally:
+        run.kill()
+
+
 def scenario_sigstop_demo(work):
     """A short pursuit demo (agent-worker, the demo's shape); one SIGSTOP of a predator rank:
     caught by its heartbeat, the agent restarts from its checkpoint, the run still succeeds and no
-    process of it survives."""
+    process of it survives. The budget is ten times the demo's, so that the stop lands in training
+    (the demo's agents finish in about a second)."""
+    budget = 600000
     first = free_port_block(128)
     worker = os.path.join(BIN, "agent-worker")
     config = """run: {name: demo, dir: runs}
@@ -668,19 +691,20 @@ agents:
     replicas: 2
     ranks: 2
     command: [%s]
-    args: {env: pursuit, role: predator, steps: 60000, num_envs: 8, rollout_steps: 64, eval_episodes: 20}
+    args: {env: pursuit, role: predator, steps: %d, num_envs: 8, rollout_steps: 64, eval_episodes: 20}
   - name: prey
     command: [%s]
-    args: {env: pursuit, role: prey, steps: 60000, num_envs: 8, rollout_steps: 64}
+    args: {env: pursuit, role: prey, steps: %d, num_envs: 8, rollout_steps: 64}
 channels:
   - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
   - {topic: results, publishers: ["*"], subscribers: ["*"]}
-""" % (first, first + 127, worker, worker)
+""" % (first, first + 127, worker, budget, worker, budget)
     run = AgentctlRun(AGENTCTL, work, config)
     try:
         a = wait_for("predator-1 checkpointed",
                      lambda: (lambda x: x if x and x.get("last_checkpoint_step") else None)(
                          heartbeating(run, "predator-1", 2)), 120)
+        check(a["step"] < budget // 2, "predator-1 is still training when stopped (step %d)" % a["step"])
         victim = [r["pid"] for r in a["ranks"] if r["rank"] == 1][0]
         os.kill(victim, signal.SIGSTOP)
         b = wait_for("the heartbeat to catch the stopped rank and restart predator-1",
