@@ -2,7 +2,8 @@
 # real test agent (tests/agent_runtime/test_agent.cc), real mpirun, real signals.
 # Each scenario is its own test, bounded in time; ports are probed free by the test.
 foreach(scenario env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure
-                 config_error fresh_after_corrupt last_checkpoint bye_linger)
+                 config_error fresh_after_corrupt last_checkpoint bye_linger
+                 python_stall)
   agentrt_script_test(NAME agentctl_run_${scenario}
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py ${scenario}
     LABELS integration

@@ -672,6 +672,53 @@ def scenario_bye_linger(work):
         run.kill()
 
 
+STALLING_PY = """import time
+import agentrt
+with agentrt.Runtime(heartbeat_ms=200) as rt:
+    step = 0
+    while step < 30 and not rt.should_stop:
+        step += 1
+        rt.report(step, loss=1.0 / step)
+        if step == 10 and rt.restart_count == 0:
+            time.sleep(3600)  # a wedged torch.distributed call: no report(), heartbeats go on
+        time.sleep(0.02)
+print("done at step", step)
+"""
+
+
+def scenario_python_stall(work):
+    """A Python agent (agentrt, as with torch.distributed used directly) whose training loop stops
+    calling report() while its heartbeats go on: restart.progress_timeout_s catches it, names it,
+    restarts the agent, and the run finishes."""
+    first = free_port_block(64)
+    script = os.path.join(work, "stall.py")
+    with open(script, "w") as f:
+        f.write(STALLING_PY)
+    agents = ('  - name: stall\n    command: ["/usr/bin/python3", "%s"]\n'
+              '    restart: {max_restarts: 2, backoff_s: 0.2, heartbeat_timeout_s: 30, grace_s: 1,'
+              ' progress_timeout_s: 2}\n' % script)
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    try:
+        a = wait_for("stall at step 10", lambda: (lambda x: x if x and x["step"] == 10 else None)(
+            run.agent("stall")), 60, 0.05)
+        t0 = time.time()
+        b = wait_for("the stalled loop caught and restarted",
+                     lambda: (lambda x: x if x and x["restarts"] >= 1 else None)(run.agent("stall")), 30, 0.05)
+        caught = time.time() - t0
+        check("no new step reported for" in b["reason"] and "progress_timeout_s 2" in b["reason"],
+              "the reason names the stalled loop: %s" % b["reason"])
+        check(caught < 2 + 3 * 0.2 + 1 + 0.2 + 3, "caught %.1f s after its last step (progress_timeout_s 2)" % caught)
+        rc = run.wait_exit(60)
+        check(rc == 0, "the run finishes (rc %d)\n%s" % (rc, run.output()[-2000:]))
+        done = run.agent("stall")
+        check(done["state"] == "succeeded" and done["restarts"] == 1 and done["step"] == 30,
+              "restarted once, then ran to its end: %s" % done)
+        check(a["ranks"][0]["heard_unix_s"] is not None, "its heartbeats came from the Python runtime")
+        wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 10)
+    finally:
+        run.kill()
+
+
 def scenario_sigstop_demo(work):
     """A short pursuit demo (agent-worker, the demo's shape); one SIGSTOP of a predator rank:
     caught by its heartbeat, the agent restarts from its checkpoint, the run still succeeds and no
