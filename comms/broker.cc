@@ -1,7 +1,10 @@
 #include "comms/broker.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <random>
+
+#include "fmt/format.h"
 
 namespace agentrt {
 
@@ -18,6 +21,7 @@ struct Broker::Log {
   int64_t base = 0;
   int64_t bytes = 0;
   int waiters = 0;
+  std::unique_ptr<SegmentLog> files;  // the durable log (opened at the first append)
 };
 
 // The recent sequences of one (agent, publisher_id): a ring indexed by
@@ -45,6 +49,11 @@ struct Broker::PublisherState {
   void Record(uint64_t seq, int64_t offset) {
     ring[seq % kWindow] = Slot{seq, offset};
     highest = std::max(highest, seq);
+  }
+  // Un-records seq when its offset is at or past `end` (it was not stored after all).
+  void Forget(uint64_t seq, int64_t end) {
+    Slot& s = ring[seq % kWindow];
+    if (s.sequence == seq && s.offset >= end) s = Slot{};
   }
 };
 
@@ -74,7 +83,101 @@ Broker::Broker(BrokerOptions options, BusAcl acl, std::string secret, uint64_t i
       incarnation_(incarnation),
       next_request_id_(std::random_device{}() | 1) {}
 
-Broker::~Broker() { Shutdown(); }
+Broker::~Broker() {
+  Shutdown();
+  if (flusher_.joinable()) flusher_.join();
+  // A clean exit leaves every record durable, whatever the mode.
+  for (const auto& log : AllLogs()) {
+    if (log->files) (void)log->files->Sync();
+  }
+}
+
+bool Broker::durable() const {
+  return !options_.log_dir.empty() && options_.durability != BusDurability::kMemory;
+}
+
+std::vector<std::shared_ptr<Broker::Log>> Broker::AllLogs() const {
+  std::shared_lock<std::shared_mutex> lock(logs_mu_);
+  std::vector<std::shared_ptr<Log>> out;
+  for (const auto& [name, log] : logs_) out.push_back(log);
+  return out;
+}
+
+Status Broker::Recover(std::vector<std::string>* notes) {
+  if (durable()) {
+    const std::string root = options_.log_dir + "/logs";
+    std::error_code ec;
+    std::filesystem::create_directories(root, ec);
+    if (ec) return Internal("bus log: cannot create " + root + ": " + ec.message());
+    int64_t topics = 0, messages = 0, bytes = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+      if (!entry.is_directory()) continue;
+      AGENTRT_ASSIGN_OR_RETURN(std::string name, UnescapeLogName(entry.path().filename().string()));
+      SegmentLog::Recovered rec;
+      auto files = SegmentLog::Open(entry.path().string(), options_.segment_bytes, &rec);
+      if (!files.ok()) return files.status();
+      if (!rec.torn.empty()) notes->push_back("bus log: torn tail cut: " + rec.torn);
+      std::shared_ptr<Log> log = GetLog(name, /*create=*/true);
+      std::lock_guard<std::mutex> lock(log->mu);
+      log->files = std::move(files).value();
+      log->base = rec.base;
+      for (v1::Message& m : rec.messages) {
+        if (m.publisher_id() != 0)
+          GetPublisher(m.publisher(), m.publisher_id())->Record(m.sequence(), m.offset());
+        log->bytes += static_cast<int64_t>(m.payload().size());
+        log->msgs.push_back(std::make_shared<const v1::Message>(std::move(m)));
+      }
+      retained_bytes_.fetch_add(log->bytes, std::memory_order_relaxed);
+      TrimLocked(*log);
+      ++topics;
+      messages += static_cast<int64_t>(log->msgs.size());
+      bytes += log->bytes;
+    }
+    if (ec) return Internal("bus log: cannot list " + root + ": " + ec.message());
+    if (topics > 0) {
+      notes->push_back(
+          fmt::format("bus log: {} topics and inboxes, {} messages ({} bytes) read "
+                      "back from {}",
+                      topics, messages, bytes, root));
+    }
+  }
+  if ((durable() && options_.durability == BusDurability::kBatch) || options_.retention_age_s > 0)
+    flusher_ = std::thread([this] { FlushLoop(); });
+  return Status::Ok();
+}
+
+void Broker::FlushLoop() {
+  const auto interval = std::chrono::milliseconds(std::max(1, options_.fsync_interval_ms));
+  std::unique_lock<std::mutex> lock(flush_mu_);
+  while (!shutting_down()) {
+    flush_cv_.wait_for(lock, interval, [&] { return shutting_down(); });
+    lock.unlock();
+    for (const auto& log : AllLogs()) {
+      if (options_.retention_age_s > 0) {
+        std::lock_guard<std::mutex> l(log->mu);
+        TrimLocked(*log);
+      }
+      SegmentLog* files = nullptr;
+      {
+        std::lock_guard<std::mutex> l(log->mu);
+        files = log->files.get();  // set once, never reset while the broker lives
+      }
+      if (files != nullptr && files->Dirty() && !files->Sync().ok())
+        sync_errors_.fetch_add(1, std::memory_order_relaxed);
+    }
+    lock.lock();
+  }
+}
+
+Status Broker::SyncForAck(Log& log) {
+  if (options_.durability != BusDurability::kAlways) return Status::Ok();
+  SegmentLog* files = nullptr;
+  {
+    std::lock_guard<std::mutex> l(log.mu);
+    files = log.files.get();
+  }
+  return files == nullptr ? Status::Ok() : files->Sync();
+}
 
 Status Broker::Authenticate(std::string_view agent, std::string_view token) {
   auto refuse = [&](std::string m) {
@@ -147,25 +250,63 @@ std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& 
   return state;
 }
 
-int64_t Broker::AppendLocked(Log& log, v1::Message&& msg) {
-  const int64_t offset = log.base + static_cast<int64_t>(log.msgs.size());
+Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset) {
+  *offset = log.base + static_cast<int64_t>(log.msgs.size());
   const int64_t size = static_cast<int64_t>(msg.payload().size());
   msg.set_topic(log.name);
-  msg.set_offset(offset);
+  msg.set_offset(*offset);
   msg.set_publish_time_ns(NowNs());
+  if (durable()) {
+    if (!log.files) {
+      SegmentLog::Recovered rec;
+      auto files = SegmentLog::Open(options_.log_dir + "/logs/" + EscapeLogName(log.name),
+                                    options_.segment_bytes, &rec);
+      if (!files.ok()) return files.status();
+      log.files = std::move(files).value();
+      if (log.base != 0 || !log.msgs.empty() || !rec.messages.empty()) {
+        return Internal("bus log of " + log.name + ": files appeared after recovery");
+      }
+    }
+    if (Status s = log.files->Stage(msg); !s.ok()) return Unstorable(log, s);
+  }
   log.msgs.push_back(std::make_shared<const v1::Message>(std::move(msg)));
   log.bytes += size;
   published_.fetch_add(1, std::memory_order_relaxed);
   retained_bytes_.fetch_add(size, std::memory_order_relaxed);
-  return offset;
+  return Status::Ok();
+}
+
+Status Broker::CommitLocked(Log& log) {
+  if (!log.files) return Status::Ok();
+  if (Status s = log.files->Commit(); !s.ok()) return Unstorable(log, s);
+  return Status::Ok();
+}
+
+Status Broker::Unstorable(Log& log, const Status& why) {
+  // What the log's file does not hold is not stored at all: the messages
+  // staged since its last commit leave memory again (they are the newest).
+  const int64_t end = log.files->committed_end();
+  while (!log.msgs.empty() && log.msgs.back()->offset() >= end) {
+    const int64_t size = static_cast<int64_t>(log.msgs.back()->payload().size());
+    log.bytes -= size;
+    retained_bytes_.fetch_sub(size, std::memory_order_relaxed);
+    published_.fetch_sub(1, std::memory_order_relaxed);
+    log.msgs.pop_back();
+  }
+  return Status(StatusCode::kUnavailable,
+                why.message() + " (not stored; retry when the bus's disk has room)");
 }
 
 void Broker::TrimLocked(Log& log) {
   // Retention: drop the oldest, always keeping the newest message.
   int64_t dropped = 0, dropped_bytes = 0;
+  const int64_t oldest_ns = options_.retention_age_s > 0
+                                ? NowNs() - static_cast<int64_t>(options_.retention_age_s * 1e9)
+                                : std::numeric_limits<int64_t>::min();
   while (log.msgs.size() > 1 &&
          (static_cast<int64_t>(log.msgs.size()) > options_.retention_messages ||
-          log.bytes > options_.retention_bytes)) {
+          log.bytes > options_.retention_bytes ||
+          log.msgs.front()->publish_time_ns() < oldest_ns)) {
     const int64_t b = static_cast<int64_t>(log.msgs.front()->payload().size());
     log.bytes -= b;
     dropped_bytes += b;
@@ -176,6 +317,7 @@ void Broker::TrimLocked(Log& log) {
   if (dropped > 0) {
     expired_.fetch_add(dropped, std::memory_order_relaxed);
     retained_bytes_.fetch_sub(dropped_bytes, std::memory_order_relaxed);
+    if (log.files) log.files->DropBefore(log.base);
   }
 }
 
@@ -196,13 +338,17 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(log->mu);
-    offset = AppendLocked(*log, std::move(msg));
+    Status s = AppendLocked(*log, std::move(msg), &offset);
+    if (s.ok()) s = CommitLocked(*log);
+    if (!s.ok()) return Stored{-1, false, s};
     TrimLocked(*log);
     wake = log->waiters > 0;
   }
   if (wake) log->cv.notify_all();
+  // Durable before it is acknowledged (and before a retry can be told "duplicate").
+  if (Status s = SyncForAck(*log); !s.ok()) return Stored{-1, false, s};
   if (pub) pub->Record(seq, offset);  // still under pub_lock: a concurrent retry waits for this
-  return Stored{offset, false};
+  return Stored{offset, false, Status::Ok()};
 }
 
 Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& req,
@@ -255,6 +401,7 @@ Status Broker::Publish(const std::string& agent, v1::PublishRequest& req,
                        v1::PublishResponse* resp) {
   AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, req));
   Stored st = Append(GetLog(req.topic(), /*create=*/true), ToMessage(agent, req));
+  AGENTRT_RETURN_IF_ERROR(st.status.WithContext("publish to topic \"" + req.topic() + "\""));
   resp->set_offset(st.offset);
   resp->set_duplicate(st.duplicate);
   return Status::Ok();
@@ -291,27 +438,53 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
         pub_lock = std::unique_lock<std::mutex>(pub->mu);
       }
       bool wake = false;
+      const int acked_before = resp->acks_size();
+      std::vector<uint64_t> recorded;  // sequences stored by this run
+      Status io;                       // the durable log's answer
       {
         std::lock_guard<std::mutex> lock(log->mu);
         for (int k = i; k < end; ++k) {
           v1::PublishRequest& entry = *req.mutable_messages(k);
-          v1::PublishResponse* ack = resp->add_acks();
           const uint64_t seq = entry.sequence();
           int64_t first = -1;
           if (pub && pub->Seen(seq, &first)) {
             duplicates_.fetch_add(1, std::memory_order_relaxed);
+            v1::PublishResponse* ack = resp->add_acks();
             ack->set_offset(first);
             ack->set_duplicate(true);
             continue;
           }
-          const int64_t offset = AppendLocked(*log, ToMessage(agent, entry));
+          int64_t offset = -1;
+          if (io = AppendLocked(*log, ToMessage(agent, entry), &offset); !io.ok()) break;
           if (pub) pub->Record(seq, offset);
-          ack->set_offset(offset);
+          resp->add_acks()->set_offset(offset);
+          recorded.push_back(seq);
+        }
+        // One write for the run's records; what it could not write is not
+        // stored, and the acknowledgements stop before the first such entry.
+        if (io.ok()) io = CommitLocked(*log);
+        if (!io.ok()) {
+          const int64_t committed = log->files->committed_end();
+          int keep = acked_before;
+          while (keep < resp->acks_size() &&
+                 (resp->acks(keep).duplicate() || resp->acks(keep).offset() < committed))
+            ++keep;
+          while (resp->acks_size() > keep) resp->mutable_acks()->RemoveLast();
+          if (pub) {
+            for (uint64_t seq : recorded) pub->Forget(seq, committed);
+          }
+          end = i + (keep - acked_before);
+          failed = io;
         }
         TrimLocked(*log);
         wake = log->waiters > 0;
       }
       if (wake) log->cv.notify_all();
+      if (Status s = SyncForAck(*log); !s.ok()) {
+        // This run's entries are not acknowledged: they may not be durable.
+        while (resp->acks_size() > acked_before) resp->mutable_acks()->RemoveLast();
+        return s.WithContext("publish batch by agent " + agent + ", entry " + std::to_string(i));
+      }
     }
     if (!failed.ok()) {
       return failed.WithContext("batch entry " + std::to_string(end) + " (the " +
@@ -336,6 +509,7 @@ Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResp
   msg.set_content_type(std::move(*req.mutable_content_type()));
   msg.set_payload(std::move(*req.mutable_payload()));
   Stored st = Append(GetLog(InboxName(req.to()), /*create=*/true), std::move(msg));
+  AGENTRT_RETURN_IF_ERROR(st.status.WithContext("send to agent " + req.to()));
   resp->set_offset(st.offset);
   resp->set_duplicate(st.duplicate);
   return Status::Ok();
@@ -479,7 +653,10 @@ Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
   msg.set_request_id(id);
   msg.set_content_type(std::move(*req.mutable_content_type()));
   msg.set_payload(std::move(*req.mutable_payload()));
-  Append(GetLog(InboxName(req.to()), true), std::move(msg));
+  if (Stored st = Append(GetLog(InboxName(req.to()), true), std::move(msg)); !st.status.ok()) {
+    forget();
+    return st.status.WithContext("request to agent " + req.to());
+  }
 
   std::unique_lock<std::mutex> lock(pending->mu);
   while (!pending->done) {
@@ -582,11 +759,16 @@ BusStats Broker::Stats() const {
   s.rejected_unauthenticated = rejected_unauthenticated_.load();
   s.rejected_permission = rejected_permission_.load();
   s.rejected_invalid = rejected_invalid_.load();
+  s.log_sync_errors = sync_errors_.load();
   return s;
 }
 
 void Broker::Shutdown() {
-  shutdown_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(flush_mu_);
+    shutdown_.store(true, std::memory_order_release);
+  }
+  flush_cv_.notify_all();
   std::vector<std::shared_ptr<Log>> logs;
   {
     std::shared_lock<std::shared_mutex> lock(logs_mu_);

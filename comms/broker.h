@@ -17,11 +17,13 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 #include "comms/auth.h"
+#include "comms/bus_log.h"
 #include "comms/bus_types.h"
 #include "comms/bus_validate.h"
 #include "comms/proto/bus.pb.h"
@@ -33,7 +35,14 @@ struct BrokerOptions {
   int64_t retention_messages = 100000;         // per topic/inbox
   int64_t retention_bytes = int64_t{1} << 30;  // per topic/inbox, payload bytes
   int64_t max_stream_batch_bytes =
-      1 << 20;  // bytes per SubscribeResponse (one larger message still goes alone)
+      1 << 20;                 // bytes per SubscribeResponse (one larger message still goes alone)
+  double retention_age_s = 0;  // messages older than this expire; 0 = no age limit
+  // The durable log (comms/bus_log.h) under log_dir/logs; empty log_dir or
+  // kMemory: none. Call Recover() before serving.
+  std::string log_dir;
+  BusDurability durability = BusDurability::kMemory;
+  int fsync_interval_ms = 200;                // kBatch: the longest a record waits for its fsync
+  int64_t segment_bytes = int64_t{64} << 20;  // a new segment file past this size
 };
 
 class Broker {
@@ -74,6 +83,13 @@ class Broker {
   Broker& operator=(const Broker&) = delete;
 
   uint64_t incarnation() const { return incarnation_; }
+  bool durable() const;
+
+  // With a durable log: reads every log under options.log_dir back (torn
+  // tails cut; each cut is a line of *notes, and so is a summary), restores
+  // duplicate suppression from the stored messages, and starts the fsync
+  // thread (kBatch). An error names the corrupt file and offset.
+  Status Recover(std::vector<std::string>* notes);
   const BrokerOptions& options() const { return options_; }
 
   // Checks (agent, token) against the secret and the run's agents.
@@ -136,6 +152,7 @@ class Broker {
   struct Stored {
     int64_t offset = -1;
     bool duplicate = false;
+    Status status;  // not ok: not stored (the durable log refused it)
   };
 
   std::shared_ptr<Log> GetLog(const std::string& name, bool create);
@@ -153,10 +170,18 @@ class Broker {
   // Validation, publisher field and (when check_acl) ACL of one publish; no state change.
   Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req,
                       bool check_acl = true);
-  // Under log->mu: appends one message; returns its offset. TrimLocked drops
-  // what retention no longer allows.
-  int64_t AppendLocked(Log& log, bus::v1::Message&& msg);
+  // Under log->mu: appends one message (to the durable log first, when there
+  // is one) and sets *offset. TrimLocked drops what retention no longer allows.
+  Status AppendLocked(Log& log, bus::v1::Message&& msg, int64_t* offset);
+  // Under log->mu: writes what AppendLocked staged (one write(2) for a batch);
+  // on an error Unstorable drops the unwritten messages from memory again.
+  Status CommitLocked(Log& log);
+  Status Unstorable(Log& log, const Status& why);
   void TrimLocked(Log& log);
+  // kAlways: makes log's appended records durable before an acknowledgement.
+  Status SyncForAck(Log& log);
+  void FlushLoop();
+  std::vector<std::shared_ptr<Log>> AllLogs() const;
 
   const BrokerOptions options_;
   const BusAcl acl_;
@@ -180,6 +205,11 @@ class Broker {
   std::mutex requests_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;
   std::atomic<uint64_t> next_request_id_;
+
+  std::thread flusher_;  // kBatch fsyncs, age retention
+  std::mutex flush_mu_;
+  std::condition_variable flush_cv_;
+  std::atomic<int64_t> sync_errors_{0};
 
   std::atomic<int64_t> published_{0}, duplicates_{0}, delivered_{0}, expired_{0},
       retained_bytes_{0}, active_streams_{0}, rejected_unauthenticated_{0}, rejected_permission_{0},

@@ -844,6 +844,7 @@ Result<BusStats> BusClient::Stats() {
   s.rejected_unauthenticated = r.rejected_unauthenticated();
   s.rejected_permission = r.rejected_permission();
   s.rejected_invalid = r.rejected_invalid();
+  s.log_sync_errors = r.log_sync_errors();
   return s;
 }
 

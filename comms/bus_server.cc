@@ -4,12 +4,16 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "fmt/format.h"
 
 namespace agentrt {
 namespace {
@@ -194,6 +198,7 @@ class BusService final : public v1::Bus::Service {
     resp->set_rejected_unauthenticated(s.rejected_unauthenticated);
     resp->set_rejected_permission(s.rejected_permission);
     resp->set_rejected_invalid(s.rejected_invalid);
+    resp->set_log_sync_errors(s.log_sync_errors);
     return grpc::Status::OK;
   }
 
@@ -266,7 +271,23 @@ struct BusServer::Impl {
   int port = 0;
   std::mutex shutdown_mu;
   bool stopped = false;
+  std::vector<std::string> notes;  // from recovering the durable log
 };
+
+Result<BrokerOptions> BrokerOptionsFor(const BusConfig& settings, const std::string& log_dir) {
+  BrokerOptions b;
+  b.limits.max_message_bytes = settings.max_message_bytes;
+  b.retention_messages = settings.retention;
+  b.retention_bytes = settings.retention_bytes;
+  b.retention_age_s = settings.retention_age_s;
+  auto durability = ParseBusDurability(settings.durability);
+  if (!durability.ok()) return durability.status().WithContext("bus.durability");
+  b.durability = *durability;
+  b.fsync_interval_ms = settings.fsync_interval_ms;
+  b.segment_bytes = settings.segment_bytes;
+  b.log_dir = log_dir;
+  return b;
+}
 
 BusServer::BusServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BusServer::~BusServer() { Shutdown(); }
@@ -286,10 +307,32 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   uint64_t incarnation = options.incarnation;
+  const bool durable = !b.log_dir.empty() && b.durability != BusDurability::kMemory;
+  const std::string incarnation_path = b.log_dir + "/incarnation";
+  if (durable) {
+    // The logs outlive this broker, and so does the incarnation that saved
+    // positions carry: a restarted broker is the same log to its readers.
+    auto saved = ReadWholeFile(incarnation_path, 64);
+    if (saved.ok()) {
+      char* end = nullptr;
+      incarnation = std::strtoull(saved->c_str(), &end, 16);
+      if (end == saved->c_str() || incarnation == 0)
+        return DataLoss("bus log: " + incarnation_path + " does not hold an incarnation");
+    } else if (saved.status().code() != StatusCode::kNotFound) {
+      return saved.status();
+    }
+  }
   while (incarnation == 0 || incarnation == kMixedIncarnation)
     incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  if (durable) {
+    std::error_code ec;
+    std::filesystem::create_directories(b.log_dir, ec);
+    AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(incarnation_path, fmt::format("{:016x}\n", incarnation),
+                                            {0644, /*sync_dir=*/true}));
+  }
   impl->broker =
       std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);
+  AGENTRT_RETURN_IF_ERROR(impl->broker->Recover(&impl->notes));
   impl->service = std::make_unique<BusService>(impl->broker.get());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
@@ -353,6 +396,7 @@ std::string BusServer::address() const {
 }
 
 uint64_t BusServer::incarnation() const { return impl_->broker->incarnation(); }
+const std::vector<std::string>& BusServer::recovery_notes() const { return impl_->notes; }
 BusStats BusServer::Stats() const { return impl_->broker->Stats(); }
 void BusServer::CloseStreams() { impl_->service->CloseStreams(); }
 

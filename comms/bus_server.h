@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "comms/auth.h"
 #include "comms/broker.h"
+#include "plan/config.h"
 
 namespace agentrt {
 
@@ -31,7 +33,10 @@ struct BusServerOptions {
   // 0 = pick a free port; see BusServer::port(). The port is never shared:
   // SO_REUSEPORT is off, so a port in use is an error, not a silent co-bind.
   int port = 0;
-  BrokerOptions broker;  // limits (max_message_bytes) and retention
+  // Limits (max_message_bytes), retention and durability. With a durable log
+  // (broker.log_dir), log_dir/incarnation keeps the incarnation across
+  // restarts, so saved positions stay valid.
+  BrokerOptions broker;
   // TLS: when tls_cert_file is set the server speaks TLS only. With
   // tls_client_ca_file set too, clients must present a certificate signed by
   // that CA (mutual TLS).
@@ -43,6 +48,11 @@ struct BusServerOptions {
   // 0 = random. Tests set it to check restart detection deterministically.
   uint64_t incarnation = 0;
 };
+
+// The broker options a run's `bus:` settings ask for (limits, retention,
+// durability); log_dir is where a durable log lives (RunDir::BusLogDir()).
+// Errors name the bad setting.
+Result<BrokerOptions> BrokerOptionsFor(const BusConfig& settings, const std::string& log_dir);
 
 class BusServer {
  public:
@@ -57,6 +67,8 @@ class BusServer {
   // "host:port" for clients: the listen host, or 127.0.0.1 when it is 0.0.0.0 / [::].
   std::string address() const;
   uint64_t incarnation() const;
+  // What recovering a durable log found (torn tails cut, what was read back).
+  const std::vector<std::string>& recovery_notes() const;
   BusStats Stats() const;
 
   // Ends every open Subscribe/Receive stream with UNAVAILABLE; clients

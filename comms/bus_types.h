@@ -21,6 +21,7 @@ struct BusStats {
   int64_t rejected_unauthenticated = 0;
   int64_t rejected_permission = 0;
   int64_t rejected_invalid = 0;
+  int64_t log_sync_errors = 0;  // the durable log's failed background fsyncs
 };
 
 // Broker incarnations are random, non-zero and never this value, which stands

@@ -75,16 +75,21 @@ namespace agentrt {
   X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")
 
 // `bus:` — the gRPC message bus.
-#define AGENTRT_BUS_SETTINGS(X)                                                          \
-  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")         \
-  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes") \
-  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire") \
-  X(std::int64_t, retention_bytes, 1073741824,                                           \
-    "payload bytes kept per topic before the oldest expire")                             \
-  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                 \
-  X(bool, tls, false, "serve the bus over TLS (cert_file/key_file required)")            \
-  X(std::string, cert_file, "", "PEM certificate of the bus server (tls: true)")         \
-  X(std::string, key_file, "", "PEM private key of the bus server (tls: true)")          \
+#define AGENTRT_BUS_SETTINGS(X)                                                             \
+  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")            \
+  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes")    \
+  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire")    \
+  X(std::int64_t, retention_bytes, 1073741824,                                              \
+    "payload bytes kept per topic before the oldest expire")                                \
+  X(double, retention_age_s, 0.0, "messages older than this expire; 0 = no age limit")      \
+  X(std::string, durability, "batch",                                                       \
+    "memory (no files) | batch (fsync every fsync_interval_ms) | always (fsync, then ack)") \
+  X(int, fsync_interval_ms, 200, "batch: the longest a stored message waits for fsync")     \
+  X(std::int64_t, segment_bytes, 67108864, "the durable log starts a new file past this")   \
+  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                    \
+  X(bool, tls, false, "serve the bus over TLS (cert_file/key_file required)")               \
+  X(std::string, cert_file, "", "PEM certificate of the bus server (tls: true)")            \
+  X(std::string, key_file, "", "PEM private key of the bus server (tls: true)")             \
   X(std::string, ca_file, "", "PEM CA bundle clients use to verify the bus; empty = cert_file")
 
 // `restart:` under `defaults:` or an agent.

@@ -53,6 +53,8 @@ class RunDir {
   std::string ControllerPidPath() const { return path_ + "/controller.pid"; }
   std::string ControllerLockPath() const { return path_ + "/controller.lock"; }
   std::string BusAddressPath() const { return path_ + "/bus.address"; }
+  // The bus's durable log (topics, inboxes, incarnation): comms/bus_log.h.
+  std::string BusLogDir() const { return path_ + "/bus"; }
   std::string SlurmJobIdPath() const { return path_ + "/slurm.job_id"; }
   std::string AllocScriptPath() const { return path_ + "/alloc.sbatch"; }
   std::string LogsDir() const { return path_ + "/logs"; }

@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "common/file_util.h"
+#include "comms/bus_log.h"
 #include "scheduler/hostlist.h"
 
 namespace agentrt {
@@ -703,6 +704,14 @@ class ConfigBuilder {
     Positive(n, "bus", "max_message_bytes", bus.max_message_bytes);
     Positive(n, "bus", "retention", bus.retention);
     Positive(n, "bus", "retention_bytes", bus.retention_bytes);
+    Positive(n, "bus", "fsync_interval_ms", bus.fsync_interval_ms);
+    Positive(n, "bus", "segment_bytes", bus.segment_bytes);
+    if (auto d = ParseBusDurability(bus.durability); !d.ok())
+      c_.Fail(n["durability"], "bus.durability", d.status().message());
+    if (bus.retention_age_s < 0)
+      c_.Fail(
+          n["retention_age_s"], "bus.retention_age_s",
+          fmt::format("expected 0 (no age limit) or more seconds, got {}", bus.retention_age_s));
     if (!(bus.call_timeout_s > 0))
       c_.Fail(n["call_timeout_s"], "bus.call_timeout_s",
               fmt::format("expected a positive number of seconds, got {}", bus.call_timeout_s));

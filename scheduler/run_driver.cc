@@ -137,9 +137,8 @@ Status RunDriver::Start() {
   BusServerOptions bus_options;
   bus_options.host = options_.bus_listen_host;
   bus_options.port = plan_.bus.port;
-  bus_options.broker.limits.max_message_bytes = plan_.bus.settings.max_message_bytes;
-  bus_options.broker.retention_messages = plan_.bus.settings.retention;
-  bus_options.broker.retention_bytes = plan_.bus.settings.retention_bytes;
+  AGENTRT_ASSIGN_OR_RETURN(bus_options.broker,
+                           BrokerOptionsFor(plan_.bus.settings, dir_.BusLogDir()));
   if (plan_.bus.settings.tls) {
     bus_options.tls_cert_file = plan_.bus.settings.cert_file;
     bus_options.tls_key_file = plan_.bus.settings.key_file;
@@ -168,6 +167,8 @@ Status RunDriver::Start() {
             : std::string("cannot start the message bus"));
   }
   bus_ = std::move(bus).value();
+  for (const std::string& note : bus_->recovery_notes())
+    observer_->Warn("agentctl run: " + note + "\n");
   plan_.bus.host = options_.bus_advertised_host;
   plan_.bus.port = bus_->port();
   plan_.bus.settings.port = bus_->port();
@@ -331,6 +332,19 @@ bool RunDriver::Step() {
   }
   controller_->Tick();
   const double now = clock_->NowSeconds();
+  if (now - sync_checked_at_ >= 1.0) {
+    // The durable log's background fsyncs failing (disk full, I/O errors):
+    // batch mode's promise is broken, say so once per new failure burst.
+    sync_checked_at_ = now;
+    const int64_t errors = bus_->Stats().log_sync_errors;
+    if (errors > sync_errors_seen_) {
+      observer_->Warn(fmt::format(
+          "agentctl run: the bus log under {} failed {} fsync(s): messages since the last good "
+          "one are not durable (disk full? I/O errors?)\n",
+          dir_.BusLogDir(), errors - sync_errors_seen_));
+      sync_errors_seen_ = errors;
+    }
+  }
   if (controller_->state_version() != written_state_ ||
       (controller_->version() != written_any_ && now - written_at_ >= 1.0)) {
     if (controller_->state_version() != written_state_) ReportChanges(now - t0_);

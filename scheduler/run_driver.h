@@ -182,6 +182,8 @@ class RunDriver {
   uint64_t written_state_ = 0;
   uint64_t written_any_ = 0;
   double written_at_ = 0;
+  double sync_checked_at_ = 0;  // when the bus log's fsync errors were last looked at
+  int64_t sync_errors_seen_ = 0;
   int stops_seen_ = 0;
   int last_signal_ = 0;
   RunStatus last_shown_;

@@ -184,13 +184,21 @@ class StandaloneBus:
     """A real agentrt-bus on 127.0.0.1 for a test: with `plan` (a dict) its ACL, else --open.
     `address`, `secret`; token(agent); stop() (also on `with` exit) asserts a clean exit."""
 
-    def __init__(self, work, plan=None):
-        self.secret = os.urandom(32)
+    def __init__(self, work, plan=None, flags=()):
+        """`flags`: more agentrt-bus flags (e.g. --log-dir, --durability). A second bus on the same
+        `work` keeps the first one's secret (a restarted broker of the same run)."""
         secret_file = os.path.join(work, "bus.secret")
-        fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(fd, self.secret)
-        os.close(fd)
+        if os.path.exists(secret_file):
+            with open(secret_file, "rb") as f:
+                self.secret = f.read()
+        else:
+            self.secret = os.urandom(32)
+            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, self.secret)
+            os.close(fd)
         address_file = os.path.join(work, "bus.address")
+        if os.path.exists(address_file):
+            os.unlink(address_file)  # a killed bus's address is not this one's
         args = [os.path.join(os.environ["AGENTRT_BIN_DIR"], "agentrt-bus"), "--secret-file",
                 secret_file, "--host", "127.0.0.1", "--port", "0", "--address-file", address_file]
         if plan is None:
@@ -200,6 +208,7 @@ class StandaloneBus:
             with open(plan_file, "w") as f:
                 json.dump(plan, f)
             args += ["--plan", plan_file]
+        args += list(flags)
         self.proc = subprocess.Popen(args, preexec_fn=die_with_parent)
         wait_for("agentrt-bus's address file",
                  lambda: os.path.exists(address_file) or self.proc.poll() is not None, 30)
@@ -218,6 +227,12 @@ class StandaloneBus:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 raise Failure("agentrt-bus did not stop within 20 s of SIGTERM")
+
+    def kill(self):
+        """kill -9: the broker dies mid-whatever, as in a crash."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=20)
 
     def __enter__(self):
         return self

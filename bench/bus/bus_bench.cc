@@ -6,6 +6,10 @@
 //   throughput 64 B messages, 1 publisher -> 1 subscriber (msg/s)
 //              anchor: ZeroMQ PUSH/PULL of the same messages
 //   bandwidth  1 MiB messages (MB/s), anchor: ZeroMQ PUSH/PULL of 1 MiB
+//   durable    64 B throughput with the durable log (batch), anchor: the same
+//              flow through a memory-only broker
+//   recovery   a new broker reading back 1 GiB of log (1 MiB messages),
+//              anchor: reading the same files once with read(2)
 //
 // The program re-executes itself for each role (broker, echo server,
 // subscribers, ZeroMQ receiver); the parent is the publisher. Times are
@@ -13,6 +17,7 @@
 // their send time. Each figure is the median of its repetitions.
 //
 //   bench_bus [--quick]
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -98,7 +104,8 @@ void WaitForSigterm() {
 
 // ---- roles (child processes) ----
 
-int RunBroker() {
+// log_dir empty: durability memory; else batch, its log there.
+int RunBroker(const std::string& log_dir) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -107,6 +114,10 @@ int RunBroker() {
   opts.host = "127.0.0.1";
   opts.broker.retention_messages = 1 << 20;
   opts.broker.retention_bytes = int64_t{3} << 30;
+  if (!log_dir.empty()) {
+    opts.broker.log_dir = log_dir;
+    opts.broker.durability = agentrt::BusDurability::kBatch;
+  }
   agentrt::BusAcl acl;
   acl.open = true;
   auto server = agentrt::BusServer::Start(opts, kSecret, acl);
@@ -337,6 +348,76 @@ void PrintFigure(const char* metric, double value, const char* unit, const char*
       metric, value, unit, anchor, anchor_value, value / anchor_value);
 }
 
+struct Recovery {
+  std::string label;
+  double recover_s = 0, read_s = 0;
+};
+
+// A broker's log of `mib` MiB (1 MiB messages, 64 MiB segments) read back by
+// a new broker, against reading the same files once with read(2) (the page
+// cache warm for both: the second read of each is what is timed).
+Recovery MeasureRecovery(int mib) {
+  char tmpl[] = "/tmp/agentrt-bench-recover.XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
+  const std::string dir = tmpl;
+  agentrt::BrokerOptions o;
+  o.retention_messages = 1 << 20;
+  o.retention_bytes = int64_t{4} << 30;
+  o.log_dir = dir;
+  o.durability = agentrt::BusDurability::kBatch;
+  agentrt::BusAcl acl;
+  acl.open = true;
+  acl.agents = {"bench-pub"};
+  {
+    agentrt::Broker b(o, acl, kSecret, 1);
+    std::vector<std::string> notes;
+    if (auto s = b.Recover(&notes); !s.ok()) Die(s.ToString());
+    const std::string payload = MakePayload(1 << 20);
+    for (int i = 0; i < mib; ++i) {
+      agentrt::bus::v1::PublishRequest req;
+      req.set_topic("snapshots");
+      req.set_payload(payload);
+      agentrt::bus::v1::PublishResponse resp;
+      if (auto s = b.Publish("bench-pub", req, &resp); !s.ok()) Die(s.ToString());
+    }
+  }
+  auto read_all = [&] {
+    std::vector<char> buf(8 << 20);
+    size_t total = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+      ssize_t n = 0;
+      while ((n = ::read(fd, buf.data(), buf.size())) > 0) total += static_cast<size_t>(n);
+      ::close(fd);
+    }
+    return total;
+  };
+  auto recover = [&] {
+    agentrt::Broker b(o, acl, kSecret, 1);
+    std::vector<std::string> notes;
+    if (auto s = b.Recover(&notes); !s.ok()) Die(s.ToString());
+    if (b.ListTopics("").at(0).end_offset() != mib) Die("recovery lost messages");
+  };
+  Recovery r;
+  r.label = "recovery_" + std::to_string(mib) + "MiB";
+  std::vector<double> rec_s, read_s;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t t0 = NowNs();
+    read_all();
+    read_s.push_back(static_cast<double>(NowNs() - t0) / 1e9);
+    t0 = NowNs();
+    recover();
+    rec_s.push_back(static_cast<double>(NowNs() - t0) / 1e9);
+  }
+  std::filesystem::remove_all(dir);
+  r.recover_s = Median(rec_s);
+  r.read_s = Median(read_s);
+  std::fprintf(stderr, "bench_bus: %d MiB of log read back in %.2f s (reading the files: %.2f s)\n",
+               mib, r.recover_s, r.read_s);
+  return r;
+}
+
 int RunParent(bool quick) {
   const int reps = quick ? 1 : 3;
   const int64_t lat_n = quick ? 500 : 2000;
@@ -385,14 +466,25 @@ int RunParent(bool quick) {
   }
   echo.Stop();
 
-  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw;
+  // The same broker with its durable log (batch), next to the memory one.
+  char log_tmpl[] = "/tmp/agentrt-bench-buslog.XXXXXX";
+  if (::mkdtemp(log_tmpl) == nullptr) Die("mkdtemp failed");
+  const std::string log_dir = log_tmpl;
+  Child durable = Spawn({"broker", log_dir});
+  const std::string durable_address = durable.WaitReady();
+
+  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate;
   for (int r = 0; r < reps; ++r) {
     bus_rate.push_back(BusFlow(address, "tput-" + std::to_string(r), tput_n, 64).rate);
+    batch_rate.push_back(BusFlow(durable_address, "tput-" + std::to_string(r), tput_n, 64).rate);
     zmq_rate.push_back(ZmqFlow(tput_n, 64).rate);
     bus_bw.push_back(BusFlow(address, "bw-" + std::to_string(r), bw_n, 1 << 20).mbps);
     zmq_bw.push_back(ZmqFlow(bw_n, 1 << 20).mbps);
   }
   broker.Stop();
+  durable.Stop();
+  std::filesystem::remove_all(log_dir);
+  const Recovery rec = MeasureRecovery(quick ? 256 : 1024);
 
   std::fprintf(stderr,
                "bench_bus: %lld latency samples, %d repetitions of %lld x 64 B and %lld x 1 MiB\n",
@@ -404,6 +496,10 @@ int RunParent(bool quick) {
               Percentile(echo_rtt, 0.99) / 1e3);
   PrintFigure("throughput_64B", Median(bus_rate), "msg/s", "zmq_push_pull_64B", Median(zmq_rate));
   PrintFigure("bandwidth_1MiB", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB", Median(zmq_bw));
+  PrintFigure("throughput_64B_batch", Median(batch_rate), "msg/s", "throughput_64B_memory",
+              Median(bus_rate));
+  // Lower is better: the ratio says how much slower than reading the files is.
+  PrintFigure(rec.label.c_str(), rec.recover_s, "s", "read_files_once", rec.read_s);
   return 0;
 }
 
@@ -411,7 +507,7 @@ int RunParent(bool quick) {
 
 int main(int argc, char** argv) {
   const std::string role = argc > 1 ? argv[1] : "";
-  if (role == "broker") return RunBroker();
+  if (role == "broker") return RunBroker(argc > 2 ? argv[2] : "");
   if (role == "echo-server") return RunEchoServer();
   if (role == "bus-sub" && argc == 6) {
     return RunBusSubscriber(argv[2], argv[3], std::atoll(argv[4]), std::string(argv[5]) == "1");

@@ -61,3 +61,19 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
   set_tests_properties(bus_validate_fuzz_test PROPERTIES LABELS unit TIMEOUT 120)
 endif()
+
+# The durable log (issue 15): restart, torn tail, corrupt record, segment retention.
+agentrt_test(NAME bus_log_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_log_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 60)
+
+# kill -9 of a real agentrt-bus mid-storm, restarted on its log (always, batch); a corrupt log refused.
+foreach(scenario always batch corrupt)
+  agentrt_script_test(NAME bus_durable_${scenario}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_durable_test.py ${scenario}
+    LABELS integration fault
+    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
+    TIMEOUT 120)
+endforeach()

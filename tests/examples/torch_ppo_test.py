@@ -198,6 +198,11 @@ def scenario_tampered(work):
               "the log names the tampered file and the reason: %s" % (m.group(0) if m else log[-1500:]))
         check(resumed_steps(log)[-1] == good, "prey fell back to step %d (resumed at %s)"
               % (good, resumed_steps(log)))
+        # The bus came back with its log (durability batch, the default): the subscriptions go on
+        # at the checkpoint's offsets of the same incarnation, not "broker restarted".
+        after = log[log.rindex("resumed at step"):]
+        check("from the checkpoint's offsets" in after and "broker_restarted" not in after,
+              "after the resume prey's subscriptions went on at its saved offsets:\n%s" % after[-1500:])
         wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 15)
     finally:
         run.kill()

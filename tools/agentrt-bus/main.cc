@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -23,6 +24,7 @@
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
+#include "plan/run_dir.h"
 
 namespace {
 
@@ -64,6 +66,17 @@ int main(int argc, char** argv) {
   app.add_option("--retention", opts.broker.retention_messages, "messages kept per topic")
       ->capture_default_str();
   app.add_option("--retention-bytes", opts.broker.retention_bytes, "payload bytes kept per topic")
+      ->capture_default_str();
+  std::string log_dir, durability;
+  app.add_option("--log-dir", log_dir,
+                 "keep the durable log here (default with --plan: RUN_DIR/bus; without: none)");
+  app.add_option("--durability", durability,
+                 "memory | batch | always (default: the plan's bus.durability, else memory)");
+  app.add_option("--fsync-interval-ms", opts.broker.fsync_interval_ms,
+                 "batch: the longest a stored message waits for fsync")
+      ->capture_default_str();
+  app.add_option("--retention-age-s", opts.broker.retention_age_s,
+                 "messages older than this expire (0: no age limit)")
       ->capture_default_str();
   app.add_option("--tls-cert", opts.tls_cert_file, "server certificate (PEM): serve TLS only");
   app.add_option("--tls-key", opts.tls_key_file, "server private key (PEM)");
@@ -126,8 +139,32 @@ int main(int argc, char** argv) {
     auto loaded = agentrt::ReadPlanFile(plan);
     if (!loaded.ok()) return Fail(loaded.status());
     acl = agentrt::AclFromPlan(*loaded);
+    // The run's bus settings, as `agentctl run` applies them (the log in the
+    // run dir that holds the plan); flags given on the command line win.
+    const std::string run_dir = std::filesystem::path(plan).parent_path().string();
+    auto b = agentrt::BrokerOptionsFor(
+        loaded->bus.settings, agentrt::RunDir(run_dir.empty() ? "." : run_dir).BusLogDir());
+    if (!b.ok()) return Fail(b.status().WithContext(plan));
+    if (app.count("--max-message-bytes") > 0)
+      b->limits.max_message_bytes = opts.broker.limits.max_message_bytes;
+    if (app.count("--retention") > 0) b->retention_messages = opts.broker.retention_messages;
+    if (app.count("--retention-bytes") > 0) b->retention_bytes = opts.broker.retention_bytes;
+    if (app.count("--fsync-interval-ms") > 0) b->fsync_interval_ms = opts.broker.fsync_interval_ms;
+    if (app.count("--retention-age-s") > 0) b->retention_age_s = opts.broker.retention_age_s;
+    opts.broker = std::move(b).value();
   } else {
     acl.open = true;
+  }
+  if (!log_dir.empty()) opts.broker.log_dir = log_dir;
+  if (!durability.empty()) {
+    auto d = agentrt::ParseBusDurability(durability);
+    if (!d.ok()) return Fail(d.status().WithContext("--durability"));
+    opts.broker.durability = *d;
+  }
+  if (opts.broker.durability != agentrt::BusDurability::kMemory && opts.broker.log_dir.empty()) {
+    return Fail(agentrt::InvalidArgument("--durability " +
+                                         std::string(BusDurabilityName(opts.broker.durability)) +
+                                         " needs --log-dir (or --plan: RUN_DIR/bus)"));
   }
   auto secret = agentrt::ReadSecretFile(secret_file);
   if (!secret.ok()) return Fail(secret.status());
@@ -141,6 +178,8 @@ int main(int argc, char** argv) {
 
   auto server = agentrt::BusServer::Start(opts, std::move(secret).value(), std::move(acl));
   if (!server.ok()) return Fail(server.status());
+  for (const std::string& note : server.value()->recovery_notes())
+    std::fprintf(stderr, "agentrt-bus: %s\n", note.c_str());
   std::string host = advertise_host;
   if (host.empty()) {
     host = opts.host;
@@ -153,12 +192,13 @@ int main(int argc, char** argv) {
   if (!address_file.empty()) {
     if (auto s = agentrt::WriteFileAtomic(address_file, address + "\n"); !s.ok()) return Fail(s);
   }
-  std::fprintf(stderr, "agentrt-bus: serving on %s (listen %s:%d, incarnation %016llx, %s)\n",
-               address.c_str(), opts.host.c_str(), server.value()->port(),
-               static_cast<unsigned long long>(server.value()->incarnation()),
-               opts.tls_cert_file.empty()
-                   ? "plaintext"
-                   : (opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
+  std::fprintf(
+      stderr, "agentrt-bus: serving on %s (listen %s:%d, incarnation %016llx, durability %s, %s)\n",
+      address.c_str(), opts.host.c_str(), server.value()->port(),
+      static_cast<unsigned long long>(server.value()->incarnation()),
+      std::string(agentrt::BusDurabilityName(opts.broker.durability)).c_str(),
+      opts.tls_cert_file.empty() ? "plaintext"
+                                 : (opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
 
   int sig = 0;
   sigwait(&signals, &sig);
