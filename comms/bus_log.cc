@@ -112,7 +112,8 @@ Result<std::string> UnescapeLogName(std::string_view escaped) {
 }
 
 struct SegmentLog::Segment {
-  Segment(std::string p, int64_t b, int f, int64_t s) : path(std::move(p)), base(b), fd(f), size(s) {}
+  Segment(std::string p, int64_t b, int f, int64_t s)
+      : path(std::move(p)), base(b), fd(f), size(s) {}
   ~Segment() {
     if (fd >= 0) ::close(fd);
   }
@@ -186,9 +187,9 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
       if (bad.empty() && !m.ParseFromArray(bytes.data() + pos + kHeader, static_cast<int>(len)))
         bad = "a record that does not parse";
       if (bad.empty() && m.offset() != next) {
-        return DataLoss("bus log: " + path + " byte " + std::to_string(pos) + ": record of offset " +
-                        std::to_string(m.offset()) + " where offset " + std::to_string(next) +
-                        " belongs");
+        return DataLoss("bus log: " + path + " byte " + std::to_string(pos) +
+                        ": record of offset " + std::to_string(m.offset()) + " where offset " +
+                        std::to_string(next) + " belongs");
       }
       if (!bad.empty()) {
         const bool at_end = left < kHeader || left - kHeader <= len;
@@ -197,11 +198,12 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
                           std::to_string(next) + "): " + bad + ", with " +
                           (newest ? "more data after it" : "newer segments after it") +
                           ": the log is corrupt (not a torn tail); move the file away to "
-                          "start that topic from offset " + std::to_string(next));
+                          "start that topic from offset " +
+                          std::to_string(next));
         }
         recovered->torn = path + " byte " + std::to_string(pos) + " (offset " +
-                          std::to_string(next) + "): " + bad + "; cut off " +
-                          std::to_string(left) + " bytes";
+                          std::to_string(next) + "): " + bad + "; cut off " + std::to_string(left) +
+                          " bytes";
         if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
           return Internal(Errno("bus log: cannot cut the torn tail of", path));
         bytes.resize(pos);
@@ -216,8 +218,8 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
       std::filesystem::remove(path, ec);
       continue;
     }
-    log->segments_.push_back(std::make_shared<Segment>(path, base, -1,
-                                                       static_cast<int64_t>(bytes.size())));
+    log->segments_.push_back(
+        std::make_shared<Segment>(path, base, -1, static_cast<int64_t>(bytes.size())));
   }
   log->end_ = next;
   log->staged_end_ = next;
@@ -261,8 +263,10 @@ Status SegmentLog::Stage(const v1::Message& m) {
   }
   const size_t len = m.ByteSizeLong();
   const auto magic = static_cast<int64_t>(sizeof(kMagic));
-  const int64_t used = segments_.empty() ? 0 : segments_.back()->size + static_cast<int64_t>(pending_.size());
-  if (segments_.empty() || (used + static_cast<int64_t>(kHeader + len) > segment_bytes_ && used > magic)) {
+  const int64_t used =
+      segments_.empty() ? 0 : segments_.back()->size + static_cast<int64_t>(pending_.size());
+  if (segments_.empty() ||
+      (used + static_cast<int64_t>(kHeader + len) > segment_bytes_ && used > magic)) {
     lock.unlock();
     AGENTRT_RETURN_IF_ERROR(Commit());
     lock.lock();

@@ -91,14 +91,14 @@ class SegmentLog {
 
   const std::string dir_;
   const int64_t segment_bytes_;
-  mutable std::mutex mu_;  // segments_, end_, written_
+  mutable std::mutex mu_;                           // segments_, end_, written_
   std::vector<std::shared_ptr<Segment>> segments_;  // by base; back() is written
-  int64_t end_ = 0;         // next offset in the file
-  int64_t staged_end_ = 0;  // next offset to stage
-  uint64_t written_ = 0;    // records written, ever (Sync's ticket)
-  std::string pending_;     // staged records, not yet written (reused)
-  std::mutex sync_mu_;                // one Sync at a time
-  std::atomic<uint64_t> synced_{0};  // records durable
+  int64_t end_ = 0;                                 // next offset in the file
+  int64_t staged_end_ = 0;                          // next offset to stage
+  uint64_t written_ = 0;                            // records written, ever (Sync's ticket)
+  std::string pending_;                             // staged records, not yet written (reused)
+  std::mutex sync_mu_;                              // one Sync at a time
+  std::atomic<uint64_t> synced_{0};                 // records durable
 };
 
 }  // namespace agentrt

@@ -2,6 +2,8 @@
 // after a restart with their offsets and duplicate suppression, a torn tail
 // cut and reported, a corrupt record refused with its file and offset, whole
 // segments deleted by retention, the age limit.
+#include "comms/bus_log.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 #include <thread>
 
 #include "comms/broker.h"
-#include "comms/bus_log.h"
 #include "tests/common/temp_dir.h"
 
 using namespace agentrt;

@@ -66,6 +66,14 @@ struct Fixture {
     rc->Start();
   }
   const AgentStatus& A(const std::string& name) { return *rc->status().FindAgent(name); }
+  // Ranks 0..ranks-1 of `agent` close their runtime.
+  void SayBye(const std::string& agent, int ranks) {
+    for (int r = 0; r < ranks; ++r) {
+      auto bye = Heartbeat(agent, r);
+      bye.type = TelemetryType::kBye;
+      rc->OnTelemetry(bye);
+    }
+  }
 };
 
 }  // namespace
@@ -176,11 +184,7 @@ TEST_CASE(
   auto agent = MakeAgent("a", 2);
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
-  for (int r = 0; r < 2; ++r) {
-    auto bye = Heartbeat("a", r);
-    bye.type = TelemetryType::kBye;
-    f.rc->OnTelemetry(bye);
-  }
+  f.SayBye("a", 2);
   f.backend.Exit("a", 0, 1000, 0);  // rank 0 leaves; rank 1 (pid 1001) is stopped on its way out
   f.clock.AdvanceSeconds(4);
   f.rc->Tick();
@@ -204,11 +208,7 @@ TEST_CASE("under mpirun the rank wrappers' records name the rank that said bye a
   agent.launch.log_dir = logs.path;
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
-  for (int r = 0; r < 2; ++r) {
-    auto bye = Heartbeat("m", r);
-    bye.type = TelemetryType::kBye;
-    f.rc->OnTelemetry(bye);
-  }
+  f.SayBye("m", 2);
   f.clock.AdvanceSeconds(6);
   f.rc->Tick();
   CHECK(f.A("m").state == AgentState::kRestarting);
@@ -220,11 +220,7 @@ TEST_CASE("ranks that said bye and exit in time end the agent succeeded") {
   auto agent = MakeAgent("a", 2);
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
-  for (int r = 0; r < 2; ++r) {
-    auto bye = Heartbeat("a", r);
-    bye.type = TelemetryType::kBye;
-    f.rc->OnTelemetry(bye);
-  }
+  f.SayBye("a", 2);
   f.clock.AdvanceSeconds(4);
   f.rc->Tick();
   f.backend.Exit("a", 0, 1000, 0);
