@@ -32,6 +32,9 @@ find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 # ISA-L (CRC32C of the bus's durable log records, SSE4.2/AVX-512 dispatched): libisal-dev
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 
+# cpp-httplib (the dashboard's HTTP server): libcpp-httplib-dev
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+
 # OpenSSL (HMAC for bus credentials): libssl-dev, pulled in by libgrpc++-dev
 find_package(OpenSSL REQUIRED)
 

@@ -331,7 +331,7 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
     int64_t first = -1;
     if (pub->Seen(seq, &first)) {
       duplicates_.fetch_add(1, std::memory_order_relaxed);
-      return Stored{first, true};
+      return Stored{first, true, Status::Ok()};
     }
   }
   int64_t offset = 0;

@@ -8,7 +8,8 @@
 //   --fail-at-step K  exit with --exit-code right after step K (default code 1 then)
 //   --exit-code C     the exit code used by --steps / --fail-at-step
 //   --say TEXT        with --fail-at-step: print TEXT on stderr last (what a failing agent says)
-//   --bus-connections N  open N fresh bus connections, publish on each, exit 4 on any refusal
+//   --bus-connections N  open N fresh bus connections, publish on each to probe/<agent> (and
+//                     say at which offset), exit 4 on any refusal
 //   --rendezvous      every rank meets at MASTER_PORT (rank 0 serves a TcpStore holding
 //                     this run's and agent's identity); a rank that reaches anyone else's
 //                     store, or nobody, exits 5
@@ -160,7 +161,13 @@ int main(int argc, char** argv) {
     bo.call_timeout = std::chrono::seconds(20);
     auto bus = agentrt::BusClient::ForAgent(a, bo);
     agentrt::Status s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(20)) : bus.status();
-    if (s.ok()) s = (*bus)->Publish("probe/" + a.agent, std::to_string(c)).status();
+    if (s.ok()) {
+      auto ack = (*bus)->Publish("probe/" + a.agent, std::to_string(c));
+      s = ack.status();
+      if (ack.ok()) {
+        std::cout << "published probe/" << a.agent << " at offset " << ack->offset << std::endl;
+      }
+    }
     if (!s.ok()) {
       std::cerr << "agentrt-test-agent: bus connection " << c << " refused: " << s.ToString()
                 << std::endl;

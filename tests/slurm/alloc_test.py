@@ -17,6 +17,7 @@ Scenarios (one ctest each, argv[1]):
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,7 +37,7 @@ def fail(msg):
     raise Failure(msg)
 
 
-def config(work, steps, gpus_a=2, gpus_b=1, extra_args=()):
+def config(work, steps, gpus_a=2, gpus_b=1, extra_args=(), channels=""):
     first = free_port_block(64)
     env_dir = os.path.join(work, "env")
     os.makedirs(env_dir, exist_ok=True)
@@ -52,7 +53,7 @@ def config(work, steps, gpus_a=2, gpus_b=1, extra_args=()):
             "defaults:\n  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 60, grace_s: 10}\n"
             "slurm: {time: \"00:10:00\", signal_grace_s: 30}\n"
             "agents:\n" % (os.path.join(work, "runs"), first, first + 63))
-    text += agent("a", gpus_a, 2) + agent("b", gpus_b, gpus_b) + agent("c", 0, 1)
+    text += agent("a", gpus_a, 2) + agent("b", gpus_b, gpus_b) + agent("c", 0, 1) + channels
     path = os.path.join(work, "agents.yaml")
     with open(path, "w") as f:
         f.write(text)
@@ -175,7 +176,9 @@ def checkpointed(rdir, agents):
 
 
 def scenario_preempt(work):
-    cfg = config(work, steps=300)
+    # Every incarnation of every rank publishes once to probe/<agent> and says at which offset.
+    cfg = config(work, steps=300, extra_args=["--bus-connections", "1"],
+                 channels='channels:\n  - {topic: "probe/*", publishers: ["*"], subscribers: ["*"]}\n')
     out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
                          capture_output=True, text=True, timeout=60)
     check(out.returncode == 0, "submit failed: %s%s" % (out.stdout, out.stderr))
@@ -198,6 +201,18 @@ def scenario_preempt(work):
         check(x["env"].get("SLURM_RESTART_COUNT") == "1",
               "%s rank %d: SLURM_RESTART_COUNT=%s" % (agent, rank, x["env"].get("SLURM_RESTART_COUNT")))
     print("ok: job %s requeued once; every agent resumed from its checkpoint" % job)
+    # The bus came back with its log after the requeue: the second incarnation's messages follow
+    # the first's (offsets 0..2n-1 of probe/<agent>, each once), they do not start again at 0.
+    ranks = {"a": 2, "b": 1, "c": 1}
+    for a, n in ranks.items():
+        offsets = []
+        for r in range(n):
+            with open(os.path.join(rdir, "logs", a, "rank%d.log" % r)) as fh:
+                offsets += [int(x) for x in re.findall(r"published probe/%s at offset (\d+)" % a, fh.read())]
+        check(sorted(offsets) == list(range(2 * n)),
+              "agent %s: offsets of probe/%s over both incarnations %s, expected 0..%d once each"
+              % (a, a, sorted(offsets), 2 * n - 1))
+    print("ok: bus offsets continued across the requeue")
 
 
 def scenario_kill_rank(work):

@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/file_util.h"
+#include "dashboard/server.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
 #include "scheduler/hostlist.h"
@@ -137,8 +138,9 @@ struct RunOptions {
   int cpus_per_rank = 1;
   bool preflight = false;  // agentctl check first; start nothing when it fails
   bool notes_to_stderr =
-      false;            // --backend slurm: "submitted job ..." lines on stderr (check --json)
-  bool strict = false;  // --preflight --strict: its warnings fail too
+      false;               // --backend slurm: "submitted job ..." lines on stderr (check --json)
+  bool strict = false;     // --preflight --strict: its warnings fail too
+  bool dashboard = false;  // run/resume: serve the dashboard on loopback while the run lasts
 };
 
 // The signal handlers above, as the driver sees them.
@@ -167,6 +169,19 @@ int Drive(agentrt::Plan plan, agentrt::RunDir dir, agentrt::LaunchBackend* backe
           std::unique_ptr<agentrt::PortLeases> leases) {
   Display display(::isatty(STDOUT_FILENO) == 1, opts.status_interval_s, opts.quiet);
   ProcessStops stops;
+  // The dashboard of this run, on a free loopback port, for as long as the run lasts
+  // (`agentctl dashboard RUN_DIR` serves it afterwards, or from another host).
+  std::unique_ptr<agentrt::Dashboard> dashboard;
+  if (opts.dashboard) {
+    auto started = agentrt::Dashboard::Start(dir.path(), {});
+    if (started.ok()) {
+      dashboard = std::move(started).value();
+      if (!opts.quiet) std::printf("dashboard: %s\n", dashboard->url().c_str());
+      std::fflush(stdout);
+    } else {
+      std::fprintf(stderr, "agentctl run: no dashboard: %s\n", started.status().message().c_str());
+    }
+  }
   agentrt::RunDriver driver(std::move(plan), std::move(dir), backend, agentrt::SteadyClock(),
                             &display, &stops, std::move(driver_options), std::move(leases));
   const int code = driver.Run();
@@ -190,15 +205,23 @@ agentrt::PreparedRun PrepareLocal(agentrt::Config& config, const std::string& fi
   return std::move(prepared).value();
 }
 
-int DriveLocal(agentrt::PreparedRun prepared, bool quiet) {
+namespace {
+
+int DriveLocalWith(agentrt::PreparedRun prepared, const RunOptions& opts) {
   InstallSignalHandlers();
   agentrt::LocalBackendOptions backend_options;
   backend_options.rank_exec = RankWrapper();
   auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
-  RunOptions opts;
-  opts.quiet = quiet;
   return Drive(std::move(prepared.plan), std::move(prepared.dir), backend.get(), opts, {},
                std::move(prepared.leases));
+}
+
+}  // namespace
+
+int DriveLocal(agentrt::PreparedRun prepared, bool quiet) {
+  RunOptions opts;
+  opts.quiet = quiet;
+  return DriveLocalWith(std::move(prepared), opts);
 }
 
 namespace {
@@ -232,7 +255,7 @@ int Run(const RunOptions& opts) {
   auto prepared = PrepareLocal(*config, opts.file, opts.cluster, "run");
   for (const auto& w : prepared.plan.warnings)
     std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
-  return DriveLocal(std::move(prepared), opts.quiet);
+  return DriveLocalWith(std::move(prepared), opts);
 }
 
 // The nodes of this allocation (SLURM_JOB_NODELIST) as `scontrol show node -o`
@@ -544,6 +567,8 @@ void RegisterResume(CLI::App& app) {
   cmd->add_option("--status-interval-s", opts->status_interval_s,
                   "seconds between progress tables when stdout is not a terminal");
   cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");
+  opts->dashboard = true;
+  cmd->add_flag("!--no-dashboard", opts->dashboard, "do not serve the dashboard while it runs");
   cmd->callback([opts, run_dir] { Exit(Resume(*run_dir, *opts)); });
 }
 
@@ -569,6 +594,9 @@ void RegisterRun(CLI::App& app) {
                 "run `agentctl check` on the same partition (and backend) first; start nothing "
                 "if it fails");
   cmd->add_flag("--strict", opts->strict, "with --preflight: its warnings fail too");
+  opts->dashboard = true;
+  cmd->add_flag("!--no-dashboard", opts->dashboard,
+                "do not serve the dashboard (on a free loopback port) while it runs");
   cmd->callback([opts] { Exit(Run(*opts)); });
 }
 

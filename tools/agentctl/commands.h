@@ -24,7 +24,8 @@
   X(Status)                  \
   X(Logs)                    \
   X(Stop)                    \
-  X(Check)
+  X(Check)                   \
+  X(Dashboard)
 
 namespace agentctl {
 

@@ -1,0 +1,202 @@
+#include "dashboard/server.h"
+
+#include <httplib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fmt/format.h>
+#include <sstream>
+#include <thread>
+
+#include "comms/auth.h"
+#include "dashboard/page.h"
+#include "dashboard/views.h"
+#include "plan/run_dir.h"
+
+namespace agentrt {
+
+namespace {
+
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int64_t MTimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');) {
+    if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+struct Dashboard::Impl {
+  std::string run_dir;
+  DashboardOptions options;
+  httplib::Server server;
+  std::thread thread;
+  int port = 0;
+  MetricSeries series;
+  std::atomic<bool> stopping{false};
+
+  explicit Impl(std::string dir)
+      : run_dir(std::move(dir)), series(RunDir(run_dir).MetricsPath()) {}
+
+  void Json(httplib::Response& res, const nlohmann::json& j) {
+    res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "application/json");
+  }
+
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    if (options.token.empty()) return true;
+    std::string given;
+    const std::string auth = req.get_header_value("Authorization");
+    if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+    if (given.empty() && req.has_param("token")) given = req.get_param_value("token");
+    if (given.empty()) {
+      const std::string cookie = req.get_header_value("Cookie");
+      const auto at = cookie.find("agentrt_token=");
+      if (at != std::string::npos) {
+        given = cookie.substr(at + 14);
+        given = given.substr(0, given.find(';'));
+      }
+    }
+    if (!given.empty() && TokenMatches(given, options.token)) {
+      if (req.has_param("token")) {
+        res.set_header("Set-Cookie", "agentrt_token=" + options.token +
+                                         "; HttpOnly; SameSite=Strict; Path=/");
+      }
+      return true;
+    }
+    res.status = 401;
+    res.set_content("this dashboard needs its token (Authorization: Bearer, or ?token=)\n",
+                    "text/plain");
+    return false;
+  }
+
+  void Routes() {
+    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                  : httplib::Server::HandlerResponse::Handled;
+    });
+    server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(kDashboardPage), "text/html; charset=utf-8");
+    });
+    server.Get("/api/run", [this](const httplib::Request&, httplib::Response& res) {
+      auto snap = ReadRunSnapshot(run_dir);
+      if (!snap.ok()) {
+        res.status = 503;
+        Json(res, {{"error", snap.status().message()}});
+        return;
+      }
+      Json(res, RunView(*snap, NowUnix()));
+    });
+    server.Get("/api/names", [this](const httplib::Request&, httplib::Response& res) {
+      (void)series.Refresh();
+      Json(res, series.Names());
+    });
+    server.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) {
+      (void)series.Refresh();
+      size_t points = 1000;
+      if (req.has_param("points")) {
+        points = static_cast<size_t>(std::clamp(std::atol(req.get_param_value("points").c_str()),
+                                                10L, 100000L));
+      }
+      Json(res, {{"metric", req.get_param_value("metric")},
+                 {"series", series.Query(req.get_param_value("metric"),
+                                         SplitComma(req.get_param_value("agents")), points)}});
+    });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      auto snap = ReadRunSnapshot(run_dir);
+      if (!snap.ok()) {
+        res.status = 503;
+        res.set_content("# " + snap.status().message() + "\n", "text/plain");
+        return;
+      }
+      res.set_content(PrometheusText(*snap, NowUnix()), "text/plain; version=0.0.4");
+    });
+    server.Get("/events", [this](const httplib::Request&, httplib::Response& res) {
+      const std::string status_path = RunDir(run_dir).StatusPath();
+      auto last = std::make_shared<int64_t>(-2);
+      res.set_header("Cache-Control", "no-store");
+      res.set_chunked_content_provider(
+          "text/event-stream", [this, status_path, last](size_t, httplib::DataSink& sink) {
+            // One event at once, then one per change of status.json; a comment
+            // every few seconds keeps proxies from closing the stream.
+            for (int i = 0; i < 40 && !stopping.load(); ++i) {
+              const int64_t m = MTimeNs(status_path);
+              if (m != *last) {
+                *last = m;
+                auto snap = ReadRunSnapshot(run_dir);
+                if (snap.ok()) {
+                  const std::string data =
+                      "event: run\ndata: " + RunView(*snap, NowUnix()).dump() + "\n\n";
+                  return sink.write(data.data(), data.size());
+                }
+              }
+              std::this_thread::sleep_for(std::chrono::milliseconds(250));
+            }
+            if (stopping.load()) return false;
+            static const std::string ping = ": ping\n\n";
+            return sink.write(ping.data(), ping.size());
+          });
+    });
+  }
+};
+
+Dashboard::Dashboard(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Dashboard::~Dashboard() { Stop(); }
+
+Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
+                                                    const DashboardOptions& options) {
+  if (!IsLoopbackHost(options.host) && options.token.empty()) {
+    return InvalidArgument("serving the dashboard on " + options.host +
+                           " (not loopback) needs a token: --token-file FILE (mode 0600)");
+  }
+  auto impl = std::make_unique<Impl>(run_dir);
+  impl->options = options;
+  impl->Routes();
+  const int port = options.port == 0 ? impl->server.bind_to_any_port(options.host)
+                                     : (impl->server.bind_to_port(options.host, options.port)
+                                            ? options.port
+                                            : -1);
+  if (port <= 0) {
+    return Unavailable(fmt::format("dashboard: cannot listen on {}:{} (in use, or a bad address?)",
+                                   options.host, options.port));
+  }
+  impl->port = port;
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
+}
+
+int Dashboard::port() const { return impl_->port; }
+
+std::string Dashboard::url() const {
+  const std::string& h = impl_->options.host;
+  const std::string host = h.find(':') != std::string::npos && h.front() != '[' ? "[" + h + "]" : h;
+  return fmt::format("http://{}:{}/", host, impl_->port);
+}
+
+void Dashboard::Stop() {
+  if (!impl_ || impl_->stopping.exchange(true)) return;
+  impl_->server.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+}  // namespace agentrt

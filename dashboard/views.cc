@@ -1,0 +1,279 @@
+#include "dashboard/views.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <set>
+
+#include "plan/run_dir.h"
+
+namespace agentrt {
+
+namespace {
+
+// Modification time of `path` in Unix seconds, or -1.
+double MTime(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
+}
+
+std::string Label(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
+  const RunDir dir(run_dir);
+  RunSnapshot s;
+  AGENTRT_ASSIGN_OR_RETURN(s.plan, ReadPlanFile(dir.PlanPath()));
+  AGENTRT_ASSIGN_OR_RETURN(s.status, ReadRunStatusFile(dir.StatusPath()));
+  s.controller_alive = ControllerRunning(run_dir);
+  for (const AgentStatus& a : s.status.agents) {
+    const AgentPlan* p = s.plan.FindAgent(a.name);
+    if (p == nullptr || !a.last_checkpoint_step) continue;
+    const std::string manifest = dir.Resolve(p->checkpoint_dir) + "/step-" +
+                                 std::to_string(*a.last_checkpoint_step) + "/manifest.json";
+    if (const double t = MTime(manifest); t > 0) s.checkpoint_unix_s[a.name] = t;
+  }
+  return s;
+}
+
+nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
+  const RunStatus& st = run.status;
+  nlohmann::json out;
+  const bool orphaned = st.state == RunState::kRunning && !run.controller_alive;
+  out["run"] = {{"name", st.run},
+                {"state", orphaned ? "controller gone" : std::string(RunStateName(st.state))},
+                {"run_dir", st.run_dir},
+                {"elapsed_s", std::max(0.0, (st.state == RunState::kRunning ? now_unix_s
+                                                                            : st.updated_unix_s) -
+                                                st.started_unix_s)},
+                {"controller_alive", run.controller_alive},
+                {"requeue_reason", st.requeue_reason}};
+  nlohmann::json agents = nlohmann::json::array();
+  for (const AgentStatus& a : st.agents) {
+    nlohmann::json j;
+    j["name"] = a.name;
+    j["state"] = AgentStateName(a.state);
+    j["restarts"] = a.restarts;
+    j["reason"] = a.reason;
+    j["step"] = a.step;
+    j["steps_per_s"] = a.steps_per_s;
+    j["last_checkpoint_step"] =
+        a.last_checkpoint_step ? nlohmann::json(*a.last_checkpoint_step) : nlohmann::json();
+    auto ck = run.checkpoint_unix_s.find(a.name);
+    j["checkpoint_age_s"] = ck == run.checkpoint_unix_s.end()
+                                ? nlohmann::json()
+                                : nlohmann::json(std::max(0.0, now_unix_s - ck->second));
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const RankStatus& r : a.ranks) {
+      ranks.push_back({{"rank", r.rank},
+                       {"node", r.node},
+                       {"pid", r.pid},
+                       {"heartbeat_age_s", r.heard_unix_s ? nlohmann::json(std::max(
+                                                                0.0, now_unix_s - *r.heard_unix_s))
+                                                          : nlohmann::json()}});
+    }
+    j["ranks"] = ranks;
+    j["efficiency"] = a.peak_flops > 0 && a.achieved_flops > 0
+                          ? nlohmann::json(a.achieved_flops / a.peak_flops)
+                          : nlohmann::json();
+    if (const AgentPlan* p = run.plan.FindAgent(a.name)) {
+      nlohmann::json placement = nlohmann::json::array();
+      for (const Placement& pl : p->placement)
+        placement.push_back({{"node", pl.node}, {"gpus", pl.gpus}, {"ranks", pl.ranks}});
+      j["placement"] = placement;
+      j["ports"] = {{"first", p->ports.first}, {"last", p->ports.last}};
+      j["gpu_type"] = p->gpu_type;
+    }
+    agents.push_back(std::move(j));
+  }
+  out["agents"] = std::move(agents);
+  return out;
+}
+
+std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
+  const RunStatus& st = run.status;
+  const std::string r = Label(st.run);
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  family("agentrt_run_info", "gauge", "The run (1), labelled by its state.");
+  out += fmt::format("agentrt_run_info{{run=\"{}\",state=\"{}\"}} 1\n", r,
+                     Label(RunStateName(st.state)));
+  family("agentrt_controller_up", "gauge", "1 while the run's controller (agentctl) is alive.");
+  out += fmt::format("agentrt_controller_up{{run=\"{}\"}} {}\n", r, run.controller_alive ? 1 : 0);
+  family("agentrt_run_elapsed_seconds", "gauge", "Seconds since the run started.");
+  out += fmt::format("agentrt_run_elapsed_seconds{{run=\"{}\"}} {:.3f}\n", r,
+                     std::max(0.0, now_unix_s - st.started_unix_s));
+  family("agentrt_status_age_seconds", "gauge", "Seconds since status.json was last written.");
+  out += fmt::format("agentrt_status_age_seconds{{run=\"{}\"}} {:.3f}\n", r,
+                     std::max(0.0, now_unix_s - st.updated_unix_s));
+
+  static constexpr AgentState kStates[] = {AgentState::kPending,   AgentState::kRunning,
+                                           AgentState::kRestarting, AgentState::kSucceeded,
+                                           AgentState::kFailed,     AgentState::kStopped};
+  family("agentrt_agent_state", "gauge", "1 for the agent's current state, 0 for the others.");
+  for (const AgentStatus& a : st.agents) {
+    for (AgentState s : kStates) {
+      out += fmt::format("agentrt_agent_state{{run=\"{}\",agent=\"{}\",state=\"{}\"}} {}\n", r,
+                         Label(a.name), AgentStateName(s), a.state == s ? 1 : 0);
+    }
+  }
+  auto per_agent = [&](const char* name, const char* type, const char* help, auto value) {
+    family(name, type, help);
+    for (const AgentStatus& a : st.agents) {
+      const std::optional<double> v = value(a);
+      if (v) out += fmt::format("{}{{run=\"{}\",agent=\"{}\"}} {}\n", name, r, Label(a.name), *v);
+    }
+  };
+  using Opt = std::optional<double>;
+  per_agent("agentrt_agent_restarts_total", "counter", "Restarts of the agent.",
+            [](const AgentStatus& a) { return Opt(a.restarts); });
+  per_agent("agentrt_agent_step", "gauge", "The agent's latest reported step.",
+            [](const AgentStatus& a) { return a.step >= 0 ? Opt(a.step) : std::nullopt; });
+  per_agent("agentrt_agent_steps_per_second", "gauge", "Steps per second over the last window.",
+            [](const AgentStatus& a) { return Opt(a.steps_per_s); });
+  per_agent("agentrt_agent_checkpoint_step", "gauge", "Step of the last committed checkpoint.",
+            [](const AgentStatus& a) {
+              return a.last_checkpoint_step ? Opt(*a.last_checkpoint_step) : std::nullopt;
+            });
+  per_agent("agentrt_agent_checkpoint_age_seconds", "gauge",
+            "Seconds since the last checkpoint was committed.", [&](const AgentStatus& a) {
+              auto it = run.checkpoint_unix_s.find(a.name);
+              return it == run.checkpoint_unix_s.end()
+                         ? std::nullopt
+                         : Opt(std::max(0.0, now_unix_s - it->second));
+            });
+  per_agent("agentrt_agent_efficiency_ratio", "gauge",
+            "Achieved FLOP/s over the partition's peak (agents that declare FLOPs per sample).",
+            [](const AgentStatus& a) {
+              return a.peak_flops > 0 && a.achieved_flops > 0 ? Opt(a.achieved_flops / a.peak_flops)
+                                                              : std::nullopt;
+            });
+  family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
+  for (const AgentStatus& a : st.agents) {
+    for (const RankStatus& rk : a.ranks) {
+      if (!rk.heard_unix_s) continue;
+      out += fmt::format(
+          "agentrt_rank_heartbeat_age_seconds{{run=\"{}\",agent=\"{}\",rank=\"{}\",node=\"{}\"}} "
+          "{:.3f}\n",
+          r, Label(a.name), rk.rank, Label(rk.node), std::max(0.0, now_unix_s - *rk.heard_unix_s));
+    }
+  }
+  return out;
+}
+
+Status MetricSeries::Refresh() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::Ok();  // no metrics yet
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (st.st_size < read_) {  // rewritten: start over
+    read_ = 0;
+    partial_.clear();
+    series_.clear();
+    points_ = 0;
+  }
+  std::string chunk(static_cast<size_t>(st.st_size - read_), '\0');
+  size_t got = 0;
+  while (got < chunk.size()) {
+    const ssize_t n = ::pread(fd, chunk.data() + got, chunk.size() - got,
+                              static_cast<off_t>(read_) + static_cast<off_t>(got));
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  chunk.resize(got);
+  read_ += static_cast<int64_t>(got);
+  std::string text = std::move(partial_);
+  text += chunk;
+  size_t start = 0;
+  for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
+    const std::string_view line(text.data() + start, nl - start);
+    start = nl + 1;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("metrics") || !j["metrics"].is_object()) continue;
+    if (j.value("rank", 0) != 0) continue;  // the other ranks report the same curves
+    const std::string agent = j.value("agent", "");
+    const double step = j.value("step", 0.0);
+    auto& of_agent = series_[agent];
+    for (const auto& [k, v] : j["metrics"].items()) {
+      if (!v.is_number()) continue;
+      of_agent[k].emplace_back(step, v.get<double>());
+      ++points_;
+    }
+  }
+  partial_ = text.substr(start);
+  return Status::Ok();
+}
+
+std::map<std::string, std::vector<std::string>> MetricSeries::Names() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& [agent, metrics] : series_) {
+    for (const auto& [name, points] : metrics) out[agent].push_back(name);
+  }
+  return out;
+}
+
+int64_t MetricSeries::points() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return points_;
+}
+
+nlohmann::json MetricSeries::Query(const std::string& metric,
+                                   const std::vector<std::string>& agents, size_t max_points) {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [agent, metrics] : series_) {
+    if (!agents.empty() && std::find(agents.begin(), agents.end(), agent) == agents.end())
+      continue;
+    auto it = metrics.find(metric);
+    if (it == metrics.end()) continue;
+    nlohmann::json pts = nlohmann::json::array();
+    for (const auto& [x, y] : Decimate(it->second, max_points)) pts.push_back({x, y});
+    out.push_back({{"agent", agent}, {"total", it->second.size()}, {"points", std::move(pts)}});
+  }
+  return out;
+}
+
+std::vector<std::pair<double, double>> Decimate(const std::vector<std::pair<double, double>>& in,
+                                                size_t max_points) {
+  if (max_points < 3 || in.size() <= max_points) return in;
+  const size_t buckets = max_points / 3;
+  std::vector<std::pair<double, double>> out;
+  out.reserve(buckets * 3 + 1);
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t lo = in.size() * b / buckets, hi = in.size() * (b + 1) / buckets;
+    if (lo >= hi) continue;
+    size_t mn = lo, mx = lo;
+    for (size_t i = lo; i < hi; ++i) {
+      if (in[i].second < in[mn].second) mn = i;
+      if (in[i].second > in[mx].second) mx = i;
+    }
+    std::set<size_t> keep = {lo, mn, mx};
+    for (size_t i : keep) out.push_back(in[i]);
+  }
+  if (out.back() != in.back()) out.push_back(in.back());
+  return out;
+}
+
+}  // namespace agentrt

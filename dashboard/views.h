@@ -1,0 +1,71 @@
+// What the dashboard serves, as plain functions of a run directory's files
+// (plan.json, status.json, metrics.jsonl, checkpoint manifests), so that they
+// are testable without a server:
+//
+//   RunView          the run and its agents for the page: status, each rank's
+//                    heartbeat age, the last checkpoint's age, nodes, GPUs
+//                    and ports from the plan (the partition map)
+//   PrometheusText   GET /metrics, the Prometheus text exposition format
+//   MetricSeries     metrics.jsonl indexed by (agent, metric), read
+//                    incrementally as the run appends to it, and decimated
+//                    for a chart (per bucket the first, min and max points)
+//
+// Thread-safety: the functions are pure; MetricSeries is internally locked.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/plan.h"
+#include "scheduler/status.h"
+
+namespace agentrt {
+
+// The run's files read once; `now_unix_s` for ages.
+struct RunSnapshot {
+  Plan plan;
+  RunStatus status;
+  bool controller_alive = false;
+  std::map<std::string, double> checkpoint_unix_s;  // agent -> its last checkpoint's commit time
+};
+Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir);
+
+nlohmann::json RunView(const RunSnapshot& run, double now_unix_s);
+std::string PrometheusText(const RunSnapshot& run, double now_unix_s);
+
+class MetricSeries {
+ public:
+  explicit MetricSeries(std::string metrics_path) : path_(std::move(metrics_path)) {}
+
+  // Reads what was appended since the last call (a partial last line waits).
+  Status Refresh();
+  // Metric names per agent.
+  std::map<std::string, std::vector<std::string>> Names();
+  // (step, value) of `metric` for each agent of `agents` (all when empty),
+  // at most about `max_points` per agent.
+  nlohmann::json Query(const std::string& metric, const std::vector<std::string>& agents,
+                       size_t max_points);
+  int64_t points();
+
+ private:
+  using Points = std::vector<std::pair<double, double>>;
+  std::mutex mu_;
+  const std::string path_;
+  int64_t read_ = 0;  // bytes of the file consumed
+  std::string partial_;
+  std::map<std::string, std::map<std::string, Points>> series_;  // agent -> metric -> points
+  int64_t points_ = 0;
+};
+
+// Keeps about max_points of `in` (sorted by x): per bucket its first, lowest
+// and highest point, so spikes survive decimation.
+std::vector<std::pair<double, double>> Decimate(const std::vector<std::pair<double, double>>& in,
+                                                size_t max_points);
+
+}  // namespace agentrt

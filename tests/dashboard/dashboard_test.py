@@ -1,0 +1,280 @@
+#!/usr/bin/python3
+"""`agentctl dashboard` over a live run of the real agentctl and test agents (two on fake GPUs,
+one on the CPU): /metrics read by Prometheus' own parser (python3-prometheus-client), the JSON
+views and their decimation, the event stream, the token off loopback, and the page in a real
+headless chromium (agent table, partition map, a learning curve that gains points, a killed
+agent's restart). Screenshots land in the build dir (AGENTRT_BIN_DIR/..)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import (AgentctlRun, Failure, check, die_with_parent, free_port_block,  # noqa: E402
+                             heartbeating, scenarios_main, wait_for)
+
+BIN = os.environ["AGENTRT_BIN_DIR"]
+AGENTCTL = os.path.join(BIN, "agentctl")
+AGENT = os.path.join(BIN, "agentrt-test-agent")
+SHOTS = os.path.join(os.path.dirname(BIN), "dashboard-screenshots")
+
+
+def start_run(work):
+    first = free_port_block(64)
+    inventory = os.path.join(work, "inventory.yaml")
+    with open(inventory, "w") as f:
+        f.write("cluster:\n  nodes:\n    - {name: localhost, gpus: 4, cpus: 16}\n"
+                "  ports: {first: %d, last: %d, per_agent: 8}\n" % (first, first + 63))
+    args = ["--forever", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.5"]
+
+    def agent(name, gpus, ranks):
+        return "  - name: %s\n    gpus: %d\n    ranks: %d\n    command: %s\n" % (
+            name, gpus, ranks, json.dumps([AGENT] + args))
+    text = ("run: {name: dash, dir: runs}\ncluster:\n  ports: {first: %d, last: %d, per_agent: 8}\n"
+            "defaults:\n  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 2}\n"
+            "agents:\n" % (first, first + 63))
+    text += agent("hunter", 2, 2) + agent("scout", 1, 1) + agent("critic", 0, 1)
+    run = AgentctlRun(AGENTCTL, work, text, ["--cluster", inventory])
+    for name, n in (("hunter", 2), ("scout", 1), ("critic", 1)):
+        wait_for("%s heartbeating" % name, lambda: heartbeating(run, name, n), 60)
+    return run
+
+
+class Dashboard:
+    def __init__(self, run_dir, *flags):
+        self.proc = subprocess.Popen([AGENTCTL, "dashboard", run_dir] + list(flags), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
+        line = self.proc.stdout.readline()
+        check(line.startswith("dashboard of ") and "http://" in line, "agentctl dashboard printed its URL: %r%s"
+              % (line, "" if line else self.proc.stderr.read()))
+        self.url = line.split(": ", 1)[1].strip()
+
+    def get(self, path, headers=None):
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.read().decode()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        check(self.proc.returncode == 0, "agentctl dashboard exits 0 on SIGTERM")
+
+
+def scenario_metrics(work):
+    from prometheus_client.parser import text_string_to_metric_families
+    run = start_run(work)
+    dash = None
+    try:
+        # agentctl run serves its own dashboard while it runs, and says where.
+        own = [ln.split(": ", 1)[1] for ln in run.output().splitlines() if ln.startswith("dashboard: http://127.0.0.1:")]
+        check(len(own) == 1, "agentctl run printed its dashboard's URL: %s" % own)
+        with urllib.request.urlopen(own[0] + "api/run", timeout=10) as r:
+            check(len(json.load(r)["agents"]) == 3, "and serves the run there")
+        dash = Dashboard(run.run_dir)
+        check(dash.url.startswith("http://127.0.0.1:"), "loopback by default: %s" % dash.url)
+        families = {f.name: f for f in text_string_to_metric_families(dash.get("metrics"))}
+        state = [s for s in families["agentrt_agent_state"].samples if s.value == 1]
+        check(sorted((s.labels["agent"], s.labels["state"]) for s in state) ==
+              [("critic", "running"), ("hunter", "running"), ("scout", "running")],
+              "Prometheus' parser reads every agent's state: %s" % state)
+        check(all(s.labels["run"] == "dash" for s in state), "labelled by run")
+        hb = families["agentrt_rank_heartbeat_age_seconds"].samples
+        check(len(hb) == 4 and all(0 <= s.value < 30 for s in hb), "heartbeat age per rank: %s" % hb)
+        check(families["agentrt_controller_up"].samples[0].value == 1, "the controller is up")
+        restarts = {s.labels["agent"]: s.value for s in families["agentrt_agent_restarts"].samples}
+        check(restarts == {"critic": 0, "hunter": 0, "scout": 0}, "restarts counters: %s" % restarts)
+        view = json.loads(dash.get("api/run"))
+        hunter = [a for a in view["agents"] if a["name"] == "hunter"][0]
+        check(hunter["placement"][0]["gpus"] == [0, 1] and len(hunter["ranks"]) == 2,
+              "the run view has hunter's GPUs and ranks: %s" % hunter["placement"])
+        wait_for("metrics to accumulate", lambda: json.loads(dash.get("api/series?metric=loss&points=30"))["series"]
+                 and json.loads(dash.get("api/series?metric=loss&points=30"))["series"][0]["total"] > 40 or None, 60)
+        series = json.loads(dash.get("api/series?metric=loss&points=30"))["series"]
+        check(sorted(s["agent"] for s in series) == ["critic", "hunter", "scout"], "a loss curve per agent")
+        check(all(len(s["points"]) <= 31 < s["total"] or len(s["points"]) == s["total"] for s in series),
+              "decimated to the points asked for: %s" % [(len(s["points"]), s["total"]) for s in series])
+        # The event stream sends the run at once.
+        with urllib.request.urlopen(dash.url + "events", timeout=10) as r:
+            first = b""
+            while b"\n\n" not in first:
+                first += r.read1(4096)
+        text = first.decode()
+        check(text.startswith("event: run\ndata: ") and '"hunter"' in text, "the event stream: %s" % text[:120])
+        dash.stop()
+        dash = None
+        # A finished run is served too.
+        run.kill()
+        wait_for("the run to end", lambda: run.proc.poll() is not None or None, 30)
+        dash = Dashboard(run.run_dir)
+        view = json.loads(dash.get("api/run"))
+        check(view["run"]["controller_alive"] is False, "a run whose agentctl is gone is still shown")
+    finally:
+        if dash:
+            dash.stop()
+        run.kill()
+
+
+def scenario_token(work):
+    run = start_run(work)
+    try:
+        out = subprocess.run([AGENTCTL, "dashboard", run.run_dir, "--listen", "0.0.0.0:0"],
+                             capture_output=True, text=True, timeout=30)
+        check(out.returncode != 0 and "needs a token" in out.stderr,
+              "off loopback without a token: refused (%s)" % out.stderr.strip())
+        token_file = os.path.join(work, "dash.token")
+        with open(token_file, "w") as f:
+            f.write("s3cret-dashboard-token\n")
+        os.chmod(token_file, 0o644)
+        out = subprocess.run([AGENTCTL, "dashboard", run.run_dir, "--listen", "0.0.0.0:0", "--token-file",
+                              token_file], capture_output=True, text=True, timeout=30)
+        check(out.returncode != 0 and "0600" in out.stderr or "chmod" in out.stderr,
+              "a token file others may read is refused (%s)" % out.stderr.strip())
+        os.chmod(token_file, 0o600)
+        dash = Dashboard(run.run_dir, "--listen", "0.0.0.0:0", "--token-file", token_file)
+        try:
+            port = dash.url.rsplit(":", 1)[1].strip("/")
+            dash.url = "http://127.0.0.1:%s/" % port
+            try:
+                dash.get("metrics")
+                raise AssertionError("no 401")
+            except urllib.error.HTTPError as e:
+                check(e.code == 401, "without the token: 401")
+            check("agentrt_agent_state" in dash.get("metrics", {"Authorization": "Bearer s3cret-dashboard-token"}),
+                  "with it: the metrics")
+            try:
+                dash.get("api/run", {"Authorization": "Bearer wrong"})
+                raise AssertionError("no 401")
+            except urllib.error.HTTPError as e:
+                check(e.code == 401, "a wrong token: 401")
+            check("s3cret" not in " ".join(open("/proc/%d/cmdline" % dash.proc.pid).read().split("\0")),
+                  "the token is not in agentctl's argv")
+        finally:
+            dash.stop()
+    finally:
+        run.kill()
+
+
+def chromium():
+    for c in ("chromium", "chromium-browser"):
+        for d in os.environ.get("PATH", "").split(":") + ["/usr/bin"]:
+            if os.access(os.path.join(d, c), os.X_OK):
+                return os.path.join(d, c)
+    return None
+
+
+class Browser:
+    """A real headless chromium driven over the DevTools protocol: one page kept open, so what
+    it shows can be watched as the run goes on (the page's own event stream updates it)."""
+
+    def __init__(self, binary, work):
+        import websocket
+        port = free_port_block(1)
+        self.proc = subprocess.Popen(
+            [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--no-first-run", "--remote-debugging-port=%d" % port, "--remote-allow-origins=*",
+             "--user-data-dir=" + os.path.join(work, "chromium"), "--window-size=1400,1100", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+
+        def page():
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/json" % port, timeout=2) as r:
+                    pages = [t for t in json.load(r) if t["type"] == "page"]
+                return pages[0]["webSocketDebuggerUrl"] if pages else None
+            except OSError:
+                return None
+        self.ws = websocket.create_connection(wait_for("chromium's DevTools endpoint", page, 30), timeout=30)
+        self.next_id = 0
+
+    def call(self, method, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            reply = json.loads(self.ws.recv())
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise Failure("DevTools %s: %s" % (method, reply["error"]))
+                return reply["result"]
+
+    def js(self, expression):
+        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return r["result"].get("value")
+
+    def screenshot(self, path):
+        import base64
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def scenario_browser(work):
+    browser = chromium()
+    if browser is None:
+        print("SKIPPED: no chromium (apt-get install chromium)")
+        return 77
+    run = start_run(work)
+    dash = page = None
+    try:
+        dash = Dashboard(run.run_dir)
+        page = Browser(browser, work)
+        page.call("Page.navigate", url=dash.url)
+        rows = wait_for("the agent table", lambda: (lambda r: r if r and len(r) == 3 else None)(
+            page.js("[...document.querySelectorAll('#agents tbody tr')].map(r => r.dataset.agent)")), 20)
+        check(sorted(rows) == ["critic", "hunter", "scout"], "the agent table shows every agent: %s" % rows)
+        gpus = page.js("[...document.querySelectorAll('#partition .gpu[data-agent]')].map(g => g.dataset.agent + ':' + g.dataset.gpu)")
+        check(sorted(gpus) == ["hunter:0", "hunter:1", "scout:2"],
+              "the partition map colours hunter's GPUs 0,1 and scout's GPU 2: %s" % gpus)
+        check(page.js("document.querySelectorAll('#partition .cpu[data-agent=critic]').length") == 1,
+              "and shows critic on the CPU")
+        points = lambda: page.js("+document.getElementById('chart').dataset.points")  # noqa: E731
+        before = wait_for("the learning curve's first points", lambda: points() or None, 20)
+        page.screenshot(os.path.join(SHOTS, "dashboard-running.png"))
+        later = wait_for("the curve to gain points as the run goes on (the page's event stream)",
+                         lambda: (lambda p: p if p > before else None)(points()), 30)
+        print("the learning curve went from %d to %d points on the open page" % (before, later))
+        # A killed agent shows its restart on the open page.
+        victim = heartbeating(run, "scout", 1)["ranks"][0]["pid"]
+        os.kill(victim, signal.SIGKILL)
+        t0 = time.time()
+        shown = wait_for("the page to show scout's restart", lambda: page.js(
+            "(() => { const r = document.querySelector('#agents tr[data-agent=scout]');"
+            " return r && r.children[2].textContent === '1' ? r.textContent : null; })()"), 30)
+        print("the open page showed scout's restart %.1f s after the kill: %s" % (time.time() - t0, shown))
+        check("SIGKILL" in shown, "with its reason: %s" % shown)
+        page.screenshot(os.path.join(SHOTS, "dashboard-restart.png"))
+        # Log scale and a zoom keep the chart drawn.
+        page.js("document.getElementById('logy').click()")
+        check(points() > 0, "log y still draws the curves")
+        print("screenshots in %s" % SHOTS)
+    finally:
+        if page:
+            page.close()
+        if dash:
+            dash.stop()
+        run.kill()
+
+
+def main():
+    for path in (AGENTCTL, AGENT):
+        if not os.access(path, os.X_OK):
+            print("missing %s" % path)
+            return 1
+    return scenarios_main(globals(), "dashboard")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

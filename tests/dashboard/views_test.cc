@@ -1,0 +1,83 @@
+// The dashboard's views without a server: decimation keeps ends and spikes,
+// metrics.jsonl is indexed incrementally (a half-written line waits), the
+// Prometheus text carries every agent with escaped labels.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
+
+#include "dashboard/server.h"
+#include "dashboard/views.h"
+#include "tests/common/temp_dir.h"
+
+using namespace agentrt;
+
+TEST_CASE("decimation keeps about max_points, the ends and every bucket's extremes") {
+  std::vector<std::pair<double, double>> in;
+  for (int i = 0; i < 100000; ++i) in.emplace_back(i, i == 54321 ? 1e6 : (i % 7));
+  const auto out = Decimate(in, 300);
+  CHECK(out.size() <= 301);
+  CHECK(out.size() >= 200);
+  CHECK(out.front() == in.front());
+  CHECK(out.back() == in.back());
+  CHECK(std::any_of(out.begin(), out.end(), [](const auto& p) { return p.second == 1e6; }));
+  CHECK(std::is_sorted(out.begin(), out.end()));
+  CHECK(Decimate({{1, 2}, {3, 4}}, 300).size() == 2);  // small series pass whole
+}
+
+TEST_CASE("metrics.jsonl is read as it grows; a partial last line waits for its end") {
+  testing::TempDir dir("agentrt-dash");
+  const std::string path = dir.Path("metrics.jsonl");
+  MetricSeries series(path);
+  REQUIRE(series.Refresh().ok());  // no file yet
+  CHECK(series.points() == 0);
+  {
+    std::ofstream f(path);
+    f << R"({"agent":"a","metrics":{"loss":1.5,"note":"x"},"rank":0,"step":10})" << "\n";
+    f << R"({"agent":"a","metrics":{"loss":9.0},"rank":1,"step":10})" << "\n";  // rank 1: skipped
+    f << R"({"agent":"b","metrics":{"loss":2.5},"rank":0,"st)";
+  }
+  REQUIRE(series.Refresh().ok());
+  CHECK(series.points() == 1);
+  {
+    std::ofstream f(path, std::ios::app);
+    f << R"(ep":20})" << "\n";
+  }
+  REQUIRE(series.Refresh().ok());
+  CHECK(series.points() == 2);
+  const auto q = series.Query("loss", {}, 100);
+  REQUIRE(q.size() == 2);
+  CHECK(q[0]["agent"] == "a");
+  CHECK(q[0]["points"][0][1] == 1.5);
+  CHECK(q[1]["points"][0][0] == 20.0);
+  CHECK(series.Query("loss", {"b"}, 100).size() == 1);
+  CHECK(series.Names()["a"] == std::vector<std::string>{"loss"});
+}
+
+TEST_CASE("the Prometheus text has every agent, its state and escaped labels") {
+  RunSnapshot run;
+  run.status.run = "r\"1";
+  run.status.started_unix_s = 100;
+  run.controller_alive = true;
+  AgentStatus a;
+  a.name = "pred-0";
+  a.state = AgentState::kRunning;
+  a.restarts = 2;
+  a.step = 500;
+  a.last_checkpoint_step = 400;
+  a.ranks.push_back({0, 1234, "node1", std::nullopt, 190.0});
+  run.status.agents.push_back(a);
+  run.checkpoint_unix_s["pred-0"] = 195;
+  const std::string text = PrometheusText(run, 200);
+  CHECK_THAT(text, Catch::Matchers::Contains(
+                       "agentrt_agent_state{run=\"r\\\"1\",agent=\"pred-0\",state=\"running\"} 1"));
+  CHECK_THAT(text, Catch::Matchers::Contains(
+                       "agentrt_agent_state{run=\"r\\\"1\",agent=\"pred-0\",state=\"failed\"} 0"));
+  CHECK_THAT(text, Catch::Matchers::Contains(
+                       "agentrt_agent_restarts_total{run=\"r\\\"1\",agent=\"pred-0\"} 2"));
+  CHECK_THAT(text, Catch::Matchers::Contains(
+                       "agentrt_agent_checkpoint_age_seconds{run=\"r\\\"1\",agent=\"pred-0\"} 5"));
+  CHECK_THAT(text, Catch::Matchers::Contains("rank=\"0\",node=\"node1\"} 10.000"));
+  CHECK_THAT(text, Catch::Matchers::Contains("# TYPE agentrt_agent_restarts_total counter"));
+  CHECK(IsLoopbackHost("127.0.0.1"));
+  CHECK_FALSE(IsLoopbackHost("0.0.0.0"));
+}
