@@ -1,12 +1,14 @@
 #include "dashboard/server.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <fmt/format.h>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -53,8 +55,20 @@ struct Dashboard::Impl {
   MetricSeries series;
   std::atomic<bool> stopping{false};
 
-  explicit Impl(std::string dir)
-      : run_dir(std::move(dir)), series(RunDir(run_dir).MetricsPath()) {}
+  explicit Impl(std::string dir) : run_dir(std::move(dir)), series(RunDir(run_dir).MetricsPath()) {}
+
+  static std::optional<long> IntParam(const httplib::Request& req, const char* name) {
+    const std::string v = req.get_param_value(name);
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || end != v.c_str() + v.size()) return std::nullopt;
+    return n;
+  }
+
+  void Error(httplib::Response& res, int code, const std::string& message) {
+    res.status = code;
+    Json(res, {{"error", message}});
+  }
 
   void Json(httplib::Response& res, const nlohmann::json& j) {
     res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
@@ -77,8 +91,8 @@ struct Dashboard::Impl {
     }
     if (!given.empty() && TokenMatches(given, options.token)) {
       if (req.has_param("token")) {
-        res.set_header("Set-Cookie", "agentrt_token=" + options.token +
-                                         "; HttpOnly; SameSite=Strict; Path=/");
+        res.set_header("Set-Cookie",
+                       "agentrt_token=" + options.token + "; HttpOnly; SameSite=Strict; Path=/");
       }
       return true;
     }
@@ -92,6 +106,10 @@ struct Dashboard::Impl {
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
                                   : httplib::Server::HandlerResponse::Handled;
+    });
+    server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (res.status == 404 && res.body.empty())
+        Error(res, 404, "no such page: " + req.path + " (see /, /api/run, /metrics)");
     });
     server.Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(std::string(kDashboardPage), "text/html; charset=utf-8");
@@ -113,12 +131,32 @@ struct Dashboard::Impl {
       (void)series.Refresh();
       size_t points = 1000;
       if (req.has_param("points")) {
-        points = static_cast<size_t>(std::clamp(std::atol(req.get_param_value("points").c_str()),
-                                                10L, 100000L));
+        const auto n = IntParam(req, "points");
+        if (!n || *n < 10 || *n > 100000) {
+          return Error(res, 400,
+                       "points must be a whole number in 10..100000, got \"" +
+                           req.get_param_value("points") + "\"");
+        }
+        points = static_cast<size_t>(*n);
       }
+      if (req.get_param_value("metric").empty()) return Error(res, 400, "metric= is required");
       Json(res, {{"metric", req.get_param_value("metric")},
                  {"series", series.Query(req.get_param_value("metric"),
                                          SplitComma(req.get_param_value("agents")), points)}});
+    });
+    server.Get("/api/logs", [this](const httplib::Request& req, httplib::Response& res) {
+      auto plan = ReadPlanFile(RunDir(run_dir).PlanPath());
+      if (!plan.ok()) return Error(res, 503, plan.status().message());
+      const auto rank = req.has_param("rank") ? IntParam(req, "rank") : std::optional<long>(0);
+      const auto lines = req.has_param("lines") ? IntParam(req, "lines") : std::optional<long>(200);
+      if (!rank || !lines) return Error(res, 400, "rank= and lines= must be whole numbers");
+      auto tail = TailLog(run_dir, *plan, req.get_param_value("agent"), static_cast<int>(*rank),
+                          static_cast<int>(*lines), req.get_param_value("q"));
+      if (!tail.ok()) {
+        return Error(res, tail.status().code() == StatusCode::kNotFound ? 404 : 400,
+                     tail.status().message());
+      }
+      Json(res, {{"agent", req.get_param_value("agent")}, {"rank", *rank}, {"lines", *tail}});
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       auto snap = ReadRunSnapshot(run_dir);
@@ -171,10 +209,10 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
   auto impl = std::make_unique<Impl>(run_dir);
   impl->options = options;
   impl->Routes();
-  const int port = options.port == 0 ? impl->server.bind_to_any_port(options.host)
-                                     : (impl->server.bind_to_port(options.host, options.port)
-                                            ? options.port
-                                            : -1);
+  const int port =
+      options.port == 0
+          ? impl->server.bind_to_any_port(options.host)
+          : (impl->server.bind_to_port(options.host, options.port) ? options.port : -1);
   if (port <= 0) {
     return Unavailable(fmt::format("dashboard: cannot listen on {}:{} (in use, or a bad address?)",
                                    options.host, options.port));
@@ -188,7 +226,11 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
 int Dashboard::port() const { return impl_->port; }
 
 std::string Dashboard::url() const {
-  const std::string& h = impl_->options.host;
+  std::string h = impl_->options.host;
+  if (h == "0.0.0.0" || h == "::" || h.empty()) {
+    char name[256] = {};
+    h = ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";  // every address: this host
+  }
   const std::string host = h.find(':') != std::string::npos && h.front() != '[' ? "[" + h + "]" : h;
   return fmt::format("http://{}:{}/", host, impl_->port);
 }

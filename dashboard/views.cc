@@ -1,12 +1,12 @@
 #include "dashboard/views.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <set>
 
 #include "plan/run_dir.h"
@@ -60,9 +60,9 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   out["run"] = {{"name", st.run},
                 {"state", orphaned ? "controller gone" : std::string(RunStateName(st.state))},
                 {"run_dir", st.run_dir},
-                {"elapsed_s", std::max(0.0, (st.state == RunState::kRunning ? now_unix_s
-                                                                            : st.updated_unix_s) -
-                                                st.started_unix_s)},
+                {"elapsed_s",
+                 std::max(0.0, (st.state == RunState::kRunning ? now_unix_s : st.updated_unix_s) -
+                                   st.started_unix_s)},
                 {"controller_alive", run.controller_alive},
                 {"requeue_reason", st.requeue_reason}};
   nlohmann::json agents = nlohmann::json::array();
@@ -85,9 +85,9 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
       ranks.push_back({{"rank", r.rank},
                        {"node", r.node},
                        {"pid", r.pid},
-                       {"heartbeat_age_s", r.heard_unix_s ? nlohmann::json(std::max(
-                                                                0.0, now_unix_s - *r.heard_unix_s))
-                                                          : nlohmann::json()}});
+                       {"heartbeat_age_s",
+                        r.heard_unix_s ? nlohmann::json(std::max(0.0, now_unix_s - *r.heard_unix_s))
+                                       : nlohmann::json()}});
     }
     j["ranks"] = ranks;
     j["efficiency"] = a.peak_flops > 0 && a.achieved_flops > 0
@@ -126,7 +126,7 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
   out += fmt::format("agentrt_status_age_seconds{{run=\"{}\"}} {:.3f}\n", r,
                      std::max(0.0, now_unix_s - st.updated_unix_s));
 
-  static constexpr AgentState kStates[] = {AgentState::kPending,   AgentState::kRunning,
+  static constexpr AgentState kStates[] = {AgentState::kPending,    AgentState::kRunning,
                                            AgentState::kRestarting, AgentState::kSucceeded,
                                            AgentState::kFailed,     AgentState::kStopped};
   family("agentrt_agent_state", "gauge", "1 for the agent's current state, 0 for the others.");
@@ -244,14 +244,50 @@ nlohmann::json MetricSeries::Query(const std::string& metric,
   std::lock_guard<std::mutex> lock(mu_);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [agent, metrics] : series_) {
-    if (!agents.empty() && std::find(agents.begin(), agents.end(), agent) == agents.end())
-      continue;
+    if (!agents.empty() && std::find(agents.begin(), agents.end(), agent) == agents.end()) continue;
     auto it = metrics.find(metric);
     if (it == metrics.end()) continue;
     nlohmann::json pts = nlohmann::json::array();
     for (const auto& [x, y] : Decimate(it->second, max_points)) pts.push_back({x, y});
     out.push_back({{"agent", agent}, {"total", it->second.size()}, {"points", std::move(pts)}});
   }
+  return out;
+}
+
+Result<std::vector<std::string>> TailLog(const std::string& run_dir, const Plan& plan,
+                                         const std::string& agent, int rank, int lines,
+                                         const std::string& filter) {
+  if (lines < 1 || lines > 10000)
+    return InvalidArgument(fmt::format("lines must be 1..10000, got {}", lines));
+  const AgentPlan* a = plan.FindAgent(agent);
+  if (a == nullptr) return NotFound("no agent \"" + agent + "\" in this run");
+  if (rank < 0 || rank >= a->ranks)
+    return NotFound(fmt::format("agent {} has ranks 0..{}, not {}", agent, a->ranks - 1, rank));
+  const std::string path = RunDir(run_dir).RankLogPath(agent, rank);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::vector<std::string>{};  // nothing logged yet
+  struct stat st {};
+  ::fstat(fd, &st);
+  // The tail is searched within the last 8 MiB: enough for 10000 long lines.
+  const off_t from = std::max<off_t>(0, st.st_size - (off_t{8} << 20));
+  std::string text(static_cast<size_t>(st.st_size - from), '\0');
+  const ssize_t n = ::pread(fd, text.data(), text.size(), from);
+  ::close(fd);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  std::vector<std::string_view> all;
+  size_t start = 0;
+  if (from > 0) start = text.find('\n') == std::string::npos ? text.size() : text.find('\n') + 1;
+  while (start < text.size()) {  // (a first line cut by the window is left out)
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    all.emplace_back(text.data() + start, nl - start);
+    start = nl + 1;
+  }
+  std::vector<std::string> out;
+  for (auto it = all.rbegin(); it != all.rend() && static_cast<int>(out.size()) < lines; ++it) {
+    if (filter.empty() || it->find(filter) != std::string_view::npos) out.emplace_back(*it);
+  }
+  std::reverse(out.begin(), out.end());
   return out;
 }
 

@@ -63,6 +63,13 @@ class MetricSeries {
   int64_t points_ = 0;
 };
 
+// The last `lines` lines (1..10000) of `agent`'s rank `rank` log that contain
+// `filter` (all when empty). NotFound for an agent or rank the plan lacks (so
+// no name reaches the file system unchecked), InvalidArgument for a bad count.
+Result<std::vector<std::string>> TailLog(const std::string& run_dir, const Plan& plan,
+                                         const std::string& agent, int rank, int lines,
+                                         const std::string& filter);
+
 // Keeps about max_points of `in` (sorted by x): per bucket its first, lowest
 // and highest point, so spikes survive decimation.
 std::vector<std::pair<double, double>> Decimate(const std::vector<std::pair<double, double>>& in,

@@ -7,8 +7,10 @@ Reads RUN_DIR/metrics.jsonl (one line per Runtime::Report: {"run_time", "time",
 "agent", "rank", "step", "metrics": {...}}) and RUN_DIR/status.json, writes one
 SVG per agent, RUN_DIR/plots/<agent>.svg (the metric against env steps; a
 restart from a checkpoint shows as a marker where the curve resumes), prints a
-summary table and the paths of the plots. Python standard library only: it
-runs wherever agentctl does. Exit status 0, or 1 when there is nothing to plot.
+summary table and the paths of the plots. With matplotlib (Debian's
+python3-matplotlib) it also draws every agent on one figure, RUN_DIR/plots/curves.png
+(axes, legend, restarts marked); without it that figure is skipped, the rest needs
+only the standard library. Exit status 0, or 1 when there is nothing to plot.
 """
 import argparse
 import html
@@ -119,6 +121,31 @@ def svg_curve(agent, points, resumes, metric, extra_lines):
     return "\n".join(out) + "\n"
 
 
+def figure_all(path, curves, metric):
+    """Every agent's curve on one matplotlib figure; False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    for agent, points, resumes in curves:
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], label=agent, linewidth=1.5)
+        for step in resumes:
+            ax.axvline(step, color=line.get_color(), linestyle=":", linewidth=1)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} (dotted: a restart resumed from a checkpoint)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png")
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+    return True
+
+
 def main():
     parser = argparse.ArgumentParser(description="learning curves (SVG) and a summary of an agentrt run")
     parser.add_argument("run_dir")
@@ -138,7 +165,7 @@ def main():
     agents = list(status) + [a for a in series if a not in status]
     plots_dir = os.path.join(args.run_dir, "plots")
     os.makedirs(plots_dir, exist_ok=True)
-    rows, written = [], []
+    rows, written, curves = [], [], []
     for agent in agents:
         recs = series.get(agent, [])
         points = [(step, m[args.metric]) for _, step, m in recs
@@ -157,6 +184,7 @@ def main():
                 f.write(svg_curve(agent, points, resumes, args.metric, extra))
             os.replace(path + ".tmp", path)
             written.append(path)
+            curves.append((agent, points, resumes))
         n = max(1, len(points) // 10)
         first = sum(v for _, v in points[:n]) / n if points else float("nan")
         last = sum(v for _, v in points[-n:]) / n if points else float("nan")
@@ -171,6 +199,11 @@ def main():
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
     for path in written:
         print(f"learning curve: {os.path.abspath(path)}")
+    together = os.path.join(plots_dir, "curves.png")
+    if curves and figure_all(together, curves, args.metric):
+        print(f"all agents: {os.path.abspath(together)}")
+    elif curves:
+        print("plot_curves: no matplotlib (apt-get install python3-matplotlib): no figure of all agents")
     return 0 if written else 1
 
 

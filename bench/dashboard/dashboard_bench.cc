@@ -28,8 +28,7 @@
 namespace {
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double CpuSeconds() {
@@ -77,8 +76,8 @@ int main(int argc, char** argv) {
     a.name = "agent-" + std::to_string(i);
     a.index = i;
     a.ranks = 8;
-    a.placement.push_back({"node" + std::to_string(i / 1), {0, 1, 2, 3, 4, 5, 6, 7},
-                           {0, 1, 2, 3, 4, 5, 6, 7}});
+    a.placement.push_back(
+        {"node" + std::to_string(i / 1), {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3, 4, 5, 6, 7}});
     a.ports = {"node" + std::to_string(i), 20000 + 16 * i, 20015 + 16 * i};
     a.command = {"agent-worker"};
     a.checkpoint_dir = "checkpoints/" + a.name;
@@ -87,7 +86,8 @@ int main(int argc, char** argv) {
     s.name = a.name;
     s.state = agentrt::AgentState::kRunning;
     s.step = 1000;
-    for (int r = 0; r < 8; ++r) s.ranks.push_back({r, 1000 + r, "node" + std::to_string(i), {}, 1.5});
+    for (int r = 0; r < 8; ++r)
+      s.ranks.push_back({r, 1000 + r, "node" + std::to_string(i), {}, 1.5});
     status.agents.push_back(s);
   }
   if (auto s = agentrt::WritePlanFile(plan, run.PlanPath()); !s.ok()) Die(s.ToString());
@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
   client.set_read_timeout(60, 0);
   auto load = [&] {
     const double t0 = Now();
-    for (const char* path : {"/", "/api/run", "/api/names", "/api/series?metric=reward&points=1000"}) {
+    for (const char* path :
+         {"/", "/api/run", "/api/names", "/api/series?metric=reward&points=1000"}) {
       auto r = client.Get(path);
       if (!r || r->status != 200) Die(std::string("GET ") + path + " failed");
     }

@@ -101,6 +101,28 @@ def scenario_metrics(work):
         check(sorted(s["agent"] for s in series) == ["critic", "hunter", "scout"], "a loss curve per agent")
         check(all(len(s["points"]) <= 31 < s["total"] or len(s["points"]) == s["total"] for s in series),
               "decimated to the points asked for: %s" % [(len(s["points"]), s["total"]) for s in series])
+        # Per-rank logs, and bad requests: clear errors, nothing read outside the run.
+        logs = json.loads(dash.get("api/logs?agent=hunter&rank=1&lines=5"))["lines"]
+        check(0 < len(logs) <= 5 and any("agent hunter rank 1" in ln for ln in
+                                         json.loads(dash.get("api/logs?agent=hunter&rank=1&lines=50"))["lines"]),
+              "hunter rank 1's log: %s" % logs)
+        found = json.loads(dash.get("api/logs?agent=hunter&rank=0&lines=10&q=training"))["lines"]
+        check(found and all("training" in ln for ln in found), "search in a log: %s" % found)
+
+        def refused(path, code, says):
+            try:
+                dash.get(path)
+            except urllib.error.HTTPError as e:
+                body = e.read().decode()
+                check(e.code == code and says in body, "%s: %d %s" % (path, e.code, body.strip()))
+                return
+            raise Failure("%s was not refused" % path)
+        refused("api/logs?agent=../../../etc/passwd&rank=0", 404, "no agent")
+        refused("api/logs?agent=hunter&rank=7", 404, "ranks 0..1")
+        refused("api/logs?agent=hunter&rank=0&lines=100000000", 400, "lines must be")
+        refused("api/series?metric=loss&points=999999999", 400, "points must be")
+        refused("api/series?metric=loss&points=lots", 400, "points must be")
+        refused("no/such/page", 404, "no such page")
         # The event stream sends the run at once.
         with urllib.request.urlopen(dash.url + "events", timeout=10) as r:
             first = b""
@@ -110,6 +132,16 @@ def scenario_metrics(work):
         check(text.startswith("event: run\ndata: ") and '"hunter"' in text, "the event stream: %s" % text[:120])
         dash.stop()
         dash = None
+        # agentctl export --csv: the same metrics for a notebook.
+        import csv
+        out = subprocess.run([AGENTCTL, "export", run.run_dir, "--csv", "-"], capture_output=True, text=True,
+                             timeout=60)
+        check(out.returncode == 0, "agentctl export --csv: %s" % out.stderr)
+        table = list(csv.DictReader(out.stdout.splitlines()))
+        check(table and {"agent", "rank", "step", "loss", "steps_per_s"} <= set(table[0]) and
+              {r["agent"] for r in table} == {"critic", "hunter", "scout"} and
+              all(float(r["loss"]) > 0 for r in table if r["loss"]),
+              "the CSV has a row per report and a column per metric (%d rows)" % len(table))
         # A finished run is served too.
         run.kill()
         wait_for("the run to end", lambda: run.proc.poll() is not None or None, 30)
@@ -135,11 +167,12 @@ def scenario_token(work):
         os.chmod(token_file, 0o644)
         out = subprocess.run([AGENTCTL, "dashboard", run.run_dir, "--listen", "0.0.0.0:0", "--token-file",
                               token_file], capture_output=True, text=True, timeout=30)
-        check(out.returncode != 0 and "0600" in out.stderr or "chmod" in out.stderr,
+        check(out.returncode != 0 and ("0600" in out.stderr or "chmod" in out.stderr),
               "a token file others may read is refused (%s)" % out.stderr.strip())
         os.chmod(token_file, 0o600)
         dash = Dashboard(run.run_dir, "--listen", "0.0.0.0:0", "--token-file", token_file)
         try:
+            check("0.0.0.0" not in dash.url, "the URL names this host, not 0.0.0.0: %s" % dash.url)
             port = dash.url.rsplit(":", 1)[1].strip("/")
             dash.url = "http://127.0.0.1:%s/" % port
             try:
@@ -181,7 +214,8 @@ class Browser:
             [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              "--no-first-run", "--remote-debugging-port=%d" % port, "--remote-allow-origins=*",
              "--user-data-dir=" + os.path.join(work, "chromium"), "--window-size=1400,1100", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=lambda: (os.setsid(), die_with_parent()))  # its own group: close() ends all of it
 
         def page():
             try:
@@ -217,8 +251,16 @@ class Browser:
         try:
             self.ws.close()
         finally:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the browser and its renderer, GPU, zygote processes
             self.proc.wait(timeout=10)
+
+            def group_gone():
+                try:
+                    os.killpg(self.proc.pid, 0)
+                    return None
+                except ProcessLookupError:
+                    return True
+            wait_for("chromium's processes to end", group_gone, 10)
 
 
 def scenario_browser(work):

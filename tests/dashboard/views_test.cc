@@ -1,12 +1,13 @@
 // The dashboard's views without a server: decimation keeps ends and spikes,
 // metrics.jsonl is indexed incrementally (a half-written line waits), the
 // Prometheus text carries every agent with escaped labels.
+#include "dashboard/views.h"
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
 
 #include "dashboard/server.h"
-#include "dashboard/views.h"
 #include "tests/common/temp_dir.h"
 
 using namespace agentrt;
@@ -32,15 +33,18 @@ TEST_CASE("metrics.jsonl is read as it grows; a partial last line waits for its 
   CHECK(series.points() == 0);
   {
     std::ofstream f(path);
-    f << R"({"agent":"a","metrics":{"loss":1.5,"note":"x"},"rank":0,"step":10})" << "\n";
-    f << R"({"agent":"a","metrics":{"loss":9.0},"rank":1,"step":10})" << "\n";  // rank 1: skipped
+    f << R"({"agent":"a","metrics":{"loss":1.5,"note":"x"},"rank":0,"step":10})"
+      << "\n";
+    f << R"({"agent":"a","metrics":{"loss":9.0},"rank":1,"step":10})"
+      << "\n";  // rank 1: skipped
     f << R"({"agent":"b","metrics":{"loss":2.5},"rank":0,"st)";
   }
   REQUIRE(series.Refresh().ok());
   CHECK(series.points() == 1);
   {
     std::ofstream f(path, std::ios::app);
-    f << R"(ep":20})" << "\n";
+    f << R"(ep":20})"
+      << "\n";
   }
   REQUIRE(series.Refresh().ok());
   CHECK(series.points() == 2);

@@ -68,9 +68,16 @@ for name in [a["name"] for a in status["agents"]]:
         # Bus stats: at least every snapshot this agent received was published.
         assert e["bus_messages_published"] >= max(got), f"{name}: bus stats {e}"
 PY
-python3 "$src/scripts/plot_curves.py" "$run_dir" | tee "$tmp/plot.log" || fail "plot_curves.py failed"
+/usr/bin/python3 "$src/scripts/plot_curves.py" "$run_dir" | tee "$tmp/plot.log" || fail "plot_curves.py failed"
 for a in predator-0 predator-1 prey-0; do
   test -s "$run_dir/plots/$a.svg" || fail "no plot for $a"
   grep -q "<polyline" "$run_dir/plots/$a.svg" || fail "the plot of $a has no curve"
 done
+# With matplotlib (the test set-up installs it), every agent on one figure too.
+if /usr/bin/python3 -c "import matplotlib" 2>/dev/null; then
+  head -c 8 "$run_dir/plots/curves.png" | od -An -c | grep -q "P   N   G" || fail "no PNG of all agents"
+  grep -q "all agents: .*curves.png" "$tmp/plot.log" || fail "plot_curves.py did not name the figure"
+else
+  echo "agent_worker_demo_test: no matplotlib here: the figure of all agents is not checked"
+fi
 echo "agent_worker_demo_test: PASS"

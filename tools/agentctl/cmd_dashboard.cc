@@ -51,7 +51,8 @@ void RegisterDashboard(CLI::App& app) {
         Fail("dashboard", agentrt::InvalidArgument(opts->token_file + " is empty"));
     }
     if (!agentrt::ReadWholeFile(agentrt::RunDir(opts->run_dir).PlanPath(), 1 << 26).ok()) {
-      Fail("dashboard", agentrt::NotFound(opts->run_dir + " has no plan.json: is it a run directory?"));
+      Fail("dashboard",
+           agentrt::NotFound(opts->run_dir + " has no plan.json: is it a run directory?"));
     }
     // Signals are taken by sigwait below; block them before the server starts threads.
     sigset_t signals;

@@ -25,7 +25,8 @@
   X(Logs)                    \
   X(Stop)                    \
   X(Check)                   \
-  X(Dashboard)
+  X(Dashboard)               \
+  X(Export)
 
 namespace agentctl {
 
