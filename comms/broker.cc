@@ -234,6 +234,27 @@ int Broker::WaitingReaders(const std::string& topic) {
   return log->waiters;
 }
 
+void Broker::Track(const Reader* reader, const std::string& agent) {
+  std::lock_guard<std::mutex> lock(readers_mu_);
+  readers_[reader] = agent;
+}
+
+void Broker::Untrack(const Reader* reader) {
+  std::lock_guard<std::mutex> lock(readers_mu_);
+  readers_.erase(reader);
+}
+
+std::vector<Broker::ReaderView> Broker::Readers() {
+  std::lock_guard<std::mutex> lock(readers_mu_);
+  std::vector<ReaderView> out;
+  for (const auto& [reader, agent] : readers_) {
+    std::lock_guard<std::mutex> log_lock(reader->log->mu);  // next_offset moves under it
+    out.push_back({agent, reader->log->name, reader->next_offset,
+                   reader->log->base + static_cast<int64_t>(reader->log->msgs.size())});
+  }
+  return out;
+}
+
 std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& agent,
                                                              uint64_t publisher_id) {
   std::lock_guard<std::mutex> lock(publishers_mu_);

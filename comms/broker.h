@@ -133,6 +133,18 @@ class Broker {
   // Readers blocked in Read() on `topic` right now (for tests and diagnostics).
   int WaitingReaders(const std::string& topic);
 
+  // The open subscriptions (streams register theirs): who reads which log, at
+  // which offset, and the log's end then — a subscriber's lag is end - next.
+  struct ReaderView {
+    std::string agent;
+    std::string log;
+    int64_t next_offset = 0;
+    int64_t end_offset = 0;
+  };
+  void Track(const Reader* reader, const std::string& agent);
+  void Untrack(const Reader* reader);
+  std::vector<ReaderView> Readers();
+
   // Topics `agent` may subscribe to (all topics when agent is empty).
   std::vector<bus::v1::TopicInfo> ListTopics(const std::string& agent);
   BusStats Stats() const;
@@ -201,6 +213,9 @@ class Broker {
 
   std::mutex acl_cache_mu_;
   std::unordered_map<std::string, bool> acl_cache_;  // "p|s" + agent + '\0' + topic -> allowed
+
+  std::mutex readers_mu_;                         // before any log's mu
+  std::map<const Reader*, std::string> readers_;  // -> agent
 
   std::mutex requests_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;

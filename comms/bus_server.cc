@@ -139,7 +139,7 @@ class BusService final : public v1::Bus::Service {
     v1::SubscribeResponse first;
     Result<Broker::Reader> reader = broker_->OpenTopicReader(agent, *req, first.mutable_header());
     if (!reader.ok()) return ToGrpc(reader.status());
-    return Stream(ctx, &reader.value(), &first, writer, "topic \"" + req->topic() + "\"");
+    return Stream(ctx, &reader.value(), &first, writer, "topic \"" + req->topic() + "\"", agent);
   }
 
   grpc::Status Receive(grpc::ServerContext* ctx, const v1::ReceiveRequest* req,
@@ -148,7 +148,7 @@ class BusService final : public v1::Bus::Service {
     v1::SubscribeResponse first;
     Result<Broker::Reader> reader = broker_->OpenInboxReader(agent, *req, first.mutable_header());
     if (!reader.ok()) return ToGrpc(reader.status());
-    return Stream(ctx, &reader.value(), &first, writer, "inbox of agent " + agent);
+    return Stream(ctx, &reader.value(), &first, writer, "inbox of agent " + agent, agent);
   }
 
   grpc::Status Send(grpc::ServerContext* ctx, const v1::SendRequest* req,
@@ -211,12 +211,18 @@ class BusService final : public v1::Bus::Service {
 
   grpc::Status Stream(grpc::ServerContext* ctx, Broker::Reader* reader,
                       v1::SubscribeResponse* first,
-                      grpc::ServerWriter<v1::SubscribeResponse>* writer, const std::string& what) {
+                      grpc::ServerWriter<v1::SubscribeResponse>* writer, const std::string& what,
+                      const std::string& agent) {
     broker_->StreamOpened();
+    broker_->Track(reader, agent);
     struct Closer {
       Broker* b;
-      ~Closer() { b->StreamClosed(); }
-    } closer{broker_};
+      const Broker::Reader* r;
+      ~Closer() {
+        b->Untrack(r);
+        b->StreamClosed();
+      }
+    } closer{broker_, reader};
     const uint64_t generation = stream_generation_.load(std::memory_order_acquire);
     if (!writer->Write(*first))
       return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
@@ -397,6 +403,27 @@ std::string BusServer::address() const {
 
 uint64_t BusServer::incarnation() const { return impl_->broker->incarnation(); }
 const std::vector<std::string>& BusServer::recovery_notes() const { return impl_->notes; }
+
+nlohmann::json BusServer::Snapshot() const {
+  nlohmann::json topics = nlohmann::json::array(), subscribers = nlohmann::json::array();
+  for (const auto& t : impl_->broker->ListTopics("")) {
+    topics.push_back({{"topic", t.topic()},
+                      {"earliest_offset", t.earliest_offset()},
+                      {"end_offset", t.end_offset()},
+                      {"retained_bytes", t.retained_bytes()}});
+  }
+  for (const auto& r : impl_->broker->Readers()) {
+    subscribers.push_back({{"agent", r.agent},
+                           {"topic", r.log},
+                           {"offset", r.next_offset},
+                           {"lag", std::max<int64_t>(0, r.end_offset - r.next_offset)}});
+  }
+  const BusStats s = impl_->broker->Stats();
+  return {{"topics", topics},
+          {"subscribers", subscribers},
+          {"messages_published", s.messages_published},
+          {"messages_delivered", s.messages_delivered}};
+}
 BusStats BusServer::Stats() const { return impl_->broker->Stats(); }
 void BusServer::CloseStreams() { impl_->service->CloseStreams(); }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ class BusServer {
   // "host:port" for clients: the listen host, or 127.0.0.1 when it is 0.0.0.0 / [::].
   std::string address() const;
   uint64_t incarnation() const;
+  // Topics (not inboxes) with their offsets, and the open subscriptions with
+  // their positions: {"topics": [{topic, earliest_offset, end_offset,
+  // retained_bytes}], "subscribers": [{agent, topic, offset, lag}]}.
+  nlohmann::json Snapshot() const;
   // What recovering a durable log found (torn tails cut, what was read back).
   const std::vector<std::string>& recovery_notes() const;
   BusStats Stats() const;

@@ -104,6 +104,7 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
     agents.push_back(std::move(j));
   }
   out["agents"] = std::move(agents);
+  out["bus"] = st.bus.is_object() ? st.bus : nlohmann::json::object();
   return out;
 }
 
@@ -167,6 +168,23 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
               return a.peak_flops > 0 && a.achieved_flops > 0 ? Opt(a.achieved_flops / a.peak_flops)
                                                               : std::nullopt;
             });
+  if (st.bus.is_object()) {
+    family("agentrt_bus_topic_end_offset", "gauge", "The next offset of each bus topic.");
+    for (const auto& t : st.bus.value("topics", nlohmann::json::array())) {
+      out += fmt::format("agentrt_bus_topic_end_offset{{run=\"{}\",topic=\"{}\"}} {}\n", r,
+                         Label(t.value("topic", "")), t.value("end_offset", int64_t{0}));
+    }
+    family("agentrt_bus_subscriber_lag_messages", "gauge",
+           "Messages a subscription has not yet been sent (end offset - its position).");
+    for (const auto& s : st.bus.value("subscribers", nlohmann::json::array())) {
+      out += fmt::format(
+          "agentrt_bus_subscriber_lag_messages{{run=\"{}\",agent=\"{}\",topic=\"{}\"}} {}\n", r,
+          Label(s.value("agent", "")), Label(s.value("topic", "")), s.value("lag", int64_t{0}));
+    }
+    family("agentrt_bus_messages_published_total", "counter", "Messages the bus stored.");
+    out += fmt::format("agentrt_bus_messages_published_total{{run=\"{}\"}} {}\n", r,
+                       st.bus.value("messages_published", int64_t{0}));
+  }
   family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
   for (const AgentStatus& a : st.agents) {
     for (const RankStatus& rk : a.ranks) {

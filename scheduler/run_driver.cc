@@ -254,6 +254,7 @@ void RunDriver::WriteStatus() {
   s.controller_pid = ::getpid();
   s.started_unix_s = start_unix_s_;
   s.updated_unix_s = UnixTimeSeconds();
+  if (bus_) s.bus = bus_->Snapshot();
   const Status w = WriteRunStatusFile(s, dir_.StatusPath());
   if (!w.ok()) observer_->Warn("agentctl run: warning: " + w.message() + "\n");
 }

@@ -105,6 +105,9 @@ struct RunStatus {
   double updated_unix_s = 0;
   std::vector<NodeFailure> node_failures;  // in the order they happened
   std::string requeue_reason;              // why the run requeues its allocation ("": it does not)
+  // The bus as the controller last saw it (comms/bus_server.h BusServer::Snapshot): topics
+  // with their offsets, subscribers with their lag. Null when unknown.
+  nlohmann::json bus;
 
   const AgentStatus* FindAgent(std::string_view name) const;
 };

@@ -29,7 +29,8 @@ def start_run(work):
     with open(inventory, "w") as f:
         f.write("cluster:\n  nodes:\n    - {name: localhost, gpus: 4, cpus: 16}\n"
                 "  ports: {first: %d, last: %d, per_agent: 8}\n" % (first, first + 63))
-    args = ["--forever", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.5"]
+    args = ["--forever", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.5",
+            "--bus-connections", "1"]
 
     def agent(name, gpus, ranks):
         return "  - name: %s\n    gpus: %d\n    ranks: %d\n    command: %s\n" % (
@@ -38,6 +39,7 @@ def start_run(work):
             "defaults:\n  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 2}\n"
             "agents:\n" % (first, first + 63))
     text += agent("hunter", 2, 2) + agent("scout", 1, 1) + agent("critic", 0, 1)
+    text += 'channels:\n  - {topic: "probe/*", publishers: ["*"], subscribers: ["*"]}\n'
     run = AgentctlRun(AGENTCTL, work, text, ["--cluster", inventory])
     for name, n in (("hunter", 2), ("scout", 1), ("critic", 1)):
         wait_for("%s heartbeating" % name, lambda: heartbeating(run, name, n), 60)
@@ -101,6 +103,29 @@ def scenario_metrics(work):
         check(sorted(s["agent"] for s in series) == ["critic", "hunter", "scout"], "a loss curve per agent")
         check(all(len(s["points"]) <= 31 < s["total"] or len(s["points"]) == s["total"] for s in series),
               "decimated to the points asked for: %s" % [(len(s["points"]), s["total"]) for s in series])
+        # The bus: topics with their end offsets, and a subscriber (critic's credential, through the real
+        # agentrt package) with its position and lag, in the view and on /metrics.
+        sys.path.insert(0, os.path.join(os.path.dirname(BIN), "python"))
+        import agentrt
+        with open(os.path.join(run.run_dir, "secrets", "critic.token")) as f:
+            cred = json.load(f)
+        bus = agentrt.Bus.connect(json.load(open(os.path.join(run.run_dir, "plan.json")))["bus"]["host"] + ":" +
+                                  str(json.load(open(os.path.join(run.run_dir, "plan.json")))["bus"]["port"]),
+                                  cred["agent"], cred["token"])
+        sub = bus.subscribe("probe/hunter", start=0)
+        check(sub.next(10) is not None, "critic reads probe/hunter")
+        view = wait_for("the subscriber in the run view", lambda: (lambda v: v if any(
+            s["agent"] == "critic" and s["topic"] == "probe/hunter" for s in v["bus"].get("subscribers", []))
+            else None)(json.loads(dash.get("api/run"))), 20)
+        topics = {t["topic"]: t["end_offset"] for t in view["bus"]["topics"]}
+        check(topics.get("probe/hunter") == 2 and topics.get("probe/scout") == 1,
+              "topics with their end offsets (each rank published once): %s" % topics)
+        families = {f.name: f for f in text_string_to_metric_families(dash.get("metrics"))}
+        lag = [s for s in families["agentrt_bus_subscriber_lag_messages"].samples
+               if s.labels["agent"] == "critic" and s.labels["topic"] == "probe/hunter"]
+        check(len(lag) == 1 and 0 <= lag[0].value <= 2, "the subscriber's lag on /metrics: %s" % lag)
+        sub.close()
+        bus.close()
         # Per-rank logs, and bad requests: clear errors, nothing read outside the run.
         logs = json.loads(dash.get("api/logs?agent=hunter&rank=1&lines=5"))["lines"]
         check(0 < len(logs) <= 5 and any("agent hunter rank 1" in ln for ln in
@@ -283,7 +308,10 @@ def scenario_browser(work):
         check(page.js("document.querySelectorAll('#partition .cpu[data-agent=critic]').length") == 1,
               "and shows critic on the CPU")
         points = lambda: page.js("+document.getElementById('chart').dataset.points")  # noqa: E731
-        before = wait_for("the learning curve's first points", lambda: points() or None, 20)
+        try:
+            before = wait_for("the learning curve's first points", lambda: points() or None, 20)
+        except Failure:
+            raise Failure("no learning curve; the page says: %r" % page.js("document.getElementById('error').textContent"))
         page.screenshot(os.path.join(SHOTS, "dashboard-running.png"))
         later = wait_for("the curve to gain points as the run goes on (the page's event stream)",
                          lambda: (lambda p: p if p > before else None)(points()), 30)
@@ -301,6 +329,9 @@ def scenario_browser(work):
         # Log scale and a zoom keep the chart drawn.
         page.js("document.getElementById('logy').click()")
         check(points() > 0, "log y still draws the curves")
+        check(page.js("document.querySelectorAll('#topics tr[data-topic]').length") >= 3,
+              "the bus section lists the probe topics")
+        check(page.js("document.getElementById('error').textContent") == "", "and the page reports no error")
         print("screenshots in %s" % SHOTS)
     finally:
         if page:
