@@ -282,7 +282,11 @@ Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset) {
       SegmentLog::Recovered rec;
       auto files = SegmentLog::Open(options_.log_dir + "/logs/" + EscapeLogName(log.name),
                                     options_.segment_bytes, &rec);
-      if (!files.ok()) return files.status();
+      if (!files.ok()) {
+        return Status(
+            StatusCode::kUnavailable,
+            files.status().message() + " (not stored; retry when the bus's disk has room)");
+      }
       log.files = std::move(files).value();
       if (log.base != 0 || !log.msgs.empty() || !rec.messages.empty()) {
         return Internal("bus log of " + log.name + ": files appeared after recovery");
@@ -366,9 +370,12 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
     wake = log->waiters > 0;
   }
   if (wake) log->cv.notify_all();
-  // Durable before it is acknowledged (and before a retry can be told "duplicate").
+  // Stored (in memory and the file) from here on: a retry is a duplicate of it,
+  // as in a batch. Still under pub_lock: a concurrent retry waits for this.
+  if (pub) pub->Record(seq, offset);
+  // `always`: durable before it is acknowledged; a failed fsync fails the
+  // call and every later write to this log (SegmentLog's broken state).
   if (Status s = SyncForAck(*log); !s.ok()) return Stored{-1, false, s};
-  if (pub) pub->Record(seq, offset);  // still under pub_lock: a concurrent retry waits for this
   return Stored{offset, false, Status::Ok()};
 }
 
@@ -485,7 +492,8 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
         // stored, and the acknowledgements stop before the first such entry.
         if (io.ok()) io = CommitLocked(*log);
         if (!io.ok()) {
-          const int64_t committed = log->files->committed_end();
+          const int64_t committed = log->files ? log->files->committed_end()
+                                               : log->base + static_cast<int64_t>(log->msgs.size());
           int keep = acked_before;
           while (keep < resp->acks_size() &&
                  (resp->acks(keep).duplicate() || resp->acks(keep).offset() < committed))
@@ -552,6 +560,12 @@ Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::St
     r.next_offset = log->base;
   } else if (start.position_case() == v1::StartAt::kEarliest) {
     r.next_offset = log->base;
+  } else if (start.position_case() == v1::StartAt::kOffset && start.offset() > end) {
+    // A position past the end: the log lost its newest messages (a machine
+    // crash in batch mode) and their offsets will be used again. Said, not
+    // skipped: the reader is told, and goes on at the end.
+    header->set_broker_restarted(true);
+    r.next_offset = end;
   } else if (start.position_case() == v1::StartAt::kOffset) {
     r.next_offset = start.offset();  // below base: the first Read reports OFFSET_EXPIRED
   } else {

@@ -22,6 +22,8 @@ namespace {
 
 constexpr char kMagic[8] = {'A', 'R', 'T', 'B', 'U', 'S', '1', '\n'};
 constexpr size_t kHeader = 8;  // u32 length + u32 crc
+// No record is larger: a 1 GiB payload (bus.max_message_bytes' ceiling) and its fields.
+constexpr uint32_t kMaxRecord = (uint32_t{1} << 30) + (uint32_t{1} << 20);
 
 void PutU32(char* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -171,12 +173,22 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
       const size_t left = bytes.size() - pos;
       std::string bad;
       uint32_t len = 0;
+      // A torn tail is what an interrupted append leaves: a prefix of the last
+      // record (its header whole, as it is written in one write with its body),
+      // or zeros where the file system had not written the data yet.
+      bool torn_shape = true;
       if (left < kHeader) {
         bad = "a record header cut short";
       } else {
         len = GetU32(bytes.data() + pos);
         const uint32_t crc = GetU32(bytes.data() + pos + 4);
-        if (left - kHeader < len) {
+        if (len == 0 || len > kMaxRecord) {
+          const bool zeros = std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(pos),
+                                         bytes.end(), [](char c) { return c == 0; });
+          bad = zeros ? "zeros where a record belongs"
+                      : "a record length of " + std::to_string(len) + " (no record is that size)";
+          torn_shape = zeros;
+        } else if (left - kHeader < len) {
           bad = "a record of " + std::to_string(len) + " bytes cut short at " +
                 std::to_string(left - kHeader);
         } else if (Crc32c(bytes.data() + pos + kHeader, len) != crc) {
@@ -187,12 +199,14 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
       if (bad.empty() && !m.ParseFromArray(bytes.data() + pos + kHeader, static_cast<int>(len)))
         bad = "a record that does not parse";
       if (bad.empty() && m.offset() != next) {
+        // (A parsed record of another offset, including an empty message: corrupt.)
         return DataLoss("bus log: " + path + " byte " + std::to_string(pos) +
                         ": record of offset " + std::to_string(m.offset()) + " where offset " +
                         std::to_string(next) + " belongs");
       }
       if (!bad.empty()) {
-        const bool at_end = left < kHeader || left - kHeader <= len;
+        const bool at_end =
+            left < kHeader || (torn_shape && left - kHeader <= len) || (torn_shape && len == 0);
         if (!(newest && at_end)) {
           return DataLoss("bus log: " + path + " byte " + std::to_string(pos) + " (offset " +
                           std::to_string(next) + "): " + bad + ", with " +
@@ -233,14 +247,9 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
 }
 
 Status SegmentLog::Roll(int64_t base) {
-  // Under mu_. The sealed segment is synced first, so that only the newest
-  // can ever have a torn tail.
-  if (!segments_.empty() && segments_.back()->fd >= 0) {
-    auto& old = segments_.back();
-    if (::fdatasync(old->fd) != 0) return Internal(Errno("bus log: cannot fsync", old->path));
-    ::close(old->fd);
-    old->fd = -1;
-  }
+  // Under mu_. The new segment is made first (a failure leaves the old one
+  // the newest and writable); then the old one is synced and sealed, so that
+  // only the newest can ever have a torn tail.
   const std::string path = dir_ + "/" + SegmentName(base);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Internal(Errno("bus log: cannot create", path));
@@ -250,6 +259,18 @@ Status SegmentLog::Roll(int64_t base) {
     ::unlink(path.c_str());
     return s;
   }
+  if (!segments_.empty() && segments_.back()->fd >= 0) {
+    auto& old = segments_.back();
+    if (::fdatasync(old->fd) != 0) {
+      // What the old segment holds may not be on disk: nothing more is written.
+      broken_ = Internal(Errno("bus log: cannot fsync", old->path));
+      ::close(fd);
+      ::unlink(path.c_str());
+      return broken_;
+    }
+    ::close(old->fd);
+    old->fd = -1;
+  }
   segments_.push_back(std::make_shared<Segment>(path, base, fd, sizeof(kMagic)));
   (void)FsyncDir(dir_);
   return Status::Ok();
@@ -257,6 +278,7 @@ Status SegmentLog::Roll(int64_t base) {
 
 Status SegmentLog::Stage(const v1::Message& m) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
   if (m.offset() != staged_end_) {
     return Internal("bus log " + dir_ + ": append of offset " + std::to_string(m.offset()) +
                     " where " + std::to_string(staged_end_) + " is next");
@@ -284,6 +306,11 @@ Status SegmentLog::Stage(const v1::Message& m) {
 
 Status SegmentLog::Commit() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) {
+    pending_.clear();
+    staged_end_ = end_;
+    return broken_;
+  }
   if (pending_.empty()) return Status::Ok();
   Segment& seg = *segments_.back();
   size_t done = 0;
@@ -292,8 +319,10 @@ Status SegmentLog::Commit() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const Status s = Internal(Errno("bus log: cannot write", seg.path));
-      // Nothing staged stays: a record left half written would read as a torn tail.
-      (void)!::ftruncate(seg.fd, static_cast<off_t>(seg.size));
+      // Nothing staged stays. If even that fails, later appends would land
+      // after half a record: nothing more is written to this log.
+      if (::ftruncate(seg.fd, static_cast<off_t>(seg.size)) != 0)
+        broken_ = Internal(Errno("bus log: cannot cut a failed write from", seg.path));
       pending_.clear();
       staged_end_ = end_;
       return s;
@@ -320,6 +349,7 @@ Status SegmentLog::Sync() {
   int fd = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) return broken_;
     ticket = written_;
     if (ticket == synced_.load() || segments_.empty()) return Status::Ok();
     // Older segments were synced when they were sealed; this one may be
@@ -330,14 +360,21 @@ Status SegmentLog::Sync() {
   if (fd < 0) return Internal(Errno("bus log: cannot fsync", path));
   const int rc = ::fdatasync(fd);
   ::close(fd);
-  if (rc != 0) return Internal(Errno("bus log: cannot fsync", path));
+  if (rc != 0) {
+    // After a failed fsync a later one proves nothing (the kernel may have
+    // dropped the pages): nothing more is written to this log.
+    const Status s = Internal(Errno("bus log: cannot fsync", path));
+    std::lock_guard<std::mutex> lock(mu_);
+    broken_ = s;
+    return s;
+  }
   synced_.store(ticket);
   return Status::Ok();
 }
 
 bool SegmentLog::Dirty() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return written_ != synced_.load();
+  return broken_.ok() && written_ != synced_.load();
 }
 
 void SegmentLog::DropBefore(int64_t earliest) {

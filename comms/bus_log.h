@@ -97,8 +97,9 @@ class SegmentLog {
   int64_t staged_end_ = 0;                          // next offset to stage
   uint64_t written_ = 0;                            // records written, ever (Sync's ticket)
   std::string pending_;                             // staged records, not yet written (reused)
-  std::mutex sync_mu_;                              // one Sync at a time
-  std::atomic<uint64_t> synced_{0};                 // records durable
+  Status broken_;       // set after a failed fsync or cut: every later write fails with it
+  std::mutex sync_mu_;  // one Sync at a time
+  std::atomic<uint64_t> synced_{0};  // records durable
 };
 
 }  // namespace agentrt

@@ -1,12 +1,15 @@
 #include "dashboard/server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <ctime>
 #include <optional>
 #include <sstream>
@@ -43,7 +46,9 @@ std::vector<std::string> SplitComma(const std::string& s) {
 }  // namespace
 
 bool IsLoopbackHost(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr a{};
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 struct Dashboard::Impl {
@@ -54,14 +59,19 @@ struct Dashboard::Impl {
   int port = 0;
   MetricSeries series;
   std::atomic<bool> stopping{false};
+  static constexpr int kMaxStreams = 16;
+  std::atomic<int> streams{0};
 
   explicit Impl(std::string dir) : run_dir(std::move(dir)), series(RunDir(run_dir).MetricsPath()) {}
 
   static std::optional<long> IntParam(const httplib::Request& req, const char* name) {
     const std::string v = req.get_param_value(name);
     char* end = nullptr;
+    errno = 0;
     const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || end != v.c_str() + v.size()) return std::nullopt;
+    if (v.empty() || end != v.c_str() + v.size() || errno == ERANGE || n < INT32_MIN ||
+        n > INT32_MAX)
+      return std::nullopt;
     return n;
   }
 
@@ -76,7 +86,22 @@ struct Dashboard::Impl {
   }
 
   bool Authorized(const httplib::Request& req, httplib::Response& res) {
-    if (options.token.empty()) return true;
+    if (options.token.empty()) {
+      // Loopback without a token: only pages asking for a loopback name (a
+      // DNS-rebinding page names its own host).
+      std::string host = req.get_header_value("Host");
+      if (!host.empty() && host.front() == '[') {
+        host = host.substr(1, host.find(']') == std::string::npos ? 0 : host.find(']') - 1);
+      } else if (const auto colon = host.rfind(':'); colon != std::string::npos) {
+        host = host.substr(0, colon);
+      }
+      if (host.empty() || IsLoopbackHost(host)) return true;
+      res.status = 403;
+      res.set_content("this dashboard answers to loopback names only (Host: " +
+                          req.get_header_value("Host") + ")\n",
+                      "text/plain");
+      return false;
+    }
     std::string given;
     const std::string auth = req.get_header_value("Authorization");
     if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
@@ -168,19 +193,26 @@ struct Dashboard::Impl {
       res.set_content(PrometheusText(*snap, NowUnix()), "text/plain; version=0.0.4");
     });
     server.Get("/events", [this](const httplib::Request&, httplib::Response& res) {
+      // Each stream holds a worker of the pool: a bounded number of them, so
+      // that the API and /metrics are always served.
+      if (streams.fetch_add(1) >= kMaxStreams) {
+        streams.fetch_sub(1);
+        return Error(res, 503, "too many open event streams; close a dashboard tab");
+      }
       const std::string status_path = RunDir(run_dir).StatusPath();
       auto last = std::make_shared<int64_t>(-2);
       res.set_header("Cache-Control", "no-store");
       res.set_chunked_content_provider(
-          "text/event-stream", [this, status_path, last](size_t, httplib::DataSink& sink) {
+          "text/event-stream",
+          [this, status_path, last](size_t, httplib::DataSink& sink) {
             // One event at once, then one per change of status.json; a comment
             // every few seconds keeps proxies from closing the stream.
             for (int i = 0; i < 40 && !stopping.load(); ++i) {
               const int64_t m = MTimeNs(status_path);
               if (m != *last) {
-                *last = m;
                 auto snap = ReadRunSnapshot(run_dir);
                 if (snap.ok()) {
+                  *last = m;
                   const std::string data =
                       "event: run\ndata: " + RunView(*snap, NowUnix()).dump() + "\n\n";
                   return sink.write(data.data(), data.size());
@@ -191,7 +223,8 @@ struct Dashboard::Impl {
             if (stopping.load()) return false;
             static const std::string ping = ": ping\n\n";
             return sink.write(ping.data(), ping.size());
-          });
+          },
+          [this](bool) { streams.fetch_sub(1); });
     });
   }
 };
@@ -218,8 +251,13 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
                                    options.host, options.port));
   }
   impl->port = port;
+  // Enough workers for the event streams and the API beside them.
+  impl->server.new_task_queue = [] { return new httplib::ThreadPool(Impl::kMaxStreams + 8); };
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  // stop() does nothing before the server runs: Start returns once it does.
+  for (int i = 0; i < 5000 && !impl->server.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
 }
 

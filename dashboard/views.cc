@@ -229,13 +229,14 @@ Status MetricSeries::Refresh() {
     start = nl + 1;
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("metrics") || !j["metrics"].is_object()) continue;
-    if (j.value("rank", 0) != 0) continue;  // the other ranks report the same curves
-    const std::string agent = j.value("agent", "");
-    const double step = j.value("step", 0.0);
-    auto& of_agent = series_[agent];
+    const auto &rank = j["rank"], &agent = j["agent"], &step = j["step"];
+    if (!(rank.is_null() || (rank.is_number_integer() && rank.get<int64_t>() == 0)))
+      continue;  // the other ranks report the same curves
+    if (!agent.is_string() || !step.is_number()) continue;  // not a report line
+    auto& of_agent = series_[agent.get<std::string>()];
     for (const auto& [k, v] : j["metrics"].items()) {
       if (!v.is_number()) continue;
-      of_agent[k].emplace_back(step, v.get<double>());
+      of_agent[k].emplace_back(step.get<double>(), v.get<double>());
       ++points_;
     }
   }

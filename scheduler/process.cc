@@ -1,6 +1,7 @@
 #include "scheduler/process.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -91,6 +92,12 @@ class PosixSpawner final : public ProcessSpawner {
         ChildFail(report_write.get(), errno);
       }
       if (workdir != nullptr && ::chdir(workdir) != 0) ChildFail(report_write.get(), errno);
+      // Nothing of agentctl's but stdin/out/err reaches the rank: a library's
+      // socket opened without CLOEXEC (the dashboard's listener) would
+      // otherwise live on in every agent process.
+      if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+        for (int fd = 3; fd < 65536; ++fd) (void)::fcntl(fd, F_SETFD, FD_CLOEXEC);
+      }
       ::execve(argv[0], argv.data(), envp.data());
       ChildFail(report_write.get(), errno);
     }

@@ -435,7 +435,7 @@ std::string RunController::FindStuckExit(size_t i, double now, int* culprit) con
                                        : fmt::format("rank{} {} {}", left.size() == 1 ? "" : "s",
                                                      which, left.size() == 1 ? "has" : "have");
   return fmt::format(
-      "every rank said bye, the last {:.1f} s ago, but {} not exited "
+      "every rank is done (the last bye {:.1f} s ago), but {} not exited "
       "(heartbeat_timeout_s {})",
       now - a.bye_s, who, timeout);
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "common/file_util.h"
 #include "comms/broker.h"
 #include "tests/common/temp_dir.h"
 
@@ -183,6 +184,72 @@ TEST_CASE("recovery cuts a torn tail, reports it, and appends after it") {
   CHECK(ReadFrom(*again, "t", 10).at(0).payload() == "after");
 }
 
+TEST_CASE("zeros after the last record (unwritten data after a crash) are a torn tail") {
+  testing::TempDir dir("agentrt-buslog");
+  {
+    auto b = Start(Durable(dir.path));
+    for (int i = 0; i < 5; ++i) Publish(*b, "t", "m" + std::to_string(i));
+  }
+  const fs::path seg = Segments(dir.path, "t").back();
+  const auto good_size = fs::file_size(seg);
+  {
+    std::ofstream f(seg, std::ios::app | std::ios::binary);
+    const std::string zeros(4096, '\0');
+    f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  }
+  std::vector<std::string> notes;
+  auto b = Start(Durable(dir.path), &notes);
+  REQUIRE(notes.size() == 2);
+  CHECK_THAT(notes[0], Catch::Matchers::Contains("zeros where a record belongs"));
+  CHECK(fs::file_size(seg) == good_size);
+  CHECK(ReadFrom(*b, "t", 0).size() == 5);
+  CHECK(Publish(*b, "t", "next") == 5);
+}
+
+TEST_CASE("a corrupt length in the middle is corrupt, not a torn tail: nothing after it is cut") {
+  testing::TempDir dir("agentrt-buslog");
+  {
+    auto b = Start(Durable(dir.path));
+    for (int i = 0; i < 10; ++i) Publish(*b, "t", std::string(100, 'x'));
+  }
+  const fs::path seg = Segments(dir.path, "t").back();
+  std::string bytes = ReadWholeFile(seg.string()).value();
+  // Record 2's length says far more than the file holds.
+  size_t at = 8;
+  for (int i = 0; i < 2; ++i) {
+    const auto len = static_cast<uint32_t>(static_cast<unsigned char>(bytes[at])) |
+                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 1])) << 8;
+    at += 8 + len;
+  }
+  bytes[at + 3] = 0x7f;
+  {
+    std::ofstream f(seg, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  Broker b(Durable(dir.path), OpenAcl(), kSecret, 77);
+  std::vector<std::string> notes;
+  const Status s = b.Recover(&notes);
+  CHECK(s.code() == StatusCode::kDataLoss);
+  CHECK_THAT(s.message(), Catch::Matchers::Contains("(offset 2)"));
+  CHECK_THAT(s.message(), Catch::Matchers::Contains("no record is that size"));
+  CHECK(fs::file_size(seg) == bytes.size());
+}
+
+TEST_CASE("a saved position past the end of a log that lost its tail is told, not skipped") {
+  testing::TempDir dir("agentrt-buslog");
+  auto b = Start(Durable(dir.path));
+  for (int i = 0; i < 3; ++i) Publish(*b, "t", "m");
+  v1::SubscribeRequest req;
+  req.set_topic("t");
+  req.mutable_start()->set_offset(10);  // a reader that had seen offsets the log no longer has
+  req.set_incarnation(b->incarnation());
+  v1::SubscribeResponse::Header h;
+  auto r = b->OpenTopicReader("b", req, &h);
+  REQUIRE(r.ok());
+  CHECK(h.broker_restarted());
+  CHECK(r->next_offset == 3);
+}
+
 TEST_CASE("a corrupt record in the middle is an error naming the file, byte and offset") {
   testing::TempDir dir("agentrt-buslog");
   {
@@ -191,11 +258,7 @@ TEST_CASE("a corrupt record in the middle is an error naming the file, byte and 
   }
   const fs::path seg = Segments(dir.path, "t").back();
   // Flip a payload byte of offset 3.
-  std::string bytes;
-  {
-    std::ifstream f(seg, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(f), {});
-  }
+  std::string bytes = ReadWholeFile(seg.string()).value();
   // Walk the records: [u32 length][u32 crc][body] after the 8-byte magic.
   size_t third = 8;
   for (int i = 0; i < 3; ++i) {
@@ -274,6 +337,14 @@ TEST_CASE("a full disk refuses the publish: nothing acknowledged is missing from
   struct rlimit old {};
   REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
   auto* previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct Restore {  // whatever fails below, the limit and the signal come back
+    rlimit limit;
+    void (*handler)(int);
+    ~Restore() {
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+      std::signal(SIGXFSZ, handler);
+    }
+  } restore{old, previous};
   int64_t acked = 0;
   Status refused;
   {
@@ -308,7 +379,6 @@ TEST_CASE("a full disk refuses the publish: nothing acknowledged is missing from
     // With room again, the log goes on at the next offset.
     CHECK(Publish(*b, "t", "room again") == acked);
   }
-  std::signal(SIGXFSZ, previous);
   auto b = Start(Durable(dir.path));
   const auto msgs = ReadFrom(*b, "t", 0);
   REQUIRE(msgs.size() == static_cast<size_t>(acked + 1));

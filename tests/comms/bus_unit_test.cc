@@ -288,10 +288,17 @@ TEST_CASE("a resumed reader of a restarted broker starts at the earliest offset 
   CHECK(h.incarnation() == 42);
   CHECK(r->next_offset == 0);
   req.set_incarnation(42);
+  req.mutable_start()->set_offset(1);
   auto same = b.OpenTopicReader("prey-0", req, &h);
   REQUIRE(same.ok());
   CHECK_FALSE(h.broker_restarted());
-  CHECK(same->next_offset == 500);
+  CHECK(same->next_offset == 1);
+  // The same incarnation but past the end: a log that lost its tail; said, from the end.
+  req.mutable_start()->set_offset(500);
+  auto past = b.OpenTopicReader("prey-0", req, &h);
+  REQUIRE(past.ok());
+  CHECK(h.broker_restarted());
+  CHECK(past->next_offset == 1);
 }
 
 TEST_CASE("a reader waits for the next message instead of spinning") {

@@ -152,7 +152,9 @@ def scenario_metrics(work):
         with urllib.request.urlopen(dash.url + "events", timeout=10) as r:
             first = b""
             while b"\n\n" not in first:
-                first += r.read1(4096)
+                more = r.read1(4096)
+                check(more, "the event stream did not end before its first event")
+                first += more
         text = first.decode()
         check(text.startswith("event: run\ndata: ") and '"hunter"' in text, "the event stream: %s" % text[:120])
         dash.stop()
@@ -212,8 +214,6 @@ def scenario_token(work):
                 raise AssertionError("no 401")
             except urllib.error.HTTPError as e:
                 check(e.code == 401, "a wrong token: 401")
-            check("s3cret" not in " ".join(open("/proc/%d/cmdline" % dash.proc.pid).read().split("\0")),
-                  "the token is not in agentctl's argv")
         finally:
             dash.stop()
     finally:
@@ -311,7 +311,7 @@ def scenario_browser(work):
         try:
             before = wait_for("the learning curve's first points", lambda: points() or None, 20)
         except Failure:
-            raise Failure("no learning curve; the page says: %r" % page.js("document.getElementById('error').textContent"))
+            raise Failure("no learning curve; the page's errors: %r" % page.js("window.pageErrors"))
         page.screenshot(os.path.join(SHOTS, "dashboard-running.png"))
         later = wait_for("the curve to gain points as the run goes on (the page's event stream)",
                          lambda: (lambda p: p if p > before else None)(points()), 30)
@@ -331,7 +331,7 @@ def scenario_browser(work):
         check(points() > 0, "log y still draws the curves")
         check(page.js("document.querySelectorAll('#topics tr[data-topic]').length") >= 3,
               "the bus section lists the probe topics")
-        check(page.js("document.getElementById('error').textContent") == "", "and the page reports no error")
+        check(page.js("window.pageErrors") == [], "and the page had no script error: %s" % page.js("window.pageErrors"))
         print("screenshots in %s" % SHOTS)
     finally:
         if page:

@@ -192,8 +192,9 @@ TEST_CASE(
   f.clock.AdvanceSeconds(2);
   f.rc->Tick();
   CHECK(f.A("a").state == AgentState::kRestarting);
-  CHECK_THAT(f.A("a").reason, Catch::Matchers::Contains("every rank said bye, the last 6.0 s ago, "
-                                                        "but rank 1 has not exited"));
+  CHECK_THAT(f.A("a").reason,
+             Catch::Matchers::Contains("every rank is done (the last bye 6.0 s ago), "
+                                       "but rank 1 has not exited"));
   CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
   CHECK(f.backend.SignalsTo("a", SIGCONT) == 1);  // a stopped rank must run to see SIGTERM
 }

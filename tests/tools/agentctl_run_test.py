@@ -665,7 +665,7 @@ def scenario_bye_linger(work):
         check(rc != 0, "the run ends failed, not succeeded (rc %d)\n%s" % (rc, run.output()[-2000:]))
         a = run.agent("stuck")
         check(a["state"] == "failed" and a["restarts"] == 1, "stuck failed after its one restart: %s" % a)
-        check("every rank said bye" in a["reason"] and "not exited" in a["reason"],
+        check("every rank is done" in a["reason"] and "not exited" in a["reason"],
               "the reason says the ranks said bye and did not exit: %s" % a["reason"])
         wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 10)
     finally:

@@ -40,7 +40,14 @@ void RegisterDashboard(CLI::App& app) {
     agentrt::DashboardOptions o;
     o.host = opts->listen.substr(0, colon);
     if (o.host.size() > 2 && o.host.front() == '[') o.host = o.host.substr(1, o.host.size() - 2);
-    o.port = std::atoi(opts->listen.substr(colon + 1).c_str());
+    const std::string port = opts->listen.substr(colon + 1);
+    char* end = nullptr;
+    const long n = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || end != port.c_str() + port.size() || n < 0 || n > 65535) {
+      Fail("dashboard", agentrt::InvalidArgument("--listen " + opts->listen + ": port \"" + port +
+                                                 "\" is not a number in 0..65535"));
+    }
+    o.port = static_cast<int>(n);
     if (!opts->token_file.empty()) {
       auto token = agentrt::ReadPrivateFile(opts->token_file, "dashboard token file");
       if (!token.ok()) Fail("dashboard", token.status());
