@@ -40,10 +40,6 @@ std::string SegmentName(int64_t base) {
   return name;
 }
 
-std::string Errno(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
-}
-
 }  // namespace
 
 Result<BusDurability> ParseBusDurability(std::string_view text) {
@@ -219,7 +215,7 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
                           std::to_string(next) + "): " + bad + "; cut off " + std::to_string(left) +
                           " bytes";
         if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
-          return Internal(Errno("bus log: cannot cut the torn tail of", path));
+          return ErrnoStatus(errno, "bus log: cannot cut the torn tail of " + path);
         bytes.resize(pos);
         break;
       }
@@ -241,7 +237,7 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
   if (!log->segments_.empty()) {
     auto& last = log->segments_.back();
     last->fd = ::open(last->path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (last->fd < 0) return Internal(Errno("bus log: cannot open", last->path));
+    if (last->fd < 0) return ErrnoStatus(errno, "bus log: cannot open " + last->path);
   }
   return log;
 }
@@ -252,9 +248,9 @@ Status SegmentLog::Roll(int64_t base) {
   // only the newest can ever have a torn tail.
   const std::string path = dir_ + "/" + SegmentName(base);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return Internal(Errno("bus log: cannot create", path));
+  if (fd < 0) return ErrnoStatus(errno, "bus log: cannot create " + path);
   if (::write(fd, kMagic, sizeof(kMagic)) != static_cast<ssize_t>(sizeof(kMagic))) {
-    const Status s = Internal(Errno("bus log: cannot write", path));
+    const Status s = ErrnoStatus(errno, "bus log: cannot write " + path);
     ::close(fd);
     ::unlink(path.c_str());
     return s;
@@ -263,7 +259,7 @@ Status SegmentLog::Roll(int64_t base) {
     auto& old = segments_.back();
     if (::fdatasync(old->fd) != 0) {
       // What the old segment holds may not be on disk: nothing more is written.
-      broken_ = Internal(Errno("bus log: cannot fsync", old->path));
+      broken_ = ErrnoStatus(errno, "bus log: cannot fsync " + old->path);
       ::close(fd);
       ::unlink(path.c_str());
       return broken_;
@@ -318,11 +314,11 @@ Status SegmentLog::Commit() {
     const ssize_t n = ::write(seg.fd, pending_.data() + done, pending_.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const Status s = Internal(Errno("bus log: cannot write", seg.path));
+      const Status s = ErrnoStatus(errno, "bus log: cannot write " + seg.path);
       // Nothing staged stays. If even that fails, later appends would land
       // after half a record: nothing more is written to this log.
       if (::ftruncate(seg.fd, static_cast<off_t>(seg.size)) != 0)
-        broken_ = Internal(Errno("bus log: cannot cut a failed write from", seg.path));
+        broken_ = ErrnoStatus(errno, "bus log: cannot cut a failed write from " + seg.path);
       pending_.clear();
       staged_end_ = end_;
       return s;
@@ -357,13 +353,13 @@ Status SegmentLog::Sync() {
     path = segments_.back()->path;
     fd = ::dup(segments_.back()->fd);
   }
-  if (fd < 0) return Internal(Errno("bus log: cannot fsync", path));
+  if (fd < 0) return ErrnoStatus(errno, "bus log: cannot fsync " + path);
   const int rc = ::fdatasync(fd);
   ::close(fd);
   if (rc != 0) {
     // After a failed fsync a later one proves nothing (the kernel may have
     // dropped the pages): nothing more is written to this log.
-    const Status s = Internal(Errno("bus log: cannot fsync", path));
+    const Status s = ErrnoStatus(errno, "bus log: cannot fsync " + path);
     std::lock_guard<std::mutex> lock(mu_);
     broken_ = s;
     return s;

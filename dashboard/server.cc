@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,12 +25,6 @@ namespace {
 
 double NowUnix() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-int64_t MTimeNs(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
 }
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -208,7 +201,7 @@ struct Dashboard::Impl {
             // One event at once, then one per change of status.json; a comment
             // every few seconds keeps proxies from closing the stream.
             for (int i = 0; i < 40 && !stopping.load(); ++i) {
-              const int64_t m = MTimeNs(status_path);
+              const int64_t m = FileMTimeNs(status_path);
               if (m != *last) {
                 auto snap = ReadRunSnapshot(run_dir);
                 if (snap.ok()) {

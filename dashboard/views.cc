@@ -15,13 +15,6 @@ namespace agentrt {
 
 namespace {
 
-// Modification time of `path` in Unix seconds, or -1.
-double MTime(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
-}
-
 std::string Label(std::string_view v) {
   std::string out;
   for (char c : v) {
@@ -37,6 +30,12 @@ std::string Label(std::string_view v) {
 
 }  // namespace
 
+int64_t FileMTimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
 Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
   const RunDir dir(run_dir);
   RunSnapshot s;
@@ -48,7 +47,8 @@ Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
     if (p == nullptr || !a.last_checkpoint_step) continue;
     const std::string manifest = dir.Resolve(p->checkpoint_dir) + "/step-" +
                                  std::to_string(*a.last_checkpoint_step) + "/manifest.json";
-    if (const double t = MTime(manifest); t > 0) s.checkpoint_unix_s[a.name] = t;
+    if (const int64_t t = FileMTimeNs(manifest); t > 0)
+      s.checkpoint_unix_s[a.name] = static_cast<double>(t) / 1e9;
   }
   return s;
 }

@@ -36,6 +36,9 @@ struct RunSnapshot {
 };
 Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir);
 
+// Modification time of `path` in ns since the Unix epoch, or -1 when it cannot be read.
+int64_t FileMTimeNs(const std::string& path);
+
 nlohmann::json RunView(const RunSnapshot& run, double now_unix_s);
 std::string PrometheusText(const RunSnapshot& run, double now_unix_s);
 

@@ -708,10 +708,7 @@ class ConfigBuilder {
     Positive(n, "bus", "segment_bytes", bus.segment_bytes);
     if (auto d = ParseBusDurability(bus.durability); !d.ok())
       c_.Fail(n["durability"], "bus.durability", d.status().message());
-    if (bus.retention_age_s < 0)
-      c_.Fail(
-          n["retention_age_s"], "bus.retention_age_s",
-          fmt::format("expected 0 (no age limit) or more seconds, got {}", bus.retention_age_s));
+    NotNegativeSeconds(n, "bus", "retention_age_s", bus.retention_age_s, " (no age limit)");
     if (!(bus.call_timeout_s > 0))
       c_.Fail(n["call_timeout_s"], "bus.call_timeout_s",
               fmt::format("expected a positive number of seconds, got {}", bus.call_timeout_s));
@@ -724,6 +721,14 @@ class ConfigBuilder {
   void Positive(const YAML::Node& n, const std::string& path, const char* key, T value) {
     if (value < 1)
       c_.Fail(n[key], Join(path, key), fmt::format("expected a positive count, got {}", value));
+  }
+
+  // A duration that may be 0 (`zero_means`, e.g. " (not watched)") but not negative.
+  void NotNegativeSeconds(const YAML::Node& n, const std::string& path, const char* key,
+                          double value, std::string_view zero_means = "") {
+    if (value < 0)
+      c_.Fail(n[key], Join(path, key),
+              fmt::format("expected 0{} or more seconds, got {}", zero_means, value));
   }
 
   void ParseRestart(const YAML::Node& n, const std::string& path, RestartPolicy& r) {
@@ -740,13 +745,8 @@ class ConfigBuilder {
     if (!(r.heartbeat_timeout_s > 0))
       c_.Fail(n["heartbeat_timeout_s"], Join(path, "heartbeat_timeout_s"),
               fmt::format("expected a positive number of seconds, got {}", r.heartbeat_timeout_s));
-    if (r.grace_s < 0)
-      c_.Fail(n["grace_s"], Join(path, "grace_s"),
-              fmt::format("expected 0 or more seconds, got {}", r.grace_s));
-    if (r.progress_timeout_s < 0)
-      c_.Fail(
-          n["progress_timeout_s"], Join(path, "progress_timeout_s"),
-          fmt::format("expected 0 (not watched) or more seconds, got {}", r.progress_timeout_s));
+    NotNegativeSeconds(n, path, "grace_s", r.grace_s);
+    NotNegativeSeconds(n, path, "progress_timeout_s", r.progress_timeout_s, " (not watched)");
   }
 
   void ParseGroup(const YAML::Node& n, const std::string& path, GroupPolicy& g) {
@@ -754,10 +754,7 @@ class ConfigBuilder {
 #define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, g.name);
     AGENTRT_GROUP_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
-    if (g.collective_timeout_s < 0)
-      c_.Fail(
-          n["collective_timeout_s"], Join(path, "collective_timeout_s"),
-          fmt::format("expected 0 (not watched) or more seconds, got {}", g.collective_timeout_s));
+    NotNegativeSeconds(n, path, "collective_timeout_s", g.collective_timeout_s, " (not watched)");
   }
 
   void ParseCheckpoint(const YAML::Node& n, const std::string& path, CheckpointPolicy& cp) {

@@ -34,6 +34,7 @@ set_target_properties(group_agent_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${P
 
 agentrt_test(NAME group_independence_test
   SRCS group_independence_test.cc
+  DEPS agentrt::plan
   LABELS integration fault
   TIMEOUT 150
   ENVIRONMENT ${AGENTRT_MPI_TEST_ENV} AGENTRT_MPIEXEC=${MPIEXEC_EXECUTABLE}

@@ -97,6 +97,19 @@ std::vector<fs::path> Segments(const std::string& dir, const std::string& log) {
   return out;
 }
 
+// The byte position of record `n` of a segment: [u32 length][u32 crc][body]
+// records after the 8-byte magic.
+size_t RecordAt(const std::string& segment, int n) {
+  size_t at = 8;
+  for (int i = 0; i < n; ++i) {
+    uint32_t len = 0;
+    for (int b = 0; b < 4; ++b)
+      len |= uint32_t{static_cast<unsigned char>(segment[at + b])} << (8 * b);
+    at += 8 + len;
+  }
+  return at;
+}
+
 }  // namespace
 
 TEST_CASE("CRC32C is the Castagnoli CRC, and log names escape to safe folder names") {
@@ -215,12 +228,7 @@ TEST_CASE("a corrupt length in the middle is corrupt, not a torn tail: nothing a
   const fs::path seg = Segments(dir.path, "t").back();
   std::string bytes = ReadWholeFile(seg.string()).value();
   // Record 2's length says far more than the file holds.
-  size_t at = 8;
-  for (int i = 0; i < 2; ++i) {
-    const auto len = static_cast<uint32_t>(static_cast<unsigned char>(bytes[at])) |
-                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[at + 1])) << 8;
-    at += 8 + len;
-  }
+  const size_t at = RecordAt(bytes, 2);
   bytes[at + 3] = 0x7f;
   {
     std::ofstream f(seg, std::ios::binary | std::ios::trunc);
@@ -259,13 +267,7 @@ TEST_CASE("a corrupt record in the middle is an error naming the file, byte and 
   const fs::path seg = Segments(dir.path, "t").back();
   // Flip a payload byte of offset 3.
   std::string bytes = ReadWholeFile(seg.string()).value();
-  // Walk the records: [u32 length][u32 crc][body] after the 8-byte magic.
-  size_t third = 8;
-  for (int i = 0; i < 3; ++i) {
-    const auto len = static_cast<uint32_t>(static_cast<unsigned char>(bytes[third])) |
-                     static_cast<uint32_t>(static_cast<unsigned char>(bytes[third + 1])) << 8;
-    third += 8 + len;
-  }
+  const size_t third = RecordAt(bytes, 3);
   bytes[third + 8 + 40] ^= 0x5a;
   {
     std::ofstream f(seg, std::ios::binary | std::ios::trunc);

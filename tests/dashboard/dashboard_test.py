@@ -6,6 +6,7 @@ headless chromium (agent table, partition map, a learning curve that gains point
 agent's restart). Screenshots land in the build dir (AGENTRT_BIN_DIR/..)."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,9 +110,9 @@ def scenario_metrics(work):
         import agentrt
         with open(os.path.join(run.run_dir, "secrets", "critic.token")) as f:
             cred = json.load(f)
-        bus = agentrt.Bus.connect(json.load(open(os.path.join(run.run_dir, "plan.json")))["bus"]["host"] + ":" +
-                                  str(json.load(open(os.path.join(run.run_dir, "plan.json")))["bus"]["port"]),
-                                  cred["agent"], cred["token"])
+        with open(os.path.join(run.run_dir, "plan.json")) as f:
+            where = json.load(f)["bus"]
+        bus = agentrt.Bus.connect("%s:%d" % (where["host"], where["port"]), cred["agent"], cred["token"])
         sub = bus.subscribe("probe/hunter", start=0)
         check(sub.next(10) is not None, "critic reads probe/hunter")
         view = wait_for("the subscriber in the run view", lambda: (lambda v: v if any(
@@ -221,11 +222,7 @@ def scenario_token(work):
 
 
 def chromium():
-    for c in ("chromium", "chromium-browser"):
-        for d in os.environ.get("PATH", "").split(":") + ["/usr/bin"]:
-            if os.access(os.path.join(d, c), os.X_OK):
-                return os.path.join(d, c)
-    return None
+    return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class Browser:
