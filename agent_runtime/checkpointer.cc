@@ -934,4 +934,168 @@ Result<std::string> ConfinedPath(const std::string& root, std::string_view relat
   return joined.lexically_normal().string();
 }
 
+namespace {
+
+// Copies `bytes` of `src` into a new file `name` in `dst_dir_fd`, checking the
+// crc32c on the way; fsyncs it. A mismatch or short file is a reason string.
+Result<std::optional<std::string>> CopyVerified(int src_fd, int dst_dir_fd, const std::string& name,
+                                                uint64_t bytes, uint32_t crc_expected,
+                                                const std::string& src_path,
+                                                const std::string& dst_path) {
+  Fd out(::openat(dst_dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0600));
+  if (!out.ok()) return ErrnoStatus(errno, "create " + dst_path);
+  std::vector<std::byte> buf(std::min<uint64_t>(bytes, 4u << 20) + 1);
+  uint32_t crc = 0;
+  uint64_t done = 0;
+  while (done < bytes) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), bytes - done));
+    const ssize_t n = ::read(src_fd, buf.data(), want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read " + src_path);
+    if (n == 0)
+      return std::optional<std::string>(src_path + " ended after " + std::to_string(done) + " of " +
+                                        std::to_string(bytes) + " bytes");
+    crc = Crc32c(crc, buf.data(), static_cast<size_t>(n));
+    AGENTRT_RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), dst_path));
+    done += static_cast<uint64_t>(n);
+  }
+  if (crc != crc_expected) {
+    return std::optional<std::string>(src_path + ": checksum mismatch: manifest says crc32c " +
+                                      Hex(crc_expected) + ", the file has " + Hex(crc));
+  }
+  AGENTRT_RETURN_IF_ERROR(Fsync(out.get(), dst_path));
+  return std::optional<std::string>();
+}
+
+// The metadata of `dir`'s newest committed checkpoint with a readable manifest (null if none).
+nlohmann::json NewestMetadata(int dir_fd, const CheckpointOptions& options) {
+  auto steps = ListSteps(dir_fd, options.dir);
+  if (!steps.ok()) return nullptr;
+  std::vector<std::byte> scratch;
+  for (int64_t step : *steps) {
+    if (!ExistsAt(dir_fd, StepName(step) + "/" + kManifest)) continue;
+    Manifest manifest;
+    ShardData unused;
+    VerifyOutcome v = VerifyStep(dir_fd, options, step, /*load_rank=*/-1, /*verify_all=*/false,
+                                 /*check_world=*/false, &manifest, &unused, scratch);
+    if (v.fatal.ok() && !v.corrupt) return manifest.metadata;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& o) {
+  const std::string where = "adopting " + o.from_agent + "'s checkpoint for " + o.to_agent + ": ";
+  Fd from(::open(o.from_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!from.ok()) return ErrnoStatus(errno, where + "open " + o.from_dir);
+  AGENTRT_RETURN_IF_ERROR(MakeDirs0700(o.to_dir).WithContext(where));
+  Fd to(::open(o.to_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!to.ok()) return ErrnoStatus(errno, where + "open " + o.to_dir);
+  CheckpointOptions from_options;
+  from_options.dir = o.from_dir;
+  from_options.agent = o.from_agent;
+  from_options.world_size = o.world_size;
+  CheckpointOptions to_options = from_options;
+  to_options.dir = o.to_dir;
+  to_options.agent = o.to_agent;
+  const nlohmann::json own = NewestMetadata(to.get(), to_options);
+
+  AdoptResult result;
+  AGENTRT_ASSIGN_OR_RETURN(auto steps, ListSteps(from.get(), o.from_dir));
+  std::vector<std::byte> scratch;
+  for (int64_t step : steps) {
+    const std::string step_name = StepName(step);
+    if (!ExistsAt(from.get(), step_name + "/" + kManifest)) continue;
+    Manifest manifest;
+    ShardData unused;
+    VerifyOutcome v =
+        VerifyStep(from.get(), from_options, step, /*load_rank=*/-1,
+                   /*verify_all=*/false, /*check_world=*/true, &manifest, &unused, scratch);
+    if (!v.fatal.ok()) return v.fatal.WithContext(where);
+    if (v.corrupt) {
+      result.skipped.push_back(std::move(*v.corrupt));
+      continue;
+    }
+    const std::string tmp_name = step_name + ".tmp";
+    const std::string tmp_path = o.to_dir + "/" + tmp_name;
+    RemoveTreeAt(to.get(), tmp_name);
+    if (::mkdirat(to.get(), tmp_name.c_str(), 0700) != 0)
+      return ErrnoStatus(errno, where + "mkdir " + tmp_path);
+    Fd tmp(::openat(to.get(), tmp_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!tmp.ok()) return ErrnoStatus(errno, where + "open " + tmp_path);
+    Fd src_step(
+        ::openat(from.get(), step_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!src_step.ok()) return ErrnoStatus(errno, where + "open " + o.from_dir + "/" + step_name);
+    std::optional<std::string> bad;
+    for (const ShardInfo& shard : manifest.shards) {
+      const std::string src_path = o.from_dir + "/" + step_name + "/" + shard.file;
+      Fd src(::openat(src_step.get(), shard.file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (!src.ok()) {
+        bad = src_path + ": cannot open: " + std::strerror(errno);
+        break;
+      }
+      AGENTRT_ASSIGN_OR_RETURN(bad, CopyVerified(src.get(), tmp.get(), shard.file, shard.bytes,
+                                                 shard.crc, src_path, tmp_path + "/" + shard.file));
+      if (bad) break;
+    }
+    if (bad) {
+      RemoveTreeAt(to.get(), tmp_name);
+      result.skipped.push_back({step, o.from_dir + "/" + step_name, *bad});
+      continue;
+    }
+    // The donor's manifest, re-addressed: this agent, and its own stream positions.
+    AGENTRT_ASSIGN_OR_RETURN(
+        std::string text,
+        ReadSmallFile(src_step.get(), kManifest, o.from_dir + "/" + step_name + "/" + kManifest));
+    nlohmann::json m = nlohmann::json::parse(text);
+    m["agent"] = o.to_agent;
+    nlohmann::json& metadata = m["metadata"];
+    if (!metadata.is_object()) metadata = nlohmann::json::object();
+    for (const std::string& key : o.keep_own) {
+      if (own.is_object() && own.contains(key)) {
+        metadata[key] = own[key];
+      } else {
+        metadata.erase(key);
+      }
+    }
+    metadata["adopted_from"] = {{"agent", o.from_agent}, {"step", step}};
+    AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(tmp_path + "/" + kManifest, m.dump(1) + "\n",
+                                            {.mode = 0600, .sync_dir = true}));
+    // Commit: step-<N> appears whole. A step of the recipient's own with the
+    // same number moves aside first.
+    const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    const std::string archive = "replaced/" + std::to_string(now_ns);
+    const std::string archive_path = o.to_dir + "/" + archive;
+    auto archive_step = [&](const std::string& name) -> Status {
+      if (result.archived.empty()) {
+        AGENTRT_RETURN_IF_ERROR(MakeDirs0700(archive_path));
+        result.archived = archive_path;
+      }
+      if (::renameat(to.get(), name.c_str(), to.get(), (archive + "/" + name).c_str()) != 0)
+        return ErrnoStatus(errno, where + "move " + o.to_dir + "/" + name + " to " + archive_path);
+      return Status::Ok();
+    };
+    if (ExistsAt(to.get(), step_name)) AGENTRT_RETURN_IF_ERROR(archive_step(step_name));
+    if (::renameat(to.get(), tmp_name.c_str(), to.get(), step_name.c_str()) != 0)
+      return ErrnoStatus(errno, where + "rename " + tmp_path);
+    AGENTRT_ASSIGN_OR_RETURN(auto own_steps, ListSteps(to.get(), o.to_dir));
+    for (int64_t s : own_steps) {
+      if (s != step) AGENTRT_RETURN_IF_ERROR(archive_step(StepName(s)));
+    }
+    AGENTRT_RETURN_IF_ERROR(Fsync(to.get(), o.to_dir));
+    result.step = step;
+    return result;
+  }
+  std::string why = o.from_agent + " has no committed checkpoint in " + o.from_dir;
+  if (!result.skipped.empty()) {
+    why = o.from_agent + "'s checkpoints in " + o.from_dir + " do not verify (step " +
+          std::to_string(result.skipped.front().step) + ": " + result.skipped.front().reason + ")";
+  }
+  return NotFound(where + why);
+}
+
 }  // namespace agentrt

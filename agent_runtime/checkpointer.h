@@ -275,6 +275,36 @@ class Checkpointer {
   std::atomic<uint64_t> absorbed_{0};
 };
 
+// Population-based training's exploit (scheduler/pbt.h): the newest committed
+// checkpoint of another agent whose every shard verifies becomes this agent's.
+//   1. the donor's shards are copied into `to_dir`/step-<N>.tmp/ while their
+//      crc32c is checked against the donor's manifest (a mismatch: the next
+//      older step is tried), each fsynced;
+//   2. the manifest follows, naming `to_agent`, with the donor's metadata but
+//      the `keep_own` keys from the recipient's own newest checkpoint (e.g. its
+//      bus offsets: its message streams go on where they were), and
+//      "adopted_from": {"agent", "step"}; fsynced;
+//   3. the directory is renamed to step-<N> (the commit point, as a save's
+//      manifest is), and the recipient's other step directories are moved under
+//      `to_dir`/replaced/<unix ns>/ (kept, never restored from), so Restore()
+//      finds the adopted one.
+// Call it only while no rank of the recipient runs. The donor may run: nothing
+// of its directory is written.
+struct AdoptOptions {
+  std::string from_dir;
+  std::string from_agent;
+  std::string to_dir;
+  std::string to_agent;
+  int world_size = 1;  // both agents' ranks
+  std::vector<std::string> keep_own = {"bus_offsets", "bus_incarnation"};
+};
+struct AdoptResult {
+  int64_t step = -1;     // the adopted step (its number is the donor's)
+  std::string archived;  // where the recipient's own checkpoints went ("" when it had none)
+  std::vector<CorruptCheckpoint> skipped;  // donor steps that did not verify
+};
+Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& options);
+
 // Joins `relative` under `root`, refusing anything that could leave it: an empty
 // or absolute path, a ".." component, or an existing symlink along the way that
 // resolves outside `root`. Used for agent names and any user-chosen sub-path.

@@ -78,6 +78,20 @@ Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::str
   return Status::Ok();
 }
 
+Status AppendLine(const std::string& path, std::string_view line) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!fd.ok()) return ErrnoStatus(errno, "cannot open " + path);
+  std::string record(line);
+  record += '\n';
+  const ssize_t n = ::write(fd.get(), record.data(), record.size());
+  if (n < 0) return ErrnoStatus(errno, "cannot append to " + path);
+  if (static_cast<size_t>(n) != record.size())
+    return ErrnoStatus(ENOSPC, "short append to " + path);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "cannot fsync " + path);
+  if (fd.Close() != 0) return ErrnoStatus(errno, "cannot close " + path);
+  return Status::Ok();
+}
+
 Status WriteFileAtomic(const std::string& path, std::string_view contents,
                        const AtomicWriteOptions& options) {
   const std::string dir = ParentOf(path);

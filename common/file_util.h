@@ -27,6 +27,11 @@ struct AtomicWriteOptions {
 Status WriteFileAtomic(const std::string& path, std::string_view contents,
                        const AtomicWriteOptions& options = {});
 
+// Appends `line` and a newline to `path` (created 0644) in one write, then
+// fsyncs it: a record log (e.g. RUN_DIR/league/lineage.jsonl) whose lines
+// survive a crash once this returns. Errors name the path.
+Status AppendLine(const std::string& path, std::string_view line);
+
 // The same inside an open directory: `name` relative to `dir_fd` (symlinks are
 // not followed); `dir_path` is only for messages.
 Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::string& name,

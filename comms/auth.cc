@@ -126,6 +126,9 @@ bool BusAcl::MaySubscribe(std::string_view agent, std::string_view topic) const 
 BusAcl AclFromPlan(const Plan& plan) {
   BusAcl acl;
   for (const AgentPlan& a : plan.agents) acl.agents.push_back(a.name);
+  // The controller's league service answers requests in its own inbox; it
+  // publishes nothing, so it needs no channel.
+  if (plan.league.enabled()) acl.agents.push_back(kLeagueServiceName);
   for (const ChannelPlan& c : plan.channels) {
     acl.channels.push_back({c.topic, c.publishers, c.subscribers});
   }

@@ -314,6 +314,20 @@ Status PpoLearner::MergeObservationStats() {
   return Status::Ok();
 }
 
+Status PpoLearner::Skip(PpoMetrics* metrics) {
+  if (step_ != config_.rollout_steps) {
+    return FailedPrecondition("ppo: Skip after " + std::to_string(step_) + " of " +
+                              std::to_string(config_.rollout_steps) + " rollout steps");
+  }
+  ++updates_;
+  step_ = 0;
+  if (metrics != nullptr) {
+    *metrics = PpoMetrics{};
+    metrics->updates = updates_;
+  }
+  return Status::Ok();
+}
+
 Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) {
   if (step_ != config_.rollout_steps) {
     return FailedPrecondition("ppo: Update after " + std::to_string(step_) + " of " +

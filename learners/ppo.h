@@ -126,6 +126,9 @@ class PpoLearner {
   // ShardedAdam, then merges the rollout's observation statistics (all-reduced
   // over the group). `last_obs`: raw observations after the last step.
   Status Update(std::span<const float> last_obs, PpoMetrics* metrics);
+  // Drops a full rollout without learning from it (a frozen policy, e.g. a
+  // league anchor): counted as an update, parameters and statistics unchanged.
+  Status Skip(PpoMetrics* metrics);
 
   // The policy for evaluation/play: actions for `batch` raw observations;
   // deterministic picks the most likely action, otherwise samples with `rng`.

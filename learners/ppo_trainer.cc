@@ -56,7 +56,7 @@ nlohmann::json TrainerMetrics::ToJson() const {
 Result<std::unique_ptr<PpoTrainer>> PpoTrainer::Make(const PpoTrainerConfig& config, Group& group,
                                                      PpoTrainerOptions options) {
   AGENTRT_RETURN_IF_ERROR(config.ppo.Validate());
-  std::unique_ptr<PpoTrainer> t(new PpoTrainer(config, group));
+  std::unique_ptr<PpoTrainer> t(new PpoTrainer(config, group, options.learn));
   EnvPool::Factory factory = std::move(options.env_factory);
   if (!factory) {
     const EnvRegistry& registry =
@@ -98,7 +98,8 @@ Status PpoTrainer::Iterate(TrainerMetrics* metrics, std::span<float> agree) {
     }
   }
   PpoMetrics ppo;
-  AGENTRT_RETURN_IF_ERROR(learner_->Update(pool.observations(), &ppo));
+  AGENTRT_RETURN_IF_ERROR(learn_ ? learner_->Update(pool.observations(), &ppo)
+                                 : learner_->Skip(&ppo));
   env_steps_ +=
       static_cast<int64_t>(config_.ppo.rollout_steps) * config_.ppo.num_envs * group_.size();
 

@@ -71,6 +71,9 @@ struct PpoTrainerOptions {
   // Builds one env copy of this rank's pool; empty: config.env from `registry`.
   EnvPool::Factory env_factory;
   const EnvRegistry* registry = nullptr;  // nullptr: GlobalEnvRegistry()
+  // false: play the initial policy and never learn (PpoLearner::Skip), e.g. a
+  // league anchor.
+  bool learn = true;
 };
 
 class PpoTrainer {
@@ -96,10 +99,12 @@ class PpoTrainer {
   Status LoadState(std::span<const uint8_t> state);
 
  private:
-  PpoTrainer(const PpoTrainerConfig& config, Group& group) : config_(config), group_(group) {}
+  PpoTrainer(const PpoTrainerConfig& config, Group& group, bool learn)
+      : config_(config), group_(group), learn_(learn) {}
 
   PpoTrainerConfig config_;
   Group& group_;
+  bool learn_ = true;
   std::unique_ptr<EnvPool> pool_;
   std::unique_ptr<PpoLearner> learner_;
   int64_t env_steps_ = 0;

@@ -27,4 +27,11 @@ const AgentConfig* Config::FindAgent(std::string_view name) const {
   return nullptr;
 }
 
+const LeagueMember* LeagueConfig::FindMember(std::string_view agent) const {
+  for (const LeagueMember& m : members) {
+    if (m.agent == agent) return &m;
+  }
+  return nullptr;
+}
+
 }  // namespace agentrt

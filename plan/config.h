@@ -112,6 +112,28 @@ namespace agentrt {
   X(double, interval_s, 1800.0, "wall time between checkpoints, seconds") \
   X(int, keep_last, 3, "newest checkpoints kept per agent")
 
+// `league:` — a population matched against itself and its past by the
+// controller's league service (scheduler/league.h).
+#define AGENTRT_LEAGUE_SETTINGS(X)                                                               \
+  X(int, keep_snapshots, 8, "frozen snapshots kept per agent in the catalogue (oldest dropped)") \
+  X(std::int64_t, freeze_every_steps, 20000,                                                     \
+    "an agent's newest snapshot is frozen into the catalogue every this many of its env steps")  \
+  X(double, elo_k, 16.0, "Elo K factor: the most rating points one game moves")                  \
+  X(double, initial_rating, 1000.0, "Elo rating every member starts with")                       \
+  X(std::int64_t, seed, 1, "matchmaking random seed")
+
+// `pbt:` entries — population-based training (scheduler/pbt.h).
+#define AGENTRT_PBT_SETTINGS(X)                                                                 \
+  X(std::int64_t, interval_steps, 50000, "a member is judged every this many of its env steps") \
+  X(std::string, metric, "episode_return_mean",                                                 \
+    "higher is better: a metric the agents report, or `rating` (the league's Elo)")             \
+  X(double, fraction, 0.25, "truncation selection: bottom and top fraction of the population")  \
+  X(double, resample_probability, 0.25,                                                         \
+    "explore: chance a hyperparameter is drawn anew from its range instead of perturbed")       \
+  X(std::int64_t, seed, 1, "random seed of donor choice and exploration")                       \
+  X(double, checkpoint_wait_s, 60.0,                                                            \
+    "how long the controller waits for the donor's fresh checkpoint before using its newest one")
+
 struct RunConfig {
   AGENTRT_RUN_SETTINGS(AGENTRT_DECLARE_SETTING)
 };
@@ -222,6 +244,59 @@ struct ChannelConfig {
   std::vector<std::string> subscribers;
 };
 
+// The league roles (AlphaStar's): a role gives a member its default
+// matchmaking; an anchor never trains (a fixed yardstick).
+inline const std::vector<std::string>& LeagueRoles() {
+  static const std::vector<std::string> roles = {"main", "main_exploiter", "league_exploiter",
+                                                 "anchor"};
+  return roles;
+}
+// Matchmaking: `self` the opponents' newest snapshot; `uniform` any frozen
+// snapshot of an opponent; `pfsp` frozen snapshots weighted by (1 - p)^2, p
+// the member's win rate against each (prioritized fictitious self-play).
+inline const std::vector<std::string>& LeagueMatchmakings() {
+  static const std::vector<std::string> kinds = {"self", "uniform", "pfsp"};
+  return kinds;
+}
+
+// One agent of the league, after pattern expansion.
+struct LeagueMember {
+  std::string agent;
+  std::string role;                    // one of LeagueRoles()
+  std::string matchmaking;             // one of LeagueMatchmakings()
+  double newest_share = 0.0;           // share of matches against an opponent's newest snapshot
+  std::vector<std::string> opponents;  // agent names it may be matched against
+};
+
+// The bus identity of the controller's league service (scheduler/
+// league_service.h): a valid bus name (the broker allows ':') but not a valid
+// agent name, so no agent can take it.
+inline constexpr char kLeagueServiceName[] = "agentrt:league";
+
+struct LeagueConfig {
+  AGENTRT_LEAGUE_SETTINGS(AGENTRT_DECLARE_SETTING)
+  std::vector<LeagueMember> members;  // empty: no league
+  bool enabled() const { return !members.empty(); }
+  const LeagueMember* FindMember(std::string_view agent) const;  // nullptr when absent
+};
+
+// One tuned hyperparameter: an agent arg (args.<name>), a number.
+struct PbtHyperparameter {
+  std::string name;
+  double min = 0;
+  double max = 0;
+  std::vector<double> perturb = {0.8, 1.2};  // explore: multiply by one of these
+  bool log_scale = false;                    // resample log-uniformly (min > 0)
+};
+
+// One PBT population, after pattern expansion.
+struct PbtPopulation {
+  AGENTRT_PBT_SETTINGS(AGENTRT_DECLARE_SETTING)
+  std::string name;
+  std::vector<std::string> agents;
+  std::vector<PbtHyperparameter> hyperparameters;
+};
+
 struct Config {
   std::string source;  // file the config was loaded from ("<string>" when none)
   RunConfig run;
@@ -232,6 +307,8 @@ struct Config {
   AgentDefaults defaults;
   std::vector<AgentConfig> agents;
   std::vector<ChannelConfig> channels;
+  LeagueConfig league;
+  std::vector<PbtPopulation> pbt;
 
   int TotalGpus() const;
   int TotalRanks() const;

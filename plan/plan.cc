@@ -179,6 +179,44 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   j["ports"] = ojson{
       {"first", plan.ports.first}, {"last", plan.ports.last}, {"per_agent", plan.ports.per_agent}};
   if (!plan.warnings.empty()) j["warnings"] = plan.warnings;
+  if (plan.league.enabled()) {
+    ojson league = ojson::object();
+#define AGENTRT_PUT(type, name, default_value, doc) league[#name] = plan.league.name;
+    AGENTRT_LEAGUE_SETTINGS(AGENTRT_PUT)
+#undef AGENTRT_PUT
+    ojson members = ojson::array();
+    for (const LeagueMember& m : plan.league.members) {
+      members.push_back(ojson{{"agent", m.agent},
+                              {"role", m.role},
+                              {"matchmaking", m.matchmaking},
+                              {"newest_share", m.newest_share},
+                              {"opponents", m.opponents}});
+    }
+    league["members"] = std::move(members);
+    j["league"] = std::move(league);
+  }
+  if (!plan.pbt.empty()) {
+    ojson pbt = ojson::array();
+    for (const PbtPopulation& p : plan.pbt) {
+      ojson pj = ojson::object();
+      pj["name"] = p.name;
+      pj["agents"] = p.agents;
+#define AGENTRT_PUT(type, name, default_value, doc) pj[#name] = p.name;
+      AGENTRT_PBT_SETTINGS(AGENTRT_PUT)
+#undef AGENTRT_PUT
+      ojson hps = ojson::array();
+      for (const PbtHyperparameter& h : p.hyperparameters) {
+        hps.push_back(ojson{{"name", h.name},
+                            {"min", h.min},
+                            {"max", h.max},
+                            {"perturb", h.perturb},
+                            {"log_scale", h.log_scale}});
+      }
+      pj["hyperparameters"] = std::move(hps);
+      pbt.push_back(std::move(pj));
+    }
+    j["pbt"] = std::move(pbt);
+  }
   return j;
 }
 
@@ -286,6 +324,52 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     r.Read(*ports, "ports", "first", plan.ports.first);
     r.Read(*ports, "ports", "last", plan.ports.last);
     r.Read(*ports, "ports", "per_agent", plan.ports.per_agent);
+  }
+  if (const json* league = r.Get(j, "", "league", false)) {
+#define AGENTRT_GET(type, name, default_value, doc) \
+  r.Read(*league, "league", #name, plan.league.name, false);
+    AGENTRT_LEAGUE_SETTINGS(AGENTRT_GET)
+#undef AGENTRT_GET
+    if (const json* members = r.Get(*league, "league", "members")) {
+      if (!members->is_array()) r.Fail("league.members", "expected an array");
+      for (size_t i = 0; r.ok() && i < members->size(); ++i) {
+        const std::string path = fmt::format("league.members[{}]", i);
+        LeagueMember m;
+        r.Read((*members)[i], path, "agent", m.agent);
+        r.Read((*members)[i], path, "role", m.role);
+        r.Read((*members)[i], path, "matchmaking", m.matchmaking);
+        r.Read((*members)[i], path, "newest_share", m.newest_share);
+        r.Read((*members)[i], path, "opponents", m.opponents);
+        plan.league.members.push_back(std::move(m));
+      }
+    }
+  }
+  if (const json* pbt = r.Get(j, "", "pbt", false)) {
+    if (!pbt->is_array()) r.Fail("pbt", "expected an array");
+    for (size_t i = 0; r.ok() && i < pbt->size(); ++i) {
+      const json& pj = (*pbt)[i];
+      const std::string path = fmt::format("pbt[{}]", i);
+      PbtPopulation p;
+      r.Read(pj, path, "name", p.name);
+      r.Read(pj, path, "agents", p.agents);
+#define AGENTRT_GET(type, name, default_value, doc) r.Read(pj, path, #name, p.name, false);
+      AGENTRT_PBT_SETTINGS(AGENTRT_GET)
+#undef AGENTRT_GET
+      if (const json* hps = r.Get(pj, path, "hyperparameters", false)) {
+        if (!hps->is_array()) r.Fail(path + ".hyperparameters", "expected an array");
+        for (size_t k = 0; r.ok() && k < hps->size(); ++k) {
+          const std::string hpath = fmt::format("{}.hyperparameters[{}]", path, k);
+          PbtHyperparameter h;
+          r.Read((*hps)[k], hpath, "name", h.name);
+          r.Read((*hps)[k], hpath, "min", h.min);
+          r.Read((*hps)[k], hpath, "max", h.max);
+          r.Read((*hps)[k], hpath, "perturb", h.perturb, false);
+          r.Read((*hps)[k], hpath, "log_scale", h.log_scale, false);
+          p.hyperparameters.push_back(std::move(h));
+        }
+      }
+      plan.pbt.push_back(std::move(p));
+    }
   }
   if (!r.ok()) return InvalidArgument(r.error());
   return plan;

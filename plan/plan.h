@@ -102,6 +102,8 @@ struct Plan {
   std::vector<ChannelPlan> channels;
   std::vector<std::string> warnings;  // e.g. local CPU oversubscription
   PortConfig ports;                   // cluster.ports: where leased blocks may move
+  LeagueConfig league;                // `league:` (members empty: none)
+  std::vector<PbtPopulation> pbt;     // `pbt:`
 
   const AgentPlan* FindAgent(std::string_view name) const;  // nullptr when absent
 };

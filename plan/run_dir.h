@@ -55,6 +55,10 @@ class RunDir {
   std::string BusAddressPath() const { return path_ + "/bus.address"; }
   // The bus's durable log (topics, inboxes, incarnation): comms/bus_log.h.
   std::string BusLogDir() const { return path_ + "/bus"; }
+  // The league service's committed state and the PBT lineage (issue 17).
+  std::string LeagueDir() const { return path_ + "/league"; }
+  std::string LeagueStatePath() const { return LeagueDir() + "/state.json"; }
+  std::string LineagePath() const { return LeagueDir() + "/lineage.jsonl"; }
   std::string SlurmJobIdPath() const { return path_ + "/slurm.job_id"; }
   std::string AllocScriptPath() const { return path_ + "/alloc.sbatch"; }
   std::string LogsDir() const { return path_ + "/logs"; }

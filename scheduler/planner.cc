@@ -186,6 +186,8 @@ class Planner {
 
     for (const ChannelConfig& c : config_.channels)
       plan.channels.push_back({c.topic, c.publishers, c.subscribers});
+    plan.league = config_.league;
+    plan.pbt = config_.pbt;
     plan.warnings = inventory_.warnings;
     plan.warnings.insert(plan.warnings.end(), warnings_.begin(), warnings_.end());
     for (const NodeState& n : nodes_) {

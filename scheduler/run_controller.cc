@@ -72,6 +72,7 @@ void RunController::Resume(const RunStatus& previous) {
     s.metrics = before->metrics;
     s.restored_step = before->restored_step;
     s.skipped_checkpoints = before->skipped_checkpoints;
+    s.replacements = before->replacements;
     if (before->state == AgentState::kSucceeded) {
       agents_[i].phase = Phase::kDone;
       s.restarts = before->restarts;
@@ -317,7 +318,8 @@ void RunController::BeginTeardown(size_t i, const std::string& reason, int rank)
     (void)backend_->Signal(s.name, SIGTERM);
     (void)backend_->Signal(s.name, SIGCONT);  // a stopped rank must run to see SIGTERM
   }
-  const bool will_restart = !a.stopping && !a.give_up && s.restarts < a.spec.restart.max_restarts;
+  const bool will_restart =
+      a.replace || (!a.stopping && !a.give_up && FailureRestarts(i) < a.spec.restart.max_restarts);
   if (will_restart) SetState(i, AgentState::kRestarting);
   Touch(true);
   if (a.live.empty()) FinishTeardown(i);
@@ -328,8 +330,13 @@ void RunController::FinishTeardown(size_t i) {
   AgentStatus& s = status_.agents[i];
   if (a.stopping) {
     a.phase = Phase::kDone;
+    a.replace = nullptr;
     SetState(i, AgentState::kStopped);
-  } else if (a.give_up || s.restarts >= a.spec.restart.max_restarts) {
+  } else if (a.replace) {
+    a.phase = Phase::kBackoff;  // no backoff: a planned restart
+    a.restart_at_s = clock_->NowSeconds();
+    SetState(i, AgentState::kRestarting);
+  } else if (a.give_up || FailureRestarts(i) >= a.spec.restart.max_restarts) {
     a.phase = Phase::kDone;
     SetState(i, AgentState::kFailed);
   } else {
@@ -392,6 +399,12 @@ void RunController::Tick() {
               Touch(true);
               break;
             }
+          }
+          if (a.replace) {
+            std::function<void()> replace = std::move(a.replace);
+            a.replace = nullptr;
+            replace();
+            ++s.replacements;
           }
           ++s.restarts;
           Launch(i);
@@ -542,6 +555,33 @@ std::string RunController::DumpHang(size_t i, const std::string& summary) const 
       dir + "/" + s.name + "-" + UtcTimestamp(std::chrono::system_clock::now()) + ".json";
   if (!WriteFileAtomic(path, dump.dump(1) + "\n").ok()) return "";
   return path;
+}
+
+int RunController::FailureRestarts(size_t i) const {
+  const AgentStatus& s = status_.agents[i];
+  return s.restarts - s.replacements;
+}
+
+Status RunController::RequestCheckpoint(const std::string& name) {
+  const int i = FindAgent(name);
+  if (i < 0) return NotFound("no agent " + name);
+  if (agents_[static_cast<size_t>(i)].phase != Phase::kRunning)
+    return FailedPrecondition("agent " + name + " is not running");
+  return backend_->Signal(name, SIGUSR2);
+}
+
+Status RunController::Replace(const std::string& name, const std::string& reason,
+                              std::function<void()> before_relaunch) {
+  const int found = FindAgent(name);
+  if (found < 0) return NotFound("no agent " + name);
+  const auto i = static_cast<size_t>(found);
+  Agent& a = agents_[i];
+  if (a.phase != Phase::kRunning || stop_requested_)
+    return FailedPrecondition("agent " + name + " is not running");
+  a.replace = std::move(before_relaunch);
+  BeginTeardown(i, reason, -1);
+  UpdateRunState();
+  return Status::Ok();
 }
 
 void RunController::RequestStop(const std::string& why) {

@@ -86,6 +86,18 @@ class RunController {
   // the grace period and restarts agents whose backoff has passed.
   void Tick();
 
+  // Asks agent `name` for a checkpoint now (SIGUSR2 to its ranks: the runtime
+  // saves at its next SaveDue()). FailedPrecondition unless it is running.
+  Status RequestCheckpoint(const std::string& name);
+
+  // A planned restart (PBT's exploit): agent `name` is torn down as on a stop
+  // (SIGTERM, grace_s, SIGKILL), then `before_relaunch` runs (nothing of the
+  // agent runs then) and the agent is relaunched at once as its next
+  // incarnation with `reason`. It does not count against max_restarts
+  // (AgentStatus::replacements). FailedPrecondition unless it is running.
+  Status Replace(const std::string& name, const std::string& reason,
+                 std::function<void()> before_relaunch);
+
   // Asks every agent to stop: SIGTERM (the runtime checkpoints first), then
   // SIGKILL after each agent's grace_s. Agents end `stopped`.
   void RequestStop(const std::string& why);
@@ -120,8 +132,9 @@ class RunController {
     double kill_at_s = 0;
     bool killed = false;
     double restart_at_s = 0;
-    bool give_up = false;   // teardown ends in failed regardless of restarts
-    bool stopping = false;  // teardown ends in stopped
+    bool give_up = false;           // teardown ends in failed regardless of restarts
+    bool stopping = false;          // teardown ends in stopped
+    std::function<void()> replace;  // set: a planned restart (Replace), run before relaunch
     int failed_rank = -1;
     double rate_t0_s = -1;
     int64_t rate_step0 = -1;
@@ -156,6 +169,7 @@ class RunController {
   void OnExit(const AgentProcessExit& exit);
   void BeginTeardown(size_t i, const std::string& reason, int rank);
   void FinishTeardown(size_t i);
+  int FailureRestarts(size_t i) const;
   void SetState(size_t i, AgentState state);
   void UpdateRunState();
   void Touch(bool state_change);

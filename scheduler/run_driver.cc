@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "agent_runtime/checkpointer.h"
 #include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/bus_server.h"
 #include "comms/telemetry.h"
+#include "scheduler/league_service.h"
+#include "scheduler/pbt.h"
 #include "scheduler/planner.h"
 
 namespace agentrt {
@@ -190,6 +193,25 @@ Status RunDriver::Start() {
   start_unix_s_ = UnixTimeSeconds();
   AGENTRT_ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(dir_.MetricsPath(), start_unix_s_));
 
+  if (plan_.league.enabled()) {
+    LeagueServiceOptions league;
+    league.bus_address = bus_address_;
+    league.credential = {kLeagueServiceName, DeriveAgentToken(secret, kLeagueServiceName)};
+    league.state_path = dir_.LeagueStatePath();
+    if (plan_.bus.settings.tls) {
+      league.bus.tls_ca_file = plan_.bus.settings.ca_file.empty() ? plan_.bus.settings.cert_file
+                                                                  : plan_.bus.settings.ca_file;
+    }
+    auto service = LeagueService::Start(plan_.league, std::move(league));
+    if (!service.ok()) return service.status().WithContext("cannot start the league service");
+    league_ = std::move(service).value();
+  }
+  if (!plan_.pbt.empty()) {
+    std::map<std::string, nlohmann::json> args;
+    for (const AgentPlan& a : plan_.agents) args[a.name] = a.args;
+    pbt_ = std::make_unique<PbtScheduler>(plan_.pbt, args);
+  }
+
   controller_ = std::make_unique<RunController>(
       plan_.run, dir_.path(),
       SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node),
@@ -296,7 +318,10 @@ bool RunDriver::Step() {
   if (messages.ok()) {
     for (const TelemetryMessage& m : *messages) {
       controller_->OnTelemetry(m);
-      if (m.type == TelemetryType::kMetrics) (void)metrics_->Write(m);
+      if (m.type == TelemetryType::kMetrics) {
+        (void)metrics_->Write(m);
+        if (pbt_) OnPbtReport(m);
+      }
     }
     if (!messages->empty()) (void)metrics_->Flush();
   }
@@ -332,6 +357,8 @@ bool RunDriver::Step() {
     }
   }
   controller_->Tick();
+  if (pbt_) AdvanceExploits();
+  if (league_) WarnLeague();
   const double now = clock_->NowSeconds();
   if (now - sync_checked_at_ >= 1.0) {
     // The durable log's background fsyncs failing (disk full, I/O errors):
@@ -374,6 +401,7 @@ int RunDriver::Finish() {
   WriteStatus();
   (void)metrics_->Flush();
   observer_->Progress(controller_->status(), elapsed, true);
+  league_.reset();  // its state is committed after every change
   bus_->Shutdown(std::chrono::milliseconds(1000));
   const std::string summary = controller_->Summary();
   if (!summary.empty()) observer_->Warn(summary);
@@ -390,6 +418,131 @@ int RunDriver::Run() {
   while (Step()) {
   }
   return Finish();
+}
+
+struct RunDriver::PendingExploit {
+  PbtDecision decision;
+  double asked_s = 0;
+  int64_t donor_step = -1;  // the donor's step when asked: a checkpoint this new is fresh
+  bool replacing = false;   // the recipient is being torn down
+  bool done = false;        // ExecuteExploit ran
+};
+
+void RunDriver::OnPbtReport(const TelemetryMessage& m) {
+  const AgentStatus* s = controller_->status().FindAgent(m.agent);
+  // Reports of an earlier incarnation (the weights an exploit replaced) do not count.
+  if (s == nullptr || m.restart_count != s->restarts || m.rank != 0) return;
+  if (league_) pbt_->SetRating(m.agent, league_->Rating(m.agent));
+  std::optional<PbtDecision> d = pbt_->OnReport(m.agent, m.step, m.metrics);
+  if (!d) return;
+  const AgentStatus* donor = controller_->status().FindAgent(d->donor);
+  observer_->Event(fmt::format(
+      "pbt {}: {} ({} {:.4g} at step {}) is in the bottom of its population: it restarts from "
+      "{}'s checkpoint ({:.4g}) with {}",
+      d->population, d->recipient, pbt_->PopulationOf(d->recipient)->metric, d->recipient_metric,
+      d->step, d->donor, d->donor_metric, d->new_hyperparameters.dump()));
+  auto pending = std::make_unique<PendingExploit>();
+  pending->decision = std::move(*d);
+  pending->asked_s = clock_->NowSeconds();
+  if (donor != nullptr) pending->donor_step = donor->step;
+  // A fresh checkpoint of the donor's current weights (its runtime saves on SIGUSR2).
+  (void)controller_->RequestCheckpoint(pending->decision.donor);
+  exploits_.push_back(std::move(pending));
+}
+
+void RunDriver::AdvanceExploits() {
+  const double now = clock_->NowSeconds();
+  for (auto& p : exploits_) {
+    if (p->replacing) continue;
+    const PbtDecision& d = p->decision;
+    const AgentStatus* donor = controller_->status().FindAgent(d.donor);
+    const PbtPopulation* pop = pbt_->PopulationOf(d.recipient);
+    const bool fresh = donor != nullptr && donor->last_checkpoint_step &&
+                       *donor->last_checkpoint_step >= p->donor_step;
+    const bool donor_running = donor != nullptr && donor->state == AgentState::kRunning;
+    if (!fresh && donor_running && now - p->asked_s < pop->checkpoint_wait_s) continue;
+    PendingExploit* self = p.get();
+    const Status replaced =
+        controller_->Replace(d.recipient,
+                             fmt::format("pbt: restarting from {}'s checkpoint with {}", d.donor,
+                                         d.new_hyperparameters.dump()),
+                             [this, self] {
+                               ExecuteExploit(self->decision);
+                               self->done = true;
+                             });
+    if (replaced.ok()) {
+      p->replacing = true;
+    } else {
+      observer_->Event(fmt::format("pbt {}: {} is not replaced: {}", d.population, d.recipient,
+                                   replaced.message()));
+      pbt_->Dropped(d);
+      p->done = true;
+    }
+  }
+  std::erase_if(exploits_, [](const std::unique_ptr<PendingExploit>& p) { return p->done; });
+}
+
+void RunDriver::ExecuteExploit(const PbtDecision& d) {
+  AgentPlan* recipient = nullptr;
+  const AgentPlan* donor = plan_.FindAgent(d.donor);
+  for (AgentPlan& a : plan_.agents) {
+    if (a.name == d.recipient) recipient = &a;
+  }
+  nlohmann::json line = {{"time", UnixTimeSeconds()},
+                         {"population", d.population},
+                         {"recipient", d.recipient},
+                         {"donor", d.donor},
+                         {"step", d.step},
+                         {"recipient_metric", d.recipient_metric},
+                         {"donor_metric", d.donor_metric},
+                         {"old", d.old_hyperparameters},
+                         {"new", d.new_hyperparameters},
+                         {"explore", d.explore}};
+  Result<AdoptResult> adopted = NotFound("no such agent in the plan");
+  if (recipient != nullptr && donor != nullptr) {
+    AdoptOptions o;
+    o.from_dir = dir_.Resolve(donor->checkpoint_dir);
+    o.from_agent = donor->name;
+    o.to_dir = dir_.Resolve(recipient->checkpoint_dir);
+    o.to_agent = recipient->name;
+    o.world_size = recipient->ranks;
+    adopted = AdoptCheckpoint(o);
+  }
+  if (!adopted.ok()) {
+    // Nothing changed: it relaunches from its own checkpoint with its own args.
+    observer_->Warn(fmt::format("agentctl run: pbt {}: {} keeps its own weights: {}\n",
+                                d.population, d.recipient, adopted.status().message()));
+    line["outcome"] = "failed";
+    line["why"] = adopted.status().message();
+    pbt_->Dropped(d);
+  } else {
+    for (const auto& [name, value] : d.new_hyperparameters.items()) recipient->args[name] = value;
+    const Status written = WritePlanFile(plan_, dir_.PlanPath());
+    if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
+    line["outcome"] = "exploited";
+    line["donor_step"] = adopted->step;
+    if (!adopted->archived.empty()) line["archived"] = adopted->archived;
+    pbt_->Done(d, recipient->args, adopted->step);
+    observer_->Event(fmt::format("pbt {}: {} now has {}'s weights of step {} and {}", d.population,
+                                 d.recipient, d.donor, adopted->step,
+                                 d.new_hyperparameters.dump()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir_.LeagueDir(), ec);
+  const Status appended = AppendLine(dir_.LineagePath(), line.dump());
+  if (!appended.ok()) observer_->Warn("agentctl run: warning: " + appended.message() + "\n");
+}
+
+void RunDriver::WarnLeague() {
+  if (league_->refused() > league_refused_seen_) {
+    league_refused_seen_ = league_->refused();
+    observer_->Warn("agentctl run: league: request refused: " + league_->last_error() + "\n");
+  }
+  if (league_->commit_failures() > league_commit_failures_seen_) {
+    league_commit_failures_seen_ = league_->commit_failures();
+    observer_->Warn("agentctl run: league: cannot commit " + dir_.LeagueStatePath() + ": " +
+                    league_->last_error() + "\n");
+  }
 }
 
 }  // namespace agentrt

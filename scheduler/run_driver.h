@@ -46,6 +46,10 @@ namespace agentrt {
 class BusServer;
 class TelemetryReceiver;
 class MetricsWriter;
+class LeagueService;
+struct TelemetryMessage;
+class PbtScheduler;
+struct PbtDecision;
 
 // A plan with the run directory made for it.
 struct PreparedRun {
@@ -158,6 +162,14 @@ class RunDriver {
   void ReportChanges(double t);
   // The RelaunchAdvisor of a run with node failover.
   RelaunchAdvice AdviseRelaunch(AgentLaunch& launch);
+  // PBT (scheduler/pbt.h): a metrics report may start an exploit; pending
+  // ones go on once the donor has checkpointed (or checkpoint_wait_s passed).
+  void OnPbtReport(const TelemetryMessage& m);
+  void AdvanceExploits();
+  // Runs while the recipient is down: adopts the donor's checkpoint, writes
+  // the new args to plan.json and a line to lineage.jsonl.
+  void ExecuteExploit(const PbtDecision& d);
+  void WarnLeague();
 
   Plan plan_;
   RunDir dir_;
@@ -175,6 +187,12 @@ class RunDriver {
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<RunController> controller_;
   std::unique_ptr<NodeFailover> failover_;
+  std::unique_ptr<LeagueService> league_;  // before bus_ in destruction: a client of it
+  int64_t league_refused_seen_ = 0;
+  int64_t league_commit_failures_seen_ = 0;
+  std::unique_ptr<PbtScheduler> pbt_;
+  struct PendingExploit;
+  std::vector<std::unique_ptr<PendingExploit>> exploits_;
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;

@@ -56,6 +56,7 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
     aj["name"] = a.name;
     aj["state"] = AgentStateName(a.state);
     aj["restarts"] = a.restarts;
+    if (a.replacements > 0) aj["replacements"] = a.replacements;
     aj["ranks"] = nlohmann::ordered_json::array();
     for (const auto& r : a.ranks) {
       nlohmann::ordered_json rj;
@@ -108,6 +109,7 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
       AGENTRT_ASSIGN_OR_RETURN(a.state, ParseEnum<AgentState>(aj.at("state").get<std::string>(),
                                                               kAgentStates, "agent state"));
       a.restarts = aj.at("restarts").get<int>();
+      a.replacements = aj.value("replacements", 0);
       for (const auto& rj : aj.at("ranks")) {
         RankStatus r;
         r.rank = rj.at("rank").get<int>();

@@ -61,7 +61,8 @@ struct RankStatus {
 struct AgentStatus {
   std::string name;
   AgentState state = AgentState::kPending;
-  int restarts = 0;
+  int restarts = 0;      // relaunches, each a new incarnation (AGENTRT_RESTART_COUNT)
+  int replacements = 0;  // ... of which PBT exploits, not failures (max_restarts counts the rest)
   std::vector<RankStatus> ranks;
   std::optional<int64_t> last_checkpoint_step;
   nlohmann::json metrics = nlohmann::json::object();

@@ -3,3 +3,8 @@ agentrt_test(NAME agent_runtime_checkpoint_test
   DEPS agentrt::runtime
   LABELS unit
   TIMEOUT 120)
+agentrt_test(NAME agent_runtime_checkpoint_adopt_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/checkpoint_adopt_test.cc
+  DEPS agentrt::runtime
+  LABELS unit
+  TIMEOUT 60)

@@ -733,3 +733,55 @@ TEST_CASE("status.json round-trips through its JSON shape") {
 }
 
 }  // namespace agentrt
+
+namespace agentrt {
+
+TEST_CASE(
+    "a planned replacement tears the agent down, runs its hook while nothing runs, and relaunches "
+    "at once without using up max_restarts") {
+  Fixture f;
+  f.Make({MakeAgent("a", 2, /*max_restarts=*/1), MakeAgent("b", 1)});
+  CHECK(f.rc->RequestCheckpoint("a").ok());
+  CHECK(f.backend.SignalsTo("a", SIGUSR2) == 1);
+  bool hook_ran = false;
+  size_t launches_when_hook_ran = 0;
+  REQUIRE(f.rc->Replace("a", "pbt: restarting from b's checkpoint",
+                        [&] {
+                          hook_ran = true;
+                          launches_when_hook_ran = f.backend.launches.size();
+                          CHECK(f.backend.live["a"].empty());  // nothing of it runs now
+                        })
+              .ok());
+  CHECK(f.A("a").state == AgentState::kRestarting);
+  CHECK(f.backend.SignalsTo("a", SIGTERM) == 1);
+  // A second replacement while the first is under way is refused.
+  CHECK_FALSE(f.rc->Replace("a", "again", [] {}).ok());
+  f.backend.KillAll("a");
+  f.rc->Tick();
+  f.rc->Tick();  // no backoff: relaunched on the next tick
+  CHECK(hook_ran);
+  CHECK(launches_when_hook_ran == 2);
+  REQUIRE(f.backend.launches.size() == 3);
+  CHECK(f.backend.launches[2].restart_count == 1);
+  CHECK(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("a").replacements == 1);
+  CHECK(f.A("a").reason == "pbt: restarting from b's checkpoint");
+  // max_restarts 1 is still there for a real failure.
+  f.backend.Exit("a", 0, f.A("a").ranks[0].pid, 1);
+  f.rc->Tick();
+  f.backend.KillAll("a");
+  f.rc->Tick();
+  f.clock.AdvanceSeconds(2.1);
+  f.rc->Tick();
+  CHECK(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("a").restarts == 2);
+  // Agents that do not run cannot be replaced or asked for a checkpoint.
+  f.backend.Exit("b", 0, f.A("b").ranks[0].pid, 0);
+  f.rc->Tick();
+  CHECK(f.A("b").state == AgentState::kSucceeded);
+  CHECK_FALSE(f.rc->Replace("b", "x", [] {}).ok());
+  CHECK_FALSE(f.rc->RequestCheckpoint("b").ok());
+  CHECK_FALSE(f.rc->Replace("nobody", "x", [] {}).ok());
+}
+
+}  // namespace agentrt

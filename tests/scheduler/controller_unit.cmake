@@ -26,3 +26,14 @@ agentrt_test(NAME scheduler_node_failover_test
   DEPS agentrt::scheduler
   LABELS unit
   TIMEOUT 60)
+agentrt_test(NAME scheduler_league_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/league_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
+# The league service on a real gRPC bus over loopback.
+agentrt_test(NAME scheduler_league_service_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/league_service_test.cc
+  DEPS agentrt::scheduler
+  LABELS integration
+  TIMEOUT 60)

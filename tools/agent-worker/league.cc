@@ -108,15 +108,25 @@ void League::TakeNew(std::map<int, PolicySnapshot>& out) {
 void League::PublishSnapshot(const PolicySnapshot& snapshot) {
   PublishOptions opts;
   opts.content_type = std::string(kPolicySnapshotContentType);
-  bus_->PublishAsync(PolicyTopic(bus_->agent()), EncodeSnapshot(snapshot), opts,
-                     [this](const Result<PublishAck>& ack) {
-                       if (ack.ok()) {
-                         published_.fetch_add(1);
-                       } else if (publish_failures_.fetch_add(1) < 5) {
-                         std::fprintf(stderr, "agent-worker: publishing a snapshot failed: %s\n",
-                                      ack.status().ToString().c_str());
-                       }
-                     });
+  const std::string topic = PolicyTopic(bus_->agent());
+  const int64_t step = snapshot.env_steps;
+  bus_->PublishAsync(
+      topic, EncodeSnapshot(snapshot), opts, [this, topic, step](const Result<PublishAck>& ack) {
+        if (ack.ok()) {
+          published_.fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu_);
+          if (ack->offset >= 0 && (!newest_published_ || newest_published_->offset < ack->offset))
+            newest_published_ = SnapshotRef{topic, ack->offset, step};
+        } else if (publish_failures_.fetch_add(1) < 5) {
+          std::fprintf(stderr, "agent-worker: publishing a snapshot failed: %s\n",
+                       ack.status().ToString().c_str());
+        }
+      });
+}
+
+std::optional<SnapshotRef> League::newest_published() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return newest_published_;
 }
 
 void League::PublishResult(const nlohmann::json& result) {

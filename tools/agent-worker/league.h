@@ -24,6 +24,7 @@
 #include "common/status.h"
 #include "comms/bus_client.h"
 #include "learners/policy_snapshot.h"
+#include "tools/agent-worker/league_play.h"
 
 namespace agentrt::worker {
 
@@ -60,6 +61,9 @@ class League {
   uint64_t SubscriptionIncarnation() const { return bus_->SubscriptionIncarnation(); }
   BusClient& bus() { return *bus_; }
 
+  // This agent's newest snapshot the broker has acknowledged (none yet: empty).
+  std::optional<SnapshotRef> newest_published() const;
+
   int64_t snapshots_received() const { return received_.load(); }
   int64_t snapshots_rejected() const { return rejected_.load(); }
   int64_t published() const { return published_.load(); }
@@ -71,8 +75,9 @@ class League {
   void OnMessage(int seat, const BusMessage& message);
 
   std::unique_ptr<BusClient> bus_;
-  std::mutex mu_;
-  std::map<int, PolicySnapshot> fresh_;  // guarded by mu_
+  mutable std::mutex mu_;
+  std::map<int, PolicySnapshot> fresh_;          // guarded by mu_
+  std::optional<SnapshotRef> newest_published_;  // guarded by mu_
   struct SeatState {
     int64_t offset = -1;  // newest message taken
     std::chrono::steady_clock::time_point received;

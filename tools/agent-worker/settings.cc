@@ -14,6 +14,7 @@ Result<WorkerSettings> WorkerSettings::FromArgs(const nlohmann::json& args,
   s.snapshot_every = p.Get("snapshot_every", s.snapshot_every);
   s.eval_episodes = p.Get("eval_episodes", s.eval_episodes);
   s.report_every = p.Get("report_every", s.report_every);
+  s.match_every = p.Get("match_every", s.match_every);
   if (s.algo != "ppo")
     p.Invalid("algo",
               "must be \"ppo\" (the only algorithm agent-worker has), got \"" + s.algo + "\"");
@@ -25,6 +26,7 @@ Result<WorkerSettings> WorkerSettings::FromArgs(const nlohmann::json& args,
   if (s.snapshot_every < 1) p.Invalid("snapshot_every", "must be at least 1");
   if (s.eval_episodes < 0) p.Invalid("eval_episodes", "must not be negative");
   if (s.report_every < 1) p.Invalid("report_every", "must be at least 1");
+  if (s.match_every < 1) p.Invalid("match_every", "must be at least 1");
   AGENTRT_RETURN_IF_ERROR(p.Finish());
   if (Status v = s.trainer.ppo.Validate(); !v.ok()) return v.WithContext(owner);
   if (s.trainer.env_args.is_null()) s.trainer.env_args = nlohmann::json::object();
@@ -35,6 +37,30 @@ std::optional<std::pair<std::string, std::string>> CheckArgs(const nlohmann::jso
   Result<WorkerSettings> s = WorkerSettings::FromArgs(args, "agent-worker args");
   if (s.ok()) return std::nullopt;
   return std::make_pair(Params::KeyOfError(s.status()), s.status().message());
+}
+
+Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings) {
+  if (settings.role != "predator" && settings.role != "prey") {
+    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
+                           " is multi-agent: args need role: predator or role: prey");
+  }
+  Seating s;
+  s.world_args = settings.trainer.env_args;
+  if (s.world_args.value("predators", 1) != 1 || s.world_args.value("prey", 1) != 1 ||
+      s.world_args.value("capture_k", 1) != 1) {
+    return InvalidArgument("agent " + me +
+                           ": league play is one predator against one prey: env_args predators, "
+                           "prey and capture_k must be 1 (or unset)");
+  }
+  s.world_args["predators"] = 1;
+  s.world_args["prey"] = 1;
+  s.world_args["capture_k"] = 1;
+  s.predators = 1;
+  s.prey = 1;
+  s.control = settings.role == "predator" ? 0 : 1;
+  s.others[1 - s.control] = std::string(kLeagueServiceName);  // the league's pick plays it
+  s.world_args["control"] = s.control;
+  return s;
 }
 
 Result<Seating> SeatPursuit(const Plan& plan, const std::string& me,

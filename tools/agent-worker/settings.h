@@ -35,6 +35,7 @@ struct WorkerSettings {
   int snapshot_every = 2;
   int eval_episodes = 200;
   int report_every = 1;
+  int match_every = 4;  // league members: updates per match (a new opponent each)
 
   // `owner` prefixes messages ("agent predator-0 args").
   static Result<WorkerSettings> FromArgs(const nlohmann::json& args, const std::string& owner);
@@ -60,6 +61,11 @@ struct Seating {
 // The world size defaults to the number of agents of each role (at least 1
 // prey and `capture_k` (default 2) predators) unless env_args sets
 // "predators"/"prey".
+// A league member's world (plan.league): one predator against one prey, this
+// agent's seat by its role; the other seat is played by whatever the league
+// matches it with (others[seat] = kLeagueServiceName).
+Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings);
+
 Result<Seating> SeatPursuit(const Plan& plan, const std::string& me,
                             const WorkerSettings& settings);
 

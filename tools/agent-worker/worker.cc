@@ -20,6 +20,7 @@
 #include "learners/ppo_trainer.h"
 #include "plan/run_dir.h"
 #include "tools/agent-worker/league.h"
+#include "tools/agent-worker/league_play.h"
 #include "tools/agent-worker/pursuit_eval.h"
 #include "tools/agent-worker/settings.h"
 
@@ -64,7 +65,10 @@ class Worker {
  private:
   Status Setup();
   Status SetupTrainer();
-  void SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t incarnation);
+  Status SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t incarnation);
+  // League members: ends the current match and installs the next opponent.
+  void NextMatch();
+  void CountGames(const TrainerMetrics& m);
   Status Restore();
   void InstallSnapshots();
   Status TrainLoop();
@@ -84,6 +88,9 @@ class Worker {
   std::vector<std::unique_ptr<CopySeats>> seats_;  // per env copy (multi-agent)
   std::unique_ptr<PpoTrainer> trainer_;
   std::unique_ptr<League> league_;
+  const LeagueMember* member_ = nullptr;  // this agent in plan.league (nullptr: not a member)
+  std::unique_ptr<LeaguePlay> play_;
+  int updates_since_match_ = 0;
   std::map<int, PolicySnapshot> latest_;  // seat -> newest snapshot installed
   TrainerMetrics last_;                   // of the last iteration
   std::vector<uint8_t> trainer_state_;    // checkpoint scratch
@@ -116,8 +123,22 @@ Status Worker::SetupTrainer() {
   const EnvRegistry& registry = GlobalEnvRegistry();
   multi_agent_ = registry.IsMultiAgent(settings_.trainer.env);
   PpoTrainerOptions options;
+  member_ = runtime_->plan().league.FindMember(agent_);
+  if (member_ != nullptr && !multi_agent_) {
+    return InvalidArgument("agent " + agent_ + " is a league member, but env " +
+                           settings_.trainer.env + " has a single agent: nobody to play");
+  }
+  if (member_ != nullptr && group_->size() > 1) {
+    return InvalidArgument("agent " + agent_ + " is a league member with " +
+                           std::to_string(group_->size()) +
+                           " ranks; league play runs one rank per member (give it ranks: 1)");
+  }
+  // An anchor is a fixed yardstick: its initial policy, never trained.
+  options.learn = member_ == nullptr || member_->role != "anchor";
   if (multi_agent_) {
-    AGENTRT_ASSIGN_OR_RETURN(seating_, SeatPursuit(runtime_->plan(), agent_, settings_));
+    AGENTRT_ASSIGN_OR_RETURN(seating_, member_ != nullptr
+                                           ? SeatLeague(agent_, settings_)
+                                           : SeatPursuit(runtime_->plan(), agent_, settings_));
     std::string others;
     for (const auto& [seat, agent] : seating_.others)
       others += " " + std::to_string(seat) + "=" + agent;
@@ -153,34 +174,83 @@ Status Worker::SetupTrainer() {
   return Status::Ok();
 }
 
-void Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t incarnation) {
-  if (!multi_agent_) return;  // single-agent envs have nobody to play with
+Status Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t incarnation) {
+  if (!multi_agent_) return Status::Ok();  // single-agent envs have nobody to play with
   const AgentEnv& env = runtime_->env();
+  if (member_ != nullptr) {
+    // A league member cannot train as asked without the league: fail (and be restarted).
+    if (env.bus.empty())
+      return FailedPrecondition("agent " + agent_ + " is a league member but has no bus");
+    AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::ForAgent(env));
+    AGENTRT_RETURN_IF_ERROR(
+        bus->WaitForReady(std::chrono::seconds(10)).WithContext("bus " + env.bus));
+    AGENTRT_ASSIGN_OR_RETURN(league_, League::Start(std::move(bus), {}, offsets, incarnation));
+    play_ = std::make_unique<LeaguePlay>(&league_->bus(), agent_,
+                                         static_cast<uint64_t>(env.restart_count));
+    log_("league member (%s, %s matchmaking): matched by the league every %d updates",
+         member_->role.c_str(), member_->matchmaking.c_str(), settings_.match_every);
+    NextMatch();
+    return Status::Ok();
+  }
   if (env.bus.empty()) {
     log_(
         "no bus (AGENTRT_BUS is not set): training without it; other seats play at random, "
         "no snapshots are published");
-    return;
+    return Status::Ok();
   }
   auto bus = BusClient::ForAgent(env);
   if (!bus.ok()) {
     log_("bus %s not usable (%s): training without it; other seats play at random", env.bus.c_str(),
          bus.status().ToString().c_str());
-    return;
+    return Status::Ok();
   }
   if (Status ready = (*bus)->WaitForReady(std::chrono::seconds(10)); !ready.ok()) {
     log_("bus %s not reachable (%s): training without it; other seats play at random",
          env.bus.c_str(), ready.ToString().c_str());
-    return;
+    return Status::Ok();
   }
   auto league = League::Start(std::move(*bus), seating_.others, offsets, incarnation);
   if (!league.ok()) {
     log_("bus %s: %s; training without it", env.bus.c_str(), league.status().ToString().c_str());
-    return;
+    return Status::Ok();
   }
   league_ = std::move(*league);
   log_("bus %s: subscribed to the policies of %zu seat(s)%s", env.bus.c_str(),
        seating_.others.size(), offsets.empty() ? "" : " from the checkpoint's offsets");
+  return Status::Ok();
+}
+
+void Worker::NextMatch() {
+  const int seat = 1 - seating_.control;
+  Result<LeagueAssignment> a = play_->Next(league_->newest_published(), trainer_->env_steps());
+  if (!a.ok()) {
+    log_("league: %s; the current opponent stays", a.status().ToString().c_str());
+    return;
+  }
+  for (auto& copy : seats_) {
+    if (!a->policy) {
+      copy->players[seat] = PolicyPlayer();  // the opponent's initial policy: uniform play
+    } else if (Status s = copy->players[seat].Load(*a->policy); !s.ok()) {
+      log_("league: snapshot %s refused: %s", a->snapshot_id.c_str(), s.ToString().c_str());
+      break;
+    }
+  }
+  if (play_->matches() <= 3 || play_->matches() % 25 == 0) {
+    log_("league match %lld: against %s (%s)", static_cast<long long>(play_->matches()),
+         a->snapshot_id.c_str(), a->how.c_str());
+  }
+}
+
+void Worker::CountGames(const TrainerMetrics& m) {
+  const int64_t captured = std::llround(static_cast<double>(m.iteration_episodes) *
+                                        static_cast<double>(m.terminated_fraction));
+  const int64_t escaped = m.iteration_episodes - captured;
+  const bool predator = seating_.control < seating_.predators;
+  play_->AddGames(predator ? captured : escaped, predator ? escaped : captured, 0);
+  if (++updates_since_match_ >= settings_.match_every) {
+    updates_since_match_ = 0;
+    NextMatch();
+  }
 }
 
 Status Worker::Restore() {
@@ -207,8 +277,7 @@ Status Worker::Restore() {
          static_cast<long long>(trainer_->learner().updates()),
          static_cast<long long>(trainer_->episodes()));
   }
-  SetupBus(offsets, incarnation);
-  return Status::Ok();
+  return SetupBus(offsets, incarnation);
 }
 
 Status Worker::SaveCheckpoint(bool wait) {
@@ -250,6 +319,10 @@ void Worker::ReportIteration(const TrainerMetrics& m) {
   if (league_) {
     metrics["snapshots_received"] = league_->snapshots_received();
     metrics["bus_published"] = league_->published();
+    if (play_) {
+      metrics["league_matches"] = play_->matches();
+      metrics["league_results_pending"] = static_cast<int64_t>(play_->results_pending());
+    }
     metrics["bus_stream_stalls"] = league_->stream_stalls();
     // Flat numbers (the metrics stream holds numbers): which update of each
     // other agent's policy played its seat.
@@ -268,6 +341,7 @@ void Worker::ReportIteration(const TrainerMetrics& m) {
 
 void Worker::PublishIteration(const TrainerMetrics& m) {
   league_->PublishSnapshot(SnapshotOf(trainer_->learner(), agent_, m.env_steps));
+  if (play_) return;  // a member's results go to the league (LeaguePlay), not `results`
   nlohmann::json result = {{"agent", agent_},
                            {"seat", seating_.control},
                            {"update", m.ppo.updates},
@@ -290,6 +364,7 @@ Status Worker::TrainLoop() {
                                   runtime_->ShouldStop() ? 1.0f : 0.0f};
     AGENTRT_RETURN_IF_ERROR(trainer_->Iterate(&last_, agree));
     if (rank_ == 0) {
+      if (play_) CountGames(last_);
       if (last_.ppo.updates % settings_.report_every == 0) ReportIteration(last_);
       if (league_ && last_.ppo.updates % settings_.snapshot_every == 0) PublishIteration(last_);
     } else {
@@ -405,6 +480,12 @@ Status Worker::Run() {
     // after its last checkpoint): nothing was trained, and the evaluation the
     // earlier incarnation reported stands.
     log_("nothing left to train after the restart; the earlier evaluation stands");
+    return Status::Ok();
+  }
+  if (play_) {
+    // The last match's result; the league's ratings are a member's evaluation.
+    if (Status s = play_->Finish(league_->newest_published(), steps); !s.ok())
+      log_("league: the last results were not acknowledged: %s", s.ToString().c_str());
     return Status::Ok();
   }
   if (rank_ == 0 && !runtime_->ShouldStop()) AGENTRT_RETURN_IF_ERROR(Evaluate());

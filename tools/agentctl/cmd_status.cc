@@ -6,7 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "plan/plan.h"
 #include "plan/run_dir.h"
+#include "scheduler/league.h"
+#include "scheduler/league_service.h"
 #include "scheduler/status.h"
 #include "tools/agentctl/commands.h"
 
@@ -41,6 +44,35 @@ void RegisterStatus(CLI::App& app) {
       std::fputs(fmt::format("run {}: {} ({})\n", status->run, state, opts->run_dir).c_str(),
                  stdout);
       std::fputs(agentrt::RenderStatusTable(*status, 0).c_str(), stdout);
+      // League ratings and the newest PBT exploits (`agentctl league` shows all).
+      const agentrt::RunDir dir(opts->run_dir);
+      if (auto plan = agentrt::ReadPlanFile(dir.PlanPath()); plan.ok()) {
+        if (plan->league.enabled()) {
+          auto league = agentrt::ReadLeagueState(plan->league, dir.LeagueStatePath());
+          if (league.ok()) {
+            std::fputs(fmt::format("league ({} results): {}\n", league->results_applied(),
+                                   agentrt::FormatRatingsLine(*league))
+                           .c_str(),
+                       stdout);
+          }
+        }
+        const auto lineage = agentrt::ReadLineage(dir.LineagePath());
+        for (size_t i = lineage.size() > 3 ? lineage.size() - 3 : 0; i < lineage.size(); ++i) {
+          const auto& l = lineage[i];
+          std::fputs(
+              fmt::format("pbt: {} restarted from {}'s step {} with {} ({})\n",
+                          l.value("recipient", "?"), l.value("donor", "?"),
+                          l.value("donor_step", int64_t{-1}),
+                          l.value("new", nlohmann::json::object()).dump(), l.value("outcome", "?"))
+                  .c_str(),
+              stdout);
+        }
+        if (!lineage.empty())
+          std::fputs(fmt::format("pbt: {} exploit(s) in all: agentctl league {}\n", lineage.size(),
+                                 opts->run_dir)
+                         .c_str(),
+                     stdout);
+      }
     }
     if (orphaned) {
       std::fputs(

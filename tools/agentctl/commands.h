@@ -26,7 +26,8 @@
   X(Stop)                    \
   X(Check)                   \
   X(Dashboard)               \
-  X(Export)
+  X(Export)                  \
+  X(League)
 
 namespace agentctl {
 

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""League and population-based training end to end (issue 17): the real agentctl, the real
+agent-worker, the league service on the real bus, the example configs as a user runs them.
+
+    league_run_test.py pbt | league | league_resume
+"""
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import (AgentctlRun, check, require_executables, run_processes,  # noqa: E402
+                             scenarios_main, wait_for)
+
+BIN = os.environ.get("AGENTRT_BIN_DIR", "build/bin")
+SOURCE = os.environ.get("AGENTRT_SOURCE_DIR", ".")
+AGENTCTL = os.path.join(BIN, "agentctl")
+
+
+def agentctl(*args, timeout=60):
+    return subprocess.run([AGENTCTL] + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+def run_config(work, config, timeout_s, *sets):
+    """agentctl run of an example config with its run dir under `work`; (returncode, run dir, output)."""
+    args = [AGENTCTL, "run", os.path.join(SOURCE, "configs", config), "--no-dashboard",
+            "--set", "run.dir=" + os.path.join(work, "runs")]
+    for s in sets:
+        args += ["--set", s]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=work)
+    runs = os.path.join(work, "runs")
+    dirs = [os.path.join(runs, d) for d in os.listdir(runs)] if os.path.isdir(runs) else []
+    return p.returncode, (dirs[0] if len(dirs) == 1 else None), p.stdout + p.stderr
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def lineage(run_dir):
+    path = os.path.join(run_dir, "league", "lineage.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def no_result_lost_or_doubled(state):
+    """Each agent numbers its results 1, 2, ... per incarnation and sends them in order, each until
+    acknowledged; the league refuses a number it has seen. So results_applied equals the sum of the
+    highest numbers exactly when no acknowledged result was lost (a gap) and none was applied twice."""
+    return sum(state["applied"].values()) == state["results_applied"]
+
+
+def scenario_pbt(work):
+    """configs/pbt.yaml: four CartPole agents, `slow` starting with lr 1e-6. It is exploited at
+    least once (restarted from a better agent's verified checkpoint with a perturbed lr), the
+    population's worst return at the end is >= 475, and lineage, plan and status say so."""
+    rc, run_dir, out = run_config(work, "pbt.yaml", 240)
+    check(rc == 0 and run_dir, "agentctl run configs/pbt.yaml succeeded\n%s" % out[-3000:])
+    lines = lineage(run_dir)
+    slow = [l for l in lines if l["recipient"] == "slow" and l["outcome"] == "exploited"]
+    check(slow, "slow was exploited at least once: %s" % [(l["recipient"], l["donor"]) for l in lines])
+    first = slow[0]
+    check(first["old"]["lr"] == 1e-6 and first["donor"] != "slow" and first["donor_metric"] > first["recipient_metric"],
+          "its first exploit copied a better agent (%s, %.1f > %.1f) and changed lr 1e-6 -> %g"
+          % (first["donor"], first["donor_metric"], first["recipient_metric"], first["new"]["lr"]))
+    check(all(1e-6 <= l["new"]["lr"] <= 1e-3 for l in lines), "every new lr is inside [1e-6, 1e-3]")
+    check(all(l["donor_step"] >= 0 and os.path.isdir(l["archived"]) for l in lines if l["outcome"] == "exploited"),
+          "each recipient's own checkpoints were kept aside (replaced/)")
+    plan = read_json(os.path.join(run_dir, "plan.json"))
+    lr = {a["name"]: a["args"]["lr"] for a in plan["agents"]}
+    last_slow = [l for l in lines if l["recipient"] == "slow"][-1]
+    check(lr["slow"] == last_slow["new"]["lr"], "plan.json holds slow's newest lr (%g)" % lr["slow"])
+    status = read_json(os.path.join(run_dir, "status.json"))
+    returns = {a["name"]: a["metrics"].get("episode_return_mean", 0) for a in status["agents"]}
+    check(min(returns.values()) >= 475, "the population's worst return at the end is >= 475: %s" % returns)
+    agents = {a["name"]: a for a in status["agents"]}
+    check(agents["slow"]["replacements"] >= 1 and agents["slow"]["replacements"] == agents["slow"]["restarts"],
+          "status counts slow's restarts as replacements, not failures")
+    shown = agentctl("league", run_dir)
+    check(shown.returncode == 0 and "pbt lineage (%d exploit" % len(lines) in shown.stdout
+          and "slow (" in shown.stdout, "agentctl league shows the lineage\n" + shown.stdout)
+    st = agentctl("status", run_dir)
+    check("pbt: %d exploit(s)" % len(lines) in st.stdout, "agentctl status shows the exploits")
+
+
+def check_league_state(state, keep):
+    ratings = state["ratings"]
+    order = sorted(ratings, key=ratings.get)
+    check(order[0] == "anchor", "the random-policy anchor ends last: %s" % {k: round(v) for k, v in ratings.items()})
+    check(all(ratings[h] > ratings["anchor"] + 100 for h in ("hunter-0", "hunter-1")),
+          "the trained predators are rated well above the untrained one (same seat)")
+    check(no_result_lost_or_doubled(state), "no result lost or applied twice (%d applied)" % state["results_applied"])
+    check(all(len(v) <= keep for v in state["frozen"].values()) and len(state["frozen"]) == 4,
+          "every member has frozen snapshots, at most keep_snapshots (%d)" % keep)
+    p = state["payoff"]
+    check(p["hunter-0"]["runner"][0] > 0 and p["runner"]["anchor"][0] > 0, "the payoff table has games both ways")
+
+
+def scenario_league(work):
+    """configs/league.yaml: two predators and a prey learn against each other by PFSP, an untrained
+    predator anchors the scale. Ratings separate trained from random; the state file holds each
+    result once; agentctl league and status show it."""
+    rc, run_dir, out = run_config(work, "league.yaml", 240)
+    check(rc == 0 and run_dir, "agentctl run configs/league.yaml succeeded\n%s" % out[-3000:])
+    state = read_json(os.path.join(run_dir, "league", "state.json"))
+    check_league_state(state, 8)
+    shown = agentctl("league", run_dir)
+    check(shown.returncode == 0 and shown.stdout.splitlines()[2].split()[1] in ("hunter-0", "hunter-1")
+          and "anchor" in shown.stdout.splitlines()[5], "agentctl league ranks a hunter first, the anchor last\n" + shown.stdout)
+    as_json = json.loads(agentctl("league", run_dir, "--json").stdout)
+    check(as_json["state"]["results_applied"] == state["results_applied"], "agentctl league --json is the state")
+    st = agentctl("status", run_dir)
+    check("league (%d results)" % state["results_applied"] in st.stdout, "agentctl status shows the ratings")
+    with open(os.path.join(run_dir, "logs", "hunter-0", "rank0.log")) as f:
+        log = f.read()
+    check("league match 1: against runner@" in log, "a hunter was matched against the runner")
+
+
+def scenario_league_resume(work):
+    """kill -9 of agentctl in the middle of a league run, then agentctl resume: the league starts
+    from exactly its last commit (its rating history goes on from there), and in the end no result
+    is lost or counted twice."""
+    with open(os.path.join(SOURCE, "configs", "league.yaml")) as f:
+        text = f.read().replace("steps: 150000", "steps: 600000")
+    run = AgentctlRun(AGENTCTL, work, text, ["--no-dashboard"])
+    state_path = os.path.join(run.run_dir, "league", "state.json")
+    try:
+        def enough():
+            try:
+                return read_json(state_path)["results_applied"] >= 60
+            except (OSError, ValueError):
+                return False
+        wait_for("60 league results", enough, 120)
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait(timeout=10)
+        wait_for("the old agents to die", lambda: not run_processes(run.run_dir) or None, 20)
+        committed = read_json(state_path)  # what the killed controller last committed
+        check(no_result_lost_or_doubled(committed), "the last commit before the kill is consistent")
+        resumed = subprocess.run([AGENTCTL, "resume", run.run_dir, "--quiet", "--no-dashboard"],
+                                 capture_output=True, text=True, timeout=240)
+        check(resumed.returncode == 0, "the resumed run succeeded\n%s%s" % (resumed.stdout, resumed.stderr[-3000:]))
+        final = read_json(state_path)
+        # The history is thinned to every other point as it grows: compare the points both kept.
+        before = {h["results"]: h for h in committed["history"]}
+        kept = [h for h in final["history"] if h["results"] <= committed["results_applied"]]
+        check(kept and all(before.get(h["results"]) == h for h in kept),
+              "the resumed league went on from its last commit (%d results): its rating history up to "
+              "there is unchanged (%d points compared)" % (committed["results_applied"], len(kept)))
+        check(all(final["applied"].get(k, 0) >= v for k, v in committed["applied"].items()),
+              "every result applied before the kill is still applied")
+        check(any(k.endswith("/1") for k in final["applied"]), "the agents' new incarnations reported results")
+        check(final["results_applied"] > committed["results_applied"], "results went on after the resume")
+        check_league_state(final, 8)
+    finally:
+        run.kill()
+
+
+if __name__ == "__main__":
+    require_executables(AGENTCTL, os.path.join(BIN, "agent-worker"))
+    sys.exit(scenarios_main(globals(), "agentrt-league"))

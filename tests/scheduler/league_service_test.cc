@@ -1,0 +1,137 @@
+// The league service (scheduler/league_service.h) on a real gRPC bus over
+// loopback: requests and replies, exactly-once results across a restart of
+// the service, forged senders, a state file that cannot be read.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "comms/auth.h"
+#include "comms/bus_client.h"
+#include "comms/bus_server.h"
+#include "plan/config.h"
+#include "scheduler/league_service.h"
+#include "tests/common/temp_dir.h"
+
+namespace agentrt {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr char kSecret[] = "league-test-secret";
+
+LeagueConfig Config() {
+  LeagueConfig c;
+  c.members = {{"h0", "main", "pfsp", 0.0, {"r"}}, {"r", "main", "pfsp", 0.0, {"h0"}}};
+  return c;
+}
+
+struct Bus {
+  std::unique_ptr<BusServer> server;
+  Bus() {
+    BusAcl acl;
+    acl.agents = {"h0", "r", kLeagueServiceName};
+    BusServerOptions o;
+    o.host = "127.0.0.1";
+    auto s = BusServer::Start(o, kSecret, acl);
+    REQUIRE(s.ok());
+    server = std::move(*s);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
+  std::unique_ptr<BusClient> Client(const std::string& agent) const {
+    auto c = BusClient::Connect(address(), {agent, DeriveAgentToken(kSecret, agent)});
+    REQUIRE(c.ok());
+    return std::move(*c);
+  }
+};
+
+std::unique_ptr<LeagueService> StartService(const Bus& bus, const std::string& state_path) {
+  LeagueServiceOptions o;
+  o.bus_address = bus.address();
+  o.credential = {kLeagueServiceName, DeriveAgentToken(kSecret, kLeagueServiceName)};
+  o.state_path = state_path;
+  auto s = LeagueService::Start(Config(), o);
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  return std::move(*s);
+}
+
+nlohmann::json Ask(BusClient& client, const nlohmann::json& request) {
+  auto reply = client.Request(kLeagueServiceName, request.dump(), 10s);
+  INFO(reply.status().ToString());
+  REQUIRE(reply.ok());
+  CHECK(reply->replier == kLeagueServiceName);
+  return nlohmann::json::parse(reply->payload);
+}
+
+nlohmann::json ResultOf(const std::string& agent, uint64_t seq) {
+  return {{"op", "result"}, {"agent", agent},         {"incarnation", 0},
+          {"seq", seq},     {"opponent", "r"},         {"opponent_snapshot", "r@initial"},
+          {"wins", 3},      {"losses", 1},             {"draws", 0}};
+}
+
+TEST_CASE("the league answers matches, applies each result once, and survives its restart") {
+  testing::TempDir tmp("agentrt-league");
+  const std::string state = tmp.Path("league/state.json");
+  Bus bus;
+  auto h0 = bus.Client("h0");
+  REQUIRE(h0->WaitForReady(10s).ok());
+  double rating_after_one = 0;
+  {
+    auto service = StartService(bus, state);
+    nlohmann::json match = Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 1}});
+    CHECK(match["opponent"] == "r");
+    CHECK(match["snapshot"].is_null());  // r has published nothing yet
+    CHECK(match["snapshot_id"] == "r@initial");
+    CHECK(Ask(*h0, ResultOf("h0", 1))["applied"] == true);
+    // The reply came after the commit: the file has it.
+    auto committed = ReadLeagueState(Config(), state);
+    REQUIRE(committed.ok());
+    CHECK(committed->results_applied() == 1);
+    rating_after_one = committed->Rating("h0");
+    CHECK(rating_after_one > 1000);
+    // A retry (its reply lost) is acknowledged and not applied again.
+    nlohmann::json again = Ask(*h0, ResultOf("h0", 1));
+    CHECK(again["applied"] == false);
+    CHECK(again["why"].get<std::string>().find("applied already") != std::string::npos);
+    // A result that names another agent than its sender is refused.
+    nlohmann::json forged = Ask(*h0, ResultOf("r", 1));
+    CHECK(forged.contains("error"));
+    CHECK(service->refused() == 1);
+    // A snapshot offered with a request enters the catalogue.
+    nlohmann::json offer = {{"op", "match"},
+                            {"agent", "h0"},
+                            {"match", 2},
+                            {"snapshot", {{"topic", "policies/h0"}, {"offset", 3}, {"step", 64}}}};
+    Ask(*h0, offer);
+    CHECK(service->Committed()["newest"]["h0"]["offset"] == 3);
+  }
+  // A new service (agentctl resume, a requeue) starts from the committed state.
+  auto service = StartService(bus, state);
+  CHECK(service->Committed()["results_applied"] == 1);
+  CHECK(service->Rating("h0") == Approx(rating_after_one));
+  CHECK(Ask(*h0, ResultOf("h0", 1))["applied"] == false);
+  CHECK(Ask(*h0, ResultOf("h0", 2))["applied"] == true);
+  CHECK(service->Committed()["results_applied"] == 2);
+  auto r = bus.Client("r");
+  nlohmann::json r_match = Ask(*r, {{"op", "match"}, {"agent", "r"}, {"match", 1}});
+  CHECK(r_match["opponent"] == "h0");
+  CHECK(r_match["snapshot"]["offset"] == 3);  // h0's snapshot, offered before the restart
+}
+
+TEST_CASE("a league state file that cannot be read back stops the service with its path") {
+  testing::TempDir tmp("agentrt-league");
+  const std::string state = tmp.Path("state.json");
+  std::ofstream(state) << "{\"format\": 1, \"ratings\": ";  // torn by hand
+  Bus bus;
+  LeagueServiceOptions o;
+  o.bus_address = bus.address();
+  o.credential = {kLeagueServiceName, DeriveAgentToken(kSecret, kLeagueServiceName)};
+  o.state_path = state;
+  auto s = LeagueService::Start(Config(), o);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.status().message(), Catch::Matchers::Contains(state));
+}
+
+}  // namespace
+}  // namespace agentrt
