@@ -10,6 +10,7 @@
 #include <set>
 
 #include "plan/run_dir.h"
+#include "scheduler/league_service.h"
 
 namespace agentrt {
 
@@ -50,8 +51,56 @@ Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
     if (const int64_t t = FileMTimeNs(manifest); t > 0)
       s.checkpoint_unix_s[a.name] = static_cast<double>(t) / 1e9;
   }
+  if (s.plan.league.enabled()) {
+    // None committed yet (or unreadable): the page shows no league table.
+    if (auto league = ReadLeagueState(s.plan.league, dir.LeagueStatePath()); league.ok())
+      s.league = std::move(*league);
+  }
+  if (!s.plan.pbt.empty()) s.lineage = ReadLineage(dir.LineagePath());
   return s;
 }
+
+namespace {
+
+// The page's league section: members best first, the payoff table, the newest exploits.
+nlohmann::json LeagueView(const RunSnapshot& run) {
+  nlohmann::json out = nlohmann::json::object();
+  if (run.league) {
+    const LeagueState& l = *run.league;
+    nlohmann::json members = nlohmann::json::array();
+    for (const auto& [agent, rating] : l.ratings()) {
+      int64_t games = 0;
+      nlohmann::json payoff = nlohmann::json::object();
+      if (auto row = l.payoff().find(agent); row != l.payoff().end()) {
+        for (const auto& [other, c] : row->second) {
+          games += c.games();
+          payoff[other] = {c.wins, c.losses, c.draws};
+        }
+      }
+      const LeagueMember* m = l.config().FindMember(agent);
+      members.push_back({{"agent", agent},
+                         {"role", m != nullptr ? m->role : ""},
+                         {"rating", rating},
+                         {"games", games},
+                         {"snapshots", l.frozen(agent).size()},
+                         {"payoff", std::move(payoff)}});
+    }
+    std::sort(members.begin(), members.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+      return a["rating"].get<double>() > b["rating"].get<double>();
+    });
+    out["members"] = std::move(members);
+    out["results_applied"] = l.results_applied();
+  }
+  if (!run.lineage.empty()) {
+    const size_t first = run.lineage.size() > 20 ? run.lineage.size() - 20 : 0;
+    out["lineage"] = nlohmann::json(std::vector<nlohmann::json>(
+        run.lineage.begin() + static_cast<long>(first), run.lineage.end()));
+    out["exploits"] = run.lineage.size();
+  }
+  return out;
+}
+
+}  // namespace
 
 nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   const RunStatus& st = run.status;
@@ -105,6 +154,7 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   }
   out["agents"] = std::move(agents);
   out["bus"] = st.bus.is_object() ? st.bus : nlohmann::json::object();
+  out["league"] = LeagueView(run);
   return out;
 }
 
@@ -184,6 +234,21 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
     family("agentrt_bus_messages_published_total", "counter", "Messages the bus stored.");
     out += fmt::format("agentrt_bus_messages_published_total{{run=\"{}\"}} {}\n", r,
                        st.bus.value("messages_published", int64_t{0}));
+  }
+  if (run.league) {
+    family("agentrt_league_rating", "gauge", "The league member's Elo rating (last commit).");
+    for (const auto& [agent, rating] : run.league->ratings()) {
+      out += fmt::format("agentrt_league_rating{{run=\"{}\",agent=\"{}\"}} {:.3f}\n", r,
+                         Label(agent), rating);
+    }
+    family("agentrt_league_results_total", "counter", "Match results the league applied.");
+    out += fmt::format("agentrt_league_results_total{{run=\"{}\"}} {}\n", r,
+                       run.league->results_applied());
+  }
+  if (!run.plan.pbt.empty()) {
+    family("agentrt_pbt_exploits_total", "counter",
+           "PBT exploits (a member restarted from another's checkpoint).");
+    out += fmt::format("agentrt_pbt_exploits_total{{run=\"{}\"}} {}\n", r, run.lineage.size());
   }
   family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
   for (const AgentStatus& a : st.agents) {

@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "plan/plan.h"
+#include "scheduler/league.h"
 #include "scheduler/status.h"
 
 namespace agentrt {
@@ -33,6 +34,8 @@ struct RunSnapshot {
   RunStatus status;
   bool controller_alive = false;
   std::map<std::string, double> checkpoint_unix_s;  // agent -> its last checkpoint's commit time
+  std::optional<LeagueState> league;                // the league's last commit (plan.league)
+  std::vector<nlohmann::json> lineage;              // PBT exploits (RUN_DIR/league/lineage.jsonl)
 };
 Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir);
 

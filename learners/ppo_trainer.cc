@@ -79,6 +79,18 @@ Result<std::unique_ptr<PpoTrainer>> PpoTrainer::Make(const PpoTrainerConfig& con
   return t;
 }
 
+TrainerMetrics PpoTrainer::WindowMetrics() const {
+  TrainerMetrics m;
+  m.env_steps = env_steps_;
+  m.episodes = episodes_;
+  m.window_episodes = static_cast<int>(window_.size());
+  for (const auto& [ret, len] : window_) {
+    m.episode_return_mean += ret / static_cast<float>(window_.size());
+    m.episode_length_mean += static_cast<float>(len) / static_cast<float>(window_.size());
+  }
+  return m;
+}
+
 Status PpoTrainer::Iterate(TrainerMetrics* metrics, std::span<float> agree) {
   const auto start = std::chrono::steady_clock::now();
   EnvPool& pool = *pool_;

@@ -93,6 +93,10 @@ class PpoTrainer {
   // agree on collective decisions (save now, stop now).
   Status Iterate(TrainerMetrics* metrics, std::span<float> agree = {});
 
+  // The episode statistics as they stand (this rank's window: e.g. right
+  // after LoadState, before any iteration), without stepping.
+  TrainerMetrics WindowMetrics() const;
+
   // Learner state plus env-step count and episode window, as bytes. The envs
   // themselves restart fresh (seeded from the step count) after LoadState.
   std::vector<uint8_t> SaveState() const;

@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <random>
 
@@ -110,8 +109,8 @@ bool LeagueState::Apply(const LeagueResult& r, double unix_s, std::string* why) 
     return false;
   }
   if (r.wins < 0 || r.losses < 0 || r.draws < 0 || r.games() == 0) {
-    *why = fmt::format("agent {} reported a match of {} wins, {} losses, {} draws", r.agent,
-                       r.wins, r.losses, r.draws);
+    *why = fmt::format("agent {} reported a match of {} wins, {} losses, {} draws", r.agent, r.wins,
+                       r.losses, r.draws);
     return false;
   }
   uint64_t& seen = applied_[AppliedKey(r.agent, r.incarnation)];
@@ -121,7 +120,8 @@ bool LeagueState::Apply(const LeagueResult& r, double unix_s, std::string* why) 
   }
   seen = r.seq;
   ++results_applied_;
-  for (auto* table : {&payoff_[r.agent][r.opponent], &snapshot_payoff_[r.agent][r.opponent_snapshot]}) {
+  for (auto* table :
+       {&payoff_[r.agent][r.opponent], &snapshot_payoff_[r.agent][r.opponent_snapshot]}) {
     table->wins += r.wins;
     table->losses += r.losses;
     table->draws += r.draws;
@@ -185,10 +185,9 @@ Result<LeagueMatch> LeagueState::Pick(const LeagueMatchRequest& request) const {
   if (candidates.empty()) {
     for (const std::string& opponent : member->opponents) {
       auto it = newest_.find(opponent);
-      candidates.push_back({opponent,
-                            it == newest_.end() ? std::nullopt
-                                                : std::optional<LeagueSnapshot>(it->second),
-                            1.0});
+      candidates.push_back(
+          {opponent, it == newest_.end() ? std::nullopt : std::optional<LeagueSnapshot>(it->second),
+           1.0});
     }
     match.how = "newest";
   }
@@ -239,7 +238,8 @@ Result<LeagueState> LeagueState::FromJson(LeagueConfig config, const json& j) {
   LeagueState state(std::move(config));
   try {
     if (j.at("format").get<int>() != 1)
-      return InvalidArgument(fmt::format("format {} (this agentrt reads 1)", j.at("format").dump()));
+      return InvalidArgument(
+          fmt::format("format {} (this agentrt reads 1)", j.at("format").dump()));
     state.results_applied_ = j.at("results_applied").get<int64_t>();
     state.inbox_offset = j.at("inbox_offset").get<int64_t>();
     state.inbox_incarnation = j.at("inbox_incarnation").get<uint64_t>();
@@ -250,7 +250,8 @@ Result<LeagueState> LeagueState::FromJson(LeagueConfig config, const json& j) {
     }
     state.payoff_ = CellsFromJson(j.at("payoff"));
     state.snapshot_payoff_ = CellsFromJson(j.at("snapshot_payoff"));
-    for (const auto& [agent, s] : j.at("newest").items()) state.newest_[agent] = SnapshotFromJson(s);
+    for (const auto& [agent, s] : j.at("newest").items())
+      state.newest_[agent] = SnapshotFromJson(s);
     for (const auto& [agent, list] : j.at("frozen").items()) {
       for (const json& s : list) state.frozen_[agent].push_back(SnapshotFromJson(s));
     }
@@ -318,9 +319,9 @@ std::string FormatLeague(const LeagueState* state, const std::vector<json>& line
         for (const auto& [other, cell] : row->second) games += cell.games();
       }
       const LeagueMember* m = state->config().FindMember(agent);
-      out += fmt::format("{:<4} {:<{}} {:<16} {:>8.1f} {:>8} {:>9}\n", ++rank, agent, w,
-                         m != nullptr ? m->role : "?", -negative, games,
-                         state->frozen(agent).size());
+      out +=
+          fmt::format("{:<4} {:<{}} {:<16} {:>8.1f} {:>8} {:>9}\n", ++rank, agent, w,
+                      m != nullptr ? m->role : "?", -negative, games, state->frozen(agent).size());
     }
     out += "payoff (games the row's agent reported: wins-losses-draws against the column's):\n";
     std::vector<std::string> columns;

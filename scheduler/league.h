@@ -72,9 +72,7 @@ struct LeagueMatch {
   std::string opponent;
   std::optional<LeagueSnapshot> snapshot;
   std::string how;  // "newest", "uniform", "pfsp"
-  std::string SnapshotId() const {
-    return snapshot ? snapshot->Id() : opponent + "@initial";
-  }
+  std::string SnapshotId() const { return snapshot ? snapshot->Id() : opponent + "@initial"; }
 };
 
 struct PayoffCell {
@@ -107,9 +105,7 @@ class LeagueState {
   const LeagueConfig& config() const { return config_; }
   const std::map<std::string, double>& ratings() const { return ratings_; }
   double Rating(const std::string& agent) const;
-  const std::map<std::string, std::map<std::string, PayoffCell>>& payoff() const {
-    return payoff_;
-  }
+  const std::map<std::string, std::map<std::string, PayoffCell>>& payoff() const { return payoff_; }
   const std::vector<LeagueSnapshot>& frozen(const std::string& agent) const;
   int64_t results_applied() const { return results_applied_; }
 

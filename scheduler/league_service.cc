@@ -47,17 +47,15 @@ Result<std::unique_ptr<LeagueService>> LeagueService::Start(const LeagueConfig& 
   std::filesystem::create_directories(
       std::filesystem::path(service->options_.state_path).parent_path(), ec);
   service->committed_ = service->state_.ToJson();
-  AGENTRT_ASSIGN_OR_RETURN(service->bus_,
-                           BusClient::Connect(service->options_.bus_address,
-                                              service->options_.credential, service->options_.bus));
+  AGENTRT_ASSIGN_OR_RETURN(
+      service->bus_, BusClient::Connect(service->options_.bus_address, service->options_.credential,
+                                        service->options_.bus));
   LeagueService* self = service.get();
-  const StartAt from = resumed ? StartAt::Offset(service->state_.inbox_offset,
-                                                 service->state_.inbox_incarnation)
-                               : StartAt::Earliest();
-  AGENTRT_ASSIGN_OR_RETURN(auto id,
-                           service->bus_->Receive(from, [self](const BusMessage& m) {
-                             self->OnMessage(m);
-                           }));
+  const StartAt from =
+      resumed ? StartAt::Offset(service->state_.inbox_offset, service->state_.inbox_incarnation)
+              : StartAt::Earliest();
+  AGENTRT_ASSIGN_OR_RETURN(
+      auto id, service->bus_->Receive(from, [self](const BusMessage& m) { self->OnMessage(m); }));
   (void)id;
   return service;
 }
@@ -86,8 +84,8 @@ void LeagueService::Refuse(const std::string& why) {
 
 Status LeagueService::Commit() {
   json state = state_.ToJson();
-  Status s = WriteFileAtomic(options_.state_path, state.dump() + "\n",
-                             {.mode = 0644, .sync_dir = true});
+  Status s =
+      WriteFileAtomic(options_.state_path, state.dump() + "\n", {.mode = 0644, .sync_dir = true});
   if (!s.ok()) {
     commit_failures_.fetch_add(1);
     last_error_ = s.ToString();

@@ -79,7 +79,7 @@ class LeagueService {
   void Refuse(const std::string& why);
 
   mutable std::mutex mu_;
-  LeagueState state_;  // guarded by mu_
+  LeagueState state_;         // guarded by mu_
   nlohmann::json committed_;  // guarded by mu_
   std::string last_error_;    // guarded by mu_
   LeagueServiceOptions options_;

@@ -60,7 +60,8 @@ std::optional<PbtDecision> PbtScheduler::OnReport(const std::string& agent, int6
   if (ranked.size() < 2) return std::nullopt;
   std::sort(ranked.begin(), ranked.end());
   const size_t k = std::max<size_t>(
-      1, static_cast<size_t>(std::floor(static_cast<double>(ranked.size()) * pop->fraction + 1e-9)));
+      1,
+      static_cast<size_t>(std::floor(static_cast<double>(ranked.size()) * pop->fraction + 1e-9)));
   size_t position = 0;
   while (ranked[position].second != agent) ++position;
   if (position >= k) return std::nullopt;  // not in the bottom fraction
@@ -88,9 +89,9 @@ std::optional<PbtDecision> PbtScheduler::OnReport(const std::string& agent, int6
     const double base = donor_args.value(h.name, h.min);
     double value = 0;
     if (Uniform(rng) < pop->resample_probability) {
-      value = h.log_scale ? std::exp(std::log(h.min) +
-                                     Uniform(rng) * (std::log(h.max) - std::log(h.min)))
-                          : h.min + Uniform(rng) * (h.max - h.min);
+      value = h.log_scale
+                  ? std::exp(std::log(h.min) + Uniform(rng) * (std::log(h.max) - std::log(h.min)))
+                  : h.min + Uniform(rng) * (h.max - h.min);
       d.explore[h.name] = "resampled";
     } else {
       const double factor = h.perturb[rng() % h.perturb.size()];

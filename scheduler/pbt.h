@@ -38,7 +38,7 @@ struct PbtDecision {
   std::string population;
   std::string recipient;
   std::string donor;
-  int64_t step = 0;            // the recipient's env step when it was judged
+  int64_t step = 0;  // the recipient's env step when it was judged
   double recipient_metric = 0;
   double donor_metric = 0;
   nlohmann::json old_hyperparameters = nlohmann::json::object();  // the recipient's

@@ -9,8 +9,10 @@ SVG per agent, RUN_DIR/plots/<agent>.svg (the metric against env steps; a
 restart from a checkpoint shows as a marker where the curve resumes), prints a
 summary table and the paths of the plots. With matplotlib (Debian's
 python3-matplotlib) it also draws every agent on one figure, RUN_DIR/plots/curves.png
-(axes, legend, restarts marked); without it that figure is skipped, the rest needs
-only the standard library. Exit status 0, or 1 when there is nothing to plot.
+(axes, legend, restarts marked) and, for a run with a league, the members' Elo
+ratings over the run from RUN_DIR/league/state.json, RUN_DIR/plots/league.png;
+without it those figures are skipped, the rest needs only the standard library.
+Exit status 0, or 1 when there is nothing to plot.
 """
 import argparse
 import html
@@ -146,6 +148,47 @@ def figure_all(path, curves, metric):
     return True
 
 
+def figure_league(path, history, roles):
+    """The league's ratings after each applied result; False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+    agents = sorted({a for h in history for a in h["ratings"]})
+    for agent in agents:
+        points = [(h["results"], h["ratings"][agent]) for h in history if agent in h["ratings"]]
+        label = f"{agent} ({roles.get(agent, '?')})"
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=label, linewidth=1.5,
+                linestyle="--" if roles.get(agent) == "anchor" else "-")
+    ax.set_xlabel("match results applied")
+    ax.set_ylabel("Elo rating")
+    ax.set_title("league ratings (dashed: an anchor, which never trains)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png")
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+    return True
+
+
+def plot_league(run_dir, plots_dir):
+    """RUN_DIR/plots/league.png from the league's committed state, when the run has one."""
+    try:
+        with open(os.path.join(run_dir, "league", "state.json")) as f:
+            state = json.load(f)
+        with open(os.path.join(run_dir, "plan.json")) as f:
+            roles = {m["agent"]: m["role"] for m in json.load(f).get("league", {}).get("members", [])}
+    except (OSError, ValueError, KeyError):
+        return
+    path = os.path.join(plots_dir, "league.png")
+    if state.get("history") and figure_league(path, state["history"], roles):
+        print(f"league ratings: {os.path.abspath(path)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description="learning curves (SVG) and a summary of an agentrt run")
     parser.add_argument("run_dir")
@@ -204,6 +247,7 @@ def main():
         print(f"all agents: {os.path.abspath(together)}")
     elif curves:
         print("plot_curves: no matplotlib (apt-get install python3-matplotlib): no figure of all agents")
+    plot_league(args.run_dir, plots_dir)
     return 0 if written else 1
 
 

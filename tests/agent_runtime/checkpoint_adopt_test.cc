@@ -101,7 +101,8 @@ TEST_CASE("a donor checkpoint that does not verify is passed over for an older o
   SaveAll(donor, "a", 1, 20, {});
   {
     // Flip a byte of the newest shard.
-    std::fstream f(donor + "/step-20/rank-0.shard", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(donor + "/step-20/rank-0.shard",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(5);
     f.put('\x7f');
   }

@@ -21,6 +21,7 @@ from agentrt_testing import (AgentctlRun, Failure, check, die_with_parent, free_
 BIN = os.environ["AGENTRT_BIN_DIR"]
 AGENTCTL = os.path.join(BIN, "agentctl")
 AGENT = os.path.join(BIN, "agentrt-test-agent")
+SOURCE = os.environ.get("AGENTRT_SOURCE_DIR", ".")
 SHOTS = os.path.join(os.path.dirname(BIN), "dashboard-screenshots")
 
 
@@ -336,6 +337,61 @@ def scenario_browser(work):
         if dash:
             dash.stop()
         run.kill()
+
+
+def finished_example(work, config):
+    """An example config (configs/<config>) run to its end under `work`; its run directory."""
+    runs = os.path.join(work, config.split(".")[0])
+    p = subprocess.run([AGENTCTL, "run", os.path.join(SOURCE, "configs", config), "--no-dashboard", "--quiet",
+                        "--set", "run.dir=" + runs], capture_output=True, text=True, timeout=240, cwd=work)
+    check(p.returncode == 0, "agentctl run configs/%s succeeded%s" % (config, "" if p.returncode == 0 else
+                                                                      "\n" + p.stdout + p.stderr))
+    return os.path.join(runs, os.listdir(runs)[0])
+
+
+def scenario_league(work):
+    """The league's ratings and the PBT lineage on the page and in /metrics (configs/league.yaml
+    and configs/pbt.yaml, finished runs)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    browser = chromium()
+    if browser is None:
+        print("SKIPPED: no chromium (apt-get install chromium)")
+        return 77
+    league_dir = finished_example(work, "league.yaml")
+    pbt_dir = finished_example(work, "pbt.yaml")
+    page = None
+    dashes = []
+    try:
+        page = Browser(browser, work)
+        dashes.append(Dashboard(league_dir))
+        page.call("Page.navigate", url=dashes[-1].url)
+        members = wait_for("the league table", lambda: (lambda r: r if r and len(r) == 4 else None)(
+            page.js("[...document.querySelectorAll('#league tbody tr')].map(r => r.dataset.member)")), 20)
+        check(members[-1] == "anchor" and members[0].startswith("hunter-"),
+              "the league table ranks a hunter first and the anchor last: %s" % members)
+        families = {f.name: f for f in text_string_to_metric_families(dashes[-1].get("metrics"))}
+        ratings = {s.labels["agent"]: s.value for s in families["agentrt_league_rating"].samples}
+        check(sorted(ratings) == sorted(members) and min(ratings, key=ratings.get) == "anchor",
+              "/metrics has every member's rating: %s" % {k: round(v) for k, v in ratings.items()})
+        wait_for("the learning curves", lambda: page.js("+document.getElementById('chart').dataset.points"), 20)
+        page.screenshot(os.path.join(SHOTS, "dashboard-league.png"))
+        dashes.append(Dashboard(pbt_dir))
+        page.call("Page.navigate", url=dashes[-1].url)
+        exploits = wait_for("the PBT lineage", lambda: page.js("document.querySelectorAll('#lineage tbody tr').length"), 20)
+        with open(os.path.join(pbt_dir, "league", "lineage.jsonl")) as f:
+            lines = [json.loads(x) for x in f if x.strip()]
+        check(exploits == min(20, len(lines)), "the page lists the %d exploits of lineage.jsonl" % len(lines))
+        check(page.js("document.getElementById('league-section').hidden") is False, "in the league section")
+        check(page.js("document.getElementById('league').hidden") is True, "with no ratings table (no league)")
+        wait_for("the learning curves", lambda: page.js("+document.getElementById('chart').dataset.points"), 20)
+        page.js("document.getElementById('league-section').scrollIntoView()")
+        page.screenshot(os.path.join(SHOTS, "dashboard-pbt.png"))
+        check(page.js("window.pageErrors") == [], "and the page had no script error: %s" % page.js("window.pageErrors"))
+    finally:
+        if page:
+            page.close()
+        for d in dashes:
+            d.stop()
 
 
 def main():

@@ -152,11 +152,12 @@ TEST_CASE("a pbt population naming a missing agent, or too few, or an unset arg,
       ent_coef: {min: 0, max: 0.1}
 )"),
              Contains("agent hunter-0 sets no number args.ent_coef"));
-  CHECK_THAT(ErrorOf(std::string(kAgents) + R"(pbt:
+  CHECK_THAT(
+      ErrorOf(std::string(kAgents) + R"(pbt:
   - agents: ["hunter-*"]
     metric: rating
 )"),
-             Contains("metric rating is the league's Elo, but agent hunter-0 is not a league member"));
+      Contains("metric rating is the league's Elo, but agent hunter-0 is not a league member"));
   CHECK_THAT(ErrorOf(std::string(kAgents) + R"(pbt:
   - agents: ["hunter-*"]
     fraction: 0.75

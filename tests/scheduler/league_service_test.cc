@@ -1,6 +1,8 @@
 // The league service (scheduler/league_service.h) on a real gRPC bus over
 // loopback: requests and replies, exactly-once results across a restart of
 // the service, forged senders, a state file that cannot be read.
+#include "scheduler/league_service.h"
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
@@ -11,7 +13,6 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "plan/config.h"
-#include "scheduler/league_service.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -65,9 +66,9 @@ nlohmann::json Ask(BusClient& client, const nlohmann::json& request) {
 }
 
 nlohmann::json ResultOf(const std::string& agent, uint64_t seq) {
-  return {{"op", "result"}, {"agent", agent},         {"incarnation", 0},
-          {"seq", seq},     {"opponent", "r"},         {"opponent_snapshot", "r@initial"},
-          {"wins", 3},      {"losses", 1},             {"draws", 0}};
+  return {{"op", "result"}, {"agent", agent},  {"incarnation", 0},
+          {"seq", seq},     {"opponent", "r"}, {"opponent_snapshot", "r@initial"},
+          {"wins", 3},      {"losses", 1},     {"draws", 0}};
 }
 
 TEST_CASE("the league answers matches, applies each result once, and survives its restart") {

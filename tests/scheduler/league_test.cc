@@ -1,11 +1,12 @@
 // The league's rules (scheduler/league.h) and PBT's decisions (scheduler/pbt.h):
 // pure logic, no processes.
+#include "scheduler/league.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 #include <string>
 
-#include "scheduler/league.h"
 #include "scheduler/pbt.h"
 
 namespace agentrt {
@@ -22,8 +23,8 @@ LeagueConfig TwoSided() {
   return c;
 }
 
-LeagueResult Game(const std::string& agent, uint64_t seq, const std::string& opponent,
-                    int64_t wins, int64_t losses, uint64_t incarnation = 0) {
+LeagueResult Game(const std::string& agent, uint64_t seq, const std::string& opponent, int64_t wins,
+                  int64_t losses, uint64_t incarnation = 0) {
   LeagueResult r;
   r.agent = agent;
   r.incarnation = incarnation;
@@ -85,7 +86,8 @@ TEST_CASE("snapshots freeze every freeze_every_steps and the catalogue keeps the
   CHECK_FALSE(s.Offer({"r", 500, "policies/r", 500, 0}));
 }
 
-TEST_CASE("PFSP favours the snapshots that beat the member; the draw is a function of the request") {
+TEST_CASE(
+    "PFSP favours the snapshots that beat the member; the draw is a function of the request") {
   LeagueState s(TwoSided());
   s.Offer({"r", 0, "policies/r", 0, 0});
   s.Offer({"r", 100, "policies/r", 1, 0});
@@ -170,8 +172,8 @@ PbtPopulation Carts() {
 }
 
 std::map<std::string, nlohmann::json> Args() {
-  return {{"a", {{"lr", 1e-3}}}, {"b", {{"lr", 2e-3}}}, {"c", {{"lr", 3e-3}}},
-          {"d", {{"lr", 1e-6}}}};
+  return {
+      {"a", {{"lr", 1e-3}}}, {"b", {{"lr", 2e-3}}}, {"c", {{"lr", 3e-3}}}, {"d", {{"lr", 1e-6}}}};
 }
 
 nlohmann::json Metric(double v) { return {{"episode_return_mean", v}}; }

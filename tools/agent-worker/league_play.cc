@@ -22,9 +22,8 @@ void LeaguePlay::AddGames(int64_t wins, int64_t losses, int64_t draws) {
 }
 
 Result<nlohmann::json> LeaguePlay::Ask(nlohmann::json request) {
-  AGENTRT_ASSIGN_OR_RETURN(BusReply reply,
-                           bus_->Request(kLeagueServiceName, request.dump(), timeout_,
-                                         "application/json"));
+  AGENTRT_ASSIGN_OR_RETURN(BusReply reply, bus_->Request(kLeagueServiceName, request.dump(),
+                                                         timeout_, "application/json"));
   nlohmann::json answer = nlohmann::json::parse(reply.payload, nullptr, false);
   if (!answer.is_object()) return Internal("the league answered with something not JSON");
   if (answer.contains("error"))

@@ -35,9 +35,9 @@ struct SnapshotRef {
 
 struct LeagueAssignment {
   std::string opponent;
-  std::string snapshot_id;                // "<agent>@<step>" or "<agent>@initial"
+  std::string snapshot_id;               // "<agent>@<step>" or "<agent>@initial"
   std::optional<PolicySnapshot> policy;  // none: the opponent's initial policy plays
-  std::string how;                        // newest | uniform | pfsp
+  std::string how;                       // newest | uniform | pfsp
 };
 
 class LeaguePlay {

@@ -272,6 +272,19 @@ Status Worker::Restore() {
     if (restored.metadata.contains("bus_incarnation")) {
       incarnation = restored.metadata["bus_incarnation"].get<uint64_t>();
     }
+    if (restored.metadata.contains("adopted_from") && rank_ == 0) {
+      // Another agent's weights (PBT's exploit): say at once what they play
+      // like, so the population is not judged on the weights they replaced.
+      const TrainerMetrics w = trainer_->WindowMetrics();
+      if (w.window_episodes > 0) {
+        runtime_->Report(w.env_steps, {{"episode_return_mean", w.episode_return_mean},
+                                       {"episode_length_mean", w.episode_length_mean},
+                                       {"env_steps", w.env_steps}});
+      }
+      log_("adopted %s's checkpoint of step %lld (episode return %.3f over its last %d episodes)",
+           restored.metadata["adopted_from"].value("agent", "?").c_str(),
+           static_cast<long long>(restored.step), w.episode_return_mean, w.window_episodes);
+    }
     log_("resumed at env step %lld (update %lld, %lld episodes)",
          static_cast<long long>(trainer_->env_steps()),
          static_cast<long long>(trainer_->learner().updates()),

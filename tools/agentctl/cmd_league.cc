@@ -29,9 +29,11 @@ void RegisterLeague(CLI::App& app) {
   cmd->callback([opts] {
     const agentrt::RunDir dir(opts->run_dir);
     auto plan = agentrt::ReadPlanFile(dir.PlanPath());
-    if (!plan.ok()) Fail("league", plan.status().WithContext("is " + opts->run_dir + " a run directory?"));
+    if (!plan.ok())
+      Fail("league", plan.status().WithContext("is " + opts->run_dir + " a run directory?"));
     if (!plan->league.enabled() && plan->pbt.empty()) {
-      Fail("league", agentrt::NotFound("run " + plan->run + " has neither league: nor pbt: in its config"));
+      Fail("league",
+           agentrt::NotFound("run " + plan->run + " has neither league: nor pbt: in its config"));
     }
     std::optional<agentrt::LeagueState> state;
     if (plan->league.enabled()) {
@@ -49,8 +51,7 @@ void RegisterLeague(CLI::App& app) {
       std::fputs((out.dump(2) + "\n").c_str(), stdout);
       return;
     }
-    if (plan->league.enabled() && !state)
-      std::fputs("league: no result committed yet\n", stdout);
+    if (plan->league.enabled() && !state) std::fputs("league: no result committed yet\n", stdout);
     std::fputs(agentrt::FormatLeague(state ? &*state : nullptr, lineage).c_str(), stdout);
     if (!plan->pbt.empty() && lineage.empty()) std::fputs("pbt: no exploit yet\n", stdout);
   });
