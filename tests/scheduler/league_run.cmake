@@ -1,6 +1,6 @@
 # Leagues and population-based training end to end (issue 17): the example
 # configs run as a user runs them, and a league that survives kill -9 of agentctl.
-foreach(scenario pbt league)
+foreach(scenario pbt pbt_python league)
   agentrt_script_test(NAME league_run_${scenario}
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/league_run_test.py ${scenario}
     LABELS integration

@@ -2,7 +2,7 @@
 """League and population-based training end to end (issue 17): the real agentctl, the real
 agent-worker, the league service on the real bus, the example configs as a user runs them.
 
-    league_run_test.py pbt | league | league_resume
+    league_run_test.py pbt | pbt_python | league | league_resume
 """
 import copy
 import json
@@ -87,6 +87,76 @@ def scenario_pbt(work):
           and "slow (" in shown.stdout, "agentctl league shows the lineage\n" + shown.stdout)
     st = agentctl("status", run_dir)
     check("pbt: %d exploit(s)" % len(lines) in st.stdout, "agentctl status shows the exploits")
+
+
+# A Python agent through the agentrt package: its "skill" grows by lr * 1000 per step; it reports
+# the skill as its score, checkpoints with the runtime's Checkpointer (on SIGUSR2 too) and reads
+# lr from its args in the plan at every start.
+PYTHON_AGENT = r"""
+import sys, time
+import numpy as np
+import agentrt
+
+with agentrt.Runtime(heartbeat_ms=200) as rt:
+    lr = float(rt.args["lr"])
+    ck = rt.checkpointer
+    restored = ck.restore()
+    step, skill = 0, np.zeros(1)
+    if restored.restored:
+        step, skill = restored.step, restored["skill"].copy()
+        print("restored skill %.3f at step %d from %s" % (skill[0], step,
+              restored.metadata.get("adopted_from", {}).get("agent", "itself")), flush=True)
+    print("lr %g" % lr, flush=True)
+    while step < 400 and not rt.should_stop:
+        step += 1
+        skill += lr * 1000
+        rt.report(step, score=float(skill[0]))
+        if ck.save_due:
+            ck.save(step, {"skill": skill})
+        time.sleep(0.005)
+    ck.save(step, {"skill": skill}, wait=True)
+"""
+
+
+def scenario_pbt_python(work):
+    """PBT of Python agents (the agentrt package): `slow` (lr 1e-6) restarts from a fast agent's
+    checkpoint, written through the C API, with a new lr it reads from the plan's args."""
+    script = os.path.join(work, "skill.py")
+    with open(script, "w") as f:
+        f.write(PYTHON_AGENT)
+    cmd = json.dumps(["/usr/bin/python3", script])
+    text = """run: {name: pypbt, dir: runs}
+defaults:
+  checkpoint: {interval_s: 0.5, keep_last: 2}
+agents:
+  - {name: fast, replicas: 2, command: %s, args: {lr: 0.001}}
+  - {name: slow, command: %s, args: {lr: 1.0e-6}}
+pbt:
+  - agents: ["fast-*", slow]
+    interval_steps: 50
+    metric: score
+    fraction: 0.34
+    resample_probability: 0
+    hyperparameters:
+      lr: {min: 1.0e-6, max: 0.01}
+""" % (cmd, cmd)
+    config = os.path.join(work, "pypbt.yaml")
+    with open(config, "w") as f:
+        f.write(text)
+    p = subprocess.run([AGENTCTL, "run", config, "--no-dashboard", "--quiet"], capture_output=True, text=True,
+                       timeout=240, cwd=work)
+    runs = os.path.join(work, "runs")
+    run_dir = os.path.join(runs, os.listdir(runs)[0])
+    check(p.returncode == 0, "the Python population ran to its end\n%s%s" % (p.stdout, p.stderr[-3000:]))
+    lines = [l for l in lineage(run_dir) if l["recipient"] == "slow" and l["outcome"] == "exploited"]
+    check(lines, "slow was exploited: %s" % lineage(run_dir))
+    with open(os.path.join(run_dir, "logs", "slow", "rank0.log")) as f:
+        log = f.read()
+    check("restored skill" in log and "from fast-" in log, "slow restored a fast agent's checkpoint\n" + log[-2000:])
+    check("lr %g" % lines[0]["new"]["lr"] in log, "and started again with the new lr %g from its args" % lines[0]["new"]["lr"])
+    status = read_json(os.path.join(run_dir, "status.json"))
+    scores = {a["name"]: a["metrics"].get("score", 0) for a in status["agents"]}
+    check(scores["slow"] > 0.5 * max(scores.values()), "slow ends near the best: %s" % scores)
 
 
 def check_league_state(state, keep):

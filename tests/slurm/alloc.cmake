@@ -1,6 +1,6 @@
 # `agentctl run --backend slurm` (allocation mode) against the live SLURM test
 # cluster (label slurm): real sbatch, srun steps, scancel signals and requeue.
-foreach(scenario complete preempt kill_rank interrupt stop infeasible)
+foreach(scenario complete preempt kill_rank interrupt stop infeasible pbt)
   agentrt_script_test(NAME slurm_alloc_${scenario}
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/alloc_test.py ${scenario}
     LABELS slurm

@@ -13,6 +13,8 @@ Scenarios (one ctest each, argv[1]):
   interrupt   SIGINT to the following `agentctl run`: scancel --signal=TERM --batch, every agent
               stops (single-rank ones checkpoint), the job ends, agentctl exits 130.
   infeasible  a plan that cannot fit the live cluster: exit 2, no run dir, nothing submitted.
+  pbt         configs/pbt.yaml in an allocation: `slow` is exploited (a new srun step restarts it
+              from a better agent's checkpoint with a new lr), the lineage and plan say so.
 """
 import glob
 import json
@@ -312,6 +314,29 @@ def scenario_infeasible(work):
     check("infeasible" in out.stderr and "nothing submitted" in out.stderr, out.stderr)
     check(not os.path.exists(os.path.join(work, "runs")), "a run dir was created")
     print("ok: " + out.stderr.strip().splitlines()[-1])
+
+
+def scenario_pbt(work):
+    source = os.environ.get("AGENTRT_SOURCE_DIR", ".")
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", os.path.join(source, "configs", "pbt.yaml"),
+                          "--set", "run.dir=" + os.path.join(work, "runs"), "--set", "slurm.time=00:10:00"],
+                         capture_output=True, text=True, timeout=200)
+    dirs = glob.glob(os.path.join(work, "runs", "pbt-*"))
+    check(len(dirs) == 1, "one run dir: %s" % dirs)
+    rdir = dirs[0]
+    check(out.returncode == 0, "agentctl run --backend slurm configs/pbt.yaml exited %d\n%s%s%s"
+          % (out.returncode, out.stdout, out.stderr, logs(rdir)[-4000:]))
+    with open(os.path.join(rdir, "league", "lineage.jsonl")) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    slow = [x for x in lines if x["recipient"] == "slow" and x["outcome"] == "exploited"]
+    check(slow and slow[0]["old"]["lr"] == 1e-6, "slow was exploited: %s" % [(x["recipient"], x["donor"]) for x in lines])
+    with open(os.path.join(rdir, "plan.json")) as f:
+        lr = {a["name"]: a["args"]["lr"] for a in json.load(f)["agents"]}
+    check(lr["slow"] == [x for x in lines if x["recipient"] == "slow"][-1]["new"]["lr"], "plan.json has slow's new lr")
+    batch = "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(rdir, "slurm-*.out")))
+    check("slow restarting: pbt: restarting from" in batch and "slow running (restart 1" in batch,
+          "the allocation relaunched slow as a new step after the exploit")
+    print("ok: %d exploits in the allocation, slow's lr 1e-06 -> %g" % (len(lines), lr["slow"]))
 
 
 def main():
