@@ -123,13 +123,31 @@ def svg_curve(agent, points, resumes, metric, extra_lines):
     return "\n".join(out) + "\n"
 
 
-def figure_all(path, curves, metric):
-    """Every agent's curve on one matplotlib figure; False when matplotlib is missing."""
+def pyplot():
+    """matplotlib.pyplot drawing to files, or None when matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def finish_figure(plt, fig, ax, path):
+    """Grid, legend, layout, then `path` written whole (a temporary file renamed)."""
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png")
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+
+
+def figure_all(path, curves, metric):
+    """Every agent's curve on one matplotlib figure; False when matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     for agent, points, resumes in curves:
@@ -139,22 +157,14 @@ def figure_all(path, curves, metric):
     ax.set_xlabel("env steps")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} (dotted: a restart resumed from a checkpoint)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png")
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
+    finish_figure(plt, fig, ax, path)
     return True
 
 
 def figure_league(path, history, roles):
     """The league's ratings after each applied result; False when matplotlib is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     agents = sorted({a for h in history for a in h["ratings"]})
@@ -166,12 +176,7 @@ def figure_league(path, history, roles):
     ax.set_xlabel("match results applied")
     ax.set_ylabel("Elo rating")
     ax.set_title("league ratings (dashed: an anchor, which never trains)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png")
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
+    finish_figure(plt, fig, ax, path)
     return True
 
 
