@@ -1049,7 +1049,10 @@ Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& o) {
     AGENTRT_ASSIGN_OR_RETURN(
         std::string text,
         ReadSmallFile(src_step.get(), kManifest, o.from_dir + "/" + step_name + "/" + kManifest));
-    nlohmann::json m = nlohmann::json::parse(text);
+    nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!m.is_object())
+      return DataLoss(where + o.from_dir + "/" + step_name + "/" + kManifest +
+                      " changed while it was read");
     m["agent"] = o.to_agent;
     nlohmann::json& metadata = m["metadata"];
     if (!metadata.is_object()) metadata = nlohmann::json::object();
@@ -1082,12 +1085,19 @@ Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& o) {
     if (ExistsAt(to.get(), step_name)) AGENTRT_RETURN_IF_ERROR(archive_step(step_name));
     if (::renameat(to.get(), tmp_name.c_str(), to.get(), step_name.c_str()) != 0)
       return ErrnoStatus(errno, where + "rename " + tmp_path);
-    AGENTRT_ASSIGN_OR_RETURN(auto own_steps, ListSteps(to.get(), o.to_dir));
-    for (int64_t s : own_steps) {
-      if (s != step) AGENTRT_RETURN_IF_ERROR(archive_step(StepName(s)));
-    }
-    AGENTRT_RETURN_IF_ERROR(Fsync(to.get(), o.to_dir));
+    // Committed: from here on the recipient has the donor's weights.
     result.step = step;
+    auto own_steps = ListSteps(to.get(), o.to_dir);
+    if (!own_steps.ok()) result.warnings.push_back(own_steps.status().message());
+    for (int64_t s : own_steps.ok() ? *own_steps : std::vector<int64_t>{}) {
+      if (s == step) continue;
+      if (Status moved = archive_step(StepName(s)); !moved.ok())
+        result.warnings.push_back(moved.message() +
+                                  " (a newer step of its own may be restored "
+                                  "instead after a crash)");
+    }
+    if (Status synced = Fsync(to.get(), o.to_dir); !synced.ok())
+      result.warnings.push_back(synced.message());
     return result;
   }
   std::string why = o.from_agent + " has no committed checkpoint in " + o.from_dir;

@@ -302,6 +302,9 @@ struct AdoptResult {
   int64_t step = -1;     // the adopted step (its number is the donor's)
   std::string archived;  // where the recipient's own checkpoints went ("" when it had none)
   std::vector<CorruptCheckpoint> skipped;  // donor steps that did not verify
+  // After the commit nothing fails the adoption (the weights are in place):
+  // what could not be moved aside or synced is said here.
+  std::vector<std::string> warnings;
 };
 Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& options);
 

@@ -79,9 +79,16 @@ Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::str
 }
 
 Status AppendLine(const std::string& path, std::string_view line) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!fd.ok()) return ErrnoStatus(errno, "cannot open " + path);
-  std::string record(line);
+  // A torn last line (a crash mid-append) is ended first, so this record stands alone.
+  std::string record;
+  struct stat st {};
+  char last = '\n';
+  if (::fstat(fd.get(), &st) == 0 && st.st_size > 0 &&
+      ::pread(fd.get(), &last, 1, st.st_size - 1) == 1 && last != '\n')
+    record += '\n';
+  record += line;
   record += '\n';
   const ssize_t n = ::write(fd.get(), record.data(), record.size());
   if (n < 0) return ErrnoStatus(errno, "cannot append to " + path);

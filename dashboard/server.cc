@@ -18,6 +18,7 @@
 #include "dashboard/page.h"
 #include "dashboard/views.h"
 #include "plan/run_dir.h"
+#include "scheduler/control.h"
 
 namespace agentrt {
 
@@ -120,6 +121,38 @@ struct Dashboard::Impl {
     return false;
   }
 
+  // RunView, and whether this dashboard may act (it has a token).
+  nlohmann::json View(const RunSnapshot& snap) const {
+    nlohmann::json v = RunView(snap, NowUnix());
+    v["actions"] = !options.token.empty();
+    return v;
+  }
+
+  // A stop or restart request for the run's controller (scheduler/control.h).
+  void Act(const httplib::Request& req, httplib::Response& res, const std::string& action,
+           const std::string& agent) {
+    if (options.token.empty()) {
+      return Error(res, 403,
+                   "this dashboard is read-only: serve it with --token-file to stop the run or "
+                   "restart agents");
+    }
+    if (req.get_header_value("X-Agentrt-Confirm") != "yes") {
+      return Error(res, 400,
+                   "an action needs the header X-Agentrt-Confirm: yes (the page asks first)");
+    }
+    auto snap = ReadRunSnapshot(run_dir);
+    if (!snap.ok()) return Error(res, 503, snap.status().message());
+    if (!snap->controller_alive || snap->status.state != RunState::kRunning)
+      return Error(res, 409, "the run is not running (its controller is gone or it has ended)");
+    if (action == "restart" && snap->plan.FindAgent(agent) == nullptr)
+      return Error(res, 404, "no agent '" + agent + "' in this run");
+    const Status written =
+        WriteControlRequest(RunDir(run_dir), {action, agent, "the dashboard", NowUnix(), ""});
+    if (!written.ok()) return Error(res, 500, written.message());
+    res.status = 202;
+    Json(res, {{"accepted", true}, {"action", action}, {"agent", agent}});
+  }
+
   void Routes() {
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
@@ -139,7 +172,14 @@ struct Dashboard::Impl {
         Json(res, {{"error", snap.status().message()}});
         return;
       }
-      Json(res, RunView(*snap, NowUnix()));
+      Json(res, View(*snap));
+    });
+    // Actions, only for a dashboard that has a token (read-only otherwise).
+    server.Post("/api/stop", [this](const httplib::Request& req, httplib::Response& res) {
+      Act(req, res, "stop", "");
+    });
+    server.Post("/api/restart", [this](const httplib::Request& req, httplib::Response& res) {
+      Act(req, res, "restart", req.get_param_value("agent"));
     });
     server.Get("/api/names", [this](const httplib::Request&, httplib::Response& res) {
       (void)series.Refresh();
@@ -206,8 +246,7 @@ struct Dashboard::Impl {
                 auto snap = ReadRunSnapshot(run_dir);
                 if (snap.ok()) {
                   *last = m;
-                  const std::string data =
-                      "event: run\ndata: " + RunView(*snap, NowUnix()).dump() + "\n\n";
+                  const std::string data = "event: run\ndata: " + View(*snap).dump() + "\n\n";
                   return sink.write(data.data(), data.size());
                 }
               }

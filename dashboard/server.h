@@ -1,5 +1,5 @@
 // The web dashboard of one run directory, served by cpp-httplib (Debian's
-// libcpp-httplib-dev), read-only:
+// libcpp-httplib-dev), read-only unless it has a token:
 //
 //   GET /             the page (dashboard/page.html: its own small JS and CSS, no CDN)
 //   GET /api/run      RunView (dashboard/views.h) as JSON
@@ -7,6 +7,9 @@
 //   GET /api/series?metric=M&agents=a,b&points=N   decimated (step, value) per agent
 //   GET /events       server-sent events: the RunView again whenever status.json changes
 //   GET /metrics      Prometheus text format
+//   POST /api/stop, POST /api/restart?agent=A   with a token only, and the header
+//                     X-Agentrt-Confirm: yes: a request to the run's controller
+//                     (scheduler/control.h); 202 when it is written
 //
 // Loopback by default. Another address needs a token (read by the caller from
 // a 0600 file); every request must then carry it (`Authorization: Bearer T`,

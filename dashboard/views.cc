@@ -248,7 +248,10 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
   if (!run.plan.pbt.empty()) {
     family("agentrt_pbt_exploits_total", "counter",
            "PBT exploits (a member restarted from another's checkpoint).");
-    out += fmt::format("agentrt_pbt_exploits_total{{run=\"{}\"}} {}\n", r, run.lineage.size());
+    const auto exploited = std::count_if(run.lineage.begin(), run.lineage.end(), [](const auto& l) {
+      return l.value("outcome", "") == "exploited";
+    });
+    out += fmt::format("agentrt_pbt_exploits_total{{run=\"{}\"}} {}\n", r, exploited);
   }
   family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
   for (const AgentStatus& a : st.agents) {

@@ -118,7 +118,8 @@ namespace agentrt {
   X(int, keep_snapshots, 8, "frozen snapshots kept per agent in the catalogue (oldest dropped)") \
   X(std::int64_t, freeze_every_steps, 20000,                                                     \
     "an agent's newest snapshot is frozen into the catalogue every this many of its env steps")  \
-  X(double, elo_k, 16.0, "Elo K factor: the most rating points one game moves")                  \
+  X(double, elo_k, 16.0,                                                                         \
+    "Elo K factor: the most rating points one match (a report of games) moves")                  \
   X(double, initial_rating, 1000.0, "Elo rating every member starts with")                       \
   X(std::int64_t, seed, 1, "matchmaking random seed")
 
@@ -287,6 +288,7 @@ struct PbtHyperparameter {
   double max = 0;
   std::vector<double> perturb = {0.8, 1.2};  // explore: multiply by one of these
   bool log_scale = false;                    // resample log-uniformly (min > 0)
+  bool integer = false;  // every member starts with an integer: new values are rounded
 };
 
 // One PBT population, after pattern expansion.

@@ -210,7 +210,8 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
                             {"min", h.min},
                             {"max", h.max},
                             {"perturb", h.perturb},
-                            {"log_scale", h.log_scale}});
+                            {"log_scale", h.log_scale},
+                            {"integer", h.integer}});
       }
       pj["hyperparameters"] = std::move(hps);
       pbt.push_back(std::move(pj));
@@ -365,6 +366,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
           r.Read((*hps)[k], hpath, "max", h.max);
           r.Read((*hps)[k], hpath, "perturb", h.perturb, false);
           r.Read((*hps)[k], hpath, "log_scale", h.log_scale, false);
+          r.Read((*hps)[k], hpath, "integer", h.integer, false);
           p.hyperparameters.push_back(std::move(h));
         }
       }

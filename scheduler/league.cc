@@ -81,8 +81,12 @@ const std::vector<LeagueSnapshot>& LeagueState::frozen(const std::string& agent)
 
 bool LeagueState::Offer(const LeagueSnapshot& snapshot) {
   if (config_.FindMember(snapshot.agent) == nullptr || snapshot.offset < 0) return false;
+  // Offsets only grow within a topic; steps may go back (a PBT exploit, a
+  // restore from an older checkpoint), and the newest policy is the newest message.
   auto newest = newest_.find(snapshot.agent);
-  if (newest != newest_.end() && newest->second.step >= snapshot.step) return false;
+  if (newest != newest_.end() && newest->second.topic == snapshot.topic &&
+      newest->second.offset >= snapshot.offset)
+    return false;
   LeagueSnapshot s = snapshot;
   s.rating = Rating(s.agent);
   newest_[s.agent] = s;
@@ -111,6 +115,10 @@ bool LeagueState::Apply(const LeagueResult& r, double unix_s, std::string* why) 
   if (r.wins < 0 || r.losses < 0 || r.draws < 0 || r.games() == 0) {
     *why = fmt::format("agent {} reported a match of {} wins, {} losses, {} draws", r.agent, r.wins,
                        r.losses, r.draws);
+    return false;
+  }
+  if (r.opponent == r.agent) {
+    *why = "agent " + r.agent + " reported a match against itself";
     return false;
   }
   uint64_t& seen = applied_[AppliedKey(r.agent, r.incarnation)];

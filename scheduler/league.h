@@ -87,8 +87,9 @@ class LeagueState {
   explicit LeagueState(LeagueConfig config);
 
   // The member's newest published snapshot; frozen into the catalogue when
-  // its step has reached the member's next freeze step. Older offers than
-  // the newest known are ignored. Returns whether anything changed.
+  // its step has reached the member's next freeze step. An offer of an older
+  // message (a lower offset) than the newest known is ignored. Returns whether
+  // anything changed.
   bool Offer(const LeagueSnapshot& snapshot);
 
   // Applies a result once: false (and nothing changes) for a duplicate or an

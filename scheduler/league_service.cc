@@ -47,6 +47,7 @@ Result<std::unique_ptr<LeagueService>> LeagueService::Start(const LeagueConfig& 
   std::filesystem::create_directories(
       std::filesystem::path(service->options_.state_path).parent_path(), ec);
   service->committed_ = service->state_.ToJson();
+  service->ratings_ = service->state_.ratings();
   AGENTRT_ASSIGN_OR_RETURN(
       service->bus_, BusClient::Connect(service->options_.bus_address, service->options_.credential,
                                         service->options_.bus));
@@ -68,8 +69,9 @@ json LeagueService::Committed() const {
 }
 
 double LeagueService::Rating(const std::string& agent) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_.Rating(agent);
+  std::lock_guard<std::mutex> lock(ratings_mu_);
+  auto it = ratings_.find(agent);
+  return it == ratings_.end() ? state_.config().initial_rating : it->second;
 }
 
 std::string LeagueService::last_error() const {
@@ -92,7 +94,8 @@ Status LeagueService::Commit() {
     return s;
   }
   committed_ = std::move(state);
-  if (options_.after_commit) options_.after_commit();
+  std::lock_guard<std::mutex> lock(ratings_mu_);
+  ratings_ = state_.ratings();
   return Status::Ok();
 }
 
@@ -153,17 +156,28 @@ void LeagueService::OnMessage(const BusMessage& m) {
     std::lock_guard<std::mutex> lock(mu_);
     json request = json::parse(m.payload(), nullptr, /*allow_exceptions=*/false);
     bool changed = false;
+    LeagueState before = state_;  // what stands if this request cannot be committed
     if (request.is_discarded() || !request.is_object()) {
       Refuse(fmt::format("a request from {} is not a JSON object", m.publisher()));
       reply = {{"error", "expected a JSON object"}};
     } else {
-      reply = Handle(m, request, &changed);
+      try {
+        reply = Handle(m, request, &changed);
+      } catch (const json::exception& e) {
+        // A field of the wrong type (a number as a string...): refused, nothing changed.
+        state_ = before;
+        changed = false;
+        Refuse(fmt::format("a request from {} has a field of the wrong type: {}", m.publisher(),
+                           e.what()));
+        reply = {{"error", std::string("a field has the wrong type: ") + e.what()}};
+      }
     }
     state_.inbox_offset = m.offset() + 1;
     state_.inbox_incarnation = bus_->SubscriptionIncarnation();
     if (changed) {
       if (Status s = Commit(); !s.ok()) {
-        // Not durable: the agent must not take it as applied; it retries.
+        // Not durable: nothing of it stands, and the agent, told so, retries.
+        state_ = std::move(before);
         reply = {{"error", "the league could not commit its state: " + s.ToString()}};
       }
     }

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -43,9 +44,6 @@ struct LeagueServiceOptions {
   Credential credential;    // kLeagueServiceName's token
   std::string state_path;   // RunDir::LeagueStatePath()
   BusClientOptions bus;
-  // Test hook: called after a commit and before the reply (kill here to test
-  // a crash between them).
-  std::function<void()> after_commit;
 };
 
 // The committed league state at `path`: NotFound when the run has none yet;
@@ -82,8 +80,12 @@ class LeagueService {
   LeagueState state_;         // guarded by mu_
   nlohmann::json committed_;  // guarded by mu_
   std::string last_error_;    // guarded by mu_
+  // The committed ratings, for Rating() without waiting for a commit in progress.
+  mutable std::mutex ratings_mu_;
+  std::map<std::string, double> ratings_;  // guarded by ratings_mu_
   LeagueServiceOptions options_;
   std::unique_ptr<BusClient> bus_;
+  SubscriptionId inbox_ = 0;
   std::atomic<int64_t> refused_{0};
   std::atomic<int64_t> commit_failures_{0};
 };

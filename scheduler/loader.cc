@@ -1149,6 +1149,11 @@ class ConfigBuilder {
       if (const YAML::Node o = m["opponents"]; o.IsDefined()) {
         std::vector<std::string> patterns;
         for (const std::string& agent : MatchAll(config, o, Join(path, "opponents"), patterns)) {
+          if (agent == member.agent)
+            c_.Fail(o, Join(path, "opponents"),
+                    fmt::format("agent {} cannot be its own opponent (it plays its past through "
+                                "matchmaking, not by name)",
+                                agent));
           if (member_of.count(agent) == 0)
             c_.Fail(o, Join(path, "opponents"),
                     fmt::format("agent {} is not a league member; opponents are members", agent));
@@ -1290,6 +1295,8 @@ class ConfigBuilder {
                             "from its args",
                             agent, hp.name));
       const double value = v->get<double>();
+      if (agent == pop.agents.front()) hp.integer = v->is_number_integer();
+      hp.integer = hp.integer && v->is_number_integer();
       if (value < hp.min || value > hp.max)
         c_.Fail(value < hp.min ? n["min"] : n["max"], Join(path, value < hp.min ? "min" : "max"),
                 fmt::format("agent {} starts with args.{} = {}, outside [{}, {}]", agent, hp.name,

@@ -98,9 +98,15 @@ std::optional<PbtDecision> PbtScheduler::OnReport(const std::string& agent, int6
       value = base * factor;
       d.explore[h.name] = fmt::format("x{}", factor);
     }
-    // Six significant digits: 0.00072, not 0.0007199999999999999.
-    const double rounded = std::stod(fmt::format("{:.6g}", value));
-    d.new_hyperparameters[h.name] = std::clamp(rounded, h.min, h.max);
+    if (h.integer) {
+      // An integer arg (epochs, minibatches) stays an integer the agent accepts.
+      const double bounded = std::clamp(std::round(value), std::ceil(h.min), std::floor(h.max));
+      d.new_hyperparameters[h.name] = static_cast<int64_t>(bounded);
+    } else {
+      // Six significant digits: 0.00072, not 0.0007199999999999999.
+      const double rounded = std::stod(fmt::format("{:.6g}", value));
+      d.new_hyperparameters[h.name] = std::clamp(rounded, h.min, h.max);
+    }
   }
   busy_.insert(agent);
   busy_.insert(d.donor);

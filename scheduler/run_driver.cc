@@ -13,6 +13,7 @@
 #include "comms/auth.h"
 #include "comms/bus_server.h"
 #include "comms/telemetry.h"
+#include "scheduler/control.h"
 #include "scheduler/league_service.h"
 #include "scheduler/pbt.h"
 #include "scheduler/planner.h"
@@ -360,6 +361,10 @@ bool RunDriver::Step() {
   if (pbt_) AdvanceExploits();
   if (league_) WarnLeague();
   const double now = clock_->NowSeconds();
+  if (now - control_checked_at_ >= 0.5) {
+    control_checked_at_ = now;
+    TakeControlRequests();
+  }
   if (now - sync_checked_at_ >= 1.0) {
     // The durable log's background fsyncs failing (disk full, I/O errors):
     // batch mode's promise is broken, say so once per new failure burst.
@@ -521,6 +526,8 @@ void RunDriver::ExecuteExploit(const PbtDecision& d) {
     if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
     line["outcome"] = "exploited";
     line["donor_step"] = adopted->step;
+    for (const std::string& w : adopted->warnings)
+      observer_->Warn(fmt::format("agentctl run: pbt {}: {}: {}\n", d.population, d.recipient, w));
     if (!adopted->archived.empty()) line["archived"] = adopted->archived;
     pbt_->Done(d, recipient->args, adopted->step);
     observer_->Event(fmt::format("pbt {}: {} now has {}'s weights of step {} and {}", d.population,
@@ -531,6 +538,26 @@ void RunDriver::ExecuteExploit(const PbtDecision& d) {
   std::filesystem::create_directories(dir_.LeagueDir(), ec);
   const Status appended = AppendLine(dir_.LineagePath(), line.dump());
   if (!appended.ok()) observer_->Warn("agentctl run: warning: " + appended.message() + "\n");
+}
+
+void RunDriver::TakeControlRequests() {
+  std::vector<std::string> refused;
+  for (const ControlRequest& r : agentrt::TakeControlRequests(dir_, &refused)) {
+    const std::string who = r.by.empty() ? "a control request" : r.by;
+    if (r.action == "stop") {
+      if (controller_->stop_requested()) continue;
+      observer_->Event("agentctl run: " + who + " asked to stop the run: stopping every agent");
+      controller_->RequestStop("requested by " + who);
+    } else if (r.action == "restart") {
+      const Status s = controller_->Replace(r.agent, "restart requested by " + who, [] {});
+      observer_->Event(s.ok() ? fmt::format("agentctl run: {} asked to restart {}", who, r.agent)
+                              : fmt::format("agentctl run: {} asked to restart {}: {}", who,
+                                            r.agent, s.message()));
+    } else {
+      refused.push_back(r.file + ": unknown action '" + r.action + "'");
+    }
+  }
+  for (const std::string& why : refused) observer_->Warn("agentctl run: " + why + "\n");
 }
 
 void RunDriver::WarnLeague() {

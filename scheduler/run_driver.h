@@ -170,6 +170,9 @@ class RunDriver {
   // the new args to plan.json and a line to lineage.jsonl.
   void ExecuteExploit(const PbtDecision& d);
   void WarnLeague();
+  // Stop and restart requests from RUN_DIR/control (scheduler/control.h).
+  void TakeControlRequests();
+  double control_checked_at_ = 0;
 
   Plan plan_;
   RunDir dir_;

@@ -62,6 +62,19 @@ class Dashboard:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.read().decode()
 
+    def post(self, path, headers=None):
+        """(HTTP status, JSON body) of a POST."""
+        req = urllib.request.Request(self.url + path, data=b"", method="POST", headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read().decode())
+        except urllib.error.HTTPError as e:
+            body = e.read().decode()
+            try:
+                return e.code, json.loads(body)
+            except ValueError:
+                return e.code, {"text": body}
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -336,6 +349,176 @@ def scenario_browser(work):
             page.close()
         if dash:
             dash.stop()
+        run.kill()
+
+
+def crc32c(data):
+    """CRC32C (Castagnoli), bit by bit: an implementation of our own, not agentrt's."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def protobuf_fields(data):
+    """(field number, wire type, value) of a protobuf message, decoded by hand."""
+    import struct
+    i, out = 0, []
+    while i < len(data):
+        key, shift = 0, 0
+        while True:
+            b = data[i]
+            i += 1
+            key |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v, shift = 0, 0
+            while True:
+                b = data[i]
+                i += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+                if b < 0x80:
+                    break
+        elif wire == 1:
+            v = struct.unpack("<d", data[i:i + 8])[0]
+            i += 8
+        elif wire == 5:
+            v = struct.unpack("<f", data[i:i + 4])[0]
+            i += 4
+        elif wire == 2:
+            n, shift = 0, 0
+            while True:
+                b = data[i]
+                i += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if b < 0x80:
+                    break
+            v = data[i:i + n]
+            i += n
+        else:
+            raise Failure("unexpected wire type %d" % wire)
+        out.append((field, wire, v))
+    return out
+
+
+def scenario_tensorboard(work):
+    """agentctl export --tensorboard: TFRecord files with TensorBoard's Event/Summary records, read
+    back by an independent decoder (framing, masked CRC32C, protobuf wire format)."""
+    import struct
+    runs = os.path.join(work, "runs")
+    p = subprocess.run([AGENTCTL, "run", os.path.join(SOURCE, "configs", "cartpole.yaml"), "--no-dashboard",
+                        "--quiet", "--set", "run.dir=" + runs], capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, "cartpole ran\n" + p.stdout + p.stderr)
+    run_dir = os.path.join(runs, os.listdir(runs)[0])
+    out = os.path.join(work, "tb")
+    e = subprocess.run([AGENTCTL, "export", run_dir, "--tensorboard", out], capture_output=True, text=True, timeout=60)
+    check(e.returncode == 0 and "tensorboard --logdir" in e.stderr, "export --tensorboard: %s" % e.stderr.strip())
+    files = os.listdir(os.path.join(out, "cartpole"))
+    check(len(files) == 1 and files[0].startswith("events.out.tfevents."), "one event file per agent: %s" % files)
+    with open(os.path.join(out, "cartpole", files[0]), "rb") as f:
+        data = f.read()
+    records, i = [], 0
+    while i < len(data):
+        header = data[i:i + 8]
+        (n,) = struct.unpack("<Q", header)
+        (crc,) = struct.unpack("<I", data[i + 8:i + 12])
+        if crc != masked(crc32c(header)):
+            raise Failure("record %d: the length's checksum is wrong" % len(records))
+        body = data[i + 12:i + 12 + n]
+        (crc,) = struct.unpack("<I", data[i + 12 + n:i + 16 + n])
+        if crc != masked(crc32c(body)):
+            raise Failure("record %d: the record's checksum is wrong" % len(records))
+        records.append(body)
+        i += 16 + n
+    print("ok: %d records, every length and record checksum right" % len(records))
+    first = {f: v for f, _, v in protobuf_fields(records[0])}
+    check(first.get(3) == b"brain.Event:2", "the first record is the file version")
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        lines = [json.loads(x) for x in f if x.strip()]
+    check(len(records) - 1 == len(lines), "one event per metrics line (%d)" % len(lines))
+    last = protobuf_fields(records[-1])
+    step = [v for f, _, v in last if f == 2][0]
+    scalars = {}
+    for f, _, v in last:
+        if f == 5:
+            for vf, _, value in protobuf_fields(v):
+                fields = dict((a, c) for a, _, c in protobuf_fields(value))
+                scalars[fields[1].decode()] = fields[2]
+    want = lines[-1]["metrics"]
+    check(step == lines[-1]["step"], "the last event's step is the last line's (%d)" % step)
+    check(set(scalars) == {k for k, v in want.items() if isinstance(v, (int, float))} and
+          abs(scalars["episode_return_mean"] - want["episode_return_mean"]) < 1e-3,
+          "its scalars are the line's metrics (episode_return_mean %.2f)" % scalars["episode_return_mean"])
+    bad = subprocess.run([AGENTCTL, "export", run_dir], capture_output=True, text=True, timeout=30)
+    check(bad.returncode != 0 and "--csv FILE or --tensorboard DIR" in bad.stderr, "export without a target: an error")
+
+
+def scenario_actions(work):
+    """Stop run and restart agent: refused by a read-only dashboard, without the token or without
+    the confirmation header, for an unknown agent; done with them (the API, then the page's own
+    buttons in a real browser, confirming the dialog)."""
+    browser = chromium()
+    run = start_run(work)
+    dashes, page = [], None
+    try:
+        readonly = Dashboard(run.run_dir)
+        dashes.append(readonly)
+        code, body = readonly.post("api/restart?agent=scout", {"X-Agentrt-Confirm": "yes"})
+        check(code == 403 and "read-only" in body["error"], "a dashboard without a token is read-only: %d %s" % (code, body))
+        token_file = os.path.join(work, "actions.token")
+        with open(token_file, "w") as f:
+            f.write("act-token\n")
+        os.chmod(token_file, 0o600)
+        dash = Dashboard(run.run_dir, "--token-file", token_file)
+        dashes.append(dash)
+        auth = {"Authorization": "Bearer act-token"}
+        code, _ = dash.post("api/restart?agent=scout", {"X-Agentrt-Confirm": "yes"})
+        check(code == 401, "without the token: 401")
+        code, body = dash.post("api/restart?agent=scout", auth)
+        check(code == 400 and "X-Agentrt-Confirm" in body["error"], "without the confirmation: 400")
+        code, body = dash.post("api/restart?agent=nobody", dict(auth, **{"X-Agentrt-Confirm": "yes"}))
+        check(code == 404 and "nobody" in body["error"], "an unknown agent: 404")
+        control = os.path.join(run.run_dir, "control")
+        check(run.agent("scout")["restarts"] == 0 and not (os.path.isdir(control) and os.listdir(control)),
+              "none of these changed anything")
+        code, body = dash.post("api/restart?agent=scout", dict(auth, **{"X-Agentrt-Confirm": "yes"}))
+        check(code == 202 and body["accepted"], "restart scout: accepted")
+        scout = wait_for("scout's restart", lambda: (lambda a: a if a and a["restarts"] == 1 and a["state"] == "running"
+                                                     else None)(run.agent("scout")), 30)
+        check("restart requested by the dashboard" in scout["reason"] and run.agent("hunter")["restarts"] == 0,
+              "scout restarted (%s), hunter untouched" % scout["reason"])
+        if browser is None:
+            print("no chromium: the page's buttons are not tried")
+            return
+        page = Browser(browser, work)
+        page.call("Page.navigate", url=dash.url + "?token=act-token")
+        buttons = wait_for("the restart buttons", lambda: (lambda b: b if b and len(b) == 3 else None)(
+            page.js("[...document.querySelectorAll('#agents button[data-restart]')].map(b => b.dataset.restart)")), 30)
+        check(sorted(buttons) == ["critic", "hunter", "scout"], "a restart button per running agent: %s" % buttons)
+        check(page.js("document.getElementById('stop-run').hidden") is False, "and a stop button")
+        page.js("window.asked = []; window.confirm = (q) => { window.asked.push(q); return true; }")
+        page.js("document.getElementById('stop-run').click()")
+        rc = run.wait_exit(60)
+        check(rc == 130 and run.status()["state"] == "stopped", "the page stopped the run (exit %d)" % rc)
+        check("Stop the run?" in page.js("window.asked[0]"), "after asking: %s" % page.js("window.asked"))
+        check(all(a["state"] == "stopped" and "requested by the dashboard" in a["reason"] for a in run.status()["agents"]),
+              "every agent stopped at the dashboard's request")
+    finally:
+        if page:
+            page.close()
+        for d in dashes:
+            d.stop()
         run.kill()
 
 

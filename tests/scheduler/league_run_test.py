@@ -77,8 +77,10 @@ def scenario_pbt(work):
     last_slow = [l for l in lines if l["recipient"] == "slow"][-1]
     check(lr["slow"] == last_slow["new"]["lr"], "plan.json holds slow's newest lr (%g)" % lr["slow"])
     status = read_json(os.path.join(run_dir, "status.json"))
-    returns = {a["name"]: a["metrics"].get("episode_return_mean", 0) for a in status["agents"]}
-    check(min(returns.values()) >= 475, "the population's worst return at the end is >= 475: %s" % returns)
+    # "At the end": each agent's final policy over 20 evaluation episodes (its most likely actions);
+    # the training window's mean also counts the exploration of the last episodes.
+    returns = {a["name"]: a["metrics"].get("eval_return_mean", 0) for a in status["agents"]}
+    check(min(returns.values()) >= 475, "the population's worst evaluation return at the end is >= 475: %s" % returns)
     agents = {a["name"]: a for a in status["agents"]}
     check(agents["slow"]["replacements"] >= 1 and agents["slow"]["replacements"] == agents["slow"]["restarts"],
           "status counts slow's restarts as replacements, not failures")
@@ -224,7 +226,8 @@ def scenario_league_resume(work):
               "there is unchanged (%d points compared)" % (committed["results_applied"], len(kept)))
         check(all(final["applied"].get(k, 0) >= v for k, v in committed["applied"].items()),
               "every result applied before the kill is still applied")
-        check(any(k.endswith("/1") for k in final["applied"]), "the agents' new incarnations reported results")
+        check(len(final["applied"]) >= len(committed["applied"]) + 4,
+              "the agents' new incarnations reported results of their own")
         check(final["results_applied"] > committed["results_applied"], "results went on after the resume")
         check_league_state(final, 8)
     finally:

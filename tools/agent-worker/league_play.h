@@ -1,7 +1,8 @@
 // LeaguePlay: agent-worker's side of the controller's league service
 // (scheduler/league_service.h), for an agent that is a league member.
 //
-// A match is the training episodes played between two requests: the league
+// `incarnation` names this process's result stream (the bus publisher id: unique
+// per process). A match is the training episodes played between two requests: the league
 // picks the opponent (and the snapshot of it) that plays the other side's
 // seat; the episodes' outcomes are counted here (AddGames) and reported when
 // the next match is asked for. Results are numbered 1, 2, ... in this

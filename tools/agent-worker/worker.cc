@@ -74,6 +74,7 @@ class Worker {
   Status TrainLoop();
   Status SaveCheckpoint(bool wait);
   Status Evaluate();
+  Status EvaluateSingle();
   void ReportIteration(const TrainerMetrics& m);
   void PublishIteration(const TrainerMetrics& m);
 
@@ -96,6 +97,7 @@ class Worker {
   std::vector<uint8_t> trainer_state_;    // checkpoint scratch
   SteadyTime::time_point last_log_ = SteadyTime::now();
   bool configuration_error_ = false;
+  bool adopted_ = false;  // restored another agent's checkpoint (PBT)
 };
 
 Status Worker::Setup() {
@@ -132,6 +134,18 @@ Status Worker::SetupTrainer() {
     return InvalidArgument("agent " + agent_ + " is a league member with " +
                            std::to_string(group_->size()) +
                            " ranks; league play runs one rank per member (give it ranks: 1)");
+  }
+  if (member_ != nullptr) {
+    for (const std::string& opponent : member_->opponents) {
+      const AgentPlan* o = runtime_->plan().FindAgent(opponent);
+      const std::string side = o != nullptr && o->args.is_object() ? o->args.value("role", "") : "";
+      if (side == settings_.role) {
+        return InvalidArgument("agent " + agent_ + " (" + settings_.role +
+                               ") has league opponent " + opponent +
+                               ", which plays the same side; "
+                               "give its league member an opponents: list of the other side");
+      }
+    }
   }
   // An anchor is a fixed yardstick: its initial policy, never trained.
   options.learn = member_ == nullptr || member_->role != "anchor";
@@ -185,8 +199,9 @@ Status Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t 
     AGENTRT_RETURN_IF_ERROR(
         bus->WaitForReady(std::chrono::seconds(10)).WithContext("bus " + env.bus));
     AGENTRT_ASSIGN_OR_RETURN(league_, League::Start(std::move(bus), {}, offsets, incarnation));
-    play_ = std::make_unique<LeaguePlay>(&league_->bus(), agent_,
-                                         static_cast<uint64_t>(env.restart_count));
+    // Results are numbered per process: its bus publisher id is unique to it,
+    // even if a restart count were ever reused (a controller killed mid-launch).
+    play_ = std::make_unique<LeaguePlay>(&league_->bus(), agent_, league_->bus().publisher_id());
     log_("league member (%s, %s matchmaking): matched by the league every %d updates",
          member_->role.c_str(), member_->matchmaking.c_str(), settings_.match_every);
     NextMatch();
@@ -272,7 +287,8 @@ Status Worker::Restore() {
     if (restored.metadata.contains("bus_incarnation")) {
       incarnation = restored.metadata["bus_incarnation"].get<uint64_t>();
     }
-    if (restored.metadata.contains("adopted_from") && rank_ == 0) {
+    adopted_ = restored.metadata.contains("adopted_from");
+    if (adopted_ && rank_ == 0) {
       // Another agent's weights (PBT's exploit): say at once what they play
       // like, so the population is not judged on the weights they replaced.
       const TrainerMetrics w = trainer_->WindowMetrics();
@@ -393,9 +409,40 @@ Status Worker::TrainLoop() {
   return Status::Ok();
 }
 
+// A single-agent env: eval_episodes episodes of the final policy, acting on
+// its most likely action, on env copies seeded apart from training.
+Status Worker::EvaluateSingle() {
+  AGENTRT_ASSIGN_OR_RETURN(
+      std::unique_ptr<Env> env,
+      GlobalEnvRegistry().MakeEnv(settings_.trainer.env, settings_.trainer.env_args));
+  PpoLearner& learner = trainer_->learner();
+  std::vector<float> obs(env->observation_space().size());
+  std::vector<float> action(env->action_space().size());
+  Rng rng(777);
+  double total = 0;
+  for (int e = 0; e < settings_.eval_episodes; ++e) {
+    env->Reset(1000003ull + static_cast<uint64_t>(e), obs);
+    double ret = 0;
+    for (bool done = false; !done;) {
+      learner.Act(obs, 1, action, /*deterministic=*/true, rng);
+      const StepResult r = env->Step(action, obs);
+      ret += r.reward;
+      done = r.terminated || r.truncated;
+    }
+    total += ret;
+  }
+  const double mean = total / settings_.eval_episodes;
+  log_("evaluation over %d episodes (most likely actions): return %.3f", settings_.eval_episodes,
+       mean);
+  runtime_->Report(trainer_->env_steps(), {{"eval_episodes", settings_.eval_episodes},
+                                           {"eval_return_mean", mean},
+                                           {"episode_return_mean", last_.episode_return_mean}});
+  return Status::Ok();
+}
+
 Status Worker::Evaluate() {
-  if (!multi_agent_ || seating_.control >= seating_.predators || settings_.eval_episodes == 0)
-    return Status::Ok();
+  if (!multi_agent_) return settings_.eval_episodes > 0 ? EvaluateSingle() : Status::Ok();
+  if (seating_.control >= seating_.predators || settings_.eval_episodes == 0) return Status::Ok();
   InstallSnapshots();
   // Players for the other seats from the newest snapshots; seats without one play at random.
   std::map<int, PolicyPlayer> players;
@@ -488,6 +535,12 @@ Status Worker::Run() {
   log_("%s at env step %lld (%lld this run in %.1f s), checkpoint saved",
        runtime_->ShouldStop() ? "stopped" : "budget reached", static_cast<long long>(steps),
        static_cast<long long>(steps - start_steps), seconds);
+  if (steps == start_steps && start_steps > 0 && adopted_ && rank_ == 0) {
+    // Replaced at its budget (PBT): the weights are another's, so is any
+    // evaluation before; evaluate these.
+    log_("nothing left to train after adopting another agent's checkpoint: evaluating it");
+    return Evaluate();
+  }
   if (steps == start_steps && start_steps > 0) {
     // A restart after the budget was already spent (the agent was torn down
     // after its last checkpoint): nothing was trained, and the evaluation the

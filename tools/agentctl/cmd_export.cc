@@ -1,7 +1,9 @@
-// `agentctl export RUN_DIR --csv FILE` — a run's metrics (RUN_DIR/metrics.jsonl)
-// as one CSV table for a notebook: agent, rank, step, run_time, time, then one
-// column per metric name (the union over agents; empty where an agent did not
-// report it). Strings are quoted as RFC 4180 says. `-` writes to stdout.
+// `agentctl export RUN_DIR --csv FILE | --tensorboard DIR` — a run's metrics
+// (RUN_DIR/metrics.jsonl) as one CSV table for a notebook: agent, rank, step,
+// run_time, time, then one column per metric name (the union over agents;
+// empty where an agent did not report it; strings quoted as RFC 4180 says; `-`
+// writes to stdout), or as TensorBoard event files, one folder per agent
+// (dashboard/tensorboard.h): `tensorboard --logdir DIR`.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "common/file_util.h"
+#include "dashboard/tensorboard.h"
 #include "plan/run_dir.h"
 #include "tools/agentctl/commands.h"
 
@@ -41,12 +44,20 @@ void RegisterExport(CLI::App& app) {
   struct Options {
     std::string run_dir;
     std::string csv;
+    std::string tensorboard;
   };
   auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("export", "Write a run's metrics for a notebook (CSV)");
+  CLI::App* cmd =
+      app.add_subcommand("export", "Write a run's metrics for a notebook (CSV) or TensorBoard");
   cmd->add_option("run_dir", opts->run_dir, "the run directory")->required();
-  cmd->add_option("--csv", opts->csv, "the CSV file to write (- for stdout)")->required();
+  auto* csv = cmd->add_option("--csv", opts->csv, "the CSV file to write (- for stdout)");
+  auto* tb = cmd->add_option("--tensorboard", opts->tensorboard,
+                             "a folder for TensorBoard event files, one sub-folder per agent");
+  csv->excludes(tb);
   cmd->callback([opts] {
+    if (opts->csv.empty() && opts->tensorboard.empty())
+      Fail("export",
+           agentrt::InvalidArgument("say what to write: --csv FILE or --tensorboard DIR"));
     const std::string path = agentrt::RunDir(opts->run_dir).MetricsPath();
     std::ifstream in(path);
     if (!in) Fail("export", agentrt::NotFound(path + " does not exist: is it a run directory?"));
@@ -65,6 +76,16 @@ void RegisterExport(CLI::App& app) {
         for (const auto& [k, v] : j["metrics"].items()) names.insert(k);
       }
       rows.push_back(std::move(j));
+    }
+    if (!opts->tensorboard.empty()) {
+      auto written = agentrt::WriteTensorBoard(rows, opts->tensorboard);
+      if (!written.ok()) Fail("export", written.status());
+      std::fprintf(stderr,
+                   "agentctl export: %zu events, %zu scalars of %zu agents -> %s "
+                   "(tensorboard --logdir %s)\n",
+                   written->events, written->scalars, written->agents, opts->tensorboard.c_str(),
+                   opts->tensorboard.c_str());
+      return;
     }
     std::string out = "agent,rank,step,run_time,time";
     for (const auto& n : names) out += "," + CsvField(n);
