@@ -25,7 +25,8 @@ Status WriteControlRequest(const RunDir& dir, const ControlRequest& r) {
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
-  const nlohmann::json j = {{"action", r.action}, {"agent", r.agent}, {"by", r.by}, {"time", r.time}};
+  const nlohmann::json j = {
+      {"action", r.action}, {"agent", r.agent}, {"by", r.by}, {"time", r.time}};
   return WriteFileAtomic(ControlDir(dir) + "/" + std::to_string(ns) + "-" + r.action + ".json",
                          j.dump() + "\n", {.mode = 0600, .sync_dir = false});
 }

@@ -30,6 +30,7 @@ struct ControlRequest {
 Status WriteControlRequest(const RunDir& dir, const ControlRequest& request);
 // Every request waiting, oldest first, each removed once read; a file that is
 // not a request is removed and reported in `refused` ("file: why").
-std::vector<ControlRequest> TakeControlRequests(const RunDir& dir, std::vector<std::string>* refused);
+std::vector<ControlRequest> TakeControlRequests(const RunDir& dir,
+                                                std::vector<std::string>* refused);
 
 }  // namespace agentrt
