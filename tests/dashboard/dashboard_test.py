@@ -366,29 +366,27 @@ def masked(crc):
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def varint(data, i):
+    """(value, next index) of the base-128 varint at data[i]."""
+    v, shift = 0, 0
+    while True:
+        b = data[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return v, i
+
+
 def protobuf_fields(data):
     """(field number, wire type, value) of a protobuf message, decoded by hand."""
     import struct
     i, out = 0, []
     while i < len(data):
-        key, shift = 0, 0
-        while True:
-            b = data[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        key, i = varint(data, i)
         field, wire = key >> 3, key & 7
         if wire == 0:
-            v, shift = 0, 0
-            while True:
-                b = data[i]
-                i += 1
-                v |= (b & 0x7F) << shift
-                shift += 7
-                if b < 0x80:
-                    break
+            v, i = varint(data, i)
         elif wire == 1:
             v = struct.unpack("<d", data[i:i + 8])[0]
             i += 8
@@ -396,14 +394,7 @@ def protobuf_fields(data):
             v = struct.unpack("<f", data[i:i + 4])[0]
             i += 4
         elif wire == 2:
-            n, shift = 0, 0
-            while True:
-                b = data[i]
-                i += 1
-                n |= (b & 0x7F) << shift
-                shift += 7
-                if b < 0x80:
-                    break
+            n, i = varint(data, i)
             v = data[i:i + n]
             i += n
         else:
