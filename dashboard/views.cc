@@ -153,6 +153,10 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
     agents.push_back(std::move(j));
   }
   out["agents"] = std::move(agents);
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const PlanNode& n : run.plan.nodes)
+    nodes.push_back({{"name", n.name}, {"gpus", n.gpus}, {"nvlink_domains", n.nvlink_domains}});
+  out["nodes"] = std::move(nodes);
   out["bus"] = st.bus.is_object() ? st.bus : nlohmann::json::object();
   out["league"] = LeagueView(run);
   return out;

@@ -179,6 +179,14 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   j["ports"] = ojson{
       {"first", plan.ports.first}, {"last", plan.ports.last}, {"per_agent", plan.ports.per_agent}};
   if (!plan.warnings.empty()) j["warnings"] = plan.warnings;
+  if (!plan.nodes.empty()) {
+    ojson nodes = ojson::array();
+    for (const PlanNode& n : plan.nodes) {
+      nodes.push_back(
+          ojson{{"name", n.name}, {"gpus", n.gpus}, {"nvlink_domains", n.nvlink_domains}});
+    }
+    j["nodes"] = std::move(nodes);
+  }
   if (plan.league.enabled()) {
     ojson league = ojson::object();
 #define AGENTRT_PUT(type, name, default_value, doc) league[#name] = plan.league.name;
@@ -325,6 +333,17 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     r.Read(*ports, "ports", "first", plan.ports.first);
     r.Read(*ports, "ports", "last", plan.ports.last);
     r.Read(*ports, "ports", "per_agent", plan.ports.per_agent);
+  }
+  if (const json* nodes = r.Get(j, "", "nodes", false)) {
+    if (!nodes->is_array()) r.Fail("nodes", "expected an array");
+    for (size_t i = 0; r.ok() && i < nodes->size(); ++i) {
+      const std::string path = fmt::format("nodes[{}]", i);
+      PlanNode n;
+      r.Read((*nodes)[i], path, "name", n.name);
+      r.Read((*nodes)[i], path, "gpus", n.gpus);
+      r.Read((*nodes)[i], path, "nvlink_domains", n.nvlink_domains, false);
+      plan.nodes.push_back(std::move(n));
+    }
   }
   if (const json* league = r.Get(j, "", "league", false)) {
 #define AGENTRT_GET(type, name, default_value, doc) \

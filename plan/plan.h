@@ -94,6 +94,13 @@ struct ChannelPlan {
   std::vector<std::string> subscribers;
 };
 
+// A node the plan places agents on, as the partition map draws it.
+struct PlanNode {
+  std::string name;
+  int gpus = 0;
+  std::vector<std::vector<int>> nvlink_domains;  // as in NodeSpec
+};
+
 struct Plan {
   std::string run;      // run name
   std::string run_dir;  // empty until the run controller has created it
@@ -102,6 +109,7 @@ struct Plan {
   std::vector<ChannelPlan> channels;
   std::vector<std::string> warnings;  // e.g. local CPU oversubscription
   PortConfig ports;                   // cluster.ports: where leased blocks may move
+  std::vector<PlanNode> nodes;        // the nodes with agents on them (additive)
   LeagueConfig league;                // `league:` (members empty: none)
   std::vector<PbtPopulation> pbt;     // `pbt:`
 

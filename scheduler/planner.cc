@@ -186,6 +186,9 @@ class Planner {
 
     for (const ChannelConfig& c : config_.channels)
       plan.channels.push_back({c.topic, c.publishers, c.subscribers});
+    for (const NodeState& n : nodes_) {
+      if (n.used) plan.nodes.push_back({n.spec->name, n.spec->gpus, n.spec->nvlink_domains});
+    }
     plan.league = config_.league;
     plan.pbt = config_.pbt;
     plan.warnings = inventory_.warnings;

@@ -29,7 +29,7 @@ def start_run(work):
     first = free_port_block(64)
     inventory = os.path.join(work, "inventory.yaml")
     with open(inventory, "w") as f:
-        f.write("cluster:\n  nodes:\n    - {name: localhost, gpus: 4, cpus: 16}\n"
+        f.write("cluster:\n  nodes:\n    - {name: localhost, gpus: 4, cpus: 16, nvlink_domains: [[0, 1], [2, 3]]}\n"
                 "  ports: {first: %d, last: %d, per_agent: 8}\n" % (first, first + 63))
     args = ["--forever", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.5",
             "--bus-connections", "1"]
@@ -318,6 +318,9 @@ def scenario_browser(work):
               "the partition map colours hunter's GPUs 0,1 and scout's GPU 2: %s" % gpus)
         check(page.js("document.querySelectorAll('#partition .cpu[data-agent=critic]').length") == 1,
               "and shows critic on the CPU")
+        domains = page.js("[...document.querySelectorAll('#partition .domain')].map(d => "
+                          "[...d.querySelectorAll('.gpu')].map(g => g.dataset.gpu).join(','))")
+        check(domains == ["0,1", "2,3"], "each NVLink domain is outlined with its GPUs: %s" % domains)
         points = lambda: page.js("+document.getElementById('chart').dataset.points")  # noqa: E731
         try:
             before = wait_for("the learning curve's first points", lambda: points() or None, 20)

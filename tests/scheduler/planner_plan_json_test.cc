@@ -79,6 +79,9 @@ TEST_CASE("a plan survives a JSON round trip, through a file too") {
   CHECK(back->agents[3].PlacementOfRank(15)->node == "node02");
   CHECK(back->agents[3].PlacementOfRank(16) == nullptr);
   CHECK(back->bus.settings.port == back->bus.port);
+  // The nodes with agents on them, with their NVLink domains (the dashboard's map).
+  REQUIRE_FALSE(back->nodes.empty());
+  CHECK(back->nodes[0].nvlink_domains.size() >= 1);
 
   testing::TempDir dir;
   const std::string path = dir.Path("plan.json");
