@@ -8,12 +8,20 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 namespace agentrt {
 
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) { Seed(seed); }
+  // Seeded by several numbers at once (e.g. a seed, an agent's hash and a
+  // request number): each is mixed in in turn, so any change gives another stream.
+  static Rng FromParts(std::initializer_list<uint64_t> parts) {
+    uint64_t seed = 0;
+    for (uint64_t p : parts) seed = Rng(seed ^ p).Next();
+    return Rng(seed);
+  }
 
   void Seed(uint64_t seed) {
     for (auto& word : s_) {

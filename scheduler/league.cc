@@ -6,7 +6,8 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include <random>
+
+#include "envs/rng.h"
 
 namespace agentrt {
 namespace {
@@ -16,10 +17,6 @@ using json = nlohmann::json;
 std::string AppliedKey(const std::string& agent, uint64_t incarnation) {
   return agent + "/" + std::to_string(incarnation);
 }
-
-// Uniform in [0, 1) from 53 bits of the engine (the same on every platform,
-// unlike std::uniform_real_distribution).
-double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
 json SnapshotToJson(const LeagueSnapshot& s) {
   return {{"agent", s.agent},
@@ -164,10 +161,10 @@ Result<LeagueMatch> LeagueState::Pick(const LeagueMatchRequest& request) const {
   const LeagueMember* member = config_.FindMember(request.agent);
   if (member == nullptr) return NotFound("agent " + request.agent + " is not a league member");
   // One engine per request, seeded by the league seed and the request alone.
-  std::seed_seq seq{static_cast<uint64_t>(config_.seed), std::hash<std::string>{}(request.agent),
-                    request.incarnation, request.match};
-  std::mt19937_64 rng(seq);
-  const double u = Uniform(rng);
+  Rng rng =
+      Rng::FromParts({static_cast<uint64_t>(config_.seed), std::hash<std::string>{}(request.agent),
+                      request.incarnation, request.match});
+  const double u = rng.Uniform();
   const bool newest = member->matchmaking == "self" || u < member->newest_share;
   LeagueMatch match;
   // Candidates: (opponent, snapshot or none).
@@ -205,7 +202,7 @@ Result<LeagueMatch> LeagueState::Pick(const LeagueMatchRequest& request) const {
     for (Candidate& c : candidates) c.weight = 1.0;
     total = static_cast<double>(candidates.size());
   }
-  double x = Uniform(rng) * total;
+  double x = rng.Uniform() * total;
   size_t pick = candidates.size() - 1;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (x < candidates[i].weight) {
@@ -300,6 +297,24 @@ std::string Number(const json& v) {
 
 }  // namespace
 
+std::string FormatLineageLine(const json& l) {
+  std::string hps;
+  if (l.contains("new") && l["new"].is_object()) {
+    for (const auto& [name, value] : l["new"].items()) {
+      hps += fmt::format(" {} {} -> {}", name,
+                         l.contains("old") ? Number(l["old"].value(name, json())) : "?",
+                         Number(value));
+    }
+  }
+  const std::string outcome = l.value("outcome", "");
+  return fmt::format(
+      "{} at step {}: {} ({}) <- {} ({}) step {}:{}{}", l.value("population", "?"),
+      l.value("step", int64_t{-1}), l.value("recipient", "?"),
+      Number(l.value("recipient_metric", json())), l.value("donor", "?"),
+      Number(l.value("donor_metric", json())), l.value("donor_step", int64_t{-1}), hps,
+      outcome == "exploited" ? "" : " [" + outcome + ": " + l.value("why", "") + "]");
+}
+
 std::string FormatRatingsLine(const LeagueState& state) {
   std::string out;
   for (const auto& [negative, agent] : Ranked(state)) {
@@ -354,23 +369,7 @@ std::string FormatLeague(const LeagueState* state, const std::vector<json>& line
   if (!lineage.empty()) {
     out += fmt::format("pbt lineage ({} exploit{}):\n", lineage.size(),
                        lineage.size() == 1 ? "" : "s");
-    for (const json& l : lineage) {
-      std::string hps;
-      if (l.contains("new") && l["new"].is_object()) {
-        for (const auto& [name, value] : l["new"].items()) {
-          hps += fmt::format(" {} {} -> {}", name,
-                             l.contains("old") ? Number(l["old"].value(name, json())) : "?",
-                             Number(value));
-        }
-      }
-      const std::string outcome = l.value("outcome", "");
-      out += fmt::format(
-          "  {} at step {}: {} ({}) <- {} ({}) step {}:{}{}\n", l.value("population", "?"),
-          l.value("step", int64_t{-1}), l.value("recipient", "?"),
-          Number(l.value("recipient_metric", json())), l.value("donor", "?"),
-          Number(l.value("donor_metric", json())), l.value("donor_step", int64_t{-1}), hps,
-          outcome == "exploited" ? "" : " [" + outcome + ": " + l.value("why", "") + "]");
-    }
+    for (const json& l : lineage) out += "  " + FormatLineageLine(l) + "\n";
   }
   return out;
 }

@@ -148,6 +148,9 @@ std::vector<nlohmann::json> ReadLineage(const std::string& path);
 // each row against each column) and the PBT lineage. `state` may be null (a
 // run with PBT and no league).
 std::string FormatLeague(const LeagueState* state, const std::vector<nlohmann::json>& lineage);
+// One PBT exploit of the lineage: "carts at step 30720: slow (20.4) <- cart-2
+// (413.3) step 25600: lr 1e-06 -> 0.0006".
+std::string FormatLineageLine(const nlohmann::json& exploit);
 // One line per member, best first ("hunter-0 1308 (main)"), for the status view.
 std::string FormatRatingsLine(const LeagueState& state);
 

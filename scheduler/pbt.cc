@@ -5,15 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <random>
+
+#include "envs/rng.h"
 
 namespace agentrt {
-namespace {
-
-double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-
-}  // namespace
-
 PbtScheduler::PbtScheduler(std::vector<PbtPopulation> populations,
                            const std::map<std::string, nlohmann::json>& args)
     : populations_(std::move(populations)) {
@@ -73,13 +68,12 @@ std::optional<PbtDecision> PbtScheduler::OnReport(const std::string& agent, int6
   }
   if (donors.empty()) return std::nullopt;
 
-  std::seed_seq seq{static_cast<uint64_t>(pop->seed), std::hash<std::string>{}(agent),
-                    static_cast<uint64_t>(step)};
-  std::mt19937_64 rng(seq);
+  Rng rng = Rng::FromParts({static_cast<uint64_t>(pop->seed), std::hash<std::string>{}(agent),
+                            static_cast<uint64_t>(step)});
   PbtDecision d;
   d.population = pop->name;
   d.recipient = agent;
-  d.donor = donors[rng() % donors.size()];
+  d.donor = donors[rng.Below(donors.size())];
   d.step = step;
   d.recipient_metric = *me.metric;
   d.donor_metric = *members_[d.donor].metric;
@@ -88,13 +82,13 @@ std::optional<PbtDecision> PbtScheduler::OnReport(const std::string& agent, int6
     d.old_hyperparameters[h.name] = me.args.value(h.name, nlohmann::json());
     const double base = donor_args.value(h.name, h.min);
     double value = 0;
-    if (Uniform(rng) < pop->resample_probability) {
+    if (rng.Uniform() < pop->resample_probability) {
       value = h.log_scale
-                  ? std::exp(std::log(h.min) + Uniform(rng) * (std::log(h.max) - std::log(h.min)))
-                  : h.min + Uniform(rng) * (h.max - h.min);
+                  ? std::exp(std::log(h.min) + rng.Uniform() * (std::log(h.max) - std::log(h.min)))
+                  : rng.Uniform(h.min, h.max);
       d.explore[h.name] = "resampled";
     } else {
-      const double factor = h.perturb[rng() % h.perturb.size()];
+      const double factor = h.perturb[rng.Below(h.perturb.size())];
       value = base * factor;
       d.explore[h.name] = fmt::format("x{}", factor);
     }

@@ -126,6 +126,19 @@ class AgentctlRun:
             self.proc.wait(timeout=10)
 
 
+def run_example(agentctl, source, work, config, timeout_s=240, sets=()):
+    """`agentctl run configs/<config>` with its run dir under work/<config stem>, to its end:
+    (returncode, run dir or None, output)."""
+    runs = os.path.join(work, config.split(".")[0])
+    args = [agentctl, "run", os.path.join(source, "configs", config), "--no-dashboard", "--quiet",
+            "--set", "run.dir=" + runs]
+    for s in sets:
+        args += ["--set", s]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=work)
+    dirs = [os.path.join(runs, d) for d in os.listdir(runs)] if os.path.isdir(runs) else []
+    return p.returncode, (dirs[0] if len(dirs) == 1 else None), p.stdout + p.stderr
+
+
 def run_processes(run_dir):
     """pids of every process whose environment names this run directory."""
     needle = ("AGENTRT_RUN_DIR=" + run_dir).encode() + b"\0"

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import (AgentctlRun, Failure, check, die_with_parent, free_port_block,  # noqa: E402
+from agentrt_testing import (AgentctlRun, Failure, check, die_with_parent, free_port_block, run_example,  # noqa: E402
                              heartbeating, scenarios_main, wait_for)
 
 BIN = os.environ["AGENTRT_BIN_DIR"]
@@ -410,11 +410,7 @@ def scenario_tensorboard(work):
     """agentctl export --tensorboard: TFRecord files with TensorBoard's Event/Summary records, read
     back by an independent decoder (framing, masked CRC32C, protobuf wire format)."""
     import struct
-    runs = os.path.join(work, "runs")
-    p = subprocess.run([AGENTCTL, "run", os.path.join(SOURCE, "configs", "cartpole.yaml"), "--no-dashboard",
-                        "--quiet", "--set", "run.dir=" + runs], capture_output=True, text=True, timeout=120)
-    check(p.returncode == 0, "cartpole ran\n" + p.stdout + p.stderr)
-    run_dir = os.path.join(runs, os.listdir(runs)[0])
+    run_dir = finished_example(work, "cartpole.yaml")
     out = os.path.join(work, "tb")
     e = subprocess.run([AGENTCTL, "export", run_dir, "--tensorboard", out], capture_output=True, text=True, timeout=60)
     check(e.returncode == 0 and "tensorboard --logdir" in e.stderr, "export --tensorboard: %s" % e.stderr.strip())
@@ -518,12 +514,9 @@ def scenario_actions(work):
 
 def finished_example(work, config):
     """An example config (configs/<config>) run to its end under `work`; its run directory."""
-    runs = os.path.join(work, config.split(".")[0])
-    p = subprocess.run([AGENTCTL, "run", os.path.join(SOURCE, "configs", config), "--no-dashboard", "--quiet",
-                        "--set", "run.dir=" + runs], capture_output=True, text=True, timeout=240, cwd=work)
-    check(p.returncode == 0, "agentctl run configs/%s succeeded%s" % (config, "" if p.returncode == 0 else
-                                                                      "\n" + p.stdout + p.stderr))
-    return os.path.join(runs, os.listdir(runs)[0])
+    rc, run_dir, out = run_example(AGENTCTL, SOURCE, work, config)
+    check(rc == 0 and run_dir, "agentctl run configs/%s succeeded%s" % (config, "" if rc == 0 else "\n" + out))
+    return run_dir
 
 
 def scenario_league(work):

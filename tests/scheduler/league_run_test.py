@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import (AgentctlRun, check, require_executables, run_processes,  # noqa: E402
-                             scenarios_main, wait_for)
+from agentrt_testing import (AgentctlRun, check, require_executables, run_example,  # noqa: E402
+                             run_processes, scenarios_main, wait_for)
 
 BIN = os.environ.get("AGENTRT_BIN_DIR", "build/bin")
 SOURCE = os.environ.get("AGENTRT_SOURCE_DIR", ".")
@@ -24,16 +24,8 @@ def agentctl(*args, timeout=60):
     return subprocess.run([AGENTCTL] + list(args), capture_output=True, text=True, timeout=timeout)
 
 
-def run_config(work, config, timeout_s, *sets):
-    """agentctl run of an example config with its run dir under `work`; (returncode, run dir, output)."""
-    args = [AGENTCTL, "run", os.path.join(SOURCE, "configs", config), "--no-dashboard",
-            "--set", "run.dir=" + os.path.join(work, "runs")]
-    for s in sets:
-        args += ["--set", s]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=work)
-    runs = os.path.join(work, "runs")
-    dirs = [os.path.join(runs, d) for d in os.listdir(runs)] if os.path.isdir(runs) else []
-    return p.returncode, (dirs[0] if len(dirs) == 1 else None), p.stdout + p.stderr
+def run_config(work, config, timeout_s):
+    return run_example(AGENTCTL, SOURCE, work, config, timeout_s)
 
 
 def read_json(path):

@@ -57,16 +57,8 @@ void RegisterStatus(CLI::App& app) {
           }
         }
         const auto lineage = agentrt::ReadLineage(dir.LineagePath());
-        for (size_t i = lineage.size() > 3 ? lineage.size() - 3 : 0; i < lineage.size(); ++i) {
-          const auto& l = lineage[i];
-          std::fputs(
-              fmt::format("pbt: {} restarted from {}'s step {} with {} ({})\n",
-                          l.value("recipient", "?"), l.value("donor", "?"),
-                          l.value("donor_step", int64_t{-1}),
-                          l.value("new", nlohmann::json::object()).dump(), l.value("outcome", "?"))
-                  .c_str(),
-              stdout);
-        }
+        for (size_t i = lineage.size() > 3 ? lineage.size() - 3 : 0; i < lineage.size(); ++i)
+          std::fputs(("pbt: " + agentrt::FormatLineageLine(lineage[i]) + "\n").c_str(), stdout);
         if (!lineage.empty())
           std::fputs(fmt::format("pbt: {} exploit(s) in all: agentctl league {}\n", lineage.size(),
                                  opts->run_dir)
