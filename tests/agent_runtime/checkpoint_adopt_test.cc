@@ -47,6 +47,17 @@ void SaveAll(const std::string& dir, const std::string& agent, int world, int64_
   for (auto& c : ranks) REQUIRE(c->Wait().ok());
 }
 
+AdoptOptions Adopt(const std::string& from, const std::string& from_agent, const std::string& to,
+                   const std::string& to_agent, int world_size = 1) {
+  AdoptOptions o;
+  o.from_dir = from;
+  o.from_agent = from_agent;
+  o.to_dir = to;
+  o.to_agent = to_agent;
+  o.world_size = world_size;
+  return o;
+}
+
 TEST_CASE("the donor's newest checkpoint becomes the recipient's; its own move aside") {
   testing::TempDir tmp("agentrt-adopt");
   const std::string donor = tmp.Path("donor");
@@ -55,13 +66,7 @@ TEST_CASE("the donor's newest checkpoint becomes the recipient's; its own move a
   SaveAll(donor, "cart-0", 2, 200, {{"bus_offsets", {{"t", 2}}}, {"updates", 9}});
   SaveAll(recipient, "slow", 2, 300, {{"bus_offsets", {{"t", 42}}}, {"bus_incarnation", 5}});
 
-  AdoptOptions o;
-  o.from_dir = donor;
-  o.from_agent = "cart-0";
-  o.to_dir = recipient;
-  o.to_agent = "slow";
-  o.world_size = 2;
-  Result<AdoptResult> adopted = AdoptCheckpoint(o);
+  Result<AdoptResult> adopted = AdoptCheckpoint(Adopt(donor, "cart-0", recipient, "slow", 2));
   REQUIRE(adopted.ok());
   CHECK(adopted->step == 200);
   CHECK(adopted->skipped.empty());
@@ -106,12 +111,7 @@ TEST_CASE("a donor checkpoint that does not verify is passed over for an older o
     f.seekp(5);
     f.put('\x7f');
   }
-  AdoptOptions o;
-  o.from_dir = donor;
-  o.from_agent = "a";
-  o.to_dir = recipient;
-  o.to_agent = "b";
-  Result<AdoptResult> adopted = AdoptCheckpoint(o);
+  Result<AdoptResult> adopted = AdoptCheckpoint(Adopt(donor, "a", recipient, "b"));
   REQUIRE(adopted.ok());
   CHECK(adopted->step == 10);
   REQUIRE(adopted->skipped.size() == 1);
@@ -132,11 +132,7 @@ TEST_CASE("no checkpoint to adopt, or another world size, is an error and change
   const std::string recipient = tmp.Path("recipient");
   fs::create_directories(donor);
   SaveAll(recipient, "b", 1, 5, {});
-  AdoptOptions o;
-  o.from_dir = donor;
-  o.from_agent = "a";
-  o.to_dir = recipient;
-  o.to_agent = "b";
+  const AdoptOptions o = Adopt(donor, "a", recipient, "b");
   Result<AdoptResult> none = AdoptCheckpoint(o);
   REQUIRE_FALSE(none.ok());
   CHECK_THAT(none.status().message(), Catch::Matchers::Contains("a has no committed checkpoint"));

@@ -110,6 +110,22 @@ size_t RecordAt(const std::string& segment, int n) {
   return at;
 }
 
+// Ten 100-byte records published to log "t" under `dir`; then `tamper` edits the
+// bytes of its last segment, which are written back. The segment and its new bytes.
+template <typename Tamper>
+std::pair<fs::path, std::string> TamperedLog(const std::string& dir, Tamper tamper) {
+  {
+    auto b = Start(Durable(dir));
+    for (int i = 0; i < 10; ++i) Publish(*b, "t", std::string(100, 'x'));
+  }
+  const fs::path seg = Segments(dir, "t").back();
+  std::string bytes = ReadWholeFile(seg.string()).value();
+  tamper(bytes);
+  std::ofstream f(seg, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return {seg, bytes};
+}
+
 }  // namespace
 
 TEST_CASE("CRC32C is the Castagnoli CRC, and log names escape to safe folder names") {
@@ -221,19 +237,9 @@ TEST_CASE("zeros after the last record (unwritten data after a crash) are a torn
 
 TEST_CASE("a corrupt length in the middle is corrupt, not a torn tail: nothing after it is cut") {
   testing::TempDir dir("agentrt-buslog");
-  {
-    auto b = Start(Durable(dir.path));
-    for (int i = 0; i < 10; ++i) Publish(*b, "t", std::string(100, 'x'));
-  }
-  const fs::path seg = Segments(dir.path, "t").back();
-  std::string bytes = ReadWholeFile(seg.string()).value();
   // Record 2's length says far more than the file holds.
-  const size_t at = RecordAt(bytes, 2);
-  bytes[at + 3] = 0x7f;
-  {
-    std::ofstream f(seg, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  const auto [seg, bytes] =
+      TamperedLog(dir.path, [](std::string& b) { b[RecordAt(b, 2) + 3] = 0x7f; });
   Broker b(Durable(dir.path), OpenAcl(), kSecret, 77);
   std::vector<std::string> notes;
   const Status s = b.Recover(&notes);
@@ -260,19 +266,12 @@ TEST_CASE("a saved position past the end of a log that lost its tail is told, no
 
 TEST_CASE("a corrupt record in the middle is an error naming the file, byte and offset") {
   testing::TempDir dir("agentrt-buslog");
-  {
-    auto b = Start(Durable(dir.path));
-    for (int i = 0; i < 10; ++i) Publish(*b, "t", std::string(100, 'x'));
-  }
-  const fs::path seg = Segments(dir.path, "t").back();
   // Flip a payload byte of offset 3.
-  std::string bytes = ReadWholeFile(seg.string()).value();
-  const size_t third = RecordAt(bytes, 3);
-  bytes[third + 8 + 40] ^= 0x5a;
-  {
-    std::ofstream f(seg, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  size_t third = 0;
+  const auto [seg, bytes] = TamperedLog(dir.path, [&third](std::string& b) {
+    third = RecordAt(b, 3);
+    b[third + 8 + 40] ^= 0x5a;
+  });
   Broker b(Durable(dir.path), OpenAcl(), kSecret, 77);
   std::vector<std::string> notes;
   const Status s = b.Recover(&notes);
