@@ -1,9 +1,16 @@
 #include "comms/broker.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <random>
+#include <set>
 
+#include "common/file_util.h"
+#include "common/random.h"
 #include "fmt/format.h"
 
 namespace agentrt {
@@ -22,6 +29,32 @@ struct Broker::Log {
   int64_t bytes = 0;
   int waiters = 0;
   std::unique_ptr<SegmentLog> files;  // the durable log (opened at the first append)
+  std::unordered_map<int64_t, std::shared_ptr<Blob>> blobs;  // offset -> large payload
+};
+
+struct Broker::Blob {
+  Blob(std::string p, int f, int64_t s) : path(std::move(p)), fd(f), size(s) {}
+  ~Blob() {
+    if (fd >= 0) ::close(fd);
+    if (remove.load() && !path.empty()) ::unlink(path.c_str());
+  }
+  Blob(const Blob&) = delete;
+  Blob& operator=(const Blob&) = delete;
+  const std::string path;  // empty: unlinked already (memory mode)
+  const int fd;            // open for reading (and writing while uploading)
+  const int64_t size;
+  // Set while the message is not (or no longer) stored: the file goes with
+  // the last reader still sending it.
+  std::atomic<bool> remove{true};
+};
+
+struct Broker::Upload {
+  std::shared_ptr<Log> log;
+  v1::Message msg;  // every field but the payload
+  std::shared_ptr<Blob> blob;
+  uint32_t expected_crc = 0;
+  uint32_t crc = 0;
+  int64_t written = 0;
 };
 
 // The recent sequences of one (agent, publisher_id): a ring indexed by
@@ -68,6 +101,11 @@ struct Broker::PendingRequest {
 namespace {
 constexpr size_t kMaxPublishers = 1024;
 constexpr size_t kMaxCacheEntries = 4096;
+
+// The payload bytes a message stands for (a large one's are in its file).
+int64_t PayloadBytes(const v1::Message& m) {
+  return static_cast<int64_t>(m.payload().size()) + m.chunked_size();
+}
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -124,9 +162,10 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       for (v1::Message& m : rec.messages) {
         if (m.publisher_id() != 0)
           GetPublisher(m.publisher(), m.publisher_id())->Record(m.sequence(), m.offset());
-        log->bytes += static_cast<int64_t>(m.payload().size());
+        log->bytes += PayloadBytes(m);
         log->msgs.push_back(std::make_shared<const v1::Message>(std::move(m)));
       }
+      AGENTRT_RETURN_IF_ERROR(RecoverBlobs(*log, entry.path().string(), notes));
       retained_bytes_.fetch_add(log->bytes, std::memory_order_relaxed);
       TrimLocked(*log);
       ++topics;
@@ -141,9 +180,87 @@ Status Broker::Recover(std::vector<std::string>* notes) {
                       topics, messages, bytes, root));
     }
   }
+  if (!durable()) {
+    // Large payloads of a memory log: files unlinked as soon as they are
+    // opened, in the run's bus folder (or the temp folder); what a crashed
+    // broker left there is of no use to anyone.
+    std::error_code ec;
+    if (!options_.log_dir.empty()) {
+      spill_dir_ = options_.log_dir + "/spill";
+      std::filesystem::remove_all(spill_dir_, ec);
+      std::filesystem::create_directories(spill_dir_, ec);
+      if (ec) return Internal("bus: cannot create " + spill_dir_ + ": " + ec.message());
+    } else {
+      spill_dir_ = std::filesystem::temp_directory_path(ec).string();
+      if (ec) spill_dir_ = "/tmp";
+    }
+  }
   if ((durable() && options_.durability == BusDurability::kBatch) || options_.retention_age_s > 0)
     flusher_ = std::thread([this] { FlushLoop(); });
   return Status::Ok();
+}
+
+Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes) {
+  // Retention removes payload files from the oldest on, while their records
+  // stay until their whole segment goes: missing files of the oldest large
+  // messages are that (those messages are dropped again here). A missing or
+  // short file after a present one is not: the log is refused.
+  std::set<std::string> named;
+  int64_t expired_before = log.base;
+  for (const auto& m : log.msgs) {
+    if (m->chunked_size() == 0) continue;
+    const std::string& file = m->chunked_file();
+    const std::string path = dir + "/" + file;
+    if (file.empty() || file.find('/') != std::string::npos || file.front() == '.') {
+      return DataLoss(fmt::format(
+          "bus log: {} offset {}: a large message naming no usable payload file (\"{}\")", dir,
+          m->offset(), Printable(file)));
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && named.empty()) {
+      expired_before = m->offset() + 1;
+      continue;
+    }
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_size != m->chunked_size()) {
+      const std::string why =
+          fd < 0 ? std::string(std::strerror(errno))
+                 : fmt::format("{} of its {} bytes", st.st_size, m->chunked_size());
+      if (fd >= 0) ::close(fd);
+      return DataLoss(
+          fmt::format("bus log: {}: the payload file of offset {}: {}", path, m->offset(), why));
+    }
+    auto blob = std::make_shared<Blob>(path, fd, m->chunked_size());
+    blob->remove.store(false);
+    log.blobs.emplace(m->offset(), std::move(blob));
+    named.insert(file);
+  }
+  while (!log.msgs.empty() && log.msgs.front()->offset() < expired_before) {
+    log.bytes -= PayloadBytes(*log.msgs.front());
+    log.msgs.pop_front();
+    ++log.base;
+  }
+  // A large publish the crash cut short left its file and no record.
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 5 && name.substr(name.size() - 5) == ".blob" && named.count(name) == 0) {
+      std::filesystem::remove(entry.path(), ec);
+      ++removed;
+    }
+  }
+  if (removed > 0) {
+    notes->push_back(fmt::format(
+        "bus log: removed {} payload file(s) in {} that no retained message names (unfinished "
+        "publishes, or retention's)",
+        removed, dir));
+  }
+  return Status::Ok();
+}
+
+std::string Broker::BlobDir(const Log& log) const {
+  return durable() ? options_.log_dir + "/logs/" + EscapeLogName(log.name) : spill_dir_;
 }
 
 void Broker::FlushLoop() {
@@ -271,9 +388,10 @@ std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& 
   return state;
 }
 
-Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset) {
+Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset,
+                            std::shared_ptr<Blob> blob) {
   *offset = log.base + static_cast<int64_t>(log.msgs.size());
-  const int64_t size = static_cast<int64_t>(msg.payload().size());
+  const int64_t size = PayloadBytes(msg);
   msg.set_topic(log.name);
   msg.set_offset(*offset);
   msg.set_publish_time_ns(NowNs());
@@ -295,6 +413,10 @@ Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset) {
     if (Status s = log.files->Stage(msg); !s.ok()) return Unstorable(log, s);
   }
   log.msgs.push_back(std::make_shared<const v1::Message>(std::move(msg)));
+  if (blob) {
+    blob->remove.store(false);
+    log.blobs[*offset] = std::move(blob);
+  }
   log.bytes += size;
   published_.fetch_add(1, std::memory_order_relaxed);
   retained_bytes_.fetch_add(size, std::memory_order_relaxed);
@@ -312,7 +434,11 @@ Status Broker::Unstorable(Log& log, const Status& why) {
   // staged since its last commit leave memory again (they are the newest).
   const int64_t end = log.files->committed_end();
   while (!log.msgs.empty() && log.msgs.back()->offset() >= end) {
-    const int64_t size = static_cast<int64_t>(log.msgs.back()->payload().size());
+    const int64_t size = PayloadBytes(*log.msgs.back());
+    if (auto it = log.blobs.find(log.msgs.back()->offset()); it != log.blobs.end()) {
+      it->second->remove.store(true);
+      log.blobs.erase(it);
+    }
     log.bytes -= size;
     retained_bytes_.fetch_sub(size, std::memory_order_relaxed);
     published_.fetch_sub(1, std::memory_order_relaxed);
@@ -332,9 +458,15 @@ void Broker::TrimLocked(Log& log) {
          (static_cast<int64_t>(log.msgs.size()) > options_.retention_messages ||
           log.bytes > options_.retention_bytes ||
           log.msgs.front()->publish_time_ns() < oldest_ns)) {
-    const int64_t b = static_cast<int64_t>(log.msgs.front()->payload().size());
+    const int64_t b = PayloadBytes(*log.msgs.front());
     log.bytes -= b;
     dropped_bytes += b;
+    if (log.msgs.front()->chunked_size() > 0) {
+      if (auto it = log.blobs.find(log.base); it != log.blobs.end()) {
+        it->second->remove.store(true);  // gone once no reader sends it any more
+        log.blobs.erase(it);
+      }
+    }
     log.msgs.pop_front();
     ++log.base;
     ++dropped;
@@ -346,7 +478,8 @@ void Broker::TrimLocked(Log& log) {
   }
 }
 
-Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg) {
+Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg,
+                              std::shared_ptr<Blob> blob) {
   const uint64_t seq = msg.sequence();
   std::shared_ptr<PublisherState> pub;
   std::unique_lock<std::mutex> pub_lock;
@@ -363,7 +496,7 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(log->mu);
-    Status s = AppendLocked(*log, std::move(msg), &offset);
+    Status s = AppendLocked(*log, std::move(msg), &offset, std::move(blob));
     if (s.ok()) s = CommitLocked(*log);
     if (!s.ok()) return Stored{-1, false, s};
     TrimLocked(*log);
@@ -524,6 +657,132 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
   return Status::Ok();
 }
 
+Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& agent,
+                                                           v1::PublishChunk& first,
+                                                           v1::PublishResponse* resp) {
+  v1::PublishRequest& head = *first.mutable_head();
+  const std::string what =
+      "large publish to topic \"" + head.topic().substr(0, 64) + "\" by agent " + agent;
+  if (Status s = ValidatePublishHead(first, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext(what);
+  }
+  AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, head));
+  if (head.publisher_id() != 0) {
+    // A retry of a stored message is answered before its bytes are read.
+    std::shared_ptr<PublisherState> pub = GetPublisher(agent, head.publisher_id());
+    std::lock_guard<std::mutex> lock(pub->mu);
+    int64_t first_offset = -1;
+    if (pub->Seen(head.sequence(), &first_offset)) {
+      duplicates_.fetch_add(1, std::memory_order_relaxed);
+      resp->set_offset(first_offset);
+      resp->set_duplicate(true);
+      return std::shared_ptr<Upload>();
+    }
+  }
+  auto up = std::make_shared<Upload>();
+  up->log = GetLog(head.topic(), /*create=*/true);
+  up->msg = ToMessage(agent, head);
+  up->expected_crc = first.crc32c();
+  const std::string dir = BlobDir(*up->log);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Status(StatusCode::kUnavailable,
+                  ErrnoStatus(errno, "bus: cannot create " + path).message() +
+                      " (not stored; retry when the bus's disk has room)")
+        .WithContext(what);
+  }
+  if (durable()) {
+    up->msg.set_chunked_file(name);
+    up->blob = std::make_shared<Blob>(path, fd, first.size());
+  } else {
+    ::unlink(path.c_str());  // the open file is the payload; nothing stays on disk
+    up->blob = std::make_shared<Blob>(std::string(), fd, first.size());
+  }
+  up->msg.set_chunked_size(first.size());
+  up->msg.set_chunked_crc32c(first.crc32c());
+  AGENTRT_RETURN_IF_ERROR(WriteLarge(*up, first.data()).WithContext(what));
+  return up;
+}
+
+Status Broker::WriteLarge(Upload& up, std::string_view data) {
+  if (up.written + static_cast<int64_t>(data.size()) > up.blob->size) {
+    CountInvalid();
+    return InvalidArgument(fmt::format(
+        "large publish to topic \"{}\": more bytes than the {} its first chunk announced",
+        up.log->name, up.blob->size));
+  }
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(up.blob->fd, data.data() + done, data.size() - done,
+                               static_cast<off_t>(up.written + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Status(StatusCode::kUnavailable,
+                    ErrnoStatus(errno, "bus: cannot write a large payload of topic " + up.log->name)
+                            .message() +
+                        " (not stored; retry when the bus's disk has room)");
+    }
+    done += static_cast<size_t>(n);
+  }
+  up.crc = Crc32c(data.data(), data.size(), up.crc);
+  up.written += static_cast<int64_t>(data.size());
+  return Status::Ok();
+}
+
+Status Broker::FinishLarge(Upload& up, v1::PublishResponse* resp) {
+  const std::string what = "large publish to topic \"" + up.log->name + "\"";
+  if (up.written != up.blob->size) {
+    CountInvalid();
+    return InvalidArgument(fmt::format("{}: the stream ended after {} of its {} bytes; not stored",
+                                       what, up.written, up.blob->size));
+  }
+  if (up.crc != up.expected_crc) {
+    CountInvalid();
+    return DataLoss(fmt::format(
+        "{}: the {} bytes received have CRC32C {:08x}, not the {:08x} announced; not stored", what,
+        up.written, up.crc, up.expected_crc));
+  }
+  if (durable()) {
+    // The record may name the file only once the file is whole on disk.
+    if (::fdatasync(up.blob->fd) != 0) {
+      return Status(
+          StatusCode::kUnavailable,
+          ErrnoStatus(errno, "bus: cannot fsync " + up.blob->path).message() + " (not stored)");
+    }
+    (void)FsyncDir(BlobDir(*up.log));
+  }
+  Stored st = Append(up.log, std::move(up.msg), up.blob);
+  AGENTRT_RETURN_IF_ERROR(st.status.WithContext(what));
+  resp->set_offset(st.offset);
+  resp->set_duplicate(st.duplicate);
+  return Status::Ok();
+}
+
+Status Broker::ReadChunk(const Reader& reader, int64_t pos, size_t max, std::string* out) const {
+  const Blob& blob = *reader.chunked;
+  const size_t n = static_cast<size_t>(
+      std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(max), blob.size - pos)));
+  out->resize(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(blob.fd, out->data() + done, n - done,
+                                static_cast<off_t>(pos + static_cast<int64_t>(done)));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return DataLoss(fmt::format("bus: the payload file of offset {} of {} ended at byte {} of {}",
+                                  reader.next_offset - 1, reader.log->name,
+                                  pos + static_cast<int64_t>(done), blob.size));
+    }
+    done += static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
 Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResponse* resp) {
   if (Status s = ValidateSend(req, options_.limits); !s.ok()) {
     CountInvalid();
@@ -619,8 +878,19 @@ Broker::ReadOutcome Broker::Collect(Reader* reader, std::chrono::milliseconds wa
   }
   size_t idx = static_cast<size_t>(reader->next_offset - log.base);
   int64_t bytes = 0;
+  reader->chunked.reset();
   while (idx < log.msgs.size() && static_cast<int>(batch->size()) < reader->max_batch_messages) {
     const auto& m = log.msgs[idx];
+    if (m->chunked_size() > 0) {
+      // A large message goes alone; its bytes follow from its file.
+      if (!batch->empty()) break;
+      auto it = log.blobs.find(m->offset());
+      if (it == log.blobs.end()) break;  // cannot happen: stored with its blob
+      reader->chunked = it->second;
+      batch->push_back(m);
+      ++idx;
+      break;
+    }
     const int64_t b = static_cast<int64_t>(m->payload().size());
     if (!batch->empty() && bytes + b > options_.max_stream_batch_bytes) break;
     bytes += b;

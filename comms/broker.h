@@ -49,12 +49,20 @@ class Broker {
  public:
   // One append-only log (a topic or an inbox). Opaque to callers.
   struct Log;
+  // A large message's payload: one file, shared by every reader sending it
+  // (and removed when retention drops the message). Opaque to callers.
+  struct Blob;
+  // A large publish in progress (PublishLarge): its bytes go to a file as they arrive.
+  struct Upload;
 
   // A reader's position in one log, produced by OpenReader.
   struct Reader {
     std::shared_ptr<Log> log;
     int64_t next_offset = 0;
     int max_batch_messages = 4096;
+    // Set by a read that returned a large message (always alone in its
+    // batch): its payload, whose bytes ReadChunk copies out.
+    std::shared_ptr<const Blob> chunked;
   };
 
   enum class ReadOutcome { kMessages, kIdle, kExpired };
@@ -106,6 +114,22 @@ class Broker {
   Status PublishBatch(const std::string& agent, bus::v1::PublishBatchRequest& req,
                       bus::v1::PublishBatchResponse* resp);
   Status Send(const std::string& agent, bus::v1::SendRequest& req, bus::v1::SendResponse* resp);
+
+  // Large messages (bus.proto PublishLarge). BeginLarge checks the first
+  // chunk as Publish checks a message (and the size against
+  // max_message_bytes) and opens the payload's file; a duplicate is answered
+  // in *resp at once and returns null. WriteLarge appends the next bytes;
+  // FinishLarge stores the message once all of them arrived and match the
+  // CRC (in the durable modes after an fdatasync of the file). An upload
+  // dropped unfinished leaves nothing behind. Memory is bounded by the
+  // caller's chunk, whatever the size.
+  Result<std::shared_ptr<Upload>> BeginLarge(const std::string& agent, bus::v1::PublishChunk& first,
+                                             bus::v1::PublishResponse* resp);
+  Status WriteLarge(Upload& upload, std::string_view data);
+  Status FinishLarge(Upload& upload, bus::v1::PublishResponse* resp);
+  // Copies up to `max` bytes of the reader's large message (reader.chunked)
+  // from byte `pos` into *out (resized to what was read).
+  Status ReadChunk(const Reader& reader, int64_t pos, size_t max, std::string* out) const;
 
   // Opens a reader on a topic (ACL-checked) or on `agent`'s own inbox, and
   // fills the stream header.
@@ -170,7 +194,14 @@ class Broker {
   std::shared_ptr<Log> GetLog(const std::string& name, bool create);
   std::shared_ptr<PublisherState> GetPublisher(const std::string& agent, uint64_t publisher_id);
   // Appends msg (publisher fields already stamped) with duplicate suppression.
-  Stored Append(const std::shared_ptr<Log>& log, bus::v1::Message&& msg);
+  Stored Append(const std::shared_ptr<Log>& log, bus::v1::Message&& msg,
+                std::shared_ptr<Blob> blob = nullptr);
+  // Where a log's large payloads are written: its durable log folder, or
+  // (memory) the spill folder, whose files are unlinked as soon as opened.
+  std::string BlobDir(const Log& log) const;
+  // Recover's part for one log's large messages: opens each payload's file
+  // (DATA_LOSS when missing or short) and removes files no message names.
+  Status RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes);
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start,
                             uint64_t incarnation, int max_batch,
                             bus::v1::SubscribeResponse::Header* header);
@@ -183,8 +214,10 @@ class Broker {
   Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req,
                       bool check_acl = true);
   // Under log->mu: appends one message (to the durable log first, when there
-  // is one) and sets *offset. TrimLocked drops what retention no longer allows.
-  Status AppendLocked(Log& log, bus::v1::Message&& msg, int64_t* offset);
+  // is one) and sets *offset; `blob` holds a large message's payload.
+  // TrimLocked drops what retention no longer allows.
+  Status AppendLocked(Log& log, bus::v1::Message&& msg, int64_t* offset,
+                      std::shared_ptr<Blob> blob = nullptr);
   // Under log->mu: writes what AppendLocked staged (one write(2) for a batch);
   // on an error Unstorable drops the unwritten messages from memory again.
   Status CommitLocked(Log& log);
@@ -220,6 +253,8 @@ class Broker {
   std::mutex requests_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;
   std::atomic<uint64_t> next_request_id_;
+
+  std::string spill_dir_;  // memory mode: where large payloads go (see BlobDir)
 
   std::thread flusher_;  // kBatch fsyncs, age retention
   std::mutex flush_mu_;

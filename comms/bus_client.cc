@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "common/random.h"
 #include "comms/bus_client_stub.h"
+#include "comms/bus_log.h"
 #include "comms/bus_validate.h"
 #include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
@@ -90,6 +91,62 @@ struct AsyncItem {
   AckCallback on_ack;
 };
 
+// A direct message (Send, Request, Reply) is one call: at most kMaxInlineBytes.
+Status CheckInline(std::string_view payload, std::string_view what) {
+  if (static_cast<int64_t>(payload.size()) <= kMaxInlineBytes) return Status::Ok();
+  return ResourceExhausted(
+      std::string(what) + ": a payload of " + std::to_string(payload.size()) +
+      " bytes is more than a direct message carries (" + std::to_string(kMaxInlineBytes) +
+      " bytes); publish it to a topic, which takes up to bus.max_message_bytes");
+}
+
+// Puts large messages back together from a stream's responses (bus.proto:
+// the message alone in a `messages` response, then `chunk` responses) and
+// hands every whole message to `deliver`. A reader that starts a new stream
+// resets it: a message is delivered whole or not at all.
+class Reassembler {
+ public:
+  template <typename Deliver>
+  Status Feed(const v1::SubscribeResponse& resp, Deliver&& deliver) {
+    for (const auto& m : resp.messages()) {
+      if (large_) return Internal("a message inside a large message's chunks");
+      if (m.chunked_size() <= 0) {
+        deliver(m);
+        continue;
+      }
+      large_ = std::make_unique<BusMessage>(m);
+      large_->clear_chunked_size();
+      large_->clear_chunked_crc32c();
+      large_->clear_chunked_file();
+      size_ = m.chunked_size();
+      expected_crc_ = m.chunked_crc32c();
+      crc_ = 0;
+      large_->mutable_payload()->reserve(static_cast<size_t>(size_));
+    }
+    if (resp.chunk().empty()) return Status::Ok();
+    if (!large_) return Internal("a chunk with no large message under way");
+    std::string& payload = *large_->mutable_payload();
+    if (static_cast<int64_t>(payload.size() + resp.chunk().size()) > size_)
+      return Internal("more chunk bytes than the large message's size");
+    payload.append(resp.chunk());
+    crc_ = Crc32c(resp.chunk().data(), resp.chunk().size(), crc_);
+    if (static_cast<int64_t>(payload.size()) < size_) return Status::Ok();
+    std::unique_ptr<BusMessage> whole = std::move(large_);
+    if (crc_ != expected_crc_) {
+      return DataLoss("the " + std::to_string(size_) + " bytes of offset " +
+                      std::to_string(whole->offset()) + " do not match their CRC32C");
+    }
+    deliver(*whole);
+    return Status::Ok();
+  }
+  void Reset() { large_.reset(); }
+
+ private:
+  std::unique_ptr<BusMessage> large_;  // under way
+  int64_t size_ = 0;
+  uint32_t expected_crc_ = 0, crc_ = 0;
+};
+
 }  // namespace
 
 struct BusClientSubscription {
@@ -166,7 +223,55 @@ struct BusClient::Impl {
   SubscriptionId AddSubscription(std::shared_ptr<BusClientSubscription> sub, StartAt from,
                                  MessageCallback on_message, SubscribeOptions opts);
   void RunAsyncPublisher();
+  // A payload above kMaxInlineBytes: PublishLarge, chunk by chunk from
+  // `payload` (no copy of it), retried whole with the same sequence.
+  Result<PublishAck> PublishChunked(std::string_view topic, std::string_view payload,
+                                    const PublishOptions& opts, uint64_t seq);
 };
+
+Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::string_view payload,
+                                                   const PublishOptions& opts, uint64_t seq) {
+  const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
+  const uint32_t crc = Crc32c(payload.data(), payload.size());
+  const std::string what = "publish of " + std::to_string(payload.size()) + " bytes to topic \"" +
+                           std::string(topic) + "\" (bus " + address + ", agent " + cred.agent +
+                           ")";
+  v1::PublishChunk chunk;
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    Prepare(&ctx, deadline);
+    v1::PublishResponse resp;
+    auto writer = stub->PublishLarge(&ctx, &resp);
+    chunk.Clear();
+    v1::PublishRequest* head = chunk.mutable_head();
+    head->set_topic(std::string(topic));
+    head->set_content_type(opts.content_type);
+    head->set_publisher_id(publisher_id);
+    head->set_sequence(seq);
+    chunk.set_size(static_cast<int64_t>(payload.size()));
+    chunk.set_crc32c(crc);
+    size_t pos = 0;
+    bool sent = true;
+    while (pos < payload.size()) {
+      const size_t n = std::min(payload.size() - pos, static_cast<size_t>(kChunkBytes));
+      chunk.set_data(payload.data() + pos, n);
+      if (!writer->Write(chunk)) {  // the broker answered already (an error, or a duplicate)
+        sent = false;
+        break;
+      }
+      pos += n;
+      chunk.clear_head();
+      chunk.clear_size();
+      chunk.clear_crc32c();
+    }
+    if (sent) writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (s.ok()) return PublishAck{resp.offset(), resp.duplicate(), seq};
+    const auto wait = Backoff(attempt);
+    if (!Retryable(s.error_code()) || WallClock::now() + wait >= deadline) return FromGrpc(s, what);
+    std::this_thread::sleep_for(wait);
+  }
+}
 
 BusClient::BusClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   impl_->async_thread = std::thread([this] { impl_->RunAsyncPublisher(); });
@@ -295,6 +400,10 @@ Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
 
 Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload,
                                       const PublishOptions& opts) {
+  if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes) {
+    const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+    return impl_->PublishChunked(topic, payload, opts, seq);
+  }
   v1::PublishRequest req;
   req.set_topic(std::string(topic));
   req.set_payload(std::string(payload));
@@ -312,6 +421,28 @@ Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view p
 
 void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
                              const PublishOptions& opts, AckCallback on_ack) {
+  if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes) {
+    // A large payload is not copied into the queue: it is published here,
+    // after everything queued before it is stored (the order holds).
+    const auto timeout = opts.timeout.value_or(impl_->options.call_timeout);
+    bool drained = false;
+    {
+      std::unique_lock<std::mutex> lock(impl_->async_mu);
+      drained = impl_->async_cv.wait_for(lock, timeout, [&] { return impl_->async_unacked == 0; });
+    }
+    Result<PublishAck> ack = drained ? Publish(topic, payload, opts)
+                                     : Result<PublishAck>(DeadlineExceeded(
+                                           "publish of " + std::to_string(payload.size()) +
+                                           " bytes to topic \"" + std::string(topic) +
+                                           "\": the async publishes queued before it were not "
+                                           "stored in time"));
+    if (!ack.ok()) {
+      std::lock_guard<std::mutex> lock(impl_->async_mu);
+      if (impl_->async_error.ok()) impl_->async_error = ack.status();
+    }
+    if (on_ack) on_ack(ack);
+    return;
+  }
   AsyncItem item;
   item.req.set_topic(std::string(topic));
   item.req.set_payload(std::string(payload));
@@ -515,6 +646,7 @@ void BusClient::Impl::RunAsyncPublisher() {
 
 Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload,
                                    const PublishOptions& opts) {
+  AGENTRT_RETURN_IF_ERROR(CheckInline(payload, "send to agent " + std::string(to)));
   v1::SendRequest req;
   req.set_to(std::string(to));
   req.set_payload(std::string(payload));
@@ -532,6 +664,7 @@ Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload
 Result<BusReply> BusClient::Request(std::string_view to, std::string_view payload,
                                     std::chrono::milliseconds timeout,
                                     std::string_view content_type) {
+  AGENTRT_RETURN_IF_ERROR(CheckInline(payload, "request to agent " + std::string(to)));
   v1::RequestRequest req;
   req.set_to(std::string(to));
   req.set_payload(std::string(payload));
@@ -551,6 +684,7 @@ Result<BusReply> BusClient::Request(std::string_view to, std::string_view payloa
 
 Status BusClient::Reply(uint64_t request_id, std::string_view payload,
                         std::string_view content_type) {
+  AGENTRT_RETURN_IF_ERROR(CheckInline(payload, "reply to request " + std::to_string(request_id)));
   v1::ReplyRequest req;
   req.set_request_id(request_id);
   req.set_payload(std::string(payload));
@@ -625,6 +759,8 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       reader = stub->Subscribe(&ctx, req);
     }
     int64_t expired_earliest = -1;
+    Reassembler assembler;  // a stream's large message: whole, or not at all
+    Status broken;          // a stream that broke the protocol (or a CRC): read again
     while (reader->Read(&resp)) {
       if (resp.has_header()) {
         const auto& h = resp.header();
@@ -641,13 +777,22 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
         emit(SubscriptionEvent::Kind::kConnected, Status::Ok(), h.start_offset(),
              h.earliest_offset());
       }
-      for (const auto& m : resp.messages()) {
+      broken = assembler.Feed(resp, [&](const BusMessage& m) {
         sub->on_message(m);
         sub->next_offset.store(m.offset() + 1, std::memory_order_release);
+      });
+      if (!broken.ok()) {
+        ctx.TryCancel();
+        break;
       }
       if (resp.has_expired()) expired_earliest = resp.expired().earliest_offset();
     }
     grpc::Status s = reader->Finish();
+    if (broken.code() == StatusCode::kDataLoss) {
+      // The broker's copy does not check: reading it again would not help.
+      finish(broken.WithContext("subscription to " + name + " (bus " + address + ")"));
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(sub->mu);
       sub->ctx = nullptr;
@@ -800,15 +945,19 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   auto reader = impl_->stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;
+  Reassembler assembler;
+  Status broken;
   while (static_cast<int>(out.size()) < max && reader->Read(&resp)) {
-    for (auto& m : *resp.mutable_messages()) {
-      if (static_cast<int>(out.size()) < max) out.push_back(std::move(m));
-    }
-    if (!out.empty()) break;  // return what the first batch brought
+    broken = assembler.Feed(resp, [&](const BusMessage& m) {
+      if (static_cast<int>(out.size()) < max) out.push_back(m);
+    });
+    if (!broken.ok() || !out.empty()) break;  // return what the first batch brought
   }
   ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (!out.empty()) return out;
+  AGENTRT_RETURN_IF_ERROR(broken.WithContext("fetch from topic \"" + std::string(topic) +
+                                             "\" (bus " + impl_->address + ")"));
   if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       s.error_code() == grpc::StatusCode::CANCELLED) {
     return out;  // nothing arrived in time

@@ -9,6 +9,11 @@
 //   checkpoint["bus_incarnation"] = bus->SubscriptionIncarnation();  // on this broker
 //   later: bus->Subscribe("sightings", StartAt::Offset(offsets["sightings"], incarnation), cb);
 //
+// Payloads of more than 4 MiB (kMaxInlineBytes) are published in 1 MiB chunks
+// (PublishLarge) up to the broker's bus.max_message_bytes (at most 1 GiB),
+// and a subscriber gets them whole or not at all; direct messages (Send,
+// Request, Reply) carry at most 4 MiB.
+//
 // Every call has a deadline (BusClientOptions::call_timeout unless given).
 // Publish and Send retry on UNAVAILABLE / DEADLINE_EXCEEDED until their
 // deadline with the same (publisher_id, sequence), so the broker stores a
@@ -159,6 +164,9 @@ class BusClient {
   // Queues a message; `on_ack` (optional) runs on the publish thread once it is
   // stored or failed. Messages of one client are stored in the order queued.
   // Blocks while async_max_pending messages are unacknowledged (backpressure).
+  // A payload of more than 4 MiB is not queued: PublishAsync waits until
+  // everything queued before it is stored, publishes it, and runs on_ack on
+  // the caller's thread.
   void PublishAsync(std::string_view topic, std::string_view payload,
                     const PublishOptions& opts = {}, AckCallback on_ack = nullptr);
   // Waits until every queued async publish is acknowledged. DEADLINE_EXCEEDED

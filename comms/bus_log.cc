@@ -61,9 +61,9 @@ std::string_view BusDurabilityName(BusDurability d) {
   return "?";
 }
 
-uint32_t Crc32c(const void* data, size_t size) {
+uint32_t Crc32c(const void* data, size_t size, uint32_t prefix_crc) {
   // ISA-L's iSCSI CRC takes and returns the register uninverted.
-  uint32_t crc = 0xffffffffu;
+  uint32_t crc = prefix_crc ^ 0xffffffffu;
   auto* p = static_cast<unsigned char*>(const_cast<void*>(data));  // ISA-L only reads it
   while (size > 0) {
     const int n = static_cast<int>(std::min<size_t>(size, size_t{1} << 30));

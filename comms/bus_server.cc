@@ -133,6 +133,32 @@ class BusService final : public v1::Bus::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status PublishLarge(grpc::ServerContext* ctx, grpc::ServerReader<v1::PublishChunk>* reader,
+                            v1::PublishResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    v1::PublishChunk chunk;
+    if (!reader->Read(&chunk)) {
+      broker_->CountInvalid();
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a large publish with no chunk");
+    }
+    Result<std::shared_ptr<Broker::Upload>> upload = broker_->BeginLarge(agent, chunk, resp);
+    if (!upload.ok()) return ToGrpc(upload.status());
+    if (*upload == nullptr) return grpc::Status::OK;  // a duplicate, answered
+    while (reader->Read(&chunk)) {
+      if (chunk.has_head()) {
+        broker_->CountInvalid();
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "a large publish with a second head; nothing stored");
+      }
+      if (Status s = broker_->WriteLarge(**upload, chunk.data()); !s.ok()) return ToGrpc(s);
+      if (broker_->shutting_down())
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
+    }
+    if (ctx->IsCancelled())
+      return grpc::Status(grpc::StatusCode::CANCELLED, "publisher went away; nothing stored");
+    return ToGrpc(broker_->FinishLarge(**upload, resp));
+  }
+
   grpc::Status Subscribe(grpc::ServerContext* ctx, const v1::SubscribeRequest* req,
                          grpc::ServerWriter<v1::SubscribeResponse>* writer) override {
     AGENTRT_AUTH_OR_RETURN(agent);
@@ -227,7 +253,8 @@ class BusService final : public v1::Bus::Service {
     if (!writer->Write(*first))
       return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
     v1::SubscribeResponse resp;
-    Broker::Lease lease(&resp);  // declared after resp: gives the messages back before resp goes
+    v1::SubscribeResponse chunk;  // a large message's bytes, one chunk at a time (buffer reused)
+    Broker::Lease lease(&resp);   // declared after resp: gives the messages back before resp goes
     for (;;) {
       if (ctx->IsCancelled())
         return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
@@ -246,6 +273,28 @@ class BusService final : public v1::Bus::Service {
         case Broker::ReadOutcome::kMessages:
           if (!writer->Write(resp))
             return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+          if (reader->chunked) {
+            // A large message: its bytes follow, chunk by chunk from its file,
+            // so a stream holds one chunk whatever the size.
+            const int64_t size = resp.messages(0).chunked_size();
+            for (int64_t pos = 0; pos < size;) {
+              if (ctx->IsCancelled())
+                return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+              if (broker_->shutting_down())
+                return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                    "the bus broker is shutting down");
+              if (stream_generation_.load(std::memory_order_acquire) != generation) {
+                return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                    "the bus broker closed this stream; resume at the next offset");
+              }
+              if (Status s = broker_->ReadChunk(*reader, pos, kChunkBytes, chunk.mutable_chunk());
+                  !s.ok())
+                return ToGrpc(s);
+              pos += static_cast<int64_t>(chunk.chunk().size());
+              if (!writer->Write(chunk))
+                return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+            }
+          }
           break;
         case Broker::ReadOutcome::kExpired: {
           auto* e = resp.mutable_expired();
@@ -310,6 +359,11 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
     return InvalidArgument(
         "bus server: max_message_bytes, retention and retention_bytes must be > 0");
   }
+  if (b.limits.max_message_bytes > kMaxMessageBytesCeiling) {
+    return InvalidArgument(
+        fmt::format("bus server: max_message_bytes {} is above the ceiling of {}",
+                    b.limits.max_message_bytes, kMaxMessageBytesCeiling));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   uint64_t incarnation = options.incarnation;
@@ -367,10 +421,10 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, creds, &impl->port);
   builder.RegisterService(impl->service.get());
-  // A batch may carry kMaxBatchBytes of messages, or one maximal message, plus framing.
-  const int64_t max_recv =
-      std::max<int64_t>(b.limits.max_message_bytes, kMaxBatchBytes) + (1 << 20);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(std::min<int64_t>(max_recv, INT32_MAX)));
+  // A call carries at most kMaxBatchBytes of payload (a batch, or one message
+  // of up to kMaxInlineBytes; larger ones come in chunks), plus framing.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::max<int64_t>(kMaxBatchBytes, kMaxInlineBytes) + (1 << 20)));
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options.keepalive_timeout_ms);

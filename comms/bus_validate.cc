@@ -29,11 +29,21 @@ Status CheckName(std::string_view what, std::string_view s, size_t max, bool top
   return Status::Ok();
 }
 
+Status OverLimit(int64_t payload, const BusLimits& limits) {
+  if (payload <= limits.max_message_bytes) return Status::Ok();
+  return ResourceExhausted(
+      "payload of " + std::to_string(payload) + " bytes exceeds the bus limit of " +
+      std::to_string(limits.max_message_bytes) + " bytes (bus.max_message_bytes)");
+}
+
 Status CheckPayload(size_t payload, size_t content_type, const BusLimits& limits) {
-  if (static_cast<int64_t>(payload) > limits.max_message_bytes) {
-    return ResourceExhausted(
-        "payload of " + std::to_string(payload) + " bytes exceeds the bus limit of " +
-        std::to_string(limits.max_message_bytes) + " bytes (bus.max_message_bytes)");
+  AGENTRT_RETURN_IF_ERROR(OverLimit(static_cast<int64_t>(payload), limits));
+  if (static_cast<int64_t>(payload) > kMaxInlineBytes) {
+    return ResourceExhausted("payload of " + std::to_string(payload) +
+                             " bytes is more than one call carries (" +
+                             std::to_string(kMaxInlineBytes) +
+                             " bytes): publish it to a topic, in chunks (PublishLarge; the agentrt "
+                             "client does so by itself)");
   }
   if (content_type > kMaxContentTypeBytes) {
     return InvalidArgument("content_type is " + std::to_string(content_type) + " bytes; at most " +
@@ -107,6 +117,18 @@ Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limi
   AGENTRT_RETURN_IF_ERROR(CheckPayload(req.payload().size(), req.content_type().size(), limits));
   if (!req.publisher().empty()) AGENTRT_RETURN_IF_ERROR(ValidateAgentName(req.publisher()));
   return CheckSequence(req.publisher_id(), req.sequence());
+}
+
+Status ValidatePublishHead(const bus::v1::PublishChunk& first, const BusLimits& limits) {
+  if (!first.has_head()) return InvalidArgument("the first chunk of a large publish has no head");
+  if (!first.head().payload().empty())
+    return InvalidArgument("the head of a large publish carries a payload (send it as data)");
+  AGENTRT_RETURN_IF_ERROR(ValidatePublish(first.head(), limits));
+  if (first.size() <= 0) {
+    return InvalidArgument("a large publish of " + std::to_string(first.size()) +
+                           " bytes (size must be > 0)");
+  }
+  return OverLimit(first.size(), limits);
 }
 
 Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits) {

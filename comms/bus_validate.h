@@ -17,6 +17,14 @@ struct BusLimits {
   int max_batch_messages = 4096;        // entries per PublishBatch / per stream response
 };
 
+// The most payload bytes one call carries (Publish, PublishBatch entries,
+// Send, Request, Reply). A topic message above it travels as PublishLarge
+// chunks of kChunkBytes (the agentrt client chooses by itself), up to
+// max_message_bytes, which is at most kMaxMessageBytesCeiling.
+inline constexpr int64_t kMaxInlineBytes = 4 << 20;
+inline constexpr int64_t kChunkBytes = 1 << 20;
+inline constexpr int64_t kMaxMessageBytesCeiling = int64_t{1} << 30;
+
 inline constexpr size_t kMaxTopicBytes = 255;
 inline constexpr size_t kMaxAgentNameBytes = 255;
 inline constexpr size_t kMaxContentTypeBytes = 255;
@@ -33,6 +41,9 @@ Status ValidateAgentName(std::string_view agent);
 
 Status ValidateStartAt(const bus::v1::StartAt& start);
 Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limits);
+// The first chunk of a PublishLarge: its head as a publish without payload,
+// and a size within max_message_bytes.
+Status ValidatePublishHead(const bus::v1::PublishChunk& first, const BusLimits& limits);
 Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits);
 Status ValidateSubscribe(const bus::v1::SubscribeRequest& req, const BusLimits& limits);
 Status ValidateReceive(const bus::v1::ReceiveRequest& req, const BusLimits& limits);

@@ -18,6 +18,7 @@
 
 #include "common/file_util.h"
 #include "comms/bus_log.h"
+#include "comms/bus_validate.h"
 #include "scheduler/hostlist.h"
 
 namespace agentrt {
@@ -707,6 +708,10 @@ class ConfigBuilder {
     AGENTRT_BUS_SETTINGS(AGENTRT_READ)
 #undef AGENTRT_READ
     Positive(n, "bus", "max_message_bytes", bus.max_message_bytes);
+    if (bus.max_message_bytes > kMaxMessageBytesCeiling)
+      c_.Fail(n["max_message_bytes"], "bus.max_message_bytes",
+              fmt::format("{} is above the largest message the bus carries, {} (1 GiB)",
+                          bus.max_message_bytes, kMaxMessageBytesCeiling));
     Positive(n, "bus", "retention", bus.retention);
     Positive(n, "bus", "retention_bytes", bus.retention_bytes);
     Positive(n, "bus", "fsync_interval_ms", bus.fsync_interval_ms);

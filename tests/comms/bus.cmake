@@ -77,3 +77,10 @@ foreach(scenario always batch corrupt)
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
     TIMEOUT 120)
 endforeach()
+
+# Large messages (issue 15): chunked publish and delivery, whole or not at all, their files.
+agentrt_test(NAME bus_large_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_large_test.cc
+  DEPS agentrt::comms
+  LABELS integration fault
+  TIMEOUT 300)

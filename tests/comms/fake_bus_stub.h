@@ -414,6 +414,12 @@ class FakeBusStub final : public v1::Bus::StubInterface {
                                    req.incarnation(), req.max_batch_messages());
   }
 
+  // Large publishes are tested against the real broker (bus_grpc_test).
+  grpc::ClientWriterInterface<v1::PublishChunk>* PublishLargeRaw(grpc::ClientContext*,
+                                                                 v1::PublishResponse*) override {
+    return nullptr;
+  }
+
   // The asynchronous API is not used by BusClient.
 #define AGENTRT_FAKE_ASYNC_UNARY(Name, Req, Resp)                              \
   grpc::ClientAsyncResponseReaderInterface<v1::Resp>* Async##Name##Raw(        \
@@ -438,6 +444,16 @@ class FakeBusStub final : public v1::Bus::StubInterface {
   }
   grpc::ClientAsyncReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>*
   PrepareAsyncPublishStreamRaw(grpc::ClientContext*, grpc::CompletionQueue*) override {
+    return nullptr;
+  }
+  grpc::ClientAsyncWriterInterface<v1::PublishChunk>* AsyncPublishLargeRaw(grpc::ClientContext*,
+                                                                           v1::PublishResponse*,
+                                                                           grpc::CompletionQueue*,
+                                                                           void*) override {
+    return nullptr;
+  }
+  grpc::ClientAsyncWriterInterface<v1::PublishChunk>* PrepareAsyncPublishLargeRaw(
+      grpc::ClientContext*, v1::PublishResponse*, grpc::CompletionQueue*) override {
     return nullptr;
   }
   grpc::ClientAsyncReaderInterface<v1::SubscribeResponse>* AsyncSubscribeRaw(

@@ -192,6 +192,9 @@ TEST_CASE("negative or zero counts are rejected") {
              Contains("key 'defaults.restart.max_restarts'"));
   CHECK_THAT(ErrorOf("bus: {retention: 0}\nagents: [{name: a}]\n"),
              Contains("key 'bus.retention': expected a positive count"));
+  CHECK_THAT(ErrorOf("bus: {max_message_bytes: 2147483648}\nagents: [{name: a}]\n"),
+             Contains("agents.yaml:1:26: key 'bus.max_message_bytes': 2147483648 is above the "
+                      "largest message the bus carries, 1073741824 (1 GiB)"));
 }
 
 TEST_CASE("duplicate agent names after replica expansion are rejected") {
