@@ -36,12 +36,12 @@ struct Broker::Blob {
   Blob(std::string p, int f, int64_t s) : path(std::move(p)), fd(f), size(s) {}
   ~Blob() {
     if (fd >= 0) ::close(fd);
-    if (remove.load() && !path.empty()) ::unlink(path.c_str());
+    if (remove.load()) ::unlink(path.c_str());
   }
   Blob(const Blob&) = delete;
   Blob& operator=(const Blob&) = delete;
-  const std::string path;  // empty: unlinked already (memory mode)
-  const int fd;            // open for reading (and writing while uploading)
+  const std::string path;
+  const int fd;  // open for reading (and writing while uploading)
   const int64_t size;
   // Set while the message is not (or no longer) stored: the file goes with
   // the last reader still sending it.
@@ -128,6 +128,11 @@ Broker::~Broker() {
   for (const auto& log : AllLogs()) {
     if (log->files) (void)log->files->Sync();
   }
+  if (own_spill_dir_) {
+    logs_.clear();  // closes (and removes) every large payload's file first
+    std::error_code ec;
+    std::filesystem::remove_all(spill_dir_, ec);
+  }
 }
 
 bool Broker::durable() const {
@@ -181,9 +186,10 @@ Status Broker::Recover(std::vector<std::string>* notes) {
     }
   }
   if (!durable()) {
-    // Large payloads of a memory log: files unlinked as soon as they are
-    // opened, in the run's bus folder (or the temp folder); what a crashed
-    // broker left there is of no use to anyone.
+    // Large payloads of a memory log: files in the run's bus folder (emptied
+    // here: what a crashed broker left there is of no use), or in a folder of
+    // our own under the temp folder, removed with the broker. (Not unlinked
+    // at once: writes to unlinked files are several times slower on ext4.)
     std::error_code ec;
     if (!options_.log_dir.empty()) {
       spill_dir_ = options_.log_dir + "/spill";
@@ -191,8 +197,12 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       std::filesystem::create_directories(spill_dir_, ec);
       if (ec) return Internal("bus: cannot create " + spill_dir_ + ": " + ec.message());
     } else {
-      spill_dir_ = std::filesystem::temp_directory_path(ec).string();
-      if (ec) spill_dir_ = "/tmp";
+      std::string tmpl =
+          (std::filesystem::temp_directory_path(ec) / "agentrt-bus-spill.XXXXXX").string();
+      if (::mkdtemp(tmpl.data()) == nullptr)
+        return ErrnoStatus(errno, "bus: cannot create a folder for large payloads in " + tmpl);
+      spill_dir_ = tmpl;
+      own_spill_dir_ = true;
     }
   }
   if ((durable() && options_.durability == BusDurability::kBatch) || options_.retention_age_s > 0)
@@ -696,13 +706,8 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
                       " (not stored; retry when the bus's disk has room)")
         .WithContext(what);
   }
-  if (durable()) {
-    up->msg.set_chunked_file(name);
-    up->blob = std::make_shared<Blob>(path, fd, first.size());
-  } else {
-    ::unlink(path.c_str());  // the open file is the payload; nothing stays on disk
-    up->blob = std::make_shared<Blob>(std::string(), fd, first.size());
-  }
+  if (durable()) up->msg.set_chunked_file(name);
+  up->blob = std::make_shared<Blob>(path, fd, first.size());
   up->msg.set_chunked_size(first.size());
   up->msg.set_chunked_crc32c(first.crc32c());
   AGENTRT_RETURN_IF_ERROR(WriteLarge(*up, first.data()).WithContext(what));

@@ -197,7 +197,7 @@ class Broker {
   Stored Append(const std::shared_ptr<Log>& log, bus::v1::Message&& msg,
                 std::shared_ptr<Blob> blob = nullptr);
   // Where a log's large payloads are written: its durable log folder, or
-  // (memory) the spill folder, whose files are unlinked as soon as opened.
+  // (memory) the spill folder.
   std::string BlobDir(const Log& log) const;
   // Recover's part for one log's large messages: opens each payload's file
   // (DATA_LOSS when missing or short) and removes files no message names.
@@ -254,7 +254,8 @@ class Broker {
   std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;
   std::atomic<uint64_t> next_request_id_;
 
-  std::string spill_dir_;  // memory mode: where large payloads go (see BlobDir)
+  std::string spill_dir_;       // memory mode: where large payloads go (see BlobDir)
+  bool own_spill_dir_ = false;  // made by Recover, removed by the destructor
 
   std::thread flusher_;  // kBatch fsyncs, age retention
   std::mutex flush_mu_;

@@ -22,7 +22,7 @@ struct BusLimits {
 // chunks of kChunkBytes (the agentrt client chooses by itself), up to
 // max_message_bytes, which is at most kMaxMessageBytesCeiling.
 inline constexpr int64_t kMaxInlineBytes = 4 << 20;
-inline constexpr int64_t kChunkBytes = 1 << 20;
+inline constexpr int64_t kChunkBytes = 2 << 20;
 inline constexpr int64_t kMaxMessageBytesCeiling = int64_t{1} << 30;
 
 inline constexpr size_t kMaxTopicBytes = 255;

@@ -10,6 +10,9 @@
 //              flow through a memory-only broker
 //   recovery   a new broker reading back 1 GiB of log (1 MiB messages),
 //              anchor: reading the same files once with read(2)
+//   fanout     one 256 MiB message to 4 subscriber processes (aggregate GB/s,
+//              publish start to the last delivery), anchor: ZeroMQ sending the
+//              same bytes to 4 PULL processes over 4 PUSH sockets
 //
 // The program re-executes itself for each role (broker, echo server,
 // subscribers, ZeroMQ receiver); the parent is the publisher. Times are
@@ -42,6 +45,7 @@
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
+#include "comms/bus_validate.h"
 #include "echo.grpc.pb.h"
 
 namespace {
@@ -114,6 +118,7 @@ int RunBroker(const std::string& log_dir) {
   opts.host = "127.0.0.1";
   opts.broker.retention_messages = 1 << 20;
   opts.broker.retention_bytes = int64_t{3} << 30;
+  opts.broker.limits.max_message_bytes = agentrt::kMaxMessageBytesCeiling;
   if (!log_dir.empty()) {
     opts.broker.log_dir = log_dir;
     opts.broker.durability = agentrt::BusDurability::kBatch;
@@ -340,6 +345,66 @@ Flow ZmqFlow(int64_t n, size_t size) {
   return f;
 }
 
+// One `size`-byte message to `subs` subscriber processes: bytes delivered in
+// all (GB/s, 1e9) from the start of the publish to the last delivery.
+double BusFanout(const std::string& address, const std::string& topic, size_t size, int subs) {
+  std::vector<Child> readers;
+  for (int i = 0; i < subs; ++i) {
+    readers.push_back(Spawn({"bus-sub", address, topic, "1", "0"}));
+    readers.back().WaitReady();
+  }
+  auto pub = Connect(address, "bench-pub");
+  std::string payload = MakePayload(size);
+  Stamp(&payload, 0);
+  const int64_t t0 = SendNs(payload);
+  if (auto ack = pub->Publish(topic, payload, {.timeout = std::chrono::seconds(120)}); !ack.ok())
+    Die(ack.status().ToString());
+  const int64_t stored = NowNs();
+  int64_t last = 0;
+  for (auto& r : readers) {
+    long long first = 0, recv = 0, bytes = 0;
+    const std::string line = r.ReadLine(120);
+    if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3 ||
+        bytes != static_cast<long long>(size))
+      Die("bad fan-out result: " + line);
+    last = std::max<int64_t>(last, recv);
+    r.Stop();
+  }
+  const double gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
+  std::fprintf(stderr,
+               "bench_bus: %zu MiB to %d subscribers: stored after %.0f ms, all delivered after "
+               "%.0f ms: %.2f GB/s aggregate\n",
+               size >> 20, subs, static_cast<double>(stored - t0) / 1e6,
+               static_cast<double>(last - t0) / 1e6, gbps);
+  return gbps;
+}
+
+double ZmqFanout(size_t size, int subs) {
+  std::vector<Child> readers;
+  zmq::context_t ctx(1);
+  std::vector<zmq::socket_t> pushes;
+  for (int i = 0; i < subs; ++i) {
+    readers.push_back(Spawn({"zmq-pull", "1"}));
+    pushes.emplace_back(ctx, zmq::socket_type::push);
+    pushes.back().set(zmq::sockopt::sndhwm, 0);
+    pushes.back().connect(readers.back().WaitReady());
+  }
+  std::string payload = MakePayload(size);
+  Stamp(&payload, 0);
+  const int64_t t0 = SendNs(payload);
+  for (auto& p : pushes) p.send(zmq::buffer(payload), zmq::send_flags::none);
+  int64_t last = 0;
+  for (auto& r : readers) {
+    long long first = 0, recv = 0, bytes = 0;
+    if (std::sscanf(r.ReadLine(120).c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
+      Die("bad zmq fan-out result");
+    last = std::max<int64_t>(last, recv);
+  }
+  for (auto& p : pushes) p.close();
+  for (auto& r : readers) r.Stop();
+  return static_cast<double>(size) * subs / static_cast<double>(last - t0);
+}
+
 void PrintFigure(const char* metric, double value, const char* unit, const char* anchor,
                  double anchor_value) {
   std::printf(
@@ -473,8 +538,11 @@ int RunParent(bool quick) {
   Child durable = Spawn({"broker", log_dir});
   const std::string durable_address = durable.WaitReady();
 
-  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate;
+  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate, bus_fan, zmq_fan;
+  const size_t fan_size = size_t{quick ? 64 : 256} << 20;
   for (int r = 0; r < reps; ++r) {
+    bus_fan.push_back(BusFanout(address, "fan-" + std::to_string(r), fan_size, 4));
+    zmq_fan.push_back(ZmqFanout(fan_size, 4));
     bus_rate.push_back(BusFlow(address, "tput-" + std::to_string(r), tput_n, 64).rate);
     batch_rate.push_back(BusFlow(durable_address, "tput-" + std::to_string(r), tput_n, 64).rate);
     zmq_rate.push_back(ZmqFlow(tput_n, 64).rate);
@@ -498,6 +566,9 @@ int RunParent(bool quick) {
   PrintFigure("bandwidth_1MiB", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB", Median(zmq_bw));
   PrintFigure("throughput_64B_batch", Median(batch_rate), "msg/s", "throughput_64B_memory",
               Median(bus_rate));
+  const std::string fan_metric = "fanout_" + std::to_string(fan_size >> 20) + "MiB_4subs";
+  PrintFigure(fan_metric.c_str(), Median(bus_fan), "GB/s", "zmq_push_pull_4_receivers",
+              Median(zmq_fan));
   // Lower is better: the ratio says how much slower than reading the files is.
   PrintFigure(rec.label.c_str(), rec.recover_s, "s", "read_files_once", rec.read_s);
   return 0;

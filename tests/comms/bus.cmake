@@ -84,3 +84,10 @@ agentrt_test(NAME bus_large_test
   DEPS agentrt::comms
   LABELS integration fault
   TIMEOUT 300)
+
+# A 256 MiB snapshot to 4 subscribers through a real agentrt-bus: whole, small messages flowing, bounded RSS.
+agentrt_script_test(NAME bus_large_fanout
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py fanout
+  LABELS integration
+  ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
+  TIMEOUT 300)
