@@ -19,12 +19,59 @@ namespace v1 = bus::v1;
 
 std::string InboxName(std::string_view agent) { return "@inbox/" + std::string(agent); }
 
+namespace {
+// A log's retained messages: a deque that keeps its storage (a power-of-two
+// ring growing by doubling), so a log at its retention bound appends and
+// expires without allocating (std::deque frees and allocates a block every
+// few dozen messages).
+template <typename T>
+class Ring {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T& operator[](size_t i) { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  const T& operator[](size_t i) const { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  T& front() { return (*this)[0]; }
+  T& back() { return (*this)[size_ - 1]; }
+  void push_back(T v) {
+    if (size_ == slots_.size()) Grow();
+    (*this)[size_++] = std::move(v);
+  }
+  // Moves the oldest out (its slot is left empty).
+  T take_front() {
+    T v = std::move(front());
+    front() = T();
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+    return v;
+  }
+  void pop_front() { (void)take_front(); }
+  void pop_back() {
+    back() = T();
+    --size_;
+  }
+
+ private:
+  void Grow() {
+    std::vector<T> bigger(std::max<size_t>(16, slots_.size() * 2));
+    for (size_t i = 0; i < size_; ++i) bigger[i] = std::move((*this)[i]);
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+  std::vector<T> slots_;  // size a power of two
+  size_t head_ = 0, size_ = 0;
+};
+}  // namespace
+
 struct Broker::Log {
   explicit Log(std::string n) : name(std::move(n)) {}
   const std::string name;
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::shared_ptr<const v1::Message>> msgs;  // offsets [base, base + msgs.size())
+  Ring<std::shared_ptr<const v1::Message>> msgs;  // offsets [base, base + msgs.size())
+  // Messages retention dropped that no reader held any more, kept for reuse
+  // with their strings' storage (so a log at its bound does not allocate).
+  std::vector<std::shared_ptr<v1::Message>> spare;
   int64_t base = 0;
   int64_t bytes = 0;
   int waiters = 0;
@@ -100,6 +147,7 @@ struct Broker::PendingRequest {
 
 namespace {
 constexpr size_t kMaxPublishers = 1024;
+constexpr size_t kMaxSpare = 4096;  // per log: a batch's worth (BusLimits::max_batch_messages)
 constexpr size_t kMaxCacheEntries = 4096;
 
 // The payload bytes a message stands for (a large one's are in its file).
@@ -217,7 +265,8 @@ Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::s
   // short file after a present one is not: the log is refused.
   std::set<std::string> named;
   int64_t expired_before = log.base;
-  for (const auto& m : log.msgs) {
+  for (size_t i = 0; i < log.msgs.size(); ++i) {
+    const auto& m = log.msgs[i];
     if (m->chunked_size() == 0) continue;
     const std::string& file = m->chunked_file();
     const std::string path = dir + "/" + file;
@@ -398,13 +447,13 @@ std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& 
   return state;
 }
 
-Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset,
+Status Broker::AppendLocked(Log& log, std::shared_ptr<v1::Message> msg, int64_t* offset,
                             std::shared_ptr<Blob> blob) {
   *offset = log.base + static_cast<int64_t>(log.msgs.size());
-  const int64_t size = PayloadBytes(msg);
-  msg.set_topic(log.name);
-  msg.set_offset(*offset);
-  msg.set_publish_time_ns(NowNs());
+  const int64_t size = PayloadBytes(*msg);
+  msg->set_topic(log.name);
+  msg->set_offset(*offset);
+  msg->set_publish_time_ns(NowNs());
   if (durable()) {
     if (!log.files) {
       SegmentLog::Recovered rec;
@@ -420,9 +469,9 @@ Status Broker::AppendLocked(Log& log, v1::Message&& msg, int64_t* offset,
         return Internal("bus log of " + log.name + ": files appeared after recovery");
       }
     }
-    if (Status s = log.files->Stage(msg); !s.ok()) return Unstorable(log, s);
+    if (Status s = log.files->Stage(*msg); !s.ok()) return Unstorable(log, s);
   }
-  log.msgs.push_back(std::make_shared<const v1::Message>(std::move(msg)));
+  log.msgs.push_back(std::move(msg));
   if (blob) {
     blob->remove.store(false);
     log.blobs[*offset] = std::move(blob);
@@ -477,7 +526,10 @@ void Broker::TrimLocked(Log& log) {
         log.blobs.erase(it);
       }
     }
-    log.msgs.pop_front();
+    std::shared_ptr<const v1::Message> old = log.msgs.take_front();
+    // Held by no reader (they copy pointers under log.mu, which we hold): reusable.
+    if (old.use_count() == 1 && old->chunked_size() == 0 && log.spare.size() < kMaxSpare)
+      log.spare.push_back(std::const_pointer_cast<v1::Message>(std::move(old)));
     ++log.base;
     ++dropped;
   }
@@ -506,7 +558,8 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(log->mu);
-    Status s = AppendLocked(*log, std::move(msg), &offset, std::move(blob));
+    Status s =
+        AppendLocked(*log, std::make_shared<v1::Message>(std::move(msg)), &offset, std::move(blob));
     if (s.ok()) s = CommitLocked(*log);
     if (!s.ok()) return Stored{-1, false, s};
     TrimLocked(*log);
@@ -533,8 +586,8 @@ Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& 
     return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
   }
   if (!check_acl) return Status::Ok();
-  std::string key;
-  key.reserve(agent.size() + req.topic().size() + 3);
+  thread_local std::string key;  // keeps its storage: no allocation per publish
+  key.clear();
   key.append("p|").append(agent).push_back('\0');
   key.append(req.topic());
   bool allowed = false;
@@ -546,7 +599,7 @@ Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& 
     } else {
       allowed = acl_.MayPublish(agent, req.topic());
       if (acl_cache_.size() >= kMaxCacheEntries) acl_cache_.clear();
-      acl_cache_.emplace(std::move(key), allowed);
+      acl_cache_.emplace(key, allowed);
     }
   }
   if (!allowed) {
@@ -557,6 +610,21 @@ Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& 
 }
 
 namespace {
+// A stored message from a publish, into `m` (a reused one keeps its strings'
+// storage: the payload is swapped, so the request keeps a buffer to parse
+// the next one into).
+void FillMessage(const std::string& agent, v1::PublishRequest& req, v1::Message* m) {
+  m->set_publisher(agent);
+  m->set_publisher_id(req.publisher_id());
+  m->set_sequence(req.sequence());
+  m->set_content_type(req.content_type());
+  m->mutable_payload()->swap(*req.mutable_payload());
+  m->set_request_id(0);
+  m->set_chunked_size(0);
+  m->set_chunked_crc32c(0);
+  m->clear_chunked_file();
+}
+
 v1::Message ToMessage(const std::string& agent, v1::PublishRequest& req) {
   v1::Message msg;
   msg.set_publisher(agent);
@@ -590,7 +658,7 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
   while (i < n) {
     // A run: consecutive entries with the same topic and publisher_id that
     // pass their checks (the ACL answer is the run's first entry's).
-    const std::string topic = req.messages(i).topic();
+    const std::string& topic = req.messages(i).topic();
     const uint64_t pid = req.messages(i).publisher_id();
     int end = i;
     Status failed;
@@ -610,8 +678,7 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
       }
       bool wake = false;
       const int acked_before = resp->acks_size();
-      std::vector<uint64_t> recorded;  // sequences stored by this run
-      Status io;                       // the durable log's answer
+      Status io;  // the durable log's answer
       {
         std::lock_guard<std::mutex> lock(log->mu);
         for (int k = i; k < end; ++k) {
@@ -625,11 +692,18 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
             ack->set_duplicate(true);
             continue;
           }
+          std::shared_ptr<v1::Message> m;
+          if (log->spare.empty()) {
+            m = std::make_shared<v1::Message>();
+          } else {
+            m = std::move(log->spare.back());
+            log->spare.pop_back();
+          }
+          FillMessage(agent, entry, m.get());
           int64_t offset = -1;
-          if (io = AppendLocked(*log, ToMessage(agent, entry), &offset); !io.ok()) break;
+          if (io = AppendLocked(*log, std::move(m), &offset); !io.ok()) break;
           if (pub) pub->Record(seq, offset);
           resp->add_acks()->set_offset(offset);
-          recorded.push_back(seq);
         }
         // One write for the run's records; what it could not write is not
         // stored, and the acknowledgements stop before the first such entry.
@@ -643,7 +717,9 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
             ++keep;
           while (resp->acks_size() > keep) resp->mutable_acks()->RemoveLast();
           if (pub) {
-            for (uint64_t seq : recorded) pub->Forget(seq, committed);
+            // Un-records what this run stored past `committed` (a duplicate's
+            // slot names an older offset and stays).
+            for (int k = i; k < end; ++k) pub->Forget(req.messages(k).sequence(), committed);
           }
           end = i + (keep - acked_before);
           failed = io;

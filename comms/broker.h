@@ -216,7 +216,7 @@ class Broker {
   // Under log->mu: appends one message (to the durable log first, when there
   // is one) and sets *offset; `blob` holds a large message's payload.
   // TrimLocked drops what retention no longer allows.
-  Status AppendLocked(Log& log, bus::v1::Message&& msg, int64_t* offset,
+  Status AppendLocked(Log& log, std::shared_ptr<bus::v1::Message> msg, int64_t* offset,
                       std::shared_ptr<Blob> blob = nullptr);
   // Under log->mu: writes what AppendLocked staged (one write(2) for a batch);
   // on an error Unstorable drops the unwritten messages from memory again.

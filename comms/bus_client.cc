@@ -454,10 +454,13 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
                        [&] { return impl_->async_unacked < impl_->options.async_max_pending; });
   // Sequence taken under the queue lock: queue order == sequence order.
   item.req.set_sequence(opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1));
+  const bool was_empty = impl_->async_queue.empty();
   impl_->async_queue.push_back(std::move(item));
   ++impl_->async_unacked;
   lock.unlock();
-  impl_->async_cv.notify_all();
+  // Only the sending thread waits for the queue, and only for it to be
+  // non-empty: one wake-up per burst, not a futex call per message.
+  if (was_empty) impl_->async_cv.notify_all();
 }
 
 Status BusClient::Flush(std::chrono::milliseconds timeout) {

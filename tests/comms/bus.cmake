@@ -91,3 +91,10 @@ agentrt_script_test(NAME bus_large_fanout
   LABELS integration
   ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
   TIMEOUT 300)
+
+# Its own binary: it replaces the global operator new to count the broker's allocations.
+agentrt_test(NAME bus_alloc_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_alloc_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 60)
