@@ -9,24 +9,7 @@
 #include <new>
 
 #include "agent_runtime/bandwidth.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-// GCC pairs the replaced operators by name and warns on the free() inside them.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/common/counting_new.h"
 
 namespace agentrt {
 
@@ -61,21 +44,21 @@ TEST_CASE("a recorded group records every call, and recording allocates nothing"
   auto group = RecordCollectives(MakeSingleRankGroup("a"), &rec);
   float buf[8] = {};
   REQUIRE(group->AllReduce(buf, 8, DataType::kFloat32, ReduceOp::kSum).ok());  // warm-up
-  const long before = g_allocations.load();
+  const long before = agentrt::testing::AllocationCount();
   for (int i = 0; i < 1000; ++i) {
     REQUIRE(group->AllReduce(buf, 8, DataType::kFloat32, ReduceOp::kSum).ok());
     REQUIRE(group->Barrier().ok());
   }
-  CHECK(g_allocations.load() - before == 0);
+  CHECK(agentrt::testing::AllocationCount() - before == 0);
   const nlohmann::json s = rec.Snapshot(2);
   CHECK(s["seq"] == 2001);
   CHECK(s["recent"][0]["op"] == "all_reduce");
   CHECK(s["recent"][0]["bytes"] == 32);
   CHECK(s["recent"][1]["op"] == "barrier");
   // The counter does see allocations (the check above can fail).
-  const long counted = g_allocations.load();
+  const long counted = agentrt::testing::AllocationCount();
   auto* p = new int(3);
-  CHECK(g_allocations.load() - counted == 1);
+  CHECK(agentrt::testing::AllocationCount() - counted == 1);
   delete p;
 }
 

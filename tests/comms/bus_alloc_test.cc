@@ -12,32 +12,8 @@
 #include <string>
 
 #include "comms/broker.h"
+#include "tests/common/counting_new.h"
 #include "tests/common/temp_dir.h"
-
-// GCC cannot see that malloc/free are the replaced operators' own pair.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-void* operator new(std::size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return operator new(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept {
-  return operator new(size, tag);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -52,7 +28,7 @@ constexpr int kBatch = 256;
 long PublishAndRead(Broker& broker, Broker::Reader& reader, v1::PublishBatchRequest& req,
                     v1::PublishBatchResponse& resp, v1::SubscribeResponse& out,
                     Broker::Lease& lease, int batches, uint64_t* seq) {
-  const long before = g_allocations.load();
+  const long before = agentrt::testing::AllocationCount();
   for (int b = 0; b < batches; ++b) {
     for (int k = 0; k < kBatch; ++k) {
       v1::PublishRequest& e = *req.mutable_messages(k);
@@ -73,7 +49,7 @@ long PublishAndRead(Broker& broker, Broker::Reader& reader, v1::PublishBatchRequ
       REQUIRE(out.messages(out.messages_size() - 1).payload().size() == 64);
     }
   }
-  return g_allocations.load() - before;
+  return agentrt::testing::AllocationCount() - before;
 }
 
 void CheckNoAllocationPerMessage(BrokerOptions options) {
@@ -117,10 +93,10 @@ void CheckNoAllocationPerMessage(BrokerOptions options) {
 }  // namespace
 
 TEST_CASE("the counter sees allocations (the test can fail)") {
-  const long before = g_allocations.load();
+  const long before = agentrt::testing::AllocationCount();
   auto* v = new std::vector<int>(100);
   delete v;
-  CHECK(g_allocations.load() - before >= 2);
+  CHECK(agentrt::testing::AllocationCount() - before >= 2);
 }
 
 TEST_CASE("a log at its retention bound stores and delivers small messages without allocating") {
