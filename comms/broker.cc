@@ -864,6 +864,12 @@ Status Broker::ReadChunk(const Reader& reader, int64_t pos, size_t max, std::str
   return Status::Ok();
 }
 
+std::string Broker::ChunkedPath(const Reader& reader) const {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(reader.chunked->path, ec);
+  return ec ? reader.chunked->path : abs.string();
+}
+
 Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResponse* resp) {
   if (Status s = ValidateSend(req, options_.limits); !s.ok()) {
     CountInvalid();
@@ -927,8 +933,10 @@ Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent,
     return Deny("agent " + agent + " may not subscribe to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a subscriber)");
   }
-  return OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(),
-                    req.max_batch_messages(), header);
+  Result<Reader> r = OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(),
+                                req.max_batch_messages(), header);
+  if (r.ok()) r->local_files = req.local_files();
+  return r;
 }
 
 Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent,
@@ -938,8 +946,10 @@ Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent,
     CountInvalid();
     return s.WithContext("receive by agent " + agent);
   }
-  return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(),
-                    req.max_batch_messages(), header);
+  Result<Reader> r = OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(),
+                                req.max_batch_messages(), header);
+  if (r.ok()) r->local_files = req.local_files();
+  return r;
 }
 
 Broker::ReadOutcome Broker::Collect(Reader* reader, std::chrono::milliseconds wait,

@@ -63,6 +63,7 @@ class Broker {
     // Set by a read that returned a large message (always alone in its
     // batch): its payload, whose bytes ReadChunk copies out.
     std::shared_ptr<const Blob> chunked;
+    bool local_files = false;  // the reader reads large payloads from their files itself
   };
 
   enum class ReadOutcome { kMessages, kIdle, kExpired };
@@ -130,6 +131,8 @@ class Broker {
   // Copies up to `max` bytes of the reader's large message (reader.chunked)
   // from byte `pos` into *out (resized to what was read).
   Status ReadChunk(const Reader& reader, int64_t pos, size_t max, std::string* out) const;
+  // The absolute path of the reader's large message's file (for local_files readers).
+  std::string ChunkedPath(const Reader& reader) const;
 
   // Opens a reader on a topic (ACL-checked) or on `agent`'s own inbox, and
   // fills the stream header.

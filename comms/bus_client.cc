@@ -114,6 +114,10 @@ class Reassembler {
         deliver(m);
         continue;
       }
+      if (!m.chunked_path().empty()) {
+        AGENTRT_RETURN_IF_ERROR(ReadLocal(m, deliver));
+        continue;
+      }
       large_ = std::make_unique<BusMessage>(m);
       large_->clear_chunked_size();
       large_->clear_chunked_crc32c();
@@ -140,8 +144,39 @@ class Reassembler {
     return Status::Ok();
   }
   void Reset() { large_.reset(); }
+  // A local read failed (another node, or other bytes): read with chunks from here on.
+  bool local_failed() const { return local_failed_; }
 
  private:
+  // A large message whose file the broker named: read here, CRC-checked.
+  template <typename Deliver>
+  Status ReadLocal(const BusMessage& m, Deliver&& deliver) {
+    Result<std::string> bytes =
+        ReadWholeFile(m.chunked_path(), static_cast<size_t>(m.chunked_size()));
+    Status bad;
+    if (!bytes.ok()) {
+      bad = bytes.status();
+    } else if (static_cast<int64_t>(bytes->size()) != m.chunked_size() ||
+               Crc32c(bytes->data(), bytes->size()) != m.chunked_crc32c()) {
+      bad = DataLoss(m.chunked_path() + " does not hold the payload of offset " +
+                     std::to_string(m.offset()) + " here");
+    }
+    if (!bad.ok()) {
+      local_failed_ = true;
+      return Status(StatusCode::kFailedPrecondition,
+                    "reading a large message's file on this node: " + bad.message());
+    }
+    BusMessage whole(m);
+    whole.clear_chunked_size();
+    whole.clear_chunked_crc32c();
+    whole.clear_chunked_file();
+    whole.clear_chunked_path();
+    *whole.mutable_payload() = std::move(bytes).value();
+    deliver(whole);
+    return Status::Ok();
+  }
+
+  bool local_failed_ = false;
   std::unique_ptr<BusMessage> large_;  // under way
   int64_t size_ = 0;
   uint32_t expected_crc_ = 0, crc_ = 0;
@@ -159,7 +194,8 @@ struct BusClientSubscription {
   std::atomic<int64_t> next_offset{0};
   std::atomic<bool> has_position{false};
   std::atomic<uint64_t> incarnation{0};  // of the broker `next_offset` belongs to
-  std::mutex mu;                         // guards ctx, stop, final_status
+  bool local_files = false;  // large payloads read from the broker's files (until that fails)
+  std::mutex mu;             // guards ctx, stop, final_status
   std::condition_variable cv;
   grpc::ClientContext* ctx = nullptr;
   bool stop = false;
@@ -352,6 +388,8 @@ Result<std::unique_ptr<BusClient>> MakeBusClientWithStub(
   impl->address = std::move(address);
   impl->cred = std::move(credential);
   impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZeroU64();
+  if (const char* local = std::getenv("AGENTRT_BUS_LOCAL_FILES"); local != nullptr)
+    options.read_local_files = std::string_view(local) == "1";
   impl->options = std::move(options);
   return BusClientStubAccess::Make(std::move(impl));
 }
@@ -752,6 +790,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       *req.mutable_start() = start;
       req.set_incarnation(sub->incarnation.load());
       req.set_max_batch_messages(sub->opts.max_batch_messages);
+      req.set_local_files(sub->local_files);
       reader = stub->Receive(&ctx, req);
     } else {
       v1::SubscribeRequest req;
@@ -759,6 +798,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       *req.mutable_start() = start;
       req.set_incarnation(sub->incarnation.load());
       req.set_max_batch_messages(sub->opts.max_batch_messages);
+      req.set_local_files(sub->local_files);
       reader = stub->Subscribe(&ctx, req);
     }
     int64_t expired_earliest = -1;
@@ -791,6 +831,13 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       if (resp.has_expired()) expired_earliest = resp.expired().earliest_offset();
     }
     grpc::Status s = reader->Finish();
+    if (assembler.local_failed()) {
+      // Not on the broker's node (or its file is not what it said): the
+      // broker sends the bytes from now on; resume at the same message.
+      sub->local_files = false;
+      emit(SubscriptionEvent::Kind::kReconnecting, broken, sub->next_offset.load());
+      continue;
+    }
     if (broken.code() == StatusCode::kDataLoss) {
       // The broker's copy does not check: reading it again would not help.
       finish(broken.WithContext("subscription to " + name + " (bus " + address + ")"));
@@ -865,6 +912,7 @@ SubscriptionId BusClient::Impl::AddSubscription(std::shared_ptr<BusClientSubscri
   if (from.kind == StartAt::Kind::kOffset) sub->incarnation.store(from.incarnation);
   sub->on_message = std::move(on_message);
   sub->opts = std::move(opts);
+  sub->local_files = options.read_local_files;
   std::lock_guard<std::mutex> lock(subs_mu);
   sub->id = next_sub_id++;
   subs.emplace(sub->id, sub);

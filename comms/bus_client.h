@@ -66,6 +66,13 @@ struct BusClientOptions {
   std::string tls_server_name;  // expected name in the broker certificate (default: the host)
   // This client's publisher incarnation (see bus.proto); 0 = random.
   uint64_t publisher_id = 0;
+  // true: subscriptions read a large message's payload from the broker's
+  // file when they can (on the broker's node, or a file system shared with
+  // it), falling back to having it streamed; false (the default): the broker
+  // streams it. AGENTRT_BUS_LOCAL_FILES=1 in the environment sets it true for
+  // every client of the process (=0 false). (Off by default: on the 2-core
+  // development VM it measured slower than streaming, see README.)
+  bool read_local_files = false;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
   int64_t async_batch_bytes = 4 << 20;  // at most kMaxBatchBytes (bus_server.h)

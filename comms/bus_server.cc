@@ -271,6 +271,17 @@ class BusService final : public v1::Bus::Service {
         case Broker::ReadOutcome::kIdle:
           break;
         case Broker::ReadOutcome::kMessages:
+          if (reader->chunked && reader->local_files) {
+            // The reader reads the payload from the file itself: the message
+            // (a copy, with the file's path) and no chunks.
+            chunk.Clear();
+            v1::Message* m = chunk.add_messages();
+            *m = resp.messages(0);
+            m->set_chunked_path(broker_->ChunkedPath(*reader));
+            if (!writer->Write(chunk))
+              return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+            break;
+          }
           if (!writer->Write(resp))
             return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
           if (reader->chunked) {
@@ -287,6 +298,7 @@ class BusService final : public v1::Bus::Service {
                 return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                     "the bus broker closed this stream; resume at the next offset");
               }
+              chunk.clear_messages();
               if (Status s = broker_->ReadChunk(*reader, pos, kChunkBytes, chunk.mutable_chunk());
                   !s.ok())
                 return ToGrpc(s);

@@ -86,11 +86,13 @@ agentrt_test(NAME bus_large_test
   TIMEOUT 300)
 
 # A 256 MiB snapshot to 4 subscribers through a real agentrt-bus: whole, small messages flowing, bounded RSS.
-agentrt_script_test(NAME bus_large_fanout
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py fanout
-  LABELS integration
-  ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
-  TIMEOUT 300)
+foreach(scenario streamed local)
+  agentrt_script_test(NAME bus_large_fanout_${scenario}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py ${scenario}
+    LABELS integration
+    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
+    TIMEOUT 300)
+endforeach()
 
 # Its own binary: it replaces the global operator new to count the broker's allocations.
 agentrt_test(NAME bus_alloc_test

@@ -59,8 +59,11 @@ std::unique_ptr<BusServer> Start(const BusServerOptions& opts) {
   return std::move(s).value();
 }
 
-std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent) {
-  auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(kSecret, agent)});
+std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent,
+                                  bool read_local_files = false) {
+  BusClientOptions o;
+  o.read_local_files = read_local_files;
+  auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(kSecret, agent)}, o);
   REQUIRE(c.ok());
   return std::move(c).value();
 }
@@ -78,6 +81,7 @@ std::string RandomBytes(size_t n, uint64_t seed) {
 struct Collector {
   std::mutex mu;
   std::vector<BusMessage> msgs;
+  std::vector<std::string> reconnect_reasons;
   std::atomic<int> reconnects{0};
   MessageCallback OnMessage() {
     return [this](const BusMessage& m) {
@@ -88,7 +92,10 @@ struct Collector {
   SubscribeOptions Events() {
     SubscribeOptions o;
     o.on_event = [this](const SubscriptionEvent& e) {
-      if (e.kind == SubscriptionEvent::Kind::kReconnecting) ++reconnects;
+      if (e.kind != SubscriptionEvent::Kind::kReconnecting) return;
+      ++reconnects;
+      std::lock_guard<std::mutex> l(mu);
+      reconnect_reasons.push_back(e.status.message());
     };
     return o;
   }
@@ -135,11 +142,12 @@ grpc::Status RawLarge(BusServer& server, const std::string& payload, uint32_t cr
 }  // namespace
 
 TEST_CASE("a large message arrives whole and in order between small ones, to every subscriber") {
+  // sub reads the payload from the broker's file (same node), sub2 has it streamed.
   auto server = Start(Options());
   auto pub = Client(server->address(), "pub");
   const std::string big = RandomBytes(20 << 20, 1);
   Collector a, b;
-  auto sub_a = Client(server->address(), "sub");
+  auto sub_a = Client(server->address(), "sub", /*read_local_files=*/true);
   auto sub_b = Client(server->address(), "sub2");
   REQUIRE(sub_a->Subscribe("tlarge", StartAt::Earliest(), a.OnMessage()).ok());
   REQUIRE(sub_b->Subscribe("tlarge", StartAt::Earliest(), b.OnMessage()).ok());
@@ -195,6 +203,27 @@ TEST_CASE("a stream cut in the middle of a large message delivers it once, whole
     CHECK(c.msgs[i].payload() == bigs[i]);
   }
   CHECK(c.reconnects.load() >= 1);
+}
+
+TEST_CASE("a reader that cannot open the broker's file (another node) has the payload streamed") {
+  const agentrt::testing::TempDir tmp("agentrt-large");
+  auto server = Start(Options(tmp.path, BusDurability::kBatch));
+  const std::string big = RandomBytes(8 << 20, 5);
+  REQUIRE(Client(server->address(), "pub")->Publish("tlarge", big).ok());
+  // The broker keeps its file open; under this name it is not found "here".
+  for (const auto& e : fs::directory_iterator(tmp.path + "/logs/tlarge")) {
+    if (e.path().extension() == ".blob") fs::rename(e.path(), e.path().string() + ".elsewhere");
+  }
+  Collector c;
+  auto sub = Client(server->address(), "sub", /*read_local_files=*/true);
+  REQUIRE(sub->Subscribe("tlarge", StartAt::Earliest(), c.OnMessage(), c.Events()).ok());
+  REQUIRE(WaitFor([&] { return c.size() == 1; }, 30s));
+  std::lock_guard<std::mutex> l(c.mu);
+  CHECK(c.msgs[0].payload() == big);
+  CHECK(c.msgs[0].chunked_path().empty());
+  REQUIRE(c.reconnect_reasons.size() == 1);  // once: the subscription streams from then on
+  CHECK_THAT(c.reconnect_reasons[0],
+             Catch::Contains("reading a large message's file on this node"));
 }
 
 TEST_CASE("a retried large publish is stored once; refusals store nothing and leave no file") {
