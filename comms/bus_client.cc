@@ -482,9 +482,10 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
     return;
   }
   AsyncItem item;
-  item.req.set_topic(std::string(topic));
-  item.req.set_payload(std::string(payload));
-  item.req.set_content_type(opts.content_type);
+  // Straight into the request's own strings (no temporary copies).
+  item.req.set_topic(topic.data(), topic.size());
+  item.req.set_payload(payload.data(), payload.size());
+  if (!opts.content_type.empty()) item.req.set_content_type(opts.content_type);
   item.req.set_publisher_id(impl_->publisher_id);
   item.on_ack = std::move(on_ack);
   std::unique_lock<std::mutex> lock(impl_->async_mu);
