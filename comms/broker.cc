@@ -1,6 +1,7 @@
 #include "comms/broker.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,6 +73,7 @@ struct Broker::Log {
   // Messages retention dropped that no reader held any more, kept for reuse
   // with their strings' storage (so a log at its bound does not allocate).
   std::vector<std::shared_ptr<v1::Message>> spare;
+  size_t spare_bytes = 0;  // payload capacity held by `spare`
   int64_t base = 0;
   int64_t bytes = 0;
   int waiters = 0;
@@ -83,16 +85,21 @@ struct Broker::Blob {
   Blob(std::string p, int f, int64_t s) : path(std::move(p)), fd(f), size(s) {}
   ~Blob() {
     if (fd >= 0) ::close(fd);
-    if (remove.load()) ::unlink(path.c_str());
+    if (!stored.load()) Unlink();
   }
   Blob(const Blob&) = delete;
   Blob& operator=(const Blob&) = delete;
+  // Removes the file's name at once (retention, or a message not stored):
+  // readers still sending it keep reading through `fd`. Names go in offset
+  // order, so recovery can tell retention's doing from a lost file.
+  void Unlink() {
+    if (!unlinked.exchange(true)) ::unlink(path.c_str());
+  }
   const std::string path;
   const int fd;  // open for reading (and writing while uploading)
   const int64_t size;
-  // Set while the message is not (or no longer) stored: the file goes with
-  // the last reader still sending it.
-  std::atomic<bool> remove{true};
+  std::atomic<bool> stored{false};  // false: an upload that did not become a message
+  std::atomic<bool> unlinked{false};
 };
 
 struct Broker::Upload {
@@ -148,6 +155,7 @@ struct Broker::PendingRequest {
 namespace {
 constexpr size_t kMaxPublishers = 1024;
 constexpr size_t kMaxSpare = 4096;  // per log: a batch's worth (BusLimits::max_batch_messages)
+constexpr size_t kMaxSpareBytes = 1 << 20;  // per log: payload storage kept in spares
 constexpr size_t kMaxCacheEntries = 4096;
 
 // The payload bytes a message stands for (a large one's are in its file).
@@ -176,10 +184,16 @@ Broker::~Broker() {
   for (const auto& log : AllLogs()) {
     if (log->files) (void)log->files->Sync();
   }
-  if (own_spill_dir_) {
-    logs_.clear();  // closes (and removes) every large payload's file first
+  if (!durable() && !spill_dir_.empty()) {
+    // Memory mode: the payload files are of no use once the broker is gone.
+    logs_.clear();  // closes every large payload's file first
     std::error_code ec;
-    std::filesystem::remove_all(spill_dir_, ec);
+    if (own_spill_dir_) {
+      std::filesystem::remove_all(spill_dir_, ec);
+    } else {
+      for (const auto& e : std::filesystem::directory_iterator(spill_dir_, ec))
+        std::filesystem::remove(e.path(), ec);
+    }
   }
 }
 
@@ -216,7 +230,7 @@ Status Broker::Recover(std::vector<std::string>* notes) {
         if (m.publisher_id() != 0)
           GetPublisher(m.publisher(), m.publisher_id())->Record(m.sequence(), m.offset());
         log->bytes += PayloadBytes(m);
-        log->msgs.push_back(std::make_shared<const v1::Message>(std::move(m)));
+        log->msgs.push_back(std::make_shared<v1::Message>(std::move(m)));
       }
       AGENTRT_RETURN_IF_ERROR(RecoverBlobs(*log, entry.path().string(), notes));
       retained_bytes_.fetch_add(log->bytes, std::memory_order_relaxed);
@@ -253,16 +267,25 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       own_spill_dir_ = true;
     }
   }
+  // Every retained large message keeps its file open (its readers send from
+  // it after retention removed its name): let the process open as many files
+  // as its hard limit allows.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &files);
+  }
   if ((durable() && options_.durability == BusDurability::kBatch) || options_.retention_age_s > 0)
     flusher_ = std::thread([this] { FlushLoop(); });
   return Status::Ok();
 }
 
 Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes) {
-  // Retention removes payload files from the oldest on, while their records
-  // stay until their whole segment goes: missing files of the oldest large
-  // messages are that (those messages are dropped again here). A missing or
-  // short file after a present one is not: the log is refused.
+  // Retention removes payload files (their names, at once) from the oldest
+  // on, while their records stay until their whole segment goes: missing
+  // files of the oldest large messages are that (those messages are dropped
+  // again here). A missing or short file after a present one is not: the
+  // log is refused.
   std::set<std::string> named;
   int64_t expired_before = log.base;
   for (size_t i = 0; i < log.msgs.size(); ++i) {
@@ -290,7 +313,7 @@ Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::s
           fmt::format("bus log: {}: the payload file of offset {}: {}", path, m->offset(), why));
     }
     auto blob = std::make_shared<Blob>(path, fd, m->chunked_size());
-    blob->remove.store(false);
+    blob->stored.store(true);
     log.blobs.emplace(m->offset(), std::move(blob));
     named.insert(file);
   }
@@ -473,7 +496,7 @@ Status Broker::AppendLocked(Log& log, std::shared_ptr<v1::Message> msg, int64_t*
   }
   log.msgs.push_back(std::move(msg));
   if (blob) {
-    blob->remove.store(false);
+    blob->stored.store(true);
     log.blobs[*offset] = std::move(blob);
   }
   log.bytes += size;
@@ -495,7 +518,7 @@ Status Broker::Unstorable(Log& log, const Status& why) {
   while (!log.msgs.empty() && log.msgs.back()->offset() >= end) {
     const int64_t size = PayloadBytes(*log.msgs.back());
     if (auto it = log.blobs.find(log.msgs.back()->offset()); it != log.blobs.end()) {
-      it->second->remove.store(true);
+      it->second->Unlink();
       log.blobs.erase(it);
     }
     log.bytes -= size;
@@ -522,14 +545,20 @@ void Broker::TrimLocked(Log& log) {
     dropped_bytes += b;
     if (log.msgs.front()->chunked_size() > 0) {
       if (auto it = log.blobs.find(log.base); it != log.blobs.end()) {
-        it->second->remove.store(true);  // gone once no reader sends it any more
+        it->second->Unlink();
         log.blobs.erase(it);
       }
     }
     std::shared_ptr<const v1::Message> old = log.msgs.take_front();
-    // Held by no reader (they copy pointers under log.mu, which we hold): reusable.
-    if (old.use_count() == 1 && old->chunked_size() == 0 && log.spare.size() < kMaxSpare)
+    // Held by no reader (they copy pointers under log.mu, which we hold, and
+    // a reader's release is ordered before our reuse by the fence): reusable,
+    // when its payload's storage is small (spares hold at most kMaxSpareBytes).
+    if (old.use_count() == 1 && old->chunked_size() == 0 && log.spare.size() < kMaxSpare &&
+        log.spare_bytes + old->payload().capacity() <= kMaxSpareBytes) {
+      std::atomic_thread_fence(std::memory_order_acquire);
+      log.spare_bytes += old->payload().capacity();
       log.spare.push_back(std::const_pointer_cast<v1::Message>(std::move(old)));
+    }
     ++log.base;
     ++dropped;
   }
@@ -698,6 +727,7 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
           } else {
             m = std::move(log->spare.back());
             log->spare.pop_back();
+            log->spare_bytes -= m->payload().capacity();
           }
           FillMessage(agent, entry, m.get());
           int64_t offset = -1;
@@ -771,6 +801,9 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   up->msg = ToMessage(agent, head);
   up->expected_crc = first.crc32c();
   const std::string dir = BlobDir(*up->log);
+  if (dir.empty())
+    return FailedPrecondition(
+        what + ": the broker has no folder for large payloads (Recover() was not called)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());

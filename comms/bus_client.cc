@@ -146,6 +146,8 @@ class Reassembler {
   void Reset() { large_.reset(); }
   // A local read failed (another node, or other bytes): read with chunks from here on.
   bool local_failed() const { return local_failed_; }
+  // ... because the file is not there (another node, or retention removed it).
+  bool local_missing() const { return local_missing_; }
 
  private:
   // A large message whose file the broker named: read here, CRC-checked.
@@ -163,6 +165,7 @@ class Reassembler {
     }
     if (!bad.ok()) {
       local_failed_ = true;
+      local_missing_ = bad.code() == StatusCode::kNotFound;
       return Status(StatusCode::kFailedPrecondition,
                     "reading a large message's file on this node: " + bad.message());
     }
@@ -177,6 +180,7 @@ class Reassembler {
   }
 
   bool local_failed_ = false;
+  bool local_missing_ = false;
   std::unique_ptr<BusMessage> large_;  // under way
   int64_t size_ = 0;
   uint32_t expected_crc_ = 0, crc_ = 0;
@@ -267,7 +271,11 @@ struct BusClient::Impl {
 
 Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::string_view payload,
                                                    const PublishOptions& opts, uint64_t seq) {
-  const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
+  // Unless told, call_timeout plus a second per 64 MiB (1 GiB: 26 s by default).
+  const auto deadline =
+      WallClock::now() +
+      opts.timeout.value_or(options.call_timeout +
+                            std::chrono::seconds(static_cast<int64_t>(payload.size() >> 26)));
   const uint32_t crc = Crc32c(payload.data(), payload.size());
   const std::string what = "publish of " + std::to_string(payload.size()) + " bytes to topic \"" +
                            std::string(topic) + "\" (bus " + address + ", agent " + cred.agent +
@@ -770,6 +778,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
     emit(SubscriptionEvent::Kind::kFailed, s, sub->next_offset.load());
   };
   int attempt = 0;
+  bool stream_once = false;  // this attempt without local files (one failed to read)
   v1::SubscribeResponse resp;
   for (;;) {
     grpc::ClientContext ctx;
@@ -791,7 +800,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       *req.mutable_start() = start;
       req.set_incarnation(sub->incarnation.load());
       req.set_max_batch_messages(sub->opts.max_batch_messages);
-      req.set_local_files(sub->local_files);
+      req.set_local_files(sub->local_files && !stream_once);
       reader = stub->Receive(&ctx, req);
     } else {
       v1::SubscribeRequest req;
@@ -799,7 +808,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       *req.mutable_start() = start;
       req.set_incarnation(sub->incarnation.load());
       req.set_max_batch_messages(sub->opts.max_batch_messages);
-      req.set_local_files(sub->local_files);
+      req.set_local_files(sub->local_files && !stream_once);
       reader = stub->Subscribe(&ctx, req);
     }
     int64_t expired_earliest = -1;
@@ -832,10 +841,18 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       if (resp.has_expired()) expired_earliest = resp.expired().earliest_offset();
     }
     grpc::Status s = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(sub->mu);
+      sub->ctx = nullptr;
+      if (sub->stop) return;
+    }
+    stream_once = false;
     if (assembler.local_failed()) {
-      // Not on the broker's node (or its file is not what it said): the
-      // broker sends the bytes from now on; resume at the same message.
-      sub->local_files = false;
+      // The file is not here: this stream has the broker send the bytes,
+      // from the same message (which is then expired, if retention took it
+      // meanwhile). The file holds other bytes: streamed from now on.
+      if (!assembler.local_missing()) sub->local_files = false;
+      stream_once = true;
       emit(SubscriptionEvent::Kind::kReconnecting, broken, sub->next_offset.load());
       continue;
     }
@@ -843,11 +860,6 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       // The broker's copy does not check: reading it again would not help.
       finish(broken.WithContext("subscription to " + name + " (bus " + address + ")"));
       return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(sub->mu);
-      sub->ctx = nullptr;
-      if (sub->stop) return;
     }
     const std::string what =
         "subscription to " + name + " (bus " + address + ", agent " + cred.agent + ")";
@@ -869,6 +881,7 @@ void BusClient::Impl::RunSubscription(const std::shared_ptr<BusClientSubscriptio
       case grpc::StatusCode::INVALID_ARGUMENT:
       case grpc::StatusCode::OUT_OF_RANGE:
       case grpc::StatusCode::UNIMPLEMENTED:
+      case grpc::StatusCode::DATA_LOSS:  // the broker's copy is damaged: again would not help
         finish(FromGrpc(s, what));
         return;
       default:

@@ -9,7 +9,7 @@
 //   checkpoint["bus_incarnation"] = bus->SubscriptionIncarnation();  // on this broker
 //   later: bus->Subscribe("sightings", StartAt::Offset(offsets["sightings"], incarnation), cb);
 //
-// Payloads of more than 4 MiB (kMaxInlineBytes) are published in 1 MiB chunks
+// Payloads of more than 4 MiB (kMaxInlineBytes) are published in 2 MiB chunks
 // (PublishLarge) up to the broker's bus.max_message_bytes (at most 1 GiB),
 // and a subscriber gets them whole or not at all; direct messages (Send,
 // Request, Reply) carry at most 4 MiB.
@@ -173,7 +173,7 @@ class BusClient {
   // Blocks while async_max_pending messages are unacknowledged (backpressure).
   // A payload of more than 4 MiB is not queued: PublishAsync waits until
   // everything queued before it is stored, publishes it, and runs on_ack on
-  // the caller's thread.
+  // the caller's thread (so not from an ack callback: it would wait for itself).
   void PublishAsync(std::string_view topic, std::string_view payload,
                     const PublishOptions& opts = {}, AckCallback on_ack = nullptr);
   // Waits until every queued async publish is acknowledged. DEADLINE_EXCEEDED

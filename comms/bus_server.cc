@@ -296,7 +296,8 @@ class BusService final : public v1::Bus::Service {
                                     "the bus broker is shutting down");
               if (stream_generation_.load(std::memory_order_acquire) != generation) {
                 return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                    "the bus broker closed this stream; resume at the next offset");
+                                    "the bus broker closed this stream in a large message; "
+                                    "resume at that message");
               }
               chunk.clear_messages();
               if (Status s = broker_->ReadChunk(*reader, pos, kChunkBytes, chunk.mutable_chunk());

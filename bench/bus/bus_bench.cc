@@ -362,8 +362,9 @@ double BusFanout(const std::string& address, const std::string& topic, size_t si
   std::string payload = MakePayload(size);
   Stamp(&payload, 0);
   const int64_t t0 = SendNs(payload);
-  if (auto ack = pub->Publish(topic, payload, {.timeout = std::chrono::seconds(120)}); !ack.ok())
-    Die(ack.status().ToString());
+  agentrt::PublishOptions opts;
+  opts.timeout = std::chrono::seconds(120);
+  if (auto ack = pub->Publish(topic, payload, opts); !ack.ok()) Die(ack.status().ToString());
   const int64_t stored = NowNs();
   int64_t last = 0;
   for (auto& r : readers) {
@@ -545,7 +546,7 @@ int RunParent(bool quick) {
 
   std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate, bus_fan, bus_fan_streamed,
       zmq_fan;
-  const size_t fan_size = size_t{quick ? 64 : 256} << 20;
+  const size_t fan_size = (quick ? size_t{64} : size_t{256}) << 20;
   for (int r = 0; r < reps; ++r) {
     bus_fan.push_back(BusFanout(address, "fan-" + std::to_string(r), fan_size, 4, false));
     bus_fan_streamed.push_back(

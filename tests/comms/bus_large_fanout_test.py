@@ -115,6 +115,10 @@ def fanout(work):
             check(m.offset == offset and len(m.payload) == SNAPSHOT and m.payload == snapshot,
                   "actor-%d received it whole (%d bytes at offset %d)" % (i, len(m.payload), m.offset))
             check(m.content_type == "application/x-torch", "with its content type")
+        if os.environ.get("AGENTRT_BUS_LOCAL_FILES") == "1":
+            fell_back = [e for st in streams for e in st.events() if e["kind"] == "reconnecting"]
+            check(not fell_back, "every subscriber read the file itself (no fall-back: %s)" %
+                  fell_back[:1])
         check(during[0] > 0, "small messages arrived while the snapshot was in flight (%d)" % during[0])
         check(small_offsets == list(range(2000, 2000 + len(small_offsets))),
               "in order with no gap (offsets %s...)" % small_offsets[:3])

@@ -149,10 +149,12 @@ TEST_CASE("a large message arrives whole and in order between small ones, to eve
   Collector a, b;
   auto sub_a = Client(server->address(), "sub", /*read_local_files=*/true);
   auto sub_b = Client(server->address(), "sub2");
-  REQUIRE(sub_a->Subscribe("tlarge", StartAt::Earliest(), a.OnMessage()).ok());
+  REQUIRE(sub_a->Subscribe("tlarge", StartAt::Earliest(), a.OnMessage(), a.Events()).ok());
   REQUIRE(sub_b->Subscribe("tlarge", StartAt::Earliest(), b.OnMessage()).ok());
   REQUIRE(pub->Publish("tlarge", "before").ok());
-  auto ack = pub->Publish("tlarge", big, {.content_type = "application/x-policy"});
+  PublishOptions policy;
+  policy.content_type = "application/x-policy";
+  auto ack = pub->Publish("tlarge", big, policy);
   INFO(ack.status().ToString());
   REQUIRE(ack.ok());
   CHECK(ack->offset == 1);
@@ -170,6 +172,7 @@ TEST_CASE("a large message arrives whole and in order between small ones, to eve
     CHECK(c->msgs[2].payload() == "after");
     CHECK(c->msgs[2].offset() == 2);
   }
+  CHECK(a.reconnects.load() == 0);  // sub read the file itself: no fall-back to streaming
   auto fetched = sub_a->Fetch("tlarge", 1, 1, 10s);
   REQUIRE(fetched.ok());
   REQUIRE(fetched->size() == 1);
@@ -226,15 +229,39 @@ TEST_CASE("a reader that cannot open the broker's file (another node) has the pa
              Catch::Contains("reading a large message's file on this node"));
 }
 
+TEST_CASE(
+    "memory mode: payload files in the spill folder, named while retained, gone with the broker") {
+  const agentrt::testing::TempDir tmp("agentrt-large");
+  BusServerOptions opts = Options(tmp.path, BusDurability::kMemory);
+  opts.broker.retention_messages = 1;
+  const std::string spill = tmp.path + "/spill";
+  {
+    auto server = Start(opts);
+    auto pub = Client(server->address(), "pub");
+    REQUIRE(pub->Publish("tlarge", RandomBytes(5 << 20, 6)).ok());
+    CHECK(CountFiles(spill, ".blob") == 1);
+    REQUIRE(pub->Publish("tlarge", RandomBytes(5 << 20, 7)).ok());
+    CHECK(CountFiles(spill, ".blob") == 1);  // retention removed the first one's name at once
+    auto got = Client(server->address(), "sub")->Fetch("tlarge", 1, 1, 10s);
+    REQUIRE(got.ok());
+    REQUIRE(got->size() == 1);
+    CHECK((*got)[0].payload() == RandomBytes(5 << 20, 7));
+  }
+  CHECK(fs::exists(spill));
+  CHECK(CountFiles(spill, ".blob") == 0);
+}
+
 TEST_CASE("a retried large publish is stored once; refusals store nothing and leave no file") {
   const agentrt::testing::TempDir tmp("agentrt-large");
   const std::string& dir = tmp.path;
   auto server = Start(Options(dir, BusDurability::kAlways));
   auto pub = Client(server->address(), "pub");
   const std::string big = RandomBytes(6 << 20, 2);
-  auto first = pub->Publish("tlarge", big, {.sequence = 7});
+  PublishOptions seven;
+  seven.sequence = 7;
+  auto first = pub->Publish("tlarge", big, seven);
   REQUIRE(first.ok());
-  auto again = pub->Publish("tlarge", big, {.sequence = 7});
+  auto again = pub->Publish("tlarge", big, seven);
   REQUIRE(again.ok());
   CHECK(again->duplicate);
   CHECK(again->offset == first->offset);

@@ -414,7 +414,7 @@ class FakeBusStub final : public v1::Bus::StubInterface {
                                    req.incarnation(), req.max_batch_messages());
   }
 
-  // Large publishes are tested against the real broker (bus_grpc_test).
+  // Large publishes are tested against the real broker (bus_large_test).
   grpc::ClientWriterInterface<v1::PublishChunk>* PublishLargeRaw(grpc::ClientContext*,
                                                                  v1::PublishResponse*) override {
     return nullptr;
