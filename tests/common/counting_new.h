@@ -2,12 +2,15 @@
 // tests that prove a hot path allocates nothing (the env pool's step, the
 // flight recorder, the bus broker's publish and delivery). Include it in
 // exactly one source file of a test binary (replacement operators are
-// program-wide), and compare AllocationCount() before and after.
+// program-wide), and compare AllocationCount() before and after. It brings
+// its own test case, proving the counter counts (so a "0" can fail).
 #pragma once
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 namespace agentrt::testing {
 inline std::atomic<long> g_allocation_count{0};
@@ -37,3 +40,10 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 #pragma GCC diagnostic pop
+
+TEST_CASE("the allocation counter counts (an allocation-free result can fail)") {
+  const long before = agentrt::testing::AllocationCount();
+  auto* v = new std::vector<int>(100);
+  delete v;
+  CHECK(agentrt::testing::AllocationCount() - before >= 2);
+}
