@@ -86,9 +86,18 @@ bool Retryable(grpc::StatusCode c) {
   return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-struct AsyncItem {
-  v1::PublishRequest req;
-  AckCallback on_ack;
+// Async publishes, queued as the batches they are sent in. A batch that was
+// answered is cleared and reused, its requests' strings keeping their
+// storage, so queueing a message does not allocate once batches circulate.
+struct AsyncBatch {
+  struct Pending {
+    uint64_t sequence;
+    AckCallback on_ack;
+  };
+  std::vector<Pending> entries;  // not yet answered, in order
+  v1::PublishBatchRequest req;   // the same entries
+  int64_t bytes = 0;             // their payload bytes
+  WallClock::time_point first_sent;
 };
 
 // A direct message (Send, Request, Reply) is one call: at most kMaxInlineBytes.
@@ -223,8 +232,9 @@ struct BusClient::Impl {
   // Async publishing.
   std::mutex async_mu;
   std::condition_variable async_cv;
-  std::deque<AsyncItem> async_queue;
-  size_t async_unacked = 0;  // queued + in flight
+  std::deque<AsyncBatch> async_queue;   // the back one takes new messages
+  std::vector<AsyncBatch> async_spare;  // answered batches, cleared, for reuse
+  size_t async_unacked = 0;             // queued + in flight
   bool async_stop = false;
   Status async_error;
   std::thread async_thread;
@@ -489,20 +499,35 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
     if (on_ack) on_ack(ack);
     return;
   }
-  AsyncItem item;
-  // Straight into the request's own strings (no temporary copies).
-  item.req.set_topic(topic.data(), topic.size());
-  item.req.set_payload(payload.data(), payload.size());
-  if (!opts.content_type.empty()) item.req.set_content_type(opts.content_type);
-  item.req.set_publisher_id(impl_->publisher_id);
-  item.on_ack = std::move(on_ack);
+  const int64_t size = static_cast<int64_t>(payload.size());
   std::unique_lock<std::mutex> lock(impl_->async_mu);
   impl_->async_cv.wait(lock,
                        [&] { return impl_->async_unacked < impl_->options.async_max_pending; });
-  // Sequence taken under the queue lock: queue order == sequence order.
-  item.req.set_sequence(opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1));
   const bool was_empty = impl_->async_queue.empty();
-  impl_->async_queue.push_back(std::move(item));
+  auto& queue = impl_->async_queue;
+  if (queue.empty() ||
+      static_cast<int>(queue.back().entries.size()) >= impl_->options.async_batch_messages ||
+      (!queue.back().entries.empty() &&
+       queue.back().bytes + size > impl_->options.async_batch_bytes)) {
+    if (impl_->async_spare.empty()) {
+      queue.emplace_back();
+    } else {
+      queue.push_back(std::move(impl_->async_spare.back()));
+      impl_->async_spare.pop_back();
+    }
+  }
+  AsyncBatch& batch = queue.back();
+  // Sequence taken under the queue lock: queue order == sequence order.
+  const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+  // Into a reused request's own strings (no temporary copies).
+  v1::PublishRequest* m = batch.req.add_messages();
+  m->set_topic(topic.data(), topic.size());
+  m->set_payload(payload.data(), payload.size());
+  m->set_content_type(opts.content_type);
+  m->set_publisher_id(impl_->publisher_id);
+  m->set_sequence(seq);
+  batch.entries.push_back(AsyncBatch::Pending{seq, std::move(on_ack)});
+  batch.bytes += size;
   ++impl_->async_unacked;
   lock.unlock();
   // Only the sending thread waits for the queue, and only for it to be
@@ -529,16 +554,20 @@ Status BusClient::Flush(std::chrono::milliseconds timeout) {
 // on a new one (their sequences make that safe).
 void BusClient::Impl::RunAsyncPublisher() {
   constexpr size_t kMaxInFlight = 8;
-  struct Pending {
-    uint64_t sequence;
-    AckCallback on_ack;
-  };
-  struct Batch {
-    std::vector<Pending> entries;  // not yet answered, in order
-    v1::PublishBatchRequest req;   // the same entries
-    WallClock::time_point first_sent;
-  };
+  constexpr size_t kMaxSpareBatches = 2 * kMaxInFlight;
+  using Batch = AsyncBatch;
   std::deque<Batch> in_flight;  // guarded by async_mu once the reader runs
+  // Under async_mu: an answered batch goes back for reuse (or away).
+  auto retire_front = [&] {
+    if (async_spare.size() < kMaxSpareBatches) {
+      Batch& f = in_flight.front();
+      f.entries.clear();
+      f.req.Clear();  // keeps its requests, cleared, with their strings' storage
+      f.bytes = 0;
+      async_spare.push_back(std::move(f));
+    }
+    in_flight.pop_front();
+  };
   std::vector<std::pair<AckCallback, Result<PublishAck>>> done;
 
   // Runs callbacks outside the lock and releases their backpressure.
@@ -606,7 +635,7 @@ void BusClient::Impl::RunAsyncPublisher() {
                                PublishAck{a.offset(), a.duplicate(), f.entries[i].sequence});
           }
           if (n == f.entries.size()) {
-            in_flight.pop_front();
+            retire_front();
           } else {  // a partial answer precedes the stream's error
             f.entries.erase(f.entries.begin(), f.entries.begin() + static_cast<std::ptrdiff_t>(n));
             f.req.mutable_messages()->DeleteSubrange(0, static_cast<int>(n));
@@ -627,20 +656,10 @@ void BusClient::Impl::RunAsyncPublisher() {
                  (async_queue.empty() && in_flight.empty());
         });
         if (reader_done || async_queue.empty()) break;  // broken, or idle: close the stream
-        Batch b;
-        int64_t bytes = 0;
-        while (!async_queue.empty() &&
-               static_cast<int>(b.entries.size()) < options.async_batch_messages) {
-          AsyncItem& item = async_queue.front();
-          const int64_t size = static_cast<int64_t>(item.req.payload().size());
-          if (!b.entries.empty() && bytes + size > options.async_batch_bytes) break;
-          bytes += size;
-          b.entries.push_back(Pending{item.req.sequence(), std::move(item.on_ack)});
-          b.req.add_messages()->Swap(&item.req);
-          async_queue.pop_front();
-        }
-        b.first_sent = WallClock::now();
-        in_flight.push_back(std::move(b));
+        // The oldest batch (closed from now on: new messages start another).
+        in_flight.push_back(std::move(async_queue.front()));
+        async_queue.pop_front();
+        in_flight.back().first_sent = WallClock::now();
         next = &in_flight.back();  // deque: stays valid while the reader pops the front
       }
       // The reader cannot touch `next` before the broker has read all of it.
@@ -678,7 +697,9 @@ void BusClient::Impl::RunAsyncPublisher() {
       std::vector<std::pair<AckCallback, Result<PublishAck>>> dropped;
       {
         std::lock_guard<std::mutex> lock(async_mu);
-        for (auto& item : async_queue) dropped.emplace_back(std::move(item.on_ack), err);
+        for (auto& batch : async_queue) {
+          for (auto& e : batch.entries) dropped.emplace_back(std::move(e.on_ack), err);
+        }
         async_queue.clear();
       }
       fail_front_entries(SIZE_MAX, err.WithContext("client closing"));
