@@ -117,25 +117,22 @@ Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct s
     return DataLoss(path + " is " + std::to_string(st.st_size) + " bytes, more than the " +
                     std::to_string(max_bytes) + " expected");
   }
-  // Read straight into the string (one copy), sized by fstat; a file that
-  // grew meanwhile is read on in 64 KiB steps.
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[65536];
   for (;;) {
-    if (got == out.size()) out.resize(got + 65536);
-    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+    const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, "cannot read " + path);
     }
     if (n == 0) break;
-    got += static_cast<size_t>(n);
-    if (got > max_bytes) {
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max_bytes) {
       return DataLoss(path + " holds more than the " + std::to_string(max_bytes) +
                       " bytes expected");
     }
   }
-  out.resize(got);
   return out;
 }
 

@@ -70,8 +70,8 @@ struct BusClientOptions {
   // file when they can (on the broker's node, or a file system shared with
   // it), falling back to having it streamed; false (the default): the broker
   // streams it. AGENTRT_BUS_LOCAL_FILES=1 in the environment sets it true for
-  // every client of the process (=0 false). (Off by default: on the 2-core
-  // development VM it measured slower than streaming, see README.)
+  // every client of the process (=0 false). (Off by default: a client on
+  // another node would try, and fail, to open a file once per stream.)
   bool read_local_files = false;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
