@@ -1,9 +1,11 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <utility>
@@ -170,6 +172,25 @@ Result<std::string> ReadPrivateFile(const std::string& path, std::string_view wh
                             "; it must be readable by its owner only (chmod 600)");
   }
   return ReadOpenFile(fd.get(), name, st, size_t{1} << 20);
+}
+
+namespace {
+std::atomic<bool> g_open_files_raised{false};
+rlimit g_open_files_before{};
+}  // namespace
+
+void RaiseOpenFileLimit() {
+  rlimit now{};
+  if (g_open_files_raised.load() || ::getrlimit(RLIMIT_NOFILE, &now) != 0) return;
+  if (now.rlim_cur >= now.rlim_max) return;
+  g_open_files_before = now;
+  rlimit raised = now;
+  raised.rlim_cur = now.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) g_open_files_raised.store(true);
+}
+
+void RestoreOpenFileLimit() {
+  if (g_open_files_raised.load()) (void)::setrlimit(RLIMIT_NOFILE, &g_open_files_before);
 }
 
 Status FsyncDir(const std::string& path) {

@@ -55,4 +55,11 @@ Result<std::string> ReadPrivateFile(const std::string& path, std::string_view wh
 // fsync of a directory (so renames and unlinks in it are durable).
 Status FsyncDir(const std::string& path);
 
+// Raises this process's soft limit of open files to its hard limit (the bus
+// broker keeps one descriptor per retained large message) and remembers the
+// limit it had. A child about to exec calls RestoreOpenFileLimit (safe after
+// fork), so agents start with the limit they would have had anyway.
+void RaiseOpenFileLimit();
+void RestoreOpenFileLimit();
+
 }  // namespace agentrt

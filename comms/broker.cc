@@ -1,7 +1,6 @@
 #include "comms/broker.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,13 +267,8 @@ Status Broker::Recover(std::vector<std::string>* notes) {
     }
   }
   // Every retained large message keeps its file open (its readers send from
-  // it after retention removed its name): let the process open as many files
-  // as its hard limit allows.
-  rlimit files{};
-  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    (void)::setrlimit(RLIMIT_NOFILE, &files);
-  }
+  // it after retention removed its name).
+  RaiseOpenFileLimit();
   if ((durable() && options_.durability == BusDurability::kBatch) || options_.retention_age_s > 0)
     flusher_ = std::thread([this] { FlushLoop(); });
   return Status::Ok();

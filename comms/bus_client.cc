@@ -559,7 +559,12 @@ void BusClient::Impl::RunAsyncPublisher() {
   std::deque<Batch> in_flight;  // guarded by async_mu once the reader runs
   // Under async_mu: an answered batch goes back for reuse (or away).
   auto retire_front = [&] {
-    if (async_spare.size() < kMaxSpareBatches) {
+    // Reused only when its requests keep little storage (a batch that once
+    // carried large payloads would hold on to them for good).
+    size_t kept = 0;
+    for (const auto& m : in_flight.front().req.messages()) kept += m.payload().capacity();
+    if (async_spare.size() < kMaxSpareBatches &&
+        kept <= static_cast<size_t>(options.async_batch_bytes)) {
       Batch& f = in_flight.front();
       f.entries.clear();
       f.req.Clear();  // keeps its requests, cleared, with their strings' storage

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/file_util.h"
 #include "scheduler/launch_backend.h"
 
 namespace agentrt {
@@ -92,6 +93,7 @@ class PosixSpawner final : public ProcessSpawner {
         ChildFail(report_write.get(), errno);
       }
       if (workdir != nullptr && ::chdir(workdir) != 0) ChildFail(report_write.get(), errno);
+      RestoreOpenFileLimit();  // the limit agentctl had before its bus raised it
       // Nothing of agentctl's but stdin/out/err reaches the rank: a library's
       // socket opened without CLOEXEC (the dashboard's listener) would
       // otherwise live on in every agent process.
