@@ -82,20 +82,6 @@ class Fd {
   int fd_;
 };
 
-Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "write " + path);
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
-
 Status Fsync(int fd, const std::string& path) {
   if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync " + path);
   return Status::Ok();
@@ -639,8 +625,8 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
       for (size_t done = 0; done < part.size();) {
         const size_t n = std::min(options_.io_chunk_bytes, part.size() - done);
         crc = Crc32c(crc, part.data() + done, n);
-        AGENTRT_RETURN_IF_ERROR(
-            WriteAll(fd.get(), part.data() + done, n, shard_tmp_path).WithContext(Where()));
+        AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), part.data() + done, n, "write ", shard_tmp_path)
+                                    .WithContext(Where()));
         done += n;
       }
     }
@@ -957,7 +943,8 @@ Result<std::optional<std::string>> CopyVerified(int src_fd, int dst_dir_fd, cons
       return std::optional<std::string>(src_path + " ended after " + std::to_string(done) + " of " +
                                         std::to_string(bytes) + " bytes");
     crc = Crc32c(crc, buf.data(), static_cast<size_t>(n));
-    AGENTRT_RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), dst_path));
+    AGENTRT_RETURN_IF_ERROR(
+        WriteAll(out.get(), buf.data(), static_cast<size_t>(n), "write ", dst_path));
     done += static_cast<uint64_t>(n);
   }
   if (crc != crc_expected) {

@@ -174,6 +174,19 @@ Result<std::string> ReadPrivateFile(const std::string& path, std::string_view wh
   return ReadOpenFile(fd.get(), name, st, size_t{1} << 20);
 }
 
+Status WriteAll(int fd, const void* data, size_t size, std::string_view what,
+                std::string_view name) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus(n < 0 ? errno : EIO, std::string(what).append(name));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
 namespace {
 std::atomic<bool> g_open_files_raised{false};
 rlimit g_open_files_before{};

@@ -55,6 +55,12 @@ Result<std::string> ReadPrivateFile(const std::string& path, std::string_view wh
 // fsync of a directory (so renames and unlinks in it are durable).
 Status FsyncDir(const std::string& path);
 
+// Writes all `size` bytes at fd's position, retrying short writes and EINTR;
+// an error is ErrnoStatus(errno, what + name) (built only then: no allocation
+// on the way that works).
+Status WriteAll(int fd, const void* data, size_t size, std::string_view what,
+                std::string_view name);
+
 // Raises this process's soft limit of open files to its hard limit (the bus
 // broker keeps one descriptor per retained large message) and remembers the
 // limit it had. A child about to exec calls RestoreOpenFileLimit (safe after

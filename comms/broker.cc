@@ -157,6 +157,12 @@ constexpr size_t kMaxSpare = 4096;  // per log: a batch's worth (BusLimits::max_
 constexpr size_t kMaxSpareBytes = 1 << 20;  // per log: payload storage kept in spares
 constexpr size_t kMaxCacheEntries = 4096;
 
+// What a publish the bus could not store gets (the client retries UNAVAILABLE).
+Status NotStored(const Status& why) {
+  return Status(StatusCode::kUnavailable,
+                why.message() + " (not stored; retry when the bus's disk has room)");
+}
+
 // The payload bytes a message stands for (a large one's are in its file).
 int64_t PayloadBytes(const v1::Message& m) {
   return static_cast<int64_t>(m.payload().size()) + m.chunked_size();
@@ -320,8 +326,7 @@ Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::s
   int removed = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 5 && name.substr(name.size() - 5) == ".blob" && named.count(name) == 0) {
+    if (entry.path().extension() == ".blob" && named.count(entry.path().filename().string()) == 0) {
       std::filesystem::remove(entry.path(), ec);
       ++removed;
     }
@@ -476,11 +481,7 @@ Status Broker::AppendLocked(Log& log, std::shared_ptr<v1::Message> msg, int64_t*
       SegmentLog::Recovered rec;
       auto files = SegmentLog::Open(options_.log_dir + "/logs/" + EscapeLogName(log.name),
                                     options_.segment_bytes, &rec);
-      if (!files.ok()) {
-        return Status(
-            StatusCode::kUnavailable,
-            files.status().message() + " (not stored; retry when the bus's disk has room)");
-      }
+      if (!files.ok()) return NotStored(files.status());
       log.files = std::move(files).value();
       if (log.base != 0 || !log.msgs.empty() || !rec.messages.empty()) {
         return Internal("bus log of " + log.name + ": files appeared after recovery");
@@ -511,17 +512,20 @@ Status Broker::Unstorable(Log& log, const Status& why) {
   const int64_t end = log.files->committed_end();
   while (!log.msgs.empty() && log.msgs.back()->offset() >= end) {
     const int64_t size = PayloadBytes(*log.msgs.back());
-    if (auto it = log.blobs.find(log.msgs.back()->offset()); it != log.blobs.end()) {
-      it->second->Unlink();
-      log.blobs.erase(it);
-    }
+    DropBlob(log, log.msgs.back()->offset());
     log.bytes -= size;
     retained_bytes_.fetch_sub(size, std::memory_order_relaxed);
     published_.fetch_sub(1, std::memory_order_relaxed);
     log.msgs.pop_back();
   }
-  return Status(StatusCode::kUnavailable,
-                why.message() + " (not stored; retry when the bus's disk has room)");
+  return NotStored(why);
+}
+
+void Broker::DropBlob(Log& log, int64_t offset) {
+  auto it = log.blobs.find(offset);
+  if (it == log.blobs.end()) return;
+  it->second->Unlink();  // the name now; the bytes go with the last reader's descriptor
+  log.blobs.erase(it);
 }
 
 void Broker::TrimLocked(Log& log) {
@@ -537,12 +541,7 @@ void Broker::TrimLocked(Log& log) {
     const int64_t b = PayloadBytes(*log.msgs.front());
     log.bytes -= b;
     dropped_bytes += b;
-    if (log.msgs.front()->chunked_size() > 0) {
-      if (auto it = log.blobs.find(log.base); it != log.blobs.end()) {
-        it->second->Unlink();
-        log.blobs.erase(it);
-      }
-    }
+    if (log.msgs.front()->chunked_size() > 0) DropBlob(log, log.base);
     std::shared_ptr<const v1::Message> old = log.msgs.take_front();
     // Held by no reader (they copy pointers under log.mu, which we hold, and
     // a reader's release is ordered before our reuse by the fence): reusable,
@@ -650,11 +649,7 @@ void FillMessage(const std::string& agent, v1::PublishRequest& req, v1::Message*
 
 v1::Message ToMessage(const std::string& agent, v1::PublishRequest& req) {
   v1::Message msg;
-  msg.set_publisher(agent);
-  msg.set_publisher_id(req.publisher_id());
-  msg.set_sequence(req.sequence());
-  msg.set_content_type(std::move(*req.mutable_content_type()));
-  msg.set_payload(std::move(*req.mutable_payload()));
+  FillMessage(agent, req, &msg);
   return msg;
 }
 }  // namespace
@@ -803,12 +798,7 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
   const std::string path = dir + "/" + name;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return Status(StatusCode::kUnavailable,
-                  ErrnoStatus(errno, "bus: cannot create " + path).message() +
-                      " (not stored; retry when the bus's disk has room)")
-        .WithContext(what);
-  }
+  if (fd < 0) return NotStored(ErrnoStatus(errno, "bus: cannot create " + path)).WithContext(what);
   if (durable()) up->msg.set_chunked_file(name);
   up->blob = std::make_shared<Blob>(path, fd, first.size());
   up->msg.set_chunked_size(first.size());
@@ -824,19 +814,11 @@ Status Broker::WriteLarge(Upload& up, std::string_view data) {
         "large publish to topic \"{}\": more bytes than the {} its first chunk announced",
         up.log->name, up.blob->size));
   }
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::pwrite(up.blob->fd, data.data() + done, data.size() - done,
-                               static_cast<off_t>(up.written + static_cast<int64_t>(done)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return Status(StatusCode::kUnavailable,
-                    ErrnoStatus(errno, "bus: cannot write a large payload of topic " + up.log->name)
-                            .message() +
-                        " (not stored; retry when the bus's disk has room)");
-    }
-    done += static_cast<size_t>(n);
-  }
+  // Written in order by its one upload, at the file's position.
+  if (Status s = WriteAll(up.blob->fd, data.data(), data.size(),
+                          "bus: cannot write a large payload of topic ", up.log->name);
+      !s.ok())
+    return NotStored(s);
   up.crc = Crc32c(data.data(), data.size(), up.crc);
   up.written += static_cast<int64_t>(data.size());
   return Status::Ok();
@@ -857,11 +839,8 @@ Status Broker::FinishLarge(Upload& up, v1::PublishResponse* resp) {
   }
   if (durable()) {
     // The record may name the file only once the file is whole on disk.
-    if (::fdatasync(up.blob->fd) != 0) {
-      return Status(
-          StatusCode::kUnavailable,
-          ErrnoStatus(errno, "bus: cannot fsync " + up.blob->path).message() + " (not stored)");
-    }
+    if (::fdatasync(up.blob->fd) != 0)
+      return NotStored(ErrnoStatus(errno, "bus: cannot fsync " + up.blob->path));
     (void)FsyncDir(BlobDir(*up.log));
   }
   Stored st = Append(up.log, std::move(up.msg), up.blob);
@@ -918,10 +897,11 @@ Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResp
 }
 
 Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::StartAt& start,
-                                          uint64_t incarnation, int max_batch,
+                                          uint64_t incarnation, int max_batch, bool local_files,
                                           v1::SubscribeResponse::Header* header) {
   Reader r;
   r.max_batch_messages = max_batch > 0 ? max_batch : options_.limits.max_batch_messages;
+  r.local_files = local_files;
   std::lock_guard<std::mutex> lock(log->mu);
   const int64_t end = log->base + static_cast<int64_t>(log->msgs.size());
   header->Clear();
@@ -960,10 +940,8 @@ Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent,
     return Deny("agent " + agent + " may not subscribe to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a subscriber)");
   }
-  Result<Reader> r = OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(),
-                                req.max_batch_messages(), header);
-  if (r.ok()) r->local_files = req.local_files();
-  return r;
+  return OpenReader(GetLog(req.topic(), true), req.start(), req.incarnation(),
+                    req.max_batch_messages(), req.local_files(), header);
 }
 
 Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent,
@@ -973,10 +951,8 @@ Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent,
     CountInvalid();
     return s.WithContext("receive by agent " + agent);
   }
-  Result<Reader> r = OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(),
-                                req.max_batch_messages(), header);
-  if (r.ok()) r->local_files = req.local_files();
-  return r;
+  return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(),
+                    req.max_batch_messages(), req.local_files(), header);
 }
 
 Broker::ReadOutcome Broker::Collect(Reader* reader, std::chrono::milliseconds wait,

@@ -206,7 +206,7 @@ class Broker {
   // (DATA_LOSS when missing or short) and removes files no message names.
   Status RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes);
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start,
-                            uint64_t incarnation, int max_batch,
+                            uint64_t incarnation, int max_batch, bool local_files,
                             bus::v1::SubscribeResponse::Header* header);
   Status Deny(std::string message);
   // Read's common part: the next batch's messages, or kIdle/kExpired.
@@ -226,6 +226,8 @@ class Broker {
   Status CommitLocked(Log& log);
   Status Unstorable(Log& log, const Status& why);
   void TrimLocked(Log& log);
+  // Under log.mu: forgets the large payload stored at `offset` and removes its file's name.
+  void DropBlob(Log& log, int64_t offset);
   // kAlways: makes log's appended records durable before an acknowledgement.
   Status SyncForAck(Log& log);
   void FlushLoop();

@@ -109,6 +109,14 @@ Status CheckInline(std::string_view payload, std::string_view what) {
       " bytes); publish it to a topic, which takes up to bus.max_message_bytes");
 }
 
+// A large message as delivered: its payload whole, no wire fields of chunking.
+void ClearChunked(BusMessage* m) {
+  m->clear_chunked_size();
+  m->clear_chunked_crc32c();
+  m->clear_chunked_file();
+  m->clear_chunked_path();
+}
+
 // Puts large messages back together from a stream's responses (bus.proto:
 // the message alone in a `messages` response, then `chunk` responses) and
 // hands every whole message to `deliver`. A reader that starts a new stream
@@ -128,9 +136,7 @@ class Reassembler {
         continue;
       }
       large_ = std::make_unique<BusMessage>(m);
-      large_->clear_chunked_size();
-      large_->clear_chunked_crc32c();
-      large_->clear_chunked_file();
+      ClearChunked(large_.get());
       size_ = m.chunked_size();
       expected_crc_ = m.chunked_crc32c();
       crc_ = 0;
@@ -179,10 +185,7 @@ class Reassembler {
                     "reading a large message's file on this node: " + bad.message());
     }
     BusMessage whole(m);
-    whole.clear_chunked_size();
-    whole.clear_chunked_crc32c();
-    whole.clear_chunked_file();
-    whole.clear_chunked_path();
+    ClearChunked(&whole);
     *whole.mutable_payload() = std::move(bytes).value();
     deliver(whole);
     return Status::Ok();
@@ -238,6 +241,11 @@ struct BusClient::Impl {
   bool async_stop = false;
   Status async_error;
   std::thread async_thread;
+
+  // The sequence a publish carries: the caller's, or the next automatic one.
+  uint64_t SequenceFor(const PublishOptions& opts) {
+    return opts.sequence != 0 ? opts.sequence : next_sequence.fetch_add(1);
+  }
 
   void Prepare(grpc::ClientContext* ctx, WallClock::time_point deadline) const {
     ctx->set_deadline(deadline);
@@ -456,16 +464,14 @@ Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
 
 Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload,
                                       const PublishOptions& opts) {
-  if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes) {
-    const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
-    return impl_->PublishChunked(topic, payload, opts, seq);
-  }
+  if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes)
+    return impl_->PublishChunked(topic, payload, opts, impl_->SequenceFor(opts));
   v1::PublishRequest req;
   req.set_topic(std::string(topic));
   req.set_payload(std::string(payload));
   req.set_content_type(opts.content_type);
   req.set_publisher_id(impl_->publisher_id);
-  const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+  const uint64_t seq = impl_->SequenceFor(opts);
   req.set_sequence(seq);
   v1::PublishResponse resp;
   const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
@@ -518,7 +524,7 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
   }
   AsyncBatch& batch = queue.back();
   // Sequence taken under the queue lock: queue order == sequence order.
-  const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+  const uint64_t seq = impl_->SequenceFor(opts);
   // Into a reused request's own strings (no temporary copies).
   v1::PublishRequest* m = batch.req.add_messages();
   m->set_topic(topic.data(), topic.size());
@@ -728,7 +734,7 @@ Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload
   req.set_payload(std::string(payload));
   req.set_content_type(opts.content_type);
   req.set_publisher_id(impl_->publisher_id);
-  const uint64_t seq = opts.sequence != 0 ? opts.sequence : impl_->next_sequence.fetch_add(1);
+  const uint64_t seq = impl_->SequenceFor(opts);
   req.set_sequence(seq);
   v1::SendResponse resp;
   const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);

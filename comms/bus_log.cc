@@ -309,21 +309,16 @@ Status SegmentLog::Commit() {
   }
   if (pending_.empty()) return Status::Ok();
   Segment& seg = *segments_.back();
-  size_t done = 0;
-  while (done < pending_.size()) {
-    const ssize_t n = ::write(seg.fd, pending_.data() + done, pending_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const Status s = ErrnoStatus(errno, "bus log: cannot write " + seg.path);
-      // Nothing staged stays. If even that fails, later appends would land
-      // after half a record: nothing more is written to this log.
-      if (::ftruncate(seg.fd, static_cast<off_t>(seg.size)) != 0)
-        broken_ = ErrnoStatus(errno, "bus log: cannot cut a failed write from " + seg.path);
-      pending_.clear();
-      staged_end_ = end_;
-      return s;
-    }
-    done += static_cast<size_t>(n);
+  if (Status s =
+          WriteAll(seg.fd, pending_.data(), pending_.size(), "bus log: cannot write ", seg.path);
+      !s.ok()) {
+    // Nothing staged stays. If even that fails, later appends would land
+    // after half a record: nothing more is written to this log.
+    if (::ftruncate(seg.fd, static_cast<off_t>(seg.size)) != 0)
+      broken_ = ErrnoStatus(errno, "bus log: cannot cut a failed write from " + seg.path);
+    pending_.clear();
+    staged_end_ = end_;
+    return s;
   }
   seg.size += static_cast<int64_t>(pending_.size());
   written_ += static_cast<uint64_t>(staged_end_ - end_);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -255,7 +256,9 @@ class BusService final : public v1::Bus::Service {
     v1::SubscribeResponse resp;
     v1::SubscribeResponse chunk;  // a large message's bytes, one chunk at a time (buffer reused)
     Broker::Lease lease(&resp);   // declared after resp: gives the messages back before resp goes
-    for (;;) {
+    // Why the stream must end now, if it must (between batches, and between
+    // a large message's chunks: the client then resumes at that message).
+    auto must_end = [&]() -> std::optional<grpc::Status> {
       if (ctx->IsCancelled())
         return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
       if (broker_->shutting_down())
@@ -264,6 +267,10 @@ class BusService final : public v1::Bus::Service {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             "the bus broker closed this stream; resume at the next offset");
       }
+      return std::nullopt;
+    };
+    for (;;) {
+      if (auto end = must_end()) return *end;
       lease.Release();  // before Clear, which would otherwise clear the stored messages
       resp.Clear();
       int64_t earliest = 0;
@@ -289,16 +296,7 @@ class BusService final : public v1::Bus::Service {
             // so a stream holds one chunk whatever the size.
             const int64_t size = resp.messages(0).chunked_size();
             for (int64_t pos = 0; pos < size;) {
-              if (ctx->IsCancelled())
-                return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
-              if (broker_->shutting_down())
-                return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                    "the bus broker is shutting down");
-              if (stream_generation_.load(std::memory_order_acquire) != generation) {
-                return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                    "the bus broker closed this stream in a large message; "
-                                    "resume at that message");
-              }
+              if (auto end = must_end()) return *end;
               chunk.clear_messages();
               if (Status s = broker_->ReadChunk(*reader, pos, kChunkBytes, chunk.mutable_chunk());
                   !s.ok())
