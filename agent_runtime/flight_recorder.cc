@@ -29,6 +29,9 @@ class RecordingGroup final : public Group {
   int size() const override { return inner_->size(); }
   std::string_view backend() const override { return inner_->backend(); }
   bool device_buffers() const override { return inner_->device_buffers(); }
+  void* native_stream() const override { return inner_->native_stream(); }
+  void set_caller_stream(void* stream) override { inner_->set_caller_stream(stream); }
+  DeviceBinding device_binding() const override { return inner_->device_binding(); }
 
   Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op, Timeout timeout) override {
     return Recorded(CollectiveOp::kAllReduce, count, type,

@@ -2,8 +2,11 @@
 
 #include <cstring>
 
+#include "agent_runtime/device_api.h"
 #include "agent_runtime/group_internal.h"
 #include "agent_runtime/mpi_group.h"
+#include "agent_runtime/nccl_group.h"
+#include "plan/config.h"
 
 namespace agentrt {
 
@@ -140,16 +143,8 @@ std::unique_ptr<Group> MakeSingleRankGroup(std::string agent) {
 }
 
 Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options) {
-  GroupBackend backend = options.backend;
-  if (backend == GroupBackend::kAuto) {
-    if (options.has_gpus) {
-      backend = GroupBackend::kNccl;
-    } else if (options.world_size > 1) {
-      backend = GroupBackend::kMpi;
-    } else {
-      backend = GroupBackend::kSingle;
-    }
-  }
+  const GroupBackend backend =
+      ResolveGroupBackend(options.backend, options.visible_gpus, options.world_size);
   const std::string where = internal::GroupWhere(options.agent, options.rank, "group");
   switch (backend) {
     case GroupBackend::kSingle:
@@ -161,14 +156,15 @@ Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options) {
       return MakeSingleRankGroup(options.agent);
     case GroupBackend::kMpi:
       return MakeMpiGroup(options);
-    case GroupBackend::kNccl:
-#if defined(AGENTRT_HAVE_CUDA)
-      return internal::MakeNcclGroup(options);
-#else
-      return FailedPrecondition(where +
-                                ": the nccl backend was requested but agentrt was built without "
-                                "CUDA and NCCL; rebuild where /usr/local/cuda has nvcc and NCCL");
-#endif
+    case GroupBackend::kNccl: {
+      device::Api* api = options.device_api;
+      if (api == nullptr) {
+        Result<device::Api*> loaded = device::LoadDeviceApi();
+        if (!loaded.ok()) return loaded.status().WithContext(where + ": the nccl backend");
+        api = *loaded;
+      }
+      return internal::MakeNcclGroup(options, api);
+    }
     case GroupBackend::kAuto:
       break;
   }

@@ -7,6 +7,15 @@
 //   mpi    host buffers, one MPI world per agent (mpirun / srun --mpi=pmix)
 //   single one rank, no communication library at all
 //
+// Device buffers (nccl) and streams: a collective reads its inputs only after
+// all work the caller enqueued, before the call, on the caller's stream has
+// finished. That stream is the legacy default stream unless
+// set_caller_stream() names another (PyTorch: the current stream's
+// `cuda_stream`): the group records an event on it and makes its own stream
+// wait for the event, so the caller need not synchronise first. When a call
+// returns OK its results are complete (the group's stream has drained), so
+// any later work on any stream may read them. Host groups ignore streams.
+//
 // Thread-safety: a Group is used by one thread at a time. Every call blocks
 // until the collective completes on this rank or `timeout` passes; a timed-out
 // collective returns DeadlineExceeded naming the agent, rank and op, and leaves
@@ -26,6 +35,10 @@
 #include "common/status.h"
 
 namespace agentrt {
+
+namespace device {
+class Api;
+}  // namespace device
 
 enum class DataType { kFloat32, kBFloat16, kFloat16, kInt64 };
 enum class ReduceOp { kSum, kAvg, kMax };
@@ -53,6 +66,20 @@ class Group {
   // True when buffers passed to this group live in device (GPU) memory.
   virtual bool device_buffers() const = 0;
 
+  // Device groups: the stream the collectives run on (a cudaStream_t); work
+  // enqueued on it runs in order with them. nullptr for host groups.
+  virtual void* native_stream() const { return nullptr; }
+  // Device groups: the stream whose work produces the buffers passed to the
+  // collectives (a cudaStream_t; nullptr: the legacy default stream).
+  virtual void set_caller_stream(void* /*stream*/) {}
+  // Device groups: the CUDA/NCCL calls and the device (an index among the
+  // GPUs this process sees) the group's buffers live on; host groups: null.
+  struct DeviceBinding {
+    device::Api* api = nullptr;
+    int device = -1;
+  };
+  virtual DeviceBinding device_binding() const { return {}; }
+
   // In place: every rank ends with op over all ranks' `buf[0..count)`.
   virtual Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op,
                            Timeout timeout = kDefaultCollectiveTimeout) = 0;
@@ -78,19 +105,23 @@ struct GroupOptions {
   std::string agent;
   int rank = 0;
   int world_size = 1;
-  int local_rank = -1;      // LOCAL_RANK: picks this rank's GPU (nccl); -1: use rank
-  bool has_gpus = false;    // CUDA_VISIBLE_DEVICES names at least one GPU
+  int local_rank = -1;      // LOCAL_RANK: index of this rank's GPU among those visible; -1: rank
+  int visible_gpus = 0;     // entries of CUDA_VISIBLE_DEVICES (indices, UUIDs or MIG names)
+  int restart_count = 0;    // AGENTRT_RESTART_COUNT: part of the NCCL rendezvous key
   std::string master_addr;  // MASTER_ADDR (NCCL rendezvous store)
   int master_port = 0;      // MASTER_PORT
+  // Bounds the whole start-up: rendezvous connect, unique-id exchange and
+  // communicator initialisation together.
   Timeout init_timeout = std::chrono::minutes(2);
+  // nccl: the CUDA/NCCL calls; nullptr loads libagentrt_cuda.so (tests pass a fake).
+  device::Api* device_api = nullptr;
 };
 
-// kAuto: GPUs -> nccl; CPU with world_size > 1 -> mpi; otherwise single.
+// kAuto: the plan's rule, ResolveGroupBackend (plan/config.h), over
+// visible_gpus and world_size.
 //
-// nccl: rank 0 creates the ncclUniqueId and serves it through a TcpStore bound
-// on master_port (every rank must be given the same master_addr:master_port,
-// this agent's own); the communicator is created non-blocking, and a
-// collective that exceeds its timeout is aborted with ncclCommAbort.
+// nccl: see agent_runtime/nccl_group.h (device choice, rendezvous through a
+// TcpStore on master_port, non-blocking communicator, abort on timeout).
 // mpi: see agent_runtime/mpi_group.h (the ranks must be started by mpirun/srun).
 // Blocks until every rank has joined or init_timeout passes.
 Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options);

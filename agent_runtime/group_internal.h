@@ -18,7 +18,4 @@ std::string GroupWhere(std::string_view agent, int rank, std::string_view backen
 Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op);
 Status CheckRoot(int root, int size, std::string_view op);
 
-// Defined in cuda/nccl_group.cc; only when built with CUDA and NCCL.
-Result<std::unique_ptr<Group>> MakeNcclGroup(const GroupOptions& options);
-
 }  // namespace agentrt::internal

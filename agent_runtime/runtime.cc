@@ -117,7 +117,8 @@ Result<Group*> Runtime::group() {
   g.rank = env_.rank;
   g.world_size = env_.world_size;
   g.local_rank = env_.local_rank;
-  g.has_gpus = !env_.cuda_visible_devices.empty();
+  g.visible_gpus = env_.VisibleGpuCount();
+  g.restart_count = env_.restart_count;
   g.master_addr = env_.master_addr;
   g.master_port = env_.master_port;
   g.init_timeout = options_.group_init_timeout;

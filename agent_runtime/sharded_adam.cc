@@ -103,12 +103,11 @@ struct ShardedAdam::Impl {
 
   Status Init() {
     if (group.device_buffers()) {
-#if defined(AGENTRT_HAVE_CUDA)
-      ops = internal::MakeCudaShardOps();
-#else
-      return FailedPrecondition(
-          Where() + ": the group uses device buffers but agentrt was built without CUDA");
-#endif
+      const Group::DeviceBinding binding = group.device_binding();
+      if (binding.api == nullptr) {
+        return FailedPrecondition(Where() + ": the group uses device buffers but names no device");
+      }
+      AGENTRT_ASSIGN_OR_RETURN(ops, internal::MakeDeviceShardOps(binding.api, binding.device));
     } else {
       ops = internal::MakeHostShardOps();
     }

@@ -1,6 +1,6 @@
 // The memory and math ShardedAdam needs, for host or device buffers (not part
-// of the public API). The host version lives in sharded_adam.cc; the CUDA one in
-// cuda/sharded_adam_cuda.cu (built only with CUDA). No CUDA types appear here.
+// of the public API). The host version lives in sharded_adam.cc; the device one
+// in device_shard_ops.cc, over device::Api. No CUDA types appear here.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +8,10 @@
 
 #include "agent_runtime/adamw.h"
 #include "common/status.h"
+
+namespace agentrt::device {
+class Api;
+}  // namespace agentrt::device
 
 namespace agentrt::internal {
 
@@ -29,8 +33,9 @@ class ShardOps {
 };
 
 std::unique_ptr<ShardOps> MakeHostShardOps();
-#if defined(AGENTRT_HAVE_CUDA)
-std::unique_ptr<ShardOps> MakeCudaShardOps();
-#endif
+// Device buffers on `device` (an index among the visible GPUs), whatever
+// device the calling thread has current; copies and kernels on a stream of
+// its own, complete when each call returns.
+Result<std::unique_ptr<ShardOps>> MakeDeviceShardOps(device::Api* api, int device);
 
 }  // namespace agentrt::internal

@@ -30,6 +30,21 @@ struct agentrt_restore {
 
 namespace {
 
+// The devices this rank sees, as CUDA_VISIBLE_DEVICES names them: an index as
+// a number, a UUID or MIG instance ("GPU-…", "MIG-…") as a string.
+nlohmann::json VisibleDeviceJson(const agentrt::AgentEnv& e) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const std::string& entry : agentrt::DeviceListEntries(e.cuda_visible_devices)) {
+    const bool index = entry.find_first_not_of("0123456789") == std::string::npos;
+    if (index) {
+      out.push_back(std::stoi(entry));
+    } else {
+      out.push_back(entry);
+    }
+  }
+  return out;
+}
+
 // Bytes of one element of the dtypes NumPy and PyTorch share; 0 if unknown.
 size_t DtypeSize(const std::string& dtype) {
   static const std::map<std::string, size_t> kSizes = {
@@ -109,7 +124,7 @@ int agentrt_runtime_assignment(const agentrt_runtime* rt, char** json_out) {
         {"master_addr", e.master_addr},
         {"master_port", e.master_port},
         {"ports", {e.ports_first, e.ports_last}},
-        {"gpus", e.VisibleGpus()},
+        {"gpus", VisibleDeviceJson(e)},
         {"cuda_visible_devices", e.cuda_visible_devices},
         {"backend", std::string(agentrt::GroupBackendName(a.backend))},
         {"restart_count", e.restart_count},

@@ -7,6 +7,7 @@
 #                                      included as "agent_runtime/runtime.h"
 #   <prefix>/lib/cmake/agentrt/        agentrtConfig.cmake + agentrtTargets.cmake
 #   <prefix>/lib/libagentrt_c.so       the C API (include/agentrt/capi/agentrt_c.h)
+#   <prefix>/lib/libagentrt_cuda.so    GPU support (CUDA builds), loaded when a GPU is used
 #   <prefix>/lib/agentrt/python/       the Python package `agentrt` over it; agentctl
 #                                      puts it on the PYTHONPATH of the agents it starts
 #
@@ -30,13 +31,6 @@ foreach(module common plan comms runtime envs learners)
     list(APPEND _agentrt_export_targets agentrt_${module})
   endif()
 endforeach()
-# NCCL::nccl is an alias of our own interface target (cmake/deps.cmake): an
-# alias cannot be exported, so the real target travels in the export set.
-if(AGENTRT_HAVE_CUDA AND TARGET agentrt_nccl)
-  list(APPEND _agentrt_export_targets agentrt_nccl)
-  set_target_properties(agentrt_nccl PROPERTIES EXPORT_NAME nccl)
-endif()
-
 install(TARGETS ${_agentrt_export_targets} EXPORT agentrtTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -79,6 +73,12 @@ if(TARGET agentrt_c)
           DESTINATION ${CMAKE_INSTALL_LIBDIR}/agentrt/python
           FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed"
           PATTERN "__pycache__" EXCLUDE)
+endif()
+
+# GPU support: the static libraries link neither CUDA nor NCCL; the runtime
+# loads this library (beside the program, ../lib, or the linker's path).
+if(TARGET agentrt_cuda)
+  install(TARGETS agentrt_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
 # Programs: the controller, the default agent and the standalone bus.

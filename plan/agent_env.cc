@@ -45,6 +45,43 @@ EnvLookup EnvLookupOf(const std::vector<std::string>& env) {
   };
 }
 
+std::vector<std::string> DeviceListEntries(std::string_view s) {
+  std::vector<std::string> out;
+  while (!s.empty()) {
+    const auto comma = s.find(',');
+    std::string_view item = s.substr(0, comma);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty() || item.front() == '-') break;
+    out.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+int AgentEnv::VisibleGpuCount() const {
+  return static_cast<int>(DeviceListEntries(cuda_visible_devices).size());
+}
+
+Result<std::string> VisibleDevicesFor(const std::vector<int>& plan_gpus,
+                                      const std::optional<std::string>& launcher_visible) {
+  if (!launcher_visible) return GpuListString(plan_gpus);
+  const std::vector<std::string> seen = DeviceListEntries(*launcher_visible);
+  std::string out;
+  for (const int g : plan_gpus) {
+    if (g < 0 || static_cast<size_t>(g) >= seen.size()) {
+      return FailedPrecondition("the plan gives GPU " + std::to_string(g) +
+                                " but agentctl runs with CUDA_VISIBLE_DEVICES=\"" +
+                                *launcher_visible + "\", which makes " +
+                                std::to_string(seen.size()) +
+                                " GPU(s) visible (plan GPU i is its i-th entry)");
+    }
+    out += (out.empty() ? "" : ",") + seen[static_cast<size_t>(g)];
+  }
+  return out;
+}
+
 std::vector<int> AgentEnv::VisibleGpus() const {
   std::vector<int> out;
   std::string_view s = cuda_visible_devices;

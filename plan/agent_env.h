@@ -76,6 +76,9 @@ struct AgentEnv {
 
   // The integer entries of cuda_visible_devices (UUIDs and MIG names are skipped).
   std::vector<int> VisibleGpus() const;
+  // How many GPUs cuda_visible_devices makes visible: indices, UUIDs
+  // ("GPU-…") and MIG instances ("MIG-…") alike (DeviceListEntries).
+  int VisibleGpuCount() const;
 
   // The variables of the table above. Without `with_rank`: the agent-wide ones
   // only (no RANK, LOCAL_RANK, and no WORLD_SIZE/LOCAL_WORLD_SIZE), for a
@@ -91,6 +94,20 @@ struct AgentEnv {
 
 // A GPU id list in the CUDA_VISIBLE_DEVICES form: "0,1,3" ("" for none).
 std::string GpuListString(const std::vector<int>& gpus);
+
+// The devices a CUDA_VISIBLE_DEVICES value names, as CUDA reads it: entries
+// up to the first that names none (empty, or a negative index such as "-1").
+// Entries are indices, UUIDs ("GPU-8a1…") or MIG instances ("MIG-…").
+std::vector<std::string> DeviceListEntries(std::string_view cuda_visible_devices);
+
+// The CUDA_VISIBLE_DEVICES a rank needs to see the plan's GPUs `plan_gpus`
+// when its launcher itself runs with `launcher_visible` (nullopt: unset, so
+// plan GPU i is device i). The plan numbers the GPUs the launcher sees, so
+// with CUDA_VISIBLE_DEVICES=2,3 (or two UUIDs) plan GPU 0 is the first
+// entry. Fails, naming the GPU, when the plan asks for one the launcher
+// cannot see.
+Result<std::string> VisibleDevicesFor(const std::vector<int>& plan_gpus,
+                                      const std::optional<std::string>& launcher_visible);
 
 // True for a name a launcher must not pass on from its own environment: the
 // contract's, torchrun's and those of an enclosing mpirun/PMIx.

@@ -72,6 +72,8 @@ namespace agentrt {
   X(std::string, constraint, "", "sbatch --constraint feature expression; empty = none")           \
   X(int, signal_grace_s, 120, "seconds before the time limit at which SLURM signals a checkpoint") \
   X(int, spare_nodes, 0, "extra nodes in the allocation; an agent on a failed node moves to one")  \
+  X(bool, trust_slurm_binding, false,                                                              \
+    "ranks keep SLURM's CUDA_VISIBLE_DEVICES (ConstrainDevices clusters), not the plan's GPU ids") \
   X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")
 
 // `bus:` — the gRPC message bus.
@@ -200,8 +202,19 @@ struct ClusterConfig {
 };
 
 // How an agent's ranks talk to each other: GroupBackend (common/group_backend.h).
-// auto → single for one rank, nccl when the agent has GPUs, else mpi.
+// The one rule, used by the loader, the planner, the plan reader and
+// MakeGroup: auto → nccl when the agent has GPUs (one rank or many: a GPU
+// agent never gets a host-only group), else single for one rank and mpi for
+// more. An explicit backend stands.
 GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks);
+// Why `requested` cannot run `ranks` ranks on `gpus` GPUs, or "" when it can:
+// nccl needs GPUs and at most one rank per GPU; single is one rank. An explicit
+// host backend (single, mpi) on a GPU agent keeps its GPUs reserved and trains
+// on the host.
+std::string GroupBackendProblem(GroupBackend requested, int gpus, int ranks);
+// Whether an agent's ranks start under mpirun (locally) or srun --mpi=pmix
+// (SLURM): the mpi backend with more than one rank, with or without GPUs.
+bool LaunchesThroughMpi(GroupBackend resolved, int ranks);
 
 // `defaults:` — inherited by every agent that does not override them.
 struct AgentDefaults {
@@ -316,5 +329,10 @@ struct Config {
   int TotalRanks() const;
   const AgentConfig* FindAgent(std::string_view name) const;  // nullptr when absent
 };
+
+// What a user should know before running `config` though it is valid: an
+// agent-worker agent that asks for GPUs (it trains on the CPU). `agentctl
+// validate` prints these; the planner copies them into the plan's warnings.
+std::vector<std::string> ConfigWarnings(const Config& config);
 
 }  // namespace agentrt

@@ -179,6 +179,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   j["ports"] = ojson{
       {"first", plan.ports.first}, {"last", plan.ports.last}, {"per_agent", plan.ports.per_agent}};
   if (!plan.warnings.empty()) j["warnings"] = plan.warnings;
+  if (plan.trust_slurm_binding) j["trust_slurm_binding"] = true;
   if (!plan.nodes.empty()) {
     ojson nodes = ojson::array();
     for (const PlanNode& n : plan.nodes) {
@@ -329,6 +330,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     }
   }
   r.Read(j, "", "warnings", plan.warnings, false);
+  r.Read(j, "", "trust_slurm_binding", plan.trust_slurm_binding, false);
   if (const json* ports = r.Get(j, "", "ports", false)) {
     r.Read(*ports, "ports", "first", plan.ports.first);
     r.Read(*ports, "ports", "last", plan.ports.last);

@@ -112,6 +112,9 @@ struct Plan {
   std::vector<PlanNode> nodes;        // the nodes with agents on them (additive)
   LeagueConfig league;                // `league:` (members empty: none)
   std::vector<PbtPopulation> pbt;     // `pbt:`
+  // slurm.trust_slurm_binding: inside an allocation, ranks keep SLURM's
+  // CUDA_VISIBLE_DEVICES instead of the plan's GPU ids (additive).
+  bool trust_slurm_binding = false;
 
   const AgentPlan* FindAgent(std::string_view name) const;  // nullptr when absent
 };

@@ -238,6 +238,31 @@ Result<std::string> InterfaceToward(const std::string& addr) {
   return name;
 }
 
+Result<SocketInterfaces> SocketInterfacesFor(const std::string& iface, bool loopback,
+                                             bool ranks_span_nodes,
+                                             const std::string& master_addr) {
+  if (loopback && ranks_span_nodes) {
+    return FailedPrecondition("MASTER_ADDR " + master_addr + " is reached through the loopback " +
+                              "interface " + iface +
+                              " here, but the agent's ranks span nodes: the other nodes cannot "
+                              "reach rank 0 there. Give the node an address other nodes reach "
+                              "(e.g. NodeAddr in slurm.conf), not one /etc/hosts maps to 127.x");
+  }
+  return SocketInterfaces{"=" + iface, iface};
+}
+
+bool IsLoopbackInterface(const std::string& iface) {
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) != 0) return iface == "lo";
+  bool loopback = false;
+  for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_name != nullptr && iface == i->ifa_name && (i->ifa_flags & IFF_LOOPBACK) != 0)
+      loopback = true;
+  }
+  ::freeifaddrs(ifs);
+  return loopback;
+}
+
 int ExecRank(const RankExecOptions& options) {
   if (options.command.empty()) {
     std::fprintf(stderr, "exec-rank: no command given\n");
@@ -266,8 +291,15 @@ int ExecRank(const RankExecOptions& options) {
     if (!nccl_set || !gloo_set) {
       auto iface = InterfaceToward(*master);
       if (iface.ok()) {
-        if (!nccl_set) ::setenv("NCCL_SOCKET_IFNAME", iface->c_str(), 1);
-        if (!gloo_set) ::setenv("GLOO_SOCKET_IFNAME", iface->c_str(), 1);
+        const bool spans_nodes = vars->at("LOCAL_WORLD_SIZE") != vars->at("WORLD_SIZE");
+        auto names = SocketInterfacesFor(*iface, IsLoopbackInterface(*iface), spans_nodes, *master);
+        if (!names.ok()) {
+          std::fprintf(stderr, "exec-rank: rank %s: %s\n", rank.c_str(),
+                       names.status().message().c_str());
+          return 2;
+        }
+        if (!nccl_set) ::setenv("NCCL_SOCKET_IFNAME", names->nccl.c_str(), 1);
+        if (!gloo_set) ::setenv("GLOO_SOCKET_IFNAME", names->gloo.c_str(), 1);
       } else {
         std::fprintf(stderr, "exec-rank: rank %s: MASTER_ADDR %s: %s\n", rank.c_str(),
                      master->c_str(), iface.status().message().c_str());

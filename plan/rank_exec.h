@@ -77,6 +77,20 @@ std::vector<std::string> RankExecArgs(const RankExecOptions& options);
 // GLOO_SOCKET_IFNAME must name for a rank to reach MASTER_ADDR. No packet is sent.
 Result<std::string> InterfaceToward(const std::string& addr);
 
+// What the rank wrapper sets so that NCCL and gloo use `iface` (the one
+// InterfaceToward found) and no other: NCCL_SOCKET_IFNAME takes "=name"
+// (NCCL's exact match: a plain "eth1" would also match "eth10"), gloo the
+// plain name. A loopback interface is refused when the agent's ranks span
+// nodes: the other nodes could never reach rank 0 through it.
+struct SocketInterfaces {
+  std::string nccl;  // NCCL_SOCKET_IFNAME
+  std::string gloo;  // GLOO_SOCKET_IFNAME
+};
+Result<SocketInterfaces> SocketInterfacesFor(const std::string& iface, bool loopback,
+                                             bool ranks_span_nodes, const std::string& master_addr);
+// Whether the interface named `iface` is a loopback one (IFF_LOOPBACK).
+bool IsLoopbackInterface(const std::string& iface);
+
 int ExecRank(const RankExecOptions& options);
 
 // Parses the command line above (argv[0] excluded) and runs ExecRank.

@@ -8,12 +8,9 @@
 #include <numeric>
 #include <thread>
 
+#include "agent_runtime/device_api.h"
 #include "common/file_util.h"
 #include "scheduler/loader.h"
-
-#ifdef AGENTRT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace agentrt {
 
@@ -35,9 +32,8 @@ std::string Hostname() {
   return name;
 }
 
-#ifdef AGENTRT_HAVE_CUDA
 // Groups GPUs that can all reach each other peer-to-peer (connected components).
-std::vector<std::vector<int>> PeerGroups(int gpus) {
+Result<std::vector<std::vector<int>>> PeerGroups(device::Api& api, int gpus) {
   std::vector<int> parent(static_cast<size_t>(gpus));
   std::iota(parent.begin(), parent.end(), 0);
   auto find = [&](int x) {
@@ -48,9 +44,8 @@ std::vector<std::vector<int>> PeerGroups(int gpus) {
   };
   for (int a = 0; a < gpus; ++a) {
     for (int b = a + 1; b < gpus; ++b) {
-      int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, a, b) == cudaSuccess && can)
-        parent[static_cast<size_t>(find(b))] = find(a);
+      AGENTRT_ASSIGN_OR_RETURN(const bool can, api.CanAccessPeer(a, b));
+      if (can) parent[static_cast<size_t>(find(b))] = find(a);
     }
   }
   std::vector<std::vector<int>> groups;
@@ -65,25 +60,38 @@ std::vector<std::vector<int>> PeerGroups(int gpus) {
   }
   return groups;
 }
-#endif
 
 }  // namespace
 
-LocalMachine DetectLocalMachine() {
+Status DetectLocalGpus(bool driver_present, const Result<device::Api*>& api,
+                       LocalMachine& machine) {
+  machine.gpus = 0;
+  machine.nvlink_domains.clear();
+  if (!driver_present) return Status::Ok();  // no NVIDIA driver: no GPU to use
+  const std::string where = "this machine has an NVIDIA driver (libcuda.so.1)";
+  if (!api.ok()) return api.status().WithContext(where + " but agentrt cannot use its GPUs");
+  Result<int> count = (*api)->DeviceCount();
+  if (!count.ok()) return count.status().WithContext(where + " but counting its GPUs failed");
+  if (*count == 0) return Status::Ok();
+  Result<std::vector<std::vector<int>>> groups = PeerGroups(**api, *count);
+  if (!groups.ok()) {
+    return groups.status().WithContext(where + " but reading its GPUs' peer access failed");
+  }
+  machine.gpus = *count;
+  machine.nvlink_domains = std::move(groups).value();
+  return Status::Ok();
+}
+
+Result<LocalMachine> DetectLocalMachine() {
   LocalMachine m;
   m.hostname = Hostname();
   long online = ::sysconf(_SC_NPROCESSORS_ONLN);
   m.cpus = online > 0 ? static_cast<int>(online)
                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-#ifdef AGENTRT_HAVE_CUDA
-  int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
-    m.gpus = count;
-    m.nvlink_domains = PeerGroups(count);
-  } else {
-    (void)cudaGetLastError();  // clear the sticky "no device" error
-  }
-#endif
+  const bool driver = device::DriverPresent();
+  const Result<device::Api*> api =
+      driver ? device::LoadDeviceApi() : Result<device::Api*>(FailedPrecondition("no driver"));
+  AGENTRT_RETURN_IF_ERROR(DetectLocalGpus(driver, api, m));
   return m;
 }
 
@@ -300,7 +308,8 @@ Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& reque
   if (!config.cluster.nodes.empty()) {
     return InventoryFromCluster(config.cluster, request.config_file + " cluster:");
   }
-  return LocalInventory(DetectLocalMachine());
+  AGENTRT_ASSIGN_OR_RETURN(const LocalMachine machine, DetectLocalMachine());
+  return LocalInventory(machine);
 }
 
 }  // namespace agentrt

@@ -15,6 +15,10 @@
 
 namespace agentrt {
 
+namespace device {
+class Api;
+}  // namespace device
+
 struct Inventory {
   std::vector<NodeSpec> nodes;  // in order: the first node hosts the bus
   // The local machine: CPU counts are advice, not a limit (a 2-core laptop may
@@ -36,10 +40,18 @@ struct LocalMachine {
   std::vector<std::vector<int>> nvlink_domains;  // GPUs that can reach each other peer-to-peer
 };
 
-// Hostname (or "localhost"), online CPUs, and — when built with CUDA and a GPU is
-// present — the GPU count and peer-access groups (cudaDeviceCanAccessPeer).
-// Honours CUDA_VISIBLE_DEVICES as the CUDA runtime does.
-LocalMachine DetectLocalMachine();
+// Hostname (or "localhost"), online CPUs, and the GPU count and peer-access
+// groups (cudaDeviceCanAccessPeer) through agentrt's GPU support
+// (device::LoadDeviceApi). Honours CUDA_VISIBLE_DEVICES as the CUDA runtime
+// does. 0 GPUs only when there is none to use (DetectLocalGpus); any other
+// failure is an error that says why.
+Result<LocalMachine> DetectLocalMachine();
+
+// The GPU part of DetectLocalMachine, over what the machine has: no NVIDIA
+// driver → 0 GPUs; a driver but no usable GPU support (`api` failed to load),
+// or a CUDA error counting the devices or reading peer access → that error,
+// never a silent 0.
+Status DetectLocalGpus(bool driver_present, const Result<device::Api*>& api, LocalMachine& machine);
 Inventory LocalInventory(const LocalMachine& machine);
 
 // One line of `scontrol show node -o`.

@@ -22,7 +22,10 @@ AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
   e.local_world_size = any.local_world_size;
   e.master_addr = master_addr;
   e.master_port = rendezvous_port;
-  e.cuda_visible_devices = GpuListString(any.gpus);  // "" for a CPU rank: it must not pick up a GPU
+  // "" for a CPU rank: it must not pick up a GPU. PrepareLaunch refused a
+  // mapping that fails.
+  Result<std::string> visible = VisibleDevicesFor(any.gpus, launcher_visible_devices);
+  e.cuda_visible_devices = visible.ok() ? *visible : GpuListString(any.gpus);
   e.ports_first = ports_first;
   e.ports_last = ports_last;
   e.ckpt_dir = checkpoint_dir;
@@ -39,6 +42,13 @@ Status PrepareLaunch(const AgentLaunch& agent, bool still_running) {
   if (agent.command.empty()) return InvalidArgument("agent " + agent.name + ": empty command");
   if (still_running) {
     return FailedPrecondition("agent " + agent.name + " is still running; cannot launch it again");
+  }
+  for (const RankLaunch& r : agent.ranks) {
+    Result<std::string> visible = VisibleDevicesFor(r.gpus, agent.launcher_visible_devices);
+    if (!visible.ok()) {
+      return visible.status().WithContext("agent " + agent.name + " rank " +
+                                          std::to_string(r.rank) + " on " + r.node);
+    }
   }
   for (const std::string* dir : {&agent.log_dir, &agent.checkpoint_dir, &agent.workdir}) {
     if (dir->empty()) continue;

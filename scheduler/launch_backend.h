@@ -54,7 +54,10 @@ struct AgentLaunch {
   // only ranks of this incarnation may commit checkpoints, so one cut off by a network partition
   // and still running cannot write beside its successor (agent_runtime/checkpointer.h).
   std::string incarnation;
-  bool use_mpirun = false;  // one `mpirun` for all ranks (CPU + MPI group)
+  bool use_mpirun = false;  // one `mpirun` for all ranks (LaunchesThroughMpi)
+  // The launcher's own CUDA_VISIBLE_DEVICES on a local run (nullopt: unset,
+  // or the ranks' wrapper sets theirs): the plan's GPU ids index it.
+  std::optional<std::string> launcher_visible_devices;
 
   // The agent contract (plan/agent_env.h) of `rank`, rendezvous on
   // `rendezvous_port`. With rank < 0: the agent-wide part, for a launcher whose
@@ -64,7 +67,8 @@ struct AgentLaunch {
 };
 
 // What every backend does before starting an incarnation: refuses an agent
-// with no ranks or no command, or one that is `still_running`, creates its
+// with no ranks or no command, one that is `still_running`, or one whose
+// GPUs the launcher cannot see (launcher_visible_devices), creates its
 // log, checkpoint and working directories, and fences the checkpoint
 // directory for this incarnation (FENCE). Errors name the agent.
 Status PrepareLaunch(const AgentLaunch& agent, bool still_running);

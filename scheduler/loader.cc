@@ -968,11 +968,12 @@ class ConfigBuilder {
                   fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
                               hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
         }
-        if (base.backend == GroupBackend::kNccl && base.gpus == 0)
-          c_.Fail(b, Join(path, "backend"), "nccl needs GPUs; this agent has gpus: 0");
-        if (base.backend == GroupBackend::kSingle && base.ranks > 1)
-          c_.Fail(b, Join(path, "backend"),
-                  fmt::format("single means one rank; this agent has {} ranks", base.ranks));
+      }
+      if (const std::string problem = GroupBackendProblem(base.backend, base.gpus, base.ranks);
+          !problem.empty()) {
+        const YAML::Node b = n["backend"];
+        const char* key = b.IsDefined() ? "backend" : n["ranks"].IsDefined() ? "ranks" : "gpus";
+        c_.Fail(n[key], Join(path, key), problem);
       }
       for (int r = 0; r < replicas; ++r) {
         AgentConfig agent = base;

@@ -191,8 +191,10 @@ class Planner {
     }
     plan.league = config_.league;
     plan.pbt = config_.pbt;
+    plan.trust_slurm_binding = config_.slurm.trust_slurm_binding;
     plan.warnings = inventory_.warnings;
     plan.warnings.insert(plan.warnings.end(), warnings_.begin(), warnings_.end());
+    for (std::string& w : ConfigWarnings(config_)) plan.warnings.push_back(std::move(w));
     for (const NodeState& n : nodes_) {
       if (n.spec->cpus > 0 && n.ranks > n.spec->cpus) {
         plan.warnings.push_back(fmt::format(

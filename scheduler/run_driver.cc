@@ -87,7 +87,12 @@ SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
   l.bus_address = bus_address;
   l.token_file = dir.TokenPath(ap.name);
   l.telemetry_endpoint = telemetry_endpoint;
-  l.use_mpirun = ap.backend == GroupBackend::kMpi && ap.ranks > 1 && ap.gpus == 0;
+  l.use_mpirun = LaunchesThroughMpi(ap.backend, ap.ranks);
+  if (local_node.empty()) {
+    // A local run: the plan numbers the GPUs agentctl sees.
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"))
+      l.launcher_visible_devices = visible;
+  }
   s.restart = ap.restart;
   s.group = ap.group;
   s.peak_flops = ap.peak_flops;

@@ -212,7 +212,7 @@ exec {bus} --plan {plan} --secret-file {secret} \
     // MPI agents need SLURM's PMIx to wire up MPI_Init under srun.
     bool mpi = false;
     for (const std::string& name : array.agents)
-      mpi |= plan.FindAgent(name)->backend == GroupBackend::kMpi;
+      mpi |= LaunchesThroughMpi(plan.FindAgent(name)->backend, plan.FindAgent(name)->ranks);
     std::vector<std::string> quoted;
     for (const std::string& name : array.agents) quoted.push_back(Quote(name));
     std::string gpus_text =

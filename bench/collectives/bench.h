@@ -34,7 +34,13 @@ inline std::string SizeName(size_t bytes) {
 // Worker entry points (run inside an mpirun world); print figure lines on rank 0.
 int RunAllReduceBench(int argc, char** argv);
 int RunAdamBench(int argc, char** argv);
-// In-process GPU figures; returns false when there is no device.
-bool RunGpuBench(std::vector<std::string>* figures);
+// In-process GPU figures. `ran` is false only when there is no GPU to use
+// (no NVIDIA driver, or none reported; `error` says which); with `ran`,
+// `error` is any failure, with its text.
+struct GpuBenchOutcome {
+  bool ran = false;
+  std::string error;
+};
+GpuBenchOutcome RunGpuBench(std::vector<std::string>* figures);
 
 }  // namespace agentrt::bench

@@ -70,8 +70,12 @@ int main(int argc, char** argv) {
     ok &= RunWorld(2, "adam", &figures);
   }
 #if defined(AGENTRT_HAVE_CUDA)
-  if (!agentrt::bench::RunGpuBench(&figures)) {
-    std::fprintf(stderr, "bench_collectives: no CUDA device; GPU figures skipped\n");
+  const agentrt::bench::GpuBenchOutcome gpu = agentrt::bench::RunGpuBench(&figures);
+  if (!gpu.ran) {
+    std::fprintf(stderr, "bench_collectives: %s\n", gpu.error.c_str());
+  } else if (!gpu.error.empty()) {
+    std::fprintf(stderr, "bench_collectives: GPU figures failed: %s\n", gpu.error.c_str());
+    ok = false;
   }
 #endif
   std::fflush(stderr);

@@ -12,6 +12,7 @@ the data (DistributedSampler); DDP averages gradients across ranks. Rank 0
 prints the loss per epoch and, with --out, writes a JSON summary at the end.
 """
 import argparse
+import datetime
 import json
 import math
 import os
@@ -31,13 +32,21 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--samples", type=int, default=4096)
     parser.add_argument("--out", default="", help="rank 0 writes a JSON summary here")
+    parser.add_argument("--timeout-s", type=float, default=300.0,
+                        help="a collective a peer never joins fails after this many seconds")
     args = parser.parse_args()
 
     use_cuda = torch.cuda.is_available()
-    backend = "nccl" if use_cuda else "gloo"
-    dist.init_process_group(backend=backend, init_method="env://")
-    rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda and local_rank >= torch.cuda.device_count():
+        # Two ranks on one GPU: NCCL refuses them ("Duplicate GPU detected").
+        raise SystemExit("local rank %d needs a GPU of its own but sees %d; give the agent one "
+                         "GPU per rank" % (local_rank, torch.cuda.device_count()))
+    backend = "nccl" if use_cuda else "gloo"
+    # A collective a peer never joins fails after --timeout-s instead of hanging.
+    dist.init_process_group(backend=backend, init_method="env://",
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)

@@ -22,6 +22,7 @@ eval_episodes, seed, env_args. Predators evaluate at the end: captures per
 episode with the trained policy against the prey's newest snapshot, and with
 random predators against the same prey (`eval ...` line, and metrics).
 """
+import datetime
 import json
 import os
 import sys
@@ -41,7 +42,7 @@ DEFAULTS = {
     "role": None, "steps": 200000, "num_envs": 16, "rollout_steps": 64, "lr": 1e-3,
     "ent_coef": 0.01, "epochs": 4, "minibatches": 4, "hidden": 64, "gamma": 0.99, "lam": 0.95,
     "clip": 0.2, "vf_coef": 0.5, "max_grad_norm": 0.5, "snapshot_every": 2, "eval_episodes": 0,
-    "seed": 0, "env_args": {},
+    "seed": 0, "env_args": {}, "timeout_s": 300,
 }
 
 
@@ -230,13 +231,19 @@ def main():
     if use_cuda and not torch.cuda.is_available():
         raise SystemExit("agent %s rank %d: assigned GPUs %s but torch sees no CUDA device"
                          % (rt.agent, rt.rank, rt.gpus))
-    device = torch.device("cuda", rt.local_rank % torch.cuda.device_count()) if use_cuda else \
-        torch.device("cpu")
+    if use_cuda and rt.local_rank >= torch.cuda.device_count():
+        # Two ranks on one GPU: NCCL refuses them ("Duplicate GPU detected").
+        raise SystemExit("agent %s rank %d: local rank %d needs a GPU of its own but this rank "
+                         "sees %d; give the agent one GPU per rank"
+                         % (rt.agent, rt.rank, rt.local_rank, torch.cuda.device_count()))
+    device = torch.device("cuda", rt.local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     backend = "nccl" if use_cuda else "gloo"
+    # A collective a peer never joins fails after timeout_s instead of hanging.
     dist.init_process_group(backend=backend, init_method="env://", rank=rt.rank,
-                            world_size=rt.world_size)
+                            world_size=rt.world_size,
+                            timeout=datetime.timedelta(seconds=float(s["timeout_s"])))
     world_args, seat, others = seating(rt, s)
     predators = world_args["predators"]
     prey_seats = list(range(predators, predators + world_args["prey"]))

@@ -18,7 +18,8 @@ class Runtime(Handle):
     variable.
 
     Attributes (from the assignment): agent, rank, world_size, local_rank,
-    local_world_size, master_addr, master_port, ports, gpus, backend,
+    local_world_size, master_addr, master_port, ports, gpus (the devices this
+    rank sees: an index as a number, a GPU/MIG UUID as a string), backend,
     restart_count, ckpt_dir, workdir, args (the agent's ``args:`` dict),
     agents (every agent of the run: name, index, ranks, gpus, args),
     assignment (all of it, a dict).

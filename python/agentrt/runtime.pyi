@@ -14,7 +14,7 @@ class Runtime:
     master_addr: str
     master_port: int
     ports: Tuple[int, int]
-    gpus: List[int]
+    gpus: List[Union[int, str]]
     backend: str
     restart_count: int
     ckpt_dir: str

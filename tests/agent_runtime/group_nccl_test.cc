@@ -1,6 +1,6 @@
-// The NCCL backend and ShardedAdam's CUDA kernel on one GPU (label gpu). On a
-// machine without a CUDA device every case prints "skipped: no CUDA device"
-// and passes.
+// The NCCL backend and ShardedAdam's CUDA kernel on one GPU (label gpu), with
+// the real libagentrt_cuda.so. On a machine without an NVIDIA driver the
+// program reports "skipped" to CTest; with a driver, any CUDA error fails.
 #include <cuda_runtime.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -17,8 +17,7 @@
 #include <vector>
 
 #include "agent_runtime/adamw.h"
-#include "agent_runtime/cuda/adamw_kernel.h"
-#include "agent_runtime/cuda/nccl_group.h"
+#include "agent_runtime/device_api.h"
 #include "agent_runtime/group.h"
 #include "agent_runtime/group_half.h"
 #include "agent_runtime/sharded_adam.h"
@@ -36,20 +35,32 @@ namespace {
 constexpr int kSkipped = 77;
 
 void RequireDeviceOrSkip() {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    std::printf("skipped: no CUDA device (%s)\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0");
+  if (!device::DriverPresent()) {
+    std::printf("skipped: no NVIDIA driver (libcuda.so.1) on this machine\n");
     std::fflush(stdout);
     std::_Exit(kSkipped);
   }
+  // A driver but no usable device is a failure with CUDA's own words.
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    std::printf("FAILED: the NVIDIA driver is present but %s\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "it reports no GPU");
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+}
+
+device::Api* RealApi() {
+  auto api = device::LoadDeviceApi();
+  if (!api.ok()) FAIL(api.status().ToString());
+  return *api;
 }
 
 std::unique_ptr<Group> NcclGroup(const char* agent) {
   GroupOptions o;
   o.agent = agent;
-  o.has_gpus = true;  // kAuto must pick nccl
+  o.visible_gpus = 1;  // kAuto must pick nccl, for one rank too
   auto g = MakeGroup(o);
   if (!g.ok()) FAIL(g.status().ToString());
   return std::move(g).value();
@@ -61,8 +72,12 @@ struct DeviceBuffer {
     REQUIRE(cudaMalloc(&ptr, n * sizeof(T)) == cudaSuccess);
   }
   ~DeviceBuffer() { cudaFree(ptr); }
+  // Pageable host memory, copied on the stream the collectives order after
+  // (the legacy default stream), then waited for.
   void Upload(const std::vector<T>& h) {
-    REQUIRE(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, nullptr) ==
+            cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
   }
   std::vector<T> Download() const {
     std::vector<T> h(count);
@@ -123,10 +138,10 @@ TEST_CASE("nccl group on one rank runs every op on device buffers") {
   REQUIRE(g->Barrier().ok());
 }
 
-TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s") {
+TEST_CASE("nccl collective that never completes returns at its timeout, the abort detached") {
   RequireDeviceOrSkip();
   auto g = NcclGroup("stuck-gpu");
-  cudaStream_t stream = cuda::NcclGroupStream(*g);
+  auto stream = static_cast<cudaStream_t>(g->native_stream());
   REQUIRE(stream != nullptr);
   int* host_flag = nullptr;
   REQUIRE(cudaHostAlloc(&host_flag, sizeof(int), cudaHostAllocMapped) == cudaSuccess);
@@ -135,8 +150,8 @@ TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s"
   REQUIRE(cudaHostGetDevicePointer(&device_flag, host_flag, 0) == cudaSuccess);
   REQUIRE(testing::LaunchSpinUntil(device_flag, stream) == cudaSuccess);
 
-  // Failsafe: should the abort itself wait for the stream, release the spinner
-  // late enough that the timing check below still catches it.
+  // Failsafe: should the call wait for the abort (which waits for the
+  // spinner), release the spinner late enough that the timing check catches it.
   std::atomic<bool> returned{false};
   std::atomic<bool> failsafe_fired{false};
   std::thread failsafe([&] {
@@ -162,7 +177,7 @@ TEST_CASE("nccl collective that never completes is aborted within timeout + 5 s"
                  "agent stuck-gpu rank 0 (nccl): allreduce of 1024 float32 timed out after 2 s") &&
                  Catch::Contains("aborted"));
   CHECK(took >= 1.9);
-  CHECK(took < 7.0);
+  CHECK(took < 4.0);
   CHECK_FALSE(failsafe_fired.load());
   // The group is unusable afterwards, and says so.
   CHECK(g->Barrier().code() == StatusCode::kAborted);
@@ -174,7 +189,7 @@ TEST_CASE("nccl group whose peer never joins gives up at init_timeout, naming th
   RequireDeviceOrSkip();
   GroupOptions o;
   o.agent = "lonely-gpu";
-  o.has_gpus = true;
+  o.visible_gpus = 1;
   o.rank = 0;
   o.world_size = 2;  // rank 1 never starts
   o.master_addr = "127.0.0.1";
@@ -241,8 +256,10 @@ TEST_CASE("AdamW kernel equals the host update, aligned and unaligned") {
     dg.Upload(g);
     dm.Upload(m);
     dv.Upload(v);
-    REQUIRE(cuda::LaunchAdamW(dp.ptr + offset, dg.ptr + offset, dm.ptr + offset, dv.ptr + offset, n,
-                              s, nullptr) == cudaSuccess);
+    REQUIRE(RealApi()
+                ->LaunchAdamW(dp.ptr + offset, dg.ptr + offset, dm.ptr + offset, dv.ptr + offset, n,
+                              s, nullptr)
+                .ok());
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     std::vector<float> hp = p, hm = m, hv = v;
     AdamWUpdate(hp.data() + offset, g.data() + offset, hm.data() + offset, hv.data() + offset, n,

@@ -24,13 +24,13 @@ add_dependencies(bus_grpc_test agentrt-bus)
 # Debian's python3-grpcio / python3-grpc-tools live under /usr/bin/python3,
 # not under a pyenv python3 that may come first on PATH.
 agentrt_script_test(NAME bus_python_interop_test
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_python_interop_test.py
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/bus_python_interop_test.py
   LABELS integration
   TIMEOUT 120)
 
 # A peer's raw bytes in gRPC's own log lines come out escaped.
 agentrt_script_test(NAME bus_log_escape_test
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_log_escape_test.py
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/bus_log_escape_test.py
   LABELS integration
   TIMEOUT 60)
 
@@ -72,7 +72,7 @@ agentrt_test(NAME bus_log_test
 # kill -9 of a real agentrt-bus mid-storm, restarted on its log (always, batch); a corrupt log refused.
 foreach(scenario always batch corrupt)
   agentrt_script_test(NAME bus_durable_${scenario}
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_durable_test.py ${scenario}
+    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/bus_durable_test.py ${scenario}
     LABELS integration fault
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
     TIMEOUT 120)
@@ -88,7 +88,7 @@ agentrt_test(NAME bus_large_test
 # A 256 MiB snapshot to 4 subscribers through a real agentrt-bus: whole, small messages flowing, bounded RSS.
 foreach(scenario streamed local)
   agentrt_script_test(NAME bus_large_fanout_${scenario}
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py ${scenario}
+    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py ${scenario}
     LABELS integration
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
     TIMEOUT 300)

@@ -4,7 +4,7 @@
 # heartbeat scenarios need them not starved by another suite.
 foreach(scenario league sigkill sigstop tampered)
   agentrt_script_test(NAME example_torch_ppo_${scenario}
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/torch_ppo_test.py ${scenario}
+    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/torch_ppo_test.py ${scenario}
     LABELS torch fault
     TIMEOUT 400)
   set_tests_properties(example_torch_ppo_${scenario} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

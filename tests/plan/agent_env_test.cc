@@ -190,3 +190,30 @@ TEST_CASE(
 
 }  // namespace
 }  // namespace agentrt
+
+namespace agentrt {
+namespace {
+
+TEST_CASE("CUDA_VISIBLE_DEVICES entries are read as CUDA reads them: UUIDs and MIG count") {
+  CHECK(DeviceListEntries("0,1") == std::vector<std::string>{"0", "1"});
+  CHECK(DeviceListEntries("GPU-8a1b,MIG-3c4d") == std::vector<std::string>{"GPU-8a1b", "MIG-3c4d"});
+  CHECK(DeviceListEntries("2,-1,3") == std::vector<std::string>{"2"});  // CUDA stops at -1
+  CHECK(DeviceListEntries("").empty());
+  AgentEnv e;
+  e.cuda_visible_devices = "GPU-8a1b,GPU-77ff";
+  CHECK(e.VisibleGpuCount() == 2);
+  CHECK(e.VisibleGpus().empty());  // no integer entries, yet two GPUs
+}
+
+TEST_CASE("plan GPU ids map through the launcher's own CUDA_VISIBLE_DEVICES") {
+  CHECK(VisibleDevicesFor({0, 1}, std::nullopt).value() == "0,1");
+  CHECK(VisibleDevicesFor({0, 1}, std::string("4,6,7")).value() == "4,6");
+  CHECK(VisibleDevicesFor({1}, std::string("GPU-a,GPU-b")).value() == "GPU-b");
+  CHECK(VisibleDevicesFor({}, std::string("0")).value().empty());
+  auto bad = VisibleDevicesFor({2}, std::string("0,1"));
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("makes 2 GPU(s) visible"));
+}
+
+}  // namespace
+}  // namespace agentrt

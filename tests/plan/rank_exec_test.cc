@@ -159,3 +159,26 @@ TEST_CASE("InterfaceToward names the interface that holds the route's source add
 }
 
 }  // namespace agentrt
+
+namespace agentrt {
+namespace {
+
+TEST_CASE("NCCL's interface is named for an exact match; loopback never crosses nodes") {
+  auto eth = SocketInterfacesFor("eth1", false, true, "10.0.0.1");
+  REQUIRE(eth.ok());
+  CHECK(eth->nccl == "=eth1");  // not a prefix: eth10 must not match
+  CHECK(eth->gloo == "eth1");
+  auto lo_one_node = SocketInterfacesFor("lo", true, false, "node1");
+  REQUIRE(lo_one_node.ok());
+  CHECK(lo_one_node->nccl == "=lo");
+  auto lo_across = SocketInterfacesFor("lo", true, true, "node1");
+  REQUIRE_FALSE(lo_across.ok());
+  CHECK_THAT(lo_across.status().message(),
+             Catch::Contains("MASTER_ADDR node1 is reached through the loopback interface lo") &&
+                 Catch::Contains("ranks span nodes"));
+  CHECK(IsLoopbackInterface("lo"));
+  CHECK_FALSE(IsLoopbackInterface("no-such-interface0"));
+}
+
+}  // namespace
+}  // namespace agentrt

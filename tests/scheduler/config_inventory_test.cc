@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "agent_runtime/device_api.h"
 #include "scheduler/inventory.h"
+#include "tests/agent_runtime/fake_device.h"
 
 namespace agentrt {
 namespace {
@@ -90,7 +92,9 @@ TEST_CASE("text that is not scontrol output is rejected") {
 }
 
 TEST_CASE("the local machine is one node that allows CPU oversubscription") {
-  LocalMachine m = DetectLocalMachine();
+  Result<LocalMachine> detected = DetectLocalMachine();
+  REQUIRE(detected.ok());
+  LocalMachine m = *detected;
   CHECK_FALSE(m.hostname.empty());
   CHECK(m.cpus == static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)));
   // Without a GPU (this build machine) the node has none and one empty domain list.
@@ -103,6 +107,39 @@ TEST_CASE("the local machine is one node that allows CPU oversubscription") {
   LocalMachine gpus{"box", 32, 4, {}};
   Inventory with_gpus = LocalInventory(gpus);
   CHECK(with_gpus.nodes[0].nvlink_domains == std::vector<std::vector<int>>{{0, 1, 2, 3}});
+}
+
+}  // namespace
+}  // namespace agentrt
+
+namespace agentrt {
+namespace {
+
+TEST_CASE("the local inventory reports 0 GPUs only when there is no NVIDIA driver") {
+  testing::FakeDevice fake(4);
+  LocalMachine m;
+  // No driver: no GPU, whatever else is (not) installed.
+  REQUIRE(DetectLocalGpus(false, Result<device::Api*>(FailedPrecondition("not loaded")), m).ok());
+  CHECK(m.gpus == 0);
+  // A driver, and GPU support that works: the GPUs and their peer groups.
+  REQUIRE(DetectLocalGpus(true, Result<device::Api*>(&fake), m).ok());
+  CHECK(m.gpus == 4);
+  CHECK(m.nvlink_domains == std::vector<std::vector<int>>{{0, 1}, {2, 3}});
+  // A driver but no usable GPU support: an error naming what is missing, never 0.
+  Status missing = DetectLocalGpus(
+      true,
+      Result<device::Api*>(FailedPrecondition("libnccl.so.2: cannot open shared object file")), m);
+  CHECK_FALSE(missing.ok());
+  CHECK_THAT(missing.message(), Contains("has an NVIDIA driver") && Contains("libnccl.so.2"));
+  // A driver whose CUDA call fails (an old driver): that error, with CUDA's text.
+  fake.SetDeviceCount(Internal("cudaErrorInsufficientDriver: CUDA driver version is insufficient"));
+  Status old = DetectLocalGpus(true, Result<device::Api*>(&fake), m);
+  CHECK_FALSE(old.ok());
+  CHECK_THAT(old.message(), Contains("counting its GPUs failed") && Contains("insufficient"));
+  // A driver that reports no device (CUDA_VISIBLE_DEVICES=""): 0 GPUs.
+  fake.SetDeviceCount(0);
+  REQUIRE(DetectLocalGpus(true, Result<device::Api*>(&fake), m).ok());
+  CHECK(m.gpus == 0);
 }
 
 }  // namespace

@@ -497,3 +497,50 @@ TEST_CASE("ClosestMatch suggests only plausible typos") {
 
 }  // namespace
 }  // namespace agentrt
+
+namespace agentrt {
+namespace {
+
+TEST_CASE("one rule decides the backend: two ranks on one GPU under NCCL are refused") {
+  // auto on a GPU agent is nccl, which refuses two ranks on one GPU.
+  std::string e = ErrorOf("agents:\n  - name: crowded\n    gpus: 1\n    ranks: 2\n");
+  CHECK_THAT(e, StartsWith("agents.yaml:4:12: key 'agents[0].ranks':"));
+  CHECK_THAT(e, Contains("puts 2 ranks on 1 GPU(s)") && Contains("Duplicate GPU detected") &&
+                    Contains("backend: mpi"));
+  // ...and so does an explicit nccl.
+  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: 2, ranks: 4, backend: nccl}]\n"),
+             Contains("key 'agents[0].backend': backend nccl puts 4 ranks on 2 GPU(s)"));
+  // The host backend may share GPUs between ranks; it trains on the host.
+  CHECK(ErrorOf("agents: [{name: a, gpus: 1, ranks: 2, backend: mpi}]\n").empty());
+  // An explicit host backend on a GPU agent is the user's choice; single is one rank.
+  CHECK(ErrorOf("agents: [{name: a, gpus: 1, backend: single}]\n").empty());
+  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: 2, ranks: 2, backend: single}]\n"),
+             Contains("single means one rank; this agent has 2 ranks"));
+  CHECK_THAT(ErrorOf("agents: [{name: a, gpus: 0, backend: nccl}]\n"),
+             Contains("nccl needs GPUs; this agent has gpus: 0"));
+}
+
+TEST_CASE("an agent-worker agent that asks for GPUs is warned that it trains on the CPU") {
+  Result<Config> c = LoadConfigString(
+      "agents:\n  - {name: cpp, gpus: 1}\n  - {name: torch, gpus: 1, command: [python3, -c, "
+      "pass]}\n"
+      "  - {name: cpu, gpus: 0}\n",
+      "agents.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  const std::vector<std::string> w = ConfigWarnings(*c);
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Contains("agent cpp asks for 1 GPU(s) but runs agent-worker") &&
+                       Contains("trains on the CPU") && Contains("refuse the nccl group") &&
+                       Contains("torch_ppo/train.py"));
+}
+
+TEST_CASE("one launch-mode rule: mpi agents of more than one rank start under mpirun or srun") {
+  CHECK(LaunchesThroughMpi(GroupBackend::kMpi, 2));
+  CHECK_FALSE(LaunchesThroughMpi(GroupBackend::kMpi, 1));
+  CHECK_FALSE(LaunchesThroughMpi(GroupBackend::kNccl, 2));
+  CHECK_FALSE(LaunchesThroughMpi(GroupBackend::kSingle, 1));
+}
+
+}  // namespace
+}  // namespace agentrt

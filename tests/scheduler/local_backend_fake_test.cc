@@ -130,6 +130,30 @@ TEST_CASE("fake spawner: plain ranks get their own contract, log file and one pr
   }
 }
 
+TEST_CASE("fake spawner: plan GPU ids index the GPUs agentctl itself sees (indices or UUIDs)") {
+  Fixture f;
+  AgentLaunch a = TwoRanks("remapped", {0, 1});
+  a.launcher_visible_devices = "GPU-aaaa,GPU-bbbb,5";
+  REQUIRE(f.backend->Launch(a).ok());
+  REQUIRE(f.shared.spawned.size() == 2);
+  auto parsed = AgentEnv::Parse(EnvLookupOf(f.shared.spawned[0].env));
+  REQUIRE(parsed.ok());
+  CHECK(parsed->cuda_visible_devices == "GPU-aaaa,GPU-bbbb");
+  CHECK(parsed->VisibleGpuCount() == 2);  // UUIDs are GPUs too
+
+  // A plan GPU the launcher cannot see is refused before anything starts.
+  Fixture g;
+  AgentLaunch beyond = TwoRanks("beyond", {2, 3});
+  beyond.launcher_visible_devices = "0,1";
+  auto refused = g.backend->Launch(beyond);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(),
+             Catch::Contains("agent beyond rank 0 on localhost") &&
+                 Catch::Contains("the plan gives GPU 2 but agentctl runs with "
+                                 "CUDA_VISIBLE_DEVICES=\"0,1\""));
+  CHECK(g.shared.spawned.empty());
+}
+
 TEST_CASE(
     "fake spawner: an MPI agent is one mpirun passing exactly the contract and the agent's env") {
   Fixture f;

@@ -96,7 +96,7 @@ TEST_CASE("an agent needing more than a node gets whole nodes") {
   nodes: [{name: "g[1-4]", gpus: 8, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}]
 agents:
   - {name: small, gpus: 1}
-  - {name: huge, gpus: 16, ranks: 32}
+  - {name: huge, gpus: 16, ranks: 32, backend: mpi}
 )"));
   const AgentPlan& huge = Agent(p, "huge");
   REQUIRE(huge.placement.size() == 2);
@@ -109,10 +109,11 @@ agents:
   CHECK(huge.master_addr == "g1");
   // The small agent stays off the whole nodes.
   CHECK(Agent(p, "small").placement[0].node == "g3");
-  CHECK(p.warnings.empty());  // 16 of 16 GPUs used
+  // 16 of 16 GPUs used: no idle-GPU warning (only that agent-worker trains on the CPU).
+  for (const std::string& w : p.warnings) CHECK_THAT(w, Catch::Contains("runs agent-worker"));
   // A 9-GPU agent on 8-GPU nodes holds two whole nodes: plan says so.
   Plan idle = MustPlan(Load(R"(cluster: {nodes: [{name: "g[1-2]", gpus: 8}]}
-agents: [{name: nine, gpus: 9}]
+agents: [{name: nine, gpus: 9, command: [/bin/true]}]
 )"));
   REQUIRE(idle.warnings.size() == 1);
   CHECK(
@@ -229,7 +230,10 @@ agents:
   CHECK(actor.placement[0].node == "cpu1");               // best fit: exactly 3 free
   CHECK(Agent(p, "helper").placement[0].node == "gpu1");  // 2 CPUs left there
   CHECK(actor.backend == GroupBackend::kMpi);
-  CHECK(p.warnings.empty());
+  // No oversubscription: the one warning is that agent-worker trains on the CPU.
+  REQUIRE(p.warnings.size() == 1);
+  CHECK_THAT(p.warnings[0],
+             Catch::Contains("agent learner asks for 2 GPU(s) but runs agent-worker"));
 
   PlanResult r =
       PlanOn(Load("cluster: {nodes: [{name: c1, cpus: 2}]}\nagents: [{name: wide, ranks: 3}]\n"));
@@ -422,6 +426,31 @@ agents: [{name: wide, gpus: 4, ranks: 4}]
   Plan named =
       MustPlan(Load("cluster: {nodes: [{name: a1, gpus: 2}]}\nagents: [{name: x, gpus: 1}]\n"));
   CHECK(Agent(named, "x").master_addr == "a1");  // no address known: by name
+}
+
+}  // namespace
+}  // namespace agentrt
+
+namespace agentrt {
+namespace {
+
+TEST_CASE("planner gives a 1-GPU agent the nccl backend and carries the GPU warnings") {
+  Plan p = MustPlan(Load(R"(cluster: {nodes: [{name: g1, gpus: 2, cpus: 8}]}
+slurm: {trust_slurm_binding: true}
+agents:
+  - {name: torch, gpus: 1, command: [/bin/true]}
+  - {name: cpp, gpus: 1}
+  - {name: wide-mpi, gpus: 0, ranks: 2}
+)"));
+  CHECK(Agent(p, "torch").backend == GroupBackend::kNccl);
+  CHECK(Agent(p, "wide-mpi").backend == GroupBackend::kMpi);
+  bool warned = false;
+  for (const std::string& w : p.warnings) warned |= w.find("agent cpp asks for 1 GPU(s)") == 0;
+  CHECK(warned);
+  CHECK(p.trust_slurm_binding);
+  Result<Plan> back = PlanFromJsonString(PlanToJsonString(p));
+  REQUIRE(back.ok());
+  CHECK(back->trust_slurm_binding);
 }
 
 }  // namespace

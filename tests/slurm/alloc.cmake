@@ -2,7 +2,7 @@
 # cluster (label slurm): real sbatch, srun steps, scancel signals and requeue.
 foreach(scenario complete preempt kill_rank interrupt stop infeasible pbt)
   agentrt_script_test(NAME slurm_alloc_${scenario}
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/alloc_test.py ${scenario}
+    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/alloc_test.py ${scenario}
     LABELS slurm
     TIMEOUT 240)
 endforeach()

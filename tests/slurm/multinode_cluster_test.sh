@@ -101,7 +101,7 @@ YAML
 n1_addr=$(node_addr n1)
 seen=$(cat "$state"/envs/runs/envs-*/logs/wide/rank*.log | grep '^RANKENV' | sort)
 echo "$seen"
-want=$(printf 'RANKENV 0 n1 %s eth0 eth0\nRANKENV 1 n1 %s eth0 eth0\nRANKENV 2 n2 %s eth0 eth0\nRANKENV 3 n2 %s eth0 eth0' \
+want=$(printf 'RANKENV 0 n1 %s eth0 =eth0\nRANKENV 1 n1 %s eth0 =eth0\nRANKENV 2 n2 %s eth0 =eth0\nRANKENV 3 n2 %s eth0 =eth0' \
   "$n1_addr" "$n1_addr" "$n1_addr" "$n1_addr")
 [ "$seen" = "$want" ] || fail "rank environments over two nodes: got
 $seen
@@ -178,7 +178,7 @@ slurm: {time: "00:05:00"}
 preflight: {max_bytes: 1048576, checkpoint_probe_bytes: 1048576}
 agents:
   - {name: wide, gpus: 4, ranks: 4, backend: mpi, command: [agent-worker], args: {env: cartpole}}
-  - {name: solo, gpus: 1, command: [agent-worker], args: {env: cartpole}}
+  - {name: solo, gpus: 1, backend: single, command: [agent-worker], args: {env: cartpole}}
 YAML
 (cd "$state/check" && timeout 120 "${AGENTRT_BIN_DIR:?}/agentctl" check agents.yaml --backend slurm --json \
   >"$state/check/report.json" 2>"$state/check/err.log") || { cat "$state/check/report.json" "$state/check/err.log"; \

@@ -35,6 +35,7 @@ agents:
     args: {env: cartpole, algo: ppo, steps: 1000000000}
   - name: solo
     gpus: 1
+    backend: single   # agent-worker trains on the CPU; its GPU stays reserved
     command: [$bin/agent-worker]
     args: {env: cartpole, algo: ppo, steps: 1000000000}
 YAML

@@ -5,38 +5,38 @@ foreach(scenario env_contract restart failing kill_controller busy_port workdir 
                  config_error fresh_after_corrupt last_checkpoint bye_linger
                  python_stall)
   agentrt_script_test(NAME agentctl_run_${scenario}
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py ${scenario}
+    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py ${scenario}
     LABELS integration
     TIMEOUT 120)
 endforeach()
 
 # Shared machines: four runs at once on one machine (fault: what users came to agentrt to escape).
 agentrt_script_test(NAME agentctl_run_concurrent
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py concurrent
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py concurrent
   LABELS integration fault
   TIMEOUT 180)
 
 # The fault suite: a kill loop over random ranks, and a SIGSTOP during a short demo.
 agentrt_script_test(NAME agentctl_run_kill_loop
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py kill_loop
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py kill_loop
   LABELS integration fault
   TIMEOUT 240)
 agentrt_script_test(NAME agentctl_run_sigstop_demo
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py sigstop_demo
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py sigstop_demo
   LABELS integration fault
   TIMEOUT 300)
 set_tests_properties(agentctl_run_sigstop_demo PROPERTIES RUN_SERIAL TRUE)
 
 # Collective hang detection: skip / sleep / deadlock, and 60 s of a slow healthy agent.
 agentrt_script_test(NAME agentctl_run_hangs
-  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py hangs
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py hangs
   LABELS integration fault
   TIMEOUT 240)
 
 # agentctl check: the preflight sweep, a busy port, --strict.
 foreach(scenario sweep busy_port strict)
   agentrt_script_test(NAME agentctl_check_${scenario}
-    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/agentctl_check_test.py ${scenario}
+    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_check_test.py ${scenario}
     LABELS integration
     TIMEOUT 120)
 endforeach()

@@ -111,8 +111,10 @@ Status Worker::Setup() {
   if (group_->device_buffers()) {
     return FailedPrecondition(
         "agent " + agent_ +
-        ": the PPO learner of agent-worker runs on the CPU; give agent-worker "
-        "agents gpus: 0 (a PyTorch agent trains on GPUs)");
+        ": the PPO learner of agent-worker runs on the CPU and cannot use the " +
+        std::string(group_->backend()) +
+        " group of a GPU agent; give agent-worker agents gpus: 0, or backend: single (one "
+        "rank) or mpi to keep the GPUs reserved (a PyTorch agent trains on GPUs)");
   }
   log_("plan %s, env %s, %d rank(s) on a %s group, budget %lld env steps",
        RunDir(runtime_->env().run_dir).PlanPath().c_str(), settings_.trainer.env.c_str(),

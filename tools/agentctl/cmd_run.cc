@@ -296,7 +296,7 @@ int RunInAllocation(const RunOptions& opts) {
   const char* node_env = std::getenv("SLURMD_NODENAME");
   const std::string local_node = node_env != nullptr ? node_env : "";
   const char* job_gpus = std::getenv("SLURM_JOB_GPUS");
-  if (job_gpus != nullptr && !local_node.empty()) {
+  if (job_gpus != nullptr && !local_node.empty() && !plan->trust_slurm_binding) {
     const std::string warning = agentrt::slurm::MapPlanGpusOntoJob(*plan, local_node, job_gpus);
     if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
   }
@@ -306,8 +306,9 @@ int RunInAllocation(const RunOptions& opts) {
   agentrt::slurm::SrunOptions srun;
   srun.cpus_per_rank = opts.cpus_per_rank;
   srun.rank_exec = RankWrapper();
+  srun.trust_slurm_binding = plan->trust_slurm_binding;
   for (const auto& a : plan->agents) {
-    if (a.backend == agentrt::GroupBackend::kMpi && a.ranks > 1) srun.mpi_agents.push_back(a.name);
+    if (agentrt::LaunchesThroughMpi(a.backend, a.ranks)) srun.mpi_agents.push_back(a.name);
   }
   auto backend = agentrt::slurm::MakeSrunBackend(agentrt::MakePosixSpawner(), runner.get(), srun);
   // In an allocation of several nodes the bus listens on every interface and

@@ -35,6 +35,8 @@ void RegisterValidate(CLI::App& app) {
     agentrt::Result<agentrt::Config> config = agentrt::LoadConfigFile(opts->file, load);
     if (!config.ok()) Fail("validate", config.status());
     const agentrt::Config& c = *config;
+    for (const std::string& w : agentrt::ConfigWarnings(c))
+      std::fputs(fmt::format("agentctl validate: warning: {}\n", w).c_str(), stderr);
     std::fputs(
         fmt::format(
             "ok: {} agents ({} ranks, {} GPUs), {} channels, {} cluster nodes described; {}\n",

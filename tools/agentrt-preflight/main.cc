@@ -3,7 +3,8 @@
 // partition (its GPUs, its ranks, its nodes, its port block):
 //   1. ports: the first rank on each node binds every port of AGENTRT_PORTS;
 //   2. the group: all-reduce, reduce-scatter and all-gather from 8 B to
-//      --max-bytes (x4 steps) through Runtime::group(), time per call, algbw and
+//      --max-bytes (x4 steps) through Runtime::group(), on buffers of the
+//      group's kind (device memory of the rank's GPU for NCCL), time per call, algbw and
 //      busbw with the nccl-tests formulas (agent_runtime/bandwidth.h); agentctl
 //      check compares the largest with the agent's link;
 //   3. the bus: connect and authenticate with the agent's token, from each node;
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "agent_runtime/bandwidth.h"
+#include "agent_runtime/device_api.h"
 #include "agent_runtime/runtime.h"
 #include "common/file_util.h"
 #include "plan/port_lease.h"
@@ -68,6 +70,78 @@ double WriteProbe(const std::string& dir, size_t bytes, std::string* error) {
   const double s = Seconds(Clock::now() - t0);
   return ok && s > 0 ? static_cast<double>(bytes) / s / 1e6 : -1;
 }
+
+// The buffers of the sweep, of the group's kind: host memory, or device
+// memory on the group's GPU for a device (NCCL) group, so that the sweep times
+// the same collectives training runs. Small host values (the iteration count,
+// clocks, failure counts) travel through a staging buffer of the same kind.
+class SweepMemory {
+ public:
+  SweepMemory(agentrt::Group& group, size_t bytes) : group_(group), bytes_(bytes) {}
+  ~SweepMemory() {
+    if (api_ == nullptr) return;
+    agentrt::device::DeviceGuard guard(api_, device_);
+    for (void* p : {send_, recv_, stage_}) api_->Free(p);
+  }
+
+  agentrt::Status Init() {
+    if (!group_.device_buffers()) {
+      host_send_.assign(bytes_ / sizeof(float) + 1, 1.0f);
+      host_recv_.assign(host_send_.size(), 0.0f);
+      send_ = host_send_.data();
+      recv_ = host_recv_.data();
+      return agentrt::Status::Ok();
+    }
+    const agentrt::Group::DeviceBinding binding = group_.device_binding();
+    if (binding.api == nullptr) {
+      return agentrt::FailedPrecondition("the device group names no device");
+    }
+    api_ = binding.api;
+    device_ = binding.device;
+    agentrt::device::DeviceGuard guard(api_, device_);
+    AGENTRT_RETURN_IF_ERROR(guard.status());
+    const size_t n = bytes_ + sizeof(float);
+    for (void** p : {&send_, &recv_, &stage_}) {
+      AGENTRT_ASSIGN_OR_RETURN(*p, api_->Malloc(p == &stage_ ? kStageBytes : n));
+    }
+    std::vector<float> ones(n / sizeof(float), 1.0f);
+    AGENTRT_RETURN_IF_ERROR(api_->CopyAsync(send_, ones.data(), ones.size() * sizeof(float),
+                                            agentrt::device::CopyKind::kHostToDevice, nullptr));
+    AGENTRT_RETURN_IF_ERROR(api_->MemsetAsync(recv_, 0, n, nullptr));
+    return api_->SynchronizeStream(nullptr);
+  }
+
+  void* send() { return send_; }
+  void* recv() { return recv_; }
+
+  // Runs `collective(buffer)` on `bytes` of host memory at `host`, in place.
+  template <typename Collective>
+  agentrt::Status OnHost(void* host, size_t bytes, Collective collective) {
+    if (api_ == nullptr) return collective(host);
+    if (bytes > kStageBytes) return agentrt::InvalidArgument("staged value too large");
+    agentrt::device::DeviceGuard guard(api_, device_);
+    AGENTRT_RETURN_IF_ERROR(guard.status());
+    // Enqueued on the legacy stream, which the group orders its collectives after.
+    AGENTRT_RETURN_IF_ERROR(
+        api_->CopyAsync(stage_, host, bytes, agentrt::device::CopyKind::kHostToDevice, nullptr));
+    AGENTRT_RETURN_IF_ERROR(collective(stage_));
+    AGENTRT_RETURN_IF_ERROR(
+        api_->CopyAsync(host, stage_, bytes, agentrt::device::CopyKind::kDeviceToHost, nullptr));
+    return api_->SynchronizeStream(nullptr);
+  }
+
+ private:
+  static constexpr size_t kStageBytes = 64 * 1024;
+  agentrt::Group& group_;
+  size_t bytes_;
+  agentrt::device::Api* api_ = nullptr;
+  int device_ = -1;
+  std::vector<float> host_send_;
+  std::vector<float> host_recv_;
+  void* send_ = nullptr;
+  void* recv_ = nullptr;
+  void* stage_ = nullptr;
+};
 
 struct Point {
   agentrt::CollectiveOp op;
@@ -133,12 +207,11 @@ int main(int argc, char** argv) {
   } else {
     agentrt::Group& g = **group_or;
     const int n = g.size();
-    if (g.device_buffers()) {
+    SweepMemory memory(g, max_bytes);
+    if (agentrt::Status m = memory.Init(); !m.ok()) {
       error("the " + std::string(g.backend()) +
-            " sweep needs device buffers; this agentrt-preflight was built without CUDA");
+            " sweep cannot allocate its buffers: " + m.ToString());
     } else if (n > 1) {
-      std::vector<float> send(max_bytes / sizeof(float) + 1, 1.0f);
-      std::vector<float> recv(send.size(), 0.0f);
       const agentrt::CollectiveOp ops[] = {agentrt::CollectiveOp::kAllReduce,
                                            agentrt::CollectiveOp::kReduceScatter,
                                            agentrt::CollectiveOp::kAllGather};
@@ -154,13 +227,13 @@ int main(int argc, char** argv) {
           auto call = [&]() -> agentrt::Status {
             switch (op) {
               case agentrt::CollectiveOp::kAllReduce:
-                return g.AllReduce(send.data(), count, agentrt::DataType::kFloat32,
+                return g.AllReduce(memory.send(), count, agentrt::DataType::kFloat32,
                                    agentrt::ReduceOp::kSum);
               case agentrt::CollectiveOp::kReduceScatter:
-                return g.ReduceScatter(send.data(), recv.data(), count / static_cast<size_t>(n),
+                return g.ReduceScatter(memory.send(), memory.recv(), count / static_cast<size_t>(n),
                                        agentrt::DataType::kFloat32, agentrt::ReduceOp::kSum);
               default:
-                return g.AllGather(send.data(), recv.data(), count / static_cast<size_t>(n),
+                return g.AllGather(memory.send(), memory.recv(), count / static_cast<size_t>(n),
                                    agentrt::DataType::kFloat32);
             }
           };
@@ -172,7 +245,9 @@ int main(int argc, char** argv) {
           if (s.ok()) {
             double once = Seconds(Clock::now() - t0) / static_cast<double>(iters);
             iters = std::clamp<int64_t>(static_cast<int64_t>(0.05 / std::max(once, 1e-7)), 3, 1000);
-            s = g.Broadcast(&iters, 1, agentrt::DataType::kInt64, 0);
+            s = memory.OnHost(&iters, sizeof iters, [&](void* buf) {
+              return g.Broadcast(buf, 1, agentrt::DataType::kInt64, 0);
+            });
             const auto t1 = Clock::now();
             for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
             once = Seconds(Clock::now() - t1) / static_cast<double>(iters);
@@ -191,16 +266,23 @@ int main(int argc, char** argv) {
       if (g.Barrier().ok()) {
         clocks[static_cast<size_t>(g.rank())] =
             static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
-        if (g.AllGather(&clocks[static_cast<size_t>(g.rank())], clocks.data(), 1,
-                        agentrt::DataType::kInt64)
-                .ok()) {
+        const agentrt::Status gathered =
+            memory.OnHost(clocks.data(), clocks.size() * sizeof(int64_t), [&](void* buf) {
+              return g.AllGather(static_cast<int64_t*>(buf) + g.rank(), buf, 1,
+                                 agentrt::DataType::kInt64);
+            });
+        if (gathered.ok()) {
           const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
           skew_ms = static_cast<double>(*hi - *lo) / 1e3;
         }
       }
       failed_elsewhere = failed_here;
-      (void)g.AllReduce(failed_elsewhere.data(), 2, agentrt::DataType::kInt64,
-                        agentrt::ReduceOp::kSum);
+      const agentrt::Status summed =
+          memory.OnHost(failed_elsewhere.data(), sizeof failed_elsewhere, [&](void* buf) {
+            return g.AllReduce(buf, 2, agentrt::DataType::kInt64, agentrt::ReduceOp::kSum);
+          });
+      if (!summed.ok())
+        error("the per-node failure counts could not be summed: " + summed.ToString());
       for (size_t k = 0; k < 2; ++k) failed_elsewhere[k] -= failed_here[k];
     }
   }
