@@ -1536,7 +1536,8 @@ std::string DescribeSettings() {
   line("agents[].replicas", "int", "(none)", "number of copies of this agent");
   line("agents[].gpus", "int", "0", "GPUs per agent; 0 = a CPU agent");
   line("agents[].ranks", "int", "gpus or 1",
-       "processes per agent; a multiple of gpus (one rank per GPU by default)");
+       "processes per agent; a multiple of gpus (one rank per GPU by default; more ranks than "
+       "GPUs only with backend: mpi)");
   line("agents[].command", "list", "defaults", "program and arguments");
   line("agents[].env", "map", "defaults", "environment variables added to defaults.env");
   line("agents[].args", "map", "{}",
@@ -1545,7 +1546,9 @@ std::string DescribeSettings() {
   line("agents[].checkpoint", "map", "defaults", "overrides of defaults.checkpoint keys");
   line("agents[].group", "map", "defaults", "overrides of defaults.group keys");
   line("agents[].nodes", "list", "[]", "pin list of hostlist expressions; empty = any node");
-  line("agents[].backend", "string", "auto", "group backend: auto | single | mpi | nccl");
+  line("agents[].backend", "string", "auto",
+       "group backend: auto (nccl with GPUs; else single, or mpi for >1 rank) | single | mpi | "
+       "nccl");
   line("agents[].gpu_type", "string", "(any)",
        "only nodes whose GPUs are of this type (SLURM gres gpu:<type>:N), e.g. h100");
   line("cluster.nodes[].name", "string", "(required)", "hostlist expression, e.g. gpu[01-04,07]");

@@ -208,7 +208,8 @@ int main(int argc, char** argv) {
     agentrt::Group& g = **group_or;
     const int n = g.size();
     SweepMemory memory(g, max_bytes);
-    if (agentrt::Status m = memory.Init(); !m.ok()) {
+    // One rank has nothing to sweep: no buffers.
+    if (agentrt::Status m = n > 1 ? memory.Init() : agentrt::Status::Ok(); !m.ok()) {
       error("the " + std::string(g.backend()) +
             " sweep cannot allocate its buffers: " + m.ToString());
     } else if (n > 1) {
