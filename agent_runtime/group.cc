@@ -158,6 +158,12 @@ Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options) {
       return MakeMpiGroup(options);
     case GroupBackend::kNccl: {
       device::Api* api = options.device_api;
+      if (api == nullptr && !device::DriverPresent()) {
+        return FailedPrecondition(where +
+                                  ": the nccl backend needs a GPU but this node has no NVIDIA "
+                                  "driver (libcuda.so.1); run the agent where its GPUs are, or "
+                                  "give it backend: mpi (or single) to train on the host");
+      }
       if (api == nullptr) {
         Result<device::Api*> loaded = device::LoadDeviceApi();
         if (!loaded.ok()) return loaded.status().WithContext(where + ": the nccl backend");

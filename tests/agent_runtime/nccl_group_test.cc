@@ -111,6 +111,21 @@ TEST_CASE("no visible device and a failing driver are told apart") {
              Contains("driver version is insufficient") && !Contains("no CUDA device"));
 }
 
+TEST_CASE("the nccl backend on a node without an NVIDIA driver says so") {
+  GroupOptions o;
+  o.agent = "driverless";
+  o.visible_gpus = 1;  // auto: nccl; no fake, so the real GPU support is asked for
+  auto g = MakeGroup(o);
+  if (!device::DriverPresent()) {
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == StatusCode::kFailedPrecondition);
+    CHECK_THAT(g.status().message(), Contains("agent driverless rank 0 (group)") &&
+                                         Contains("no NVIDIA driver") && Contains("backend: mpi"));
+  } else {
+    CHECK_THAT(g.status().message(), !Contains("no NVIDIA driver"));
+  }
+}
+
 TEST_CASE("every rank derives the same rendezvous key") {
   FakeDevice fake;
   GroupOptions a = DeviceOptions(fake, "pred-0", 0, 4);
