@@ -74,6 +74,12 @@ std::string GroupWhere(std::string_view agent, int rank, std::string_view backen
   return s;
 }
 
+std::string FormatTimeout(Timeout t) {
+  const auto ms = t.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
+  return std::to_string(ms) + " ms";
+}
+
 Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op) {
   if (count > 0 && buf == nullptr) {
     return InvalidArgument(std::string(op) + ": " + std::string(what) + " is null but count is " +

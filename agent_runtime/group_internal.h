@@ -14,6 +14,9 @@ namespace agentrt::internal {
 // "agent predator-0 rank 1 (mpi)" — the prefix of every Group error message.
 std::string GroupWhere(std::string_view agent, int rank, std::string_view backend);
 
+// "30 s" for whole seconds, else "250 ms": how timeouts read in every message.
+std::string FormatTimeout(Timeout t);
+
 // Checks a collective's buffers and root: non-null when count > 0, a valid root.
 Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op);
 Status CheckRoot(int root, int size, std::string_view op);

@@ -158,12 +158,6 @@ constexpr int kAllReduceTag = 0x4152;
 // per round is all it costs. Above it, Open MPI's own schedule measured better.
 constexpr size_t kSmallAllReduceBytes = size_t{2} << 10;
 
-std::string FormatTimeout(Timeout t) {
-  const auto ms = t.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-  return std::to_string(ms) + " ms";
-}
-
 class MpiGroup final : public Group {
  public:
   MpiGroup(std::string agent, MPI_Comm comm, int rank, int size)
@@ -378,7 +372,7 @@ class MpiGroup final : public Group {
     g_mpi_poisoned = true;
     return DeadlineExceeded(where_ + ": " + std::string(op) + " of " + std::to_string(count) + " " +
                             std::string(DataTypeName(type)) + " timed out after " +
-                            FormatTimeout(timeout) + " (of " + std::to_string(size_) +
+                            internal::FormatTimeout(timeout) + " (of " + std::to_string(size_) +
                             " ranks, one did not join); the group is now unusable");
   }
 

@@ -13,11 +13,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using device::Progress;
 
-std::string FormatTimeout(Timeout t) {
-  if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + " s";
-  return std::to_string(t.count()) + " ms";
-}
-
 Timeout Remaining(Clock::time_point deadline) {
   return std::max(Timeout(0), std::chrono::duration_cast<Timeout>(deadline - Clock::now()));
 }
