@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps configure build demo test bench clean format format-check
+.PHONY: all deps configure build demo test bench dist clean format format-check
 
 all: build
 
@@ -35,6 +35,11 @@ test: build
 
 bench: build
 	@scripts/bench.sh $(BUILD)
+
+# agentrt-<version>-linux-x86_64.tar.gz here: agentrt for any Linux with glibc
+# (scripts/dist.sh says what goes in; the tarball's README what the host needs).
+dist: build
+	@scripts/dist.sh $(BUILD) .
 
 # clang-format (Debian's clang-format, installed by scripts/setup.sh) over every C++ file.
 FORMAT_FILES = git ls-files '*.h' '*.cc' '*.cu'

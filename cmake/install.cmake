@@ -1,7 +1,8 @@
 # `cmake --install <build> --prefix <prefix>` installs what a project outside
 # this tree needs to embed agentrt (examples/custom_env is the worked example):
 #
-#   <prefix>/bin/                      agentctl, agent-worker, agentrt-bus, agentrt-exec-rank
+#   <prefix>/bin/                      agentctl, agent-worker, agentrt-bus, agentrt-exec-rank,
+#                                      agentrt-preflight
 #   <prefix>/lib/                      libagentrt_{common,plan,comms,runtime,envs,learners}.a
 #   <prefix>/include/agentrt/<module>/ the public headers (AGENTRT_PUBLIC_HEADERS below),
 #                                      included as "agent_runtime/runtime.h"
@@ -82,7 +83,7 @@ if(TARGET agentrt_cuda)
 endif()
 
 # Programs: the controller, the default agent and the standalone bus.
-foreach(tool agentctl agent-worker agentrt-bus agentrt-exec-rank)
+foreach(tool agentctl agent-worker agentrt-bus agentrt-exec-rank agentrt-preflight)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()

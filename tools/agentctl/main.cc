@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   // Agents (any backend, any node sharing this install) can `import agentrt`.
   agentrt::ExposePythonPackage();
   CLI::App app{"agentctl: plan, run and inspect multi-agent RL training runs"};
+  app.set_version_flag("--version", "agentctl " AGENTRT_VERSION);
   app.require_subcommand(1);
 #define AGENTCTL_REGISTER(name) agentctl::Register##name(app);
   AGENTCTL_COMMANDS(AGENTCTL_REGISTER)
