@@ -59,7 +59,7 @@ cp "$src/tests/agentrt_testing.py" "$top/check/"
 
 # The libraries the programs and libraries need, less those the host provides.
 host_provided='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec|libpthread|libdl\.so|librt\.so|libutil|libresolv|libanl|libstdc\+\+|libgcc_s|libnccl|libcudart|libcuda\.so|libnvidia)'
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 elf_files() { find "$top/bin" "$top/lib" "$top/check" -type f -exec sh -c 'head -c4 "$1" | grep -q ELF' _ {} \; -print; }
 missing=""
 while read -r f; do
@@ -87,9 +87,12 @@ while read -r f; do
 done < <(elf_files)
 
 # What the host must provide: the newest symbol versions any file asks for.
-newest() { elf_files | xargs objdump -T 2>/dev/null | grep -o "$1_[0-9.]*[0-9]" | sort -uV | tail -1; }
+newest() {
+  { elf_files | xargs objdump -T 2>/dev/null || true; } | { grep -o "$1_[0-9.]*[0-9]" || true; } | sort -uV | tail -1
+}
 glibc=$(newest GLIBC)
 glibcxx=$(newest GLIBCXX)
+[ -n "$glibc" ] && [ -n "$glibcxx" ] || fail "objdump -T found no GLIBC/GLIBCXX symbol versions in the bundle"
 bundled=$(find "$top/lib" -maxdepth 1 -type f -printf '%f\n' | sed 's/\.so.*//' | sort -u | tr '\n' ' ')
 sed -e "s/@VERSION@/$version/g" -e "s/@GLIBC@/${glibc#GLIBC_}/g" -e "s/@GLIBCXX@/${glibcxx#GLIBCXX_}/g" \
   -e "s/@BUNDLED@/$bundled/g" -e "s/@NAME@/$name/g" "$src/scripts/dist_readme.md" >"$top/README.md"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: everything but the `slurm` label first, then the
 # `slurm` tests against a real slurmctld/slurmd started for them (and stopped
-# after, also on failure). Labels: unit integration slurm gpu fault torch.
+# after, also on failure). Labels: unit integration slurm gpu fault torch browser dist.
 set -uo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
