@@ -17,7 +17,7 @@
 #include <optional>
 #include <utility>
 
-#include "agent_runtime/crc.h"
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "plan/fence.h"
 
@@ -219,7 +219,7 @@ Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes,
     if (pending.valid()) crc = pending.get();
     if (!error.ok()) return error;
     pending =
-        std::async(std::launch::async, [crc, target, want] { return Crc32c(crc, target, want); });
+        std::async(std::launch::async, [crc, target, want] { return Crc32c(target, want, crc); });
     done += want;
   }
   if (pending.valid()) crc = pending.get();
@@ -624,7 +624,7 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
     for (const std::span<const std::byte> part : parts) {
       for (size_t done = 0; done < part.size();) {
         const size_t n = std::min(options_.io_chunk_bytes, part.size() - done);
-        crc = Crc32c(crc, part.data() + done, n);
+        crc = Crc32c(part.data() + done, n, crc);
         AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), part.data() + done, n, "write ", shard_tmp_path)
                                     .WithContext(Where()));
         done += n;
@@ -942,7 +942,7 @@ Result<std::optional<std::string>> CopyVerified(int src_fd, int dst_dir_fd, cons
     if (n == 0)
       return std::optional<std::string>(src_path + " ended after " + std::to_string(done) + " of " +
                                         std::to_string(bytes) + " bytes");
-    crc = Crc32c(crc, buf.data(), static_cast<size_t>(n));
+    crc = Crc32c(buf.data(), static_cast<size_t>(n), crc);
     AGENTRT_RETURN_IF_ERROR(
         WriteAll(out.get(), buf.data(), static_cast<size_t>(n), "write ", dst_path));
     done += static_cast<uint64_t>(n);

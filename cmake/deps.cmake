@@ -29,7 +29,7 @@ find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 
-# ISA-L (CRC32C of the bus's durable log records, SSE4.2/AVX-512 dispatched): libisal-dev
+# ISA-L (the one CRC32C, common/crc32c.h: checkpoints, the bus log, large payloads; SSE4.2/AVX-512 dispatched): libisal-dev
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 
 # cpp-httplib (the dashboard's HTTP server): libcpp-httplib-dev

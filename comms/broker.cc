@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/random.h"
 #include "fmt/format.h"

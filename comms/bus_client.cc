@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "common/random.h"
 #include "comms/bus_client_stub.h"

@@ -1,7 +1,6 @@
 #include "comms/bus_log.h"
 
 #include <fcntl.h>
-#include <isa-l/crc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/crc32c.h"
 #include "common/file_util.h"
 
 namespace agentrt {
@@ -59,19 +59,6 @@ std::string_view BusDurabilityName(BusDurability d) {
       return "always";
   }
   return "?";
-}
-
-uint32_t Crc32c(const void* data, size_t size, uint32_t prefix_crc) {
-  // ISA-L's iSCSI CRC takes and returns the register uninverted.
-  uint32_t crc = prefix_crc ^ 0xffffffffu;
-  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));  // ISA-L only reads it
-  while (size > 0) {
-    const int n = static_cast<int>(std::min<size_t>(size, size_t{1} << 30));
-    crc = crc32_iscsi(p, n, crc);
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return crc ^ 0xffffffffu;
 }
 
 std::string EscapeLogName(std::string_view name) {

@@ -43,10 +43,6 @@ enum class BusDurability {
 Result<BusDurability> ParseBusDurability(std::string_view text);
 std::string_view BusDurabilityName(BusDurability d);
 
-// CRC32C (Castagnoli), as iSCSI and ext4 use it. `crc` is the CRC of the
-// bytes before `data` (0 for none), so a payload may be checked in pieces.
-uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
-
 // A log's folder name: every byte outside [A-Za-z0-9_-] as %XX, so "." and
 // "/" never reach the file system ("policies/prey" -> "policies%2Fprey").
 std::string EscapeLogName(std::string_view name);

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <map>
 
-#include "agent_runtime/crc.h"
+#include "common/crc32c.h"
 #include "common/file_util.h"
 #include "dashboard/proto/tensorboard_event.pb.h"
 
@@ -36,7 +36,7 @@ std::string HostName() {
 }  // namespace
 
 uint32_t TfRecordMaskedCrc(const void* data, size_t size) {
-  const uint32_t crc = Crc32c(0, data, size);
+  const uint32_t crc = Crc32c(data, size);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 

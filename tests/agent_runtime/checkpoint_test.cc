@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
-#include "agent_runtime/crc.h"
 #include "plan/fence.h"
 #include "tests/common/temp_dir.h"
 
@@ -80,29 +79,6 @@ void FlipByte(const std::string& path, size_t offset) {
   c = static_cast<char>(c ^ 0x40);
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(&c, 1);
-}
-
-TEST_CASE("crc32c matches the standard check value on both code paths") {
-  const char* text = "123456789";
-  CHECK(Crc32c(0, text, 9) == 0xE3069283u);
-  CHECK(Crc32cPortable(0, text, 9) == 0xE3069283u);
-  std::vector<unsigned char> data(100003);
-  std::mt19937 rng(7);
-  for (auto& b : data) b = static_cast<unsigned char>(rng());
-  uint32_t whole = Crc32c(0, data.data(), data.size());
-  CHECK(Crc32cPortable(0, data.data(), data.size()) == whole);
-  uint32_t chained = Crc32c(0, data.data(), 4097);
-  chained = Crc32c(chained, data.data() + 4097, data.size() - 4097);
-  CHECK(chained == whole);
-
-  // Large buffers take the three-stream path, joined by Crc32cCombine.
-  std::vector<unsigned char> big(3 * 1024 * 1024 + 5);
-  for (auto& b : big) b = static_cast<unsigned char>(rng());
-  uint32_t fast = Crc32c(0, big.data(), big.size());
-  CHECK(fast == Crc32cPortable(0, big.data(), big.size()));
-  uint32_t a = Crc32cPortable(0, big.data(), 1000);
-  uint32_t b = Crc32cPortable(0, big.data() + 1000, big.size() - 1000);
-  CHECK(Crc32cCombine(a, b, big.size() - 1000) == fast);
 }
 
 TEST_CASE("a saved checkpoint restores its named arrays and metadata") {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_log.h"

@@ -128,9 +128,7 @@ std::pair<fs::path, std::string> TamperedLog(const std::string& dir, Tamper tamp
 
 }  // namespace
 
-TEST_CASE("CRC32C is the Castagnoli CRC, and log names escape to safe folder names") {
-  CHECK(Crc32c("123456789", 9) == 0xE3069283u);
-  CHECK(Crc32c("", 0) == 0u);
+TEST_CASE("log names escape to safe folder names") {
   for (const std::string name : {"policies/prey", "@inbox/a.b", "..", "x:y-z_0"}) {
     const std::string e = EscapeLogName(name);
     CHECK(e.find('/') == std::string::npos);
