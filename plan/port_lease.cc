@@ -211,4 +211,23 @@ Status PortLeases::AcquireForRun(int first, int last) {
   return Status::Ok();
 }
 
+Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last) {
+  if (first <= 0 || last < first || last > 65535) {
+    return InvalidArgument("agent " + agent + ": bad port block " + std::to_string(first) + "-" +
+                           std::to_string(last));
+  }
+  if (preferred < first || preferred > last) preferred = first;
+  std::vector<int> order;
+  for (int p = preferred; p <= last; ++p) order.push_back(p);
+  for (int p = first; p < preferred; ++p) order.push_back(p);
+  for (int port : order) {
+    if (PortBindable(port)) return port;
+  }
+  return ResourceExhausted(
+      "agent " + agent + ": every port of its block " + std::to_string(first) + "-" +
+      std::to_string(last) +
+      " is taken by another process; free one or give the agent a larger block "
+      "(cluster.ports.per_agent)");
+}
+
 }  // namespace agentrt

@@ -37,6 +37,12 @@ namespace agentrt {
 // also when no socket can be made.
 bool PortBindable(int port);
 
+// The first port, trying `preferred` then the rest of [first, last] in order,
+// that can be bound now on all interfaces. ResourceExhausted naming the block
+// and `agent` when none can. Every launch backend picks an agent's
+// MASTER_PORT with it.
+Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last);
+
 // AGENTRT_PORT_LEASE_DIR, /run/lock/agentrt or /tmp/agentrt-ports (see above).
 std::string DefaultPortLeaseDir();
 

@@ -64,4 +64,10 @@ Status PrepareLaunch(const AgentLaunch& agent, bool still_running) {
   return Status::Ok();
 }
 
+std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
+                                              const std::vector<std::string>& base_env) {
+  return ComposeEnvironment(base_env, agent.env,
+                            agent.Contract(rank, master_port).ToVariables(rank >= 0));
+}
+
 }  // namespace agentrt

@@ -120,4 +120,12 @@ class LaunchBackend {
   virtual std::vector<AgentProcessExit> PollExits() = 0;
 };
 
+// The complete environment of rank `rank` of `agent` ("NAME=value", sorted),
+// using `master_port`: ComposeEnvironment (plan/agent_env.h) of `base_env`,
+// the agent's env and its Contract(). With rank < 0: the environment of the
+// agent's mpirun (no rank variables; the wrapper sets them). Every launch
+// backend builds a rank's environment with it.
+std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
+                                              const std::vector<std::string>& base_env);
+
 }  // namespace agentrt

@@ -158,31 +158,6 @@ class LocalBackend final : public LaunchBackend {
 
 }  // namespace
 
-std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
-                                              const std::vector<std::string>& base_env) {
-  return ComposeEnvironment(base_env, agent.env,
-                            agent.Contract(rank, master_port).ToVariables(rank >= 0));
-}
-
-Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last) {
-  if (first <= 0 || last < first || last > 65535) {
-    return InvalidArgument("agent " + agent + ": bad port block " + std::to_string(first) + "-" +
-                           std::to_string(last));
-  }
-  if (preferred < first || preferred > last) preferred = first;
-  std::vector<int> order;
-  for (int p = preferred; p <= last; ++p) order.push_back(p);
-  for (int p = first; p < preferred; ++p) order.push_back(p);
-  for (int port : order) {
-    if (PortBindable(port)) return port;
-  }
-  return ResourceExhausted(
-      "agent " + agent + ": every port of its block " + std::to_string(first) + "-" +
-      std::to_string(last) +
-      " is taken by another process; free one or give the agent a larger block "
-      "(cluster.ports.per_agent)");
-}
-
 std::unique_ptr<LaunchBackend> MakeLocalBackend(std::unique_ptr<ProcessSpawner> spawner,
                                                 LocalBackendOptions options) {
   return std::make_unique<LocalBackend>(std::move(spawner), std::move(options));

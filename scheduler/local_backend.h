@@ -38,16 +38,4 @@ struct LocalBackendOptions {
 std::unique_ptr<LaunchBackend> MakeLocalBackend(std::unique_ptr<ProcessSpawner> spawner,
                                                 LocalBackendOptions options);
 
-// The complete environment of rank `rank` of `agent` ("NAME=value", sorted),
-// using `master_port`: ComposeEnvironment (plan/agent_env.h) of `base_env`, the
-// agent's env and its Contract(). With rank < 0: the environment of the
-// agent's mpirun (no rank variables; the wrapper sets them).
-std::vector<std::string> BuildRankEnvironment(const AgentLaunch& agent, int rank, int master_port,
-                                              const std::vector<std::string>& base_env);
-
-// The first port, trying `preferred` then the rest of [first, last] in order,
-// that can be bound now on all interfaces. ResourceExhausted naming the block
-// and `agent` when none can.
-Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last);
-
 }  // namespace agentrt

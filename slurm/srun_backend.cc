@@ -9,8 +9,9 @@
 #include <set>
 
 #include "common/file_util.h"
+#include "plan/port_lease.h"
 #include "plan/rank_exec.h"
-#include "scheduler/local_backend.h"
+#include "scheduler/launch_backend.h"
 
 namespace agentrt::slurm {
 namespace {

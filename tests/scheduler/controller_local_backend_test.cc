@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "plan/port_lease.h"
 #include "scheduler/local_backend.h"
 #include "tests/common/temp_dir.h"
 
