@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -188,7 +189,11 @@ Broker::~Broker() {
   if (flusher_.joinable()) flusher_.join();
   // A clean exit leaves every record durable, whatever the mode.
   for (const auto& log : AllLogs()) {
-    if (log->files) (void)log->files->Sync();
+    if (!log->files) continue;
+    if (Status synced = log->files->Sync(); !synced.ok()) {
+      std::fprintf(stderr, "agentrt: bus: at shutdown, the last records may not be durable: %s\n",
+                   synced.ToString().c_str());
+    }
   }
   if (!durable() && !spill_dir_.empty()) {
     // Memory mode: the payload files are of no use once the broker is gone.
@@ -842,7 +847,8 @@ Status Broker::FinishLarge(Upload& up, v1::PublishResponse* resp) {
     // The record may name the file only once the file is whole on disk.
     if (::fdatasync(up.blob->fd) != 0)
       return NotStored(ErrnoStatus(errno, "bus: cannot fsync " + up.blob->path));
-    (void)FsyncDir(BlobDir(*up.log));
+    if (Status synced = FsyncDir(BlobDir(*up.log)); !synced.ok())
+      return NotStored(synced.WithContext("bus: the payload file " + up.blob->path));
   }
   Stored st = Append(up.log, std::move(up.msg), up.blob);
   AGENTRT_RETURN_IF_ERROR(st.status.WithContext(what));

@@ -255,7 +255,12 @@ Status SegmentLog::Roll(int64_t base) {
     old->fd = -1;
   }
   segments_.push_back(std::make_shared<Segment>(path, base, fd, sizeof(kMagic)));
-  (void)FsyncDir(dir_);
+  // Until the folder is synced the new segment's name may vanish in a crash,
+  // with every record written to it: nothing more is written.
+  if (Status synced = FsyncDir(dir_); !synced.ok()) {
+    broken_ = synced.WithContext("bus log: the new segment " + path + " is not durable");
+    return broken_;
+  }
   return Status::Ok();
 }
 
@@ -362,7 +367,13 @@ void SegmentLog::DropBefore(int64_t earliest) {
   if (drop == 0) return;
   for (size_t i = 0; i < drop; ++i) ::unlink(segments_[i]->path.c_str());
   segments_.erase(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(drop));
-  (void)FsyncDir(dir_);
+  // A folder that cannot be synced is a failing disk: the log stops taking
+  // writes (a dropped segment that came back after a crash would only be old
+  // messages, but later records could not be trusted either).
+  if (Status synced = FsyncDir(dir_); !synced.ok() && broken_.ok()) {
+    broken_ =
+        synced.WithContext("bus log: dropping segments before offset " + std::to_string(earliest));
+  }
 }
 
 int64_t SegmentLog::segments() const {
