@@ -433,6 +433,9 @@ const std::vector<std::string> kTopKeys = {"run",    "cluster",  "slurm",     "b
 const std::vector<std::string> kLeagueMemberKeys = {"agents", "role", "matchmaking", "newest_share",
                                                     "opponents"};
 const std::vector<std::string> kPbtHyperparameterKeys = {"min", "max", "perturb", "log_scale"};
+// Keys of league: and of a pbt: population beside their X-macro settings.
+const std::vector<std::string> kLeagueListKeys = {"members"};
+const std::vector<std::string> kPbtListKeys = {"name", "agents", "hyperparameters"};
 const std::vector<std::string> kClusterKeys = {"nodes", "ports", "links", "peak"};
 const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains", "gpu_type"};
 const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "group", "command", "env"};
@@ -1088,7 +1091,7 @@ class ConfigBuilder {
   void ParseLeague(const YAML::Node& n, Config& config) {
     LeagueConfig& league = config.league;
     std::vector<std::string> keys = {AGENTRT_LEAGUE_SETTINGS(AGENTRT_KEY_NAME)};
-    keys.push_back("members");
+    keys.insert(keys.end(), kLeagueListKeys.begin(), kLeagueListKeys.end());
     c_.CheckMap(n, "league", keys);
 #define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "league", #name, league.name);
     AGENTRT_LEAGUE_SETTINGS(AGENTRT_READ)
@@ -1185,7 +1188,7 @@ class ConfigBuilder {
       const YAML::Node n = list[i];
       const std::string path = Index("pbt", i);
       std::vector<std::string> keys = {AGENTRT_PBT_SETTINGS(AGENTRT_KEY_NAME)};
-      keys.insert(keys.end(), {"name", "agents", "hyperparameters"});
+      keys.insert(keys.end(), kPbtListKeys.begin(), kPbtListKeys.end());
       c_.CheckMap(n, path, keys);
       PbtPopulation pop;
       pop.name = "pbt" + std::to_string(i);
@@ -1542,6 +1545,8 @@ std::string DescribeSettings() {
   line("agents[].env", "map", "defaults", "environment variables added to defaults.env");
   line("agents[].args", "map", "{}",
        "free-form settings passed to the agent (plan.json, agent-worker flags)");
+  line("agents[].workdir", "string", "(run dir)",
+       "the agent's working directory, relative to agents.yaml; default RUN_DIR/agents/<name>");
   line("agents[].restart", "map", "defaults", "overrides of defaults.restart keys");
   line("agents[].checkpoint", "map", "defaults", "overrides of defaults.checkpoint keys");
   line("agents[].group", "map", "defaults", "overrides of defaults.group keys");
@@ -1563,7 +1568,59 @@ std::string DescribeSettings() {
   line("channels[].publishers", "list", "(required)", "glob patterns of agents that may publish");
   line("channels[].subscribers", "list", "(required)",
        "glob patterns of agents that may subscribe");
+  line("league.members[].agents", "list", "(required)",
+       "agent name patterns this entry makes members");
+  line("league.members[].role", "string", "(required)",
+       "main | main_exploiter | league_exploiter | anchor (anchor: never trains, a yardstick)");
+  line("league.members[].matchmaking", "string", "by role",
+       "how opponents are picked: pfsp | uniform | self (default pfsp; main_exploiter self; "
+       "anchor uniform)");
+  line("league.members[].newest_share", "float", "by role",
+       "share of matches against the opponent's newest snapshot (main 0.35, else 0)");
+  line("league.members[].opponents", "list", "(all others)", "agent name patterns it plays");
+  line("pbt[].name", "string", "pbt<i>", "the population's name");
+  line("pbt[].agents", "list", "(required)", "agent name patterns in this population");
+  line("pbt[].hyperparameters", "map", "(required)",
+       "agent args to explore: <arg>: {min, max, perturb, log_scale}");
+  line("pbt[].hyperparameters.<arg>.min", "float", "(required)", "lowest value");
+  line("pbt[].hyperparameters.<arg>.max", "float", "(required)", "highest value");
+  line("pbt[].hyperparameters.<arg>.perturb", "list", "[0.8, 1.2]",
+       "explore: the value is multiplied by one of these factors");
+  line("pbt[].hyperparameters.<arg>.log_scale", "bool", "false",
+       "draw anew on a log scale (needs min > 0)");
   return out;
+}
+
+std::vector<std::string> AcceptedSettingKeys() {
+  std::vector<std::string> keys;
+  auto add = [&keys](const std::string& prefix, const std::vector<std::string>& names) {
+    for (const std::string& name : names) keys.push_back(prefix + name);
+  };
+#define AGENTRT_ADD_BLOCK(LIST, prefix) add(prefix, {LIST(AGENTRT_KEY_NAME)});
+  AGENTRT_ADD_BLOCK(AGENTRT_RUN_SETTINGS, "run.")
+  AGENTRT_ADD_BLOCK(AGENTRT_PORT_SETTINGS, "cluster.ports.")
+  AGENTRT_ADD_BLOCK(AGENTRT_LINK_SETTINGS, "cluster.links.")
+  AGENTRT_ADD_BLOCK(AGENTRT_PEAK_SETTINGS, "cluster.peak.")
+  AGENTRT_ADD_BLOCK(AGENTRT_PREFLIGHT_SETTINGS, "preflight.")
+  AGENTRT_ADD_BLOCK(AGENTRT_SLURM_SETTINGS, "slurm.")
+  AGENTRT_ADD_BLOCK(AGENTRT_BUS_SETTINGS, "bus.")
+  AGENTRT_ADD_BLOCK(AGENTRT_RESTART_SETTINGS, "defaults.restart.")
+  AGENTRT_ADD_BLOCK(AGENTRT_CHECKPOINT_SETTINGS, "defaults.checkpoint.")
+  AGENTRT_ADD_BLOCK(AGENTRT_GROUP_SETTINGS, "defaults.group.")
+  AGENTRT_ADD_BLOCK(AGENTRT_LEAGUE_SETTINGS, "league.")
+  AGENTRT_ADD_BLOCK(AGENTRT_PBT_SETTINGS, "pbt[].")
+#undef AGENTRT_ADD_BLOCK
+  for (const std::string& name : kDefaultsKeys) {
+    // restart, checkpoint and group are the blocks above.
+    if (name == "command" || name == "env") keys.push_back("defaults." + name);
+  }
+  add("agents[].", kAgentKeys);
+  add("cluster.nodes[].", kNodeKeys);
+  add("channels[].", kChannelKeys);
+  add("league.members[].", kLeagueMemberKeys);
+  add("pbt[].", kPbtListKeys);
+  add("pbt[].hyperparameters.<arg>.", kPbtHyperparameterKeys);
+  return keys;
 }
 
 }  // namespace agentrt

@@ -75,6 +75,11 @@ Status PrescanYaml(std::string_view text, std::string_view source, const LoadLim
 // for `agentctl validate --settings`.
 std::string DescribeSettings();
 
+// Every leaf key the loader accepts, spelled as DescribeSettings spells it
+// ("agents[].workdir", "pbt[].hyperparameters.<arg>.min"), from the same key
+// lists the loader checks maps against (a test compares the two).
+std::vector<std::string> AcceptedSettingKeys();
+
 // The closest of `candidates` to `word` when it is a plausible typo, else "".
 std::string ClosestMatch(std::string_view word, const std::vector<std::string>& candidates);
 

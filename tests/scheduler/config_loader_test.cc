@@ -490,6 +490,16 @@ TEST_CASE("every setting is listed with its type, default and doc") {
   CHECK_THAT(s, Contains("heartbeat_timeout_s float   60"));
 }
 
+TEST_CASE("validate --settings lists every key the loader accepts") {
+  const std::string s = "\n" + DescribeSettings();
+  const std::vector<std::string> keys = AcceptedSettingKeys();
+  CHECK(keys.size() > 50);
+  for (const std::string& key : keys) {
+    INFO(key);
+    CHECK_THAT(s, Contains("\n" + key + " "));
+  }
+}
+
 TEST_CASE("ClosestMatch suggests only plausible typos") {
   CHECK(ClosestMatch("replica", {"name", "replicas", "gpus"}) == "replicas");
   CHECK(ClosestMatch("xyz", {"name", "replicas", "gpus"}).empty());
