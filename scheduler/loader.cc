@@ -1501,6 +1501,22 @@ std::string Show(const T& v) {
 
 }  // namespace
 
+// Every settings block the loader reads from an X-macro list of plan/config.h:
+// its struct (holding the defaults), its list, the prefix of its keys.
+#define AGENTRT_SETTING_BLOCKS(X)                                          \
+  X(RunConfig, AGENTRT_RUN_SETTINGS, "run.")                               \
+  X(PortConfig, AGENTRT_PORT_SETTINGS, "cluster.ports.")                   \
+  X(LinkConfig, AGENTRT_LINK_SETTINGS, "cluster.links.")                   \
+  X(PeakConfig, AGENTRT_PEAK_SETTINGS, "cluster.peak.")                    \
+  X(PreflightConfig, AGENTRT_PREFLIGHT_SETTINGS, "preflight.")             \
+  X(SlurmConfig, AGENTRT_SLURM_SETTINGS, "slurm.")                         \
+  X(BusConfig, AGENTRT_BUS_SETTINGS, "bus.")                               \
+  X(RestartPolicy, AGENTRT_RESTART_SETTINGS, "defaults.restart.")          \
+  X(CheckpointPolicy, AGENTRT_CHECKPOINT_SETTINGS, "defaults.checkpoint.") \
+  X(GroupPolicy, AGENTRT_GROUP_SETTINGS, "defaults.group.")                \
+  X(LeagueConfig, AGENTRT_LEAGUE_SETTINGS, "league.")                      \
+  X(PbtPopulation, AGENTRT_PBT_SETTINGS, "pbt[].")
+
 std::string DescribeSettings() {
   std::string out;
   auto line = [&out](const std::string& key, const std::string& type, const std::string& def,
@@ -1516,18 +1532,7 @@ std::string DescribeSettings() {
     const std::string prefix = key_prefix;    \
     LIST(AGENTRT_LINE)                        \
   }
-  AGENTRT_BLOCK(RunConfig, AGENTRT_RUN_SETTINGS, "run.")
-  AGENTRT_BLOCK(PortConfig, AGENTRT_PORT_SETTINGS, "cluster.ports.")
-  AGENTRT_BLOCK(LinkConfig, AGENTRT_LINK_SETTINGS, "cluster.links.")
-  AGENTRT_BLOCK(PeakConfig, AGENTRT_PEAK_SETTINGS, "cluster.peak.")
-  AGENTRT_BLOCK(PreflightConfig, AGENTRT_PREFLIGHT_SETTINGS, "preflight.")
-  AGENTRT_BLOCK(SlurmConfig, AGENTRT_SLURM_SETTINGS, "slurm.")
-  AGENTRT_BLOCK(BusConfig, AGENTRT_BUS_SETTINGS, "bus.")
-  AGENTRT_BLOCK(RestartPolicy, AGENTRT_RESTART_SETTINGS, "defaults.restart.")
-  AGENTRT_BLOCK(CheckpointPolicy, AGENTRT_CHECKPOINT_SETTINGS, "defaults.checkpoint.")
-  AGENTRT_BLOCK(GroupPolicy, AGENTRT_GROUP_SETTINGS, "defaults.group.")
-  AGENTRT_BLOCK(LeagueConfig, AGENTRT_LEAGUE_SETTINGS, "league.")
-  AGENTRT_BLOCK(PbtPopulation, AGENTRT_PBT_SETTINGS, "pbt[].")
+  AGENTRT_SETTING_BLOCKS(AGENTRT_BLOCK)
 #undef AGENTRT_BLOCK
 #undef AGENTRT_LINE
   line("defaults.command", "list", "[agent-worker]",
@@ -1596,19 +1601,8 @@ std::vector<std::string> AcceptedSettingKeys() {
   auto add = [&keys](const std::string& prefix, const std::vector<std::string>& names) {
     for (const std::string& name : names) keys.push_back(prefix + name);
   };
-#define AGENTRT_ADD_BLOCK(LIST, prefix) add(prefix, {LIST(AGENTRT_KEY_NAME)});
-  AGENTRT_ADD_BLOCK(AGENTRT_RUN_SETTINGS, "run.")
-  AGENTRT_ADD_BLOCK(AGENTRT_PORT_SETTINGS, "cluster.ports.")
-  AGENTRT_ADD_BLOCK(AGENTRT_LINK_SETTINGS, "cluster.links.")
-  AGENTRT_ADD_BLOCK(AGENTRT_PEAK_SETTINGS, "cluster.peak.")
-  AGENTRT_ADD_BLOCK(AGENTRT_PREFLIGHT_SETTINGS, "preflight.")
-  AGENTRT_ADD_BLOCK(AGENTRT_SLURM_SETTINGS, "slurm.")
-  AGENTRT_ADD_BLOCK(AGENTRT_BUS_SETTINGS, "bus.")
-  AGENTRT_ADD_BLOCK(AGENTRT_RESTART_SETTINGS, "defaults.restart.")
-  AGENTRT_ADD_BLOCK(AGENTRT_CHECKPOINT_SETTINGS, "defaults.checkpoint.")
-  AGENTRT_ADD_BLOCK(AGENTRT_GROUP_SETTINGS, "defaults.group.")
-  AGENTRT_ADD_BLOCK(AGENTRT_LEAGUE_SETTINGS, "league.")
-  AGENTRT_ADD_BLOCK(AGENTRT_PBT_SETTINGS, "pbt[].")
+#define AGENTRT_ADD_BLOCK(Type, LIST, prefix) add(prefix, {LIST(AGENTRT_KEY_NAME)});
+  AGENTRT_SETTING_BLOCKS(AGENTRT_ADD_BLOCK)
 #undef AGENTRT_ADD_BLOCK
   for (const std::string& name : kDefaultsKeys) {
     // restart, checkpoint and group are the blocks above.
