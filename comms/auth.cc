@@ -50,12 +50,6 @@ bool TokenMatches(std::string_view presented, std::string_view expected) {
   return CRYPTO_memcmp(presented.data(), expected.data(), expected.size()) == 0;
 }
 
-Result<std::string> ReadSecretFile(const std::string& path) {
-  AGENTRT_ASSIGN_OR_RETURN(std::string data, ReadPrivateFile(path, "bus secret file"));
-  if (data.empty()) return InvalidArgument("bus secret file " + path + " is empty");
-  return data;
-}
-
 Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token) {
   if (agent.empty() || token.empty()) {
     return InvalidArgument("token file " + path + ": agent and token must not be empty");

@@ -34,10 +34,6 @@ std::string DeriveAgentToken(std::string_view secret, std::string_view agent);
 // Constant-time comparison of a presented token with the expected one.
 bool TokenMatches(std::string_view presented, std::string_view expected);
 
-// Reads a secret file (RunDir::CreateSecret writes the run's); refuses an
-// empty file or one readable by group/others.
-Result<std::string> ReadSecretFile(const std::string& path);
-
 // Token file: JSON {"agent": "...", "token": "..."} with mode 0600, written
 // atomically (temp file + rename).
 Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token);

@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "plan/agent_env.h"
 #include "plan/port_lease.h"
+#include "plan/run_dir.h"
 
 namespace agentrt {
 namespace {
@@ -60,7 +61,7 @@ double UnixNow() {
 [[noreturn]] void ExecProgram(const RankExecOptions& options, const std::string& rank,
                               const EnvLookup& env) {
   if (!options.log_dir.empty()) {
-    const std::string path = options.log_dir + "/rank" + rank + ".log";
+    const std::string path = RankLogFile(options.log_dir, rank);
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
       std::fprintf(stderr, "exec-rank: cannot open %s: %s\n", path.c_str(), std::strerror(errno));

@@ -78,11 +78,13 @@ Result<std::string> RunDir::CreateSecret(size_t bytes) const {
   return secret;
 }
 
-Result<std::string> RunDir::ReadSecret() const {
-  AGENTRT_ASSIGN_OR_RETURN(std::string secret, ReadPrivateFile(SecretPath(), "run secret"));
-  if (secret.empty()) return DataLoss("run secret " + SecretPath() + " is empty");
+Result<std::string> ReadSecretFile(const std::string& path) {
+  AGENTRT_ASSIGN_OR_RETURN(std::string secret, ReadPrivateFile(path, "run secret"));
+  if (secret.empty()) return DataLoss("run secret " + path + " is empty");
   return secret;
 }
+
+Result<std::string> RunDir::ReadSecret() const { return ReadSecretFile(SecretPath()); }
 
 Result<std::string> RunDir::LoadOrCreateSecret() const {
   Result<std::string> existing = ReadSecret();

@@ -20,10 +20,25 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
 namespace agentrt {
+
+// The one spelling of a rank's log file inside its agent's log folder
+// (RunDir::LogDir, or the log_dir a launcher was given): "<log_dir>/rank<N>.log".
+inline std::string RankLogFile(const std::string& log_dir, std::string_view rank) {
+  return log_dir + "/rank" + std::string(rank) + ".log";
+}
+inline std::string RankLogFile(const std::string& log_dir, int rank) {
+  return RankLogFile(log_dir, std::to_string(rank));
+}
+
+// The one reader of a run secret file (RunDir::ReadSecret, `agentrt-bus
+// --secret-file`): NotFound when it does not exist, PermissionDenied when
+// group or others may read it, DataLoss when it is empty.
+Result<std::string> ReadSecretFile(const std::string& path);
 
 class RunDir {
  public:
@@ -64,7 +79,7 @@ class RunDir {
   std::string LogsDir() const { return path_ + "/logs"; }
   std::string LogDir(const std::string& agent) const { return LogsDir() + "/" + agent; }
   std::string RankLogPath(const std::string& agent, int rank) const {
-    return LogDir(agent) + "/rank" + std::to_string(rank) + ".log";
+    return RankLogFile(LogDir(agent), rank);
   }
   std::string CheckpointDir(const std::string& agent) const {
     return Resolve(RelativeCheckpointDir(agent));

@@ -13,6 +13,7 @@
 
 #include "plan/port_lease.h"
 #include "plan/rank_exec.h"
+#include "plan/run_dir.h"
 
 namespace agentrt {
 namespace {
@@ -84,7 +85,7 @@ class LocalBackend final : public LaunchBackend {
         req.argv = agent.command;
         req.argv[0] = *program;
         req.env = BuildRankEnvironment(agent, r.rank, port, options_.base_env);
-        req.log_path = agent.log_dir + "/rank" + std::to_string(r.rank) + ".log";
+        req.log_path = RankLogFile(agent.log_dir, r.rank);
         req.workdir = agent.workdir;
         req.join_group = procs.pgid;
         auto pid = spawner_->Spawn(req);

@@ -28,8 +28,7 @@ bool IsPermanent(const Status& s) {
 // The last non-empty line of a rank's log (what it said before exiting), at
 // most 300 bytes, or "".
 std::string LastLogLine(const std::string& log_dir, int rank) {
-  const auto text =
-      ReadWholeFile(log_dir + "/rank" + std::to_string(rank) + ".log", size_t{64} << 20);
+  const auto text = ReadWholeFile(RankLogFile(log_dir, rank), size_t{64} << 20);
   if (!text.ok()) return "";
   std::string_view s = *text;
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
@@ -653,8 +652,7 @@ std::string RunController::Summary() const {
     if (s.state == AgentState::kFailed) {
       ++failed;
       const int rank = agents_[i].failed_rank;
-      const std::string log =
-          rank >= 0 ? s.log_dir + "/rank" + std::to_string(rank) + ".log" : s.log_dir + "/";
+      const std::string log = rank >= 0 ? RankLogFile(s.log_dir, rank) : s.log_dir + "/";
       out += fmt::format("agent {} failed after {} restart{}: {}; see its log: {}\n", s.name,
                          s.restarts, s.restarts == 1 ? "" : "s", s.reason, log);
     } else if (s.state == AgentState::kStopped) {

@@ -12,9 +12,11 @@
 #include <string>
 #include <thread>
 
+#include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/broker.h"
 #include "comms/bus_validate.h"
+#include "plan/run_dir.h"
 #include "tests/plan/plan_test_util.h"
 
 using namespace agentrt;
@@ -127,6 +129,13 @@ TEST_CASE("token and secret files are 0600 and round-trip; a readable-by-others 
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == StatusCode::kPermissionDenied);
   CHECK(refused.status().message().find(secret_path) != std::string::npos);
+
+  // An empty secret is a damaged file, the same answer from every reader.
+  REQUIRE(WriteFileAtomic(secret_path, "", {.mode = 0600}).ok());
+  auto empty = ReadSecretFile(secret_path);
+  REQUIRE_FALSE(empty.ok());
+  CHECK(empty.status().code() == StatusCode::kDataLoss);
+  CHECK(run.ReadSecret().status().code() == StatusCode::kDataLoss);
 
   auto missing = ReadTokenFile((dir / "nope").string());
   CHECK_FALSE(missing.ok());

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "comms/auth.h"
+#include "plan/run_dir.h"
 #include "slurm/command_runner.h"
 #include "slurm/slurm_client.h"
 

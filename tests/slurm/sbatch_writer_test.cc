@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "comms/auth.h"
+#include "plan/run_dir.h"
 #include "tests/slurm/test_plans.h"
 
 using namespace agentrt;
