@@ -51,6 +51,8 @@ Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan
   contract.bus = bus_address;
   contract.token_file = dir.TokenPath(agent.name);
   contract.restart_count = std::atoi(env("SLURM_RESTART_COUNT").value_or("0").c_str());
+  contract.workdir =
+      dir.Resolve(agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir);
   if (agent.gpus > 0) {
     std::optional<std::string> cvd = env("CUDA_VISIBLE_DEVICES");
     if (!cvd || cvd->empty()) {
@@ -92,6 +94,15 @@ Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name,
   for (const auto& [k, v] : vars) {
     if (setenv(k.c_str(), v.c_str(), 1) != 0) return ErrnoStatus(errno, "setenv " + k);
   }
+  // The agent runs in its own working directory, as under `agentctl run`.
+  const std::string workdir = vars.at("AGENTRT_WORKDIR");
+  std::error_code ec;
+  std::filesystem::create_directories(workdir, ec);
+  if (ec)
+    return Internal(
+        fmt::format("agent {}: cannot create {}: {}", agent_name, workdir, ec.message()));
+  if (::chdir(workdir.c_str()) != 0)
+    return ErrnoStatus(errno, fmt::format("agent {}: cannot enter {}", agent_name, workdir));
   // agent-worker and the other tools live next to agentctl.
   std::string bin = std::filesystem::path(self_path).parent_path().string();
   const char* path = std::getenv("PATH");

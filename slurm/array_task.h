@@ -10,8 +10,9 @@
 // host of SLURM_JOB_NODELIST), CUDA_VISIBLE_DEVICES (as SLURM's GRES binding
 // set it; empty for a CPU agent), AGENTRT_RESTART_COUNT (SLURM_RESTART_COUNT).
 // From the run directory: AGENTRT_BUS (bus.address), AGENTRT_TOKEN_FILE
-// (secrets/<agent>.token). There is no run controller in array mode, so
-// AGENTRT_TELEMETRY is not set.
+// (secrets/<agent>.token), AGENTRT_WORKDIR (the plan's workdir, by default
+// agents/<agent>: created, and the command runs in it). There is no run controller in array mode,
+// so AGENTRT_TELEMETRY is not set.
 #pragma once
 
 #include <functional>

@@ -57,7 +57,8 @@ TEST_CASE("an array task's rank gets the agent contract from the plan and from S
   CHECK(e.at("AGENTRT_RESTART_COUNT") == "1");
   CHECK(e.at("CUDA_VISIBLE_DEVICES") == "4,5");
   CHECK(e.at("PYTHONUNBUFFERED") == "1");
-  CHECK(e.at("AGENTRT_TELEMETRY").empty());  // no run controller in array mode
+  CHECK(e.at("AGENTRT_TELEMETRY").empty());                    // no run controller in array mode
+  CHECK(e.at("AGENTRT_WORKDIR") == "/runs/pp/agents/prey-0");  // as under agentctl run
 }
 
 TEST_CASE("a CPU agent's rank sees no GPU") {
