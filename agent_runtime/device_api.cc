@@ -65,10 +65,10 @@ Result<Api*> Load() {
 }  // namespace
 
 bool DriverPresent() {
-  void* handle = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (handle == nullptr) return false;
-  ::dlclose(handle);
-  return true;
+  // A driver does not come or go while a process runs: asked once. The handle
+  // stays open; the device API loads the same library anyway.
+  static const bool present = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL) != nullptr;
+  return present;
 }
 
 Result<Api*> LoadDeviceApi() {
@@ -85,14 +85,12 @@ DeviceGuard::DeviceGuard(Api* api, int device) : api_(api) {
     return;
   }
   previous_ = *current;
-  if (previous_ != device) status_ = api_->SetDevice(device);
+  changed_ = previous_ != device;
+  if (changed_) status_ = api_->SetDevice(device);
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (status_.ok() && previous_ >= 0) {
-    Result<int> now = api_->CurrentDevice();
-    if (now.ok() && *now != previous_) (void)api_->SetDevice(previous_);
-  }
+  if (status_.ok() && changed_) (void)api_->SetDevice(previous_);
 }
 
 }  // namespace agentrt::device

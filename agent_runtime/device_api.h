@@ -47,9 +47,6 @@ class Api {
  public:
   virtual ~Api() = default;
 
-  // "CUDA driver 13.0, runtime 13.0, NCCL 2.28.3".
-  virtual std::string Versions() = 0;
-
   // Devices this process sees. 0 when the driver reports no device
   // (cudaErrorNoDevice, e.g. CUDA_VISIBLE_DEVICES=""); any other failure
   // (an old driver, a broken install) is an error carrying CUDA's text.
@@ -142,6 +139,7 @@ class DeviceGuard {
  private:
   Api* api_;
   int previous_ = -1;
+  bool changed_ = false;  // the guard set `device`: it restores `previous_`
   Status status_;
 };
 

@@ -80,6 +80,15 @@ std::string FormatTimeout(Timeout t) {
   return std::to_string(ms) + " ms";
 }
 
+Status BeginCall(bool broken, std::string_view where, std::string_view op, const Status& arg_status,
+                 std::string_view why_broken) {
+  if (broken) {
+    return Aborted(std::string(where) + ": " + std::string(op) + " refused: " +
+                   std::string(why_broken) + "; exit so the supervisor restarts the agent");
+  }
+  return arg_status.ok() ? arg_status : arg_status.WithContext(where);
+}
+
 Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op) {
   if (count > 0 && buf == nullptr) {
     return InvalidArgument(std::string(op) + ": " + std::string(what) + " is null but count is " +
@@ -164,13 +173,13 @@ Result<std::unique_ptr<Group>> MakeGroup(const GroupOptions& options) {
       return MakeMpiGroup(options);
     case GroupBackend::kNccl: {
       device::Api* api = options.device_api;
-      if (api == nullptr && !device::DriverPresent()) {
-        return FailedPrecondition(where +
-                                  ": the nccl backend needs a GPU but this node has no NVIDIA "
-                                  "driver (libcuda.so.1); run the agent where its GPUs are, or "
-                                  "give it backend: mpi (or single) to train on the host");
-      }
       if (api == nullptr) {
+        if (!device::DriverPresent()) {
+          return FailedPrecondition(where +
+                                    ": the nccl backend needs a GPU but this node has no NVIDIA "
+                                    "driver (libcuda.so.1); run the agent where its GPUs are, or "
+                                    "give it backend: mpi (or single) to train on the host");
+        }
         Result<device::Api*> loaded = device::LoadDeviceApi();
         if (!loaded.ok()) return loaded.status().WithContext(where + ": the nccl backend");
         api = *loaded;

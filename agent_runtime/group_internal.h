@@ -21,4 +21,9 @@ std::string FormatTimeout(Timeout t);
 Status CheckBuffer(const void* buf, size_t count, std::string_view what, std::string_view op);
 Status CheckRoot(int root, int size, std::string_view op);
 
+// Where every call of a backend starts: a broken group refuses `op`, saying
+// `why_broken`; an argument error (`arg_status`) gets the group's `where`.
+Status BeginCall(bool broken, std::string_view where, std::string_view op, const Status& arg_status,
+                 std::string_view why_broken);
+
 }  // namespace agentrt::internal

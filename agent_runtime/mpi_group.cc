@@ -336,12 +336,8 @@ class MpiGroup final : public Group {
 
   // Every call starts here: a broken group refuses, an argument error gets context.
   Status Begin(std::string_view op, const Status& arg_status) const {
-    if (broken_) {
-      return Aborted(where_ + ": " + std::string(op) +
-                     " refused: an earlier collective timed out and this group is unusable; "
-                     "exit so the supervisor restarts the agent");
-    }
-    return arg_status.ok() ? arg_status : arg_status.WithContext(where_);
+    return internal::BeginCall(broken_, where_, op, arg_status,
+                               "an earlier collective timed out and this group is unusable");
   }
 
   // Polls the request until it completes or the deadline passes. Reading the

@@ -135,12 +135,9 @@ class NcclGroup final : public Group {
   }
 
   Status Begin(std::string_view op, const Status& arg_status) const {
-    if (broken_) {
-      return Aborted(where_ + ": " + std::string(op) +
-                     " refused: an earlier collective failed or timed out and the communicator "
-                     "was aborted; exit so the supervisor restarts the agent");
-    }
-    return arg_status.ok() ? arg_status : arg_status.WithContext(where_);
+    return internal::BeginCall(
+        broken_, where_, op, arg_status,
+        "an earlier collective failed or timed out and the communicator was aborted");
   }
 
   Status Abort(Status why) {

@@ -72,6 +72,7 @@ while read -r f; do
   done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" {print $1, $3}')
 done < <(elf_files)
 [ -z "$missing" ] || fail "libraries not found:$missing"
+mapfile -t elves < <(elf_files)  # the bundle's programs and libraries, complete now
 
 # Programs find lib/ through RUNPATH $ORIGIN/../lib, libraries their neighbours
 # through $ORIGIN; GPU support also looks where CUDA installs itself.
@@ -84,14 +85,12 @@ while read -r f; do
   chmod u+w "$f"
   strip --strip-unneeded "$f" 2>/dev/null || true
   patchelf --set-rpath "$rpath" "$f"
-done < <(elf_files)
+done < <(printf '%s\n' "${elves[@]}")
 
 # What the host must provide: the newest symbol versions any file asks for.
-newest() {
-  { elf_files | xargs objdump -T 2>/dev/null || true; } | { grep -o "$1_[0-9.]*[0-9]" || true; } | sort -uV | tail -1
-}
-glibc=$(newest GLIBC)
-glibcxx=$(newest GLIBCXX)
+versions=$({ objdump -T "${elves[@]}" 2>/dev/null || true; } | { grep -oE 'GLIBC(XX)?_[0-9.]*[0-9]' || true; } | sort -uV)
+glibc=$(grep '^GLIBC_' <<<"$versions" | tail -1 || true)
+glibcxx=$(grep '^GLIBCXX_' <<<"$versions" | tail -1 || true)
 [ -n "$glibc" ] && [ -n "$glibcxx" ] || fail "objdump -T found no GLIBC/GLIBCXX symbol versions in the bundle"
 bundled=$(find "$top/lib" -maxdepth 1 -type f -printf '%f\n' | sed 's/\.so.*//' | sort -u | tr '\n' ' ')
 sed -e "s/@VERSION@/$version/g" -e "s/@GLIBC@/${glibc#GLIBC_}/g" -e "s/@GLIBCXX@/${glibcxx#GLIBCXX_}/g" \

@@ -211,8 +211,10 @@ exec {bus} --plan {plan} --secret-file {secret} \
     }
     // MPI agents need SLURM's PMIx to wire up MPI_Init under srun.
     bool mpi = false;
-    for (const std::string& name : array.agents)
-      mpi |= LaunchesThroughMpi(plan.FindAgent(name)->backend, plan.FindAgent(name)->ranks);
+    for (const std::string& name : array.agents) {
+      const AgentPlan* agent = plan.FindAgent(name);
+      mpi |= LaunchesThroughMpi(agent->backend, agent->ranks);
+    }
     std::vector<std::string> quoted;
     for (const std::string& name : array.agents) quoted.push_back(Quote(name));
     std::string gpus_text =

@@ -64,24 +64,8 @@ Result<Progress> Enqueued(ncclResult_t r, const char* call) {
   return Progress::kDone;
 }
 
-std::string VersionText(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
 class CudaApi final : public Api {
  public:
-  std::string Versions() override {
-    int driver = 0;
-    int runtime = 0;
-    int nccl = 0;
-    cudaDriverGetVersion(&driver);
-    cudaRuntimeGetVersion(&runtime);
-    ncclGetVersion(&nccl);
-    return "CUDA driver " + (driver > 0 ? VersionText(driver) : std::string("none")) +
-           ", runtime " + VersionText(runtime) + ", NCCL " + std::to_string(nccl / 10000) + "." +
-           std::to_string(nccl / 100 % 100) + "." + std::to_string(nccl % 100);
-  }
-
   Result<int> DeviceCount() override {
     int n = 0;
     const cudaError_t err = cudaGetDeviceCount(&n);

@@ -110,7 +110,6 @@ class FakeDevice final : public device::Api {
   }
 
   // ---- device::Api ----
-  std::string Versions() override { return "fake CUDA, fake NCCL"; }
   Result<int> DeviceCount() override {
     std::lock_guard<std::mutex> lock(mu_);
     return devices_;
