@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Learning curves and a per-agent summary of an agentrt run directory.
 
     scripts/plot_curves.py RUN_DIR [--metric episode_return_mean]
