@@ -1,5 +1,5 @@
 // agentrt::Checkpointer — wall-clock, sharded, atomic, asynchronous checkpoints
-// with verified resume (DESIGN §8, issue 4).
+// with verified resume.
 //
 // Layout under the agent's checkpoint directory (AGENTRT_CKPT_DIR), all 0700/0600:
 //

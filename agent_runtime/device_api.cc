@@ -90,7 +90,8 @@ DeviceGuard::DeviceGuard(Api* api, int device) : api_(api) {
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (status_.ok() && changed_) (void)api_->SetDevice(previous_);
+  // Best effort: a destructor has no caller to tell that the device could not be put back.
+  if (status_.ok() && changed_) api_->SetDevice(previous_).IgnoreError();
 }
 
 }  // namespace agentrt::device

@@ -90,7 +90,7 @@ void FlightRecorder::End(uint64_t seq, bool ok) {
   busy_s_ += now - r.start_unix_s;
 }
 
-nlohmann::json FlightRecorder::Snapshot(size_t recent) const {
+CollectiveSnapshot FlightRecorder::Snapshot(size_t recent) const {
   std::array<CollectiveRecord, kCapacity> copy;
   uint64_t last = 0;
   double busy = 0;
@@ -100,28 +100,28 @@ nlohmann::json FlightRecorder::Snapshot(size_t recent) const {
     last = last_seq_;
     busy = busy_s_;
   }
-  nlohmann::json j = {{"seq", last}, {"in", false}, {"busy_s", busy}};
+  CollectiveSnapshot s;
+  s.seq = last;
+  s.busy_s = busy;
   if (last > 0) {
     const CollectiveRecord& current = copy[last % kCapacity];
-    j["in"] = current.state == CollectiveRecord::State::kRunning;
-    j["op"] = CollectiveOpName(current.op);
-    j["since"] = current.start_unix_s;
+    s.in = current.state == CollectiveRecord::State::kRunning;
+    s.op = CollectiveOpName(current.op);
+    s.since = current.start_unix_s;
   }
-  nlohmann::json list = nlohmann::json::array();
   const uint64_t n = std::min<uint64_t>({recent, kCapacity, last});
   for (uint64_t seq = last - n + 1; n > 0 && seq <= last; ++seq) {
     const CollectiveRecord& r = copy[seq % kCapacity];
     if (r.seq != seq) continue;
-    list.push_back({{"seq", r.seq},
-                    {"op", CollectiveOpName(r.op)},
-                    {"bytes", r.bytes},
-                    {"dtype", DataTypeName(r.dtype)},
-                    {"start", r.start_unix_s},
-                    {"end", r.end_unix_s},
-                    {"state", StateName(r.state)}});
+    s.recent.push_back({.seq = r.seq,
+                        .op = std::string(CollectiveOpName(r.op)),
+                        .bytes = r.bytes,
+                        .dtype = std::string(DataTypeName(r.dtype)),
+                        .start = r.start_unix_s,
+                        .end = r.end_unix_s,
+                        .state = std::string(StateName(r.state))});
   }
-  j["recent"] = std::move(list);
-  return j;
+  return s;
 }
 
 std::unique_ptr<Group> RecordCollectives(std::unique_ptr<Group> group, FlightRecorder* recorder) {

@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "agent_runtime/group.h"
+#include "plan/records.h"
 
 namespace agentrt {
 
@@ -43,12 +44,10 @@ class FlightRecorder {
   // Collective `seq` ended.
   void End(uint64_t seq, bool ok);
 
-  // {"seq": <last started, 0: none>, "in": <inside it now>, "op": "all_reduce",
-  //  "since": <its start, Unix s>, "busy_s": <seconds in finished collectives>, "recent": [<up to
-  //  `recent` newest records, oldest first: {"seq", "op", "bytes", "dtype", "start", "end",
-  //  "state"}>]}
-  // (allocates: for the heartbeat thread, never the training loop).
-  nlohmann::json Snapshot(size_t recent = 16) const;
+  // The last collective started, whether the rank is inside it, and the
+  // `recent` newest calls, oldest first (plan/records.h). Allocates: for the
+  // heartbeat thread, never the training loop.
+  CollectiveSnapshot Snapshot(size_t recent = 16) const;
 
  private:
   mutable std::mutex mu_;

@@ -148,7 +148,8 @@ Runtime::~Runtime() {
   if (heartbeat_.joinable()) heartbeat_.join();
   signals_.reset();  // no callback into this object after this point
   if (checkpointer_) {
-    (void)checkpointer_->Wait();  // a failed last save was already reported by Save()/Wait()
+    checkpointer_->Wait()
+        .IgnoreError();  // a failed last save was already reported by Save()/Wait()
   }
   if (sender_) {
     TelemetryMessage bye = Message(TelemetryType::kBye);

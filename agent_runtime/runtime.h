@@ -1,5 +1,5 @@
 // agentrt::Runtime — what an agent process gets from agentrt: its assignment
-// (the agent environment of DESIGN §4, plan/agent_env.h), its own entry of the
+// (the agent environment, plan/agent_env.h), its own entry of the
 // run's plan (args, checkpoint policy, group backend, ports, GPUs), its Group,
 // its BusClient, a heartbeat to the run controller, metrics reporting, stop and
 // checkpoint signals, and its Checkpointer.

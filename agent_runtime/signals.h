@@ -6,7 +6,7 @@
 // the pipe and runs the registered callbacks, where locks, allocation and I/O
 // are allowed.
 //
-// Meaning of the signals in agentrt (DESIGN §9, issue 4):
+// Meaning of the signals in agentrt:
 //   SIGTERM, SIGINT  stop: the controller's stop request (it signals the agent's
 //                    process group) or a SLURM preemption; checkpoint, then exit.
 //   SIGUSR2          checkpoint now (SLURM --signal=USR2@grace), keep running.

@@ -101,7 +101,7 @@ struct agentrt_bus {
       std::lock_guard<std::mutex> lock(mu);
       all.swap(subs);
     }
-    for (auto& [id, q] : all) (void)End(id, q);
+    for (auto& [id, q] : all) End(id, q).IgnoreError();  // closing: nobody to tell
   }
 
   // Unblocks a queue's writer, then ends the subscription.

@@ -233,7 +233,7 @@ int agentrt_checkpointer_create(const char* dir, const char* agent, int rank, in
 
 void agentrt_checkpointer_close(agentrt_checkpointer* ck) {
   if (ck == nullptr) return;
-  (void)ck->ck->Wait();
+  ck->ck->Wait().IgnoreError();  // a failed save was reported by agentrt_checkpointer_wait/save
   delete ck;
 }
 

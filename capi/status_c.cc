@@ -11,43 +11,13 @@ thread_local std::string g_last_error;
 
 const char* LastError();
 
-int CodeOf(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return AGENTRT_OK;
-    case StatusCode::kCancelled:
-      return AGENTRT_CANCELLED;
-    case StatusCode::kInvalidArgument:
-      return AGENTRT_INVALID_ARGUMENT;
-    case StatusCode::kDeadlineExceeded:
-      return AGENTRT_DEADLINE_EXCEEDED;
-    case StatusCode::kNotFound:
-      return AGENTRT_NOT_FOUND;
-    case StatusCode::kAlreadyExists:
-      return AGENTRT_ALREADY_EXISTS;
-    case StatusCode::kPermissionDenied:
-      return AGENTRT_PERMISSION_DENIED;
-    case StatusCode::kResourceExhausted:
-      return AGENTRT_RESOURCE_EXHAUSTED;
-    case StatusCode::kFailedPrecondition:
-      return AGENTRT_FAILED_PRECONDITION;
-    case StatusCode::kAborted:
-      return AGENTRT_ABORTED;
-    case StatusCode::kOutOfRange:
-      return AGENTRT_OUT_OF_RANGE;
-    case StatusCode::kUnimplemented:
-      return AGENTRT_UNIMPLEMENTED;
-    case StatusCode::kInternal:
-      return AGENTRT_INTERNAL;
-    case StatusCode::kUnavailable:
-      return AGENTRT_UNAVAILABLE;
-    case StatusCode::kDataLoss:
-      return AGENTRT_DATA_LOSS;
-    case StatusCode::kUnauthenticated:
-      return AGENTRT_UNAUTHENTICATED;
-  }
-  return AGENTRT_UNKNOWN;
-}
+static_assert(static_cast<int>(StatusCode::kUnknown) == AGENTRT_UNKNOWN &&
+                  static_cast<int>(StatusCode::kInvalidArgument) == AGENTRT_INVALID_ARGUMENT &&
+                  static_cast<int>(StatusCode::kUnauthenticated) == AGENTRT_UNAUTHENTICATED &&
+                  kLastStatusCode == AGENTRT_UNAUTHENTICATED,
+              "StatusCode and enum agentrt_code share gRPC's numbering");
+
+int CodeOf(StatusCode code) { return static_cast<int>(code); }
 
 int Fail(const Status& s) {
   g_last_error = s.message();
@@ -88,24 +58,8 @@ int agentrt_api_version(void) { return AGENTRT_C_API_VERSION; }
 const char* agentrt_last_error(void) { return agentrt::capi::LastError(); }
 
 const char* agentrt_code_name(int code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  return code >= 0 && code <= AGENTRT_UNAUTHENTICATED ? kNames[code] : "UNKNOWN";
+  // StatusCodeName's views are of string literals, so NUL-terminated.
+  return agentrt::StatusCodeName(static_cast<agentrt::StatusCode>(code)).data();
 }
 
 void agentrt_free(void* p) { std::free(p); }

@@ -38,7 +38,7 @@ install(TARGETS ${_agentrt_export_targets} EXPORT agentrtTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(EXPORT agentrtTargets NAMESPACE agentrt:: DESTINATION ${AGENTRT_CMAKE_INSTALL_DIR})
 
-# Headers: only what an embedder uses (DESIGN §1.6): the runtime and its
+# Headers: only what an embedder uses: the runtime and its
 # checkpointer, group and signals, the bus client, the env interface and pool,
 # the plan and agent environment they expose, and the reference PPO for a
 # custom trainer. Internal headers (group_internal.h, mpi_group.h, broker.h,
@@ -46,7 +46,7 @@ install(EXPORT agentrtTargets NAMESPACE agentrt:: DESTINATION ${AGENTRT_CMAKE_IN
 # self-contained against this set (tests/examples/custom_env_test.sh checks).
 set(AGENTRT_PUBLIC_HEADERS
     common/status.h common/clock.h common/group_backend.h
-    plan/agent_env.h plan/config.h plan/plan.h plan/run_dir.h
+    plan/agent_env.h plan/config.h plan/plan.h plan/records.h plan/run_dir.h
     comms/auth.h comms/bus_client.h comms/bus_types.h comms/telemetry.h
     agent_runtime/runtime.h agent_runtime/checkpointer.h agent_runtime/group.h
     agent_runtime/signals.h agent_runtime/sharded_adam.h agent_runtime/adamw.h

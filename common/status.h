@@ -13,25 +13,30 @@
 
 namespace agentrt {
 
+// Numbered as gRPC's codes (and the C API's), so converting is a cast.
 enum class StatusCode {
   kOk = 0,
-  kCancelled,
-  kInvalidArgument,
-  kDeadlineExceeded,
-  kNotFound,
-  kAlreadyExists,
-  kPermissionDenied,
-  kResourceExhausted,
-  kFailedPrecondition,
-  kAborted,
-  kOutOfRange,
-  kUnimplemented,
-  kInternal,
-  kUnavailable,
-  kDataLoss,
-  kUnauthenticated,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
 };
+inline constexpr int kLastStatusCode = 16;
 
+// "INVALID_ARGUMENT"; "UNKNOWN" for a number outside the list. The view is of
+// a string literal (NUL-terminated).
 std::string_view StatusCodeName(StatusCode code);
 
 class [[nodiscard]] Status {
@@ -50,6 +55,11 @@ class [[nodiscard]] Status {
 
   // Returns a copy whose message is prefixed with `context: `.
   Status WithContext(std::string_view context) const;
+
+  // Discards this status on purpose: the caller has nothing to do about a
+  // failure (best-effort clean-up, an error already reported elsewhere). Say
+  // why next to the call.
+  void IgnoreError() const {}
 
  private:
   StatusCode code_ = StatusCode::kOk;

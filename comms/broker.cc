@@ -14,6 +14,7 @@
 #include "common/file_util.h"
 #include "common/random.h"
 #include "fmt/format.h"
+#include "plan/run_dir.h"
 
 namespace agentrt {
 
@@ -221,7 +222,7 @@ std::vector<std::shared_ptr<Broker::Log>> Broker::AllLogs() const {
 
 Status Broker::Recover(std::vector<std::string>* notes) {
   if (durable()) {
-    const std::string root = options_.log_dir + "/logs";
+    const std::string root = BusLogTopicsDir(options_.log_dir);
     std::error_code ec;
     std::filesystem::create_directories(root, ec);
     if (ec) return Internal("bus log: cannot create " + root + ": " + ec.message());
@@ -265,7 +266,7 @@ Status Broker::Recover(std::vector<std::string>* notes) {
     // at once: writes to unlinked files are several times slower on ext4.)
     std::error_code ec;
     if (!options_.log_dir.empty()) {
-      spill_dir_ = options_.log_dir + "/spill";
+      spill_dir_ = BusLogSpillDir(options_.log_dir);
       std::filesystem::remove_all(spill_dir_, ec);
       std::filesystem::create_directories(spill_dir_, ec);
       if (ec) return Internal("bus: cannot create " + spill_dir_ + ": " + ec.message());
@@ -347,7 +348,7 @@ Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::s
 }
 
 std::string Broker::BlobDir(const Log& log) const {
-  return durable() ? options_.log_dir + "/logs/" + EscapeLogName(log.name) : spill_dir_;
+  return durable() ? BusLogTopicsDir(options_.log_dir) + "/" + EscapeLogName(log.name) : spill_dir_;
 }
 
 void Broker::FlushLoop() {
@@ -485,8 +486,9 @@ Status Broker::AppendLocked(Log& log, std::shared_ptr<v1::Message> msg, int64_t*
   if (durable()) {
     if (!log.files) {
       SegmentLog::Recovered rec;
-      auto files = SegmentLog::Open(options_.log_dir + "/logs/" + EscapeLogName(log.name),
-                                    options_.segment_bytes, &rec);
+      auto files =
+          SegmentLog::Open(BusLogTopicsDir(options_.log_dir) + "/" + EscapeLogName(log.name),
+                           options_.segment_bytes, &rec);
       if (!files.ok()) return NotStored(files.status());
       log.files = std::move(files).value();
       if (log.base != 0 || !log.msgs.empty() || !rec.messages.empty()) {

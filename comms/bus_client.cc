@@ -25,61 +25,13 @@ using WallClock = std::chrono::system_clock;
 
 namespace {
 
-// The one place where a gRPC status becomes an agentrt::Status.
+// The one place where a gRPC status becomes an agentrt::Status (the codes
+// share gRPC's numbering; one from a newer peer outside it reads as INTERNAL).
 Status FromGrpc(const grpc::Status& s, std::string_view what) {
   if (s.ok()) return Status::Ok();
-  StatusCode code = StatusCode::kInternal;
-  switch (s.error_code()) {
-    case grpc::StatusCode::OK:
-      return Status::Ok();
-    case grpc::StatusCode::CANCELLED:
-      code = StatusCode::kCancelled;
-      break;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      code = StatusCode::kInvalidArgument;
-      break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      code = StatusCode::kDeadlineExceeded;
-      break;
-    case grpc::StatusCode::NOT_FOUND:
-      code = StatusCode::kNotFound;
-      break;
-    case grpc::StatusCode::ALREADY_EXISTS:
-      code = StatusCode::kAlreadyExists;
-      break;
-    case grpc::StatusCode::PERMISSION_DENIED:
-      code = StatusCode::kPermissionDenied;
-      break;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      code = StatusCode::kResourceExhausted;
-      break;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      code = StatusCode::kFailedPrecondition;
-      break;
-    case grpc::StatusCode::ABORTED:
-      code = StatusCode::kAborted;
-      break;
-    case grpc::StatusCode::OUT_OF_RANGE:
-      code = StatusCode::kOutOfRange;
-      break;
-    case grpc::StatusCode::UNIMPLEMENTED:
-      code = StatusCode::kUnimplemented;
-      break;
-    case grpc::StatusCode::UNAVAILABLE:
-      code = StatusCode::kUnavailable;
-      break;
-    case grpc::StatusCode::DATA_LOSS:
-      code = StatusCode::kDataLoss;
-      break;
-    case grpc::StatusCode::UNAUTHENTICATED:
-      code = StatusCode::kUnauthenticated;
-      break;
-    case grpc::StatusCode::UNKNOWN:
-    case grpc::StatusCode::INTERNAL:
-    default:
-      code = StatusCode::kInternal;
-      break;
-  }
+  const int c = static_cast<int>(s.error_code());
+  const auto code =
+      c > 0 && c <= kLastStatusCode ? static_cast<StatusCode>(c) : StatusCode::kInternal;
   return Status(code, std::string(what) + ": " + s.error_message());
 }
 
@@ -341,7 +293,7 @@ BusClient::BusClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
 }
 
 BusClient::~BusClient() {
-  (void)Flush(impl_->options.call_timeout);
+  Flush(impl_->options.call_timeout).IgnoreError();
   {
     std::lock_guard<std::mutex> lock(impl_->async_mu);
     impl_->async_stop = true;
@@ -353,7 +305,7 @@ BusClient::~BusClient() {
     std::lock_guard<std::mutex> lock(impl_->subs_mu);
     for (const auto& [id, s] : impl_->subs) ids.push_back(id);
   }
-  for (auto id : ids) (void)Unsubscribe(id);
+  for (auto id : ids) Unsubscribe(id).IgnoreError();
 }
 
 struct BusClientStubAccess {

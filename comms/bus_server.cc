@@ -15,66 +15,23 @@
 #include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
 #include "fmt/format.h"
+#include "plan/run_dir.h"
 
 namespace agentrt {
 namespace {
 
 namespace v1 = bus::v1;
 
+static_assert(static_cast<int>(grpc::StatusCode::UNAUTHENTICATED) ==
+                      static_cast<int>(agentrt::StatusCode::kUnauthenticated) &&
+                  static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT) ==
+                      static_cast<int>(agentrt::StatusCode::kInvalidArgument),
+              "agentrt::StatusCode is numbered as gRPC's");
+
 // The one place where agentrt::Status becomes a gRPC status.
 grpc::Status ToGrpc(const Status& s) {
-  using grpc::StatusCode;
-  StatusCode code = StatusCode::UNKNOWN;
-  switch (s.code()) {
-    case agentrt::StatusCode::kOk:
-      return grpc::Status::OK;
-    case agentrt::StatusCode::kCancelled:
-      code = StatusCode::CANCELLED;
-      break;
-    case agentrt::StatusCode::kInvalidArgument:
-      code = StatusCode::INVALID_ARGUMENT;
-      break;
-    case agentrt::StatusCode::kDeadlineExceeded:
-      code = StatusCode::DEADLINE_EXCEEDED;
-      break;
-    case agentrt::StatusCode::kNotFound:
-      code = StatusCode::NOT_FOUND;
-      break;
-    case agentrt::StatusCode::kAlreadyExists:
-      code = StatusCode::ALREADY_EXISTS;
-      break;
-    case agentrt::StatusCode::kPermissionDenied:
-      code = StatusCode::PERMISSION_DENIED;
-      break;
-    case agentrt::StatusCode::kResourceExhausted:
-      code = StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case agentrt::StatusCode::kFailedPrecondition:
-      code = StatusCode::FAILED_PRECONDITION;
-      break;
-    case agentrt::StatusCode::kAborted:
-      code = StatusCode::ABORTED;
-      break;
-    case agentrt::StatusCode::kOutOfRange:
-      code = StatusCode::OUT_OF_RANGE;
-      break;
-    case agentrt::StatusCode::kUnimplemented:
-      code = StatusCode::UNIMPLEMENTED;
-      break;
-    case agentrt::StatusCode::kInternal:
-      code = StatusCode::INTERNAL;
-      break;
-    case agentrt::StatusCode::kUnavailable:
-      code = StatusCode::UNAVAILABLE;
-      break;
-    case agentrt::StatusCode::kDataLoss:
-      code = StatusCode::DATA_LOSS;
-      break;
-    case agentrt::StatusCode::kUnauthenticated:
-      code = StatusCode::UNAUTHENTICATED;
-      break;
-  }
-  return grpc::Status(code, s.message());
+  if (s.ok()) return grpc::Status::OK;
+  return {static_cast<grpc::StatusCode>(s.code()), s.message()};
 }
 
 std::string_view Metadata(const grpc::ServerContext* ctx, std::string_view key) {
@@ -379,7 +336,7 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   impl->options = options;
   uint64_t incarnation = options.incarnation;
   const bool durable = !b.log_dir.empty() && b.durability != BusDurability::kMemory;
-  const std::string incarnation_path = b.log_dir + "/incarnation";
+  const std::string incarnation_path = BusIncarnationFile(b.log_dir);
   if (durable) {
     // The logs outlive this broker, and so does the incarnation that saved
     // positions carry: a restarted broker is the same log to its readers.
@@ -469,25 +426,24 @@ std::string BusServer::address() const {
 uint64_t BusServer::incarnation() const { return impl_->broker->incarnation(); }
 const std::vector<std::string>& BusServer::recovery_notes() const { return impl_->notes; }
 
-nlohmann::json BusServer::Snapshot() const {
-  nlohmann::json topics = nlohmann::json::array(), subscribers = nlohmann::json::array();
+BusSnapshot BusServer::Snapshot() const {
+  BusSnapshot snapshot;
   for (const auto& t : impl_->broker->ListTopics("")) {
-    topics.push_back({{"topic", t.topic()},
-                      {"earliest_offset", t.earliest_offset()},
-                      {"end_offset", t.end_offset()},
-                      {"retained_bytes", t.retained_bytes()}});
+    snapshot.topics.push_back({.topic = t.topic(),
+                               .earliest_offset = t.earliest_offset(),
+                               .end_offset = t.end_offset(),
+                               .retained_bytes = t.retained_bytes()});
   }
   for (const auto& r : impl_->broker->Readers()) {
-    subscribers.push_back({{"agent", r.agent},
-                           {"topic", r.log},
-                           {"offset", r.next_offset},
-                           {"lag", std::max<int64_t>(0, r.end_offset - r.next_offset)}});
+    snapshot.subscribers.push_back({.agent = r.agent,
+                                    .topic = r.log,
+                                    .offset = r.next_offset,
+                                    .lag = std::max<int64_t>(0, r.end_offset - r.next_offset)});
   }
   const BusStats s = impl_->broker->Stats();
-  return {{"topics", topics},
-          {"subscribers", subscribers},
-          {"messages_published", s.messages_published},
-          {"messages_delivered", s.messages_delivered}};
+  snapshot.messages_published = s.messages_published;
+  snapshot.messages_delivered = s.messages_delivered;
+  return snapshot;
 }
 BusStats BusServer::Stats() const { return impl_->broker->Stats(); }
 void BusServer::CloseStreams() { impl_->service->CloseStreams(); }

@@ -22,6 +22,7 @@
 #include "comms/auth.h"
 #include "comms/broker.h"
 #include "plan/config.h"
+#include "plan/records.h"
 
 namespace agentrt {
 
@@ -71,7 +72,7 @@ class BusServer {
   // Topics (not inboxes) with their offsets, and the open subscriptions with
   // their positions: {"topics": [{topic, earliest_offset, end_offset,
   // retained_bytes}], "subscribers": [{agent, topic, offset, lag}]}.
-  nlohmann::json Snapshot() const;
+  BusSnapshot Snapshot() const;
   // What recovering a durable log found (torn tails cut, what was read back).
   const std::vector<std::string>& recovery_notes() const;
   BusStats Stats() const;

@@ -71,9 +71,7 @@ std::string EncodeTelemetry(const TelemetryMessage& m, uint64_t seq) {
     j["restored_step"] = m.checkpoint_step;
     j["skipped_steps"] = m.skipped_steps;
   }
-  if (m.type == TelemetryType::kHeartbeat && m.collective.is_object()) {
-    j["collective"] = m.collective;
-  }
+  if (m.type == TelemetryType::kHeartbeat && m.collective) j["collective"] = m.collective->ToJson();
   if (m.flops_per_sample > 0) j["flops_per_sample"] = m.flops_per_sample;
   if (seq == 0) seq = m.seq;
   if (seq > 0) j["seq"] = seq;
@@ -139,8 +137,14 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
   if (auto it = j.find("flops_per_sample"); it != j.end() && it->is_number()) {
     m.flops_per_sample = it->get<double>();
   }
-  if (auto it = j.find("collective"); it != j.end() && it->is_object()) {
-    m.collective = std::move(*it);
+  if (auto it = j.find("collective"); it != j.end() && !it->is_null()) {
+    auto collective = CollectiveSnapshot::FromJson(*it);
+    if (!collective.ok()) {
+      return InvalidArgument("telemetry: heartbeat from agent " + m.agent + " rank " +
+                             std::to_string(m.rank) +
+                             ": bad \"collective\": " + collective.status().message());
+    }
+    m.collective = std::move(collective).value();
   }
   if (auto it = j.find("seq"); it != j.end() && it->is_number_unsigned()) {
     m.seq = it->get<uint64_t>();
@@ -333,16 +337,15 @@ Result<std::vector<TelemetryMessage>> TelemetryReceiver::Poll(std::chrono::milli
 
 // ---------------------------------------------------------------- metrics.jsonl
 
-std::string MetricsJsonlLine(const TelemetryMessage& m, double run_start_unix_s) {
-  nlohmann::json j;
-  double run_time = m.time - run_start_unix_s;
-  j["run_time"] = run_time < 0 ? 0.0 : run_time;
-  j["time"] = m.time;
-  j["agent"] = m.agent;
-  j["rank"] = m.rank;
-  j["step"] = m.step;
-  j["metrics"] = m.metrics.is_object() ? m.metrics : nlohmann::json::object();
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+MetricsRecord MetricsRecordOf(const TelemetryMessage& m, double run_start_unix_s) {
+  MetricsRecord r;
+  r.run_time = std::max(0.0, m.time - run_start_unix_s);
+  r.time = m.time;
+  r.agent = m.agent;
+  r.rank = m.rank;
+  r.step = m.step;
+  if (m.metrics.is_object()) r.metrics = m.metrics;
+  return r;
 }
 
 Result<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& path,
@@ -359,7 +362,7 @@ MetricsWriter::~MetricsWriter() { std::fclose(file_); }
 
 Status MetricsWriter::Write(const TelemetryMessage& message) {
   if (message.type != TelemetryType::kMetrics) return Status::Ok();
-  std::string line = MetricsJsonlLine(message, run_start_unix_s_);
+  std::string line = MetricsRecordOf(message, run_start_unix_s_).ToLine();
   line.push_back('\n');
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
     return ErrnoStatus(errno, "metrics writer: write " + path_);

@@ -16,8 +16,8 @@
 //    "skipped_steps": [600],      // "restore" only: corrupt checkpoints passed over
 //    "reason": "...",             // "bye" only, optional: why the rank is leaving
 //    "collective": {"seq": 4182, "in": true, "op": "all_reduce", "since": 1764460000.1,
-//                   "recent": [...]},  // heartbeats of a rank with a Group: its
-//                                      // flight recorder (agent_runtime/flight_recorder.h)
+//                   "recent": [...]},  // heartbeats of a rank with a Group: its flight
+//                                      // recorder (CollectiveSnapshot, plan/records.h)
 //    "flops_per_sample": 3.2e12,    // when the agent declared it
 //    "seq": 1764460000250000}     // signed messages: strictly increasing per sender
 //
@@ -49,12 +49,14 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "common/status.h"
+#include "plan/records.h"
 
 namespace agentrt {
 
@@ -75,8 +77,8 @@ struct TelemetryMessage {
   std::vector<int64_t> skipped_steps;  // kRestore: committed checkpoints passed over as corrupt
   std::string reason;                  // kBye only (may be empty)
   uint64_t seq = 0;                    // set by a signing sender; 0: unsigned
-  nlohmann::json collective;           // kHeartbeat of a rank with a Group; null otherwise
-  double flops_per_sample = 0;         // declared by the agent (Runtime::SetFlopsPerSample); 0: not
+  std::optional<CollectiveSnapshot> collective;  // kHeartbeat of a rank with a Group
+  double flops_per_sample = 0;  // declared by the agent (Runtime::SetFlopsPerSample); 0: not
 };
 
 // Current wall-clock time in Unix seconds.
@@ -185,11 +187,9 @@ class TelemetryReceiver {
   uint64_t rejected_ = 0;
 };
 
-// One line of RUN_DIR/metrics.jsonl for a "metrics" message:
-//   {"run_time": <seconds since run_start_unix_s>, "time": <unix s>, "agent", "rank",
-//    "step", "metrics": {...}}
-// (no trailing newline).
-std::string MetricsJsonlLine(const TelemetryMessage& message, double run_start_unix_s);
+// The RUN_DIR/metrics.jsonl record of a "metrics" message (plan/records.h);
+// its run_time counts from run_start_unix_s.
+MetricsRecord MetricsRecordOf(const TelemetryMessage& message, double run_start_unix_s);
 
 // Appends metrics lines to a file (RUN_DIR/metrics.jsonl). Not thread-safe.
 class MetricsWriter {

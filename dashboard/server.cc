@@ -182,11 +182,11 @@ struct Dashboard::Impl {
       Act(req, res, "restart", req.get_param_value("agent"));
     });
     server.Get("/api/names", [this](const httplib::Request&, httplib::Response& res) {
-      (void)series.Refresh();
+      series.Refresh().IgnoreError();
       Json(res, series.Names());
     });
     server.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) {
-      (void)series.Refresh();
+      series.Refresh().IgnoreError();
       size_t points = 1000;
       if (req.has_param("points")) {
         const auto n = IntParam(req, "points");

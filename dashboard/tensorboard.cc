@@ -40,17 +40,16 @@ uint32_t TfRecordMaskedCrc(const void* data, size_t size) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
-Result<TensorBoardExport> WriteTensorBoard(const std::vector<nlohmann::json>& rows,
+Result<TensorBoardExport> WriteTensorBoard(const std::vector<MetricsRecord>& rows,
                                            const std::string& dir) {
   std::map<std::string, std::string> files;  // agent -> file contents
   TensorBoardExport out;
   double first_time = 0;
-  for (const nlohmann::json& row : rows) {
-    if (row.value("rank", 0) != 0 || !row.contains("metrics") || !row["metrics"].is_object())
-      continue;
-    const std::string agent = row.value("agent", "");
+  for (const MetricsRecord& row : rows) {
+    if (row.rank != 0) continue;
+    const std::string& agent = row.agent;
     if (agent.empty() || agent.find('/') != std::string::npos || agent.front() == '.') continue;
-    const double time = row.value("time", 0.0);
+    const double time = row.time;
     if (first_time == 0) first_time = time;
     std::string& file = files[agent];
     if (file.empty()) {
@@ -61,8 +60,8 @@ Result<TensorBoardExport> WriteTensorBoard(const std::vector<nlohmann::json>& ro
     }
     tensorboard::Event event;
     event.set_wall_time(time);
-    event.set_step(row.value("step", int64_t{0}));
-    for (const auto& [name, value] : row["metrics"].items()) {
+    event.set_step(row.step);
+    for (const auto& [name, value] : row.metrics.items()) {
       if (!value.is_number()) continue;
       tensorboard::Summary::Value* v = event.mutable_summary()->add_value();
       v->set_tag(name);

@@ -9,11 +9,11 @@
 // (dashboard/proto/tensorboard_event.proto).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "plan/records.h"
 
 namespace agentrt {
 
@@ -24,9 +24,9 @@ struct TensorBoardExport {
   std::vector<std::string> files;
 };
 
-// `rows`: metrics.jsonl lines ({"agent", "rank", "step", "time", "metrics"}),
-// in file order. Writes each agent's file atomically under `dir` (created).
-Result<TensorBoardExport> WriteTensorBoard(const std::vector<nlohmann::json>& rows,
+// `rows`: a run's metrics.jsonl records in file order. Writes each agent's file
+// atomically under `dir` (created).
+Result<TensorBoardExport> WriteTensorBoard(const std::vector<MetricsRecord>& rows,
                                            const std::string& dir);
 
 // The TFRecord checksum of `data`: crc32c, masked.

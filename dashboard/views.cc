@@ -56,7 +56,7 @@ Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
     if (auto league = ReadLeagueState(s.plan.league, dir.LeagueStatePath()); league.ok())
       s.league = std::move(*league);
   }
-  if (!s.plan.pbt.empty()) s.lineage = ReadLineage(dir.LineagePath());
+  if (!s.plan.pbt.empty()) s.lineage = ReadLineageFile(dir.LineagePath());
   return s;
 }
 
@@ -93,8 +93,9 @@ nlohmann::json LeagueView(const RunSnapshot& run) {
   }
   if (!run.lineage.empty()) {
     const size_t first = run.lineage.size() > 20 ? run.lineage.size() - 20 : 0;
-    out["lineage"] = nlohmann::json(std::vector<nlohmann::json>(
-        run.lineage.begin() + static_cast<long>(first), run.lineage.end()));
+    out["lineage"] = nlohmann::json::array();
+    for (size_t i = first; i < run.lineage.size(); ++i)
+      out["lineage"].push_back(run.lineage[i].ToJson());
     out["exploits"] = run.lineage.size();
   }
   return out;
@@ -157,7 +158,7 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   for (const PlanNode& n : run.plan.nodes)
     nodes.push_back({{"name", n.name}, {"gpus", n.gpus}, {"nvlink_domains", n.nvlink_domains}});
   out["nodes"] = std::move(nodes);
-  out["bus"] = st.bus.is_object() ? st.bus : nlohmann::json::object();
+  out["bus"] = st.bus ? st.bus->ToJson() : nlohmann::json::object();
   out["league"] = LeagueView(run);
   return out;
 }
@@ -222,22 +223,22 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
               return a.peak_flops > 0 && a.achieved_flops > 0 ? Opt(a.achieved_flops / a.peak_flops)
                                                               : std::nullopt;
             });
-  if (st.bus.is_object()) {
+  if (st.bus) {
     family("agentrt_bus_topic_end_offset", "gauge", "The next offset of each bus topic.");
-    for (const auto& t : st.bus.value("topics", nlohmann::json::array())) {
+    for (const BusSnapshot::Topic& t : st.bus->topics) {
       out += fmt::format("agentrt_bus_topic_end_offset{{run=\"{}\",topic=\"{}\"}} {}\n", r,
-                         Label(t.value("topic", "")), t.value("end_offset", int64_t{0}));
+                         Label(t.topic), t.end_offset);
     }
     family("agentrt_bus_subscriber_lag_messages", "gauge",
            "Messages a subscription has not yet been sent (end offset - its position).");
-    for (const auto& s : st.bus.value("subscribers", nlohmann::json::array())) {
+    for (const BusSnapshot::Subscriber& s : st.bus->subscribers) {
       out += fmt::format(
           "agentrt_bus_subscriber_lag_messages{{run=\"{}\",agent=\"{}\",topic=\"{}\"}} {}\n", r,
-          Label(s.value("agent", "")), Label(s.value("topic", "")), s.value("lag", int64_t{0}));
+          Label(s.agent), Label(s.topic), s.lag);
     }
     family("agentrt_bus_messages_published_total", "counter", "Messages the bus stored.");
     out += fmt::format("agentrt_bus_messages_published_total{{run=\"{}\"}} {}\n", r,
-                       st.bus.value("messages_published", int64_t{0}));
+                       st.bus->messages_published);
   }
   if (run.league) {
     family("agentrt_league_rating", "gauge", "The league member's Elo rating (last commit).");
@@ -252,9 +253,8 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
   if (!run.plan.pbt.empty()) {
     family("agentrt_pbt_exploits_total", "counter",
            "PBT exploits (a member restarted from another's checkpoint).");
-    const auto exploited = std::count_if(run.lineage.begin(), run.lineage.end(), [](const auto& l) {
-      return l.value("outcome", "") == "exploited";
-    });
+    const auto exploited = std::count_if(run.lineage.begin(), run.lineage.end(),
+                                         [](const LineageRecord& l) { return l.exploited(); });
     out += fmt::format("agentrt_pbt_exploits_total{{run=\"{}\"}} {}\n", r, exploited);
   }
   family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
@@ -299,16 +299,13 @@ Status MetricSeries::Refresh() {
   for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
     const std::string_view line(text.data() + start, nl - start);
     start = nl + 1;
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("metrics") || !j["metrics"].is_object()) continue;
-    const auto &rank = j["rank"], &agent = j["agent"], &step = j["step"];
-    if (!(rank.is_null() || (rank.is_number_integer() && rank.get<int64_t>() == 0)))
-      continue;  // the other ranks report the same curves
-    if (!agent.is_string() || !step.is_number()) continue;  // not a report line
-    auto& of_agent = series_[agent.get<std::string>()];
-    for (const auto& [k, v] : j["metrics"].items()) {
+    auto r = MetricsRecord::FromJson(nlohmann::json::parse(line, nullptr, false));
+    if (!r.ok()) continue;       // not a report line
+    if (r->rank != 0) continue;  // the other ranks report the same curves
+    auto& of_agent = series_[r->agent];
+    for (const auto& [k, v] : r->metrics.items()) {
       if (!v.is_number()) continue;
-      of_agent[k].emplace_back(step.get<double>(), v.get<double>());
+      of_agent[k].emplace_back(static_cast<double>(r->step), v.get<double>());
       ++points_;
     }
   }

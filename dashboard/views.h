@@ -23,6 +23,7 @@
 
 #include "common/status.h"
 #include "plan/plan.h"
+#include "plan/records.h"
 #include "scheduler/league.h"
 #include "scheduler/status.h"
 
@@ -35,7 +36,7 @@ struct RunSnapshot {
   bool controller_alive = false;
   std::map<std::string, double> checkpoint_unix_s;  // agent -> its last checkpoint's commit time
   std::optional<LeagueState> league;                // the league's last commit (plan.league)
-  std::vector<nlohmann::json> lineage;              // PBT exploits (RUN_DIR/league/lineage.jsonl)
+  std::vector<LineageRecord> lineage;               // PBT exploits (RUN_DIR/league/lineage.jsonl)
 };
 Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir);
 

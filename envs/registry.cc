@@ -17,9 +17,10 @@ EnvRegistry::EnvRegistry(const EnvRegistry& other) {
 
 EnvRegistry EnvRegistry::WithBuiltins() {
   EnvRegistry r;
-  (void)r.RegisterEnv("cartpole", MakeCartPole);
-  (void)r.RegisterEnv("dummy", MakeDummyEnv);
-  (void)r.RegisterMultiAgentEnv("pursuit", MakePursuit);
+  // Distinct names into an empty registry: these cannot clash.
+  r.RegisterEnv("cartpole", MakeCartPole).IgnoreError();
+  r.RegisterEnv("dummy", MakeDummyEnv).IgnoreError();
+  r.RegisterMultiAgentEnv("pursuit", MakePursuit).IgnoreError();
   return r;
 }
 

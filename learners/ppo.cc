@@ -48,27 +48,9 @@ class Reader {
 }  // namespace
 
 void PpoConfig::Read(Params& p) {
-  num_envs = p.Get("num_envs", num_envs);
-  rollout_steps = p.Get("rollout_steps", rollout_steps);
-  epochs = p.Get("epochs", epochs);
-  minibatches = p.Get("minibatches", minibatches);
-  lr = p.Get("lr", lr);
-  anneal_lr = p.Get("anneal_lr", anneal_lr);
-  steps = p.Get("steps", steps);
-  gamma = p.Get("gamma", gamma);
-  gae_lambda = p.Get("gae_lambda", gae_lambda);
-  clip_coef = p.Get("clip_coef", clip_coef);
-  ent_coef = p.Get("ent_coef", ent_coef);
-  vf_coef = p.Get("vf_coef", vf_coef);
-  max_grad_norm = p.Get("max_grad_norm", max_grad_norm);
-  adam_eps = p.Get("adam_eps", adam_eps);
-  target_kl = p.Get("target_kl", target_kl);
-  hidden = p.Get("hidden", hidden);
-  hidden_layers = p.Get("hidden_layers", hidden_layers);
-  norm_obs = p.Get("norm_obs", norm_obs);
-  norm_adv = p.Get("norm_adv", norm_adv);
-  obs_clip = p.Get("obs_clip", obs_clip);
-  seed = p.Get("seed", seed);
+#define AGENTRT_PPO_READ(type, name, default_value, doc) name = p.Get(#name, name);
+  AGENTRT_PPO_SETTINGS(AGENTRT_PPO_READ)
+#undef AGENTRT_PPO_READ
 }
 
 Result<PpoConfig> PpoConfig::FromJson(const nlohmann::json& args) {
@@ -81,27 +63,11 @@ Result<PpoConfig> PpoConfig::FromJson(const nlohmann::json& args) {
 }
 
 nlohmann::json PpoConfig::ToJson() const {
-  return {{"num_envs", num_envs},
-          {"rollout_steps", rollout_steps},
-          {"epochs", epochs},
-          {"minibatches", minibatches},
-          {"lr", lr},
-          {"anneal_lr", anneal_lr},
-          {"steps", steps},
-          {"gamma", gamma},
-          {"gae_lambda", gae_lambda},
-          {"clip_coef", clip_coef},
-          {"ent_coef", ent_coef},
-          {"vf_coef", vf_coef},
-          {"max_grad_norm", max_grad_norm},
-          {"adam_eps", adam_eps},
-          {"target_kl", target_kl},
-          {"hidden", hidden},
-          {"hidden_layers", hidden_layers},
-          {"norm_obs", norm_obs},
-          {"norm_adv", norm_adv},
-          {"obs_clip", obs_clip},
-          {"seed", seed}};
+  nlohmann::json j = nlohmann::json::object();
+#define AGENTRT_PPO_WRITE(type, name, default_value, doc) j[#name] = name;
+  AGENTRT_PPO_SETTINGS(AGENTRT_PPO_WRITE)
+#undef AGENTRT_PPO_WRITE
+  return j;
 }
 
 Status PpoConfig::Validate() const {

@@ -10,7 +10,7 @@ namespace {
 
 constexpr char kOutsideHint[] =
     " (agent processes are started by `agentctl run`, which sets it; to run one by hand, set the "
-    "DESIGN §4 variables yourself)";
+    "variables README.md's \"Running a job\" lists yourself)";
 
 Result<int64_t> ParseInt(std::string_view name, std::string_view text) {
   int64_t v = 0;

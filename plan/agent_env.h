@@ -1,4 +1,4 @@
-// agentrt::AgentEnv — the agent process contract (DESIGN §4): every variable a
+// agentrt::AgentEnv — the agent process contract: every variable a
 // rank of an agent is started with, named once, here. Each launcher (the local
 // backend, the srun backend, `agentctl array-task`) fills an AgentEnv from what
 // it knows and turns it into variables with ToVariables(); the rank wrapper

@@ -277,7 +277,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
       r.Read(aj, path, "checkpoint_dir", a.checkpoint_dir);
       r.Read(aj, path, "workdir", a.workdir, false);
       if (a.workdir.empty()) a.workdir = RunDir::RelativeWorkDir(a.name);
-      // Additive keys are optional so a plan in the bare DESIGN §6 shape reads.
+      // Additive keys are optional so a plan without them reads.
       r.Read(aj, path, "gpus", a.gpus, false);
       if (!aj.contains("gpus")) {
         a.gpus = 0;

@@ -3,7 +3,7 @@
 // `agentctl plan`, the run controller (which writes RUN_DIR/plan.json), the
 // launch backends, agent-worker and the standalone bus (which read it back).
 //
-// JSON shape (DESIGN §6; keys after `checkpoint_dir` and top-level `run_dir`,
+// JSON shape (keys after `checkpoint_dir` and top-level `run_dir`,
 // `channels`, `warnings` and the bus settings are additive):
 //   {"run": "predator-prey", "run_dir": "runs/predator-prey-20260101T000000Z",
 //    "bus": {"host": "node01", "port": 20000, "max_message_bytes": 4194304, ...},

@@ -169,8 +169,11 @@ bool PortLeases::Free(int first, int last) const {
 void PortLeases::WriteOwnerFile() const {
   nlohmann::json j = {{"pid", ::getpid()}, {"run", owner_}, {"ranges", nlohmann::json::array()}};
   for (const auto& [f, l] : held_) j["ranges"].push_back({f, l});
-  (void)WriteFileAtomic(dir_ + "/owners/" + std::to_string(::getpid()) + ".json", j.dump() + "\n",
-                        {.mode = 0644});
+  // Only names the holder in another run's error message; the flocks are the
+  // leases, so a run whose owner file could not be written still holds them.
+  WriteFileAtomic(dir_ + "/owners/" + std::to_string(::getpid()) + ".json", j.dump() + "\n",
+                  {.mode = 0644})
+      .IgnoreError();
 }
 
 std::string PortLeases::Holder(int port) const {
@@ -202,13 +205,18 @@ Status PortLeases::AcquireForRun(int first, int last) {
     while (end < last && !ours(end + 1)) ++end;
     Status part = Acquire(port, end);
     if (!part.ok()) {
-      for (const auto& [a, b] : taken) (void)Release(a, b);
+      for (const auto& [a, b] : taken) Release(a, b).IgnoreError();
       return part;
     }
     taken.emplace_back(port, end);
     port = end;
   }
   return Status::Ok();
+}
+
+int MovedMasterPort(int master_port, int old_first, int first, int last) {
+  const int offset = master_port - old_first;
+  return offset >= 0 && offset <= last - first ? first + offset : first;
 }
 
 Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last) {

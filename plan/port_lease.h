@@ -43,6 +43,12 @@ bool PortBindable(int port);
 // MASTER_PORT with it.
 Result<int> PickFreePort(const std::string& agent, int preferred, int first, int last);
 
+// Where an agent's MASTER_PORT lands when its port block moves from one that
+// starts at `old_first` to [first, last]: at the same offset into the block,
+// or at the block's first port when that offset does not fit. The one rule
+// of the planner's lease moves and `agentctl sbatch`'s run-wide blocks.
+int MovedMasterPort(int master_port, int old_first, int first, int last);
+
 // AGENTRT_PORT_LEASE_DIR, /run/lock/agentrt or /tmp/agentrt-ports (see above).
 std::string DefaultPortLeaseDir();
 

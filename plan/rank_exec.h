@@ -11,7 +11,7 @@
 //   2. sets the rank part of the agent contract (RANK, WORLD_SIZE, LOCAL_RANK,
 //      LOCAL_WORLD_SIZE) from mpirun's or srun's own variables
 //      (RankVariablesFromLauncher in plan/agent_env.h), so every rank sees
-//      exactly the DESIGN §4 variables;
+//      exactly the agent contract's variables (plan/agent_env.h);
 //   3. with --gpus: sets CUDA_VISIBLE_DEVICES to the list given for this node
 //      (SLURMD_NODENAME, else the host name): the plan, not SLURM's per-step
 //      binding, says which GPUs an agent has;

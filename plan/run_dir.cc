@@ -55,6 +55,11 @@ Result<RunDir> RunDir::Create(const std::string& base_dir, const std::string& ru
   return dir;
 }
 
+std::string RunDir::HangReportPath(const std::string& agent,
+                                   std::chrono::system_clock::time_point at) const {
+  return HangsDir() + "/" + agent + "-" + UtcTimestamp(at) + ".json";
+}
+
 std::string RunDir::Resolve(const std::string& relative) const {
   if (!relative.empty() && relative.front() == '/') return relative;
   if (relative.empty()) return path_;

@@ -3,9 +3,12 @@
 // `agentctl run` (or `agentctl sbatch`) leaves behind:
 //
 //   <run.dir>/<name>-<UTC timestamp>/     e.g. runs/demo-20261130T010431Z
-//     plan.json  status.json  metrics.jsonl  controller.pid
+//     plan.json  status.json  metrics.jsonl  controller.pid  controller.lock
 //     logs/<agent>/rank<N>.log            checkpoints/<agent>/   agents/<agent>/ (working dirs)
+//     agents/<agent>/preflight.json (`agentctl check`, plan/records.h)
 //     secrets/ (0700)  run.secret (0600)  <agent>.token (0600)
+//     bus/ (the durable bus log: logs/, spill/, incarnation)  league/ (state.json, lineage.jsonl)
+//     hangs/<agent>-<time>.json  control/ (requests to the live controller)
 //     bus.address  slurm.job_id  alloc.sbatch   (SLURM modes)
 //
 // Secrets are only ever written to files; their bytes are never printed, put in
@@ -33,6 +36,16 @@ inline std::string RankLogFile(const std::string& log_dir, std::string_view rank
 }
 inline std::string RankLogFile(const std::string& log_dir, int rank) {
   return RankLogFile(log_dir, std::to_string(rank));
+}
+
+// The durable bus log's layout inside its folder (RunDir::BusLogDir, or the
+// log_dir an `agentrt-bus` was given): one segment folder per topic or inbox
+// under logs/, large payloads of a bus without a log under spill/, and the
+// broker's incarnation.
+inline std::string BusLogTopicsDir(const std::string& log_dir) { return log_dir + "/logs"; }
+inline std::string BusLogSpillDir(const std::string& log_dir) { return log_dir + "/spill"; }
+inline std::string BusIncarnationFile(const std::string& log_dir) {
+  return log_dir + "/incarnation";
 }
 
 // The one reader of a run secret file (RunDir::ReadSecret, `agentrt-bus
@@ -70,12 +83,18 @@ class RunDir {
   std::string BusAddressPath() const { return path_ + "/bus.address"; }
   // The bus's durable log (topics, inboxes, incarnation): comms/bus_log.h.
   std::string BusLogDir() const { return path_ + "/bus"; }
-  // The league service's committed state and the PBT lineage (issue 17).
+  // The league service's committed state and the PBT lineage.
   std::string LeagueDir() const { return path_ + "/league"; }
   std::string LeagueStatePath() const { return LeagueDir() + "/state.json"; }
   std::string LineagePath() const { return LeagueDir() + "/lineage.jsonl"; }
   std::string SlurmJobIdPath() const { return path_ + "/slurm.job_id"; }
   std::string AllocScriptPath() const { return path_ + "/alloc.sbatch"; }
+  // Hang reports: hangs/<agent>-<UTC timestamp>.json (HangReportPath).
+  std::string HangsDir() const { return path_ + "/hangs"; }
+  std::string HangReportPath(const std::string& agent,
+                             std::chrono::system_clock::time_point at) const;
+  // Requests to the live controller (`agentctl stop`/`restart`, the dashboard).
+  std::string ControlDir() const { return path_ + "/control"; }
   std::string LogsDir() const { return path_ + "/logs"; }
   std::string LogDir(const std::string& agent) const { return LogsDir() + "/" + agent; }
   std::string RankLogPath(const std::string& agent, int rank) const {

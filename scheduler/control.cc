@@ -8,26 +8,20 @@
 #include "common/file_util.h"
 
 namespace agentrt {
-namespace {
-
-std::string ControlDir(const RunDir& dir) { return dir.path() + "/control"; }
-
-}  // namespace
-
 Status WriteControlRequest(const RunDir& dir, const ControlRequest& r) {
   if (r.action != "stop" && r.action != "restart")
     return InvalidArgument("unknown control action '" + r.action + "' (stop or restart)");
   if (r.action == "restart" && r.agent.empty())
     return InvalidArgument("a restart request names its agent");
   std::error_code ec;
-  std::filesystem::create_directories(ControlDir(dir), ec);
-  if (ec) return Internal("cannot create " + ControlDir(dir) + ": " + ec.message());
+  std::filesystem::create_directories(dir.ControlDir(), ec);
+  if (ec) return Internal("cannot create " + dir.ControlDir() + ": " + ec.message());
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
   const nlohmann::json j = {
       {"action", r.action}, {"agent", r.agent}, {"by", r.by}, {"time", r.time}};
-  return WriteFileAtomic(ControlDir(dir) + "/" + std::to_string(ns) + "-" + r.action + ".json",
+  return WriteFileAtomic(dir.ControlDir() + "/" + std::to_string(ns) + "-" + r.action + ".json",
                          j.dump() + "\n", {.mode = 0600, .sync_dir = false});
 }
 
@@ -35,7 +29,7 @@ std::vector<ControlRequest> TakeControlRequests(const RunDir& dir,
                                                 std::vector<std::string>* refused) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(ControlDir(dir), ec)) {
+  for (const auto& e : std::filesystem::directory_iterator(dir.ControlDir(), ec)) {
     const std::string name = e.path().filename().string();
     // A writer's temporary (name.<pid>.tmp) is not a request yet.
     if (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) names.push_back(name);
@@ -43,7 +37,7 @@ std::vector<ControlRequest> TakeControlRequests(const RunDir& dir,
   std::sort(names.begin(), names.end());  // the time prefix: oldest first
   std::vector<ControlRequest> out;
   for (const std::string& name : names) {
-    const std::string path = ControlDir(dir) + "/" + name;
+    const std::string path = dir.ControlDir() + "/" + name;
     Result<std::string> text = ReadWholeFile(path, 1 << 16);
     std::filesystem::remove(path, ec);
     if (!text.ok()) continue;  // taken by another reader

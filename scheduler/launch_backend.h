@@ -30,7 +30,7 @@ struct RankLaunch {
 
 // Everything needed to start one incarnation of an agent group. Built from the
 // plan (LaunchesFromPlan in scheduler/run_driver.h); the backend adds nothing
-// but what DESIGN §4 names, through Contract().
+// but what the agent contract (plan/agent_env.h) names, through Contract().
 struct AgentLaunch {
   std::string name;
   int index = 0;

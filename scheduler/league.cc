@@ -271,17 +271,6 @@ Result<LeagueState> LeagueState::FromJson(LeagueConfig config, const json& j) {
   return state;
 }
 
-std::vector<nlohmann::json> ReadLineage(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) out.push_back(std::move(j));
-  }
-  return out;
-}
-
 namespace {
 
 std::vector<std::pair<double, std::string>> Ranked(const LeagueState& state) {
@@ -297,22 +286,16 @@ std::string Number(const json& v) {
 
 }  // namespace
 
-std::string FormatLineageLine(const json& l) {
+std::string FormatLineageLine(const LineageRecord& l) {
+  const PbtDecision& d = l.decision;
   std::string hps;
-  if (l.contains("new") && l["new"].is_object()) {
-    for (const auto& [name, value] : l["new"].items()) {
-      hps += fmt::format(" {} {} -> {}", name,
-                         l.contains("old") ? Number(l["old"].value(name, json())) : "?",
-                         Number(value));
-    }
+  for (const auto& [name, value] : d.new_hyperparameters.items()) {
+    hps += fmt::format(" {} {} -> {}", name, Number(d.old_hyperparameters.value(name, json())),
+                       Number(value));
   }
-  const std::string outcome = l.value("outcome", "");
-  return fmt::format(
-      "{} at step {}: {} ({}) <- {} ({}) step {}:{}{}", l.value("population", "?"),
-      l.value("step", int64_t{-1}), l.value("recipient", "?"),
-      Number(l.value("recipient_metric", json())), l.value("donor", "?"),
-      Number(l.value("donor_metric", json())), l.value("donor_step", int64_t{-1}), hps,
-      outcome == "exploited" ? "" : " [" + outcome + ": " + l.value("why", "") + "]");
+  return fmt::format("{} at step {}: {} ({}) <- {} ({}) step {}:{}{}", d.population, d.step,
+                     d.recipient, Number(d.recipient_metric), d.donor, Number(d.donor_metric),
+                     l.donor_step, hps, l.exploited() ? "" : " [" + l.outcome + ": " + l.why + "]");
 }
 
 std::string FormatRatingsLine(const LeagueState& state) {
@@ -325,7 +308,7 @@ std::string FormatRatingsLine(const LeagueState& state) {
   return out;
 }
 
-std::string FormatLeague(const LeagueState* state, const std::vector<json>& lineage) {
+std::string FormatLeague(const LeagueState* state, const std::vector<LineageRecord>& lineage) {
   std::string out;
   if (state != nullptr) {
     out += fmt::format("league: {} results applied; Elo (K {}), {} frozen snapshots per agent\n",
@@ -369,7 +352,7 @@ std::string FormatLeague(const LeagueState* state, const std::vector<json>& line
   if (!lineage.empty()) {
     out += fmt::format("pbt lineage ({} exploit{}):\n", lineage.size(),
                        lineage.size() == 1 ? "" : "s");
-    for (const json& l : lineage) out += "  " + FormatLineageLine(l) + "\n";
+    for (const LineageRecord& l : lineage) out += "  " + FormatLineageLine(l) + "\n";
   }
   return out;
 }

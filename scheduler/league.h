@@ -1,4 +1,4 @@
-// The league's state and rules (issue 17), pure logic: no bus, no files, no
+// The league's state and rules, pure logic: no bus, no files, no
 // clock (times are passed in). The league service (scheduler/league_service.h)
 // drives it from the bus and commits it to RUN_DIR/league/state.json.
 //
@@ -34,6 +34,7 @@
 
 #include "common/status.h"
 #include "plan/config.h"
+#include "plan/records.h"
 
 namespace agentrt {
 
@@ -138,19 +139,14 @@ class LeagueState {
   static constexpr size_t kMaxHistory = 2000;
 };
 
-// RUN_DIR/league/lineage.jsonl: one JSON object per PBT exploit (written by
-// RunDriver, scheduler/run_driver.h). A torn last line (a crash mid-append) is
-// skipped; an empty list when the file does not exist.
-std::vector<nlohmann::json> ReadLineage(const std::string& path);
-
 // `agentctl league` / `agentctl status`: the ratings table (best first) with
 // roles, games and frozen snapshots, the payoff table (wins-losses-draws of
 // each row against each column) and the PBT lineage. `state` may be null (a
 // run with PBT and no league).
-std::string FormatLeague(const LeagueState* state, const std::vector<nlohmann::json>& lineage);
+std::string FormatLeague(const LeagueState* state, const std::vector<LineageRecord>& lineage);
 // One PBT exploit of the lineage: "carts at step 30720: slow (20.4) <- cart-2
 // (413.3) step 25600: lr 1e-06 -> 0.0006".
-std::string FormatLineageLine(const nlohmann::json& exploit);
+std::string FormatLineageLine(const LineageRecord& exploit);
 // One line per member, best first ("hunter-0 1308 (main)"), for the status view.
 std::string FormatRatingsLine(const LeagueState& state);
 

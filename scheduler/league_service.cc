@@ -182,7 +182,8 @@ void LeagueService::OnMessage(const BusMessage& m) {
       }
     }
   }
-  if (m.request_id() != 0) (void)bus_->Reply(m.request_id(), reply.dump(), "application/json");
+  if (m.request_id() != 0)
+    bus_->Reply(m.request_id(), reply.dump(), "application/json").IgnoreError();
 }
 
 }  // namespace agentrt

@@ -1,4 +1,4 @@
-// The league service: the controller's side of league training (issue 17).
+// The league service: the controller's side of league training.
 //
 // It is a client of the run's own bus under the identity kLeagueServiceName
 // (plan/config.h; AclFromPlan admits it when the plan has a league) and

@@ -25,7 +25,7 @@ namespace agentrt {
 namespace {
 
 // Thrown while converting; caught at the module boundary and turned into a
-// Status (exceptions are confined to configuration parsing, STYLE §4).
+// Status (exceptions are confined to configuration parsing).
 class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -460,7 +460,8 @@ const std::regex& TopicRegex() {
   return r;
 }
 
-// Variables the launcher sets itself (DESIGN §4); a config must not override them.
+// Variables the launcher sets itself (the agent contract, plan/agent_env.h); a config must not
+// override them.
 bool IsReservedEnv(const std::string& key) {
   static const std::set<std::string> kReserved = {
       "RANK",        "WORLD_SIZE",  "LOCAL_RANK",          "LOCAL_WORLD_SIZE",
@@ -850,7 +851,7 @@ class ConfigBuilder {
                 "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
       if (IsReservedEnv(key))
         c_.Fail(it->first, Join(path, key),
-                "is set by agentrt for every rank (DESIGN §4); it cannot be overridden");
+                "is set by agentrt for every rank; it cannot be overridden");
     }
   }
 

@@ -138,7 +138,7 @@ class LocalBackend final : public LaunchBackend {
   // reaped, so the caller sees no process of the failed incarnation.
   void KillAndForget(const AgentProcs& procs) {
     if (procs.pgid == 0) return;
-    (void)spawner_->SignalGroup(procs.pgid, SIGKILL);
+    spawner_->SignalGroup(procs.pgid, SIGKILL).IgnoreError();  // gone already is fine
     std::set<pid_t> waiting;
     for (const auto& [pid, rank] : procs.live) waiting.insert(pid);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

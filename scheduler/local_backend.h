@@ -9,13 +9,13 @@
 //   `agentrt-exec-rank --log-dir DIR -- command...`, see
 //   plan/rank_exec.h) in front of the command: it sets RANK / LOCAL_RANK
 //   from OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_LOCAL_RANK and its own
-//   PDEATHSIG, so the ranks see exactly the DESIGN §4 variables and die with
+//   PDEATHSIG, so the ranks see exactly the agent contract's variables and die with
 //   mpirun (which Open MPI puts in separate process groups). See plan/rank_exec.h.
 // - MASTER_PORT is the first port of the agent's block, starting at the
 //   preferred one, that can be bound at launch; never a port outside the block.
 // - Environment of a rank: agentctl's own environment without any inherited
 //   AGENTRT_* / torchrun / Open MPI rank variables, then the agent's `env:`
-//   from agents.yaml, then the DESIGN §4 variables (they win).
+//   from agents.yaml, then the agent contract's variables (they win).
 #pragma once
 
 #include <memory>

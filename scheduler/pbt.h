@@ -31,20 +31,9 @@
 #include <vector>
 
 #include "plan/config.h"
+#include "plan/records.h"
 
 namespace agentrt {
-
-struct PbtDecision {
-  std::string population;
-  std::string recipient;
-  std::string donor;
-  int64_t step = 0;  // the recipient's env step when it was judged
-  double recipient_metric = 0;
-  double donor_metric = 0;
-  nlohmann::json old_hyperparameters = nlohmann::json::object();  // the recipient's
-  nlohmann::json new_hyperparameters = nlohmann::json::object();
-  nlohmann::json explore = nlohmann::json::object();  // name -> "x1.2" | "resampled"
-};
 
 class PbtScheduler {
  public:

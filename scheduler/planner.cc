@@ -633,10 +633,9 @@ Status LeaseRunPorts(Plan& plan, const PortConfig& ports,
       }
     }
     AGENTRT_RETURN_IF_ERROR(leases.Acquire(first, first + width).WithContext("agent " + a.name));
-    const int offset = a.master_port - a.ports.first;
+    a.master_port = MovedMasterPort(a.master_port, a.ports.first, first, first + width);
     a.ports.first = first;
     a.ports.last = first + width;
-    a.master_port = first + std::clamp(offset, 0, width);
   }
   return Status::Ok();
 }

@@ -181,21 +181,21 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     }
     if (m.time > 0) r.heard_unix_s = m.time;
   }
-  if (m.type == TelemetryType::kHeartbeat && m.collective.is_object()) {
+  if (m.type == TelemetryType::kHeartbeat && m.collective) {
     auto& c = a.collectives[static_cast<size_t>(m.rank)];
     c.known = true;
-    c.seq = m.collective.value("seq", uint64_t{0});
-    c.in = m.collective.value("in", false);
-    c.op = m.collective.value("op", "");
-    c.in_for_s = c.in ? std::max(0.0, m.time - m.collective.value("since", m.time)) : 0.0;
+    c.seq = m.collective->seq;
+    c.in = m.collective->in;
+    c.op = m.collective->op;
+    c.in_for_s = c.in ? std::max(0.0, m.time - m.collective->since) : 0.0;
     c.heard_s = now;
-    c.snapshot = m.collective;
+    c.snapshot = *m.collective;
   }
   if (m.type == TelemetryType::kMetrics || (m.step >= 0 && m.step > s.step)) a.progress_s = now;
   if (m.flops_per_sample > 0) s.flops_per_sample = m.flops_per_sample;
   if (m.step >= 0) {
     const auto& rank0 = a.collectives.front();
-    const double busy = rank0.known ? rank0.snapshot.value("busy_s", 0.0) : -1.0;
+    const double busy = rank0.known ? rank0.snapshot.busy_s : -1.0;
     if (a.rate_t0_s < 0) {
       s.step = m.step;  // first step of this incarnation (it may have resumed lower)
       a.rate_t0_s = now;
@@ -314,8 +314,9 @@ void RunController::BeginTeardown(size_t i, const std::string& reason, int rank)
   a.killed = false;
   a.kill_at_s = clock_->NowSeconds() + a.spec.restart.grace_s;
   if (!a.live.empty()) {
-    (void)backend_->Signal(s.name, SIGTERM);
-    (void)backend_->Signal(s.name, SIGCONT);  // a stopped rank must run to see SIGTERM
+    // Best effort: a rank that is gone already has nothing left to stop.
+    backend_->Signal(s.name, SIGTERM).IgnoreError();
+    backend_->Signal(s.name, SIGCONT).IgnoreError();  // a stopped rank must run to see SIGTERM
   }
   const bool will_restart =
       a.replace || (!a.stopping && !a.give_up && FailureRestarts(i) < a.spec.restart.max_restarts);
@@ -380,7 +381,7 @@ void RunController::Tick() {
       }
       case Phase::kTearingDown:
         if (!a.killed && now >= a.kill_at_s) {
-          (void)backend_->Signal(s.name, SIGKILL);
+          backend_->Signal(s.name, SIGKILL).IgnoreError();
           a.killed = true;
         }
         break;
@@ -532,27 +533,28 @@ std::string RunController::FindHang(size_t i, double now, int* culprit) const {
 std::string RunController::DumpHang(size_t i, const std::string& summary) const {
   const Agent& a = agents_[i];
   const AgentStatus& s = status_.agents[i];
-  nlohmann::json dump = {{"agent", s.name},
-                         {"restart", s.restarts},
-                         {"detected_unix_s", UnixTimeSeconds()},
-                         {"summary", summary},
-                         {"ranks", nlohmann::json::array()}};
+  HangReport dump;
+  dump.agent = s.name;
+  dump.restart = s.restarts;
+  dump.detected_unix_s = UnixTimeSeconds();
+  dump.summary = summary;
   for (size_t r = 0; r < a.collectives.size(); ++r) {
-    nlohmann::json rank = {{"rank", r}, {"collective", a.collectives[r].snapshot}};
+    HangReport::Rank rank;
+    rank.rank = static_cast<int>(r);
+    if (a.collectives[r].known) rank.collective = a.collectives[r].snapshot;
     for (const RankStatus& rs : s.ranks) {
-      if (rs.rank == static_cast<int>(r)) {
-        rank["node"] = rs.node;
-        rank["pid"] = rs.pid;
+      if (rs.rank == rank.rank) {
+        rank.node = rs.node;
+        rank.pid = rs.pid;
       }
     }
-    dump["ranks"].push_back(std::move(rank));
+    dump.ranks.push_back(std::move(rank));
   }
-  const std::string dir = status_.run_dir + "/hangs";
+  const RunDir run(status_.run_dir);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const std::string path =
-      dir + "/" + s.name + "-" + UtcTimestamp(std::chrono::system_clock::now()) + ".json";
-  if (!WriteFileAtomic(path, dump.dump(1) + "\n").ok()) return "";
+  std::filesystem::create_directories(run.HangsDir(), ec);
+  const std::string path = run.HangReportPath(s.name, std::chrono::system_clock::now());
+  if (!WriteFileAtomic(path, dump.ToJson().dump(1) + "\n").ok()) return "";
   return path;
 }
 

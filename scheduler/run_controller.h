@@ -1,4 +1,4 @@
-// The run controller: the supervision state machine of DESIGN §9.
+// The run controller: the supervision state machine.
 //
 // It launches every agent through a LaunchBackend, watches every rank (process
 // exit from the backend, heartbeats from telemetry) and, when any rank of an
@@ -16,7 +16,7 @@
 //
 // Time comes from an injected Clock and processes from an injected backend, so
 // the logic is tested with fakes and no sleeps. The controller itself never
-// blocks: the caller drives it (see RunLoop in tools/agentctl/cmd_run.cc):
+// blocks: the caller drives it (RunDriver::Step, scheduler/run_driver.h):
 //   Start(); loop { OnTelemetry(m)...; Tick(); if (Finished()) break; }
 //
 // Thread-safety: none; one thread drives it (the thread that must also own the
@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "comms/telemetry.h"
 #include "plan/config.h"
+#include "plan/records.h"
 #include "scheduler/launch_backend.h"
 #include "scheduler/status.h"
 
@@ -150,7 +151,7 @@ class RunController {
       std::string op;
       double in_for_s = 0;
       double heard_s = 0;
-      nlohmann::json snapshot;
+      CollectiveSnapshot snapshot;
     };
     std::vector<Collective> collectives;
   };

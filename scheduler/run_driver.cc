@@ -13,6 +13,7 @@
 #include "comms/auth.h"
 #include "comms/bus_server.h"
 #include "comms/telemetry.h"
+#include "plan/records.h"
 #include "scheduler/control.h"
 #include "scheduler/league_service.h"
 #include "scheduler/pbt.h"
@@ -156,7 +157,7 @@ Status RunDriver::Start() {
   // An auto port that a process outside agentrt's leases holds: the next free one.
   for (int tries = 0; !bus.ok() && !plan_.bus.fixed_port && leases_ && tries < 20; ++tries) {
     const int taken = bus_options.port;
-    (void)leases_->Release(taken, taken);
+    leases_->Release(taken, taken).IgnoreError();  // ours; held by an outsider
     int next = -1;
     for (int p = taken + 1; p <= plan_.ports.last && next < 0; ++p) {
       if (leases_->Free(p, p)) next = p;
@@ -277,6 +278,13 @@ RelaunchAdvice RunDriver::AdviseRelaunch(AgentLaunch& launch) {
   return advice;
 }
 
+void RunDriver::CheckMetrics(const Status& s) {
+  if (s.ok() || metrics_failed_) return;
+  metrics_failed_ = true;
+  observer_->Warn("agentctl run: warning: " + s.message() +
+                  ": metrics.jsonl misses lines from here on (disk full?)\n");
+}
+
 void RunDriver::WriteStatus() {
   RunStatus s = controller_->status();
   s.controller_pid = ::getpid();
@@ -325,11 +333,11 @@ bool RunDriver::Step() {
     for (const TelemetryMessage& m : *messages) {
       controller_->OnTelemetry(m);
       if (m.type == TelemetryType::kMetrics) {
-        (void)metrics_->Write(m);
+        CheckMetrics(metrics_->Write(m));
         if (pbt_) OnPbtReport(m);
       }
     }
-    if (!messages->empty()) (void)metrics_->Flush();
+    if (!messages->empty()) CheckMetrics(metrics_->Flush());
   }
   if (telemetry_->rejected() > rejected_seen_) {
     // Said once per burst: something without an agent's token is talking.
@@ -359,7 +367,7 @@ bool RunDriver::Step() {
       controller_->RequestStop(SignalLabel(sig));
     } else if (sig != SIGUSR2) {
       observer_->Event("agentctl run: second stop signal: killing every agent now");
-      for (const AgentPlan& a : plan_.agents) (void)backend_->Signal(a.name, SIGKILL);
+      for (const AgentPlan& a : plan_.agents) backend_->Signal(a.name, SIGKILL).IgnoreError();
     }
   }
   controller_->Tick();
@@ -403,13 +411,13 @@ int RunDriver::Finish() {
     if (!late.ok() || late->empty()) break;
     for (const TelemetryMessage& m : *late) {
       controller_->OnTelemetry(m);
-      if (m.type == TelemetryType::kMetrics) (void)metrics_->Write(m);
+      if (m.type == TelemetryType::kMetrics) CheckMetrics(metrics_->Write(m));
     }
   }
   const double elapsed = clock_->NowSeconds() - t0_;
   ReportChanges(elapsed);
   WriteStatus();
-  (void)metrics_->Flush();
+  CheckMetrics(metrics_->Flush());
   observer_->Progress(controller_->status(), elapsed, true);
   league_.reset();  // its state is committed after every change
   bus_->Shutdown(std::chrono::milliseconds(1000));
@@ -456,7 +464,8 @@ void RunDriver::OnPbtReport(const TelemetryMessage& m) {
   pending->asked_s = clock_->NowSeconds();
   if (donor != nullptr) pending->donor_step = donor->step;
   // A fresh checkpoint of the donor's current weights (its runtime saves on SIGUSR2).
-  (void)controller_->RequestCheckpoint(pending->decision.donor);
+  // If the signal fails the exploit times out and is reported as such.
+  controller_->RequestCheckpoint(pending->decision.donor).IgnoreError();
   exploits_.push_back(std::move(pending));
 }
 
@@ -498,16 +507,9 @@ void RunDriver::ExecuteExploit(const PbtDecision& d) {
   for (AgentPlan& a : plan_.agents) {
     if (a.name == d.recipient) recipient = &a;
   }
-  nlohmann::json line = {{"time", UnixTimeSeconds()},
-                         {"population", d.population},
-                         {"recipient", d.recipient},
-                         {"donor", d.donor},
-                         {"step", d.step},
-                         {"recipient_metric", d.recipient_metric},
-                         {"donor_metric", d.donor_metric},
-                         {"old", d.old_hyperparameters},
-                         {"new", d.new_hyperparameters},
-                         {"explore", d.explore}};
+  LineageRecord line;
+  line.time = UnixTimeSeconds();
+  line.decision = d;
   Result<AdoptResult> adopted = NotFound("no such agent in the plan");
   if (recipient != nullptr && donor != nullptr) {
     AdoptOptions o;
@@ -522,18 +524,18 @@ void RunDriver::ExecuteExploit(const PbtDecision& d) {
     // Nothing changed: it relaunches from its own checkpoint with its own args.
     observer_->Warn(fmt::format("agentctl run: pbt {}: {} keeps its own weights: {}\n",
                                 d.population, d.recipient, adopted.status().message()));
-    line["outcome"] = "failed";
-    line["why"] = adopted.status().message();
+    line.outcome = LineageRecord::kFailed;
+    line.why = adopted.status().message();
     pbt_->Dropped(d);
   } else {
     for (const auto& [name, value] : d.new_hyperparameters.items()) recipient->args[name] = value;
     const Status written = WritePlanFile(plan_, dir_.PlanPath());
     if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
-    line["outcome"] = "exploited";
-    line["donor_step"] = adopted->step;
+    line.outcome = LineageRecord::kExploited;
+    line.donor_step = adopted->step;
     for (const std::string& w : adopted->warnings)
       observer_->Warn(fmt::format("agentctl run: pbt {}: {}: {}\n", d.population, d.recipient, w));
-    if (!adopted->archived.empty()) line["archived"] = adopted->archived;
+    line.archived = adopted->archived;
     pbt_->Done(d, recipient->args, adopted->step);
     observer_->Event(fmt::format("pbt {}: {} now has {}'s weights of step {} and {}", d.population,
                                  d.recipient, d.donor, adopted->step,
@@ -541,7 +543,7 @@ void RunDriver::ExecuteExploit(const PbtDecision& d) {
   }
   std::error_code ec;
   std::filesystem::create_directories(dir_.LeagueDir(), ec);
-  const Status appended = AppendLine(dir_.LineagePath(), line.dump());
+  const Status appended = AppendLine(dir_.LineagePath(), line.ToJson().dump());
   if (!appended.ok()) observer_->Warn("agentctl run: warning: " + appended.message() + "\n");
 }
 

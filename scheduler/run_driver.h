@@ -159,6 +159,8 @@ class RunDriver {
 
  private:
   void WriteStatus();
+  // A metrics.jsonl write or flush that failed: said once, the run goes on.
+  void CheckMetrics(const Status& s);
   void ReportChanges(double t);
   // The RelaunchAdvisor of a run with node failover.
   RelaunchAdvice AdviseRelaunch(AgentLaunch& launch);
@@ -205,6 +207,7 @@ class RunDriver {
   double written_at_ = 0;
   double sync_checked_at_ = 0;  // when the bus log's fsync errors were last looked at
   int64_t sync_errors_seen_ = 0;
+  bool metrics_failed_ = false;
   int stops_seen_ = 0;
   int last_signal_ = 0;
   RunStatus last_shown_;

@@ -93,7 +93,7 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
         {{"node", f.node}, {"time", f.unix_s}, {"agent", f.agent}, {"moved_to", f.moved_to}});
   }
   j["requeue_reason"] = status.requeue_reason;
-  if (!status.bus.is_null()) j["bus"] = status.bus;
+  if (status.bus) j["bus"] = status.bus->ToJson();
   return j;
 }
 
@@ -151,7 +151,11 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
       }
     }
     s.requeue_reason = j.value("requeue_reason", "");
-    if (j.contains("bus") && j["bus"].is_object()) s.bus = j["bus"];
+    if (j.contains("bus")) {
+      auto bus = BusSnapshot::FromJson(j["bus"]);
+      if (!bus.ok()) return bus.status().WithContext("status: bus");
+      s.bus = std::move(bus).value();
+    }
     return s;
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgument(std::string("status: malformed JSON: ") + e.what());

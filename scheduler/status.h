@@ -2,7 +2,7 @@
 // atomically on every change) and what `agentctl status` shows, while the run
 // goes on and after it has ended.
 //
-// JSON shape (issue 3; keys after "metrics" and top-level keys after "agents"
+// JSON shape (keys after "metrics" and top-level keys after "agents"
 // are additive):
 //   {"run": "demo", "state": "running|succeeded|failed|stopped",
 //    "agents": [{"name": "predator-0",
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/records.h"
 
 namespace agentrt {
 
@@ -106,9 +107,9 @@ struct RunStatus {
   double updated_unix_s = 0;
   std::vector<NodeFailure> node_failures;  // in the order they happened
   std::string requeue_reason;              // why the run requeues its allocation ("": it does not)
-  // The bus as the controller last saw it (comms/bus_server.h BusServer::Snapshot): topics
-  // with their offsets, subscribers with their lag. Null when unknown.
-  nlohmann::json bus;
+  // The bus as the controller last saw it (BusServer::Snapshot): topics with
+  // their offsets, subscribers with their lag. Unset when unknown.
+  std::optional<BusSnapshot> bus;
 
   const AgentStatus* FindAgent(std::string_view name) const;
 };

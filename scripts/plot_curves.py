@@ -4,7 +4,8 @@
     scripts/plot_curves.py RUN_DIR [--metric episode_return_mean]
 
 Reads RUN_DIR/metrics.jsonl (one line per Runtime::Report: {"run_time", "time",
-"agent", "rank", "step", "metrics": {...}}) and RUN_DIR/status.json, writes one
+"agent", "rank", "step", "metrics": {...}}; the keys and their types are
+plan/records.schema.json's "metrics_record") and RUN_DIR/status.json, writes one
 SVG per agent, RUN_DIR/plots/<agent>.svg (the metric against env steps; a
 restart from a checkpoint shows as a marker where the curve resumes), prints a
 summary table and the paths of the plots. With matplotlib (Debian's

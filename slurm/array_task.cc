@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/file_util.h"
+#include "plan/fence.h"
 #include "plan/run_dir.h"
 #include "scheduler/hostlist.h"
 
@@ -71,8 +72,30 @@ Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan
   return vars;
 }
 
-Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name,
-                     const std::string& self_path) {
+namespace {
+
+// What of `base_env` the agent keeps although ComposeEnvironment would strip it
+// as another launcher's: the PMIx / Open MPI wiring srun gave this very
+// process, and the cluster's NCCL/gloo interface choice (no agentrt-exec-rank
+// picks one in array mode).
+std::map<std::string, std::string> LauncherWiring(const std::vector<std::string>& base_env) {
+  std::map<std::string, std::string> wiring;
+  for (const std::string& e : base_env) {
+    const bool kept = e.rfind("PMIX_", 0) == 0 || e.rfind("OMPI_", 0) == 0 ||
+                      e.rfind("NCCL_SOCKET_IFNAME=", 0) == 0 ||
+                      e.rfind("GLOO_SOCKET_IFNAME=", 0) == 0;
+    if (!kept) continue;
+    const size_t eq = e.find('=');
+    if (eq != std::string::npos) wiring[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  return wiring;
+}
+
+}  // namespace
+
+Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::string& agent_name,
+                                         const std::string& self_path, const EnvLookup& env,
+                                         const std::vector<std::string>& base_env) {
   const RunDir dir(run_dir);
   AGENTRT_ASSIGN_OR_RETURN(Plan plan, ReadPlanFile(dir.PlanPath()));
   const AgentPlan* agent = plan.FindAgent(agent_name);
@@ -89,32 +112,52 @@ Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name,
                     "published its address",
                     agent_name, run_dir));
   }
-  AGENTRT_ASSIGN_OR_RETURN(
-      auto vars, ArrayTaskEnvironment(plan, *agent, run_dir, bus_address, ProcessEnvLookup()));
-  for (const auto& [k, v] : vars) {
-    if (setenv(k.c_str(), v.c_str(), 1) != 0) return ErrnoStatus(errno, "setenv " + k);
+  AGENTRT_ASSIGN_OR_RETURN(auto vars,
+                           ArrayTaskEnvironment(plan, *agent, run_dir, bus_address, env));
+  const std::optional<std::string> job = env("SLURM_JOB_ID");
+  if (!job || job->empty()) {
+    return FailedPrecondition(fmt::format("agent {}: SLURM_JOB_ID is not set", agent_name));
   }
-  // The agent runs in its own working directory, as under `agentctl run`.
-  const std::string workdir = vars.at("AGENTRT_WORKDIR");
-  std::error_code ec;
-  std::filesystem::create_directories(workdir, ec);
-  if (ec)
-    return Internal(
-        fmt::format("agent {}: cannot create {}: {}", agent_name, workdir, ec.message()));
-  if (::chdir(workdir.c_str()) != 0)
-    return ErrnoStatus(errno, fmt::format("agent {}: cannot enter {}", agent_name, workdir));
-  // agent-worker and the other tools live next to agentctl.
-  std::string bin = std::filesystem::path(self_path).parent_path().string();
-  const char* path = std::getenv("PATH");
-  std::string new_path = bin + ":" + (path ? path : "/usr/bin:/bin");
-  setenv("PATH", new_path.c_str(), 1);
+  ArrayTaskLaunch launch;
+  launch.incarnation = fmt::format("slurm-{}.{}", *job, vars.at("AGENTRT_RESTART_COUNT"));
+  launch.workdir = vars.at("AGENTRT_WORKDIR");
+  launch.argv = agent->command;
+  for (const std::string& d : {launch.workdir, vars.at("AGENTRT_CKPT_DIR")}) {
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    if (ec)
+      return Internal(fmt::format("agent {}: cannot create {}: {}", agent_name, d, ec.message()));
+  }
+  AGENTRT_RETURN_IF_ERROR(WriteCheckpointFence(vars.at("AGENTRT_CKPT_DIR"), launch.incarnation)
+                              .WithContext("agent " + agent_name));
+  std::map<std::string, std::string> contract = LauncherWiring(base_env);
+  for (auto& [k, v] : vars) contract[k] = std::move(v);
+  const std::string path = env("PATH").value_or("/usr/bin:/bin");
+  contract["PATH"] = std::filesystem::path(self_path).parent_path().string() + ":" + path;
+  launch.env = ComposeEnvironment(base_env, {}, contract);
+  return launch;
+}
 
-  std::vector<char*> argv;
-  for (const std::string& a : agent->command) argv.push_back(const_cast<char*>(a.c_str()));
+Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name,
+                     const std::string& self_path) {
+  std::vector<std::string> base;
+  for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
+  AGENTRT_ASSIGN_OR_RETURN(ArrayTaskLaunch launch, PrepareArrayTask(run_dir, agent_name, self_path,
+                                                                    EnvLookupOf(base), base));
+  if (::chdir(launch.workdir.c_str()) != 0)
+    return ErrnoStatus(errno, fmt::format("agent {}: cannot enter {}", agent_name, launch.workdir));
+  // execvpe looks argv[0] up in this process's PATH: the agent's.
+  for (const std::string& e : launch.env) {
+    if (e.rfind("PATH=", 0) == 0) setenv("PATH", e.c_str() + 5, 1);
+  }
+  std::vector<char*> argv, envp;
+  for (std::string& a : launch.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
+  for (std::string& e : launch.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  execvpe(argv[0], argv.data(), envp.data());
   return ErrnoStatus(errno,
-                     fmt::format("agent {}: cannot run '{}'", agent_name, agent->command.front()));
+                     fmt::format("agent {}: cannot run '{}'", agent_name, launch.argv.front()));
 }
 
 }  // namespace agentrt::slurm

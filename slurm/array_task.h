@@ -37,10 +37,32 @@ Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan
                                                                 const std::string& bus_address,
                                                                 const EnvLookup& env);
 
-// Reads the plan and bus address from `run_dir`, sets the environment, and
-// execs the agent's command (argv[0] looked up in PATH, with the directory of
-// `self_path` — where agentctl and agent-worker live — put first). Returns
-// only on error.
+// What one rank of an array task execs, made ready: the complete
+// environment, composed as every launcher composes a rank's
+// (ComposeEnvironment: `base_env` without inherited launch variables, the
+// agent's env, then the contract), except that the PMIx / Open MPI wiring srun
+// gave this very process stays (an MPI agent's MPI_Init needs it), and so do
+// NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME as the task got them; PATH has
+// the directory of `self_path` (where agentctl and agent-worker live) first.
+struct ArrayTaskLaunch {
+  std::vector<std::string> env;   // "NAME=value"
+  std::vector<std::string> argv;  // the agent's command
+  std::string workdir;            // created; the command runs in it
+  std::string incarnation;        // in the checkpoint fence
+};
+
+// Reads the plan and bus address from `run_dir` and prepares the launch. Like
+// every launcher it fences the checkpoint directory for this incarnation
+// (plan/fence.h): "slurm-<SLURM_JOB_ID>.<SLURM_RESTART_COUNT>", which every
+// rank of the task computes alike and writes before its agent starts, so a
+// rank of an earlier run of the task (requeued while cut off) cannot commit.
+Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::string& agent_name,
+                                         const std::string& self_path, const EnvLookup& env,
+                                         const std::vector<std::string>& base_env);
+
+// PrepareArrayTask with this process's environment, then execs the agent's
+// command (argv[0] looked up in PATH) in its working directory. Returns only
+// on error.
 Status ExecArrayTask(const std::string& run_dir, const std::string& agent_name,
                      const std::string& self_path);
 

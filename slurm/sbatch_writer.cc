@@ -10,6 +10,7 @@
 
 #include "common/file_util.h"
 #include "comms/auth.h"
+#include "plan/port_lease.h"
 #include "plan/run_dir.h"
 #include "slurm/command_runner.h"
 
@@ -126,10 +127,10 @@ Status MakePortsRunUnique(Plan& plan, const PortConfig& ports) {
                       "(every agent needs its own block run-wide); widen cluster.ports",
                       agent->name, ports.per_agent, ports.first, ports.last));
     }
-    int offset = agent->master_port - agent->ports.first;
+    agent->master_port =
+        MovedMasterPort(agent->master_port, agent->ports.first, next, next + ports.per_agent - 1);
     agent->ports.first = next;
     agent->ports.last = next + ports.per_agent - 1;
-    agent->master_port = next + (offset >= 0 && offset < ports.per_agent ? offset : 0);
     taken.emplace_back(agent->ports.first, agent->ports.last);
   }
   return Status::Ok();

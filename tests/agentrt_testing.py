@@ -255,7 +255,7 @@ class StandaloneBus:
 
 
 def test_plan(run, agents, channels=(), first_port=20016):
-    """A complete plan.json (DESIGN §6) for agents on one node: agents is a list of
+    """A complete plan.json for agents on one node: agents is a list of
     names or of dicts {name, ranks, backend, args}; channels of (topic, publishers, subscribers)."""
     out = {"run": run, "bus": {"host": "localhost", "port": first_port - 16}, "agents": [], "channels": []}
     for i, a in enumerate(agents):

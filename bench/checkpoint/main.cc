@@ -1,4 +1,4 @@
-// bench_checkpoint: the three figures of issue 4, each against an anchor measured
+// bench_checkpoint: three checkpoint figures, each against an anchor measured
 // in the same run on the same disk.
 //
 //   save_throughput     4 ranks (threads, one Checkpointer each, a shared barrier)

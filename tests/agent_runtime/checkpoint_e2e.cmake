@@ -1,4 +1,4 @@
-# Checkpoints end to end with `agentctl run` (issue 4): kill -9 of a rank of an agent
+# Checkpoints end to end with `agentctl run`: kill -9 of a rank of an agent
 # that checkpoints every second; after the restart it resumes from its last commit.
 foreach(scenario single mpi_pair)
   agentrt_script_test(NAME agent_runtime_checkpoint_e2e_${scenario}

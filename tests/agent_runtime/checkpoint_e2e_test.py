@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checkpoints end to end with `agentctl run` (issue 4): an agent that counts steps
+"""Checkpoints end to end with `agentctl run`: an agent that counts steps
 and checkpoints every second is kill -9ed; after the restart it continues from
 its last committed step, no step lost beyond the interval; status.json records
 last_checkpoint_step. Runs the real agentctl and the real test agent.

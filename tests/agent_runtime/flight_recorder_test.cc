@@ -15,28 +15,31 @@ namespace agentrt {
 
 TEST_CASE("the recorder numbers collectives, says which one runs, and keeps the newest") {
   FlightRecorder rec;
-  CHECK(rec.Snapshot()["seq"] == 0);
-  CHECK(rec.Snapshot()["in"] == false);
+  CHECK(rec.Snapshot().seq == 0);
+  CHECK_FALSE(rec.Snapshot().in);
   for (int i = 0; i < 100; ++i) {
     const uint64_t seq = rec.Begin(CollectiveOp::kAllReduce, 4096, DataType::kFloat32);
     CHECK(seq == static_cast<uint64_t>(i + 1));
     rec.End(seq, true);
   }
   const uint64_t running = rec.Begin(CollectiveOp::kBarrier, 0, DataType::kFloat32);
-  const nlohmann::json s = rec.Snapshot(16);
-  CHECK(s["seq"] == 101);
-  CHECK(s["in"] == true);
-  CHECK(s["op"] == "barrier");
-  REQUIRE(s["recent"].size() == 16);
-  CHECK(s["recent"].front()["seq"] == 86);  // oldest first
-  CHECK(s["recent"].back()["seq"] == 101);
-  CHECK(s["recent"].back()["state"] == "running");
-  CHECK(s["recent"][0]["state"] == "done");
-  CHECK(s["recent"][0]["bytes"] == 4096);
+  const CollectiveSnapshot s = rec.Snapshot(16);
+  CHECK(s.seq == 101);
+  CHECK(s.in);
+  CHECK(s.op == "barrier");
+  REQUIRE(s.recent.size() == 16);
+  CHECK(s.recent.front().seq == 86);  // oldest first
+  CHECK(s.recent.back().seq == 101);
+  CHECK(s.recent.back().state == "running");
+  CHECK(s.recent[0].state == "done");
+  CHECK(s.recent[0].bytes == 4096);
+  CHECK(s.recent[0].dtype == "float32");
+  // What a heartbeat carries reads back as it was.
+  CHECK(CollectiveSnapshot::FromJson(s.ToJson())->ToJson() == s.ToJson());
   rec.End(running, false);
-  CHECK(rec.Snapshot()["in"] == false);
-  CHECK(rec.Snapshot(200)["recent"].size() == FlightRecorder::kCapacity);
-  CHECK(rec.Snapshot(1)["recent"][0]["state"] == "failed");
+  CHECK_FALSE(rec.Snapshot().in);
+  CHECK(rec.Snapshot(200).recent.size() == FlightRecorder::kCapacity);
+  CHECK(rec.Snapshot(1).recent[0].state == "failed");
 }
 
 TEST_CASE("a recorded group records every call, and recording allocates nothing") {
@@ -50,11 +53,11 @@ TEST_CASE("a recorded group records every call, and recording allocates nothing"
     REQUIRE(group->Barrier().ok());
   }
   CHECK(agentrt::testing::AllocationCount() - before == 0);
-  const nlohmann::json s = rec.Snapshot(2);
-  CHECK(s["seq"] == 2001);
-  CHECK(s["recent"][0]["op"] == "all_reduce");
-  CHECK(s["recent"][0]["bytes"] == 32);
-  CHECK(s["recent"][1]["op"] == "barrier");
+  const CollectiveSnapshot s = rec.Snapshot(2);
+  CHECK(s.seq == 2001);
+  CHECK(s.recent[0].op == "all_reduce");
+  CHECK(s.recent[0].bytes == 32);
+  CHECK(s.recent[1].op == "barrier");
   // The counter does see allocations (the check above can fail).
   const long counted = agentrt::testing::AllocationCount();
   auto* p = new int(3);

@@ -35,7 +35,7 @@ std::string AgentBinary() {
   return std::string(bin) + "/agentrt-test-agent";
 }
 
-// Starts the test agent with the DESIGN §4 environment; stdout+stderr go to `log`.
+// Starts the test agent with the agent environment; stdout+stderr go to `log`.
 pid_t StartAgent(const std::string& run_dir, const std::string& telemetry, const std::string& log,
                  std::vector<std::string> args, int restart_count = 0) {
   std::string bin = AgentBinary();

@@ -1,6 +1,6 @@
 // agentrt-test-agent: a tiny agent for integration tests of the run controller.
 //
-// It builds a Runtime from the environment (DESIGN §4), heartbeats, counts steps,
+// It builds a Runtime from the environment (plan/agent_env.h), heartbeats, counts steps,
 // reports metrics, checkpoints its step counter and resumes from its latest
 // checkpoint ("resumed from step N" on stdout). Exit behaviour:
 //   --steps N         run N steps in all (counting resumed ones), then exit --exit-code (default 0)

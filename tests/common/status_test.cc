@@ -32,5 +32,22 @@ TEST_CASE("errno is translated with the call site's words") {
   CHECK(s.WithContext("agent a").message().find("agent a: open /nope") == 0);
 }
 
+TEST_CASE("status codes carry gRPC's numbers and names") {
+  // gRPC's numbering (grpc/status.h); the bus and the C API convert by cast.
+  CHECK(static_cast<int>(StatusCode::kCancelled) == 1);
+  CHECK(static_cast<int>(StatusCode::kUnknown) == 2);
+  CHECK(static_cast<int>(StatusCode::kInvalidArgument) == 3);
+  CHECK(static_cast<int>(StatusCode::kNotFound) == 5);
+  CHECK(static_cast<int>(StatusCode::kFailedPrecondition) == 9);
+  CHECK(static_cast<int>(StatusCode::kInternal) == 13);
+  CHECK(static_cast<int>(StatusCode::kUnauthenticated) == kLastStatusCode);
+  CHECK(StatusCodeName(StatusCode::kOk) == "OK");
+  CHECK(StatusCodeName(StatusCode::kUnknown) == "UNKNOWN");
+  CHECK(StatusCodeName(StatusCode::kDataLoss) == "DATA_LOSS");
+  CHECK(StatusCodeName(StatusCode::kUnauthenticated) == "UNAUTHENTICATED");
+  CHECK(StatusCodeName(static_cast<StatusCode>(99)) == "UNKNOWN");
+  CHECK(Status(StatusCode::kAborted, "x").ToString() == "ABORTED: x");
+}
+
 }  // namespace
 }  // namespace agentrt

@@ -1,4 +1,4 @@
-# The message bus (issue 6): broker logic, the real gRPC broker and client over
+# The message bus: broker logic, the real gRPC broker and client over
 # loopback, the standalone agentrt-bus binary, and a Python client built from
 # the same bus.proto.
 agentrt_test(NAME bus_unit_test
@@ -62,7 +62,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   set_tests_properties(bus_validate_fuzz_test PROPERTIES LABELS unit TIMEOUT 120)
 endif()
 
-# The durable log (issue 15): restart, torn tail, corrupt record, segment retention.
+# The durable log: restart, torn tail, corrupt record, segment retention.
 agentrt_test(NAME bus_log_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_log_test.cc
   DEPS agentrt::comms
@@ -78,7 +78,7 @@ foreach(scenario always batch corrupt)
     TIMEOUT 120)
 endforeach()
 
-# Large messages (issue 15): chunked publish and delivery, whole or not at all, their files.
+# Large messages: chunked publish and delivery, whole or not at all, their files.
 agentrt_test(NAME bus_large_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_large_test.cc
   DEPS agentrt::comms

@@ -1,4 +1,4 @@
-// The agent process contract (DESIGN §4): one type fills it, one parses it.
+// The agent process contract: one type fills it, one parses it.
 #include "plan/agent_env.h"
 
 #include <catch2/catch.hpp>
@@ -40,7 +40,7 @@ Env FullEnv() {
 
 Result<AgentEnv> Parse(const Env& env) { return AgentEnv::Parse(Lookup(env)); }
 
-TEST_CASE("the agent environment is read from the DESIGN §4 variables") {
+TEST_CASE("the agent environment is read from the agent contract's variables") {
   auto a = Parse(FullEnv());
   REQUIRE(a.ok());
   CHECK(a->run_dir == "/runs/demo-1");

@@ -19,6 +19,15 @@ namespace fs = std::filesystem;
 
 using LeaseDir = testing::TempDir;
 
+TEST_CASE("a moved port block keeps MASTER_PORT at its offset, or at its first port") {
+  CHECK(MovedMasterPort(20016, 20000, 30000, 30031) == 30016);
+  CHECK(MovedMasterPort(20000, 20000, 30000, 30031) == 30000);
+  CHECK(MovedMasterPort(20031, 20000, 30000, 30031) == 30031);
+  // A new block narrower than the offset, or a port that was outside the old block.
+  CHECK(MovedMasterPort(20016, 20000, 30000, 30007) == 30000);
+  CHECK(MovedMasterPort(19999, 20000, 30000, 30031) == 30000);
+}
+
 TEST_CASE("two runs never lease one port, whatever their blocks' boundaries") {
   LeaseDir dir;
   auto a = PortLeases::Open("/runs/a", dir.path);

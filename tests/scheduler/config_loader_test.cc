@@ -69,7 +69,7 @@ channels:
   - {topic: "policies/{agent}", publishers: ["*"], subscribers: [judge]}
 )";
 
-TEST_CASE("loader reads the full DESIGN schema and expands replicas, defaults and channels") {
+TEST_CASE("loader reads the full config schema and expands replicas, defaults and channels") {
   Result<Config> loaded = LoadConfigString(kFull, "full.yaml");
   REQUIRE(loaded.ok());
   const Config& c = *loaded;

@@ -1,5 +1,5 @@
 // The local backend on real processes: fork/exec into a process group, the
-// DESIGN §4 environment, logs per rank, exits, group signals, port probing.
+// agent environment, logs per rank, exits, group signals, port probing.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>

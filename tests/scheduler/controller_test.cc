@@ -1,5 +1,5 @@
 // The supervision state machine (scheduler/run_controller.h), driven by a fake
-// launch backend and a fake clock: every transition of DESIGN §9 without a
+// launch backend and a fake clock: every supervision transition without a
 // process or a sleep.
 #include <signal.h>
 
@@ -75,6 +75,13 @@ struct Fixture {
     }
   }
 };
+
+// A heartbeat's flight-recorder block, written as the JSON a rank sends.
+CollectiveSnapshot Collective(const nlohmann::json& j) {
+  auto s = CollectiveSnapshot::FromJson(j);
+  REQUIRE(s.ok());
+  return std::move(s).value();
+}
 
 }  // namespace
 
@@ -574,11 +581,12 @@ TEST_CASE("a rank that never enters the collective its peers wait in is a hang: 
   auto beat = [&](int rank, uint64_t seq, bool in, double in_for) {
     TelemetryMessage m = Heartbeat("a", rank);
     m.time = 1000;
-    m.collective = {{"seq", seq},
+    m.collective =
+        Collective({{"seq", seq},
                     {"in", in},
                     {"op", "all_reduce"},
                     {"since", 1000 - in_for},
-                    {"recent", nlohmann::json::array({{{"seq", seq}, {"op", "all_reduce"}}})}};
+                    {"recent", nlohmann::json::array({{{"seq", seq}, {"op", "all_reduce"}}})}});
     rc.OnTelemetry(m);
   };
   // Ranks 0 and 2 wait in #42; rank 1 is still at #41 (computing).
@@ -599,11 +607,14 @@ TEST_CASE("a rank that never enters the collective its peers wait in is a hang: 
   auto files = std::vector<std::filesystem::path>(
       std::filesystem::directory_iterator(dir.path + "/hangs"), {});
   REQUIRE(files.size() == 1);
-  const auto dump = nlohmann::json::parse(ReadWholeFile(files[0].string()).value());
-  CHECK(dump["agent"] == "a");
-  CHECK(dump["ranks"].size() == 3);
-  CHECK(dump["ranks"][1]["collective"]["seq"] == 41);
-  CHECK(dump["summary"].get<std::string>().find("rank 1 never entered") == 0);
+  const auto dump =
+      HangReport::FromJson(nlohmann::json::parse(ReadWholeFile(files[0].string()).value()));
+  REQUIRE(dump.ok());
+  CHECK(dump->agent == "a");
+  REQUIRE(dump->ranks.size() == 3);
+  REQUIRE(dump->ranks[1].collective);
+  CHECK(dump->ranks[1].collective->seq == 41);
+  CHECK(dump->summary.find("rank 1 never entered") == 0);
 }
 
 TEST_CASE("every rank in the same collective too long is a hang; a slow but moving group is not") {
@@ -620,7 +631,7 @@ TEST_CASE("every rank in the same collective too long is a hang; a slow but movi
     for (int r = 0; r < 2; ++r) {
       TelemetryMessage m = Heartbeat("a", r, 0, i);
       m.time = 1000;  // heard halfway through: in it for 2 s so far
-      m.collective = {{"seq", seq}, {"in", true}, {"op", "all_reduce"}, {"since", 998}};
+      m.collective = Collective({{"seq", seq}, {"in", true}, {"op", "all_reduce"}, {"since", 998}});
       rc.OnTelemetry(m);
     }
     ++seq;
@@ -632,7 +643,7 @@ TEST_CASE("every rank in the same collective too long is a hang; a slow but movi
   for (int r = 0; r < 2; ++r) {
     TelemetryMessage m = Heartbeat("a", r, 0, 10);
     m.time = 1000;
-    m.collective = {{"seq", seq}, {"in", true}, {"op", "all_gather"}, {"since", 994}};
+    m.collective = Collective({{"seq", seq}, {"in", true}, {"op", "all_gather"}, {"since", 994}});
     rc.OnTelemetry(m);
   }
   rc.Tick();
@@ -674,7 +685,7 @@ TEST_CASE("declared FLOPs per sample give achieved FLOP/s, efficiency and the bi
     TelemetryMessage m = Heartbeat("a", 0, 0, 1000 * t);
     m.time = 1000 + t;
     m.flops_per_sample = 1e8;
-    m.collective = {{"seq", t}, {"in", false}, {"busy_s", 0.6 * t}};
+    m.collective = Collective({{"seq", t}, {"in", false}, {"busy_s", 0.6 * t}});
     f.rc->OnTelemetry(m);
     f.rc->OnTelemetry(Heartbeat("a", 1, 0, 1000 * t));
     f.clock.AdvanceSeconds(1);

@@ -1,4 +1,4 @@
-# Leagues and population-based training end to end (issue 17): the example
+# Leagues and population-based training end to end: the example
 # configs run as a user runs them, and a league that survives kill -9 of agentctl.
 foreach(scenario pbt pbt_python league)
   agentrt_script_test(NAME league_run_${scenario}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""League and population-based training end to end (issue 17): the real agentctl, the real
+"""League and population-based training end to end: the real agentctl, the real
 agent-worker, the league service on the real bus, the example configs as a user runs them.
 
     league_run_test.py pbt | pbt_python | league | league_resume

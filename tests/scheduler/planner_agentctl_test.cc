@@ -105,7 +105,7 @@ TEST_CASE("agentctl validate checks agent-worker's args with agent-worker's own 
   CHECK(o.exit_code == 0);
 }
 
-TEST_CASE("agentctl plan prints a table, or the DESIGN §6 JSON with --json") {
+TEST_CASE("agentctl plan prints a table, or the plan JSON with --json") {
   testing::TempDir dir;
   const std::string config = dir.Write("agents.yaml", R"(run: {name: pp, dir: runs}
 cluster:

@@ -1,4 +1,4 @@
-// The plan's JSON contract (DESIGN §6): shape, round trip, and clear errors.
+// The plan's JSON contract: shape, round trip, and clear errors.
 #include <catch2/catch.hpp>
 #include <string>
 
@@ -33,7 +33,7 @@ channels:
   return r.plan();
 }
 
-TEST_CASE("plan JSON has the DESIGN §6 shape with additive keys") {
+TEST_CASE("plan JSON has its documented shape with additive keys") {
   nlohmann::json j = nlohmann::json::parse(PlanToJsonString(DemoPlan()));
   CHECK(j["run"] == "predator-prey");
   CHECK(j["bus"]["host"] == "node01");
@@ -95,7 +95,7 @@ TEST_CASE("a plan survives a JSON round trip, through a file too") {
              Contains("no/such/dir"));
 }
 
-TEST_CASE("the bare DESIGN §6 example reads, with the additive keys derived") {
+TEST_CASE("the bare example without additive keys reads, with them derived") {
   Result<Plan> p = PlanFromJsonString(R"({"run": "predator-prey",
  "bus": {"host": "node01", "port": 20000},
  "agents": [

@@ -1,8 +1,12 @@
 #include "slurm/array_task.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "common/file_util.h"
+#include "plan/fence.h"
+#include "tests/common/temp_dir.h"
 #include "tests/slurm/test_plans.h"
 
 using namespace agentrt;
@@ -90,4 +94,53 @@ TEST_CASE("array-task errors name what SLURM did not provide") {
   auto e3 = ArrayTaskEnvironment(plan, plan.agents[0], "/r", "h:1", MapLookup(no_gpu));
   REQUIRE_FALSE(e3.ok());
   CHECK_THAT(e3.status().message(), Catch::Contains("CUDA_VISIBLE_DEVICES"));
+}
+
+TEST_CASE("an array task's rank is composed like any launch: stale variables out, fenced") {
+  agentrt::testing::TempDir dir;
+  Plan plan;
+  plan.run = "pp";
+  AddAgent(plan, "mpi-agent", 0, 2, "n", 20016, dir.path, {"agent-worker", "--x"});
+  plan.agents[0].env = {{"PYTHONUNBUFFERED", "1"}};
+  REQUIRE(WritePlanFile(plan, dir.Path("plan.json")).ok());
+  dir.Write("bus.address", "gpu09:41234\n");
+  auto vars = SlurmRank(1, 2, "2", "n1");
+  vars["SLURM_JOB_ID"] = "812";
+  vars["SLURM_RESTART_COUNT"] = "2";
+  vars["PATH"] = "/usr/bin";
+  // The task's own environment: srun's PMIx wiring, and what a submitting
+  // shell left that must not reach the agent.
+  const std::vector<std::string> base = {"HOME=/home/u",  "PMIX_RANK=1",
+                                         "OMPI_MCA_x=y",  "AGENTRT_RUN_DIR=/elsewhere",
+                                         "MASTER_PORT=1", "NCCL_SOCKET_IFNAME=ib0",
+                                         "PATH=/usr/bin"};
+  auto launch =
+      PrepareArrayTask(dir.path, "mpi-agent", "/opt/agentrt/bin/agentctl", MapLookup(vars), base);
+  REQUIRE(launch.ok());
+  auto has = [&](const std::string& entry) {
+    return std::find(launch->env.begin(), launch->env.end(), entry) != launch->env.end();
+  };
+  CHECK(has("HOME=/home/u"));
+  CHECK(has("PMIX_RANK=1"));  // MPI_Init under srun --mpi=pmix needs its wiring
+  CHECK(has("OMPI_MCA_x=y"));
+  CHECK(has("NCCL_SOCKET_IFNAME=ib0"));
+  CHECK(has("AGENTRT_RUN_DIR=" + dir.path));  // the contract's, not the shell's
+  CHECK(has("MASTER_PORT=20016"));
+  CHECK(has("RANK=1"));
+  CHECK(has("PYTHONUNBUFFERED=1"));
+  CHECK(has("PATH=/opt/agentrt/bin:/usr/bin"));
+  CHECK(launch->argv == std::vector<std::string>{"agent-worker", "--x"});
+  CHECK(launch->workdir == dir.path + "/agents/mpi-agent");
+  CHECK(launch->incarnation == "slurm-812.2");
+  auto fence = ReadCheckpointFence(dir.path + "/checkpoints/mpi-agent");
+  REQUIRE(fence.ok());
+  CHECK(*fence == std::optional<std::string>("slurm-812.2"));
+
+  vars.erase("SLURM_JOB_ID");
+  auto no_job =
+      PrepareArrayTask(dir.path, "mpi-agent", "/opt/agentrt/bin/agentctl", MapLookup(vars), base);
+  REQUIRE_FALSE(no_job.ok());
+  CHECK_THAT(no_job.status().message(), Catch::Contains("SLURM_JOB_ID"));
+  CHECK_THAT(PrepareArrayTask(dir.path, "nobody", "x", MapLookup(vars), base).status().message(),
+             Catch::Contains("agent 'nobody' is not in"));
 }

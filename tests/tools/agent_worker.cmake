@@ -10,7 +10,7 @@ agentrt_script_test(NAME agent_worker_standalone
   LABELS integration
   TIMEOUT 300)
 
-# Issue 7 acceptance through `agentctl run`: the demo (captures vs random
+# The demo's acceptance through `agentctl run`: the demo (captures vs random
 # predators, snapshots over the bus, curves and plots) and kill -9 of a rank.
 agentrt_script_test(NAME agent_worker_demo
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/agent_worker_demo_test.sh ${PROJECT_BINARY_DIR}

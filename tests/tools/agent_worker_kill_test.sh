@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance of issue 7: `kill -9` of one rank of a 2-rank agent-worker agent
+# Acceptance: `kill -9` of one rank of a 2-rank agent-worker agent
 # during a run. The controller tears the agent down and restarts it; the agent
 # resumes from its newest checkpoint (step S > 0) and its learning curve goes
 # on from S (the first report after the restart is S + one update), not from 0.
@@ -91,7 +91,7 @@ assert a["restarts"] == 1, a
 prey = [a for a in status["agents"] if a["name"] == "prey"][0]
 assert prey["restarts"] == 0, f"the prey was restarted too: {prey}"
 PY
-# The bus side of the resume (issue 6): the restarted predator subscribes to the
+# The bus side of the resume: the restarted predator subscribes to the
 # prey's policy topic from the offset its checkpoint stored (less one: it re-reads
 # the newest snapshot it had), not from the start of the log.
 python3 - "$run_dir" "$resumed" <<'PY' || fail "the restarted predator did not resume its bus subscription from the checkpoint"

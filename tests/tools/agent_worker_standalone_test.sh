@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# agent-worker as a program, started with a hand-made DESIGN §4 environment (no
+# agent-worker as a program, started with a hand-made agent environment (no
 # agentctl): it reaches its budget and checkpoints; a second start resumes from
 # that checkpoint; SIGTERM makes it checkpoint and exit 0; two ranks under a
 # real mpirun train as one MPI group (one shard per rank); a multi-agent env

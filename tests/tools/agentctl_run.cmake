@@ -1,4 +1,4 @@
-# `agentctl run` on one machine (issue 3), end to end: the real agentctl, the
+# `agentctl run` on one machine, end to end: the real agentctl, the
 # real test agent (tests/agent_runtime/test_agent.cc), real mpirun, real signals.
 # Each scenario is its own test, bounded in time; ports are probed free by the test.
 foreach(scenario env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure

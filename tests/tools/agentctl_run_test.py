@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Integration tests of `agentctl run` on one machine (issue 3), with the real
+"""Integration tests of `agentctl run` on one machine, with the real
 agentctl binary and the real test agent (agentrt-test-agent).
 
     agentctl_run_test.py SCENARIO     (env_contract | restart | failing | kill_controller | busy_port)
@@ -110,7 +110,7 @@ def scenario_env_contract(work):
         for r, d in ranks.items():
             env = d["env"]
             missing = [v for v in contract if v not in env]
-            check(not missing, "%s rank %d has every DESIGN §4 variable (missing %s)" % (name, r, missing))
+            check(not missing, "%s rank %d has every agent contract variable (missing %s)" % (name, r, missing))
             extra = sorted(k for k in env if k.startswith("AGENTRT_") and k not in contract)
             check(not extra, "%s rank %d has no other AGENTRT_ variable (%s)" % (name, r, extra))
             check(env["RANK"] == str(r) and env["WORLD_SIZE"] == str(sizes[name]),
@@ -316,7 +316,7 @@ def scenario_busy_port(work):
 
 
 # --------------------------------------------------------------------------------------------
-# Shared machines (issue 12): concurrent runs, working directories, resume, rank-level status.
+# Shared machines: concurrent runs, working directories, resume, rank-level status.
 
 def plan_of(run_dir):
     with open(os.path.join(run_dir, "plan.json")) as f:

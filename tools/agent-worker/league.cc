@@ -43,7 +43,7 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
 
 League::~League() {
   // Let queued publishes reach the broker before the client goes.
-  (void)bus_->Flush(std::chrono::seconds(5));
+  bus_->Flush(std::chrono::seconds(5)).IgnoreError();
   // The client's threads call OnMessage: end them while the members they use live.
   bus_.reset();
 }

@@ -1,5 +1,5 @@
 // Evaluation of pursuit predators: how often a team of predators catches the
-// prey, for the acceptance test of issue 7 ("predators trained against the
+// prey, for the demo's acceptance test ("predators trained against the
 // prey's snapshots capture at least 3x as often as uniformly random predators
 // against the same prey"). Both figures come from the same episode seeds.
 #pragma once

@@ -1,4 +1,4 @@
-// agent-worker's settings: the agent's `args` from the plan (DESIGN §5), read
+// agent-worker's settings: the agent's `args` from the plan, read
 // by name with defaults, unknown keys refused (a typo fails at start-up).
 //
 //   args: {env: pursuit, role: predator, algo: ppo, steps: 20000, lr: 0.0003,

@@ -1,5 +1,5 @@
-// agent-worker: the default agent `command` (DESIGN §5). One process per rank;
-// started by `agentctl run` with the DESIGN §4 environment. What one rank does:
+// agent-worker: the default agent `command`. One process per rank;
+// started by `agentctl run` with the agent environment (plan/agent_env.h). What one rank does:
 //
 //   1. reads its agent's entry from RUN_DIR/plan.json (args, checkpoint policy)
 //      and builds agentrt::Runtime, the agent's Group (single / MPI / NCCL by

@@ -16,6 +16,7 @@
 
 #include "common/file_util.h"
 #include "plan/plan.h"
+#include "plan/records.h"
 #include "scheduler/process.h"
 #include "scheduler/status.h"
 #include "tools/agentctl/commands.h"
@@ -66,26 +67,34 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
   const agentrt::RunDir dir = prepared.dir;
   if (on_slurm) {
     // One allocation on the agents' own nodes, every agent a job step there.
-    (void)SubmitAndFollow(prepared, config.slurm, /*quiet=*/true);
+    // Its exit code is not the check's: the per-agent results in status.json are.
+    SubmitAndFollow(prepared, config.slurm, /*quiet=*/true);
   } else {
-    (void)DriveLocal(std::move(prepared), /*quiet=*/true);
+    DriveLocal(std::move(prepared), /*quiet=*/true);
   }
   auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
 
   nlohmann::json report = {{"run_dir", dir.path()}, {"agents", nlohmann::json::array()}};
   bool all_passed = true;
   for (const agentrt::AgentPlan& a : plan.agents) {
-    nlohmann::json row;
-    auto text = agentrt::ReadWholeFile(dir.Resolve(a.workdir) + "/preflight.json", 16 << 20);
-    if (text.ok()) row = nlohmann::json::parse(*text, nullptr, false);
-    if (!row.is_object()) {
-      row = {{"agent", a.name}, {"ranks", a.ranks}, {"errors", nlohmann::json::array()}};
-      const agentrt::AgentStatus* s = status.ok() ? status->FindAgent(a.name) : nullptr;
-      row["errors"].push_back(
-          "the check did not complete: " +
-          (s != nullptr && !s->reason.empty() ? s->reason : std::string("no result")) + "; see " +
-          dir.LogDir(a.name));
+    agentrt::Result<agentrt::PreflightReport> read = agentrt::NotFound("no result");
+    const std::string path = agentrt::PreflightFile(dir.Resolve(a.workdir));
+    if (auto text = agentrt::ReadWholeFile(path, 16 << 20); text.ok()) {
+      read = agentrt::PreflightReport::FromJson(nlohmann::json::parse(*text, nullptr, false));
+      if (!read.ok()) read = agentrt::DataLoss(path + ": " + read.status().message());
     }
+    if (!read.ok()) {
+      agentrt::PreflightReport none;
+      none.agent = a.name;
+      none.ranks = a.ranks;
+      const agentrt::AgentStatus* s = status.ok() ? status->FindAgent(a.name) : nullptr;
+      none.errors.push_back(
+          "the check did not complete: " +
+          (s != nullptr && !s->reason.empty() ? s->reason : read.status().message()) + "; see " +
+          dir.LogDir(a.name));
+      read = std::move(none);
+    }
+    nlohmann::json row = read->ToJson();
     row["nodes"] = NodesOf(a);
     row["link"] = links[a.name].first;
     row["expected_gbps"] = links[a.name].second;
@@ -155,7 +164,7 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
   }
   out +=
       fmt::format("busbw: nccl-tests' bus bandwidth of the largest all_reduce ({}); details: {}\n",
-                  "algbw x 2(n-1)/n", dir.path() + "/agents/<agent>/preflight.json");
+                  "algbw x 2(n-1)/n", agentrt::PreflightFile(dir.WorkDir("<agent>")));
   std::fputs(out.c_str(), stdout);
   return all_passed ? 0 : kExitError;
 }

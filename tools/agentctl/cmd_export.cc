@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -18,6 +17,7 @@
 
 #include "common/file_util.h"
 #include "dashboard/tensorboard.h"
+#include "plan/records.h"
 #include "plan/run_dir.h"
 #include "tools/agentctl/commands.h"
 
@@ -58,24 +58,12 @@ void RegisterExport(CLI::App& app) {
     if (opts->csv.empty() && opts->tensorboard.empty())
       Fail("export",
            agentrt::InvalidArgument("say what to write: --csv FILE or --tensorboard DIR"));
-    const std::string path = agentrt::RunDir(opts->run_dir).MetricsPath();
-    std::ifstream in(path);
-    if (!in) Fail("export", agentrt::NotFound(path + " does not exist: is it a run directory?"));
-    std::vector<nlohmann::json> rows;
+    auto read = agentrt::ReadMetricsFile(agentrt::RunDir(opts->run_dir).MetricsPath());
+    if (!read.ok()) Fail("export", read.status());
+    const std::vector<agentrt::MetricsRecord>& rows = *read;
     std::set<std::string> names;
-    std::string line;
-    for (int number = 1; std::getline(in, line); ++number) {
-      if (line.empty()) continue;
-      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!j.is_object()) {
-        // A run killed mid-write leaves at most its last line torn.
-        if (in.peek() == EOF) break;
-        Fail("export", agentrt::DataLoss(fmt::format("{}:{}: not a JSON object", path, number)));
-      }
-      if (j.contains("metrics") && j["metrics"].is_object()) {
-        for (const auto& [k, v] : j["metrics"].items()) names.insert(k);
-      }
-      rows.push_back(std::move(j));
+    for (const auto& r : rows) {
+      for (const auto& [k, v] : r.metrics.items()) names.insert(k);
     }
     if (!opts->tensorboard.empty()) {
       auto written = agentrt::WriteTensorBoard(rows, opts->tensorboard);
@@ -90,13 +78,10 @@ void RegisterExport(CLI::App& app) {
     std::string out = "agent,rank,step,run_time,time";
     for (const auto& n : names) out += "," + CsvField(n);
     out += "\n";
-    for (const auto& j : rows) {
-      out += fmt::format("{},{},{},{},{}", CsvField(j.value("agent", nlohmann::json())),
-                         CsvField(j.value("rank", nlohmann::json())),
-                         CsvField(j.value("step", nlohmann::json())),
-                         CsvField(j.value("run_time", nlohmann::json())),
-                         CsvField(j.value("time", nlohmann::json())));
-      const nlohmann::json& m = j.contains("metrics") ? j["metrics"] : nlohmann::json::object();
+    for (const auto& r : rows) {
+      out += fmt::format("{},{},{},{},{}", CsvField(r.agent), CsvField(r.rank), CsvField(r.step),
+                         CsvField(r.run_time), CsvField(r.time));
+      const nlohmann::json& m = r.metrics;
       for (const auto& n : names) out += "," + CsvField(m.contains(n) ? m[n] : nlohmann::json());
       out += "\n";
     }

@@ -44,10 +44,11 @@ void RegisterLeague(CLI::App& app) {
         Fail("league", read.status());
       }
     }
-    const auto lineage = agentrt::ReadLineage(dir.LineagePath());
+    const auto lineage = agentrt::ReadLineageFile(dir.LineagePath());
     if (opts->json) {
       nlohmann::json out = {{"state", state ? state->ToJson() : nlohmann::json()},
-                            {"lineage", lineage}};
+                            {"lineage", nlohmann::json::array()}};
+      for (const agentrt::LineageRecord& l : lineage) out["lineage"].push_back(l.ToJson());
       std::fputs((out.dump(2) + "\n").c_str(), stdout);
       return;
     }

@@ -67,7 +67,7 @@ int RankOf(const fs::path& p) {
 std::vector<std::string> AgentsWithLogs(const std::string& run_dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(run_dir + "/logs", ec))
+  for (const auto& e : fs::directory_iterator(agentrt::RunDir(run_dir).LogsDir(), ec))
     names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
   return names;

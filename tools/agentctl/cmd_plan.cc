@@ -41,7 +41,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--run-dir", opts->run_dir,
                   "plan for this run directory (recorded as run_dir; paths are relative to it)");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
-  cmd->add_flag("--json", opts->json, "print the plan as JSON (DESIGN §6)");
+  cmd->add_flag("--json", opts->json, "print the plan as JSON");
   cmd->callback([opts] {
     const agentrt::LoadOptions load = ConfigLoadOptions(opts->overrides);
     agentrt::Result<agentrt::Config> config = agentrt::LoadConfigFile(opts->file, load);

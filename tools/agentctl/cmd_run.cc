@@ -482,7 +482,7 @@ int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmCo
       }
       stops_seen = stops;
       display.Event(fmt::format("agentctl run: stopping job {}", *job));
-      (void)slurm.Cancel(*job, cancel);
+      slurm.Cancel(*job, cancel).IgnoreError();  // a job that ended meanwhile
     }
     auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
     if (status.ok()) display.Table(*status, clock->NowSeconds() - t0);

@@ -26,7 +26,7 @@ void RegisterStatus(CLI::App& app) {
       ->required();
   cmd->add_flag("--json", opts->json, "print status.json (shape: see scheduler/status.h)");
   cmd->callback([opts] {
-    auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
+    auto status = agentrt::ReadRunStatusFile(agentrt::RunDir(opts->run_dir).StatusPath());
     if (!status.ok()) {
       Fail("status", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
     }
@@ -56,7 +56,7 @@ void RegisterStatus(CLI::App& app) {
                        stdout);
           }
         }
-        const auto lineage = agentrt::ReadLineage(dir.LineagePath());
+        const auto lineage = agentrt::ReadLineageFile(dir.LineagePath());
         for (size_t i = lineage.size() > 3 ? lineage.size() - 3 : 0; i < lineage.size(); ++i)
           std::fputs(("pbt: " + agentrt::FormatLineageLine(lineage[i]) + "\n").c_str(), stdout);
         if (!lineage.empty())

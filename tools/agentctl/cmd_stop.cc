@@ -49,7 +49,7 @@ bool StopSlurmRun(const std::string& run_dir, const std::string& job, bool no_wa
   if (no_wait) return true;
   auto done = client.WaitForJobs({job}, timeout_s);
   if (!done.ok()) Fail("stop", done.status());
-  auto status = agentrt::ReadRunStatusFile(run_dir + "/status.json");
+  auto status = agentrt::ReadRunStatusFile(agentrt::RunDir(run_dir).StatusPath());
   if (status.ok()) {
     std::fputs(
         fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),
@@ -78,7 +78,7 @@ void RegisterStop(CLI::App& app) {
     }
     const pid_t pid = agentrt::LiveControllerPid(opts->run_dir);
     if (pid == 0) {
-      auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
+      auto status = agentrt::ReadRunStatusFile(agentrt::RunDir(opts->run_dir).StatusPath());
       if (!status.ok())
         Fail("stop", status.status().WithContext("is " + opts->run_dir + " a run directory?"));
       if (status->state == agentrt::RunState::kRunning) {
@@ -111,7 +111,7 @@ void RegisterStop(CLI::App& app) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    auto status = agentrt::ReadRunStatusFile(opts->run_dir + "/status.json");
+    auto status = agentrt::ReadRunStatusFile(agentrt::RunDir(opts->run_dir).StatusPath());
     if (status.ok()) {
       std::fputs(
           fmt::format("run {} {}\n", status->run, agentrt::RunStateName(status->state)).c_str(),

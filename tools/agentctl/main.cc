@@ -1,4 +1,4 @@
-// agentctl — plan, run and inspect multi-agent RL training runs (DESIGN §1).
+// agentctl — plan, run and inspect multi-agent RL training runs.
 #include <fmt/format.h>
 
 #include <cstdio>

@@ -15,10 +15,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/file_util.h"
 #include "comms/auth.h"
@@ -27,6 +31,20 @@
 #include "plan/run_dir.h"
 
 namespace {
+
+// The `bus:` settings that are the broker's storage and limits, each also a
+// flag ("--max-message-bytes"): the port, the TLS files and the client's call
+// timeout have flags of their own or none.
+bool IsStorageSetting(std::string_view name) {
+  return name != "port" && name != "call_timeout_s" && name != "tls" && name != "cert_file" &&
+         name != "key_file" && name != "ca_file";
+}
+
+std::string FlagOf(std::string_view setting) {
+  std::string flag = "--" + std::string(setting);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
 
 int Fail(const agentrt::Status& s) {
   std::fprintf(stderr, "agentrt-bus: %s\n", s.ToString().c_str());
@@ -60,24 +78,24 @@ int main(int argc, char** argv) {
   app.add_option("--advertise-host", advertise_host,
                  "host written to --address-file (default: the listen host, or this machine's name "
                  "for 0.0.0.0)");
-  app.add_option("--max-message-bytes", opts.broker.limits.max_message_bytes,
-                 "largest payload accepted")
-      ->capture_default_str();
-  app.add_option("--retention", opts.broker.retention_messages, "messages kept per topic")
-      ->capture_default_str();
-  app.add_option("--retention-bytes", opts.broker.retention_bytes, "payload bytes kept per topic")
-      ->capture_default_str();
-  std::string log_dir, durability;
+  // The storage settings as flags, declared by the `bus:` settings list; a
+  // flag given wins over the plan's setting. Without --plan: these defaults,
+  // but durability memory.
+  agentrt::BusConfig flags;
+  std::vector<std::pair<std::string, CLI::Option*>> storage_flags;
+  auto add_storage_flag = [&](const char* name, auto* value, const char* doc) {
+    if (!IsStorageSetting(name)) return;
+    CLI::Option* o =
+        app.add_option(FlagOf(name), *value, std::string(doc) + "; with --plan: its bus." + name);
+    storage_flags.emplace_back(name, o->capture_default_str());
+  };
+#define AGENTRT_BUS_FLAG(type, name, default_value, doc) add_storage_flag(#name, &flags.name, doc);
+  AGENTRT_BUS_SETTINGS(AGENTRT_BUS_FLAG)
+#undef AGENTRT_BUS_FLAG
+  std::string log_dir;
   app.add_option("--log-dir", log_dir,
-                 "keep the durable log here (default with --plan: RUN_DIR/bus; without: none)");
-  app.add_option("--durability", durability,
-                 "memory | batch | always (default: the plan's bus.durability, else memory)");
-  app.add_option("--fsync-interval-ms", opts.broker.fsync_interval_ms,
-                 "batch: the longest a stored message waits for fsync")
-      ->capture_default_str();
-  app.add_option("--retention-age-s", opts.broker.retention_age_s,
-                 "messages older than this expire (0: no age limit)")
-      ->capture_default_str();
+                 "keep the durable log here (default with --plan: RUN_DIR/bus; without: none, "
+                 "and durability memory)");
   app.add_option("--tls-cert", opts.tls_cert_file, "server certificate (PEM): serve TLS only");
   app.add_option("--tls-key", opts.tls_key_file, "server private key (PEM)");
   app.add_option("--tls-client-ca", opts.tls_client_ca_file,
@@ -135,32 +153,31 @@ int main(int argc, char** argv) {
     return Fail(agentrt::InvalidArgument("--tls-cert needs --tls-key"));
   }
   agentrt::BusAcl acl;
+  // The run's bus settings, as `agentctl run` applies them (the log in the run
+  // dir that holds the plan); flags given on the command line win.
+  agentrt::BusConfig settings;
+  settings.durability = "memory";
+  std::string default_log_dir;
   if (!plan.empty()) {
     auto loaded = agentrt::ReadPlanFile(plan);
     if (!loaded.ok()) return Fail(loaded.status());
     acl = agentrt::AclFromPlan(*loaded);
-    // The run's bus settings, as `agentctl run` applies them (the log in the
-    // run dir that holds the plan); flags given on the command line win.
+    settings = loaded->bus.settings;
     const std::string run_dir = std::filesystem::path(plan).parent_path().string();
-    auto b = agentrt::BrokerOptionsFor(
-        loaded->bus.settings, agentrt::RunDir(run_dir.empty() ? "." : run_dir).BusLogDir());
-    if (!b.ok()) return Fail(b.status().WithContext(plan));
-    if (app.count("--max-message-bytes") > 0)
-      b->limits.max_message_bytes = opts.broker.limits.max_message_bytes;
-    if (app.count("--retention") > 0) b->retention_messages = opts.broker.retention_messages;
-    if (app.count("--retention-bytes") > 0) b->retention_bytes = opts.broker.retention_bytes;
-    if (app.count("--fsync-interval-ms") > 0) b->fsync_interval_ms = opts.broker.fsync_interval_ms;
-    if (app.count("--retention-age-s") > 0) b->retention_age_s = opts.broker.retention_age_s;
-    opts.broker = std::move(b).value();
+    default_log_dir = agentrt::RunDir(run_dir.empty() ? "." : run_dir).BusLogDir();
   } else {
     acl.open = true;
   }
-  if (!log_dir.empty()) opts.broker.log_dir = log_dir;
-  if (!durability.empty()) {
-    auto d = agentrt::ParseBusDurability(durability);
-    if (!d.ok()) return Fail(d.status().WithContext("--durability"));
-    opts.broker.durability = *d;
+  for (const auto& [name, option] : storage_flags) {
+    if (option->count() == 0) continue;
+#define AGENTRT_BUS_GIVEN(type, setting, default_value, doc) \
+  if (name == #setting) settings.setting = flags.setting;
+    AGENTRT_BUS_SETTINGS(AGENTRT_BUS_GIVEN)
+#undef AGENTRT_BUS_GIVEN
   }
+  auto broker = agentrt::BrokerOptionsFor(settings, log_dir.empty() ? default_log_dir : log_dir);
+  if (!broker.ok()) return Fail(broker.status().WithContext(plan.empty() ? "agentrt-bus" : plan));
+  opts.broker = std::move(broker).value();
   if (opts.broker.durability != agentrt::BusDurability::kMemory && opts.broker.log_dir.empty()) {
     return Fail(agentrt::InvalidArgument("--durability " +
                                          std::string(BusDurabilityName(opts.broker.durability)) +

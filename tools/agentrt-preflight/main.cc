@@ -10,7 +10,7 @@
 //   3. the bus: connect and authenticate with the agent's token, from each node;
 //   4. the checkpoint directory: write + fsync --ckpt-probe-bytes, MB/s;
 //   5. clock skew between the ranks (an all-gather of their clocks).
-// Rank 0 writes $AGENTRT_WORKDIR/preflight.json (shape: see WriteResult) and
+// Rank 0 writes $AGENTRT_WORKDIR/preflight.json (a PreflightReport, plan/records.h) and
 // every rank exits 0, also when a probe failed: the verdict is agentctl check's.
 #include <fcntl.h>
 #include <unistd.h>
@@ -30,6 +30,7 @@
 #include "agent_runtime/runtime.h"
 #include "common/file_util.h"
 #include "plan/port_lease.h"
+#include "plan/records.h"
 
 namespace {
 
@@ -169,10 +170,11 @@ int main(int argc, char** argv) {
   }
   agentrt::Runtime& rt = **rt_or;
   const agentrt::AgentEnv& env = rt.env();
-  nlohmann::json result = {
-      {"agent", env.agent}, {"ranks", env.world_size}, {"errors", nlohmann::json::array()}};
+  agentrt::PreflightReport result;
+  result.agent = env.agent;
+  result.ranks = env.world_size;
   auto error = [&](const std::string& what) {
-    result["errors"].push_back(what);
+    result.errors.push_back(what);
     std::cerr << "agentrt-preflight " << env.agent << " rank " << env.rank << ": " << what
               << std::endl;
   };
@@ -296,38 +298,33 @@ int main(int argc, char** argv) {
           " other node(s) of the agent (see their logs)");
   }
   if (!env.bus.empty()) {
-    result["bus"] = {{"address", env.bus}, {"ok", failed_here[1] + failed_elsewhere[1] == 0}};
+    result.bus = {.address = env.bus, .ok = failed_here[1] + failed_elsewhere[1] == 0};
   }
 
   if (env.rank != 0) return 0;
   // 4. The checkpoint directory.
   std::string why;
   const double mbps = WriteProbe(env.ckpt_dir, ckpt_probe_bytes, &why);
-  result["checkpoint"] = {{"dir", env.ckpt_dir}, {"write_mb_s", mbps}};
+  result.checkpoint = {.dir = env.ckpt_dir, .write_mb_s = mbps};
   if (mbps < 0) error(why);
 
-  nlohmann::json sweep = nlohmann::json::array();
-  double largest_busbw = 0;
-  size_t largest = 0;
   for (const Point& p : points) {
     const double algbw = agentrt::AlgBandwidthGBps(static_cast<double>(p.bytes), p.seconds);
     const double busbw = algbw * agentrt::BusBandwidthFactor(p.op, env.world_size);
-    sweep.push_back({{"op", agentrt::CollectiveOpName(p.op)},
-                     {"bytes", p.bytes},
-                     {"time_us", p.seconds * 1e6},
-                     {"algbw_gbps", algbw},
-                     {"busbw_gbps", busbw}});
-    if (p.op == agentrt::CollectiveOp::kAllReduce && p.bytes >= largest) {
-      largest = p.bytes;
-      largest_busbw = busbw;
+    const auto bytes = static_cast<int64_t>(p.bytes);
+    result.sweep.push_back({.op = std::string(agentrt::CollectiveOpName(p.op)),
+                            .bytes = bytes,
+                            .time_us = p.seconds * 1e6,
+                            .algbw_gbps = algbw,
+                            .busbw_gbps = busbw});
+    if (p.op == agentrt::CollectiveOp::kAllReduce && bytes >= result.largest_bytes) {
+      result.largest_bytes = bytes;
+      result.largest_busbw_gbps = busbw;
     }
   }
-  result["sweep"] = std::move(sweep);
-  result["largest_bytes"] = largest;
-  result["largest_busbw_gbps"] = largest_busbw;
-  result["clock_skew_ms"] = skew_ms;
+  result.clock_skew_ms = skew_ms;
   const agentrt::Status written =
-      agentrt::WriteFileAtomic(env.workdir + "/preflight.json", result.dump(1) + "\n");
+      agentrt::WriteFileAtomic(agentrt::PreflightFile(env.workdir), result.ToJson().dump(1) + "\n");
   if (!written.ok()) {
     std::cerr << "agentrt-preflight: " << written.ToString() << std::endl;
     return 1;

@@ -1,0 +1,316 @@
+#include "plan/records.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <type_traits>
+
+namespace agentrt {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads `key` of `j` into `out`. A missing key leaves `out` as it is unless
+// `required`; a key of the wrong type is refused either way.
+template <typename T>
+Status Take(const json& j, const char* key, T* out, bool required = true) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    return required ? InvalidArgument(fmt::format("'{}' is missing", key)) : Status::Ok();
+  }
+  bool fits = false;
+  if constexpr (std::is_same_v<T, std::string>) {
+    fits = it->is_string();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    fits = it->is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    fits = it->is_number_integer();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    fits = it->is_number();
+  } else {
+    fits = it->is_object();
+  }
+  if (!fits) return InvalidArgument(fmt::format("'{}' has the wrong type: {}", key, it->dump()));
+  *out = it->template get<T>();
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- metrics.jsonl
+
+json MetricsRecord::ToJson() const {
+  return {{"run_time", run_time}, {"time", time}, {"agent", agent},
+          {"rank", rank},         {"step", step}, {"metrics", metrics}};
+}
+
+std::string MetricsRecord::ToLine() const {
+  return ToJson().dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<MetricsRecord> MetricsRecord::FromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a metrics record is a JSON object");
+  MetricsRecord r;
+  AGENTRT_RETURN_IF_ERROR(Take(j, "agent", &r.agent));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "step", &r.step));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "metrics", &r.metrics));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "rank", &r.rank, /*required=*/false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "run_time", &r.run_time, /*required=*/false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "time", &r.time, /*required=*/false));
+  return r;
+}
+
+Result<std::vector<MetricsRecord>> ReadMetricsFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + " does not exist: is it a run directory?");
+  std::vector<MetricsRecord> out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    auto record = MetricsRecord::FromJson(json::parse(line, nullptr, /*allow_exceptions=*/false));
+    if (!record.ok()) {
+      if (in.peek() == EOF) break;  // the torn last line of a killed run
+      return DataLoss(
+          fmt::format("{}:{}: not a metrics record: {}", path, number, record.status().message()));
+    }
+    out.push_back(std::move(record).value());
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- lineage.jsonl
+
+json LineageRecord::ToJson() const {
+  const PbtDecision& d = decision;
+  json j = {{"time", time},
+            {"population", d.population},
+            {"recipient", d.recipient},
+            {"donor", d.donor},
+            {"step", d.step},
+            {"recipient_metric", d.recipient_metric},
+            {"donor_metric", d.donor_metric},
+            {"old", d.old_hyperparameters},
+            {"new", d.new_hyperparameters},
+            {"explore", d.explore},
+            {"outcome", outcome}};
+  if (!why.empty()) j["why"] = why;
+  if (donor_step >= 0) j["donor_step"] = donor_step;
+  if (!archived.empty()) j["archived"] = archived;
+  return j;
+}
+
+Result<LineageRecord> LineageRecord::FromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a lineage record is a JSON object");
+  LineageRecord r;
+  AGENTRT_RETURN_IF_ERROR(Take(j, "population", &r.decision.population));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "recipient", &r.decision.recipient));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "donor", &r.decision.donor));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "outcome", &r.outcome));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "step", &r.decision.step));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "time", &r.time, /*required=*/false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "recipient_metric", &r.decision.recipient_metric, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "donor_metric", &r.decision.donor_metric, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "old", &r.decision.old_hyperparameters, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "new", &r.decision.new_hyperparameters, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "explore", &r.decision.explore, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "why", &r.why, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "donor_step", &r.donor_step, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "archived", &r.archived, false));
+  return r;
+}
+
+std::vector<LineageRecord> ReadLineageFile(const std::string& path) {
+  std::vector<LineageRecord> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto record = LineageRecord::FromJson(json::parse(line, nullptr, /*allow_exceptions=*/false));
+    if (record.ok()) out.push_back(std::move(record).value());
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- preflight.json
+
+json PreflightReport::ToJson() const {
+  json j = {{"agent", agent}, {"ranks", ranks}, {"errors", errors}};
+  if (bus) j["bus"] = {{"address", bus->address}, {"ok", bus->ok}};
+  if (checkpoint)
+    j["checkpoint"] = {{"dir", checkpoint->dir}, {"write_mb_s", checkpoint->write_mb_s}};
+  j["sweep"] = json::array();
+  for (const Point& p : sweep) {
+    j["sweep"].push_back({{"op", p.op},
+                          {"bytes", p.bytes},
+                          {"time_us", p.time_us},
+                          {"algbw_gbps", p.algbw_gbps},
+                          {"busbw_gbps", p.busbw_gbps}});
+  }
+  j["largest_bytes"] = largest_bytes;
+  j["largest_busbw_gbps"] = largest_busbw_gbps;
+  j["clock_skew_ms"] = clock_skew_ms;
+  return j;
+}
+
+Result<PreflightReport> PreflightReport::FromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a preflight report is a JSON object");
+  PreflightReport r;
+  AGENTRT_RETURN_IF_ERROR(Take(j, "agent", &r.agent));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "ranks", &r.ranks));
+  const auto errors = j.find("errors");
+  if (errors == j.end() || !errors->is_array()) return InvalidArgument("'errors' is not a list");
+  for (const json& e : *errors) {
+    if (!e.is_string()) return InvalidArgument("'errors' holds a non-string: " + e.dump());
+    r.errors.push_back(e.get<std::string>());
+  }
+  if (const auto b = j.find("bus"); b != j.end()) {
+    Bus bus;
+    AGENTRT_RETURN_IF_ERROR(Take(*b, "address", &bus.address).WithContext("bus"));
+    AGENTRT_RETURN_IF_ERROR(Take(*b, "ok", &bus.ok).WithContext("bus"));
+    r.bus = std::move(bus);
+  }
+  if (const auto c = j.find("checkpoint"); c != j.end()) {
+    Checkpoint ck;
+    AGENTRT_RETURN_IF_ERROR(Take(*c, "dir", &ck.dir).WithContext("checkpoint"));
+    AGENTRT_RETURN_IF_ERROR(Take(*c, "write_mb_s", &ck.write_mb_s).WithContext("checkpoint"));
+    r.checkpoint = std::move(ck);
+  }
+  if (const auto s = j.find("sweep"); s != j.end() && s->is_array()) {
+    for (const json& p : *s) {
+      Point point;
+      AGENTRT_RETURN_IF_ERROR(Take(p, "op", &point.op).WithContext("sweep"));
+      AGENTRT_RETURN_IF_ERROR(Take(p, "bytes", &point.bytes).WithContext("sweep"));
+      AGENTRT_RETURN_IF_ERROR(Take(p, "time_us", &point.time_us).WithContext("sweep"));
+      AGENTRT_RETURN_IF_ERROR(Take(p, "algbw_gbps", &point.algbw_gbps).WithContext("sweep"));
+      AGENTRT_RETURN_IF_ERROR(Take(p, "busbw_gbps", &point.busbw_gbps).WithContext("sweep"));
+      r.sweep.push_back(std::move(point));
+    }
+  }
+  AGENTRT_RETURN_IF_ERROR(Take(j, "largest_bytes", &r.largest_bytes, /*required=*/false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "largest_busbw_gbps", &r.largest_busbw_gbps, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "clock_skew_ms", &r.clock_skew_ms, false));
+  return r;
+}
+
+// ---------------------------------------------------------------- status.json "bus"
+
+json BusSnapshot::ToJson() const {
+  json j = {{"topics", json::array()},
+            {"subscribers", json::array()},
+            {"messages_published", messages_published},
+            {"messages_delivered", messages_delivered}};
+  for (const Topic& t : topics) {
+    j["topics"].push_back({{"topic", t.topic},
+                           {"earliest_offset", t.earliest_offset},
+                           {"end_offset", t.end_offset},
+                           {"retained_bytes", t.retained_bytes}});
+  }
+  for (const Subscriber& s : subscribers) {
+    j["subscribers"].push_back(
+        {{"agent", s.agent}, {"topic", s.topic}, {"offset", s.offset}, {"lag", s.lag}});
+  }
+  return j;
+}
+
+Result<BusSnapshot> BusSnapshot::FromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("the bus block is a JSON object");
+  BusSnapshot b;
+  for (const json& t : j.value("topics", json::array())) {
+    Topic topic;
+    AGENTRT_RETURN_IF_ERROR(Take(t, "topic", &topic.topic).WithContext("topics"));
+    AGENTRT_RETURN_IF_ERROR(
+        Take(t, "earliest_offset", &topic.earliest_offset).WithContext("topics"));
+    AGENTRT_RETURN_IF_ERROR(Take(t, "end_offset", &topic.end_offset).WithContext("topics"));
+    AGENTRT_RETURN_IF_ERROR(Take(t, "retained_bytes", &topic.retained_bytes).WithContext("topics"));
+    b.topics.push_back(std::move(topic));
+  }
+  for (const json& s : j.value("subscribers", json::array())) {
+    Subscriber sub;
+    AGENTRT_RETURN_IF_ERROR(Take(s, "agent", &sub.agent).WithContext("subscribers"));
+    AGENTRT_RETURN_IF_ERROR(Take(s, "topic", &sub.topic).WithContext("subscribers"));
+    AGENTRT_RETURN_IF_ERROR(Take(s, "offset", &sub.offset).WithContext("subscribers"));
+    AGENTRT_RETURN_IF_ERROR(Take(s, "lag", &sub.lag).WithContext("subscribers"));
+    b.subscribers.push_back(std::move(sub));
+  }
+  AGENTRT_RETURN_IF_ERROR(Take(j, "messages_published", &b.messages_published, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "messages_delivered", &b.messages_delivered, false));
+  return b;
+}
+
+// ---------------------------------------------------------------- flight recorder, hangs
+
+json CollectiveSnapshot::ToJson() const {
+  json j = {{"seq", seq}, {"in", in}, {"busy_s", busy_s}, {"recent", json::array()}};
+  if (seq > 0) {
+    j["op"] = op;
+    j["since"] = since;
+  }
+  for (const Call& c : recent) {
+    j["recent"].push_back({{"seq", c.seq},
+                           {"op", c.op},
+                           {"bytes", c.bytes},
+                           {"dtype", c.dtype},
+                           {"start", c.start},
+                           {"end", c.end},
+                           {"state", c.state}});
+  }
+  return j;
+}
+
+Result<CollectiveSnapshot> CollectiveSnapshot::FromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a collective snapshot is a JSON object");
+  CollectiveSnapshot s;
+  AGENTRT_RETURN_IF_ERROR(Take(j, "seq", &s.seq));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "in", &s.in, /*required=*/false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "op", &s.op, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "since", &s.since, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "busy_s", &s.busy_s, false));
+  for (const json& c : j.value("recent", json::array())) {
+    Call call;
+    AGENTRT_RETURN_IF_ERROR(Take(c, "seq", &call.seq).WithContext("recent"));
+    AGENTRT_RETURN_IF_ERROR(Take(c, "op", &call.op).WithContext("recent"));
+    AGENTRT_RETURN_IF_ERROR(Take(c, "bytes", &call.bytes, false).WithContext("recent"));
+    AGENTRT_RETURN_IF_ERROR(Take(c, "dtype", &call.dtype, false).WithContext("recent"));
+    AGENTRT_RETURN_IF_ERROR(Take(c, "start", &call.start, false).WithContext("recent"));
+    AGENTRT_RETURN_IF_ERROR(Take(c, "end", &call.end, false).WithContext("recent"));
+    AGENTRT_RETURN_IF_ERROR(Take(c, "state", &call.state, false).WithContext("recent"));
+    s.recent.push_back(std::move(call));
+  }
+  return s;
+}
+
+json HangReport::ToJson() const {
+  json j = {{"agent", agent},
+            {"restart", restart},
+            {"detected_unix_s", detected_unix_s},
+            {"summary", summary},
+            {"ranks", json::array()}};
+  for (const Rank& r : ranks) {
+    json rank = {{"rank", r.rank}, {"collective", r.collective ? r.collective->ToJson() : json()}};
+    if (!r.node.empty()) rank["node"] = r.node;
+    if (r.pid > 0) rank["pid"] = r.pid;
+    j["ranks"].push_back(std::move(rank));
+  }
+  return j;
+}
+
+Result<HangReport> HangReport::FromJson(const json& j) {
+  if (!j.is_object()) return InvalidArgument("a hang report is a JSON object");
+  HangReport h;
+  AGENTRT_RETURN_IF_ERROR(Take(j, "agent", &h.agent));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "summary", &h.summary));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "restart", &h.restart, /*required=*/false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "detected_unix_s", &h.detected_unix_s, false));
+  for (const json& r : j.value("ranks", json::array())) {
+    Rank rank;
+    AGENTRT_RETURN_IF_ERROR(Take(r, "rank", &rank.rank).WithContext("ranks"));
+    AGENTRT_RETURN_IF_ERROR(Take(r, "node", &rank.node, false).WithContext("ranks"));
+    AGENTRT_RETURN_IF_ERROR(Take(r, "pid", &rank.pid, false).WithContext("ranks"));
+    if (const auto c = r.find("collective"); c != r.end() && !c->is_null()) {
+      AGENTRT_ASSIGN_OR_RETURN(rank.collective, CollectiveSnapshot::FromJson(*c));
+    }
+    h.ranks.push_back(std::move(rank));
+  }
+  return h;
+}
+
+}  // namespace agentrt
