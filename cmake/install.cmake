@@ -3,7 +3,8 @@
 #
 #   <prefix>/bin/                      agentctl, agent-worker, agentrt-bus, agentrt-exec-rank,
 #                                      agentrt-preflight
-#   <prefix>/lib/                      libagentrt_{common,plan,comms,runtime,envs,learners}.a
+#   <prefix>/lib/                      libagentrt_{common,plan,comms,checkpoint,device,runtime,
+#                                      envs,learners}.a
 #   <prefix>/include/agentrt/<module>/ the public headers (AGENTRT_PUBLIC_HEADERS below),
 #                                      included as "agent_runtime/runtime.h"
 #   <prefix>/lib/cmake/agentrt/        agentrtConfig.cmake + agentrtTargets.cmake
@@ -27,7 +28,7 @@ set(AGENTRT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/agentrt)
 # Libraries, in dependency order. learners (the reference PPO) is optional for
 # embedders but installed so a custom trainer can reuse it.
 set(_agentrt_export_targets)
-foreach(module common plan comms runtime envs learners)
+foreach(module common plan comms checkpoint device runtime envs learners)
   if(TARGET agentrt_${module})
     list(APPEND _agentrt_export_targets agentrt_${module})
   endif()

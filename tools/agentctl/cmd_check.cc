@@ -40,98 +40,65 @@ std::string NodesOf(const agentrt::AgentPlan& a) {
   return out;
 }
 
-}  // namespace
+// What agentrt-preflight reported for `a`, or why there is nothing.
+agentrt::PreflightReport ReportOf(const agentrt::AgentPlan& a, const agentrt::RunDir& dir,
+                                  const agentrt::Result<agentrt::RunStatus>& status) {
+  agentrt::Result<agentrt::PreflightReport> read = agentrt::NotFound("no result");
+  const std::string path = agentrt::PreflightFile(dir.Resolve(a.workdir));
+  if (auto text = agentrt::ReadWholeFile(path, 16 << 20); text.ok()) {
+    read = agentrt::PreflightReport::FromJson(nlohmann::json::parse(*text, nullptr, false));
+    if (!read.ok()) read = agentrt::DataLoss(path + ": " + read.status().message());
+  }
+  if (read.ok()) return std::move(read).value();
+  agentrt::PreflightReport none;
+  none.agent = a.name;
+  none.ranks = a.ranks;
+  const agentrt::AgentStatus* s = status.ok() ? status->FindAgent(a.name) : nullptr;
+  none.errors.push_back("the check did not complete: " +
+                        (s != nullptr && !s->reason.empty() ? s->reason : read.status().message()) +
+                        "; see " + dir.LogDir(a.name));
+  return none;
+}
 
-int Check(agentrt::Config& config, const CheckOptions& options, std::string_view command) {
-  // A run of its own, next to the real ones, named for what it is.
-  config.run.name = config.run.name.substr(0, 57) + "-check";
-  const bool on_slurm = options.backend == "slurm";
-  if (!on_slurm && options.backend != "local") {
-    Fail(command, agentrt::InvalidArgument("unknown backend '" + options.backend +
-                                           "'; use --backend local or --backend slurm"));
+// One agent's row of the report: its preflight result judged against its
+// link and checkpoint needs, with a verdict.
+nlohmann::json Judge(const agentrt::AgentPlan& a, const agentrt::PreflightReport& result,
+                     const std::pair<std::string, double>& link, const agentrt::Config& config,
+                     bool strict) {
+  nlohmann::json row = result.ToJson();
+  row["nodes"] = NodesOf(a);
+  row["link"] = link.first;
+  row["expected_gbps"] = link.second;
+  row["warnings"] = nlohmann::json::array();
+  row["efficiency"] = result.largest_bytes > 0
+                          ? nlohmann::json(result.largest_busbw_gbps / link.second)
+                          : nlohmann::json(nullptr);
+  if (row["efficiency"].is_number() &&
+      row["efficiency"].get<double>() < config.preflight.min_efficiency) {
+    row["warnings"].push_back(fmt::format(
+        "all_reduce busbw {:.2f} GB/s is {:.0f}% of the {} link's expected {} GB/s (below "
+        "{:.0f}%)",
+        result.largest_busbw_gbps, 100 * row["efficiency"].get<double>(), link.first, link.second,
+        100 * config.preflight.min_efficiency));
   }
-  agentrt::PreparedRun prepared =
-      on_slurm ? PrepareOnSlurm(config, options.file, options.cluster, command)
-               : PrepareLocal(config, options.file, options.cluster, command);
-  const std::string preflight = agentrt::SelfExecutableDir() + "/agentrt-preflight";
-  std::map<std::string, std::pair<std::string, double>> links;
-  for (agentrt::AgentPlan& a : prepared.plan.agents) {
-    links[a.name] = LinkOf(a, config.cluster.links);
-    a.command = {preflight, "--max-bytes", std::to_string(config.preflight.max_bytes),
-                 "--ckpt-probe-bytes", std::to_string(config.preflight.checkpoint_probe_bytes)};
-    a.restart.max_restarts = 0;  // a check that fails says so; it is not retried
-    a.restart.progress_timeout_s = 0;
-    a.group.collective_timeout_s = 60;  // a check that hangs fails within a minute
+  if (result.checkpoint && config.preflight.checkpoint_bytes > 0) {
+    const double need = config.preflight.checkpoint_bytes / 1e6 / a.checkpoint.interval_s;
+    const double have = result.checkpoint->write_mb_s;
+    row["checkpoint"]["needed_mb_s"] = need;
+    if (have >= 0 && have < need) {
+      row["errors"].push_back(fmt::format(
+          "its checkpoint directory writes {:.0f} MB/s; {} bytes every {} s need {:.0f} MB/s", have,
+          config.preflight.checkpoint_bytes, a.checkpoint.interval_s, need));
+    }
   }
-  const agentrt::Plan plan = prepared.plan;
-  const agentrt::RunDir dir = prepared.dir;
-  if (on_slurm) {
-    // One allocation on the agents' own nodes, every agent a job step there.
-    // Its exit code is not the check's: the per-agent results in status.json are.
-    SubmitAndFollow(prepared, config.slurm, /*quiet=*/true);
-  } else {
-    DriveLocal(std::move(prepared), /*quiet=*/true);
-  }
-  auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
+  const bool failed = !row["errors"].empty() || (strict && !row["warnings"].empty());
+  row["verdict"] = failed ? "fail" : (row["warnings"].empty() ? "ok" : "warn");
+  return row;
+}
 
-  nlohmann::json report = {{"run_dir", dir.path()}, {"agents", nlohmann::json::array()}};
-  bool all_passed = true;
-  for (const agentrt::AgentPlan& a : plan.agents) {
-    agentrt::Result<agentrt::PreflightReport> read = agentrt::NotFound("no result");
-    const std::string path = agentrt::PreflightFile(dir.Resolve(a.workdir));
-    if (auto text = agentrt::ReadWholeFile(path, 16 << 20); text.ok()) {
-      read = agentrt::PreflightReport::FromJson(nlohmann::json::parse(*text, nullptr, false));
-      if (!read.ok()) read = agentrt::DataLoss(path + ": " + read.status().message());
-    }
-    if (!read.ok()) {
-      agentrt::PreflightReport none;
-      none.agent = a.name;
-      none.ranks = a.ranks;
-      const agentrt::AgentStatus* s = status.ok() ? status->FindAgent(a.name) : nullptr;
-      none.errors.push_back(
-          "the check did not complete: " +
-          (s != nullptr && !s->reason.empty() ? s->reason : read.status().message()) + "; see " +
-          dir.LogDir(a.name));
-      read = std::move(none);
-    }
-    nlohmann::json row = read->ToJson();
-    row["nodes"] = NodesOf(a);
-    row["link"] = links[a.name].first;
-    row["expected_gbps"] = links[a.name].second;
-    row["warnings"] = nlohmann::json::array();
-    const double largest = row.value("largest_busbw_gbps", 0.0);
-    row["efficiency"] = row.value("largest_bytes", 0) > 0
-                            ? nlohmann::json(largest / links[a.name].second)
-                            : nlohmann::json(nullptr);
-    if (row.contains("efficiency") && row["efficiency"].is_number() &&
-        row["efficiency"].get<double>() < config.preflight.min_efficiency) {
-      row["warnings"].push_back(fmt::format(
-          "all_reduce busbw {:.2f} GB/s is {:.0f}% of the {} link's expected {} GB/s (below "
-          "{:.0f}%)",
-          row.value("largest_busbw_gbps", 0.0), 100 * row["efficiency"].get<double>(),
-          links[a.name].first, links[a.name].second, 100 * config.preflight.min_efficiency));
-    }
-    if (row.contains("checkpoint") && config.preflight.checkpoint_bytes > 0) {
-      const double need = config.preflight.checkpoint_bytes / 1e6 / a.checkpoint.interval_s;
-      const double have = row["checkpoint"].value("write_mb_s", -1.0);
-      row["checkpoint"]["needed_mb_s"] = need;
-      if (have >= 0 && have < need) {
-        row["errors"].push_back(fmt::format(
-            "its checkpoint directory writes {:.0f} MB/s; {} bytes every {} s need {:.0f} MB/s",
-            have, config.preflight.checkpoint_bytes, a.checkpoint.interval_s, need));
-      }
-    }
-    const bool failed = !row["errors"].empty() || (options.strict && !row["warnings"].empty());
-    row["verdict"] = failed ? "fail" : (row["warnings"].empty() ? "ok" : "warn");
-    all_passed = all_passed && !failed;
-    report["agents"].push_back(std::move(row));
-  }
-  report["passed"] = all_passed;
-
-  if (options.json) {
-    std::fputs((report.dump(1) + "\n").c_str(), stdout);
-    return all_passed ? 0 : kExitError;
-  }
+// The report as a table, then every error and warning.
+std::string RenderReport(const nlohmann::json& report, const agentrt::Plan& plan,
+                         const agentrt::RunDir& dir) {
   size_t name_w = 5;
   for (const auto& a : plan.agents) name_w = std::max(name_w, a.name.size());
   std::string out = fmt::format(
@@ -165,7 +132,53 @@ int Check(agentrt::Config& config, const CheckOptions& options, std::string_view
   out +=
       fmt::format("busbw: nccl-tests' bus bandwidth of the largest all_reduce ({}); details: {}\n",
                   "algbw x 2(n-1)/n", agentrt::PreflightFile(dir.WorkDir("<agent>")));
-  std::fputs(out.c_str(), stdout);
+  return out;
+}
+
+}  // namespace
+
+int Check(agentrt::Config& config, const CheckOptions& options, std::string_view command) {
+  // A run of its own, next to the real ones, named for what it is.
+  config.run.name = config.run.name.substr(0, 57) + "-check";
+  const bool on_slurm = options.backend == "slurm";
+  if (!on_slurm && options.backend != "local") {
+    Fail(command, agentrt::InvalidArgument("unknown backend '" + options.backend +
+                                           "'; use --backend local or --backend slurm"));
+  }
+  agentrt::PreparedRun prepared =
+      on_slurm ? PrepareOnSlurm(config, options.file, options.cluster, command)
+               : PrepareLocal(config, options.file, options.cluster, command);
+  const std::string preflight = agentrt::SelfExecutableDir() + "/agentrt-preflight";
+  std::map<std::string, std::pair<std::string, double>> links;
+  for (agentrt::AgentPlan& a : prepared.plan.agents) {
+    links[a.name] = LinkOf(a, config.cluster.links);
+    a.command = {preflight, "--max-bytes", std::to_string(config.preflight.max_bytes),
+                 "--ckpt-probe-bytes", std::to_string(config.preflight.checkpoint_probe_bytes)};
+    a.restart.max_restarts = 0;  // a check that fails says so; it is not retried
+    a.restart.progress_timeout_s = 0;
+    a.group.collective_timeout_s = 60;  // a check that hangs fails within a minute
+  }
+  const agentrt::Plan plan = prepared.plan;
+  const agentrt::RunDir dir = prepared.dir;
+  if (on_slurm) {
+    // One allocation on the agents' own nodes, every agent a job step there.
+    // Its exit code is not the check's: the per-agent results in status.json are.
+    SubmitAndFollow(prepared, config.slurm, /*quiet=*/true);
+  } else {
+    DriveLocal(std::move(prepared), /*quiet=*/true);
+  }
+  const auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
+  nlohmann::json report = {{"run_dir", dir.path()}, {"agents", nlohmann::json::array()}};
+  bool all_passed = true;
+  for (const agentrt::AgentPlan& a : plan.agents) {
+    nlohmann::json row = Judge(a, ReportOf(a, dir, status), links[a.name], config, options.strict);
+    all_passed = all_passed && row["verdict"] != "fail";
+    report["agents"].push_back(std::move(row));
+  }
+  report["passed"] = all_passed;
+  std::fputs(
+      options.json ? (report.dump(1) + "\n").c_str() : RenderReport(report, plan, dir).c_str(),
+      stdout);
   return all_passed ? 0 : kExitError;
 }
 

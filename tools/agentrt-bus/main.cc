@@ -58,132 +58,160 @@ agentrt::Result<std::unique_ptr<agentrt::BusClient>> ClientFor(const std::string
   return agentrt::BusClient::Connect(bus, std::move(cred));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"agentrt-bus: the agentrt message-bus broker (gRPC, comms/proto/bus.proto)"};
-  std::string plan, secret_file, address_file, advertise_host;
-  agentrt::BusServerOptions opts;
-  opts.host = "0.0.0.0";
+// The serving flags.
+struct ServeFlags {
+  std::string plan, secret_file, address_file, advertise_host, log_dir;
   bool open = false;
-  app.add_option("--plan", plan, "plan JSON (agents and channels: the ACL)");
-  app.add_flag("--open", open,
+  agentrt::BusServerOptions opts;
+  agentrt::BusConfig storage;  // the storage flags' values
+  std::vector<std::pair<std::string, CLI::Option*>> storage_flags;
+};
+
+void AddServeFlags(CLI::App& app, ServeFlags* f) {
+  f->opts.host = "0.0.0.0";
+  app.add_option("--plan", f->plan, "plan JSON (agents and channels: the ACL)");
+  app.add_flag("--open", f->open,
                "no plan: any agent with a valid token may publish/subscribe anything");
-  app.add_option("--secret-file", secret_file,
+  app.add_option("--secret-file", f->secret_file,
                  "run secret (0600 file); agent tokens derive from it");
-  app.add_option("--host", opts.host, "listen address")->capture_default_str();
-  app.add_option("--port", opts.port, "listen port (0 = pick a free one)")->capture_default_str();
-  app.add_option("--address-file", address_file,
+  app.add_option("--host", f->opts.host, "listen address")->capture_default_str();
+  app.add_option("--port", f->opts.port, "listen port (0 = pick a free one)")
+      ->capture_default_str();
+  app.add_option("--address-file", f->address_file,
                  "write the bound host:port here (atomically) when ready");
-  app.add_option("--advertise-host", advertise_host,
+  app.add_option("--advertise-host", f->advertise_host,
                  "host written to --address-file (default: the listen host, or this machine's name "
                  "for 0.0.0.0)");
   // The storage settings as flags, declared by the `bus:` settings list; a
   // flag given wins over the plan's setting. Without --plan: these defaults,
   // but durability memory.
-  agentrt::BusConfig flags;
-  std::vector<std::pair<std::string, CLI::Option*>> storage_flags;
   auto add_storage_flag = [&](const char* name, auto* value, const char* doc) {
     if (!IsStorageSetting(name)) return;
     CLI::Option* o =
         app.add_option(FlagOf(name), *value, std::string(doc) + "; with --plan: its bus." + name);
-    storage_flags.emplace_back(name, o->capture_default_str());
+    f->storage_flags.emplace_back(name, o->capture_default_str());
   };
-#define AGENTRT_BUS_FLAG(type, name, default_value, doc) add_storage_flag(#name, &flags.name, doc);
+#define AGENTRT_BUS_FLAG(type, name, default_value, doc) \
+  add_storage_flag(#name, &f->storage.name, doc);
   AGENTRT_BUS_SETTINGS(AGENTRT_BUS_FLAG)
 #undef AGENTRT_BUS_FLAG
-  std::string log_dir;
-  app.add_option("--log-dir", log_dir,
+  app.add_option("--log-dir", f->log_dir,
                  "keep the durable log here (default with --plan: RUN_DIR/bus; without: none, "
                  "and durability memory)");
-  app.add_option("--tls-cert", opts.tls_cert_file, "server certificate (PEM): serve TLS only");
-  app.add_option("--tls-key", opts.tls_key_file, "server private key (PEM)");
-  app.add_option("--tls-client-ca", opts.tls_client_ca_file,
+  app.add_option("--tls-cert", f->opts.tls_cert_file, "server certificate (PEM): serve TLS only");
+  app.add_option("--tls-key", f->opts.tls_key_file, "server private key (PEM)");
+  app.add_option("--tls-client-ca", f->opts.tls_client_ca_file,
                  "CA (PEM) that client certificates must chain to (mTLS)");
+}
+
+// The `publish` and `fetch` subcommands' flags.
+struct ClientFlags {
   std::string bus, token_file, topic, payload;
   int64_t from = 0;
-  int max = 100, timeout_ms = 5000;
-  auto* publish =
-      app.add_subcommand("publish", "publish one message (as the agent of --token-file)");
-  auto* fetch = app.add_subcommand("fetch", "print messages of a topic as JSON lines");
-  for (auto* sub : {publish, fetch}) {
-    sub->add_option("--bus", bus, "broker host:port (default: $AGENTRT_BUS)");
-    sub->add_option("--token-file", token_file, "agent token file (default: $AGENTRT_TOKEN_FILE)");
-    sub->add_option("topic", topic, "topic")->required();
-    sub->add_option("--timeout-ms", timeout_ms, "deadline of the call")->capture_default_str();
-  }
-  publish->add_option("payload", payload, "payload bytes")->required();
-  fetch->add_option("--from", from, "first offset")->capture_default_str();
-  fetch->add_option("--max", max, "at most this many messages")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  int max = 100;
+  int timeout_ms = 5000;
+  CLI::App* publish = nullptr;
+  CLI::App* fetch = nullptr;
+};
 
-  if (*publish || *fetch) {
-    auto client = ClientFor(bus, token_file);
-    if (!client.ok()) return Fail(client.status());
-    if (*publish) {
-      agentrt::PublishOptions po;
-      po.timeout = std::chrono::milliseconds(timeout_ms);
-      auto ack = client.value()->Publish(topic, payload, po);
-      if (!ack.ok()) return Fail(ack.status());
-      std::printf("%lld\n", static_cast<long long>(ack->offset));
-      return 0;
-    }
-    auto msgs = client.value()->Fetch(topic, from, max, std::chrono::milliseconds(timeout_ms));
-    if (!msgs.ok()) return Fail(msgs.status());
-    for (const auto& m : msgs.value()) {
-      nlohmann::json j = {{"topic", m.topic()},
-                          {"offset", m.offset()},
-                          {"publisher", m.publisher()},
-                          {"sequence", m.sequence()},
-                          {"content_type", m.content_type()},
-                          {"payload", m.payload()}};
-      // Invalid UTF-8 in a binary payload prints as U+FFFD rather than failing.
-      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    }
+void AddClientCommands(CLI::App& app, ClientFlags* c) {
+  c->publish = app.add_subcommand("publish", "publish one message (as the agent of --token-file)");
+  c->fetch = app.add_subcommand("fetch", "print messages of a topic as JSON lines");
+  for (auto* sub : {c->publish, c->fetch}) {
+    sub->add_option("--bus", c->bus, "broker host:port (default: $AGENTRT_BUS)");
+    sub->add_option("--token-file", c->token_file,
+                    "agent token file (default: $AGENTRT_TOKEN_FILE)");
+    sub->add_option("topic", c->topic, "topic")->required();
+    sub->add_option("--timeout-ms", c->timeout_ms, "deadline of the call")->capture_default_str();
+  }
+  c->publish->add_option("payload", c->payload, "payload bytes")->required();
+  c->fetch->add_option("--from", c->from, "first offset")->capture_default_str();
+  c->fetch->add_option("--max", c->max, "at most this many messages")->capture_default_str();
+}
+
+int RunClient(const ClientFlags& c) {
+  auto client = ClientFor(c.bus, c.token_file);
+  if (!client.ok()) return Fail(client.status());
+  const auto timeout = std::chrono::milliseconds(c.timeout_ms);
+  if (*c.publish) {
+    agentrt::PublishOptions po;
+    po.timeout = timeout;
+    auto ack = client.value()->Publish(c.topic, c.payload, po);
+    if (!ack.ok()) return Fail(ack.status());
+    std::printf("%lld\n", static_cast<long long>(ack->offset));
     return 0;
   }
-  if (secret_file.empty())
-    return Fail(agentrt::InvalidArgument("--secret-file is required to serve"));
-
-  if (plan.empty() && !open) {
-    return Fail(
-        agentrt::InvalidArgument("give --plan RUN_DIR/plan.json (the channel ACL), or --open"));
+  auto msgs = client.value()->Fetch(c.topic, c.from, c.max, timeout);
+  if (!msgs.ok()) return Fail(msgs.status());
+  for (const auto& m : msgs.value()) {
+    nlohmann::json j = {{"topic", m.topic()},
+                        {"offset", m.offset()},
+                        {"publisher", m.publisher()},
+                        {"sequence", m.sequence()},
+                        {"content_type", m.content_type()},
+                        {"payload", m.payload()}};
+    // Invalid UTF-8 in a binary payload prints as U+FFFD rather than failing.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
-  if (!opts.tls_cert_file.empty() && opts.tls_key_file.empty()) {
-    return Fail(agentrt::InvalidArgument("--tls-cert needs --tls-key"));
+  return 0;
+}
+
+// The broker's options and ACL from the plan (as `agentctl run` applies its
+// bus settings, with the log in the run dir that holds it) and the flags
+// given, which win.
+agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
+  if (f.secret_file.empty()) return agentrt::InvalidArgument("--secret-file is required to serve");
+  if (f.plan.empty() && !f.open) {
+    return agentrt::InvalidArgument("give --plan RUN_DIR/plan.json (the channel ACL), or --open");
+  }
+  if (!f.opts.tls_cert_file.empty() && f.opts.tls_key_file.empty()) {
+    return agentrt::InvalidArgument("--tls-cert needs --tls-key");
   }
   agentrt::BusAcl acl;
-  // The run's bus settings, as `agentctl run` applies them (the log in the run
-  // dir that holds the plan); flags given on the command line win.
   agentrt::BusConfig settings;
   settings.durability = "memory";
   std::string default_log_dir;
-  if (!plan.empty()) {
-    auto loaded = agentrt::ReadPlanFile(plan);
-    if (!loaded.ok()) return Fail(loaded.status());
-    acl = agentrt::AclFromPlan(*loaded);
-    settings = loaded->bus.settings;
-    const std::string run_dir = std::filesystem::path(plan).parent_path().string();
+  if (!f.plan.empty()) {
+    AGENTRT_ASSIGN_OR_RETURN(agentrt::Plan loaded, agentrt::ReadPlanFile(f.plan));
+    acl = agentrt::AclFromPlan(loaded);
+    settings = loaded.bus.settings;
+    const std::string run_dir = std::filesystem::path(f.plan).parent_path().string();
     default_log_dir = agentrt::RunDir(run_dir.empty() ? "." : run_dir).BusLogDir();
   } else {
     acl.open = true;
   }
-  for (const auto& [name, option] : storage_flags) {
+  for (const auto& [name, option] : f.storage_flags) {
     if (option->count() == 0) continue;
 #define AGENTRT_BUS_GIVEN(type, setting, default_value, doc) \
-  if (name == #setting) settings.setting = flags.setting;
+  if (name == #setting) settings.setting = f.storage.setting;
     AGENTRT_BUS_SETTINGS(AGENTRT_BUS_GIVEN)
 #undef AGENTRT_BUS_GIVEN
   }
-  auto broker = agentrt::BrokerOptionsFor(settings, log_dir.empty() ? default_log_dir : log_dir);
-  if (!broker.ok()) return Fail(broker.status().WithContext(plan.empty() ? "agentrt-bus" : plan));
-  opts.broker = std::move(broker).value();
-  if (opts.broker.durability != agentrt::BusDurability::kMemory && opts.broker.log_dir.empty()) {
-    return Fail(agentrt::InvalidArgument("--durability " +
-                                         std::string(BusDurabilityName(opts.broker.durability)) +
-                                         " needs --log-dir (or --plan: RUN_DIR/bus)"));
+  auto broker =
+      agentrt::BrokerOptionsFor(settings, f.log_dir.empty() ? default_log_dir : f.log_dir);
+  if (!broker.ok()) return broker.status().WithContext(f.plan.empty() ? "agentrt-bus" : f.plan);
+  f.opts.broker = std::move(broker).value();
+  if (f.opts.broker.durability != agentrt::BusDurability::kMemory &&
+      f.opts.broker.log_dir.empty()) {
+    return agentrt::InvalidArgument("--durability " +
+                                    std::string(BusDurabilityName(f.opts.broker.durability)) +
+                                    " needs --log-dir (or --plan: RUN_DIR/bus)");
   }
-  auto secret = agentrt::ReadSecretFile(secret_file);
+  return acl;
+}
+
+// The host written to --address-file.
+std::string AdvertisedHost(const ServeFlags& f) {
+  if (!f.advertise_host.empty()) return f.advertise_host;
+  if (f.opts.host != "0.0.0.0" && f.opts.host != "::") return f.opts.host;
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
+}
+
+int Serve(ServeFlags& f) {
+  auto acl = ResolveServe(f);
+  if (!acl.ok()) return Fail(acl.status());
+  auto secret = agentrt::ReadSecretFile(f.secret_file);
   if (!secret.ok()) return Fail(secret.status());
 
   // Signals are taken by sigwait below; block them before gRPC starts threads.
@@ -193,36 +221,28 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto server = agentrt::BusServer::Start(opts, std::move(secret).value(), std::move(acl));
+  auto server = agentrt::BusServer::Start(f.opts, std::move(secret).value(), std::move(*acl));
   if (!server.ok()) return Fail(server.status());
   for (const std::string& note : server.value()->recovery_notes())
     std::fprintf(stderr, "agentrt-bus: %s\n", note.c_str());
-  std::string host = advertise_host;
-  if (host.empty()) {
-    host = opts.host;
-    if (host == "0.0.0.0" || host == "::") {
-      char name[256] = {};
-      host = ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
-    }
-  }
-  const std::string address = host + ":" + std::to_string(server.value()->port());
-  if (!address_file.empty()) {
-    if (auto s = agentrt::WriteFileAtomic(address_file, address + "\n"); !s.ok()) return Fail(s);
+  const std::string address = AdvertisedHost(f) + ":" + std::to_string(server.value()->port());
+  if (!f.address_file.empty()) {
+    if (auto s = agentrt::WriteFileAtomic(f.address_file, address + "\n"); !s.ok()) return Fail(s);
   }
   std::fprintf(
       stderr, "agentrt-bus: serving on %s (listen %s:%d, incarnation %016llx, durability %s, %s)\n",
-      address.c_str(), opts.host.c_str(), server.value()->port(),
+      address.c_str(), f.opts.host.c_str(), server.value()->port(),
       static_cast<unsigned long long>(server.value()->incarnation()),
-      std::string(agentrt::BusDurabilityName(opts.broker.durability)).c_str(),
-      opts.tls_cert_file.empty() ? "plaintext"
-                                 : (opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
+      std::string(agentrt::BusDurabilityName(f.opts.broker.durability)).c_str(),
+      f.opts.tls_cert_file.empty() ? "plaintext"
+                                   : (f.opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
 
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "agentrt-bus: %s received, shutting down\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   server.value()->Shutdown();
-  if (!address_file.empty()) ::unlink(address_file.c_str());
+  if (!f.address_file.empty()) ::unlink(f.address_file.c_str());
   const agentrt::BusStats st = server.value()->Stats();
   std::fprintf(
       stderr,
@@ -230,4 +250,17 @@ int main(int argc, char** argv) {
       static_cast<long long>(st.messages_published), static_cast<long long>(st.duplicates_dropped),
       static_cast<long long>(st.messages_delivered), static_cast<long long>(st.messages_expired));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"agentrt-bus: the agentrt message-bus broker (gRPC, comms/proto/bus.proto)"};
+  ServeFlags serve;
+  AddServeFlags(app, &serve);
+  ClientFlags client;
+  AddClientCommands(app, &client);
+  CLI11_PARSE(app, argc, argv);
+  if (*client.publish || *client.fetch) return RunClient(client);
+  return Serve(serve);
 }

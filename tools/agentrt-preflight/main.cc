@@ -150,6 +150,209 @@ struct Point {
   double seconds;  // per call
 };
 
+// One rank's check, step by step; rank 0 writes the agent's report.
+class Preflight {
+ public:
+  Preflight(agentrt::Runtime& rt, size_t max_bytes, size_t ckpt_probe_bytes)
+      : rt_(rt), env_(rt.env()), max_bytes_(max_bytes), ckpt_probe_bytes_(ckpt_probe_bytes) {
+    result_.agent = env_.agent;
+    result_.ranks = env_.world_size;
+  }
+
+  int Run() {
+    CheckPorts();  // before the group: NCCL's store takes MASTER_PORT
+    CheckBus();
+    auto group = rt_.group();
+    if (!group.ok()) {
+      Error("the group did not form: " + group.status().ToString());
+    } else if ((*group)->size() > 1) {
+      SweepMemory memory(**group, max_bytes_);
+      if (agentrt::Status m = memory.Init(); !m.ok()) {
+        Error("the " + std::string((*group)->backend()) +
+              " sweep cannot allocate its buffers: " + m.ToString());
+      } else {
+        Sweep(**group, memory);
+        MeasureSkew(**group, memory);
+        CountFailuresElsewhere(**group, memory);
+      }
+    }
+    ReportFailuresElsewhere();
+    if (env_.rank != 0) return 0;
+    CheckCheckpointDir();
+    return Write();
+  }
+
+ private:
+  void Error(const std::string& what) {
+    result_.errors.push_back(what);
+    std::cerr << "agentrt-preflight " << env_.agent << " rank " << env_.rank << ": " << what
+              << std::endl;
+  }
+
+  // 1. Every port of the agent's block, from each node (its first rank).
+  void CheckPorts() {
+    if (env_.local_rank != 0) return;
+    for (int p : UnbindablePorts(env_.ports_first, env_.ports_last)) {
+      Error("port " + std::to_string(p) + " of the agent's block " +
+            std::to_string(env_.ports_first) + "-" + std::to_string(env_.ports_last) +
+            " cannot be bound on this node (in use?)");
+      ++failed_here_[0];
+    }
+  }
+
+  // 3. The bus, with the agent's own credential, from each node (its first rank).
+  void CheckBus() {
+    if (env_.bus.empty() || env_.local_rank != 0) return;
+    auto bus = rt_.bus();
+    agentrt::Status s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(10)) : bus.status();
+    if (s.ok()) s = (*bus)->Stats().status();
+    if (!s.ok()) {
+      Error("the bus at " + env_.bus + " is not usable from here: " + s.ToString());
+      failed_here_[1] = 1;
+    }
+  }
+
+  // One timed collective of the sweep: as many calls as fit in ~50 ms (at
+  // least 3; rank 0's count for everyone), after a warm-up.
+  agentrt::Status TimeCollective(agentrt::Group& g, SweepMemory& memory, agentrt::CollectiveOp op,
+                                 size_t count) {
+    const auto n = static_cast<size_t>(g.size());
+    auto call = [&]() -> agentrt::Status {
+      switch (op) {
+        case agentrt::CollectiveOp::kAllReduce:
+          return g.AllReduce(memory.send(), count, agentrt::DataType::kFloat32,
+                             agentrt::ReduceOp::kSum);
+        case agentrt::CollectiveOp::kReduceScatter:
+          return g.ReduceScatter(memory.send(), memory.recv(), count / n,
+                                 agentrt::DataType::kFloat32, agentrt::ReduceOp::kSum);
+        default:
+          return g.AllGather(memory.send(), memory.recv(), count / n, agentrt::DataType::kFloat32);
+      }
+    };
+    agentrt::Status s = call();  // warm-up
+    int64_t iters = 3;
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
+    if (!s.ok()) return s;
+    double once = Seconds(Clock::now() - t0) / static_cast<double>(iters);
+    iters = std::clamp<int64_t>(static_cast<int64_t>(0.05 / std::max(once, 1e-7)), 3, 1000);
+    s = memory.OnHost(&iters, sizeof iters,
+                      [&](void* buf) { return g.Broadcast(buf, 1, agentrt::DataType::kInt64, 0); });
+    const auto t1 = Clock::now();
+    for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
+    if (!s.ok()) return s;
+    once = Seconds(Clock::now() - t1) / static_cast<double>(iters);
+    points_.push_back({op, count * sizeof(float), once});
+    return s;
+  }
+
+  // 2. All-reduce, reduce-scatter and all-gather from 8 B, x4 each step, and
+  // --max-bytes last. Every rank runs the same calls: a failure on one rank
+  // ends the sweep on all (the collective fails).
+  void Sweep(agentrt::Group& g, SweepMemory& memory) {
+    const auto n = static_cast<size_t>(g.size());
+    const agentrt::CollectiveOp ops[] = {agentrt::CollectiveOp::kAllReduce,
+                                         agentrt::CollectiveOp::kReduceScatter,
+                                         agentrt::CollectiveOp::kAllGather};
+    for (size_t bytes = std::min<size_t>(8, max_bytes_);; bytes = std::min(bytes * 4, max_bytes_)) {
+      for (agentrt::CollectiveOp op : ops) {
+        // Elements of the whole buffer, a multiple of n for the scatter/gather ops.
+        size_t count = std::max<size_t>(bytes / sizeof(float), n);
+        count -= count % n;
+        if (agentrt::Status s = TimeCollective(g, memory, op, count); !s.ok()) {
+          Error(std::string(agentrt::CollectiveOpName(op)) + " failed: " + s.ToString());
+          return;
+        }
+      }
+      if (bytes == max_bytes_) return;
+    }
+  }
+
+  // 5. Clock skew: every rank reads its clock as it leaves one barrier.
+  void MeasureSkew(agentrt::Group& g, SweepMemory& memory) {
+    std::vector<int64_t> clocks(static_cast<size_t>(g.size()), 0);
+    if (!g.Barrier().ok()) return;
+    clocks[static_cast<size_t>(g.rank())] = static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
+    const agentrt::Status gathered =
+        memory.OnHost(clocks.data(), clocks.size() * sizeof(int64_t), [&](void* buf) {
+          return g.AllGather(static_cast<int64_t*>(buf) + g.rank(), buf, 1,
+                             agentrt::DataType::kInt64);
+        });
+    if (gathered.ok()) {
+      const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
+      result_.clock_skew_ms = static_cast<double>(*hi - *lo) / 1e3;
+    }
+  }
+
+  // What the port and bus probes found on the agent's other nodes.
+  void CountFailuresElsewhere(agentrt::Group& g, SweepMemory& memory) {
+    failed_elsewhere_ = failed_here_;
+    const agentrt::Status summed =
+        memory.OnHost(failed_elsewhere_.data(), sizeof failed_elsewhere_, [&](void* buf) {
+          return g.AllReduce(buf, 2, agentrt::DataType::kInt64, agentrt::ReduceOp::kSum);
+        });
+    if (!summed.ok())
+      Error("the per-node failure counts could not be summed: " + summed.ToString());
+    for (size_t k = 0; k < 2; ++k) failed_elsewhere_[k] -= failed_here_[k];
+  }
+
+  void ReportFailuresElsewhere() {
+    if (failed_elsewhere_[0] > 0) {
+      Error(std::to_string(failed_elsewhere_[0]) +
+            " port(s) of the agent's block cannot be bound on its other nodes (see their logs)");
+    }
+    if (failed_elsewhere_[1] > 0) {
+      Error("the bus at " + env_.bus + " is not usable from " +
+            std::to_string(failed_elsewhere_[1]) + " other node(s) of the agent (see their logs)");
+    }
+    if (!env_.bus.empty()) {
+      result_.bus = {.address = env_.bus, .ok = failed_here_[1] + failed_elsewhere_[1] == 0};
+    }
+  }
+
+  // 4. The checkpoint directory.
+  void CheckCheckpointDir() {
+    std::string why;
+    const double mbps = WriteProbe(env_.ckpt_dir, ckpt_probe_bytes_, &why);
+    result_.checkpoint = {.dir = env_.ckpt_dir, .write_mb_s = mbps};
+    if (mbps < 0) Error(why);
+  }
+
+  int Write() {
+    for (const Point& p : points_) {
+      const double algbw = agentrt::AlgBandwidthGBps(static_cast<double>(p.bytes), p.seconds);
+      const double busbw = algbw * agentrt::BusBandwidthFactor(p.op, env_.world_size);
+      const auto bytes = static_cast<int64_t>(p.bytes);
+      result_.sweep.push_back({.op = std::string(agentrt::CollectiveOpName(p.op)),
+                               .bytes = bytes,
+                               .time_us = p.seconds * 1e6,
+                               .algbw_gbps = algbw,
+                               .busbw_gbps = busbw});
+      if (p.op == agentrt::CollectiveOp::kAllReduce && bytes >= result_.largest_bytes) {
+        result_.largest_bytes = bytes;
+        result_.largest_busbw_gbps = busbw;
+      }
+    }
+    const agentrt::Status written = agentrt::WriteFileAtomic(agentrt::PreflightFile(env_.workdir),
+                                                             result_.ToJson().dump(1) + "\n");
+    if (!written.ok()) {
+      std::cerr << "agentrt-preflight: " << written.ToString() << std::endl;
+      return 1;
+    }
+    return 0;
+  }
+
+  agentrt::Runtime& rt_;
+  const agentrt::AgentEnv& env_;
+  const size_t max_bytes_;
+  const size_t ckpt_probe_bytes_;
+  agentrt::PreflightReport result_;
+  std::vector<Point> points_;
+  // Failed port and bus probes ([0], [1]) on this rank's node, then on the others.
+  std::array<int64_t, 2> failed_here_ = {0, 0};
+  std::array<int64_t, 2> failed_elsewhere_ = {0, 0};
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,171 +366,10 @@ int main(int argc, char** argv) {
 
   agentrt::RuntimeOptions options;
   options.install_signal_handlers = true;
-  auto rt_or = agentrt::Runtime::FromEnvironment(options);
-  if (!rt_or.ok()) {
-    std::cerr << "agentrt-preflight: " << rt_or.status().ToString() << std::endl;
+  auto rt = agentrt::Runtime::FromEnvironment(options);
+  if (!rt.ok()) {
+    std::cerr << "agentrt-preflight: " << rt.status().ToString() << std::endl;
     return 2;
   }
-  agentrt::Runtime& rt = **rt_or;
-  const agentrt::AgentEnv& env = rt.env();
-  agentrt::PreflightReport result;
-  result.agent = env.agent;
-  result.ranks = env.world_size;
-  auto error = [&](const std::string& what) {
-    result.errors.push_back(what);
-    std::cerr << "agentrt-preflight " << env.agent << " rank " << env.rank << ": " << what
-              << std::endl;
-  };
-
-  // 1. Ports (before the group: NCCL's store takes MASTER_PORT).
-  std::vector<int> bad_ports;
-  if (env.local_rank == 0) bad_ports = UnbindablePorts(env.ports_first, env.ports_last);
-  for (int p : bad_ports) {
-    error("port " + std::to_string(p) + " of the agent's block " + std::to_string(env.ports_first) +
-          "-" + std::to_string(env.ports_last) + " cannot be bound on this node (in use?)");
-  }
-
-  // 3. The bus, with the agent's own credential, from each node (its first rank).
-  bool bus_ok = true;
-  if (!env.bus.empty() && env.local_rank == 0) {
-    auto bus = rt.bus();
-    agentrt::Status s = bus.ok() ? (*bus)->WaitForReady(std::chrono::seconds(10)) : bus.status();
-    if (s.ok()) s = (*bus)->Stats().status();
-    bus_ok = s.ok();
-    if (!s.ok()) error("the bus at " + env.bus + " is not usable from here: " + s.ToString());
-  }
-
-  // 2. The group.
-  auto group_or = rt.group();
-  std::vector<Point> points;
-  double skew_ms = 0;
-  // What the probes of 1 and 3 found on this rank's node, then on the agent's other nodes.
-  std::array<int64_t, 2> failed_here = {static_cast<int64_t>(bad_ports.size()), bus_ok ? 0 : 1};
-  std::array<int64_t, 2> failed_elsewhere = {0, 0};
-  if (!group_or.ok()) {
-    error("the group did not form: " + group_or.status().ToString());
-  } else {
-    agentrt::Group& g = **group_or;
-    const int n = g.size();
-    SweepMemory memory(g, max_bytes);
-    // One rank has nothing to sweep: no buffers.
-    if (agentrt::Status m = n > 1 ? memory.Init() : agentrt::Status::Ok(); !m.ok()) {
-      error("the " + std::string(g.backend()) +
-            " sweep cannot allocate its buffers: " + m.ToString());
-    } else if (n > 1) {
-      const agentrt::CollectiveOp ops[] = {agentrt::CollectiveOp::kAllReduce,
-                                           agentrt::CollectiveOp::kReduceScatter,
-                                           agentrt::CollectiveOp::kAllGather};
-      // 8 B, x4 each step, and --max-bytes last. Every rank runs the same
-      // calls: a failure on one rank ends the sweep on all (the collective fails).
-      bool sweep_failed = false;
-      for (size_t bytes = std::min<size_t>(8, max_bytes); !sweep_failed;
-           bytes = std::min(bytes * 4, max_bytes)) {
-        for (agentrt::CollectiveOp op : ops) {
-          // Elements of the whole buffer, a multiple of n for the scatter/gather ops.
-          size_t count = std::max<size_t>(bytes / sizeof(float), static_cast<size_t>(n));
-          count -= count % static_cast<size_t>(n);
-          auto call = [&]() -> agentrt::Status {
-            switch (op) {
-              case agentrt::CollectiveOp::kAllReduce:
-                return g.AllReduce(memory.send(), count, agentrt::DataType::kFloat32,
-                                   agentrt::ReduceOp::kSum);
-              case agentrt::CollectiveOp::kReduceScatter:
-                return g.ReduceScatter(memory.send(), memory.recv(), count / static_cast<size_t>(n),
-                                       agentrt::DataType::kFloat32, agentrt::ReduceOp::kSum);
-              default:
-                return g.AllGather(memory.send(), memory.recv(), count / static_cast<size_t>(n),
-                                   agentrt::DataType::kFloat32);
-            }
-          };
-          agentrt::Status s = call();  // warm-up
-          // As many calls as fit in ~50 ms (at least 3); rank 0's count for everyone.
-          int64_t iters = 3;
-          const auto t0 = Clock::now();
-          for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
-          if (s.ok()) {
-            double once = Seconds(Clock::now() - t0) / static_cast<double>(iters);
-            iters = std::clamp<int64_t>(static_cast<int64_t>(0.05 / std::max(once, 1e-7)), 3, 1000);
-            s = memory.OnHost(&iters, sizeof iters, [&](void* buf) {
-              return g.Broadcast(buf, 1, agentrt::DataType::kInt64, 0);
-            });
-            const auto t1 = Clock::now();
-            for (int64_t i = 0; s.ok() && i < iters; ++i) s = call();
-            once = Seconds(Clock::now() - t1) / static_cast<double>(iters);
-            points.push_back({op, count * sizeof(float), once});
-          }
-          if (!s.ok()) {
-            error(std::string(agentrt::CollectiveOpName(op)) + " failed: " + s.ToString());
-            sweep_failed = true;
-            break;
-          }
-        }
-        if (bytes == max_bytes) break;
-      }
-      // 5. Clock skew: every rank reads its clock as it leaves one barrier.
-      std::vector<int64_t> clocks(static_cast<size_t>(n), 0);
-      if (g.Barrier().ok()) {
-        clocks[static_cast<size_t>(g.rank())] =
-            static_cast<int64_t>(agentrt::UnixTimeSeconds() * 1e6);
-        const agentrt::Status gathered =
-            memory.OnHost(clocks.data(), clocks.size() * sizeof(int64_t), [&](void* buf) {
-              return g.AllGather(static_cast<int64_t*>(buf) + g.rank(), buf, 1,
-                                 agentrt::DataType::kInt64);
-            });
-        if (gathered.ok()) {
-          const auto [lo, hi] = std::minmax_element(clocks.begin(), clocks.end());
-          skew_ms = static_cast<double>(*hi - *lo) / 1e3;
-        }
-      }
-      failed_elsewhere = failed_here;
-      const agentrt::Status summed =
-          memory.OnHost(failed_elsewhere.data(), sizeof failed_elsewhere, [&](void* buf) {
-            return g.AllReduce(buf, 2, agentrt::DataType::kInt64, agentrt::ReduceOp::kSum);
-          });
-      if (!summed.ok())
-        error("the per-node failure counts could not be summed: " + summed.ToString());
-      for (size_t k = 0; k < 2; ++k) failed_elsewhere[k] -= failed_here[k];
-    }
-  }
-  if (failed_elsewhere[0] > 0) {
-    error(std::to_string(failed_elsewhere[0]) +
-          " port(s) of the agent's block cannot be bound on its other nodes (see their logs)");
-  }
-  if (failed_elsewhere[1] > 0) {
-    error("the bus at " + env.bus + " is not usable from " + std::to_string(failed_elsewhere[1]) +
-          " other node(s) of the agent (see their logs)");
-  }
-  if (!env.bus.empty()) {
-    result.bus = {.address = env.bus, .ok = failed_here[1] + failed_elsewhere[1] == 0};
-  }
-
-  if (env.rank != 0) return 0;
-  // 4. The checkpoint directory.
-  std::string why;
-  const double mbps = WriteProbe(env.ckpt_dir, ckpt_probe_bytes, &why);
-  result.checkpoint = {.dir = env.ckpt_dir, .write_mb_s = mbps};
-  if (mbps < 0) error(why);
-
-  for (const Point& p : points) {
-    const double algbw = agentrt::AlgBandwidthGBps(static_cast<double>(p.bytes), p.seconds);
-    const double busbw = algbw * agentrt::BusBandwidthFactor(p.op, env.world_size);
-    const auto bytes = static_cast<int64_t>(p.bytes);
-    result.sweep.push_back({.op = std::string(agentrt::CollectiveOpName(p.op)),
-                            .bytes = bytes,
-                            .time_us = p.seconds * 1e6,
-                            .algbw_gbps = algbw,
-                            .busbw_gbps = busbw});
-    if (p.op == agentrt::CollectiveOp::kAllReduce && bytes >= result.largest_bytes) {
-      result.largest_bytes = bytes;
-      result.largest_busbw_gbps = busbw;
-    }
-  }
-  result.clock_skew_ms = skew_ms;
-  const agentrt::Status written =
-      agentrt::WriteFileAtomic(agentrt::PreflightFile(env.workdir), result.ToJson().dump(1) + "\n");
-  if (!written.ok()) {
-    std::cerr << "agentrt-preflight: " << written.ToString() << std::endl;
-    return 1;
-  }
-  return 0;
+  return Preflight(**rt, max_bytes, ckpt_probe_bytes).Run();
 }

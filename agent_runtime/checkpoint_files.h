@@ -1,0 +1,116 @@
+// The checkpoint directory's files as the checkpoint library reads and writes
+// them: names (step-<N>/, rank-<r>.shard, rank-<r>.json, manifest.json), the
+// manifest's parser, verification of a committed step, and the
+// no-symlink-following file operations under an open directory. Internal to
+// agent_runtime/checkpointer.cc and checkpoint_adopt.cc; the format itself is
+// described in agent_runtime/checkpointer.h.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "agent_runtime/checkpointer.h"
+#include "common/status.h"
+
+namespace agentrt::checkpoint_files {
+
+inline constexpr int kFormat = 1;
+inline constexpr char kManifest[] = "manifest.json";
+inline constexpr size_t kMaxJsonBytes = 64u << 20;
+
+double Seconds(std::chrono::steady_clock::duration d);
+double UnixNow();
+
+std::string StepName(int64_t step);
+std::string ShardName(int rank);
+std::string RecordName(int rank);
+// The step of a "step-<N>" name (one spelling per step: no leading zeros).
+std::optional<int64_t> ParseStepName(std::string_view name);
+bool EndsWith(std::string_view s, std::string_view suffix);
+std::string Hex(uint32_t v);
+
+// A file descriptor closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    Reset();
+    fd_ = std::exchange(o.fd_, -1);
+    return *this;
+  }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+Status Fsync(int fd, const std::string& path);
+// Writes `content` to dir/name via a temporary + fsync + rename (not the directory fsync).
+Status WriteFileAtomic(int dir_fd, const std::string& dir_path, const std::string& name,
+                       std::string_view content);
+// Reads a small file (manifest, record) without following symlinks.
+Result<std::string> ReadSmallFile(int dir_fd, const std::string& name, const std::string& path);
+bool ExistsAt(int dir_fd, const std::string& name);
+// Removes dir_fd/name, recursively for directories, never following symlinks.
+void RemoveTreeAt(int dir_fd, const std::string& name, int depth = 0);
+Result<std::vector<std::string>> ListDir(int dir_fd, const std::string& path);
+// Step numbers of the step-<N> directories (real directories, not symlinks), newest first.
+Result<std::vector<int64_t>> ListSteps(int dir_fd, const std::string& path);
+Status MakeDirs0700(const std::string& dir);
+nlohmann::json EntriesToJson(const std::vector<ShardEntry>& entries);
+
+// Reads `bytes` bytes of fd into dst (or into `scratch` when dst is null) and
+// returns their CRC32C. The checksum of chunk i runs on a helper thread while
+// chunk i+1 is read, so restore costs about max(read, checksum), not the sum.
+Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes,
+                                 std::vector<std::byte>& scratch, size_t chunk,
+                                 const std::string& path);
+
+// One shard as described by the manifest.
+struct ShardInfo {
+  int rank = 0;
+  std::string file;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  std::vector<ShardEntry> entries;
+};
+
+struct Manifest {
+  int64_t step = -1;
+  double time = 0;
+  int world_size = 0;
+  nlohmann::json metadata;
+  std::vector<ShardInfo> shards;
+};
+
+// Parses and checks a manifest; any problem is a reason string (the checkpoint is corrupt).
+std::optional<std::string> ParseManifest(const std::string& text, int64_t step, Manifest* out);
+
+// Verifies one committed checkpoint; loads the shard of `load_rank` into `out`
+// when it is in range. `corrupt` is the corruption found, if any; `fatal` is
+// set for a world-size mismatch the caller did not opt in to.
+struct VerifyOutcome {
+  std::optional<CorruptCheckpoint> corrupt;
+  Status fatal;
+};
+VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t step, int load_rank,
+                         bool verify_all, bool check_world, Manifest* manifest, ShardData* out,
+                         std::vector<std::byte>& scratch);
+
+}  // namespace agentrt::checkpoint_files
