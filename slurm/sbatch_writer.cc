@@ -136,41 +136,26 @@ Status MakePortsRunUnique(Plan& plan, const PortConfig& ports) {
   return Status::Ok();
 }
 
-Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm,
-                                    const SbatchOptions& options) {
-  if (options.run_dir.empty() || options.run_dir.front() != '/') {
-    return InvalidArgument(fmt::format(
-        "sbatch: the run directory must be an absolute path, got '{}'", options.run_dir));
-  }
-  if (plan.agents.empty()) return InvalidArgument("sbatch: the plan has no agents");
-  AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("run name", plan.run));
-  AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("run directory", options.run_dir));
-  if (slurm.signal_grace_s < 0) {
-    return InvalidArgument(
-        fmt::format("slurm.signal_grace_s must be >= 0, got {}", slurm.signal_grace_s));
-  }
-  AGENTRT_ASSIGN_OR_RETURN(std::string common, CommonDirectives(slurm));
+namespace {
 
-  const RunDir layout(options.run_dir);
-  const std::string run_dir = Quote(options.run_dir);
-  const std::string logs = layout.LogsDir();
-  SbatchSet set;
+// What every script of a run's set shares.
+struct ScriptContext {
+  const Plan& plan;
+  const SlurmConfig& slurm;
+  const SbatchOptions& options;
+  RunDir layout;
+  std::string run_dir;  // quoted for the shell
+  std::string logs;
+  std::string common;  // the #SBATCH lines of slurm.* every job gets
+};
 
-  // Group agents by shape, in order of each shape's first agent.
-  std::vector<ArrayJob> arrays;
-  std::map<ResourceShape, size_t> index_of;
-  for (const AgentPlan& agent : plan.agents) {
-    AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("agent name", agent.name));
-    AGENTRT_ASSIGN_OR_RETURN(ResourceShape shape, ShapeOf(agent));
-    auto [it, fresh] = index_of.emplace(shape, arrays.size());
-    if (fresh) {
-      arrays.push_back({shape, {}, "array-" + shape.Name() + ".sbatch", ""});
-    }
-    arrays[it->second].agents.push_back(agent.name);
-  }
-
-  // The bus job.
-  set.bus_script = fmt::format(
+// The bus job: the message bus on a free port of whichever node SLURM gives it.
+std::string BusScript(const ScriptContext& c) {
+  const Plan& plan = c.plan;
+  const SbatchOptions& options = c.options;
+  const RunDir& layout = c.layout;
+  const std::string &run_dir = c.run_dir, &logs = c.logs, &common = c.common;
+  return fmt::format(
       R"sh(#!/bin/bash
 # agentrt run "{run}": the message bus, as its own small job.
 # It listens on a free port of whichever node SLURM gives it and writes its
@@ -198,30 +183,36 @@ exec {bus} --plan {plan} --secret-file {secret} \
       fmt::arg("run_dir", run_dir), fmt::arg("bus", Quote(options.bus_path)),
       fmt::arg("plan", Quote(layout.PlanPath())), fmt::arg("secret", Quote(layout.SecretPath())),
       fmt::arg("address", Quote(layout.BusAddressPath())));
+}
 
-  // One job array per shape.
-  for (ArrayJob& array : arrays) {
-    const ResourceShape& s = array.shape;
-    std::string resources =
-        fmt::format("#SBATCH --nodes={}\n#SBATCH --ntasks={}\n", s.nodes, s.ranks);
-    if (s.nodes > 1) resources += fmt::format("#SBATCH --ntasks-per-node={}\n", s.ranks / s.nodes);
-    resources += fmt::format("#SBATCH --cpus-per-task={}\n", options.cpus_per_rank);
-    if (s.gpus_per_node > 0) {
-      resources += fmt::format("#SBATCH --gres=gpu:{}{}\n",
-                               s.gpu_type.empty() ? "" : s.gpu_type + ":", s.gpus_per_node);
-    }
-    // MPI agents need SLURM's PMIx to wire up MPI_Init under srun.
-    bool mpi = false;
-    for (const std::string& name : array.agents) {
-      const AgentPlan* agent = plan.FindAgent(name);
-      mpi |= LaunchesThroughMpi(agent->backend, agent->ranks);
-    }
-    std::vector<std::string> quoted;
-    for (const std::string& name : array.agents) quoted.push_back(Quote(name));
-    std::string gpus_text =
-        s.gpus_per_node > 0 ? fmt::format("{} GPU(s) per node", s.gpus_per_node) : "no GPU";
-    array.script = fmt::format(
-        R"sh(#!/bin/bash
+// One job array: a task per agent of `array`'s resource shape.
+std::string ArrayScript(const ScriptContext& c, const ArrayJob& array) {
+  const Plan& plan = c.plan;
+  const SlurmConfig& slurm = c.slurm;
+  const SbatchOptions& options = c.options;
+  const RunDir& layout = c.layout;
+  const std::string &run_dir = c.run_dir, &logs = c.logs, &common = c.common;
+  const ResourceShape& s = array.shape;
+  std::string resources =
+      fmt::format("#SBATCH --nodes={}\n#SBATCH --ntasks={}\n", s.nodes, s.ranks);
+  if (s.nodes > 1) resources += fmt::format("#SBATCH --ntasks-per-node={}\n", s.ranks / s.nodes);
+  resources += fmt::format("#SBATCH --cpus-per-task={}\n", options.cpus_per_rank);
+  if (s.gpus_per_node > 0) {
+    resources += fmt::format("#SBATCH --gres=gpu:{}{}\n",
+                             s.gpu_type.empty() ? "" : s.gpu_type + ":", s.gpus_per_node);
+  }
+  // MPI agents need SLURM's PMIx to wire up MPI_Init under srun.
+  bool mpi = false;
+  for (const std::string& name : array.agents) {
+    const AgentPlan* agent = plan.FindAgent(name);
+    mpi |= LaunchesThroughMpi(agent->backend, agent->ranks);
+  }
+  std::vector<std::string> quoted;
+  for (const std::string& name : array.agents) quoted.push_back(Quote(name));
+  std::string gpus_text =
+      s.gpus_per_node > 0 ? fmt::format("{} GPU(s) per node", s.gpus_per_node) : "no GPU";
+  return fmt::format(
+      R"sh(#!/bin/bash
 # agentrt run "{run}": job array "{shape}": {count} agent(s), each {ranks} rank(s)
 # on {nodes} node(s) with {gpus_text}. Array task i runs agent AGENTS[i].
 # Its ports, checkpoint directory, command and environment come from the plan
@@ -251,13 +242,13 @@ echo "agentrt: array task ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} runs 
 # every 0.1 s (ticks), give up after BUS_WAIT_S.
 ticks=0
 until [ -s {address} ]; do
-  if [ "$ticks" -ge $((BUS_WAIT_S * 10)) ]; then
-    echo "agentrt: agent $agent: the bus did not publish its address in "{address}" within" \
-      "$BUS_WAIT_S s; is the bus job $(cat "$RUN_DIR/bus.jobid" 2>/dev/null) running? See $RUN_DIR/logs/{run}-bus-*.out" >&2
-    exit 1
-  fi
-  sleep 0.1
-  ticks=$((ticks + 1))
+if [ "$ticks" -ge $((BUS_WAIT_S * 10)) ]; then
+  echo "agentrt: agent $agent: the bus did not publish its address in "{address}" within" \
+    "$BUS_WAIT_S s; is the bus job $(cat "$RUN_DIR/bus.jobid" 2>/dev/null) running? See $RUN_DIR/logs/{run}-bus-*.out" >&2
+  exit 1
+fi
+sleep 0.1
+ticks=$((ticks + 1))
 done
 
 # USR2 (time limit, preemption): pass it on to the agent's ranks, which
@@ -271,29 +262,33 @@ step=$!
 wait "$step"
 rc=$?
 while kill -0 "$step" 2>/dev/null; do  # `wait` returns early when the trap runs
-  wait "$step"
-  rc=$?
+wait "$step"
+rc=$?
 done
 
 if [ "$preempted" = 1 ]; then
-  echo "agentrt: agent $agent stopped after USR2 (exit $rc); requeueing ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
-  scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+echo "agentrt: agent $agent stopped after USR2 (exit $rc); requeueing ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
 fi
 exit "$rc"
 )sh",
-        fmt::arg("run", plan.run), fmt::arg("shape", s.Name()),
-        fmt::arg("count", array.agents.size()), fmt::arg("ranks", s.ranks),
-        fmt::arg("nodes", s.nodes), fmt::arg("gpus_text", gpus_text),
-        fmt::arg("last", array.agents.size() - 1), fmt::arg("resources", resources),
-        fmt::arg("grace", slurm.signal_grace_s), fmt::arg("logs", logs), fmt::arg("common", common),
-        fmt::arg("run_dir", run_dir), fmt::arg("agentctl", Quote(options.agentctl_path)),
-        fmt::arg("agents", Join(quoted, " ")),
-        fmt::arg("bus_wait", static_cast<long long>(options.bus_wait_s)),
-        fmt::arg("mpi", mpi ? " --mpi=pmix" : ""),
-        fmt::arg("address", Quote(layout.BusAddressPath())));
-  }
+      fmt::arg("run", plan.run), fmt::arg("shape", s.Name()),
+      fmt::arg("count", array.agents.size()), fmt::arg("ranks", s.ranks),
+      fmt::arg("nodes", s.nodes), fmt::arg("gpus_text", gpus_text),
+      fmt::arg("last", array.agents.size() - 1), fmt::arg("resources", resources),
+      fmt::arg("grace", slurm.signal_grace_s), fmt::arg("logs", logs), fmt::arg("common", common),
+      fmt::arg("run_dir", run_dir), fmt::arg("agentctl", Quote(options.agentctl_path)),
+      fmt::arg("agents", Join(quoted, " ")),
+      fmt::arg("bus_wait", static_cast<long long>(options.bus_wait_s)),
+      fmt::arg("mpi", mpi ? " --mpi=pmix" : ""),
+      fmt::arg("address", Quote(layout.BusAddressPath())));
+}
 
-  set.done_script = fmt::format(
+// The job that stops the bus once every array task has ended.
+std::string DoneScript(const ScriptContext& c) {
+  const Plan& plan = c.plan;
+  const std::string &logs = c.logs, &common = c.common;
+  return fmt::format(
       R"sh(#!/bin/bash
 # agentrt run "{run}": stops the bus job (its id is the argument) once every
 # array task of the run has ended (submit.sh gives this job an afterany
@@ -307,7 +302,12 @@ echo "agentrt: every agent of run {run} has ended; stopping the bus job $1"
 scancel "$1"
 )sh",
       fmt::arg("run", plan.run), fmt::arg("logs", logs), fmt::arg("common", common));
+}
 
+// submit.sh: the bus job, the arrays after it, the cleanup job after them.
+std::string SubmitScript(const ScriptContext& c, const std::vector<ArrayJob>& arrays) {
+  const Plan& plan = c.plan;
+  const std::string& run_dir = c.run_dir;
   std::string submits;
   std::vector<std::string> array_vars;   // inside a double-quoted string
   std::vector<std::string> quoted_vars;  // as words of a command
@@ -317,7 +317,7 @@ scancel "$1"
     array_vars.push_back(fmt::format("$a{}", i));
     quoted_vars.push_back(fmt::format("\"$a{}\"", i));
   }
-  set.submit_script = fmt::format(
+  return fmt::format(
       R"sh(#!/bin/bash
 # Submits agentrt run "{run}": the bus job, then one job array per resource
 # shape (each may start once the bus job has started; its tasks then wait for
@@ -346,6 +346,45 @@ echo "agentrt: follow with: squeue -j $bus,{array_list}; logs in $RUN_DIR/logs"
       fmt::arg("quoted_vars", Join(quoted_vars, " ")),
       fmt::arg("array_deps", Join(quoted_vars, ":")),
       fmt::arg("array_list", Join(array_vars, ",")));
+}
+
+}  // namespace
+
+Result<SbatchSet> GenerateSbatchSet(const Plan& plan, const SlurmConfig& slurm,
+                                    const SbatchOptions& options) {
+  if (options.run_dir.empty() || options.run_dir.front() != '/') {
+    return InvalidArgument(fmt::format(
+        "sbatch: the run directory must be an absolute path, got '{}'", options.run_dir));
+  }
+  if (plan.agents.empty()) return InvalidArgument("sbatch: the plan has no agents");
+  AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("run name", plan.run));
+  AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("run directory", options.run_dir));
+  if (slurm.signal_grace_s < 0) {
+    return InvalidArgument(
+        fmt::format("slurm.signal_grace_s must be >= 0, got {}", slurm.signal_grace_s));
+  }
+  AGENTRT_ASSIGN_OR_RETURN(std::string common, CommonDirectives(slurm));
+  const RunDir layout(options.run_dir);
+  const ScriptContext context{
+      plan, slurm, options, layout, Quote(options.run_dir), layout.LogsDir(), std::move(common)};
+  SbatchSet set;
+
+  // Group agents by shape, in order of each shape's first agent.
+  std::vector<ArrayJob> arrays;
+  std::map<ResourceShape, size_t> index_of;
+  for (const AgentPlan& agent : plan.agents) {
+    AGENTRT_RETURN_IF_ERROR(CheckSbatchWord("agent name", agent.name));
+    AGENTRT_ASSIGN_OR_RETURN(ResourceShape shape, ShapeOf(agent));
+    auto [it, fresh] = index_of.emplace(shape, arrays.size());
+    if (fresh) {
+      arrays.push_back({shape, {}, "array-" + shape.Name() + ".sbatch", ""});
+    }
+    arrays[it->second].agents.push_back(agent.name);
+  }
+  set.bus_script = BusScript(context);
+  for (ArrayJob& array : arrays) array.script = ArrayScript(context, array);
+  set.done_script = DoneScript(context);
+  set.submit_script = SubmitScript(context, arrays);
   set.arrays = std::move(arrays);
   return set;
 }

@@ -1,0 +1,269 @@
+// The bus client's insides, shared by its three files: bus_client.cc (the
+// unary calls), bus_client_publisher.cc (PublishAsync and the loop that sends
+// its batches) and bus_client_subscription.cc (subscriptions and the loop that
+// reads each). Not installed.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "common/file_util.h"
+#include "comms/bus_client.h"
+#include "comms/bus_log.h"
+#include "comms/bus_validate.h"
+#include "comms/proto/bus.grpc.pb.h"
+
+namespace agentrt {
+namespace bus_client_internal {
+
+namespace v1 = bus::v1;
+using WallClock = std::chrono::system_clock;
+
+// The one place where a gRPC status becomes an agentrt::Status (the codes
+// share gRPC's numbering; one from a newer peer outside it reads as INTERNAL).
+inline Status FromGrpc(const grpc::Status& s, std::string_view what) {
+  if (s.ok()) return Status::Ok();
+  const int c = static_cast<int>(s.error_code());
+  const auto code =
+      c > 0 && c <= kLastStatusCode ? static_cast<StatusCode>(c) : StatusCode::kInternal;
+  return Status(code, std::string(what) + ": " + s.error_message());
+}
+
+inline bool Retryable(grpc::StatusCode c) {
+  return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// Async publishes, queued as the batches they are sent in. A batch that was
+// answered is cleared and reused, its requests' strings keeping their
+// storage, so queueing a message does not allocate once batches circulate.
+struct AsyncBatch {
+  struct Pending {
+    uint64_t sequence;
+    AckCallback on_ack;
+  };
+  std::vector<Pending> entries;  // not yet answered, in order
+  v1::PublishBatchRequest req;   // the same entries
+  int64_t bytes = 0;             // their payload bytes
+  WallClock::time_point first_sent;
+};
+
+// A direct message (Send, Request, Reply) is one call: at most kMaxInlineBytes.
+inline Status CheckInline(std::string_view payload, std::string_view what) {
+  if (static_cast<int64_t>(payload.size()) <= kMaxInlineBytes) return Status::Ok();
+  return ResourceExhausted(
+      std::string(what) + ": a payload of " + std::to_string(payload.size()) +
+      " bytes is more than a direct message carries (" + std::to_string(kMaxInlineBytes) +
+      " bytes); publish it to a topic, which takes up to bus.max_message_bytes");
+}
+
+// A large message as delivered: its payload whole, no wire fields of chunking.
+inline void ClearChunked(BusMessage* m) {
+  m->clear_chunked_size();
+  m->clear_chunked_crc32c();
+  m->clear_chunked_file();
+  m->clear_chunked_path();
+}
+
+// Puts large messages back together from a stream's responses (bus.proto:
+// the message alone in a `messages` response, then `chunk` responses) and
+// hands every whole message to `deliver`. A reader that starts a new stream
+// resets it: a message is delivered whole or not at all.
+class Reassembler {
+ public:
+  template <typename Deliver>
+  Status Feed(const v1::SubscribeResponse& resp, Deliver&& deliver) {
+    for (const auto& m : resp.messages()) {
+      if (large_) return Internal("a message inside a large message's chunks");
+      if (m.chunked_size() <= 0) {
+        deliver(m);
+        continue;
+      }
+      if (!m.chunked_path().empty()) {
+        AGENTRT_RETURN_IF_ERROR(ReadLocal(m, deliver));
+        continue;
+      }
+      large_ = std::make_unique<BusMessage>(m);
+      ClearChunked(large_.get());
+      size_ = m.chunked_size();
+      expected_crc_ = m.chunked_crc32c();
+      crc_ = 0;
+      large_->mutable_payload()->reserve(static_cast<size_t>(size_));
+    }
+    if (resp.chunk().empty()) return Status::Ok();
+    if (!large_) return Internal("a chunk with no large message under way");
+    std::string& payload = *large_->mutable_payload();
+    if (static_cast<int64_t>(payload.size() + resp.chunk().size()) > size_)
+      return Internal("more chunk bytes than the large message's size");
+    payload.append(resp.chunk());
+    crc_ = Crc32c(resp.chunk().data(), resp.chunk().size(), crc_);
+    if (static_cast<int64_t>(payload.size()) < size_) return Status::Ok();
+    std::unique_ptr<BusMessage> whole = std::move(large_);
+    if (crc_ != expected_crc_) {
+      return DataLoss("the " + std::to_string(size_) + " bytes of offset " +
+                      std::to_string(whole->offset()) + " do not match their CRC32C");
+    }
+    deliver(*whole);
+    return Status::Ok();
+  }
+  void Reset() { large_.reset(); }
+  // A local read failed (another node, or other bytes): read with chunks from here on.
+  bool local_failed() const { return local_failed_; }
+  // ... because the file is not there (another node, or retention removed it).
+  bool local_missing() const { return local_missing_; }
+
+ private:
+  // A large message whose file the broker named: read here, CRC-checked.
+  template <typename Deliver>
+  Status ReadLocal(const BusMessage& m, Deliver&& deliver) {
+    Result<std::string> bytes =
+        ReadWholeFile(m.chunked_path(), static_cast<size_t>(m.chunked_size()));
+    Status bad;
+    if (!bytes.ok()) {
+      bad = bytes.status();
+    } else if (static_cast<int64_t>(bytes->size()) != m.chunked_size() ||
+               Crc32c(bytes->data(), bytes->size()) != m.chunked_crc32c()) {
+      bad = DataLoss(m.chunked_path() + " does not hold the payload of offset " +
+                     std::to_string(m.offset()) + " here");
+    }
+    if (!bad.ok()) {
+      local_failed_ = true;
+      local_missing_ = bad.code() == StatusCode::kNotFound;
+      return Status(StatusCode::kFailedPrecondition,
+                    "reading a large message's file on this node: " + bad.message());
+    }
+    BusMessage whole(m);
+    ClearChunked(&whole);
+    *whole.mutable_payload() = std::move(bytes).value();
+    deliver(whole);
+    return Status::Ok();
+  }
+
+  bool local_failed_ = false;
+  bool local_missing_ = false;
+  std::unique_ptr<BusMessage> large_;  // under way
+  int64_t size_ = 0;
+  uint32_t expected_crc_ = 0, crc_ = 0;
+};
+
+inline void ToProto(const StartAt& from, v1::StartAt* out) {
+  switch (from.kind) {
+    case StartAt::Kind::kEarliest:
+      out->set_earliest(true);
+      break;
+    case StartAt::Kind::kLatest:
+      out->set_latest(true);
+      break;
+    case StartAt::Kind::kOffset:
+      out->set_offset(from.offset);
+      break;
+  }
+}
+
+}  // namespace bus_client_internal
+
+struct BusClientSubscription {
+  SubscriptionId id = 0;
+  std::string topic;  // "" for the inbox
+  bool inbox = false;
+  StartAt from;
+  MessageCallback on_message;
+  SubscribeOptions opts;
+  std::atomic<int64_t> next_offset{0};
+  std::atomic<bool> has_position{false};
+  std::atomic<uint64_t> incarnation{0};  // of the broker `next_offset` belongs to
+  bool local_files = false;  // large payloads read from the broker's files (until that fails)
+  std::mutex mu;             // guards ctx, stop, final_status
+  std::condition_variable cv;
+  grpc::ClientContext* ctx = nullptr;
+  bool stop = false;
+  Status final_status;
+  std::thread thread;
+};
+
+struct BusClient::Impl {
+  using AsyncBatch = bus_client_internal::AsyncBatch;
+  using WallClock = bus_client_internal::WallClock;
+  std::string address;
+  Credential cred;
+  BusClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;  // null with an injected stub
+  std::unique_ptr<bus::v1::Bus::StubInterface> stub;
+  uint64_t publisher_id = 0;
+  std::atomic<uint64_t> next_sequence{1};
+
+  mutable std::mutex subs_mu;
+  std::map<SubscriptionId, std::shared_ptr<BusClientSubscription>> subs;
+  SubscriptionId next_sub_id = 1;
+
+  // Async publishing.
+  std::mutex async_mu;
+  std::condition_variable async_cv;
+  std::deque<AsyncBatch> async_queue;   // the back one takes new messages
+  std::vector<AsyncBatch> async_spare;  // answered batches, cleared, for reuse
+  size_t async_unacked = 0;             // queued + in flight
+  bool async_stop = false;
+  Status async_error;
+  std::thread async_thread;
+
+  // The sequence a publish carries: the caller's, or the next automatic one.
+  uint64_t SequenceFor(const PublishOptions& opts) {
+    return opts.sequence != 0 ? opts.sequence : next_sequence.fetch_add(1);
+  }
+
+  void Prepare(grpc::ClientContext* ctx, WallClock::time_point deadline) const {
+    ctx->set_deadline(deadline);
+    ctx->AddMetadata("x-agentrt-agent", cred.agent);
+    ctx->AddMetadata("x-agentrt-token", cred.token);
+  }
+
+  std::chrono::milliseconds Backoff(int attempt) const {
+    auto b = options.retry_backoff * (1 << std::min(attempt, 10));
+    return std::min<std::chrono::milliseconds>(b, options.max_retry_backoff);
+  }
+
+  // Runs a unary call, retrying UNAVAILABLE / DEADLINE_EXCEEDED of one attempt
+  // until the overall deadline.
+  template <typename Req, typename Resp, typename Call>
+  Status UnaryWithRetry(Call call, const Req& req, Resp* resp, WallClock::time_point deadline,
+                        std::string_view what) {
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      const auto attempt_deadline = std::min(deadline, WallClock::now() + options.call_timeout);
+      Prepare(&ctx, attempt_deadline);
+      grpc::Status s = (stub.get()->*call)(&ctx, req, resp);
+      if (s.ok()) return Status::Ok();
+      const auto wait = Backoff(attempt);
+      if (!bus_client_internal::Retryable(s.error_code()) || WallClock::now() + wait >= deadline) {
+        return bus_client_internal::FromGrpc(
+            s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
+      }
+      std::this_thread::sleep_for(wait);
+    }
+  }
+
+  class SubscriptionReader;  // bus_client_subscription.cc
+  class AsyncPublisher;      // bus_client_publisher.cc
+  void RunSubscription(const std::shared_ptr<BusClientSubscription>& sub);
+  SubscriptionId AddSubscription(std::shared_ptr<BusClientSubscription> sub, StartAt from,
+                                 MessageCallback on_message, SubscribeOptions opts);
+  void RunAsyncPublisher();
+  // A payload above kMaxInlineBytes: PublishLarge, chunk by chunk from
+  // `payload` (no copy of it), retried whole with the same sequence.
+  Result<PublishAck> PublishChunked(std::string_view topic, std::string_view payload,
+                                    const PublishOptions& opts, uint64_t seq);
+};
+
+}  // namespace agentrt
