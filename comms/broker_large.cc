@@ -1,0 +1,208 @@
+// The broker's payload store: large messages in files beside the log (or
+// in spill/), uploaded in chunks, read back in chunks, recovered at start.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/crc32c.h"
+#include "common/file_util.h"
+#include "common/random.h"
+#include "comms/broker_internal.h"
+#include "fmt/format.h"
+#include "plan/run_dir.h"
+
+namespace agentrt {
+
+using namespace broker_internal;  // NOLINT(google-build-using-namespace): its own insides
+
+Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes) {
+  // Retention removes payload files (their names, at once) from the oldest
+  // on, while their records stay until their whole segment goes: missing
+  // files of the oldest large messages are that (those messages are dropped
+  // again here). A missing or short file after a present one is not: the
+  // log is refused.
+  std::set<std::string> named;
+  int64_t expired_before = log.base;
+  for (size_t i = 0; i < log.msgs.size(); ++i) {
+    const auto& m = log.msgs[i];
+    if (m->chunked_size() == 0) continue;
+    const std::string& file = m->chunked_file();
+    const std::string path = dir + "/" + file;
+    if (file.empty() || file.find('/') != std::string::npos || file.front() == '.') {
+      return DataLoss(fmt::format(
+          "bus log: {} offset {}: a large message naming no usable payload file (\"{}\")", dir,
+          m->offset(), Printable(file)));
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT && named.empty()) {
+      expired_before = m->offset() + 1;
+      continue;
+    }
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_size != m->chunked_size()) {
+      const std::string why =
+          fd < 0 ? std::string(std::strerror(errno))
+                 : fmt::format("{} of its {} bytes", st.st_size, m->chunked_size());
+      if (fd >= 0) ::close(fd);
+      return DataLoss(
+          fmt::format("bus log: {}: the payload file of offset {}: {}", path, m->offset(), why));
+    }
+    auto blob = std::make_shared<Blob>(path, fd, m->chunked_size());
+    blob->stored.store(true);
+    log.blobs.emplace(m->offset(), std::move(blob));
+    named.insert(file);
+  }
+  while (!log.msgs.empty() && log.msgs.front()->offset() < expired_before) {
+    log.bytes -= PayloadBytes(*log.msgs.front());
+    log.msgs.pop_front();
+    ++log.base;
+  }
+  // A large publish the crash cut short left its file and no record.
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".blob" && named.count(entry.path().filename().string()) == 0) {
+      std::filesystem::remove(entry.path(), ec);
+      ++removed;
+    }
+  }
+  if (removed > 0) {
+    notes->push_back(fmt::format(
+        "bus log: removed {} payload file(s) in {} that no retained message names (unfinished "
+        "publishes, or retention's)",
+        removed, dir));
+  }
+  return Status::Ok();
+}
+
+std::string Broker::BlobDir(const Log& log) const {
+  return durable() ? BusLogTopicsDir(options_.log_dir) + "/" + EscapeLogName(log.name) : spill_dir_;
+}
+
+void Broker::DropBlob(Log& log, int64_t offset) {
+  auto it = log.blobs.find(offset);
+  if (it == log.blobs.end()) return;
+  it->second->Unlink();  // the name now; the bytes go with the last reader's descriptor
+  log.blobs.erase(it);
+}
+
+Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& agent,
+                                                           v1::PublishChunk& first,
+                                                           v1::PublishResponse* resp) {
+  v1::PublishRequest& head = *first.mutable_head();
+  const std::string what =
+      "large publish to topic \"" + head.topic().substr(0, 64) + "\" by agent " + agent;
+  if (Status s = ValidatePublishHead(first, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext(what);
+  }
+  AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, head));
+  if (head.publisher_id() != 0) {
+    // A retry of a stored message is answered before its bytes are read.
+    std::shared_ptr<PublisherState> pub = GetPublisher(agent, head.publisher_id());
+    std::lock_guard<std::mutex> lock(pub->mu);
+    int64_t first_offset = -1;
+    if (pub->Seen(head.sequence(), &first_offset)) {
+      duplicates_.fetch_add(1, std::memory_order_relaxed);
+      resp->set_offset(first_offset);
+      resp->set_duplicate(true);
+      return std::shared_ptr<Upload>();
+    }
+  }
+  auto up = std::make_shared<Upload>();
+  up->log = GetLog(head.topic(), /*create=*/true);
+  up->msg = ToMessage(agent, head);
+  up->expected_crc = first.crc32c();
+  const std::string dir = BlobDir(*up->log);
+  if (dir.empty())
+    return FailedPrecondition(
+        what + ": the broker has no folder for large payloads (Recover() was not called)");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
+  const std::string path = dir + "/" + name;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return NotStored(ErrnoStatus(errno, "bus: cannot create " + path)).WithContext(what);
+  if (durable()) up->msg.set_chunked_file(name);
+  up->blob = std::make_shared<Blob>(path, fd, first.size());
+  up->msg.set_chunked_size(first.size());
+  up->msg.set_chunked_crc32c(first.crc32c());
+  AGENTRT_RETURN_IF_ERROR(WriteLarge(*up, first.data()).WithContext(what));
+  return up;
+}
+
+Status Broker::WriteLarge(Upload& up, std::string_view data) {
+  if (up.written + static_cast<int64_t>(data.size()) > up.blob->size) {
+    CountInvalid();
+    return InvalidArgument(fmt::format(
+        "large publish to topic \"{}\": more bytes than the {} its first chunk announced",
+        up.log->name, up.blob->size));
+  }
+  // Written in order by its one upload, at the file's position.
+  if (Status s = WriteAll(up.blob->fd, data.data(), data.size(),
+                          "bus: cannot write a large payload of topic ", up.log->name);
+      !s.ok())
+    return NotStored(s);
+  up.crc = Crc32c(data.data(), data.size(), up.crc);
+  up.written += static_cast<int64_t>(data.size());
+  return Status::Ok();
+}
+
+Status Broker::FinishLarge(Upload& up, v1::PublishResponse* resp) {
+  const std::string what = "large publish to topic \"" + up.log->name + "\"";
+  if (up.written != up.blob->size) {
+    CountInvalid();
+    return InvalidArgument(fmt::format("{}: the stream ended after {} of its {} bytes; not stored",
+                                       what, up.written, up.blob->size));
+  }
+  if (up.crc != up.expected_crc) {
+    CountInvalid();
+    return DataLoss(fmt::format(
+        "{}: the {} bytes received have CRC32C {:08x}, not the {:08x} announced; not stored", what,
+        up.written, up.crc, up.expected_crc));
+  }
+  if (durable()) {
+    // The record may name the file only once the file is whole on disk.
+    if (::fdatasync(up.blob->fd) != 0)
+      return NotStored(ErrnoStatus(errno, "bus: cannot fsync " + up.blob->path));
+    if (Status synced = FsyncDir(BlobDir(*up.log)); !synced.ok())
+      return NotStored(synced.WithContext("bus: the payload file " + up.blob->path));
+  }
+  Stored st = Append(up.log, std::move(up.msg), up.blob);
+  AGENTRT_RETURN_IF_ERROR(st.status.WithContext(what));
+  resp->set_offset(st.offset);
+  resp->set_duplicate(st.duplicate);
+  return Status::Ok();
+}
+
+Status Broker::ReadChunk(const Reader& reader, int64_t pos, size_t max, std::string* out) const {
+  const Blob& blob = *reader.chunked;
+  const size_t n = static_cast<size_t>(
+      std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(max), blob.size - pos)));
+  out->resize(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(blob.fd, out->data() + done, n - done,
+                                static_cast<off_t>(pos + static_cast<int64_t>(done)));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return DataLoss(fmt::format("bus: the payload file of offset {} of {} ended at byte {} of {}",
+                                  reader.next_offset - 1, reader.log->name,
+                                  pos + static_cast<int64_t>(done), blob.size));
+    }
+    done += static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+std::string Broker::ChunkedPath(const Reader& reader) const {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(reader.chunked->path, ec);
+  return ec ? reader.chunked->path : abs.string();
+}
+
+}  // namespace agentrt
