@@ -1,31 +1,13 @@
 #include "slurm/slurm_client.h"
 
 #include <catch2/catch.hpp>
-#include <deque>
+
+#include "tests/slurm/fake_runner.h"
 
 using namespace agentrt;
 using namespace agentrt::slurm;
 
-namespace {
-
-// Replays scripted outputs in order and records every command line it got.
-class FakeRunner final : public CommandRunner {
- public:
-  void Push(CommandOutput out) { outputs_.push_back(std::move(out)); }
-  Result<CommandOutput> Run(const std::vector<std::string>& argv, double) override {
-    calls.push_back(FormatCommand(argv));
-    if (outputs_.empty()) return Internal("FakeRunner: no output scripted for " + calls.back());
-    CommandOutput out = outputs_.front();
-    outputs_.pop_front();
-    return out;
-  }
-  std::vector<std::string> calls;
-
- private:
-  std::deque<CommandOutput> outputs_;
-};
-
-}  // namespace
+using agentrt::slurm::testing::FakeRunner;
 
 TEST_CASE("Submit runs sbatch --parsable with the extra arguments before the script") {
   FakeRunner runner;

@@ -36,7 +36,9 @@
 #include "scheduler/process.h"
 #include "scheduler/run_driver.h"
 #include "slurm/alloc_script.h"
+#include "slurm/allocation.h"
 #include "slurm/command_runner.h"
+#include "slurm/job_follower.h"
 #include "slurm/slurm_client.h"
 #include "slurm/srun_backend.h"
 #include "tools/agentctl/commands.h"
@@ -258,26 +260,6 @@ int Run(const RunOptions& opts) {
   return DriveLocalWith(std::move(prepared), opts);
 }
 
-// The nodes of this allocation (SLURM_JOB_NODELIST) as `scontrol show node -o`
-// describes them now: specs, addresses, whether each is up.
-agentrt::Result<std::vector<agentrt::SlurmNode>> AllocationNodes(
-    agentrt::slurm::CommandRunner& runner) {
-  agentrt::slurm::SlurmClient slurm(runner);
-  AGENTRT_ASSIGN_OR_RETURN(const std::string text, slurm.ShowNodesText());
-  AGENTRT_ASSIGN_OR_RETURN(std::vector<agentrt::SlurmNode> nodes,
-                           agentrt::ParseScontrolNodes(text));
-  const char* list = std::getenv("SLURM_JOB_NODELIST");
-  if (list == nullptr) return nodes;
-  AGENTRT_ASSIGN_OR_RETURN(const std::vector<std::string> mine, agentrt::ExpandHostlist(list));
-  std::vector<agentrt::SlurmNode> out;
-  for (const std::string& name : mine) {
-    for (const auto& n : nodes) {
-      if (n.spec.name == name) out.push_back(n);
-    }
-  }
-  return out;
-}
-
 // `--backend slurm-steps`: the batch shell of the allocation. The same driver,
 // every agent a job step; on USR2 (preemption, time limit) every agent
 // checkpoints and the job requeues itself.
@@ -311,46 +293,10 @@ int RunInAllocation(const RunOptions& opts) {
     if (agentrt::LaunchesThroughMpi(a.backend, a.ranks)) srun.mpi_agents.push_back(a.name);
   }
   auto backend = agentrt::slurm::MakeSrunBackend(agentrt::MakePosixSpawner(), runner.get(), srun);
-  // In an allocation of several nodes the bus listens on every interface and
-  // telemetry on TCP, both at this node's NodeAddr (node names need not
-  // resolve on a cluster); an agent on a failed node moves to a spare one.
-  agentrt::RunDriverOptions driver_options;
-  driver_options.local_node = local_node;
-  auto allocation = AllocationNodes(*runner);
-  if (!allocation.ok()) {
-    std::fputs(("agentctl run: warning: cannot read the allocation's nodes (" +
-                allocation.status().message() + "); no node failover\n")
-                   .c_str(),
-               stderr);
-  }
-  bool multi_node = allocation.ok() && allocation->size() > 1;
-  for (const auto& a : plan->agents) {
-    for (const auto& p : a.placement)
-      multi_node = multi_node || (!local_node.empty() && p.node != local_node);
-  }
-  if (multi_node) {
-    std::string addr = local_node;
-    if (allocation.ok()) {
-      for (const auto& n : *allocation) {
-        if (n.spec.name == local_node && !n.spec.addr.empty()) addr = n.spec.addr;
-      }
-    }
-    driver_options.bus_listen_host = "0.0.0.0";
-    driver_options.bus_advertised_host = addr;
-    driver_options.telemetry_host = addr;
-  }
-  if (multi_node && allocation.ok()) {
-    for (const auto& n : *allocation) driver_options.allocation_nodes.push_back(n.spec);
-    agentrt::slurm::CommandRunner* commands = runner.get();
-    driver_options.down_nodes = [commands]() -> agentrt::Result<std::set<std::string>> {
-      AGENTRT_ASSIGN_OR_RETURN(const auto nodes, AllocationNodes(*commands));
-      std::set<std::string> down;
-      for (const auto& n : nodes) {
-        if (!n.usable) down.insert(n.spec.name);
-      }
-      return down;
-    };
-  }
+  std::string warning;
+  const agentrt::RunDriverOptions driver_options = agentrt::slurm::AllocationDriverOptions(
+      *plan, local_node, *runner, agentrt::ProcessEnvLookup(), &warning);
+  if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
   // Lease the ports this node serves (the bus, its agents'); a block another
   // run holds here moves, and plan.json is rewritten with it at start.
   auto leases = agentrt::PortLeases::Open(dir.path());
@@ -432,21 +378,12 @@ int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmCo
   agentrt::slurm::SlurmClient slurm(*runner);
   const agentrt::RunDir& dir = prepared.dir;
   const agentrt::Plan& plan = prepared.plan;
-  agentrt::Status written = agentrt::WritePlanFile(plan, dir.PlanPath());
-  if (!written.ok()) Fail("run", written);
-
   agentrt::slurm::AllocScriptOptions script_options;
   script_options.run_dir = dir.path();
   script_options.agentctl_path = agentrt::SelfExecutableDir() + "/agentctl";
   script_options.cpus_per_rank = opts.cpus_per_rank;
-  const std::string script_path = dir.AllocScriptPath();
-  written = agentrt::WriteFileAtomic(
-      script_path, agentrt::slurm::AllocationScript(plan, slurm_config, script_options));
-  if (!written.ok()) Fail("run", written);
-  auto job = slurm.Submit(script_path);
+  auto job = agentrt::slurm::SubmitAllocation(slurm, plan, slurm_config, dir, script_options);
   if (!job.ok()) Fail("run", job.status());
-  written = agentrt::WriteFileAtomic(dir.SlurmJobIdPath(), *job + "\n");
-  if (!written.ok()) Fail("run", written);
   auto note = [&opts](const std::string& line) {
     if (opts.notes_to_stderr) {
       std::fputs(line.c_str(), stderr);
@@ -463,46 +400,14 @@ int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmCo
   }
 
   InstallSignalHandlers();
-  const bool tty = ::isatty(STDOUT_FILENO) == 1;
-  Display display(tty, opts.status_interval_s, opts.quiet);
+  Display display(::isatty(STDOUT_FILENO) == 1, opts.status_interval_s, opts.quiet);
+  agentrt::slurm::FollowHooks hooks;
+  hooks.stop_requests = [] { return g_stop_signals.load(); };
+  hooks.on_status = [&display](const agentrt::RunStatus& s, double t) { display.Table(s, t); };
+  hooks.on_event = [&display](const std::string& line) { display.Event(line); };
   const agentrt::Clock* clock = agentrt::SteadyClock();
   const double t0 = clock->NowSeconds();
-  int stops_seen = 0;
-  std::string last_state;
-  int exit_code = 0;
-  for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const int stops = g_stop_signals.load();
-    if (stops > stops_seen) {
-      // First Ctrl-C: the controller stops every agent (they checkpoint); second: cancel.
-      agentrt::slurm::CancelOptions cancel;
-      if (stops_seen == 0) {
-        cancel.signal = "TERM";
-        cancel.batch_only = true;
-      }
-      stops_seen = stops;
-      display.Event(fmt::format("agentctl run: stopping job {}", *job));
-      slurm.Cancel(*job, cancel).IgnoreError();  // a job that ended meanwhile
-    }
-    auto status = agentrt::ReadRunStatusFile(dir.StatusPath());
-    if (status.ok()) display.Table(*status, clock->NowSeconds() - t0);
-    auto records = slurm.ShowJob(*job);
-    if (!records.ok() || records->empty()) {
-      if (records.status().code() == agentrt::StatusCode::kNotFound) break;
-      continue;
-    }
-    const auto& r = records->front();
-    if (r.state_text != last_state) {
-      display.Event(fmt::format("[{:7.1f}s] job {} {}{}", clock->NowSeconds() - t0, *job,
-                                r.state_text,
-                                r.restarts > 0 ? fmt::format(" (restart {})", r.restarts) : ""));
-      last_state = r.state_text;
-    }
-    if (agentrt::slurm::IsTerminal(r.state)) {
-      exit_code = r.exit_code != 0 ? r.exit_code : (r.exit_signal != 0 ? 128 + r.exit_signal : 0);
-      break;
-    }
-  }
+  const int exit_code = agentrt::slurm::FollowJob(slurm, *job, dir, *clock, hooks);
   auto final_status = agentrt::ReadRunStatusFile(dir.StatusPath());
   if (final_status.ok()) display.Table(*final_status, clock->NowSeconds() - t0, /*force=*/true);
   note(fmt::format("run {} job {} ended with exit code {}; status: agentctl status {}\n", plan.run,

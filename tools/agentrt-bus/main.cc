@@ -87,9 +87,14 @@ void AddServeFlags(CLI::App& app, ServeFlags* f) {
   // but durability memory.
   auto add_storage_flag = [&](const char* name, auto* value, const char* doc) {
     if (!IsStorageSetting(name)) return;
-    CLI::Option* o =
-        app.add_option(FlagOf(name), *value, std::string(doc) + "; with --plan: its bus." + name);
-    f->storage_flags.emplace_back(name, o->capture_default_str());
+    const std::string_view setting(name);
+    // Without --plan the log is off unless asked for: durability memory.
+    const std::string fallback = setting == "durability" ? ", else memory" : "";
+    CLI::Option* o = app.add_option(
+        FlagOf(name), *value,
+        std::string(doc) + " (default: with --plan its bus." + name + fallback + ")");
+    if (setting != "durability") o->capture_default_str();
+    f->storage_flags.emplace_back(name, o);
   };
 #define AGENTRT_BUS_FLAG(type, name, default_value, doc) \
   add_storage_flag(#name, &f->storage.name, doc);
