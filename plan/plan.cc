@@ -232,6 +232,128 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
 
 std::string PlanToJsonString(const Plan& plan, int indent) { return PlanToJson(plan).dump(indent); }
 
+namespace {
+
+// agents[i] of a plan.
+AgentPlan ReadAgent(Reader& r, const json& agents, size_t i) {
+  const json& aj = agents[i];
+  const std::string path = fmt::format("agents[{}]", i);
+  AgentPlan a;
+  r.Read(aj, path, "name", a.name);
+  r.Read(aj, path, "index", a.index);
+  r.Read(aj, path, "ranks", a.ranks);
+  if (const json* placement = r.Get(aj, path, "placement")) {
+    if (!placement->is_array()) r.Fail(path + ".placement", "expected an array");
+    for (size_t k = 0; r.ok() && k < placement->size(); ++k) {
+      const std::string ppath = fmt::format("{}.placement[{}]", path, k);
+      Placement p;
+      r.Read((*placement)[k], ppath, "node", p.node);
+      r.Read((*placement)[k], ppath, "gpus", p.gpus);
+      r.Read((*placement)[k], ppath, "ranks", p.ranks);
+      a.placement.push_back(std::move(p));
+    }
+  }
+  if (const json* ports = r.Get(aj, path, "ports")) {
+    r.Read(*ports, path + ".ports", "node", a.ports.node);
+    r.Read(*ports, path + ".ports", "first", a.ports.first);
+    r.Read(*ports, path + ".ports", "last", a.ports.last);
+  }
+  r.Read(aj, path, "master_addr", a.master_addr);
+  r.Read(aj, path, "master_port", a.master_port);
+  r.Read(aj, path, "checkpoint_dir", a.checkpoint_dir);
+  r.Read(aj, path, "workdir", a.workdir, false);
+  if (a.workdir.empty()) a.workdir = RunDir::RelativeWorkDir(a.name);
+  // Additive keys are optional so a plan without them reads.
+  r.Read(aj, path, "gpus", a.gpus, false);
+  if (!aj.contains("gpus")) {
+    a.gpus = 0;
+    for (const Placement& p : a.placement) a.gpus += static_cast<int>(p.gpus.size());
+  }
+  r.Read(aj, path, "gpu_type", a.gpu_type, false);
+  r.Read(aj, path, "peak_flops", a.peak_flops, false);
+  std::string backend;
+  r.Read(aj, path, "backend", backend, false);
+  if (backend.empty()) {
+    a.backend = ResolveGroupBackend(GroupBackend::kAuto, a.gpus, a.ranks);
+  } else {
+    Result<GroupBackend> parsed = ParseGroupBackend(backend);
+    if (!parsed.ok() || *parsed == GroupBackend::kAuto) {
+      r.Fail(path + ".backend", "expected single, mpi or nccl, got \"" + backend + "\"");
+    } else {
+      a.backend = *parsed;
+    }
+  }
+  if (aj.contains("command")) {
+    r.Read(aj, path, "command", a.command);
+  } else {
+    a.command = {"agent-worker"};
+  }
+  r.Read(aj, path, "env", a.env, false);
+  if (const json* args = r.Get(aj, path, "args", false)) {
+    if (!args->is_object()) r.Fail(path + ".args", "expected an object");
+    a.args = *args;
+  }
+  if (const json* restart = r.Get(aj, path, "restart", false))
+    SettingsFromJson(r, *restart, path + ".restart", a.restart);
+  if (const json* checkpoint = r.Get(aj, path, "checkpoint", false))
+    SettingsFromJson(r, *checkpoint, path + ".checkpoint", a.checkpoint);
+  if (const json* group = r.Get(aj, path, "group", false))
+    SettingsFromJson(r, *group, path + ".group", a.group);
+  if (r.ok() && a.index != static_cast<int>(i))
+    r.Fail(path + ".index", fmt::format("expected {}", i));
+  return a;
+}
+
+// The plan's league block.
+void ReadLeague(Reader& r, const json& league_json, LeagueConfig& league) {
+#define AGENTRT_GET(type, name, default_value, doc) \
+  r.Read(league_json, "league", #name, league.name, false);
+  AGENTRT_LEAGUE_SETTINGS(AGENTRT_GET)
+#undef AGENTRT_GET
+  if (const json* members = r.Get(league_json, "league", "members")) {
+    if (!members->is_array()) r.Fail("league.members", "expected an array");
+    for (size_t i = 0; r.ok() && i < members->size(); ++i) {
+      const std::string path = fmt::format("league.members[{}]", i);
+      LeagueMember m;
+      r.Read((*members)[i], path, "agent", m.agent);
+      r.Read((*members)[i], path, "role", m.role);
+      r.Read((*members)[i], path, "matchmaking", m.matchmaking);
+      r.Read((*members)[i], path, "newest_share", m.newest_share);
+      r.Read((*members)[i], path, "opponents", m.opponents);
+      league.members.push_back(std::move(m));
+    }
+  }
+}
+
+// pbt[i] of a plan.
+PbtPopulation ReadPopulation(Reader& r, const json& pbt, size_t i) {
+  const json& pj = pbt[i];
+  const std::string path = fmt::format("pbt[{}]", i);
+  PbtPopulation p;
+  r.Read(pj, path, "name", p.name);
+  r.Read(pj, path, "agents", p.agents);
+#define AGENTRT_GET(type, name, default_value, doc) r.Read(pj, path, #name, p.name, false);
+  AGENTRT_PBT_SETTINGS(AGENTRT_GET)
+#undef AGENTRT_GET
+  if (const json* hps = r.Get(pj, path, "hyperparameters", false)) {
+    if (!hps->is_array()) r.Fail(path + ".hyperparameters", "expected an array");
+    for (size_t k = 0; r.ok() && k < hps->size(); ++k) {
+      const std::string hpath = fmt::format("{}.hyperparameters[{}]", path, k);
+      PbtHyperparameter h;
+      r.Read((*hps)[k], hpath, "name", h.name);
+      r.Read((*hps)[k], hpath, "min", h.min);
+      r.Read((*hps)[k], hpath, "max", h.max);
+      r.Read((*hps)[k], hpath, "perturb", h.perturb, false);
+      r.Read((*hps)[k], hpath, "log_scale", h.log_scale, false);
+      r.Read((*hps)[k], hpath, "integer", h.integer, false);
+      p.hyperparameters.push_back(std::move(h));
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
 Result<Plan> PlanFromJson(const nlohmann::json& j) {
   Reader r;
   Plan plan;
@@ -250,72 +372,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
   if (const json* agents = r.Get(j, "", "agents")) {
     if (!agents->is_array()) r.Fail("agents", "expected an array");
     for (size_t i = 0; r.ok() && i < agents->size(); ++i) {
-      const json& aj = (*agents)[i];
-      const std::string path = fmt::format("agents[{}]", i);
-      AgentPlan a;
-      r.Read(aj, path, "name", a.name);
-      r.Read(aj, path, "index", a.index);
-      r.Read(aj, path, "ranks", a.ranks);
-      if (const json* placement = r.Get(aj, path, "placement")) {
-        if (!placement->is_array()) r.Fail(path + ".placement", "expected an array");
-        for (size_t k = 0; r.ok() && k < placement->size(); ++k) {
-          const std::string ppath = fmt::format("{}.placement[{}]", path, k);
-          Placement p;
-          r.Read((*placement)[k], ppath, "node", p.node);
-          r.Read((*placement)[k], ppath, "gpus", p.gpus);
-          r.Read((*placement)[k], ppath, "ranks", p.ranks);
-          a.placement.push_back(std::move(p));
-        }
-      }
-      if (const json* ports = r.Get(aj, path, "ports")) {
-        r.Read(*ports, path + ".ports", "node", a.ports.node);
-        r.Read(*ports, path + ".ports", "first", a.ports.first);
-        r.Read(*ports, path + ".ports", "last", a.ports.last);
-      }
-      r.Read(aj, path, "master_addr", a.master_addr);
-      r.Read(aj, path, "master_port", a.master_port);
-      r.Read(aj, path, "checkpoint_dir", a.checkpoint_dir);
-      r.Read(aj, path, "workdir", a.workdir, false);
-      if (a.workdir.empty()) a.workdir = RunDir::RelativeWorkDir(a.name);
-      // Additive keys are optional so a plan without them reads.
-      r.Read(aj, path, "gpus", a.gpus, false);
-      if (!aj.contains("gpus")) {
-        a.gpus = 0;
-        for (const Placement& p : a.placement) a.gpus += static_cast<int>(p.gpus.size());
-      }
-      r.Read(aj, path, "gpu_type", a.gpu_type, false);
-      r.Read(aj, path, "peak_flops", a.peak_flops, false);
-      std::string backend;
-      r.Read(aj, path, "backend", backend, false);
-      if (backend.empty()) {
-        a.backend = ResolveGroupBackend(GroupBackend::kAuto, a.gpus, a.ranks);
-      } else {
-        Result<GroupBackend> parsed = ParseGroupBackend(backend);
-        if (!parsed.ok() || *parsed == GroupBackend::kAuto) {
-          r.Fail(path + ".backend", "expected single, mpi or nccl, got \"" + backend + "\"");
-        } else {
-          a.backend = *parsed;
-        }
-      }
-      if (aj.contains("command")) {
-        r.Read(aj, path, "command", a.command);
-      } else {
-        a.command = {"agent-worker"};
-      }
-      r.Read(aj, path, "env", a.env, false);
-      if (const json* args = r.Get(aj, path, "args", false)) {
-        if (!args->is_object()) r.Fail(path + ".args", "expected an object");
-        a.args = *args;
-      }
-      if (const json* restart = r.Get(aj, path, "restart", false))
-        SettingsFromJson(r, *restart, path + ".restart", a.restart);
-      if (const json* checkpoint = r.Get(aj, path, "checkpoint", false))
-        SettingsFromJson(r, *checkpoint, path + ".checkpoint", a.checkpoint);
-      if (const json* group = r.Get(aj, path, "group", false))
-        SettingsFromJson(r, *group, path + ".group", a.group);
-      if (r.ok() && a.index != static_cast<int>(i))
-        r.Fail(path + ".index", fmt::format("expected {}", i));
-      plan.agents.push_back(std::move(a));
+      plan.agents.push_back(ReadAgent(r, *agents, i));
     }
   }
   if (const json* channels = r.Get(j, "", "channels", false)) {
@@ -347,51 +404,11 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
       plan.nodes.push_back(std::move(n));
     }
   }
-  if (const json* league = r.Get(j, "", "league", false)) {
-#define AGENTRT_GET(type, name, default_value, doc) \
-  r.Read(*league, "league", #name, plan.league.name, false);
-    AGENTRT_LEAGUE_SETTINGS(AGENTRT_GET)
-#undef AGENTRT_GET
-    if (const json* members = r.Get(*league, "league", "members")) {
-      if (!members->is_array()) r.Fail("league.members", "expected an array");
-      for (size_t i = 0; r.ok() && i < members->size(); ++i) {
-        const std::string path = fmt::format("league.members[{}]", i);
-        LeagueMember m;
-        r.Read((*members)[i], path, "agent", m.agent);
-        r.Read((*members)[i], path, "role", m.role);
-        r.Read((*members)[i], path, "matchmaking", m.matchmaking);
-        r.Read((*members)[i], path, "newest_share", m.newest_share);
-        r.Read((*members)[i], path, "opponents", m.opponents);
-        plan.league.members.push_back(std::move(m));
-      }
-    }
-  }
+  if (const json* league = r.Get(j, "", "league", false)) ReadLeague(r, *league, plan.league);
   if (const json* pbt = r.Get(j, "", "pbt", false)) {
     if (!pbt->is_array()) r.Fail("pbt", "expected an array");
     for (size_t i = 0; r.ok() && i < pbt->size(); ++i) {
-      const json& pj = (*pbt)[i];
-      const std::string path = fmt::format("pbt[{}]", i);
-      PbtPopulation p;
-      r.Read(pj, path, "name", p.name);
-      r.Read(pj, path, "agents", p.agents);
-#define AGENTRT_GET(type, name, default_value, doc) r.Read(pj, path, #name, p.name, false);
-      AGENTRT_PBT_SETTINGS(AGENTRT_GET)
-#undef AGENTRT_GET
-      if (const json* hps = r.Get(pj, path, "hyperparameters", false)) {
-        if (!hps->is_array()) r.Fail(path + ".hyperparameters", "expected an array");
-        for (size_t k = 0; r.ok() && k < hps->size(); ++k) {
-          const std::string hpath = fmt::format("{}.hyperparameters[{}]", path, k);
-          PbtHyperparameter h;
-          r.Read((*hps)[k], hpath, "name", h.name);
-          r.Read((*hps)[k], hpath, "min", h.min);
-          r.Read((*hps)[k], hpath, "max", h.max);
-          r.Read((*hps)[k], hpath, "perturb", h.perturb, false);
-          r.Read((*hps)[k], hpath, "log_scale", h.log_scale, false);
-          r.Read((*hps)[k], hpath, "integer", h.integer, false);
-          p.hyperparameters.push_back(std::move(h));
-        }
-      }
-      plan.pbt.push_back(std::move(p));
+      plan.pbt.push_back(ReadPopulation(r, *pbt, i));
     }
   }
   if (!r.ok()) return InvalidArgument(r.error());

@@ -133,17 +133,29 @@ RunDriver::~RunDriver() {
 }
 
 Status RunDriver::Start() {
+  // One start-up order: the run's lock and credentials, the bus, telemetry
+  // intake, the league service, PBT, then the supervisor (with failover) and
+  // the first status.
   // One controller per run, and `agentctl status` can tell whether it lives.
   AGENTRT_ASSIGN_OR_RETURN(lock_, ControllerLock::Acquire(dir_));
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(dir_.ControllerPidPath(), std::to_string(::getpid()) + "\n"));
   pid_file_written_ = true;
-
   // Credentials: one run secret (never printed, never in env or argv), one token
   // file per agent. A requeued or resumed run keeps the secret it made first.
   AGENTRT_ASSIGN_OR_RETURN(const std::string secret, dir_.LoadOrCreateSecret());
   AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(dir_, secret, plan_));
+  AGENTRT_RETURN_IF_ERROR(StartBus(secret));
+  AGENTRT_RETURN_IF_ERROR(StartTelemetry(secret));
+  AGENTRT_RETURN_IF_ERROR(StartLeague(secret));
+  StartPbt();
+  StartSupervisor();
+  return Status::Ok();
+}
 
+// The bus, on the plan's port (an auto one moves past a port an outsider
+// holds); the plan is rewritten with where it listens.
+Status RunDriver::StartBus(const std::string& secret) {
   BusServerOptions bus_options;
   bus_options.host = options_.bus_listen_host;
   bus_options.port = plan_.bus.port;
@@ -185,6 +197,11 @@ Status RunDriver::Start() {
   bus_address_ = plan_.bus.host + ":" + std::to_string(plan_.bus.port);
   AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan_, dir_.PlanPath()));
 
+  return Status::Ok();
+}
+
+// Telemetry intake (signed with the agents' tokens) and metrics.jsonl.
+Status RunDriver::StartTelemetry(const std::string& secret) {
   std::string endpoint = options_.telemetry_host.empty()
                              ? dir_.TelemetryIpcEndpoint()
                              : "tcp://" + options_.telemetry_host + ":*";
@@ -199,26 +216,37 @@ Status RunDriver::Start() {
   telemetry_ = std::move(telemetry).value();
   start_unix_s_ = UnixTimeSeconds();
   AGENTRT_ASSIGN_OR_RETURN(metrics_, MetricsWriter::Open(dir_.MetricsPath(), start_unix_s_));
+  return Status::Ok();
+}
 
-  if (plan_.league.enabled()) {
-    LeagueServiceOptions league;
-    league.bus_address = bus_address_;
-    league.credential = {kLeagueServiceName, DeriveAgentToken(secret, kLeagueServiceName)};
-    league.state_path = dir_.LeagueStatePath();
-    if (plan_.bus.settings.tls) {
-      league.bus.tls_ca_file = plan_.bus.settings.ca_file.empty() ? plan_.bus.settings.cert_file
-                                                                  : plan_.bus.settings.ca_file;
-    }
-    auto service = LeagueService::Start(plan_.league, std::move(league));
-    if (!service.ok()) return service.status().WithContext("cannot start the league service");
-    league_ = std::move(service).value();
+// The league service, a client of the run's own bus (plan.league).
+Status RunDriver::StartLeague(const std::string& secret) {
+  if (!plan_.league.enabled()) return Status::Ok();
+  LeagueServiceOptions league;
+  league.bus_address = bus_address_;
+  league.credential = {kLeagueServiceName, DeriveAgentToken(secret, kLeagueServiceName)};
+  league.state_path = dir_.LeagueStatePath();
+  if (plan_.bus.settings.tls) {
+    league.bus.tls_ca_file = plan_.bus.settings.ca_file.empty() ? plan_.bus.settings.cert_file
+                                                                : plan_.bus.settings.ca_file;
   }
-  if (!plan_.pbt.empty()) {
-    std::map<std::string, nlohmann::json> args;
-    for (const AgentPlan& a : plan_.agents) args[a.name] = a.args;
-    pbt_ = std::make_unique<PbtScheduler>(plan_.pbt, args);
-  }
+  auto service = LeagueService::Start(plan_.league, std::move(league));
+  if (!service.ok()) return service.status().WithContext("cannot start the league service");
+  league_ = std::move(service).value();
+  return Status::Ok();
+}
 
+// PBT's decisions, from every member's current args.
+void RunDriver::StartPbt() {
+  if (plan_.pbt.empty()) return;
+  std::map<std::string, nlohmann::json> args;
+  for (const AgentPlan& a : plan_.agents) args[a.name] = a.args;
+  pbt_ = std::make_unique<PbtScheduler>(plan_.pbt, args);
+}
+
+// The supervisor of every agent (relaunching on a spare node when one fails,
+// with failover), started, and the run's first status.
+void RunDriver::StartSupervisor() {
   controller_ = std::make_unique<RunController>(
       plan_.run, dir_.path(),
       SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node),
@@ -238,7 +266,6 @@ Status RunDriver::Start() {
   written_at_ = t0_;
   stops_seen_ = stops_ != nullptr ? stops_->count() : 0;
   ReportChanges(0);
-  return Status::Ok();
 }
 
 RelaunchAdvice RunDriver::AdviseRelaunch(AgentLaunch& launch) {

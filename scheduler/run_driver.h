@@ -158,6 +158,12 @@ class RunDriver {
   const std::string& bus_address() const { return bus_address_; }
 
  private:
+  // Start's steps, in its order.
+  Status StartBus(const std::string& secret);
+  Status StartTelemetry(const std::string& secret);
+  Status StartLeague(const std::string& secret);
+  void StartPbt();
+  void StartSupervisor();
   void WriteStatus();
   // A metrics.jsonl write or flush that failed: said once, the run goes on.
   void CheckMetrics(const Status& s);

@@ -46,11 +46,11 @@ class FakeBackend final : public LaunchBackend {
   // Makes `pid` of `agent` exit as if reaped.
   void Exit(const std::string& agent, int rank, pid_t pid, int code, int sig = 0) {
     live[agent].erase(pid);
-    exits.push_back({agent, rank, pid, code, sig});
+    exits.push_back({agent, rank, pid, code, sig, ""});
   }
   // Every process of the agent dies (what SIGKILL of the group does).
   void KillAll(const std::string& agent, int sig = 9 /* SIGKILL */) {
-    for (pid_t pid : live[agent]) exits.push_back({agent, -1, pid, 0, sig});
+    for (pid_t pid : live[agent]) exits.push_back({agent, -1, pid, 0, sig, ""});
     live[agent].clear();
   }
   int SignalsTo(const std::string& agent, int sig) const {
