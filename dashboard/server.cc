@@ -153,6 +153,76 @@ struct Dashboard::Impl {
     Json(res, {{"accepted", true}, {"action", action}, {"agent", agent}});
   }
 
+  // /api/series?metric=M&agents=a,b&points=N: the metric's curves, decimated.
+  void Series(const httplib::Request& req, httplib::Response& res) {
+    series.Refresh().IgnoreError();
+    size_t points = 1000;
+    if (req.has_param("points")) {
+      const auto n = IntParam(req, "points");
+      if (!n || *n < 10 || *n > 100000) {
+        return Error(res, 400,
+                     "points must be a whole number in 10..100000, got \"" +
+                         req.get_param_value("points") + "\"");
+      }
+      points = static_cast<size_t>(*n);
+    }
+    if (req.get_param_value("metric").empty()) return Error(res, 400, "metric= is required");
+    Json(res, {{"metric", req.get_param_value("metric")},
+               {"series", series.Query(req.get_param_value("metric"),
+                                       SplitComma(req.get_param_value("agents")), points)}});
+  }
+
+  // /api/logs?agent=A&rank=R&lines=N&q=text: the tail of a rank's log.
+  void Logs(const httplib::Request& req, httplib::Response& res) {
+    auto plan = ReadPlanFile(RunDir(run_dir).PlanPath());
+    if (!plan.ok()) return Error(res, 503, plan.status().message());
+    const auto rank = req.has_param("rank") ? IntParam(req, "rank") : std::optional<long>(0);
+    const auto lines = req.has_param("lines") ? IntParam(req, "lines") : std::optional<long>(200);
+    if (!rank || !lines) return Error(res, 400, "rank= and lines= must be whole numbers");
+    auto tail = TailLog(run_dir, *plan, req.get_param_value("agent"), static_cast<int>(*rank),
+                        static_cast<int>(*lines), req.get_param_value("q"));
+    if (!tail.ok()) {
+      return Error(res, tail.status().code() == StatusCode::kNotFound ? 404 : 400,
+                   tail.status().message());
+    }
+    Json(res, {{"agent", req.get_param_value("agent")}, {"rank", *rank}, {"lines", *tail}});
+  }
+
+  // /events: server-sent events, one per change of status.json.
+  void Events(httplib::Response& res) {
+    // Each stream holds a worker of the pool: a bounded number of them, so
+    // that the API and /metrics are always served.
+    if (streams.fetch_add(1) >= kMaxStreams) {
+      streams.fetch_sub(1);
+      return Error(res, 503, "too many open event streams; close a dashboard tab");
+    }
+    const std::string status_path = RunDir(run_dir).StatusPath();
+    auto last = std::make_shared<int64_t>(-2);
+    res.set_header("Cache-Control", "no-store");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, status_path, last](size_t, httplib::DataSink& sink) {
+          // One event at once, then one per change of status.json; a comment
+          // every few seconds keeps proxies from closing the stream.
+          for (int i = 0; i < 40 && !stopping.load(); ++i) {
+            const int64_t m = FileMTimeNs(status_path);
+            if (m != *last) {
+              auto snap = ReadRunSnapshot(run_dir);
+              if (snap.ok()) {
+                *last = m;
+                const std::string data = "event: run\ndata: " + View(*snap).dump() + "\n\n";
+                return sink.write(data.data(), data.size());
+              }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+          }
+          if (stopping.load()) return false;
+          static const std::string ping = ": ping\n\n";
+          return sink.write(ping.data(), ping.size());
+        },
+        [this](bool) { streams.fetch_sub(1); });
+  }
+
   void Routes() {
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
@@ -185,37 +255,10 @@ struct Dashboard::Impl {
       series.Refresh().IgnoreError();
       Json(res, series.Names());
     });
-    server.Get("/api/series", [this](const httplib::Request& req, httplib::Response& res) {
-      series.Refresh().IgnoreError();
-      size_t points = 1000;
-      if (req.has_param("points")) {
-        const auto n = IntParam(req, "points");
-        if (!n || *n < 10 || *n > 100000) {
-          return Error(res, 400,
-                       "points must be a whole number in 10..100000, got \"" +
-                           req.get_param_value("points") + "\"");
-        }
-        points = static_cast<size_t>(*n);
-      }
-      if (req.get_param_value("metric").empty()) return Error(res, 400, "metric= is required");
-      Json(res, {{"metric", req.get_param_value("metric")},
-                 {"series", series.Query(req.get_param_value("metric"),
-                                         SplitComma(req.get_param_value("agents")), points)}});
-    });
-    server.Get("/api/logs", [this](const httplib::Request& req, httplib::Response& res) {
-      auto plan = ReadPlanFile(RunDir(run_dir).PlanPath());
-      if (!plan.ok()) return Error(res, 503, plan.status().message());
-      const auto rank = req.has_param("rank") ? IntParam(req, "rank") : std::optional<long>(0);
-      const auto lines = req.has_param("lines") ? IntParam(req, "lines") : std::optional<long>(200);
-      if (!rank || !lines) return Error(res, 400, "rank= and lines= must be whole numbers");
-      auto tail = TailLog(run_dir, *plan, req.get_param_value("agent"), static_cast<int>(*rank),
-                          static_cast<int>(*lines), req.get_param_value("q"));
-      if (!tail.ok()) {
-        return Error(res, tail.status().code() == StatusCode::kNotFound ? 404 : 400,
-                     tail.status().message());
-      }
-      Json(res, {{"agent", req.get_param_value("agent")}, {"rank", *rank}, {"lines", *tail}});
-    });
+    server.Get("/api/series",
+               [this](const httplib::Request& req, httplib::Response& res) { Series(req, res); });
+    server.Get("/api/logs",
+               [this](const httplib::Request& req, httplib::Response& res) { Logs(req, res); });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       auto snap = ReadRunSnapshot(run_dir);
       if (!snap.ok()) {
@@ -225,39 +268,7 @@ struct Dashboard::Impl {
       }
       res.set_content(PrometheusText(*snap, NowUnix()), "text/plain; version=0.0.4");
     });
-    server.Get("/events", [this](const httplib::Request&, httplib::Response& res) {
-      // Each stream holds a worker of the pool: a bounded number of them, so
-      // that the API and /metrics are always served.
-      if (streams.fetch_add(1) >= kMaxStreams) {
-        streams.fetch_sub(1);
-        return Error(res, 503, "too many open event streams; close a dashboard tab");
-      }
-      const std::string status_path = RunDir(run_dir).StatusPath();
-      auto last = std::make_shared<int64_t>(-2);
-      res.set_header("Cache-Control", "no-store");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [this, status_path, last](size_t, httplib::DataSink& sink) {
-            // One event at once, then one per change of status.json; a comment
-            // every few seconds keeps proxies from closing the stream.
-            for (int i = 0; i < 40 && !stopping.load(); ++i) {
-              const int64_t m = FileMTimeNs(status_path);
-              if (m != *last) {
-                auto snap = ReadRunSnapshot(run_dir);
-                if (snap.ok()) {
-                  *last = m;
-                  const std::string data = "event: run\ndata: " + View(*snap).dump() + "\n\n";
-                  return sink.write(data.data(), data.size());
-                }
-              }
-              std::this_thread::sleep_for(std::chrono::milliseconds(250));
-            }
-            if (stopping.load()) return false;
-            static const std::string ping = ": ping\n\n";
-            return sink.write(ping.data(), ping.size());
-          },
-          [this](bool) { streams.fetch_sub(1); });
-    });
+    server.Get("/events", [this](const httplib::Request&, httplib::Response& res) { Events(res); });
   }
 };
 

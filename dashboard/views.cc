@@ -163,12 +163,69 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   return out;
 }
 
+namespace {
+
+// A metric family's # HELP and # TYPE lines.
+void Family(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// The bus's topics, subscribers' lag and messages stored.
+void BusMetrics(std::string& out, const std::string& r, const RunStatus& st) {
+  auto family = [&](const char* name, const char* type, const char* help) {
+    Family(out, name, type, help);
+  };
+  if (st.bus) {
+    family("agentrt_bus_topic_end_offset", "gauge", "The next offset of each bus topic.");
+    for (const BusSnapshot::Topic& t : st.bus->topics) {
+      out += fmt::format("agentrt_bus_topic_end_offset{{run=\"{}\",topic=\"{}\"}} {}\n", r,
+                         Label(t.topic), t.end_offset);
+    }
+    family("agentrt_bus_subscriber_lag_messages", "gauge",
+           "Messages a subscription has not yet been sent (end offset - its position).");
+    for (const BusSnapshot::Subscriber& s : st.bus->subscribers) {
+      out += fmt::format(
+          "agentrt_bus_subscriber_lag_messages{{run=\"{}\",agent=\"{}\",topic=\"{}\"}} {}\n", r,
+          Label(s.agent), Label(s.topic), s.lag);
+    }
+    family("agentrt_bus_messages_published_total", "counter", "Messages the bus stored.");
+    out += fmt::format("agentrt_bus_messages_published_total{{run=\"{}\"}} {}\n", r,
+                       st.bus->messages_published);
+  }
+}
+
+// The league's ratings and results, and PBT's exploits.
+void LeagueMetrics(std::string& out, const std::string& r, const RunSnapshot& run) {
+  auto family = [&](const char* name, const char* type, const char* help) {
+    Family(out, name, type, help);
+  };
+  if (run.league) {
+    family("agentrt_league_rating", "gauge", "The league member's Elo rating (last commit).");
+    for (const auto& [agent, rating] : run.league->ratings()) {
+      out += fmt::format("agentrt_league_rating{{run=\"{}\",agent=\"{}\"}} {:.3f}\n", r,
+                         Label(agent), rating);
+    }
+    family("agentrt_league_results_total", "counter", "Match results the league applied.");
+    out += fmt::format("agentrt_league_results_total{{run=\"{}\"}} {}\n", r,
+                       run.league->results_applied());
+  }
+  if (!run.plan.pbt.empty()) {
+    family("agentrt_pbt_exploits_total", "counter",
+           "PBT exploits (a member restarted from another's checkpoint).");
+    const auto exploited = std::count_if(run.lineage.begin(), run.lineage.end(),
+                                         [](const LineageRecord& l) { return l.exploited(); });
+    out += fmt::format("agentrt_pbt_exploits_total{{run=\"{}\"}} {}\n", r, exploited);
+  }
+}
+
+}  // namespace
+
 std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
   const RunStatus& st = run.status;
   const std::string r = Label(st.run);
   std::string out;
   auto family = [&](const char* name, const char* type, const char* help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    Family(out, name, type, help);
   };
   family("agentrt_run_info", "gauge", "The run (1), labelled by its state.");
   out += fmt::format("agentrt_run_info{{run=\"{}\",state=\"{}\"}} 1\n", r,
@@ -223,40 +280,8 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
               return a.peak_flops > 0 && a.achieved_flops > 0 ? Opt(a.achieved_flops / a.peak_flops)
                                                               : std::nullopt;
             });
-  if (st.bus) {
-    family("agentrt_bus_topic_end_offset", "gauge", "The next offset of each bus topic.");
-    for (const BusSnapshot::Topic& t : st.bus->topics) {
-      out += fmt::format("agentrt_bus_topic_end_offset{{run=\"{}\",topic=\"{}\"}} {}\n", r,
-                         Label(t.topic), t.end_offset);
-    }
-    family("agentrt_bus_subscriber_lag_messages", "gauge",
-           "Messages a subscription has not yet been sent (end offset - its position).");
-    for (const BusSnapshot::Subscriber& s : st.bus->subscribers) {
-      out += fmt::format(
-          "agentrt_bus_subscriber_lag_messages{{run=\"{}\",agent=\"{}\",topic=\"{}\"}} {}\n", r,
-          Label(s.agent), Label(s.topic), s.lag);
-    }
-    family("agentrt_bus_messages_published_total", "counter", "Messages the bus stored.");
-    out += fmt::format("agentrt_bus_messages_published_total{{run=\"{}\"}} {}\n", r,
-                       st.bus->messages_published);
-  }
-  if (run.league) {
-    family("agentrt_league_rating", "gauge", "The league member's Elo rating (last commit).");
-    for (const auto& [agent, rating] : run.league->ratings()) {
-      out += fmt::format("agentrt_league_rating{{run=\"{}\",agent=\"{}\"}} {:.3f}\n", r,
-                         Label(agent), rating);
-    }
-    family("agentrt_league_results_total", "counter", "Match results the league applied.");
-    out += fmt::format("agentrt_league_results_total{{run=\"{}\"}} {}\n", r,
-                       run.league->results_applied());
-  }
-  if (!run.plan.pbt.empty()) {
-    family("agentrt_pbt_exploits_total", "counter",
-           "PBT exploits (a member restarted from another's checkpoint).");
-    const auto exploited = std::count_if(run.lineage.begin(), run.lineage.end(),
-                                         [](const LineageRecord& l) { return l.exploited(); });
-    out += fmt::format("agentrt_pbt_exploits_total{{run=\"{}\"}} {}\n", r, exploited);
-  }
+  BusMetrics(out, r, st);
+  LeagueMetrics(out, r, run);
   family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
   for (const AgentStatus& a : st.agents) {
     for (const RankStatus& rk : a.ranks) {

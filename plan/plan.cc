@@ -126,6 +126,39 @@ const AgentPlan* Plan::FindAgent(std::string_view name) const {
   return nullptr;
 }
 
+namespace {
+
+// One agent of plan.json.
+nlohmann::ordered_json AgentToJson(const AgentPlan& a) {
+  ojson aj = ojson::object();
+  aj["name"] = a.name;
+  aj["index"] = a.index;
+  aj["ranks"] = a.ranks;
+  ojson placement = ojson::array();
+  for (const Placement& p : a.placement) {
+    placement.push_back(ojson{{"node", p.node}, {"gpus", p.gpus}, {"ranks", p.ranks}});
+  }
+  aj["placement"] = std::move(placement);
+  aj["ports"] = ojson{{"node", a.ports.node}, {"first", a.ports.first}, {"last", a.ports.last}};
+  aj["master_addr"] = a.master_addr;
+  aj["master_port"] = a.master_port;
+  aj["checkpoint_dir"] = a.checkpoint_dir;
+  aj["workdir"] = a.workdir;
+  aj["gpus"] = a.gpus;
+  if (!a.gpu_type.empty()) aj["gpu_type"] = a.gpu_type;
+  if (a.peak_flops > 0) aj["peak_flops"] = a.peak_flops;
+  aj["backend"] = std::string(GroupBackendName(a.backend));
+  aj["command"] = a.command;
+  aj["env"] = a.env;
+  aj["args"] = ojson::parse(a.args.dump());
+  aj["restart"] = SettingsToJson(a.restart);
+  aj["checkpoint"] = SettingsToJson(a.checkpoint);
+  aj["group"] = SettingsToJson(a.group);
+  return aj;
+}
+
+}  // namespace
+
 nlohmann::ordered_json PlanToJson(const Plan& plan) {
   ojson j = ojson::object();
   j["run"] = plan.run;
@@ -141,33 +174,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   j["bus"] = std::move(bus);
 
   ojson agents = ojson::array();
-  for (const AgentPlan& a : plan.agents) {
-    ojson aj = ojson::object();
-    aj["name"] = a.name;
-    aj["index"] = a.index;
-    aj["ranks"] = a.ranks;
-    ojson placement = ojson::array();
-    for (const Placement& p : a.placement) {
-      placement.push_back(ojson{{"node", p.node}, {"gpus", p.gpus}, {"ranks", p.ranks}});
-    }
-    aj["placement"] = std::move(placement);
-    aj["ports"] = ojson{{"node", a.ports.node}, {"first", a.ports.first}, {"last", a.ports.last}};
-    aj["master_addr"] = a.master_addr;
-    aj["master_port"] = a.master_port;
-    aj["checkpoint_dir"] = a.checkpoint_dir;
-    aj["workdir"] = a.workdir;
-    aj["gpus"] = a.gpus;
-    if (!a.gpu_type.empty()) aj["gpu_type"] = a.gpu_type;
-    if (a.peak_flops > 0) aj["peak_flops"] = a.peak_flops;
-    aj["backend"] = std::string(GroupBackendName(a.backend));
-    aj["command"] = a.command;
-    aj["env"] = a.env;
-    aj["args"] = ojson::parse(a.args.dump());
-    aj["restart"] = SettingsToJson(a.restart);
-    aj["checkpoint"] = SettingsToJson(a.checkpoint);
-    aj["group"] = SettingsToJson(a.group);
-    agents.push_back(std::move(aj));
-  }
+  for (const AgentPlan& a : plan.agents) agents.push_back(AgentToJson(a));
   j["agents"] = std::move(agents);
 
   ojson channels = ojson::array();

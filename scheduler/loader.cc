@@ -406,6 +406,117 @@ class ConfigBuilder {
     if (const YAML::Node env = n["env"]; env.IsDefined()) ParseEnv(env, "defaults.env", d.env);
   }
 
+  // One entry of `agents:` (before replica expansion): its settings over the
+  // defaults, and its replica count.
+  AgentConfig ParseAgent(const YAML::Node& n, const std::string& path, const Config& config,
+                         int* replicas, bool* has_replicas) {
+    c_.CheckMap(n, path, kAgentKeys);
+    AgentConfig base;
+    base.line = n.Mark().line + 1;
+    base.column = n.Mark().column + 1;
+    if (!c_.Read(n, path, "name", base.base_name))
+      c_.Fail(n, Join(path, "name"), "missing; every agent needs a name");
+    if (!std::regex_match(base.base_name, NameRegex())) {
+      c_.Fail(n["name"], Join(path, "name"),
+              fmt::format("expected letters, digits, '_', '.', '-' (at most 63), starting with a "
+                          "letter or digit, got '{}'",
+                          base.base_name));
+    }
+    *has_replicas = c_.Read(n, path, "replicas", *replicas);
+    if (*replicas < 1)
+      c_.Fail(n["replicas"], Join(path, "replicas"),
+              fmt::format("expected at least 1, got {}", *replicas));
+    if (*replicas > 100000)
+      c_.Fail(n["replicas"], Join(path, "replicas"),
+              fmt::format("expected at most 100000, got {}", *replicas));
+    c_.Read(n, path, "gpus", base.gpus);
+    if (base.gpus < 0)
+      c_.Fail(n["gpus"], Join(path, "gpus"),
+              fmt::format("expected 0 (a CPU agent) or more GPUs, got {}", base.gpus));
+    if (c_.Read(n, path, "gpu_type", base.gpu_type) && base.gpus == 0) {
+      c_.Fail(n["gpu_type"], Join(path, "gpu_type"),
+              fmt::format("a CPU agent (gpus: 0) cannot ask for GPUs of type '{}'", base.gpu_type));
+    }
+    base.ranks = base.gpus > 0 ? base.gpus : 1;
+    if (c_.Read(n, path, "ranks", base.ranks)) {
+      if (base.ranks < 1)
+        c_.Fail(n["ranks"], Join(path, "ranks"),
+                fmt::format("expected at least 1 rank, got {}", base.ranks));
+      if (base.gpus > 0 && base.ranks % base.gpus != 0) {
+        c_.Fail(n["ranks"], Join(path, "ranks"),
+                fmt::format("expected a multiple of gpus ({}) so every GPU has the same number "
+                            "of ranks, got {}",
+                            base.gpus, base.ranks));
+      }
+    }
+    base.command = config.defaults.command;
+    if (const YAML::Node cmd = n["command"]; cmd.IsDefined())
+      ParseCommand(cmd, Join(path, "command"), base.command);
+    base.env = config.defaults.env;
+    if (const YAML::Node env = n["env"]; env.IsDefined()) {
+      std::map<std::string, std::string> own;
+      ParseEnv(env, Join(path, "env"), own);
+      for (auto& [k, v] : own) base.env[k] = v;
+    }
+    if (const YAML::Node args = n["args"]; args.IsDefined()) {
+      if (!args.IsMap() && !args.IsNull())
+        c_.Fail(args, Join(path, "args"), fmt::format("expected a map, got {}", KindName(args)));
+      if (args.IsMap()) base.args = c_.ToJson(args, Join(path, "args"));
+    }
+    ValidateArgs(n, path, base);
+    base.restart = config.defaults.restart;
+    if (const YAML::Node r = n["restart"]; r.IsDefined())
+      ParseRestart(r, Join(path, "restart"), base.restart);
+    base.checkpoint = config.defaults.checkpoint;
+    if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
+      ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);
+    base.group = config.defaults.group;
+    if (const YAML::Node g = n["group"]; g.IsDefined())
+      ParseGroup(g, Join(path, "group"), base.group);
+    ParseAgentPlacement(n, path, base);
+    if (const std::string problem = GroupBackendProblem(base.backend, base.gpus, base.ranks);
+        !problem.empty()) {
+      const YAML::Node b = n["backend"];
+      const char* key = b.IsDefined() ? "backend" : n["ranks"].IsDefined() ? "ranks" : "gpus";
+      c_.Fail(n[key], Join(path, key), problem);
+    }
+    return base;
+  }
+
+  // An agent's nodes:, workdir: and backend:.
+  void ParseAgentPlacement(const YAML::Node& n, const std::string& path, AgentConfig& base) {
+    if (const YAML::Node pins = n["nodes"]; pins.IsDefined()) {
+      std::vector<std::string> exprs;
+      c_.Convert(pins, Join(path, "nodes"), exprs);
+      for (const std::string& expr : exprs) {
+        Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
+        if (!hosts.ok()) c_.Fail(pins, Join(path, "nodes"), hosts.status().message());
+        for (std::string& h : *hosts) {
+          if (std::find(base.nodes.begin(), base.nodes.end(), h) == base.nodes.end())
+            base.nodes.push_back(std::move(h));
+        }
+      }
+    }
+    if (const YAML::Node w = n["workdir"]; w.IsDefined()) {
+      c_.Convert(w, Join(path, "workdir"), base.workdir);
+      if (base.workdir.empty()) c_.Fail(w, Join(path, "workdir"), "expected a directory");
+      // Relative to the config's folder, like command paths.
+      base.workdir = (std::filesystem::path(base_dir_) / base.workdir).lexically_normal().string();
+    }
+    if (const YAML::Node b = n["backend"]; b.IsDefined()) {
+      std::string name;
+      c_.Convert(b, Join(path, "backend"), name);
+      Result<GroupBackend> parsed = ParseGroupBackend(name);
+      if (parsed.ok()) base.backend = *parsed;
+      if (!parsed.ok() || name.empty()) {
+        std::string hint = ClosestMatch(name, {"auto", "single", "mpi", "nccl"});
+        c_.Fail(b, Join(path, "backend"),
+                fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
+                            hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+      }
+    }
+  }
+
   void ParseAgents(const YAML::Node& list, Config& config) {
     c_.Visit(list);
     if (!list.IsSequence() || list.size() == 0) {
@@ -416,108 +527,9 @@ class ConfigBuilder {
     for (size_t i = 0; i < list.size(); ++i) {
       const YAML::Node n = list[i];
       const std::string path = Index("agents", i);
-      c_.CheckMap(n, path, kAgentKeys);
-      AgentConfig base;
-      base.line = n.Mark().line + 1;
-      base.column = n.Mark().column + 1;
-      if (!c_.Read(n, path, "name", base.base_name))
-        c_.Fail(n, Join(path, "name"), "missing; every agent needs a name");
-      if (!std::regex_match(base.base_name, NameRegex())) {
-        c_.Fail(n["name"], Join(path, "name"),
-                fmt::format("expected letters, digits, '_', '.', '-' (at most 63), starting with a "
-                            "letter or digit, got '{}'",
-                            base.base_name));
-      }
       int replicas = 1;
-      const bool has_replicas = c_.Read(n, path, "replicas", replicas);
-      if (replicas < 1)
-        c_.Fail(n["replicas"], Join(path, "replicas"),
-                fmt::format("expected at least 1, got {}", replicas));
-      if (replicas > 100000)
-        c_.Fail(n["replicas"], Join(path, "replicas"),
-                fmt::format("expected at most 100000, got {}", replicas));
-      c_.Read(n, path, "gpus", base.gpus);
-      if (base.gpus < 0)
-        c_.Fail(n["gpus"], Join(path, "gpus"),
-                fmt::format("expected 0 (a CPU agent) or more GPUs, got {}", base.gpus));
-      if (c_.Read(n, path, "gpu_type", base.gpu_type) && base.gpus == 0) {
-        c_.Fail(
-            n["gpu_type"], Join(path, "gpu_type"),
-            fmt::format("a CPU agent (gpus: 0) cannot ask for GPUs of type '{}'", base.gpu_type));
-      }
-      base.ranks = base.gpus > 0 ? base.gpus : 1;
-      if (c_.Read(n, path, "ranks", base.ranks)) {
-        if (base.ranks < 1)
-          c_.Fail(n["ranks"], Join(path, "ranks"),
-                  fmt::format("expected at least 1 rank, got {}", base.ranks));
-        if (base.gpus > 0 && base.ranks % base.gpus != 0) {
-          c_.Fail(n["ranks"], Join(path, "ranks"),
-                  fmt::format("expected a multiple of gpus ({}) so every GPU has the same number "
-                              "of ranks, got {}",
-                              base.gpus, base.ranks));
-        }
-      }
-      base.command = config.defaults.command;
-      if (const YAML::Node cmd = n["command"]; cmd.IsDefined())
-        ParseCommand(cmd, Join(path, "command"), base.command);
-      base.env = config.defaults.env;
-      if (const YAML::Node env = n["env"]; env.IsDefined()) {
-        std::map<std::string, std::string> own;
-        ParseEnv(env, Join(path, "env"), own);
-        for (auto& [k, v] : own) base.env[k] = v;
-      }
-      if (const YAML::Node args = n["args"]; args.IsDefined()) {
-        if (!args.IsMap() && !args.IsNull())
-          c_.Fail(args, Join(path, "args"), fmt::format("expected a map, got {}", KindName(args)));
-        if (args.IsMap()) base.args = c_.ToJson(args, Join(path, "args"));
-      }
-      ValidateArgs(n, path, base);
-      base.restart = config.defaults.restart;
-      if (const YAML::Node r = n["restart"]; r.IsDefined())
-        ParseRestart(r, Join(path, "restart"), base.restart);
-      base.checkpoint = config.defaults.checkpoint;
-      if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
-        ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);
-      base.group = config.defaults.group;
-      if (const YAML::Node g = n["group"]; g.IsDefined())
-        ParseGroup(g, Join(path, "group"), base.group);
-      if (const YAML::Node pins = n["nodes"]; pins.IsDefined()) {
-        std::vector<std::string> exprs;
-        c_.Convert(pins, Join(path, "nodes"), exprs);
-        for (const std::string& expr : exprs) {
-          Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
-          if (!hosts.ok()) c_.Fail(pins, Join(path, "nodes"), hosts.status().message());
-          for (std::string& h : *hosts) {
-            if (std::find(base.nodes.begin(), base.nodes.end(), h) == base.nodes.end())
-              base.nodes.push_back(std::move(h));
-          }
-        }
-      }
-      if (const YAML::Node w = n["workdir"]; w.IsDefined()) {
-        c_.Convert(w, Join(path, "workdir"), base.workdir);
-        if (base.workdir.empty()) c_.Fail(w, Join(path, "workdir"), "expected a directory");
-        // Relative to the config's folder, like command paths.
-        base.workdir =
-            (std::filesystem::path(base_dir_) / base.workdir).lexically_normal().string();
-      }
-      if (const YAML::Node b = n["backend"]; b.IsDefined()) {
-        std::string name;
-        c_.Convert(b, Join(path, "backend"), name);
-        Result<GroupBackend> parsed = ParseGroupBackend(name);
-        if (parsed.ok()) base.backend = *parsed;
-        if (!parsed.ok() || name.empty()) {
-          std::string hint = ClosestMatch(name, {"auto", "single", "mpi", "nccl"});
-          c_.Fail(b, Join(path, "backend"),
-                  fmt::format("expected auto, single, mpi or nccl, got '{}'{}", name,
-                              hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
-        }
-      }
-      if (const std::string problem = GroupBackendProblem(base.backend, base.gpus, base.ranks);
-          !problem.empty()) {
-        const YAML::Node b = n["backend"];
-        const char* key = b.IsDefined() ? "backend" : n["ranks"].IsDefined() ? "ranks" : "gpus";
-        c_.Fail(n[key], Join(path, key), problem);
-      }
+      bool has_replicas = false;
+      const AgentConfig base = ParseAgent(n, path, config, &replicas, &has_replicas);
       for (int r = 0; r < replicas; ++r) {
         AgentConfig agent = base;
         agent.replica = r;

@@ -475,7 +475,7 @@ TEST_CASE("resume: finished agents are left alone, the others start a new incarn
   done.state = AgentState::kSucceeded;
   done.step = 500;
   done.restarts = 1;
-  done.ranks = {{0, 77, "localhost", 0}};
+  done.ranks = {{0, 77, "localhost", 0, std::nullopt}};
   AgentStatus busy;
   busy.name = "busy";
   busy.state = AgentState::kRunning;
