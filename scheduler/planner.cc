@@ -106,27 +106,8 @@ class Planner {
       return Infeasible{"",
                         fmt::format("the inventory ({}) has no usable nodes", inventory_.source)};
     }
+    InitNodes();
     const PortConfig& ports = config_.cluster.ports;
-    blocks_ = ports.BlockCount();
-    int max_gpus = 0;
-    nodes_.resize(inventory_.nodes.size());
-    for (size_t n = 0; n < inventory_.nodes.size(); ++n) {
-      const NodeSpec& spec = inventory_.nodes[n];
-      NodeState& s = nodes_[n];
-      s.spec = &spec;
-      s.free_gpus = spec.gpus;
-      s.cpus_free = spec.cpus > 0 ? spec.cpus : kUnlimited;
-      for (const std::vector<int>& ids : spec.nvlink_domains) {
-        DomainState d;
-        for (int g : ids) d.free_mask |= std::uint64_t{1} << g;
-        d.size = static_cast<int>(ids.size());
-        s.domains.push_back(d);
-      }
-      max_gpus = std::max(max_gpus, spec.gpus);
-      index_of_.emplace(spec.name, n);
-    }
-    index_.Init(nodes_, max_gpus);
-    max_gpus_ = max_gpus;
 
     // The bus: first node, first block unless a fixed port is asked for.
     Plan plan;
@@ -148,7 +129,7 @@ class Planner {
     std::iota(order.begin(), order.end(), 0);
     auto key = [&](size_t i) {
       const AgentConfig& a = config_.agents[i];
-      return std::make_tuple(a.nodes.empty() ? 1 : 0, a.gpus > max_gpus ? 0 : 1, -a.gpus, -a.ranks,
+      return std::make_tuple(a.nodes.empty() ? 1 : 0, a.gpus > max_gpus_ ? 0 : 1, -a.gpus, -a.ranks,
                              i);
     };
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
@@ -157,20 +138,7 @@ class Planner {
     for (size_t i : order) {
       const AgentConfig& agent = config_.agents[i];
       AgentPlan& out = plan.agents[i];
-      out.name = agent.name;
-      out.index = static_cast<int>(i);
-      out.ranks = agent.ranks;
-      out.gpus = agent.gpus;
-      out.gpu_type = agent.gpu_type;
-      out.backend = ResolveGroupBackend(agent.backend, agent.gpus, agent.ranks);
-      out.command = agent.command;
-      out.env = agent.env;
-      out.args = agent.args;
-      out.restart = agent.restart;
-      out.checkpoint = agent.checkpoint;
-      out.group = agent.group;
-      out.checkpoint_dir = RunDir::RelativeCheckpointDir(agent.name);
-      out.workdir = agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir;
+      CopySettings(agent, static_cast<int>(i), out);
       std::optional<Infeasible> why = Place(agent, out);
       if (why) return *why;
       // The partition's theoretical peak: its GPUs (by the type of their node), or its CPU ranks.
@@ -184,6 +152,55 @@ class Planner {
       }
     }
 
+    Finish(plan);
+    return plan;
+  }
+
+ private:
+  // Every node's free GPUs, CPUs and NVLink domains, and the index over them.
+  void InitNodes() {
+    blocks_ = config_.cluster.ports.BlockCount();
+    int max_gpus = 0;
+    nodes_.resize(inventory_.nodes.size());
+    for (size_t n = 0; n < inventory_.nodes.size(); ++n) {
+      const NodeSpec& spec = inventory_.nodes[n];
+      NodeState& s = nodes_[n];
+      s.spec = &spec;
+      s.free_gpus = spec.gpus;
+      s.cpus_free = spec.cpus > 0 ? spec.cpus : kUnlimited;
+      for (const std::vector<int>& ids : spec.nvlink_domains) {
+        DomainState d;
+        for (int g : ids) d.free_mask |= std::uint64_t{1} << g;
+        d.size = static_cast<int>(ids.size());
+        s.domains.push_back(d);
+      }
+      max_gpus = std::max(max_gpus, spec.gpus);
+      index_of_.emplace(spec.name, n);
+    }
+    index_.Init(nodes_, max_gpus);
+    max_gpus_ = max_gpus;
+  }
+
+  // What the plan carries of `agent`'s settings, as they are.
+  void CopySettings(const AgentConfig& agent, int index, AgentPlan& out) const {
+    out.name = agent.name;
+    out.index = index;
+    out.ranks = agent.ranks;
+    out.gpus = agent.gpus;
+    out.gpu_type = agent.gpu_type;
+    out.backend = ResolveGroupBackend(agent.backend, agent.gpus, agent.ranks);
+    out.command = agent.command;
+    out.env = agent.env;
+    out.args = agent.args;
+    out.restart = agent.restart;
+    out.checkpoint = agent.checkpoint;
+    out.group = agent.group;
+    out.checkpoint_dir = RunDir::RelativeCheckpointDir(agent.name);
+    out.workdir = agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir;
+  }
+
+  // Channels, the nodes used, league, PBT and every warning.
+  void Finish(Plan& plan) const {
     for (const ChannelConfig& c : config_.channels)
       plan.channels.push_back({c.topic, c.publishers, c.subscribers});
     for (const NodeState& n : nodes_) {
@@ -202,10 +219,8 @@ class Planner {
             n.spec->name, n.ranks, n.spec->cpus));
       }
     }
-    return plan;
   }
 
- private:
   // The allowed nodes for `agent` as a mask; empty = every node (not pinned),
   // which keeps the common case free of per-agent O(nodes) work.
   std::optional<Infeasible> Allowed(const AgentConfig& agent, std::vector<bool>& allowed) {
