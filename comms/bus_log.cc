@@ -113,11 +113,11 @@ SegmentLog::SegmentLog(std::string dir, int64_t segment_bytes)
 
 SegmentLog::~SegmentLog() = default;
 
-Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t segment_bytes,
-                                                     Recovered* recovered) {
+namespace {
+
+// The segment files of `dir` (<20-digit base offset>.seg), by base offset.
+Result<std::vector<std::pair<int64_t, std::string>>> ListSegmentFiles(const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Internal("bus log: cannot create " + dir + ": " + ec.message());
   std::vector<std::pair<int64_t, std::string>> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -130,93 +130,125 @@ Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t se
   }
   if (ec) return Internal("bus log: cannot list " + dir + ": " + ec.message());
   std::sort(files.begin(), files.end());
+  return files;
+}
 
+// What is wrong with the record at `pos` of `bytes` ("" when nothing; then
+// `m` holds it), and whether that looks like an interrupted append.
+struct RecordCheck {
+  std::string bad;
+  // A torn tail is what an interrupted append leaves: a prefix of the last
+  // record (its header whole, as it is written in one write with its body),
+  // or zeros where the file system had not written the data yet.
+  bool torn_shape = true;
+  uint32_t len = 0;
+};
+
+RecordCheck CheckRecord(const std::string& bytes, size_t pos, v1::Message* m) {
+  RecordCheck c;
+  const size_t left = bytes.size() - pos;
+  if (left < kHeader) {
+    c.bad = "a record header cut short";
+    return c;
+  }
+  c.len = GetU32(bytes.data() + pos);
+  const uint32_t crc = GetU32(bytes.data() + pos + 4);
+  if (c.len == 0 || c.len > kMaxRecord) {
+    const bool zeros = std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(pos), bytes.end(),
+                                   [](char ch) { return ch == 0; });
+    c.bad = zeros ? "zeros where a record belongs"
+                  : "a record length of " + std::to_string(c.len) + " (no record is that size)";
+    c.torn_shape = zeros;
+  } else if (left - kHeader < c.len) {
+    c.bad = "a record of " + std::to_string(c.len) + " bytes cut short at " +
+            std::to_string(left - kHeader);
+  } else if (Crc32c(bytes.data() + pos + kHeader, c.len) != crc) {
+    c.bad = "a record failing its CRC32C";
+  } else if (!m->ParseFromArray(bytes.data() + pos + kHeader, static_cast<int>(c.len))) {
+    c.bad = "a record that does not parse";
+  }
+  return c;
+}
+
+// Reads the records of one segment file, whose first offset is `*next`, into
+// `recovered`; the torn tail of the newest segment is cut off, anything else
+// wrong is DataLoss. The bytes it keeps (0: not even its magic, so it is to be
+// written afresh).
+Result<size_t> ReadSegment(const std::string& path, bool newest, int64_t* next,
+                           SegmentLog::Recovered* recovered) {
+  const Result<std::string> read = ReadWholeFile(path, size_t{1} << 40);
+  if (!read.ok()) return read.status();
+  const std::string& bytes = read.value();
+  if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    if (!(newest && bytes.size() < sizeof(kMagic) &&
+          std::memcmp(bytes.data(), kMagic, bytes.size()) == 0)) {
+      return DataLoss("bus log: " + path + " is not a bus log segment (bad magic)");
+    }
+    return size_t{0};  // a segment whose creation was cut short: rewritten
+  }
+  size_t pos = sizeof(kMagic);
+  while (pos < bytes.size()) {
+    const size_t left = bytes.size() - pos;
+    v1::Message m;
+    const RecordCheck c = CheckRecord(bytes, pos, &m);
+    if (c.bad.empty() && m.offset() != *next) {
+      // (A parsed record of another offset, including an empty message: corrupt.)
+      return DataLoss("bus log: " + path + " byte " + std::to_string(pos) + ": record of offset " +
+                      std::to_string(m.offset()) + " where offset " + std::to_string(*next) +
+                      " belongs");
+    }
+    if (!c.bad.empty()) {
+      const bool at_end = left < kHeader || (c.torn_shape && left - kHeader <= c.len) ||
+                          (c.torn_shape && c.len == 0);
+      if (!(newest && at_end)) {
+        return DataLoss("bus log: " + path + " byte " + std::to_string(pos) + " (offset " +
+                        std::to_string(*next) + "): " + c.bad + ", with " +
+                        (newest ? "more data after it" : "newer segments after it") +
+                        ": the log is corrupt (not a torn tail); move the file away to "
+                        "start that topic from offset " +
+                        std::to_string(*next));
+      }
+      recovered->torn = path + " byte " + std::to_string(pos) + " (offset " +
+                        std::to_string(*next) + "): " + c.bad + "; cut off " +
+                        std::to_string(left) + " bytes";
+      if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
+        return ErrnoStatus(errno, "bus log: cannot cut the torn tail of " + path);
+      return pos;
+    }
+    recovered->messages.push_back(std::move(m));
+    ++*next;
+    pos += kHeader + c.len;
+  }
+  return bytes.size();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SegmentLog>> SegmentLog::Open(std::string dir, int64_t segment_bytes,
+                                                     Recovered* recovered) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Internal("bus log: cannot create " + dir + ": " + ec.message());
+  AGENTRT_ASSIGN_OR_RETURN(const auto files, ListSegmentFiles(dir));
   std::unique_ptr<SegmentLog> log(new SegmentLog(dir, segment_bytes));
   *recovered = Recovered{};
   int64_t next = files.empty() ? 0 : files.front().first;
   recovered->base = next;
   for (size_t f = 0; f < files.size(); ++f) {
     const auto& [base, path] = files[f];
-    const bool newest = f + 1 == files.size();
     if (base != next) {
       return DataLoss("bus log: " + path + " starts at offset " + std::to_string(base) +
                       " but the segment before it ends at " + std::to_string(next) +
                       " (a segment is missing)");
     }
-    AGENTRT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path, size_t{1} << 40));
-    if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
-      if (!(newest && bytes.size() < sizeof(kMagic) &&
-            std::memcmp(bytes.data(), kMagic, bytes.size()) == 0)) {
-        return DataLoss("bus log: " + path + " is not a bus log segment (bad magic)");
-      }
-      bytes.clear();  // a segment whose creation was cut short: rewritten below
-    }
-    size_t pos = bytes.empty() ? 0 : sizeof(kMagic);
-    while (pos < bytes.size()) {
-      const size_t left = bytes.size() - pos;
-      std::string bad;
-      uint32_t len = 0;
-      // A torn tail is what an interrupted append leaves: a prefix of the last
-      // record (its header whole, as it is written in one write with its body),
-      // or zeros where the file system had not written the data yet.
-      bool torn_shape = true;
-      if (left < kHeader) {
-        bad = "a record header cut short";
-      } else {
-        len = GetU32(bytes.data() + pos);
-        const uint32_t crc = GetU32(bytes.data() + pos + 4);
-        if (len == 0 || len > kMaxRecord) {
-          const bool zeros = std::all_of(bytes.begin() + static_cast<std::ptrdiff_t>(pos),
-                                         bytes.end(), [](char c) { return c == 0; });
-          bad = zeros ? "zeros where a record belongs"
-                      : "a record length of " + std::to_string(len) + " (no record is that size)";
-          torn_shape = zeros;
-        } else if (left - kHeader < len) {
-          bad = "a record of " + std::to_string(len) + " bytes cut short at " +
-                std::to_string(left - kHeader);
-        } else if (Crc32c(bytes.data() + pos + kHeader, len) != crc) {
-          bad = "a record failing its CRC32C";
-        }
-      }
-      v1::Message m;
-      if (bad.empty() && !m.ParseFromArray(bytes.data() + pos + kHeader, static_cast<int>(len)))
-        bad = "a record that does not parse";
-      if (bad.empty() && m.offset() != next) {
-        // (A parsed record of another offset, including an empty message: corrupt.)
-        return DataLoss("bus log: " + path + " byte " + std::to_string(pos) +
-                        ": record of offset " + std::to_string(m.offset()) + " where offset " +
-                        std::to_string(next) + " belongs");
-      }
-      if (!bad.empty()) {
-        const bool at_end =
-            left < kHeader || (torn_shape && left - kHeader <= len) || (torn_shape && len == 0);
-        if (!(newest && at_end)) {
-          return DataLoss("bus log: " + path + " byte " + std::to_string(pos) + " (offset " +
-                          std::to_string(next) + "): " + bad + ", with " +
-                          (newest ? "more data after it" : "newer segments after it") +
-                          ": the log is corrupt (not a torn tail); move the file away to "
-                          "start that topic from offset " +
-                          std::to_string(next));
-        }
-        recovered->torn = path + " byte " + std::to_string(pos) + " (offset " +
-                          std::to_string(next) + "): " + bad + "; cut off " + std::to_string(left) +
-                          " bytes";
-        if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0)
-          return ErrnoStatus(errno, "bus log: cannot cut the torn tail of " + path);
-        bytes.resize(pos);
-        break;
-      }
-      recovered->messages.push_back(std::move(m));
-      ++next;
-      pos += kHeader + len;
-    }
-    if (bytes.empty()) {
-      // No magic: write the segment afresh (Roll below creates it).
+    AGENTRT_ASSIGN_OR_RETURN(const size_t kept,
+                             ReadSegment(path, f + 1 == files.size(), &next, recovered));
+    if (kept == 0) {
+      // No magic: write the segment afresh (Roll creates it).
       std::filesystem::remove(path, ec);
       continue;
     }
-    log->segments_.push_back(
-        std::make_shared<Segment>(path, base, -1, static_cast<int64_t>(bytes.size())));
+    log->segments_.push_back(std::make_shared<Segment>(path, base, -1, static_cast<int64_t>(kept)));
   }
   log->end_ = next;
   log->staged_end_ = next;

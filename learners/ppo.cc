@@ -294,84 +294,76 @@ Status PpoLearner::Skip(PpoMetrics* metrics) {
   return Status::Ok();
 }
 
-Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) {
-  if (step_ != config_.rollout_steps) {
-    return FailedPrecondition("ppo: Update after " + std::to_string(step_) + " of " +
-                              std::to_string(config_.rollout_steps) + " rollout steps");
-  }
+void PpoLearner::Bootstrap(std::span<const float> last_obs) {
   const auto n = static_cast<size_t>(config_.num_envs);
-  const size_t total = n * static_cast<size_t>(config_.rollout_steps);
-
-  // Bootstrap values of the observations after the last step.
   if (config_.norm_obs) {
     normalizer_.Normalize(last_obs.data(), n, act_obs_.data());
   } else {
     std::copy_n(last_obs.begin(), n * static_cast<size_t>(obs_size_), act_obs_.data());
   }
   act_net_.Forward(params_.data(), act_obs_);
-
   std::vector<float> last_values(n);
   for (size_t i = 0; i < n; ++i)
     last_values[i] = act_net_.values()(static_cast<Eigen::Index>(i), 0);
   ComputeGae(rewards_, values_, dones_, last_values, config_.gamma, config_.gae_lambda, advantages_,
              returns_);
+}
 
-  // Learning rate: linear decay over the group's step budget.
-  float lr = config_.lr;
-  if (config_.anneal_lr && config_.steps > 0) {
-    const double done_steps =
-        static_cast<double>(updates_) * static_cast<double>(total) * group_.size();
-    lr = static_cast<float>(config_.lr *
-                            std::max(0.0, 1.0 - done_steps / static_cast<double>(config_.steps)));
-    lr = std::max(lr, config_.lr * 1e-3f);
+float PpoLearner::AnnealedLr() const {
+  if (!config_.anneal_lr || config_.steps <= 0) return config_.lr;
+  const double total = static_cast<double>(config_.num_envs) * config_.rollout_steps;
+  const double done_steps = static_cast<double>(updates_) * total * group_.size();
+  const auto lr = static_cast<float>(
+      config_.lr * std::max(0.0, 1.0 - done_steps / static_cast<double>(config_.steps)));
+  return std::max(lr, config_.lr * 1e-3f);
+}
+
+void PpoLearner::GatherMinibatch(int b, size_t mb) {
+  for (size_t j = 0; j < mb; ++j) {
+    const auto k = static_cast<size_t>(order_[static_cast<size_t>(b) * mb + j]);
+    mb_obs_.row(static_cast<Eigen::Index>(j)) = norm_obs_.row(static_cast<Eigen::Index>(k));
+    mb_actions_[j] = actions_[k];
+    mb_logp_[j] = logp_[k];
+    mb_adv_[j] = advantages_[k];
+    mb_returns_[j] = returns_[k];
   }
-  adam_->options().lr = lr;
+  if (config_.norm_adv && mb > 1) {
+    double mean = 0.0, sq = 0.0;
+    for (float a : mb_adv_) mean += a;
+    mean /= static_cast<double>(mb);
+    for (float a : mb_adv_) sq += (a - mean) * (a - mean);
+    const double std = std::sqrt(sq / static_cast<double>(mb - 1));
+    for (float& a : mb_adv_) a = static_cast<float>((a - mean) / (std + 1e-8));
+  }
+}
 
+Status PpoLearner::RunEpochs(std::array<float, 6>* acc, float* grad_norm, int* epochs_run) {
   const PpoLossCoefs coefs{config_.clip_coef, config_.ent_coef, config_.vf_coef};
-  const size_t mb = total / static_cast<size_t>(config_.minibatches);
+  const size_t mb = order_.size() / static_cast<size_t>(config_.minibatches);
   std::iota(order_.begin(), order_.end(), 0);
-  // sums over minibatches: pg, v, entropy, kl, clipfrac; then count
-  std::array<float, 6> acc{};
-  float grad_norm = 0.0f;
-  int epochs_run = 0;
   for (int epoch = 0; epoch < config_.epochs; ++epoch) {
     for (size_t i = order_.size(); i > 1; --i) {
       std::swap(order_[i - 1], order_[rng_.Below(i)]);
     }
     float epoch_kl = 0.0f;
     for (int b = 0; b < config_.minibatches; ++b) {
-      for (size_t j = 0; j < mb; ++j) {
-        const auto k = static_cast<size_t>(order_[static_cast<size_t>(b) * mb + j]);
-        mb_obs_.row(static_cast<Eigen::Index>(j)) = norm_obs_.row(static_cast<Eigen::Index>(k));
-        mb_actions_[j] = actions_[k];
-        mb_logp_[j] = logp_[k];
-        mb_adv_[j] = advantages_[k];
-        mb_returns_[j] = returns_[k];
-      }
-      if (config_.norm_adv && mb > 1) {
-        double mean = 0.0, sq = 0.0;
-        for (float a : mb_adv_) mean += a;
-        mean /= static_cast<double>(mb);
-        for (float a : mb_adv_) sq += (a - mean) * (a - mean);
-        const double std = std::sqrt(sq / static_cast<double>(mb - 1));
-        for (float& a : mb_adv_) a = static_cast<float>((a - mean) / (std + 1e-8));
-      }
+      GatherMinibatch(b, mb);
       std::fill(grads_.begin(), grads_.end(), 0.0f);
       train_net_.Forward(params_.data(), mb_obs_);
       const PpoLossTerms terms = train_net_.LossAndGradient(
           params_.data(), grads_.data(), mb_actions_, mb_logp_, mb_adv_, mb_returns_, coefs);
       AGENTRT_RETURN_IF_ERROR(
-          adam_->Step(params_.data(), grads_.data(), &grad_norm)
+          adam_->Step(params_.data(), grads_.data(), grad_norm)
               .WithContext("ppo: optimizer step of update " + std::to_string(updates_ + 1)));
-      acc[0] += terms.pg_loss;
-      acc[1] += terms.v_loss;
-      acc[2] += terms.entropy;
-      acc[3] += terms.approx_kl;
-      acc[4] += terms.clip_fraction;
-      acc[5] += 1.0f;
+      (*acc)[0] += terms.pg_loss;
+      (*acc)[1] += terms.v_loss;
+      (*acc)[2] += terms.entropy;
+      (*acc)[3] += terms.approx_kl;
+      (*acc)[4] += terms.clip_fraction;
+      (*acc)[5] += 1.0f;
       epoch_kl += terms.approx_kl / static_cast<float>(config_.minibatches);
     }
-    ++epochs_run;
+    ++*epochs_run;
     if (config_.target_kl > 0.0f) {
       // Every rank must stop after the same epoch: decide on the group mean.
       if (group_.size() > 1) {
@@ -381,10 +373,11 @@ Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) 
       if (epoch_kl > config_.target_kl) break;
     }
   }
+  return Status::Ok();
+}
 
-  AGENTRT_RETURN_IF_ERROR(MergeObservationStats());
-
-  // Explained variance of the rollout's value predictions.
+double PpoLearner::ExplainedVariance() const {
+  const size_t total = returns_.size();
   double rm = 0.0, rv = 0.0, em = 0.0, ev = 0.0;
   for (size_t k = 0; k < total; ++k) {
     rm += returns_[k];
@@ -397,13 +390,30 @@ Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) 
     const double e = returns_[k] - values_[k] - em;
     ev += e * e;
   }
+  return rv > 0.0 ? 1.0 - ev / rv : 0.0;
+}
 
+Status PpoLearner::Update(std::span<const float> last_obs, PpoMetrics* metrics) {
+  if (step_ != config_.rollout_steps) {
+    return FailedPrecondition("ppo: Update after " + std::to_string(step_) + " of " +
+                              std::to_string(config_.rollout_steps) + " rollout steps");
+  }
+  Bootstrap(last_obs);  // the values of the observations after the last step
+  const float lr = AnnealedLr();
+  adam_->options().lr = lr;
+  // sums over minibatches: pg, v, entropy, kl, clipfrac; then count
+  std::array<float, 6> acc{};
+  float grad_norm = 0.0f;
+  int epochs_run = 0;
+  AGENTRT_RETURN_IF_ERROR(RunEpochs(&acc, &grad_norm, &epochs_run));
+  AGENTRT_RETURN_IF_ERROR(MergeObservationStats());
+  const double explained = ExplainedVariance();
   ++updates_;
   step_ = 0;
   if (metrics != nullptr) {
     std::array<float, 6> means{};
     for (size_t i = 0; i < 5; ++i) means[i] = acc[i] / acc[5];
-    means[5] = rv > 0.0 ? static_cast<float>(1.0 - ev / rv) : 0.0f;
+    means[5] = static_cast<float>(explained);
     if (group_.size() > 1) {
       AGENTRT_RETURN_IF_ERROR(
           group_.AllReduce(means.data(), means.size(), DataType::kFloat32, ReduceOp::kAvg)

@@ -22,6 +22,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -152,6 +153,15 @@ class PpoLearner {
   void Sample(const RowMatrix& logits, std::span<float> actions, float* logp, bool deterministic,
               Rng& rng);
   Status MergeObservationStats();
+  // Update's parts: GAE with the values after the rollout's last step; the
+  // learning rate of this update; one minibatch (its advantages normalised);
+  // the epochs of minibatch steps (sums of pg, v, entropy, kl, clipfrac and
+  // their count into `acc`); the rollout's explained variance.
+  void Bootstrap(std::span<const float> last_obs);
+  float AnnealedLr() const;
+  void GatherMinibatch(int b, size_t mb);
+  Status RunEpochs(std::array<float, 6>* acc, float* grad_norm, int* epochs_run);
+  double ExplainedVariance() const;
 
   PpoConfig config_;
   Group& group_;
