@@ -177,7 +177,7 @@ class BusClient::Impl::SubscriptionReader {
   }
 
   Impl& impl_;
-  const std::shared_ptr<BusClientSubscription>& sub_;
+  const std::shared_ptr<BusClientSubscription> sub_;
   const std::string name_;
   int attempt_ = 0;
   bool stream_once_ = false;  // the next stream without local files (one failed to read)

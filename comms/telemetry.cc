@@ -138,13 +138,9 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
     m.flops_per_sample = it->get<double>();
   }
   if (auto it = j.find("collective"); it != j.end() && !it->is_null()) {
-    auto collective = CollectiveSnapshot::FromJson(*it);
-    if (!collective.ok()) {
-      return InvalidArgument("telemetry: heartbeat from agent " + m.agent + " rank " +
-                             std::to_string(m.rank) +
-                             ": bad \"collective\": " + collective.status().message());
-    }
-    m.collective = std::move(collective).value();
+    // A block that is not a snapshot is left out; the heartbeat still counts.
+    if (auto collective = CollectiveSnapshot::FromJson(*it); collective.ok())
+      m.collective = std::move(collective).value();
   }
   if (auto it = j.find("seq"); it != j.end() && it->is_number_unsigned()) {
     m.seq = it->get<uint64_t>();

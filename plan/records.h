@@ -156,7 +156,7 @@ struct CollectiveSnapshot {
   uint64_t seq = 0;          // the last collective started (0: none yet)
   bool in = false;           // inside it now
   std::string op;            // its op ("" when none)
-  double since = 0;          // its start, unix s
+  double since = 0;          // its start, unix s (0: not known)
   double busy_s = 0;         // seconds spent in finished collectives, in all
   std::vector<Call> recent;  // the newest calls, oldest first
 

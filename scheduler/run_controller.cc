@@ -53,7 +53,8 @@ RunController::RunController(std::string run_name, std::string run_dir,
     s.name = spec.launch.name;
     s.log_dir = spec.launch.log_dir;
     s.master_port = spec.launch.master_port;
-    for (const auto& r : spec.launch.ranks) s.ranks.push_back({r.rank, 0, r.node, std::nullopt});
+    for (const auto& r : spec.launch.ranks)
+      s.ranks.push_back({r.rank, 0, r.node, std::nullopt, std::nullopt});
     status_.agents.push_back(std::move(s));
     Agent a;
     a.spec = std::move(spec);
@@ -144,7 +145,8 @@ void RunController::Launch(size_t i) {
   a.bye_s = -1;
   a.collectives.assign(n, {});
   s.ranks.clear();
-  for (const auto& r : launched->ranks) s.ranks.push_back({r.rank, r.pid, r.node, std::nullopt});
+  for (const auto& r : launched->ranks)
+    s.ranks.push_back({r.rank, r.pid, r.node, std::nullopt, std::nullopt});
   s.master_port = launched->master_port;
   s.steps_per_s = 0;
   SetState(i, AgentState::kRunning);
@@ -187,7 +189,9 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     c.seq = m.collective->seq;
     c.in = m.collective->in;
     c.op = m.collective->op;
-    c.in_for_s = c.in ? std::max(0.0, m.time - m.collective->since) : 0.0;
+    // Without its start (0) the collective counts from this heartbeat.
+    const double since = m.collective->since > 0 ? m.collective->since : m.time;
+    c.in_for_s = c.in ? std::max(0.0, m.time - since) : 0.0;
     c.heard_s = now;
     c.snapshot = *m.collective;
   }
@@ -327,7 +331,6 @@ void RunController::BeginTeardown(size_t i, const std::string& reason, int rank)
 
 void RunController::FinishTeardown(size_t i) {
   Agent& a = agents_[i];
-  AgentStatus& s = status_.agents[i];
   if (a.stopping) {
     a.phase = Phase::kDone;
     a.replace = nullptr;

@@ -132,7 +132,10 @@ Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::
                               .WithContext("agent " + agent_name));
   std::map<std::string, std::string> contract = LauncherWiring(base_env);
   for (auto& [k, v] : vars) contract[k] = std::move(v);
-  const std::string path = env("PATH").value_or("/usr/bin:/bin");
+  // The agent's own PATH (its env:) when it sets one, else the task's.
+  const auto own = contract.find("PATH");
+  const std::string path =
+      own != contract.end() ? own->second : env("PATH").value_or("/usr/bin:/bin");
   contract["PATH"] = std::filesystem::path(self_path).parent_path().string() + ":" + path;
   launch.env = ComposeEnvironment(base_env, {}, contract);
   return launch;

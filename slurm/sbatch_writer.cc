@@ -242,13 +242,13 @@ echo "agentrt: array task ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}} runs 
 # every 0.1 s (ticks), give up after BUS_WAIT_S.
 ticks=0
 until [ -s {address} ]; do
-if [ "$ticks" -ge $((BUS_WAIT_S * 10)) ]; then
-  echo "agentrt: agent $agent: the bus did not publish its address in "{address}" within" \
-    "$BUS_WAIT_S s; is the bus job $(cat "$RUN_DIR/bus.jobid" 2>/dev/null) running? See $RUN_DIR/logs/{run}-bus-*.out" >&2
-  exit 1
-fi
-sleep 0.1
-ticks=$((ticks + 1))
+  if [ "$ticks" -ge $((BUS_WAIT_S * 10)) ]; then
+    echo "agentrt: agent $agent: the bus did not publish its address in "{address}" within" \
+      "$BUS_WAIT_S s; is the bus job $(cat "$RUN_DIR/bus.jobid" 2>/dev/null) running? See $RUN_DIR/logs/{run}-bus-*.out" >&2
+    exit 1
+  fi
+  sleep 0.1
+  ticks=$((ticks + 1))
 done
 
 # USR2 (time limit, preemption): pass it on to the agent's ranks, which
@@ -262,13 +262,13 @@ step=$!
 wait "$step"
 rc=$?
 while kill -0 "$step" 2>/dev/null; do  # `wait` returns early when the trap runs
-wait "$step"
-rc=$?
+  wait "$step"
+  rc=$?
 done
 
 if [ "$preempted" = 1 ]; then
-echo "agentrt: agent $agent stopped after USR2 (exit $rc); requeueing ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
-scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+  echo "agentrt: agent $agent stopped after USR2 (exit $rc); requeueing ${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
+  scontrol requeue "${{SLURM_ARRAY_JOB_ID}}_${{SLURM_ARRAY_TASK_ID}}"
 fi
 exit "$rc"
 )sh",

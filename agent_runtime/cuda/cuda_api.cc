@@ -215,7 +215,7 @@ class CudaApi final : public Api {
 }  // namespace
 }  // namespace agentrt::device
 
-extern "C" __attribute__((visibility("default"))) agentrt::device::Api* agentrt_device_api_v1() {
+extern "C" __attribute__((visibility("default"))) agentrt::device::Api* agentrt_device_api_v2() {
   static agentrt::device::CudaApi api;
   return &api;
 }

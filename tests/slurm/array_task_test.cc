@@ -101,7 +101,7 @@ TEST_CASE("an array task's rank is composed like any launch: stale variables out
   Plan plan;
   plan.run = "pp";
   AddAgent(plan, "mpi-agent", 0, 2, "n", 20016, dir.path, {"agent-worker", "--x"});
-  plan.agents[0].env = {{"PYTHONUNBUFFERED", "1"}};
+  plan.agents[0].env = {{"PYTHONUNBUFFERED", "1"}, {"PATH", "/agent/bin"}};
   REQUIRE(WritePlanFile(plan, dir.Path("plan.json")).ok());
   dir.Write("bus.address", "gpu09:41234\n");
   auto vars = SlurmRank(1, 2, "2", "n1");
@@ -128,7 +128,7 @@ TEST_CASE("an array task's rank is composed like any launch: stale variables out
   CHECK(has("MASTER_PORT=20016"));
   CHECK(has("RANK=1"));
   CHECK(has("PYTHONUNBUFFERED=1"));
-  CHECK(has("PATH=/opt/agentrt/bin:/usr/bin"));
+  CHECK(has("PATH=/opt/agentrt/bin:/agent/bin"));  // the agent's own PATH, after agentrt's tools
   CHECK(launch->argv == std::vector<std::string>{"agent-worker", "--x"});
   CHECK(launch->workdir == dir.path + "/agents/mpi-agent");
   CHECK(launch->incarnation == "slurm-812.2");

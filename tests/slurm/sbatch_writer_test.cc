@@ -23,7 +23,7 @@ Plan FourAgentsTwoShapes(const std::string& run_dir) {
   Plan plan;
   plan.run = "pp";
   plan.run_dir = run_dir;
-  plan.bus = {"n1", 20000, {}};
+  plan.bus = {"n1", 20000, {}, {}};
   AddAgent(plan, "predator-0", 2, 2, "n1", 20016, run_dir);
   AddAgent(plan, "prey-0", 1, 1, "n1", 20032, run_dir);
   AddAgent(plan, "predator-1", 2, 2, "n1", 20048, run_dir);
@@ -76,6 +76,10 @@ TEST_CASE("agents of the same resource shape become one job array each") {
   CHECK_THAT(small.script, Catch::Contains("#SBATCH --ntasks=1\n"));
   // The task picks its agent by array index and hands over to the plan lookup.
   CHECK_THAT(big.script, Catch::Contains("agent=${AGENTS[$SLURM_ARRAY_TASK_ID]}"));
+  // Loop and branch bodies keep their indentation (the script is read by people too).
+  CHECK_THAT(big.script, Catch::Contains("\n  sleep 0.1\n  ticks=$((ticks + 1))\ndone\n"));
+  CHECK_THAT(big.script, Catch::Contains("\n  wait \"$step\"\n  rc=$?\ndone\n"));
+  CHECK_THAT(big.script, Catch::Contains("\n  scontrol requeue"));
   CHECK_THAT(big.script, Catch::Contains("/opt/agentrt/bin/agentctl"));
   CHECK_THAT(big.script, Catch::Contains("array-task --run-dir \"$RUN_DIR\" --agent \"$agent\""));
   // #SBATCH lines are only read before the first command.
@@ -153,7 +157,7 @@ TEST_CASE("an agent with a gpu_type asks for the typed GRES, in a shape of its o
 TEST_CASE("port blocks become unique across the run, keeping blocks that already are") {
   Plan plan;
   plan.run = "ports";
-  plan.bus = {"n1", 20000, {}};
+  plan.bus = {"n1", 20000, {}, {}};
   AddAgent(plan, "a", 1, 1, "n1", 20016, "/r");
   AddAgent(plan, "b", 1, 1, "n2", 20016, "/r");  // same block, other node
   AddAgent(plan, "c", 1, 1, "n2", 20032, "/r");
