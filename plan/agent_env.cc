@@ -218,13 +218,17 @@ std::string GpuListString(const std::vector<int>& gpus) {
   return out;
 }
 
+bool IsLauncherWiringVariable(std::string_view name) {
+  return name.rfind("OMPI_", 0) == 0 || name.rfind("PMIX_", 0) == 0 ||
+         name == "NCCL_SOCKET_IFNAME" || name == "GLOO_SOCKET_IFNAME";
+}
+
 bool IsInheritedLaunchVariable(std::string_view name) {
   static const std::set<std::string, std::less<>> kNames = {
-      "RANK",        "WORLD_SIZE",          "LOCAL_RANK",           "LOCAL_WORLD_SIZE",
-      "MASTER_ADDR", "MASTER_PORT",         "CUDA_VISIBLE_DEVICES", "GROUP_RANK",
-      "ROLE_RANK",   "TORCHELASTIC_RUN_ID", "NCCL_SOCKET_IFNAME",   "GLOO_SOCKET_IFNAME"};
-  return name.rfind("AGENTRT_", 0) == 0 || name.rfind("OMPI_", 0) == 0 ||
-         name.rfind("PMIX_", 0) == 0 || kNames.count(name) > 0;
+      "RANK",        "WORLD_SIZE",         "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT",        "GROUP_RANK", "CUDA_VISIBLE_DEVICES",
+      "ROLE_RANK",   "TORCHELASTIC_RUN_ID"};
+  return name.rfind("AGENTRT_", 0) == 0 || IsLauncherWiringVariable(name) || kNames.count(name) > 0;
 }
 
 std::vector<std::string> ComposeEnvironment(const std::vector<std::string>& base,

@@ -109,8 +109,13 @@ std::vector<std::string> DeviceListEntries(std::string_view cuda_visible_devices
 Result<std::string> VisibleDevicesFor(const std::vector<int>& plan_gpus,
                                       const std::optional<std::string>& launcher_visible);
 
+// True for what a process's own launcher set for it: the MPI/PMIx wiring
+// (OMPI_*, PMIX_*) and the NCCL/gloo interface choice. A rank keeps these
+// when its launcher started it itself (an array task under srun).
+bool IsLauncherWiringVariable(std::string_view name);
+
 // True for a name a launcher must not pass on from its own environment: the
-// contract's, torchrun's and those of an enclosing mpirun/PMIx.
+// contract's, torchrun's and the launcher wiring of an enclosing mpirun/PMIx.
 bool IsInheritedLaunchVariable(std::string_view name);
 
 // The complete environment of a rank ("NAME=value", sorted): `base` without the

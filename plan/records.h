@@ -183,7 +183,4 @@ struct HangReport {
   static Result<HangReport> FromJson(const nlohmann::json& json);
 };
 
-// The one spelling of an agent's preflight result: "<workdir>/preflight.json".
-inline std::string PreflightFile(const std::string& workdir) { return workdir + "/preflight.json"; }
-
 }  // namespace agentrt

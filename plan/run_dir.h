@@ -48,6 +48,10 @@ inline std::string BusIncarnationFile(const std::string& log_dir) {
   return log_dir + "/incarnation";
 }
 
+// The one spelling of an agent's preflight result (PreflightReport,
+// plan/records.h) in its working directory: "<workdir>/preflight.json".
+inline std::string PreflightFile(const std::string& workdir) { return workdir + "/preflight.json"; }
+
 // The one reader of a run secret file (RunDir::ReadSecret, `agentrt-bus
 // --secret-file`): NotFound when it does not exist, PermissionDenied when
 // group or others may read it, DataLoss when it is empty.

@@ -1,5 +1,7 @@
 // `agentctl validate --settings`: every setting the loader accepts, with its
 // type, default and doc (DescribeSettings, AcceptedSettingKeys).
+#include <type_traits>
+
 #include "scheduler/loader_internal.h"
 
 namespace agentrt {
@@ -8,31 +10,21 @@ using namespace loader_internal;  // NOLINT(google-build-using-namespace): its o
 
 namespace {
 
+// The type a setting's line in `validate --settings` names.
 template <typename T>
-std::string TypeName();
-template <>
-std::string TypeName<int>() {
-  return "int";
-}
-template <>
-std::string TypeName<std::int64_t>() {
-  return "int";
-}
-template <>
-std::string TypeName<double>() {
-  return "float";
-}
-template <>
-std::string TypeName<bool>() {
-  return "bool";
-}
-template <>
-std::string TypeName<std::string>() {
-  return "string";
-}
-template <>
-std::string TypeName<std::vector<std::string>>() {
-  return "list";
+std::string TypeName() {
+  if constexpr (std::is_same_v<T, bool>) {
+    return "bool";
+  } else if constexpr (std::is_integral_v<T>) {
+    return "int";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return "float";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return "string";
+  } else {
+    static_assert(std::is_same_v<T, std::vector<std::string>>, "a setting of another type");
+    return "list";
+  }
 }
 
 std::string Show(const std::string& v) { return fmt::format("\"{}\"", v); }

@@ -13,8 +13,7 @@
 #include "scheduler/hostlist.h"
 
 namespace agentrt::slurm {
-Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan,
-                                                                const AgentPlan& agent,
+Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const AgentPlan& agent,
                                                                 const std::string& run_dir,
                                                                 const std::string& bus_address,
                                                                 const EnvLookup& env) {
@@ -68,7 +67,6 @@ Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan
   std::map<std::string, std::string> vars = agent.env;  // the plan's first; the contract wins
   for (auto& [k, v] : contract.ToVariables(false)) vars[k] = std::move(v);
   for (auto& [k, v] : *rank_vars) vars[k] = std::move(v);
-  (void)plan;
   return vars;
 }
 
@@ -81,12 +79,9 @@ namespace {
 std::map<std::string, std::string> LauncherWiring(const std::vector<std::string>& base_env) {
   std::map<std::string, std::string> wiring;
   for (const std::string& e : base_env) {
-    const bool kept = e.rfind("PMIX_", 0) == 0 || e.rfind("OMPI_", 0) == 0 ||
-                      e.rfind("NCCL_SOCKET_IFNAME=", 0) == 0 ||
-                      e.rfind("GLOO_SOCKET_IFNAME=", 0) == 0;
-    if (!kept) continue;
     const size_t eq = e.find('=');
-    if (eq != std::string::npos) wiring[e.substr(0, eq)] = e.substr(eq + 1);
+    if (eq != std::string::npos && IsLauncherWiringVariable(std::string_view(e).substr(0, eq)))
+      wiring[e.substr(0, eq)] = e.substr(eq + 1);
   }
   return wiring;
 }
@@ -112,8 +107,7 @@ Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::
                     "published its address",
                     agent_name, run_dir));
   }
-  AGENTRT_ASSIGN_OR_RETURN(auto vars,
-                           ArrayTaskEnvironment(plan, *agent, run_dir, bus_address, env));
+  AGENTRT_ASSIGN_OR_RETURN(auto vars, ArrayTaskEnvironment(*agent, run_dir, bus_address, env));
   const std::optional<std::string> job = env("SLURM_JOB_ID");
   if (!job || job->empty()) {
     return FailedPrecondition(fmt::format("agent {}: SLURM_JOB_ID is not set", agent_name));

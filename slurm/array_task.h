@@ -31,8 +31,7 @@ namespace agentrt::slurm {
 // environment). `bus_address` is the content of RUN_DIR/bus.address.
 // Errors name the missing or malformed SLURM variable, or a task count that
 // differs from the plan's ranks.
-Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const Plan& plan,
-                                                                const AgentPlan& agent,
+Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const AgentPlan& agent,
                                                                 const std::string& run_dir,
                                                                 const std::string& bus_address,
                                                                 const EnvLookup& env);

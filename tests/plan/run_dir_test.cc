@@ -125,5 +125,9 @@ TEST_CASE("an atomic write leaves the old file or the new one, never a temporary
   CHECK_FALSE(WriteFileAtomic(base.path + "/no/such/dir/f", "x").ok());
 }
 
+TEST_CASE("an agent's preflight result has one spelling") {
+  CHECK(PreflightFile("/runs/x/agents/prey") == "/runs/x/agents/prey/preflight.json");
+}
+
 }  // namespace
 }  // namespace agentrt

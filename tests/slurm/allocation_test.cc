@@ -17,13 +17,6 @@ namespace {
 
 using testing::FakeRunner;
 
-EnvLookup Env(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-}
-
 std::string Job(const std::string& state, const std::string& exit = "0:0", int restarts = 0) {
   return "JobId=42 JobName=agentrt-run JobState=" + state +
          " Reason=None Restarts=" + std::to_string(restarts) + " ExitCode=" + exit +
@@ -122,7 +115,7 @@ TEST_CASE("on several nodes the driver serves at this node's address and fails o
   FakeRunner runner;
   runner.Push({0, kNodes, ""});
   std::string warning;
-  const auto env = Env({{"SLURM_JOB_NODELIST", "n[1-2]"}});
+  const auto env = testing::MapLookup({{"SLURM_JOB_NODELIST", "n[1-2]"}});
   RunDriverOptions o = AllocationDriverOptions(plan, "n1", runner, env, &warning);
   CHECK(warning.empty());
   CHECK(o.local_node == "n1");
@@ -145,7 +138,8 @@ TEST_CASE("one node serves on loopback; unreadable nodes are a warning, not a fa
   FakeRunner runner;
   runner.Push({1, "", "scontrol: error: Unable to contact slurm controller\n"});
   std::string warning;
-  RunDriverOptions o = AllocationDriverOptions(plan, "n1", runner, Env({}), &warning);
+  RunDriverOptions o =
+      AllocationDriverOptions(plan, "n1", runner, testing::MapLookup({}), &warning);
   CHECK_THAT(warning, Catch::Contains("no node failover"));
   CHECK(o.bus_listen_host == "127.0.0.1");
   CHECK(o.allocation_nodes.empty());

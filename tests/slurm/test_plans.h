@@ -2,8 +2,12 @@
 // one node, as the planner would place them.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 
+#include "plan/agent_env.h"
 #include "plan/plan.h"
 
 namespace agentrt::slurm::testing {
@@ -30,6 +34,14 @@ inline void AddAgent(Plan& plan, const std::string& name, int gpus, int ranks,
       gpus > 0 ? GroupBackend::kNccl : (ranks > 1 ? GroupBackend::kMpi : GroupBackend::kSingle);
   a.command = std::move(command);
   plan.agents.push_back(std::move(a));
+}
+
+// An environment of `vars` (the launcher's variables a test sets).
+inline EnvLookup MapLookup(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
 }
 
 }  // namespace agentrt::slurm::testing

@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "plan/plan.h"
 #include "plan/records.h"
+#include "plan/run_dir.h"
 #include "scheduler/process.h"
 #include "scheduler/status.h"
 #include "tools/agentctl/commands.h"

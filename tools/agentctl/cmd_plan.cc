@@ -55,16 +55,7 @@ void RegisterPlan(CLI::App& app) {
     agentrt::Result<agentrt::Inventory> inventory =
         agentrt::ResolveInventory(*config, request, [&slurm] { return slurm.ShowNodesText(); });
     if (!inventory.ok()) Fail("plan", inventory.status());
-    agentrt::PlanOptions plan_options;
-    plan_options.run_dir = opts->run_dir;
-    agentrt::PlanResult result = agentrt::MakePlan(*config, *inventory, plan_options);
-    if (!result.feasible()) {
-      Fail("plan",
-           agentrt::ResourceExhausted(
-               fmt::format("infeasible on {}: {}", inventory->source, result.infeasible().reason)),
-           kExitInfeasible);
-    }
-    const agentrt::Plan& plan = result.plan();
+    const agentrt::Plan plan = PlanOrFail("plan", *config, *inventory, opts->run_dir);
     if (opts->json) {
       // The table shows warnings itself; with --json they go to stderr too so a pipe still sees
       // them.
@@ -79,6 +70,20 @@ void RegisterPlan(CLI::App& app) {
       std::fputs(agentrt::PlanToTable(plan).c_str(), stdout);
     }
   });
+}
+
+agentrt::Plan PlanOrFail(std::string_view command, const agentrt::Config& config,
+                         const agentrt::Inventory& inventory, const std::string& run_dir) {
+  agentrt::PlanOptions options;
+  options.run_dir = run_dir;
+  agentrt::PlanResult result = agentrt::MakePlan(config, inventory, options);
+  if (!result.feasible()) {
+    Fail(command,
+         agentrt::ResourceExhausted(
+             fmt::format("infeasible on {}: {}", inventory.source, result.infeasible().reason)),
+         kExitInfeasible);
+  }
+  return std::move(result).plan();
 }
 
 }  // namespace agentctl

@@ -73,16 +73,8 @@ void Sbatch(const SbatchCommand& opts) {
     Fail("sbatch", agentrt::InvalidArgument(
                        fmt::format("output directory {}: {}", opts.out_dir, ec.message())));
 
-  agentrt::PlanOptions plan_options;
-  plan_options.run_dir = run_dir.string();
-  agentrt::PlanResult result = agentrt::MakePlan(*config, *inventory, plan_options);
-  if (!result.feasible()) {
-    Fail("sbatch",
-         agentrt::ResourceExhausted(
-             fmt::format("infeasible on {}: {}", inventory->source, result.infeasible().reason)),
-         kExitInfeasible);
-  }
-  for (const std::string& w : result.plan().warnings) {
+  agentrt::Plan plan = PlanOrFail("sbatch", *config, *inventory, run_dir.string());
+  for (const std::string& w : plan.warnings) {
     std::fputs(fmt::format("agentctl sbatch: warning: {}\n", w).c_str(), stderr);
   }
 
@@ -103,7 +95,7 @@ void Sbatch(const SbatchCommand& opts) {
             .c_str(),
         stderr);
   }
-  auto written = agentrt::slurm::WriteSbatchRun(std::move(result).plan(), *config, sbatch);
+  auto written = agentrt::slurm::WriteSbatchRun(std::move(plan), *config, sbatch);
   if (!written.ok()) Fail("sbatch", written.status());
 
   Print(fmt::format("wrote {}:\n  bus.sbatch  the message bus\n", sbatch.run_dir));

@@ -72,6 +72,11 @@ struct CheckOptions {
 };
 int Check(agentrt::Config& config, const CheckOptions& options, std::string_view command);
 
+// MakePlan of `config` on `inventory`, or Fail with exit code kExitInfeasible
+// naming the inventory and why.
+agentrt::Plan PlanOrFail(std::string_view command, const agentrt::Config& config,
+                         const agentrt::Inventory& inventory, const std::string& run_dir);
+
 // Prints "agentctl <command>: <message>" to stderr and exits with `code`.
 [[noreturn]] void Fail(std::string_view command, const agentrt::Status& status,
                        int code = kExitError);

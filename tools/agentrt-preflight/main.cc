@@ -31,6 +31,7 @@
 #include "common/file_util.h"
 #include "plan/port_lease.h"
 #include "plan/records.h"
+#include "plan/run_dir.h"
 
 namespace {
 
