@@ -2,22 +2,18 @@
 
 #include <utility>
 
+#include "common/enum_names.h"
 #include "comms/telemetry.h"  // UnixTimeSeconds
 
 namespace agentrt {
 namespace {
 
-std::string_view StateName(CollectiveRecord::State s) {
-  switch (s) {
-    case CollectiveRecord::State::kRunning:
-      return "running";
-    case CollectiveRecord::State::kDone:
-      return "done";
-    case CollectiveRecord::State::kFailed:
-      return "failed";
-  }
-  return "unknown";
-}
+constexpr EnumName<CollectiveRecord::State> kStateNames[] = {
+    {CollectiveRecord::State::kRunning, "running"},
+    {CollectiveRecord::State::kDone, "done"},
+    {CollectiveRecord::State::kFailed, "failed"}};
+
+std::string_view StateName(CollectiveRecord::State s) { return NameIn(kStateNames, s); }
 
 // Records each call of the wrapped group; adds nothing else.
 class RecordingGroup final : public Group {

@@ -6,6 +6,7 @@
 #include "agent_runtime/group_internal.h"
 #include "agent_runtime/mpi_group.h"
 #include "agent_runtime/nccl_group.h"
+#include "common/enum_names.h"
 #include "plan/config.h"
 
 namespace agentrt {
@@ -23,47 +24,26 @@ size_t DataTypeSize(DataType type) {
   return 0;
 }
 
-std::string_view DataTypeName(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
+constexpr EnumName<DataType> kDataTypeNames[] = {{DataType::kFloat32, "float32"},
+                                                 {DataType::kBFloat16, "bfloat16"},
+                                                 {DataType::kFloat16, "float16"},
+                                                 {DataType::kInt64, "int64"}};
 
-std::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMax:
-      return "max";
-  }
-  return "unknown";
-}
+std::string_view DataTypeName(DataType type) { return NameIn(kDataTypeNames, type); }
 
-std::string_view CollectiveOpName(CollectiveOp op) {
-  switch (op) {
-    case CollectiveOp::kAllReduce:
-      return "all_reduce";
-    case CollectiveOp::kReduceScatter:
-      return "reduce_scatter";
-    case CollectiveOp::kAllGather:
-      return "all_gather";
-    case CollectiveOp::kBroadcast:
-      return "broadcast";
-    case CollectiveOp::kBarrier:
-      return "barrier";
-  }
-  return "unknown";
-}
+constexpr EnumName<ReduceOp> kReduceOpNames[] = {
+    {ReduceOp::kSum, "sum"}, {ReduceOp::kAvg, "avg"}, {ReduceOp::kMax, "max"}};
+
+std::string_view ReduceOpName(ReduceOp op) { return NameIn(kReduceOpNames, op); }
+
+constexpr EnumName<CollectiveOp> kCollectiveOpNames[] = {
+    {CollectiveOp::kAllReduce, "all_reduce"},
+    {CollectiveOp::kReduceScatter, "reduce_scatter"},
+    {CollectiveOp::kAllGather, "all_gather"},
+    {CollectiveOp::kBroadcast, "broadcast"},
+    {CollectiveOp::kBarrier, "barrier"}};
+
+std::string_view CollectiveOpName(CollectiveOp op) { return NameIn(kCollectiveOpNames, op); }
 
 namespace internal {
 

@@ -10,6 +10,7 @@
 
 #include "agent_runtime/runtime.h"
 #include "capi/c_api_internal.h"
+#include "common/enum_names.h"
 #include "comms/bus_client.h"
 #include "comms/bus_validate.h"
 
@@ -44,22 +45,13 @@ struct Queue {
   Status final_status;
 };
 
-const char* EventName(agentrt::SubscriptionEvent::Kind k) {
-  using K = agentrt::SubscriptionEvent::Kind;
-  switch (k) {
-    case K::kConnected:
-      return "connected";
-    case K::kReconnecting:
-      return "reconnecting";
-    case K::kBrokerRestarted:
-      return "broker_restarted";
-    case K::kOffsetExpired:
-      return "offset_expired";
-    case K::kFailed:
-      return "failed";
-  }
-  return "?";
-}
+using EventKind = agentrt::SubscriptionEvent::Kind;
+constexpr agentrt::EnumName<EventKind> kEventNames[] = {
+    {EventKind::kConnected, "connected"},
+    {EventKind::kReconnecting, "reconnecting"},
+    {EventKind::kBrokerRestarted, "broker_restarted"},
+    {EventKind::kOffsetExpired, "offset_expired"},
+    {EventKind::kFailed, "failed"}};
 
 Status StartOf(int start, int64_t offset, uint64_t incarnation, agentrt::StartAt* out) {
   switch (start) {
@@ -321,7 +313,7 @@ int agentrt_bus_subscribe_queue(agentrt_bus* bus, const char* topic, int start, 
     opts.on_event = [q](const agentrt::SubscriptionEvent& e) {
       std::lock_guard<std::mutex> lock(q->mu);
       if (q->events.size() < 1000) {
-        q->events.push_back({{"kind", EventName(e.kind)},
+        q->events.push_back({{"kind", agentrt::NameIn(kEventNames, e.kind)},
                              {"topic", e.topic},
                              {"offset", e.offset},
                              {"earliest", e.earliest},

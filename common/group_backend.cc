@@ -2,27 +2,25 @@
 
 #include <string>
 
+#include "common/enum_names.h"
+
 namespace agentrt {
+namespace {
+
+constexpr EnumName<GroupBackend> kGroupBackendNames[] = {{GroupBackend::kAuto, "auto"},
+                                                         {GroupBackend::kSingle, "single"},
+                                                         {GroupBackend::kMpi, "mpi"},
+                                                         {GroupBackend::kNccl, "nccl"}};
+
+}  // namespace
 
 std::string_view GroupBackendName(GroupBackend backend) {
-  switch (backend) {
-    case GroupBackend::kAuto:
-      return "auto";
-    case GroupBackend::kSingle:
-      return "single";
-    case GroupBackend::kMpi:
-      return "mpi";
-    case GroupBackend::kNccl:
-      return "nccl";
-  }
-  return "unknown";
+  return NameIn(kGroupBackendNames, backend);
 }
 
 Result<GroupBackend> ParseGroupBackend(std::string_view name) {
-  if (name == "auto" || name.empty()) return GroupBackend::kAuto;
-  if (name == "single") return GroupBackend::kSingle;
-  if (name == "mpi") return GroupBackend::kMpi;
-  if (name == "nccl") return GroupBackend::kNccl;
+  if (name.empty()) return GroupBackend::kAuto;
+  if (auto backend = ValueIn(kGroupBackendNames, name)) return *backend;
   return InvalidArgument("unknown group backend '" + std::string(name) +
                          "'; expected auto, nccl, mpi or single");
 }

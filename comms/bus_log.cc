@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "common/crc32c.h"
+#include "common/enum_names.h"
 #include "common/file_util.h"
 
 namespace agentrt {
@@ -40,26 +41,18 @@ std::string SegmentName(int64_t base) {
   return name;
 }
 
+constexpr EnumName<BusDurability> kDurabilityNames[] = {{BusDurability::kMemory, "memory"},
+                                                        {BusDurability::kBatch, "batch"},
+                                                        {BusDurability::kAlways, "always"}};
+
 }  // namespace
 
 Result<BusDurability> ParseBusDurability(std::string_view text) {
-  if (text == "memory") return BusDurability::kMemory;
-  if (text == "batch") return BusDurability::kBatch;
-  if (text == "always") return BusDurability::kAlways;
+  if (auto durability = ValueIn(kDurabilityNames, text)) return *durability;
   return InvalidArgument("expected memory, batch or always, got \"" + std::string(text) + "\"");
 }
 
-std::string_view BusDurabilityName(BusDurability d) {
-  switch (d) {
-    case BusDurability::kMemory:
-      return "memory";
-    case BusDurability::kBatch:
-      return "batch";
-    case BusDurability::kAlways:
-      return "always";
-  }
-  return "?";
-}
+std::string_view BusDurabilityName(BusDurability d) { return NameIn(kDurabilityNames, d); }
 
 std::string EscapeLogName(std::string_view name) {
   static const char* hex = "0123456789ABCDEF";

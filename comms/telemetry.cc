@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/enum_names.h"
 #include "comms/auth.h"
 
 namespace agentrt {
@@ -19,35 +20,19 @@ Status ZmqError(std::string_view what, std::string_view endpoint) {
   return Unavailable(std::string(what) + " (" + std::string(endpoint) + "): " + zmq_strerror(err));
 }
 
+constexpr EnumName<TelemetryType> kTelemetryTypeNames[] = {
+    {TelemetryType::kHello, "hello"},     {TelemetryType::kHeartbeat, "heartbeat"},
+    {TelemetryType::kMetrics, "metrics"}, {TelemetryType::kCheckpoint, "checkpoint"},
+    {TelemetryType::kBye, "bye"},         {TelemetryType::kRestore, "restore"}};
+
 Result<TelemetryType> ParseType(std::string_view name) {
-  if (name == "hello") return TelemetryType::kHello;
-  if (name == "heartbeat") return TelemetryType::kHeartbeat;
-  if (name == "metrics") return TelemetryType::kMetrics;
-  if (name == "checkpoint") return TelemetryType::kCheckpoint;
-  if (name == "bye") return TelemetryType::kBye;
-  if (name == "restore") return TelemetryType::kRestore;
+  if (auto type = ValueIn(kTelemetryTypeNames, name)) return *type;
   return InvalidArgument("telemetry: unknown message type \"" + std::string(name) + "\"");
 }
 
 }  // namespace
 
-std::string_view TelemetryTypeName(TelemetryType type) {
-  switch (type) {
-    case TelemetryType::kHello:
-      return "hello";
-    case TelemetryType::kHeartbeat:
-      return "heartbeat";
-    case TelemetryType::kMetrics:
-      return "metrics";
-    case TelemetryType::kCheckpoint:
-      return "checkpoint";
-    case TelemetryType::kBye:
-      return "bye";
-    case TelemetryType::kRestore:
-      return "restore";
-  }
-  return "unknown";
-}
+std::string_view TelemetryTypeName(TelemetryType type) { return NameIn(kTelemetryTypeNames, type); }
 
 double UnixTimeSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -4,6 +4,7 @@
 #include <string>
 
 namespace agentrt {
+
 void PoolBuffers::Assign(size_t envs, size_t seats, size_t obs_size, size_t act_size,
                          bool with_active) {
   const size_t slots = envs * seats;
@@ -20,16 +21,21 @@ void PoolBuffers::Assign(size_t envs, size_t seats, size_t obs_size, size_t act_
   running_lengths.assign(envs, 0);
 }
 
-Result<std::unique_ptr<EnvPool>> EnvPool::Make(const Factory& factory,
-                                               const EnvPoolOptions& options) {
+Status CheckPoolOptions(const EnvPoolOptions& options, std::string_view pool) {
   if (options.num_envs < 1) {
-    return InvalidArgument("env pool: num_envs must be >= 1, got " +
+    return InvalidArgument(std::string(pool) + ": num_envs must be >= 1, got " +
                            std::to_string(options.num_envs));
   }
   if (options.num_threads < 1) {
-    return InvalidArgument("env pool: num_threads must be >= 1, got " +
+    return InvalidArgument(std::string(pool) + ": num_threads must be >= 1, got " +
                            std::to_string(options.num_threads));
   }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<EnvPool>> EnvPool::Make(const Factory& factory,
+                                               const EnvPoolOptions& options) {
+  AGENTRT_RETURN_IF_ERROR(CheckPoolOptions(options, "env pool"));
   std::vector<std::unique_ptr<Env>> envs;
   for (int i = 0; i < options.num_envs; ++i) {
     Result<std::unique_ptr<Env>> env = factory();
@@ -45,17 +51,11 @@ Result<std::unique_ptr<EnvPool>> EnvPool::Make(const Factory& factory,
 }
 
 EnvPool::EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& options)
-    : num_envs_(options.num_envs),
-      seed_(options.seed),
-      obs_size_(envs.front()->observation_space().size()),
-      act_size_(envs.front()->action_space().size()),
-      envs_(std::move(envs)) {
+    : PoolBase(std::move(envs), options) {
   buf_.Assign(static_cast<size_t>(num_envs_), 1, obs_size_, act_size_, /*with_active=*/false);
   runner_ = std::make_unique<ChunkRunner>(num_envs_, options.num_threads,
                                           [this](int begin, int end) { StepRange(begin, end); });
 }
-
-EnvPool::~EnvPool() = default;
 
 void EnvPool::Reset(std::optional<uint64_t> seed) {
   const uint64_t base = seed.value_or(seed_);

@@ -33,6 +33,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -59,16 +61,15 @@ struct PoolBuffers {
   void Assign(size_t envs, size_t seats, size_t obs_size, size_t act_size, bool with_active);
 };
 
-class EnvPool {
+// What both pools share: their copies and sizes, the step buffers and the
+// spans over them, and the threads that step them (declared last, so they
+// stop before the buffers and the copies go). A pool adds its own Reset, Step
+// and extra spans (the multi-agent pool's active()).
+template <typename EnvT>
+class PoolBase {
  public:
-  // Called num_envs times, on the calling thread, to build the copies.
-  using Factory = std::function<Result<std::unique_ptr<Env>>()>;
-
-  static Result<std::unique_ptr<EnvPool>> Make(const Factory& factory,
-                                               const EnvPoolOptions& options);
-  ~EnvPool();
-  EnvPool(const EnvPool&) = delete;
-  EnvPool& operator=(const EnvPool&) = delete;
+  PoolBase(const PoolBase&) = delete;
+  PoolBase& operator=(const PoolBase&) = delete;
 
   int num_envs() const { return num_envs_; }
   int num_threads() const { return runner_->threads(); }
@@ -76,12 +77,8 @@ class EnvPool {
   const Space& action_space() const { return envs_.front()->action_space(); }
   size_t obs_size() const { return obs_size_; }
   size_t act_size() const { return act_size_; }
-
-  // Resets every env with its seed (options.seed + i, or `seed` + i when given).
-  void Reset(std::optional<uint64_t> seed = std::nullopt);
-  // Steps every env with actions(); auto-resets the ones whose episode ended.
-  // Does not allocate.
-  void Step();
+  // Direct access to copy i (not while Step() runs).
+  EnvT& env(int i) { return *envs_[static_cast<size_t>(i)]; }
 
   std::span<float> actions() { return buf_.actions; }
   std::span<const float> observations() const { return buf_.obs; }
@@ -91,20 +88,45 @@ class EnvPool {
   std::span<const uint8_t> truncated() const { return buf_.truncated; }
   std::span<const float> episode_returns() const { return buf_.episode_returns; }
   std::span<const int32_t> episode_lengths() const { return buf_.episode_lengths; }
-  // Direct access to env i (not while Step() runs).
-  Env& env(int i) { return *envs_[static_cast<size_t>(i)]; }
 
- private:
-  EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& options);
-  void StepRange(int begin, int end);
+ protected:
+  PoolBase(std::vector<std::unique_ptr<EnvT>> envs, const EnvPoolOptions& options)
+      : num_envs_(options.num_envs),
+        seed_(options.seed),
+        obs_size_(envs.front()->observation_space().size()),
+        act_size_(envs.front()->action_space().size()),
+        envs_(std::move(envs)) {}
+  ~PoolBase() = default;
 
   int num_envs_;
   uint64_t seed_;
   size_t obs_size_;
   size_t act_size_;
-  std::vector<std::unique_ptr<Env>> envs_;
+  std::vector<std::unique_ptr<EnvT>> envs_;
   PoolBuffers buf_;
-  std::unique_ptr<ChunkRunner> runner_;  // last: its threads stop before the buffers go
+  std::unique_ptr<ChunkRunner> runner_;
+};
+
+// InvalidArgument, naming `pool`, when options ask for no envs or no threads.
+Status CheckPoolOptions(const EnvPoolOptions& options, std::string_view pool);
+
+class EnvPool : public PoolBase<Env> {
+ public:
+  // Called num_envs times, on the calling thread, to build the copies.
+  using Factory = std::function<Result<std::unique_ptr<Env>>()>;
+
+  static Result<std::unique_ptr<EnvPool>> Make(const Factory& factory,
+                                               const EnvPoolOptions& options);
+
+  // Resets every env with its seed (options.seed + i, or `seed` + i when given).
+  void Reset(std::optional<uint64_t> seed = std::nullopt);
+  // Steps every env with actions(); auto-resets the ones whose episode ended.
+  // Does not allocate.
+  void Step();
+
+ private:
+  EnvPool(std::vector<std::unique_ptr<Env>> envs, const EnvPoolOptions& options);
+  void StepRange(int begin, int end);
 };
 
 }  // namespace agentrt

@@ -7,14 +7,7 @@ namespace agentrt {
 
 Result<std::unique_ptr<MultiAgentEnvPool>> MultiAgentEnvPool::Make(const Factory& factory,
                                                                    const EnvPoolOptions& options) {
-  if (options.num_envs < 1) {
-    return InvalidArgument("multi-agent env pool: num_envs must be >= 1, got " +
-                           std::to_string(options.num_envs));
-  }
-  if (options.num_threads < 1) {
-    return InvalidArgument("multi-agent env pool: num_threads must be >= 1, got " +
-                           std::to_string(options.num_threads));
-  }
+  AGENTRT_RETURN_IF_ERROR(CheckPoolOptions(options, "multi-agent env pool"));
   std::vector<std::unique_ptr<MultiAgentEnv>> envs;
   for (int i = 0; i < options.num_envs; ++i) {
     Result<std::unique_ptr<MultiAgentEnv>> env = factory();
@@ -35,19 +28,12 @@ Result<std::unique_ptr<MultiAgentEnvPool>> MultiAgentEnvPool::Make(const Factory
 
 MultiAgentEnvPool::MultiAgentEnvPool(std::vector<std::unique_ptr<MultiAgentEnv>> envs,
                                      const EnvPoolOptions& options)
-    : num_envs_(options.num_envs),
-      num_agents_(envs.front()->num_agents()),
-      seed_(options.seed),
-      obs_size_(envs.front()->observation_space().size()),
-      act_size_(envs.front()->action_space().size()),
-      envs_(std::move(envs)) {
+    : PoolBase(std::move(envs), options), num_agents_(envs_.front()->num_agents()) {
   buf_.Assign(static_cast<size_t>(num_envs_), static_cast<size_t>(num_agents_), obs_size_,
               act_size_, /*with_active=*/true);
   runner_ = std::make_unique<ChunkRunner>(num_envs_, options.num_threads,
                                           [this](int begin, int end) { StepRange(begin, end); });
 }
-
-MultiAgentEnvPool::~MultiAgentEnvPool() = default;
 
 void MultiAgentEnvPool::Reset(std::optional<uint64_t> seed) {
   const uint64_t base = seed.value_or(seed_);

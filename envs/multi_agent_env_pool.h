@@ -35,53 +35,28 @@
 
 namespace agentrt {
 
-class MultiAgentEnvPool {
+class MultiAgentEnvPool : public PoolBase<MultiAgentEnv> {
  public:
   using Factory = std::function<Result<std::unique_ptr<MultiAgentEnv>>()>;
 
   static Result<std::unique_ptr<MultiAgentEnvPool>> Make(const Factory& factory,
                                                          const EnvPoolOptions& options);
-  ~MultiAgentEnvPool();
-  MultiAgentEnvPool(const MultiAgentEnvPool&) = delete;
-  MultiAgentEnvPool& operator=(const MultiAgentEnvPool&) = delete;
 
-  int num_envs() const { return num_envs_; }
   int num_agents() const { return num_agents_; }
-  int num_threads() const { return runner_->threads(); }
-  const Space& observation_space() const { return envs_.front()->observation_space(); }
-  const Space& action_space() const { return envs_.front()->action_space(); }
-  size_t obs_size() const { return obs_size_; }
-  size_t act_size() const { return act_size_; }
-  MultiAgentEnv& env(int i) { return *envs_[static_cast<size_t>(i)]; }
 
   void Reset(std::optional<uint64_t> seed = std::nullopt);
   // Steps every world with actions(); auto-resets the ones whose episode ended.
   // Does not allocate.
   void Step();
 
-  std::span<float> actions() { return buf_.actions; }
-  std::span<const float> observations() const { return buf_.obs; }
-  std::span<const float> final_observations() const { return buf_.final_obs; }
-  std::span<const float> rewards() const { return buf_.rewards; }
   std::span<const uint8_t> active() const { return buf_.active; }
-  std::span<const uint8_t> terminated() const { return buf_.terminated; }
-  std::span<const uint8_t> truncated() const { return buf_.truncated; }
-  std::span<const float> episode_returns() const { return buf_.episode_returns; }
-  std::span<const int32_t> episode_lengths() const { return buf_.episode_lengths; }
 
  private:
   MultiAgentEnvPool(std::vector<std::unique_ptr<MultiAgentEnv>> envs,
                     const EnvPoolOptions& options);
   void StepRange(int begin, int end);
 
-  int num_envs_;
   int num_agents_;
-  uint64_t seed_;
-  size_t obs_size_;
-  size_t act_size_;
-  std::vector<std::unique_ptr<MultiAgentEnv>> envs_;
-  PoolBuffers buf_;
-  std::unique_ptr<ChunkRunner> runner_;  // last: its threads stop before the buffers go
 };
 
 }  // namespace agentrt

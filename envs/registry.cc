@@ -24,22 +24,23 @@ EnvRegistry EnvRegistry::WithBuiltins() {
   return r;
 }
 
-Status EnvRegistry::RegisterEnv(std::string name, EnvFactory factory) {
+template <typename Factory>
+Status EnvRegistry::Register(std::map<std::string, Factory, std::less<>>& into, std::string name,
+                             Factory factory) {
   std::lock_guard<std::mutex> lock(mu_);
   if (single_.count(name) || multi_.count(name)) {
     return {StatusCode::kAlreadyExists, "env '" + name + "' is already registered"};
   }
-  single_.emplace(std::move(name), std::move(factory));
+  into.emplace(std::move(name), std::move(factory));
   return Status::Ok();
 }
 
+Status EnvRegistry::RegisterEnv(std::string name, EnvFactory factory) {
+  return Register(single_, std::move(name), std::move(factory));
+}
+
 Status EnvRegistry::RegisterMultiAgentEnv(std::string name, MultiAgentEnvFactory factory) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (single_.count(name) || multi_.count(name)) {
-    return {StatusCode::kAlreadyExists, "env '" + name + "' is already registered"};
-  }
-  multi_.emplace(std::move(name), std::move(factory));
-  return Status::Ok();
+  return Register(multi_, std::move(name), std::move(factory));
 }
 
 std::string EnvRegistry::Known() const {

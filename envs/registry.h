@@ -55,6 +55,11 @@ class EnvRegistry {
   std::vector<std::string> Names() const;
 
  private:
+  // Adds `name` to `into` (single_ or multi_) unless either map has it.
+  template <typename Factory>
+  Status Register(std::map<std::string, Factory, std::less<>>& into, std::string name,
+                  Factory factory);
+
   std::string Known() const;  // caller holds mu_
 
   mutable std::mutex mu_;

@@ -24,9 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("agentrt-ckpt") {}
-};
+using testing::TempDir;
 
 CheckpointOptions Options(const std::string& dir, int rank = 0, int world = 1) {
   CheckpointOptions o;

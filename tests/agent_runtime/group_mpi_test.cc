@@ -9,23 +9,14 @@
 #include "agent_runtime/group.h"
 #include "agent_runtime/group_half.h"
 #include "agent_runtime/mpi_group.h"
+#include "tests/agent_runtime/group_test_util.h"
 
 namespace agentrt {
 namespace {
 
 constexpr Timeout kTimeout = std::chrono::seconds(60);
 
-Group& World() {
-  static std::unique_ptr<Group> group = [] {
-    GroupOptions o;
-    o.backend = GroupBackend::kMpi;
-    o.agent = "mpi-test";
-    auto g = MakeGroup(o);
-    if (!g.ok()) FAIL(g.status().ToString());
-    return std::move(g).value();
-  }();
-  return *group;
-}
+Group& World() { return MpiWorld("mpi-test"); }
 
 TEST_CASE("mpi group has every rank of the world") {
   Group& g = World();

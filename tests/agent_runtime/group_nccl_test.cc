@@ -22,6 +22,7 @@
 #include "agent_runtime/group_half.h"
 #include "agent_runtime/sharded_adam.h"
 #include "tests/agent_runtime/free_port.h"
+#include "tests/agent_runtime/group_test_util.h"
 
 namespace agentrt {
 namespace testing {
@@ -87,14 +88,6 @@ struct DeviceBuffer {
   T* ptr = nullptr;
   size_t count;
 };
-
-std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 TEST_CASE("nccl group on one rank runs every op on device buffers") {
   RequireDeviceOrSkip();

@@ -25,9 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("agentrt-agent") {}
-};
+using testing::TempDir;
 
 std::string AgentBinary() {
   const char* bin = std::getenv("AGENTRT_BIN_DIR");

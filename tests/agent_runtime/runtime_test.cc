@@ -21,9 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-struct TempDir : testing::TempDir {
-  TempDir() : testing::TempDir("agentrt-rt") {}
-};
+using testing::TempDir;
 
 AgentEnv TestEnv(const TempDir& dir, const std::string& telemetry) {
   AgentEnv a;

@@ -10,29 +10,12 @@
 #include "agent_runtime/adamw.h"
 #include "agent_runtime/group.h"
 #include "agent_runtime/sharded_adam.h"
+#include "tests/agent_runtime/group_test_util.h"
 
 namespace agentrt {
 namespace {
 
-Group& World() {
-  static std::unique_ptr<Group> group = [] {
-    GroupOptions o;
-    o.backend = GroupBackend::kMpi;
-    o.agent = "adam-test";
-    auto g = MakeGroup(o);
-    if (!g.ok()) FAIL(g.status().ToString());
-    return std::move(g).value();
-  }();
-  return *group;
-}
-
-std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+Group& World() { return MpiWorld("adam-test"); }
 
 std::vector<float> RankGrad(size_t n, int rank, int step) {
   return RandomVector(n, 1000u * static_cast<uint32_t>(step) + static_cast<uint32_t>(rank), 0.3f);

@@ -8,17 +8,10 @@
 
 #include "agent_runtime/adamw.h"
 #include "agent_runtime/group.h"
+#include "tests/agent_runtime/group_test_util.h"
 
 namespace agentrt {
 namespace {
-
-std::vector<float> RandomVector(size_t n, uint32_t seed, float scale) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 TEST_CASE("AdamW matches a hand-computed first step") {
   AdamWOptions o;

@@ -105,6 +105,25 @@ fs::path TempDir() {
   return fs::path(tmpl);
 }
 
+// `agentctl sbatch <work>/agents.yaml -o <run>` with `extra` arguments.
+Result<CommandOutput> AgentctlSbatch(CommandRunner& runner, const fs::path& bin,
+                                     const fs::path& work, const fs::path& run,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {(bin / "agentctl").string(), "sbatch",
+                                   (work / "agents.yaml").string(), "-o", run.string()};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return runner.Run(argv, 180);
+}
+
+// Writes and submits the run (the bus job waits up to 90 s); requires success.
+void SubmitRun(CommandRunner& runner, const fs::path& bin, const fs::path& work,
+               const fs::path& run) {
+  auto out = AgentctlSbatch(runner, bin, work, run, {"--bus-wait", "90", "--submit"});
+  REQUIRE(out.ok());
+  INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
+  REQUIRE(out->exit_code == 0);
+}
+
 // A one-agent config running `script` on one fake GPU.
 std::string OneAgentConfig(const fs::path& work, const std::string& gpus = "1") {
   return fmt::format(R"(run: {{name: one, dir: {work}}}
@@ -158,12 +177,7 @@ agents:
 
   auto runner = MakeProcessRunner();
   SlurmClient slurm(*runner, {60, 0.5});
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
-                          "-o", run.string(), "--bus-wait", "90", "--submit"},
-                         180);
-  REQUIRE(out.ok());
-  INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
-  REQUIRE(out->exit_code == 0);
+  SubmitRun(*runner, bin, work, run);
 
   const std::string bus_job = Words(ReadFile(run / "bus.jobid")).at(0);
   const std::vector<std::string> arrays = Words(ReadFile(run / "arrays.jobids"));
@@ -248,12 +262,7 @@ TEST_CASE(
   WriteFile(work / "agents.yaml", OneAgentConfig(work));
   auto runner = MakeProcessRunner();
   SlurmClient slurm(*runner, {60, 0.5});
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
-                          "-o", run.string(), "--bus-wait", "90", "--submit"},
-                         180);
-  REQUIRE(out.ok());
-  INFO("agentctl sbatch stdout:\n" << out->out << "stderr:\n" << out->err);
-  REQUIRE(out->exit_code == 0);
+  SubmitRun(*runner, bin, work, run);
   const std::string array = Words(ReadFile(run / "arrays.jobids")).at(0);
   CancelOnExit guard{slurm, {array, Words(ReadFile(run / "bus.jobid")).at(0)}};
 
@@ -283,9 +292,7 @@ TEST_CASE(
   WriteFile(work / "agents.yaml", OneAgentConfig(work));
   auto runner = MakeProcessRunner();
   SlurmClient slurm(*runner, {60, 0.5});
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
-                          "-o", run.string(), "--bus-wait", "2"},
-                         180);
+  auto out = AgentctlSbatch(*runner, bin, work, run, {"--bus-wait", "2"});
   REQUIRE(out.ok());
   REQUIRE(out->exit_code == 0);
   // Only the array, no bus job.
@@ -310,9 +317,7 @@ TEST_CASE(
   WriteFile(work / "agent.sh", "#!/bin/bash\nexit 0\n");
   WriteFile(work / "agents.yaml", OneAgentConfig(work, "64"));
   auto runner = MakeProcessRunner();
-  auto out = runner->Run({(bin / "agentctl").string(), "sbatch", (work / "agents.yaml").string(),
-                          "-o", run.string(), "--submit"},
-                         120);
+  auto out = AgentctlSbatch(*runner, bin, work, run, {"--submit"});
   REQUIRE(out.ok());
   INFO(out->err);
   CHECK(out->exit_code == 2);
