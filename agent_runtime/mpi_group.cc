@@ -208,10 +208,7 @@ class MpiGroup final : public Group {
   Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                        Timeout timeout) override {
     constexpr std::string_view kOp = "reducescatter";
-    AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(send, recv_count, "send", kOp)));
-    AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(recv, recv_count, "recv", kOp)));
-    AGENTRT_RETURN_IF_ERROR(
-        Begin(kOp, CheckIntCount(recv_count * static_cast<size_t>(size_), kOp)));
+    AGENTRT_RETURN_IF_ERROR(BeginBlocks(kOp, send, recv, recv_count));
     const size_t elem = DataTypeSize(type);
     const size_t bytes = recv_count * elem;
     if (size_ == 1 || recv_count == 0) {
@@ -256,10 +253,7 @@ class MpiGroup final : public Group {
   Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                    Timeout timeout) override {
     constexpr std::string_view kOp = "allgather";
-    AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(send, send_count, "send", kOp)));
-    AGENTRT_RETURN_IF_ERROR(Begin(kOp, internal::CheckBuffer(recv, send_count, "recv", kOp)));
-    AGENTRT_RETURN_IF_ERROR(
-        Begin(kOp, CheckIntCount(send_count * static_cast<size_t>(size_), kOp)));
+    AGENTRT_RETURN_IF_ERROR(BeginBlocks(kOp, send, recv, send_count));
     const bool in_place = send == static_cast<const char*>(recv) +
                                       static_cast<size_t>(rank_) * send_count * DataTypeSize(type);
     MPI_Request req;
@@ -335,6 +329,15 @@ class MpiGroup final : public Group {
   }
 
   // Every call starts here: a broken group refuses, an argument error gets context.
+  // Begin for a collective over one block per rank: both buffers present, and
+  // all ranks' blocks together countable by MPI.
+  Status BeginBlocks(std::string_view op, const void* send, const void* recv,
+                     size_t block_count) const {
+    AGENTRT_RETURN_IF_ERROR(Begin(op, internal::CheckBuffer(send, block_count, "send", op)));
+    AGENTRT_RETURN_IF_ERROR(Begin(op, internal::CheckBuffer(recv, block_count, "recv", op)));
+    return Begin(op, CheckIntCount(block_count * static_cast<size_t>(size_), op));
+  }
+
   Status Begin(std::string_view op, const Status& arg_status) const {
     return internal::BeginCall(broken_, where_, op, arg_status,
                                "an earlier collective timed out and this group is unusable");

@@ -204,17 +204,8 @@ Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view p
     return impl_->PublishChunked(topic, payload, opts, impl_->SequenceFor(opts));
   v1::PublishRequest req;
   req.set_topic(std::string(topic));
-  req.set_payload(std::string(payload));
-  req.set_content_type(opts.content_type);
-  req.set_publisher_id(impl_->publisher_id);
-  const uint64_t seq = impl_->SequenceFor(opts);
-  req.set_sequence(seq);
-  v1::PublishResponse resp;
-  const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::StubInterface::Publish, req, &resp,
-                                                deadline,
-                                                "publish to topic \"" + std::string(topic) + "\""));
-  return PublishAck{resp.offset(), resp.duplicate(), seq};
+  return impl_->Store<v1::PublishResponse>(&v1::Bus::StubInterface::Publish, req, payload, opts,
+                                           "publish to topic \"" + std::string(topic) + "\"");
 }
 
 Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload,
@@ -222,16 +213,8 @@ Result<PublishAck> BusClient::Send(std::string_view to, std::string_view payload
   AGENTRT_RETURN_IF_ERROR(CheckInline(payload, "send to agent " + std::string(to)));
   v1::SendRequest req;
   req.set_to(std::string(to));
-  req.set_payload(std::string(payload));
-  req.set_content_type(opts.content_type);
-  req.set_publisher_id(impl_->publisher_id);
-  const uint64_t seq = impl_->SequenceFor(opts);
-  req.set_sequence(seq);
-  v1::SendResponse resp;
-  const auto deadline = WallClock::now() + opts.timeout.value_or(impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(impl_->UnaryWithRetry(&v1::Bus::StubInterface::Send, req, &resp, deadline,
-                                                "send to agent " + std::string(to)));
-  return PublishAck{resp.offset(), resp.duplicate(), seq};
+  return impl_->Store<v1::SendResponse>(&v1::Bus::StubInterface::Send, req, payload, opts,
+                                        "send to agent " + std::string(to));
 }
 
 Result<BusReply> BusClient::Request(std::string_view to, std::string_view payload,

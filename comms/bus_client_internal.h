@@ -254,6 +254,23 @@ struct BusClient::Impl {
     }
   }
 
+  // A publish or send of an inline payload, addressed in `req` already: fills
+  // in the payload, content type, publisher id and sequence, and runs the call
+  // with retries until the caller's deadline.
+  template <typename Resp, typename Req, typename Call>
+  Result<PublishAck> Store(Call call, Req& req, std::string_view payload,
+                           const PublishOptions& opts, std::string_view what) {
+    req.set_payload(std::string(payload));
+    req.set_content_type(opts.content_type);
+    req.set_publisher_id(publisher_id);
+    const uint64_t seq = SequenceFor(opts);
+    req.set_sequence(seq);
+    Resp resp;
+    const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
+    AGENTRT_RETURN_IF_ERROR(UnaryWithRetry(call, req, &resp, deadline, what));
+    return PublishAck{resp.offset(), resp.duplicate(), seq};
+  }
+
   class SubscriptionReader;  // bus_client_subscription.cc
   class AsyncPublisher;      // bus_client_publisher.cc
   void RunSubscription(const std::shared_ptr<BusClientSubscription>& sub);

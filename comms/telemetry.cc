@@ -25,6 +25,21 @@ constexpr EnumName<TelemetryType> kTelemetryTypeNames[] = {
     {TelemetryType::kMetrics, "metrics"}, {TelemetryType::kCheckpoint, "checkpoint"},
     {TelemetryType::kBye, "bye"},         {TelemetryType::kRestore, "restore"}};
 
+// A context of its own and one socket of `type` in it; on failure neither is left.
+Status OpenSocket(int type, std::string_view who, std::string_view endpoint, void** context,
+                  void** socket) {
+  *context = zmq_ctx_new();
+  if (*context == nullptr) return ZmqError(std::string(who) + ": zmq_ctx_new", endpoint);
+  *socket = zmq_socket(*context, type);
+  if (*socket == nullptr) {
+    Status s = ZmqError(
+        std::string(who) + ": zmq_socket(" + (type == ZMQ_PUSH ? "PUSH" : "PULL") + ")", endpoint);
+    zmq_ctx_term(*context);
+    return s;
+  }
+  return Status::Ok();
+}
+
 Result<TelemetryType> ParseType(std::string_view name) {
   if (auto type = ValueIn(kTelemetryTypeNames, name)) return *type;
   return InvalidArgument("telemetry: unknown message type \"" + std::string(name) + "\"");
@@ -138,14 +153,9 @@ Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
 Result<std::unique_ptr<TelemetrySender>> TelemetrySender::Connect(const std::string& endpoint,
                                                                   TelemetrySenderOptions options) {
   if (endpoint.empty()) return InvalidArgument("telemetry sender: empty endpoint");
-  void* context = zmq_ctx_new();
-  if (context == nullptr) return ZmqError("telemetry sender: zmq_ctx_new", endpoint);
-  void* socket = zmq_socket(context, ZMQ_PUSH);
-  if (socket == nullptr) {
-    Status s = ZmqError("telemetry sender: zmq_socket(PUSH)", endpoint);
-    zmq_ctx_term(context);
-    return s;
-  }
+  void* context = nullptr;
+  void* socket = nullptr;
+  AGENTRT_RETURN_IF_ERROR(OpenSocket(ZMQ_PUSH, "telemetry sender", endpoint, &context, &socket));
   int hwm = options.send_high_water_mark;
   int linger = static_cast<int>(options.linger.count());
   if (zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
@@ -214,14 +224,9 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(
     // else can own a path inside this run's directory.
     ::unlink(ipc_path.c_str());
   }
-  void* context = zmq_ctx_new();
-  if (context == nullptr) return ZmqError("telemetry receiver: zmq_ctx_new", endpoint);
-  void* socket = zmq_socket(context, ZMQ_PULL);
-  if (socket == nullptr) {
-    Status s = ZmqError("telemetry receiver: zmq_socket(PULL)", endpoint);
-    zmq_ctx_term(context);
-    return s;
-  }
+  void* context = nullptr;
+  void* socket = nullptr;
+  AGENTRT_RETURN_IF_ERROR(OpenSocket(ZMQ_PULL, "telemetry receiver", endpoint, &context, &socket));
   int linger = 0;
   int rcvhwm = 100000;
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);

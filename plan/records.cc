@@ -12,6 +12,12 @@ using json = nlohmann::json;
 
 // Reads `key` of `j` into `out`. A missing key leaves `out` as it is unless
 // `required`; a key of the wrong type is refused either way.
+// InvalidArgument "<what> is a JSON object" unless j is one.
+Status RequireObject(const json& j, std::string_view what) {
+  if (j.is_object()) return Status::Ok();
+  return InvalidArgument(std::string(what) + " is a JSON object");
+}
+
 template <typename T>
 Status Take(const json& j, const char* key, T* out, bool required = true) {
   const auto it = j.find(key);
@@ -49,7 +55,7 @@ std::string MetricsRecord::ToLine() const {
 }
 
 Result<MetricsRecord> MetricsRecord::FromJson(const json& j) {
-  if (!j.is_object()) return InvalidArgument("a metrics record is a JSON object");
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "a metrics record"));
   MetricsRecord r;
   AGENTRT_RETURN_IF_ERROR(Take(j, "agent", &r.agent));
   AGENTRT_RETURN_IF_ERROR(Take(j, "step", &r.step));
@@ -100,7 +106,7 @@ json LineageRecord::ToJson() const {
 }
 
 Result<LineageRecord> LineageRecord::FromJson(const json& j) {
-  if (!j.is_object()) return InvalidArgument("a lineage record is a JSON object");
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "a lineage record"));
   LineageRecord r;
   AGENTRT_RETURN_IF_ERROR(Take(j, "population", &r.decision.population));
   AGENTRT_RETURN_IF_ERROR(Take(j, "recipient", &r.decision.recipient));
@@ -152,7 +158,7 @@ json PreflightReport::ToJson() const {
 }
 
 Result<PreflightReport> PreflightReport::FromJson(const json& j) {
-  if (!j.is_object()) return InvalidArgument("a preflight report is a JSON object");
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "a preflight report"));
   PreflightReport r;
   AGENTRT_RETURN_IF_ERROR(Take(j, "agent", &r.agent));
   AGENTRT_RETURN_IF_ERROR(Take(j, "ranks", &r.ranks));
@@ -212,7 +218,7 @@ json BusSnapshot::ToJson() const {
 }
 
 Result<BusSnapshot> BusSnapshot::FromJson(const json& j) {
-  if (!j.is_object()) return InvalidArgument("the bus block is a JSON object");
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "the bus block"));
   BusSnapshot b;
   for (const json& t : j.value("topics", json::array())) {
     Topic topic;
@@ -257,7 +263,7 @@ json CollectiveSnapshot::ToJson() const {
 }
 
 Result<CollectiveSnapshot> CollectiveSnapshot::FromJson(const json& j) {
-  if (!j.is_object()) return InvalidArgument("a collective snapshot is a JSON object");
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "a collective snapshot"));
   CollectiveSnapshot s;
   AGENTRT_RETURN_IF_ERROR(Take(j, "seq", &s.seq));
   AGENTRT_RETURN_IF_ERROR(Take(j, "in", &s.in, /*required=*/false));
@@ -294,7 +300,7 @@ json HangReport::ToJson() const {
 }
 
 Result<HangReport> HangReport::FromJson(const json& j) {
-  if (!j.is_object()) return InvalidArgument("a hang report is a JSON object");
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "a hang report"));
   HangReport h;
   AGENTRT_RETURN_IF_ERROR(Take(j, "agent", &h.agent));
   AGENTRT_RETURN_IF_ERROR(Take(j, "summary", &h.summary));

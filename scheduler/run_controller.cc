@@ -157,8 +157,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   const int idx = FindAgent(m.agent);
   if (idx < 0) return;
   const size_t i = static_cast<size_t>(idx);
-  Agent& a = agents_[i];
-  AgentStatus& s = status_.agents[i];
+  auto [a, s] = AgentAt(i);
   if (m.restart_count != s.restarts) return;
   if (a.phase == Phase::kTearingDown || a.phase == Phase::kBackoff || a.phase == Phase::kDone) {
     // The checkpoint an agent writes while it is being stopped is its newest
@@ -246,8 +245,7 @@ void RunController::OnExit(const AgentProcessExit& e) {
   const int idx = FindAgent(e.agent);
   if (idx < 0) return;
   const size_t i = static_cast<size_t>(idx);
-  Agent& a = agents_[i];
-  AgentStatus& s = status_.agents[i];
+  auto [a, s] = AgentAt(i);
   auto it = a.live.find(e.pid);
   if (it == a.live.end()) return;
   const int rank = it->second;

@@ -175,6 +175,8 @@ class RunController {
   void UpdateRunState();
   void Touch(bool state_change);
   int FindAgent(const std::string& name) const;
+  // Agent i's controller state and reported status, together.
+  std::pair<Agent&, AgentStatus&> AgentAt(size_t i) { return {agents_[i], status_.agents[i]}; }
 
   LaunchBackend* backend_;
   const Clock* clock_;

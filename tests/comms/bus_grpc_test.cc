@@ -65,6 +65,13 @@ std::unique_ptr<BusClient> Client(const std::string& address, const std::string&
 
 using agentrt::testing::WaitFor;
 
+// A broker with a publisher "pub" and a subscriber "sub" connected to it.
+struct PubSub {
+  std::unique_ptr<BusServer> server = StartServer();
+  std::unique_ptr<BusClient> pub = Client(server->address(), "pub");
+  std::unique_ptr<BusClient> sub = Client(server->address(), "sub");
+};
+
 // Collects a subscription's messages and events, thread-safely.
 struct Collector {
   std::mutex mu;
@@ -139,9 +146,8 @@ std::filesystem::path TempDir() {
 }  // namespace
 
 TEST_CASE("messages of a topic arrive in publish order, topics are independent") {
-  auto server = StartServer();
-  auto pub = Client(server->address(), "pub");
-  auto sub = Client(server->address(), "sub");
+  PubSub bus;
+  auto& [server, pub, sub] = bus;
   Collector a, b;
   REQUIRE(sub->Subscribe("ta", StartAt::Earliest(), a.OnMessage()).ok());
   REQUIRE(sub->Subscribe("tb", StartAt::Earliest(), b.OnMessage()).ok());
@@ -168,9 +174,8 @@ TEST_CASE("messages of a topic arrive in publish order, topics are independent")
 }
 
 TEST_CASE("100,000 messages with retried publishes: no loss, no duplicates, in order") {
-  auto server = StartServer();
-  auto pub = Client(server->address(), "pub");
-  auto sub = Client(server->address(), "sub");
+  PubSub bus;
+  auto& [server, pub, sub] = bus;
   Collector c;
   REQUIRE(sub->Subscribe("t100k", StartAt::Earliest(), c.OnMessage()).ok());
   constexpr int kN = 100000;
@@ -209,9 +214,8 @@ TEST_CASE("100,000 messages with retried publishes: no loss, no duplicates, in o
 TEST_CASE(
     "100,000 messages while subscriber streams are cut and a subscriber restores from its "
     "offsets") {
-  auto server = StartServer();
-  auto pub = Client(server->address(), "pub");
-  auto sub = Client(server->address(), "sub");
+  PubSub bus;
+  auto& [server, pub, sub] = bus;
   Collector c;
   REQUIRE(sub->Subscribe("tcut", StartAt::Earliest(), c.OnMessage(), c.Options()).ok());
 
@@ -481,9 +485,8 @@ TEST_CASE("an oversized message is RESOURCE_EXHAUSTED and nothing else happens")
 TEST_CASE(
     "garbage TCP bytes and a truncated HTTP/2 frame on the broker port do not disturb other "
     "clients") {
-  auto server = StartServer();
-  auto pub = Client(server->address(), "pub");
-  auto sub = Client(server->address(), "sub");
+  PubSub bus;
+  auto& [server, pub, sub] = bus;
   Collector c;
   REQUIRE(sub->Subscribe("tgarbage", StartAt::Earliest(), c.OnMessage()).ok());
   REQUIRE(pub->Publish("tgarbage", "0").ok());

@@ -19,6 +19,15 @@ struct Batch {
   std::vector<float> actions, old_logp, adv, returns;
 };
 
+// Initialised parameters, then nudged: larger output weights than the init, so
+// every loss term has a visible gradient.
+std::vector<float> PerturbedParams(ActorCritic& net, agentrt::Rng& rng) {
+  std::vector<float> params(net.num_params());
+  net.Init(params.data(), rng);
+  for (auto& x : params) x += 0.3f * static_cast<float>(rng.Normal());
+  return params;
+}
+
 // A batch whose probability ratios sit well inside or well outside the clip
 // range, so a small parameter nudge never crosses a kink of the clipped loss.
 Batch MakeBatch(ActorCritic& net, const std::vector<float>& params, int batch, agentrt::Rng& rng) {
@@ -86,11 +95,8 @@ TEST_CASE("actor-critic init is orthogonal with the documented gains and zero bi
 
 TEST_CASE("actor-critic gradient matches finite differences of the PPO loss") {
   ActorCritic net(5, 3, 8, 2);
-  std::vector<float> params(net.num_params());
   agentrt::Rng rng(7);
-  net.Init(params.data(), rng);
-  // Larger output weights than the init, so every term has a visible gradient.
-  for (auto& x : params) x += 0.3f * static_cast<float>(rng.Normal());
+  const std::vector<float> params = PerturbedParams(net, rng);
   const Batch b = MakeBatch(net, params, 12, rng);
   const PpoLossCoefs coefs{.clip_coef = 0.2f, .ent_coef = 0.05f, .vf_coef = 0.5f};
 
@@ -124,10 +130,8 @@ TEST_CASE("actor-critic gradient matches finite differences of the PPO loss") {
 
 TEST_CASE("actor-critic gradient of each loss term alone matches finite differences") {
   ActorCritic net(3, 2, 6, 1);
-  std::vector<float> params(net.num_params());
   agentrt::Rng rng(11);
-  net.Init(params.data(), rng);
-  for (auto& x : params) x += 0.3f * static_cast<float>(rng.Normal());
+  const std::vector<float> params = PerturbedParams(net, rng);
   const Batch b = MakeBatch(net, params, 8, rng);
   for (const PpoLossCoefs coefs : {PpoLossCoefs{0.2f, 1.0f, 0.0f}, PpoLossCoefs{0.2f, 0.0f, 1.0f},
                                    PpoLossCoefs{10.0f, 0.0f, 0.0f}}) {

@@ -16,16 +16,10 @@
 namespace agentctl {
 
 void RegisterLeague(CLI::App& app) {
-  struct Options {
-    std::string run_dir;
-    bool json = false;
-  };
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<RunDirOptions>();
   CLI::App* cmd =
-      app.add_subcommand("league", "Show a run's league ratings, payoff table and PBT lineage");
-  cmd->add_option("run_dir", opts->run_dir, "the run directory")->required();
-  cmd->add_flag("--json", opts->json,
-                "print {\"state\": state.json, \"lineage\": [lineage.jsonl lines]}");
+      AddRunDirCommand(app, "league", "Show a run's league ratings, payoff table and PBT lineage",
+                       *opts, "print {\"state\": state.json, \"lineage\": [lineage.jsonl lines]}");
   cmd->callback([opts] {
     const agentrt::RunDir dir(opts->run_dir);
     auto plan = agentrt::ReadPlanFile(dir.PlanPath());

@@ -16,15 +16,9 @@
 namespace agentctl {
 
 void RegisterStatus(CLI::App& app) {
-  struct Options {
-    std::string run_dir;
-    bool json = false;
-  };
-  auto opts = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand("status", "Show the state of a run (running or finished)");
-  cmd->add_option("run_dir", opts->run_dir, "the run directory (printed by `agentctl run`)")
-      ->required();
-  cmd->add_flag("--json", opts->json, "print status.json (shape: see scheduler/status.h)");
+  auto opts = std::make_shared<RunDirOptions>();
+  CLI::App* cmd = AddRunDirCommand(app, "status", "Show the state of a run (running or finished)",
+                                   *opts, "print status.json (shape: see scheduler/status.h)");
   cmd->callback([opts] {
     auto status = agentrt::ReadRunStatusFile(agentrt::RunDir(opts->run_dir).StatusPath());
     if (!status.ok()) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -39,6 +40,23 @@ AGENTCTL_COMMANDS(AGENTCTL_DECLARE_REGISTER)
 inline constexpr int kExitError = 1;           // bad input, I/O error, ...
 inline constexpr int kExitInfeasible = 2;      // the plan cannot be made on this cluster
 inline constexpr int kExitControllerGone = 3;  // status: the run's controller died mid-run
+
+// What a subcommand that reads one run directory and can print JSON takes.
+struct RunDirOptions {
+  std::string run_dir;
+  bool json = false;
+};
+
+// Adds `name` to `app` with a required RUN_DIR and `--json` (printing `json_doc`),
+// both read into `opts`; the caller sets the callback.
+inline CLI::App* AddRunDirCommand(CLI::App& app, const std::string& name, const std::string& about,
+                                  RunDirOptions& opts, const std::string& json_doc) {
+  CLI::App* cmd = app.add_subcommand(name, about);
+  cmd->add_option("run_dir", opts.run_dir, "the run directory (printed by `agentctl run`)")
+      ->required();
+  cmd->add_flag("--json", opts.json, json_doc);
+  return cmd;
+}
 
 // Ends the running subcommand with `code` (main returns it).
 [[noreturn]] inline void Exit(int code) { throw CLI::RuntimeError(code); }
