@@ -25,10 +25,10 @@ std::string InboxName(std::string_view agent) { return "@inbox/" + std::string(a
 
 Broker::Broker(BrokerOptions options, BusAcl acl, std::string secret, uint64_t incarnation)
     : options_(options),
-      acl_(std::move(acl)),
-      secret_(std::move(secret)),
+      access_(std::move(acl), std::move(secret), kMaxCacheEntries),
       incarnation_(incarnation),
-      next_request_id_(std::random_device{}() | 1) {}
+      publishers_(kMaxPublishers),
+      requests_(std::random_device{}() | 1) {}
 
 Broker::~Broker() {
   Shutdown();
@@ -85,7 +85,7 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       log->base = rec.base;
       for (v1::Message& m : rec.messages) {
         if (m.publisher_id() != 0)
-          GetPublisher(m.publisher(), m.publisher_id())->Record(m.sequence(), m.offset());
+          publishers_.Get(m.publisher(), m.publisher_id())->Record(m.sequence(), m.offset());
         log->bytes += PayloadBytes(m);
         log->msgs.push_back(std::make_shared<v1::Message>(std::move(m)));
       }
@@ -172,23 +172,11 @@ Status Broker::Authenticate(std::string_view agent, std::string_view token) {
   };
   if (agent.empty()) return refuse("no agent name (metadata x-agentrt-agent) on the call");
   if (!ValidateAgentName(agent).ok()) return refuse("malformed agent name in x-agentrt-agent");
-  if (!acl_.IsAgent(agent))
+  if (!access_.acl().IsAgent(agent))
     return refuse("\"" + std::string(agent) + "\" is not an agent of this run");
   if (token.empty())
     return refuse("agent " + std::string(agent) + " presented no token (x-agentrt-token)");
-  std::string expected;
-  {
-    std::lock_guard<std::mutex> lock(tokens_mu_);
-    auto it = tokens_.find(std::string(agent));
-    if (it != tokens_.end()) expected = it->second;
-  }
-  if (expected.empty()) {
-    expected = DeriveAgentToken(secret_, agent);
-    std::lock_guard<std::mutex> lock(tokens_mu_);
-    if (tokens_.size() >= kMaxCacheEntries) tokens_.clear();
-    tokens_.emplace(std::string(agent), expected);
-  }
-  if (!TokenMatches(token, expected)) {
+  if (!access_.TokenValid(agent, token)) {
     return refuse("wrong token for agent " + std::string(agent) +
                   " (is AGENTRT_TOKEN_FILE from this run? the run secret changes with every run)");
   }
@@ -211,22 +199,6 @@ std::shared_ptr<Broker::Log> Broker::GetLog(const std::string& name, bool create
   auto& slot = logs_[name];
   if (!slot) slot = std::make_shared<Log>(name);
   return slot;
-}
-
-std::shared_ptr<Broker::PublisherState> Broker::GetPublisher(const std::string& agent,
-                                                             uint64_t publisher_id) {
-  std::lock_guard<std::mutex> lock(publishers_mu_);
-  auto key = std::make_pair(agent, publisher_id);
-  auto it = publishers_.find(key);
-  if (it != publishers_.end()) return it->second;
-  if (publishers_.size() >= kMaxPublishers) {
-    publishers_.erase(publisher_order_.front());
-    publisher_order_.pop_front();
-  }
-  auto state = std::make_shared<PublisherState>();
-  publishers_.emplace(key, state);
-  publisher_order_.push_back(std::move(key));
-  return state;
 }
 
 Status Broker::AppendLocked(Log& log, std::shared_ptr<v1::Message> msg, int64_t* offset,
@@ -319,10 +291,10 @@ void Broker::TrimLocked(Log& log) {
 Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg,
                               std::shared_ptr<Blob> blob) {
   const uint64_t seq = msg.sequence();
-  std::shared_ptr<PublisherState> pub;
+  std::shared_ptr<PublisherWindow> pub;
   std::unique_lock<std::mutex> pub_lock;
   if (msg.publisher_id() != 0) {
-    pub = GetPublisher(msg.publisher(), msg.publisher_id());
+    pub = publishers_.Get(msg.publisher(), msg.publisher_id());
     pub_lock = std::unique_lock<std::mutex>(pub->mu);
     int64_t first = -1;
     if (pub->Seen(seq, &first)) {
@@ -362,23 +334,7 @@ Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& 
     return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
   }
   if (!check_acl) return Status::Ok();
-  thread_local std::string key;  // keeps its storage: no allocation per publish
-  key.clear();
-  key.append("p|").append(agent).push_back('\0');
-  key.append(req.topic());
-  bool allowed = false;
-  {
-    std::lock_guard<std::mutex> lock(acl_cache_mu_);
-    auto it = acl_cache_.find(key);
-    if (it != acl_cache_.end()) {
-      allowed = it->second;
-    } else {
-      allowed = acl_.MayPublish(agent, req.topic());
-      if (acl_cache_.size() >= kMaxCacheEntries) acl_cache_.clear();
-      acl_cache_.emplace(key, allowed);
-    }
-  }
-  if (!allowed) {
+  if (!access_.MayPublish(agent, req.topic())) {
     return Deny("agent " + agent + " may not publish to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a publisher)");
   }
@@ -419,10 +375,10 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
     }
     if (end > i) {
       std::shared_ptr<Log> log = GetLog(topic, /*create=*/true);
-      std::shared_ptr<PublisherState> pub;
+      std::shared_ptr<PublisherWindow> pub;
       std::unique_lock<std::mutex> pub_lock;
       if (pid != 0) {
-        pub = GetPublisher(agent, pid);
+        pub = publishers_.Get(agent, pid);
         pub_lock = std::unique_lock<std::mutex>(pub->mu);
       }
       bool wake = false;
@@ -498,7 +454,7 @@ Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResp
     CountInvalid();
     return s.WithContext("send from agent " + agent);
   }
-  if (!acl_.IsAgent(req.to()))
+  if (!access_.acl().IsAgent(req.to()))
     return NotFound("send from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
   v1::Message msg;
   msg.set_publisher(agent);
@@ -519,7 +475,7 @@ std::vector<v1::TopicInfo> Broker::ListTopics(const std::string& agent) {
     std::shared_lock<std::shared_mutex> lock(logs_mu_);
     for (const auto& [name, log] : logs_) {
       if (name.empty() || name.front() == '@') continue;
-      if (!agent.empty() && !acl_.MaySubscribe(agent, name)) continue;
+      if (!agent.empty() && !access_.acl().MaySubscribe(agent, name)) continue;
       logs.push_back(log);
     }
   }
@@ -574,11 +530,7 @@ void Broker::Shutdown() {
     std::lock_guard<std::mutex> lock(log->mu);
     log->cv.notify_all();
   }
-  std::lock_guard<std::mutex> lock(requests_mu_);
-  for (const auto& [id, p] : requests_) {
-    std::lock_guard<std::mutex> plock(p->mu);
-    p->cv.notify_all();
-  }
+  requests_.WakeAll();
 }
 
 }  // namespace agentrt

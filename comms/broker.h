@@ -1,6 +1,8 @@
-// The bus broker's state: topic logs, inboxes, duplicate suppression,
-// retention, ACL checks and pending requests. Transport-free (the gRPC service
-// in bus_server.cc is a thin layer over it), so its logic is unit-testable.
+// The bus broker's state: topic logs, inboxes, retention and readers, with
+// parts of their own for duplicate suppression (PublisherTable), tokens and
+// publish rights (AccessCache) and pending requests (RequestTable).
+// Transport-free (the gRPC service in bus_server.cc is a thin layer over it),
+// so its logic is unit-testable.
 //
 // Thread-safety: every public method may be called from any thread. Publishers
 // never wait for readers: a log only grows and is trimmed by retention.
@@ -10,7 +12,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,15 +19,17 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "comms/access_cache.h"
 #include "comms/auth.h"
 #include "comms/bus_log.h"
 #include "comms/bus_types.h"
 #include "comms/bus_validate.h"
 #include "comms/proto/bus.pb.h"
+#include "comms/publisher_window.h"
+#include "comms/request_table.h"
 
 namespace agentrt {
 
@@ -186,8 +189,6 @@ class Broker {
   void StreamClosed() { active_streams_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
-  struct PublisherState;
-  struct PendingRequest;
   struct Stored {
     int64_t offset = -1;
     bool duplicate = false;
@@ -195,7 +196,6 @@ class Broker {
   };
 
   std::shared_ptr<Log> GetLog(const std::string& name, bool create);
-  std::shared_ptr<PublisherState> GetPublisher(const std::string& agent, uint64_t publisher_id);
   // Appends msg (publisher fields already stamped) with duplicate suppression.
   Stored Append(const std::shared_ptr<Log>& log, bus::v1::Message&& msg,
                 std::shared_ptr<Blob> blob = nullptr);
@@ -234,30 +234,19 @@ class Broker {
   std::vector<std::shared_ptr<Log>> AllLogs() const;
 
   const BrokerOptions options_;
-  const BusAcl acl_;
-  const std::string secret_;
+  AccessCache access_;
   const uint64_t incarnation_;
   std::atomic<bool> shutdown_{false};
 
   mutable std::shared_mutex logs_mu_;
   std::map<std::string, std::shared_ptr<Log>> logs_;
 
-  std::mutex publishers_mu_;
-  std::map<std::pair<std::string, uint64_t>, std::shared_ptr<PublisherState>> publishers_;
-  std::deque<std::pair<std::string, uint64_t>> publisher_order_;  // creation order, for eviction
-
-  std::mutex tokens_mu_;
-  std::unordered_map<std::string, std::string> tokens_;  // agent -> expected token (cache)
-
-  std::mutex acl_cache_mu_;
-  std::unordered_map<std::string, bool> acl_cache_;  // "p|s" + agent + '\0' + topic -> allowed
+  PublisherTable publishers_;
 
   std::mutex readers_mu_;                         // before any log's mu
   std::map<const Reader*, std::string> readers_;  // -> agent
 
-  std::mutex requests_mu_;
-  std::unordered_map<uint64_t, std::shared_ptr<PendingRequest>> requests_;
-  std::atomic<uint64_t> next_request_id_;
+  RequestTable requests_;
 
   std::string spill_dir_;       // memory mode: where large payloads go (see BlobDir)
   bool own_spill_dir_ = false;  // made by Recover, removed by the destructor

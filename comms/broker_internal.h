@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -108,47 +109,6 @@ struct Broker::Upload {
   uint32_t expected_crc = 0;
   uint32_t crc = 0;
   int64_t written = 0;
-};
-
-// The recent sequences of one (agent, publisher_id): a ring indexed by
-// sequence, so a check is O(1) and memory is fixed.
-struct Broker::PublisherState {
-  static constexpr uint64_t kWindow = 16384;
-  struct Slot {
-    uint64_t sequence = 0;
-    int64_t offset = -1;
-  };
-  std::mutex mu;
-  std::vector<Slot> ring = std::vector<Slot>(kWindow);
-  uint64_t highest = 0;
-
-  bool Seen(uint64_t seq, int64_t* offset) const {
-    if (highest >= kWindow && seq <= highest - kWindow) {
-      *offset = -1;  // older than the window: a late retry, by contract a duplicate
-      return true;
-    }
-    const Slot& s = ring[seq % kWindow];
-    if (s.sequence != seq) return false;
-    *offset = s.offset;
-    return true;
-  }
-  void Record(uint64_t seq, int64_t offset) {
-    ring[seq % kWindow] = Slot{seq, offset};
-    highest = std::max(highest, seq);
-  }
-  // Un-records seq when its offset is at or past `end` (it was not stored after all).
-  void Forget(uint64_t seq, int64_t end) {
-    Slot& s = ring[seq % kWindow];
-    if (s.sequence == seq && s.offset >= end) s = Slot{};
-  }
-};
-
-struct Broker::PendingRequest {
-  std::string to;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  v1::RequestResponse response;
 };
 
 namespace broker_internal {

@@ -103,7 +103,7 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, head));
   if (head.publisher_id() != 0) {
     // A retry of a stored message is answered before its bytes are read.
-    std::shared_ptr<PublisherState> pub = GetPublisher(agent, head.publisher_id());
+    std::shared_ptr<PublisherWindow> pub = publishers_.Get(agent, head.publisher_id());
     std::lock_guard<std::mutex> lock(pub->mu);
     int64_t first_offset = -1;
     if (pub->Seen(head.sequence(), &first_offset)) {

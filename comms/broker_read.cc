@@ -86,7 +86,7 @@ Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent,
     CountInvalid();
     return s.WithContext("subscribe by agent " + agent);
   }
-  if (!acl_.MaySubscribe(agent, req.topic())) {
+  if (!access_.acl().MaySubscribe(agent, req.topic())) {
     return Deny("agent " + agent + " may not subscribe to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a subscriber)");
   }

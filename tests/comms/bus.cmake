@@ -100,3 +100,12 @@ agentrt_test(NAME bus_alloc_test
   DEPS agentrt::comms
   LABELS unit
   TIMEOUT 60)
+
+# The broker's parts alone: duplicate suppression, the access cache, the request table.
+foreach(part publisher_window access_cache request_table)
+  agentrt_test(NAME comms_${part}_test
+    SRCS ${CMAKE_CURRENT_LIST_DIR}/${part}_test.cc
+    DEPS agentrt::comms
+    LABELS unit
+    TIMEOUT 60)
+endforeach()
