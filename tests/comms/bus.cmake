@@ -7,7 +7,8 @@ agentrt_test(NAME bus_unit_test
   LABELS unit
   TIMEOUT 60)
 
-# BusClient's retry, reconnect and dedupe logic over a fake stub (no broker).
+# BusClient's retry, reconnect and dedupe logic against a real broker through a
+# fault-injecting stub (tests/comms/faulty_bus_stub.h).
 agentrt_test(NAME bus_client_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_client_test.cc
   DEPS agentrt::comms

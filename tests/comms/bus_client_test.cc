@@ -1,8 +1,9 @@
-// BusClient's own logic over a fake stub (tests/comms/fake_bus_stub.h): retries
-// that keep their sequence so the broker stores a message once, reconnects that
-// resume at the next offset with no gap and no duplicate, expired offsets and
-// broker restarts reported as events, async publish streams resent in order.
-// No broker, no sockets, no sleeps: every wait is for an event, bounded.
+// BusClient's own logic against a real broker through a stub that injects
+// faults (tests/comms/faulty_bus_stub.h): retries that keep their sequence so
+// the broker stores a message once, reconnects that resume at the next offset
+// with no gap and no duplicate, expired offsets and broker restarts reported as
+// events, async publish streams resent in order. No sleeps: every wait is for
+// an event, bounded.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -13,29 +14,26 @@
 
 #include "comms/bus_client_stub.h"
 #include "tests/common/wait_for.h"
-#include "tests/comms/fake_bus_stub.h"
+#include "tests/comms/faulty_bus_stub.h"
 
 namespace agentrt {
 namespace {
 
-using testing::FakeBus;
-using testing::FakeBusStub;
+using testing::FaultyBus;
+using testing::FaultyBusStub;
 using testing::WaitFor;
 using namespace std::chrono_literals;
 
 struct Fixture {
-  std::shared_ptr<FakeBus> bus = std::make_shared<FakeBus>();
-  std::unique_ptr<BusClient> client;
+  std::shared_ptr<FaultyBus> bus;
+  std::unique_ptr<BusClient> client;  // after the bus: destroyed first
 
-  explicit Fixture(BusClientOptions options = Fast()) {
-    auto c = MakeBusClientWithStub(std::make_unique<FakeBusStub>(bus), "fake:0", {"me", "token"},
-                                   options);
+  explicit Fixture(BusClientOptions options = Fast(), BrokerOptions broker = {})
+      : bus(std::make_shared<FaultyBus>(broker)) {
+    auto c = MakeBusClientWithStub(std::make_unique<FaultyBusStub>(bus), "faulty:0",
+                                   testing::FaultyBusCredential("me"), options);
     REQUIRE(c.ok());
     client = std::move(c).value();
-  }
-  ~Fixture() {
-    bus->Close();  // ends the fake's streams so the client's threads can stop
-    client.reset();
   }
   static BusClientOptions Fast() {
     BusClientOptions o;
@@ -116,7 +114,8 @@ TEST_CASE("a refused publish is not retried and names topic, bus and agent") {
   auto ack = f.client->Publish("secret-topic", "x");
   REQUIRE_FALSE(ack.ok());
   CHECK(ack.status().code() == StatusCode::kPermissionDenied);
-  CHECK_THAT(ack.status().message(), Catch::Contains("secret-topic") && Catch::Contains("fake:0") &&
+  CHECK_THAT(ack.status().message(), Catch::Contains("secret-topic") &&
+                                         Catch::Contains("faulty:0") &&
                                          Catch::Contains("agent me"));
   CHECK(f.bus->publish_calls() == 1);
 }
@@ -156,7 +155,6 @@ TEST_CASE("a broken subscription resumes at its next offset: no gap, no duplicat
   // New messages keep arriving on the resumed stream.
   f.bus->Append("t", "m10");
   REQUIRE(inbox.WaitMessages(11));
-  f.bus->Close();
   CHECK(f.client->Unsubscribe(*id).ok());
 }
 
@@ -171,12 +169,18 @@ TEST_CASE("a subscription from a checkpointed offset starts exactly there") {
   CHECK(inbox.payloads == std::vector<std::string>{"m4", "m5"});
 }
 
+// A broker that holds the last two messages of a topic.
+BrokerOptions KeepingTwo() {
+  BrokerOptions o;
+  o.retention_messages = 2;
+  return o;
+}
+
 TEST_CASE("an expired offset ends the subscription, or skips to the earliest one when asked") {
   SECTION("by default: kFailed with OUT_OF_RANGE, never a silent gap") {
     Inbox inbox;  // outlives the client, whose threads call it
-    Fixture f;
-    for (int i = 0; i < 5; ++i) f.bus->Append("t", "m" + std::to_string(i));
-    f.bus->ExpireBelow("t", 3);
+    Fixture f(Fixture::Fast(), KeepingTwo());
+    for (int i = 0; i < 5; ++i) f.bus->Append("t", "m" + std::to_string(i));  // 3 and 4 held
     auto id = f.client->Subscribe("t", StartAt::Offset(1), inbox.OnMessage(), inbox.Options());
     REQUIRE(id.ok());
     REQUIRE(inbox.WaitEvent(SubscriptionEvent::Kind::kFailed));
@@ -186,9 +190,8 @@ TEST_CASE("an expired offset ends the subscription, or skips to the earliest one
   }
   SECTION("skip_expired: kOffsetExpired, then on from the earliest held offset") {
     Inbox inbox;  // outlives the client, whose threads call it
-    Fixture f;
-    for (int i = 0; i < 5; ++i) f.bus->Append("t", "m" + std::to_string(i));
-    f.bus->ExpireBelow("t", 3);
+    Fixture f(Fixture::Fast(), KeepingTwo());
+    for (int i = 0; i < 5; ++i) f.bus->Append("t", "m" + std::to_string(i));  // 3 and 4 held
     auto id = f.client->Subscribe("t", StartAt::Offset(1), inbox.OnMessage(), inbox.Options(true));
     REQUIRE(id.ok());
     REQUIRE(inbox.WaitMessages(2));
@@ -203,12 +206,10 @@ TEST_CASE("a broker restart is reported when a subscription resumes") {
   Inbox inbox;  // outlives the client, whose threads call it
   Fixture f;
   for (int i = 0; i < 2; ++i) f.bus->Append("t", "m" + std::to_string(i));
-  f.bus->BreakNextStreamAfter(2);
-  f.bus->Restart(1);  // the first stream reads incarnation 1
   auto id = f.client->Subscribe("t", StartAt::Earliest(), inbox.OnMessage(), inbox.Options());
   REQUIRE(id.ok());
   REQUIRE(inbox.WaitMessages(2));
-  f.bus->Restart(2);  // ... and resumes against incarnation 2
+  f.bus->Restart();  // the stream breaks and resumes against the next incarnation
   REQUIRE(inbox.WaitEvent(SubscriptionEvent::Kind::kBrokerRestarted));
 }
 
@@ -229,7 +230,6 @@ TEST_CASE("async publishes survive a broken stream: resent in order, each stored
     });
   }
   REQUIRE(f.client->Flush(10s).ok());
-  REQUIRE(f.bus->WaitStored("t", 50));
   std::vector<std::string> expected;
   for (int i = 0; i < 50; ++i) expected.push_back("a" + std::to_string(i));
   CHECK(f.bus->Payloads("t") == expected);  // each once, in queue order
@@ -238,6 +238,48 @@ TEST_CASE("async publishes survive a broken stream: resent in order, each stored
   REQUIRE(acks.size() == 50);
   for (size_t i = 1; i < acks.size(); ++i) CHECK(acks[i].sequence == acks[i - 1].sequence + 1);
   CHECK(std::any_of(acks.begin(), acks.end(), [](const PublishAck& a) { return a.duplicate; }));
+}
+
+TEST_CASE("every call reaches the real broker through the stub: large, request, list, stats") {
+  BrokerOptions broker;
+  broker.limits.max_message_bytes = 16 << 20;  // room for a large message
+  Fixture f(Fixture::Fast(), broker);
+  auto server = MakeBusClientWithStub(std::make_unique<FaultyBusStub>(f.bus), "faulty:0",
+                                      testing::FaultyBusCredential("server"), Fixture::Fast());
+  REQUIRE(server.ok());
+  BusClient* answering = server->get();
+  Inbox requests;  // what the server was asked; outlives the client
+  auto id = answering->Receive(
+      StartAt::Earliest(),
+      [&](const BusMessage& m) {
+        requests.OnMessage()(m);
+        answering->Reply(m.request_id(), "re:" + m.payload()).IgnoreError();  // checked below
+      },
+      requests.Options());
+  REQUIRE(id.ok());
+  auto reply = f.client->Request("server", "ping", 10s);
+  REQUIRE(reply.ok());
+  CHECK(reply->payload == "re:ping");
+  CHECK(reply->replier == "server");
+
+  const std::string large(kMaxInlineBytes + 1000, 'x');  // PublishLarge, chunk by chunk
+  auto ack = f.client->Publish("big", large);
+  INFO(ack.status().ToString());
+  REQUIRE(ack.ok());
+  auto fetched = f.client->Fetch("big", ack->offset, 1, 10s);
+  REQUIRE(fetched.ok());
+  REQUIRE(fetched->size() == 1);
+  CHECK(fetched->front().payload() == large);
+
+  auto topics = f.client->ListTopics();
+  REQUIRE(topics.ok());
+  CHECK(std::any_of(topics->begin(), topics->end(),
+                    [](const BusTopicInfo& t) { return t.topic() == "big"; }));
+  auto stats = f.client->Stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->incarnation == 1);
+  CHECK(stats->messages_published >= 2);
+  CHECK(answering->Unsubscribe(*id).ok());
 }
 
 }  // namespace

@@ -1,0 +1,408 @@
+// A real broker behind the generated gRPC stub interface, with scripted faults
+// around it, for unit tests of BusClient (comms/bus_client_stub.h). The broker
+// is agentrt's own (a BusServer on loopback with an open ACL); the stub passes
+// every RPC, synchronous or asynchronous, to a real stub of it and adds only
+// what the network would do: calls that fail before or after the broker stored
+// them (a lost request / a lost answer), subscribe streams that break after N
+// messages, an async publish stream that breaks after storing a batch, and a
+// broker restart (the next incarnation, empty, as a memory broker restarts).
+// Expired offsets come from the broker's own retention (BrokerOptions).
+//
+// Thread-safe: BusClient calls the stub from its background threads.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comms/auth.h"
+#include "comms/bus_server.h"
+#include "comms/proto/bus.grpc.pb.h"
+
+namespace agentrt::testing {
+
+namespace v1 = ::agentrt::bus::v1;
+
+inline constexpr char kFaultyBusSecret[] = "faulty-bus-test-secret-0123456789";
+
+// A credential of `agent` on a FaultyBus.
+inline Credential FaultyBusCredential(const std::string& agent) {
+  return {agent, DeriveAgentToken(kFaultyBusSecret, agent)};
+}
+
+class FaultyBus {
+ public:
+  static constexpr auto kWaitBound = std::chrono::seconds(10);
+
+  explicit FaultyBus(BrokerOptions broker = {}) : broker_(std::move(broker)) { StartBroker(1); }
+
+  // The next `n` unary publishes/sends fail with `code`: before the broker stores
+  // them (`stored` false: a lost request) or after (`stored` true: a lost answer).
+  void FailNextPublishes(int n, grpc::StatusCode code, bool stored) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_n_ = n;
+    fail_code_ = code;
+    fail_after_store_ = stored;
+  }
+  // The next subscribe or receive stream ends with UNAVAILABLE after delivering `n` messages.
+  void BreakNextStreamAfter(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    break_stream_after_ = n;
+  }
+  // The next async publish stream has its `n`-th batch stored, then breaks without
+  // passing the answer on.
+  void BreakNextPublishStreamAtBatch(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    break_publish_stream_at_ = n;
+  }
+  // The broker goes down (open streams end with UNAVAILABLE) and comes back
+  // empty under the next incarnation, as a broker without a durable log does.
+  void Restart() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t next = server_->incarnation() + 1;
+    server_->Shutdown();
+    server_.reset();
+    StartBrokerLocked(next);
+  }
+
+  // Publishes as agent "test" (for tests that only subscribe); returns the offset.
+  int64_t Append(const std::string& topic, const std::string& payload) {
+    v1::PublishRequest req;
+    req.set_topic(topic);
+    req.set_payload(payload);
+    v1::PublishResponse resp;
+    grpc::ClientContext ctx;
+    As(&ctx, "test");
+    const grpc::Status s = Real()->Publish(&ctx, req, &resp);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+    return resp.offset();
+  }
+
+  // Every payload `topic` (or "@inbox/<agent>") holds, in offset order.
+  std::vector<std::string> Payloads(const std::string& topic) {
+    const std::string inbox = "@inbox/";
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + kWaitBound);
+    std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> reader;
+    v1::StartAt earliest;
+    earliest.set_earliest(true);
+    if (topic.rfind(inbox, 0) == 0) {
+      As(&ctx, topic.substr(inbox.size()));
+      v1::ReceiveRequest req;
+      *req.mutable_start() = earliest;
+      reader = Real()->Receive(&ctx, req);
+    } else {
+      As(&ctx, "test");
+      v1::SubscribeRequest req;
+      req.set_topic(topic);
+      *req.mutable_start() = earliest;
+      reader = Real()->Subscribe(&ctx, req);
+    }
+    v1::SubscribeResponse resp;
+    REQUIRE(reader->Read(&resp));
+    REQUIRE(resp.has_header());
+    const int64_t want = resp.header().end_offset() - resp.header().start_offset();
+    std::vector<std::string> out;
+    while (static_cast<int64_t>(out.size()) < want && reader->Read(&resp)) {
+      for (const v1::Message& m : resp.messages()) out.push_back(m.payload());
+    }
+    ctx.TryCancel();
+    reader->Finish().ok();  // CANCELLED, by the line above
+    REQUIRE(static_cast<int64_t>(out.size()) == want);
+    return out;
+  }
+
+  BusStats Stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return server_->Stats();
+  }
+  int publish_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return publish_calls_;
+  }
+  // Where each subscribe/receive stream asked to start: an offset, -1 earliest, -2 latest.
+  std::vector<int64_t> stream_starts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stream_starts_;
+  }
+
+  // For the stub: the broker's current stub, and the faults each call draws.
+  std::shared_ptr<v1::Bus::StubInterface> Real() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stub_;
+  }
+  // A unary publish or send: false, or true with the fault it suffers.
+  bool DrawPublishFault(grpc::StatusCode* code, bool* after_store) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++publish_calls_;
+    if (fail_n_ <= 0) return false;
+    --fail_n_;
+    *code = fail_code_;
+    *after_store = fail_after_store_;
+    return true;
+  }
+  // A subscribe or receive stream from `start`: after how many messages it breaks (-1 never).
+  int DrawStreamBreak(const v1::StartAt& start) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_starts_.push_back(start.has_earliest() ? -1 : start.has_latest() ? -2 : start.offset());
+    return std::exchange(break_stream_after_, -1);
+  }
+  // An async publish stream: at which batch it breaks (-1 never).
+  int DrawPublishStreamBreak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(break_publish_stream_at_, -1);
+  }
+
+ private:
+  void StartBroker(uint64_t incarnation) {
+    std::lock_guard<std::mutex> lock(mu_);
+    StartBrokerLocked(incarnation);
+  }
+  void StartBrokerLocked(uint64_t incarnation) {
+    BusServerOptions o;
+    o.host = "127.0.0.1";
+    o.broker = broker_;
+    o.incarnation = incarnation;
+    BusAcl acl;
+    acl.open = true;
+    auto server = BusServer::Start(o, kFaultyBusSecret, std::move(acl));
+    INFO(server.status().ToString());
+    REQUIRE(server.ok());
+    server_ = std::move(server).value();
+    stub_ = v1::Bus::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+  static void As(grpc::ClientContext* ctx, const std::string& agent) {
+    const Credential c = FaultyBusCredential(agent);
+    ctx->AddMetadata("x-agentrt-agent", c.agent);
+    ctx->AddMetadata("x-agentrt-token", c.token);
+  }
+
+  const BrokerOptions broker_;
+  mutable std::mutex mu_;
+  std::unique_ptr<BusServer> server_;
+  std::shared_ptr<v1::Bus::StubInterface> stub_;
+  int fail_n_ = 0;
+  grpc::StatusCode fail_code_ = grpc::StatusCode::OK;
+  bool fail_after_store_ = false;
+  int break_stream_after_ = -1;
+  int break_publish_stream_at_ = -1;
+  int publish_calls_ = 0;
+  std::vector<int64_t> stream_starts_;
+};
+
+inline grpc::Status Broken() {
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken by the test");
+}
+
+// A real subscribe/receive stream that ends after `remaining` messages (never
+// when negative). It holds the stub, so the channel outlives the stream.
+class BreakingReader final : public grpc::ClientReaderInterface<v1::SubscribeResponse> {
+ public:
+  BreakingReader(std::shared_ptr<v1::Bus::StubInterface> stub, grpc::ClientContext* ctx,
+                 std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> real,
+                 int remaining)
+      : stub_(std::move(stub)), ctx_(ctx), real_(std::move(real)), remaining_(remaining) {}
+
+  bool Read(v1::SubscribeResponse* resp) override {
+    if (broken_ || !real_->Read(resp)) return false;
+    if (remaining_ >= 0 && resp->messages_size() > 0 && resp->messages_size() >= remaining_) {
+      while (resp->messages_size() > remaining_) resp->mutable_messages()->RemoveLast();
+      broken_ = true;
+      ctx_->TryCancel();
+      return resp->messages_size() > 0;
+    }
+    if (remaining_ >= 0) remaining_ -= resp->messages_size();
+    return true;
+  }
+  grpc::Status Finish() override {
+    grpc::Status real = real_->Finish();
+    return broken_ ? Broken() : real;
+  }
+  bool NextMessageSize(uint32_t* sz) override { return real_->NextMessageSize(sz); }
+  void WaitForInitialMetadata() override { real_->WaitForInitialMetadata(); }
+
+ private:
+  std::shared_ptr<v1::Bus::StubInterface> stub_;  // keeps the channel
+  grpc::ClientContext* ctx_;
+  std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> real_;
+  int remaining_;
+  bool broken_ = false;
+};
+
+// A real async publish stream that breaks after the broker answered batch `at`
+// (never when negative). It holds the stub, so the channel outlives the stream.
+class BreakingPublishStream final
+    : public grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse> {
+ public:
+  using Real = grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>;
+  BreakingPublishStream(std::shared_ptr<v1::Bus::StubInterface> stub, grpc::ClientContext* ctx,
+                        std::unique_ptr<Real> real, int at)
+      : stub_(std::move(stub)), ctx_(ctx), real_(std::move(real)), at_(at) {}
+
+  bool Write(const v1::PublishBatchRequest& batch, grpc::WriteOptions options) override {
+    return !broken_ && real_->Write(batch, options);
+  }
+  bool WritesDone() override { return !broken_ && real_->WritesDone(); }
+  bool Read(v1::PublishBatchResponse* resp) override {
+    if (broken_ || !real_->Read(resp)) return false;
+    if (++answered_ == at_) {  // stored; its answer is lost with the stream
+      broken_ = true;
+      ctx_->TryCancel();
+      return false;
+    }
+    return true;
+  }
+  grpc::Status Finish() override {
+    grpc::Status real = real_->Finish();
+    return broken_ ? Broken() : real;
+  }
+  bool NextMessageSize(uint32_t* sz) override { return real_->NextMessageSize(sz); }
+  void WaitForInitialMetadata() override { real_->WaitForInitialMetadata(); }
+
+ private:
+  std::shared_ptr<v1::Bus::StubInterface> stub_;  // keeps the channel
+  grpc::ClientContext* ctx_;
+  std::unique_ptr<Real> real_;
+  int at_;
+  int answered_ = 0;
+  bool broken_ = false;
+};
+
+// The stub a BusClient under test is given: every RPC goes to the FaultyBus's
+// real broker, through the faults the test scripted.
+class FaultyBusStub final : public v1::Bus::StubInterface {
+ public:
+  explicit FaultyBusStub(std::shared_ptr<FaultyBus> bus) : bus_(std::move(bus)) {}
+
+  grpc::Status Publish(grpc::ClientContext* ctx, const v1::PublishRequest& req,
+                       v1::PublishResponse* resp) override {
+    return Unary(ctx, req, resp, &v1::Bus::StubInterface::Publish);
+  }
+  grpc::Status Send(grpc::ClientContext* ctx, const v1::SendRequest& req,
+                    v1::SendResponse* resp) override {
+    return Unary(ctx, req, resp, &v1::Bus::StubInterface::Send);
+  }
+  grpc::Status PublishBatch(grpc::ClientContext* ctx, const v1::PublishBatchRequest& req,
+                            v1::PublishBatchResponse* resp) override {
+    return bus_->Real()->PublishBatch(ctx, req, resp);
+  }
+  grpc::Status Request(grpc::ClientContext* ctx, const v1::RequestRequest& req,
+                       v1::RequestResponse* resp) override {
+    return bus_->Real()->Request(ctx, req, resp);
+  }
+  grpc::Status Reply(grpc::ClientContext* ctx, const v1::ReplyRequest& req,
+                     v1::ReplyResponse* resp) override {
+    return bus_->Real()->Reply(ctx, req, resp);
+  }
+  grpc::Status ListTopics(grpc::ClientContext* ctx, const v1::ListTopicsRequest& req,
+                          v1::ListTopicsResponse* resp) override {
+    return bus_->Real()->ListTopics(ctx, req, resp);
+  }
+  grpc::Status Stats(grpc::ClientContext* ctx, const v1::StatsRequest& req,
+                     v1::StatsResponse* resp) override {
+    return bus_->Real()->Stats(ctx, req, resp);
+  }
+
+ private:
+  template <typename Req, typename Resp, typename Call>
+  grpc::Status Unary(grpc::ClientContext* ctx, const Req& req, Resp* resp, Call call) {
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    bool after_store = false;
+    const bool fault = bus_->DrawPublishFault(&code, &after_store);
+    if (fault && !after_store) return grpc::Status(code, "request lost by the test");
+    const grpc::Status s = (bus_->Real().get()->*call)(ctx, req, resp);
+    if (fault && s.ok()) return grpc::Status(code, "answer lost by the test");
+    return s;
+  }
+
+  grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>*
+  PublishStreamRaw(grpc::ClientContext* ctx) override {
+    auto real = bus_->Real();
+    auto stream = real->PublishStream(ctx);
+    return new BreakingPublishStream(std::move(real), ctx, std::move(stream),
+                                     bus_->DrawPublishStreamBreak());
+  }
+  grpc::ClientReaderInterface<v1::SubscribeResponse>* SubscribeRaw(
+      grpc::ClientContext* ctx, const v1::SubscribeRequest& req) override {
+    auto real = bus_->Real();
+    return Breaking(std::move(real), ctx, real->Subscribe(ctx, req), req.start());
+  }
+  grpc::ClientReaderInterface<v1::SubscribeResponse>* ReceiveRaw(
+      grpc::ClientContext* ctx, const v1::ReceiveRequest& req) override {
+    auto real = bus_->Real();
+    return Breaking(std::move(real), ctx, real->Receive(ctx, req), req.start());
+  }
+  grpc::ClientReaderInterface<v1::SubscribeResponse>* Breaking(
+      std::shared_ptr<v1::Bus::StubInterface> real, grpc::ClientContext* ctx,
+      std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> stream,
+      const v1::StartAt& start) {
+    return new BreakingReader(std::move(real), ctx, std::move(stream),
+                              bus_->DrawStreamBreak(start));
+  }
+  grpc::ClientWriterInterface<v1::PublishChunk>* PublishLargeRaw(
+      grpc::ClientContext* ctx, v1::PublishResponse* resp) override {
+    return bus_->Real()->PublishLarge(ctx, resp).release();
+  }
+
+  // The asynchronous API: passed through untouched (BusClient does not use it).
+#define AGENTRT_PASS_ASYNC_UNARY(Name, Req, Resp)                                         \
+  grpc::ClientAsyncResponseReaderInterface<v1::Resp>* Async##Name##Raw(                   \
+      grpc::ClientContext* ctx, const v1::Req& req, grpc::CompletionQueue* cq) override { \
+    return bus_->Real()->Async##Name(ctx, req, cq).release();                             \
+  }                                                                                       \
+  grpc::ClientAsyncResponseReaderInterface<v1::Resp>* PrepareAsync##Name##Raw(            \
+      grpc::ClientContext* ctx, const v1::Req& req, grpc::CompletionQueue* cq) override { \
+    return bus_->Real()->PrepareAsync##Name(ctx, req, cq).release();                      \
+  }
+  AGENTRT_PASS_ASYNC_UNARY(Publish, PublishRequest, PublishResponse)
+  AGENTRT_PASS_ASYNC_UNARY(PublishBatch, PublishBatchRequest, PublishBatchResponse)
+  AGENTRT_PASS_ASYNC_UNARY(Send, SendRequest, SendResponse)
+  AGENTRT_PASS_ASYNC_UNARY(Request, RequestRequest, RequestResponse)
+  AGENTRT_PASS_ASYNC_UNARY(Reply, ReplyRequest, ReplyResponse)
+  AGENTRT_PASS_ASYNC_UNARY(ListTopics, ListTopicsRequest, ListTopicsResponse)
+  AGENTRT_PASS_ASYNC_UNARY(Stats, StatsRequest, StatsResponse)
+#undef AGENTRT_PASS_ASYNC_UNARY
+#define AGENTRT_PASS_ASYNC_READ(Name, Req)                                                \
+  grpc::ClientAsyncReaderInterface<v1::SubscribeResponse>* Async##Name##Raw(              \
+      grpc::ClientContext* ctx, const v1::Req& req, grpc::CompletionQueue* cq, void* tag) \
+      override {                                                                          \
+    return bus_->Real()->Async##Name(ctx, req, cq, tag).release();                        \
+  }                                                                                       \
+  grpc::ClientAsyncReaderInterface<v1::SubscribeResponse>* PrepareAsync##Name##Raw(       \
+      grpc::ClientContext* ctx, const v1::Req& req, grpc::CompletionQueue* cq) override { \
+    return bus_->Real()->PrepareAsync##Name(ctx, req, cq).release();                      \
+  }
+  AGENTRT_PASS_ASYNC_READ(Subscribe, SubscribeRequest)
+  AGENTRT_PASS_ASYNC_READ(Receive, ReceiveRequest)
+#undef AGENTRT_PASS_ASYNC_READ
+  grpc::ClientAsyncReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>*
+  AsyncPublishStreamRaw(grpc::ClientContext* ctx, grpc::CompletionQueue* cq, void* tag) override {
+    return bus_->Real()->AsyncPublishStream(ctx, cq, tag).release();
+  }
+  grpc::ClientAsyncReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>*
+  PrepareAsyncPublishStreamRaw(grpc::ClientContext* ctx, grpc::CompletionQueue* cq) override {
+    return bus_->Real()->PrepareAsyncPublishStream(ctx, cq).release();
+  }
+  grpc::ClientAsyncWriterInterface<v1::PublishChunk>* AsyncPublishLargeRaw(
+      grpc::ClientContext* ctx, v1::PublishResponse* resp, grpc::CompletionQueue* cq,
+      void* tag) override {
+    return bus_->Real()->AsyncPublishLarge(ctx, resp, cq, tag).release();
+  }
+  grpc::ClientAsyncWriterInterface<v1::PublishChunk>* PrepareAsyncPublishLargeRaw(
+      grpc::ClientContext* ctx, v1::PublishResponse* resp, grpc::CompletionQueue* cq) override {
+    return bus_->Real()->PrepareAsyncPublishLarge(ctx, resp, cq).release();
+  }
+
+  std::shared_ptr<FaultyBus> bus_;
+};
+
+}  // namespace agentrt::testing
