@@ -199,54 +199,69 @@ class FaultyBus {
   std::vector<int64_t> stream_starts_;
 };
 
-inline grpc::Status Broken() {
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken by the test");
-}
+// A real stream of kind `Interface` that the test can break: from then on it
+// reads and writes nothing and finishes UNAVAILABLE, as a cut connection does.
+// It holds the stub, so the channel outlives the stream.
+template <typename Interface>
+class BreakableStream : public Interface {
+ public:
+  grpc::Status Finish() override {
+    grpc::Status real = real_->Finish();
+    if (!broken_) return real;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broken by the test");
+  }
+  bool NextMessageSize(uint32_t* sz) override { return real_->NextMessageSize(sz); }
+  void WaitForInitialMetadata() override { real_->WaitForInitialMetadata(); }
 
-// A real subscribe/receive stream that ends after `remaining` messages (never
-// when negative). It holds the stub, so the channel outlives the stream.
-class BreakingReader final : public grpc::ClientReaderInterface<v1::SubscribeResponse> {
+ protected:
+  BreakableStream(std::shared_ptr<v1::Bus::StubInterface> stub, grpc::ClientContext* ctx,
+                  std::unique_ptr<Interface> real)
+      : stub_(std::move(stub)), ctx_(ctx), real_(std::move(real)) {}
+  void Break() {
+    broken_ = true;
+    ctx_->TryCancel();
+  }
+
+  std::shared_ptr<v1::Bus::StubInterface> stub_;
+  grpc::ClientContext* ctx_;
+  std::unique_ptr<Interface> real_;
+  bool broken_ = false;
+};
+
+// A subscribe/receive stream that ends after `remaining` messages (never when negative).
+class BreakingReader final
+    : public BreakableStream<grpc::ClientReaderInterface<v1::SubscribeResponse>> {
  public:
   BreakingReader(std::shared_ptr<v1::Bus::StubInterface> stub, grpc::ClientContext* ctx,
                  std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> real,
                  int remaining)
-      : stub_(std::move(stub)), ctx_(ctx), real_(std::move(real)), remaining_(remaining) {}
+      : BreakableStream(std::move(stub), ctx, std::move(real)), remaining_(remaining) {}
 
   bool Read(v1::SubscribeResponse* resp) override {
     if (broken_ || !real_->Read(resp)) return false;
     if (remaining_ >= 0 && resp->messages_size() > 0 && resp->messages_size() >= remaining_) {
       while (resp->messages_size() > remaining_) resp->mutable_messages()->RemoveLast();
-      broken_ = true;
-      ctx_->TryCancel();
+      Break();
       return resp->messages_size() > 0;
     }
     if (remaining_ >= 0) remaining_ -= resp->messages_size();
     return true;
   }
-  grpc::Status Finish() override {
-    grpc::Status real = real_->Finish();
-    return broken_ ? Broken() : real;
-  }
-  bool NextMessageSize(uint32_t* sz) override { return real_->NextMessageSize(sz); }
-  void WaitForInitialMetadata() override { real_->WaitForInitialMetadata(); }
 
  private:
-  std::shared_ptr<v1::Bus::StubInterface> stub_;  // keeps the channel
-  grpc::ClientContext* ctx_;
-  std::unique_ptr<grpc::ClientReaderInterface<v1::SubscribeResponse>> real_;
   int remaining_;
-  bool broken_ = false;
 };
 
-// A real async publish stream that breaks after the broker answered batch `at`
-// (never when negative). It holds the stub, so the channel outlives the stream.
-class BreakingPublishStream final
-    : public grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse> {
+using PublishBatchStream =
+    grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>;
+
+// An async publish stream that breaks after the broker answered batch `at`
+// (never when negative): the batch is stored, its answer lost.
+class BreakingPublishStream final : public BreakableStream<PublishBatchStream> {
  public:
-  using Real = grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>;
   BreakingPublishStream(std::shared_ptr<v1::Bus::StubInterface> stub, grpc::ClientContext* ctx,
-                        std::unique_ptr<Real> real, int at)
-      : stub_(std::move(stub)), ctx_(ctx), real_(std::move(real)), at_(at) {}
+                        std::unique_ptr<PublishBatchStream> real, int at)
+      : BreakableStream(std::move(stub), ctx, std::move(real)), at_(at) {}
 
   bool Write(const v1::PublishBatchRequest& batch, grpc::WriteOptions options) override {
     return !broken_ && real_->Write(batch, options);
@@ -254,28 +269,25 @@ class BreakingPublishStream final
   bool WritesDone() override { return !broken_ && real_->WritesDone(); }
   bool Read(v1::PublishBatchResponse* resp) override {
     if (broken_ || !real_->Read(resp)) return false;
-    if (++answered_ == at_) {  // stored; its answer is lost with the stream
-      broken_ = true;
-      ctx_->TryCancel();
+    if (++answered_ == at_) {
+      Break();
       return false;
     }
     return true;
   }
-  grpc::Status Finish() override {
-    grpc::Status real = real_->Finish();
-    return broken_ ? Broken() : real;
-  }
-  bool NextMessageSize(uint32_t* sz) override { return real_->NextMessageSize(sz); }
-  void WaitForInitialMetadata() override { real_->WaitForInitialMetadata(); }
 
  private:
-  std::shared_ptr<v1::Bus::StubInterface> stub_;  // keeps the channel
-  grpc::ClientContext* ctx_;
-  std::unique_ptr<Real> real_;
   int at_;
   int answered_ = 0;
-  bool broken_ = false;
 };
+
+// The unary RPCs the test scripts no faults for (Publish and Send it does).
+#define AGENTRT_FAULTLESS_UNARY(X)                           \
+  X(PublishBatch, PublishBatchRequest, PublishBatchResponse) \
+  X(Request, RequestRequest, RequestResponse)                \
+  X(Reply, ReplyRequest, ReplyResponse)                      \
+  X(ListTopics, ListTopicsRequest, ListTopicsResponse)       \
+  X(Stats, StatsRequest, StatsResponse)
 
 // The stub a BusClient under test is given: every RPC goes to the FaultyBus's
 // real broker, through the faults the test scripted.
@@ -291,26 +303,12 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
                     v1::SendResponse* resp) override {
     return Unary(ctx, req, resp, &v1::Bus::StubInterface::Send);
   }
-  grpc::Status PublishBatch(grpc::ClientContext* ctx, const v1::PublishBatchRequest& req,
-                            v1::PublishBatchResponse* resp) override {
-    return bus_->Real()->PublishBatch(ctx, req, resp);
+#define AGENTRT_PASS_UNARY(Name, Req, Resp)                                                  \
+  grpc::Status Name(grpc::ClientContext* ctx, const v1::Req& req, v1::Resp* resp) override { \
+    return bus_->Real()->Name(ctx, req, resp);                                               \
   }
-  grpc::Status Request(grpc::ClientContext* ctx, const v1::RequestRequest& req,
-                       v1::RequestResponse* resp) override {
-    return bus_->Real()->Request(ctx, req, resp);
-  }
-  grpc::Status Reply(grpc::ClientContext* ctx, const v1::ReplyRequest& req,
-                     v1::ReplyResponse* resp) override {
-    return bus_->Real()->Reply(ctx, req, resp);
-  }
-  grpc::Status ListTopics(grpc::ClientContext* ctx, const v1::ListTopicsRequest& req,
-                          v1::ListTopicsResponse* resp) override {
-    return bus_->Real()->ListTopics(ctx, req, resp);
-  }
-  grpc::Status Stats(grpc::ClientContext* ctx, const v1::StatsRequest& req,
-                     v1::StatsResponse* resp) override {
-    return bus_->Real()->Stats(ctx, req, resp);
-  }
+  AGENTRT_FAULTLESS_UNARY(AGENTRT_PASS_UNARY)
+#undef AGENTRT_PASS_UNARY
 
  private:
   template <typename Req, typename Resp, typename Call>
@@ -324,8 +322,7 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
     return s;
   }
 
-  grpc::ClientReaderWriterInterface<v1::PublishBatchRequest, v1::PublishBatchResponse>*
-  PublishStreamRaw(grpc::ClientContext* ctx) override {
+  PublishBatchStream* PublishStreamRaw(grpc::ClientContext* ctx) override {
     auto real = bus_->Real();
     auto stream = real->PublishStream(ctx);
     return new BreakingPublishStream(std::move(real), ctx, std::move(stream),
@@ -364,12 +361,8 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
     return bus_->Real()->PrepareAsync##Name(ctx, req, cq).release();                      \
   }
   AGENTRT_PASS_ASYNC_UNARY(Publish, PublishRequest, PublishResponse)
-  AGENTRT_PASS_ASYNC_UNARY(PublishBatch, PublishBatchRequest, PublishBatchResponse)
   AGENTRT_PASS_ASYNC_UNARY(Send, SendRequest, SendResponse)
-  AGENTRT_PASS_ASYNC_UNARY(Request, RequestRequest, RequestResponse)
-  AGENTRT_PASS_ASYNC_UNARY(Reply, ReplyRequest, ReplyResponse)
-  AGENTRT_PASS_ASYNC_UNARY(ListTopics, ListTopicsRequest, ListTopicsResponse)
-  AGENTRT_PASS_ASYNC_UNARY(Stats, StatsRequest, StatsResponse)
+  AGENTRT_FAULTLESS_UNARY(AGENTRT_PASS_ASYNC_UNARY)
 #undef AGENTRT_PASS_ASYNC_UNARY
 #define AGENTRT_PASS_ASYNC_READ(Name, Req)                                                \
   grpc::ClientAsyncReaderInterface<v1::SubscribeResponse>* Async##Name##Raw(              \
@@ -404,5 +397,6 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
 
   std::shared_ptr<FaultyBus> bus_;
 };
+#undef AGENTRT_FAULTLESS_UNARY
 
 }  // namespace agentrt::testing
