@@ -38,6 +38,7 @@
 #include "scheduler/inventory.h"
 #include "scheduler/launch_backend.h"
 #include "scheduler/node_failover.h"
+#include "scheduler/pbt_service.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/status.h"
 
@@ -47,9 +48,6 @@ class BusServer;
 class TelemetryReceiver;
 class MetricsWriter;
 class LeagueService;
-struct TelemetryMessage;
-class PbtScheduler;
-struct PbtDecision;
 
 // A plan with the run directory made for it.
 struct PreparedRun {
@@ -162,21 +160,14 @@ class RunDriver {
   Status StartBus(const std::string& secret);
   Status StartTelemetry(const std::string& secret);
   Status StartLeague(const std::string& secret);
-  void StartPbt();
   void StartSupervisor();
+  void StartPbt();
   void WriteStatus();
   // A metrics.jsonl write or flush that failed: said once, the run goes on.
   void CheckMetrics(const Status& s);
   void ReportChanges(double t);
   // The RelaunchAdvisor of a run with node failover.
   RelaunchAdvice AdviseRelaunch(AgentLaunch& launch);
-  // PBT (scheduler/pbt.h): a metrics report may start an exploit; pending
-  // ones go on once the donor has checkpointed (or checkpoint_wait_s passed).
-  void OnPbtReport(const TelemetryMessage& m);
-  void AdvanceExploits();
-  // Runs while the recipient is down: adopts the donor's checkpoint, writes
-  // the new args to plan.json and a line to lineage.jsonl.
-  void ExecuteExploit(const PbtDecision& d);
   void WarnLeague();
   // Stop and restart requests from RUN_DIR/control (scheduler/control.h).
   void TakeControlRequests();
@@ -201,9 +192,7 @@ class RunDriver {
   std::unique_ptr<LeagueService> league_;  // before bus_ in destruction: a client of it
   int64_t league_refused_seen_ = 0;
   int64_t league_commit_failures_seen_ = 0;
-  std::unique_ptr<PbtScheduler> pbt_;
-  struct PendingExploit;
-  std::vector<std::unique_ptr<PendingExploit>> exploits_;
+  std::unique_ptr<PbtService> pbt_;
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;

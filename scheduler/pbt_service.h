@@ -1,0 +1,54 @@
+// PBT in a running run, a service of the run driver: metrics reports go to the
+// PbtScheduler (scheduler/pbt.h); an exploit it decides waits for a fresh
+// checkpoint of the donor (or checkpoint_wait_s), then replaces the recipient:
+// while it is down, the donor's checkpoint is adopted into the recipient's
+// directory, its new args go to plan.json and a line to lineage.jsonl.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/clock.h"
+#include "comms/telemetry.h"
+#include "plan/plan.h"
+#include "plan/records.h"
+#include "plan/run_dir.h"
+#include "scheduler/league_service.h"
+#include "scheduler/pbt.h"
+#include "scheduler/run_controller.h"
+
+namespace agentrt {
+
+class RunObserver;
+
+class PbtService {
+ public:
+  // `plan` (whose args an exploit changes), `controller`, `clock` and
+  // `observer` outlive the service; `league` (may be null) gives ratings.
+  PbtService(Plan* plan, RunDir dir, RunController* controller, const LeagueService* league,
+             const Clock* clock, RunObserver* observer);
+  ~PbtService();
+
+  // A metrics report (rank 0 of the current incarnation counts): may decide
+  // an exploit and ask the donor for a checkpoint.
+  void OnReport(const TelemetryMessage& m);
+  // Exploits whose donor checkpoint is ready (or waited for long enough)
+  // replace their recipient.
+  void Advance();
+
+ private:
+  struct PendingExploit;
+  // Runs while the recipient is down.
+  void Execute(const PbtDecision& d);
+
+  Plan* plan_;
+  RunDir dir_;
+  RunController* controller_;
+  const LeagueService* league_;
+  const Clock* clock_;
+  RunObserver* observer_;
+  PbtScheduler pbt_;
+  std::vector<std::unique_ptr<PendingExploit>> exploits_;
+};
+
+}  // namespace agentrt
