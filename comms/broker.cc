@@ -325,11 +325,9 @@ Broker::Stored Broker::Append(const std::shared_ptr<Log>& log, v1::Message&& msg
 
 Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& req,
                             bool check_acl) {
-  if (Status s = ValidatePublish(req, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext("publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " +
-                         agent);
-  }
+  AGENTRT_RETURN_IF_ERROR(CheckValid(ValidatePublish(req, options_.limits), [&] {
+    return "publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " + agent;
+  }));
   if (!req.publisher().empty() && req.publisher() != agent) {
     return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
   }
@@ -450,10 +448,8 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
 }
 
 Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResponse* resp) {
-  if (Status s = ValidateSend(req, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext("send from agent " + agent);
-  }
+  AGENTRT_RETURN_IF_ERROR(
+      CheckValid(ValidateSend(req, options_.limits), [&] { return "send from agent " + agent; }));
   if (!access_.acl().IsAgent(req.to()))
     return NotFound("send from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
   v1::Message msg;

@@ -185,6 +185,14 @@ class Broker {
   bool shutting_down() const { return shutdown_.load(std::memory_order_acquire); }
 
   void CountInvalid() { rejected_invalid_.fetch_add(1, std::memory_order_relaxed); }
+  // A request's validation: an error is counted and said with `what()`'s
+  // context (called only then, so the valid path builds no string).
+  template <typename What>
+  Status CheckValid(Status validated, const What& what) {
+    if (validated.ok()) return validated;
+    CountInvalid();
+    return validated.WithContext(what());
+  }
   void StreamOpened() { active_streams_.fetch_add(1, std::memory_order_relaxed); }
   void StreamClosed() { active_streams_.fetch_sub(1, std::memory_order_relaxed); }
 

@@ -96,10 +96,8 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   v1::PublishRequest& head = *first.mutable_head();
   const std::string what =
       "large publish to topic \"" + head.topic().substr(0, 64) + "\" by agent " + agent;
-  if (Status s = ValidatePublishHead(first, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext(what);
-  }
+  AGENTRT_RETURN_IF_ERROR(
+      CheckValid(ValidatePublishHead(first, options_.limits), [&] { return what; }));
   AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, head));
   if (head.publisher_id() != 0) {
     // A retry of a stored message is answered before its bytes are read.

@@ -82,10 +82,8 @@ Result<Broker::Reader> Broker::OpenReader(std::shared_ptr<Log> log, const v1::St
 Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent,
                                                const v1::SubscribeRequest& req,
                                                v1::SubscribeResponse::Header* header) {
-  if (Status s = ValidateSubscribe(req, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext("subscribe by agent " + agent);
-  }
+  AGENTRT_RETURN_IF_ERROR(CheckValid(ValidateSubscribe(req, options_.limits),
+                                     [&] { return "subscribe by agent " + agent; }));
   if (!access_.acl().MaySubscribe(agent, req.topic())) {
     return Deny("agent " + agent + " may not subscribe to topic \"" + req.topic() +
                 "\" (no channel in the plan lists it as a subscriber)");
@@ -97,10 +95,8 @@ Result<Broker::Reader> Broker::OpenTopicReader(const std::string& agent,
 Result<Broker::Reader> Broker::OpenInboxReader(const std::string& agent,
                                                const v1::ReceiveRequest& req,
                                                v1::SubscribeResponse::Header* header) {
-  if (Status s = ValidateReceive(req, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext("receive by agent " + agent);
-  }
+  AGENTRT_RETURN_IF_ERROR(CheckValid(ValidateReceive(req, options_.limits),
+                                     [&] { return "receive by agent " + agent; }));
   return OpenReader(GetLog(InboxName(agent), true), req.start(), req.incarnation(),
                     req.max_batch_messages(), req.local_files(), header);
 }

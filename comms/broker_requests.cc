@@ -21,10 +21,8 @@ using namespace broker_internal;  // NOLINT(google-build-using-namespace): its o
 Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
                        std::chrono::system_clock::time_point deadline,
                        const std::function<bool()>& cancelled, v1::RequestResponse* resp) {
-  if (Status s = ValidateRequest(req, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext("request from agent " + agent);
-  }
+  AGENTRT_RETURN_IF_ERROR(CheckValid(ValidateRequest(req, options_.limits),
+                                     [&] { return "request from agent " + agent; }));
   if (!access_.acl().IsAgent(req.to())) {
     return NotFound("request from agent " + agent + ": no agent \"" + req.to() + "\" in this run");
   }
@@ -56,10 +54,8 @@ Status Broker::Request(const std::string& agent, v1::RequestRequest& req,
 }
 
 Status Broker::Reply(const std::string& agent, v1::ReplyRequest& req) {
-  if (Status s = ValidateReply(req, options_.limits); !s.ok()) {
-    CountInvalid();
-    return s.WithContext("reply from agent " + agent);
-  }
+  AGENTRT_RETURN_IF_ERROR(
+      CheckValid(ValidateReply(req, options_.limits), [&] { return "reply from agent " + agent; }));
   Status answered = requests_.Answer(req.request_id(), agent, req);
   if (answered.code() == StatusCode::kPermissionDenied) return Deny(answered.message());
   return answered.WithContext("reply from agent " + agent);

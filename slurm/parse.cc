@@ -57,6 +57,28 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
   return parts;
 }
 
+// Each line of `command`'s output, `n` '|'-separated columns (printed with
+// `format`), made a Record by `row(columns, line number)`; a line with other
+// than `n` columns is an error that quotes it.
+template <typename Record, typename Row>
+Result<std::vector<Record>> ParseRows(std::string_view text, size_t n, std::string_view command,
+                                      std::string_view format, const Row& row) {
+  std::vector<Record> records;
+  int line_no = 0;
+  for (std::string_view line : SplitLines(text)) {
+    ++line_no;
+    const std::vector<std::string_view> cols = Split(line, '|');
+    if (cols.size() != n) {
+      return InvalidArgument(
+          fmt::format("{} output, line {}: expected {} '|'-separated columns (format {}), got '{}'",
+                      command, line_no, n, format, line));
+    }
+    AGENTRT_ASSIGN_OR_RETURN(Record r, row(cols, line_no));
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
 bool ParseInt(std::string_view s, int& out) {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && ptr == s.data() + s.size();
@@ -172,56 +194,39 @@ Result<std::vector<JobRecord>> ParseScontrolJobs(std::string_view text) {
 }
 
 Result<std::vector<StepRecord>> ParseSqueueSteps(std::string_view text) {
-  std::vector<StepRecord> steps;
-  int line_no = 0;
-  for (std::string_view line : SplitLines(text)) {
-    ++line_no;
-    auto cols = Split(line, '|');
-    if (cols.size() != 3) {
-      return InvalidArgument(
-          fmt::format("squeue --steps output, line {}: expected 3 '|'-separated columns "
-                      "(format {}), got '{}'",
-                      line_no, kSqueueStepFormat, line));
-    }
-    StepRecord s;
-    s.step_id = std::string(cols[0]);
-    size_t dot = s.step_id.rfind('.');
-    if (dot == std::string::npos) {
-      return InvalidArgument(fmt::format("squeue --steps output, line {}: step id '{}' has no '.'",
-                                         line_no, s.step_id));
-    }
-    s.job = s.step_id.substr(0, dot);
-    s.step = s.step_id.substr(dot + 1);
-    s.name = std::string(cols[1]);
-    s.node_list = std::string(cols[2]);
-    steps.push_back(std::move(s));
-  }
-  return steps;
+  return ParseRows<StepRecord>(
+      text, 3, "squeue --steps", kSqueueStepFormat,
+      [](const std::vector<std::string_view>& cols, int line_no) -> Result<StepRecord> {
+        StepRecord s;
+        s.step_id = std::string(cols[0]);
+        size_t dot = s.step_id.rfind('.');
+        if (dot == std::string::npos) {
+          return InvalidArgument(fmt::format(
+              "squeue --steps output, line {}: step id '{}' has no '.'", line_no, s.step_id));
+        }
+        s.job = s.step_id.substr(0, dot);
+        s.step = s.step_id.substr(dot + 1);
+        s.name = std::string(cols[1]);
+        s.node_list = std::string(cols[2]);
+        return s;
+      });
 }
 
 Result<std::vector<AccountingRecord>> ParseSacct(std::string_view text) {
-  std::vector<AccountingRecord> rows;
-  int line_no = 0;
-  for (std::string_view line : SplitLines(text)) {
-    ++line_no;
-    auto cols = Split(line, '|');
-    if (cols.size() != 5) {
-      return InvalidArgument(
-          fmt::format("sacct output, line {}: expected 5 '|'-separated columns ({}), got '{}'",
-                      line_no, kSacctFields, line));
-    }
-    AccountingRecord r;
-    r.job_id = std::string(cols[0]);
-    r.name = std::string(cols[1]);
-    r.state = ParseJobState(cols[2]);
-    auto ec = ParseExitCode(cols[3]);
-    if (!ec.ok()) return ec.status().WithContext(fmt::format("sacct output, line {}", line_no));
-    r.exit_code = ec->first;
-    r.exit_signal = ec->second;
-    r.node_list = std::string(cols[4]);
-    rows.push_back(std::move(r));
-  }
-  return rows;
+  return ParseRows<AccountingRecord>(
+      text, 5, "sacct", kSacctFields,
+      [](const std::vector<std::string_view>& cols, int line_no) -> Result<AccountingRecord> {
+        AccountingRecord r;
+        r.job_id = std::string(cols[0]);
+        r.name = std::string(cols[1]);
+        r.state = ParseJobState(cols[2]);
+        auto ec = ParseExitCode(cols[3]);
+        if (!ec.ok()) return ec.status().WithContext(fmt::format("sacct output, line {}", line_no));
+        r.exit_code = ec->first;
+        r.exit_signal = ec->second;
+        r.node_list = std::string(cols[4]);
+        return r;
+      });
 }
 
 Result<std::string> ParseSbatchParsable(std::string_view text) {

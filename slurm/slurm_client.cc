@@ -14,6 +14,21 @@ std::string Tail(const std::string& s, size_t max_bytes = 2000) {
   return t;
 }
 
+// UNAVAILABLE: `argv` exited non-zero; its last output says why.
+Status Failed(const std::vector<std::string>& argv, const CommandOutput& out) {
+  std::string err = Tail(out.err.empty() ? out.out : out.err);
+  return Status(StatusCode::kUnavailable,
+                fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv), out.exit_code,
+                            err.empty() ? "(no output)" : err));
+}
+
+// What a parser made of argv's output; its error names the command.
+template <typename T>
+Result<T> ParsedFrom(const std::vector<std::string>& argv, Result<T> parsed) {
+  if (!parsed.ok()) return parsed.status().WithContext(FormatCommand(argv));
+  return parsed;
+}
+
 }  // namespace
 
 SlurmClient::SlurmClient(CommandRunner& runner, SlurmClientOptions options)
@@ -21,12 +36,7 @@ SlurmClient::SlurmClient(CommandRunner& runner, SlurmClientOptions options)
 
 Result<CommandOutput> SlurmClient::RunChecked(const std::vector<std::string>& argv) {
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, runner_.Run(argv, options_.command_timeout_s));
-  if (out.exit_code != 0) {
-    std::string err = Tail(out.err.empty() ? out.out : out.err);
-    return Status(StatusCode::kUnavailable,
-                  fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
-                              out.exit_code, err.empty() ? "(no output)" : err));
-  }
+  if (out.exit_code != 0) return Failed(argv, out);
   return out;
 }
 
@@ -36,9 +46,7 @@ Result<std::string> SlurmClient::Submit(const std::string& script_path,
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back(script_path);
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, RunChecked(argv));
-  auto id = ParseSbatchParsable(out.out);
-  if (!id.ok()) return id.status().WithContext(FormatCommand(argv));
-  return id;
+  return ParsedFrom(argv, ParseSbatchParsable(out.out));
 }
 
 Result<std::vector<JobRecord>> SlurmClient::ShowJob(std::string_view job_id) {
@@ -51,21 +59,16 @@ Result<std::vector<JobRecord>> SlurmClient::ShowJob(std::string_view job_id) {
                       "MinJobAge ago): {}",
                       job_id, Tail(out.err)));
     }
-    return Unavailable(fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
-                                   out.exit_code, Tail(out.err)));
+    return Failed(argv, out);
   }
-  auto jobs = ParseScontrolJobs(out.out);
-  if (!jobs.ok()) return jobs.status().WithContext(FormatCommand(argv));
-  return jobs;
+  return ParsedFrom(argv, ParseScontrolJobs(out.out));
 }
 
 Result<std::vector<StepRecord>> SlurmClient::Steps(std::string_view job_id) {
   std::vector<std::string> argv = {
       "squeue", "-h", "--steps", "-j", std::string(job_id), "-o", std::string(kSqueueStepFormat)};
   AGENTRT_ASSIGN_OR_RETURN(CommandOutput out, RunChecked(argv));
-  auto steps = ParseSqueueSteps(out.out);
-  if (!steps.ok()) return steps.status().WithContext(FormatCommand(argv));
-  return steps;
+  return ParsedFrom(argv, ParseSqueueSteps(out.out));
 }
 
 Result<std::vector<AccountingRecord>> SlurmClient::Accounting(std::string_view job_id) {
@@ -79,13 +82,8 @@ Result<std::vector<AccountingRecord>> SlurmClient::Accounting(std::string_view j
                     "ShowJob/Steps instead: {}",
                     FormatCommand(argv), Tail(out.err)));
   }
-  if (out.exit_code != 0) {
-    return Unavailable(fmt::format("'{}' failed with exit code {}: {}", FormatCommand(argv),
-                                   out.exit_code, Tail(out.err)));
-  }
-  auto rows = ParseSacct(out.out);
-  if (!rows.ok()) return rows.status().WithContext(FormatCommand(argv));
-  return rows;
+  if (out.exit_code != 0) return Failed(argv, out);
+  return ParsedFrom(argv, ParseSacct(out.out));
 }
 
 Status SlurmClient::Cancel(std::string_view job_id, const CancelOptions& options) {
