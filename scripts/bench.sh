@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: runs every benchmark program built from bench/. Each prints, last,
-# one JSON object per figure: {"bench","metric","value","unit","anchor","anchor_value","ratio"}.
+# one JSON object per figure: {"bench","metric","value","unit","anchor","anchor_value","ratio"}
+# (C++ benchmarks print it through bench/figure.h).
 set -uo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."

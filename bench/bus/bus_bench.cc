@@ -44,6 +44,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "bench/figure.h"
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
@@ -51,6 +52,8 @@
 #include "echo.grpc.pb.h"
 
 namespace {
+
+using agentrt::bench::Median;
 
 using agentrt::BusClient;
 using agentrt::BusMessage;
@@ -302,11 +305,6 @@ double Percentile(std::vector<int64_t> v, double p) {
       v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))]);
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 Flow BusFlow(const std::string& address, const std::string& topic, int64_t n, size_t size) {
   Child sub = Spawn({"bus-sub", address, topic, std::to_string(n), "0"});
   sub.WaitReady();
@@ -411,12 +409,9 @@ double ZmqFanout(size_t size, int subs) {
   return static_cast<double>(size) * subs / static_cast<double>(last - t0);
 }
 
-void PrintFigure(const char* metric, double value, const char* unit, const char* anchor,
+void PrintFigure(const std::string& metric, double value, const char* unit, const char* anchor,
                  double anchor_value) {
-  std::printf(
-      "{\"bench\":\"bus\",\"metric\":\"%s\",\"value\":%.2f,\"unit\":\"%s\",\"anchor\":\"%s\","
-      "\"anchor_value\":%.2f,\"ratio\":%.3f}\n",
-      metric, value, unit, anchor, anchor_value, value / anchor_value);
+  agentrt::bench::PrintFigure("bus", metric, value, unit, anchor, anchor_value);
 }
 
 struct Recovery {

@@ -35,8 +35,11 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
+#include "bench/figure.h"
 
 namespace {
+
+using agentrt::bench::Median;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -51,12 +54,6 @@ double CpuSeconds() {
   ::getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 [[noreturn]] void Die(const std::string& what) {
@@ -146,14 +143,7 @@ void OnEveryRank(int shards, Fn fn) {
 
 void PrintFigure(const char* metric, double value, const char* unit, const std::string& anchor,
                  double anchor_value) {
-  nlohmann::json j = {{"bench", "checkpoint"},
-                      {"metric", metric},
-                      {"value", value},
-                      {"unit", unit},
-                      {"anchor", anchor},
-                      {"anchor_value", anchor_value},
-                      {"ratio", anchor_value > 0 ? value / anchor_value : 0.0}};
-  std::cout << j.dump() << std::endl;
+  agentrt::bench::PrintFigure("checkpoint", metric, value, unit, anchor, anchor_value);
 }
 
 }  // namespace

@@ -6,24 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/figure.h"
+
 namespace agentrt::bench {
 
-// One figure: {"bench","metric","value","unit","anchor","anchor_value","ratio"}.
+// One figure of this benchmark's (bench/figure.h's line).
 inline std::string FigureJson(const std::string& metric, double value, const std::string& unit,
                               const std::string& anchor, double anchor_value) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "{\"bench\":\"collectives\",\"metric\":\"%s\",\"value\":%.6g,\"unit\":\"%s\","
-                "\"anchor\":\"%s\",\"anchor_value\":%.6g,\"ratio\":%.4f}",
-                metric.c_str(), value, unit.c_str(), anchor.c_str(), anchor_value,
-                anchor_value != 0 ? value / anchor_value : 0.0);
-  return buf;
-}
-
-inline double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+  return FigureJson("collectives", metric, value, unit, anchor, anchor_value);
 }
 
 inline std::string SizeName(size_t bytes) {

@@ -14,16 +14,11 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench/figure.h"
 
 namespace {
 
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return {};
-  buf[n] = '\0';
-  return buf;
-}
+using agentrt::bench::SelfPath;
 
 // Runs one mpirun world; its human-readable lines go to stderr, figure lines are collected.
 bool RunWorld(int np, const std::string& mode, std::vector<std::string>* figures) {

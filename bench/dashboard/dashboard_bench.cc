@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "bench/figure.h"
 #include "dashboard/server.h"
 #include "plan/plan.h"
 #include "plan/run_dir.h"
@@ -40,10 +41,7 @@ double CpuSeconds() {
 
 void Figure(const char* metric, double value, const char* unit, const char* anchor,
             double anchor_value) {
-  std::printf(
-      "{\"bench\":\"dashboard\",\"metric\":\"%s\",\"value\":%.4f,\"unit\":\"%s\",\"anchor\":\"%s\","
-      "\"anchor_value\":%.4f,\"ratio\":%.3f}\n",
-      metric, value, unit, anchor, anchor_value, value / anchor_value);
+  agentrt::bench::PrintFigure("dashboard", metric, value, unit, anchor, anchor_value);
 }
 
 [[noreturn]] void Die(const std::string& why) {

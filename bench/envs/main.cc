@@ -12,18 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/figure.h"
 #include "envs/cartpole.h"
 #include "envs/env_pool.h"
 #include "envs/rng.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using agentrt::bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using Clock = std::chrono::steady_clock;
 
 // Random actions prepared up front so the loop measures the env, not the RNG.
 std::vector<float> ActionTable(size_t n) {
@@ -112,14 +110,7 @@ double PythonStepsPerSecond() {
 
 void Figure(const std::string& metric, double value, const std::string& anchor,
             double anchor_value) {
-  nlohmann::json j = {{"bench", "envs"},
-                      {"metric", metric},
-                      {"value", value},
-                      {"unit", "steps/s"},
-                      {"anchor", anchor},
-                      {"anchor_value", anchor_value},
-                      {"ratio", anchor_value > 0 ? value / anchor_value : 0.0}};
-  std::puts(j.dump().c_str());
+  agentrt::bench::PrintFigure("envs", metric, value, "steps/s", anchor, anchor_value);
 }
 
 }  // namespace

@@ -33,12 +33,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench/figure.h"
 #include "comms/telemetry.h"
 #include "scheduler/process.h"
 
 namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+using agentrt::bench::Median;
 
 std::atomic<bool> g_stop{false};
 void OnTerm(int) { g_stop.store(true); }
@@ -80,12 +83,6 @@ int NoopAgent() {
   }
   send(agentrt::TelemetryType::kBye);
   return 0;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0
-                   : (v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
@@ -293,19 +290,12 @@ int main(int argc, char** argv) {
   const double anchor_ms = Median(anchor_s) * 1e3;
   for (const auto& v : variants) {
     const double ms = Median(v.up_s) * 1e3;
-    std::printf(
-        "%s\n",
-        fmt::format(
-            R"J({{"bench":"launch","metric":"time_to_first_heartbeat_all_ranks_{}x{}_{}","value":{:.1f},"unit":"ms","anchor":"mpirun -np {} (same no-op program)","anchor_value":{:.1f},"ratio":{:.3f}}})J",
-            agents, ranks, v.name, ms, total, anchor_ms, ms / anchor_ms)
-            .c_str());
+    agentrt::bench::PrintFigure(
+        "launch", fmt::format("time_to_first_heartbeat_all_ranks_{}x{}_{}", agents, ranks, v.name),
+        ms, "ms", fmt::format("mpirun -np {} (same no-op program)", total), anchor_ms);
   }
   const double cpu = Median(variants[0].cpu_pct);
-  std::printf(
-      "%s\n",
-      fmt::format(
-          R"J({{"bench":"launch","metric":"controller_cpu_{}_ranks_heartbeating","value":{:.3f},"unit":"% of one core","anchor":"goal: 2% of one core","anchor_value":2.0,"ratio":{:.3f}}})J",
-          total, cpu, cpu / 2.0)
-          .c_str());
+  agentrt::bench::PrintFigure("launch", fmt::format("controller_cpu_{}_ranks_heartbeating", total),
+                              cpu, "% of one core", "goal: 2% of one core", 2.0);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/figure.h"
 #include "scheduler/planner.h"
 
 namespace {
@@ -95,17 +96,9 @@ int main(int argc, char** argv) {
       plan.agents.size(), inventory.nodes.size(), 16000, runs, ms.front(), median, ms.back());
   std::printf("sub-node agents inside one NVLink domain: %d of %d\n", in_one_domain, sub_node);
   const double anchor_ms = 10000.0 / 500.0 * 1000.0;  // SLURM ~500 jobs/s (documented)
-  std::printf(
-      "{\"bench\": \"plan_scale\", \"metric\": \"plan_10k_agents_2k_nodes\", \"value\": %.2f, "
-      "\"unit\": \"ms\", "
-      "\"anchor\": \"slurm_scheduler_500_jobs_per_s_documented\", \"anchor_value\": %.1f, "
-      "\"ratio\": %.6f}\n",
-      median, anchor_ms, median / anchor_ms);
-  std::printf(
-      "{\"bench\": \"plan_scale\", \"metric\": \"subnode_agents_in_one_nvlink_domain\", \"value\": "
-      "%.2f, "
-      "\"unit\": \"%%\", \"anchor\": \"goal_all_when_total_fits\", \"anchor_value\": 100.0, "
-      "\"ratio\": %.4f}\n",
-      share, share / 100.0);
+  agentrt::bench::PrintFigure("plan_scale", "plan_10k_agents_2k_nodes", median, "ms",
+                              "slurm_scheduler_500_jobs_per_s_documented", anchor_ms);
+  agentrt::bench::PrintFigure("plan_scale", "subnode_agents_in_one_nvlink_domain", share, "%",
+                              "goal_all_when_total_fits", 100.0);
   return 0;
 }

@@ -18,19 +18,15 @@
 #include <vector>
 
 #include "agent_runtime/group.h"
+#include "bench/figure.h"
 #include "learners/ppo_trainer.h"
 
 namespace {
 
-constexpr int kUpdates = 20;
+using agentrt::bench::Median;
+using agentrt::bench::SelfPath;
 
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return {};
-  buf[n] = '\0';
-  return buf;
-}
+constexpr int kUpdates = 20;
 
 // Trains `updates` updates after one warm-up; returns the group's samples/s.
 double Train(agentrt::Group& group, int updates) {
@@ -90,20 +86,9 @@ double TwoRanks() {
   return rc == 0 ? sps : 0.0;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void Figure(const std::string& metric, double value, double anchor_value) {
-  nlohmann::json j = {{"bench", "ppo"},
-                      {"metric", metric},
-                      {"value", value},
-                      {"unit", "samples/s"},
-                      {"anchor", "ppo_cartpole_samples_per_s_1_rank"},
-                      {"anchor_value", anchor_value},
-                      {"ratio", anchor_value > 0 ? value / anchor_value : 0.0}};
-  std::puts(j.dump().c_str());
+  agentrt::bench::PrintFigure("ppo", metric, value, "samples/s",
+                              "ppo_cartpole_samples_per_s_1_rank", anchor_value);
 }
 
 }  // namespace

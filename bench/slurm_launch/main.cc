@@ -28,12 +28,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/figure.h"
 #include "slurm/command_runner.h"
 #include "slurm/slurm_client.h"
 
 namespace fs = std::filesystem;
 using agentrt::slurm::CommandRunner;
 using agentrt::slurm::SlurmClient;
+
+using agentrt::bench::Median;
 
 namespace {
 
@@ -77,11 +80,6 @@ double WaitForRanks(const fs::path& dir, double timeout_s) {
     usleep(10 * 1000);
   }
   Die(fmt::format("not every rank started within {} s (see {})", timeout_s, dir.string()));
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The rank: note the start time, exit. Written atomically (rename) so the
@@ -234,20 +232,11 @@ wait
 
   double a = Median(agentrt_s);
   double p = Median(plain_s);
-  std::printf(
-      "{\"bench\":\"slurm_launch\",\"metric\":\"sbatch_array_submit_to_all_ranks_running\","
-      "\"value\":%.3f,"
-      "\"unit\":\"s\",\"anchor\":\"plain sbatch script srun-ing the same 6 "
-      "ranks\",\"anchor_value\":%.3f,"
-      "\"ratio\":%.3f}\n",
-      a, p, a / p);
+  const char* anchor = "plain sbatch script srun-ing the same 6 ranks";
+  agentrt::bench::PrintFigure("slurm_launch", "sbatch_array_submit_to_all_ranks_running", a, "s",
+                              anchor, p);
   const double al = Median(alloc_s);
-  std::printf(
-      "{\"bench\":\"slurm_launch\",\"metric\":\"run_backend_slurm_submit_to_all_ranks_running\","
-      "\"value\":%.3f,"
-      "\"unit\":\"s\",\"anchor\":\"plain sbatch script srun-ing the same 6 "
-      "ranks\",\"anchor_value\":%.3f,"
-      "\"ratio\":%.3f}\n",
-      al, p, al / p);
+  agentrt::bench::PrintFigure("slurm_launch", "run_backend_slurm_submit_to_all_ranks_running", al,
+                              "s", anchor, p);
   return 0;
 }
