@@ -41,25 +41,26 @@ class Reader {
     ReadValue(*v, Join(path, key), out);
   }
 
+  // A scalar of type T, when `is_t` says the JSON value holds one.
+  template <typename T>
+  void ReadScalar(const json& v, const std::string& path, T& out, bool is_t, const char* expected) {
+    if (!is_t) return Fail(path, expected);
+    out = v.get<T>();
+  }
   void ReadValue(const json& v, const std::string& path, std::string& out) {
-    if (!v.is_string()) return Fail(path, "expected a string");
-    out = v.get<std::string>();
+    ReadScalar(v, path, out, v.is_string(), "expected a string");
   }
   void ReadValue(const json& v, const std::string& path, int& out) {
-    if (!v.is_number_integer()) return Fail(path, "expected an integer");
-    out = v.get<int>();
+    ReadScalar(v, path, out, v.is_number_integer(), "expected an integer");
   }
   void ReadValue(const json& v, const std::string& path, std::int64_t& out) {
-    if (!v.is_number_integer()) return Fail(path, "expected an integer");
-    out = v.get<std::int64_t>();
+    ReadScalar(v, path, out, v.is_number_integer(), "expected an integer");
   }
   void ReadValue(const json& v, const std::string& path, double& out) {
-    if (!v.is_number()) return Fail(path, "expected a number");
-    out = v.get<double>();
+    ReadScalar(v, path, out, v.is_number(), "expected a number");
   }
   void ReadValue(const json& v, const std::string& path, bool& out) {
-    if (!v.is_boolean()) return Fail(path, "expected true or false");
-    out = v.get<bool>();
+    ReadScalar(v, path, out, v.is_boolean(), "expected true or false");
   }
   template <typename T>
   void ReadValue(const json& v, const std::string& path, std::vector<T>& out) {

@@ -177,15 +177,21 @@ def checkpointed(rdir, agents):
                for a in agents)
 
 
+def submit_detached(work, cfg):
+    """`agentctl run --backend slurm --detach cfg`: the run directory and the job id."""
+    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
+                         capture_output=True, text=True, timeout=60)
+    check(out.returncode == 0, "agentctl run --detach exited %d\n%s%s"
+          % (out.returncode, out.stdout, out.stderr))
+    rdir = run_dir(work)
+    return rdir, open(os.path.join(rdir, "slurm.job_id")).read().strip()
+
+
 def scenario_preempt(work):
     # Every incarnation of every rank publishes once to probe/<agent> and says at which offset.
     cfg = config(work, steps=300, extra_args=["--bus-connections", "1"],
                  channels='channels:\n  - {topic: "probe/*", publishers: ["*"], subscribers: ["*"]}\n')
-    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
-                         capture_output=True, text=True, timeout=60)
-    check(out.returncode == 0, "submit failed: %s%s" % (out.stdout, out.stderr))
-    rdir = run_dir(work)
-    job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
+    rdir, job = submit_detached(work, cfg)
     try:
         wait_for("every agent's first checkpoint", lambda: checkpointed(rdir, "abc"), 90, 0.2)
         subprocess.run(["scancel", "--signal=USR2", "--batch", job], check=True, timeout=30)
@@ -219,11 +225,7 @@ def scenario_preempt(work):
 
 def scenario_kill_rank(work):
     cfg = config(work, steps=400)
-    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
-                         capture_output=True, text=True, timeout=60)
-    check(out.returncode == 0, "submit failed: %s%s" % (out.stdout, out.stderr))
-    rdir = run_dir(work)
-    job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
+    rdir, job = submit_detached(work, cfg)
     try:
         first = wait_for("all four ranks", lambda: (lambda d: d if len(d) == 4 else None)(dumps(work)),
                          90, 0.2)
@@ -284,11 +286,7 @@ def scenario_interrupt(work):
 
 def scenario_stop(work):
     cfg = config(work, steps=2000)
-    out = subprocess.run([AGENTCTL, "run", "--backend", "slurm", "--detach", cfg],
-                         capture_output=True, text=True, timeout=60)
-    check(out.returncode == 0, "agentctl run --detach exited %d\n%s%s" % (out.returncode, out.stdout, out.stderr))
-    rdir = run_dir(work)
-    job = open(os.path.join(rdir, "slurm.job_id")).read().strip()
+    rdir, job = submit_detached(work, cfg)
     try:
         wait_for("every agent's first checkpoint", lambda: checkpointed(rdir, "abc"), 90, 0.2)
         stop = subprocess.run([AGENTCTL, "stop", rdir, "--timeout-s", "90"],
