@@ -328,7 +328,6 @@ class MpiGroup final : public Group {
     return Status::Ok();
   }
 
-  // Every call starts here: a broken group refuses, an argument error gets context.
   // Begin for a collective over one block per rank: both buffers present, and
   // all ranks' blocks together countable by MPI.
   Status BeginBlocks(std::string_view op, const void* send, const void* recv,
@@ -338,6 +337,7 @@ class MpiGroup final : public Group {
     return Begin(op, CheckIntCount(block_count * static_cast<size_t>(size_), op));
   }
 
+  // Every call starts here: a broken group refuses, an argument error gets context.
   Status Begin(std::string_view op, const Status& arg_status) const {
     return internal::BeginCall(broken_, where_, op, arg_status,
                                "an earlier collective timed out and this group is unusable");

@@ -58,7 +58,8 @@ Status Broker::Reply(const std::string& agent, v1::ReplyRequest& req) {
       CheckValid(ValidateReply(req, options_.limits), [&] { return "reply from agent " + agent; }));
   Status answered = requests_.Answer(req.request_id(), agent, req);
   if (answered.code() == StatusCode::kPermissionDenied) return Deny(answered.message());
-  return answered.WithContext("reply from agent " + agent);
+  if (!answered.ok()) return answered.WithContext("reply from agent " + agent);
+  return answered;
 }
 
 }  // namespace agentrt

@@ -302,18 +302,9 @@ Result<BusStats> BusClient::Stats() {
   AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &r),
                                    "bus stats (" + impl_->address + ")"));
   BusStats s;
-  s.incarnation = r.incarnation();
-  s.topics = r.topics();
-  s.messages_published = r.messages_published();
-  s.duplicates_dropped = r.duplicates_dropped();
-  s.messages_delivered = r.messages_delivered();
-  s.messages_expired = r.messages_expired();
-  s.retained_bytes = r.retained_bytes();
-  s.active_streams = r.active_streams();
-  s.rejected_unauthenticated = r.rejected_unauthenticated();
-  s.rejected_permission = r.rejected_permission();
-  s.rejected_invalid = r.rejected_invalid();
-  s.log_sync_errors = r.log_sync_errors();
+#define AGENTRT_GET_STAT(type, name) s.name = r.name();
+  AGENTRT_BUS_STATS(AGENTRT_GET_STAT)
+#undef AGENTRT_GET_STAT
   return s;
 }
 

@@ -1,7 +1,8 @@
 // The seam of BusClient: a client over any implementation of the generated
 // gRPC stub interface. BusClient::Connect gives it a real channel's stub; tests
-// give it a fake one (tests/comms/fake_bus_stub.h) to drive retries,
-// reconnects and duplicate suppression without a broker and without sleeps.
+// give it one that injects faults around a real broker
+// (tests/comms/faulty_bus_stub.h) to drive retries, reconnects and duplicate
+// suppression without sleeps.
 // A separate header so that users of bus_client.h need no gRPC headers.
 #pragma once
 

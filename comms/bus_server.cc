@@ -171,18 +171,9 @@ class BusService final : public v1::Bus::Service {
     AGENTRT_AUTH_OR_RETURN(agent);
     (void)agent;
     BusStats s = broker_->Stats();
-    resp->set_incarnation(s.incarnation);
-    resp->set_topics(s.topics);
-    resp->set_messages_published(s.messages_published);
-    resp->set_duplicates_dropped(s.duplicates_dropped);
-    resp->set_messages_delivered(s.messages_delivered);
-    resp->set_messages_expired(s.messages_expired);
-    resp->set_retained_bytes(s.retained_bytes);
-    resp->set_active_streams(s.active_streams);
-    resp->set_rejected_unauthenticated(s.rejected_unauthenticated);
-    resp->set_rejected_permission(s.rejected_permission);
-    resp->set_rejected_invalid(s.rejected_invalid);
-    resp->set_log_sync_errors(s.log_sync_errors);
+#define AGENTRT_SET_STAT(type, name) resp->set_##name(s.name);
+    AGENTRT_BUS_STATS(AGENTRT_SET_STAT)
+#undef AGENTRT_SET_STAT
     return grpc::Status::OK;
   }
 

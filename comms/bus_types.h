@@ -8,20 +8,28 @@
 
 namespace agentrt {
 
+// Every counter Stats reports, declared once as X(type, name): BusStats below,
+// and StatsResponse in comms/proto/bus.proto has a field of each name (the
+// server and the client convert through this list).
+#define AGENTRT_BUS_STATS(X)           \
+  X(uint64_t, incarnation)             \
+  X(int64_t, topics)                   \
+  X(int64_t, messages_published)       \
+  X(int64_t, duplicates_dropped)       \
+  X(int64_t, messages_delivered)       \
+  X(int64_t, messages_expired)         \
+  X(int64_t, retained_bytes)           \
+  X(int64_t, active_streams)           \
+  X(int64_t, rejected_unauthenticated) \
+  X(int64_t, rejected_permission)      \
+  X(int64_t, rejected_invalid)         \
+  X(int64_t, log_sync_errors) /* the durable log's failed background fsyncs */
+
 // Counters reported by Stats (a snapshot).
 struct BusStats {
-  uint64_t incarnation = 0;
-  int64_t topics = 0;
-  int64_t messages_published = 0;
-  int64_t duplicates_dropped = 0;
-  int64_t messages_delivered = 0;
-  int64_t messages_expired = 0;
-  int64_t retained_bytes = 0;
-  int64_t active_streams = 0;
-  int64_t rejected_unauthenticated = 0;
-  int64_t rejected_permission = 0;
-  int64_t rejected_invalid = 0;
-  int64_t log_sync_errors = 0;  // the durable log's failed background fsyncs
+#define AGENTRT_BUS_STAT_FIELD(type, name) type name = 0;
+  AGENTRT_BUS_STATS(AGENTRT_BUS_STAT_FIELD)
+#undef AGENTRT_BUS_STAT_FIELD
 };
 
 // Broker incarnations are random, non-zero and never this value, which stands

@@ -25,15 +25,16 @@ constexpr EnumName<TelemetryType> kTelemetryTypeNames[] = {
     {TelemetryType::kMetrics, "metrics"}, {TelemetryType::kCheckpoint, "checkpoint"},
     {TelemetryType::kBye, "bye"},         {TelemetryType::kRestore, "restore"}};
 
-// A context of its own and one socket of `type` in it; on failure neither is left.
-Status OpenSocket(int type, std::string_view who, std::string_view endpoint, void** context,
-                  void** socket) {
+// A context of its own and one socket of `type` in it; on failure neither is
+// left. The messages are literals, so nothing runs between the failing call
+// and ZmqError's reading of errno.
+Status OpenSocket(int type, const char* ctx_what, const char* socket_what,
+                  std::string_view endpoint, void** context, void** socket) {
   *context = zmq_ctx_new();
-  if (*context == nullptr) return ZmqError(std::string(who) + ": zmq_ctx_new", endpoint);
+  if (*context == nullptr) return ZmqError(ctx_what, endpoint);
   *socket = zmq_socket(*context, type);
   if (*socket == nullptr) {
-    Status s = ZmqError(
-        std::string(who) + ": zmq_socket(" + (type == ZMQ_PUSH ? "PUSH" : "PULL") + ")", endpoint);
+    Status s = ZmqError(socket_what, endpoint);
     zmq_ctx_term(*context);
     return s;
   }
@@ -155,7 +156,9 @@ Result<std::unique_ptr<TelemetrySender>> TelemetrySender::Connect(const std::str
   if (endpoint.empty()) return InvalidArgument("telemetry sender: empty endpoint");
   void* context = nullptr;
   void* socket = nullptr;
-  AGENTRT_RETURN_IF_ERROR(OpenSocket(ZMQ_PUSH, "telemetry sender", endpoint, &context, &socket));
+  AGENTRT_RETURN_IF_ERROR(OpenSocket(ZMQ_PUSH, "telemetry sender: zmq_ctx_new",
+                                     "telemetry sender: zmq_socket(PUSH)", endpoint, &context,
+                                     &socket));
   int hwm = options.send_high_water_mark;
   int linger = static_cast<int>(options.linger.count());
   if (zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0 ||
@@ -226,7 +229,9 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(
   }
   void* context = nullptr;
   void* socket = nullptr;
-  AGENTRT_RETURN_IF_ERROR(OpenSocket(ZMQ_PULL, "telemetry receiver", endpoint, &context, &socket));
+  AGENTRT_RETURN_IF_ERROR(OpenSocket(ZMQ_PULL, "telemetry receiver: zmq_ctx_new",
+                                     "telemetry receiver: zmq_socket(PULL)", endpoint, &context,
+                                     &socket));
   int linger = 0;
   int rcvhwm = 100000;
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);

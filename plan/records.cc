@@ -10,13 +10,14 @@ namespace {
 
 using json = nlohmann::json;
 
-// Reads `key` of `j` into `out`. A missing key leaves `out` as it is unless
-// `required`; a key of the wrong type is refused either way.
 // InvalidArgument "<what> is a JSON object" unless j is one.
 Status RequireObject(const json& j, std::string_view what) {
   if (j.is_object()) return Status::Ok();
   return InvalidArgument(std::string(what) + " is a JSON object");
 }
+
+// Reads `key` of `j` into `out`. A missing key leaves `out` as it is unless
+// `required`; a key of the wrong type is refused either way.
 
 template <typename T>
 Status Take(const json& j, const char* key, T* out, bool required = true) {

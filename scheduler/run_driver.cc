@@ -445,6 +445,7 @@ int RunDriver::Finish() {
   WriteStatus();
   CheckMetrics(metrics_->Flush());
   observer_->Progress(controller_->status(), elapsed, true);
+  pbt_.reset();     // holds the league service (for ratings)
   league_.reset();  // its state is committed after every change
   bus_->Shutdown(std::chrono::milliseconds(1000));
   const std::string summary = controller_->Summary();

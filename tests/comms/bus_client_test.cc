@@ -241,6 +241,7 @@ TEST_CASE("async publishes survive a broken stream: resent in order, each stored
 }
 
 TEST_CASE("every call reaches the real broker through the stub: large, request, list, stats") {
+  Inbox requests;  // what the server was asked; outlives both clients, whose threads call it
   BrokerOptions broker;
   broker.limits.max_message_bytes = 16 << 20;  // room for a large message
   Fixture f(Fixture::Fast(), broker);
@@ -248,7 +249,6 @@ TEST_CASE("every call reaches the real broker through the stub: large, request, 
                                       testing::FaultyBusCredential("server"), Fixture::Fast());
   REQUIRE(server.ok());
   BusClient* answering = server->get();
-  Inbox requests;  // what the server was asked; outlives the client
   auto id = answering->Receive(
       StartAt::Earliest(),
       [&](const BusMessage& m) {

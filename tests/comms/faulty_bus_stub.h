@@ -13,6 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -225,7 +226,8 @@ class BreakableStream : public Interface {
   std::shared_ptr<v1::Bus::StubInterface> stub_;
   grpc::ClientContext* ctx_;
   std::unique_ptr<Interface> real_;
-  bool broken_ = false;
+  // Set by the reading thread, read by a writing one (an async publish stream).
+  std::atomic<bool> broken_{false};
 };
 
 // A subscribe/receive stream that ends after `remaining` messages (never when negative).
@@ -331,12 +333,14 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
   grpc::ClientReaderInterface<v1::SubscribeResponse>* SubscribeRaw(
       grpc::ClientContext* ctx, const v1::SubscribeRequest& req) override {
     auto real = bus_->Real();
-    return Breaking(std::move(real), ctx, real->Subscribe(ctx, req), req.start());
+    auto stream = real->Subscribe(ctx, req);
+    return Breaking(std::move(real), ctx, std::move(stream), req.start());
   }
   grpc::ClientReaderInterface<v1::SubscribeResponse>* ReceiveRaw(
       grpc::ClientContext* ctx, const v1::ReceiveRequest& req) override {
     auto real = bus_->Real();
-    return Breaking(std::move(real), ctx, real->Receive(ctx, req), req.start());
+    auto stream = real->Receive(ctx, req);
+    return Breaking(std::move(real), ctx, std::move(stream), req.start());
   }
   grpc::ClientReaderInterface<v1::SubscribeResponse>* Breaking(
       std::shared_ptr<v1::Bus::StubInterface> real, grpc::ClientContext* ctx,
