@@ -56,7 +56,10 @@ Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
     if (auto league = ReadLeagueState(s.plan.league, dir.LeagueStatePath()); league.ok())
       s.league = std::move(*league);
   }
-  if (!s.plan.pbt.empty()) s.lineage = ReadLineageFile(dir.LineagePath());
+  if (!s.plan.pbt.empty()) {
+    // Unreadable (not a lineage file): the page shows no lineage.
+    if (auto lineage = ReadLineageFile(dir.LineagePath()); lineage.ok()) s.lineage = *lineage;
+  }
   return s;
 }
 

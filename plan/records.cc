@@ -10,6 +10,28 @@ namespace {
 
 using json = nlohmann::json;
 
+// Every record of a JSON-lines file, in order: blank lines passed over, a
+// torn last line (a writer killed mid-line) skipped, any other line that is
+// not a Record DataLoss naming "<path>:<line>"; NotFound when there is no file.
+template <typename Record>
+Result<std::vector<Record>> ReadRecordLines(const std::string& path, std::string_view what) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + " does not exist");
+  std::vector<Record> out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    auto record = Record::FromJson(json::parse(line, nullptr, /*allow_exceptions=*/false));
+    if (!record.ok()) {
+      if (in.peek() == EOF) break;
+      return DataLoss(
+          fmt::format("{}:{}: not a {}: {}", path, number, what, record.status().message()));
+    }
+    out.push_back(std::move(record).value());
+  }
+  return out;
+}
+
 // InvalidArgument "<what> is a JSON object" unless j is one.
 Status RequireObject(const json& j, std::string_view what) {
   if (j.is_object()) return Status::Ok();
@@ -68,21 +90,11 @@ Result<MetricsRecord> MetricsRecord::FromJson(const json& j) {
 }
 
 Result<std::vector<MetricsRecord>> ReadMetricsFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound(path + " does not exist: is it a run directory?");
-  std::vector<MetricsRecord> out;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    auto record = MetricsRecord::FromJson(json::parse(line, nullptr, /*allow_exceptions=*/false));
-    if (!record.ok()) {
-      if (in.peek() == EOF) break;  // the torn last line of a killed run
-      return DataLoss(
-          fmt::format("{}:{}: not a metrics record: {}", path, number, record.status().message()));
-    }
-    out.push_back(std::move(record).value());
+  auto records = ReadRecordLines<MetricsRecord>(path, "metrics record");
+  if (records.status().code() == StatusCode::kNotFound) {
+    return NotFound(path + " does not exist: is it a run directory?");
   }
-  return out;
+  return records;
 }
 
 // ---------------------------------------------------------------- lineage.jsonl
@@ -126,15 +138,10 @@ Result<LineageRecord> LineageRecord::FromJson(const json& j) {
   return r;
 }
 
-std::vector<LineageRecord> ReadLineageFile(const std::string& path) {
-  std::vector<LineageRecord> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto record = LineageRecord::FromJson(json::parse(line, nullptr, /*allow_exceptions=*/false));
-    if (record.ok()) out.push_back(std::move(record).value());
-  }
-  return out;
+Result<std::vector<LineageRecord>> ReadLineageFile(const std::string& path) {
+  auto records = ReadRecordLines<LineageRecord>(path, "lineage record");
+  if (records.status().code() == StatusCode::kNotFound) return std::vector<LineageRecord>{};
+  return records;
 }
 
 // ---------------------------------------------------------------- preflight.json

@@ -78,9 +78,10 @@ struct LineageRecord {
   static Result<LineageRecord> FromJson(const nlohmann::json& json);
 };
 
-// Every record of a lineage.jsonl file (none when there is no file); lines that
-// are not records (a torn last line) are skipped.
-std::vector<LineageRecord> ReadLineageFile(const std::string& path);
+// Every record of a lineage.jsonl file (none when there is no file yet). As
+// with metrics.jsonl, a torn last line is skipped and any other line that is
+// not a record is DataLoss naming "<path>:<line>".
+Result<std::vector<LineageRecord>> ReadLineageFile(const std::string& path);
 
 // What agentrt-preflight's rank 0 measured for its agent and writes to
 // PreflightFile(<agent workdir>); `agentctl check` reads it back.

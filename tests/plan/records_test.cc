@@ -143,14 +143,27 @@ TEST_CASE("a lineage record round-trips, exploited or failed, and keeps to the s
   CheckAgainstSchema(j, "lineage_record");
 }
 
-TEST_CASE("a lineage file skips what is not a record; no file is no exploit") {
+TEST_CASE("a lineage file skips its torn last line; no file is no exploit") {
   testing::TempDir dir;
   const std::string path =
-      dir.Write("lineage.jsonl", SomeExploit().ToJson().dump() + "\n{\"outcome\": 3}\n{\"popu");
+      dir.Write("lineage.jsonl", SomeExploit().ToJson().dump() + "\n\n{\"popu");
   const auto read = ReadLineageFile(path);
-  REQUIRE(read.size() == 1);
-  CHECK(read[0].decision.recipient == "cart-0");
-  CHECK(ReadLineageFile(dir.Path("none.jsonl")).empty());
+  REQUIRE(read.ok());
+  REQUIRE(read->size() == 1);
+  CHECK((*read)[0].decision.recipient == "cart-0");
+  const auto none = ReadLineageFile(dir.Path("none.jsonl"));
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+}
+
+TEST_CASE("a lineage line that is not a record, before the last, is DataLoss naming it") {
+  testing::TempDir dir;
+  const std::string path =
+      dir.Write("lineage.jsonl", "{\"outcome\": 3}\n" + SomeExploit().ToJson().dump() + "\n");
+  const auto read = ReadLineageFile(path);
+  REQUIRE_FALSE(read.ok());
+  CHECK(read.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(read.status().message(), Catch::Contains(path + ":1: not a lineage record"));
 }
 
 TEST_CASE("a preflight report round-trips with its bus, checkpoint and sweep") {

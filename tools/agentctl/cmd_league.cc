@@ -38,7 +38,9 @@ void RegisterLeague(CLI::App& app) {
         Fail("league", read.status());
       }
     }
-    const auto lineage = agentrt::ReadLineageFile(dir.LineagePath());
+    auto read_lineage = agentrt::ReadLineageFile(dir.LineagePath());
+    if (!read_lineage.ok()) Fail("league", read_lineage.status());
+    const std::vector<agentrt::LineageRecord>& lineage = *read_lineage;
     if (opts->json) {
       nlohmann::json out = {{"state", state ? state->ToJson() : nlohmann::json()},
                             {"lineage", nlohmann::json::array()}};
