@@ -37,3 +37,8 @@ agentrt_test(NAME scheduler_league_service_test
   DEPS agentrt::scheduler
   LABELS integration
   TIMEOUT 60)
+agentrt_test(NAME scheduler_pbt_service_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/pbt_service_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)

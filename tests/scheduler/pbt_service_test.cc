@@ -1,0 +1,163 @@
+// PBT as a service of the run driver, alone: a real RunController over a fake
+// backend and a ManualClock, metrics reports fed in by hand. A member in the
+// bottom of its population asks its donor for a fresh checkpoint; once that is
+// committed (or checkpoint_wait_s passed) the member is replaced, and while it
+// is down it takes the donor's checkpoint and new args, or keeps its own when
+// there is nothing to adopt; lineage.jsonl says which.
+#include "scheduler/pbt_service.h"
+
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent_runtime/checkpointer.h"
+#include "scheduler/loader.h"
+#include "scheduler/run_driver.h"
+#include "tests/common/temp_dir.h"
+#include "tests/scheduler/fake_backend.h"
+
+namespace agentrt {
+namespace {
+
+using testing::FakeBackend;
+using testing::TempDir;
+
+class Observer final : public RunObserver {
+ public:
+  void Event(const std::string& line) override { events.push_back(line); }
+  void Warn(const std::string& text) override { warnings.push_back(text); }
+  void Progress(const RunStatus&, double, bool) override {}
+  std::vector<std::string> events, warnings;
+};
+
+constexpr char kPopulation[] = R"(run: {name: pbt}
+cluster:
+  nodes: [{name: n1, cpus: 8}]
+  ports: {first: 32000, last: 32999, per_agent: 16}
+agents:
+  - {name: good, args: {lr: 0.001}}
+  - {name: bad, args: {lr: 0.001}}
+pbt:
+  - name: pop
+    agents: [good, bad]
+    interval_steps: 100
+    fraction: 0.5
+    resample_probability: 0
+    checkpoint_wait_s: 5
+    hyperparameters:
+      lr: {min: 0.0001, max: 0.01, perturb: [2.0, 2.0]}
+)";
+
+struct Fixture {
+  TempDir scratch;
+  ManualClock clock;
+  FakeBackend backend;
+  Observer observer;
+  Plan plan;
+  std::unique_ptr<RunDir> dir;
+  std::unique_ptr<RunController> controller;
+  std::unique_ptr<PbtService> pbt;
+
+  Fixture() {
+    auto config = LoadConfigString(kPopulation, scratch.Path("agents.yaml"));
+    REQUIRE(config.ok());
+    config->run.dir = scratch.Path("runs");
+    auto prepared = PrepareRun(*config, InventoryRequest{}, nullptr);
+    REQUIRE(prepared.ok());
+    plan = std::move(prepared->plan);
+    dir = std::make_unique<RunDir>(std::move(prepared->dir));
+    controller = std::make_unique<RunController>(
+        plan.run, dir->path(), SupervisedAgentsOf(plan, *dir, "127.0.0.1:1", "ipc:///unused"),
+        &backend, &clock);
+    controller->Start();
+    pbt = std::make_unique<PbtService>(&plan, *dir, controller.get(), nullptr, &clock, &observer);
+  }
+
+  // A metrics report of `agent`'s rank 0, current incarnation.
+  void Report(const std::string& agent, int64_t step, double metric) {
+    TelemetryMessage m;
+    m.type = TelemetryType::kMetrics;
+    m.agent = agent;
+    m.step = step;
+    m.metrics = {{"episode_return_mean", metric}};
+    controller->OnTelemetry(m);
+    pbt->OnReport(m);
+  }
+  // Both members judged: `bad` is the bottom, `good` its donor.
+  void DecideExploit() {
+    Report("good", 100, 10.0);
+    Report("bad", 100, 1.0);
+    Report("good", 200, 10.0);
+    Report("bad", 200, 1.0);
+    REQUIRE(backend.SignalsTo("good", SIGUSR2) == 1);  // the donor's fresh checkpoint, asked for
+  }
+  // The recipient's teardown ends; the controller relaunches it after the hook.
+  void FinishReplacement() {
+    REQUIRE(backend.SignalsTo("bad", SIGTERM) == 1);
+    backend.KillAll("bad", SIGTERM);
+    controller->Tick();
+  }
+  std::vector<LineageRecord> Lineage() const {
+    auto read = ReadLineageFile(dir->LineagePath());
+    REQUIRE(read.ok());
+    return *read;
+  }
+};
+
+TEST_CASE("pbt service: past checkpoint_wait_s with nothing to adopt, the member keeps its own") {
+  Fixture f;
+  f.DecideExploit();
+  f.pbt->Advance();
+  CHECK(f.backend.SignalsTo("bad", SIGTERM) == 0);  // still waiting for the donor
+  f.clock.AdvanceSeconds(6);
+  f.pbt->Advance();
+  const size_t launches = f.backend.launches.size();
+  f.FinishReplacement();
+  CHECK(f.backend.launches.size() == launches + 1);  // relaunched as its next incarnation
+  const auto lineage = f.Lineage();
+  REQUIRE(lineage.size() == 1);
+  CHECK_FALSE(lineage[0].exploited());
+  CHECK(lineage[0].decision.recipient == "bad");
+  CHECK(lineage[0].decision.donor == "good");
+  CHECK(f.plan.FindAgent("bad")->args["lr"] == 0.001);  // its own args too
+  REQUIRE_FALSE(f.observer.warnings.empty());
+  CHECK_THAT(f.observer.warnings.back(), Catch::Contains("bad keeps its own weights"));
+}
+
+TEST_CASE("pbt service: a committed donor checkpoint is adopted with the new args") {
+  Fixture f;
+  f.DecideExploit();
+  // The donor commits a checkpoint at step 200 and says so.
+  CheckpointOptions o;
+  o.dir = f.dir->Resolve(f.plan.FindAgent("good")->checkpoint_dir);
+  o.agent = "good";
+  o.interval_s = 0;
+  auto donor = Checkpointer::Create(o);
+  REQUIRE(donor.ok());
+  std::vector<float> weights(64, 1.5f);
+  CheckpointState state;
+  state.AddArray("w", weights.data(), "float32", {64}, sizeof(float));
+  REQUIRE((*donor)->Save(200, state).ok());
+  TelemetryMessage committed;
+  committed.type = TelemetryType::kCheckpoint;
+  committed.agent = "good";
+  committed.step = 200;
+  committed.checkpoint_step = 200;
+  f.controller->OnTelemetry(committed);
+  f.pbt->Advance();  // fresh: no need to wait out checkpoint_wait_s
+  f.FinishReplacement();
+  const auto lineage = f.Lineage();
+  REQUIRE(lineage.size() == 1);
+  CHECK(lineage[0].exploited());
+  CHECK(lineage[0].donor_step == 200);
+  CHECK(f.plan.FindAgent("bad")->args["lr"] == 0.002);  // perturbed by 2.0
+  auto written = ReadPlanFile(f.dir->PlanPath());
+  REQUIRE(written.ok());
+  CHECK(written->FindAgent("bad")->args["lr"] == 0.002);  // and in plan.json for the relaunch
+}
+
+}  // namespace
+}  // namespace agentrt
