@@ -1,7 +1,7 @@
 // Requests to a running controller from outside it (the dashboard's "stop run"
 // and "restart agent"): one small JSON file per request in RUN_DIR/control/,
 // written atomically by whoever asks and taken (read, then removed) by the
-// run's RunDriver, which polls the folder about once a second. A file and not
+// run's ControlInbox (scheduler/control_inbox.h), which looks every half second. A file and not
 // a signal or a socket because the asker may be on another host that shares
 // only the run directory (a login node of a SLURM cluster).
 //

@@ -14,7 +14,6 @@
 #include "comms/bus_server.h"
 #include "comms/telemetry.h"
 #include "plan/records.h"
-#include "scheduler/control.h"
 #include "scheduler/league_service.h"
 #include "scheduler/pbt.h"
 #include "scheduler/planner.h"
@@ -150,6 +149,7 @@ Status RunDriver::Start() {
   AGENTRT_RETURN_IF_ERROR(StartLeague(secret));
   StartSupervisor();
   StartPbt();
+  StartControlInbox();
   return Status::Ok();
 }
 
@@ -265,6 +265,11 @@ void RunDriver::StartPbt() {
   if (plan_.pbt.empty()) return;
   pbt_ = std::make_unique<PbtService>(&plan_, dir_, controller_.get(), league_.get(), clock_,
                                       observer_);
+}
+
+// Stop and restart requests from RUN_DIR/control, once there is a supervisor to ask.
+void RunDriver::StartControlInbox() {
+  control_ = std::make_unique<ControlInbox>(dir_, controller_.get(), clock_, observer_);
 }
 
 RelaunchAdvice RunDriver::AdviseRelaunch(AgentLaunch& launch) {
@@ -400,10 +405,7 @@ bool RunDriver::Step() {
   if (pbt_) pbt_->Advance();
   if (league_) WarnLeague();
   const double now = clock_->NowSeconds();
-  if (now - control_checked_at_ >= 0.5) {
-    control_checked_at_ = now;
-    TakeControlRequests();
-  }
+  control_->Poll();
   if (now - sync_checked_at_ >= 1.0) {
     // The durable log's background fsyncs failing (disk full, I/O errors):
     // batch mode's promise is broken, say so once per new failure burst.
@@ -463,26 +465,6 @@ int RunDriver::Run() {
   while (Step()) {
   }
   return Finish();
-}
-
-void RunDriver::TakeControlRequests() {
-  std::vector<std::string> refused;
-  for (const ControlRequest& r : agentrt::TakeControlRequests(dir_, &refused)) {
-    const std::string who = r.by.empty() ? "a control request" : r.by;
-    if (r.action == "stop") {
-      if (controller_->stop_requested()) continue;
-      observer_->Event("agentctl run: " + who + " asked to stop the run: stopping every agent");
-      controller_->RequestStop("requested by " + who);
-    } else if (r.action == "restart") {
-      const Status s = controller_->Replace(r.agent, "restart requested by " + who, [] {});
-      observer_->Event(s.ok() ? fmt::format("agentctl run: {} asked to restart {}", who, r.agent)
-                              : fmt::format("agentctl run: {} asked to restart {}: {}", who,
-                                            r.agent, s.message()));
-    } else {
-      refused.push_back(r.file + ": unknown action '" + r.action + "'");
-    }
-  }
-  for (const std::string& why : refused) observer_->Warn("agentctl run: " + why + "\n");
 }
 
 void RunDriver::WarnLeague() {

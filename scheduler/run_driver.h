@@ -35,6 +35,7 @@
 #include "plan/plan.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
+#include "scheduler/control_inbox.h"
 #include "scheduler/inventory.h"
 #include "scheduler/launch_backend.h"
 #include "scheduler/node_failover.h"
@@ -162,6 +163,7 @@ class RunDriver {
   Status StartLeague(const std::string& secret);
   void StartSupervisor();
   void StartPbt();
+  void StartControlInbox();
   void WriteStatus();
   // A metrics.jsonl write or flush that failed: said once, the run goes on.
   void CheckMetrics(const Status& s);
@@ -169,9 +171,6 @@ class RunDriver {
   // The RelaunchAdvisor of a run with node failover.
   RelaunchAdvice AdviseRelaunch(AgentLaunch& launch);
   void WarnLeague();
-  // Stop and restart requests from RUN_DIR/control (scheduler/control.h).
-  void TakeControlRequests();
-  double control_checked_at_ = 0;
 
   Plan plan_;
   RunDir dir_;
@@ -193,6 +192,7 @@ class RunDriver {
   int64_t league_refused_seen_ = 0;
   int64_t league_commit_failures_seen_ = 0;
   std::unique_ptr<PbtService> pbt_;
+  std::unique_ptr<ControlInbox> control_;
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;

@@ -42,3 +42,8 @@ agentrt_test(NAME scheduler_pbt_service_test
   DEPS agentrt::scheduler
   LABELS unit
   TIMEOUT 60)
+agentrt_test(NAME scheduler_control_inbox_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/control_inbox_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
