@@ -13,51 +13,19 @@
 #include <vector>
 
 #include "scheduler/control.h"
-#include "scheduler/loader.h"
-#include "scheduler/run_driver.h"
-#include "tests/common/temp_dir.h"
-#include "tests/scheduler/fake_backend.h"
+#include "tests/scheduler/supervised_run.h"
 
 namespace agentrt {
 namespace {
 
-using testing::FakeBackend;
-using testing::TempDir;
+using testing::SupervisedRun;
 
-class Observer final : public RunObserver {
- public:
-  void Event(const std::string& line) override { events.push_back(line); }
-  void Warn(const std::string& text) override { warnings.push_back(text); }
-  void Progress(const RunStatus&, double, bool) override {}
-  std::vector<std::string> events, warnings;
-};
+constexpr char kTwoAgents[] = "run: {name: ctl}\nagents: [{name: a}, {name: b}]\n";
 
-struct Fixture {
-  TempDir scratch;
-  ManualClock clock;
-  FakeBackend backend;
-  Observer observer;
-  std::unique_ptr<RunDir> dir;
-  std::unique_ptr<RunController> controller;
+struct Fixture : SupervisedRun {
   std::unique_ptr<ControlInbox> inbox;
 
-  Fixture() {
-    auto config = LoadConfigString(R"(run: {name: ctl}
-cluster:
-  nodes: [{name: n1, cpus: 8}]
-  ports: {first: 33000, last: 33999, per_agent: 16}
-agents: [{name: a}, {name: b}]
-)",
-                                   scratch.Path("agents.yaml"));
-    REQUIRE(config.ok());
-    config->run.dir = scratch.Path("runs");
-    auto prepared = PrepareRun(*config, InventoryRequest{}, nullptr);
-    REQUIRE(prepared.ok());
-    dir = std::make_unique<RunDir>(std::move(prepared->dir));
-    controller = std::make_unique<RunController>(
-        prepared->plan.run, dir->path(),
-        SupervisedAgentsOf(prepared->plan, *dir, "127.0.0.1:1", "ipc:///unused"), &backend, &clock);
-    controller->Start();
+  Fixture() : SupervisedRun(kTwoAgents) {
     inbox = std::make_unique<ControlInbox>(*dir, controller.get(), &clock, &observer);
   }
   void Ask(const std::string& action, const std::string& agent = "") {

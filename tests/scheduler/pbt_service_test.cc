@@ -14,29 +14,14 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
-#include "scheduler/loader.h"
-#include "scheduler/run_driver.h"
-#include "tests/common/temp_dir.h"
-#include "tests/scheduler/fake_backend.h"
+#include "tests/scheduler/supervised_run.h"
 
 namespace agentrt {
 namespace {
 
-using testing::FakeBackend;
-using testing::TempDir;
-
-class Observer final : public RunObserver {
- public:
-  void Event(const std::string& line) override { events.push_back(line); }
-  void Warn(const std::string& text) override { warnings.push_back(text); }
-  void Progress(const RunStatus&, double, bool) override {}
-  std::vector<std::string> events, warnings;
-};
+using testing::SupervisedRun;
 
 constexpr char kPopulation[] = R"(run: {name: pbt}
-cluster:
-  nodes: [{name: n1, cpus: 8}]
-  ports: {first: 32000, last: 32999, per_agent: 16}
 agents:
   - {name: good, args: {lr: 0.001}}
   - {name: bad, args: {lr: 0.001}}
@@ -51,28 +36,10 @@ pbt:
       lr: {min: 0.0001, max: 0.01, perturb: [2.0, 2.0]}
 )";
 
-struct Fixture {
-  TempDir scratch;
-  ManualClock clock;
-  FakeBackend backend;
-  Observer observer;
-  Plan plan;
-  std::unique_ptr<RunDir> dir;
-  std::unique_ptr<RunController> controller;
+struct Fixture : SupervisedRun {
   std::unique_ptr<PbtService> pbt;
 
-  Fixture() {
-    auto config = LoadConfigString(kPopulation, scratch.Path("agents.yaml"));
-    REQUIRE(config.ok());
-    config->run.dir = scratch.Path("runs");
-    auto prepared = PrepareRun(*config, InventoryRequest{}, nullptr);
-    REQUIRE(prepared.ok());
-    plan = std::move(prepared->plan);
-    dir = std::make_unique<RunDir>(std::move(prepared->dir));
-    controller = std::make_unique<RunController>(
-        plan.run, dir->path(), SupervisedAgentsOf(plan, *dir, "127.0.0.1:1", "ipc:///unused"),
-        &backend, &clock);
-    controller->Start();
+  Fixture() : SupervisedRun(kPopulation) {
     pbt = std::make_unique<PbtService>(&plan, *dir, controller.get(), nullptr, &clock, &observer);
   }
 
