@@ -82,21 +82,6 @@ Result<std::string> VisibleDevicesFor(const std::vector<int>& plan_gpus,
   return out;
 }
 
-std::vector<int> AgentEnv::VisibleGpus() const {
-  std::vector<int> out;
-  std::string_view s = cuda_visible_devices;
-  while (!s.empty()) {
-    const auto comma = s.find(',');
-    const std::string_view item = s.substr(0, comma);
-    int gpu = 0;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), gpu);
-    if (ec == std::errc() && ptr == item.data() + item.size() && gpu >= 0) out.push_back(gpu);
-    if (comma == std::string_view::npos) break;
-    s.remove_prefix(comma + 1);
-  }
-  return out;
-}
-
 std::map<std::string, std::string> AgentEnv::ToVariables(bool with_rank) const {
   std::map<std::string, std::string> v;
   v[kEnvRunDir] = run_dir;

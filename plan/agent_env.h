@@ -74,8 +74,6 @@ struct AgentEnv {
   int restart_count = 0;
   std::string workdir;
 
-  // The integer entries of cuda_visible_devices (UUIDs and MIG names are skipped).
-  std::vector<int> VisibleGpus() const;
   // How many GPUs cuda_visible_devices makes visible: indices, UUIDs
   // ("GPU-…") and MIG instances ("MIG-…") alike (DeviceListEntries).
   int VisibleGpuCount() const;

@@ -51,10 +51,14 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
   return PreparedRun{std::move(plan), std::move(dir), inventory.source, std::move(leases)};
 }
 
+namespace {
+
+// One agent of the plan, as SupervisedAgentsOf describes; `launcher_visible`:
+// the CUDA_VISIBLE_DEVICES of a local run's agentctl (nullptr: none).
 SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
                                   const std::string& bus_address,
                                   const std::string& telemetry_endpoint,
-                                  const std::string& local_node) {
+                                  const std::string& local_node, const char* launcher_visible) {
   SupervisedAgent s;
   AgentLaunch& l = s.launch;
   l.name = ap.name;
@@ -88,24 +92,24 @@ SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
   l.token_file = dir.TokenPath(ap.name);
   l.telemetry_endpoint = telemetry_endpoint;
   l.use_mpirun = LaunchesThroughMpi(ap.backend, ap.ranks);
-  if (local_node.empty()) {
-    // A local run: the plan numbers the GPUs agentctl sees.
-    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"))
-      l.launcher_visible_devices = visible;
-  }
+  if (launcher_visible != nullptr) l.launcher_visible_devices = launcher_visible;
   s.restart = ap.restart;
   s.group = ap.group;
   s.peak_flops = ap.peak_flops;
   return s;
 }
 
+}  // namespace
+
 std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
                                                 const std::string& bus_address,
                                                 const std::string& telemetry_endpoint,
                                                 const std::string& local_node) {
+  // A local run: the plan numbers the GPUs agentctl sees (read once for all agents).
+  const char* visible = local_node.empty() ? std::getenv("CUDA_VISIBLE_DEVICES") : nullptr;
   std::vector<SupervisedAgent> out;
   for (const AgentPlan& ap : plan.agents) {
-    out.push_back(SupervisedAgentOf(ap, dir, bus_address, telemetry_endpoint, local_node));
+    out.push_back(SupervisedAgentOf(ap, dir, bus_address, telemetry_endpoint, local_node, visible));
   }
   return out;
 }

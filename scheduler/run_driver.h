@@ -78,12 +78,8 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
 // their node, local rank and GPUs; ports, checkpoint dir (absolute), log dir,
 // bus address, token file and telemetry endpoint. MASTER_ADDR is 127.0.0.1
 // when the agent's first node is `local_node` (or `local_node` is empty: a
-// local run), else that node's name.
-// One agent of the plan, likewise.
-SupervisedAgent SupervisedAgentOf(const AgentPlan& agent, const RunDir& dir,
-                                  const std::string& bus_address,
-                                  const std::string& telemetry_endpoint,
-                                  const std::string& local_node = "");
+// local run), else that node's name. A local run's agents number the GPUs of
+// agentctl's CUDA_VISIBLE_DEVICES (AgentLaunch::launcher_visible_devices).
 std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& dir,
                                                 const std::string& bus_address,
                                                 const std::string& telemetry_endpoint,

@@ -41,7 +41,9 @@ struct SupervisedRun {
     auto config = LoadConfigString(cluster + yaml, scratch.Path("agents.yaml"));
     REQUIRE(config.ok());
     config->run.dir = scratch.Path("runs");
-    auto prepared = PrepareRun(*config, InventoryRequest{}, nullptr);
+    PrepareOptions options;
+    options.lease_ports = false;  // nothing binds them; tests running at once need not queue
+    auto prepared = PrepareRun(*config, InventoryRequest{}, nullptr, options);
     REQUIRE(prepared.ok());
     plan = std::move(prepared->plan);
     dir = std::make_unique<RunDir>(std::move(prepared->dir));
