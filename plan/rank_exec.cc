@@ -201,7 +201,7 @@ std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_coun
   return out;
 }
 
-Result<std::string> InterfaceToward(const std::string& addr) {
+Result<RouteInterface> InterfaceToward(const std::string& addr) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
@@ -224,19 +224,21 @@ Result<std::string> InterfaceToward(const std::string& addr) {
   if (!ok) return ErrnoStatus(err, "no route to " + addr);
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) != 0) return ErrnoStatus(errno, "getifaddrs");
-  std::string name;
-  for (ifaddrs* i = ifs; i != nullptr && name.empty(); i = i->ifa_next) {
+  RouteInterface found_if;
+  for (ifaddrs* i = ifs; i != nullptr && found_if.name.empty(); i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == local.sin_addr.s_addr)
-      name = i->ifa_name;
+    if (reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == local.sin_addr.s_addr) {
+      found_if.name = i->ifa_name;
+      found_if.loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    }
   }
   ::freeifaddrs(ifs);
-  if (name.empty()) {
+  if (found_if.name.empty()) {
     char text[INET_ADDRSTRLEN] = {};
     ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
     return NotFound(std::string("no interface holds ") + text + ", the route to " + addr);
   }
-  return name;
+  return found_if;
 }
 
 Result<SocketInterfaces> SocketInterfacesFor(const std::string& iface, bool loopback,
@@ -250,18 +252,6 @@ Result<SocketInterfaces> SocketInterfacesFor(const std::string& iface, bool loop
                               "(e.g. NodeAddr in slurm.conf), not one /etc/hosts maps to 127.x");
   }
   return SocketInterfaces{"=" + iface, iface};
-}
-
-bool IsLoopbackInterface(const std::string& iface) {
-  ifaddrs* ifs = nullptr;
-  if (::getifaddrs(&ifs) != 0) return iface == "lo";
-  bool loopback = false;
-  for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_name != nullptr && iface == i->ifa_name && (i->ifa_flags & IFF_LOOPBACK) != 0)
-      loopback = true;
-  }
-  ::freeifaddrs(ifs);
-  return loopback;
 }
 
 int ExecRank(const RankExecOptions& options) {
@@ -293,7 +283,7 @@ int ExecRank(const RankExecOptions& options) {
       auto iface = InterfaceToward(*master);
       if (iface.ok()) {
         const bool spans_nodes = vars->at("LOCAL_WORLD_SIZE") != vars->at("WORLD_SIZE");
-        auto names = SocketInterfacesFor(*iface, IsLoopbackInterface(*iface), spans_nodes, *master);
+        auto names = SocketInterfacesFor(iface->name, iface->loopback, spans_nodes, *master);
         if (!names.ok()) {
           std::fprintf(stderr, "exec-rank: rank %s: %s\n", rank.c_str(),
                        names.status().message().c_str());

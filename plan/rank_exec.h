@@ -72,10 +72,14 @@ std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_coun
 // The wrapper's argv (after the program name) for `options`.
 std::vector<std::string> RankExecArgs(const RankExecOptions& options);
 
-// The name of this host's network interface that traffic to `addr` (an IPv4
-// address or a resolvable name) leaves by: what NCCL_SOCKET_IFNAME and
-// GLOO_SOCKET_IFNAME must name for a rank to reach MASTER_ADDR. No packet is sent.
-Result<std::string> InterfaceToward(const std::string& addr);
+// This host's network interface that traffic to `addr` (an IPv4 address or a
+// resolvable name) leaves by: what NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME
+// must name for a rank to reach MASTER_ADDR. No packet is sent.
+struct RouteInterface {
+  std::string name;
+  bool loopback = false;  // IFF_LOOPBACK
+};
+Result<RouteInterface> InterfaceToward(const std::string& addr);
 
 // What the rank wrapper sets so that NCCL and gloo use `iface` (the one
 // InterfaceToward found) and no other: NCCL_SOCKET_IFNAME takes "=name"
@@ -88,8 +92,6 @@ struct SocketInterfaces {
 };
 Result<SocketInterfaces> SocketInterfacesFor(const std::string& iface, bool loopback,
                                              bool ranks_span_nodes, const std::string& master_addr);
-// Whether the interface named `iface` is a loopback one (IFF_LOOPBACK).
-bool IsLoopbackInterface(const std::string& iface);
 
 int ExecRank(const RankExecOptions& options);
 
