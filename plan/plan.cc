@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "common/file_util.h"
 #include "plan/run_dir.h"
@@ -125,6 +126,10 @@ const AgentPlan* Plan::FindAgent(std::string_view name) const {
     if (agent.name == name) return &agent;
   }
   return nullptr;
+}
+
+AgentPlan* Plan::FindAgent(std::string_view name) {
+  return const_cast<AgentPlan*>(std::as_const(*this).FindAgent(name));
 }
 
 namespace {

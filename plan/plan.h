@@ -117,6 +117,7 @@ struct Plan {
   bool trust_slurm_binding = false;
 
   const AgentPlan* FindAgent(std::string_view name) const;  // nullptr when absent
+  AgentPlan* FindAgent(std::string_view name);
 };
 
 // Serialises in the shape above (keys in that order).

@@ -12,11 +12,13 @@ using json = nlohmann::json;
 
 // Every record of a JSON-lines file, in order: blank lines passed over, a
 // torn last line (a writer killed mid-line) skipped, any other line that is
-// not a Record DataLoss naming "<path>:<line>"; NotFound when there is no file.
+// not a Record DataLoss naming "<path>:<line>"; NotFound "<path><missing>"
+// when there is no file.
 template <typename Record>
-Result<std::vector<Record>> ReadRecordLines(const std::string& path, std::string_view what) {
+Result<std::vector<Record>> ReadRecordLines(const std::string& path, std::string_view what,
+                                            std::string_view missing) {
   std::ifstream in(path);
-  if (!in) return NotFound(path + " does not exist");
+  if (!in) return NotFound(path + std::string(missing));
   std::vector<Record> out;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -40,7 +42,6 @@ Status RequireObject(const json& j, std::string_view what) {
 
 // Reads `key` of `j` into `out`. A missing key leaves `out` as it is unless
 // `required`; a key of the wrong type is refused either way.
-
 template <typename T>
 Status Take(const json& j, const char* key, T* out, bool required = true) {
   const auto it = j.find(key);
@@ -90,11 +91,8 @@ Result<MetricsRecord> MetricsRecord::FromJson(const json& j) {
 }
 
 Result<std::vector<MetricsRecord>> ReadMetricsFile(const std::string& path) {
-  auto records = ReadRecordLines<MetricsRecord>(path, "metrics record");
-  if (records.status().code() == StatusCode::kNotFound) {
-    return NotFound(path + " does not exist: is it a run directory?");
-  }
-  return records;
+  return ReadRecordLines<MetricsRecord>(path, "metrics record",
+                                        " does not exist: is it a run directory?");
 }
 
 // ---------------------------------------------------------------- lineage.jsonl
@@ -139,7 +137,7 @@ Result<LineageRecord> LineageRecord::FromJson(const json& j) {
 }
 
 Result<std::vector<LineageRecord>> ReadLineageFile(const std::string& path) {
-  auto records = ReadRecordLines<LineageRecord>(path, "lineage record");
+  auto records = ReadRecordLines<LineageRecord>(path, "lineage record", " does not exist");
   if (records.status().code() == StatusCode::kNotFound) return std::vector<LineageRecord>{};
   return records;
 }

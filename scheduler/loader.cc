@@ -120,8 +120,7 @@ class ConfigBuilder {
     c_.CheckMap(n, path, kNodeKeys);
     NodeSpec spec;
     std::string expr;
-    if (!c_.Read(n, path, "name", expr))
-      c_.Fail(n, Join(path, "name"), "missing; expected a hostlist like node[01-04]");
+    c_.ReadRequired(n, path, "name", expr, "expected a hostlist like node[01-04]");
     Result<std::vector<std::string>> hosts = ExpandHostlist(expr);
     if (!hosts.ok()) c_.Fail(n["name"], Join(path, "name"), hosts.status().message());
     c_.Read(n, path, "gpus", spec.gpus);
@@ -414,8 +413,7 @@ class ConfigBuilder {
     AgentConfig base;
     base.line = n.Mark().line + 1;
     base.column = n.Mark().column + 1;
-    if (!c_.Read(n, path, "name", base.base_name))
-      c_.Fail(n, Join(path, "name"), "missing; every agent needs a name");
+    c_.ReadRequired(n, path, "name", base.base_name, "every agent needs a name");
     if (!std::regex_match(base.base_name, NameRegex())) {
       c_.Fail(n["name"], Join(path, "name"),
               fmt::format("expected letters, digits, '_', '.', '-' (at most 63), starting with a "

@@ -225,6 +225,14 @@ class Converter {
     return true;
   }
 
+  // Reads `map[key]` into `out`; a missing key fails at `map` with
+  // "missing; <expected>".
+  template <typename T>
+  void ReadRequired(const YAML::Node& map, const std::string& path, const char* key, T& out,
+                    const std::string& expected) {
+    if (!Read(map, path, key, out)) Fail(map, Join(path, key), "missing; " + expected);
+  }
+
   // Arbitrary YAML → JSON (for agent args), with YAML 1.2 core scalar typing.
   nlohmann::json ToJson(const YAML::Node& n, const std::string& key) {
     Visit(n);

@@ -57,8 +57,7 @@ class PopulationBuilder {
       const std::string path = Index("channels", i);
       c_.CheckMap(n, path, kChannelKeys);
       ChannelConfig ch;
-      if (!c_.Read(n, path, "topic", ch.topic))
-        c_.Fail(n, Join(path, "topic"), "missing; every channel needs a topic");
+      c_.ReadRequired(n, path, "topic", ch.topic, "every channel needs a topic");
       if (!std::regex_match(ch.topic, TopicRegex())) {
         c_.Fail(n["topic"], Join(path, "topic"),
                 fmt::format("expected letters, digits, '_', '.', '/', '-', '*' (a pattern) and "
@@ -137,9 +136,8 @@ class PopulationBuilder {
       const std::vector<std::string> agents =
           MatchAll(config, m["agents"], Join(path, "agents"), patterns);
       std::string role;
-      if (!c_.Read(m, path, "role", role))
-        c_.Fail(m, Join(path, "role"),
-                fmt::format("missing; expected one of {}", fmt::join(LeagueRoles(), ", ")));
+      c_.ReadRequired(m, path, "role", role,
+                      fmt::format("expected one of {}", fmt::join(LeagueRoles(), ", ")));
       CheckOneOf(m["role"], Join(path, "role"), role, LeagueRoles(), "role");
       // AlphaStar's mix by role: main agents mostly PFSP with a share of the
       // newest, exploiters against the newest (main) or PFSP over the league.
@@ -283,10 +281,8 @@ class PopulationBuilder {
     c_.Convert(key, hpath, hp.name);
     const std::string path = Join(hpath, hp.name);
     c_.CheckMap(n, path, kPbtHyperparameterKeys);
-    if (!c_.Read(n, path, "min", hp.min))
-      c_.Fail(n, Join(path, "min"), "missing; expected the lowest value");
-    if (!c_.Read(n, path, "max", hp.max))
-      c_.Fail(n, Join(path, "max"), "missing; expected the highest value");
+    c_.ReadRequired(n, path, "min", hp.min, "expected the lowest value");
+    c_.ReadRequired(n, path, "max", hp.max, "expected the highest value");
     if (!(hp.min < hp.max))
       c_.Fail(n["max"], Join(path, "max"),
               fmt::format("expected more than min ({}), got {}", hp.min, hp.max));

@@ -9,6 +9,9 @@
 
 #include "agent_runtime/checkpointer.h"
 #include "common/file_util.h"
+#include "comms/telemetry.h"
+#include "plan/records.h"
+#include "scheduler/league_service.h"
 #include "scheduler/run_driver.h"
 
 namespace agentrt {
@@ -99,11 +102,8 @@ void PbtService::Advance() {
 }
 
 void PbtService::Execute(const PbtDecision& d) {
-  AgentPlan* recipient = nullptr;
+  AgentPlan* recipient = plan_->FindAgent(d.recipient);
   const AgentPlan* donor = plan_->FindAgent(d.donor);
-  for (AgentPlan& a : plan_->agents) {
-    if (a.name == d.recipient) recipient = &a;
-  }
   LineageRecord line;
   line.time = UnixTimeSeconds();
   line.decision = d;

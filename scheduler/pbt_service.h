@@ -9,17 +9,16 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "comms/telemetry.h"
 #include "plan/plan.h"
-#include "plan/records.h"
 #include "plan/run_dir.h"
-#include "scheduler/league_service.h"
 #include "scheduler/pbt.h"
 #include "scheduler/run_controller.h"
 
 namespace agentrt {
 
+class LeagueService;
 class RunObserver;
+struct TelemetryMessage;
 
 class PbtService {
  public:

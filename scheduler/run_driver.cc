@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "agent_runtime/checkpointer.h"
 #include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/bus_server.h"
 #include "comms/telemetry.h"
 #include "plan/records.h"
+#include "scheduler/control_inbox.h"
 #include "scheduler/league_service.h"
-#include "scheduler/pbt.h"
+#include "scheduler/pbt_service.h"
 #include "scheduler/planner.h"
 
 namespace agentrt {

@@ -35,11 +35,9 @@
 #include "plan/plan.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
-#include "scheduler/control_inbox.h"
 #include "scheduler/inventory.h"
 #include "scheduler/launch_backend.h"
 #include "scheduler/node_failover.h"
-#include "scheduler/pbt_service.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/status.h"
 
@@ -49,6 +47,8 @@ class BusServer;
 class TelemetryReceiver;
 class MetricsWriter;
 class LeagueService;
+class PbtService;
+class ControlInbox;
 
 // A plan with the run directory made for it.
 struct PreparedRun {

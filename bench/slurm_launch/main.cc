@@ -101,11 +101,9 @@ int main(int argc, char** argv) {
       Die("usage: bench_slurm_launch [--reps N]");
     }
   }
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) Die("cannot find my own path");
-  const fs::path bin =
-      fs::path(std::string(self, static_cast<size_t>(n))).parent_path().parent_path() / "bin";
+  const std::string self = agentrt::bench::SelfPath();
+  if (self.empty()) Die("cannot find my own path");
+  const fs::path bin = fs::path(self).parent_path().parent_path() / "bin";
   if (!fs::exists(bin / "agentctl") || !fs::exists(bin / "agentrt-bus")) {
     Die("build agentctl and agentrt-bus first (looked in " + bin.string() + ")");
   }

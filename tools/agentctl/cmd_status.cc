@@ -53,9 +53,9 @@ void RegisterStatus(CLI::App& app) {
         auto read_lineage = agentrt::ReadLineageFile(dir.LineagePath());
         if (!read_lineage.ok()) {
           std::fputs(("pbt: " + read_lineage.status().message() + "\n").c_str(), stdout);
+          read_lineage = std::vector<agentrt::LineageRecord>{};
         }
-        const std::vector<agentrt::LineageRecord> lineage =
-            read_lineage.ok() ? std::move(*read_lineage) : std::vector<agentrt::LineageRecord>{};
+        const std::vector<agentrt::LineageRecord>& lineage = *read_lineage;
         for (size_t i = lineage.size() > 3 ? lineage.size() - 3 : 0; i < lineage.size(); ++i)
           std::fputs(("pbt: " + agentrt::FormatLineageLine(lineage[i]) + "\n").c_str(), stdout);
         if (!lineage.empty())
