@@ -47,10 +47,7 @@ class ConfigBuilder {
   }
 
   void ParseRun(const YAML::Node& n, RunConfig& run) {
-    c_.CheckMap(n, "run", {AGENTRT_RUN_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "run", #name, run.name);
-    AGENTRT_RUN_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, "run", run);
     if (!std::regex_match(run.name, NameRegex())) {
       c_.Fail(
           n["name"], "run.name",
@@ -100,10 +97,7 @@ class ConfigBuilder {
   }
 
   void ParsePreflight(const YAML::Node& n, PreflightConfig& p) {
-    c_.CheckMap(n, "preflight", {AGENTRT_PREFLIGHT_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "preflight", #name, p.name);
-    AGENTRT_PREFLIGHT_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, "preflight", p);
     if (!(p.min_efficiency >= 0 && p.min_efficiency <= 1))
       c_.Fail(n["min_efficiency"], "preflight.min_efficiency",
               fmt::format("expected a fraction in 0..1, got {}", p.min_efficiency));
@@ -188,10 +182,7 @@ class ConfigBuilder {
   }
 
   void ParsePorts(const YAML::Node& n, const std::string& path, PortConfig& ports) {
-    c_.CheckMap(n, path, {AGENTRT_PORT_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, ports.name);
-    AGENTRT_PORT_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, path, ports);
     auto port_ok = [](int p) { return p >= 1 && p <= 65535; };
     if (!port_ok(ports.first))
       c_.Fail(n["first"], Join(path, "first"),
@@ -217,10 +208,7 @@ class ConfigBuilder {
   }
 
   void ParseSlurm(const YAML::Node& n, SlurmConfig& slurm) {
-    c_.CheckMap(n, "slurm", {AGENTRT_SLURM_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "slurm", #name, slurm.name);
-    AGENTRT_SLURM_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, "slurm", slurm);
     static const std::regex kTime(R"((\d+-)?\d+(:\d+){0,2}|UNLIMITED|unlimited|infinite)");
     if (!std::regex_match(slurm.time, kTime)) {
       c_.Fail(n["time"], "slurm.time",
@@ -284,10 +272,7 @@ class ConfigBuilder {
   }
 
   void ParseRestart(const YAML::Node& n, const std::string& path, RestartPolicy& r) {
-    c_.CheckMap(n, path, {AGENTRT_RESTART_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, r.name);
-    AGENTRT_RESTART_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, path, r);
     if (r.max_restarts < 0)
       c_.Fail(n["max_restarts"], Join(path, "max_restarts"),
               fmt::format("expected 0 or more, got {}", r.max_restarts));
@@ -302,18 +287,12 @@ class ConfigBuilder {
   }
 
   void ParseGroup(const YAML::Node& n, const std::string& path, GroupPolicy& g) {
-    c_.CheckMap(n, path, {AGENTRT_GROUP_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, g.name);
-    AGENTRT_GROUP_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, path, g);
     NotNegativeSeconds(n, path, "collective_timeout_s", g.collective_timeout_s, " (not watched)");
   }
 
   void ParseCheckpoint(const YAML::Node& n, const std::string& path, CheckpointPolicy& cp) {
-    c_.CheckMap(n, path, {AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_KEY_NAME)});
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, cp.name);
-    AGENTRT_CHECKPOINT_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, path, cp);
     if (!(cp.interval_s > 0))
       c_.Fail(n["interval_s"], Join(path, "interval_s"),
               fmt::format("expected a positive number of seconds, got {}", cp.interval_s));

@@ -286,25 +286,136 @@ class Converter {
 
 #define AGENTRT_KEY_NAME(type, name, default_value, doc) #name,
 
+// Every settings block the loader reads from an X-macro list of plan/config.h:
+// its struct (holding the defaults), its list, the prefix of its keys.
+#define AGENTRT_SETTING_BLOCKS(X)                                          \
+  X(RunConfig, AGENTRT_RUN_SETTINGS, "run.")                               \
+  X(PortConfig, AGENTRT_PORT_SETTINGS, "cluster.ports.")                   \
+  X(LinkConfig, AGENTRT_LINK_SETTINGS, "cluster.links.")                   \
+  X(PeakConfig, AGENTRT_PEAK_SETTINGS, "cluster.peak.")                    \
+  X(PreflightConfig, AGENTRT_PREFLIGHT_SETTINGS, "preflight.")             \
+  X(SlurmConfig, AGENTRT_SLURM_SETTINGS, "slurm.")                         \
+  X(BusConfig, AGENTRT_BUS_SETTINGS, "bus.")                               \
+  X(RestartPolicy, AGENTRT_RESTART_SETTINGS, "defaults.restart.")          \
+  X(CheckpointPolicy, AGENTRT_CHECKPOINT_SETTINGS, "defaults.checkpoint.") \
+  X(GroupPolicy, AGENTRT_GROUP_SETTINGS, "defaults.group.")                \
+  X(LeagueConfig, AGENTRT_LEAGUE_SETTINGS, "league.")                      \
+  X(PbtPopulation, AGENTRT_PBT_SETTINGS, "pbt[].")
+
+// ReadSettings(c, map, path, out[, extra_keys]) for each block above: checks that `map`
+// holds only the block's keys (and `extra_keys`, which the caller reads) and reads each
+// into its member of `out`.
+#define AGENTRT_READ_SETTING(type, name, default_value, doc) c.Read(map, path, #name, out.name);
+#define AGENTRT_SETTINGS_READER(Type, LIST, key_prefix)                                  \
+  inline void ReadSettings(Converter& c, const YAML::Node& map, const std::string& path, \
+                           Type& out, const std::vector<std::string>& extra_keys = {}) { \
+    std::vector<std::string> keys = {LIST(AGENTRT_KEY_NAME)};                            \
+    keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());                       \
+    c.CheckMap(map, path, keys);                                                         \
+    LIST(AGENTRT_READ_SETTING)                                                           \
+  }
+AGENTRT_SETTING_BLOCKS(AGENTRT_SETTINGS_READER)
+#undef AGENTRT_SETTINGS_READER
+#undef AGENTRT_READ_SETTING
+
 inline const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm",    "bus",
                                                   "defaults", "agents",  "channels", "preflight",
                                                   "league",   "pbt"};
-inline const std::vector<std::string> kLeagueMemberKeys = {"agents", "role", "matchmaking",
-                                                           "newest_share", "opponents"};
-inline const std::vector<std::string> kPbtHyperparameterKeys = {"min", "max", "perturb",
-                                                                "log_scale"};
-// Keys of league: and of a pbt: population beside their X-macro settings.
+// The keys of the list blocks, declared once: name, type, default and doc. The loader
+// accepts exactly these keys (in this order in its messages) and `validate --settings`
+// describes them.
+#define AGENTRT_AGENT_KEYS(X)                                                                    \
+  X(name, "string", "(required)",                                                                \
+    "agent name; with replicas: N the agents are <name>-0..<name>-(N-1)")                        \
+  X(replicas, "int", "(none)", "number of copies of this agent")                                 \
+  X(gpus, "int", "0", "GPUs per agent; 0 = a CPU agent")                                         \
+  X(ranks, "int", "gpus or 1",                                                                   \
+    "processes per agent; a multiple of gpus (one rank per GPU by default; more ranks than "     \
+    "GPUs only with backend: mpi)")                                                              \
+  X(command, "list", "defaults", "program and arguments")                                        \
+  X(env, "map", "defaults", "environment variables added to defaults.env")                       \
+  X(args, "map", "{}", "free-form settings passed to the agent (plan.json, agent-worker flags)") \
+  X(restart, "map", "defaults", "overrides of defaults.restart keys")                            \
+  X(workdir, "string", "(run dir)",                                                              \
+    "the agent's working directory, relative to agents.yaml; default RUN_DIR/agents/<name>")     \
+  X(checkpoint, "map", "defaults", "overrides of defaults.checkpoint keys")                      \
+  X(group, "map", "defaults", "overrides of defaults.group keys")                                \
+  X(nodes, "list", "[]", "pin list of hostlist expressions; empty = any node")                   \
+  X(backend, "string", "auto",                                                                   \
+    "group backend: auto (nccl with GPUs; else single, or mpi for >1 rank) | single | mpi | "    \
+    "nccl")                                                                                      \
+  X(gpu_type, "string", "(any)",                                                                 \
+    "only nodes whose GPUs are of this type (SLURM gres gpu:<type>:N), e.g. h100")
+
+#define AGENTRT_NODE_KEYS(X)                                                          \
+  X(name, "string", "(required)", "hostlist expression, e.g. gpu[01-04,07]")          \
+  X(gpus, "int", "0", "GPUs per node")                                                \
+  X(cpus, "int", "(unlimited)", "CPU slots per node; each rank takes one")            \
+  X(nvlink_domains, "list", "[all GPUs]", "disjoint GPU id lists covering 0..gpus-1") \
+  X(gpu_type, "string", "(none)", "the type of the node's GPUs, e.g. h100")
+
+#define AGENTRT_CHANNEL_KEYS(X)                                                                  \
+  X(topic, "string", "(required)",                                                               \
+    "topic name or pattern ('*' matches any characters, e.g. probe/*); {agent} makes one topic " \
+    "per publisher")                                                                             \
+  X(publishers, "list", "(required)", "glob patterns of agents that may publish")                \
+  X(subscribers, "list", "(required)", "glob patterns of agents that may subscribe")
+
+#define AGENTRT_LEAGUE_MEMBER_KEYS(X)                                                        \
+  X(agents, "list", "(required)", "agent name patterns this entry makes members")            \
+  X(role, "string", "(required)",                                                            \
+    "main | main_exploiter | league_exploiter | anchor (anchor: never trains, a yardstick)") \
+  X(matchmaking, "string", "by role",                                                        \
+    "how opponents are picked: pfsp | uniform | self (default pfsp; main_exploiter self; "   \
+    "anchor uniform)")                                                                       \
+  X(newest_share, "float", "by role",                                                        \
+    "share of matches against the opponent's newest snapshot (main 0.35, else 0)")           \
+  X(opponents, "list", "(all others)", "agent name patterns it plays")
+
+// Keys of a pbt: population beside its X-macro settings.
+#define AGENTRT_PBT_LIST_KEYS(X)                                            \
+  X(name, "string", "pbt<i>", "the population's name")                      \
+  X(agents, "list", "(required)", "agent name patterns in this population") \
+  X(hyperparameters, "map", "(required)",                                   \
+    "agent args to explore: <arg>: {min, max, perturb, log_scale}")
+
+#define AGENTRT_PBT_HYPERPARAMETER_KEYS(X)                                                     \
+  X(min, "float", "(required)", "lowest value")                                                \
+  X(max, "float", "(required)", "highest value")                                               \
+  X(perturb, "list", "[0.8, 1.2]", "explore: the value is multiplied by one of these factors") \
+  X(log_scale, "bool", "false", "draw anew on a log scale (needs min > 0)")
+
+// defaults: beside the restart, checkpoint and group blocks (X-macro settings).
+#define AGENTRT_DEFAULTS_LIST_KEYS(X)                                \
+  X(command, "list", "[agent-worker]",                               \
+    "program and arguments every agent runs unless it sets command") \
+  X(env, "map", "{}", "environment variables for every agent (agents add to and override them)")
+
+// The key lists and their prefixes in `validate --settings`, one row per list block.
+#define AGENTRT_LIST_KEY_BLOCKS(X)                   \
+  X(AGENTRT_DEFAULTS_LIST_KEYS, "defaults.")         \
+  X(AGENTRT_AGENT_KEYS, "agents[].")                 \
+  X(AGENTRT_NODE_KEYS, "cluster.nodes[].")           \
+  X(AGENTRT_CHANNEL_KEYS, "channels[].")             \
+  X(AGENTRT_LEAGUE_MEMBER_KEYS, "league.members[].") \
+  X(AGENTRT_PBT_LIST_KEYS, "pbt[].")                 \
+  X(AGENTRT_PBT_HYPERPARAMETER_KEYS, "pbt[].hyperparameters.<arg>.")
+
+#define AGENTRT_LISTED_KEY(name, type, default_value, doc) #name,
+
+inline const std::vector<std::string> kLeagueMemberKeys = {
+    AGENTRT_LEAGUE_MEMBER_KEYS(AGENTRT_LISTED_KEY)};
+inline const std::vector<std::string> kPbtHyperparameterKeys = {
+    AGENTRT_PBT_HYPERPARAMETER_KEYS(AGENTRT_LISTED_KEY)};
+// Keys of league: beside its X-macro settings.
 inline const std::vector<std::string> kLeagueListKeys = {"members"};
-inline const std::vector<std::string> kPbtListKeys = {"name", "agents", "hyperparameters"};
+inline const std::vector<std::string> kPbtListKeys = {AGENTRT_PBT_LIST_KEYS(AGENTRT_LISTED_KEY)};
 inline const std::vector<std::string> kClusterKeys = {"nodes", "ports", "links", "peak"};
-inline const std::vector<std::string> kNodeKeys = {"name", "gpus", "cpus", "nvlink_domains",
-                                                   "gpu_type"};
-inline const std::vector<std::string> kDefaultsKeys = {"restart", "checkpoint", "group", "command",
-                                                       "env"};
-inline const std::vector<std::string> kAgentKeys = {
-    "name",    "replicas", "gpus",       "ranks", "command", "env",     "args",
-    "restart", "workdir",  "checkpoint", "group", "nodes",   "backend", "gpu_type"};
-inline const std::vector<std::string> kChannelKeys = {"topic", "publishers", "subscribers"};
+inline const std::vector<std::string> kNodeKeys = {AGENTRT_NODE_KEYS(AGENTRT_LISTED_KEY)};
+inline const std::vector<std::string> kDefaultsKeys = {
+    "restart", "checkpoint", "group", AGENTRT_DEFAULTS_LIST_KEYS(AGENTRT_LISTED_KEY)};
+inline const std::vector<std::string> kAgentKeys = {AGENTRT_AGENT_KEYS(AGENTRT_LISTED_KEY)};
+inline const std::vector<std::string> kChannelKeys = {AGENTRT_CHANNEL_KEYS(AGENTRT_LISTED_KEY)};
 inline constexpr int kMaxGpusPerNode = 64;
 
 inline const std::regex& NameRegex() {

@@ -102,12 +102,7 @@ class PopulationBuilder {
 
   void ParseLeague(const YAML::Node& n, Config& config) {
     LeagueConfig& league = config.league;
-    std::vector<std::string> keys = {AGENTRT_LEAGUE_SETTINGS(AGENTRT_KEY_NAME)};
-    keys.insert(keys.end(), kLeagueListKeys.begin(), kLeagueListKeys.end());
-    c_.CheckMap(n, "league", keys);
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, "league", #name, league.name);
-    AGENTRT_LEAGUE_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
+    ReadSettings(c_, n, "league", league, kLeagueListKeys);
     if (league.keep_snapshots < 1 || league.keep_snapshots > 10000)
       c_.Fail(n["keep_snapshots"], "league.keep_snapshots",
               fmt::format("expected 1..10000 snapshots, got {}", league.keep_snapshots));
@@ -198,15 +193,10 @@ class PopulationBuilder {
     for (size_t i = 0; i < list.size(); ++i) {
       const YAML::Node n = list[i];
       const std::string path = Index("pbt", i);
-      std::vector<std::string> keys = {AGENTRT_PBT_SETTINGS(AGENTRT_KEY_NAME)};
-      keys.insert(keys.end(), kPbtListKeys.begin(), kPbtListKeys.end());
-      c_.CheckMap(n, path, keys);
       PbtPopulation pop;
       pop.name = "pbt" + std::to_string(i);
+      ReadSettings(c_, n, path, pop, kPbtListKeys);
       c_.Read(n, path, "name", pop.name);
-#define AGENTRT_READ(type, name, default_value, doc) c_.Read(n, path, #name, pop.name);
-      AGENTRT_PBT_SETTINGS(AGENTRT_READ)
-#undef AGENTRT_READ
       if (!n["agents"].IsDefined())
         c_.Fail(n, Join(path, "agents"), "missing; expected agent name patterns");
       std::vector<std::string> patterns;
