@@ -17,6 +17,7 @@
 #include "scheduler/league_service.h"
 #include "scheduler/pbt_service.h"
 #include "scheduler/planner.h"
+#include "scheduler/status_writer.h"
 
 namespace agentrt {
 
@@ -137,8 +138,8 @@ RunDriver::~RunDriver() {
 
 Status RunDriver::Start() {
   // One start-up order: the run's lock and credentials, the bus, telemetry
-  // intake, the league service, PBT, then the supervisor (with failover) and
-  // the first status.
+  // intake, the league service, the supervisor (with failover), PBT, the
+  // control inbox, and the status writer with the first status.
   // One controller per run, and `agentctl status` can tell whether it lives.
   AGENTRT_ASSIGN_OR_RETURN(lock_, ControllerLock::Acquire(dir_));
   AGENTRT_RETURN_IF_ERROR(
@@ -154,6 +155,7 @@ Status RunDriver::Start() {
   StartSupervisor();
   StartPbt();
   StartControlInbox();
+  StartStatusWriter();
   return Status::Ok();
 }
 
@@ -250,18 +252,22 @@ void RunDriver::StartSupervisor() {
   observer_->Event(fmt::format("run {}: {} agents, run dir {}, bus {}", plan_.run,
                                plan_.agents.size(), dir_.path(), bus_address_));
   if (options_.down_nodes) {
-    failover_ = std::make_unique<NodeFailover>(options_.allocation_nodes);
-    controller_->SetRelaunchAdvisor([this](AgentLaunch& launch) { return AdviseRelaunch(launch); });
+    failover_ = std::make_unique<FailoverService>(
+        &plan_, dir_, options_.allocation_nodes, options_.down_nodes,
+        RunEndpoints{bus_address_, telemetry_->endpoint(), options_.local_node}, observer_);
+    controller_->SetRelaunchAdvisor(
+        [this](AgentLaunch& launch) { return failover_->Advise(launch); });
   }
   if (options_.resume_from) controller_->Resume(*options_.resume_from);
   controller_->Start();
-  WriteStatus();
-  t0_ = clock_->NowSeconds();
-  written_state_ = controller_->state_version();
-  written_any_ = controller_->version();
-  written_at_ = t0_;
   stops_seen_ = stops_ != nullptr ? stops_->count() : 0;
-  ReportChanges(0);
+}
+
+// status.json and the agents' state lines, from the supervisor's first status on.
+void RunDriver::StartStatusWriter() {
+  status_ = std::make_unique<StatusWriter>(dir_.StatusPath(), controller_.get(), bus_.get(),
+                                           start_unix_s_, clock_, observer_);
+  status_->Start();
 }
 
 // PBT, once the supervisor whose agents it replaces is up.
@@ -276,81 +282,11 @@ void RunDriver::StartControlInbox() {
   control_ = std::make_unique<ControlInbox>(dir_, controller_.get(), clock_, observer_);
 }
 
-RelaunchAdvice RunDriver::AdviseRelaunch(AgentLaunch& launch) {
-  RelaunchAdvice advice;
-  auto down = options_.down_nodes();
-  if (!down.ok()) {
-    observer_->Warn("agentctl run: warning: cannot tell which nodes are down (" +
-                    down.status().message() + "); " + launch.name +
-                    " is relaunched where it was\n");
-    return advice;
-  }
-  const FailoverDecision d = failover_->Relocate(plan_, launch.name, *down);
-  if (d.kind == FailoverDecision::Kind::kStay) return advice;
-  const double now = UnixTimeSeconds();
-  for (size_t k = 0; k < d.failed.size(); ++k) {
-    advice.failures.push_back(
-        {d.failed[k], now, launch.name, k < d.moved_to.size() ? d.moved_to[k] : ""});
-  }
-  if (d.kind == FailoverDecision::Kind::kNoSpare) {
-    advice.hold = true;
-    advice.reason = fmt::format("node {} failed and {}: requeueing the allocation",
-                                fmt::join(d.failed, ","), d.reason);
-    observer_->Event("agentctl run: " + launch.name + ": " + advice.reason);
-    return advice;
-  }
-  // Only this agent's ranks move; plan.json says where they are now.
-  for (SupervisedAgent& s :
-       SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node)) {
-    if (s.launch.name != launch.name) continue;
-    launch.ranks = std::move(s.launch.ranks);
-    launch.master_addr = std::move(s.launch.master_addr);
-  }
-  const Status written = WritePlanFile(plan_, dir_.PlanPath());
-  if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
-  observer_->Event(fmt::format("agentctl run: node {} failed: {} moves to {}",
-                               fmt::join(d.failed, ","), launch.name, fmt::join(d.moved_to, ",")));
-  return advice;
-}
-
 void RunDriver::CheckMetrics(const Status& s) {
   if (s.ok() || metrics_failed_) return;
   metrics_failed_ = true;
   observer_->Warn("agentctl run: warning: " + s.message() +
                   ": metrics.jsonl misses lines from here on (disk full?)\n");
-}
-
-void RunDriver::WriteStatus() {
-  RunStatus s = controller_->status();
-  s.controller_pid = ::getpid();
-  s.started_unix_s = start_unix_s_;
-  s.updated_unix_s = UnixTimeSeconds();
-  if (bus_) s.bus = bus_->Snapshot();
-  const Status w = WriteRunStatusFile(s, dir_.StatusPath());
-  if (!w.ok()) observer_->Warn("agentctl run: warning: " + w.message() + "\n");
-}
-
-// One line per agent state change, with the reason when there is one.
-void RunDriver::ReportChanges(double t) {
-  const RunStatus& now = controller_->status();
-  for (size_t i = 0; i < now.agents.size(); ++i) {
-    const AgentStatus& a = now.agents[i];
-    const bool is_new = i >= last_shown_.agents.size();
-    if (!is_new && last_shown_.agents[i].state == a.state &&
-        last_shown_.agents[i].restarts == a.restarts) {
-      continue;
-    }
-    std::string line = fmt::format("[{:7.1f}s] {} {}", t, a.name, AgentStateName(a.state));
-    if (a.state == AgentState::kRunning) {
-      line += fmt::format(" (restart {}, pids", a.restarts);
-      for (const RankStatus& r : a.ranks) line += fmt::format(" {}", r.pid);
-      line += fmt::format(", MASTER_PORT {})", a.master_port);
-    } else if (!a.reason.empty() && a.state != AgentState::kSucceeded) {
-      line += ": " + a.reason;
-    }
-    observer_->Event(line);
-  }
-  last_shown_ = now;
 }
 
 namespace {
@@ -408,31 +344,26 @@ bool RunDriver::Step() {
   controller_->Tick();
   if (pbt_) pbt_->Advance();
   if (league_) WarnLeague();
-  const double now = clock_->NowSeconds();
   control_->Poll();
-  if (now - sync_checked_at_ >= 1.0) {
-    // The durable log's background fsyncs failing (disk full, I/O errors):
-    // batch mode's promise is broken, say so once per new failure burst.
-    sync_checked_at_ = now;
-    const int64_t errors = bus_->Stats().log_sync_errors;
-    if (errors > sync_errors_seen_) {
-      observer_->Warn(fmt::format(
-          "agentctl run: the bus log under {} failed {} fsync(s): messages since the last good "
-          "one are not durable (disk full? I/O errors?)\n",
-          dir_.BusLogDir(), errors - sync_errors_seen_));
-      sync_errors_seen_ = errors;
-    }
-  }
-  if (controller_->state_version() != written_state_ ||
-      (controller_->version() != written_any_ && now - written_at_ >= 1.0)) {
-    if (controller_->state_version() != written_state_) ReportChanges(now - t0_);
-    WriteStatus();
-    written_state_ = controller_->state_version();
-    written_any_ = controller_->version();
-    written_at_ = now;
-  }
-  observer_->Progress(controller_->status(), now - t0_, false);
+  WarnBusSyncErrors();
+  status_->Update();
+  observer_->Progress(controller_->status(), status_->elapsed_s(), false);
   return !controller_->Finished();
+}
+
+// The durable log's background fsyncs failing (disk full, I/O errors): batch
+// mode's promise is broken; said at most once a second, once per new burst.
+void RunDriver::WarnBusSyncErrors() {
+  const double now = clock_->NowSeconds();
+  if (now - sync_checked_at_ < 1.0) return;
+  sync_checked_at_ = now;
+  const int64_t errors = bus_->Stats().log_sync_errors;
+  if (errors <= sync_errors_seen_) return;
+  observer_->Warn(fmt::format(
+      "agentctl run: the bus log under {} failed {} fsync(s): messages since the last good "
+      "one are not durable (disk full? I/O errors?)\n",
+      dir_.BusLogDir(), errors - sync_errors_seen_));
+  sync_errors_seen_ = errors;
 }
 
 int RunDriver::Finish() {
@@ -446,11 +377,9 @@ int RunDriver::Finish() {
       if (m.type == TelemetryType::kMetrics) CheckMetrics(metrics_->Write(m));
     }
   }
-  const double elapsed = clock_->NowSeconds() - t0_;
-  ReportChanges(elapsed);
-  WriteStatus();
+  status_->Finish();
   CheckMetrics(metrics_->Flush());
-  observer_->Progress(controller_->status(), elapsed, true);
+  observer_->Progress(controller_->status(), status_->elapsed_s(), true);
   pbt_.reset();     // holds the league service (for ratings)
   league_.reset();  // its state is committed after every change
   bus_->Shutdown(std::chrono::milliseconds(1000));

@@ -7,13 +7,17 @@
 // dir) -> the run directory.
 //
 // Driving (RunDriver), on the thread that owns the children:
-//   Start()   controller.pid, the run secret and one token per agent, the bus
-//             (embedded gRPC broker with the plan's ACL), plan.json, the
-//             telemetry receiver, metrics.jsonl, then every agent's launch;
+//   Start()   controller.pid, the run secret and one token per agent, then its
+//             services in one order: the bus (embedded gRPC broker with the
+//             plan's ACL; plan.json once its port is known), telemetry intake
+//             and metrics.jsonl, the league service, the supervisor
+//             (RunController: every agent's launch) with node failover
+//             (failover_service.h), PBT (pbt_service.h), the control inbox
+//             (control_inbox.h) and the status writer (status_writer.h);
 //   Step()    one turn: telemetry in (heartbeats, metrics), stop signals (the
 //             first stops every agent gracefully, a second one kills), the
-//             controller's Tick, status.json on every change;
-//   Finish()  the last status, the bus down, the summary; the exit code.
+//             supervisor's Tick, PBT, control requests, status.json;
+//   Finish()  the last status, the services down, the summary; the exit code.
 // What a user sees goes to a RunObserver (the terminal in agentctl); stop
 // signals come from a StopRequests (the process's signal handlers in agentctl).
 //
@@ -35,9 +39,9 @@
 #include "plan/plan.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
+#include "scheduler/failover_service.h"
 #include "scheduler/inventory.h"
 #include "scheduler/launch_backend.h"
-#include "scheduler/node_failover.h"
 #include "scheduler/run_controller.h"
 #include "scheduler/status.h"
 
@@ -49,6 +53,7 @@ class MetricsWriter;
 class LeagueService;
 class PbtService;
 class ControlInbox;
+class StatusWriter;
 
 // A plan with the run directory made for it.
 struct PreparedRun {
@@ -114,11 +119,11 @@ struct RunDriverOptions {
   // other nodes), else on ipc://RUN_DIR/telemetry.sock. Either way only
   // messages signed with the agent's token count (comms/telemetry.h).
   std::string telemetry_host;
-  // Node failover (scheduler/node_failover.h), inside an allocation: every
+  // Node failover (scheduler/failover_service.h), inside an allocation: every
   // node the allocation holds, and who says which are down now (SLURM).
   // Without `down_nodes` a failed agent is relaunched where it was.
   std::vector<NodeSpec> allocation_nodes;
-  std::function<Result<std::set<std::string>>()> down_nodes;
+  DownNodes down_nodes;
   std::chrono::milliseconds poll{100};  // longest wait for telemetry per Step()
   // agentctl resume: the run's last status.json (RunController::Resume).
   std::optional<RunStatus> resume_from;
@@ -160,13 +165,11 @@ class RunDriver {
   void StartSupervisor();
   void StartPbt();
   void StartControlInbox();
-  void WriteStatus();
+  void StartStatusWriter();
   // A metrics.jsonl write or flush that failed: said once, the run goes on.
   void CheckMetrics(const Status& s);
-  void ReportChanges(double t);
-  // The RelaunchAdvisor of a run with node failover.
-  RelaunchAdvice AdviseRelaunch(AgentLaunch& launch);
   void WarnLeague();
+  void WarnBusSyncErrors();
 
   Plan plan_;
   RunDir dir_;
@@ -183,25 +186,21 @@ class RunDriver {
   uint64_t rejected_seen_ = 0;  // telemetry_->rejected() already warned about
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<RunController> controller_;
-  std::unique_ptr<NodeFailover> failover_;
+  std::unique_ptr<FailoverService> failover_;
   std::unique_ptr<LeagueService> league_;  // before bus_ in destruction: a client of it
   int64_t league_refused_seen_ = 0;
   int64_t league_commit_failures_seen_ = 0;
   std::unique_ptr<PbtService> pbt_;
   std::unique_ptr<ControlInbox> control_;
+  std::unique_ptr<StatusWriter> status_;
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;
-  double t0_ = 0;
-  uint64_t written_state_ = 0;
-  uint64_t written_any_ = 0;
-  double written_at_ = 0;
   double sync_checked_at_ = 0;  // when the bus log's fsync errors were last looked at
   int64_t sync_errors_seen_ = 0;
   bool metrics_failed_ = false;
   int stops_seen_ = 0;
   int last_signal_ = 0;
-  RunStatus last_shown_;
 };
 
 }  // namespace agentrt

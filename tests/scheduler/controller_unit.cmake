@@ -47,3 +47,13 @@ agentrt_test(NAME scheduler_control_inbox_test
   DEPS agentrt::scheduler
   LABELS unit
   TIMEOUT 60)
+agentrt_test(NAME scheduler_status_writer_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/status_writer_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
+agentrt_test(NAME scheduler_failover_service_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/failover_service_test.cc
+  DEPS agentrt::scheduler
+  LABELS unit
+  TIMEOUT 60)
