@@ -4,7 +4,7 @@
 #   <prefix>/bin/                      agentctl, agent-worker, agentrt-bus, agentrt-exec-rank,
 #                                      agentrt-preflight
 #   <prefix>/lib/                      libagentrt_{common,plan,comms,checkpoint,device,runtime,
-#                                      envs,learners}.a
+#                                      envs,learner_config,learners}.a
 #   <prefix>/include/agentrt/<module>/ the public headers (AGENTRT_PUBLIC_HEADERS below),
 #                                      included as "agent_runtime/runtime.h"
 #   <prefix>/lib/cmake/agentrt/        agentrtConfig.cmake + agentrtTargets.cmake
@@ -28,7 +28,7 @@ set(AGENTRT_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/agentrt)
 # Libraries, in dependency order. learners (the reference PPO) is optional for
 # embedders but installed so a custom trainer can reuse it.
 set(_agentrt_export_targets)
-foreach(module common plan comms checkpoint device runtime envs learners)
+foreach(module common plan comms checkpoint device runtime envs learner_config learners)
   if(TARGET agentrt_${module})
     list(APPEND _agentrt_export_targets agentrt_${module})
   endif()
@@ -55,7 +55,7 @@ set(AGENTRT_PUBLIC_HEADERS
     envs/env.h envs/space.h envs/rng.h envs/params.h envs/env_pool.h envs/chunk_runner.h
     envs/multi_agent_env_pool.h envs/registry.h
     envs/single_agent_view.h
-    learners/ppo.h learners/ppo_trainer.h learners/policy_snapshot.h learners/actor_critic.h
+    learners/ppo.h learners/ppo_config.h learners/ppo_trainer.h learners/policy_snapshot.h learners/actor_critic.h
     learners/obs_normalizer.h)
 foreach(header ${AGENTRT_PUBLIC_HEADERS})
   get_filename_component(dir ${header} DIRECTORY)

@@ -22,6 +22,12 @@
 
 namespace agentrt {
 
+// A settings struct declared once by an X-macro list of X(type, name, default_value, doc):
+// LIST(AGENTRT_PARAM_FIELD) declares the members with their defaults, and
+// LIST(AGENTRT_PARAM_READ) reads each from the Params `p` into the struct `out`.
+#define AGENTRT_PARAM_FIELD(type, name, default_value, doc) type name = default_value;
+#define AGENTRT_PARAM_READ(type, name, default_value, doc) out.name = p.Get(#name, out.name);
+
 class Params {
  public:
   // `params` may be null (no settings) or an object; `owner` prefixes messages.

@@ -12,17 +12,9 @@ namespace agentrt {
 Result<PursuitConfig> PursuitConfig::FromJson(const nlohmann::json& params) {
   Params p(params, "env pursuit");
   PursuitConfig c;
-  c.width = p.Get("width", c.width);
-  c.height = p.Get("height", c.width);
-  c.predators = p.Get("predators", c.predators);
-  c.prey = p.Get("prey", c.prey);
-  c.obs_radius = p.Get("obs_radius", c.obs_radius);
-  c.capture_k = p.Get("capture_k", c.capture_k);
-  c.capture_range = p.Get("capture_range", c.capture_range);
-  c.max_steps = p.Get("max_steps", c.max_steps);
-  c.capture_reward = p.Get("capture_reward", c.capture_reward);
-  c.shaping = p.Get("shaping", c.shaping);
-  c.step_penalty = p.Get("step_penalty", c.step_penalty);
+  PursuitConfig& out = c;
+  AGENTRT_PURSUIT_SETTINGS(AGENTRT_PARAM_READ)
+  if (!params.is_object() || params.value("height", nlohmann::json()).is_null()) c.height = c.width;
   if (c.width < 2) p.Invalid("width", "must be >= 2");
   if (c.height < 2) p.Invalid("height", "must be >= 2");
   if (c.predators < 1) p.Invalid("predators", "must be >= 1");
@@ -107,23 +99,12 @@ MultiAgentEnv::StepOutcome Pursuit::Step(std::span<const float> actions, std::sp
   for (int i = 0; i < n; ++i) {
     if (!active_[i]) continue;
     const int move = std::clamp(static_cast<int>(actions[i]), 0, 4);
+    // The cell each Move leads to, by Move's value; walls stop an agent.
+    static constexpr int kDx[] = {0, 0, 0, -1, 1};
+    static constexpr int kDy[] = {0, -1, 1, 0, 0};
     Cell& c = pos_[i];
-    switch (move) {
-      case kUp:
-        c.y = std::max(c.y - 1, 0);
-        break;
-      case kDown:
-        c.y = std::min(c.y + 1, config_.height - 1);
-        break;
-      case kLeft:
-        c.x = std::max(c.x - 1, 0);
-        break;
-      case kRight:
-        c.x = std::min(c.x + 1, config_.width - 1);
-        break;
-      default:
-        break;
-    }
+    c.x = std::clamp(c.x + kDx[move], 0, config_.width - 1);
+    c.y = std::clamp(c.y + kDy[move], 0, config_.height - 1);
   }
   // Shaping is measured against the prey that were free before this step's
   // captures, so the capturing move itself is not penalised.

@@ -27,9 +27,7 @@
 // scalars: x / (width-1), y / (height-1), and 1 for a predator / 0 for a prey.
 // Box({3*(2r+1)^2 + 3}).
 //
-// Parameters (defaults): {"width": 7, "height": width, "predators": 2,
-// "prey": 1, "obs_radius": 2, "capture_k": 2, "capture_range": 1,
-// "max_steps": 60, "capture_reward": 1.0, "shaping": 0.05, "step_penalty": 0.01}
+// Parameters: AGENTRT_PURSUIT_SETTINGS below, with their defaults.
 #pragma once
 
 #include <memory>
@@ -39,22 +37,26 @@
 
 #include "common/status.h"
 #include "envs/env.h"
+#include "envs/params.h"
 #include "envs/rng.h"
 
 namespace agentrt {
 
+#define AGENTRT_PURSUIT_SETTINGS(X)                                                          \
+  X(int, width, 7, "grid width")                                                             \
+  X(int, height, 7, "grid height; default: the width")                                       \
+  X(int, predators, 2, "predators (agents 0..P-1)")                                          \
+  X(int, prey, 1, "prey (agents P..P+Q-1)")                                                  \
+  X(int, obs_radius, 2, "r of the (2r+1)x(2r+1) observation window")                         \
+  X(int, capture_k, 2, "predators within capture_range that catch a prey")                   \
+  X(int, capture_range, 1, "Manhattan distance a catching predator is within")               \
+  X(int, max_steps, 60, "steps before the episode is truncated")                             \
+  X(float, capture_reward, 1.0f, "reward of each catching predator; the prey's is minus it") \
+  X(float, shaping, 0.05f, "weight of the potential-based distance term")                    \
+  X(float, step_penalty, 0.01f, "per-step cost of predators and bonus of free prey")
+
 struct PursuitConfig {
-  int width = 7;
-  int height = 7;
-  int predators = 2;
-  int prey = 1;
-  int obs_radius = 2;
-  int capture_k = 2;
-  int capture_range = 1;
-  int max_steps = 60;
-  float capture_reward = 1.0f;
-  float shaping = 0.05f;
-  float step_penalty = 0.01f;
+  AGENTRT_PURSUIT_SETTINGS(AGENTRT_PARAM_FIELD)
 
   // Reads the parameters above by name; errors name the key.
   static Result<PursuitConfig> FromJson(const nlohmann::json& params);

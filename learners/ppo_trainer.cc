@@ -17,25 +17,6 @@ uint64_t EnvSeed(const PpoConfig& ppo, int rank, int64_t env_steps) {
 
 }  // namespace
 
-void PpoTrainerConfig::Read(Params& p) {
-  env = p.Get("env", env.c_str());
-  env_args = p.Get("env_args", env_args);
-  env_threads = p.Get("env_threads", env_threads);
-  episode_window = p.Get("episode_window", episode_window);
-  if (env_threads < 1) p.Invalid("env_threads", "must be >= 1");
-  if (episode_window < 1) p.Invalid("episode_window", "must be >= 1");
-  ppo.Read(p);
-}
-
-Result<PpoTrainerConfig> PpoTrainerConfig::FromJson(const nlohmann::json& args) {
-  Params p(args, "ppo");
-  PpoTrainerConfig c;
-  c.Read(p);
-  AGENTRT_RETURN_IF_ERROR(p.Finish());
-  AGENTRT_RETURN_IF_ERROR(c.ppo.Validate());
-  return c;
-}
-
 nlohmann::json TrainerMetrics::ToJson() const {
   return {{"env_steps", env_steps},
           {"episodes", episodes},

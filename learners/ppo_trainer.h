@@ -33,19 +33,9 @@
 #include "envs/env_pool.h"
 #include "envs/registry.h"
 #include "learners/ppo.h"
+#include "learners/ppo_config.h"
 
 namespace agentrt {
-
-struct PpoTrainerConfig {
-  std::string env = "cartpole";       // registry name
-  nlohmann::json env_args = nullptr;  // the env's parameters
-  int env_threads = 1;                // EnvPool threads per rank (caller included)
-  int episode_window = 20;            // episodes averaged into episode_return_mean
-  PpoConfig ppo;
-
-  void Read(Params& p);
-  static Result<PpoTrainerConfig> FromJson(const nlohmann::json& args);
-};
 
 struct TrainerMetrics {
   int64_t env_steps = 0;           // the group's env steps so far

@@ -18,6 +18,10 @@ struct Scene {
     actions.resize(static_cast<size_t>(env.num_agents()));
     env.Reset(1, obs);
   }
+  // Puts agent i at cells[i].
+  void Place(const std::vector<Pursuit::Cell>& cells) {
+    for (size_t i = 0; i < cells.size(); ++i) env.set_position(static_cast<int>(i), cells[i]);
+  }
   agentrt::MultiAgentEnv::StepOutcome Step(std::vector<float> a) {
     actions = std::move(a);
     return env.Step(actions, obs, rewards);
@@ -39,8 +43,7 @@ PursuitConfig Config(int predators, int prey, int k) {
 
 TEST_CASE("pursuit moves agents one cell and walls stop them") {
   Scene s(Config(1, 1, 1));
-  s.env.set_position(0, {0, 0});
-  s.env.set_position(1, {6, 6});
+  s.Place({{0, 0}, {6, 6}});
   s.Step({Pursuit::kUp, Pursuit::kLeft});  // both into walls
   CHECK(s.env.position(0).x == 0);
   CHECK(s.env.position(0).y == 0);
@@ -54,9 +57,7 @@ TEST_CASE("pursuit moves agents one cell and walls stop them") {
 
 TEST_CASE("pursuit catches a prey only when capture_k predators are adjacent or on it") {
   Scene s(Config(2, 1, 2));
-  s.env.set_position(0, {2, 3});
-  s.env.set_position(1, {6, 0});
-  s.env.set_position(2, {3, 3});
+  s.Place({{2, 3}, {6, 0}, {3, 3}});
   // One predator adjacent is not enough with k = 2.
   auto out = s.Step({Pursuit::kStay, Pursuit::kStay, Pursuit::kStay});
   CHECK(s.env.active(2));
@@ -75,9 +76,8 @@ TEST_CASE("pursuit catches a prey only when capture_k predators are adjacent or 
 
 TEST_CASE("pursuit does not count a predator two cells away") {
   Scene s(Config(2, 1, 2));
-  s.env.set_position(0, {1, 3});  // distance 2
-  s.env.set_position(1, {3, 4});  // distance 1
-  s.env.set_position(2, {3, 3});
+  // Predator 0 is two cells from the prey at (3, 3), predator 1 one cell.
+  s.Place({{1, 3}, {3, 4}, {3, 3}});
   s.Step({Pursuit::kStay, Pursuit::kStay, Pursuit::kStay});
   CHECK(s.env.active(2));
   s.Step({Pursuit::kRight, Pursuit::kStay, Pursuit::kStay});
@@ -86,9 +86,7 @@ TEST_CASE("pursuit does not count a predator two cells away") {
 
 TEST_CASE("pursuit removes caught prey: zero observation, ignored actions, episode goes on") {
   Scene s(Config(1, 2, 1));
-  s.env.set_position(0, {3, 3});
-  s.env.set_position(1, {3, 4});
-  s.env.set_position(2, {0, 0});
+  s.Place({{3, 3}, {3, 4}, {0, 0}});
   auto out = s.Step({Pursuit::kStay, Pursuit::kStay, Pursuit::kStay});
   CHECK_FALSE(s.env.active(1));
   CHECK(s.env.active(2));
@@ -105,9 +103,7 @@ TEST_CASE("pursuit truncates after max_steps") {
   PursuitConfig c = Config(2, 1, 2);
   c.max_steps = 5;
   Scene s(c);
-  s.env.set_position(0, {0, 0});
-  s.env.set_position(1, {0, 1});
-  s.env.set_position(2, {6, 6});
+  s.Place({{0, 0}, {0, 1}, {6, 6}});
   agentrt::MultiAgentEnv::StepOutcome out;
   for (int t = 0; t < 5; ++t) {
     REQUIRE_FALSE(out.truncated);
@@ -119,9 +115,7 @@ TEST_CASE("pursuit truncates after max_steps") {
 
 TEST_CASE("pursuit shaping rewards a predator for closing in and a prey for getting away") {
   Scene s(Config(2, 1, 2));
-  s.env.set_position(0, {0, 3});
-  s.env.set_position(1, {0, 0});
-  s.env.set_position(2, {4, 3});
+  s.Place({{0, 3}, {0, 0}, {4, 3}});
   s.Step({Pursuit::kRight, Pursuit::kLeft, Pursuit::kRight});  // pred 0 closes 1, prey flees 1
   // predator 0: distance 4 -> 4 (it moved right, prey moved right): no gain
   CHECK(s.rewards[0] == Approx(-0.01f));
@@ -134,9 +128,7 @@ TEST_CASE("pursuit observation window shows walls, predators and prey around the
   PursuitConfig c = Config(2, 1, 2);
   c.obs_radius = 1;
   Scene s(c);
-  s.env.set_position(0, {0, 0});
-  s.env.set_position(1, {1, 0});
-  s.env.set_position(2, {0, 1});
+  s.Place({{0, 0}, {1, 0}, {0, 1}});
   s.env.Observe(s.obs);
   const size_t o = s.env.observation_space().size();
   REQUIRE(o == 3 * 9 + 3);

@@ -9,12 +9,8 @@ Result<WorkerSettings> WorkerSettings::FromArgs(const nlohmann::json& args,
   Params p(args, owner);
   WorkerSettings s;
   s.trainer.Read(p);
-  s.algo = p.Get("algo", s.algo);
-  s.role = p.Get("role", s.role);
-  s.snapshot_every = p.Get("snapshot_every", s.snapshot_every);
-  s.eval_episodes = p.Get("eval_episodes", s.eval_episodes);
-  s.report_every = p.Get("report_every", s.report_every);
-  s.match_every = p.Get("match_every", s.match_every);
+  WorkerSettings& out = s;
+  AGENTRT_WORKER_SETTINGS(AGENTRT_PARAM_READ)
   if (s.algo != "ppo")
     p.Invalid("algo",
               "must be \"ppo\" (the only algorithm agent-worker has), got \"" + s.algo + "\"");

@@ -23,19 +23,23 @@
 #include <vector>
 
 #include "common/status.h"
-#include "learners/ppo_trainer.h"
+#include "envs/params.h"
+#include "learners/ppo_config.h"
 #include "plan/plan.h"
 
 namespace agentrt::worker {
 
+#define AGENTRT_WORKER_SETTINGS(X)                                                \
+  X(std::string, algo, "ppo", "the algorithm")                                    \
+  X(std::string, role, "", "pursuit: predator or prey")                           \
+  X(int, snapshot_every, 2, "updates between policy snapshots")                   \
+  X(int, eval_episodes, 200, "pursuit predators: evaluation episodes at the end") \
+  X(int, report_every, 1, "updates between metric reports")                       \
+  X(int, match_every, 4, "league members: updates per match (a new opponent each)")
+
 struct WorkerSettings {
   PpoTrainerConfig trainer;
-  std::string algo = "ppo";
-  std::string role;
-  int snapshot_every = 2;
-  int eval_episodes = 200;
-  int report_every = 1;
-  int match_every = 4;  // league members: updates per match (a new opponent each)
+  AGENTRT_WORKER_SETTINGS(AGENTRT_PARAM_FIELD)
 
   // `owner` prefixes messages ("agent predator-0 args").
   static Result<WorkerSettings> FromArgs(const nlohmann::json& args, const std::string& owner);
