@@ -79,22 +79,22 @@ struct CheckpointOptions {
   // and before rank 0 commits, and by Restore() after rank 0's cleanup. It runs
   // on the writer thread: it must be safe to call concurrently with the training
   // loop's collectives (e.g. a dedicated communicator), or be left empty.
-  std::function<Status()> barrier;
+  std::function<Status()> barrier = {};
   // How long rank 0 waits for the other ranks' shards before the save fails.
   std::chrono::milliseconds commit_timeout = std::chrono::minutes(10);
   size_t io_chunk_bytes = 16u << 20;
   // Called on rank 0's writer thread after each commit (e.g. telemetry to the
   // controller, which records last_checkpoint_step).
-  std::function<void(int64_t step)> on_commit;
+  std::function<void(int64_t step)> on_commit = {};
   // Called by Restore() with its outcome, on rank 0 (telemetry: the
   // controller says when an agent started fresh past corrupt checkpoints).
-  std::function<void(const RestoreResult& result)> on_restore;
+  std::function<void(const RestoreResult& result)> on_restore = {};
   // This process's launch (the fence's id when it started, plan/fence.h;
   // Runtime sets it). When set, every save checks
   // the directory's fence (plan/fence.h) before it writes and rank 0 again
   // before it commits: a superseded incarnation's save fails
   // (FailedPrecondition "fenced: ...") and writes no manifest.
-  std::string incarnation;
+  std::string incarnation = {};
 };
 
 // What one rank saves: views of the caller's memory, copied when the save starts.

@@ -2,21 +2,17 @@
 // user ops, averaging). Round to nearest even; NaN stays NaN. No allocation.
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 
 namespace agentrt::internal {
 
 inline float BF16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
 }
 
 inline uint16_t FloatToBF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
+  uint32_t bits = std::bit_cast<uint32_t>(f);
   if ((bits & 0x7fffffffu) > 0x7f800000u)
     return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);
@@ -43,14 +39,11 @@ inline float F16ToFloat(uint16_t h) {
     }
     bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
+  return std::bit_cast<float>(bits);
 }
 
 inline uint16_t FloatToF16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
+  uint32_t bits = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN

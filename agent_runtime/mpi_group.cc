@@ -14,6 +14,7 @@
 
 #include "agent_runtime/group_half.h"
 #include "agent_runtime/group_internal.h"
+#include "common/enum_names.h"
 
 namespace agentrt {
 namespace {
@@ -95,16 +96,12 @@ Status InitMpiOnce() {
 }
 
 MPI_Datatype ToMpi(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    case DataType::kBFloat16:
-    case DataType::kFloat16:
-      return MPI_UINT16_T;  // reduced by the user ops above
-  }
-  return MPI_DATATYPE_NULL;
+  // bfloat16 and float16 travel as 16-bit words, reduced by the user ops above.
+  const EnumPair<DataType, MPI_Datatype> types[] = {{DataType::kFloat32, MPI_FLOAT},
+                                                    {DataType::kInt64, MPI_INT64_T},
+                                                    {DataType::kBFloat16, MPI_UINT16_T},
+                                                    {DataType::kFloat16, MPI_UINT16_T}};
+  return MappedIn(types, type, MPI_DATATYPE_NULL);
 }
 
 MPI_Op ToMpi(ReduceOp op, DataType type) {

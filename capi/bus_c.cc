@@ -16,11 +16,6 @@
 
 using agentrt::BusClient;
 using agentrt::BusMessage;
-using agentrt::Status;
-using agentrt::capi::Fail;
-using agentrt::capi::Guard;
-using agentrt::capi::JsonOut;
-using agentrt::capi::Ok;
 
 // A message: a view of one the client delivers (during a callback), or one of
 // its own (queue, reply) that the caller frees.
@@ -44,6 +39,20 @@ struct Queue {
   bool failed = false;
   Status final_status;
 };
+
+// The caller's (data, len); NULL data only with len 0 (AGENTRT_C_REQUIRE_PAYLOAD).
+std::string_view Payload(const void* data, size_t len) {
+  return {static_cast<const char*>(data), data == nullptr ? 0 : len};
+}
+#define AGENTRT_C_REQUIRE_PAYLOAD(data, len) \
+  if ((data) == nullptr && (len) > 0) return Fail(agentrt::InvalidArgument("payload is NULL"))
+
+// A publish's outcome as a C code, its offset in *offset (when not NULL).
+int AckOut(const agentrt::Result<agentrt::PublishAck>& ack, int64_t* offset) {
+  if (!ack.ok()) return Fail(ack.status());
+  if (offset != nullptr) *offset = ack->offset;
+  return Ok();
+}
 
 using EventKind = agentrt::SubscriptionEvent::Kind;
 constexpr agentrt::EnumName<EventKind> kEventNames[] = {
@@ -181,15 +190,12 @@ int agentrt_bus_publish(agentrt_bus* bus, const char* topic, const void* data, s
                         const char* content_type, int64_t* offset) {
   AGENTRT_C_REQUIRE(bus, "bus");
   AGENTRT_C_REQUIRE(topic, "topic");
-  if (data == nullptr && len > 0) return Fail(agentrt::InvalidArgument("payload is NULL"));
+  AGENTRT_C_REQUIRE_PAYLOAD(data, len);
   return Guard("agentrt_bus_publish", [&] {
     agentrt::PublishOptions o;
     if (content_type != nullptr) o.content_type = content_type;
-    auto ack = bus->client->Publish(
-        topic, std::string_view(static_cast<const char*>(data), data == nullptr ? 0 : len), o);
-    if (!ack.ok()) return Fail(ack.status());
-    if (offset != nullptr) *offset = ack->offset;
-    return Ok();
+    auto ack = bus->client->Publish(topic, Payload(data, len), o);
+    return AckOut(ack, offset);
   });
 }
 
@@ -197,13 +203,12 @@ int agentrt_bus_publish_async(agentrt_bus* bus, const char* topic, const void* d
                               const char* content_type) {
   AGENTRT_C_REQUIRE(bus, "bus");
   AGENTRT_C_REQUIRE(topic, "topic");
-  if (data == nullptr && len > 0) return Fail(agentrt::InvalidArgument("payload is NULL"));
+  AGENTRT_C_REQUIRE_PAYLOAD(data, len);
   return Guard("agentrt_bus_publish_async", [&] {
     if (Status s = agentrt::ValidateTopic(topic); !s.ok()) return Fail(s.WithContext("publish"));
     agentrt::PublishOptions o;
     if (content_type != nullptr) o.content_type = content_type;
-    bus->client->PublishAsync(
-        topic, std::string_view(static_cast<const char*>(data), data == nullptr ? 0 : len), o);
+    bus->client->PublishAsync(topic, Payload(data, len), o);
     return Ok();
   });
 }
@@ -220,13 +225,10 @@ int agentrt_bus_send(agentrt_bus* bus, const char* to, const void* data, size_t 
                      int64_t* offset) {
   AGENTRT_C_REQUIRE(bus, "bus");
   AGENTRT_C_REQUIRE(to, "to");
-  if (data == nullptr && len > 0) return Fail(agentrt::InvalidArgument("payload is NULL"));
+  AGENTRT_C_REQUIRE_PAYLOAD(data, len);
   return Guard("agentrt_bus_send", [&] {
-    auto ack = bus->client->Send(
-        to, std::string_view(static_cast<const char*>(data), data == nullptr ? 0 : len));
-    if (!ack.ok()) return Fail(ack.status());
-    if (offset != nullptr) *offset = ack->offset;
-    return Ok();
+    auto ack = bus->client->Send(to, Payload(data, len));
+    return AckOut(ack, offset);
   });
 }
 
@@ -236,11 +238,9 @@ int agentrt_bus_request(agentrt_bus* bus, const char* to, const void* data, size
   AGENTRT_C_REQUIRE(to, "to");
   AGENTRT_C_REQUIRE(reply, "reply");
   *reply = nullptr;
-  if (data == nullptr && len > 0) return Fail(agentrt::InvalidArgument("payload is NULL"));
+  AGENTRT_C_REQUIRE_PAYLOAD(data, len);
   return Guard("agentrt_bus_request", [&] {
-    auto r = bus->client->Request(
-        to, std::string_view(static_cast<const char*>(data), data == nullptr ? 0 : len),
-        std::chrono::milliseconds(timeout_ms));
+    auto r = bus->client->Request(to, Payload(data, len), std::chrono::milliseconds(timeout_ms));
     if (!r.ok()) return Fail(r.status());
     auto* m = new agentrt_message{};
     m->owned.set_payload(r->payload);
@@ -254,10 +254,9 @@ int agentrt_bus_request(agentrt_bus* bus, const char* to, const void* data, size
 
 int agentrt_bus_reply(agentrt_bus* bus, uint64_t request_id, const void* data, size_t len) {
   AGENTRT_C_REQUIRE(bus, "bus");
-  if (data == nullptr && len > 0) return Fail(agentrt::InvalidArgument("payload is NULL"));
+  AGENTRT_C_REQUIRE_PAYLOAD(data, len);
   return Guard("agentrt_bus_reply", [&] {
-    const Status s = bus->client->Reply(
-        request_id, std::string_view(static_cast<const char*>(data), data == nullptr ? 0 : len));
+    const Status s = bus->client->Reply(request_id, Payload(data, len));
     return s.ok() ? Ok() : Fail(s);
   });
 }

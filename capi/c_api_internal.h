@@ -56,3 +56,10 @@ int Guard(const char* what, F&& body) {
 Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);
 
 }  // namespace agentrt::capi
+
+// The C functions are global; they name these unqualified.
+using agentrt::Status;
+using agentrt::capi::Fail;
+using agentrt::capi::Guard;
+using agentrt::capi::JsonOut;
+using agentrt::capi::Ok;

@@ -9,12 +9,6 @@
 #include "envs/multi_agent_env_pool.h"
 #include "envs/registry.h"
 
-using agentrt::Status;
-using agentrt::capi::Fail;
-using agentrt::capi::Guard;
-using agentrt::capi::JsonOut;
-using agentrt::capi::Ok;
-
 struct agentrt_envpool {
   std::string name;
   std::unique_ptr<agentrt::EnvPool> single;

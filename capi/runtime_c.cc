@@ -10,12 +10,6 @@
 #include "capi/c_api_internal.h"
 #include "common/group_backend.h"
 
-using agentrt::Status;
-using agentrt::capi::Fail;
-using agentrt::capi::Guard;
-using agentrt::capi::JsonOut;
-using agentrt::capi::Ok;
-
 struct agentrt_checkpointer {
   agentrt::Checkpointer* ck = nullptr;
   std::unique_ptr<agentrt::Checkpointer> owned;  // null when borrowed from a runtime
@@ -208,13 +202,12 @@ int agentrt_checkpointer_create(const char* dir, const char* agent, int rank, in
   AGENTRT_C_REQUIRE(out, "out");
   *out = nullptr;
   return Guard("agentrt_checkpointer_create", [&] {
-    agentrt::CheckpointOptions o;
-    o.dir = dir;
-    o.agent = agent != nullptr ? agent : "agent";
-    o.rank = rank;
-    o.world_size = world_size;
-    o.interval_s = interval_s;
-    o.keep_last = keep_last;
+    agentrt::CheckpointOptions o{.dir = dir,
+                                 .agent = agent != nullptr ? agent : "agent",
+                                 .rank = rank,
+                                 .world_size = world_size,
+                                 .interval_s = interval_s,
+                                 .keep_last = keep_last};
     if (world_size < 1 || rank < 0 || rank >= world_size) {
       return Fail(agentrt::InvalidArgument("rank " + std::to_string(rank) +
                                            " is not within world_size " +

@@ -43,9 +43,6 @@ endfunction()
 # the token @EXE@ in COMMAND is replaced by the test executable.
 function(agentrt_test)
   cmake_parse_arguments(A "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;COMMAND;ENVIRONMENT" ${ARGN})
-  if(NOT A_TIMEOUT)
-    set(A_TIMEOUT 120)
-  endif()
   add_executable(${A_NAME} ${A_SRCS})
   target_link_libraries(${A_NAME} PRIVATE ${A_DEPS} agentrt_catch_main)
   target_include_directories(${A_NAME} PRIVATE ${PROJECT_SOURCE_DIR})  # tests/... helpers
@@ -57,20 +54,50 @@ function(agentrt_test)
   else()
     add_test(NAME ${A_NAME} COMMAND ${A_NAME})
   endif()
-  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
-      ENVIRONMENT "AGENTRT_BIN_DIR=${PROJECT_BINARY_DIR}/bin;AGENTRT_SOURCE_DIR=${PROJECT_SOURCE_DIR};${A_ENVIRONMENT}")
+  agentrt_test_properties("${A_NAME}" "${A_TIMEOUT}" "${A_LABELS}" "${A_ENVIRONMENT}")
 endfunction()
 
 # agentrt_script_test(NAME name COMMAND ... LABELS ... [TIMEOUT s] [ENVIRONMENT ...])
 # A test that is a script (bash/python) rather than a Catch2 executable.
 function(agentrt_script_test)
   cmake_parse_arguments(A "" "NAME;TIMEOUT" "COMMAND;LABELS;ENVIRONMENT" ${ARGN})
-  if(NOT A_TIMEOUT)
-    set(A_TIMEOUT 120)
-  endif()
   add_test(NAME ${A_NAME} COMMAND ${A_COMMAND})
-  set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
-      ENVIRONMENT "AGENTRT_BIN_DIR=${PROJECT_BINARY_DIR}/bin;AGENTRT_SOURCE_DIR=${PROJECT_SOURCE_DIR};${A_ENVIRONMENT}")
+  agentrt_test_properties("${A_NAME}" "${A_TIMEOUT}" "${A_LABELS}" "${A_ENVIRONMENT}")
+endfunction()
+
+# agentrt_python_scenarios(PREFIX prefix SCRIPT file.py SCENARIOS ... LABELS ...
+#                          [TIMEOUT s] [ENVIRONMENT ...])
+# One script test per scenario, <prefix>_<scenario>, each `python3 file.py <scenario>`.
+function(agentrt_python_scenarios)
+  cmake_parse_arguments(A "" "PREFIX;SCRIPT;TIMEOUT" "SCENARIOS;LABELS;ENVIRONMENT" ${ARGN})
+  foreach(scenario ${A_SCENARIOS})
+    agentrt_script_test(NAME ${A_PREFIX}_${scenario}
+      COMMAND ${AGENTRT_PYTHON} ${A_SCRIPT} ${scenario}
+      LABELS ${A_LABELS}
+      TIMEOUT ${A_TIMEOUT}
+      ENVIRONMENT ${A_ENVIRONMENT})
+  endforeach()
+endfunction()
+
+# The labels, timeout (default 120 s) and environment every test gets: where the
+# programs and the sources are, and the test's own variables.
+function(agentrt_test_properties name timeout labels environment)
+  if(NOT timeout)
+    set(timeout 120)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout}
+      ENVIRONMENT "AGENTRT_BIN_DIR=${PROJECT_BINARY_DIR}/bin;AGENTRT_SOURCE_DIR=${PROJECT_SOURCE_DIR};${environment}")
+endfunction()
+
+# Adds every sub-folder of the calling folder that has a CMakeLists.txt (one per program).
+function(agentrt_program_dirs)
+  file(GLOB children RELATIVE ${CMAKE_CURRENT_SOURCE_DIR} CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*)
+  list(SORT children)
+  foreach(child ${children})
+    if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${child}/CMakeLists.txt)
+      add_subdirectory(${child})
+    endif()
+  endforeach()
 endfunction()
 
 # agentrt_bench(NAME name SRCS ... [DEPS ...]): the program bench_<name> in <build>/bench,

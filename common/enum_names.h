@@ -34,4 +34,21 @@ constexpr std::optional<E> ValueIn(const EnumName<E> (&names)[N], std::string_vi
   return std::nullopt;
 }
 
+// One enum's values as another API's (a data type as NCCL's or MPI's): a table
+// of pairs instead of a switch.
+template <typename From, typename To>
+struct EnumPair {
+  From from;
+  To to;
+};
+
+// The value `from` maps to; `otherwise` for a value the table lacks.
+template <typename From, typename To, size_t N>
+constexpr To MappedIn(const EnumPair<From, To> (&pairs)[N], From from, To otherwise) {
+  for (const EnumPair<From, To>& p : pairs) {
+    if (p.from == from) return p.to;
+  }
+  return otherwise;
+}
+
 }  // namespace agentrt

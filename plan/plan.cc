@@ -80,6 +80,18 @@ class Reader {
     }
   }
 
+  // item(element, its path) for each element of the array obj[key]; a missing
+  // optional key has no elements.
+  template <typename F>
+  void ForEach(const json& obj, const std::string& path, const char* key, bool required, F item) {
+    const json* list = Get(obj, path, key, required);
+    if (list == nullptr) return;
+    const std::string lpath = Join(path, key);
+    if (!list->is_array()) return Fail(lpath, "expected an array");
+    for (size_t i = 0; ok() && i < list->size(); ++i)
+      item((*list)[i], fmt::format("{}[{}]", lpath, i));
+  }
+
   void Fail(const std::string& path, std::string_view what) {
     if (error_.empty()) error_ = fmt::format("plan: {}: {}", path.empty() ? "<root>" : path, what);
   }
@@ -247,25 +259,19 @@ std::string PlanToJsonString(const Plan& plan, int indent) { return PlanToJson(p
 
 namespace {
 
-// agents[i] of a plan.
-AgentPlan ReadAgent(Reader& r, const json& agents, size_t i) {
-  const json& aj = agents[i];
-  const std::string path = fmt::format("agents[{}]", i);
+// agents[i] of a plan (its index must be i).
+AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, size_t i) {
   AgentPlan a;
   r.Read(aj, path, "name", a.name);
   r.Read(aj, path, "index", a.index);
   r.Read(aj, path, "ranks", a.ranks);
-  if (const json* placement = r.Get(aj, path, "placement")) {
-    if (!placement->is_array()) r.Fail(path + ".placement", "expected an array");
-    for (size_t k = 0; r.ok() && k < placement->size(); ++k) {
-      const std::string ppath = fmt::format("{}.placement[{}]", path, k);
-      Placement p;
-      r.Read((*placement)[k], ppath, "node", p.node);
-      r.Read((*placement)[k], ppath, "gpus", p.gpus);
-      r.Read((*placement)[k], ppath, "ranks", p.ranks);
-      a.placement.push_back(std::move(p));
-    }
-  }
+  r.ForEach(aj, path, "placement", true, [&](const json& pj, const std::string& ppath) {
+    Placement p;
+    r.Read(pj, ppath, "node", p.node);
+    r.Read(pj, ppath, "gpus", p.gpus);
+    r.Read(pj, ppath, "ranks", p.ranks);
+    a.placement.push_back(std::move(p));
+  });
   if (const json* ports = r.Get(aj, path, "ports")) {
     r.Read(*ports, path + ".ports", "node", a.ports.node);
     r.Read(*ports, path + ".ports", "first", a.ports.first);
@@ -323,45 +329,35 @@ void ReadLeague(Reader& r, const json& league_json, LeagueConfig& league) {
   r.Read(league_json, "league", #name, league.name, false);
   AGENTRT_LEAGUE_SETTINGS(AGENTRT_GET)
 #undef AGENTRT_GET
-  if (const json* members = r.Get(league_json, "league", "members")) {
-    if (!members->is_array()) r.Fail("league.members", "expected an array");
-    for (size_t i = 0; r.ok() && i < members->size(); ++i) {
-      const std::string path = fmt::format("league.members[{}]", i);
-      LeagueMember m;
-      r.Read((*members)[i], path, "agent", m.agent);
-      r.Read((*members)[i], path, "role", m.role);
-      r.Read((*members)[i], path, "matchmaking", m.matchmaking);
-      r.Read((*members)[i], path, "newest_share", m.newest_share);
-      r.Read((*members)[i], path, "opponents", m.opponents);
-      league.members.push_back(std::move(m));
-    }
-  }
+  r.ForEach(league_json, "league", "members", true, [&](const json& mj, const std::string& path) {
+    LeagueMember m;
+    r.Read(mj, path, "agent", m.agent);
+    r.Read(mj, path, "role", m.role);
+    r.Read(mj, path, "matchmaking", m.matchmaking);
+    r.Read(mj, path, "newest_share", m.newest_share);
+    r.Read(mj, path, "opponents", m.opponents);
+    league.members.push_back(std::move(m));
+  });
 }
 
 // pbt[i] of a plan.
-PbtPopulation ReadPopulation(Reader& r, const json& pbt, size_t i) {
-  const json& pj = pbt[i];
-  const std::string path = fmt::format("pbt[{}]", i);
+PbtPopulation ReadPopulation(Reader& r, const json& pj, const std::string& path) {
   PbtPopulation p;
   r.Read(pj, path, "name", p.name);
   r.Read(pj, path, "agents", p.agents);
 #define AGENTRT_GET(type, name, default_value, doc) r.Read(pj, path, #name, p.name, false);
   AGENTRT_PBT_SETTINGS(AGENTRT_GET)
 #undef AGENTRT_GET
-  if (const json* hps = r.Get(pj, path, "hyperparameters", false)) {
-    if (!hps->is_array()) r.Fail(path + ".hyperparameters", "expected an array");
-    for (size_t k = 0; r.ok() && k < hps->size(); ++k) {
-      const std::string hpath = fmt::format("{}.hyperparameters[{}]", path, k);
-      PbtHyperparameter h;
-      r.Read((*hps)[k], hpath, "name", h.name);
-      r.Read((*hps)[k], hpath, "min", h.min);
-      r.Read((*hps)[k], hpath, "max", h.max);
-      r.Read((*hps)[k], hpath, "perturb", h.perturb, false);
-      r.Read((*hps)[k], hpath, "log_scale", h.log_scale, false);
-      r.Read((*hps)[k], hpath, "integer", h.integer, false);
-      p.hyperparameters.push_back(std::move(h));
-    }
-  }
+  r.ForEach(pj, path, "hyperparameters", false, [&](const json& hj, const std::string& hpath) {
+    PbtHyperparameter h;
+    r.Read(hj, hpath, "name", h.name);
+    r.Read(hj, hpath, "min", h.min);
+    r.Read(hj, hpath, "max", h.max);
+    r.Read(hj, hpath, "perturb", h.perturb, false);
+    r.Read(hj, hpath, "log_scale", h.log_scale, false);
+    r.Read(hj, hpath, "integer", h.integer, false);
+    p.hyperparameters.push_back(std::move(h));
+  });
   return p;
 }
 
@@ -382,23 +378,16 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
 #undef AGENTRT_FROM_JSON
     plan.bus.settings.port = plan.bus.port;
   }
-  if (const json* agents = r.Get(j, "", "agents")) {
-    if (!agents->is_array()) r.Fail("agents", "expected an array");
-    for (size_t i = 0; r.ok() && i < agents->size(); ++i) {
-      plan.agents.push_back(ReadAgent(r, *agents, i));
-    }
-  }
-  if (const json* channels = r.Get(j, "", "channels", false)) {
-    if (!channels->is_array()) r.Fail("channels", "expected an array");
-    for (size_t i = 0; r.ok() && i < channels->size(); ++i) {
-      const std::string path = fmt::format("channels[{}]", i);
-      ChannelPlan c;
-      r.Read((*channels)[i], path, "topic", c.topic);
-      r.Read((*channels)[i], path, "publishers", c.publishers);
-      r.Read((*channels)[i], path, "subscribers", c.subscribers);
-      plan.channels.push_back(std::move(c));
-    }
-  }
+  r.ForEach(j, "", "agents", true, [&](const json& aj, const std::string& path) {
+    plan.agents.push_back(ReadAgent(r, aj, path, plan.agents.size()));
+  });
+  r.ForEach(j, "", "channels", false, [&](const json& cj, const std::string& path) {
+    ChannelPlan c;
+    r.Read(cj, path, "topic", c.topic);
+    r.Read(cj, path, "publishers", c.publishers);
+    r.Read(cj, path, "subscribers", c.subscribers);
+    plan.channels.push_back(std::move(c));
+  });
   r.Read(j, "", "warnings", plan.warnings, false);
   r.Read(j, "", "trust_slurm_binding", plan.trust_slurm_binding, false);
   if (const json* ports = r.Get(j, "", "ports", false)) {
@@ -406,24 +395,17 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     r.Read(*ports, "ports", "last", plan.ports.last);
     r.Read(*ports, "ports", "per_agent", plan.ports.per_agent);
   }
-  if (const json* nodes = r.Get(j, "", "nodes", false)) {
-    if (!nodes->is_array()) r.Fail("nodes", "expected an array");
-    for (size_t i = 0; r.ok() && i < nodes->size(); ++i) {
-      const std::string path = fmt::format("nodes[{}]", i);
-      PlanNode n;
-      r.Read((*nodes)[i], path, "name", n.name);
-      r.Read((*nodes)[i], path, "gpus", n.gpus);
-      r.Read((*nodes)[i], path, "nvlink_domains", n.nvlink_domains, false);
-      plan.nodes.push_back(std::move(n));
-    }
-  }
+  r.ForEach(j, "", "nodes", false, [&](const json& nj, const std::string& path) {
+    PlanNode n;
+    r.Read(nj, path, "name", n.name);
+    r.Read(nj, path, "gpus", n.gpus);
+    r.Read(nj, path, "nvlink_domains", n.nvlink_domains, false);
+    plan.nodes.push_back(std::move(n));
+  });
   if (const json* league = r.Get(j, "", "league", false)) ReadLeague(r, *league, plan.league);
-  if (const json* pbt = r.Get(j, "", "pbt", false)) {
-    if (!pbt->is_array()) r.Fail("pbt", "expected an array");
-    for (size_t i = 0; r.ok() && i < pbt->size(); ++i) {
-      plan.pbt.push_back(ReadPopulation(r, *pbt, i));
-    }
-  }
+  r.ForEach(j, "", "pbt", false, [&](const json& pj, const std::string& path) {
+    plan.pbt.push_back(ReadPopulation(r, pj, path));
+  });
   if (!r.ok()) return InvalidArgument(r.error());
   return plan;
 }

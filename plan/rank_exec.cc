@@ -130,14 +130,8 @@ double UnixNow() {
   e.time = UnixNow();
   e.node = ThisNode(env);
   if (!options.log_dir.empty()) {
-    const nlohmann::json j = {{"rank", e.rank},
-                              {"pid", e.pid},
-                              {"exit_code", e.exit_code},
-                              {"signal", e.signal},
-                              {"restart_count", e.restart_count},
-                              {"time", e.time},
-                              {"node", e.node}};
-    const Status s = WriteFileAtomic(RankExitPath(options.log_dir, e.rank), j.dump() + "\n");
+    const Status s =
+        WriteFileAtomic(RankExitPath(options.log_dir, e.rank), e.ToJson().dump() + "\n");
     if (!s.ok()) std::fprintf(stderr, "exec-rank: %s\n", s.message().c_str());
   }
   if (e.signal != 0) {
@@ -168,6 +162,33 @@ std::vector<std::string> RankExecArgs(const RankExecOptions& options) {
   return args;
 }
 
+nlohmann::json RankExit::ToJson() const {
+  return {{"rank", rank},
+          {"pid", pid},
+          {"exit_code", exit_code},
+          {"signal", signal},
+          {"restart_count", restart_count},
+          {"time", time},
+          {"node", node}};
+}
+
+Result<RankExit> RankExit::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return InvalidArgument("a rank exit record is not a JSON object");
+  RankExit e;
+  try {
+    e.rank = j.value("rank", -1);
+    e.pid = j.value("pid", int64_t{0});
+    e.exit_code = j.value("exit_code", 0);
+    e.signal = j.value("signal", 0);
+    e.restart_count = j.value("restart_count", -1);
+    e.time = j.value("time", 0.0);
+    e.node = j.value("node", "");
+  } catch (const nlohmann::json::exception& ex) {
+    return InvalidArgument(std::string("a rank exit record: ") + ex.what());
+  }
+  return e;
+}
+
 std::string RankExitPath(const std::string& log_dir, int rank) {
   return log_dir + "/rank" + std::to_string(rank) + ".exit";
 }
@@ -183,17 +204,9 @@ std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_coun
     }
     auto text = ReadWholeFile(log_dir + "/" + name, 4096);
     if (!text.ok()) continue;
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || j.value("restart_count", -1) != restart_count) continue;
-    RankExit e;
-    e.rank = j.value("rank", -1);
-    e.pid = j.value("pid", int64_t{0});
-    e.exit_code = j.value("exit_code", 0);
-    e.signal = j.value("signal", 0);
-    e.restart_count = restart_count;
-    e.time = j.value("time", 0.0);
-    e.node = j.value("node", "");
-    out.push_back(e);
+    const Result<RankExit> e =
+        RankExit::FromJson(nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false));
+    if (e.ok() && e->restart_count == restart_count) out.push_back(*e);
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(),

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,11 @@ struct RankExit {
   int restart_count = 0;
   double time = 0;   // Unix seconds
   std::string node;  // where it ran: SLURMD_NODENAME, else the hostname
+
+  nlohmann::json ToJson() const;
+  // A key the object lacks keeps its default (rank and restart_count: -1);
+  // not an object, or a value of the wrong type, is InvalidArgument.
+  static Result<RankExit> FromJson(const nlohmann::json& j);
 };
 std::string RankExitPath(const std::string& log_dir, int rank);
 // The records of `log_dir` written by incarnation `restart_count`, by rank.

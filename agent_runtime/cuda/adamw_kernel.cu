@@ -7,6 +7,15 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The grid-stride loop: body(i) for each of this thread's indices in [0, n).
+template <typename Body>
+__device__ __forceinline__ void ForEachIndex(size_t n, Body body) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    body(i);
+  }
+}
+
 __device__ __forceinline__ void AdamWOne(float& p, float g, float& m, float& v,
                                          const AdamWScalars& s, float decay) {
   g *= s.grad_scale;
@@ -21,8 +30,7 @@ __global__ void AdamWVec4(float4* __restrict__ p, const float4* __restrict__ g,
                           float4* __restrict__ m, float4* __restrict__ v, size_t n4,
                           AdamWScalars s) {
   const float decay = 1.0f - s.lr * s.weight_decay;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n4;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  ForEachIndex(n4, [&](size_t i) {
     float4 pp = p[i];
     const float4 gg = g[i];
     float4 mm = m[i];
@@ -34,27 +42,23 @@ __global__ void AdamWVec4(float4* __restrict__ p, const float4* __restrict__ g,
     p[i] = pp;
     m[i] = mm;
     v[i] = vv;
-  }
+  });
 }
 
 __global__ void AdamWScalar(float* __restrict__ p, const float* __restrict__ g,
                             float* __restrict__ m, float* __restrict__ v, size_t n,
                             AdamWScalars s) {
   const float decay = 1.0f - s.lr * s.weight_decay;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    AdamWOne(p[i], g[i], m[i], v[i], s, decay);
-  }
+  ForEachIndex(n, [&](size_t i) { AdamWOne(p[i], g[i], m[i], v[i], s, decay); });
 }
 
 __global__ void SquaredNormKernel(const float* __restrict__ x, size_t n, double* out) {
   __shared__ double partial[kThreads];
   double acc = 0.0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+  ForEachIndex(n, [&](size_t i) {
     const double xi = x[i];
     acc += xi * xi;
-  }
+  });
   partial[threadIdx.x] = acc;
   __syncthreads();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {

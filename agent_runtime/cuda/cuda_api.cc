@@ -10,49 +10,27 @@
 #include "agent_runtime/cuda/adamw_kernel.h"
 #include "agent_runtime/cuda/cuda_check.h"
 #include "agent_runtime/device_api.h"
+#include "common/enum_names.h"
 
 namespace agentrt::device {
 namespace {
 
 const std::string kWhere = "cuda";
 
-ncclDataType_t ToNccl(DataType type) {
-  switch (type) {
-    case DataType::kFloat32:
-      return ncclFloat32;
-    case DataType::kBFloat16:
-      return ncclBfloat16;
-    case DataType::kFloat16:
-      return ncclFloat16;
-    case DataType::kInt64:
-      return ncclInt64;
-  }
-  return ncclFloat32;
-}
+constexpr EnumPair<DataType, ncclDataType_t> kNcclTypes[] = {{DataType::kFloat32, ncclFloat32},
+                                                             {DataType::kBFloat16, ncclBfloat16},
+                                                             {DataType::kFloat16, ncclFloat16},
+                                                             {DataType::kInt64, ncclInt64}};
+constexpr EnumPair<ReduceOp, ncclRedOp_t> kNcclOps[] = {
+    {ReduceOp::kSum, ncclSum}, {ReduceOp::kAvg, ncclAvg}, {ReduceOp::kMax, ncclMax}};
+constexpr EnumPair<CopyKind, cudaMemcpyKind> kCudaCopies[] = {
+    {CopyKind::kHostToDevice, cudaMemcpyHostToDevice},
+    {CopyKind::kDeviceToHost, cudaMemcpyDeviceToHost},
+    {CopyKind::kDeviceToDevice, cudaMemcpyDeviceToDevice}};
 
-ncclRedOp_t ToNccl(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return ncclSum;
-    case ReduceOp::kAvg:
-      return ncclAvg;
-    case ReduceOp::kMax:
-      return ncclMax;
-  }
-  return ncclSum;
-}
-
-cudaMemcpyKind ToCuda(CopyKind kind) {
-  switch (kind) {
-    case CopyKind::kHostToDevice:
-      return cudaMemcpyHostToDevice;
-    case CopyKind::kDeviceToHost:
-      return cudaMemcpyDeviceToHost;
-    case CopyKind::kDeviceToDevice:
-      return cudaMemcpyDeviceToDevice;
-  }
-  return cudaMemcpyDefault;
-}
+ncclDataType_t ToNccl(DataType type) { return MappedIn(kNcclTypes, type, ncclFloat32); }
+ncclRedOp_t ToNccl(ReduceOp op) { return MappedIn(kNcclOps, op, ncclSum); }
+cudaMemcpyKind ToCuda(CopyKind kind) { return MappedIn(kCudaCopies, kind, cudaMemcpyDefault); }
 
 cudaStream_t S(Stream s) { return static_cast<cudaStream_t>(s); }
 ncclComm_t C(Comm c) { return static_cast<ncclComm_t>(c); }

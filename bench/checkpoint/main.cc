@@ -114,13 +114,12 @@ World MakeWorld(const std::string& dir, int shards) {
   World w;
   w.sync = std::make_unique<std::barrier<>>(shards);
   for (int r = 0; r < shards; ++r) {
-    agentrt::CheckpointOptions o;
-    o.dir = dir;
-    o.agent = "bench";
-    o.rank = r;
-    o.world_size = shards;
-    o.keep_last = 1;
-    o.interval_s = 0;
+    agentrt::CheckpointOptions o{.dir = dir,
+                                 .agent = "bench",
+                                 .rank = r,
+                                 .world_size = shards,
+                                 .interval_s = 0,
+                                 .keep_last = 1};
     std::barrier<>* b = w.sync.get();
     o.barrier = [b] {
       b->arrive_and_wait();
@@ -229,11 +228,8 @@ int main(int argc, char** argv) {
       files.push_back(step_dir / ("rank-" + std::to_string(r) + ".shard"));
     DropTree(ckpt_dir);
     {
-      agentrt::CheckpointOptions o;
-      o.dir = ckpt_dir;
-      o.agent = "bench";
-      o.rank = 0;
-      o.world_size = shards;
+      agentrt::CheckpointOptions o{
+          .dir = ckpt_dir, .agent = "bench", .rank = 0, .world_size = shards};
       auto c = agentrt::Checkpointer::Create(o);
       if (!c.ok()) Die(c.status().ToString());
       double cpu0 = CpuSeconds();

@@ -16,13 +16,12 @@ namespace fs = std::filesystem;
 
 CheckpointOptions Options(const std::string& dir, const std::string& agent, int rank = 0,
                           int world = 1) {
-  CheckpointOptions o;
-  o.dir = dir;
-  o.agent = agent;
-  o.rank = rank;
-  o.world_size = world;
-  o.interval_s = 0;
-  o.keep_last = 5;
+  CheckpointOptions o{.dir = dir,
+                      .agent = agent,
+                      .rank = rank,
+                      .world_size = world,
+                      .interval_s = 0,
+                      .keep_last = 5};
   return o;
 }
 

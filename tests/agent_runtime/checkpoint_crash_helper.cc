@@ -33,13 +33,12 @@ int main(int argc, char** argv) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < kWorld; ++r) {
     ranks.emplace_back([&, r] {
-      agentrt::CheckpointOptions o;
-      o.dir = dir;
-      o.agent = "crash";
-      o.rank = r;
-      o.world_size = kWorld;
-      o.keep_last = 2;
-      o.interval_s = 0;
+      agentrt::CheckpointOptions o{.dir = dir,
+                                   .agent = "crash",
+                                   .rank = r,
+                                   .world_size = kWorld,
+                                   .interval_s = 0,
+                                   .keep_last = 2};
       o.barrier = [&sync] {
         sync.arrive_and_wait();
         return agentrt::Status::Ok();

@@ -103,11 +103,7 @@ TEST_CASE("SIGKILL at random moments of a save loop never leaves a torn or missi
     if (reported >= 0) ++kills_after_commit;
     newest_known = std::max(newest_known, reported);
 
-    CheckpointOptions o;
-    o.dir = dir;
-    o.agent = "crash";
-    o.rank = 0;
-    o.world_size = 2;
+    CheckpointOptions o{.dir = dir, .agent = "crash", .rank = 0, .world_size = 2};
     auto c = Checkpointer::Create(o);
     REQUIRE(c.ok());
     auto r = (*c)->Restore();

@@ -27,13 +27,12 @@ using std::chrono::seconds;
 using testing::TempDir;
 
 CheckpointOptions Options(const std::string& dir, int rank = 0, int world = 1) {
-  CheckpointOptions o;
-  o.dir = dir;
-  o.agent = "learner-0";
-  o.rank = rank;
-  o.world_size = world;
-  o.interval_s = 60;
-  o.keep_last = 3;
+  CheckpointOptions o{.dir = dir,
+                      .agent = "learner-0",
+                      .rank = rank,
+                      .world_size = world,
+                      .interval_s = 60,
+                      .keep_last = 3};
   return o;
 }
 

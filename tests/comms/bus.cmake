@@ -71,13 +71,12 @@ agentrt_test(NAME bus_log_test
   TIMEOUT 60)
 
 # kill -9 of a real agentrt-bus mid-storm, restarted on its log (always, batch); a corrupt log refused.
-foreach(scenario always batch corrupt)
-  agentrt_script_test(NAME bus_durable_${scenario}
-    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/bus_durable_test.py ${scenario}
-    LABELS integration fault
-    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
-    TIMEOUT 120)
-endforeach()
+agentrt_python_scenarios(PREFIX bus_durable
+  SCRIPT ${CMAKE_CURRENT_LIST_DIR}/bus_durable_test.py
+  SCENARIOS always batch corrupt
+  LABELS integration fault
+  ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
+  TIMEOUT 120)
 
 # Large messages: chunked publish and delivery, whole or not at all, their files.
 agentrt_test(NAME bus_large_test
@@ -87,13 +86,12 @@ agentrt_test(NAME bus_large_test
   TIMEOUT 300)
 
 # A 256 MiB snapshot to 4 subscribers through a real agentrt-bus: whole, small messages flowing, bounded RSS.
-foreach(scenario streamed local)
-  agentrt_script_test(NAME bus_large_fanout_${scenario}
-    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py ${scenario}
-    LABELS integration
-    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
-    TIMEOUT 300)
-endforeach()
+agentrt_python_scenarios(PREFIX bus_large_fanout
+  SCRIPT ${CMAKE_CURRENT_LIST_DIR}/bus_large_fanout_test.py
+  SCENARIOS streamed local
+  LABELS integration
+  ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
+  TIMEOUT 300)
 
 # Its own binary: it replaces the global operator new to count the broker's allocations.
 agentrt_test(NAME bus_alloc_test

@@ -71,32 +71,55 @@ std::string Slurp(const std::string& path) {
   return text.ok() ? *text : "";
 }
 
+// Run `run`'s leases in the scratch lease dir, holding first..last when first > 0.
+std::unique_ptr<PortLeases> LeasesOf(const Scratch& s, const std::string& run, int first = 0,
+                                     int last = 0) {
+  auto leases = PortLeases::Open(run, s.path + "/leases");
+  REQUIRE(leases.ok());
+  if (first > 0) REQUIRE((*leases)->Acquire(first, last).ok());
+  return std::move(leases).value();
+}
+
 }  // namespace
+
+TEST_CASE("a rank exit record reads back what was written; a bad one is refused") {
+  RankExit e;
+  e.rank = 3;
+  e.pid = 4242;
+  e.exit_code = 0;
+  e.signal = 9;
+  e.restart_count = 2;
+  e.time = 1.5e9;
+  e.node = "node07";
+  auto back = RankExit::FromJson(nlohmann::json::parse(e.ToJson().dump()));
+  REQUIRE(back.ok());
+  CHECK(back->ToJson() == e.ToJson());
+  CHECK(RankExit::FromJson(nlohmann::json::parse(R"({"pid": 1})"))->rank == -1);
+  CHECK_FALSE(RankExit::FromJson(nlohmann::json::parse("[1]")).ok());
+  CHECK_FALSE(RankExit::FromJson(nlohmann::json::parse(R"({"rank": "three"})")).ok());
+}
 
 TEST_CASE("the node's first rank leases its agent's block while it runs") {
   Scratch s;
-  auto probe = PortLeases::Open("/runs/probe", s.path + "/leases");
-  REQUIRE(probe.ok());
+  auto probe = LeasesOf(s, "/runs/probe");
   const std::vector<std::string> args = {"--lease-ports", "31000-31007", "--", "/bin/sleep", "30"};
   Wrapped first = Start(s, "/runs/mine", 0, args);
-  CHECK(WaitFor([&] { return !(*probe)->Free(31000, 31007); }));
+  CHECK(WaitFor([&] { return !probe->Free(31000, 31007); }));
   // The node's second rank leases nothing (the block is the agent's, once):
   // it runs although the first rank holds the block.
   Wrapped second =
       Start(s, "/runs/other-rank", 1, {"--lease-ports", "31000-31007", "--", "/bin/true"});
   CHECK(Wait(second.pid) == 0);
   CHECK(Slurp(second.stderr_path).empty());
-  CHECK_FALSE((*probe)->Free(31000, 31007));
+  CHECK_FALSE(probe->Free(31000, 31007));
   REQUIRE(::kill(first.pid, SIGTERM) == 0);  // relayed to sleep, or ends the wrapper itself
   CHECK(Wait(first.pid) == 128 + SIGTERM);
-  CHECK((*probe)->Free(31000, 31007));  // released with the rank
+  CHECK(probe->Free(31000, 31007));  // released with the rank
 }
 
 TEST_CASE("a block another run holds on the node stops the rank, naming node and holder") {
   Scratch s;
-  auto other = PortLeases::Open("/runs/other", s.path + "/leases");
-  REQUIRE(other.ok());
-  REQUIRE((*other)->Acquire(31004, 31004).ok());
+  auto other = LeasesOf(s, "/runs/other", 31004, 31004);
   Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31007", "--", "/bin/true"});
   CHECK(Wait(w.pid) == 2);
   const std::string err = Slurp(w.stderr_path);
@@ -107,39 +130,32 @@ TEST_CASE("a block another run holds on the node stops the rank, naming node and
 
 TEST_CASE("the run's own controller holding the block on this node counts as leased") {
   Scratch s;
-  auto controller = PortLeases::Open("/runs/mine", s.path + "/leases");
-  REQUIRE(controller.ok());
-  REQUIRE((*controller)->Acquire(31000, 31007).ok());
+  auto controller = LeasesOf(s, "/runs/mine", 31000, 31007);
   Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31007", "--", "/bin/true"});
   CHECK(Wait(w.pid) == 0);
   CHECK(Slurp(w.stderr_path).empty());
   // Partly another run's: not the run's own, refused.
-  auto other = PortLeases::Open("/runs/other", s.path + "/leases");
-  REQUIRE(other.ok());
-  REQUIRE((*other)->Acquire(31008, 31008).ok());
+  auto other = LeasesOf(s, "/runs/other", 31008, 31008);
   Wrapped partly = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31008", "--", "/bin/true"});
   CHECK(Wait(partly.pid) == 2);
 }
 
 TEST_CASE("a block the run's controller holds only part of (its bus port) is leased for the rest") {
   Scratch s;
-  auto controller = PortLeases::Open("/runs/mine", s.path + "/leases");
-  REQUIRE(controller.ok());
-  REQUIRE((*controller)->Acquire(31000, 31000).ok());  // the bus, inside the agent's block
+  auto controller = LeasesOf(s, "/runs/mine", 31000, 31000);  // the bus, inside the agent's block
   Wrapped w = Start(s, "/runs/mine", 0, {"--lease-ports", "31000-31007", "--", "/bin/sleep", "30"});
   // While the rank runs, its wrapper holds 31001-31007: another run cannot have them.
-  auto other = PortLeases::Open("/runs/other", s.path + "/leases");
-  REQUIRE(other.ok());
+  auto other = LeasesOf(s, "/runs/other");
   bool held = false;
   for (int i = 0; i < 200 && !held; ++i) {
-    held = !(*other)->Free(31001, 31007);
+    held = !other->Free(31001, 31007);
     if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   CHECK(held);
-  CHECK_FALSE((*other)->Free(31007, 31007));
+  CHECK_FALSE(other->Free(31007, 31007));
   ::kill(w.pid, SIGKILL);
   Wait(w.pid);
-  CHECK((*other)->Free(31001, 31007));
+  CHECK(other->Free(31001, 31007));
 }
 
 TEST_CASE("--lease-ports must be a port range") {

@@ -45,6 +45,14 @@ SupervisedAgent MakeAgent(const std::string& name, int ranks, int max_restarts =
   return a;
 }
 
+// Two ranks under one mpirun, rank exit records in `log_dir` when not empty.
+SupervisedAgent MpiAgent(const std::string& log_dir = "") {
+  SupervisedAgent a = MakeAgent("m", 2);
+  a.launch.use_mpirun = true;
+  if (!log_dir.empty()) a.launch.log_dir = log_dir;
+  return a;
+}
+
 TelemetryMessage Heartbeat(const std::string& agent, int rank, int restart_count = 0,
                            int64_t step = -1) {
   TelemetryMessage m;
@@ -169,8 +177,7 @@ TEST_CASE("a rank that stops heartbeating is declared dead after heartbeat_timeo
 
 TEST_CASE("a rank that said bye is not expected to heartbeat while mpirun waits for the others") {
   Fixture f;
-  auto agent = MakeAgent("m", 2);
-  agent.launch.use_mpirun = true;
+  auto agent = MpiAgent();
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
   auto bye = Heartbeat("m", 0);
@@ -211,9 +218,7 @@ TEST_CASE("under mpirun the rank wrappers' records name the rank that said bye a
   logs.Write("rank0.exit",
              R"({"rank":0,"pid":5150,"exit_code":0,"signal":0,"restart_count":0,"time":100.0})");
   Fixture f;
-  auto agent = MakeAgent("m", 2);
-  agent.launch.use_mpirun = true;
-  agent.launch.log_dir = logs.path;
+  auto agent = MpiAgent(logs.path);
   agent.restart.heartbeat_timeout_s = 5;
   f.Make({agent});
   f.SayBye("m", 2);
@@ -309,9 +314,7 @@ TEST_CASE("a launch error that cannot go away fails the agent at once") {
 TEST_CASE(
     "mpirun standing for all ranks: its exit ends every rank, and a rank's hello gives its pid") {
   Fixture f;
-  auto a = MakeAgent("m", 2);
-  a.launch.use_mpirun = true;
-  f.Make({a});
+  f.Make({MpiAgent()});
   CHECK(f.A("m").ranks[0].pid == 1000);
   CHECK(f.A("m").ranks[1].pid == 1000);
   auto hello = Heartbeat("m", 1);
@@ -399,10 +402,7 @@ TEST_CASE("mpirun's exit is explained by the rank wrappers' records: which rank,
   logs.Write("rank2.exit",
              R"({"rank":2,"pid":4000,"exit_code":3,"signal":0,"restart_count":7,"time":1.0})");
   Fixture f;
-  auto a = MakeAgent("m", 2);
-  a.launch.use_mpirun = true;
-  a.launch.log_dir = logs.path;
-  f.Make({a});
+  f.Make({MpiAgent(logs.path)});
   f.backend.Exit("m", -1, 1000, 1);
   f.rc->Tick();
   const AgentStatus& s = f.A("m");

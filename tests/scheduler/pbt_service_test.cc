@@ -98,10 +98,9 @@ TEST_CASE("pbt service: a committed donor checkpoint is adopted with the new arg
   Fixture f;
   f.DecideExploit();
   // The donor commits a checkpoint at step 200 and says so.
-  CheckpointOptions o;
-  o.dir = f.dir->Resolve(f.plan.FindAgent("good")->checkpoint_dir);
-  o.agent = "good";
-  o.interval_s = 0;
+  CheckpointOptions o{.dir = f.dir->Resolve(f.plan.FindAgent("good")->checkpoint_dir),
+                      .agent = "good",
+                      .interval_s = 0};
   auto donor = Checkpointer::Create(o);
   REQUIRE(donor.ok());
   std::vector<float> weights(64, 1.5f);

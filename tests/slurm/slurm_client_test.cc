@@ -9,6 +9,21 @@ using namespace agentrt::slurm;
 
 using agentrt::slurm::testing::FakeRunner;
 
+namespace {
+
+// The status a client call ends with when its one command answers `reply`.
+template <typename Call>
+Status FailureOf(CommandOutput reply, Call call) {
+  FakeRunner runner;
+  runner.Push(std::move(reply));
+  SlurmClient client(runner);
+  auto result = call(client);
+  REQUIRE_FALSE(result.ok());
+  return result.status();
+}
+
+}  // namespace
+
 TEST_CASE("Submit runs sbatch --parsable with the extra arguments before the script") {
   FakeRunner runner;
   runner.Push({0, "42\n", ""});
@@ -21,33 +36,24 @@ TEST_CASE("Submit runs sbatch --parsable with the extra arguments before the scr
 }
 
 TEST_CASE("a failing sbatch is an error carrying its stderr") {
-  FakeRunner runner;
-  runner.Push({1, "", "sbatch: error: invalid partition specified: gpu\n"});
-  SlurmClient client(runner);
-  auto id = client.Submit("x.sbatch");
-  REQUIRE_FALSE(id.ok());
-  CHECK_THAT(id.status().message(), Catch::Contains("invalid partition specified: gpu"));
-  CHECK_THAT(id.status().message(), Catch::Contains("sbatch --parsable x.sbatch"));
-  CHECK_THAT(id.status().message(), Catch::Contains("exit code 1"));
+  const Status s = FailureOf({1, "", "sbatch: error: invalid partition specified: gpu\n"},
+                             [](SlurmClient& c) { return c.Submit("x.sbatch"); });
+  CHECK_THAT(s.message(), Catch::Contains("invalid partition specified: gpu"));
+  CHECK_THAT(s.message(), Catch::Contains("sbatch --parsable x.sbatch"));
+  CHECK_THAT(s.message(), Catch::Contains("exit code 1"));
 }
 
 TEST_CASE("ShowJob of an unknown job is NotFound") {
-  FakeRunner runner;
-  runner.Push({1, "", "slurm_load_jobs error: Invalid job id specified\n"});
-  SlurmClient client(runner);
-  auto jobs = client.ShowJob("999");
-  REQUIRE_FALSE(jobs.ok());
-  CHECK(jobs.status().code() == StatusCode::kNotFound);
-  CHECK_THAT(jobs.status().message(), Catch::Contains("999"));
+  const Status s = FailureOf({1, "", "slurm_load_jobs error: Invalid job id specified\n"},
+                             [](SlurmClient& c) { return c.ShowJob("999"); });
+  CHECK(s.code() == StatusCode::kNotFound);
+  CHECK_THAT(s.message(), Catch::Contains("999"));
 }
 
 TEST_CASE("Accounting without slurmdbd says so") {
-  FakeRunner runner;
-  runner.Push({1, "", "Slurm accounting storage is disabled\n"});
-  SlurmClient client(runner);
-  auto rows = client.Accounting("5");
-  REQUIRE_FALSE(rows.ok());
-  CHECK(rows.status().code() == StatusCode::kFailedPrecondition);
+  const Status s = FailureOf({1, "", "Slurm accounting storage is disabled\n"},
+                             [](SlurmClient& c) { return c.Accounting("5"); });
+  CHECK(s.code() == StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("Cancel passes the signal and batch flags to scancel") {

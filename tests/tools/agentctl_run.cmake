@@ -1,14 +1,12 @@
 # `agentctl run` on one machine, end to end: the real agentctl, the
 # real test agent (tests/agent_runtime/test_agent.cc), real mpirun, real signals.
 # Each scenario is its own test, bounded in time; ports are probed free by the test.
-foreach(scenario env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure
-                 config_error fresh_after_corrupt last_checkpoint bye_linger
-                 python_stall)
-  agentrt_script_test(NAME agentctl_run_${scenario}
-    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py ${scenario}
-    LABELS integration
-    TIMEOUT 120)
-endforeach()
+agentrt_python_scenarios(PREFIX agentctl_run
+  SCRIPT ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py
+  SCENARIOS env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure
+            config_error fresh_after_corrupt last_checkpoint bye_linger python_stall
+  LABELS integration
+  TIMEOUT 120)
 
 # Shared machines: four runs at once on one machine (fault: what users came to agentrt to escape).
 agentrt_script_test(NAME agentctl_run_concurrent
@@ -34,9 +32,8 @@ agentrt_script_test(NAME agentctl_run_hangs
   TIMEOUT 240)
 
 # agentctl check: the preflight sweep, a busy port, --strict.
-foreach(scenario sweep busy_port strict)
-  agentrt_script_test(NAME agentctl_check_${scenario}
-    COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/agentctl_check_test.py ${scenario}
-    LABELS integration
-    TIMEOUT 120)
-endforeach()
+agentrt_python_scenarios(PREFIX agentctl_check
+  SCRIPT ${CMAKE_CURRENT_LIST_DIR}/agentctl_check_test.py
+  SCENARIOS sweep busy_port strict
+  LABELS integration
+  TIMEOUT 120)
