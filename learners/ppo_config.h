@@ -52,10 +52,10 @@ struct PpoConfig {
 };
 
 // The trainer's own settings, beside PpoConfig's.
-#define AGENTRT_PPO_TRAINER_SETTINGS(X)                                       \
-  X(std::string, env, "cartpole", "registry name")                            \
-  X(nlohmann::json, env_args, nullptr, "the env's parameters")                \
-  X(int, env_threads, 1, "EnvPool threads per rank (caller included)")        \
+#define AGENTRT_PPO_TRAINER_SETTINGS(X)                                \
+  X(std::string, env, "cartpole", "registry name")                     \
+  X(nlohmann::json, env_args, nullptr, "the env's parameters")         \
+  X(int, env_threads, 1, "EnvPool threads per rank (caller included)") \
   X(int, episode_window, 20, "episodes averaged into episode_return_mean")
 
 struct PpoTrainerConfig {

@@ -9,9 +9,8 @@
 
 namespace agentrt {
 
-StatusWriter::StatusWriter(std::string path, const RunController* controller,
-                           const BusServer* bus, double started_unix_s, const Clock* clock,
-                           RunObserver* observer)
+StatusWriter::StatusWriter(std::string path, const RunController* controller, const BusServer* bus,
+                           double started_unix_s, const Clock* clock, RunObserver* observer)
     : path_(std::move(path)),
       controller_(controller),
       bus_(bus),
