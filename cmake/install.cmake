@@ -53,7 +53,7 @@ set(AGENTRT_PUBLIC_HEADERS
     agent_runtime/signals.h agent_runtime/sharded_adam.h agent_runtime/adamw.h
     agent_runtime/flight_recorder.h agent_runtime/bandwidth.h
     envs/env.h envs/space.h envs/rng.h envs/params.h envs/env_pool.h envs/chunk_runner.h
-    envs/multi_agent_env_pool.h envs/registry.h
+    envs/multi_agent_env_pool.h envs/registry.h envs/world_sides.h
     envs/single_agent_view.h
     learners/ppo.h learners/ppo_config.h learners/ppo_trainer.h learners/policy_snapshot.h learners/actor_critic.h
     learners/obs_normalizer.h)

@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "envs/space.h"
 
@@ -81,6 +82,13 @@ class MultiAgentEnv {
 
   // False once agent `agent` has left the current episode.
   virtual bool active(int agent) const = 0;
+
+  // A world of sides (envs/world_sides.h): the number of seats of each side,
+  // in seat order; empty for a world without sides.
+  virtual std::vector<int> side_seats() const { return {}; }
+  // What the current (or just ended) episode scored for the scoring side
+  // (WorldSides::score; pursuit: prey caught); 0 in a world that counts nothing.
+  virtual double episode_score() const { return 0; }
 };
 
 }  // namespace agentrt

@@ -186,4 +186,32 @@ Result<std::unique_ptr<MultiAgentEnv>> MakePursuit(const nlohmann::json& params)
   return std::unique_ptr<MultiAgentEnv>(std::make_unique<Pursuit>(config));
 }
 
+WorldSides PursuitSides() {
+  WorldSides sides;
+  sides.roles = {"predator", "prey"};
+  sides.sized = [](nlohmann::json params, const std::vector<int>& players) {
+    if (!params.is_object()) params = nlohmann::json::object();
+    const int capture_k = params.value("capture_k", PursuitConfig{}.capture_k);
+    params["predators"] = params.value("predators", std::max(capture_k, players.at(0)));
+    params["prey"] = params.value("prey", std::max(1, players.at(1)));
+    return params;
+  };
+  sides.one_each = [](nlohmann::json params) -> Result<nlohmann::json> {
+    if (!params.is_object()) params = nlohmann::json::object();
+    if (params.value("predators", 1) != 1 || params.value("prey", 1) != 1 ||
+        params.value("capture_k", 1) != 1) {
+      return InvalidArgument(
+          "league play is one predator against one prey: env_args predators, prey and capture_k "
+          "must be 1 (or unset)");
+    }
+    params["predators"] = 1;
+    params["prey"] = 1;
+    params["capture_k"] = 1;
+    return params;
+  };
+  sides.scoring_side = 0;
+  sides.score = "capture";
+  return sides;
+}
+
 }  // namespace agentrt

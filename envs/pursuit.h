@@ -39,6 +39,7 @@
 #include "envs/env.h"
 #include "envs/params.h"
 #include "envs/rng.h"
+#include "envs/world_sides.h"
 
 namespace agentrt {
 
@@ -80,6 +81,10 @@ class Pursuit final : public MultiAgentEnv {
   StepOutcome Step(std::span<const float> actions, std::span<float> obs,
                    std::span<float> rewards) override;
   bool active(int agent) const override { return active_[agent] != 0; }
+  // Predators, then prey.
+  std::vector<int> side_seats() const override { return {config_.predators, config_.prey}; }
+  // Prey caught in the episode.
+  double episode_score() const override { return captures_; }
 
   const PursuitConfig& config() const { return config_; }
   bool is_predator(int agent) const { return agent < config_.predators; }
@@ -114,5 +119,11 @@ class Pursuit final : public MultiAgentEnv {
 };
 
 Result<std::unique_ptr<MultiAgentEnv>> MakePursuit(const nlohmann::json& params);
+
+// Pursuit's sides: "predator" (the scoring side: it catches) and "prey". A
+// world for the plan's agents has as many predators as agents play them (at
+// least capture_k) and as many prey (at least 1), unless env_args says;
+// a league match is one predator against one prey with capture_k 1.
+WorldSides PursuitSides();
 
 }  // namespace agentrt

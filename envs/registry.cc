@@ -13,6 +13,7 @@ EnvRegistry::EnvRegistry(const EnvRegistry& other) {
   std::lock_guard<std::mutex> lock(other.mu_);
   single_ = other.single_;
   multi_ = other.multi_;
+  sides_ = other.sides_;
 }
 
 EnvRegistry EnvRegistry::WithBuiltins() {
@@ -20,7 +21,7 @@ EnvRegistry EnvRegistry::WithBuiltins() {
   // Distinct names into an empty registry: these cannot clash.
   r.RegisterEnv("cartpole", MakeCartPole).IgnoreError();
   r.RegisterEnv("dummy", MakeDummyEnv).IgnoreError();
-  r.RegisterMultiAgentEnv("pursuit", MakePursuit).IgnoreError();
+  r.RegisterMultiAgentEnv("pursuit", MakePursuit, PursuitSides()).IgnoreError();
   return r;
 }
 
@@ -39,8 +40,21 @@ Status EnvRegistry::RegisterEnv(std::string name, EnvFactory factory) {
   return Register(single_, std::move(name), std::move(factory));
 }
 
-Status EnvRegistry::RegisterMultiAgentEnv(std::string name, MultiAgentEnvFactory factory) {
-  return Register(multi_, std::move(name), std::move(factory));
+Status EnvRegistry::RegisterMultiAgentEnv(std::string name, MultiAgentEnvFactory factory,
+                                          WorldSides sides) {
+  const std::string key = name;
+  AGENTRT_RETURN_IF_ERROR(Register(multi_, std::move(name), std::move(factory)));
+  if (!sides.roles.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sides_.emplace(key, std::move(sides));
+  }
+  return Status::Ok();
+}
+
+std::optional<WorldSides> EnvRegistry::SidesOf(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = sides_.find(name); it != sides_.end()) return it->second;
+  return std::nullopt;
 }
 
 std::string EnvRegistry::Known() const {

@@ -17,12 +17,14 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/status.h"
 #include "envs/env.h"
+#include "envs/world_sides.h"
 
 namespace agentrt {
 
@@ -40,7 +42,9 @@ class EnvRegistry {
 
   // ALREADY_EXISTS when the name is taken (by either kind).
   Status RegisterEnv(std::string name, EnvFactory factory);
-  Status RegisterMultiAgentEnv(std::string name, MultiAgentEnvFactory factory);
+  // `sides`: how agents play the world (roles empty: a world without sides).
+  Status RegisterMultiAgentEnv(std::string name, MultiAgentEnvFactory factory,
+                               WorldSides sides = {});
 
   // NOT_FOUND names the known envs; the factory's own errors come back as they are.
   Result<std::unique_ptr<Env>> MakeEnv(std::string_view name,
@@ -51,6 +55,9 @@ class EnvRegistry {
 
   bool Contains(std::string_view name) const;
   bool IsMultiAgent(std::string_view name) const;
+  // The sides of multi-agent env `name`; nullopt for a world without sides
+  // or a name that is not a multi-agent env.
+  std::optional<WorldSides> SidesOf(std::string_view name) const;
   // Sorted.
   std::vector<std::string> Names() const;
 
@@ -65,6 +72,7 @@ class EnvRegistry {
   mutable std::mutex mu_;
   std::map<std::string, EnvFactory, std::less<>> single_;
   std::map<std::string, MultiAgentEnvFactory, std::less<>> multi_;
+  std::map<std::string, WorldSides, std::less<>> sides_;
 };
 
 // The process-wide registry, created with the built-ins on first use. Register

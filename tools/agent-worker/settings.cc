@@ -1,6 +1,12 @@
 #include "tools/agent-worker/settings.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <optional>
+
 #include "envs/params.h"
+#include "envs/registry.h"
 
 namespace agentrt::worker {
 
@@ -16,8 +22,15 @@ Result<WorkerSettings> WorkerSettings::FromArgs(const nlohmann::json& args,
               "must be \"ppo\" (the only algorithm agent-worker has), got \"" + s.algo + "\"");
   if (!s.trainer.env_args.is_object() && !s.trainer.env_args.is_null())
     p.Invalid("env_args", "must be a mapping");
-  if (!s.role.empty() && s.role != "predator" && s.role != "prey") {
-    p.Invalid("role", "must be \"predator\" or \"prey\", got \"" + s.role + "\"");
+  if (!s.role.empty()) {
+    // A side of the env's world (envs/world_sides.h).
+    const std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(s.trainer.env);
+    if (!sides) {
+      p.Invalid("role", "env " + s.trainer.env + " has no sides to play, got \"" + s.role + "\"");
+    } else if (sides->SideOf(s.role) < 0) {
+      p.Invalid("role", fmt::format("must be \"{}\", got \"{}\"",
+                                    fmt::join(sides->roles, "\" or \""), s.role));
+    }
   }
   if (s.snapshot_every < 1) p.Invalid("snapshot_every", "must be at least 1");
   if (s.eval_episodes < 0) p.Invalid("eval_episodes", "must not be negative");
@@ -35,68 +48,99 @@ std::optional<std::pair<std::string, std::string>> CheckArgs(const nlohmann::jso
   return std::make_pair(Params::KeyOfError(s.status()), s.status().message());
 }
 
-Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings) {
-  if (settings.role != "predator" && settings.role != "prey") {
-    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
-                           " is multi-agent: args need role: predator or role: prey");
+int Seating::SideOfSeat(int seat) const {
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (seat >= first[i] && seat < first[i] + count[i]) return static_cast<int>(i);
   }
+  return -1;
+}
+
+namespace {
+
+// The seating of `settings`'s world with `world_args` (sized), this agent on
+// its role's side; the seats of each side from the world itself.
+Result<Seating> SidesOfWorld(const std::string& me, const WorkerSettings& settings,
+                             nlohmann::json world_args) {
+  const std::string& env = settings.trainer.env;
+  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(env);
+  if (!sides) return InvalidArgument("agent " + me + ": env " + env + " has no sides to play");
   Seating s;
-  s.world_args = settings.trainer.env_args;
-  if (s.world_args.value("predators", 1) != 1 || s.world_args.value("prey", 1) != 1 ||
-      s.world_args.value("capture_k", 1) != 1) {
-    return InvalidArgument("agent " + me +
-                           ": league play is one predator against one prey: env_args predators, "
-                           "prey and capture_k must be 1 (or unset)");
+  s.sides = std::move(*sides);
+  s.side = s.sides.SideOf(settings.role);
+  if (s.side < 0) {
+    return InvalidArgument("agent " + me + ": env " + env + " is multi-agent: args need role: " +
+                           fmt::format("{}", fmt::join(s.sides.roles, " or role: ")));
   }
-  s.world_args["predators"] = 1;
-  s.world_args["prey"] = 1;
-  s.world_args["capture_k"] = 1;
-  s.predators = 1;
-  s.prey = 1;
-  s.control = settings.role == "predator" ? 0 : 1;
-  s.others[1 - s.control] = std::string(kLeagueServiceName);  // the league's pick plays it
+  AGENTRT_ASSIGN_OR_RETURN(auto world, GlobalEnvRegistry().MakeMultiAgentEnv(env, world_args));
+  s.count = world->side_seats();
+  if (s.count.size() != s.sides.roles.size()) {
+    return Internal("env " + env + " has " + std::to_string(s.count.size()) +
+                    " sides of seats for " + std::to_string(s.sides.roles.size()) + " roles");
+  }
+  int next = 0;
+  for (int n : s.count) {
+    s.first.push_back(next);
+    next += n;
+  }
+  s.world_args = std::move(world_args);
+  return s;
+}
+
+}  // namespace
+
+Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings) {
+  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(settings.trainer.env);
+  if (!sides) {
+    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
+                           " has no sides to play");
+  }
+  Result<nlohmann::json> one_each = sides->one_each(settings.trainer.env_args);
+  if (!one_each.ok()) return InvalidArgument("agent " + me + ": " + one_each.status().message());
+  AGENTRT_ASSIGN_OR_RETURN(Seating s, SidesOfWorld(me, settings, std::move(*one_each)));
+  s.control = s.first[static_cast<size_t>(s.side)];
+  for (size_t i = 0; i < s.first.size(); ++i) {
+    // The league's pick plays every other side's seat.
+    if (static_cast<int>(i) != s.side) s.others[s.first[i]] = std::string(kLeagueServiceName);
+  }
   s.world_args["control"] = s.control;
   return s;
 }
 
-Result<Seating> SeatPursuit(const Plan& plan, const std::string& me,
-                            const WorkerSettings& settings) {
-  std::vector<std::string> predators, prey;
+Result<Seating> SeatWorld(const Plan& plan, const std::string& me, const WorkerSettings& settings) {
+  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(settings.trainer.env);
+  if (!sides) {
+    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
+                           " has no sides to play");
+  }
+  // The plan's agents of this env, by side, in plan order.
+  std::vector<std::vector<std::string>> players(sides->roles.size());
   for (const AgentPlan& a : plan.agents) {
     if (!a.args.is_object() || a.args.value("env", "") != settings.trainer.env) continue;
-    const std::string role = a.args.value("role", "");
-    if (role == "predator") predators.push_back(a.name);
-    if (role == "prey") prey.push_back(a.name);
+    const int side = sides->SideOf(a.args.value("role", ""));
+    if (side >= 0) players[static_cast<size_t>(side)].push_back(a.name);
   }
-  if (settings.role.empty()) {
-    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
-                           " is multi-agent: args need role: predator or role: prey");
-  }
-  Seating s;
-  s.world_args = settings.trainer.env_args;
-  const int capture_k = s.world_args.value("capture_k", 2);
-  s.predators =
-      s.world_args.value("predators", std::max<int>(capture_k, static_cast<int>(predators.size())));
-  s.prey = s.world_args.value("prey", std::max<int>(1, static_cast<int>(prey.size())));
-  s.world_args["predators"] = s.predators;
-  s.world_args["prey"] = s.prey;
-  auto seat_of = [&](const std::vector<std::string>& side, int first, int count) {
-    for (size_t i = 0; i < side.size() && static_cast<int>(i) < count; ++i) {
-      const int seat = first + static_cast<int>(i);
-      if (side[i] == me) {
+  std::vector<int> counts;
+  for (const auto& side : players) counts.push_back(static_cast<int>(side.size()));
+  AGENTRT_ASSIGN_OR_RETURN(
+      Seating s, SidesOfWorld(me, settings, sides->sized(settings.trainer.env_args, counts)));
+  s.control = -1;
+  for (size_t side = 0; side < players.size(); ++side) {
+    const std::vector<std::string>& agents = players[side];
+    for (size_t i = 0; i < agents.size() && static_cast<int>(i) < s.count[side]; ++i) {
+      const int seat = s.first[side] + static_cast<int>(i);
+      if (agents[i] == me) {
         s.control = seat;
       } else {
-        s.others[seat] = side[i];
+        s.others[seat] = agents[i];
       }
     }
-  };
-  s.control = -1;
-  seat_of(predators, 0, s.predators);
-  seat_of(prey, s.predators, s.prey);
+  }
   if (s.control < 0) {
+    std::string sizes;
+    for (size_t i = 0; i < s.count.size(); ++i)
+      sizes += fmt::format("{}{} {}", i == 0 ? "" : " and ", s.count[i], s.sides.roles[i]);
     return InvalidArgument("agent " + me + ": no " + settings.role + " seat left in a world of " +
-                           std::to_string(s.predators) + " predators and " +
-                           std::to_string(s.prey) + " prey (env_args predators/prey)");
+                           sizes + " seats (env_args)");
   }
   s.world_args["control"] = s.control;
   return s;

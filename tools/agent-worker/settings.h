@@ -8,9 +8,11 @@
 // env_args, env_threads, episode_window and every PpoConfig key; `steps` is
 // the env-step budget of the whole group). The worker's own:
 //   algo             "ppo" (the only one so far)
-//   role             pursuit: "predator" or "prey" (which side this agent plays)
+//   role             multi-agent worlds: the side this agent plays (pursuit:
+//                    "predator" or "prey")
 //   snapshot_every   publish the policy on policies/<agent> every K updates
-//   eval_episodes    pursuit predators: evaluation episodes at the end (0: none)
+//   eval_episodes    the scoring side of a multi-agent world (pursuit
+//                    predators): evaluation episodes at the end (0: none)
 //   report_every     report metrics every N updates
 // The checkpoint cadence is the plan's (`checkpoint:` in agents.yaml).
 #pragma once
@@ -24,17 +26,18 @@
 
 #include "common/status.h"
 #include "envs/params.h"
+#include "envs/world_sides.h"
 #include "learners/ppo_config.h"
 #include "plan/plan.h"
 
 namespace agentrt::worker {
 
-#define AGENTRT_WORKER_SETTINGS(X)                                                \
-  X(std::string, algo, "ppo", "the algorithm")                                    \
-  X(std::string, role, "", "pursuit: predator or prey")                           \
-  X(int, snapshot_every, 2, "updates between policy snapshots")                   \
-  X(int, eval_episodes, 200, "pursuit predators: evaluation episodes at the end") \
-  X(int, report_every, 1, "updates between metric reports")                       \
+#define AGENTRT_WORKER_SETTINGS(X)                                                               \
+  X(std::string, algo, "ppo", "the algorithm")                                                   \
+  X(std::string, role, "", "the side played in a multi-agent world (pursuit: predator or prey)") \
+  X(int, snapshot_every, 2, "updates between policy snapshots")                                  \
+  X(int, eval_episodes, 200, "a world's scoring side: evaluation episodes at the end")           \
+  X(int, report_every, 1, "updates between metric reports")                                      \
   X(int, match_every, 4, "league members: updates per match (a new opponent each)")
 
 struct WorkerSettings {
@@ -50,27 +53,29 @@ struct WorkerSettings {
 // asks (the same declarations as start-up).
 std::optional<std::pair<std::string, std::string>> CheckArgs(const nlohmann::json& args);
 
-// Who plays which seat of a multi-agent world (pursuit). Agents of the plan
-// whose args say the same env take the seats in plan order, by role:
-// predators the predator seats 0..P-1, prey the prey seats P..P+Q-1. A seat
-// nobody has is played uniformly at random.
+// Who plays which seat of a multi-agent world of sides (envs/world_sides.h;
+// pursuit: predators, then prey). Agents of the plan whose args say the same
+// env take the seats in plan order, by role: the first side's agents its
+// seats, then the next side's. A seat nobody has is played uniformly at random.
 struct Seating {
-  int control = 0;    // this agent's seat
-  int predators = 0;  // seats of each side in the world
-  int prey = 0;
+  WorldSides sides;
+  int side = 0;                       // the side this agent plays (sides.roles[side])
+  int control = 0;                    // this agent's seat
+  std::vector<int> first, count;      // each side's first seat and number of seats
   std::map<int, std::string> others;  // seat -> agent playing it (policies/<agent>)
-  nlohmann::json world_args;          // env_args with predators/prey/control filled in
+  nlohmann::json world_args;          // env_args with the sides' sizes and control filled in
+
+  // The side seat `seat` belongs to.
+  int SideOfSeat(int seat) const;
 };
 
-// The world size defaults to the number of agents of each role (at least 1
-// prey and `capture_k` (default 2) predators) unless env_args sets
-// "predators"/"prey".
-// A league member's world (plan.league): one predator against one prey, this
-// agent's seat by its role; the other seat is played by whatever the league
-// matches it with (others[seat] = kLeagueServiceName).
+// A league member's world (plan.league): one seat per side (WorldSides::one_each),
+// this agent's seat by its role; the other seat is played by whatever the
+// league matches it with (others[seat] = kLeagueServiceName).
 Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings);
 
-Result<Seating> SeatPursuit(const Plan& plan, const std::string& me,
-                            const WorkerSettings& settings);
+// The world sized for the plan's agents of each role (WorldSides::sized)
+// unless env_args says.
+Result<Seating> SeatWorld(const Plan& plan, const std::string& me, const WorkerSettings& settings);
 
 }  // namespace agentrt::worker

@@ -21,8 +21,8 @@
 #include "plan/run_dir.h"
 #include "tools/agent-worker/league.h"
 #include "tools/agent-worker/league_play.h"
-#include "tools/agent-worker/pursuit_eval.h"
 #include "tools/agent-worker/settings.h"
+#include "tools/agent-worker/world_eval.h"
 
 namespace agentrt::worker {
 namespace {
@@ -154,12 +154,16 @@ Status Worker::SetupTrainer() {
   if (multi_agent_) {
     AGENTRT_ASSIGN_OR_RETURN(seating_, member_ != nullptr
                                            ? SeatLeague(agent_, settings_)
-                                           : SeatPursuit(runtime_->plan(), agent_, settings_));
-    std::string others;
+                                           : SeatWorld(runtime_->plan(), agent_, settings_));
+    std::string sides, others;
+    for (size_t i = 0; i < seating_.count.size(); ++i) {
+      sides +=
+          (i == 0 ? "" : ", ") + std::to_string(seating_.count[i]) + " " + seating_.sides.roles[i];
+    }
     for (const auto& [seat, agent] : seating_.others)
       others += " " + std::to_string(seat) + "=" + agent;
-    log_("%s world: %d predators, %d prey; this agent plays seat %d; seats played by others:%s",
-         settings_.trainer.env.c_str(), seating_.predators, seating_.prey, seating_.control,
+    log_("%s world: %s; this agent plays seat %d; seats played by others:%s",
+         settings_.trainer.env.c_str(), sides.c_str(), seating_.control,
          others.empty() ? " none" : others.c_str());
     options.env_factory = [this, &registry]() -> Result<std::unique_ptr<Env>> {
       AGENTRT_ASSIGN_OR_RETURN(std::unique_ptr<Env> env,
@@ -238,7 +242,7 @@ Status Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t 
 }
 
 void Worker::NextMatch() {
-  const int seat = 1 - seating_.control;
+  const int seat = seating_.others.begin()->first;  // the league's pick plays it (SeatLeague)
   Result<LeagueAssignment> a = play_->Next(league_->newest_published(), trainer_->env_steps());
   if (!a.ok()) {
     log_("league: %s; the current opponent stays", a.status().ToString().c_str());
@@ -259,11 +263,12 @@ void Worker::NextMatch() {
 }
 
 void Worker::CountGames(const TrainerMetrics& m) {
-  const int64_t captured = std::llround(static_cast<double>(m.iteration_episodes) *
-                                        static_cast<double>(m.terminated_fraction));
-  const int64_t escaped = m.iteration_episodes - captured;
-  const bool predator = seating_.control < seating_.predators;
-  play_->AddGames(predator ? captured : escaped, predator ? escaped : captured, 0);
+  // An episode that terminates is won by the scoring side; one cut short, by the other.
+  const int64_t terminated = std::llround(static_cast<double>(m.iteration_episodes) *
+                                          static_cast<double>(m.terminated_fraction));
+  const int64_t truncated = m.iteration_episodes - terminated;
+  const bool scoring = seating_.side == seating_.sides.scoring_side;
+  play_->AddGames(scoring ? terminated : truncated, scoring ? truncated : terminated, 0);
   if (++updates_since_match_ >= settings_.match_every) {
     updates_since_match_ = 0;
     NextMatch();
@@ -444,7 +449,8 @@ Status Worker::EvaluateSingle() {
 
 Status Worker::Evaluate() {
   if (!multi_agent_) return settings_.eval_episodes > 0 ? EvaluateSingle() : Status::Ok();
-  if (seating_.control >= seating_.predators || settings_.eval_episodes == 0) return Status::Ok();
+  const WorldSides& sides = seating_.sides;
+  if (seating_.side != sides.scoring_side || settings_.eval_episodes == 0) return Status::Ok();
   InstallSnapshots();
   // Players for the other seats from the newest snapshots; seats without one play at random.
   std::map<int, PolicyPlayer> players;
@@ -465,39 +471,52 @@ Status Worker::Evaluate() {
     }
     return other(seat, obs, rng);
   };
-  auto random_predators = [&](int seat, std::span<const float> obs, Rng& rng) -> int {
-    if (seat < seating_.predators)
+  // The same world with this agent's whole side playing at random: the yardstick.
+  auto random_side = [&](int seat, std::span<const float> obs, Rng& rng) -> int {
+    if (seating_.SideOfSeat(seat) == seating_.side)
       return static_cast<int>(rng.Below(static_cast<uint64_t>(num_actions)));
     return other(seat, obs, rng);
   };
   const uint64_t seed = 424242;
+  const std::string& env = settings_.trainer.env;
   AGENTRT_ASSIGN_OR_RETURN(
-      CaptureStats with_training,
-      PlayPursuit(seating_.world_args, settings_.eval_episodes, seed, trained));
+      ScoreStats with_training,
+      PlayWorld(env, seating_.world_args, settings_.eval_episodes, seed, trained));
   AGENTRT_ASSIGN_OR_RETURN(
-      CaptureStats with_random,
-      PlayPursuit(seating_.world_args, settings_.eval_episodes, seed, random_predators));
-  const double ratio = with_random.captures_per_episode > 0
-                           ? with_training.captures_per_episode / with_random.captures_per_episode
-                           : (with_training.captures_per_episode > 0 ? 1e9 : 0.0);
-  std::string prey_versions;
-  for (const auto& [seat, snap] : latest_) {
-    if (seat >= seating_.predators)
-      prey_versions += " " + snap.agent + "@update" + std::to_string(snap.update);
+      ScoreStats with_random,
+      PlayWorld(env, seating_.world_args, settings_.eval_episodes, seed, random_side));
+  const double ratio = with_random.score_per_episode > 0
+                           ? with_training.score_per_episode / with_random.score_per_episode
+                           : (with_training.score_per_episode > 0 ? 1e9 : 0.0);
+  // The other sides' policies it was measured against, by role.
+  std::string against, versions;
+  std::map<std::string, int> other_snapshot;  // role -> 1 when a snapshot played it
+  for (size_t i = 0; i < sides.roles.size(); ++i) {
+    if (static_cast<int>(i) == seating_.side) continue;
+    against += (against.empty() ? "" : ", ") + sides.roles[i];
+    other_snapshot[sides.roles[i]] = 0;
   }
+  for (const auto& [seat, snap] : latest_) {
+    const int side = seating_.SideOfSeat(seat);
+    if (side < 0 || side == seating_.side) continue;
+    versions += " " + snap.agent + "@update" + std::to_string(snap.update);
+    other_snapshot[sides.roles[static_cast<size_t>(side)]] = 1;
+  }
+  const std::string& role = sides.roles[static_cast<size_t>(seating_.side)];
   log_(
-      "evaluation over %d episodes against prey%s: captures/episode %.3f trained vs %.3f random "
-      "predators "
+      "evaluation over %d episodes against %s%s: %ss/episode %.3f trained vs %.3f random %ss "
       "(ratio %.2f)",
-      settings_.eval_episodes, prey_versions.empty() ? " playing at random" : prey_versions.c_str(),
-      with_training.captures_per_episode, with_random.captures_per_episode, ratio);
+      settings_.eval_episodes, against.c_str(),
+      versions.empty() ? " playing at random" : versions.c_str(), sides.score.c_str(),
+      with_training.score_per_episode, with_random.score_per_episode, role.c_str(), ratio);
   nlohmann::json eval = {{"eval_episodes", settings_.eval_episodes},
-                         {"eval_capture_rate", with_training.captures_per_episode},
-                         {"eval_random_capture_rate", with_random.captures_per_episode},
-                         {"eval_capture_ratio", ratio},
-                         {"eval_prey_snapshot", prey_versions.empty() ? 0 : 1},
+                         {"eval_" + sides.score + "_rate", with_training.score_per_episode},
+                         {"eval_random_" + sides.score + "_rate", with_random.score_per_episode},
+                         {"eval_" + sides.score + "_ratio", ratio},
                          {"episode_return_mean", last_.episode_return_mean},
                          {"episode_length_mean", last_.episode_length_mean}};
+  for (const auto& [other_role, played] : other_snapshot)
+    eval["eval_" + other_role + "_snapshot"] = played;
   if (league_) {
     eval["snapshots_received"] = league_->snapshots_received();
     if (auto stats = league_->bus().Stats(); stats.ok()) {

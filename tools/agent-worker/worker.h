@@ -10,15 +10,17 @@
 //   3. trains: rollout, Update (collective), all-reduced episode statistics,
 //      metrics through Runtime::Report (rank 0), checkpoints on the wall-clock
 //      schedule (all ranks agree through an all-reduced flag);
-//   4. multi-agent worlds (pursuit): the other seats are played by the latest
-//      policy snapshots of the agents holding them, received from the bus
-//      topics policies/<agent>; rank 0 publishes its own snapshot every
-//      `snapshot_every` updates and its match results on `results`. Without a
-//      bus (no AGENTRT_BUS, or not reachable) it trains against random play and
-//      says so in the log;
-//   5. at the step budget: a last checkpoint, pursuit predators evaluate their
-//      capture rate against the newest prey snapshot vs random predators
-//      (reported as metrics and on `results`), exit 0. On a stop request
+//   4. multi-agent worlds of sides (envs/world_sides.h; pursuit): seated by
+//      role (SeatWorld, or SeatLeague for a league member); the other seats are played by the
+//      latest policy snapshots of the agents holding them, received from the bus topics
+//      policies/<agent>; rank 0 publishes its own snapshot every `snapshot_every` updates and its
+//      match results on `results`. Without a bus (no AGENTRT_BUS, or not reachable) it trains
+//      against random play and says so in the log;
+//   5. at the step budget: a last checkpoint; an agent of the world's scoring
+//      side evaluates its score per episode against the other sides' newest
+//      snapshots vs its whole side playing at random (pursuit predators: the
+//      capture rate; metrics eval_<score>_rate, eval_random_<score>_rate,
+//      eval_<score>_ratio, eval_<role>_snapshot, also on `results`), exit 0. On a stop request
 //      (SIGTERM): a checkpoint, exit 0. Errors: a message on stderr, exit 1.
 #pragma once
 

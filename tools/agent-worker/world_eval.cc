@@ -1,25 +1,22 @@
-#include "tools/agent-worker/pursuit_eval.h"
+#include "tools/agent-worker/world_eval.h"
 
 #include <vector>
 
-#include "envs/pursuit.h"
 #include "envs/registry.h"
 
 namespace agentrt::worker {
 
-Result<CaptureStats> PlayPursuit(const nlohmann::json& world_args, int episodes, uint64_t seed,
-                                 const SeatPolicy& policy) {
+Result<ScoreStats> PlayWorld(const std::string& env, const nlohmann::json& world_args, int episodes,
+                             uint64_t seed, const SeatPolicy& policy) {
   nlohmann::json params = world_args;
-  params.erase("control");
-  AGENTRT_ASSIGN_OR_RETURN(auto world, GlobalEnvRegistry().MakeMultiAgentEnv("pursuit", params));
-  auto* pursuit = dynamic_cast<Pursuit*>(world.get());
-  if (pursuit == nullptr) return Internal("env pursuit is not agentrt::Pursuit");
+  if (params.is_object()) params.erase("control");
+  AGENTRT_ASSIGN_OR_RETURN(auto world, GlobalEnvRegistry().MakeMultiAgentEnv(env, params));
   const int n = world->num_agents();
   const size_t obs_size = world->observation_space().size();
   std::vector<float> obs(obs_size * static_cast<size_t>(n)), actions(static_cast<size_t>(n)),
       rewards(static_cast<size_t>(n));
   Rng rng(seed ^ 0x5eedULL);
-  CaptureStats stats;
+  ScoreStats stats;
   int64_t steps = 0;
   for (int e = 0; e < episodes; ++e) {
     world->Reset(seed + static_cast<uint64_t>(e), obs);
@@ -34,11 +31,11 @@ Result<CaptureStats> PlayPursuit(const nlohmann::json& world_args, int episodes,
       ++steps;
       done = outcome.terminated || outcome.truncated;
     }
-    stats.captures += pursuit->captures();
+    stats.score += world->episode_score();
     ++stats.episodes;
   }
   if (stats.episodes > 0) {
-    stats.captures_per_episode = static_cast<double>(stats.captures) / stats.episodes;
+    stats.score_per_episode = stats.score / stats.episodes;
     stats.mean_length = static_cast<double>(steps) / stats.episodes;
   }
   return stats;
