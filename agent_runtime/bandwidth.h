@@ -1,5 +1,5 @@
-// Collective bandwidth as nccl-tests reports it (its doc/PERFORMANCE.md), so
-// agentrt's figures compare one-to-one with `all_reduce_perf` and friends:
+// Collective bandwidth as NVIDIA's nccl-tests report it, so agentrt's figures
+// compare one-to-one with `all_reduce_perf` and friends:
 //   algbw = bytes / time, bytes = the size of the whole buffer (S);
 //   busbw = algbw * factor: all-reduce 2(n-1)/n, reduce-scatter and
 //   all-gather (n-1)/n, broadcast and reduce 1: the bandwidth each link

@@ -25,29 +25,27 @@ EnvRegistry EnvRegistry::WithBuiltins() {
   return r;
 }
 
-template <typename Factory>
-Status EnvRegistry::Register(std::map<std::string, Factory, std::less<>>& into, std::string name,
-                             Factory factory) {
-  std::lock_guard<std::mutex> lock(mu_);
+Status EnvRegistry::NameFree(const std::string& name) const {
   if (single_.count(name) || multi_.count(name)) {
     return {StatusCode::kAlreadyExists, "env '" + name + "' is already registered"};
   }
-  into.emplace(std::move(name), std::move(factory));
   return Status::Ok();
 }
 
 Status EnvRegistry::RegisterEnv(std::string name, EnvFactory factory) {
-  return Register(single_, std::move(name), std::move(factory));
+  std::lock_guard<std::mutex> lock(mu_);
+  AGENTRT_RETURN_IF_ERROR(NameFree(name));
+  single_.emplace(std::move(name), std::move(factory));
+  return Status::Ok();
 }
 
 Status EnvRegistry::RegisterMultiAgentEnv(std::string name, MultiAgentEnvFactory factory,
                                           WorldSides sides) {
-  const std::string key = name;
-  AGENTRT_RETURN_IF_ERROR(Register(multi_, std::move(name), std::move(factory)));
-  if (!sides.roles.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    sides_.emplace(key, std::move(sides));
-  }
+  std::lock_guard<std::mutex> lock(mu_);
+  AGENTRT_RETURN_IF_ERROR(NameFree(name));
+  // Factory and sides under one lock: nobody sees the env without its sides.
+  if (!sides.roles.empty()) sides_.emplace(name, std::move(sides));
+  multi_.emplace(std::move(name), std::move(factory));
   return Status::Ok();
 }
 

@@ -62,10 +62,8 @@ class EnvRegistry {
   std::vector<std::string> Names() const;
 
  private:
-  // Adds `name` to `into` (single_ or multi_) unless either map has it.
-  template <typename Factory>
-  Status Register(std::map<std::string, Factory, std::less<>>& into, std::string name,
-                  Factory factory);
+  // AlreadyExists when either kind has `name`. The caller holds mu_.
+  Status NameFree(const std::string& name) const;
 
   std::string Known() const;  // caller holds mu_
 

@@ -12,7 +12,7 @@
 //   }
 //
 // args: {"env": "cartpole", "env_args": {...}, "env_threads": 1,
-//        "episode_window": 20, ...every PpoConfig key (learners/ppo.h)}.
+//        "episode_window": 20, ...every PpoConfig key (learners/ppo_config.h)}.
 // Each rank seeds its envs differently (seed, rank), and afresh after a resume
 // (seed, rank, env step), so N ranks collect N times the experience;
 // env_steps() counts the whole group's steps. Every rank must call Iterate the

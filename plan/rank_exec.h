@@ -67,8 +67,9 @@ struct RankExit {
   std::string node;  // where it ran: SLURMD_NODENAME, else the hostname
 
   nlohmann::json ToJson() const;
-  // A key the object lacks keeps its default (rank and restart_count: -1);
-  // not an object, or a value of the wrong type, is InvalidArgument.
+  // A key the object lacks reads as -1 for rank and restart_count (nobody's)
+  // and as the member's default for the others; not an object, or a value of
+  // the wrong type, is InvalidArgument.
   static Result<RankExit> FromJson(const nlohmann::json& j);
 };
 std::string RankExitPath(const std::string& log_dir, int rank);

@@ -243,7 +243,7 @@ Status RunDriver::StartLeague(const std::string& secret) {
 }
 
 // The supervisor of every agent (relaunching on a spare node when one fails,
-// with failover), started, and the run's first status.
+// with failover), started.
 void RunDriver::StartSupervisor() {
   controller_ = std::make_unique<RunController>(
       plan_.run, dir_.path(),

@@ -137,7 +137,9 @@ TEST_CASE("a league member's world is one seat per side; the league plays the ot
 TEST_CASE("a role is a side of the env's world") {
   auto cartpole = WorkerSettings::FromArgs({{"env", "cartpole"}, {"role", "prey"}}, "a");
   REQUIRE_FALSE(cartpole.ok());
-  CHECK_THAT(cartpole.status().message(), Catch::Contains("env cartpole has no sides to play"));
+  CHECK_THAT(
+      cartpole.status().message(),
+      Catch::Contains("only for a multi-agent world with sides to play; env cartpole has none"));
   auto wrong = WorkerSettings::FromArgs({{"env", "pursuit"}, {"role", "hunter"}}, "a");
   REQUIRE_FALSE(wrong.ok());
   CHECK_THAT(wrong.status().message(),

@@ -26,7 +26,8 @@ Result<WorkerSettings> WorkerSettings::FromArgs(const nlohmann::json& args,
     // A side of the env's world (envs/world_sides.h).
     const std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(s.trainer.env);
     if (!sides) {
-      p.Invalid("role", "env " + s.trainer.env + " has no sides to play, got \"" + s.role + "\"");
+      p.Invalid("role", "is only for a multi-agent world with sides to play; env " + s.trainer.env +
+                            " has none, got \"" + s.role + "\"");
     } else if (sides->SideOf(s.role) < 0) {
       p.Invalid("role", fmt::format("must be \"{}\", got \"{}\"",
                                     fmt::join(sides->roles, "\" or \""), s.role));

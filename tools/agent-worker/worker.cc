@@ -157,8 +157,8 @@ Status Worker::SetupTrainer() {
                                            : SeatWorld(runtime_->plan(), agent_, settings_));
     std::string sides, others;
     for (size_t i = 0; i < seating_.count.size(); ++i) {
-      sides +=
-          (i == 0 ? "" : ", ") + std::to_string(seating_.count[i]) + " " + seating_.sides.roles[i];
+      sides += (i == 0 ? "" : ", ") + std::to_string(seating_.count[i]) + " " +
+               seating_.sides.roles[i] + (seating_.count[i] == 1 ? " seat" : " seats");
     }
     for (const auto& [seat, agent] : seating_.others)
       others += " " + std::to_string(seat) + "=" + agent;
@@ -242,6 +242,7 @@ Status Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t 
 }
 
 void Worker::NextMatch() {
+  if (seating_.others.empty()) return;              // a world of one side: nobody to match
   const int seat = seating_.others.begin()->first;  // the league's pick plays it (SeatLeague)
   Result<LeagueAssignment> a = play_->Next(league_->newest_published(), trainer_->env_steps());
   if (!a.ok()) {
