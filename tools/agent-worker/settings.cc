@@ -58,15 +58,23 @@ int Seating::SideOfSeat(int seat) const {
 
 namespace {
 
-// The seating of `settings`'s world with `world_args` (sized), this agent on
-// its role's side; the seats of each side from the world itself.
+// The sides of `settings`'s env; an error naming the agent when it has none.
+Result<WorldSides> SidesOfEnv(const std::string& me, const WorkerSettings& settings) {
+  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(settings.trainer.env);
+  if (!sides) {
+    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
+                           " has no sides to play");
+  }
+  return std::move(*sides);
+}
+
+// The seating of `settings`'s world of `sides` with `world_args` (sized), this
+// agent on its role's side; the seats of each side from the world itself.
 Result<Seating> SidesOfWorld(const std::string& me, const WorkerSettings& settings,
-                             nlohmann::json world_args) {
+                             WorldSides sides, nlohmann::json world_args) {
   const std::string& env = settings.trainer.env;
-  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(env);
-  if (!sides) return InvalidArgument("agent " + me + ": env " + env + " has no sides to play");
   Seating s;
-  s.sides = std::move(*sides);
+  s.sides = std::move(sides);
   s.side = s.sides.SideOf(settings.role);
   if (s.side < 0) {
     return InvalidArgument("agent " + me + ": env " + env + " is multi-agent: args need role: " +
@@ -90,14 +98,11 @@ Result<Seating> SidesOfWorld(const std::string& me, const WorkerSettings& settin
 }  // namespace
 
 Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings) {
-  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(settings.trainer.env);
-  if (!sides) {
-    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
-                           " has no sides to play");
-  }
-  Result<nlohmann::json> one_each = sides->one_each(settings.trainer.env_args);
+  AGENTRT_ASSIGN_OR_RETURN(WorldSides sides, SidesOfEnv(me, settings));
+  Result<nlohmann::json> one_each = sides.one_each(settings.trainer.env_args);
   if (!one_each.ok()) return InvalidArgument("agent " + me + ": " + one_each.status().message());
-  AGENTRT_ASSIGN_OR_RETURN(Seating s, SidesOfWorld(me, settings, std::move(*one_each)));
+  AGENTRT_ASSIGN_OR_RETURN(Seating s,
+                           SidesOfWorld(me, settings, std::move(sides), std::move(*one_each)));
   s.control = s.first[static_cast<size_t>(s.side)];
   for (size_t i = 0; i < s.first.size(); ++i) {
     // The league's pick plays every other side's seat.
@@ -108,22 +113,19 @@ Result<Seating> SeatLeague(const std::string& me, const WorkerSettings& settings
 }
 
 Result<Seating> SeatWorld(const Plan& plan, const std::string& me, const WorkerSettings& settings) {
-  std::optional<WorldSides> sides = GlobalEnvRegistry().SidesOf(settings.trainer.env);
-  if (!sides) {
-    return InvalidArgument("agent " + me + ": env " + settings.trainer.env +
-                           " has no sides to play");
-  }
+  AGENTRT_ASSIGN_OR_RETURN(WorldSides sides, SidesOfEnv(me, settings));
   // The plan's agents of this env, by side, in plan order.
-  std::vector<std::vector<std::string>> players(sides->roles.size());
+  std::vector<std::vector<std::string>> players(sides.roles.size());
   for (const AgentPlan& a : plan.agents) {
     if (!a.args.is_object() || a.args.value("env", "") != settings.trainer.env) continue;
-    const int side = sides->SideOf(a.args.value("role", ""));
+    const int side = sides.SideOf(a.args.value("role", ""));
     if (side >= 0) players[static_cast<size_t>(side)].push_back(a.name);
   }
   std::vector<int> counts;
   for (const auto& side : players) counts.push_back(static_cast<int>(side.size()));
-  AGENTRT_ASSIGN_OR_RETURN(
-      Seating s, SidesOfWorld(me, settings, sides->sized(settings.trainer.env_args, counts)));
+  nlohmann::json world_args = sides.sized(settings.trainer.env_args, counts);
+  AGENTRT_ASSIGN_OR_RETURN(Seating s,
+                           SidesOfWorld(me, settings, std::move(sides), std::move(world_args)));
   s.control = -1;
   for (size_t side = 0; side < players.size(); ++side) {
     const std::vector<std::string>& agents = players[side];
