@@ -13,12 +13,12 @@ namespace agentrt {
 
 Result<std::unique_ptr<Runtime>> Runtime::FromEnvironment(RuntimeOptions options) {
   AGENTRT_ASSIGN_OR_RETURN(AgentEnv env, AgentEnv::FromProcess());
-  Result<Plan> plan = ReadPlanFile(RunDir(env.run_dir).PlanPath());
+  // The agent's view of the plan, not plan.json: its size does not grow with the run.
+  Result<Plan> plan = ReadAgentPlanView(env.run_dir, env.agent);
   if (!plan.ok()) {
     return plan.status().WithContext("runtime (agent " + env.agent + " rank " +
                                      std::to_string(env.rank) +
-                                     "): the run's plan (AGENTRT_RUN_DIR/plan.json, written by "
-                                     "agentctl run)");
+                                     "): its view of the run's plan (written by agentctl run)");
   }
   return Create(std::move(env), std::move(plan).value(), std::move(options));
 }

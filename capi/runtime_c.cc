@@ -97,7 +97,8 @@ int agentrt_runtime_assignment(const agentrt_runtime* rt, char** json_out) {
   return Guard("agentrt_runtime_assignment", [&] {
     const agentrt::AgentEnv& e = rt->rt->env();
     const agentrt::AgentPlan& a = rt->rt->agent_plan();
-    // Every agent of the run, for agents that seat each other (a league).
+    // The agents of this agent's view of the plan (PlanViews: itself, its
+    // league opponents, the agents of its env), for agents that seat each other.
     nlohmann::json peers = nlohmann::json::array();
     for (const agentrt::AgentPlan& p : rt->rt->plan().agents) {
       peers.push_back({{"name", p.name},

@@ -70,7 +70,7 @@ Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::str
     p += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd.get()) != 0) return fail(errno, "cannot fsync " + tmp_path);
+  if (options.sync_file && ::fsync(fd.get()) != 0) return fail(errno, "cannot fsync " + tmp_path);
   if (fd.Close() != 0) return fail(errno, "cannot close " + tmp_path);
   if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
     return fail(errno, "cannot rename " + tmp_path + " to " + name);

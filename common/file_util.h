@@ -6,7 +6,9 @@
 // with `mode`, exactly that mode whatever the umask), are fsync'd, and the
 // temporary file is renamed over the target. A reader sees the old content or
 // the new, never a part. With `sync_dir` the directory is fsync'd after the
-// rename, so the new name itself survives a power loss.
+// rename, so the new name itself survives a power loss. Files derived from
+// another that is written last (the per-agent plan views beside plan.json) may
+// skip the fsync (`sync_file = false`): a reader still never sees a part.
 //
 // Thread-safe (no shared state); blocking file I/O.
 #pragma once
@@ -21,6 +23,7 @@ namespace agentrt {
 struct AtomicWriteOptions {
   int mode = 0644;
   bool sync_dir = false;  // fsync the directory after the rename
+  bool sync_file = true;  // fsync the bytes before the rename
 };
 
 // Writes `contents` to `path` atomically (see above). Errors name the path.

@@ -1,8 +1,13 @@
 #include "plan/plan.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <set>
 #include <utility>
 
 #include "common/file_util.h"
@@ -260,7 +265,9 @@ std::string PlanToJsonString(const Plan& plan, int indent) { return PlanToJson(p
 namespace {
 
 // agents[i] of a plan (its index must be i).
-AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, size_t i) {
+// `previous`: the index of the agent before it (-1: none). plan.json numbers
+// its agents 0, 1, 2...; an agent's view holds some of them, in that order.
+AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, int previous) {
   AgentPlan a;
   r.Read(aj, path, "name", a.name);
   r.Read(aj, path, "index", a.index);
@@ -318,8 +325,8 @@ AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, size_t i
     SettingsFromJson(r, *checkpoint, path + ".checkpoint", a.checkpoint);
   if (const json* group = r.Get(aj, path, "group", false))
     SettingsFromJson(r, *group, path + ".group", a.group);
-  if (r.ok() && a.index != static_cast<int>(i))
-    r.Fail(path + ".index", fmt::format("expected {}", i));
+  if (r.ok() && a.index <= previous)
+    r.Fail(path + ".index", fmt::format("expected more than {} (agents in plan order)", previous));
   return a;
 }
 
@@ -379,7 +386,8 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     plan.bus.settings.port = plan.bus.port;
   }
   r.ForEach(j, "", "agents", true, [&](const json& aj, const std::string& path) {
-    plan.agents.push_back(ReadAgent(r, aj, path, plan.agents.size()));
+    plan.agents.push_back(
+        ReadAgent(r, aj, path, plan.agents.empty() ? -1 : plan.agents.back().index));
   });
   r.ForEach(j, "", "channels", false, [&](const json& cj, const std::string& path) {
     ChannelPlan c;
@@ -426,6 +434,106 @@ Result<Plan> ReadPlanFile(const std::string& path) {
 
 Status WritePlanFile(const Plan& plan, const std::string& path) {
   return WriteFileAtomic(path, PlanToJsonString(plan) + "\n", {.mode = 0644, .sync_dir = true});
+}
+
+PlanViews::PlanViews(const Plan& plan)
+    : plan_(plan), channels_of_(plan.agents.size()), pbt_of_(plan.agents.size()) {
+  for (size_t i = 0; i < plan.agents.size(); ++i) {
+    const AgentPlan& a = plan.agents[i];
+    by_name_.emplace(a.name, i);
+    if (a.args.is_object() && a.args.contains("env") && a.args["env"].is_string())
+      by_env_[a.args["env"].get<std::string>()].push_back(i);
+  }
+  auto note = [this](const std::vector<std::string>& names, size_t what,
+                     std::vector<std::vector<size_t>>& of) {
+    for (const std::string& name : names) {
+      auto it = by_name_.find(name);
+      if (it != by_name_.end() && (of[it->second].empty() || of[it->second].back() != what))
+        of[it->second].push_back(what);
+    }
+  };
+  for (size_t c = 0; c < plan.channels.size(); ++c) {
+    note(plan.channels[c].publishers, c, channels_of_);
+    note(plan.channels[c].subscribers, c, channels_of_);
+  }
+  for (size_t p = 0; p < plan.pbt.size(); ++p) note(plan.pbt[p].agents, p, pbt_of_);
+}
+
+Plan PlanViews::Of(size_t agent_index) const {
+  const AgentPlan& me = plan_.agents.at(agent_index);
+  std::set<size_t> agents = {agent_index};
+  if (auto env = by_env_.end();
+      me.args.is_object() && me.args.contains("env") && me.args["env"].is_string() &&
+      (env = by_env_.find(me.args["env"].get<std::string>())) != by_env_.end()) {
+    agents.insert(env->second.begin(), env->second.end());
+  }
+  if (const LeagueMember* member = plan_.league.FindMember(me.name)) {
+    for (const std::string& opponent : member->opponents) {
+      if (auto it = by_name_.find(opponent); it != by_name_.end()) agents.insert(it->second);
+    }
+  }
+  Plan view;
+  view.run = plan_.run;
+  view.run_dir = plan_.run_dir;
+  view.bus = plan_.bus;
+  view.ports = plan_.ports;
+  view.trust_slurm_binding = plan_.trust_slurm_binding;
+  std::set<std::string, std::less<>> names, nodes;
+  for (size_t i : agents) {
+    view.agents.push_back(plan_.agents[i]);
+    names.insert(plan_.agents[i].name);
+    for (const Placement& p : plan_.agents[i].placement) nodes.insert(p.node);
+  }
+  for (size_t c : channels_of_[agent_index]) view.channels.push_back(plan_.channels[c]);
+  for (size_t p : pbt_of_[agent_index]) view.pbt.push_back(plan_.pbt[p]);
+  for (const PlanNode& n : plan_.nodes) {
+    if (nodes.count(n.name) > 0) view.nodes.push_back(n);
+  }
+  view.league = plan_.league;
+  view.league.members.clear();
+  for (const LeagueMember& m : plan_.league.members) {
+    if (names.count(m.agent) > 0) view.league.members.push_back(m);
+  }
+  return view;
+}
+
+Status WriteRunPlan(const Plan& plan, const std::string& run_dir) {
+  const RunDir dir(run_dir);
+  if (::mkdir(dir.PlanViewsDir().c_str(), 0755) != 0 && errno != EEXIST)
+    return ErrnoStatus(errno, "cannot create " + dir.PlanViewsDir());
+  const PlanViews views(plan);
+  for (size_t i = 0; i < plan.agents.size(); ++i) {
+    AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(dir.AgentPlanPath(plan.agents[i].name),
+                                            PlanToJsonString(views.Of(i), -1) + "\n",
+                                            {.mode = 0644, .sync_file = false}));
+  }
+  // The views' bytes reach the disk before plan.json names the run's new plan.
+  if (!plan.agents.empty()) {
+    const int views_dir = ::open(dir.PlanViewsDir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int synced = views_dir < 0 ? -1 : ::syncfs(views_dir);
+    const int err = errno;
+    if (views_dir >= 0) ::close(views_dir);
+    if (synced != 0) return ErrnoStatus(err, "cannot sync " + dir.PlanViewsDir());
+  }
+  return WritePlanFile(plan, dir.PlanPath());
+}
+
+Result<Plan> ReadAgentPlanView(const std::string& run_dir, const std::string& agent) {
+  const RunDir dir(run_dir);
+  struct stat st {};
+  // A run directory made by hand (an agent started without agentctl) may hold
+  // plan.json alone: then that is the agent's view.
+  const bool views = ::stat(dir.PlanViewsDir().c_str(), &st) == 0;
+  const std::string path = views ? dir.AgentPlanPath(agent) : dir.PlanPath();
+  Result<Plan> view = ReadPlanFile(path);
+  if (view.ok() && view->FindAgent(agent) == nullptr) {
+    return NotFound(fmt::format("agent '{}' is not in the plan ({})", agent, path));
+  }
+  if (views && view.status().code() == StatusCode::kNotFound) {
+    return NotFound(fmt::format("agent '{}' is not in the plan ({}/plan.json; there is no {})",
+                                agent, run_dir, path));
+  }
+  return view;
 }
 
 namespace {

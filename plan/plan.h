@@ -105,7 +105,7 @@ struct Plan {
   std::string run;      // run name
   std::string run_dir;  // empty until the run controller has created it
   BusPlan bus;
-  std::vector<AgentPlan> agents;  // in config order; agents[i].index == i
+  std::vector<AgentPlan> agents;  // in config order; agents[i].index == i (ascending in a view)
   std::vector<ChannelPlan> channels;
   std::vector<std::string> warnings;  // e.g. local CPU oversubscription
   PortConfig ports;                   // cluster.ports: where leased blocks may move
@@ -124,12 +124,43 @@ struct Plan {
 nlohmann::ordered_json PlanToJson(const Plan& plan);
 std::string PlanToJsonString(const Plan& plan, int indent = 2);
 
+// One agent's view of the plan: what its processes need of it, in the shape
+// of plan.json, written to RUN_DIR/plans/<agent>.json beside plan.json. It
+// holds the run, the bus, the port settings and the SLURM binding; the agent
+// itself and the agents it plays with or against (its league opponents, and
+// every agent whose args name the same `env`, which seat one multi-agent
+// world), in plan order with their plan indices; the channels it publishes or
+// subscribes to; the league members among those agents; the PBT populations it
+// belongs to; and the nodes of its agents. No warnings. An agent reads this
+// view, never the whole plan, so start-up work grows with the agent count, not
+// with its square.
+class PlanViews {
+ public:
+  explicit PlanViews(const Plan& plan);  // indexes the plan once; `plan` must outlive this
+  Plan Of(size_t agent_index) const;
+
+ private:
+  const Plan& plan_;
+  std::map<std::string, std::vector<size_t>, std::less<>> by_env_;  // args.env -> agents
+  std::map<std::string, size_t, std::less<>> by_name_;
+  std::vector<std::vector<size_t>> channels_of_;  // agent -> channel indices
+  std::vector<std::vector<size_t>> pbt_of_;       // agent -> population indices
+};
+
 // Reads a plan back. Errors name the JSON path (`agents[3].ports.first`).
 Result<Plan> PlanFromJson(const nlohmann::json& json);
 Result<Plan> PlanFromJsonString(std::string_view text);
 Result<Plan> ReadPlanFile(const std::string& path);
 // Writes the plan to `path` (via a temporary file renamed into place).
 Status WritePlanFile(const Plan& plan, const std::string& path);
+// Writes a run's plan: every agent's view (RunDir::AgentPlanPath), then
+// plan.json, last and durably: a run directory whose plan.json is new has
+// views at least as new. Everything that writes a run's plan goes through here.
+Status WriteRunPlan(const Plan& plan, const std::string& run_dir);
+// An agent's view of its run's plan (as WriteRunPlan wrote it; plan.json in a
+// run directory made by hand, without plans/). NotFound names the plan when the
+// agent is not in it.
+Result<Plan> ReadAgentPlanView(const std::string& run_dir, const std::string& agent);
 
 // A readable table: agent, node(s), GPUs, ranks, ports, checkpoint dir.
 std::string PlanToTable(const Plan& plan);

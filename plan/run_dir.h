@@ -4,6 +4,7 @@
 //
 //   <run.dir>/<name>-<UTC timestamp>/     e.g. runs/demo-20261130T010431Z
 //     plan.json  status.json  metrics.jsonl  controller.pid  controller.lock
+//     plans/<agent>.json (the agent's view of plan.json, all its processes read)
 //     logs/<agent>/rank<N>.log            checkpoints/<agent>/   agents/<agent>/ (working dirs)
 //     agents/<agent>/preflight.json (`agentctl check`, plan/records.h)
 //     secrets/ (0700)  run.secret (0600)  <agent>.token (0600)
@@ -80,6 +81,11 @@ class RunDir {
   std::string Resolve(const std::string& relative) const;
 
   std::string PlanPath() const { return path_ + "/plan.json"; }
+  // What one agent's processes read of the plan (AgentPlanView, plan/plan.h).
+  std::string PlanViewsDir() const { return path_ + "/plans"; }
+  std::string AgentPlanPath(const std::string& agent) const {
+    return PlanViewsDir() + "/" + agent + ".json";
+  }
   std::string StatusPath() const { return path_ + "/status.json"; }
   std::string MetricsPath() const { return path_ + "/metrics.jsonl"; }
   std::string ControllerPidPath() const { return path_ + "/controller.pid"; }

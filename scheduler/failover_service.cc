@@ -49,7 +49,7 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
     launch.ranks = std::move(s.launch.ranks);
     launch.master_addr = std::move(s.launch.master_addr);
   }
-  const Status written = WritePlanFile(*plan_, dir_.PlanPath());
+  const Status written = WriteRunPlan(*plan_, dir_.path());
   if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
   observer_->Event(fmt::format("agentctl run: node {} failed: {} moves to {}",
                                fmt::join(d.failed, ","), launch.name, fmt::join(d.moved_to, ",")));

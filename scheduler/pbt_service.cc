@@ -126,7 +126,7 @@ void PbtService::Execute(const PbtDecision& d) {
     pbt_.Dropped(d);
   } else {
     for (const auto& [name, value] : d.new_hyperparameters.items()) recipient->args[name] = value;
-    const Status written = WritePlanFile(*plan_, dir_.PlanPath());
+    const Status written = WriteRunPlan(*plan_, dir_.path());
     if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
     line.outcome = LineageRecord::kExploited;
     line.donor_step = adopted->step;

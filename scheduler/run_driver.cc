@@ -201,7 +201,7 @@ Status RunDriver::StartBus(const std::string& secret) {
   plan_.bus.port = bus_->port();
   plan_.bus.settings.port = bus_->port();
   bus_address_ = plan_.bus.host + ":" + std::to_string(plan_.bus.port);
-  AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan_, dir_.PlanPath()));
+  AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan_, dir_.path()));
 
   return Status::Ok();
 }

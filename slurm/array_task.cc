@@ -92,11 +92,8 @@ Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::
                                          const std::string& self_path, const EnvLookup& env,
                                          const std::vector<std::string>& base_env) {
   const RunDir dir(run_dir);
-  AGENTRT_ASSIGN_OR_RETURN(Plan plan, ReadPlanFile(dir.PlanPath()));
+  AGENTRT_ASSIGN_OR_RETURN(Plan plan, ReadAgentPlanView(run_dir, agent_name));
   const AgentPlan* agent = plan.FindAgent(agent_name);
-  if (agent == nullptr) {
-    return NotFound(fmt::format("agent '{}' is not in {}/plan.json", agent_name, run_dir));
-  }
   if (agent->command.empty())
     return InvalidArgument(fmt::format("agent {}: empty command in the plan", agent_name));
   const std::string bus = ReadWholeFile(dir.BusAddressPath(), 4096).value_or("");

@@ -13,7 +13,7 @@ namespace agentrt::slurm {
 Result<std::string> SubmitAllocation(SlurmClient& slurm, const Plan& plan,
                                      const SlurmConfig& config, const RunDir& dir,
                                      const AllocScriptOptions& options) {
-  AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan, dir.PlanPath()));
+  AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan, dir.path()));
   const std::string script_path = dir.AllocScriptPath();
   AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(script_path, AllocationScript(plan, config, options)));
   AGENTRT_ASSIGN_OR_RETURN(std::string job, slurm.Submit(script_path));

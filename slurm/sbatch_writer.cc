@@ -418,7 +418,7 @@ Result<SbatchSet> WriteSbatchRun(Plan plan, const Config& config, const SbatchOp
   AGENTRT_ASSIGN_OR_RETURN(const std::string secret, run_dir.CreateSecret());
   AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(run_dir, secret, plan));
 
-  AGENTRT_RETURN_IF_ERROR(WritePlanFile(plan, run_dir.PlanPath()));
+  AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan, run_dir.path()));
   const AtomicWriteOptions script{.mode = 0755};
   AGENTRT_RETURN_IF_ERROR(WriteFileAtomic((dir / "bus.sbatch").string(), set.bus_script, script));
   for (const ArrayJob& array : set.arrays) {

@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
       s.ranks.push_back({r, 1000 + r, "node" + std::to_string(i), {}, 1.5});
     status.agents.push_back(s);
   }
-  if (auto s = agentrt::WritePlanFile(plan, run.PlanPath()); !s.ok()) Die(s.ToString());
+  if (auto s = agentrt::WriteRunPlan(plan, run.path()); !s.ok()) Die(s.ToString());
   if (auto s = agentrt::WriteRunStatusFile(status, run.StatusPath()); !s.ok()) Die(s.ToString());
   {
     std::ofstream f(run.MetricsPath());

@@ -38,9 +38,8 @@ pid_t StartAgent(const std::string& run_dir, const std::string& telemetry, const
                  std::vector<std::string> args, int restart_count = 0) {
   std::string bin = AgentBinary();
   // The runtime reads its agent's entry from the run's plan.
-  REQUIRE(WritePlanFile(testing::TestPlan("t", std::vector<std::string>{"counter-0"}),
-                        run_dir + "/plan.json")
-              .ok());
+  REQUIRE(
+      WriteRunPlan(testing::TestPlan("t", std::vector<std::string>{"counter-0"}), run_dir).ok());
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {

@@ -96,7 +96,7 @@ TEST_CASE("an array task's rank is composed like any launch: stale variables out
   plan.run = "pp";
   AddAgent(plan, "mpi-agent", 0, 2, "n", 20016, dir.path, {"agent-worker", "--x"});
   plan.agents[0].env = {{"PYTHONUNBUFFERED", "1"}, {"PATH", "/agent/bin"}};
-  REQUIRE(WritePlanFile(plan, dir.Path("plan.json")).ok());
+  REQUIRE(WriteRunPlan(plan, dir.path).ok());
   dir.Write("bus.address", "gpu09:41234\n");
   auto vars = SlurmRank(1, 2, "2", "n1");
   vars["SLURM_JOB_ID"] = "812";

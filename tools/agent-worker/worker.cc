@@ -117,7 +117,7 @@ Status Worker::Setup() {
         "rank) or mpi to keep the GPUs reserved (a PyTorch agent trains on GPUs)");
   }
   log_("plan %s, env %s, %d rank(s) on a %s group, budget %lld env steps",
-       RunDir(runtime_->env().run_dir).PlanPath().c_str(), settings_.trainer.env.c_str(),
+       RunDir(runtime_->env().run_dir).AgentPlanPath(agent_).c_str(), settings_.trainer.env.c_str(),
        group_->size(), std::string(group_->backend()).c_str(),
        static_cast<long long>(settings_.trainer.ppo.steps));
   return Status::Ok();
