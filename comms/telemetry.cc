@@ -233,7 +233,10 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(
                                      "telemetry receiver: zmq_socket(PULL)", endpoint, &context,
                                      &socket));
   int linger = 0;
-  int rcvhwm = 100000;
+  // Per sender: what the controller holds for a rank it has not read yet. A
+  // controller that falls behind bounds its memory here (256 messages a rank),
+  // and the rank's sender queues, then drops and counts, instead.
+  int rcvhwm = 256;
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(socket, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
   if (zmq_bind(socket, endpoint.c_str()) != 0) {

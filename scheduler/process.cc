@@ -44,7 +44,7 @@ bool IsExecutableFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
-// Writes a decimal errno and exits; only async-signal-safe calls (runs after fork).
+// Writes the errno and exits; only async-signal-safe calls (runs after vfork).
 [[noreturn]] void ChildFail(int report_fd, int err) {
   ssize_t ignored = ::write(report_fd, &err, sizeof err);
   (void)ignored;
@@ -75,20 +75,27 @@ class PosixSpawner final : public ProcessSpawner {
 
     const pid_t parent = ::getpid();
     const pid_t join = request.join_group;
-    const char* workdir = request.workdir.empty() ? nullptr : request.workdir.c_str();
-    const pid_t pid = ::fork();
-    if (pid < 0) return ErrnoStatus(errno, "fork for " + request.argv[0]);
+    const char* const workdir = request.workdir.empty() ? nullptr : request.workdir.c_str();
+    // vfork: the child borrows this process's memory until execve, so starting
+    // a rank costs the same whatever the controller's size (fork would copy
+    // its page tables: thousands of agents made launches quadratic). Every
+    // signal stays blocked until the child has reset all handlers: no handler
+    // of agentctl's may run on the borrowed memory.
+    sigset_t all, old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    const pid_t pid = ::vfork();
     if (pid == 0) {
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
       if (::setpgid(0, join) != 0) ChildFail(report_write.get(), errno);
       if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) ChildFail(report_write.get(), errno);
       // The parent may have died before prctl took effect: then nobody would kill us.
       if (::getppid() != parent) ::_exit(127);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      for (int sig = 1; sig < NSIG; ++sig) {
-        if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-      }
       if (::dup2(devnull.get(), 0) < 0 || ::dup2(log.get(), 1) < 0 || ::dup2(log.get(), 2) < 0) {
         ChildFail(report_write.get(), errno);
       }
@@ -103,6 +110,9 @@ class PosixSpawner final : public ProcessSpawner {
       ::execve(argv[0], argv.data(), envp.data());
       ChildFail(report_write.get(), errno);
     }
+    const int vfork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (pid < 0) return ErrnoStatus(vfork_errno, "vfork for " + request.argv[0]);
     // Both sides call setpgid so the group exists before anyone signals it.
     ::setpgid(pid, join == 0 ? pid : join);
     report_write.Reset();
@@ -130,6 +140,12 @@ class PosixSpawner final : public ProcessSpawner {
 
   std::vector<ProcessExit> ReapExited() override {
     std::vector<ProcessExit> exits;
+    // One syscall says whether any child has exited (without reaping it); the
+    // live set, one waitpid per process, is walked only then: polling stays
+    // cheap with thousands of agents.
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
+      return exits;
     for (auto it = live_.begin(); it != live_.end();) {
       int status = 0;
       const pid_t r = ::waitpid(*it, &status, WNOHANG);

@@ -1,10 +1,11 @@
-// ProcessSpawner: fork/exec of agent processes, behind an interface so the
-// local backend's logic can be unit-tested with a fake.
+// ProcessSpawner: vfork/exec of agent processes, behind an interface so the
+// local backend's logic can be unit-tested with a fake. vfork, not fork: a
+// launch then costs the same however large the controller has grown.
 //
 // The POSIX spawner puts every child in a process group (its own, or one it is
 // told to join), sets PR_SET_PDEATHSIG(SIGKILL) so the child dies with the
 // spawning thread, and checks after prctl that the parent is still there (the
-// parent may die between fork and prctl). Call Spawn from a thread that lives
+// parent may die between vfork and prctl). Call Spawn from a thread that lives
 // as long as the children should (the main thread).
 #pragma once
 

@@ -55,6 +55,7 @@ RunController::RunController(std::string run_name, std::string run_dir,
     s.master_port = spec.launch.master_port;
     for (const auto& r : spec.launch.ranks)
       s.ranks.push_back({r.rank, 0, r.node, std::nullopt, std::nullopt});
+    index_.emplace(s.name, status_.agents.size());
     status_.agents.push_back(std::move(s));
     Agent a;
     a.spec = std::move(spec);
@@ -94,10 +95,8 @@ void RunController::Start() {
 }
 
 int RunController::FindAgent(const std::string& name) const {
-  for (size_t i = 0; i < agents_.size(); ++i) {
-    if (agents_[i].spec.launch.name == name) return static_cast<int>(i);
-  }
-  return -1;
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : static_cast<int>(it->second);
 }
 
 void RunController::Touch(bool state_change) {
@@ -165,7 +164,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
         (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
       s.last_checkpoint_step = m.checkpoint_step;
-      Touch(true);
+      Touch(false);
     }
     return;
   }
@@ -227,7 +226,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   if (m.type == TelemetryType::kRestore) {
     s.restored_step = m.checkpoint_step;
     s.skipped_checkpoints = m.skipped_steps;
-    Touch(true);
+    Touch(false);
   }
   if (m.type == TelemetryType::kBye) {
     // A rank leaving cleanly sends no more heartbeats; its exit (or mpirun's) decides the rest.
@@ -237,7 +236,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
       (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
     s.last_checkpoint_step = m.checkpoint_step;
-    Touch(true);
+    Touch(false);
   }
 }
 

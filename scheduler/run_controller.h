@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -110,7 +111,8 @@ class RunController {
   bool Finished() const;
 
   const RunStatus& status() const { return status_; }
-  // Bumped on every change of an agent's state, restarts, pids or exit codes.
+  // Bumped on every change of an agent's state, restarts, pids or exit codes
+  // (not on checkpoints and restores: status.json shows those within a second).
   uint64_t state_version() const { return state_version_; }
   // Bumped on every change at all (metrics and steps included).
   uint64_t version() const { return version_; }
@@ -182,6 +184,7 @@ class RunController {
   const Clock* clock_;
   RelaunchAdvisor advisor_;
   std::vector<Agent> agents_;
+  std::unordered_map<std::string, size_t> index_;  // agent name -> index in agents_
   RunStatus status_;
   bool stop_requested_ = false;
   uint64_t state_version_ = 0;

@@ -310,6 +310,12 @@ bool RunDriver::Step() {
     }
     if (!messages->empty()) CheckMetrics(metrics_->Flush());
   }
+  // Supervision walks every agent: while telemetry streams in, at most every
+  // kSuperviseIntervalS, so its cost does not grow with how often agents report.
+  const double now = clock_->NowSeconds();
+  const bool idle = !messages.ok() || messages->empty();
+  if (!idle && now - supervised_at_ < kSuperviseIntervalS) return !controller_->Finished();
+  supervised_at_ = now;
   if (telemetry_->rejected() > rejected_seen_) {
     // Said once per burst: something without an agent's token is talking.
     observer_->Warn(fmt::format(

@@ -196,7 +196,10 @@ class RunDriver {
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;
-  double sync_checked_at_ = 0;  // when the bus log's fsync errors were last looked at
+  double sync_checked_at_ = 0;
+  static constexpr double kSuperviseIntervalS = 0.05;
+  double supervised_at_ = 0;  // when Step() last supervised (Tick, services, status)  // when the
+                              // bus log's fsync errors were last looked at
   int64_t sync_errors_seen_ = 0;
   bool metrics_failed_ = false;
   int stops_seen_ = 0;

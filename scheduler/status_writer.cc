@@ -30,8 +30,8 @@ void StatusWriter::Start() {
 void StatusWriter::Update() {
   const double now = clock_->NowSeconds();
   const bool state_changed = controller_->state_version() != written_state_;
-  if (!state_changed &&
-      (controller_->version() == written_any_ || now - written_at_ < kMinIntervalS)) {
+  if (!state_changed && (controller_->version() == written_any_ ||
+                         now - written_at_ < MinIntervalS(controller_->status().agents.size()))) {
     return;
   }
   if (state_changed) ReportChanges();

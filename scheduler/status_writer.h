@@ -1,10 +1,13 @@
 // The run driver's status writer, a service of its own: RUN_DIR/status.json
 // as the supervisor sees the run (plus the bus's counters), and one line to
 // the observer per agent state change. An agent's state change is written at
-// once; anything else (steps, heartbeats) at most once a second, so the cost
-// does not grow with how often agents report.
+// once; anything else (steps, heartbeats, checkpoints) at most every
+// MinIntervalS(): 1 ms per agent, at least 0.2 s and at most 1 s, so the cost
+// does not grow with how often agents report, and a small run's file is fresh.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -19,7 +22,10 @@ class RunObserver;
 
 class StatusWriter {
  public:
-  static constexpr double kMinIntervalS = 1.0;
+  // The shortest time between two writes that no state change forced.
+  static double MinIntervalS(size_t agents) {
+    return std::clamp(0.001 * static_cast<double>(agents), 0.2, 1.0);
+  }
 
   // `controller`, `clock` and `observer` outlive the writer; `bus` may be null
   // (no bus block in status.json). `started_unix_s` is when the run started.

@@ -36,9 +36,9 @@ Plan MixedPlan() {
       {"plain-b", 1, GroupBackend::kSingle, nlohmann::json::object()},
       {"predator-1", 1, GroupBackend::kSingle, {{"env", "pursuit"}, {"role", "predator"}}},
   };
-  Plan plan = TestPlan("mixed", agents,
-                       {{"sightings", {"predator-0"}, {"prey-0", "plain-a"}},
-                        {"other", {"plain-b"}, {"solo"}}});
+  Plan plan = TestPlan(
+      "mixed", agents,
+      {{"sightings", {"predator-0"}, {"prey-0", "plain-a"}}, {"other", {"plain-b"}, {"solo"}}});
   plan.run_dir = "/runs/mixed";
   plan.warnings = {"a warning about the whole run"};
   plan.nodes = {{"localhost", 0, {}}, {"elsewhere", 0, {}}};
@@ -118,8 +118,7 @@ TEST_CASE("WriteRunPlan writes plan.json and every view; ReadAgentPlanView reads
                                             Catch::Contains(run.AgentPlanPath("nobody")));
 
   // A view that does not hold its agent is refused, not taken for another's.
-  REQUIRE(WriteFileAtomic(run.AgentPlanPath("solo"),
-                          PlanToJsonString(PlanViews(plan).Of(2)) + "\n")
+  REQUIRE(WriteFileAtomic(run.AgentPlanPath("solo"), PlanToJsonString(PlanViews(plan).Of(2)) + "\n")
               .ok());
   auto wrong = ReadAgentPlanView(dir.path, "solo");
   REQUIRE_FALSE(wrong.ok());

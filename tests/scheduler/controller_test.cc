@@ -345,9 +345,13 @@ TEST_CASE("telemetry updates step, metrics, steps/s and the last checkpoint step
   c.type = TelemetryType::kCheckpoint;
   c.checkpoint_step = 400;
   const auto v = f.rc->state_version();
+  const auto any = f.rc->version();
   f.rc->OnTelemetry(c);
   CHECK(f.A("a").last_checkpoint_step == 400);
-  CHECK(f.rc->state_version() > v);
+  // A checkpoint is news for status.json (within a second), not a state change
+  // written at once: a thousand agents checkpointing must not rewrite it each poll.
+  CHECK(f.rc->version() > any);
+  CHECK(f.rc->state_version() == v);
 }
 
 TEST_CASE("a stop request sends SIGTERM, then SIGKILL after the grace, and ends the run stopped") {

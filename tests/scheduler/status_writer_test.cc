@@ -1,6 +1,7 @@
 // The run driver's status writer alone, on a real RunController over a fake
 // backend and a ManualClock: a line per agent state change, status.json at
-// once on a state change and at most once a second for anything else.
+// once on a state change and at most every MinIntervalS (0.2 s for a small
+// run, 1 s from 1,000 agents) for anything else.
 #include "scheduler/status_writer.h"
 
 #include <catch2/catch.hpp>
@@ -52,17 +53,23 @@ TEST_CASE("status writer: the first status and a line for every agent") {
   CHECK_THAT(f.observer.events[1], Catch::StartsWith("[    0.0s] b running"));
 }
 
-TEST_CASE("status writer: a state change at once, progress at most once a second") {
+TEST_CASE("status writer: progress is written at most every 1 ms per agent, 0.2 s to 1 s") {
+  CHECK(StatusWriter::MinIntervalS(2) == Approx(0.2));
+  CHECK(StatusWriter::MinIntervalS(500) == Approx(0.5));
+  CHECK(StatusWriter::MinIntervalS(10000) == Approx(1.0));
+}
+
+TEST_CASE("status writer: a state change at once, progress at most every 0.2 s (2 agents)") {
   Fixture f;
   f.writer->Start();
   REQUIRE(f.Written());
   f.writer->Update();
   CHECK_FALSE(f.Written());  // nothing changed
   f.Step("a", 10);
-  f.clock.AdvanceSeconds(0.5);
+  f.clock.AdvanceSeconds(0.15);
   f.writer->Update();
-  CHECK_FALSE(f.Written());  // a step, within the second
-  f.clock.AdvanceSeconds(0.5);
+  CHECK_FALSE(f.Written());  // a step, within the interval
+  f.clock.AdvanceSeconds(0.1);
   f.writer->Update();
   CHECK(f.Written());
   CHECK(f.observer.events.size() == 2);  // no state changed: no line
@@ -72,7 +79,7 @@ TEST_CASE("status writer: a state change at once, progress at most once a second
   f.writer->Update();
   CHECK(f.Written());
   REQUIRE(f.observer.events.size() == 3);
-  CHECK_THAT(f.observer.events[2], Catch::StartsWith("[    1.0s] b "));
+  CHECK_THAT(f.observer.events[2], Catch::StartsWith("[    0.2s] b "));  // 0.25 s
   f.writer->Finish();
   auto last = ReadRunStatusFile(f.dir->StatusPath());
   REQUIRE(last.ok());

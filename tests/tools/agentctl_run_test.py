@@ -550,7 +550,8 @@ def scenario_fresh_after_corrupt(work):
     run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
     try:
         wait_for("two checkpoints", lambda: len(committed_dirs(run.run_dir, "victim")) >= 2, 40)
-        pid = heartbeating(run, "victim", 1)["ranks"][0]["pid"]
+        # status.json shows what the checkpoints' files already do within a moment.
+        pid = wait_for("victim heartbeating", lambda: heartbeating(run, "victim", 1), 20)["ranks"][0]["pid"]
         os.kill(pid, signal.SIGKILL)
         wait_for("the restart's backoff", lambda: (run.agent("victim") or {}).get("state") == "restarting", 20)
         time.sleep(0.5)  # let the dying rank's writer finish; the restart is 3 s away

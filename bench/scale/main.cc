@@ -1,0 +1,423 @@
+// bench_scale — how the controller's cost grows with the number of agents.
+//
+//   1. Real agents (--real, e.g. 100,1000,2000): `agentctl run` of N
+//      agentrt-test-agent agents (1 rank each; a step, a metrics report and a
+//      heartbeat a second, a checkpoint every 5 s). Figures: the launch rate
+//      (agents per second from start until every agent has reported, read from
+//      status.json) against plain fork/exec of the same binary N times (the
+//      anchor, same run), and agentctl's CPU (ms per agent-second) and RSS
+//      (KiB per agent) over --window-s seconds once all run.
+//   2. Simulated agents (--simulated, e.g. 1000,10000): the real controller
+//      (RunDriver: telemetry intake with signature checks, supervision,
+//      status.json, metrics.jsonl) with the spawner faked; a load generator
+//      process (this binary with --generate) speaks the real telemetry
+//      protocol with each agent's real token: per agent and second a
+//      heartbeat and a metrics report, a checkpoint every 5 s. Figures: CPU
+//      per agent-second and RSS per agent of this process (the controller),
+//      and messages accepted against messages sent.
+// Every figure says whether it comes from real or simulated agents.
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <zmq.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/figure.h"
+#include "common/clock.h"
+#include "common/file_util.h"
+#include "comms/auth.h"
+#include "comms/telemetry.h"
+#include "scheduler/loader.h"
+#include "scheduler/run_driver.h"
+
+namespace {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using agentrt::bench::PrintFigure;
+
+[[noreturn]] void Die(const std::string& why) {
+  std::fprintf(stderr, "bench_scale: %s\n", why.c_str());
+  std::exit(1);
+}
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::vector<int> Sizes(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(std::stoi(item));
+  return out;
+}
+
+// utime + stime of a process, seconds.
+double ProcessCpuSeconds(pid_t pid) {
+  const std::string text = agentrt::ReadWholeFile(fmt::format("/proc/{}/stat", pid)).value_or("");
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; fields >> f; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(f);
+    if (i == 15) break;
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double RssKiB(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6));
+  }
+  return 0;
+}
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // A benchmark that dies leaves no run behind: agentctl stops its agents.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    FILE* out = std::freopen(log.c_str(), "w", stdout);
+    if (out != nullptr) ::dup2(::fileno(out), 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The anchor: N plain fork/execs of `binary --help`, all started at once,
+// until every one has exited. Processes per second.
+double ForkExecRate(const std::string& binary, int n) {
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid < 0) Die("fork");
+    if (pid == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::execl(binary.c_str(), binary.c_str(), "--help", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  return n / Seconds(t0);
+}
+
+// How many agents of status.json have a rank that reported (-1: unreadable).
+int AgentsHeard(const std::string& status_path) {
+  auto text = agentrt::ReadWholeFile(status_path);
+  if (!text.ok()) return -1;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.contains("agents")) return -1;
+  int heard = 0;
+  for (const auto& a : j["agents"]) {
+    for (const auto& r : a["ranks"]) {
+      if (r.contains("heard_unix_s") && !r["heard_unix_s"].is_null()) {
+        ++heard;
+        break;
+      }
+    }
+  }
+  return heard;
+}
+
+void RealAgents(const std::string& bin_dir, int n, double window_s) {
+  const std::string agent = bin_dir + "/agentrt-test-agent";
+  const std::string work = fs::temp_directory_path() / fmt::format("agentrt-scale-{}", ::getpid());
+  fs::remove_all(work);
+  fs::create_directories(work);
+  std::ofstream yaml(work + "/agents.yaml");
+  yaml << fmt::format("run: {{name: scale{}, dir: {}/runs}}\n", n, work);
+  yaml << "cluster: {ports: {first: 20000, last: 60999}}\nagents:\n";
+  for (int i = 0; i < n; ++i) {
+    yaml << fmt::format(
+        "  - {{name: a{}, gpus: 0, ranks: 1, command: [{}, --forever, --step-ms, '1000', "
+        "--ckpt-interval-s, '5', --heartbeat-ms, '1000']}}\n",
+        i, agent);
+  }
+  yaml.close();
+
+  const double anchor = ForkExecRate(agent, n);
+  const auto t0 = Clock::now();
+  const pid_t ctl = Spawn({bin_dir + "/agentctl", "run", "--quiet", work + "/agents.yaml"},
+                          work + "/agentctl.log");
+  std::string status;
+  int heard = 0;
+  const double limit_s = 60 + n * 0.2;
+  while (heard < n) {
+    if (Seconds(t0) > limit_s) {
+      ::kill(-ctl, SIGKILL);
+      Die(fmt::format("{} real agents: only {} reported within {:.0f} s (see {})", n, heard,
+                      limit_s, work));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    if (status.empty()) {
+      std::error_code ec;  // agentctl makes runs/ a moment after it starts
+      for (const auto& e : fs::directory_iterator(work + "/runs", ec)) status = e.path() / "status.json";
+      continue;
+    }
+    heard = std::max(heard, AgentsHeard(status));
+  }
+  const double launch_s = Seconds(t0);
+  PrintFigure("scale", fmt::format("launch_rate_{}_real", n), n / launch_s, "agents/s",
+              "fork/exec", anchor);
+
+  const double cpu0 = ProcessCpuSeconds(ctl);
+  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  const double cpu_ms = (ProcessCpuSeconds(ctl) - cpu0) * 1000.0;
+  const double rss = RssKiB(ctl);
+  PrintFigure("scale", fmt::format("controller_cpu_{}_real", n), cpu_ms / (n * window_s),
+              "ms/agent-s", "goal", 0.1);
+  PrintFigure("scale", fmt::format("controller_rss_{}_real", n), rss / n, "KiB/agent", "goal",
+              200);
+
+  ::kill(ctl, SIGINT);
+  const auto stop0 = Clock::now();
+  int wstatus = 0;
+  while (::waitpid(ctl, &wstatus, WNOHANG) == 0) {
+    if (Seconds(stop0) > 120) {
+      ::kill(-ctl, SIGKILL);
+      ::waitpid(ctl, &wstatus, 0);
+      Die(fmt::format("{} real agents: agentctl did not stop within 120 s", n));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  fs::remove_all(work);
+}
+
+// --- simulated agents ------------------------------------------------------
+
+// The spawner faked: a launch "starts" its ranks (pids that are not
+// processes), a signal ends them.
+class SimulatedBackend final : public agentrt::LaunchBackend {
+ public:
+  agentrt::Result<agentrt::LaunchedAgent> Launch(const agentrt::AgentLaunch& a) override {
+    agentrt::LaunchedAgent out;
+    out.master_port = a.ports_first;
+    out.process_group = next_pid_;
+    for (const auto& r : a.ranks) out.ranks.push_back({r.rank, next_pid_++, r.node});
+    pids_[a.name] = out.process_group;
+    launches.push_back({a.name, a.token_file, a.telemetry_endpoint});
+    return out;
+  }
+  agentrt::Status Signal(const std::string& agent, int sig) override {
+    if ((sig == SIGTERM || sig == SIGKILL) && pids_.count(agent) > 0) {
+      exits_.push_back({agent, 0, pids_[agent], 0, 0, ""});
+      pids_.erase(agent);
+    }
+    return agentrt::Status::Ok();
+  }
+  std::vector<agentrt::AgentProcessExit> PollExits() override {
+    std::vector<agentrt::AgentProcessExit> out;
+    std::swap(out, exits_);
+    return out;
+  }
+  struct Launched {
+    std::string agent, token_file, endpoint;
+  };
+  std::vector<Launched> launches;
+
+ private:
+  pid_t next_pid_ = 4000000;
+  std::map<std::string, pid_t> pids_;
+  std::vector<agentrt::AgentProcessExit> exits_;
+};
+
+class QuietObserver final : public agentrt::RunObserver {
+ public:
+  void Event(const std::string&) override {}
+  void Warn(const std::string& text) override { std::fprintf(stderr, "%s", text.c_str()); }
+  void Progress(const agentrt::RunStatus&, double, bool) override {}
+};
+
+class NoStops final : public agentrt::StopRequests {
+ public:
+  int count() const override { return 0; }
+  int last_signal() const override { return 0; }
+};
+
+// The load generator: ROSTER lines "agent token", for SECONDS seconds, each
+// agent's rank 0 sends a heartbeat and a metrics report a second and a
+// checkpoint every 5 s, spread evenly over the second, signed with its token,
+// over 16 PUSH sockets. Prints the number of messages sent.
+int Generate(const std::string& roster_path, const std::string& endpoint, double seconds) {
+  std::vector<std::pair<std::string, std::string>> roster;
+  std::ifstream in(roster_path);
+  for (std::string agent, token; in >> agent >> token;) roster.emplace_back(agent, token);
+  void* context = zmq_ctx_new();
+  std::vector<void*> sockets;
+  for (int i = 0; i < 16; ++i) {
+    void* s = zmq_socket(context, ZMQ_PUSH);
+    int hwm = 100000, linger = 2000;
+    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_connect(s, endpoint.c_str()) != 0) Die("generator: cannot connect to " + endpoint);
+    sockets.push_back(s);
+  }
+  uint64_t sent = 0, seq = 1;
+  auto send = [&](size_t i, agentrt::TelemetryMessage& m) {
+    m.agent = roster[i].first;
+    m.time = agentrt::UnixTimeSeconds();
+    const std::string text = agentrt::EncodeTelemetry(m, ++seq);
+    const std::string mac = agentrt::HmacSha256Hex(roster[i].second, text);
+    void* s = sockets[i % sockets.size()];
+    if (zmq_send(s, text.data(), text.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0 &&
+        zmq_send(s, mac.data(), mac.size(), ZMQ_DONTWAIT) >= 0) {
+      ++sent;
+    }
+  };
+  agentrt::TelemetryMessage m;
+  m.rank = 0;
+  m.pid = 4000000;
+  m.type = agentrt::TelemetryType::kHello;
+  for (size_t i = 0; i < roster.size(); ++i) send(i, m);
+  const auto t0 = Clock::now();
+  const double per_agent = 1.0 / static_cast<double>(std::max<size_t>(roster.size(), 1));
+  for (int64_t second = 1; Seconds(t0) < seconds; ++second) {
+    for (size_t i = 0; i < roster.size(); ++i) {
+      const double due = static_cast<double>(second - 1) + static_cast<double>(i) * per_agent;
+      const double ahead = due - Seconds(t0);
+      if (ahead > 0.001) std::this_thread::sleep_for(std::chrono::duration<double>(ahead));
+      m.step = second;
+      m.type = agentrt::TelemetryType::kHeartbeat;
+      m.metrics = nullptr;
+      send(i, m);
+      m.type = agentrt::TelemetryType::kMetrics;
+      m.metrics = {{"loss", 1.0 / static_cast<double>(second)}, {"steps_per_s", 1.0}};
+      send(i, m);
+      if (second % 5 == 0) {
+        m.type = agentrt::TelemetryType::kCheckpoint;
+        m.metrics = nullptr;
+        m.checkpoint_step = second;
+        send(i, m);
+      }
+    }
+  }
+  std::printf("%llu\n", static_cast<unsigned long long>(sent));
+  for (void* s : sockets) zmq_close(s);
+  zmq_ctx_term(context);
+  return 0;
+}
+
+void SimulatedAgents(int n, double window_s) {
+  const std::string work = fs::temp_directory_path() / fmt::format("agentrt-scale-sim-{}", ::getpid());
+  fs::remove_all(work);
+  fs::create_directories(work);
+  std::string yaml = fmt::format(
+      "run: {{name: sim{}, dir: {}/runs}}\ncluster: {{ports: {{first: 10000, last: 65000, "
+      "per_agent: 4}}}}\nagents:\n",
+      n, work);
+  for (int i = 0; i < n; ++i)
+    yaml += fmt::format("  - {{name: a{}, gpus: 0, ranks: 1, command: [simulated]}}\n", i);
+  auto config = agentrt::LoadConfigString(yaml);
+  if (!config.ok()) Die(config.status().ToString());
+  agentrt::InventoryRequest inventory;
+  auto prepared = agentrt::PrepareRun(*config, inventory, nullptr);
+  if (!prepared.ok()) Die(prepared.status().ToString());
+  const std::string run_dir = prepared->dir.path();
+  SimulatedBackend backend;
+  QuietObserver observer;
+  NoStops stops;
+  agentrt::RunDriverOptions options;
+  options.poll = std::chrono::milliseconds(50);
+  agentrt::RunDriver driver(std::move(prepared->plan), std::move(prepared->dir), &backend,
+                            agentrt::SteadyClock(), &observer, &stops, options);
+  if (auto s = driver.Start(); !s.ok()) Die(s.ToString());
+  if (backend.launches.size() != static_cast<size_t>(n)) Die("not every agent was launched");
+
+  std::ofstream roster(work + "/roster");
+  for (const auto& l : backend.launches) {
+    auto credential = agentrt::ReadTokenFile(l.token_file);
+    if (!credential.ok()) Die(credential.status().ToString());
+    roster << l.agent << " " << credential->token << "\n";
+  }
+  roster.close();
+  const double warmup_s = 3;
+  const pid_t generator = Spawn({agentrt::bench::SelfPath(), "--generate", work + "/roster",
+                                 backend.launches.front().endpoint,
+                                 fmt::format("{}", warmup_s + window_s)},
+                                work + "/generator.out");
+  const auto t0 = Clock::now();
+  while (Seconds(t0) < warmup_s) driver.Step();
+  struct rusage before {};
+  ::getrusage(RUSAGE_SELF, &before);
+  const auto w0 = Clock::now();
+  while (Seconds(w0) < window_s) driver.Step();
+  struct rusage after {};
+  ::getrusage(RUSAGE_SELF, &after);
+  const double measured_s = Seconds(w0);
+  auto cpu = [](const rusage& r) {
+    return r.ru_utime.tv_sec + r.ru_stime.tv_sec + 1e-6 * (r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+  };
+  const double cpu_ms = (cpu(after) - cpu(before)) * 1000.0;
+  PrintFigure("scale", fmt::format("controller_cpu_{}_simulated", n), cpu_ms / (n * measured_s),
+              "ms/agent-s", "goal", 0.1);
+  PrintFigure("scale", fmt::format("controller_rss_{}_simulated", n), RssKiB(::getpid()) / n,
+              "KiB/agent", "goal", 200);
+  int wstatus = 0;
+  while (::waitpid(generator, &wstatus, WNOHANG) == 0) driver.Step();
+  for (int i = 0; i < 20; ++i) driver.Step();  // what is still in flight
+  const std::string sent_text =
+      agentrt::ReadWholeFile(work + "/generator.out").value_or("0");
+  const double sent = std::strtod(sent_text.c_str(), nullptr);
+  // Every agent's step as the controller last heard it, against what was sent.
+  int64_t behind = 0;
+  for (const auto& a : driver.controller().status().agents) behind += a.step > 0 ? 0 : 1;
+  PrintFigure("scale", fmt::format("agents_heard_{}_simulated", n),
+              static_cast<double>(n - behind), "agents", "agents simulated", n);
+  std::fprintf(stderr, "bench_scale: %d simulated agents: %.0f messages sent\n", n, sent);
+  fs::remove_all(work);
+  (void)run_dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--generate")
+    return Generate(argv[2], argv[3], std::atof(argv[4]));
+  std::string real = "100,1000,2000", simulated = "1000,10000";
+  double window_s = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--real") real = argv[i + 1];
+    else if (flag == "--simulated") simulated = argv[i + 1];
+    else if (flag == "--window-s") window_s = std::atof(argv[i + 1]);
+    else Die("usage: bench_scale [--real N,N] [--simulated N,N] [--window-s S]");
+  }
+  const std::string bin_dir =
+      (fs::path(agentrt::bench::SelfPath()).parent_path().parent_path() / "bin").string();
+  for (int n : Sizes(simulated)) SimulatedAgents(n, window_s);
+  for (int n : Sizes(real)) RealAgents(bin_dir, n, window_s);
+  return 0;
+}
