@@ -1,9 +1,12 @@
 // What every benchmark shares: the one JSON line it prints per figure,
 // {"bench","metric","value","unit","anchor","anchor_value","ratio"} (ratio =
 // value / anchor_value, 0 when the anchor is 0), and the small helpers they
-// all needed. scripts/bench.sh collects these lines.
+// all needed (Median, SelfPath, SpawnLogged). scripts/bench.sh collects these
+// lines.
 #pragma once
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +59,25 @@ inline std::string SelfPath() {
   if (n <= 0) return {};
   buf[n] = '\0';
   return buf;
+}
+
+// Starts argv (argv[0] a path) in its own process group, stdout and stderr
+// appended to `log`; the child gets SIGTERM if this benchmark dies first, so a
+// failed benchmark leaves no run behind. Returns its pid (-1: fork failed).
+inline pid_t SpawnLogged(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    std::FILE* f = std::freopen(log.c_str(), "a", stdout);
+    if (f != nullptr) ::dup2(::fileno(stdout), 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
 }
 
 }  // namespace agentrt::bench

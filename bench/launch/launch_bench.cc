@@ -86,18 +86,7 @@ int NoopAgent() {
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    std::FILE* f = std::freopen(log.c_str(), "a", stdout);
-    if (f != nullptr) ::dup2(::fileno(stdout), 2);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  return pid;
+  return agentrt::bench::SpawnLogged(argv, log);
 }
 
 // Waits until `want` distinct (agent, rank) hellos arrived at the probe; seconds, or -1.

@@ -16,13 +16,12 @@
 //      per agent-second and RSS per agent of this process (the controller),
 //      and messages accepted against messages sent.
 // Every figure says whether it comes from real or simulated agents.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <fcntl.h>
 #include <zmq.h>
 
 #include <chrono>
@@ -93,20 +92,8 @@ double RssKiB(pid_t pid) {
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = ::fork();
+  const pid_t pid = agentrt::bench::SpawnLogged(argv, log);
   if (pid < 0) Die("fork");
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    // A benchmark that dies leaves no run behind: agentctl stops its agents.
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    FILE* out = std::freopen(log.c_str(), "w", stdout);
-    if (out != nullptr) ::dup2(::fileno(out), 2);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
   return pid;
 }
 
@@ -184,14 +171,15 @@ void RealAgents(const std::string& bin_dir, int n, double window_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     if (status.empty()) {
       std::error_code ec;  // agentctl makes runs/ a moment after it starts
-      for (const auto& e : fs::directory_iterator(work + "/runs", ec)) status = e.path() / "status.json";
+      for (const auto& e : fs::directory_iterator(work + "/runs", ec))
+        status = e.path() / "status.json";
       continue;
     }
     heard = std::max(heard, AgentsHeard(status));
   }
   const double launch_s = Seconds(t0);
-  PrintFigure("scale", fmt::format("launch_rate_{}_real", n), n / launch_s, "agents/s",
-              "fork/exec", anchor);
+  PrintFigure("scale", fmt::format("launch_rate_{}_real", n), n / launch_s, "agents/s", "fork/exec",
+              anchor);
 
   const double cpu0 = ProcessCpuSeconds(ctl);
   std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
@@ -199,8 +187,7 @@ void RealAgents(const std::string& bin_dir, int n, double window_s) {
   const double rss = RssKiB(ctl);
   PrintFigure("scale", fmt::format("controller_cpu_{}_real", n), cpu_ms / (n * window_s),
               "ms/agent-s", "goal", 0.1);
-  PrintFigure("scale", fmt::format("controller_rss_{}_real", n), rss / n, "KiB/agent", "goal",
-              200);
+  PrintFigure("scale", fmt::format("controller_rss_{}_real", n), rss / n, "KiB/agent", "goal", 200);
 
   ::kill(ctl, SIGINT);
   const auto stop0 = Clock::now();
@@ -331,7 +318,8 @@ int Generate(const std::string& roster_path, const std::string& endpoint, double
 }
 
 void SimulatedAgents(int n, double window_s) {
-  const std::string work = fs::temp_directory_path() / fmt::format("agentrt-scale-sim-{}", ::getpid());
+  const std::string work =
+      fs::temp_directory_path() / fmt::format("agentrt-scale-sim-{}", ::getpid());
   fs::remove_all(work);
   fs::create_directories(work);
   std::string yaml = fmt::format(
@@ -364,10 +352,10 @@ void SimulatedAgents(int n, double window_s) {
   }
   roster.close();
   const double warmup_s = 3;
-  const pid_t generator = Spawn({agentrt::bench::SelfPath(), "--generate", work + "/roster",
-                                 backend.launches.front().endpoint,
-                                 fmt::format("{}", warmup_s + window_s)},
-                                work + "/generator.out");
+  const pid_t generator =
+      Spawn({agentrt::bench::SelfPath(), "--generate", work + "/roster",
+             backend.launches.front().endpoint, fmt::format("{}", warmup_s + window_s)},
+            work + "/generator.out");
   const auto t0 = Clock::now();
   while (Seconds(t0) < warmup_s) driver.Step();
   struct rusage before {};
@@ -388,14 +376,13 @@ void SimulatedAgents(int n, double window_s) {
   int wstatus = 0;
   while (::waitpid(generator, &wstatus, WNOHANG) == 0) driver.Step();
   for (int i = 0; i < 20; ++i) driver.Step();  // what is still in flight
-  const std::string sent_text =
-      agentrt::ReadWholeFile(work + "/generator.out").value_or("0");
+  const std::string sent_text = agentrt::ReadWholeFile(work + "/generator.out").value_or("0");
   const double sent = std::strtod(sent_text.c_str(), nullptr);
   // Every agent's step as the controller last heard it, against what was sent.
   int64_t behind = 0;
   for (const auto& a : driver.controller().status().agents) behind += a.step > 0 ? 0 : 1;
-  PrintFigure("scale", fmt::format("agents_heard_{}_simulated", n),
-              static_cast<double>(n - behind), "agents", "agents simulated", n);
+  PrintFigure("scale", fmt::format("agents_heard_{}_simulated", n), static_cast<double>(n - behind),
+              "agents", "agents simulated", n);
   std::fprintf(stderr, "bench_scale: %d simulated agents: %.0f messages sent\n", n, sent);
   fs::remove_all(work);
   (void)run_dir;
@@ -410,10 +397,14 @@ int main(int argc, char** argv) {
   double window_s = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--real") real = argv[i + 1];
-    else if (flag == "--simulated") simulated = argv[i + 1];
-    else if (flag == "--window-s") window_s = std::atof(argv[i + 1]);
-    else Die("usage: bench_scale [--real N,N] [--simulated N,N] [--window-s S]");
+    if (flag == "--real")
+      real = argv[i + 1];
+    else if (flag == "--simulated")
+      simulated = argv[i + 1];
+    else if (flag == "--window-s")
+      window_s = std::atof(argv[i + 1]);
+    else
+      Die("usage: bench_scale [--real N,N] [--simulated N,N] [--window-s S]");
   }
   const std::string bin_dir =
       (fs::path(agentrt::bench::SelfPath()).parent_path().parent_path() / "bin").string();
