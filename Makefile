@@ -28,8 +28,9 @@ build: deps configure
 demo: build
 	@scripts/demo.sh $(BUILD)
 
-# The `torch` tests need PyTorch (Debian's python3-torch); only `make test` installs it.
-test: export AGENTRT_SETUP_EXTRA := python3-torch
+# The `torch` tests need PyTorch (Debian's python3-torch) and one dashboard test a
+# real Prometheus (Debian's prometheus); only `make test` installs them.
+test: export AGENTRT_SETUP_EXTRA := python3-torch prometheus
 test: build
 	@scripts/test.sh $(BUILD)
 

@@ -234,9 +234,10 @@ Result<std::unique_ptr<TelemetryReceiver>> TelemetryReceiver::Bind(
                                      &socket));
   int linger = 0;
   // Per sender: what the controller holds for a rank it has not read yet. A
-  // controller that falls behind bounds its memory here (256 messages a rank),
-  // and the rank's sender queues, then drops and counts, instead.
-  int rcvhwm = 256;
+  // controller that falls behind bounds its memory here (16 messages a rank),
+  // and the rank's sender queues (send_high_water_mark), then drops and
+  // counts, instead. (1,000 test agents: 165 MiB of controller RSS at 16, 215 at 256.)
+  int rcvhwm = 16;
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
   zmq_setsockopt(socket, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
   if (zmq_bind(socket, endpoint.c_str()) != 0) {

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/file_util.h"
 #include "comms/auth.h"
 #include "dashboard/page.h"
 #include "dashboard/views.h"
@@ -55,6 +56,7 @@ struct Dashboard::Impl {
   std::atomic<bool> stopping{false};
   static constexpr int kMaxStreams = 16;
   std::atomic<int> streams{0};
+  std::string targets;  // what this server wrote to prometheus_targets.json ("" if nothing)
 
   explicit Impl(std::string dir) : run_dir(std::move(dir)), series(RunDir(run_dir).MetricsPath()) {}
 
@@ -301,6 +303,15 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
   // stop() does nothing before the server runs: Start returns once it does.
   for (int i = 0; i < 5000 && !impl->server.is_running(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Prometheus finds the run's /metrics through this file (file_sd_configs).
+  impl->targets =
+      nlohmann::json::array({{{"targets", {fmt::format("{}:{}", options.host, port)}},
+                              {"labels", {{"agentrt_run_dir", RunDir(run_dir).path()}}}}})
+          .dump() +
+      "\n";
+  const Status written =
+      WriteFileAtomic(RunDir(run_dir).PrometheusTargetsPath(), impl->targets, {.mode = 0644});
+  if (!written.ok()) impl->targets.clear();  // a read-only run directory: served all the same
   return std::unique_ptr<Dashboard>(new Dashboard(std::move(impl)));
 }
 
@@ -320,6 +331,10 @@ void Dashboard::Stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
   impl_->server.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
+  // The targets are removed unless another dashboard of the run has written its own since.
+  const std::string path = RunDir(impl_->run_dir).PrometheusTargetsPath();
+  if (!impl_->targets.empty() && ReadWholeFile(path, 1 << 20).value_or("") == impl_->targets)
+    ::unlink(path.c_str());
 }
 
 }  // namespace agentrt

@@ -333,12 +333,25 @@ Status MetricSeries::Refresh() {
     auto& of_agent = series_[r->agent];
     for (const auto& [k, v] : r->metrics.items()) {
       if (!v.is_number()) continue;
-      of_agent[k].emplace_back(static_cast<double>(r->step), v.get<double>());
+      of_agent[k].Append(static_cast<double>(r->step), v.get<double>());
       ++points_;
     }
   }
   partial_ = text.substr(start);
   return Status::Ok();
+}
+
+void MetricSeries::Series::Append(double step, double value) {
+  points.emplace_back(step, value);
+  ++total;
+  if (points.size() < kMaxPoints) return;
+  size_t kept = 0;
+  for (size_t i = 0; i + 1 < points.size(); i += 2) {
+    points[kept++] = {points[i].first, 0.5 * (points[i].second + points[i + 1].second)};
+  }
+  if (points.size() % 2 == 1) points[kept++] = points.back();
+  merged += static_cast<int64_t>(points.size() - kept);
+  points.resize(kept);
 }
 
 std::map<std::string, std::vector<std::string>> MetricSeries::Names() {
@@ -364,8 +377,11 @@ nlohmann::json MetricSeries::Query(const std::string& metric,
     auto it = metrics.find(metric);
     if (it == metrics.end()) continue;
     nlohmann::json pts = nlohmann::json::array();
-    for (const auto& [x, y] : Decimate(it->second, max_points)) pts.push_back({x, y});
-    out.push_back({{"agent", agent}, {"total", it->second.size()}, {"points", std::move(pts)}});
+    for (const auto& [x, y] : Decimate(it->second.points, max_points)) pts.push_back({x, y});
+    out.push_back({{"agent", agent},
+                   {"total", it->second.total},
+                   {"merged", it->second.merged},
+                   {"points", std::move(pts)}});
   }
   return out;
 }

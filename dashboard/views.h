@@ -46,8 +46,15 @@ int64_t FileMTimeNs(const std::string& path);
 nlohmann::json RunView(const RunSnapshot& run, double now_unix_s);
 std::string PrometheusText(const RunSnapshot& run, double now_unix_s);
 
+// The metric curves of metrics.jsonl, read incrementally, in bounded memory:
+// a series (one agent's metric) holds at most kMaxPoints points; when full,
+// each pair of neighbours becomes one (the first step, the mean value), so the
+// older history is coarser. Nothing is dropped unsaid: Query tells each
+// series' `total` points read and how many of them were `merged` away.
 class MetricSeries {
  public:
+  static constexpr size_t kMaxPoints = 1024;
+
   explicit MetricSeries(std::string metrics_path) : path_(std::move(metrics_path)) {}
 
   // Reads what was appended since the last call (a partial last line waits).
@@ -55,18 +62,23 @@ class MetricSeries {
   // Metric names per agent.
   std::map<std::string, std::vector<std::string>> Names();
   // (step, value) of `metric` for each agent of `agents` (all when empty),
-  // at most about `max_points` per agent.
+  // at most about `max_points` per agent, with the series' total and merged counts.
   nlohmann::json Query(const std::string& metric, const std::vector<std::string>& agents,
                        size_t max_points);
   int64_t points();
 
  private:
-  using Points = std::vector<std::pair<double, double>>;
+  struct Series {
+    std::vector<std::pair<double, double>> points;  // (step, value), at most kMaxPoints
+    int64_t total = 0;                              // points read
+    int64_t merged = 0;                             // of those, merged into a neighbour
+    void Append(double step, double value);
+  };
   std::mutex mu_;
   const std::string path_;
   int64_t read_ = 0;  // bytes of the file consumed
   std::string partial_;
-  std::map<std::string, std::map<std::string, Points>> series_;  // agent -> metric -> points
+  std::map<std::string, std::map<std::string, Series>> series_;  // agent -> metric -> series
   int64_t points_ = 0;
 };
 

@@ -91,6 +91,9 @@ class RunDir {
   std::string ControllerPidPath() const { return path_ + "/controller.pid"; }
   std::string ControllerLockPath() const { return path_ + "/controller.lock"; }
   std::string BusAddressPath() const { return path_ + "/bus.address"; }
+  // Where the run's /metrics is served now, for Prometheus's file_sd_configs
+  // (the dashboard writes it while it serves, and removes it when it stops).
+  std::string PrometheusTargetsPath() const { return path_ + "/prometheus_targets.json"; }
   // The bus's durable log (topics, inboxes, incarnation): comms/bus_log.h.
   std::string BusLogDir() const { return path_ + "/bus"; }
   // The league service's committed state and the PBT lineage.

@@ -196,6 +196,57 @@ def scenario_metrics(work):
         run.kill()
 
 
+def scenario_prometheus(work):
+    """A real Prometheus (Debian's) finds the run through the file agentctl writes for
+    file_sd_configs, scrapes its /metrics, and a PromQL query returns every agent's step."""
+    prometheus = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus")
+                                                 else None)
+    if prometheus is None:
+        print("SKIP: no prometheus binary (Debian's prometheus package)")
+        return 77
+    run = start_run(work)
+    prom = None
+    try:
+        targets_file = os.path.join(run.run_dir, "prometheus_targets.json")
+        targets = wait_for("prometheus_targets.json", lambda: os.path.exists(targets_file) and
+                           json.load(open(targets_file)), 30)
+        check(len(targets) == 1 and targets[0]["targets"][0].startswith("127.0.0.1:"),
+              "one loopback target, the run's dashboard: %s" % targets)
+        port = free_port_block(1)
+        config = os.path.join(work, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                    "scrape_configs:\n"
+                    "  - job_name: agentrt\n"
+                    "    file_sd_configs: [{files: ['%s'], refresh_interval: 1s}]\n" % targets_file)
+        log = open(os.path.join(work, "prometheus.log"), "w")
+        prom = subprocess.Popen([prometheus, "--config.file", config, "--storage.tsdb.path", os.path.join(work, "tsdb"),
+                                 "--web.listen-address", "127.0.0.1:%d" % port], stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent)
+
+        def steps():
+            url = "http://127.0.0.1:%d/api/v1/query?query=agentrt_agent_step" % port
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    result = json.load(r)["data"]["result"]
+            except (OSError, ValueError, KeyError):
+                return None
+            by_agent = {x["metric"]["agent"]: float(x["value"][1]) for x in result}
+            return by_agent if len(by_agent) == 3 else None
+        check(prom.poll() is None, "prometheus started")
+        got = wait_for("every agent's step series in Prometheus", steps, 90)
+        check(sorted(got) == ["critic", "hunter", "scout"] and all(v > 0 for v in got.values()),
+              "PromQL agentrt_agent_step returns each agent's step: %s" % got)
+        run.proc.send_signal(signal.SIGINT)
+        run.wait_exit(60)
+        check(not os.path.exists(targets_file), "the run's dashboard removed its targets when it stopped")
+    finally:
+        run.kill()
+        if prom is not None and prom.poll() is None:
+            prom.terminate()
+            prom.wait(timeout=30)
+
+
 def scenario_token(work):
     run = start_run(work)
     try:

@@ -57,6 +57,31 @@ TEST_CASE("metrics.jsonl is read as it grows; a partial last line waits for its 
   CHECK(series.Names()["a"] == std::vector<std::string>{"loss"});
 }
 
+TEST_CASE("a long series is held in bounded memory: merged, counted, never dropped unsaid") {
+  testing::TempDir dir("agentrt-dash");
+  const std::string path = dir.Path("metrics.jsonl");
+  const int n = 5000;
+  {
+    std::ofstream f(path);
+    for (int step = 1; step <= n; ++step) {
+      f << R"({"agent":"a","metrics":{"loss":)" << (step % 2 == 0 ? 1.0 : 3.0)
+        << R"(},"rank":0,"step":)" << step << "}\n";
+    }
+  }
+  MetricSeries series(path);
+  REQUIRE(series.Refresh().ok());
+  CHECK(series.points() == n);
+  const auto q = series.Query("loss", {}, 100000);  // every point held
+  REQUIRE(q.size() == 1);
+  const auto& points = q[0]["points"];
+  CHECK(points.size() < MetricSeries::kMaxPoints);
+  CHECK(q[0]["total"] == n);
+  CHECK(q[0]["merged"].get<int64_t>() + static_cast<int64_t>(points.size()) == n);
+  CHECK(points.front()[0] == 1.0);                        // the history starts where it did
+  CHECK(points.back()[0].get<double>() > n - 10);         // and ends at the newest step
+  CHECK(points.front()[1].get<double>() == Approx(2.0));  // merged values: means of neighbours
+}
+
 TEST_CASE("the Prometheus text has every agent, its state and escaped labels") {
   RunSnapshot run;
   run.status.run = "r\"1";
