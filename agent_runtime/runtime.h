@@ -103,7 +103,8 @@ class Runtime {
 
   // The agent environment this rank was started with.
   const AgentEnv& env() const { return env_; }
-  // The run's plan, and this agent's entry of it.
+  // This agent's view of the run's plan (PlanViews, plan/plan.h: itself, its
+  // league opponents and env peers, its channels), and its entry of it.
   const Plan& plan() const { return plan_; }
   const AgentPlan& agent_plan() const { return *agent_plan_; }
   // This agent's `args:` from agents.yaml (a JSON object).

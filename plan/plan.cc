@@ -436,13 +436,23 @@ Status WritePlanFile(const Plan& plan, const std::string& path) {
   return WriteFileAtomic(path, PlanToJsonString(plan) + "\n", {.mode = 0644, .sync_dir = true});
 }
 
+namespace {
+
+// The `env` an agent's args name ("" when none): agents of one env share a world.
+std::string EnvOf(const AgentPlan& a) {
+  if (!a.args.is_object()) return "";
+  auto it = a.args.find("env");
+  return it != a.args.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace
+
 PlanViews::PlanViews(const Plan& plan)
     : plan_(plan), channels_of_(plan.agents.size()), pbt_of_(plan.agents.size()) {
   for (size_t i = 0; i < plan.agents.size(); ++i) {
     const AgentPlan& a = plan.agents[i];
     by_name_.emplace(a.name, i);
-    if (a.args.is_object() && a.args.contains("env") && a.args["env"].is_string())
-      by_env_[a.args["env"].get<std::string>()].push_back(i);
+    if (std::string env = EnvOf(a); !env.empty()) by_env_[env].push_back(i);
   }
   auto note = [this](const std::vector<std::string>& names, size_t what,
                      std::vector<std::vector<size_t>>& of) {
@@ -462,11 +472,8 @@ PlanViews::PlanViews(const Plan& plan)
 Plan PlanViews::Of(size_t agent_index) const {
   const AgentPlan& me = plan_.agents.at(agent_index);
   std::set<size_t> agents = {agent_index};
-  if (auto env = by_env_.end();
-      me.args.is_object() && me.args.contains("env") && me.args["env"].is_string() &&
-      (env = by_env_.find(me.args["env"].get<std::string>())) != by_env_.end()) {
-    agents.insert(env->second.begin(), env->second.end());
-  }
+  if (auto peers = by_env_.find(EnvOf(me)); peers != by_env_.end())
+    agents.insert(peers->second.begin(), peers->second.end());
   if (const LeagueMember* member = plan_.league.FindMember(me.name)) {
     for (const std::string& opponent : member->opponents) {
       if (auto it = by_name_.find(opponent); it != by_name_.end()) agents.insert(it->second);

@@ -85,10 +85,6 @@ int NoopAgent() {
   return 0;
 }
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  return agentrt::bench::SpawnLogged(argv, log);
-}
-
 // Waits until `want` distinct (agent, rank) hellos arrived at the probe; seconds, or -1.
 double WaitForRanks(agentrt::TelemetryReceiver& probe, size_t want, Clock::time_point start,
                     double timeout_s) {
@@ -198,10 +194,10 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     Drain(**probe);
     const auto start = Clock::now();
-    const pid_t pid =
-        Spawn({*mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np",
-               std::to_string(total), "-x", "BENCH_PROBE", self, "--noop-agent"},
-              (work / "mpirun.log").string());
+    const pid_t pid = agentrt::bench::SpawnLogged(
+        {*mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np",
+         std::to_string(total), "-x", "BENCH_PROBE", self, "--noop-agent"},
+        (work / "mpirun.log").string());
     const double t = WaitForRanks(**probe, static_cast<size_t>(total), start, 60);
     StopAndReap(pid, SIGTERM);
     if (t < 0) {
@@ -245,7 +241,7 @@ int main(int argc, char** argv) {
       const auto start = Clock::now();
       std::vector<std::string> cmd = {agentctl, "run", yaml_path, "--quiet"};
       if (v.gpus > 0) cmd.insert(cmd.end(), {"--cluster", inventory});
-      const pid_t pid = Spawn(cmd, (work / "agentctl.log").string());
+      const pid_t pid = agentrt::bench::SpawnLogged(cmd, (work / "agentctl.log").string());
       const double t = WaitForRanks(**probe, static_cast<size_t>(total), start, 60);
       if (t < 0) {
         StopAndReap(pid, SIGTERM);
