@@ -1,7 +1,5 @@
 #include "plan/config.h"
 
-#include <filesystem>
-
 namespace agentrt {
 
 GroupBackend ResolveGroupBackend(GroupBackend requested, int gpus, int ranks) {
@@ -42,20 +40,45 @@ bool LaunchesThroughMpi(GroupBackend backend, int ranks) {
 }
 
 std::vector<std::string> ConfigWarnings(const Config& config) {
-  std::vector<std::string> out;
+  // Agents that ask for GPUs but run agent-worker, by whether their group
+  // would be a host one (GPUs idle) or nccl (refused): one warning per kind,
+  // naming the first few agents, so a large run gets two lines, not one per agent.
+  constexpr size_t kNamed = 5;
+  struct Kind {
+    std::vector<const AgentConfig*> agents;
+  };
+  Kind host, nccl;
   for (const AgentConfig& agent : config.agents) {
     if (agent.gpus == 0 || agent.command.empty()) continue;
-    if (std::filesystem::path(agent.command.front()).filename() != "agent-worker") continue;
-    const bool host =
+    const std::string_view program = agent.command.front();
+    const size_t slash = program.rfind('/');
+    if (program.substr(slash == std::string_view::npos ? 0 : slash + 1) != "agent-worker") continue;
+    const bool on_host =
         ResolveGroupBackend(agent.backend, agent.gpus, agent.ranks) != GroupBackend::kNccl;
-    out.push_back(
-        "agent " + agent.name + " asks for " + std::to_string(agent.gpus) +
-        " GPU(s) but runs agent-worker, the C++ reference agent, which trains on the CPU: " +
-        (host ? std::string("the GPUs stay reserved and idle")
-              : std::string("it will refuse the nccl group a GPU agent gets (set backend: "
-                            "single for one rank or mpi to train on the CPU)")) +
-        ". Train on GPUs with the PyTorch agent (command: [python3, "
-        "examples/torch_ppo/train.py]), or set gpus: 0");
+    (on_host ? host : nccl).agents.push_back(&agent);
+  }
+  std::vector<std::string> out;
+  for (const Kind* kind : {&host, &nccl}) {
+    if (kind->agents.empty()) continue;
+    std::string who;
+    if (kind->agents.size() == 1) {
+      who = "agent " + kind->agents[0]->name + " asks for " +
+            std::to_string(kind->agents[0]->gpus) + " GPU(s) but runs";
+    } else {
+      who = std::to_string(kind->agents.size()) + " agents (";
+      for (size_t i = 0; i < std::min(kNamed, kind->agents.size()); ++i)
+        who += (i > 0 ? ", " : "") + kind->agents[i]->name;
+      if (kind->agents.size() > kNamed)
+        who += ", and " + std::to_string(kind->agents.size() - kNamed) + " more";
+      who += ") ask for GPUs but run";
+    }
+    out.push_back(who + " agent-worker, the C++ reference agent, which trains on the CPU: " +
+                  (kind == &host
+                       ? std::string("the GPUs stay reserved and idle")
+                       : std::string("it will refuse the nccl group a GPU agent gets (set "
+                                     "backend: single for one rank or mpi to train on the CPU)")) +
+                  ". Train on GPUs with the PyTorch agent (command: [python3, "
+                  "examples/torch_ppo/train.py]), or set gpus: 0");
   }
   return out;
 }

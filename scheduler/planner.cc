@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -125,14 +126,14 @@ class Planner {
 
     // Placement order: pinned first (most constrained), then multi-node, then
     // by GPUs and ranks, largest first; config order breaks ties.
-    std::vector<size_t> order(config_.agents.size());
-    std::iota(order.begin(), order.end(), 0);
-    auto key = [&](size_t i) {
+    std::vector<std::tuple<int, int, int, int, size_t>> keys(config_.agents.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
       const AgentConfig& a = config_.agents[i];
-      return std::make_tuple(a.nodes.empty() ? 1 : 0, a.gpus > max_gpus_ ? 0 : 1, -a.gpus, -a.ranks,
-                             i);
-    };
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+      keys[i] = {a.nodes.empty() ? 1 : 0, a.gpus > max_gpus_ ? 0 : 1, -a.gpus, -a.ranks, i};
+    }
+    std::sort(keys.begin(), keys.end());
+    std::vector<size_t> order(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) order[k] = std::get<4>(keys[k]);
 
     plan.agents.resize(config_.agents.size());
     for (size_t i : order) {
@@ -307,7 +308,7 @@ class Planner {
     return out;
   }
 
-  void AssignPorts(AgentPlan& out, const std::vector<size_t>& nodes) {
+  void AssignPorts(AgentPlan& out, std::span<const size_t> nodes) {
     int block = 0;
     for (bool again = true; again;) {
       again = false;
@@ -372,7 +373,7 @@ class Planner {
     for (int r = 0; r < agent.ranks; ++r) p.ranks.push_back(r);
     out.placement.push_back(std::move(p));
     UseNode(best, agent.ranks);
-    AssignPorts(out, {best});
+    AssignPorts(out, std::span<const size_t>(&best, 1));
     return std::nullopt;
   }
 
@@ -387,7 +388,7 @@ class Planner {
         size_t d = FreeIndex::DomainOf(key);
         std::uint64_t take = LowestFree(nodes_[n].domains[d].free_mask, g);
         TakeGpus(n, take, d);
-        FinishSingleNode(agent, n, {take}, out);
+        FinishSingleNode(agent, n, take, out);
         return std::nullopt;
       }
     }
@@ -412,61 +413,64 @@ class Planner {
           all |= take;
           left -= k;
         }
-        FinishSingleNode(agent, n, {all}, out);
+        FinishSingleNode(agent, n, all, out);
         return std::nullopt;
       }
     }
     return Shortage(agent, allowed, g);
   }
 
-  void FinishSingleNode(const AgentConfig& agent, size_t n, const std::vector<std::uint64_t>& masks,
-                        AgentPlan& out) {
+  // `mask`: the GPUs of node `n` the agent takes.
+  void FinishSingleNode(const AgentConfig& agent, size_t n, std::uint64_t mask, AgentPlan& out) {
     Placement p;
     p.node = nodes_[n].spec->name;
-    std::uint64_t mask = 0;
-    for (std::uint64_t m : masks) mask |= m;
+    p.gpus.reserve(static_cast<size_t>(std::popcount(mask)));
     for (int gpu = 0; gpu < 64; ++gpu) {
       if (mask & (std::uint64_t{1} << gpu)) p.gpus.push_back(gpu);
     }
-    for (int r = 0; r < agent.ranks; ++r) p.ranks.push_back(r);
+    p.ranks.resize(static_cast<size_t>(agent.ranks));
+    std::iota(p.ranks.begin(), p.ranks.end(), 0);
     out.placement.push_back(std::move(p));
     UseNode(n, agent.ranks);
-    AssignPorts(out, {n});
+    AssignPorts(out, std::span<const size_t>(&n, 1));
   }
 
   std::optional<Infeasible> PlaceMultiNode(const AgentConfig& agent,
                                            const std::vector<bool>& allowed, AgentPlan& out) {
-    // Whole, untouched nodes, largest first, until the GPUs are covered.
-    std::vector<size_t> candidates;
-    for (size_t n = 0; n < nodes_.size(); ++n) {
+    // Whole, untouched nodes, largest first (lowest index among equals), until
+    // the GPUs are covered. A whole node's free count is its GPU count, so the
+    // free-GPU index lists them in that order without a pass over every node.
+    auto whole = [&](size_t n) {
       const NodeState& s = nodes_[n];
-      if (!Allows(allowed, n) || s.used || s.exclusive || s.spec->gpus == 0 ||
-          s.free_gpus != s.spec->gpus)
-        continue;
-      if (NextBlock(s) < 0) continue;
-      candidates.push_back(n);
-    }
-    std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-      return nodes_[a].spec->gpus > nodes_[b].spec->gpus;
-    });
+      return Allows(allowed, n) && !s.used && !s.exclusive && s.spec->gpus > 0 &&
+             s.free_gpus == s.spec->gpus && NextBlock(s) >= 0;
+    };
     const int ranks_per_gpu = agent.ranks / agent.gpus;
     std::vector<size_t> chosen;
     int covered = 0;
-    for (size_t n : candidates) {
-      if (covered >= agent.gpus) break;
-      int here = std::min(nodes_[n].spec->gpus, agent.gpus - covered);
-      if (!CpuFits(nodes_[n], here * ranks_per_gpu)) continue;
-      chosen.push_back(n);
-      covered += here;
+    for (int f = index_.MaxFree(); f >= 1 && covered < agent.gpus; --f) {
+      for (int n_int : index_.NodesWithFree(f)) {
+        if (covered >= agent.gpus) break;
+        const size_t n = static_cast<size_t>(n_int);
+        if (!whole(n)) continue;
+        int here = std::min(nodes_[n].spec->gpus, agent.gpus - covered);
+        if (!CpuFits(nodes_[n], here * ranks_per_gpu)) continue;
+        chosen.push_back(n);
+        covered += here;
+      }
     }
     if (covered < agent.gpus) {
-      int free_gpus = 0;
-      for (size_t n : candidates) free_gpus += nodes_[n].spec->gpus;
+      int free_nodes = 0, free_gpus = 0;
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        if (!whole(n)) continue;
+        ++free_nodes;
+        free_gpus += nodes_[n].spec->gpus;
+      }
       return Infeasible{
           agent.name,
           fmt::format("{} needs {} GPUs on whole nodes; only {} whole free node(s) with {} GPUs "
                       "in all are left{}",
-                      agent.name, agent.gpus, candidates.size(), free_gpus, PinScope(agent))};
+                      agent.name, agent.gpus, free_nodes, free_gpus, PinScope(agent))};
     }
     int held = 0;
     for (size_t n : chosen) held += nodes_[n].spec->gpus;

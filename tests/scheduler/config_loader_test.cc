@@ -543,6 +543,18 @@ TEST_CASE("an agent-worker agent that asks for GPUs is warned that it trains on 
   CHECK_THAT(w[0], Contains("agent cpp asks for 1 GPU(s) but runs agent-worker") &&
                        Contains("trains on the CPU") && Contains("refuse the nccl group") &&
                        Contains("torch_ppo/train.py"));
+
+  // Many such agents: one warning per kind, naming the first five.
+  std::string yaml = "agents:\n";
+  for (int i = 0; i < 8; ++i) yaml += "  - {name: w" + std::to_string(i) + ", gpus: 1}\n";
+  yaml += "  - {name: host, gpus: 1, backend: single}\n";
+  Result<Config> many = LoadConfigString(yaml, "agents.yaml");
+  REQUIRE(many.ok());
+  const std::vector<std::string> grouped = ConfigWarnings(*many);
+  REQUIRE(grouped.size() == 2);
+  CHECK_THAT(grouped[0], Contains("agent host asks for 1 GPU(s)") && Contains("stay reserved"));
+  CHECK_THAT(grouped[1], Contains("8 agents (w0, w1, w2, w3, w4, and 3 more) ask for GPUs") &&
+                             Contains("refuse the nccl group"));
 }
 
 TEST_CASE("one launch-mode rule: mpi agents of more than one rank start under mpirun or srun") {
