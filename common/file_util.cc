@@ -80,6 +80,15 @@ Status WriteFileAtomicAt(int dir_fd, const std::string& dir_path, const std::str
   return Status::Ok();
 }
 
+Status SyncFileSystemOf(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int synced = fd < 0 ? -1 : ::syncfs(fd);
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (synced != 0) return ErrnoStatus(err, "cannot sync the file system of " + dir);
+  return Status::Ok();
+}
+
 Status AppendLine(const std::string& path, std::string_view line) {
   Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
   if (!fd.ok()) return ErrnoStatus(errno, "cannot open " + path);

@@ -7,8 +7,10 @@
 // temporary file is renamed over the target. A reader sees the old content or
 // the new, never a part. With `sync_dir` the directory is fsync'd after the
 // rename, so the new name itself survives a power loss. Files derived from
-// another that is written last (the per-agent plan views beside plan.json) may
-// skip the fsync (`sync_file = false`): a reader still never sees a part.
+// another that is written last (the per-agent plan views beside plan.json) and
+// files written by the thousand (agents' token files) may skip the fsync
+// (`sync_file = false`) and be made durable together (SyncFileSystemOf): a
+// reader still never sees a part.
 //
 // Thread-safe (no shared state); blocking file I/O.
 #pragma once
@@ -29,6 +31,10 @@ struct AtomicWriteOptions {
 // Writes `contents` to `path` atomically (see above). Errors name the path.
 Status WriteFileAtomic(const std::string& path, std::string_view contents,
                        const AtomicWriteOptions& options = {});
+
+// Flushes every written byte of the file system holding `dir` (syncfs): one
+// call that makes many files written with `sync_file = false` durable.
+Status SyncFileSystemOf(const std::string& dir);
 
 // Appends `line` and a newline to `path` (created 0644) in one write, then
 // fsyncs it: a record log (e.g. RUN_DIR/league/lineage.jsonl) whose lines

@@ -50,12 +50,13 @@ bool TokenMatches(std::string_view presented, std::string_view expected) {
   return CRYPTO_memcmp(presented.data(), expected.data(), expected.size()) == 0;
 }
 
-Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token) {
+Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token,
+                      bool sync_file) {
   if (agent.empty() || token.empty()) {
     return InvalidArgument("token file " + path + ": agent and token must not be empty");
   }
   nlohmann::json j = {{"agent", std::string(agent)}, {"token", std::string(token)}};
-  return WriteFileAtomic(path, j.dump() + "\n", {.mode = 0600});
+  return WriteFileAtomic(path, j.dump() + "\n", {.mode = 0600, .sync_file = sync_file});
 }
 
 Result<std::string> ReadTlsFile(const std::string& path, std::string_view what) {
@@ -66,10 +67,10 @@ Result<std::string> ReadTlsFile(const std::string& path, std::string_view what) 
 
 Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan) {
   for (const AgentPlan& a : plan.agents) {
-    AGENTRT_RETURN_IF_ERROR(
-        WriteTokenFile(dir.TokenPath(a.name), a.name, DeriveAgentToken(secret, a.name)));
+    AGENTRT_RETURN_IF_ERROR(WriteTokenFile(dir.TokenPath(a.name), a.name,
+                                           DeriveAgentToken(secret, a.name), /*sync_file=*/false));
   }
-  return Status::Ok();
+  return plan.agents.empty() ? Status::Ok() : SyncFileSystemOf(dir.SecretsDir());
 }
 
 Result<Credential> ReadTokenFile(const std::string& path) {

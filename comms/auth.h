@@ -36,7 +36,10 @@ bool TokenMatches(std::string_view presented, std::string_view expected);
 
 // Token file: JSON {"agent": "...", "token": "..."} with mode 0600, written
 // atomically (temp file + rename).
-Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token);
+// `sync_file` false: the caller makes it durable (WriteAgentTokens, one
+// SyncFileSystemOf for all of a run's tokens).
+Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token,
+                      bool sync_file = true);
 Result<Credential> ReadTokenFile(const std::string& path);
 
 // A PEM file of the bus's TLS set-up; errors say which (`what`) and where.

@@ -53,6 +53,7 @@ struct Dashboard::Impl {
   std::thread thread;
   int port = 0;
   MetricSeries series;
+  PlanCache plans;  // plan.json between requests
   std::atomic<bool> stopping{false};
   static constexpr int kMaxStreams = 16;
   std::atomic<int> streams{0};
@@ -142,11 +143,11 @@ struct Dashboard::Impl {
       return Error(res, 400,
                    "an action needs the header X-Agentrt-Confirm: yes (the page asks first)");
     }
-    auto snap = ReadRunSnapshot(run_dir);
+    auto snap = ReadRunSnapshot(run_dir, &plans);
     if (!snap.ok()) return Error(res, 503, snap.status().message());
     if (!snap->controller_alive || snap->status.state != RunState::kRunning)
       return Error(res, 409, "the run is not running (its controller is gone or it has ended)");
-    if (action == "restart" && snap->plan.FindAgent(agent) == nullptr)
+    if (action == "restart" && snap->plan->FindAgent(agent) == nullptr)
       return Error(res, 404, "no agent '" + agent + "' in this run");
     const Status written =
         WriteControlRequest(RunDir(run_dir), {action, agent, "the dashboard", NowUnix(), ""});
@@ -209,7 +210,7 @@ struct Dashboard::Impl {
           for (int i = 0; i < 40 && !stopping.load(); ++i) {
             const int64_t m = FileMTimeNs(status_path);
             if (m != *last) {
-              auto snap = ReadRunSnapshot(run_dir);
+              auto snap = ReadRunSnapshot(run_dir, &plans);
               if (snap.ok()) {
                 *last = m;
                 const std::string data = "event: run\ndata: " + View(*snap).dump() + "\n\n";
@@ -238,7 +239,7 @@ struct Dashboard::Impl {
       res.set_content(std::string(kDashboardPage), "text/html; charset=utf-8");
     });
     server.Get("/api/run", [this](const httplib::Request&, httplib::Response& res) {
-      auto snap = ReadRunSnapshot(run_dir);
+      auto snap = ReadRunSnapshot(run_dir, &plans);
       if (!snap.ok()) {
         res.status = 503;
         Json(res, {{"error", snap.status().message()}});
@@ -262,7 +263,7 @@ struct Dashboard::Impl {
     server.Get("/api/logs",
                [this](const httplib::Request& req, httplib::Response& res) { Logs(req, res); });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      auto snap = ReadRunSnapshot(run_dir);
+      auto snap = ReadRunSnapshot(run_dir, &plans);
       if (!snap.ok()) {
         res.status = 503;
         res.set_content("# " + snap.status().message() + "\n", "text/plain");

@@ -29,6 +29,14 @@ std::string Label(std::string_view v) {
   return out;
 }
 
+// The plan entry of the run's `i`-th agent. status.json lists agents in plan
+// order, so position i is tried first and a run of thousands of agents is not
+// searched once per agent.
+const AgentPlan* PlanAgentAt(const Plan& plan, size_t i, const std::string& name) {
+  if (i < plan.agents.size() && plan.agents[i].name == name) return &plan.agents[i];
+  return plan.FindAgent(name);
+}
+
 }  // namespace
 
 int64_t FileMTimeNs(const std::string& path) {
@@ -37,26 +45,51 @@ int64_t FileMTimeNs(const std::string& path) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir) {
+Result<std::shared_ptr<const Plan>> PlanCache::Get(const std::string& path) {
+  struct stat st {};
+  const bool known = ::stat(path.c_str(), &st) == 0;
+  const std::tuple<uint64_t, int64_t, int64_t> key{
+      st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (known && plan_ && key == key_) return plan_;
+  }
+  AGENTRT_ASSIGN_OR_RETURN(Plan plan, ReadPlanFile(path));
+  auto shared = std::make_shared<const Plan>(std::move(plan));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (known) {
+    key_ = key;
+    plan_ = shared;
+  }
+  return shared;
+}
+
+Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir, PlanCache* plans) {
   const RunDir dir(run_dir);
   RunSnapshot s;
-  AGENTRT_ASSIGN_OR_RETURN(s.plan, ReadPlanFile(dir.PlanPath()));
+  if (plans != nullptr) {
+    AGENTRT_ASSIGN_OR_RETURN(s.plan, plans->Get(dir.PlanPath()));
+  } else {
+    AGENTRT_ASSIGN_OR_RETURN(Plan plan, ReadPlanFile(dir.PlanPath()));
+    s.plan = std::make_shared<const Plan>(std::move(plan));
+  }
   AGENTRT_ASSIGN_OR_RETURN(s.status, ReadRunStatusFile(dir.StatusPath()));
   s.controller_alive = ControllerRunning(run_dir);
-  for (const AgentStatus& a : s.status.agents) {
-    const AgentPlan* p = s.plan.FindAgent(a.name);
+  for (size_t i = 0; i < s.status.agents.size(); ++i) {
+    const AgentStatus& a = s.status.agents[i];
+    const AgentPlan* p = PlanAgentAt(*s.plan, i, a.name);
     if (p == nullptr || !a.last_checkpoint_step) continue;
     const std::string manifest = dir.Resolve(p->checkpoint_dir) + "/step-" +
                                  std::to_string(*a.last_checkpoint_step) + "/manifest.json";
     if (const int64_t t = FileMTimeNs(manifest); t > 0)
       s.checkpoint_unix_s[a.name] = static_cast<double>(t) / 1e9;
   }
-  if (s.plan.league.enabled()) {
+  if (s.plan->league.enabled()) {
     // None committed yet (or unreadable): the page shows no league table.
-    if (auto league = ReadLeagueState(s.plan.league, dir.LeagueStatePath()); league.ok())
+    if (auto league = ReadLeagueState(s.plan->league, dir.LeagueStatePath()); league.ok())
       s.league = std::move(*league);
   }
-  if (!s.plan.pbt.empty()) {
+  if (!s.plan->pbt.empty()) {
     // Unreadable (not a lineage file): the page shows no lineage.
     if (auto lineage = ReadLineageFile(dir.LineagePath()); lineage.ok()) s.lineage = *lineage;
   }
@@ -119,7 +152,8 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
                 {"controller_alive", run.controller_alive},
                 {"requeue_reason", st.requeue_reason}};
   nlohmann::json agents = nlohmann::json::array();
-  for (const AgentStatus& a : st.agents) {
+  for (size_t i = 0; i < st.agents.size(); ++i) {
+    const AgentStatus& a = st.agents[i];
     nlohmann::json j;
     j["name"] = a.name;
     j["state"] = AgentStateName(a.state);
@@ -146,7 +180,7 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
     j["efficiency"] = a.peak_flops > 0 && a.achieved_flops > 0
                           ? nlohmann::json(a.achieved_flops / a.peak_flops)
                           : nlohmann::json();
-    if (const AgentPlan* p = run.plan.FindAgent(a.name)) {
+    if (const AgentPlan* p = PlanAgentAt(*run.plan, i, a.name)) {
       nlohmann::json placement = nlohmann::json::array();
       for (const Placement& pl : p->placement)
         placement.push_back({{"node", pl.node}, {"gpus", pl.gpus}, {"ranks", pl.ranks}});
@@ -158,7 +192,7 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   }
   out["agents"] = std::move(agents);
   nlohmann::json nodes = nlohmann::json::array();
-  for (const PlanNode& n : run.plan.nodes)
+  for (const PlanNode& n : run.plan->nodes)
     nodes.push_back({{"name", n.name}, {"gpus", n.gpus}, {"nvlink_domains", n.nvlink_domains}});
   out["nodes"] = std::move(nodes);
   out["bus"] = st.bus ? st.bus->ToJson() : nlohmann::json::object();
@@ -212,7 +246,7 @@ void LeagueMetrics(std::string& out, const std::string& r, const RunSnapshot& ru
     out += fmt::format("agentrt_league_results_total{{run=\"{}\"}} {}\n", r,
                        run.league->results_applied());
   }
-  if (!run.plan.pbt.empty()) {
+  if (!run.plan->pbt.empty()) {
     family("agentrt_pbt_exploits_total", "counter",
            "PBT exploits (a member restarted from another's checkpoint).");
     const auto exploited = std::count_if(run.lineage.begin(), run.lineage.end(),

@@ -15,9 +15,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -31,14 +33,30 @@ namespace agentrt {
 
 // The run's files read once; `now_unix_s` for ages.
 struct RunSnapshot {
-  Plan plan;
+  std::shared_ptr<const Plan> plan = std::make_shared<const Plan>();  // never null
   RunStatus status;
   bool controller_alive = false;
   std::map<std::string, double> checkpoint_unix_s;  // agent -> its last checkpoint's commit time
   std::optional<LeagueState> league;                // the league's last commit (plan.league)
   std::vector<LineageRecord> lineage;               // PBT exploits (RUN_DIR/league/lineage.jsonl)
 };
-Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir);
+
+// plan.json as last read, read again only when the file was replaced (a run's
+// plan changes on failover and PBT, not per request): a dashboard keeps one,
+// so a request at 10,000 agents does not parse megabytes of plan each time.
+// Thread-safe.
+class PlanCache {
+ public:
+  Result<std::shared_ptr<const Plan>> Get(const std::string& path);
+
+ private:
+  std::mutex mu_;
+  std::tuple<uint64_t, int64_t, int64_t> key_{0, -1, -1};  // inode, mtime ns, size
+  std::shared_ptr<const Plan> plan_;
+};
+
+// `plans`: where plan.json is kept between reads (nullptr: read every time).
+Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir, PlanCache* plans = nullptr);
 
 // Modification time of `path` in ns since the Unix epoch, or -1 when it cannot be read.
 int64_t FileMTimeNs(const std::string& path);

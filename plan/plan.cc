@@ -515,13 +515,7 @@ Status WriteRunPlan(const Plan& plan, const std::string& run_dir) {
                                             {.mode = 0644, .sync_file = false}));
   }
   // The views' bytes reach the disk before plan.json names the run's new plan.
-  if (!plan.agents.empty()) {
-    const int views_dir = ::open(dir.PlanViewsDir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    const int synced = views_dir < 0 ? -1 : ::syncfs(views_dir);
-    const int err = errno;
-    if (views_dir >= 0) ::close(views_dir);
-    if (synced != 0) return ErrnoStatus(err, "cannot sync " + dir.PlanViewsDir());
-  }
+  if (!plan.agents.empty()) AGENTRT_RETURN_IF_ERROR(SyncFileSystemOf(dir.PlanViewsDir()));
   return WritePlanFile(plan, dir.PlanPath());
 }
 

@@ -139,7 +139,7 @@ Status PortLeases::Acquire(int first, int last) {
                          (holder.empty() ? std::string("another run on this machine") : holder));
   }
   held_.emplace_back(first, last);
-  WriteOwnerFile();
+  if (batch_depth_ == 0) WriteOwnerFile();
   return Status::Ok();
 }
 
@@ -150,7 +150,7 @@ Status PortLeases::Release(int first, int last) {
         errno, "cannot release ports " + std::to_string(first) + "-" + std::to_string(last));
   }
   std::erase(held_, std::make_pair(first, last));
-  WriteOwnerFile();
+  if (batch_depth_ == 0) WriteOwnerFile();
   return Status::Ok();
 }
 
@@ -170,9 +170,11 @@ void PortLeases::WriteOwnerFile() const {
   nlohmann::json j = {{"pid", ::getpid()}, {"run", owner_}, {"ranges", nlohmann::json::array()}};
   for (const auto& [f, l] : held_) j["ranges"].push_back({f, l});
   // Only names the holder in another run's error message; the flocks are the
-  // leases, so a run whose owner file could not be written still holds them.
+  // leases, so a run whose owner file could not be written still holds them,
+  // and one that a crash lost is not missed (stale ones are removed anyway):
+  // no fsync.
   WriteFileAtomic(dir_ + "/owners/" + std::to_string(::getpid()) + ".json", j.dump() + "\n",
-                  {.mode = 0644})
+                  {.mode = 0644, .sync_file = false})
       .IgnoreError();
 }
 
@@ -191,6 +193,7 @@ std::vector<std::string> PortLeases::HolderRuns(int port) const {
 }
 
 Status PortLeases::AcquireForRun(int first, int last) {
+  Batch batch(*this);
   Status s = Acquire(first, last);
   if (s.ok() || s.code() != StatusCode::kAlreadyExists) return s;
   auto ours = [this](int port) {

@@ -81,6 +81,22 @@ class PortLeases {
   const std::vector<std::pair<int, int>>& held() const { return held_; }
   const std::string& dir() const { return dir_; }
 
+  // While a Batch lives, Acquire and Release leave the owner file alone; it is
+  // written once when the batch ends, so leasing a run's N blocks writes it
+  // once, not N times (each time with every range held so far).
+  class Batch {
+   public:
+    explicit Batch(PortLeases& leases) : leases_(leases) { ++leases_.batch_depth_; }
+    ~Batch() {
+      if (--leases_.batch_depth_ == 0) leases_.WriteOwnerFile();
+    }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+
+   private:
+    PortLeases& leases_;
+  };
+
  private:
   PortLeases(std::string owner, std::string dir, int fd);
   void WriteOwnerFile() const;
@@ -92,6 +108,7 @@ class PortLeases {
   std::string dir_;
   int fd_ = -1;
   std::vector<std::pair<int, int>> held_;
+  int batch_depth_ = 0;  // Batch scopes open
 };
 
 }  // namespace agentrt

@@ -613,6 +613,7 @@ PlanResult MakePlan(const Config& config, const Inventory& inventory, const Plan
 Status LeaseRunPorts(Plan& plan, const PortConfig& ports,
                      const std::function<bool(const AgentPlan&)>& here, PortLeases& leases) {
   const std::string range = fmt::format("{}-{}", ports.first, ports.last);
+  PortLeases::Batch batch(leases);  // the owner file once, with every range
   // The bus: its planned port, or (auto) any single free port of the range.
   if (plan.bus.fixed_port) {
     if (Status s = leases.Acquire(plan.bus.port, plan.bus.port); !s.ok()) {

@@ -14,22 +14,34 @@
 //      protocol with each agent's real token: per agent and second a
 //      heartbeat and a metrics report, a checkpoint every 5 s. Figures: CPU
 //      per agent-second and RSS per agent of this process (the controller),
-//      and messages accepted against messages sent.
+//      and messages accepted against messages sent. While the run goes on,
+//      the views of it are timed (median of 3): `agentctl status` (text and
+//      --json), the dashboard's first load (the page, /api/run, /api/names
+//      and one metric's series, as the page asks for them) and /metrics, and
+//      `agentctl export --csv` of the run's metrics (goal: 1 s each).
+//   3. Agents that report 100 times a second (--flood N, real): N test agents
+//      stepping every 10 ms with a metrics report per step. Figures: the
+//      slowest agent's steps per second against the 100 it plans (the
+//      sender never waits for the controller, so back-pressure must not slow
+//      it), and agentctl's RSS against the same count at one report a second.
 // Every figure says whether it comes from real or simulated agents.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -43,6 +55,7 @@
 #include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/telemetry.h"
+#include "dashboard/server.h"
 #include "scheduler/loader.h"
 #include "scheduler/run_driver.h"
 
@@ -139,7 +152,35 @@ int AgentsHeard(const std::string& status_path) {
   return heard;
 }
 
-void RealAgents(const std::string& bin_dir, int n, double window_s) {
+// Each agent's step as status.json reports it.
+std::map<std::string, int64_t> AgentSteps(const std::string& status_path) {
+  std::map<std::string, int64_t> out;
+  auto text = agentrt::ReadWholeFile(status_path);
+  if (!text.ok()) return out;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.contains("agents")) return out;
+  for (const auto& a : j["agents"]) out[a.value("name", "")] = a.value("step", int64_t{-1});
+  return out;
+}
+
+// Runs `argv` to its end, its output discarded; seconds, or a failure.
+double TimedRun(const std::vector<std::string>& argv) {
+  const auto t0 = Clock::now();
+  const pid_t pid = agentrt::bench::SpawnLogged(argv, "/dev/null");
+  if (pid < 0) Die("fork");
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    Die(fmt::format("{} {} failed (exit {})", argv[0], argv[1], WEXITSTATUS(status)));
+  return Seconds(t0);
+}
+
+// RSS per agent of agentctl at 1 report a second, by agent count (the flood's anchor).
+std::map<int, double> rss_at_1hz;
+
+// `step_ms` 1000: the growth curve; 10: the flood (a metrics report per step).
+void RealAgents(const std::string& bin_dir, int n, double window_s, int step_ms = 1000) {
+  const bool flood = step_ms < 1000;
   const std::string agent = bin_dir + "/agentrt-test-agent";
   const std::string work = fs::temp_directory_path() / fmt::format("agentrt-scale-{}", ::getpid());
   fs::remove_all(work);
@@ -149,9 +190,9 @@ void RealAgents(const std::string& bin_dir, int n, double window_s) {
   yaml << "cluster: {ports: {first: 20000, last: 60999}}\nagents:\n";
   for (int i = 0; i < n; ++i) {
     yaml << fmt::format(
-        "  - {{name: a{}, gpus: 0, ranks: 1, command: [{}, --forever, --step-ms, '1000', "
+        "  - {{name: a{}, gpus: 0, ranks: 1, command: [{}, --forever, --step-ms, '{}', "
         "--ckpt-interval-s, '5', --heartbeat-ms, '1000']}}\n",
-        i, agent);
+        i, agent, step_ms);
   }
   yaml.close();
 
@@ -178,16 +219,42 @@ void RealAgents(const std::string& bin_dir, int n, double window_s) {
     heard = std::max(heard, AgentsHeard(status));
   }
   const double launch_s = Seconds(t0);
-  PrintFigure("scale", fmt::format("launch_rate_{}_real", n), n / launch_s, "agents/s", "fork/exec",
-              anchor);
+  if (!flood) {
+    PrintFigure("scale", fmt::format("launch_rate_{}_real", n), n / launch_s, "agents/s",
+                "fork/exec", anchor);
+  }
 
   const double cpu0 = ProcessCpuSeconds(ctl);
+  const auto steps0 = AgentSteps(status);
+  const auto w0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  const auto steps1 = AgentSteps(status);
+  const double measured_s = Seconds(w0);
   const double cpu_ms = (ProcessCpuSeconds(ctl) - cpu0) * 1000.0;
   const double rss = RssKiB(ctl);
-  PrintFigure("scale", fmt::format("controller_cpu_{}_real", n), cpu_ms / (n * window_s),
-              "ms/agent-s", "goal", 0.1);
-  PrintFigure("scale", fmt::format("controller_rss_{}_real", n), rss / n, "KiB/agent", "goal", 200);
+  if (!flood) {
+    PrintFigure("scale", fmt::format("controller_cpu_{}_real", n), cpu_ms / (n * window_s),
+                "ms/agent-s", "goal", 0.1);
+    PrintFigure("scale", fmt::format("controller_rss_{}_real", n), rss / n, "KiB/agent", "goal",
+                200);
+    rss_at_1hz[n] = rss / n;
+  } else {
+    // status.json is written at a bounded rate, so a window's ends are each
+    // up to a second stale: the rate is over the steps both reads saw.
+    double slowest = 1e9;
+    for (const auto& [agent, step] : steps1) {
+      auto before = steps0.find(agent);
+      if (before == steps0.end() || before->second < 0) continue;
+      slowest = std::min(slowest, static_cast<double>(step - before->second) / measured_s);
+    }
+    if (slowest > 1e8) Die(fmt::format("{} flooding agents: no steps seen", n));
+    PrintFigure("scale", fmt::format("agent_rate_min_{}_real_100hz", n), slowest, "steps/s",
+                "planned (--step-ms 10)", 1000.0 / step_ms);
+    PrintFigure("scale", fmt::format("controller_rss_{}_real_100hz", n), rss / n, "KiB/agent",
+                "the same count at 1 report/s", rss_at_1hz.count(n) > 0 ? rss_at_1hz[n] : 200.0);
+    PrintFigure("scale", fmt::format("controller_cpu_{}_real_100hz", n), cpu_ms / (n * window_s),
+                "ms/agent-s", "goal", 0.1);
+  }
 
   ::kill(ctl, SIGINT);
   const auto stop0 = Clock::now();
@@ -257,8 +324,11 @@ class NoStops final : public agentrt::StopRequests {
 // The load generator: ROSTER lines "agent token", for SECONDS seconds, each
 // agent's rank 0 sends a heartbeat and a metrics report a second and a
 // checkpoint every 5 s, spread evenly over the second, signed with its token,
-// over 16 PUSH sockets. Prints the number of messages sent.
+// over 16 PUSH sockets, until SIGTERM. Prints the number of messages sent.
+volatile sig_atomic_t generator_stop = 0;
+
 int Generate(const std::string& roster_path, const std::string& endpoint, double seconds) {
+  ::signal(SIGTERM, [](int) { generator_stop = 1; });
   std::vector<std::pair<std::string, std::string>> roster;
   std::ifstream in(roster_path);
   for (std::string agent, token; in >> agent >> token;) roster.emplace_back(agent, token);
@@ -291,8 +361,8 @@ int Generate(const std::string& roster_path, const std::string& endpoint, double
   for (size_t i = 0; i < roster.size(); ++i) send(i, m);
   const auto t0 = Clock::now();
   const double per_agent = 1.0 / static_cast<double>(std::max<size_t>(roster.size(), 1));
-  for (int64_t second = 1; Seconds(t0) < seconds; ++second) {
-    for (size_t i = 0; i < roster.size(); ++i) {
+  for (int64_t second = 1; Seconds(t0) < seconds && generator_stop == 0; ++second) {
+    for (size_t i = 0; i < roster.size() && generator_stop == 0; ++i) {
       const double due = static_cast<double>(second - 1) + static_cast<double>(i) * per_agent;
       const double ahead = due - Seconds(t0);
       if (ahead > 0.001) std::this_thread::sleep_for(std::chrono::duration<double>(ahead));
@@ -317,7 +387,7 @@ int Generate(const std::string& roster_path, const std::string& endpoint, double
   return 0;
 }
 
-void SimulatedAgents(int n, double window_s) {
+void SimulatedAgents(const std::string& bin_dir, int n, double window_s) {
   const std::string work =
       fs::temp_directory_path() / fmt::format("agentrt-scale-sim-{}", ::getpid());
   fs::remove_all(work);
@@ -328,6 +398,7 @@ void SimulatedAgents(int n, double window_s) {
       n, work);
   for (int i = 0; i < n; ++i)
     yaml += fmt::format("  - {{name: a{}, gpus: 0, ranks: 1, command: [simulated]}}\n", i);
+  const auto start0 = Clock::now();
   auto config = agentrt::LoadConfigString(yaml);
   if (!config.ok()) Die(config.status().ToString());
   agentrt::InventoryRequest inventory;
@@ -343,6 +414,9 @@ void SimulatedAgents(int n, double window_s) {
                             agentrt::SteadyClock(), &observer, &stops, options);
   if (auto s = driver.Start(); !s.ok()) Die(s.ToString());
   if (backend.launches.size() != static_cast<size_t>(n)) Die("not every agent was launched");
+  std::fprintf(stderr,
+               "bench_scale: %d simulated agents: planned, written and launched in %.2f s\n", n,
+               Seconds(start0));
 
   std::ofstream roster(work + "/roster");
   for (const auto& l : backend.launches) {
@@ -354,7 +428,7 @@ void SimulatedAgents(int n, double window_s) {
   const double warmup_s = 3;
   const pid_t generator =
       Spawn({agentrt::bench::SelfPath(), "--generate", work + "/roster",
-             backend.launches.front().endpoint, fmt::format("{}", warmup_s + window_s)},
+             backend.launches.front().endpoint, fmt::format("{}", warmup_s + window_s + 600)},
             work + "/generator.out");
   const auto t0 = Clock::now();
   while (Seconds(t0) < warmup_s) driver.Step();
@@ -373,7 +447,55 @@ void SimulatedAgents(int n, double window_s) {
               "ms/agent-s", "goal", 0.1);
   PrintFigure("scale", fmt::format("controller_rss_{}_simulated", n), RssKiB(::getpid()) / n,
               "KiB/agent", "goal", 200);
+  // The views, timed on another thread while this one goes on driving the run.
+  std::map<std::string, double> views;
+  std::atomic<bool> views_done{false};
+  std::thread viewer([&] {
+    auto median3 = [](const std::function<double()>& once) {
+      return agentrt::bench::Median({once(), once(), once()});
+    };
+    const std::string agentctl = bin_dir + "/agentctl";
+    views["status"] = median3([&] { return TimedRun({agentctl, "status", run_dir}); });
+    views["status_json"] = median3([&] {
+      return TimedRun({agentctl, "status", "--json", run_dir});
+    });
+    views["export_csv"] = median3([&] {
+      return TimedRun({agentctl, "export", run_dir, "--csv", work + "/metrics.csv"});
+    });
+    auto dash = agentrt::Dashboard::Start(run_dir, {});
+    if (!dash.ok()) Die(dash.status().ToString());
+    auto get = [&](const std::string& path) {
+      const auto t0 = Clock::now();
+      httplib::Client client("127.0.0.1", (*dash)->port());
+      client.set_read_timeout(60, 0);
+      auto r = client.Get(path);
+      if (!r || r->status != 200) Die("dashboard: GET " + path + " failed");
+      std::fprintf(stderr, "bench_scale: %d simulated agents: GET %s: %.0f ms, %zu bytes\n", n,
+                   path.substr(0, 40).c_str(), Seconds(t0) * 1000, r->body.size());
+    };
+    views["dashboard_first_load"] = median3([&] {
+      const auto t0 = Clock::now();
+      for (const char* path :
+           {"/", "/api/run", "/api/names", "/api/series?metric=loss&points=1200"})
+        get(path);
+      return Seconds(t0);
+    });
+    views["metrics_endpoint"] = median3([&] {
+      const auto t0 = Clock::now();
+      get("/metrics");
+      return Seconds(t0);
+    });
+    (*dash)->Stop();
+    views_done = true;
+  });
+  while (!views_done) driver.Step();
+  viewer.join();
+  for (const auto& [view, s] : views) {
+    PrintFigure("scale", fmt::format("{}_{}_simulated", view, n), s * 1000.0, "ms", "goal", 1000);
+  }
+
   int wstatus = 0;
+  ::kill(generator, SIGTERM);
   while (::waitpid(generator, &wstatus, WNOHANG) == 0) driver.Step();
   for (int i = 0; i < 20; ++i) driver.Step();  // what is still in flight
   const std::string sent_text = agentrt::ReadWholeFile(work + "/generator.out").value_or("0");
@@ -393,7 +515,7 @@ void SimulatedAgents(int n, double window_s) {
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--generate")
     return Generate(argv[2], argv[3], std::atof(argv[4]));
-  std::string real = "100,1000,2000", simulated = "1000,10000";
+  std::string real = "100,1000,2000", simulated = "1000,10000", flood = "100";
   double window_s = 10;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -401,14 +523,17 @@ int main(int argc, char** argv) {
       real = argv[i + 1];
     else if (flag == "--simulated")
       simulated = argv[i + 1];
+    else if (flag == "--flood")
+      flood = argv[i + 1];
     else if (flag == "--window-s")
       window_s = std::atof(argv[i + 1]);
     else
-      Die("usage: bench_scale [--real N,N] [--simulated N,N] [--window-s S]");
+      Die("usage: bench_scale [--real N,N] [--simulated N,N] [--flood N,N] [--window-s S]");
   }
   const std::string bin_dir =
       (fs::path(agentrt::bench::SelfPath()).parent_path().parent_path() / "bin").string();
-  for (int n : Sizes(simulated)) SimulatedAgents(n, window_s);
+  for (int n : Sizes(simulated)) SimulatedAgents(bin_dir, n, window_s);
   for (int n : Sizes(real)) RealAgents(bin_dir, n, window_s);
+  for (int n : Sizes(flood)) RealAgents(bin_dir, n, window_s, /*step_ms=*/10);
   return 0;
 }

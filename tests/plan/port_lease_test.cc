@@ -52,6 +52,26 @@ TEST_CASE("two runs never lease one port, whatever their blocks' boundaries") {
   CHECK((*a)->Acquire(20016, 20031).ok());
 }
 
+TEST_CASE("a batch of leases writes the owner file once, naming every range, when it ends") {
+  LeaseDir dir;
+  auto a = PortLeases::Open("/runs/a", dir.path);
+  auto b = PortLeases::Open("/runs/b", dir.path);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const std::string owner_file = dir.path + "/owners/" + std::to_string(::getpid()) + ".json";
+  {
+    PortLeases::Batch batch(**a);
+    for (int block = 0; block < 100; ++block)
+      REQUIRE((*a)->Acquire(30000 + 16 * block, 30015 + 16 * block).ok());
+    CHECK_FALSE(fs::exists(owner_file));  // not yet: once, at the end
+    // The leases hold at once, whatever the owner file says.
+    CHECK((*b)->Acquire(30800, 30800).code() == StatusCode::kAlreadyExists);
+  }
+  REQUIRE(fs::exists(owner_file));
+  const Status taken = (*b)->Acquire(31599, 31599);  // the last block's last port
+  CHECK_THAT(taken.message(), Catch::Contains("run /runs/a"));
+}
+
 TEST_CASE("a lease dies with its owner, however it dies, and its owner file is cleaned up") {
   LeaseDir dir;
   int ready[2];
