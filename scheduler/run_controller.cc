@@ -87,9 +87,15 @@ void RunController::Resume(const RunStatus& previous) {
   Touch(true);
 }
 
-void RunController::Start() {
+void RunController::Start(const std::function<void()>& between) {
+  double reported_at = clock_->NowSeconds();
   for (size_t i = 0; i < agents_.size(); ++i) {
     if (agents_[i].phase == Phase::kIdle) Launch(i);
+    if (between && clock_->NowSeconds() - reported_at >= kLaunchReportIntervalS) {
+      UpdateRunState();
+      between();
+      reported_at = clock_->NowSeconds();
+    }
   }
   UpdateRunState();
 }

@@ -78,7 +78,12 @@ class RunController {
   void SetRelaunchAdvisor(RelaunchAdvisor advisor) { advisor_ = std::move(advisor); }
 
   // Launches every agent. A launch error counts as a failure of that agent.
-  void Start();
+  // `between`, when given, is called every kLaunchReportIntervalS while the
+  // launches go on (thousands of agents take a while): the caller takes the
+  // started agents' telemetry and writes the status meanwhile. It must not
+  // call Tick().
+  static constexpr double kLaunchReportIntervalS = 0.25;
+  void Start(const std::function<void()>& between = {});
 
   // Feeds one telemetry message (heartbeat, hello, metrics, checkpoint, bye).
   // Messages from an earlier incarnation (restart_count) or unknown agents are ignored.

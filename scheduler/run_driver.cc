@@ -138,8 +138,9 @@ RunDriver::~RunDriver() {
 
 Status RunDriver::Start() {
   // One start-up order: the run's lock and credentials, the bus, telemetry
-  // intake, the league service, the supervisor (with failover), PBT, the
-  // control inbox, and the status writer with the first status.
+  // intake, the league service, the supervisor (with failover), the status
+  // writer with the first status (every agent pending), the launches (the
+  // status kept current meanwhile), PBT and the control inbox.
   // One controller per run, and `agentctl status` can tell whether it lives.
   AGENTRT_ASSIGN_OR_RETURN(lock_, ControllerLock::Acquire(dir_));
   AGENTRT_RETURN_IF_ERROR(
@@ -153,9 +154,10 @@ Status RunDriver::Start() {
   AGENTRT_RETURN_IF_ERROR(StartTelemetry(secret));
   AGENTRT_RETURN_IF_ERROR(StartLeague(secret));
   StartSupervisor();
+  StartStatusWriter();
+  LaunchAgents();
   StartPbt();
   StartControlInbox();
-  StartStatusWriter();
   return Status::Ok();
 }
 
@@ -243,7 +245,7 @@ Status RunDriver::StartLeague(const std::string& secret) {
 }
 
 // The supervisor of every agent (relaunching on a spare node when one fails,
-// with failover), started.
+// with failover), before it launches them.
 void RunDriver::StartSupervisor() {
   controller_ = std::make_unique<RunController>(
       plan_.run, dir_.path(),
@@ -259,7 +261,14 @@ void RunDriver::StartSupervisor() {
         [this](AgentLaunch& launch) { return failover_->Advise(launch); });
   }
   if (options_.resume_from) controller_->Resume(*options_.resume_from);
-  controller_->Start();
+}
+
+void RunDriver::LaunchAgents() {
+  controller_->Start([this] {
+    TakeTelemetry(std::chrono::milliseconds(0));
+    status_->Update();
+  });
+  status_->Update();
   stops_seen_ = stops_ != nullptr ? stops_->count() : 0;
 }
 
@@ -297,23 +306,26 @@ std::string SignalLabel(int sig) {
 
 }  // namespace
 
+bool RunDriver::TakeTelemetry(std::chrono::milliseconds timeout) {
+  auto messages = telemetry_->Poll(timeout);
+  if (!messages.ok() || messages->empty()) return false;
+  for (const TelemetryMessage& m : *messages) {
+    controller_->OnTelemetry(m);
+    if (m.type == TelemetryType::kMetrics) {
+      CheckMetrics(metrics_->Write(m));
+      if (pbt_) pbt_->OnReport(m);
+    }
+  }
+  CheckMetrics(metrics_->Flush());
+  return true;
+}
+
 bool RunDriver::Step() {
   if (controller_->Finished()) return false;
-  auto messages = telemetry_->Poll(options_.poll);
-  if (messages.ok()) {
-    for (const TelemetryMessage& m : *messages) {
-      controller_->OnTelemetry(m);
-      if (m.type == TelemetryType::kMetrics) {
-        CheckMetrics(metrics_->Write(m));
-        if (pbt_) pbt_->OnReport(m);
-      }
-    }
-    if (!messages->empty()) CheckMetrics(metrics_->Flush());
-  }
   // Supervision walks every agent: while telemetry streams in, at most every
   // kSuperviseIntervalS, so its cost does not grow with how often agents report.
+  const bool idle = !TakeTelemetry(options_.poll);
   const double now = clock_->NowSeconds();
-  const bool idle = !messages.ok() || messages->empty();
   if (!idle && now - supervised_at_ < kSuperviseIntervalS) return !controller_->Finished();
   supervised_at_ = now;
   if (telemetry_->rejected() > rejected_seen_) {

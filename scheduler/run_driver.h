@@ -166,6 +166,11 @@ class RunDriver {
   void StartPbt();
   void StartControlInbox();
   void StartStatusWriter();
+  // Every agent launched, the status kept current while they are.
+  void LaunchAgents();
+  // Telemetry waiting up to `timeout`, fed to the supervisor, metrics.jsonl
+  // and PBT; false when none came (or polling failed).
+  bool TakeTelemetry(std::chrono::milliseconds timeout);
   // A metrics.jsonl write or flush that failed: said once, the run goes on.
   void CheckMetrics(const Status& s);
   void WarnLeague();

@@ -69,6 +69,9 @@ void StatusWriter::ReportChanges() {
         last_shown_.agents[i].restarts == a.restarts) {
       continue;
     }
+    // Not launched yet (the first status comes before the launches): its
+    // line is the one that says it runs.
+    if (is_new && a.state == AgentState::kPending) continue;
     std::string line = fmt::format("[{:7.1f}s] {} {}", t, a.name, AgentStateName(a.state));
     if (a.state == AgentState::kRunning) {
       line += fmt::format(" (restart {}, pids", a.restarts);

@@ -244,8 +244,8 @@ void RealAgents(const std::string& bin_dir, int n, double window_s, int step_ms 
     // status.json is written at a bounded rate, so a window's ends are each
     // up to a second stale: the rate is over the steps both reads saw.
     double slowest = 1e9;
-    for (const auto& [agent, step] : steps1) {
-      auto before = steps0.find(agent);
+    for (const auto& [name, step] : steps1) {
+      auto before = steps0.find(name);
       if (before == steps0.end() || before->second < 0) continue;
       slowest = std::min(slowest, static_cast<double>(step - before->second) / measured_s);
     }
@@ -468,13 +468,13 @@ void SimulatedAgents(const std::string& bin_dir, int n, double window_s) {
     auto dash = agentrt::Dashboard::Start(run_dir, {});
     if (!dash.ok()) Die(dash.status().ToString());
     auto get = [&](const std::string& path) {
-      const auto t0 = Clock::now();
+      const auto began = Clock::now();
       httplib::Client client("127.0.0.1", (*dash)->port());
       client.set_read_timeout(60, 0);
       auto r = client.Get(path);
       if (!r || r->status != 200) Die("dashboard: GET " + path + " failed");
       std::fprintf(stderr, "bench_scale: %d simulated agents: GET %s: %.0f ms, %zu bytes\n", n,
-                   path.substr(0, 40).c_str(), Seconds(t0) * 1000, r->body.size());
+                   path.substr(0, 40).c_str(), Seconds(began) * 1000, r->body.size());
     };
     // What the page asks for as it opens; the curves are those of the table's
     // first page (100 agents).
@@ -482,21 +482,21 @@ void SimulatedAgents(const std::string& bin_dir, int n, double window_s) {
     for (int i = 0; i < std::min(n, 100); ++i)
       first_page += fmt::format("{}a{}", i > 0 ? "%2C" : "", i);
     auto page_load = [&] {
-      const auto t0 = Clock::now();
+      const auto began = Clock::now();
       for (const std::string& path :
            {std::string("/"), std::string("/api/run"), std::string("/api/names"),
             "/api/series?metric=loss&points=1200&agents=" + first_page})
         get(path);
-      return Seconds(t0);
+      return Seconds(began);
     };
     // Cold: the dashboard's first page, which reads the run's whole metrics
     // history (it grows with the run's length); then the median of three more.
     views["dashboard_cold_load"] = page_load();
     views["dashboard_first_load"] = median3(page_load);
     views["metrics_endpoint"] = median3([&] {
-      const auto t0 = Clock::now();
+      const auto began = Clock::now();
       get("/metrics");
-      return Seconds(t0);
+      return Seconds(began);
     });
     (*dash)->Stop();
     views_done = true;

@@ -105,6 +105,43 @@ TEST_CASE("controller launches every agent and reports them running") {
   CHECK_FALSE(f.rc->Finished());
 }
 
+// Each reading moves the clock on by 0.1 s: a launch that takes time.
+class TickingClock final : public Clock {
+ public:
+  TimePoint Now() const override {
+    return TimePoint(ticks_ += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::milliseconds(100)));
+  }
+
+ private:
+  mutable std::chrono::steady_clock::duration ticks_{0};
+};
+
+TEST_CASE(
+    "a long launch hands back every 0.25 s, with the started agents running, the rest pending") {
+  TickingClock clock;
+  FakeBackend backend;
+  std::vector<SupervisedAgent> agents;
+  for (int i = 0; i < 12; ++i) agents.push_back(MakeAgent("a" + std::to_string(i), 1));
+  RunController rc("test", "/run", std::move(agents), &backend, &clock);
+  std::vector<size_t> launched_at_call;
+  rc.Start([&] {
+    launched_at_call.push_back(backend.launches.size());
+    const RunStatus& st = rc.status();
+    for (size_t i = 0; i < st.agents.size(); ++i) {
+      INFO(st.agents[i].name);
+      CHECK(st.agents[i].state ==
+            (i < backend.launches.size() ? AgentState::kRunning : AgentState::kPending));
+    }
+  });
+  REQUIRE(launched_at_call.size() >= 2);
+  CHECK(launched_at_call.front() >= 1);
+  CHECK(launched_at_call.front() < 12);
+  CHECK(std::is_sorted(launched_at_call.begin(), launched_at_call.end()));
+  CHECK(backend.launches.size() == 12);
+  CHECK(rc.status().state == RunState::kRunning);
+}
+
 TEST_CASE("an agent whose ranks all exit 0 has succeeded, and so has the run") {
   Fixture f;
   f.Make({MakeAgent("a", 2)});
