@@ -67,12 +67,8 @@ Result<std::shared_ptr<const Plan>> PlanCache::Get(const std::string& path) {
 Result<RunSnapshot> ReadRunSnapshot(const std::string& run_dir, PlanCache* plans) {
   const RunDir dir(run_dir);
   RunSnapshot s;
-  if (plans != nullptr) {
-    AGENTRT_ASSIGN_OR_RETURN(s.plan, plans->Get(dir.PlanPath()));
-  } else {
-    AGENTRT_ASSIGN_OR_RETURN(Plan plan, ReadPlanFile(dir.PlanPath()));
-    s.plan = std::make_shared<const Plan>(std::move(plan));
-  }
+  PlanCache once;  // no cache given: this read's own
+  AGENTRT_ASSIGN_OR_RETURN(s.plan, (plans != nullptr ? plans : &once)->Get(dir.PlanPath()));
   AGENTRT_ASSIGN_OR_RETURN(s.status, ReadRunStatusFile(dir.StatusPath()));
   s.controller_alive = ControllerRunning(run_dir);
   for (size_t i = 0; i < s.status.agents.size(); ++i) {

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -60,6 +61,7 @@
 #include "dashboard/server.h"
 #include "scheduler/loader.h"
 #include "scheduler/run_driver.h"
+#include "scheduler/status.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -138,30 +140,21 @@ double ForkExecRate(const std::string& binary, int n) {
 
 // How many agents of status.json have a rank that reported (-1: unreadable).
 int AgentsHeard(const std::string& status_path) {
-  auto text = agentrt::ReadWholeFile(status_path);
-  if (!text.ok()) return -1;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.contains("agents")) return -1;
-  int heard = 0;
-  for (const auto& a : j["agents"]) {
-    for (const auto& r : a["ranks"]) {
-      if (r.contains("heard_unix_s") && !r["heard_unix_s"].is_null()) {
-        ++heard;
-        break;
-      }
-    }
-  }
-  return heard;
+  auto status = agentrt::ReadRunStatusFile(status_path);
+  if (!status.ok()) return -1;
+  return static_cast<int>(
+      std::count_if(status->agents.begin(), status->agents.end(), [](const auto& a) {
+        return std::any_of(a.ranks.begin(), a.ranks.end(),
+                           [](const auto& r) { return r.heard_unix_s.has_value(); });
+      }));
 }
 
 // Each agent's step as status.json reports it.
 std::map<std::string, int64_t> AgentSteps(const std::string& status_path) {
   std::map<std::string, int64_t> out;
-  auto text = agentrt::ReadWholeFile(status_path);
-  if (!text.ok()) return out;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.contains("agents")) return out;
-  for (const auto& a : j["agents"]) out[a.value("name", "")] = a.value("step", int64_t{-1});
+  if (auto status = agentrt::ReadRunStatusFile(status_path); status.ok()) {
+    for (const auto& a : status->agents) out[a.name] = a.step;
+  }
   return out;
 }
 
