@@ -263,6 +263,13 @@ Inventory InventoryFromSlurm(const std::vector<SlurmNode>& nodes, std::string_vi
   return inv;
 }
 
+void ReserveControllerCpu(Inventory& inventory) {
+  for (NodeSpec& node : inventory.nodes) {
+    if (node.cpus > 0) --node.cpus;
+  }
+  inventory.controller_cpu_reserved = true;
+}
+
 Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& request,
                                    const ScontrolReader& read_live_scontrol) {
   if (!request.cluster_file.empty()) {
@@ -298,6 +305,7 @@ Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& reque
     }
     AGENTRT_ASSIGN_OR_RETURN(std::vector<SlurmNode> nodes, ParseScontrolNodes(*text));
     Inventory inventory = InventoryFromSlurm(nodes, config.slurm.partition);
+    if (request.live_slurm) ReserveControllerCpu(inventory);
     if (!config.cluster.nodes.empty()) {
       inventory.warnings.push_back(
           fmt::format("{}: the cluster.nodes block is not used: the plan is made on SLURM's nodes",

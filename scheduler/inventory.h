@@ -25,6 +25,9 @@ struct Inventory {
   // run a 5-rank demo); the planner then warns instead of refusing.
   bool oversubscribe_cpus = false;
   std::string source;  // "config", "local machine", "slurm partition gpu", ...
+  // A live SLURM allocation (ReserveControllerCpu): one CPU of every node is
+  // kept for the controller's task, so the counts are CPUTot - 1.
+  bool controller_cpu_reserved = false;
   // Said while resolving it (e.g. a config block it did not use); the planner
   // copies them into the plan's warnings.
   std::vector<std::string> warnings;
@@ -101,6 +104,13 @@ using ScontrolReader = std::function<Result<std::string>()>;
 // nodes and ports replace the config's). Errors name the file or the command.
 Result<Inventory> ResolveInventory(Config& config, const InventoryRequest& request,
                                    const ScontrolReader& read_live_scontrol);
+
+// For a live allocation (`run --backend slurm`): its batch step, the run
+// controller, holds a CPU of its own, and the allocation asks every node for
+// the same task count (--ntasks-per-node: the most ranks on one node, plus
+// the controller's), so the planner may give no node more than CPUTot - 1
+// ranks. Lowers every stated CPU count by one and says so in the inventory.
+void ReserveControllerCpu(Inventory& inventory);
 
 // The GPU count of a SLURM gres string (`gpu:h100:8(S:0-1),nic:1` → 8).
 int GpusFromGres(std::string_view gres);

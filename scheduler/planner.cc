@@ -575,11 +575,14 @@ class Planner {
                           scope)};
     }
     if (cpu_short) {
-      return {
-          agent.name,
-          fmt::format("{} needs {} CPU slots on one node{}; the most free is {} on {}", agent.name,
-                      agent.ranks, gpus > 0 ? fmt::format(" with {} free GPUs", gpus) : "",
-                      best_cpus, cpu_node.empty() ? "-" : cpu_node)};
+      return {agent.name,
+              fmt::format("{} needs {} CPU slots on one node{}; the most free is {} on {}{}",
+                          agent.name, agent.ranks,
+                          gpus > 0 ? fmt::format(" with {} free GPUs", gpus) : "", best_cpus,
+                          cpu_node.empty() ? "-" : cpu_node,
+                          inventory_.controller_cpu_reserved
+                              ? " (one CPU of every node is kept for the run controller's task)"
+                              : "")};
     }
     if (port_short) {
       const PortConfig& p = config_.cluster.ports;

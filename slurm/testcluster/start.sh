@@ -11,8 +11,9 @@
 # --nodes N > 1: nodes n1..nN, each a slurmd in its own network namespace with
 # its own address on a private bridge that this script creates (and stop.sh
 # removes, with the namespaces: only what STATE_DIR/net records, by name), its
-# own hostname (a UTS namespace) and its own PMIx scratch directory (a private
-# mount namespace, bind-mounted over one shared path: see mpi.conf). munged and
+# own hostname (a UTS namespace), and its own PMIx scratch directory and
+# /run/lock, where agentrt leases ports (a private mount namespace; each
+# bind-mounted over one shared path: see mpi.conf). munged and
 # slurmctld run once, in this namespace, on the bridge's address. --gpus is per
 # node. --gpu-types h100,b200 gives node I the type T((I-1) mod count): its gres
 # is gpu:TYPE:G, as on a cluster with two kinds of GPU nodes.
@@ -102,12 +103,17 @@ chmod 0700 "$state/munge"
 started=1
 record() { echo "$1 $2" >>"$pids"; }
 
-# A free TCP port in [20000, 60000): not listening now.
+# A free TCP port for a daemon: above the kernel's ephemeral range (where
+# outgoing connections take their local ports; a port in use by one, though
+# not listening, makes slurmctld's bind fail) when there is room, and in no
+# socket of any state now.
 free_port() {
-  local p
+  local p lo=20000 hi=60000 eph_hi
+  eph_hi=$(awk '{print $2}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 60999)
+  if [ "$eph_hi" -lt 64000 ]; then lo=$((eph_hi + 1)) hi=65535; fi
   for _ in $(seq 200); do
-    p=$(( 20000 + RANDOM % 40000 ))
-    if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then echo "$p"; return 0; fi
+    p=$(( lo + RANDOM % (hi - lo) ))
+    if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then echo "$p"; return 0; fi
   done
   die "no free TCP port found for the SLURM daemons"
 }
@@ -278,11 +284,12 @@ if [ "$nodes" -eq 1 ]; then
 else
   for ((i = 1; i <= nodes; i++)); do
     # Only the network namespace is entered (a new mount namespace from `ip netns
-    # exec` would remount /sys); its own hostname and PMIx scratch directory.
-    mkdir -p "$state/pmix/n$i"
+    # exec` would remount /sys); its own hostname, PMIx scratch directory and
+    # /run/lock (where agentrt leases ports: each real node has its own).
+    mkdir -p "$state/pmix/n$i" "$state/run-lock/n$i"
     start_daemon "slurmd-n$i" "$state/log/slurmd-n$i.log" \
       nsenter --net="/run/netns/art$tag-n$i" unshare --uts --mount --propagation private \
-      sh -c "hostname n$i && mount --bind '$state/pmix/n$i' '$state/pmix-tmp' && exec slurmd -D -f '$conf' -N n$i"
+      sh -c "hostname n$i && mount --bind '$state/pmix/n$i' '$state/pmix-tmp' && mount --bind '$state/run-lock/n$i' /run/lock && exec slurmd -D -f '$conf' -N n$i"
   done
 fi
 

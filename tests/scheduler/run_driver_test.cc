@@ -16,6 +16,7 @@
 
 #include "common/file_util.h"
 #include "scheduler/loader.h"
+#include "scheduler/planner.h"
 #include "tests/common/temp_dir.h"
 #include "tests/scheduler/fake_backend.h"
 
@@ -147,6 +148,27 @@ TEST_CASE("one inventory rule: --cluster, then SLURM, then the config's block, t
     auto local = ResolveInventory(c, InventoryRequest{}, live);
     REQUIRE(local.ok());
     CHECK(local->source == "local machine");
+  }
+  {
+    // A live allocation keeps one CPU of every node for the controller's task:
+    // 8 CPUs hold 7 ranks (the allocation asks each node for ranks + 1 tasks).
+    Config c = LoadConfig(dir, "agents: [{name: a, ranks: 8}]\n");
+    InventoryRequest r;
+    r.live_slurm = true;
+    auto i = ResolveInventory(c, r, live);
+    REQUIRE(i.ok());
+    CHECK(i->nodes.at(0).cpus == 7);
+    CHECK(i->controller_cpu_reserved);
+    r.live_slurm = false;
+    r.scontrol = "-";
+    auto preview = ResolveInventory(c, r, live);
+    REQUIRE(preview.ok());
+    CHECK(preview->nodes.at(0).cpus == 8);
+    PlanResult plan = MakePlan(c, *i);
+    REQUIRE_FALSE(plan.feasible());
+    CHECK_THAT(plan.infeasible().reason,
+               Catch::Contains("a needs 8 CPU slots on one node; the most free is 7 on live1") &&
+                   Catch::Contains("kept for the run controller's task"));
   }
 }
 

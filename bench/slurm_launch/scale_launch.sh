@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# bench_slurm_launch_32nodes: `agentctl run --backend slurm` of 256 one-rank
+# agentrt-test-agent agents on a 32-node test cluster (network namespaces, one
+# slurmd each), one allocation with a job step per agent, from submit to every
+# rank running (its process started: the birth time of the rank's log, which the
+# rank wrapper creates just before it starts the agent) and to every rank heard
+# (status.json first lists every rank with telemetry), against a plain
+# `sbatch -N32` of the same 256 ranks, each rank noting when it started and then
+# starting the same binary (its loading and linking) and sleeping:
+#   - anchor "srun per agent": the batch script srun-s every rank as its own step;
+#   - anchor "one srun": one srun of all 256 ranks.
+# Medians over --reps N (default 3), alternating; every submission waits for
+# every node to be idle first. --nodes N and --agents A change the size (the
+# shortened test runs 4 nodes and 16 agents).
+# Needs root (network namespaces); says "skipped" and exits 0 otherwise.
+set -uo pipefail
+reps=3 nodes=32 agents=256
+while [ $# -gt 0 ]; do
+  case $1 in
+    --reps) reps=${2:?}; shift 2 ;;
+    --nodes) nodes=${2:?}; shift 2 ;;
+    --agents) agents=${2:?}; shift 2 ;;
+    *) echo "usage: $0 [--reps N] [--nodes N] [--agents A]" >&2; exit 2 ;;
+  esac
+done
+MULTINODE_SKIP_CODE=${MULTINODE_SKIP_CODE:-0}
+# shellcheck source=slurm/testcluster/multinode_lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
+per_node=$(((agents + nodes - 1) / nodes))
+# Each node: its agents' ranks and the controller's task (every node is asked
+# for the same count), with room to spare.
+start_cluster "$nodes" --gpus 0 --cpus $((per_node + 2)) >/dev/null
+agent=$bin/agentrt-test-agent
+cat >"$work/agents.yaml" <<YAML
+run: {name: scale$agents, dir: $work/runs}
+slurm: {time: "00:10:00"}
+agents:
+  - {name: a, replicas: $agents, ranks: 1,
+     command: [$agent, --forever, --step-ms, "1000", --heartbeat-ms, "1000"]}
+YAML
+cat >"$work/rank.sh" <<SH
+#!/bin/bash
+f="\$1/\$SLURM_JOB_ID.\$2.\$SLURM_PROCID"
+date +%s.%N >"\$f.tmp" && mv "\$f.tmp" "\$f.start"
+$agent --help >/dev/null
+exec sleep 600
+SH
+{
+  echo "#!/bin/bash"
+  echo "#SBATCH --job-name=plain-steps -N$nodes --ntasks-per-node=$per_node --cpus-per-task=1"
+  echo "#SBATCH --output=$work/plain-%j.out"
+  for ((i = 0; i < agents; ++i)); do
+    echo "srun --exact -N1 -n1 --nodelist=n$((i % nodes + 1)) bash $work/rank.sh $work/seen a$i &"
+  done
+  echo wait
+} >"$work/steps.sbatch"
+cat >"$work/one.sbatch" <<SH
+#!/bin/bash
+#SBATCH --job-name=plain-one -N$nodes --ntasks-per-node=$per_node --cpus-per-task=1
+#SBATCH --output=$work/plain-%j.out
+srun -n$agents bash $work/rank.sh $work/seen all
+SH
+mkdir -p "$work/seen"
+
+# RUN T0: seconds from T0 until every rank's log exists (the latest birth time),
+# once all $agents do; nothing (exit 1) before.
+ranks_running() {
+  local logs
+  logs=$(ls "$1"/logs/*/rank0.log 2>/dev/null | wc -l)
+  [ "$logs" -eq "$agents" ] || return 1
+  stat -c '%.9W' "$1"/logs/*/rank0.log | sort -g | tail -1 | awk -v t0="$2" '{print $1 - t0}'
+}
+all_heard() {
+  status_holds "$1" "len([r for a in S['agents'] for r in a['ranks'] if r['heard_unix_s']]) == $agents"
+}
+# Submits sbatch script $1; prints seconds until all ranks noted their start.
+plain() {
+  local t0 job t1
+  t0=$(now)
+  job=$(timeout 30 sbatch --parsable "$1") || fail "sbatch $1 failed"
+  wait_period=0.1 wait_until 300 "the $agents ranks of $1 to start" \
+    sh -c "[ \$(ls $work/seen/$job.*.start 2>/dev/null | wc -l) -ge $agents ]"
+  t1=$(cat "$work"/seen/"$job".*.start | sort -g | tail -1)
+  timeout 10 scancel "$job"
+  wait_job_gone "$job"
+  wait_nodes_idle
+  awk -v a="$t1" -v b="$t0" 'BEGIN {print a - b}'
+}
+running_s=() heard_s=() steps_s=() one_s=()
+for ((r = 0; r < reps; ++r)); do
+  t0=$(now)
+  out=$("$bin/agentctl" run "$work/agents.yaml" --backend slurm --detach 2>&1) || fail "submit: $out"
+  job=$(grep -o 'submitted job [0-9]*' <<<"$out" | awk '{print $3}')
+  run=$(grep -o 'run dir [^ ]*' <<<"$out" | awk '{print $3}' | tr -d ',')
+  heard=""
+  deadline=$((SECONDS + 300))
+  until [ -n "$heard" ]; do
+    [ $SECONDS -lt $deadline ] || fail "not every rank of $run was heard within 300 s"
+    all_heard "$run" && heard=$(awk -v a="$(now)" -v b="$t0" 'BEGIN {print a - b}')
+    sleep 0.1
+  done
+  running=$(ranks_running "$run" "$t0") || fail "a rank of $run has no log"
+  running_s+=("$running") heard_s+=("$heard")
+  timeout 10 scancel "$job"
+  wait_job_gone "$job"
+  wait_nodes_idle
+  steps_s+=("$(plain "$work/steps.sbatch")")
+  one_s+=("$(plain "$work/one.sbatch")")
+  echo "rep $r: agentctl every rank running ${running_s[-1]} s, heard ${heard_s[-1]} s;" \
+    "plain srun per agent ${steps_s[-1]} s, one srun ${one_s[-1]} s" >&2
+done
+run_m=$(median "${running_s[@]}") heard_m=$(median "${heard_s[@]}")
+steps_m=$(median "${steps_s[@]}") one_m=$(median "${one_s[@]}")
+figure() {  # metric value anchor anchor_value
+  printf '{"bench":"slurm_launch","metric":"%s","value":%.3f,"unit":"s","anchor":"%s","anchor_value":%.3f,"ratio":%.3f}\n' \
+    "$1" "$2" "$3" "$4" "$(awk -v a="$2" -v b="$4" 'BEGIN {print a / b}')"
+}
+what="run_backend_slurm_${nodes}_nodes_${agents}_agents_submit_to_every_rank"
+figure "${what}_running" "$run_m" "plain sbatch -N$nodes srun-ing each of the $agents ranks as its own step" "$steps_m"
+figure "${what}_running" "$run_m" "plain sbatch -N$nodes with one srun of the $agents ranks" "$one_m"
+figure "${what}_heard" "$heard_m" "plain sbatch -N$nodes srun-ing each of the $agents ranks as its own step" "$steps_m"
