@@ -74,7 +74,9 @@ namespace agentrt {
   X(int, spare_nodes, 0, "extra nodes in the allocation; an agent on a failed node moves to one")  \
   X(bool, trust_slurm_binding, false,                                                              \
     "ranks keep SLURM's CUDA_VISIBLE_DEVICES (ConstrainDevices clusters), not the plan's GPU ids") \
-  X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")
+  X(std::vector<std::string>, extra_args, {}, "extra sbatch arguments, passed verbatim")           \
+  X(std::string, steps, "agent",                                                                   \
+    "agent: a job step per agent | node: one step per node for its single-node agents")
 
 // `bus:` — the gRPC message bus.
 #define AGENTRT_BUS_SETTINGS(X)                                                             \

@@ -7,6 +7,7 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -20,11 +21,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "common/file_util.h"
 #include "plan/agent_env.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
+
+extern char** environ;  // NOLINT: POSIX
 
 namespace agentrt {
 namespace {
@@ -51,6 +55,65 @@ void Relay(int sig) {
 // program through its PDEATHSIG).
 constexpr int kRelayed[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
                             SIGUSR2, SIGCONT, SIGTSTP, SIGALRM, SIGPIPE};
+
+constexpr int kSignalFilePollMs = 100;
+
+// Passes the signals the controller appended to a signal file (one number per
+// line) on to the program, each once and in order.
+class SignalFileRelay {
+ public:
+  SignalFileRelay(std::string path, pid_t child) : path_(std::move(path)), child_(child) {}
+
+  void Pass() {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;  // nothing written yet
+    char buf[256];
+    for (;;) {
+      // From the end of the last whole line: an unfinished one is read again.
+      const ssize_t n = ::pread(fd, buf, sizeof buf, offset_);
+      if (n <= 0) break;
+      const off_t start = offset_;
+      int sig = 0;
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] != '\n') {
+          if (buf[i] >= '0' && buf[i] <= '9' && sig < 1000) sig = sig * 10 + (buf[i] - '0');
+          continue;
+        }
+        if (sig > 0 && sig < NSIG) ::kill(child_, sig);
+        sig = 0;
+        offset_ = start + i + 1;
+      }
+      if (n < static_cast<ssize_t>(sizeof buf) || offset_ == start) break;
+    }
+    ::close(fd);
+  }
+
+ private:
+  std::string path_;
+  pid_t child_;
+  off_t offset_ = 0;
+};
+
+// The agent's environment instead of the inherited one; the launcher's own
+// variables for this task (srun's SLURM_*, PMIx and Open MPI wiring) stay.
+void ReplaceEnvironment(const std::vector<std::string>& agent_env) {
+  std::vector<std::string> launcher;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    for (std::string_view prefix : {"SLURM_", "PMI", "OMPI_"}) {
+      if (v.substr(0, prefix.size()) == prefix) launcher.emplace_back(v);
+    }
+  }
+  ::clearenv();
+  const std::vector<std::string>* lists[] = {&agent_env, &launcher};
+  for (const std::vector<std::string>* list : lists) {
+    for (const std::string& entry : *list) {
+      const size_t eq = entry.find('=');
+      if (eq != std::string::npos && eq > 0)
+        ::setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+    }
+  }
+}
 
 double UnixNow() {
   timespec ts{};
@@ -119,7 +182,17 @@ double UnixNow() {
   g_child = child;
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  if (options.signal_file.empty()) {
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+  } else {
+    SignalFileRelay relay_file(options.signal_file, child);
+    for (;;) {
+      const pid_t done = ::waitpid(child, &status, WNOHANG);
+      if (done == child || (done < 0 && errno != EINTR)) break;
+      relay_file.Pass();
+      ::poll(nullptr, 0, kSignalFilePollMs);
+    }
   }
   RankExit e;
   e.rank = std::atoi(rank.c_str());
@@ -160,6 +233,41 @@ std::vector<std::string> RankExecArgs(const RankExecOptions& options) {
   args.push_back("--");
   args.insert(args.end(), options.command.begin(), options.command.end());
   return args;
+}
+
+nlohmann::json RankExecOptions::ToJson() const {
+  return {{"log_dir", log_dir},           {"node_gpus", node_gpus},
+          {"step_id_file", step_id_file}, {"exit_record", exit_record},
+          {"lease_first", lease_first},   {"lease_last", lease_last},
+          {"command", command},           {"env", env},
+          {"rank_base", rank_base},       {"world_size", world_size},
+          {"signal_file", signal_file}};
+}
+
+Result<RankExecOptions> RankExecOptions::FromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return InvalidArgument("a rank task is not a JSON object");
+  RankExecOptions o;
+  try {
+    o.log_dir = j.value("log_dir", "");
+    o.node_gpus = j.value("node_gpus", std::vector<std::string>{});
+    o.step_id_file = j.value("step_id_file", "");
+    o.exit_record = j.value("exit_record", false);
+    o.lease_first = j.value("lease_first", 0);
+    o.lease_last = j.value("lease_last", 0);
+    o.command = j.value("command", std::vector<std::string>{});
+    o.env = j.value("env", std::vector<std::string>{});
+    o.rank_base = j.value("rank_base", -1);
+    o.world_size = j.value("world_size", 0);
+    o.signal_file = j.value("signal_file", "");
+  } catch (const nlohmann::json::exception& ex) {
+    return InvalidArgument(std::string("a rank task: ") + ex.what());
+  }
+  if (o.command.empty()) return InvalidArgument("a rank task has no command");
+  if (o.rank_base >= 0 && o.world_size < 1) {
+    return InvalidArgument("a rank task with rank_base " + std::to_string(o.rank_base) +
+                           " needs a world_size of at least 1");
+  }
+  return o;
 }
 
 nlohmann::json RankExit::ToJson() const {
@@ -276,11 +384,24 @@ int ExecRank(const RankExecOptions& options) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || parent == 1 || ::getppid() != parent) {
     return 127;  // our launcher is already gone
   }
+  if (!options.env.empty()) ReplaceEnvironment(options.env);
   const EnvLookup env = ProcessEnvLookup();
   auto vars = RankVariablesFromLauncher(env);
   if (!vars.ok()) {
     std::fprintf(stderr, "exec-rank: %s\n", vars.status().message().c_str());
     return 2;
+  }
+  if (options.rank_base >= 0) {
+    // One agent's ranks among a node step's tasks (all on this node).
+    const int task = std::atoi(vars->at("RANK").c_str());
+    const int r = task - options.rank_base;
+    if (r < 0 || r >= options.world_size) {
+      std::fprintf(stderr, "exec-rank: task %d is not one of the agent's tasks %d-%d\n", task,
+                   options.rank_base, options.rank_base + options.world_size - 1);
+      return 2;
+    }
+    (*vars)["RANK"] = (*vars)["LOCAL_RANK"] = std::to_string(r);
+    (*vars)["WORLD_SIZE"] = (*vars)["LOCAL_WORLD_SIZE"] = std::to_string(options.world_size);
   }
   for (const auto& [k, v] : *vars) ::setenv(k.c_str(), v.c_str(), 1);
   const std::string rank = vars->at("RANK");
@@ -352,7 +473,8 @@ int ExecRank(const RankExecOptions& options) {
     static std::unique_ptr<PortLeases> held;
     held = std::move(leases).value();
   }
-  if (options.exit_record || options.lease_first > 0) Supervise(options, rank, env);
+  if (options.exit_record || options.lease_first > 0 || !options.signal_file.empty())
+    Supervise(options, rank, env);
   ExecProgram(options, rank, env);
 }
 
@@ -362,8 +484,9 @@ int ExecRankMain(int argc, char** argv) {
   auto usage = [&] {
     std::fprintf(stderr,
                  "usage: %s [--log-dir DIR] [--gpus NODE=LIST]... [--step-id-file FILE] "
-                 "[--exit-record] [--lease-ports FIRST-LAST] -- /abs/program args...\n",
-                 argv[0]);
+                 "[--exit-record] [--lease-ports FIRST-LAST] -- /abs/program args...\n"
+                 "       %s --task-file FILE\n",
+                 argv[0], argv[0]);
     return 2;
   };
   for (; i < argc; ++i) {
@@ -377,6 +500,19 @@ int ExecRankMain(int argc, char** argv) {
       continue;
     }
     if (i + 1 >= argc) return usage();
+    if (a == "--task-file") {
+      const std::string path = argv[++i];
+      auto text = ReadWholeFile(path, size_t{16} << 20);
+      auto task = text.ok() ? RankExecOptions::FromJson(
+                                  nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false))
+                            : Result<RankExecOptions>(text.status());
+      if (!task.ok()) {
+        std::fprintf(stderr, "exec-rank: --task-file %s: %s\n", path.c_str(),
+                     task.status().message().c_str());
+        return 2;
+      }
+      return ExecRank(*task);
+    }
     if (a == "--log-dir") {
       options.log_dir = argv[++i];
     } else if (a == "--gpus") {

@@ -24,6 +24,22 @@
 //      controller holds here counts as leased. A block another run holds is an
 //      error (exit 2) that names the node and the holder;
 //   6. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
+//
+//   agentrt-exec-rank --task-file FILE
+//
+// reads every option above, and three more, from FILE (a RankExecOptions
+// record): how one agent's ranks run inside a SLURM step shared with other
+// agents (a node step: srun --multi-prog, slurm/srun_backend.h):
+//   - env: the agent's complete environment, which replaces the inherited one
+//     (only the launcher's own SLURM_*, PMI*, PMIX_* and OMPI_* variables stay);
+//   - rank_base, world_size: the agent's ranks are the step's tasks rank_base
+//     .. rank_base + world_size - 1 (all on this node): RANK = SLURM_PROCID -
+//     rank_base, WORLD_SIZE = LOCAL_WORLD_SIZE = world_size;
+//   - signal_file: the controller cannot signal one agent of a shared step
+//     through SLURM, so it appends signal numbers (one per line) to this file;
+//     the wrapper (which then stays the program's parent) looks every 0.1 s
+//     and passes each on to the program, in order, the ones written before it
+//     started included.
 //   With --exit-record it stays the program's parent instead: it passes on
 //   every catchable signal it gets (SIGTERM, SIGINT, SIGUSR1/2, SIGHUP,
 //   SIGCONT, ...), and when the program ends writes DIR/rank<RANK>.exit
@@ -52,6 +68,16 @@ struct RankExecOptions {
   int lease_first = 0;       // the agent's port block to lease on this node (0: none)
   int lease_last = 0;
   std::vector<std::string> command;  // absolute program path and its arguments
+  // --task-file only (see above):
+  std::vector<std::string> env;  // "NAME=value": the agent's environment; empty: inherited
+  int rank_base = -1;            // the agent's first task in the step; -1: SLURM's ranks
+  int world_size = 0;            // with rank_base: the agent's ranks
+  std::string signal_file;       // signals from the controller, one number per line
+
+  // The --task-file record (plan/records.h's conventions: unknown keys are
+  // ignored; a missing command or a bad value is InvalidArgument).
+  nlohmann::json ToJson() const;
+  static Result<RankExecOptions> FromJson(const nlohmann::json& j);
 };
 
 // How one rank ended, as --exit-record writes it: one JSON object

@@ -118,6 +118,13 @@ class LaunchBackend {
   // Non-blocking: the agent processes that ended since the last call. An agent is
   // fully down when every process returned by Launch has been reported here.
   virtual std::vector<AgentProcessExit> PollExits() = 0;
+
+  // The launches between BeginBatch() and EndBatch() may be started together
+  // (the SLURM backend's node steps: slurm/srun_backend.h); such an agent's
+  // ranks have pid 0 until its processes tell theirs. EndBatch() starts what
+  // is still waiting; a start that fails there comes back from PollExits().
+  virtual void BeginBatch() {}
+  virtual void EndBatch() {}
 };
 
 // The complete environment of rank `rank` of `agent` ("NAME=value", sorted),

@@ -214,6 +214,12 @@ class ConfigBuilder {
       c_.Fail(n["time"], "slurm.time",
               fmt::format("expected [D-]HH:MM:SS, MM or UNLIMITED, got '{}'", slurm.time));
     }
+    if (slurm.steps != "agent" && slurm.steps != "node") {
+      c_.Fail(n["steps"], "slurm.steps",
+              fmt::format("expected agent (a job step per agent) or node (one step per node for "
+                          "its single-node agents), got '{}'",
+                          slurm.steps));
+    }
     if (slurm.spare_nodes < 0 || slurm.spare_nodes > 1024) {
       c_.Fail(n["spare_nodes"], "slurm.spare_nodes",
               fmt::format("expected 0..1024 nodes, got {}", slurm.spare_nodes));

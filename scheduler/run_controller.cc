@@ -89,6 +89,7 @@ void RunController::Resume(const RunStatus& previous) {
 
 void RunController::Start(const std::function<void()>& between) {
   double reported_at = clock_->NowSeconds();
+  backend_->BeginBatch();
   for (size_t i = 0; i < agents_.size(); ++i) {
     if (agents_[i].phase == Phase::kIdle) Launch(i);
     if (between && clock_->NowSeconds() - reported_at >= kLaunchReportIntervalS) {
@@ -97,6 +98,7 @@ void RunController::Start(const std::function<void()>& between) {
       reported_at = clock_->NowSeconds();
     }
   }
+  backend_->EndBatch();
   UpdateRunState();
 }
 

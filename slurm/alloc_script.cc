@@ -115,8 +115,9 @@ std::string AllocationScript(const Plan& plan, const SlurmConfig& slurm,
   }
   for (const auto& extra : slurm.extra_args) s += fmt::format("#SBATCH {}\n", extra);
   s += "\n# The controller replaces this shell, so SLURM's signals reach it directly.\n";
-  s += fmt::format("exec {} run --backend slurm-steps --run-dir {} --cpus-per-rank {}\n",
-                   Quote(options.agentctl_path), Quote(options.run_dir), options.cpus_per_rank);
+  s += fmt::format("exec {} run --backend slurm-steps --run-dir {} --cpus-per-rank {}{}\n",
+                   Quote(options.agentctl_path), Quote(options.run_dir), options.cpus_per_rank,
+                   slurm.steps == "node" ? " --node-steps" : "");
   return s;
 }
 

@@ -19,6 +19,7 @@ struct AllocScriptOptions {
   std::string agentctl_path;  // absolute, as seen on the first node
   int cpus_per_rank = 1;
 };
+// slurm.steps: node adds `--node-steps` to the controller's command line.
 
 // The script text: #SBATCH --nodes / --nodelist (the plan's nodes), --ntasks
 // (every rank, plus one for the controller) and --cpus-per-task, --gres=gpu:<largest per-node GPU

@@ -257,7 +257,10 @@ preempted=0
 step=
 trap 'preempted=1; [ -n "$step" ] && kill -USR2 "$step" 2>/dev/null' USR2
 
-srun --kill-on-bad-exit=1{mpi} "$AGENTCTL" array-task --run-dir "$RUN_DIR" --agent "$agent" &
+# The task's one step. --overlap: when a busy slurmctld answers the step's
+# creation too late, srun asks again, and without it would wait for ever for
+# the CPUs of the step it had in fact created.
+srun --overlap --kill-on-bad-exit=1{mpi} "$AGENTCTL" array-task --run-dir "$RUN_DIR" --agent "$agent" &
 step=$!
 wait "$step"
 rc=$?

@@ -1,8 +1,13 @@
 #include "slurm/srun_backend.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -45,11 +50,32 @@ std::string SignalName(int sig) {
 }
 
 struct Step {
-  pid_t pid = 0;  // the local srun; 0 when it has exited
+  pid_t pid = 0;  // the local srun; 0 when it has exited (a node step: when this agent ended)
   std::string log_dir;
   int ranks = 0;
   int restart_count = 0;
+  bool in_node_step = false;  // this incarnation runs in a node step
+  double killed_at_s = -1;    // in a node step: when SIGKILL was asked for
 };
+
+// A node step's ranks are tasks of a step shared with other agents; these
+// files of its log directory say how (plan/rank_exec.h's --task-file).
+std::string TaskFile(const std::string& log_dir) { return log_dir + "/task.json"; }
+std::string SignalFile(const std::string& log_dir) { return log_dir + "/signals"; }
+
+// srun --multi-prog splits its lines at white space: a path with some cannot be in one.
+bool HasSpace(const std::string& s) {
+  return std::any_of(s.begin(), s.end(),
+                     [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+}
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// How long an agent of a node step may take to leave its exit record after
+// SIGKILL before it counts as gone (its node or its wrapper died with it).
+constexpr double kNodeStepKillGraceS = 5.0;
 
 // After srun exited 0: every rank must have left a clean exit record (the
 // wrapper writes one however the program ends). srun also exits 0 when SLURM
@@ -86,6 +112,9 @@ class SrunBackend final : public LaunchBackend {
         PrepareLaunch(agent, steps_.count(agent.name) > 0 && steps_[agent.name].pid != 0));
     std::error_code ec;
     std::filesystem::remove(agent.log_dir + "/step.id", ec);
+    const bool first_launch = launched_.insert(agent.name).second;
+    const bool was_in_node_step = in_node_step_.count(agent.name) > 0;
+    if (batching_ && first_launch && NodeStepFits(agent)) return Defer(agent);
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
                                                           agent.ports_first, agent.ports_last));
@@ -98,6 +127,8 @@ class SrunBackend final : public LaunchBackend {
     SpawnRequest req;
     req.argv = BuildSrunArgv(agent, *program, options_);
     req.argv[0] = *srun;
+    // Its node step may still hold the CPUs it had there: share them.
+    if (was_in_node_step) req.argv.insert(req.argv.begin() + 1, "--overlap");
     req.env = BuildSrunEnvironment(agent, port, options_);
     req.log_path = agent.log_dir + "/srun.log";
     auto pid = spawner_->Spawn(req);
@@ -115,6 +146,8 @@ class SrunBackend final : public LaunchBackend {
 
   Status Signal(const std::string& agent, int sig) override {
     auto it = steps_.find(agent);
+    if (it != steps_.end() && it->second.in_node_step)
+      return SignalInNodeStep(agent, it->second, sig);
     if (it == steps_.end() || it->second.pid == 0) return Status::Ok();
     const std::string step = StepId(it->second);
     Status result = Status::Ok();
@@ -138,8 +171,19 @@ class SrunBackend final : public LaunchBackend {
   }
 
   std::vector<AgentProcessExit> PollExits() override {
-    std::vector<AgentProcessExit> out;
+    std::vector<AgentProcessExit> out = std::move(failed_starts_);
+    failed_starts_.clear();
     for (const auto& e : spawner_->ReapExited()) {
+      if (auto node_step = node_steps_.find(e.pid); node_step != node_steps_.end()) {
+        // Every agent of it still running ended with it.
+        for (const std::string& name : node_step->second) {
+          Step& step = steps_[name];
+          if (step.pid == e.pid)
+            out.push_back(EndInNodeStep(name, step, e.exit_code, e.term_signal));
+        }
+        node_steps_.erase(node_step);
+        continue;
+      }
       auto owner = owner_.find(e.pid);
       if (owner == owner_.end()) continue;
       AgentProcessExit x;
@@ -154,10 +198,204 @@ class SrunBackend final : public LaunchBackend {
       owner_.erase(owner);
       out.push_back(x);
     }
+    PollNodeStepAgents(out);
     return out;
   }
 
+  void BeginBatch() override { batching_ = options_.node_steps; }
+
+  void EndBatch() override {
+    batching_ = false;
+    for (auto& [node, agents] : deferred_) StartNodeStep(node, agents);
+    deferred_.clear();
+  }
+
  private:
+  struct Deferred {
+    AgentLaunch agent;
+    std::string program;
+    int port = 0;
+  };
+
+  // A first launch that may share its node's step: one node, no MPI (its
+  // PMIx wiring is per step), no white space in the paths srun must split.
+  bool NodeStepFits(const AgentLaunch& agent) const {
+    const bool mpi = std::find(options_.mpi_agents.begin(), options_.mpi_agents.end(),
+                               agent.name) != options_.mpi_agents.end();
+    if (mpi || Nodes(agent).size() != 1 || HasSpace(agent.log_dir)) return false;
+    return std::none_of(options_.rank_exec.begin(), options_.rank_exec.end(), HasSpace);
+  }
+
+  Result<LaunchedAgent> Defer(const AgentLaunch& agent) {
+    AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
+                                                          agent.ports_first, agent.ports_last));
+    const std::string path_env = EnvLookupOf(options_.base_env)("PATH").value_or("");
+    auto program = ResolveExecutable(agent.command[0], path_env, options_.search_dirs);
+    if (!program.ok()) return program.status().WithContext("agent " + agent.name);
+    std::error_code ec;
+    std::filesystem::remove(SignalFile(agent.log_dir), ec);
+    const std::string node = agent.ranks.front().node;
+    deferred_[node].push_back({agent, *program, port});
+    Step& step = steps_[agent.name];
+    step = Step{0, agent.log_dir, static_cast<int>(agent.ranks.size()), agent.restart_count};
+    step.in_node_step = true;
+    in_node_step_.insert(agent.name);
+    LaunchedAgent launched;
+    launched.process_group = 0;
+    launched.master_port = port;
+    for (const auto& r : agent.ranks) launched.ranks.push_back({r.rank, 0, r.node});
+    return launched;
+  }
+
+  // One srun for the deferred agents of `node`: task i of the step runs rank
+  // (i - first task of its agent) of its agent, through the rank wrapper and
+  // the agent's task file. No --kill-on-bad-exit: an agent that fails leaves
+  // the others running.
+  void StartNodeStep(const std::string& node, const std::vector<Deferred>& agents) {
+    std::string conf;
+    int tasks = 0;
+    size_t gpus = 0;
+    std::string rank_exec;
+    for (const std::string& part : options_.rank_exec)
+      rank_exec += (rank_exec.empty() ? "" : " ") + part;
+    std::vector<std::string> names;
+    Status failed = Status::Ok();
+    for (const Deferred& d : agents) {
+      const AgentLaunch& a = d.agent;
+      RankExecOptions task;
+      task.log_dir = a.log_dir;
+      task.exit_record = true;
+      task.lease_first = a.ports_first;
+      task.lease_last = a.ports_last;
+      size_t agent_gpus = 0;
+      for (const auto& r : a.ranks) agent_gpus = std::max(agent_gpus, r.gpus.size());
+      gpus += agent_gpus;
+      if (!options_.trust_slurm_binding && agent_gpus > 0)
+        task.node_gpus.push_back(node + "=" + GpuListString(a.ranks.front().gpus));
+      task.command = a.command;
+      task.command[0] = d.program;
+      task.env = BuildSrunEnvironment(a, d.port, options_);
+      task.rank_base = tasks;
+      task.world_size = static_cast<int>(a.ranks.size());
+      task.signal_file = SignalFile(a.log_dir);
+      AtomicWriteOptions mode;
+      mode.mode = 0600;  // the agent's environment
+      mode.sync_file = false;
+      if (Status s = WriteFileAtomic(TaskFile(a.log_dir), task.ToJson().dump(), mode); !s.ok()) {
+        failed = s.WithContext("agent " + a.name);
+        break;
+      }
+      conf += fmt::format("{}-{} {} --task-file {}\n", tasks, tasks + task.world_size - 1,
+                          rank_exec, TaskFile(a.log_dir));
+      tasks += task.world_size;
+      names.push_back(a.name);
+    }
+    const std::string dir =
+        std::filesystem::path(agents.front().agent.log_dir).parent_path().string() + "/node-steps";
+    const std::string stem = fmt::format("{}/{}.{}", dir, node, ++node_step_count_);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (failed.ok()) failed = WriteFileAtomic(stem + ".conf", conf);
+    Result<pid_t> pid =
+        failed.ok() ? Result<pid_t>(Internal("not started")) : Result<pid_t>(failed);
+    if (failed.ok()) {
+      auto srun =
+          ResolveExecutable(options_.srun, EnvLookupOf(options_.base_env)("PATH").value_or(""), {});
+      SpawnRequest req;
+      req.argv = {srun.ok() ? *srun : options_.srun,
+                  "--exact",
+                  "--kill-on-bad-exit=0",
+                  "--job-name=node-step-" + node,
+                  "--nodes=1",
+                  "--nodelist=" + node,
+                  "--ntasks=" + std::to_string(tasks),
+                  "--cpus-per-task=" + std::to_string(options_.cpus_per_rank),
+                  gpus > 0 ? "--gres=gpu:" + std::to_string(gpus) : "--gres=none",
+                  "--mpi=none"};
+      req.argv.insert(req.argv.end(), options_.extra_args.begin(), options_.extra_args.end());
+      req.argv.insert(req.argv.end(), {"--multi-prog", stem + ".conf"});
+      req.env = options_.base_env;
+      req.log_path = stem + ".srun.log";
+      pid = srun.ok() ? spawner_->Spawn(req) : Result<pid_t>(srun.status());
+    }
+    for (const Deferred& d : agents) {
+      Step& step = steps_[d.agent.name];
+      if (pid.ok()) {
+        step.pid = *pid;
+        continue;
+      }
+      AgentProcessExit x;
+      x.agent = d.agent.name;
+      x.rank = -1;
+      x.exit_code = 127;
+      x.lost = "its node step on " + node + " did not start: " + pid.status().message();
+      failed_starts_.push_back(x);
+    }
+    if (pid.ok()) node_steps_[*pid] = names;
+  }
+
+  // The agent of a node step `step` ended: how, from its ranks' exit records
+  // (the step's own exit code and signal when it ended first).
+  AgentProcessExit EndInNodeStep(const std::string& name, Step& step, int step_code,
+                                 int step_signal) {
+    AgentProcessExit x;
+    x.agent = name;
+    x.rank = -1;
+    x.pid = 0;
+    for (const RankExit& r : ReadRankExits(step.log_dir, step.restart_count)) {
+      if (r.signal != 0 || r.exit_code != 0) {
+        x.exit_code = r.exit_code;
+        x.term_signal = r.signal;
+        break;
+      }
+    }
+    if (x.success()) x.lost = LostRanks(step);
+    if (!x.lost.empty() && step_signal != 0) x.term_signal = step_signal;
+    if (!x.lost.empty() && step_code != 0) x.exit_code = step_code;
+    step.pid = 0;
+    return x;
+  }
+
+  // The agents of running node steps that ended: a rank that failed, or every
+  // rank's exit record; one SIGKILLed that left none within the grace.
+  void PollNodeStepAgents(std::vector<AgentProcessExit>& out) {
+    const double now = SteadySeconds();
+    if (now - node_steps_polled_s_ < options_.node_step_poll_s) return;
+    node_steps_polled_s_ = now;
+    for (auto& [pid, names] : node_steps_) {
+      for (const std::string& name : names) {
+        Step& step = steps_[name];
+        if (step.pid != pid) continue;
+        const std::vector<RankExit> exits = ReadRankExits(step.log_dir, step.restart_count);
+        const bool failed = std::any_of(exits.begin(), exits.end(), [](const RankExit& r) {
+          return r.signal != 0 || r.exit_code != 0;
+        });
+        const bool killed_long_ago =
+            step.killed_at_s >= 0 && now - step.killed_at_s > kNodeStepKillGraceS;
+        if (failed || static_cast<int>(exits.size()) >= step.ranks || killed_long_ago) {
+          AgentProcessExit x = EndInNodeStep(name, step, 0, killed_long_ago ? SIGKILL : 0);
+          if (killed_long_ago && x.success()) x.term_signal = SIGKILL;
+          out.push_back(std::move(x));
+        }
+      }
+    }
+  }
+
+  // The controller cannot signal one agent of a shared step through SLURM:
+  // its rank wrappers read the signal from the agent's signal file.
+  Status SignalInNodeStep(const std::string& agent, Step& step, int sig) {
+    const std::string path = SignalFile(step.log_dir);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoStatus(errno, "agent " + agent + ": cannot signal it through " + path);
+    const std::string line = std::to_string(sig) + "\n";
+    const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    const int err = errno;
+    ::close(fd);
+    if (!ok) return ErrnoStatus(err, "agent " + agent + ": cannot signal it through " + path);
+    if (sig == SIGKILL && step.killed_at_s < 0) step.killed_at_s = SteadySeconds();
+    return Status::Ok();
+  }
+
   static std::string StepId(const Step& step) {
     const std::string id = ReadWholeFile(step.log_dir + "/step.id", 256).value_or("");
     return id.substr(0, id.find('\n'));
@@ -168,6 +406,15 @@ class SrunBackend final : public LaunchBackend {
   SrunOptions options_;
   std::map<std::string, Step> steps_;
   std::map<pid_t, std::string> owner_;
+  // Node steps (slurm.steps: node):
+  bool batching_ = false;                                  // between BeginBatch and EndBatch
+  std::set<std::string> launched_;                         // agents launched before
+  std::set<std::string> in_node_step_;                     // agents that ran in a node step
+  std::map<std::string, std::vector<Deferred>> deferred_;  // node -> agents waiting for EndBatch
+  std::map<pid_t, std::vector<std::string>> node_steps_;   // the local srun -> its agents
+  std::vector<AgentProcessExit> failed_starts_;            // node steps that did not start
+  int node_step_count_ = 0;
+  double node_steps_polled_s_ = -1e9;
 };
 
 }  // namespace

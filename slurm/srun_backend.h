@@ -8,6 +8,21 @@
 //        -- <command...>
 //
 // - A restart is a new step (a new srun); other agents' steps keep running.
+// - With SrunOptions::node_steps (slurm.steps: node), the first launch of
+//   every single-node, non-MPI agent inside the controller's start
+//   (BeginBatch .. EndBatch) waits, and then every node's waiting agents
+//   start as one step:
+//     srun --exact --kill-on-bad-exit=0 --nodes=1 --nodelist=NODE --ntasks=T
+//          --multi-prog RUN_DIR/logs/node-steps/NODE.K.conf
+//   whose line "i-j agentrt-exec-rank --task-file LOG_DIR/task.json" runs
+//   the agent whose ranks are the step's tasks i..j (plan/rank_exec.h: the
+//   task file holds its environment, command and ranks). Each agent stays its
+//   own failure domain: one that fails ends alone (its wrappers' exit records
+//   say so; they are looked at every node_step_poll_s), it is signalled
+//   alone (through LOG_DIR/signals, which its wrappers read: SLURM signals
+//   only whole steps), and its restart is a step of its own (--overlap: the
+//   node step may still hold the CPUs it had). One srun per node instead of
+//   one per agent: SLURM's cost per step is paid per node.
 // - Signal(SIGKILL): `scancel JOBID.STEPID` of the agent's current step, then
 //   SIGKILL to the local srun. Other signals go to the step's tasks through
 //   `scancel --signal=SIG JOBID.STEPID` (srun's own forwarding when the step id
@@ -51,6 +66,8 @@ struct SrunOptions {
   std::vector<std::string> base_env;     // default: this process's environ
   std::vector<std::string> extra_args;   // added to every srun (before the command)
   std::vector<std::string> rank_exec = {"agentrt-exec-rank"};  // the rank wrapper's argv prefix
+  bool node_steps = false;                                     // slurm.steps: node (see above)
+  double node_step_poll_s = 0.2;  // how often agents of node steps are looked at
 };
 
 // The srun argv for one incarnation of `agent` (command resolved to `program`).

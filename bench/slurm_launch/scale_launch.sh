@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench_slurm_launch_32nodes: `agentctl run --backend slurm` of 256 one-rank
 # agentrt-test-agent agents on a 32-node test cluster (network namespaces, one
-# slurmd each), one allocation with a job step per agent, from submit to every
+# slurmd each) in one allocation, from submit to every
 # rank running (its process started: the birth time of the rank's log, which the
 # rank wrapper creates just before it starts the agent) and to every rank heard
-# (status.json first lists every rank with telemetry), against a plain
+# (status.json first lists every rank with telemetry), with a step per agent
+# (slurm.steps: agent, the default) and with one step per node (slurm.steps:
+# node), against a plain
 # `sbatch -N32` of the same 256 ranks, each rank noting when it started and then
 # starting the same binary (its loading and linking) and sleeping:
 #   - anchor "srun per agent": the batch script srun-s every rank as its own step;
@@ -86,13 +88,14 @@ plain() {
   wait_nodes_idle
   awk -v a="$t1" -v b="$t0" 'BEGIN {print a - b}'
 }
-running_s=() heard_s=() steps_s=() one_s=()
-for ((r = 0; r < reps; ++r)); do
+# Submits the run (extra agentctl arguments: $@), waits until every rank was
+# heard; prints "RUNNING HEARD" (seconds from submit), then cancels the job.
+agentrt_run() {
+  local t0 out job run heard="" running deadline
   t0=$(now)
-  out=$("$bin/agentctl" run "$work/agents.yaml" --backend slurm --detach 2>&1) || fail "submit: $out"
+  out=$("$bin/agentctl" run "$work/agents.yaml" --backend slurm --detach "$@" 2>&1) || fail "submit: $out"
   job=$(grep -o 'submitted job [0-9]*' <<<"$out" | awk '{print $3}')
   run=$(grep -o 'run dir [^ ]*' <<<"$out" | awk '{print $3}' | tr -d ',')
-  heard=""
   deadline=$((SECONDS + 300))
   until [ -n "$heard" ]; do
     [ $SECONDS -lt $deadline ] || fail "not every rank of $run was heard within 300 s"
@@ -100,22 +103,31 @@ for ((r = 0; r < reps; ++r)); do
     sleep 0.1
   done
   running=$(ranks_running "$run" "$t0") || fail "a rank of $run has no log"
-  running_s+=("$running") heard_s+=("$heard")
   timeout 10 scancel "$job"
   wait_job_gone "$job"
   wait_nodes_idle
+  echo "$running $heard"
+}
+agent_run_s=() agent_heard_s=() node_run_s=() node_heard_s=() steps_s=() one_s=()
+for ((r = 0; r < reps; ++r)); do
+  read -r running heard < <(agentrt_run) && [ -n "$heard" ] || fail "agentctl run (a step per agent)"
+  agent_run_s+=("$running") agent_heard_s+=("$heard")
+  read -r running heard < <(agentrt_run --set slurm.steps=node) && [ -n "$heard" ] || fail "agentctl run (node steps)"
+  node_run_s+=("$running") node_heard_s+=("$heard")
   steps_s+=("$(plain "$work/steps.sbatch")")
   one_s+=("$(plain "$work/one.sbatch")")
-  echo "rep $r: agentctl every rank running ${running_s[-1]} s, heard ${heard_s[-1]} s;" \
-    "plain srun per agent ${steps_s[-1]} s, one srun ${one_s[-1]} s" >&2
+  echo "rep $r: agentctl every rank running / heard: a step per agent ${agent_run_s[-1]} / ${agent_heard_s[-1]} s," \
+    "node steps ${node_run_s[-1]} / ${node_heard_s[-1]} s; plain srun per agent ${steps_s[-1]} s, one srun ${one_s[-1]} s" >&2
 done
-run_m=$(median "${running_s[@]}") heard_m=$(median "${heard_s[@]}")
 steps_m=$(median "${steps_s[@]}") one_m=$(median "${one_s[@]}")
 figure() {  # metric value anchor anchor_value
   printf '{"bench":"slurm_launch","metric":"%s","value":%.3f,"unit":"s","anchor":"%s","anchor_value":%.3f,"ratio":%.3f}\n' \
     "$1" "$2" "$3" "$4" "$(awk -v a="$2" -v b="$4" 'BEGIN {print a / b}')"
 }
 what="run_backend_slurm_${nodes}_nodes_${agents}_agents_submit_to_every_rank"
-figure "${what}_running" "$run_m" "plain sbatch -N$nodes srun-ing each of the $agents ranks as its own step" "$steps_m"
-figure "${what}_running" "$run_m" "plain sbatch -N$nodes with one srun of the $agents ranks" "$one_m"
-figure "${what}_heard" "$heard_m" "plain sbatch -N$nodes srun-ing each of the $agents ranks as its own step" "$steps_m"
+per_agent="plain sbatch -N$nodes srun-ing each of the $agents ranks as its own step"
+one="plain sbatch -N$nodes with one srun of the $agents ranks"
+figure "${what}_running_step_per_agent" "$(median "${agent_run_s[@]}")" "$per_agent" "$steps_m"
+figure "${what}_running_step_per_agent" "$(median "${agent_run_s[@]}")" "$one" "$one_m"
+figure "${what}_running_node_steps" "$(median "${node_run_s[@]}")" "$one" "$one_m"
+figure "${what}_heard_node_steps" "$(median "${node_heard_s[@]}")" "$one" "$one_m"

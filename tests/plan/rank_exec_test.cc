@@ -167,6 +167,90 @@ TEST_CASE("--lease-ports must be a port range") {
   CHECK_THAT(Slurp(w.stderr_path), Catch::Contains("--lease-ports 31000: expected FIRST-LAST"));
 }
 
+TEST_CASE("a rank task record reads back what was written; a bad one is refused") {
+  RankExecOptions o;
+  o.log_dir = "/run/logs/a-0";
+  o.node_gpus = {"n1=0,1"};
+  o.exit_record = true;
+  o.lease_first = 20016;
+  o.lease_last = 20031;
+  o.command = {"/bin/agent", "--steps", "a b"};
+  o.env = {"AGENTRT_AGENT=a-0", "PATH=/usr/bin"};
+  o.rank_base = 3;
+  o.world_size = 2;
+  o.signal_file = "/run/logs/a-0/signals";
+  auto back = RankExecOptions::FromJson(nlohmann::json::parse(o.ToJson().dump()));
+  REQUIRE(back.ok());
+  CHECK(back->ToJson() == o.ToJson());
+  CHECK_THAT(
+      RankExecOptions::FromJson(nlohmann::json::parse(R"({"log_dir": "x"})")).status().message(),
+      Catch::Contains("no command"));
+  CHECK_THAT(RankExecOptions::FromJson(
+                 nlohmann::json::parse(R"({"command": ["/bin/true"], "rank_base": 0})"))
+                 .status()
+                 .message(),
+             Catch::Contains("world_size"));
+  CHECK_FALSE(RankExecOptions::FromJson(nlohmann::json::parse(R"({"command": "true"})")).ok());
+}
+
+TEST_CASE("a task file gives the agent its own environment and its ranks in a shared step") {
+  Scratch s;
+  RankExecOptions o;
+  o.log_dir = s.path + "/logs";
+  fs::create_directories(o.log_dir);
+  o.exit_record = true;
+  o.env = {"AGENT_ONLY=yes", "PATH=/usr/bin:/bin"};
+  o.rank_base = 1;  // the step's task 1 is this agent's rank 0
+  o.world_size = 1;
+  o.command = {"/bin/sh", "-c",
+               "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $AGENT_ONLY "
+               "${INHERITED:-none} $SLURM_PROCID\" > " +
+                   s.path + "/seen"};
+  REQUIRE(WriteFileAtomic(s.path + "/task.json", o.ToJson().dump()).ok());
+  ::setenv("INHERITED", "from-the-step", 1);
+  Wrapped w = Start(s, "/runs/mine", 1, {"--task-file", s.path + "/task.json"});
+  ::unsetenv("INHERITED");
+  CHECK(Wait(w.pid) == 0);
+  CHECK(Slurp(s.path + "/seen") == "0 1 0 1 yes none 1\n");
+  CHECK(Slurp(w.stderr_path).empty());
+  // Task 0 is not this agent's: refused, naming the tasks it has.
+  Wrapped other = Start(s, "/runs/mine", 0, {"--task-file", s.path + "/task.json"});
+  CHECK(Wait(other.pid) == 2);
+  CHECK_THAT(Slurp(other.stderr_path),
+             Catch::Contains("task 0 is not one of the agent's tasks 1-1"));
+  Wrapped missing = Start(s, "/runs/mine", 0, {"--task-file", s.path + "/nothing.json"});
+  CHECK(Wait(missing.pid) == 2);
+  CHECK_THAT(Slurp(missing.stderr_path),
+             Catch::Contains("--task-file " + s.path + "/nothing.json"));
+}
+
+TEST_CASE("signals appended to the signal file reach the program, also those written before") {
+  Scratch s;
+  RankExecOptions o;
+  o.log_dir = s.path + "/logs";
+  fs::create_directories(o.log_dir);
+  o.signal_file = s.path + "/signals";
+  o.command = {"/bin/sleep", "30"};
+  REQUIRE(WriteFileAtomic(s.path + "/task.json", o.ToJson().dump()).ok());
+  // Written while it runs: SIGTERM ends sleep, and the wrapper ends the same way.
+  Wrapped running = Start(s, "/runs/mine", 0, {"--task-file", s.path + "/task.json"});
+  REQUIRE(WaitFor([&] { return fs::exists(s.path + "/logs/rank0.log"); }));
+  {
+    const int fd = ::open(o.signal_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, "15\n", 3) == 3);
+    ::close(fd);
+  }
+  CHECK(Wait(running.pid) == 128 + SIGTERM);
+  auto exits = ReadRankExits(o.log_dir, 0);
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].signal == SIGTERM);
+  // Written before it started (the file already says 15): delivered at once.
+  fs::remove(RankExitPath(o.log_dir, 0));
+  Wrapped early = Start(s, "/runs/mine", 0, {"--task-file", s.path + "/task.json"});
+  CHECK(Wait(early.pid) == 128 + SIGTERM);
+}
+
 TEST_CASE("InterfaceToward names the interface that holds the route's source address") {
   auto lo = InterfaceToward("127.0.0.1");
   REQUIRE(lo.ok());

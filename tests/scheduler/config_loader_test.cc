@@ -173,6 +173,10 @@ TEST_CASE("a wrong type says what was expected") {
   CHECK_THAT(ErrorOf("agents: [{name: a, backend: ncl}]\n"), Contains("did you mean 'nccl'?"));
   CHECK_THAT(ErrorOf("bus: {port: 70000}\nagents: [{name: a}]\n"),
              Contains("key 'bus.port': expected auto or a port"));
+  CHECK_THAT(ErrorOf("slurm: {steps: nodes}\nagents: [{name: a}]\n"),
+             StartsWith("agents.yaml:1:16: key 'slurm.steps': expected agent (a job step per "
+                        "agent) or node (one step per node for its single-node agents), got "
+                        "'nodes'"));
 }
 
 TEST_CASE("negative or zero counts are rejected") {

@@ -5,3 +5,9 @@ agentrt_test(NAME slurm_alloc_unit_test
   DEPS agentrt::slurm
   LABELS unit
   TIMEOUT 60)
+# slurm.steps: node: the SLURM backend's node steps with a fake spawner.
+agentrt_test(NAME slurm_srun_node_steps_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/srun_node_steps_test.cc
+  DEPS agentrt::slurm
+  LABELS unit
+  TIMEOUT 60)

@@ -11,3 +11,10 @@ agentrt_script_test(NAME slurm_node_failover_test
   LABELS slurm fault
   TIMEOUT 420)
 set_tests_properties(slurm_node_failover_test PROPERTIES SKIP_RETURN_CODE 77)
+# slurm.steps: node on its own 2-node cluster: one step per node, each agent
+# still its own failure domain (restart alone, signalled alone, stop reaches all).
+agentrt_script_test(NAME slurm_node_steps_test
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/node_steps_test.sh
+  LABELS slurm fault
+  TIMEOUT 300)
+set_tests_properties(slurm_node_steps_test PROPERTIES SKIP_RETURN_CODE 77)

@@ -112,7 +112,8 @@ TEST_CASE("CPU agents get no gres, MPI agents get PMIx, multi-node agents get ta
   REQUIRE(set->arrays.size() == 2);
   CHECK(set->arrays[0].file_name == "array-cpu-rank2.sbatch");
   CHECK_THAT(set->arrays[0].script, !Catch::Contains("--gres"));
-  CHECK_THAT(set->arrays[0].script, Catch::Contains("srun --kill-on-bad-exit=1 --mpi=pmix "));
+  CHECK_THAT(set->arrays[0].script,
+             Catch::Contains("srun --overlap --kill-on-bad-exit=1 --mpi=pmix "));
   CHECK(set->arrays[1].file_name == "array-gpu16-rank16-node2.sbatch");
   CHECK_THAT(set->arrays[1].script, Catch::Contains("#SBATCH --nodes=2\n"));
   CHECK_THAT(set->arrays[1].script, Catch::Contains("#SBATCH --ntasks-per-node=8\n"));

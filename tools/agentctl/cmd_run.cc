@@ -138,7 +138,8 @@ struct RunOptions {
   std::string run_dir;  // --backend slurm-steps: the run directory made by --backend slurm
   bool detach = false;  // --backend slurm: return once submitted
   int cpus_per_rank = 1;
-  bool preflight = false;  // agentctl check first; start nothing when it fails
+  bool node_steps = false;  // --backend slurm-steps: slurm.steps: node
+  bool preflight = false;   // agentctl check first; start nothing when it fails
   bool notes_to_stderr =
       false;               // --backend slurm: "submitted job ..." lines on stderr (check --json)
   bool strict = false;     // --preflight --strict: its warnings fail too
@@ -289,6 +290,7 @@ int RunInAllocation(const RunOptions& opts) {
   srun.cpus_per_rank = opts.cpus_per_rank;
   srun.rank_exec = RankWrapper();
   srun.trust_slurm_binding = plan->trust_slurm_binding;
+  srun.node_steps = opts.node_steps;
   for (const auto& a : plan->agents) {
     if (agentrt::LaunchesThroughMpi(a.backend, a.ranks)) srun.mpi_agents.push_back(a.name);
   }
@@ -492,7 +494,8 @@ void RegisterRun(CLI::App& app) {
                 "--backend slurm: return once the allocation is submitted");
   cmd->add_option("--cpus-per-rank", opts->cpus_per_rank, "--backend slurm: CPUs of every rank")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--run-dir", opts->run_dir, "")->group("");  // hidden: --backend slurm-steps
+  cmd->add_option("--run-dir", opts->run_dir, "")->group("");      // hidden: --backend slurm-steps
+  cmd->add_flag("--node-steps", opts->node_steps, "")->group("");  // hidden: slurm.steps: node
   cmd->add_option("--status-interval-s", opts->status_interval_s,
                   "seconds between progress tables when stdout is not a terminal");
   cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");
