@@ -105,6 +105,7 @@ class SrunBackend final : public LaunchBackend {
       : spawner_(std::move(spawner)), runner_(runner), options_(std::move(options)) {
     if (options_.base_env.empty()) options_.base_env = CurrentEnviron();
     if (options_.search_dirs.empty()) options_.search_dirs = DefaultSearchDirs();
+    path_env_ = EnvLookupOf(options_.base_env)("PATH").value_or("");
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
@@ -114,14 +115,13 @@ class SrunBackend final : public LaunchBackend {
     std::filesystem::remove(agent.log_dir + "/step.id", ec);
     const bool first_launch = launched_.insert(agent.name).second;
     const bool was_in_node_step = in_node_step_.count(agent.name) > 0;
-    if (batching_ && first_launch && NodeStepFits(agent)) return Defer(agent);
 
     AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
                                                           agent.ports_first, agent.ports_last));
-    const std::string path_env = EnvLookupOf(options_.base_env)("PATH").value_or("");
-    auto program = ResolveExecutable(agent.command[0], path_env, options_.search_dirs);
+    auto program = ResolveExecutable(agent.command[0], path_env_, options_.search_dirs);
     if (!program.ok()) return program.status().WithContext("agent " + agent.name);
-    auto srun = ResolveExecutable(options_.srun, path_env, {});
+    if (batching_ && first_launch && NodeStepFits(agent)) return Defer(agent, *program, port);
+    auto srun = ResolveExecutable(options_.srun, path_env_, {});
     if (!srun.ok()) return srun.status().WithContext("agent " + agent.name + ": srun");
 
     SpawnRequest req;
@@ -226,16 +226,11 @@ class SrunBackend final : public LaunchBackend {
     return std::none_of(options_.rank_exec.begin(), options_.rank_exec.end(), HasSpace);
   }
 
-  Result<LaunchedAgent> Defer(const AgentLaunch& agent) {
-    AGENTRT_ASSIGN_OR_RETURN(const int port, PickFreePort(agent.name, agent.master_port,
-                                                          agent.ports_first, agent.ports_last));
-    const std::string path_env = EnvLookupOf(options_.base_env)("PATH").value_or("");
-    auto program = ResolveExecutable(agent.command[0], path_env, options_.search_dirs);
-    if (!program.ok()) return program.status().WithContext("agent " + agent.name);
+  LaunchedAgent Defer(const AgentLaunch& agent, const std::string& program, int port) {
     std::error_code ec;
     std::filesystem::remove(SignalFile(agent.log_dir), ec);
     const std::string node = agent.ranks.front().node;
-    deferred_[node].push_back({agent, *program, port});
+    deferred_[node].push_back({agent, program, port});
     Step& step = steps_[agent.name];
     step = Step{0, agent.log_dir, static_cast<int>(agent.ranks.size()), agent.restart_count};
     step.in_node_step = true;
@@ -299,8 +294,7 @@ class SrunBackend final : public LaunchBackend {
     Result<pid_t> pid =
         failed.ok() ? Result<pid_t>(Internal("not started")) : Result<pid_t>(failed);
     if (failed.ok()) {
-      auto srun =
-          ResolveExecutable(options_.srun, EnvLookupOf(options_.base_env)("PATH").value_or(""), {});
+      auto srun = ResolveExecutable(options_.srun, path_env_, {});
       SpawnRequest req;
       req.argv = {srun.ok() ? *srun : options_.srun,
                   "--exact",
@@ -404,6 +398,7 @@ class SrunBackend final : public LaunchBackend {
   std::unique_ptr<ProcessSpawner> spawner_;
   CommandRunner* runner_;
   SrunOptions options_;
+  std::string path_env_;  // PATH of base_env: where programs and srun are looked up
   std::map<std::string, Step> steps_;
   std::map<pid_t, std::string> owner_;
   // Node steps (slurm.steps: node):
