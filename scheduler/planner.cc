@@ -72,13 +72,16 @@ class FreeIndex {
       by_node_[static_cast<size_t>(nodes[n].free_gpus)].insert(static_cast<int>(n));
     }
   }
+  // Moves re-link the set's node rather than free and allocate one.
   void MoveDomain(size_t n, size_t d, int from, int to) {
-    by_domain_[static_cast<size_t>(from)].erase(Key(n, d));
-    by_domain_[static_cast<size_t>(to)].insert(Key(n, d));
+    if (from == to) return;
+    by_domain_[static_cast<size_t>(to)].insert(
+        by_domain_[static_cast<size_t>(from)].extract(Key(n, d)));
   }
   void MoveNode(size_t n, int from, int to) {
-    by_node_[static_cast<size_t>(from)].erase(static_cast<int>(n));
-    by_node_[static_cast<size_t>(to)].insert(static_cast<int>(n));
+    if (from == to) return;
+    by_node_[static_cast<size_t>(to)].insert(
+        by_node_[static_cast<size_t>(from)].extract(static_cast<int>(n)));
   }
   const std::set<std::int64_t>& DomainsWithFree(int f) const {
     return by_domain_[static_cast<size_t>(f)];
@@ -140,12 +143,14 @@ class Planner {
       const AgentConfig& agent = config_.agents[i];
       AgentPlan& out = plan.agents[i];
       CopySettings(agent, static_cast<int>(i), out);
+      used_by_agent_.clear();
       std::optional<Infeasible> why = Place(agent, out);
       if (why) return *why;
       // The partition's theoretical peak: its GPUs (by the type of their node), or its CPU ranks.
       out.peak_flops = 0;
-      for (const Placement& p : out.placement) {
-        const NodeSpec& spec = *nodes_[index_of_.at(p.node)].spec;
+      for (size_t k = 0; k < out.placement.size(); ++k) {
+        const Placement& p = out.placement[k];
+        const NodeSpec& spec = *nodes_[used_by_agent_[k]].spec;
         out.peak_flops += agent.gpus > 0 ? static_cast<double>(p.gpus.size()) * 1e12 *
                                                GpuPeakTflops(spec.gpu_type, config_.cluster.peak)
                                          : static_cast<double>(p.ranks.size()) * 1e9 *
@@ -330,7 +335,9 @@ class Planner {
     out.master_port = out.ports.first;
   }
 
+  // Every placement of an agent calls this once, in placement order.
   void UseNode(size_t n, int ranks) {
+    used_by_agent_.push_back(n);
     NodeState& s = nodes_[n];
     if (s.cpus_free != kUnlimited) s.cpus_free -= std::min(ranks, s.cpus_free);
     s.ranks += ranks;
@@ -600,6 +607,7 @@ class Planner {
   const PlanOptions& options_;
   std::vector<NodeState> nodes_;
   std::unordered_map<std::string, size_t> index_of_;
+  std::vector<size_t> used_by_agent_;  // the nodes of the agent being placed, per placement
   FreeIndex index_;
   int blocks_ = 0;
   int max_gpus_ = 0;                   // most GPUs of any node
