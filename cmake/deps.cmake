@@ -29,6 +29,9 @@ find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 
+# simdjson (metrics.jsonl read without a JSON document per line: the dashboard's curves, export): libsimdjson-dev
+find_package(simdjson REQUIRED)
+
 # ISA-L (the one CRC32C, common/crc32c.h: checkpoints, the bus log, large payloads; SSE4.2/AVX-512 dispatched): libisal-dev
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 

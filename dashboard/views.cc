@@ -357,13 +357,17 @@ Status MetricSeries::Refresh() {
   for (size_t nl = text.find('\n'); nl != std::string::npos; nl = text.find('\n', start)) {
     const std::string_view line(text.data() + start, nl - start);
     start = nl + 1;
-    auto r = MetricsRecord::FromJson(nlohmann::json::parse(line, nullptr, false));
+    auto r = reader_.Parse(line);
     if (!r.ok()) continue;       // not a report line
     if (r->rank != 0) continue;  // the other ranks report the same curves
-    auto& of_agent = series_[r->agent];
-    for (const auto& [k, v] : r->metrics.items()) {
-      if (!v.is_number()) continue;
-      of_agent[k].Append(static_cast<double>(r->step), v.get<double>());
+    auto of_agent = series_.find(r->agent);
+    if (of_agent == series_.end()) of_agent = series_.try_emplace(std::string(r->agent)).first;
+    for (const MetricValueView& m : r->metrics) {
+      if (!m.is_number()) continue;
+      auto series = of_agent->second.find(m.name);
+      if (series == of_agent->second.end())
+        series = of_agent->second.try_emplace(std::string(m.name)).first;
+      series->second.Append(static_cast<double>(r->step), m.number);
       ++points_;
     }
   }

@@ -96,7 +96,9 @@ class MetricSeries {
   const std::string path_;
   int64_t read_ = 0;  // bytes of the file consumed
   std::string partial_;
-  std::map<std::string, std::map<std::string, Series>> series_;  // agent -> metric -> series
+  MetricsLineReader reader_;
+  // agent -> metric -> series
+  std::map<std::string, std::map<std::string, Series, std::less<>>, std::less<>> series_;
   int64_t points_ = 0;
 };
 

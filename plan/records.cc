@@ -1,8 +1,14 @@
 #include "plan/records.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <simdjson.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <deque>
 #include <fstream>
+#include <limits>
 #include <type_traits>
 
 namespace agentrt {
@@ -90,9 +96,201 @@ Result<MetricsRecord> MetricsRecord::FromJson(const json& j) {
   return r;
 }
 
+namespace {
+
+using simdjson::dom::element_type;
+
+Status WrongType(std::string_view key, const simdjson::dom::element& v) {
+  return InvalidArgument(fmt::format("'{}' has the wrong type: {}", key, simdjson::minify(v)));
+}
+
+// An integer JSON number of `v` into `out`; anything else is the wrong type.
+template <typename Int>
+Status TakeInteger(std::string_view key, const simdjson::dom::element& v, Int* out) {
+  int64_t value = 0;
+  if (v.type() == element_type::DOUBLE || v.get_int64().get(value) != simdjson::SUCCESS ||
+      value < std::numeric_limits<Int>::min() || value > std::numeric_limits<Int>::max()) {
+    return WrongType(key, v);
+  }
+  *out = static_cast<Int>(value);
+  return Status::Ok();
+}
+
+}  // namespace
+
+// simdjson's DOM parser: its stages are chosen at run time for the CPU
+// (AVX2, SSE4.2 or plain), and it keeps its buffers from line to line.
+struct MetricsLineReader::Impl {
+  simdjson::dom::parser parser;
+  std::string padded;  // the line, with SIMDJSON_PADDING bytes of room after it
+  std::vector<MetricValueView> values;
+  std::deque<std::string> other;  // the JSON text of values neither numbers nor strings
+
+  Status ReadMetrics(const simdjson::dom::element& v) {
+    simdjson::dom::object metrics;
+    if (v.get_object().get(metrics) != simdjson::SUCCESS) return WrongType("metrics", v);
+    for (const simdjson::dom::key_value_pair field : metrics) {
+      MetricValueView m;
+      m.name = field.key;
+      const simdjson::dom::element value = field.value;
+      switch (value.type()) {
+        case element_type::INT64:
+          m.kind = MetricValueView::Kind::kInteger;
+          m.integer = value.get_int64().value_unsafe();
+          m.number = static_cast<double>(m.integer);
+          break;
+        case element_type::UINT64:
+        case element_type::DOUBLE:
+          m.kind = MetricValueView::Kind::kNumber;
+          m.number = value.get_double().value_unsafe();
+          break;
+        case element_type::STRING:
+          m.kind = MetricValueView::Kind::kString;
+          m.text = value.get_string().value_unsafe();
+          break;
+        default:
+          m.kind = MetricValueView::Kind::kOther;
+          m.text = other.emplace_back(simdjson::minify(value));
+          break;
+      }
+      values.push_back(m);
+    }
+    return Status::Ok();
+  }
+};
+
+MetricsLineReader::MetricsLineReader() : impl_(std::make_unique<Impl>()) {}
+MetricsLineReader::~MetricsLineReader() = default;
+
+Result<MetricsLineView> MetricsLineReader::Parse(std::string_view line) {
+  Impl& m = *impl_;
+  m.values.clear();
+  m.other.clear();
+  if (m.padded.capacity() < line.size() + simdjson::SIMDJSON_PADDING)
+    m.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
+  m.padded.assign(line);
+  simdjson::dom::element doc;
+  simdjson::dom::object object;
+  if (m.parser.parse(m.padded.data(), m.padded.size(), /*realloc_if_needed=*/false).get(doc) !=
+          simdjson::SUCCESS ||
+      doc.get_object().get(object) != simdjson::SUCCESS) {
+    return InvalidArgument("a metrics record is a JSON object");
+  }
+  MetricsLineView out;
+  bool agent = false, step = false, metrics = false;
+  for (const simdjson::dom::key_value_pair field : object) {
+    const std::string_view key = field.key;
+    const simdjson::dom::element v = field.value;
+    if (v.is_null()) continue;  // as if missing
+    if (key == "agent") {
+      if (v.get_string().get(out.agent) != simdjson::SUCCESS) return WrongType(key, v);
+      agent = true;
+    } else if (key == "step") {
+      AGENTRT_RETURN_IF_ERROR(TakeInteger(key, v, &out.step));
+      step = true;
+    } else if (key == "rank") {
+      AGENTRT_RETURN_IF_ERROR(TakeInteger(key, v, &out.rank));
+    } else if (key == "run_time" || key == "time") {
+      double* to = key == "time" ? &out.time : &out.run_time;
+      if (v.get_double().get(*to) != simdjson::SUCCESS) return WrongType(key, v);
+    } else if (key == "metrics") {
+      m.values.clear();
+      m.other.clear();
+      AGENTRT_RETURN_IF_ERROR(m.ReadMetrics(v));
+      metrics = true;
+    }
+  }
+  if (!agent) return InvalidArgument("'agent' is missing");
+  if (!step) return InvalidArgument("'step' is missing");
+  if (!metrics) return InvalidArgument("'metrics' is missing");
+  out.metrics = m.values;
+  return out;
+}
+
+Status ForEachMetricsLine(const std::string& path,
+                          const std::function<void(const MetricsLineView&)>& visit) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFound(path + " does not exist: is it a run directory?");
+    return ErrnoStatus(errno, "read " + path);
+  }
+  MetricsLineReader reader;
+  std::string text;
+  std::string chunk(size_t{4} << 20, '\0');
+  int number = 0;
+  std::optional<Status> torn;  // a bad line: fine only as the file's last bytes
+  Status result = Status::Ok();
+  auto line_of = [&](std::string_view line) {
+    ++number;
+    if (torn) {  // anything after a bad line: it was not a torn last line
+      result = *torn;
+      return false;
+    }
+    if (line.empty()) return true;
+    auto r = reader.Parse(line);
+    if (!r.ok()) {
+      torn = DataLoss(
+          fmt::format("{}:{}: not a metrics record: {}", path, number, r.status().message()));
+      return true;
+    }
+    visit(*r);
+    return true;
+  };
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      result = ErrnoStatus(errno, "read " + path);
+      break;
+    }
+    if (n == 0) {
+      if (!text.empty()) line_of(text);
+      break;
+    }
+    text.append(chunk.data(), static_cast<size_t>(n));
+    size_t start = 0;
+    bool go_on = true;
+    for (size_t nl = text.find('\n'); go_on && nl != std::string::npos;
+         nl = text.find('\n', start)) {
+      go_on = line_of(std::string_view(text).substr(start, nl - start));
+      start = nl + 1;
+    }
+    if (!go_on) break;
+    text.erase(0, start);
+  }
+  ::close(fd);
+  return result;
+}
+
 Result<std::vector<MetricsRecord>> ReadMetricsFile(const std::string& path) {
-  return ReadRecordLines<MetricsRecord>(path, "metrics record",
-                                        " does not exist: is it a run directory?");
+  std::vector<MetricsRecord> out;
+  AGENTRT_RETURN_IF_ERROR(ForEachMetricsLine(path, [&](const MetricsLineView& line) {
+    MetricsRecord r;
+    r.run_time = line.run_time;
+    r.time = line.time;
+    r.agent = line.agent;
+    r.rank = line.rank;
+    r.step = line.step;
+    for (const MetricValueView& m : line.metrics) {
+      nlohmann::json& v = r.metrics[std::string(m.name)];
+      switch (m.kind) {
+        case MetricValueView::Kind::kInteger:
+          v = m.integer;
+          break;
+        case MetricValueView::Kind::kNumber:
+          v = m.number;
+          break;
+        case MetricValueView::Kind::kString:
+          v = std::string(m.text);
+          break;
+        case MetricValueView::Kind::kOther:
+          v = nlohmann::json::parse(m.text, nullptr, /*allow_exceptions=*/false);
+          break;
+      }
+    }
+    out.push_back(std::move(r));
+  }));
+  return out;
 }
 
 // ---------------------------------------------------------------- lineage.jsonl

@@ -14,8 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,9 +45,56 @@ struct MetricsRecord {
   static Result<MetricsRecord> FromJson(const nlohmann::json& json);
 };
 
-// Every record of a metrics.jsonl file, in order. A run killed mid-write leaves
-// at most its last line torn: that line is skipped. Any other line that is not
-// a record is DataLoss naming "<path>:<line>". NotFound when there is no file.
+// One metric of a metrics line as read: a number (an integer keeps its
+// integer value too), or any other JSON value as text (a string unescaped; an
+// object, array, boolean or null as its JSON).
+struct MetricValueView {
+  enum class Kind { kInteger, kNumber, kString, kOther };
+  std::string_view name;
+  Kind kind = Kind::kNumber;
+  double number = 0;      // kInteger, kNumber
+  int64_t integer = 0;    // kInteger
+  std::string_view text;  // kString, kOther
+  bool is_number() const { return kind == Kind::kInteger || kind == Kind::kNumber; }
+};
+
+// A metrics line as read, the same fields as MetricsRecord.
+struct MetricsLineView {
+  std::string_view agent;
+  int rank = 0;
+  int64_t step = 0;
+  double run_time = 0;
+  double time = 0;
+  std::span<const MetricValueView> metrics;
+};
+
+// Reads metrics lines without building a JSON document per line (the views
+// point into the reader's buffers and stay valid until the next Parse); the
+// same rules as MetricsRecord::FromJson. The dashboard's curves and `agentctl
+// export` read whole runs' histories with it.
+class MetricsLineReader {
+ public:
+  MetricsLineReader();
+  ~MetricsLineReader();
+  MetricsLineReader(const MetricsLineReader&) = delete;
+  MetricsLineReader& operator=(const MetricsLineReader&) = delete;
+
+  // InvalidArgument naming the key that is missing or of the wrong type, or
+  // saying the line is not JSON.
+  Result<MetricsLineView> Parse(std::string_view line);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Every record of a metrics.jsonl file, in order, handed to `visit` one at a
+// time. A run killed mid-write leaves at most its last line torn: that line is
+// skipped. Any other line that is not a record is DataLoss naming
+// "<path>:<line>". NotFound when there is no file.
+Status ForEachMetricsLine(const std::string& path,
+                          const std::function<void(const MetricsLineView&)>& visit);
+// The same, as records.
 Result<std::vector<MetricsRecord>> ReadMetricsFile(const std::string& path);
 
 // A PBT decision (scheduler/pbt.h decides): `recipient` takes `donor`'s

@@ -59,6 +59,7 @@
 #include "comms/auth.h"
 #include "comms/telemetry.h"
 #include "dashboard/server.h"
+#include "plan/run_dir.h"
 #include "scheduler/loader.h"
 #include "scheduler/run_driver.h"
 #include "scheduler/status.h"
@@ -484,6 +485,11 @@ void SimulatedAgents(const std::string& bin_dir, int n, double window_s) {
     };
     // Cold: the dashboard's first page, which reads the run's whole metrics
     // history (it grows with the run's length); then the median of three more.
+    std::error_code no_size;
+    const auto history = fs::file_size(agentrt::RunDir(run_dir).MetricsPath(), no_size);
+    std::fprintf(stderr,
+                 "bench_scale: %d simulated agents: metrics history at the cold load: %.1f MB\n", n,
+                 static_cast<double>(history) / 1e6);
     views["dashboard_cold_load"] = page_load();
     views["dashboard_first_load"] = median3(page_load);
     views["metrics_endpoint"] = median3([&] {

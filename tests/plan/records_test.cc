@@ -3,9 +3,12 @@
 // documented schema (plan/records.schema.json) that scripts and the page read.
 #include "plan/records.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "tests/common/temp_dir.h"
@@ -117,6 +120,103 @@ TEST_CASE("a metrics file reads back in order; its torn last line is skipped, a 
              Catch::Matchers::Contains("bad.jsonl:1: not a metrics record"));
 
   CHECK(ReadMetricsFile(dir.Path("none.jsonl")).status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE(
+    "the metrics line reader reads and refuses what a metrics record's JSON reads and refuses") {
+  const std::vector<std::string> good = {
+      SomeMetrics().ToLine(),
+      R"({"agent":"a\"b","step":3,"metrics":{"n":7,"x":-1.5e-3,"s":"q,\"\u00e9","o":{"k":[1,2]},)"
+      R"("b":true,"z":null,"big":18446744073709551615},"rank":null,"time":5})",
+      R"({"unknown":[1],"metrics":{},"step":0,"agent":"x"})",
+  };
+  MetricsLineReader reader;
+  for (const std::string& line : good) {
+    INFO(line);
+    auto expected = MetricsRecord::FromJson(json::parse(line));
+    REQUIRE(expected.ok());
+    auto view = reader.Parse(line);
+    REQUIRE(view.ok());
+    CHECK(view->agent == expected->agent);
+    CHECK(view->rank == expected->rank);
+    CHECK(view->step == expected->step);
+    CHECK(view->time == expected->time);
+    CHECK(view->run_time == expected->run_time);
+    REQUIRE(view->metrics.size() == expected->metrics.size());
+    for (const MetricValueView& m : view->metrics) {
+      const json& want = expected->metrics.at(std::string(m.name));
+      INFO(m.name);
+      const bool fits_int64 =
+          want.is_number_integer() &&
+          (!want.is_number_unsigned() ||
+           want.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+      if (fits_int64) {
+        CHECK(m.kind == MetricValueView::Kind::kInteger);
+        CHECK(m.integer == want.get<int64_t>());
+      } else if (want.is_number()) {
+        CHECK(m.kind == MetricValueView::Kind::kNumber);
+        CHECK(m.number == want.get<double>());
+      } else if (want.is_string()) {
+        CHECK(m.kind == MetricValueView::Kind::kString);
+        CHECK(m.text == want.get<std::string>());
+      } else {
+        CHECK(m.kind == MetricValueView::Kind::kOther);
+        CHECK(json::parse(m.text) == want);
+      }
+    }
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"not json", "is a JSON object"},
+      {"[1,2]", "is a JSON object"},
+      {R"({"agent":"a","step":1,"metrics":{}} trailing)", "is a JSON object"},
+      {R"({"step":1,"metrics":{}})", "'agent' is missing"},
+      {R"({"agent":null,"step":1,"metrics":{}})", "'agent' is missing"},
+      {R"({"agent":"a","metrics":{}})", "'step' is missing"},
+      {R"({"agent":"a","step":1})", "'metrics' is missing"},
+      {R"({"agent":"a","step":1.5,"metrics":{}})", "'step' has the wrong type: 1.5"},
+      {R"({"agent":"a","step":"1","metrics":{}})", "'step' has the wrong type"},
+      {R"({"agent":3,"step":1,"metrics":{}})", "'agent' has the wrong type: 3"},
+      {R"({"agent":"a","step":1,"rank":0.5,"metrics":{}})", "'rank' has the wrong type"},
+      {R"({"agent":"a","step":1,"time":"now","metrics":{}})", "'time' has the wrong type"},
+      {R"({"agent":"a","step":1,"metrics":"fast"})", "'metrics' has the wrong type"},
+  };
+  for (const auto& [line, why] : bad) {
+    INFO(line);
+    CHECK_FALSE(MetricsRecord::FromJson(json::parse(line, nullptr, false)).ok());
+    auto view = reader.Parse(line);
+    REQUIRE_FALSE(view.ok());
+    CHECK(view.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(view.status().message(), Catch::Matchers::Contains(why));
+  }
+}
+
+TEST_CASE(
+    "a long metrics file reads back whole across the reader's chunks; a blank line after a "
+    "bad one makes it DataLoss") {
+  testing::TempDir dir;
+  std::string lines;
+  MetricsRecord r = SomeMetrics();
+  const int count = 40000;  // about 5 MiB: more than one read
+  for (int i = 0; i < count; ++i) {
+    r.step = i;
+    lines += r.ToLine() + "\n";
+  }
+  int64_t next = 0;
+  bool in_order = true;
+  REQUIRE(ForEachMetricsLine(dir.Write("long.jsonl", lines + "{\"agent\":"),
+                             [&](const MetricsLineView& line) {
+                               in_order = in_order && line.step == next;
+                               ++next;
+                             })
+              .ok());
+  CHECK(in_order);
+  CHECK(next == count);
+
+  auto bad = ReadMetricsFile(dir.Write("blank.jsonl", lines + "{\"agent\":\n\n"));
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(bad.status().message(), Catch::Matchers::Contains(fmt::format(
+                                         "blank.jsonl:{}: not a metrics record", count + 1)));
 }
 
 TEST_CASE("a lineage record round-trips, exploited or failed, and keeps to the schema") {

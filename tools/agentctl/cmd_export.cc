@@ -8,9 +8,9 @@
 
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,18 +24,72 @@
 namespace agentctl {
 namespace {
 
-std::string CsvField(const nlohmann::json& v) {
-  if (v.is_null()) return "";
-  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  if (v.is_number()) return fmt::format("{}", v.get<double>());
-  std::string s = v.is_string() ? v.get<std::string>() : v.dump();
-  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out.push_back('"');
-    out.push_back(c);
+// `s` as one CSV field: quoted (quotes doubled) when it holds a separator.
+void AppendCsvText(std::string& out, std::string_view s) {
+  if (s.find_first_of(",\"\n\r") == std::string_view::npos) {
+    out += s;
+    return;
   }
-  return out + "\"";
+  out += '"';
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
+void AppendCsvValue(std::string& out, const agentrt::MetricValueView& v) {
+  using Kind = agentrt::MetricValueView::Kind;
+  if (v.kind == Kind::kInteger) {
+    fmt::format_to(std::back_inserter(out), "{}", v.integer);
+  } else if (v.kind == Kind::kNumber) {
+    fmt::format_to(std::back_inserter(out), "{}", v.number);
+  } else {
+    AppendCsvText(out, v.text);
+  }
+}
+
+// The CSV table of metrics.jsonl: a first pass for the columns (the union of
+// metric names), a second for the rows, without a record per line.
+agentrt::Status WriteCsv(const std::string& metrics_path, const std::string& csv, size_t* rows_out,
+                         size_t* names_out) {
+  std::set<std::string, std::less<>> names;
+  AGENTRT_RETURN_IF_ERROR(
+      agentrt::ForEachMetricsLine(metrics_path, [&](const agentrt::MetricsLineView& line) {
+        for (const auto& m : line.metrics) {
+          if (names.find(m.name) == names.end()) names.emplace(m.name);
+        }
+      }));
+  std::string out = "agent,rank,step,run_time,time";
+  for (const auto& n : names) {
+    out += ',';
+    AppendCsvText(out, n);
+  }
+  out += '\n';
+  size_t rows = 0;
+  AGENTRT_RETURN_IF_ERROR(
+      agentrt::ForEachMetricsLine(metrics_path, [&](const agentrt::MetricsLineView& line) {
+        AppendCsvText(out, line.agent);
+        fmt::format_to(std::back_inserter(out), ",{},{},{},{}", line.rank, line.step, line.run_time,
+                       line.time);
+        for (const auto& n : names) {
+          out += ',';
+          for (const auto& m : line.metrics) {
+            if (m.name != n) continue;
+            AppendCsvValue(out, m);
+            break;
+          }
+        }
+        out += '\n';
+        ++rows;
+      }));
+  *rows_out = rows;
+  *names_out = names.size();
+  if (csv == "-") {
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    return agentrt::Status::Ok();
+  }
+  return agentrt::WriteFileAtomic(csv, out);
 }
 
 }  // namespace
@@ -58,15 +112,11 @@ void RegisterExport(CLI::App& app) {
     if (opts->csv.empty() && opts->tensorboard.empty())
       Fail("export",
            agentrt::InvalidArgument("say what to write: --csv FILE or --tensorboard DIR"));
-    auto read = agentrt::ReadMetricsFile(agentrt::RunDir(opts->run_dir).MetricsPath());
-    if (!read.ok()) Fail("export", read.status());
-    const std::vector<agentrt::MetricsRecord>& rows = *read;
-    std::set<std::string> names;
-    for (const auto& r : rows) {
-      for (const auto& [k, v] : r.metrics.items()) names.insert(k);
-    }
+    const std::string metrics_path = agentrt::RunDir(opts->run_dir).MetricsPath();
     if (!opts->tensorboard.empty()) {
-      auto written = agentrt::WriteTensorBoard(rows, opts->tensorboard);
+      auto read = agentrt::ReadMetricsFile(metrics_path);
+      if (!read.ok()) Fail("export", read.status());
+      auto written = agentrt::WriteTensorBoard(*read, opts->tensorboard);
       if (!written.ok()) Fail("export", written.status());
       std::fprintf(stderr,
                    "agentctl export: %zu events, %zu scalars of %zu agents -> %s "
@@ -75,23 +125,12 @@ void RegisterExport(CLI::App& app) {
                    opts->tensorboard.c_str());
       return;
     }
-    std::string out = "agent,rank,step,run_time,time";
-    for (const auto& n : names) out += "," + CsvField(n);
-    out += "\n";
-    for (const auto& r : rows) {
-      out += fmt::format("{},{},{},{},{}", CsvField(r.agent), CsvField(r.rank), CsvField(r.step),
-                         CsvField(r.run_time), CsvField(r.time));
-      const nlohmann::json& m = r.metrics;
-      for (const auto& n : names) out += "," + CsvField(m.contains(n) ? m[n] : nlohmann::json());
-      out += "\n";
+    size_t rows = 0, names = 0;
+    if (auto s = WriteCsv(metrics_path, opts->csv, &rows, &names); !s.ok()) Fail("export", s);
+    if (opts->csv != "-") {
+      std::fprintf(stderr, "agentctl export: %zu rows, %zu metrics -> %s\n", rows, names,
+                   opts->csv.c_str());
     }
-    if (opts->csv == "-") {
-      std::fwrite(out.data(), 1, out.size(), stdout);
-      return;
-    }
-    if (auto s = agentrt::WriteFileAtomic(opts->csv, out); !s.ok()) Fail("export", s);
-    std::fprintf(stderr, "agentctl export: %zu rows, %zu metrics -> %s\n", rows.size(),
-                 names.size(), opts->csv.c_str());
   });
 }
 
