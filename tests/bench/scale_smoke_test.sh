@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_scale, shortened: 2,000 simulated agents against the real controller
 # (and the views of that run timed), 100 real agentrt-test-agent agents under
-# `agentctl run`, and 20 real agents reporting 100 times a second. Every
+# `agentctl run`, and 20 real agents reporting 100 times a second (and, as its
+# anchor, every 100th step). Every
 # simulated agent must be heard, every figure must be there, and every figure
 # line must carry the seven keys.
 #   scale_smoke_test.sh BUILD_DIR
@@ -36,5 +37,8 @@ assert heard == 2000, "the controller heard %s of 2000 simulated agents" % heard
 assert figures["launch_rate_100_real"]["anchor"] == "fork/exec"
 assert figures["launch_rate_100_real"]["anchor_value"] > 0
 assert figures["agent_rate_min_20_real_100hz"]["value"] > 0, "a flooding agent made no steps"
+flood = figures["agent_rate_min_20_real_100hz"]
+assert flood["anchor"] == "the same agents reporting every 100th step", flood["anchor"]
+assert flood["anchor_value"] > 0, "the flood's anchor run made no steps"
 print("scale_smoke_test: ok:", ", ".join("%s=%s" % (m, figures[m]["value"]) for m in need))
 PY
