@@ -26,19 +26,22 @@ bool AnyMatch(const std::vector<std::string>& patterns, std::string_view name) {
 
 }  // namespace
 
-std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+void HmacSha256HexTo(std::string_view key, std::string_view data, char (&out)[kHmacSha256HexSize]) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &mac_len);
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size_t{mac_len} * 2);
-  for (unsigned int i = 0; i < mac_len; ++i) {
-    out.push_back(kHex[mac[i] >> 4]);
-    out.push_back(kHex[mac[i] & 0xf]);
+  for (unsigned int i = 0; i < mac_len && 2 * i + 1 < kHmacSha256HexSize; ++i) {
+    out[2 * i] = kHex[mac[i] >> 4];
+    out[2 * i + 1] = kHex[mac[i] & 0xf];
   }
-  return out;
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  char hex[kHmacSha256HexSize];
+  HmacSha256HexTo(key, data, hex);
+  return std::string(hex, sizeof hex);
 }
 
 std::string DeriveAgentToken(std::string_view secret, std::string_view agent) {

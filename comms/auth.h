@@ -27,6 +27,9 @@ struct Credential {
 
 // Lower-case hex HMAC-SHA256(key, data), 64 chars.
 std::string HmacSha256Hex(std::string_view key, std::string_view data);
+// The same into the caller's buffer (no string: a receiver checks a signature per message).
+inline constexpr size_t kHmacSha256HexSize = 64;
+void HmacSha256HexTo(std::string_view key, std::string_view data, char (&out)[kHmacSha256HexSize]);
 
 // Lower-case hex HMAC-SHA256(secret, agent).
 std::string DeriveAgentToken(std::string_view secret, std::string_view agent);

@@ -1,5 +1,6 @@
 #include "comms/telemetry.h"
 
+#include <simdjson.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -80,72 +81,170 @@ std::string EncodeTelemetry(const TelemetryMessage& m, uint64_t seq) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+namespace {
+
+using simdjson::dom::element_type;
+
+bool IsInteger(const simdjson::dom::element& e) {
+  return e.type() == element_type::INT64 || e.type() == element_type::UINT64;
+}
+
+// `e` into the JSON value `to`, reusing a string's memory when `to` holds one.
+void AssignValue(const simdjson::dom::element& e, nlohmann::json& to) {
+  switch (e.type()) {
+    case element_type::INT64:
+      to = e.get_int64().value_unsafe();
+      break;
+    case element_type::UINT64:
+      to = e.get_uint64().value_unsafe();
+      break;
+    case element_type::DOUBLE:
+      to = e.get_double().value_unsafe();
+      break;
+    case element_type::BOOL:
+      to = e.get_bool().value_unsafe();
+      break;
+    case element_type::NULL_VALUE:
+      to = nullptr;
+      break;
+    case element_type::STRING:
+      if (to.is_string()) {
+        to.get_ref<std::string&>().assign(e.get_string().value_unsafe());
+      } else {
+        to = std::string(e.get_string().value_unsafe());
+      }
+      break;
+    default:
+      to = nlohmann::json::parse(simdjson::minify(e));
+      break;  // an object or array
+  }
+}
+
+}  // namespace
+
+struct TelemetryDecoder::Impl {
+  simdjson::dom::parser parser;
+  std::string padded;  // the message, with SIMDJSON_PADDING bytes of room after it
+
+  // The "metrics" object into `to`, updating the values of names it already
+  // holds in place; a name it lacks (or one it holds that `from` lacks) is
+  // the only case that allocates.
+  static void Metrics(const simdjson::dom::object& from, nlohmann::json& to) {
+    if (!to.is_object()) to = nlohmann::json::object();
+    auto& object = to.get_ref<nlohmann::json::object_t&>();
+    size_t fields = 0;
+    for (const simdjson::dom::key_value_pair field : from) {
+      ++fields;
+      auto it = object.find(field.key);
+      if (it == object.end()) it = object.emplace(std::string(field.key), nullptr).first;
+      AssignValue(field.value, it->second);
+    }
+    if (object.size() == fields) return;
+    object.clear();  // names the message did not carry (or a name twice): start over
+    for (const simdjson::dom::key_value_pair field : from)
+      AssignValue(field.value, object[std::string(field.key)]);
+  }
+};
+
+TelemetryDecoder::TelemetryDecoder() : impl_(std::make_unique<Impl>()) {}
+TelemetryDecoder::~TelemetryDecoder() = default;
+
+Status TelemetryDecoder::Decode(std::string_view text, TelemetryMessage* out) {
+  Impl& d = *impl_;
+  if (d.padded.capacity() < text.size() + simdjson::SIMDJSON_PADDING)
+    d.padded.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  d.padded.assign(text);
+  simdjson::dom::element doc;
+  simdjson::dom::object j;
+  if (d.parser.parse(d.padded.data(), d.padded.size(), /*realloc_if_needed=*/false).get(doc) !=
+          simdjson::SUCCESS ||
+      doc.get_object().get(j) != simdjson::SUCCESS) {
     return InvalidArgument("telemetry: message is not a JSON object");
   }
-  auto type_it = j.find("type");
-  if (type_it == j.end() || !type_it->is_string()) {
+  TelemetryMessage& m = *out;
+  std::string_view type;
+  if (j["type"].get_string().get(type) != simdjson::SUCCESS) {
     return InvalidArgument("telemetry: message has no string \"type\"");
   }
-  TelemetryMessage m;
-  AGENTRT_ASSIGN_OR_RETURN(m.type, ParseType(type_it->get<std::string>()));
-  auto agent_it = j.find("agent");
-  if (agent_it == j.end() || !agent_it->is_string()) {
+  AGENTRT_ASSIGN_OR_RETURN(m.type, ParseType(type));
+  std::string_view agent;
+  if (j["agent"].get_string().get(agent) != simdjson::SUCCESS) {
     return InvalidArgument("telemetry: " + std::string(TelemetryTypeName(m.type)) +
                            " message has no string \"agent\"");
   }
-  m.agent = agent_it->get<std::string>();
-  auto rank_it = j.find("rank");
-  if (rank_it == j.end() || !rank_it->is_number_integer()) {
+  m.agent.assign(agent);
+  simdjson::dom::element rank;
+  if (j["rank"].get(rank) != simdjson::SUCCESS || !IsInteger(rank)) {
     return InvalidArgument("telemetry: " + std::string(TelemetryTypeName(m.type)) +
                            " message from agent " + m.agent + " has no integer \"rank\"");
   }
-  m.rank = rank_it->get<int>();
+  m.rank = static_cast<int>(rank.get_int64().value_unsafe());
   auto get_int = [&j](const char* key, int64_t fallback) {
-    auto it = j.find(key);
-    return (it != j.end() && it->is_number_integer()) ? it->get<int64_t>() : fallback;
+    simdjson::dom::element e;
+    int64_t v = 0;
+    if (j[key].get(e) != simdjson::SUCCESS || !IsInteger(e) ||
+        e.get_int64().get(v) != simdjson::SUCCESS)
+      return fallback;
+    return v;
   };
   m.pid = get_int("pid", 0);
   m.restart_count = static_cast<int>(get_int("restart_count", 0));
   m.step = get_int("step", -1);
   m.checkpoint_step = get_int("checkpoint_step", -1);
-  auto time_it = j.find("time");
-  if (time_it != j.end() && time_it->is_number()) m.time = time_it->get<double>();
+  m.time = 0;
+  if (double t = 0; j["time"].get_double().get(t) == simdjson::SUCCESS) m.time = t;
   if (m.type == TelemetryType::kMetrics) {
-    auto metrics_it = j.find("metrics");
-    if (metrics_it == j.end() || !metrics_it->is_object()) {
+    simdjson::dom::object metrics;
+    if (j["metrics"].get_object().get(metrics) != simdjson::SUCCESS) {
       return InvalidArgument("telemetry: metrics message from agent " + m.agent + " rank " +
                              std::to_string(m.rank) + " has no \"metrics\" object");
     }
-    m.metrics = std::move(*metrics_it);
+    Impl::Metrics(metrics, m.metrics);
   }
   if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step < 0) {
     return InvalidArgument("telemetry: checkpoint message from agent " + m.agent + " rank " +
                            std::to_string(m.rank) + " has no \"checkpoint_step\"");
   }
+  m.skipped_steps.clear();
   if (m.type == TelemetryType::kRestore) {
     m.checkpoint_step = get_int("restored_step", -1);
-    if (auto it = j.find("skipped_steps"); it != j.end() && it->is_array()) {
-      for (const auto& step : *it) {
-        if (step.is_number_integer()) m.skipped_steps.push_back(step.get<int64_t>());
+    if (simdjson::dom::array skipped;
+        j["skipped_steps"].get_array().get(skipped) == simdjson::SUCCESS) {
+      for (const simdjson::dom::element step : skipped) {
+        int64_t v = 0;
+        if (IsInteger(step) && step.get_int64().get(v) == simdjson::SUCCESS)
+          m.skipped_steps.push_back(v);
       }
     }
   }
-  auto reason_it = j.find("reason");
-  if (reason_it != j.end() && reason_it->is_string()) m.reason = reason_it->get<std::string>();
-  if (auto it = j.find("flops_per_sample"); it != j.end() && it->is_number()) {
-    m.flops_per_sample = it->get<double>();
-  }
-  if (auto it = j.find("collective"); it != j.end() && !it->is_null()) {
+  m.reason.clear();
+  if (std::string_view reason; j["reason"].get_string().get(reason) == simdjson::SUCCESS)
+    m.reason.assign(reason);
+  m.flops_per_sample = 0;
+  if (double f = 0; j["flops_per_sample"].get_double().get(f) == simdjson::SUCCESS)
+    m.flops_per_sample = f;
+  m.collective.reset();
+  if (simdjson::dom::element c; j["collective"].get(c) == simdjson::SUCCESS && !c.is_null()) {
     // A block that is not a snapshot is left out; the heartbeat still counts.
-    if (auto collective = CollectiveSnapshot::FromJson(*it); collective.ok())
-      m.collective = std::move(collective).value();
+    auto collective = CollectiveSnapshot::FromJson(
+        nlohmann::json::parse(simdjson::minify(c), nullptr, /*allow_exceptions=*/false));
+    if (collective.ok()) m.collective = std::move(collective).value();
   }
-  if (auto it = j.find("seq"); it != j.end() && it->is_number_unsigned()) {
-    m.seq = it->get<uint64_t>();
+  m.seq = 0;
+  if (simdjson::dom::element seq; j["seq"].get(seq) == simdjson::SUCCESS && IsInteger(seq)) {
+    if (seq.type() == element_type::UINT64) {
+      m.seq = seq.get_uint64().value_unsafe();
+    } else if (seq.get_int64().value_unsafe() >= 0) {
+      m.seq = static_cast<uint64_t>(seq.get_int64().value_unsafe());
+    }
   }
+  return Status::Ok();
+}
+
+Result<TelemetryMessage> DecodeTelemetry(std::string_view text) {
+  TelemetryDecoder decoder;
+  TelemetryMessage m;
+  AGENTRT_RETURN_IF_ERROR(decoder.Decode(text, &m));
   return m;
 }
 
@@ -268,10 +367,17 @@ bool TelemetryReceiver::Authentic(const TelemetryMessage& m, std::string_view te
                                   std::string_view mac) {
   auto token = options_.tokens.find(m.agent);
   if (token == options_.tokens.end() || mac.empty() || m.seq == 0) return false;
-  if (!TokenMatches(mac, HmacSha256Hex(token->second, text))) return false;
-  uint64_t& last = last_seq_[{m.agent, m.rank, m.restart_count}];
-  if (m.seq <= last) return false;  // a replay
-  last = m.seq;
+  char expected[kHmacSha256HexSize];
+  HmacSha256HexTo(token->second, text, expected);
+  if (!TokenMatches(mac, std::string_view(expected, sizeof expected))) return false;
+  const std::tuple<std::string_view, int, int> key{m.agent, m.rank, m.restart_count};
+  auto last = last_seq_.find(key);
+  if (last == last_seq_.end()) {
+    last_seq_.emplace(std::tuple<std::string, int, int>{m.agent, m.rank, m.restart_count}, m.seq);
+    return true;
+  }
+  if (m.seq <= last->second) return false;  // a replay
+  last->second = m.seq;
   return true;
 }
 
@@ -283,17 +389,25 @@ TelemetryReceiver::~TelemetryReceiver() {
 
 Result<std::vector<TelemetryMessage>> TelemetryReceiver::Poll(std::chrono::milliseconds timeout,
                                                               size_t max_messages) {
-  std::vector<TelemetryMessage> out;
+  TelemetryBatch batch;
+  AGENTRT_RETURN_IF_ERROR(PollInto(&batch, timeout, max_messages));
+  batch.slots_.resize(batch.size_);
+  return std::move(batch.slots_);
+}
+
+Status TelemetryReceiver::PollInto(TelemetryBatch* batch, std::chrono::milliseconds timeout,
+                                   size_t max_messages) {
+  batch->size_ = 0;
   zmq_pollitem_t item{socket_, 0, ZMQ_POLLIN, 0};
   int rc = zmq_poll(&item, 1, static_cast<long>(timeout.count()));
   if (rc < 0) {
-    if (zmq_errno() == EINTR) return out;
+    if (zmq_errno() == EINTR) return Status::Ok();
     return ZmqError("telemetry receiver: poll", endpoint_);
   }
-  if (rc == 0) return out;
+  if (rc == 0) return Status::Ok();
   zmq_msg_t text;
   zmq_msg_t mac;
-  while (out.size() < max_messages) {
+  while (batch->size_ < max_messages) {
     zmq_msg_init(&text);
     if (zmq_msg_recv(&text, socket_, ZMQ_DONTWAIT) < 0) {
       int err = zmq_errno();
@@ -315,19 +429,19 @@ Result<std::vector<TelemetryMessage>> TelemetryReceiver::Poll(std::chrono::milli
         frames == 2
             ? std::string_view(static_cast<const char*>(zmq_msg_data(&mac)), zmq_msg_size(&mac))
             : std::string_view();
-    auto decoded = frames <= 2 ? DecodeTelemetry(body)
-                               : Result<TelemetryMessage>(InvalidArgument("telemetry: frames"));
-    if (!decoded.ok()) {
+    if (batch->slots_.size() == batch->size_) batch->slots_.emplace_back();
+    TelemetryMessage& slot = batch->slots_[batch->size_];
+    if (frames > 2 || !decoder_.Decode(body, &slot).ok()) {
       ++malformed_;
-    } else if (!options_.tokens.empty() && !Authentic(*decoded, body, signature)) {
+    } else if (!options_.tokens.empty() && !Authentic(slot, body, signature)) {
       ++rejected_;
     } else {
-      out.push_back(std::move(decoded).value());
+      ++batch->size_;
     }
     zmq_msg_close(&mac);
     zmq_msg_close(&text);
   }
-  return out;
+  return Status::Ok();
 }
 
 // ---------------------------------------------------------------- metrics.jsonl

@@ -71,8 +71,11 @@ struct TelemetryMessage {
   int64_t pid = 0;
   double time = 0;  // Unix seconds (sender's clock)
   int restart_count = 0;
-  int64_t step = -1;             // -1: no step reported yet
-  nlohmann::json metrics;        // object for kMetrics; null otherwise
+  int64_t step = -1;  // -1: no step reported yet
+  // An object for kMetrics. Otherwise null, except in a receiver's reused
+  // slot (TelemetryBatch), which may keep an earlier message's: read it only
+  // for kMetrics.
+  nlohmann::json metrics;
   int64_t checkpoint_step = -1;  // kCheckpoint: the step committed; kRestore: restored (-1: fresh)
   std::vector<int64_t> skipped_steps;  // kRestore: committed checkpoints passed over as corrupt
   std::string reason;                  // kBye only (may be empty)
@@ -89,6 +92,43 @@ double UnixTimeSeconds();
 std::string EncodeTelemetry(const TelemetryMessage& message, uint64_t seq = 0);
 // Parses one wire message; the error names what is missing or malformed.
 Result<TelemetryMessage> DecodeTelemetry(std::string_view text);
+
+// Parses wire messages into messages it is given, keeping their memory: the
+// agent name's and reason's strings, the skipped steps, and the metrics
+// object, whose values are updated in place when it already holds the same
+// names. A receiver that decodes into the same few slots allocates nothing for
+// a heartbeat, nor for a metrics report with the names that slot saw before.
+// simdjson's parser keeps its buffers between messages.
+class TelemetryDecoder {
+ public:
+  TelemetryDecoder();
+  ~TelemetryDecoder();
+  TelemetryDecoder(const TelemetryDecoder&) = delete;
+  TelemetryDecoder& operator=(const TelemetryDecoder&) = delete;
+
+  // Every field of `out` is set (or reset) from `text`; on an error `out`
+  // holds a partial message.
+  Status Decode(std::string_view text, TelemetryMessage* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What one poll of a receiver took: its first size() slots. The slots stay
+// between polls, so their memory is reused.
+class TelemetryBatch {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const TelemetryMessage* begin() const { return slots_.data(); }
+  const TelemetryMessage* end() const { return slots_.data() + size_; }
+
+ private:
+  friend class TelemetryReceiver;
+  std::vector<TelemetryMessage> slots_;
+  size_t size_ = 0;
+};
 
 struct TelemetrySenderOptions {
   // Messages queued for a slow or absent controller before new ones are dropped.
@@ -164,6 +204,11 @@ class TelemetryReceiver {
   // the timeout passed. Malformed messages are skipped and counted.
   Result<std::vector<TelemetryMessage>> Poll(std::chrono::milliseconds timeout,
                                              size_t max_messages = 4096);
+  // The same into `batch`, whose slots are reused: the run controller's
+  // intake, which allocates nothing per message once its slots have seen the
+  // run's message shapes.
+  Status PollInto(TelemetryBatch* batch, std::chrono::milliseconds timeout,
+                  size_t max_messages = 4096);
 
   uint64_t malformed() const { return malformed_; }
   // Messages refused by the token check: unsigned, badly signed, naming an
@@ -181,8 +226,9 @@ class TelemetryReceiver {
   std::string endpoint_;
   std::string ipc_path_;  // removed on destruction
   TelemetryReceiverOptions options_;
-  // (agent, rank, restart_count) -> the last accepted seq.
-  std::map<std::tuple<std::string, int, int>, uint64_t> last_seq_;
+  TelemetryDecoder decoder_;
+  // (agent, rank, restart_count) -> the last accepted seq (looked up without a copy of the name).
+  std::map<std::tuple<std::string, int, int>, uint64_t, std::less<>> last_seq_;
   uint64_t malformed_ = 0;
   uint64_t rejected_ = 0;
 };

@@ -307,9 +307,9 @@ std::string SignalLabel(int sig) {
 }  // namespace
 
 bool RunDriver::TakeTelemetry(std::chrono::milliseconds timeout) {
-  auto messages = telemetry_->Poll(timeout);
-  if (!messages.ok() || messages->empty()) return false;
-  for (const TelemetryMessage& m : *messages) {
+  if (!telemetry_->PollInto(&telemetry_batch_, timeout).ok() || telemetry_batch_.empty())
+    return false;
+  for (const TelemetryMessage& m : telemetry_batch_) {
     controller_->OnTelemetry(m);
     if (m.type == TelemetryType::kMetrics) {
       CheckMetrics(metrics_->Write(m));
@@ -388,9 +388,10 @@ int RunDriver::Finish() {
   // Telemetry still in flight (the checkpoint an agent committed as it
   // stopped): take it before the last status is written.
   for (int i = 0; i < 10; ++i) {
-    auto late = telemetry_->Poll(std::chrono::milliseconds(20));
-    if (!late.ok() || late->empty()) break;
-    for (const TelemetryMessage& m : *late) {
+    if (!telemetry_->PollInto(&telemetry_batch_, std::chrono::milliseconds(20)).ok() ||
+        telemetry_batch_.empty())
+      break;
+    for (const TelemetryMessage& m : telemetry_batch_) {
       controller_->OnTelemetry(m);
       if (m.type == TelemetryType::kMetrics) CheckMetrics(metrics_->Write(m));
     }

@@ -188,7 +188,8 @@ class RunDriver {
   std::unique_ptr<PortLeases> leases_;
   std::unique_ptr<BusServer> bus_;
   std::unique_ptr<TelemetryReceiver> telemetry_;
-  uint64_t rejected_seen_ = 0;  // telemetry_->rejected() already warned about
+  TelemetryBatch telemetry_batch_;  // the intake's reused message slots
+  uint64_t rejected_seen_ = 0;      // telemetry_->rejected() already warned about
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<RunController> controller_;
   std::unique_ptr<FailoverService> failover_;

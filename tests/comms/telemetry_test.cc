@@ -5,11 +5,27 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <string>
 
 #include "comms/auth.h"
+
+// Counts this thread's allocations through operator new while asked to: the
+// intake's steady state must make none.
+namespace {
+thread_local bool counting_allocations = false;
+thread_local long allocations = 0;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (counting_allocations) ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+// libstdc++'s operator delete frees with std::free, which pairs with this.
 
 namespace agentrt {
 namespace {
@@ -79,6 +95,100 @@ TEST_CASE("malformed telemetry is rejected with a message naming what is wrong")
   auto d = DecodeTelemetry(R"({"type":"heartbeat","rank":1})");
   REQUIRE_FALSE(d.ok());
   CHECK(d.status().message().find("agent") != std::string::npos);
+}
+
+TEST_CASE("a decoder reusing one message reads each message as a fresh decode does") {
+  TelemetryMessage restore;
+  restore.type = TelemetryType::kRestore;
+  restore.agent = "prey-1";
+  restore.rank = 2;
+  restore.checkpoint_step = 300;
+  restore.skipped_steps = {400, 500};
+  TelemetryMessage bye;
+  bye.type = TelemetryType::kBye;
+  bye.agent = "predator-0";
+  bye.reason = "done, at step 9";
+  TelemetryMessage beat;
+  beat.type = TelemetryType::kHeartbeat;
+  beat.agent = "a";
+  beat.step = 7;
+  beat.flops_per_sample = 2.5e12;
+  beat.collective = CollectiveSnapshot{};
+  beat.collective->seq = 41;
+  beat.collective->op = "all_reduce";
+  TelemetryMessage other_names = Metrics(0, 43, 0.25);
+  other_names.metrics = {{"reward", 3}, {"flag", true}, {"nested", {{"k", {1, 2}}}}};
+  const std::vector<std::string> texts = {EncodeTelemetry(Metrics(3, 42, 0.5), 17),
+                                          EncodeTelemetry(restore),
+                                          EncodeTelemetry(bye),
+                                          EncodeTelemetry(beat),
+                                          EncodeTelemetry(other_names),
+                                          EncodeTelemetry(Metrics(1, 44, 1.5))};
+  TelemetryDecoder decoder;
+  TelemetryMessage slot;
+  for (const std::string& text : texts) {
+    INFO(text);
+    auto fresh = DecodeTelemetry(text);
+    REQUIRE(fresh.ok());
+    REQUIRE(decoder.Decode(text, &slot).ok());
+    CHECK(EncodeTelemetry(slot) == EncodeTelemetry(*fresh));
+    // A fresh decode reads what was sent.
+    CHECK(nlohmann::json::parse(EncodeTelemetry(*fresh)) == nlohmann::json::parse(text));
+  }
+}
+
+TEST_CASE("a metrics report decoded into a used slot keeps only its own names") {
+  TelemetryDecoder decoder;
+  TelemetryMessage slot;
+  TelemetryMessage m = Metrics(0, 1, 0.5);
+  m.metrics = {{"loss", 1}, {"acc", 0.5}, {"phase", "train"}};
+  REQUIRE(decoder.Decode(EncodeTelemetry(m), &slot).ok());
+  CHECK(slot.metrics.size() == 3);
+  m.metrics = {{"loss", 2.5}, {"phase", 7}};
+  REQUIRE(decoder.Decode(EncodeTelemetry(m), &slot).ok());
+  CHECK(slot.metrics == nlohmann::json{{"loss", 2.5}, {"phase", 7}});
+  REQUIRE(
+      decoder.Decode(R"({"type":"metrics","agent":"a","rank":0,"metrics":{"x":1,"x":2}})", &slot)
+          .ok());
+  CHECK(slot.metrics ==
+        nlohmann::json{{"x", 2}});  // the last of a repeated name, as a fresh decode
+  CHECK(DecodeTelemetry(R"({"type":"metrics","agent":"a","rank":0,"metrics":{"x":1,"x":2}})")
+            ->metrics == slot.metrics);
+  // A refused message names what is wrong, as a fresh decode does.
+  const Status bad = decoder.Decode(R"({"type":"checkpoint","agent":"a","rank":0})", &slot);
+  CHECK_THAT(bad.message(), Catch::Matchers::Contains("has no \"checkpoint_step\""));
+  CHECK(decoder.Decode(R"({"type":"heartbeat","agent":"a","rank":0.5})", &slot).message() ==
+        DecodeTelemetry(R"({"type":"heartbeat","agent":"a","rank":0.5})").status().message());
+}
+
+TEST_CASE("decoding heartbeats and metrics reports into used slots allocates nothing") {
+  TelemetryMessage beat;
+  beat.type = TelemetryType::kHeartbeat;
+  beat.agent = "predator-0";
+  beat.rank = 1;
+  beat.step = 1000;
+  const std::string heartbeat = EncodeTelemetry(beat, 99);
+  const std::string report = EncodeTelemetry(Metrics(1, 1000, 0.125), 100);
+  TelemetryMessage next = Metrics(1, 1001, 0.0625);
+  next.metrics["phase"] = "evaluate";
+  const std::string report2 = EncodeTelemetry(next, 101);
+  TelemetryDecoder decoder;
+  TelemetryMessage heartbeat_slot, report_slot;
+  // The first decodes size the parser's buffers and the slots.
+  REQUIRE(decoder.Decode(report2, &report_slot).ok());
+  REQUIRE(decoder.Decode(heartbeat, &heartbeat_slot).ok());
+  allocations = 0;
+  counting_allocations = true;
+  bool ok = true;
+  for (int i = 0; i < 1000; ++i) {
+    ok = ok && decoder.Decode(heartbeat, &heartbeat_slot).ok();
+    ok = ok && decoder.Decode(i % 2 == 0 ? report : report2, &report_slot).ok();
+  }
+  counting_allocations = false;
+  CHECK(ok);
+  CHECK(allocations == 0);
+  CHECK(report_slot.metrics["phase"] == "evaluate");
+  CHECK(heartbeat_slot.step == 1000);
 }
 
 TEST_CASE("a sender reaches a receiver bound on a wildcard tcp port") {
