@@ -103,15 +103,26 @@ int main(int argc, char** argv) {
   so.agent = agent;
   auto store = agentrt::TcpStore::Create(so);
   bool store_ok = store.ok();
+  // What went wrong with the store, said on stderr (a test that sees store=bad shows it).
+  auto said = [&](const std::string& what, const agentrt::Status& s) {
+    if (!s.ok())
+      std::fprintf(stderr, "rank %d: store %s: %s\n", rank, what.c_str(), s.ToString().c_str());
+    return s.ok();
+  };
   if (store_ok) {
-    store_ok =
-        (*store)->Set("member/" + std::to_string(rank), agent).ok() && (*store)->Barrier().ok();
+    store_ok = said("set", (*store)->Set("member/" + std::to_string(rank), agent)) &&
+               said("first barrier", (*store)->Barrier());
     for (int r = 0; r < n && store_ok; ++r) {
       auto who = (*store)->Get("member/" + std::to_string(r), std::chrono::seconds(30));
-      store_ok = who.ok() && *who == agent;
+      store_ok = said("get member/" + std::to_string(r), who.status());
+      if (store_ok && *who != agent) {
+        std::fprintf(stderr, "rank %d: store member/%d is %s, not %s\n", rank, r, who->c_str(),
+                     agent.c_str());
+        store_ok = false;
+      }
     }
     // Rank 0's server must outlive the others' last read.
-    store_ok = store_ok && (*store)->Barrier().ok();
+    store_ok = store_ok && said("last barrier", (*store)->Barrier());
   } else {
     std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
   }
