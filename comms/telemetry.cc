@@ -464,16 +464,61 @@ Result<std::unique_ptr<MetricsWriter>> MetricsWriter::Open(const std::string& pa
   return std::unique_ptr<MetricsWriter>(new MetricsWriter(file, path, run_start_unix_s));
 }
 
+// MetricsRecord::ToLine's JSON, kept between lines: the record's values are
+// replaced in place and nlohmann's serializer (the one dump() uses, with the
+// same settings) writes into a buffer whose memory stays.
+struct MetricsWriter::Line {
+  nlohmann::json record = MetricsRecord{}.ToJson();
+  std::string text;
+  nlohmann::detail::serializer<nlohmann::json> serializer{
+      nlohmann::detail::output_adapter<char>(text), ' ', nlohmann::json::error_handler_t::replace};
+
+  // `to` = `from`, a string's memory reused.
+  static void Assign(const nlohmann::json& from, nlohmann::json& to) {
+    if (from.is_string() && to.is_string()) {
+      to.get_ref<std::string&>() = from.get_ref<const std::string&>();
+    } else {
+      to = from;
+    }
+  }
+
+  void Set(const TelemetryMessage& m, double run_start_unix_s) {
+    record["agent"].get_ref<std::string&>() = m.agent;
+    record["rank"] = m.rank;
+    record["step"] = m.step;
+    record["run_time"] = std::max(0.0, m.time - run_start_unix_s);
+    record["time"] = m.time;
+    nlohmann::json& metrics = record["metrics"];
+    if (!m.metrics.is_object()) {
+      metrics = nlohmann::json::object();
+      return;
+    }
+    auto& to = metrics.get_ref<nlohmann::json::object_t&>();
+    for (const auto& [name, value] : m.metrics.items()) {
+      auto it = to.find(name);
+      if (it == to.end()) it = to.emplace(name, nullptr).first;
+      Assign(value, it->second);
+    }
+    if (to.size() != m.metrics.size()) metrics = m.metrics;  // names the message lacks
+  }
+};
+
 MetricsWriter::MetricsWriter(std::FILE* file, std::string path, double run_start_unix_s)
-    : file_(file), path_(std::move(path)), run_start_unix_s_(run_start_unix_s) {}
+    : file_(file),
+      path_(std::move(path)),
+      run_start_unix_s_(run_start_unix_s),
+      line_(std::make_unique<Line>()) {}
 
 MetricsWriter::~MetricsWriter() { std::fclose(file_); }
 
 Status MetricsWriter::Write(const TelemetryMessage& message) {
   if (message.type != TelemetryType::kMetrics) return Status::Ok();
-  std::string line = MetricsRecordOf(message, run_start_unix_s_).ToLine();
-  line.push_back('\n');
-  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size()) {
+  line_->Set(message, run_start_unix_s_);
+  line_->text.clear();
+  line_->serializer.dump(line_->record, /*pretty_print=*/false, /*ensure_ascii=*/false,
+                         /*indent_step=*/0);
+  line_->text.push_back('\n');
+  if (std::fwrite(line_->text.data(), 1, line_->text.size(), file_) != line_->text.size()) {
     return ErrnoStatus(errno, "metrics writer: write " + path_);
   }
   return Status::Ok();

@@ -246,7 +246,10 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // Writes the line of a kMetrics message; other types are ignored (OK).
+  // Writes the line of a kMetrics message (MetricsRecordOf(message).ToLine(),
+  // byte for byte); other types are ignored (OK). The line is built in a
+  // record and a buffer kept from the last one: no allocation when the
+  // message carries the metric names the last one did.
   Status Write(const TelemetryMessage& message);
   // Flushes to the OS so `tail -f` and readers see complete lines.
   Status Flush();
@@ -254,9 +257,12 @@ class MetricsWriter {
  private:
   MetricsWriter(std::FILE* file, std::string path, double run_start_unix_s);
 
+  struct Line;  // the record and serializer of the line being written
+
   std::FILE* file_;
   std::string path_;
   double run_start_unix_s_;
+  std::unique_ptr<Line> line_;
 };
 
 }  // namespace agentrt

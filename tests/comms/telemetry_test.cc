@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -10,7 +11,9 @@
 #include <fstream>
 #include <new>
 #include <string>
+#include <vector>
 
+#include "common/file_util.h"
 #include "comms/auth.h"
 
 // Counts this thread's allocations through operator new while asked to: the
@@ -189,6 +192,46 @@ TEST_CASE("decoding heartbeats and metrics reports into used slots allocates not
   CHECK(allocations == 0);
   CHECK(report_slot.metrics["phase"] == "evaluate");
   CHECK(heartbeat_slot.step == 1000);
+}
+
+TEST_CASE(
+    "the metrics writer writes a record's line byte for byte, without allocating for names "
+    "it wrote before") {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("agentrt-metrics-writer-" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  std::vector<TelemetryMessage> messages = {Metrics(0, 1, 0.5), Metrics(1, 2, 0.25)};
+  messages.push_back(Metrics(2, 3, 1e-7));
+  messages.back().metrics = {{"loss", 1}, {"note", "a \"quoted\", \xff broken \n line"}};
+  messages.push_back(Metrics(0, 4, 2.0));
+  messages.back().metrics = {{"loss", 2.0}, {"nested", {{"k", {1, 2}}}}, {"on", true}};
+  messages.push_back(Metrics(0, 5, 3.0));  // back to the first names
+  std::string expected;
+  {
+    auto writer = MetricsWriter::Open(path, 1000.0);
+    REQUIRE(writer.ok());
+    for (const TelemetryMessage& m : messages) {
+      REQUIRE((*writer)->Write(m).ok());
+      expected += MetricsRecordOf(m, 1000.0).ToLine() + "\n";
+    }
+    const TelemetryMessage steady = Metrics(3, 6, 0.125);
+    REQUIRE((*writer)->Write(steady).ok());
+    expected += MetricsRecordOf(steady, 1000.0).ToLine() + "\n";
+    allocations = 0;
+    counting_allocations = true;
+    bool ok = true;
+    for (int i = 0; i < 1000; ++i) ok = ok && (*writer)->Write(steady).ok();
+    counting_allocations = false;
+    CHECK(ok);
+    CHECK(allocations == 0);
+    REQUIRE((*writer)->Flush().ok());
+  }
+  auto read = ReadWholeFile(path);
+  REQUIRE(read.ok());
+  const std::string& text = *read;
+  CHECK(text.substr(0, expected.size()) == expected);
+  CHECK(std::count(text.begin(), text.end(), '\n') == static_cast<long>(messages.size()) + 1001);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("a sender reaches a receiver bound on a wildcard tcp port") {
