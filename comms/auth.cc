@@ -1,10 +1,14 @@
+// HmacSha256Key keeps SHA-256 states (SHA256_CTX, a plain struct a copy
+// resumes): OpenSSL 3 marks that API deprecated in favour of EVP, whose digest
+// contexts are allocated per copy, which a MAC per telemetry message must not do.
+#define OPENSSL_SUPPRESS_DEPRECATED
+
 #include "comms/auth.h"
 
 #include <fnmatch.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
@@ -26,21 +30,43 @@ bool AnyMatch(const std::vector<std::string>& patterns, std::string_view name) {
 
 }  // namespace
 
-void HmacSha256HexTo(std::string_view key, std::string_view data, char (&out)[kHmacSha256HexSize]) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &mac_len);
+HmacSha256Key::HmacSha256Key(std::string_view key) {
+  unsigned char block[SHA256_CBLOCK] = {};
+  if (key.size() > sizeof block) {
+    SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), block);
+  } else {
+    std::memcpy(block, key.data(), key.size());
+  }
+  unsigned char pad[SHA256_CBLOCK];
+  for (size_t i = 0; i < sizeof pad; ++i) pad[i] = block[i] ^ 0x36;
+  SHA256_Init(&inner_);
+  SHA256_Update(&inner_, pad, sizeof pad);
+  for (size_t i = 0; i < sizeof pad; ++i) pad[i] = block[i] ^ 0x5c;
+  SHA256_Init(&outer_);
+  SHA256_Update(&outer_, pad, sizeof pad);
+  OPENSSL_cleanse(block, sizeof block);
+  OPENSSL_cleanse(pad, sizeof pad);
+}
+
+void HmacSha256Key::Hex(std::string_view data, char (&out)[kHmacSha256HexSize]) const {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256_CTX c = inner_;
+  SHA256_Update(&c, data.data(), data.size());
+  SHA256_Final(digest, &c);
+  c = outer_;
+  SHA256_Update(&c, digest, sizeof digest);
+  SHA256_Final(digest, &c);
+  OPENSSL_cleanse(&c, sizeof c);
   static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned int i = 0; i < mac_len && 2 * i + 1 < kHmacSha256HexSize; ++i) {
-    out[2 * i] = kHex[mac[i] >> 4];
-    out[2 * i + 1] = kHex[mac[i] & 0xf];
+  for (size_t i = 0; i < sizeof digest; ++i) {
+    out[2 * i] = kHex[digest[i] >> 4];
+    out[2 * i + 1] = kHex[digest[i] & 0xf];
   }
 }
 
 std::string HmacSha256Hex(std::string_view key, std::string_view data) {
   char hex[kHmacSha256HexSize];
-  HmacSha256HexTo(key, data, hex);
+  HmacSha256Key(key).Hex(data, hex);
   return std::string(hex, sizeof hex);
 }
 

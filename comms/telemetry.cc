@@ -361,14 +361,16 @@ TelemetryReceiver::TelemetryReceiver(void* context, void* socket, std::string en
       socket_(socket),
       endpoint_(std::move(endpoint)),
       ipc_path_(std::move(ipc_path)),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  for (const auto& [agent, token] : options_.tokens) keys_.try_emplace(agent, token);
+}
 
 bool TelemetryReceiver::Authentic(const TelemetryMessage& m, std::string_view text,
                                   std::string_view mac) {
-  auto token = options_.tokens.find(m.agent);
-  if (token == options_.tokens.end() || mac.empty() || m.seq == 0) return false;
+  auto agent_key = keys_.find(m.agent);
+  if (agent_key == keys_.end() || mac.empty() || m.seq == 0) return false;
   char expected[kHmacSha256HexSize];
-  HmacSha256HexTo(token->second, text, expected);
+  agent_key->second.Hex(text, expected);
   if (!TokenMatches(mac, std::string_view(expected, sizeof expected))) return false;
   const std::tuple<std::string_view, int, int> key{m.agent, m.rank, m.restart_count};
   auto last = last_seq_.find(key);

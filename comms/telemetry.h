@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "comms/auth.h"
 #include "plan/records.h"
 
 namespace agentrt {
@@ -226,6 +227,7 @@ class TelemetryReceiver {
   std::string endpoint_;
   std::string ipc_path_;  // removed on destruction
   TelemetryReceiverOptions options_;
+  std::map<std::string, HmacSha256Key, std::less<>> keys_;  // options_.tokens, ready to MAC
   TelemetryDecoder decoder_;
   // (agent, rank, restart_count) -> the last accepted seq (looked up without a copy of the name).
   std::map<std::tuple<std::string, int, int>, uint64_t, std::less<>> last_seq_;

@@ -1,5 +1,8 @@
 #include "comms/telemetry.h"
 
+#include <fmt/format.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,6 +101,40 @@ TEST_CASE("malformed telemetry is rejected with a message naming what is wrong")
   auto d = DecodeTelemetry(R"({"type":"heartbeat","rank":1})");
   REQUIRE_FALSE(d.ok());
   CHECK(d.status().message().find("agent") != std::string::npos);
+}
+
+TEST_CASE("an HMAC-SHA256 key with its pads hashed once gives RFC 4231's MACs and OpenSSL's") {
+  char hex[kHmacSha256HexSize];
+  // RFC 4231, test case 2.
+  HmacSha256Key("Jefe").Hex("what do ya want for nothing?", hex);
+  CHECK(std::string(hex, sizeof hex) ==
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  // RFC 4231, test case 6: a key longer than a block is hashed first.
+  HmacSha256Key(std::string(131, '\xaa'))
+      .Hex("Test Using Larger Than Block-Size Key - Hash Key First", hex);
+  CHECK(std::string(hex, sizeof hex) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  for (size_t key_size : {0, 1, 63, 64, 65, 200}) {
+    const std::string key(key_size, 'k');
+    const HmacSha256Key once(key);
+    for (const std::string& data : {std::string(), std::string("x"), std::string(1000, 'd')}) {
+      unsigned char mac[EVP_MAX_MD_SIZE];
+      unsigned int mac_len = 0;
+      HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &mac_len);
+      std::string openssl;
+      for (unsigned int i = 0; i < mac_len; ++i) openssl += fmt::format("{:02x}", mac[i]);
+      once.Hex(data, hex);
+      CHECK(std::string(hex, sizeof hex) == openssl);
+      CHECK(HmacSha256Hex(key, data) == openssl);
+    }
+  }
+  allocations = 0;
+  counting_allocations = true;
+  const HmacSha256Key key("token");
+  for (int i = 0; i < 100; ++i) key.Hex("a telemetry message", hex);
+  counting_allocations = false;
+  CHECK(allocations == 0);
 }
 
 TEST_CASE("a decoder reusing one message reads each message as a fresh decode does") {
