@@ -277,7 +277,8 @@ TelemetrySender::TelemetrySender(void* context, void* socket, std::string endpoi
     : context_(context),
       socket_(socket),
       endpoint_(std::move(endpoint)),
-      token_(std::move(token)) {}
+      token_(std::move(token)),
+      key_(token_) {}
 
 TelemetrySender::~TelemetrySender() {
   zmq_close(socket_);
@@ -292,7 +293,9 @@ bool TelemetrySender::Send(const TelemetryMessage& message) {
   const auto now_us = static_cast<uint64_t>(UnixTimeSeconds() * 1e6);
   last_seq_ = std::max(last_seq_ + 1, now_us);
   const std::string text = EncodeTelemetry(message, last_seq_);
-  return SendFramesLocked(text, HmacSha256Hex(token_, text));
+  char mac[kHmacSha256HexSize];
+  key_.Hex(text, mac);
+  return SendFramesLocked(text, std::string_view(mac, sizeof mac));
 }
 
 bool TelemetrySender::SendRaw(std::string_view text, std::string_view mac) {
