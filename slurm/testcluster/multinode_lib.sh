@@ -89,8 +89,9 @@ wait_job_gone() {
   wait_until 60 "job $1 to end" sh -c "[ -z \"\$(timeout 5 squeue -h -j $1 2>/dev/null)\" ]"
 }
 
-# Waits (at most 60 s) until every node is idle: a job that just ended may leave
-# its nodes completing for a few seconds, which would delay the next one.
+# Waits (at most 300 s) until every node is idle: a job that just ended may
+# leave its nodes completing for a few seconds, which would delay the next one
+# (256 array tasks cancelled at once on a 2-core host: over a minute).
 wait_nodes_idle() {
-  wait_until 60 "every node to be idle" sh -c '[ "$(timeout 5 sinfo -h -N -o %T | sort -u)" = idle ]'
+  wait_until 300 "every node to be idle" sh -c '[ "$(timeout 5 sinfo -h -N -o %T | sort -u)" = idle ]'
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # bench/slurm_launch/scale_launch.sh, shortened: 16 agents on a 4-node test
 # cluster, one repetition. Every rank of both agentctl runs (a step per agent,
-# node steps) must start and be heard, every anchor must start its ranks, and
-# every figure line must carry
-# the seven keys with positive values. No goal is asserted (speed goals live
+# node steps) must start and be heard, every agent of `agentctl sbatch
+# --submit`'s job array must be exec-ed, every anchor must start its ranks,
+# and every figure line must carry the seven keys with positive values. No goal is asserted (speed goals live
 # in `make bench`). Skipped (77) where network namespaces cannot be made.
 #   slurm_launch_scale_smoke_test.sh SOURCE_DIR BIN_DIR
 set -uo pipefail
@@ -18,7 +18,7 @@ rc=$?
 /usr/bin/python3 - "$out" <<'PY' || fail "figures"
 import json, sys
 figures = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-assert len(figures) == 4, "%d figure lines, not 4" % len(figures)
+assert len(figures) == 5, "%d figure lines, not 5" % len(figures)
 for f in figures:
     assert list(f) == ["bench", "metric", "value", "unit", "anchor", "anchor_value", "ratio"], f
     assert f["value"] > 0 and f["anchor_value"] > 0 and f["ratio"] > 0, f
