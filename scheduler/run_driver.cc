@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "common/file_util.h"
 #include "comms/auth.h"
@@ -307,8 +308,16 @@ std::string SignalLabel(int sig) {
 }  // namespace
 
 bool RunDriver::TakeTelemetry(std::chrono::milliseconds timeout) {
+  // Real time, not clock_: this paces the process's wake-ups. A caller that
+  // may not wait (between launches) takes none before the next batch is due.
+  const auto next = took_telemetry_at_ + kTelemetryBatch;
+  if (std::chrono::steady_clock::now() < next) {
+    if (timeout.count() == 0) return false;
+    std::this_thread::sleep_until(next);
+  }
   if (!telemetry_->PollInto(&telemetry_batch_, timeout).ok() || telemetry_batch_.empty())
     return false;
+  took_telemetry_at_ = std::chrono::steady_clock::now();
   for (const TelemetryMessage& m : telemetry_batch_) {
     controller_->OnTelemetry(m);
     if (m.type == TelemetryType::kMetrics) {

@@ -202,10 +202,14 @@ class RunDriver {
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;
-  double sync_checked_at_ = 0;
+  double sync_checked_at_ = 0;  // when the bus log's fsync errors were last looked at
   static constexpr double kSuperviseIntervalS = 0.05;
-  double supervised_at_ = 0;  // when Step() last supervised (Tick, services, status)  // when the
-                              // bus log's fsync errors were last looked at
+  double supervised_at_ = 0;  // when Step() last supervised (Tick, services, status)
+  // Telemetry is taken at most every kTelemetryBatch while it streams in: a
+  // wake-up per message (thousands of agents' reports arrive spread over each
+  // second) costs the controller more than the messages do.
+  static constexpr std::chrono::milliseconds kTelemetryBatch{5};
+  std::chrono::steady_clock::time_point took_telemetry_at_{};  // the last poll that found some
   int64_t sync_errors_seen_ = 0;
   bool metrics_failed_ = false;
   int stops_seen_ = 0;
