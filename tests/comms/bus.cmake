@@ -108,3 +108,10 @@ foreach(part publisher_window access_cache request_table)
     LABELS unit
     TIMEOUT 60)
 endforeach()
+
+# The rate limit on gRPC's own log lines (comms/grpc_log.h), on a made-up clock.
+agentrt_test(NAME grpc_log_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/grpc_log_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 30)
