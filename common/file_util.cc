@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -181,6 +182,35 @@ Result<std::string> ReadPrivateFile(const std::string& path, std::string_view wh
                             "; it must be readable by its owner only (chmod 600)");
   }
   return ReadOpenFile(fd.get(), name, st, size_t{1} << 20);
+}
+
+std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines,
+                                       size_t window_bytes, std::string_view filter, int64_t from) {
+  std::vector<std::string> out;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.ok() || ::fstat(fd.get(), &st) != 0 || max_lines == 0 || st.st_size <= from) return out;
+  const off_t start =
+      std::max<off_t>(std::max<off_t>(0, from), st.st_size - static_cast<off_t>(window_bytes));
+  std::string text(static_cast<size_t>(st.st_size - start), '\0');
+  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), start);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  size_t begin = 0;  // where the first whole line starts
+  if (start > from)
+    begin = text.find('\n') == std::string::npos ? text.size() : text.find('\n') + 1;
+  if (begin >= text.size()) return out;
+  size_t end = text.size();  // one past the line being looked at, scanning backwards
+  if (text[end - 1] == '\n') --end;
+  while (out.size() < max_lines) {
+    const size_t nl = end > begin ? text.rfind('\n', end - 1) : std::string::npos;
+    const size_t start = nl == std::string::npos || nl < begin ? begin : nl + 1;
+    const std::string_view line(text.data() + start, end - start);
+    if (filter.empty() || line.find(filter) != std::string_view::npos) out.emplace_back(line);
+    if (start == begin) break;
+    end = start - 1;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
 }
 
 Status WriteAll(int fd, const void* data, size_t size, std::string_view what,

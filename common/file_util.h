@@ -15,8 +15,10 @@
 // Thread-safe (no shared state); blocking file I/O.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -60,6 +62,16 @@ Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const s
 // content, or PermissionDenied when group or others may read it ("chmod 600"),
 // NotFound when it does not exist. `what` names it in messages ("bus token file").
 Result<std::string> ReadPrivateFile(const std::string& path, std::string_view what);
+
+// The last `max_lines` lines of the file at `path` that contain `filter` (all
+// when empty), oldest first, without their newlines, read from its last
+// `window_bytes` only (a line cut by the window's start is left out) and not
+// before byte `from` (where a line starts: what was appended since then).
+// Empty when the file does not exist or cannot be read: a log that is not
+// there has no tail.
+std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines,
+                                       size_t window_bytes, std::string_view filter = {},
+                                       int64_t from = 0);
 
 // fsync of a directory (so renames and unlinks in it are durable).
 Status FsyncDir(const std::string& path);

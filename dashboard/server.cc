@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,33 @@ std::vector<std::string> SplitComma(const std::string& s) {
   return out;
 }
 
+// The page's Content-Security-Policy: its one inline script, by hash (so no
+// injected script runs), its inline styles, requests to itself only, and no
+// framing by other pages.
+std::string PageSecurityPolicy(std::string_view page) {
+  const size_t open = page.find("<script>");
+  const size_t close = page.find("</script>");
+  std::string hash;
+  if (open != std::string_view::npos && close != std::string_view::npos && close > open) {
+    const std::string_view script = page.substr(open + 8, close - open - 8);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int size = 0;
+    EVP_Digest(script.data(), script.size(), digest, &size, EVP_sha256(), nullptr);
+    unsigned char b64[2 * EVP_MAX_MD_SIZE];
+    const int n = EVP_EncodeBlock(b64, digest, static_cast<int>(size));
+    hash = fmt::format(" 'sha256-{}'", std::string_view(reinterpret_cast<char*>(b64), n));
+  }
+  return "default-src 'none'; script-src" + hash +
+         "; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
+         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+}
+
+// The cookie a browser keeps after `?token=`: derived from the token (a
+// browser's cookie store never holds the token itself), accepted instead of it.
+std::string SessionValue(const std::string& token) {
+  return token.empty() ? "" : HmacSha256Hex(token, "agentrt dashboard session");
+}
+
 }  // namespace
 
 bool IsLoopbackHost(const std::string& host) {
@@ -58,6 +86,8 @@ struct Dashboard::Impl {
   static constexpr int kMaxStreams = 16;
   std::atomic<int> streams{0};
   std::string targets;  // what this server wrote to prometheus_targets.json ("" if nothing)
+  std::string session;  // SessionValue(options.token)
+  static constexpr std::string_view kSessionCookie = "agentrt_session";
 
   explicit Impl(std::string dir) : run_dir(std::move(dir)), series(RunDir(run_dir).MetricsPath()) {}
 
@@ -103,20 +133,21 @@ struct Dashboard::Impl {
     const std::string auth = req.get_header_value("Authorization");
     if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
     if (given.empty() && req.has_param("token")) given = req.get_param_value("token");
-    if (given.empty()) {
-      const std::string cookie = req.get_header_value("Cookie");
-      const auto at = cookie.find("agentrt_token=");
-      if (at != std::string::npos) {
-        given = cookie.substr(at + 14);
-        given = given.substr(0, given.find(';'));
-      }
-    }
     if (!given.empty() && TokenMatches(given, options.token)) {
       if (req.has_param("token")) {
-        res.set_header("Set-Cookie",
-                       "agentrt_token=" + options.token + "; HttpOnly; SameSite=Strict; Path=/");
+        res.set_header("Set-Cookie", std::string(kSessionCookie) + "=" + session +
+                                         "; HttpOnly; SameSite=Strict; Path=/");
       }
       return true;
+    }
+    if (given.empty()) {
+      const std::string cookie = req.get_header_value("Cookie");
+      const auto at = cookie.find(std::string(kSessionCookie) + "=");
+      if (at != std::string::npos) {
+        std::string value = cookie.substr(at + kSessionCookie.size() + 1);
+        value = value.substr(0, value.find(';'));
+        if (TokenMatches(value, session)) return true;
+      }
     }
     res.status = 401;
     res.set_content("this dashboard needs its token (Authorization: Bearer, or ?token=)\n",
@@ -227,6 +258,10 @@ struct Dashboard::Impl {
   }
 
   void Routes() {
+    server.set_default_headers({{"X-Content-Type-Options", "nosniff"},
+                                {"Content-Security-Policy", PageSecurityPolicy(kDashboardPage)},
+                                {"X-Frame-Options", "DENY"},
+                                {"Referrer-Policy", "no-referrer"}});
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
                                   : httplib::Server::HandlerResponse::Handled;
@@ -287,6 +322,7 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
   }
   auto impl = std::make_unique<Impl>(run_dir);
   impl->options = options;
+  impl->session = SessionValue(options.token);
   impl->Routes();
   const int port =
       options.port == 0

@@ -13,7 +13,11 @@
 //
 // Loopback by default. Another address needs a token (read by the caller from
 // a 0600 file); every request must then carry it (`Authorization: Bearer T`,
-// or `?token=T` once, which sets a cookie). The server reads the run's files
+// or `?token=T` once, which sets a cookie holding a value derived from the
+// token, never the token). Every response says `X-Content-Type-Options:
+// nosniff`, `Referrer-Policy: no-referrer` and a Content-Security-Policy that
+// allows the page's own script (by hash) and requests to this server only,
+// and no framing (`frame-ancestors 'none'`). The server reads the run's files
 // only when asked (and the event streams look at status.json's mtime every
 // 250 ms), so an idle dashboard costs nothing.
 //

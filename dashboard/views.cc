@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 
+#include "common/file_util.h"
 #include "plan/run_dir.h"
 #include "scheduler/league_service.h"
 
@@ -27,6 +29,14 @@ std::string Label(std::string_view v) {
     out.push_back(c);
   }
   return out;
+}
+
+// Seconds since rank `r` of agent `a` was last heard; none before it was
+// heard, and none once it has exited or its agent has ended (it sends no more
+// heartbeats: an age would only grow).
+std::optional<double> HeartbeatAge(const AgentStatus& a, const RankStatus& r, double now_unix_s) {
+  if (!r.heard_unix_s || r.exit_code || IsTerminal(a.state)) return std::nullopt;
+  return std::max(0.0, now_unix_s - *r.heard_unix_s);
 }
 
 // The plan entry of the run's `i`-th agent. status.json lists agents in plan
@@ -138,9 +148,8 @@ nlohmann::json LeagueView(const RunSnapshot& run) {
 nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
   const RunStatus& st = run.status;
   nlohmann::json out;
-  const bool orphaned = st.state == RunState::kRunning && !run.controller_alive;
   out["run"] = {{"name", st.run},
-                {"state", orphaned ? "controller gone" : std::string(RunStateName(st.state))},
+                {"state", ShownRunState(st, run.controller_alive)},
                 {"run_dir", st.run_dir},
                 {"elapsed_s",
                  std::max(0.0, (st.state == RunState::kRunning ? now_unix_s : st.updated_unix_s) -
@@ -165,12 +174,11 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
                                 : nlohmann::json(std::max(0.0, now_unix_s - ck->second));
     nlohmann::json ranks = nlohmann::json::array();
     for (const RankStatus& r : a.ranks) {
+      const auto age = HeartbeatAge(a, r, now_unix_s);
       ranks.push_back({{"rank", r.rank},
                        {"node", r.node},
                        {"pid", r.pid},
-                       {"heartbeat_age_s",
-                        r.heard_unix_s ? nlohmann::json(std::max(0.0, now_unix_s - *r.heard_unix_s))
-                                       : nlohmann::json()}});
+                       {"heartbeat_age_s", age ? nlohmann::json(*age) : nlohmann::json()}});
     }
     j["ranks"] = ranks;
     j["efficiency"] = a.peak_flops > 0 && a.achieved_flops > 0
@@ -318,11 +326,12 @@ std::string PrometheusText(const RunSnapshot& run, double now_unix_s) {
   family("agentrt_rank_heartbeat_age_seconds", "gauge", "Seconds since the rank was last heard.");
   for (const AgentStatus& a : st.agents) {
     for (const RankStatus& rk : a.ranks) {
-      if (!rk.heard_unix_s) continue;
+      const auto age = HeartbeatAge(a, rk, now_unix_s);
+      if (!age) continue;
       out += fmt::format(
           "agentrt_rank_heartbeat_age_seconds{{run=\"{}\",agent=\"{}\",rank=\"{}\",node=\"{}\"}} "
           "{:.3f}\n",
-          r, Label(a.name), rk.rank, Label(rk.node), std::max(0.0, now_unix_s - *rk.heard_unix_s));
+          r, Label(a.name), rk.rank, Label(rk.node), *age);
     }
   }
   return out;
@@ -429,32 +438,9 @@ Result<std::vector<std::string>> TailLog(const std::string& run_dir, const Plan&
   if (a == nullptr) return NotFound("no agent \"" + agent + "\" in this run");
   if (rank < 0 || rank >= a->ranks)
     return NotFound(fmt::format("agent {} has ranks 0..{}, not {}", agent, a->ranks - 1, rank));
-  const std::string path = RunDir(run_dir).RankLogPath(agent, rank);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::vector<std::string>{};  // nothing logged yet
-  struct stat st {};
-  ::fstat(fd, &st);
   // The tail is searched within the last 8 MiB: enough for 10000 long lines.
-  const off_t from = std::max<off_t>(0, st.st_size - (off_t{8} << 20));
-  std::string text(static_cast<size_t>(st.st_size - from), '\0');
-  const ssize_t n = ::pread(fd, text.data(), text.size(), from);
-  ::close(fd);
-  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  std::vector<std::string_view> all;
-  size_t start = 0;
-  if (from > 0) start = text.find('\n') == std::string::npos ? text.size() : text.find('\n') + 1;
-  while (start < text.size()) {  // (a first line cut by the window is left out)
-    size_t nl = text.find('\n', start);
-    if (nl == std::string::npos) nl = text.size();
-    all.emplace_back(text.data() + start, nl - start);
-    start = nl + 1;
-  }
-  std::vector<std::string> out;
-  for (auto it = all.rbegin(); it != all.rend() && static_cast<int>(out.size()) < lines; ++it) {
-    if (filter.empty() || it->find(filter) != std::string_view::npos) out.emplace_back(*it);
-  }
-  std::reverse(out.begin(), out.end());
-  return out;
+  return ReadLastLines(RunDir(run_dir).RankLogPath(agent, rank), static_cast<size_t>(lines),
+                       size_t{8} << 20, filter);
 }
 
 std::vector<std::pair<double, double>> Decimate(const std::vector<std::pair<double, double>>& in,

@@ -99,7 +99,15 @@ namespace agentrt {
 // `restart:` under `defaults:` or an agent.
 #define AGENTRT_RESTART_SETTINGS(X)                                                             \
   X(int, max_restarts, 3, "restarts of a failed agent before the run gives up on it")           \
-  X(double, backoff_s, 2.0, "wait before restarting a failed agent, seconds")                   \
+  X(double, backoff_s, 2.0,                                                                     \
+    "wait before the first restart of a failed agent; doubles with each failure in a row, "     \
+    "seconds")                                                                                  \
+  X(double, backoff_max_s, 60.0,                                                                \
+    "the longest wait before a restart; an incarnation that ran this long starts the doubling " \
+    "again, seconds")                                                                           \
+  X(int, crash_loop_after, 3,                                                                   \
+    "this many failures in a row at start-up with the same exit and last log line fail the "    \
+    "agent (a crash loop); 0 = never")                                                          \
   X(double, heartbeat_timeout_s, 60.0, "a rank silent for this long is declared dead, seconds") \
   X(double, grace_s, 10.0, "SIGTERM-to-SIGKILL grace when tearing an agent down, seconds")      \
   X(double, progress_timeout_s, 0.0,                                                            \

@@ -285,6 +285,10 @@ class ConfigBuilder {
     if (r.backoff_s < 0)
       c_.Fail(n["backoff_s"], Join(path, "backoff_s"),
               fmt::format("expected 0 or more seconds, got {}", r.backoff_s));
+    NotNegativeSeconds(n, path, "backoff_max_s", r.backoff_max_s);
+    if (r.crash_loop_after < 0)
+      c_.Fail(n["crash_loop_after"], Join(path, "crash_loop_after"),
+              fmt::format("expected 0 (never) or more failures, got {}", r.crash_loop_after));
     if (!(r.heartbeat_timeout_s > 0))
       c_.Fail(n["heartbeat_timeout_s"], Join(path, "heartbeat_timeout_s"),
               fmt::format("expected a positive number of seconds, got {}", r.heartbeat_timeout_s));

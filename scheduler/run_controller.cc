@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,21 +26,56 @@ bool IsPermanent(const Status& s) {
          s.code() == StatusCode::kFailedPrecondition || s.code() == StatusCode::kPermissionDenied;
 }
 
-// The last non-empty line of a rank's log (what it said before exiting), at
-// most 300 bytes, or "".
-std::string LastLogLine(const std::string& log_dir, int rank) {
-  const auto text = ReadWholeFile(RankLogFile(log_dir, rank), size_t{64} << 20);
-  if (!text.ok()) return "";
-  std::string_view s = *text;
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' '))
-    s.remove_suffix(1);
-  const size_t nl = s.rfind('\n');
-  std::string line(nl == std::string_view::npos ? s : s.substr(nl + 1));
-  if (line.size() > 300) line = line.substr(0, 300) + "...";
-  return line;
+// The size of a rank's log (0: none yet): where its next incarnation's output starts.
+int64_t LogSize(const std::string& log_dir, int rank) {
+  struct stat st {};
+  return ::stat(RankLogFile(log_dir, rank).c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size)
+                                                              : 0;
+}
+
+// The last non-blank lines a rank's log (its stdout and stderr) got since byte
+// `from` (this incarnation's), at most `count`, each cut at 300 bytes, oldest
+// first.
+std::vector<std::string> LastLogLines(const std::string& log_dir, int rank, size_t count,
+                                      int64_t from) {
+  std::vector<std::string> lines =
+      ReadLastLines(RankLogFile(log_dir, rank), 4 * count, size_t{64} << 10, "", from);
+  std::vector<std::string> out;
+  for (std::string& line : lines) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.empty()) continue;
+    if (line.size() > 300) line = line.substr(0, 300) + "...";
+    out.push_back(std::move(line));
+  }
+  if (out.size() > count) out.erase(out.begin(), out.end() - static_cast<ptrdiff_t>(count));
+  return out;
+}
+
+// The last non-blank line of a rank's log since byte `from` (what it said
+// before exiting), or "".
+std::string LastLogLine(const std::string& log_dir, int rank, int64_t from) {
+  std::vector<std::string> lines = LastLogLines(log_dir, rank, 1, from);
+  return lines.empty() ? "" : std::move(lines.back());
+}
+
+// An exit the program brought on itself (an error code, a crash signal), as
+// opposed to one it was dealt (SIGKILL, SIGTERM from outside): only those can
+// make a crash loop.
+bool SelfInflicted(int exit_code, int term_signal) {
+  if (term_signal == 0) return exit_code != 0;
+  return term_signal == SIGSEGV || term_signal == SIGABRT || term_signal == SIGBUS ||
+         term_signal == SIGFPE || term_signal == SIGILL || term_signal == SIGTRAP;
 }
 
 }  // namespace
+
+double BackoffDelay(const RestartPolicy& policy, int failures_in_a_row) {
+  const double cap = std::max(policy.backoff_s, policy.backoff_max_s);
+  // 2^(n-1), stopped early once past the cap (no overflow however long the row).
+  double delay = policy.backoff_s;
+  for (int n = 1; n < failures_in_a_row && delay < cap; ++n) delay *= 2;
+  return std::min(delay, cap);
+}
 
 RunController::RunController(std::string run_name, std::string run_dir,
                              std::vector<SupervisedAgent> agents, LaunchBackend* backend,
@@ -74,6 +110,7 @@ void RunController::Resume(const RunStatus& previous) {
     s.restored_step = before->restored_step;
     s.skipped_checkpoints = before->skipped_checkpoints;
     s.replacements = before->replacements;
+    s.resumes = before->resumes;
     if (before->state == AgentState::kSucceeded) {
       agents_[i].phase = Phase::kDone;
       s.restarts = before->restarts;
@@ -81,6 +118,11 @@ void RunController::Resume(const RunStatus& previous) {
       s.state = AgentState::kSucceeded;
     } else {
       s.restarts = before->restarts + 1;  // a new incarnation, from its checkpoint
+      // Stopped (agentctl stop, the dashboard) or cut off with its controller:
+      // it did not fail, so the relaunch is not one of its restarts.
+      const bool failed =
+          before->state == AgentState::kFailed || before->state == AgentState::kRestarting;
+      s.resumes = before->resumes + (failed ? 0 : 1);
       s.reason = "resumed after its controller ended";
     }
   }
@@ -126,12 +168,19 @@ void RunController::Launch(size_t i) {
   // Unique per launch, also across controllers of one run (a requeue or a
   // resume starts counting restarts again): the checkpoint fence's id.
   a.spec.launch.incarnation = fmt::format("{}.{:016x}", s.restarts, RandomNonZeroU64());
+  a.launched_s = clock_->NowSeconds();
+  a.checkpoint_at_launch = s.last_checkpoint_step.value_or(-1);
+  a.log_from.resize(a.spec.launch.ranks.size());
+  for (size_t r = 0; r < a.log_from.size(); ++r)
+    a.log_from[r] = LogSize(s.log_dir, a.spec.launch.ranks[r].rank);
   auto launched = backend_->Launch(a.spec.launch);
   const double now = clock_->NowSeconds();
   if (!launched.ok()) {
     s.reason = "launch failed: " + launched.status().message();
     a.give_up = IsPermanent(launched.status());
     a.live.clear();
+    a.failed_rank = -1;
+    CountFailure(i, "");
     FinishTeardown(i);
     return;
   }
@@ -278,7 +327,7 @@ void RunController::OnExit(const AgentProcessExit& e) {
                                : fmt::format("rank {} (pid {})", rank, e.pid);
     std::string how = e.Describe();
     int culprit = rank;
-    bool config_error = e.term_signal == 0 && e.exit_code == kExitConfigError;
+    int exit_code = e.exit_code, term_signal = e.term_signal;  // the culprit's
     if (rank < 0) {
       // One launcher stood for every rank: the rank wrappers' records say
       // which rank failed first, and how (plan/rank_exec.h).
@@ -298,14 +347,34 @@ void RunController::OnExit(const AgentProcessExit& e) {
         how = DescribeExit(first->exit_code, first->signal) + "; " + who + " " + how;
         who = fmt::format("rank {} (pid {})", first->rank, first->pid);
         culprit = first->rank;
-        config_error = first->signal == 0 && first->exit_code == kExitConfigError;
+        exit_code = first->exit_code;
+        term_signal = first->signal;
       }
     }
-    if (config_error) {
+    const std::string said =
+        LastLogLine(s.log_dir, culprit < 0 ? 0 : culprit, a.LogFrom(culprit < 0 ? 0 : culprit));
+    if (term_signal == 0 && exit_code == kExitConfigError) {
       // The agent refused its own configuration: trying again cannot help.
       a.give_up = true;
-      const std::string said = LastLogLine(s.log_dir, culprit < 0 ? 0 : culprit);
+      CountFailure(i, "");
       BeginTeardown(i, "configuration error: " + (said.empty() ? who + " " + how : said), culprit);
+      return;
+    }
+    // At start-up (no step yet, soon after the launch) and of its own doing:
+    // the same exit with the same last words again is a crash loop.
+    const bool startup = a.rate_t0_s < 0 && clock_->NowSeconds() - a.launched_s < kStartupWindowS;
+    const std::string exited = DescribeExit(exit_code, term_signal);
+    const std::string crash = startup && SelfInflicted(exit_code, term_signal)
+                                  ? fmt::format("rank {} {}\n{}", culprit, exited, said)
+                                  : "";
+    if (CountFailure(i, crash)) {
+      a.give_up = true;
+      BeginTeardown(i,
+                    fmt::format("crash loop: failed at start-up {} times in a row the same way "
+                                "(rank {} {}){}",
+                                a.same_crashes, culprit < 0 ? 0 : culprit, exited,
+                                said.empty() ? "" : ": " + said),
+                    culprit);
       return;
     }
     BeginTeardown(i, who + " " + how, culprit);
@@ -346,10 +415,17 @@ void RunController::FinishTeardown(size_t i) {
     SetState(i, AgentState::kRestarting);
   } else if (a.give_up || FailureRestarts(i) >= a.spec.restart.max_restarts) {
     a.phase = Phase::kDone;
+    AgentStatus& s = status_.agents[i];
+    s.log_tail.clear();
+    if (a.failed_rank >= 0) {
+      s.log_tail = LastLogLines(s.log_dir, a.failed_rank, AgentStatus::kLogTailLines,
+                                a.LogFrom(a.failed_rank));
+    }
     SetState(i, AgentState::kFailed);
   } else {
     a.phase = Phase::kBackoff;
-    a.restart_at_s = clock_->NowSeconds() + a.spec.restart.backoff_s;
+    a.restart_at_s =
+        clock_->NowSeconds() + BackoffDelay(a.spec.restart, std::max(1, a.failures_in_a_row));
     SetState(i, AgentState::kRestarting);
   }
   Touch(true);
@@ -365,18 +441,21 @@ void RunController::Tick() {
       case Phase::kRunning: {
         int culprit = -1;
         if (const std::string hang = FindHang(i, now, &culprit); !hang.empty()) {
+          CountFailure(i, "");
           const std::string dump = DumpHang(i, hang);
           BeginTeardown(i, dump.empty() ? hang : hang + " (hang report: " + dump + ")", culprit);
           break;
         }
         const double timeout = a.spec.restart.heartbeat_timeout_s;
         if (const std::string stuck = FindStuckExit(i, now, &culprit); !stuck.empty()) {
+          CountFailure(i, "");
           BeginTeardown(i, stuck, culprit);
           break;
         }
         for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
           if (timeout > 0 && a.armed[r] && !a.rank_done[r] &&
               now - a.last_heartbeat_s[r] > timeout) {
+            CountFailure(i, "");
             BeginTeardown(
                 i,
                 fmt::format("rank {} sent no heartbeat for {:.1f} s (heartbeat_timeout_s {})", r,
@@ -568,7 +647,27 @@ std::string RunController::DumpHang(size_t i, const std::string& summary) const 
 
 int RunController::FailureRestarts(size_t i) const {
   const AgentStatus& s = status_.agents[i];
-  return s.restarts - s.replacements;
+  return s.restarts - s.replacements - s.resumes;
+}
+
+bool RunController::CountFailure(size_t i, const std::string& crash) {
+  Agent& a = agents_[i];
+  const RestartPolicy& policy = a.spec.restart;
+  // An incarnation that got somewhere (lasted a full backoff_max_s, or
+  // committed a checkpoint) starts the curve again.
+  const int64_t checkpoint = status_.agents[i].last_checkpoint_step.value_or(-1);
+  if (clock_->NowSeconds() - a.launched_s >= std::max(policy.backoff_s, policy.backoff_max_s) ||
+      checkpoint > a.checkpoint_at_launch)
+    a.failures_in_a_row = 0;
+  ++a.failures_in_a_row;
+  if (crash.empty()) {
+    a.crash.clear();
+    a.same_crashes = 0;
+    return false;
+  }
+  a.same_crashes = crash == a.crash ? a.same_crashes + 1 : 1;
+  a.crash = crash;
+  return policy.crash_loop_after > 0 && a.same_crashes >= policy.crash_loop_after;
 }
 
 Status RunController::RequestCheckpoint(const std::string& name) {
@@ -665,6 +764,10 @@ std::string RunController::Summary() const {
       const std::string log = rank >= 0 ? RankLogFile(s.log_dir, rank) : s.log_dir + "/";
       out += fmt::format("agent {} failed after {} restart{}: {}; see its log: {}\n", s.name,
                          s.restarts, s.restarts == 1 ? "" : "s", s.reason, log);
+      if (!s.log_tail.empty()) {
+        out += fmt::format("  the last lines of rank{}.log:\n", rank);
+        for (const std::string& line : s.log_tail) out += "    " + line + "\n";
+      }
     } else if (s.state == AgentState::kStopped) {
       ++stopped;
     }

@@ -3,11 +3,18 @@
 // It launches every agent through a LaunchBackend, watches every rank (process
 // exit from the backend, heartbeats from telemetry) and, when any rank of an
 // agent exits non-zero, is killed or stops heartbeating, tears the whole agent
-// group down (SIGTERM + SIGCONT, `grace_s`, SIGKILL) and restarts it after
-// `backoff_s` with AGENTRT_RESTART_COUNT + 1, up to `max_restarts`; then the
-// agent is failed. A rank that exits with kExitConfigError (78,
-// plan/agent_env.h) fails its agent at once: "configuration error", quoting
-// the last line of its log. Other agents are never touched. An agent whose ranks all
+// group down (SIGTERM + SIGCONT, `grace_s`, SIGKILL) and restarts it with
+// AGENTRT_RESTART_COUNT + 1, up to `max_restarts`; then the agent is failed.
+// The wait before a restart doubles with each failure in a row: backoff_s,
+// 2 backoff_s, 4 backoff_s, ... up to backoff_max_s (BackoffDelay); an
+// incarnation that got somewhere before failing (ran backoff_max_s or
+// longer, or committed a checkpoint) starts the curve again. A rank that exits with
+// kExitConfigError (78, plan/agent_env.h) fails its agent at once: "configuration error", quoting
+// the last line of its log. So does a crash loop: `crash_loop_after`
+// failures in a row at start-up (before the incarnation reported a step,
+// within kStartupWindowS of its launch) with the same exit and the same last
+// log line. A failed agent's status keeps its last log lines, which the run
+// summary quotes. Other agents are never touched. An agent whose ranks all
 // exit 0 has succeeded.
 //
 // The heartbeat watch of a rank starts with its first telemetry message (hello
@@ -60,17 +67,23 @@ struct RelaunchAdvice {
 };
 using RelaunchAdvisor = std::function<RelaunchAdvice(AgentLaunch& launch)>;
 
+// The wait before the restart that follows the n-th failure in a row (n >= 1):
+// backoff_s x 2^(n-1), at most max(backoff_s, backoff_max_s).
+double BackoffDelay(const RestartPolicy& policy, int failures_in_a_row);
+
 class RunController {
  public:
   // `backend` and `clock` must outlive the controller.
   RunController(std::string run_name, std::string run_dir, std::vector<SupervisedAgent> agents,
                 LaunchBackend* backend, const Clock* clock);
 
-  // Takes over a run whose controller died (agentctl resume), before Start:
-  // agents that had succeeded stay succeeded and are not launched again;
-  // every other one keeps its step, checkpoint and restart history and is
-  // launched as its next incarnation (restart count + 1), to resume from its
-  // newest checkpoint.
+  // Takes over a run that ended or whose controller died (agentctl resume),
+  // before Start: agents that had succeeded stay succeeded and are not
+  // launched again; every other one keeps its step, checkpoint and restart
+  // history and is launched as its next incarnation (restart count + 1), to
+  // resume from its newest checkpoint. That relaunch spends none of
+  // max_restarts (AgentStatus::resumes) unless the agent had failed or was
+  // waiting to restart after a failure.
   void Resume(const RunStatus& previous);
 
   // Consulted before every relaunch after a failure (not before the first
@@ -122,6 +135,9 @@ class RunController {
   // Bumped on every change at all (metrics and steps included).
   uint64_t version() const { return version_; }
 
+  // A failure this soon after a launch, before any step, is a start-up failure.
+  static constexpr double kStartupWindowS = 60.0;
+
   // 0 when every agent succeeded, 1 when any failed, 130 when stopped.
   int ExitCode() const;
   // One paragraph: what failed, why and where its log is ("" when all succeeded).
@@ -144,6 +160,15 @@ class RunController {
     bool stopping = false;          // teardown ends in stopped
     std::function<void()> replace;  // set: a planned restart (Replace), run before relaunch
     int failed_rank = -1;
+    double launched_s = 0;              // when this incarnation was launched
+    int64_t checkpoint_at_launch = -1;  // the newest checkpoint step then (-1: none)
+    std::vector<int64_t> log_from;      // per rank: its log's size then (this incarnation's start)
+    int64_t LogFrom(int rank) const {
+      return rank >= 0 && static_cast<size_t>(rank) < log_from.size() ? log_from[rank] : 0;
+    }
+    int failures_in_a_row = 0;  // the backoff curve's position
+    std::string crash;          // the last start-up failure: exit and last log line
+    int same_crashes = 0;       // start-up failures in a row that were `crash`
     double rate_t0_s = -1;
     int64_t rate_step0 = -1;
     double rate_busy0_s = 0;  // rank 0's time in collectives at rate_t0_s
@@ -176,6 +201,10 @@ class RunController {
   std::string DumpHang(size_t i, const std::string& summary) const;
   void OnExit(const AgentProcessExit& exit);
   void BeginTeardown(size_t i, const std::string& reason, int rank);
+  // Counts a failure of agent i's current incarnation for the backoff curve
+  // and the crash-loop watch; `crash` is its start-up signature ("" when it
+  // was no start-up failure). True when it completes a crash loop.
+  bool CountFailure(size_t i, const std::string& crash);
   void FinishTeardown(size_t i);
   int FailureRestarts(size_t i) const;
   void SetState(size_t i, AgentState state);

@@ -46,6 +46,11 @@ const AgentStatus* RunStatus::FindAgent(std::string_view name) const {
   return nullptr;
 }
 
+std::string_view ShownRunState(const RunStatus& status, bool controller_alive) {
+  if (status.state == RunState::kRunning && !controller_alive) return "controller_gone";
+  return RunStateName(status.state);
+}
+
 nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
   nlohmann::ordered_json j;
   j["run"] = status.run;
@@ -57,6 +62,7 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
     aj["state"] = AgentStateName(a.state);
     aj["restarts"] = a.restarts;
     if (a.replacements > 0) aj["replacements"] = a.replacements;
+    if (a.resumes > 0) aj["resumes"] = a.resumes;
     aj["ranks"] = nlohmann::ordered_json::array();
     for (const auto& r : a.ranks) {
       nlohmann::ordered_json rj;
@@ -74,6 +80,7 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
     aj["steps_per_s"] = a.steps_per_s;
     aj["master_port"] = a.master_port;
     aj["reason"] = a.reason;
+    if (!a.log_tail.empty()) aj["log_tail"] = a.log_tail;
     aj["log_dir"] = a.log_dir;
     aj["restored_step"] = a.restored_step ? nlohmann::ordered_json(*a.restored_step) : nullptr;
     aj["skipped_checkpoints"] = a.skipped_checkpoints;
@@ -110,6 +117,7 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
                                                               kAgentStates, "agent state"));
       a.restarts = aj.at("restarts").get<int>();
       a.replacements = aj.value("replacements", 0);
+      a.resumes = aj.value("resumes", 0);
       for (const auto& rj : aj.at("ranks")) {
         RankStatus r;
         r.rank = rj.at("rank").get<int>();
@@ -129,6 +137,7 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
       a.steps_per_s = aj.value("steps_per_s", 0.0);
       a.master_port = aj.value("master_port", 0);
       a.reason = aj.value("reason", "");
+      a.log_tail = aj.value("log_tail", std::vector<std::string>{});
       a.log_dir = aj.value("log_dir", "");
       if (aj.contains("restored_step") && !aj["restored_step"].is_null()) {
         a.restored_step = aj["restored_step"].get<int64_t>();

@@ -8,12 +8,14 @@
 //    "agents": [{"name": "predator-0",
 //                "state": "pending|running|restarting|succeeded|failed|stopped",
 //                "restarts": 1,
+//                "replacements": 0, "resumes": 0,  // of the restarts: planned, not failures
 //                "ranks": [{"rank": 0, "pid": 4242, "node": "localhost", "exit_code": null,
 //                           "heard_unix_s": 1764460031.2}],
 //                "last_checkpoint_step": 400,      // null: none yet
 //                "metrics": {"loss": 0.1},         // latest values reported
 //                "step": 420, "steps_per_s": 35.5, "master_port": 20016,
 //                "reason": "rank 1 (pid 4243) was killed by SIGKILL (signal 9)",
+//                "log_tail": ["Traceback ...", "..."],  // a failed agent's last log lines
 //                "log_dir": "/abs/run/logs/predator-0",
 //                "restored_step": 400,            // null: not reported; -1: fresh start
 //                "skipped_checkpoints": [600],    // corrupt checkpoints passed over
@@ -62,8 +64,11 @@ struct RankStatus {
 struct AgentStatus {
   std::string name;
   AgentState state = AgentState::kPending;
-  int restarts = 0;      // relaunches, each a new incarnation (AGENTRT_RESTART_COUNT)
-  int replacements = 0;  // ... of which PBT exploits, not failures (max_restarts counts the rest)
+  int restarts = 0;  // relaunches, each a new incarnation (AGENTRT_RESTART_COUNT)
+  // ... of which PBT exploits and resumes after a stop or a lost controller:
+  // not failures (max_restarts counts the rest).
+  int replacements = 0;
+  int resumes = 0;
   std::vector<RankStatus> ranks;
   std::optional<int64_t> last_checkpoint_step;
   nlohmann::json metrics = nlohmann::json::object();
@@ -71,6 +76,10 @@ struct AgentStatus {
   double steps_per_s = 0;
   int master_port = 0;
   std::string reason;  // why it last failed / stopped ("" when it did not)
+  // A failed agent's last log lines (stdout and stderr of the rank that
+  // failed, at most kLogTailLines), quoted by the run summary.
+  std::vector<std::string> log_tail;
+  static constexpr size_t kLogTailLines = 5;
   std::string log_dir;
   // Its latest restore: the step resumed from (-1: a fresh start; unset: not
   // reported), and committed checkpoints it had to pass over as corrupt.
@@ -113,6 +122,11 @@ struct RunStatus {
 
   const AgentStatus* FindAgent(std::string_view name) const;
 };
+
+// The run's state as shown: RunStateName, or "controller_gone" for a run
+// whose last record says running while its controller is not
+// (ControllerRunning, plan/run_dir.h: kill -9, a lost node, power loss).
+std::string_view ShownRunState(const RunStatus& status, bool controller_alive);
 
 nlohmann::ordered_json RunStatusToJson(const RunStatus& status);
 Result<RunStatus> RunStatusFromJson(const nlohmann::json& json);

@@ -1,5 +1,6 @@
 // common/file_util.h: the open-files limit the bus raises for itself and a
-// child restores before exec (so agents do not inherit the raised one).
+// child restores before exec (so agents do not inherit the raised one), and
+// the tail of a log read from its end.
 #include "common/file_util.h"
 
 #include <sys/resource.h>
@@ -7,6 +8,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/common/temp_dir.h"
 
 TEST_CASE("RaiseOpenFileLimit raises the soft limit; a child restores the one before") {
   rlimit original{};
@@ -33,4 +38,24 @@ TEST_CASE("RaiseOpenFileLimit raises the soft limit; a child restores the one be
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // the child runs with the limit from before the raise
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &original) == 0);
+}
+
+TEST_CASE("ReadLastLines: the newest lines, oldest first, filtered, within a window") {
+  using Lines = std::vector<std::string>;
+  agentrt::testing::TempDir dir;
+  const std::string log = dir.Write("rank0.log", "one\ntwo\n\nthree four\nfive");
+  CHECK(agentrt::ReadLastLines(log, 2, 1 << 20) == Lines{"three four", "five"});
+  CHECK(agentrt::ReadLastLines(log, 3, 1 << 20) == Lines{"", "three four", "five"});
+  CHECK(agentrt::ReadLastLines(log, 10, 1 << 20) == Lines{"one", "two", "", "three four", "five"});
+  CHECK(agentrt::ReadLastLines(log, 10, 1 << 20, "o") == Lines{"one", "two", "three four"});
+  CHECK(agentrt::ReadLastLines(log, 0, 1 << 20).empty());
+  // A window of the last 11 bytes ("three four\nfive" is 15) cuts "three four":
+  // the cut line is left out rather than shown in part.
+  CHECK(agentrt::ReadLastLines(log, 10, 11) == Lines{"five"});
+  const std::string ended = dir.Write("ended.log", "a\nb\n");
+  CHECK(agentrt::ReadLastLines(ended, 10, 1 << 20) == Lines{"a", "b"});
+  CHECK(agentrt::ReadLastLines(dir.Path("missing.log"), 5, 1 << 20).empty());
+  // Only what was appended since byte 8 (where "two" ends): a later incarnation's output.
+  CHECK(agentrt::ReadLastLines(log, 10, 1 << 20, "", 8) == Lines{"", "three four", "five"});
+  CHECK(agentrt::ReadLastLines(log, 10, 1 << 20, "", 25).empty());  // nothing since the end
 }

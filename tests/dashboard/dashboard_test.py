@@ -4,6 +4,8 @@ one on the CPU): /metrics read by Prometheus' own parser (python3-prometheus-cli
 views and their decimation, the event stream, the token off loopback, and the page in a real
 headless chromium (agent table, partition map, a learning curve that gains points, a killed
 agent's restart). Screenshots land in the build dir (AGENTRT_BIN_DIR/..)."""
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -189,7 +191,8 @@ def scenario_metrics(work):
         wait_for("the run to end", lambda: run.proc.poll() is not None or None, 30)
         dash = Dashboard(run.run_dir)
         view = json.loads(dash.get("api/run"))
-        check(view["run"]["controller_alive"] is False, "a run whose agentctl is gone is still shown")
+        check(view["run"]["controller_alive"] is False and view["run"]["state"] == "controller_gone",
+              "a run whose agentctl is gone is still shown, as such: %s" % view["run"]["state"])
     finally:
         if dash:
             dash.stop()
@@ -280,6 +283,33 @@ def scenario_token(work):
                 raise AssertionError("no 401")
             except urllib.error.HTTPError as e:
                 check(e.code == 401, "a wrong token: 401")
+            # ?token= once: the cookie it sets is derived from the token, not the token, and is
+            # accepted on its own afterwards.
+            with urllib.request.urlopen(dash.url + "?token=s3cret-dashboard-token", timeout=10) as r:
+                page = r.read().decode()
+                cookie = r.headers["Set-Cookie"]
+                headers = r.headers
+            check(cookie and "s3cret" not in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie,
+                  "the session cookie holds no raw token: %s" % cookie)
+            session = cookie.split(";", 1)[0]
+            check("agentrt_agent_state" in dash.get("metrics", {"Cookie": session}), "the session cookie is accepted")
+            try:
+                dash.get("metrics", {"Cookie": "agentrt_session=s3cret-dashboard-token"})
+                raise AssertionError("no 401")
+            except urllib.error.HTTPError as e:
+                check(e.code == 401, "the raw token as a cookie is not a session: 401")
+            # The page's headers: no sniffing, no framing, only its own script (by hash).
+            script = page[page.index("<script>") + 8:page.index("</script>")]
+            digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+            csp = headers["Content-Security-Policy"] or ""
+            check(headers["X-Content-Type-Options"] == "nosniff" and "frame-ancestors 'none'" in csp and
+                  ("script-src 'sha256-%s';" % digest) in csp and "unsafe-eval" not in csp and
+                  headers["Referrer-Policy"] == "no-referrer",
+                  "nosniff, frame-ancestors and the script's hash: %s" % csp)
+            try:
+                dash.get("api/run")
+            except urllib.error.HTTPError as e:
+                check(e.headers["X-Content-Type-Options"] == "nosniff", "a 401 says nosniff too")
         finally:
             dash.stop()
     finally:

@@ -110,3 +110,28 @@ TEST_CASE("the Prometheus text has every agent, its state and escaped labels") {
   CHECK(IsLoopbackHost("127.0.0.1"));
   CHECK_FALSE(IsLoopbackHost("0.0.0.0"));
 }
+
+TEST_CASE("a rank that has exited, or whose agent has ended, shows no heartbeat age") {
+  RunSnapshot run;
+  run.status.run = "r";
+  run.controller_alive = false;
+  AgentStatus live;
+  live.name = "live";
+  live.state = AgentState::kRunning;
+  live.ranks.push_back({0, 11, "n1", std::nullopt, 190.0});
+  live.ranks.push_back({1, 12, "n1", 0, 190.0});  // this rank has exited
+  AgentStatus done = live;
+  done.name = "done";
+  done.state = AgentState::kSucceeded;
+  done.ranks[0].exit_code = 0;
+  run.status.agents = {live, done};
+  const nlohmann::json view = RunView(run, 200);
+  CHECK(view["run"]["state"] == "controller_gone");  // running, by its last record only
+  CHECK(view["agents"][0]["ranks"][0]["heartbeat_age_s"] == 10.0);
+  CHECK(view["agents"][0]["ranks"][1]["heartbeat_age_s"].is_null());
+  CHECK(view["agents"][1]["ranks"][0]["heartbeat_age_s"].is_null());
+  const std::string text = PrometheusText(run, 200);
+  CHECK_THAT(text, Catch::Matchers::Contains("agent=\"live\",rank=\"0\",node=\"n1\"} 10.000"));
+  CHECK_THAT(text, !Catch::Matchers::Contains("agent=\"live\",rank=\"1\""));
+  CHECK_THAT(text, !Catch::Matchers::Contains("agent=\"done\",rank="));
+}

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -28,6 +29,10 @@ struct LogDir : testing::TempDir {
   LogDir() : testing::TempDir("agentrt-ctl") {}
   void Write(const std::string& name, const std::string& text) const {
     REQUIRE(WriteFileAtomic(Path(name), text).ok());
+  }
+  // What a rank prints: appended to its log, as every incarnation's output is.
+  void Append(const std::string& name, const std::string& text) const {
+    std::ofstream(Path(name), std::ios::app) << text;
   }
 };
 
@@ -319,9 +324,10 @@ TEST_CASE("an agent that always fails ends failed after max_restarts and the run
   for (int attempt = 0; attempt < 3; ++attempt) {
     REQUIRE(f.backend.live["bad"].size() == 1);
     const pid_t pid = *f.backend.live["bad"].begin();
+    f.rc->OnTelemetry(Heartbeat("bad", 0, attempt, 10));  // a step: not a start-up failure
     f.backend.Exit("bad", 0, pid, 3);
     f.rc->Tick();
-    f.clock.AdvanceSeconds(2.5);
+    f.clock.AdvanceSeconds(8.5);  // backoff 2, then 4
     f.rc->Tick();
   }
   CHECK(f.A("bad").state == AgentState::kFailed);
@@ -415,11 +421,12 @@ TEST_CASE("a stop request sends SIGTERM, then SIGKILL after the grace, and ends 
 
 TEST_CASE("an agent that exits 78 (its own configuration) fails at once, quoting its message") {
   LogDir logs;
-  logs.Write("rank0.log", "starting\nagent-worker: args.lr: expected a number, got \"fast\"\n\n");
+  logs.Append("rank0.log", "an earlier incarnation's last words\n");
   Fixture f;
   auto a = MakeAgent("a", 1, /*max_restarts=*/5);
   a.launch.log_dir = logs.path;
   f.Make({a});
+  logs.Append("rank0.log", "starting\nagent-worker: args.lr: expected a number, got \"fast\"\n\n");
   f.backend.Exit("a", 0, 1000, kExitConfigError);
   f.rc->Tick();
   f.clock.AdvanceSeconds(10);
@@ -509,19 +516,22 @@ TEST_CASE("a restore report records the step and the corrupt checkpoints it pass
   CHECK(back->FindAgent("b")->skipped_checkpoints == std::vector<int64_t>{100});
 }
 
+// An agent as the status of an ended run recorded it.
+AgentStatus Recorded(const std::string& name, AgentState state, int restarts) {
+  AgentStatus a;
+  a.name = name;
+  a.state = state;
+  a.restarts = restarts;
+  return a;
+}
+
 TEST_CASE("resume: finished agents are left alone, the others start a new incarnation") {
   RunStatus before;
-  AgentStatus done;
-  done.name = "done";
-  done.state = AgentState::kSucceeded;
+  AgentStatus done = Recorded("done", AgentState::kSucceeded, 1);
   done.step = 500;
-  done.restarts = 1;
   done.ranks = {{0, 77, "localhost", 0, std::nullopt}};
-  AgentStatus busy;
-  busy.name = "busy";
-  busy.state = AgentState::kRunning;
+  AgentStatus busy = Recorded("busy", AgentState::kRunning, 2);
   busy.step = 120;
-  busy.restarts = 2;
   busy.last_checkpoint_step = 100;
   before.agents = {done, busy};
 
@@ -834,6 +844,175 @@ TEST_CASE(
   CHECK_FALSE(f.rc->Replace("b", "x", [] {}).ok());
   CHECK_FALSE(f.rc->RequestCheckpoint("b").ok());
   CHECK_FALSE(f.rc->Replace("nobody", "x", [] {}).ok());
+}
+
+TEST_CASE("the backoff doubles with each failure in a row, up to backoff_max_s") {
+  RestartPolicy p;
+  p.backoff_s = 2;
+  p.backoff_max_s = 60;
+  CHECK(BackoffDelay(p, 1) == 2);
+  CHECK(BackoffDelay(p, 2) == 4);
+  CHECK(BackoffDelay(p, 5) == 32);
+  CHECK(BackoffDelay(p, 6) == 60);
+  CHECK(BackoffDelay(p, 1000) == 60);  // no overflow however long the row
+  p.backoff_max_s = 1;                 // a cap below backoff_s: backoff_s still holds
+  CHECK(BackoffDelay(p, 3) == 2);
+  p.backoff_s = 0;
+  CHECK(BackoffDelay(p, 7) == 0);
+}
+
+// Agent `name`'s only rank is killed from outside (not a crash of its own).
+void KillOnly(Fixture& f, const std::string& name) {
+  REQUIRE(f.backend.live[name].size() == 1);
+  f.backend.Exit(name, 0, *f.backend.live[name].begin(), 0, SIGKILL);
+  f.rc->Tick();
+}
+
+TEST_CASE("failures in a row wait 2, 4, 8 s; an incarnation that checkpointed starts over") {
+  Fixture f;
+  f.Make({MakeAgent("a", 1, /*max_restarts=*/10)});
+  const auto relaunched_after = [&](double wait) {
+    const size_t before = f.backend.launches.size();
+    f.clock.AdvanceSeconds(wait - 0.1);
+    f.rc->Tick();
+    if (f.backend.launches.size() != before) return false;  // too early
+    f.clock.AdvanceSeconds(0.2);
+    f.rc->Tick();
+    return f.backend.launches.size() == before + 1;
+  };
+  KillOnly(f, "a");
+  CHECK(relaunched_after(2));
+  KillOnly(f, "a");
+  CHECK(relaunched_after(4));
+  KillOnly(f, "a");
+  CHECK(relaunched_after(8));
+  // This incarnation commits a checkpoint before it is killed: it got
+  // somewhere, so the next wait is backoff_s again.
+  TelemetryMessage ckpt = Heartbeat("a", 0, f.A("a").restarts);
+  ckpt.type = TelemetryType::kCheckpoint;
+  ckpt.checkpoint_step = 100;
+  f.rc->OnTelemetry(ckpt);
+  KillOnly(f, "a");
+  CHECK(relaunched_after(2));
+  KillOnly(f, "a");
+  CHECK(relaunched_after(4));
+  // One that ran backoff_max_s (60 s) before failing starts over too.
+  f.clock.AdvanceSeconds(61);
+  KillOnly(f, "a");
+  CHECK(relaunched_after(2));
+  CHECK(f.A("a").restarts == 6);
+  CHECK(f.A("a").state == AgentState::kRunning);  // external kills are no crash loop
+}
+
+TEST_CASE(
+    "the same failure at start-up three times in a row is a crash loop: failed, with its last "
+    "lines of output, before max_restarts is spent") {
+  LogDir logs;
+  Fixture f;
+  auto a = MakeAgent("py", 1, /*max_restarts=*/10);
+  a.launch.log_dir = logs.path;
+  f.Make({a});
+  const std::string traceback =
+      "Traceback (most recent call last):\n  File \"/opt/agent.py\", line 3, in <module>\n"
+      "    import numpy\nModuleNotFoundError: No module named 'numpy'\n";
+  const auto fail_at_startup = [&](const std::string& output, int code) {
+    REQUIRE(f.backend.live["py"].size() == 1);
+    logs.Append("rank0.log", output);
+    f.backend.Exit("py", 0, *f.backend.live["py"].begin(), code);
+    f.rc->Tick();
+    f.clock.AdvanceSeconds(59);  // past any backoff, within the start-up window
+    f.rc->Tick();
+  };
+  fail_at_startup(traceback, 1);
+  // A different failure in between breaks the row.
+  fail_at_startup("OSError: [Errno 98] Address already in use\n", 1);
+  fail_at_startup(traceback, 1);
+  fail_at_startup(traceback, 1);
+  CHECK(f.A("py").state == AgentState::kRunning);
+  fail_at_startup(traceback, 1);
+  CHECK(f.A("py").state == AgentState::kFailed);
+  CHECK(f.backend.launches.size() == 5);  // 4 restarts of the 10 allowed
+  CHECK(f.A("py").reason ==
+        "crash loop: failed at start-up 3 times in a row the same way (rank 0 exited with code "
+        "1): ModuleNotFoundError: No module named 'numpy'");
+  CHECK(f.A("py").log_tail ==
+        std::vector<std::string>{
+            "Traceback (most recent call last):", "  File \"/opt/agent.py\", line 3, in <module>",
+            "    import numpy", "ModuleNotFoundError: No module named 'numpy'"});
+  const std::string summary = f.rc->Summary();
+  CHECK_THAT(summary, Catch::Matchers::Contains(
+                          "agent py failed after 4 restarts: crash loop: failed at start-up 3 "
+                          "times in a row the same way"));
+  CHECK_THAT(summary, Catch::Matchers::Contains("the last lines of rank0.log:\n"
+                                                "    Traceback (most recent call last):\n"));
+  CHECK_THAT(summary,
+             Catch::Matchers::Contains("    ModuleNotFoundError: No module named 'numpy'\n"));
+  // status.json carries the tail.
+  const auto back = RunStatusFromJson(RunStatusToJson(f.rc->status()));
+  REQUIRE(back.ok());
+  CHECK(back->FindAgent("py")->log_tail == f.A("py").log_tail);
+}
+
+TEST_CASE("failures after a step, or past the start-up window, are no crash loop") {
+  LogDir logs;
+  Fixture f;
+  auto a = MakeAgent("a", 1, /*max_restarts=*/4);
+  a.launch.log_dir = logs.path;
+  a.restart.crash_loop_after = 2;
+  f.Make({a});
+  for (int n = 0; n < 4; ++n) {
+    REQUIRE(f.backend.live["a"].size() == 1);
+    if (n % 2 == 0) {
+      f.rc->OnTelemetry(Heartbeat("a", 0, f.A("a").restarts, 5));  // it trained a step
+    } else {
+      f.clock.AdvanceSeconds(RunController::kStartupWindowS + 1);  // it ran a while
+    }
+    logs.Append("rank0.log", "RuntimeError: CUDA error: an illegal memory access\n");
+    f.backend.Exit("a", 0, *f.backend.live["a"].begin(), 0, SIGABRT);
+    f.rc->Tick();
+    f.clock.AdvanceSeconds(60);
+    f.rc->Tick();
+  }
+  CHECK(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("a").restarts == 4);
+}
+
+TEST_CASE("resume after a stop or a lost controller spends no restart; after a failure it does") {
+  RunStatus before;
+  AgentStatus stopped = Recorded("stopped", AgentState::kStopped, 2);
+  stopped.resumes = 1;  // an earlier stop and resume
+  // "cut" was running when its controller was killed; "backing-off" had
+  // failed and was waiting for its restart.
+  before.agents = {stopped, Recorded("cut", AgentState::kRunning, 1),
+                   Recorded("backing-off", AgentState::kRestarting, 1)};
+
+  ManualClock clock;
+  FakeBackend backend;
+  RunController rc(
+      "test", "/run",
+      {MakeAgent("stopped", 1, 2), MakeAgent("cut", 1, 2), MakeAgent("backing-off", 1, 2)},
+      &backend, &clock);
+  rc.Resume(before);
+  rc.Start();
+  CHECK(rc.status().FindAgent("stopped")->restarts == 3);
+  CHECK(rc.status().FindAgent("stopped")->resumes == 2);
+  CHECK(rc.status().FindAgent("cut")->resumes == 1);
+  CHECK(rc.status().FindAgent("backing-off")->resumes == 0);
+  // "stopped" has one restart after a failure to its name (of 2, 1 was a
+  // resume) and this resume is none: a SIGKILL now is its second failure,
+  // which max_restarts 2 still restarts.
+  backend.Exit("stopped", 0, *backend.live["stopped"].begin(), 0, SIGKILL);
+  // "backing-off" has spent both of its restarts (1 before, this resume).
+  backend.Exit("backing-off", 0, *backend.live["backing-off"].begin(), 0, SIGKILL);
+  rc.Tick();
+  clock.AdvanceSeconds(2.1);
+  rc.Tick();
+  CHECK(rc.status().FindAgent("stopped")->state == AgentState::kRunning);
+  CHECK(rc.status().FindAgent("stopped")->restarts == 4);
+  CHECK(rc.status().FindAgent("backing-off")->state == AgentState::kFailed);
+  const auto back = RunStatusFromJson(RunStatusToJson(rc.status()));
+  REQUIRE(back.ok());
+  CHECK(back->FindAgent("stopped")->resumes == 2);
 }
 
 }  // namespace agentrt

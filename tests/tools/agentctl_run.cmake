@@ -4,7 +4,8 @@
 agentrt_python_scenarios(PREFIX agentctl_run
   SCRIPT ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py
   SCENARIOS env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure
-            config_error fresh_after_corrupt last_checkpoint bye_linger python_stall
+            config_error fresh_after_corrupt last_checkpoint bye_linger python_stall crash_loop
+            stop_resume
   LABELS integration
   TIMEOUT 120)
 

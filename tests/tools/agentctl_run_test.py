@@ -540,6 +540,63 @@ def scenario_config_error(work):
           "the summary says configuration error and quotes the agent: %s" % a["reason"])
 
 
+def scenario_crash_loop(work):
+    """A Python agent that fails at import every time is a crash loop: failed after three identical
+    start-up failures, not after its ten restarts; the summary quotes its traceback."""
+    first = free_port_block(64)
+    cmd = json.dumps(["/usr/bin/python3", "-c", "import agentrt_no_such_module"])
+    agents = ("  - name: importer\n    command: %s\n    restart: {max_restarts: 10, backoff_s: 0.2}\n" % cmd +
+              agent_yaml("fine", ["--steps", "20", "--step-ms", "10"]))
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
+    rc = run.wait_exit(60)
+    out = run.output()
+    a = run.agent("importer")
+    said = "ModuleNotFoundError: No module named 'agentrt_no_such_module'"
+    check(rc == 1 and a["state"] == "failed" and a["restarts"] == 2,
+          "failed after 2 restarts of 10 (rc %d, %s, %d restarts)" % (rc, a["state"], a["restarts"]))
+    check(a["reason"].startswith("crash loop: failed at start-up 3 times in a row the same way") and
+          a["reason"].endswith(said), "the reason says crash loop and quotes it: %s" % a["reason"])
+    check(a["log_tail"] and a["log_tail"][0].startswith("Traceback") and a["log_tail"][-1] == said,
+          "status keeps its last lines: %s" % a["log_tail"])
+    check("the last lines of rank0.log:\n    Traceback (most recent call last):" in out and
+          "    " + said in out, "the summary quotes the traceback:\n" + out[-1500:])
+    check(run.agent("fine")["state"] == "succeeded", "the other agent was not touched")
+
+
+def scenario_stop_resume(work):
+    """Two stops and resumes are no failures: with max_restarts 1, one SIGKILL after them is still
+    restarted, and the agent reaches its budget; status counts the resumes apart."""
+    first = free_port_block(64)
+    args = ["--steps", "400", "--step-ms", "25", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.3"]
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agent_yaml(
+        "steady", args, restart="{max_restarts: 1, backoff_s: 0.2, heartbeat_timeout_s: 30, grace_s: 3}")))
+    resumed = None
+    try:
+        for cycle in range(2):
+            wait_for("steady heartbeating (cycle %d)" % cycle, lambda: heartbeating(run, "steady", 1), 40)
+            stop = agentctl("stop", run.run_dir)
+            check(stop.returncode == 0, "agentctl stop: %s" % stop.stderr.strip())
+            proc = run.proc if cycle == 0 else resumed
+            proc.wait(timeout=40)
+            check(proc.returncode == 130 and run.agent("steady")["state"] == "stopped",
+                  "stop %d: the run stopped (rc %s)" % (cycle + 1, proc.returncode))
+            resumed = subprocess.Popen([AGENTCTL, "resume", run.run_dir, "--quiet"], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
+        a = wait_for("steady heartbeating after 2 resumes", lambda: heartbeating(run, "steady", 1), 40)
+        check(a["resumes"] == 2 and a["restarts"] == 2, "2 incarnations, both resumes: %s" % a)
+        os.kill(a["ranks"][0]["pid"], signal.SIGKILL)
+        resumed.wait(timeout=120)
+        a = run.agent("steady")
+        check(resumed.returncode == 0 and a["state"] == "succeeded" and a["step"] == 400,
+              "the SIGKILL was restarted (max_restarts 1) and steady met its budget (rc %s, %s at step %d)" %
+              (resumed.returncode, a["state"], a["step"]))
+        check(a["restarts"] == 3 and a["resumes"] == 2, "3 restarts, of which 2 resumes: %s" % a)
+    finally:
+        run.kill()
+        if resumed and resumed.poll() is None:
+            resumed.kill()
+
+
 def scenario_fresh_after_corrupt(work):
     """Every checkpoint of an agent corrupt when it restarts: it starts fresh and status and the
     summary say so, naming the skipped steps."""
@@ -605,7 +662,8 @@ def scenario_kill_loop(work):
     first = free_port_block(64)
     common = ["--steps", "250", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.3",
               "--keep-last", "3"]
-    restart = "{max_restarts: 20, backoff_s: 0.3, heartbeat_timeout_s: 30, grace_s: 3}"
+    # Kills come faster than checkpoints: the backoff would double up to a minute (backoff_max_s).
+    restart = "{max_restarts: 20, backoff_s: 0.3, backoff_max_s: 1, heartbeat_timeout_s: 30, grace_s: 3}"
     agents = agent_yaml("solo", common, restart=restart) + agent_yaml("pair", common, ranks=2, restart=restart)
     run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents))
     sizes = {"solo": 1, "pair": 2}

@@ -29,8 +29,12 @@ void RegisterStatus(CLI::App& app) {
     const bool orphaned =
         status->state == agentrt::RunState::kRunning && !agentrt::ControllerRunning(opts->run_dir);
     if (opts->json) {
+      // "state" is what the run is now ("controller_gone"); "recorded_state"
+      // what its last record says.
       auto j = agentrt::RunStatusToJson(*status);
-      j["controller_alive"] = agentrt::ControllerRunning(opts->run_dir);
+      j["state"] = agentrt::ShownRunState(*status, !orphaned);
+      j["recorded_state"] = agentrt::RunStateName(status->state);
+      j["controller_alive"] = !orphaned && agentrt::ControllerRunning(opts->run_dir);
       std::fputs((j.dump(2) + "\n").c_str(), stdout);
     } else {
       const std::string state = orphaned ? "controller gone (its last record says running)"
