@@ -173,6 +173,8 @@ Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
         ": AGENTRT_TOKEN_FILE is not set; is this process started by agentctl run?");
   }
   AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(env.token_file));
+  // A TLS bus: trust exactly the CA the run names (the caller's own wins).
+  if (options.tls_ca_file.empty()) options.tls_ca_file = env.bus_ca_file;
   return Connect(env.bus, std::move(cred), std::move(options));
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/enum_names.h"
 #include "comms/auth.h"
+#include "plan/json_object.h"
 
 namespace agentrt {
 namespace {
@@ -151,14 +152,8 @@ TelemetryDecoder::~TelemetryDecoder() = default;
 
 Status TelemetryDecoder::Decode(std::string_view text, TelemetryMessage* out) {
   Impl& d = *impl_;
-  if (d.padded.capacity() < text.size() + simdjson::SIMDJSON_PADDING)
-    d.padded.reserve(text.size() + simdjson::SIMDJSON_PADDING);
-  d.padded.assign(text);
-  simdjson::dom::element doc;
   simdjson::dom::object j;
-  if (d.parser.parse(d.padded.data(), d.padded.size(), /*realloc_if_needed=*/false).get(doc) !=
-          simdjson::SUCCESS ||
-      doc.get_object().get(j) != simdjson::SUCCESS) {
+  if (!ParseJsonObject(d.parser, d.padded, text, &j)) {
     return InvalidArgument("telemetry: message is not a JSON object");
   }
   TelemetryMessage& m = *out;

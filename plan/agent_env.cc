@@ -102,6 +102,7 @@ std::map<std::string, std::string> AgentEnv::ToVariables(bool with_rank) const {
   v["AGENTRT_CKPT_DIR"] = ckpt_dir;
   v["AGENTRT_BUS"] = bus;
   v["AGENTRT_TOKEN_FILE"] = token_file;
+  v["AGENTRT_BUS_CA"] = bus_ca_file;
   v["AGENTRT_TELEMETRY"] = telemetry;
   v["AGENTRT_RESTART_COUNT"] = std::to_string(restart_count);
   v["AGENTRT_WORKDIR"] = workdir;
@@ -174,6 +175,7 @@ Result<AgentEnv> AgentEnv::Parse(const EnvLookup& lookup) {
   a.master_addr = get("MASTER_ADDR").value_or("");
   a.bus = get("AGENTRT_BUS").value_or("");
   a.token_file = get("AGENTRT_TOKEN_FILE").value_or("");
+  a.bus_ca_file = get("AGENTRT_BUS_CA").value_or("");
   a.telemetry = get("AGENTRT_TELEMETRY").value_or("");
   a.workdir = get("AGENTRT_WORKDIR").value_or("");
   // Set but empty is meaningful here: no GPU.

@@ -19,6 +19,8 @@
 //   AGENTRT_CKPT_DIR         ckpt_dir            launcher
 //   AGENTRT_BUS              bus (host:port)     launcher ("" = no bus)
 //   AGENTRT_TOKEN_FILE       token_file          launcher
+//   AGENTRT_BUS_CA           bus_ca_file         launcher ("" = plaintext bus; else the
+//                                                CA its clients verify it with: TLS)
 //   AGENTRT_TELEMETRY        telemetry           launcher ("" = no controller)
 //   AGENTRT_RESTART_COUNT    restart_count       launcher
 //   AGENTRT_WORKDIR          workdir             launcher (also the rank's cwd)
@@ -42,6 +44,12 @@ namespace agentrt {
 // sysexits.h. The supervisor does not restart it (trying again cannot help)
 // and quotes the agent's last message in the run summary.
 inline constexpr int kExitConfigError = 78;
+
+// The exit status of an agent process that could not start because something
+// it needs is not there for now (the run's bus does not answer): EX_TEMPFAIL
+// of sysexits.h. The supervisor restarts it as any failure, but never counts
+// it towards a crash loop (the same start-up failure again and again).
+inline constexpr int kExitTempFail = 75;
 
 // The run directory's variable, for code that needs it before (or without) a
 // whole AgentEnv (the rank wrapper names its port lease after it).
@@ -70,6 +78,7 @@ struct AgentEnv {
   std::string ckpt_dir;
   std::string bus;
   std::string token_file;
+  std::string bus_ca_file;
   std::string telemetry;
   int restart_count = 0;
   std::string workdir;

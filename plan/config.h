@@ -163,6 +163,13 @@ struct SlurmConfig {
 
 struct BusConfig {
   AGENTRT_BUS_SETTINGS(AGENTRT_DECLARE_SETTING)
+  // The CA bundle every client of this bus verifies it with (agents get it as
+  // AGENTRT_BUS_CA): "" without TLS; else ca_file, or cert_file (a
+  // self-signed certificate is its own CA).
+  std::string ClientCaFile() const {
+    if (!tls) return "";
+    return ca_file.empty() ? cert_file : ca_file;
+  }
 };
 
 struct RestartPolicy {

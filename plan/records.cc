@@ -11,6 +11,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "plan/json_object.h"
+
 namespace agentrt {
 namespace {
 
@@ -166,14 +168,8 @@ Result<MetricsLineView> MetricsLineReader::Parse(std::string_view line) {
   Impl& m = *impl_;
   m.values.clear();
   m.other.clear();
-  if (m.padded.capacity() < line.size() + simdjson::SIMDJSON_PADDING)
-    m.padded.reserve(line.size() + simdjson::SIMDJSON_PADDING);
-  m.padded.assign(line);
-  simdjson::dom::element doc;
   simdjson::dom::object object;
-  if (m.parser.parse(m.padded.data(), m.padded.size(), /*realloc_if_needed=*/false).get(doc) !=
-          simdjson::SUCCESS ||
-      doc.get_object().get(object) != simdjson::SUCCESS) {
+  if (!ParseJsonObject(m.parser, m.padded, line, &object)) {
     return InvalidArgument("a metrics record is a JSON object");
   }
   MetricsLineView out;

@@ -31,6 +31,7 @@ AgentEnv AgentLaunch::Contract(int rank, int rendezvous_port) const {
   e.ckpt_dir = checkpoint_dir;
   e.bus = bus_address;
   e.token_file = token_file;
+  e.bus_ca_file = bus_ca_file;
   e.telemetry = telemetry_endpoint;
   e.restart_count = restart_count;
   e.workdir = workdir;

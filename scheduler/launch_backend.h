@@ -46,6 +46,7 @@ struct AgentLaunch {
   std::string log_dir;      // rank N logs to <log_dir>/rank<N>.log
   std::string bus_address;  // host:port
   std::string token_file;
+  std::string bus_ca_file;  // "" = a plaintext bus (BusConfig::ClientCaFile)
   std::string telemetry_endpoint;
   std::string workdir;  // the ranks' working directory ("" = inherit)
   int restart_count = 0;

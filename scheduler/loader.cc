@@ -261,6 +261,23 @@ class ConfigBuilder {
     if (bus.tls && (bus.cert_file.empty() || bus.key_file.empty())) {
       c_.Fail(n["tls"], "bus.tls", "expected cert_file and key_file when tls is true");
     }
+    // Taken from the config's folder, as every path of it: the broker, the
+    // league service and every agent (in its own working directory) read them.
+    for (auto [key, file] :
+         {std::pair{"cert_file", &bus.cert_file}, std::pair{"key_file", &bus.key_file},
+          std::pair{"ca_file", &bus.ca_file}}) {
+      if (file->empty()) continue;
+      const std::filesystem::path resolved =
+          (std::filesystem::path(base_dir_) / *file).lexically_normal();
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(resolved, ec)) {
+        c_.Fail(n[key], Join("bus", key),
+                fmt::format("no such file {} (relative paths are taken from the folder of the "
+                            "config, {})",
+                            resolved.string(), base_dir_));
+      }
+      *file = resolved.string();
+    }
   }
 
   template <typename T>

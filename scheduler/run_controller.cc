@@ -59,10 +59,11 @@ std::string LastLogLine(const std::string& log_dir, int rank, int64_t from) {
 }
 
 // An exit the program brought on itself (an error code, a crash signal), as
-// opposed to one it was dealt (SIGKILL, SIGTERM from outside): only those can
-// make a crash loop.
+// opposed to one it was dealt (SIGKILL, SIGTERM from outside) or a temporary
+// failure it said it had (kExitTempFail: what it needs is not there yet):
+// only those can make a crash loop.
 bool SelfInflicted(int exit_code, int term_signal) {
-  if (term_signal == 0) return exit_code != 0;
+  if (term_signal == 0) return exit_code != 0 && exit_code != kExitTempFail;
   return term_signal == SIGSEGV || term_signal == SIGABRT || term_signal == SIGBUS ||
          term_signal == SIGFPE || term_signal == SIGILL || term_signal == SIGTRAP;
 }

@@ -58,7 +58,7 @@ namespace {
 // One agent of the plan, as SupervisedAgentsOf describes; `launcher_visible`:
 // the CUDA_VISIBLE_DEVICES of a local run's agentctl (nullptr: none).
 SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
-                                  const std::string& bus_address,
+                                  const std::string& bus_address, const std::string& bus_ca_file,
                                   const std::string& telemetry_endpoint,
                                   const std::string& local_node, const char* launcher_visible) {
   SupervisedAgent s;
@@ -92,6 +92,7 @@ SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
   l.log_dir = dir.LogDir(ap.name);
   l.bus_address = bus_address;
   l.token_file = dir.TokenPath(ap.name);
+  l.bus_ca_file = bus_ca_file;
   l.telemetry_endpoint = telemetry_endpoint;
   l.use_mpirun = LaunchesThroughMpi(ap.backend, ap.ranks);
   if (launcher_visible != nullptr) l.launcher_visible_devices = launcher_visible;
@@ -111,7 +112,8 @@ std::vector<SupervisedAgent> SupervisedAgentsOf(const Plan& plan, const RunDir& 
   const char* visible = local_node.empty() ? std::getenv("CUDA_VISIBLE_DEVICES") : nullptr;
   std::vector<SupervisedAgent> out;
   for (const AgentPlan& ap : plan.agents) {
-    out.push_back(SupervisedAgentOf(ap, dir, bus_address, telemetry_endpoint, local_node, visible));
+    out.push_back(SupervisedAgentOf(ap, dir, bus_address, plan.bus.settings.ClientCaFile(),
+                                    telemetry_endpoint, local_node, visible));
   }
   return out;
 }
@@ -235,10 +237,7 @@ Status RunDriver::StartLeague(const std::string& secret) {
   league.bus_address = bus_address_;
   league.credential = {kLeagueServiceName, DeriveAgentToken(secret, kLeagueServiceName)};
   league.state_path = dir_.LeagueStatePath();
-  if (plan_.bus.settings.tls) {
-    league.bus.tls_ca_file = plan_.bus.settings.ca_file.empty() ? plan_.bus.settings.cert_file
-                                                                : plan_.bus.settings.ca_file;
-  }
+  league.bus.tls_ca_file = plan_.bus.settings.ClientCaFile();
   auto service = LeagueService::Start(plan_.league, std::move(league));
   if (!service.ok()) return service.status().WithContext("cannot start the league service");
   league_ = std::move(service).value();

@@ -16,6 +16,7 @@ namespace agentrt::slurm {
 Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const AgentPlan& agent,
                                                                 const std::string& run_dir,
                                                                 const std::string& bus_address,
+                                                                const std::string& bus_ca_file,
                                                                 const EnvLookup& env) {
   const std::string where = fmt::format("agent {}", agent.name);
   if (!env("SLURM_PROCID")) {
@@ -50,6 +51,7 @@ Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const AgentPlan&
   contract.ckpt_dir = dir.Resolve(agent.checkpoint_dir);
   contract.bus = bus_address;
   contract.token_file = dir.TokenPath(agent.name);
+  contract.bus_ca_file = bus_ca_file;
   contract.restart_count = std::atoi(env("SLURM_RESTART_COUNT").value_or("0").c_str());
   contract.workdir =
       dir.Resolve(agent.workdir.empty() ? RunDir::RelativeWorkDir(agent.name) : agent.workdir);
@@ -104,7 +106,8 @@ Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::
                     "published its address",
                     agent_name, run_dir));
   }
-  AGENTRT_ASSIGN_OR_RETURN(auto vars, ArrayTaskEnvironment(*agent, run_dir, bus_address, env));
+  AGENTRT_ASSIGN_OR_RETURN(auto vars, ArrayTaskEnvironment(*agent, run_dir, bus_address,
+                                                           plan.bus.settings.ClientCaFile(), env));
   const std::optional<std::string> job = env("SLURM_JOB_ID");
   if (!job || job->empty()) {
     return FailedPrecondition(fmt::format("agent {}: SLURM_JOB_ID is not set", agent_name));

@@ -28,12 +28,14 @@
 namespace agentrt::slurm {
 
 // The variables to set for this rank (added to or replacing the inherited
-// environment). `bus_address` is the content of RUN_DIR/bus.address.
+// environment). `bus_address` is the content of RUN_DIR/bus.address,
+// `bus_ca_file` the CA its clients trust ("" = plaintext; BusConfig::ClientCaFile).
 // Errors name the missing or malformed SLURM variable, or a task count that
 // differs from the plan's ranks.
 Result<std::map<std::string, std::string>> ArrayTaskEnvironment(const AgentPlan& agent,
                                                                 const std::string& run_dir,
                                                                 const std::string& bus_address,
+                                                                const std::string& bus_ca_file,
                                                                 const EnvLookup& env);
 
 // What one rank of an array task execs, made ready: the complete

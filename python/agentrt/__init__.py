@@ -15,8 +15,11 @@ direct messages, request/reply), agentrt.EnvPool (batched C++ envs, NumPy views)
 agentrt.torch (PyTorch state without pickle). Errors are agentrt.Error subclasses
 with the status code and message.
 """
-from .errors import (AssignmentError, BusError, CheckpointError, ClosedError, EnvError, Error,
-                     InvalidArgumentError, LibraryError)
+import os as _os
+import sys as _sys
+
+from .errors import (AssignmentError, BusError, CheckpointError, CheckpointShapeError, ClosedError,
+                     ConfigurationError, EnvError, Error, InvalidArgumentError, LibraryError)
 from .runtime import Runtime
 from .checkpoint import Checkpointer, Restore
 from .bus import Bus, Message, Subscription
@@ -24,9 +27,32 @@ from .envs import EnvPool
 
 __version__ = "0.1.0"
 
-__all__ = ["AssignmentError", "Bus", "BusError", "CheckpointError", "Checkpointer", "ClosedError",
-           "EnvError", "EnvPool", "Error", "InvalidArgumentError", "LibraryError", "Message",
-           "Restore", "Runtime", "Subscription", "library_path"]
+__all__ = ["AssignmentError", "Bus", "BusError", "CheckpointError", "CheckpointShapeError",
+           "Checkpointer", "ClosedError", "ConfigurationError", "EnvError", "EnvPool", "Error",
+           "InvalidArgumentError", "LibraryError", "Message", "Restore", "Runtime", "Subscription",
+           "library_path"]
+
+
+def _exit_78_on_configuration_error():
+    """Under `agentctl run`: a ConfigurationError nobody caught ends the
+    process with 78 (EX_CONFIG, plan/agent_env.h), after its traceback, so the
+    agent is failed, not restarted, and the run summary quotes it."""
+    previous = _sys.excepthook
+
+    def hook(kind, value, traceback):
+        previous(kind, value, traceback)
+        if isinstance(value, ConfigurationError):
+            for stream in (_sys.stdout, _sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            _os._exit(78)
+    _sys.excepthook = hook
+
+
+if _os.environ.get("AGENTRT_RUN_DIR"):
+    _exit_78_on_configuration_error()
 
 
 def library_path():

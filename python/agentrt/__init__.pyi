@@ -2,7 +2,9 @@ from .bus import Bus as Bus, Message as Message, Subscription as Subscription
 from .checkpoint import Checkpointer as Checkpointer, Restore as Restore
 from .envs import EnvPool as EnvPool
 from .errors import (AssignmentError as AssignmentError, BusError as BusError,
-                     CheckpointError as CheckpointError, ClosedError as ClosedError,
+                     CheckpointError as CheckpointError,
+                     CheckpointShapeError as CheckpointShapeError, ClosedError as ClosedError,
+                     ConfigurationError as ConfigurationError,
                      EnvError as EnvError, Error as Error,
                      InvalidArgumentError as InvalidArgumentError, LibraryError as LibraryError)
 from .runtime import Runtime as Runtime

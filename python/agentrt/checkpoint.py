@@ -215,10 +215,17 @@ class Checkpointer(Handle):
         _lib.check(_lib.lib().agentrt_checkpointer_wait(self._p()), errors.CheckpointError)
 
     def restore(self):
-        """The newest verified checkpoint (or a fresh start): a Restore."""
+        """The newest verified checkpoint (or a fresh start): a Restore. A
+        checkpoint written by another world size raises CheckpointShapeError
+        (a ConfigurationError: uncaught under agentctl, exit code 78)."""
         out = ctypes.c_void_p()
-        _lib.check(_lib.lib().agentrt_checkpointer_restore(self._p(), ctypes.byref(out)),
-                   errors.CheckpointError)
+        try:
+            _lib.check(_lib.lib().agentrt_checkpointer_restore(self._p(), ctypes.byref(out)),
+                       errors.CheckpointError)
+        except errors.CheckpointError as e:
+            if e.code == 9:  # FAILED_PRECONDITION: saved by another world size
+                raise errors.CheckpointShapeError(e.code, e.message) from None
+            raise
         return Restore(out)
 
     @property

@@ -49,6 +49,19 @@ class CheckpointError(Error):
     """A checkpoint could not be saved or restored."""
 
 
+class ConfigurationError(Error):
+    """The agent's own configuration is wrong (a bad argument, a checkpoint it
+    cannot restore as configured): trying again cannot help. Raise it from an
+    agent's code too. Left uncaught in a process started by `agentctl run`, it
+    ends the process with exit code 78 (EX_CONFIG) after its traceback: the
+    agent is failed at once, not restarted, and the run summary quotes it."""
+
+
+class CheckpointShapeError(CheckpointError, ConfigurationError):
+    """A checkpoint this agent cannot restore as configured: written by another
+    world size (a CheckpointError and a ConfigurationError)."""
+
+
 class EnvError(Error):
     """An env pool could not be made or used."""
 

@@ -33,6 +33,7 @@ Env FullEnv() {
           {"AGENTRT_CKPT_DIR", "/runs/demo-1/checkpoints/predator-1"},
           {"AGENTRT_BUS", "node01:20000"},
           {"AGENTRT_TOKEN_FILE", "/runs/demo-1/secrets/predator-1.token"},
+          {"AGENTRT_BUS_CA", "/runs/demo-1/secrets/bus-ca.pem"},
           {"AGENTRT_TELEMETRY", "ipc:///runs/demo-1/telemetry.sock"},
           {"AGENTRT_RESTART_COUNT", "2"},
           {"AGENTRT_WORKDIR", "/runs/demo-1/agents/predator-1"}};
@@ -58,6 +59,7 @@ TEST_CASE("the agent environment is read from the agent contract's variables") {
   CHECK(a->ckpt_dir == "/runs/demo-1/checkpoints/predator-1");
   CHECK(a->bus == "node01:20000");
   CHECK(a->token_file == "/runs/demo-1/secrets/predator-1.token");
+  CHECK(a->bus_ca_file == "/runs/demo-1/secrets/bus-ca.pem");
   CHECK(a->telemetry == "ipc:///runs/demo-1/telemetry.sock");
   CHECK(a->restart_count == 2);
   CHECK(a->workdir == "/runs/demo-1/agents/predator-1");

@@ -108,6 +108,16 @@ def scenario_checkpoint(work):
     raises(agentrt.CheckpointError, lambda: ck.save(-1, {"w": w}), "a negative step")
     raises(agentrt.CheckpointError, lambda: agentrt.Checkpointer(work, rank=2, world_size=2),
            "a rank outside the world", "not within world_size")
+    # A checkpoint of 2 ranks restored by a world of 1: the config's fault, said so.
+    two = os.path.join(work, "two")
+    ranks = [agentrt.Checkpointer(two, agent="py", rank=r, world_size=2) for r in (1, 0)]
+    for c in ranks:  # rank 1's shard first; rank 0 commits once it is there
+        c.save(5, {"w": w})
+    raises(agentrt.CheckpointShapeError, lambda: agentrt.Checkpointer(two, agent="py").restore(),
+           "a checkpoint of another world size", "saved by 2 ranks")
+    check(issubclass(agentrt.CheckpointShapeError, agentrt.ConfigurationError) and
+          issubclass(agentrt.CheckpointShapeError, agentrt.CheckpointError),
+          "which is a ConfigurationError (exit 78 under agentctl) and a CheckpointError")
     ck.close()
     raises(agentrt.ClosedError, lambda: ck.save(40, {"w": w}), "a closed checkpointer")
 

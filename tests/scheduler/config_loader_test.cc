@@ -169,6 +169,11 @@ TEST_CASE("a wrong type says what was expected") {
              Contains("key 'agents[0].args': expected a map"));
   CHECK_THAT(ErrorOf("bus: {tls: maybe}\nagents: [{name: a}]\n"),
              Contains("key 'bus.tls': expected true or false"));
+  // TLS files are taken from the config's folder, and must be there.
+  const std::string missing = ErrorOf(
+      "bus: {tls: true, cert_file: no-such.pem, key_file: no-such.key}\nagents: [{name: a}]\n");
+  CHECK_THAT(missing, Contains("bus.cert_file") && Contains("no such file") &&
+                          Contains("no-such.pem (relative paths are taken from the folder"));
   CHECK_THAT(ErrorOf("agents: [{name: a, gpus: \"2\"}]\n"), Contains("expected an integer"));
   CHECK_THAT(ErrorOf("agents: [{name: a, backend: ncl}]\n"), Contains("did you mean 'nccl'?"));
   CHECK_THAT(ErrorOf("bus: {port: 70000}\nagents: [{name: a}]\n"),

@@ -977,6 +977,28 @@ TEST_CASE("failures after a step, or past the start-up window, are no crash loop
   CHECK(f.A("a").restarts == 4);
 }
 
+TEST_CASE("an agent that exits 75 (its bus is not there yet) is retried, never a crash loop") {
+  LogDir logs;
+  Fixture f;
+  auto a = MakeAgent("a", 1, /*max_restarts=*/3);
+  a.launch.log_dir = logs.path;
+  f.Make({a});
+  for (int n = 0; n < 4; ++n) {
+    REQUIRE(f.backend.live["a"].size() == 1);
+    logs.Append("rank0.log", "agent-worker: UNAVAILABLE: bus 10.0.0.1:20000 not reachable\n");
+    f.backend.Exit("a", 0, *f.backend.live["a"].begin(), kExitTempFail);
+    f.rc->Tick();
+    f.clock.AdvanceSeconds(59);
+    f.rc->Tick();
+  }
+  CHECK(f.A("a").state == AgentState::kFailed);
+  CHECK(f.A("a").restarts == 3);  // max_restarts spent, with backoff: 2, 4, 8 s
+  CHECK_THAT(f.A("a").reason, !Catch::Matchers::Contains("crash loop"));
+  CHECK_THAT(
+      f.rc->Summary(),
+      Catch::Matchers::Contains("    agent-worker: UNAVAILABLE: bus 10.0.0.1:20000 not reachable"));
+}
+
 TEST_CASE("resume after a stop or a lost controller spends no restart; after a failure it does") {
   RunStatus before;
   AgentStatus stopped = Recorded("stopped", AgentState::kStopped, 2);

@@ -12,6 +12,12 @@ namespace {
 using Catch::Matchers::Contains;
 
 Plan DemoPlan() {
+  // The bus's TLS files must exist; they are taken from the config's folder.
+  static const testing::TempDir tls("agentrt-plan-tls");
+  tls.Write("bus.pem", "certificate");
+  tls.Write("bus.key", "key");
+  LoadOptions options;
+  options.base_dir = tls.path;
   Result<Config> c = LoadConfigString(R"(run: {name: predator-prey, dir: runs}
 cluster:
   nodes: [{name: "node[01-03]", gpus: 8, cpus: 64, nvlink_domains: [[0,1,2,3],[4,5,6,7]]}]
@@ -26,8 +32,10 @@ agents:
   - {name: huge, gpus: 16}
 channels:
   - {topic: sightings, publishers: ["predator-*"], subscribers: ["*"]}
-)");
+)",
+                                      "<string>", options);
   REQUIRE(c.ok());
+  CHECK(c->bus.cert_file == tls.Path("bus.pem"));
   PlanResult r = MakePlan(*c, InventoryFromCluster(c->cluster));
   REQUIRE(r.feasible());
   return r.plan();

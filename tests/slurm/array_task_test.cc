@@ -36,7 +36,8 @@ TEST_CASE("an array task's rank gets the agent contract from the plan and from S
   plan.agents[0].env = {{"PYTHONUNBUFFERED", "1"}, {"RANK", "overridden"}};
   auto vars = SlurmRank(3, 4, "2(x2)", "gpu[07-08]");
   vars["SLURM_RESTART_COUNT"] = "1";
-  auto env = ArrayTaskEnvironment(plan.agents[0], "/runs/pp", "gpu09:41234", MapLookup(vars));
+  auto env = ArrayTaskEnvironment(plan.agents[0], "/runs/pp", "gpu09:41234", "/etc/bus-ca.pem",
+                                  MapLookup(vars));
   REQUIRE(env.ok());
   const auto& e = *env;
   CHECK(e.at("AGENTRT_AGENT") == "prey-0");
@@ -52,6 +53,7 @@ TEST_CASE("an array task's rank gets the agent contract from the plan and from S
   CHECK(e.at("AGENTRT_CKPT_DIR") == "/runs/pp/checkpoints/prey-0");
   CHECK(e.at("AGENTRT_BUS") == "gpu09:41234");
   CHECK(e.at("AGENTRT_TOKEN_FILE") == "/runs/pp/secrets/prey-0.token");
+  CHECK(e.at("AGENTRT_BUS_CA") == "/etc/bus-ca.pem");  // a TLS bus: its clients trust this CA
   CHECK(e.at("AGENTRT_RESTART_COUNT") == "1");
   CHECK(e.at("CUDA_VISIBLE_DEVICES") == "4,5");
   CHECK(e.at("PYTHONUNBUFFERED") == "1");
@@ -63,7 +65,7 @@ TEST_CASE("a CPU agent's rank sees no GPU") {
   Plan plan;
   AddAgent(plan, "cpu", 0, 1, "n", 20016, "/r");
   auto env =
-      ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", MapLookup(SlurmRank(0, 1, "1", "n1")));
+      ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", "", MapLookup(SlurmRank(0, 1, "1", "n1")));
   REQUIRE(env.ok());
   CHECK(env->at("CUDA_VISIBLE_DEVICES").empty());
   CHECK(env->at("AGENTRT_RESTART_COUNT") == "0");
@@ -74,18 +76,18 @@ TEST_CASE("array-task errors name what SLURM did not provide") {
   AddAgent(plan, "g", 2, 2, "n", 20016, "/r");
   auto no_procid = SlurmRank(0, 2, "2", "n1");
   no_procid.erase("SLURM_PROCID");
-  auto e1 = ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", MapLookup(no_procid));
+  auto e1 = ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", "", MapLookup(no_procid));
   REQUIRE_FALSE(e1.ok());
   CHECK_THAT(e1.status().message(), Catch::Contains("SLURM_PROCID"));
 
   auto e2 =
-      ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", MapLookup(SlurmRank(0, 3, "3", "n1")));
+      ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", "", MapLookup(SlurmRank(0, 3, "3", "n1")));
   REQUIRE_FALSE(e2.ok());
   CHECK_THAT(e2.status().message(), Catch::Contains("3 tasks"));
 
   auto no_gpu = SlurmRank(0, 2, "2", "n1");
   no_gpu.erase("CUDA_VISIBLE_DEVICES");
-  auto e3 = ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", MapLookup(no_gpu));
+  auto e3 = ArrayTaskEnvironment(plan.agents[0], "/r", "h:1", "", MapLookup(no_gpu));
   REQUIRE_FALSE(e3.ok());
   CHECK_THAT(e3.status().message(), Catch::Contains("CUDA_VISIBLE_DEVICES"));
 }

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -103,7 +104,7 @@ def scenario_env_contract(work):
     secret_forms = [secret, secret.hex().encode(), secret.hex().upper().encode()]
     contract = ["AGENTRT_RUN_DIR", "AGENTRT_AGENT", "AGENTRT_AGENT_INDEX", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                 "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "AGENTRT_PORTS",
-                "AGENTRT_CKPT_DIR", "AGENTRT_BUS", "AGENTRT_TOKEN_FILE", "AGENTRT_TELEMETRY", "AGENTRT_RESTART_COUNT",
+                "AGENTRT_CKPT_DIR", "AGENTRT_BUS", "AGENTRT_TOKEN_FILE", "AGENTRT_BUS_CA", "AGENTRT_TELEMETRY", "AGENTRT_RESTART_COUNT",
                 "AGENTRT_WORKDIR"]
     for name, ranks in sorted(dumps.items()):
         check(sorted(ranks) == list(range(sizes[name])), "%s has ranks 0..%d" % (name, sizes[name] - 1))
@@ -527,17 +528,25 @@ def scenario_hangs(work):
 
 def scenario_config_error(work):
     """An agent that exits 78 (EX_CONFIG) is not restarted; the summary says configuration error
-    and quotes what it said."""
+    and quotes what it said. A Python agent's uncaught agentrt.ConfigurationError exits 78."""
     first = free_port_block(64)
     args = ["--steps", "5", "--fail-at-step", "1", "--exit-code", "78", "--say",
             "my-agent: unknown option 'lrr' in args"]
-    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agent_yaml("picky", args)))
+    # A Python agent raising agentrt.ConfigurationError (uncaught: exit 78).
+    py = json.dumps(["/usr/bin/python3", "-c",
+                     "import agentrt\nraise agentrt.ConfigurationError(3, 'args.lr: expected a number')"])
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agent_yaml("picky", args) +
+                                                  "  - name: pyconf\n    command: %s\n" % py))
     rc = run.wait_exit(60)
     out = run.output()
     a = run.agent("picky")
     check(rc == 1 and a["state"] == "failed" and a["restarts"] == 0, "failed at once, no restart")
     check("configuration error" in a["reason"] and "unknown option 'lrr'" in out,
           "the summary says configuration error and quotes the agent: %s" % a["reason"])
+    p = run.agent("pyconf")
+    check(p["state"] == "failed" and p["restarts"] == 0 and p["ranks"][0]["exit_code"] == 78 and
+          p["reason"] == "configuration error: agentrt.errors.ConfigurationError: INVALID_ARGUMENT: "
+          "args.lr: expected a number", "the Python agent exited 78, not restarted: %s" % p["reason"])
 
 
 def scenario_crash_loop(work):
@@ -595,6 +604,56 @@ def scenario_stop_resume(work):
         run.kill()
         if resumed and resumed.poll() is None:
             resumed.kill()
+
+
+TLS_PY = """import agentrt
+bus = agentrt.Bus.from_environment()
+bus.wait_ready(20)
+print("python published at offset %d" % bus.publish("probe/py", b"over tls"))
+"""
+
+
+def bus_certificate(work):
+    """A CA and a bus certificate it signed, for 127.0.0.1, localhost and this host (openssl)."""
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), cwd=work, check=True, capture_output=True, timeout=60)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "1", "-subj", "/CN=agentrt test CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "bus.key", "-out", "bus.csr", "-subj", "/CN=bus")
+    with open(os.path.join(work, "san.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:%s\n" % socket.gethostname())
+    openssl("x509", "-req", "-in", "bus.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "bus.pem", "-days", "1", "-extfile", "san.ext")
+    os.chmod(os.path.join(work, "bus.key"), 0o600)
+
+
+def scenario_tls(work):
+    """bus: {tls: true, cert_file, key_file, ca_file}: every agent reaches the TLS-only bus trusting
+    the configured CA (AGENTRT_BUS_CA): C++ through BusClient, Python through agentrt.Bus; the
+    run succeeds and nothing logs a failed handshake."""
+    if not shutil.which("openssl"):
+        print("SKIPPED: openssl is needed to make the certificates")
+        return 77
+    bus_certificate(work)
+    first = free_port_block(64)
+    script = os.path.join(work, "tls_agent.py")
+    with open(script, "w") as f:
+        f.write(TLS_PY)
+    agents = (agent_yaml("cpp", ["--steps", "5", "--step-ms", "10", "--bus-connections", "2"]) +
+              '  - name: py\n    command: ["/usr/bin/python3", "%s"]\n' % script)
+    extra = ("bus: {tls: true, cert_file: bus.pem, key_file: bus.key, ca_file: ca.pem}\n"
+             'channels:\n  - {topic: "probe/*", publishers: ["*"], subscribers: ["*"]}')
+    run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents, extra))
+    rc = run.wait_exit(90)
+    out = run.output()
+    check(rc == 0, "the run over a TLS bus succeeded (rc %d)\n%s" % (rc, out[-2000:]))
+    logs = {}
+    for name in ("cpp", "py"):
+        with open(os.path.join(run.run_dir, "logs", name, "rank0.log")) as f:
+            logs[name] = f.read()
+    check("2 bus connections ok" in logs["cpp"], "the C++ agent published over TLS:\n" + logs["cpp"][-500:])
+    check("python published at offset" in logs["py"], "the Python agent published over TLS:\n" + logs["py"][-500:])
+    check("andshake" not in out, "no failed handshake anywhere:\n" + out[-1000:])
 
 
 def scenario_fresh_after_corrupt(work):

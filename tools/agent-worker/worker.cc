@@ -219,22 +219,16 @@ Status Worker::SetupBus(const std::map<std::string, int64_t>& offsets, uint64_t 
         "no snapshots are published");
     return Status::Ok();
   }
-  auto bus = BusClient::ForAgent(env);
-  if (!bus.ok()) {
-    log_("bus %s not usable (%s): training without it; other seats play at random", env.bus.c_str(),
-         bus.status().ToString().c_str());
-    return Status::Ok();
+  // The run has a bus: an agent that cannot use it does not pass for a
+  // healthy one (training on with random opponents); it fails, and its
+  // restart tries again.
+  AGENTRT_ASSIGN_OR_RETURN(auto bus, BusClient::ForAgent(env));
+  if (Status ready = bus->WaitForReady(std::chrono::seconds(10)); !ready.ok()) {
+    return Unavailable("bus " + env.bus + " not reachable (" + ready.ToString() +
+                       "): the agent does not train without its bus");
   }
-  if (Status ready = (*bus)->WaitForReady(std::chrono::seconds(10)); !ready.ok()) {
-    log_("bus %s not reachable (%s): training without it; other seats play at random",
-         env.bus.c_str(), ready.ToString().c_str());
-    return Status::Ok();
-  }
-  auto league = League::Start(std::move(*bus), seating_.others, offsets, incarnation);
-  if (!league.ok()) {
-    log_("bus %s: %s; training without it", env.bus.c_str(), league.status().ToString().c_str());
-    return Status::Ok();
-  }
+  auto league = League::Start(std::move(bus), seating_.others, offsets, incarnation);
+  if (!league.ok()) return league.status().WithContext("bus " + env.bus);
   league_ = std::move(*league);
   log_("bus %s: subscribed to the policies of %zu seat(s)%s", env.bus.c_str(),
        seating_.others.size(), offsets.empty() ? "" : " from the checkpoint's offsets");
@@ -538,7 +532,8 @@ Status Worker::Evaluate() {
 }
 
 Status Worker::Run() {
-  // Before training starts, a bad argument or a refused GPU is the config's fault.
+  // Before training starts, a bad argument, a refused GPU or a checkpoint of
+  // another shape is the config's fault.
   auto configured = [this](Status s) {
     configuration_error_ =
         s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kFailedPrecondition;
@@ -546,7 +541,9 @@ Status Worker::Run() {
   };
   if (Status s = Setup(); !s.ok()) return configured(s);
   if (Status s = SetupTrainer(); !s.ok()) return configured(s);
-  AGENTRT_RETURN_IF_ERROR(Restore());
+  // A checkpoint this agent cannot restore (another world size, a league
+  // member without a bus) is the config's fault too.
+  if (Status s = Restore(); !s.ok()) return configured(s);
   const auto start = SteadyTime::now();
   const int64_t start_steps = trainer_->env_steps();
   AGENTRT_RETURN_IF_ERROR(TrainLoop());
@@ -587,7 +584,8 @@ int WorkerMain() {
   Status status = worker.Run();
   if (!status.ok()) {
     std::fprintf(stderr, "agent-worker: %s\n", status.ToString().c_str());
-    return worker.configuration_error() ? kExitConfigError : 1;
+    if (worker.configuration_error()) return kExitConfigError;
+    return status.code() == StatusCode::kUnavailable ? kExitTempFail : 1;
   }
   return 0;
 }
