@@ -190,13 +190,13 @@ std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st {};
   if (!fd.ok() || ::fstat(fd.get(), &st) != 0 || max_lines == 0 || st.st_size <= from) return out;
-  const off_t start =
+  const off_t read_from =
       std::max<off_t>(std::max<off_t>(0, from), st.st_size - static_cast<off_t>(window_bytes));
-  std::string text(static_cast<size_t>(st.st_size - start), '\0');
-  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), start);
+  std::string text(static_cast<size_t>(st.st_size - read_from), '\0');
+  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), read_from);
   text.resize(n > 0 ? static_cast<size_t>(n) : 0);
   size_t begin = 0;  // where the first whole line starts
-  if (start > from)
+  if (read_from > from)
     begin = text.find('\n') == std::string::npos ? text.size() : text.find('\n') + 1;
   if (begin >= text.size()) return out;
   size_t end = text.size();  // one past the line being looked at, scanning backwards

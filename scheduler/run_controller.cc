@@ -170,6 +170,7 @@ void RunController::Launch(size_t i) {
   // resume starts counting restarts again): the checkpoint fence's id.
   a.spec.launch.incarnation = fmt::format("{}.{:016x}", s.restarts, RandomNonZeroU64());
   a.launched_s = clock_->NowSeconds();
+  a.crashed = false;
   a.checkpoint_at_launch = s.last_checkpoint_step.value_or(-1);
   a.log_from.resize(a.spec.launch.ranks.size());
   for (size_t r = 0; r < a.log_from.size(); ++r)
@@ -181,7 +182,6 @@ void RunController::Launch(size_t i) {
     a.give_up = IsPermanent(launched.status());
     a.live.clear();
     a.failed_rank = -1;
-    CountFailure(i, "");
     FinishTeardown(i);
     return;
   }
@@ -352,12 +352,11 @@ void RunController::OnExit(const AgentProcessExit& e) {
         term_signal = first->signal;
       }
     }
-    const std::string said =
-        LastLogLine(s.log_dir, culprit < 0 ? 0 : culprit, a.LogFrom(culprit < 0 ? 0 : culprit));
+    const int quoted = culprit < 0 ? 0 : culprit;  // the rank whose log is quoted
+    const std::string said = LastLogLine(s.log_dir, quoted, a.LogFrom(quoted));
     if (term_signal == 0 && exit_code == kExitConfigError) {
       // The agent refused its own configuration: trying again cannot help.
       a.give_up = true;
-      CountFailure(i, "");
       BeginTeardown(i, "configuration error: " + (said.empty() ? who + " " + how : said), culprit);
       return;
     }
@@ -365,16 +364,13 @@ void RunController::OnExit(const AgentProcessExit& e) {
     // the same exit with the same last words again is a crash loop.
     const bool startup = a.rate_t0_s < 0 && clock_->NowSeconds() - a.launched_s < kStartupWindowS;
     const std::string exited = DescribeExit(exit_code, term_signal);
-    const std::string crash = startup && SelfInflicted(exit_code, term_signal)
-                                  ? fmt::format("rank {} {}\n{}", culprit, exited, said)
-                                  : "";
-    if (CountFailure(i, crash)) {
+    if (startup && SelfInflicted(exit_code, term_signal) &&
+        CountCrash(i, fmt::format("rank {} {}\n{}", culprit, exited, said))) {
       a.give_up = true;
       BeginTeardown(i,
                     fmt::format("crash loop: failed at start-up {} times in a row the same way "
                                 "(rank {} {}){}",
-                                a.same_crashes, culprit < 0 ? 0 : culprit, exited,
-                                said.empty() ? "" : ": " + said),
+                                a.same_crashes, quoted, exited, said.empty() ? "" : ": " + said),
                     culprit);
       return;
     }
@@ -414,20 +410,22 @@ void RunController::FinishTeardown(size_t i) {
     a.phase = Phase::kBackoff;  // no backoff: a planned restart
     a.restart_at_s = clock_->NowSeconds();
     SetState(i, AgentState::kRestarting);
-  } else if (a.give_up || FailureRestarts(i) >= a.spec.restart.max_restarts) {
-    a.phase = Phase::kDone;
-    AgentStatus& s = status_.agents[i];
-    s.log_tail.clear();
-    if (a.failed_rank >= 0) {
-      s.log_tail = LastLogLines(s.log_dir, a.failed_rank, AgentStatus::kLogTailLines,
-                                a.LogFrom(a.failed_rank));
-    }
-    SetState(i, AgentState::kFailed);
   } else {
-    a.phase = Phase::kBackoff;
-    a.restart_at_s =
-        clock_->NowSeconds() + BackoffDelay(a.spec.restart, std::max(1, a.failures_in_a_row));
-    SetState(i, AgentState::kRestarting);
+    CountFailure(i);
+    if (a.give_up || FailureRestarts(i) >= a.spec.restart.max_restarts) {
+      a.phase = Phase::kDone;
+      AgentStatus& s = status_.agents[i];
+      s.log_tail.clear();
+      if (a.failed_rank >= 0) {
+        s.log_tail = LastLogLines(s.log_dir, a.failed_rank, AgentStatus::kLogTailLines,
+                                  a.LogFrom(a.failed_rank));
+      }
+      SetState(i, AgentState::kFailed);
+    } else {
+      a.phase = Phase::kBackoff;
+      a.restart_at_s = clock_->NowSeconds() + BackoffDelay(a.spec.restart, a.failures_in_a_row);
+      SetState(i, AgentState::kRestarting);
+    }
   }
   Touch(true);
 }
@@ -442,21 +440,18 @@ void RunController::Tick() {
       case Phase::kRunning: {
         int culprit = -1;
         if (const std::string hang = FindHang(i, now, &culprit); !hang.empty()) {
-          CountFailure(i, "");
           const std::string dump = DumpHang(i, hang);
           BeginTeardown(i, dump.empty() ? hang : hang + " (hang report: " + dump + ")", culprit);
           break;
         }
         const double timeout = a.spec.restart.heartbeat_timeout_s;
         if (const std::string stuck = FindStuckExit(i, now, &culprit); !stuck.empty()) {
-          CountFailure(i, "");
           BeginTeardown(i, stuck, culprit);
           break;
         }
         for (size_t r = 0; r < a.last_heartbeat_s.size(); ++r) {
           if (timeout > 0 && a.armed[r] && !a.rank_done[r] &&
               now - a.last_heartbeat_s[r] > timeout) {
-            CountFailure(i, "");
             BeginTeardown(
                 i,
                 fmt::format("rank {} sent no heartbeat for {:.1f} s (heartbeat_timeout_s {})", r,
@@ -651,7 +646,7 @@ int RunController::FailureRestarts(size_t i) const {
   return s.restarts - s.replacements - s.resumes;
 }
 
-bool RunController::CountFailure(size_t i, const std::string& crash) {
+void RunController::CountFailure(size_t i) {
   Agent& a = agents_[i];
   const RestartPolicy& policy = a.spec.restart;
   // An incarnation that got somewhere (lasted a full backoff_max_s, or
@@ -661,14 +656,19 @@ bool RunController::CountFailure(size_t i, const std::string& crash) {
       checkpoint > a.checkpoint_at_launch)
     a.failures_in_a_row = 0;
   ++a.failures_in_a_row;
-  if (crash.empty()) {
+  // Any other failure breaks a row of identical start-up crashes.
+  if (!a.crashed) {
     a.crash.clear();
     a.same_crashes = 0;
-    return false;
   }
+}
+
+bool RunController::CountCrash(size_t i, const std::string& crash) {
+  Agent& a = agents_[i];
+  a.crashed = true;
   a.same_crashes = crash == a.crash ? a.same_crashes + 1 : 1;
   a.crash = crash;
-  return policy.crash_loop_after > 0 && a.same_crashes >= policy.crash_loop_after;
+  return a.spec.restart.crash_loop_after > 0 && a.same_crashes >= a.spec.restart.crash_loop_after;
 }
 
 Status RunController::RequestCheckpoint(const std::string& name) {

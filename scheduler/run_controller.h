@@ -169,6 +169,7 @@ class RunController {
     int failures_in_a_row = 0;  // the backoff curve's position
     std::string crash;          // the last start-up failure: exit and last log line
     int same_crashes = 0;       // start-up failures in a row that were `crash`
+    bool crashed = false;       // this incarnation's failure was a start-up crash
     double rate_t0_s = -1;
     int64_t rate_step0 = -1;
     double rate_busy0_s = 0;  // rank 0's time in collectives at rate_t0_s
@@ -201,10 +202,13 @@ class RunController {
   std::string DumpHang(size_t i, const std::string& summary) const;
   void OnExit(const AgentProcessExit& exit);
   void BeginTeardown(size_t i, const std::string& reason, int rank);
-  // Counts a failure of agent i's current incarnation for the backoff curve
-  // and the crash-loop watch; `crash` is its start-up signature ("" when it
-  // was no start-up failure). True when it completes a crash loop.
-  bool CountFailure(size_t i, const std::string& crash);
+  // Counts the failure of agent i's incarnation (FinishTeardown, on every
+  // failure alike) for the backoff curve; one that was no start-up crash
+  // breaks the row of identical ones.
+  void CountFailure(size_t i);
+  // Agent i's incarnation failed at start-up with `crash` (its exit and last
+  // log line): true when that completes a crash loop.
+  bool CountCrash(size_t i, const std::string& crash);
   void FinishTeardown(size_t i);
   int FailureRestarts(size_t i) const;
   void SetState(size_t i, AgentState state);

@@ -26,15 +26,15 @@ void RegisterStatus(CLI::App& app) {
     }
     // A run whose controller died (kill -9, power loss) still says "running"
     // in its last record; the controller's lock (plan/run_dir.h) says the truth.
-    const bool orphaned =
-        status->state == agentrt::RunState::kRunning && !agentrt::ControllerRunning(opts->run_dir);
+    const bool alive = agentrt::ControllerRunning(opts->run_dir);
+    const bool orphaned = status->state == agentrt::RunState::kRunning && !alive;
     if (opts->json) {
       // "state" is what the run is now ("controller_gone"); "recorded_state"
       // what its last record says.
       auto j = agentrt::RunStatusToJson(*status);
-      j["state"] = agentrt::ShownRunState(*status, !orphaned);
+      j["state"] = agentrt::ShownRunState(*status, alive);
       j["recorded_state"] = agentrt::RunStateName(status->state);
-      j["controller_alive"] = !orphaned && agentrt::ControllerRunning(opts->run_dir);
+      j["controller_alive"] = alive;
       std::fputs((j.dump(2) + "\n").c_str(), stdout);
     } else {
       const std::string state = orphaned ? "controller gone (its last record says running)"
