@@ -361,11 +361,12 @@ void RunController::OnExit(const AgentProcessExit& e) {
       return;
     }
     // At start-up (no step yet, soon after the launch) and of its own doing:
-    // the same exit with the same last words again is a crash loop.
+    // the same exit with the same last words again is a crash loop, whichever
+    // rank happened to fail first (under mpirun that varies from one try to
+    // the next).
     const bool startup = a.rate_t0_s < 0 && clock_->NowSeconds() - a.launched_s < kStartupWindowS;
     const std::string exited = DescribeExit(exit_code, term_signal);
-    if (startup && SelfInflicted(exit_code, term_signal) &&
-        CountCrash(i, fmt::format("rank {} {}\n{}", culprit, exited, said))) {
+    if (startup && SelfInflicted(exit_code, term_signal) && CountCrash(i, exited + "\n" + said)) {
       a.give_up = true;
       BeginTeardown(i,
                     fmt::format("crash loop: failed at start-up {} times in a row the same way "

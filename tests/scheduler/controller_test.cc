@@ -1,6 +1,7 @@
 // The supervision state machine (scheduler/run_controller.h), driven by a fake
 // launch backend and a fake clock: every supervision transition without a
 // process or a sleep.
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -951,6 +952,35 @@ TEST_CASE(
   const auto back = RunStatusFromJson(RunStatusToJson(f.rc->status()));
   REQUIRE(back.ok());
   CHECK(back->FindAgent("py")->log_tail == f.A("py").log_tail);
+}
+
+TEST_CASE(
+    "under mpirun the first rank to fail varies; the same failure is a crash loop all the same") {
+  LogDir logs;
+  Fixture f;
+  auto a = MpiAgent(logs.path);
+  a.restart.max_restarts = 10;
+  f.Make({a});
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int first = attempt % 2;  // rank 0, then rank 1, then rank 0 fails first
+    const int restart = f.A("m").restarts;
+    for (int r = 0; r < 2; ++r) {
+      logs.Append(fmt::format("rank{}.log", r), "ModuleNotFoundError: No module named 'numpy'\n");
+      logs.Write(fmt::format("rank{}.exit", r),
+                 fmt::format(R"({{"rank":{},"pid":{},"exit_code":1,"signal":0,)"
+                             R"("restart_count":{},"time":{}}})",
+                             r, 5000 + r, restart, r == first ? 100.0 : 100.5));
+    }
+    f.backend.Exit("m", -1, *f.backend.live["m"].begin(), 1);
+    f.rc->Tick();
+    f.clock.AdvanceSeconds(30);
+    f.rc->Tick();
+  }
+  CHECK(f.A("m").state == AgentState::kFailed);
+  CHECK(f.A("m").restarts == 2);
+  CHECK(f.A("m").reason ==
+        "crash loop: failed at start-up 3 times in a row the same way (rank 0 exited with code "
+        "1): ModuleNotFoundError: No module named 'numpy'");
 }
 
 TEST_CASE("failures after a step, or past the start-up window, are no crash loop") {
