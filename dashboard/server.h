@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "common/net.h"
 #include "common/status.h"
 
 namespace agentrt {
@@ -57,8 +58,5 @@ class Dashboard {
   explicit Dashboard(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// True for 127.0.0.0/8, ::1 and "localhost".
-bool IsLoopbackHost(const std::string& host);
 
 }  // namespace agentrt

@@ -91,9 +91,12 @@ namespace agentrt {
   X(int, fsync_interval_ms, 200, "batch: the longest a stored message waits for fsync")     \
   X(std::int64_t, segment_bytes, 67108864, "the durable log starts a new file past this")   \
   X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                    \
-  X(bool, tls, false, "serve the bus over TLS (cert_file/key_file required)")               \
-  X(std::string, cert_file, "", "PEM certificate of the bus server (tls: true)")            \
-  X(std::string, key_file, "", "PEM private key of the bus server (tls: true)")             \
+  X(std::string, tls, "auto",                                                               \
+    "on | off | auto (on when the bus is reachable beyond loopback: a run across nodes); "  \
+    "without cert_file the run makes its own CA")                                           \
+  X(std::string, cert_file, "",                                                             \
+    "PEM certificate of the bus server; empty = the run's CA signs one")                    \
+  X(std::string, key_file, "", "PEM private key of cert_file")                              \
   X(std::string, ca_file, "", "PEM CA bundle clients use to verify the bus; empty = cert_file")
 
 // `restart:` under `defaults:` or an agent.
@@ -161,13 +164,19 @@ struct SlurmConfig {
   AGENTRT_SLURM_SETTINGS(AGENTRT_DECLARE_SETTING)
 };
 
+// The values of `bus.tls` (the config also takes true and false for on and off).
+inline constexpr std::string_view kBusTlsOn = "on";
+inline constexpr std::string_view kBusTlsOff = "off";
+inline constexpr std::string_view kBusTlsAuto = "auto";
+
 struct BusConfig {
   AGENTRT_BUS_SETTINGS(AGENTRT_DECLARE_SETTING)
   // The CA bundle every client of this bus verifies it with (agents get it as
-  // AGENTRT_BUS_CA): "" without TLS; else ca_file, or cert_file (a
+  // AGENTRT_BUS_CA): "" unless tls is on (the run decides `auto` when its bus
+  // starts, comms/run_ca.h); else ca_file, or cert_file (a
   // self-signed certificate is its own CA).
   std::string ClientCaFile() const {
-    if (!tls) return "";
+    if (tls != kBusTlsOn) return "";
     return ca_file.empty() ? cert_file : ca_file;
   }
 };

@@ -190,6 +190,7 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
   bus["host"] = plan.bus.host;
   bus["port"] = plan.bus.port;
   bus["fixed_port"] = plan.bus.fixed_port;
+  bus["run_ca"] = plan.bus.run_ca;
 #define AGENTRT_TO_JSON(type, name, default_value, doc) \
   if (std::string_view(#name) != "port") bus[#name] = plan.bus.settings.name;
   AGENTRT_BUS_SETTINGS(AGENTRT_TO_JSON)
@@ -379,6 +380,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     r.Read(*bus, "bus", "host", plan.bus.host);
     r.Read(*bus, "bus", "port", plan.bus.port);
     r.Read(*bus, "bus", "fixed_port", plan.bus.fixed_port, false);
+    r.Read(*bus, "bus", "run_ca", plan.bus.run_ca, false);
 #define AGENTRT_FROM_JSON(type, name, default_value, doc) \
   if (std::string_view(#name) != "port") r.Read(*bus, "bus", #name, plan.bus.settings.name, false);
     AGENTRT_BUS_SETTINGS(AGENTRT_FROM_JSON)

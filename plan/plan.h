@@ -86,6 +86,9 @@ struct BusPlan {
   int port = 0;
   bool fixed_port = false;  // bus.port was set in the config: never moved to another port
   BusConfig settings;       // settings.port == port
+  // TLS with the run's own CA (comms/run_ca.h): whoever serves the bus signs
+  // itself a certificate with it.
+  bool run_ca = false;
 };
 
 struct ChannelPlan {

@@ -8,6 +8,7 @@
 //     logs/<agent>/rank<N>.log            checkpoints/<agent>/   agents/<agent>/ (working dirs)
 //     agents/<agent>/preflight.json (`agentctl check`, plan/records.h)
 //     secrets/ (0700)  run.secret (0600)  <agent>.token (0600)
+//       ca.pem ca.key bus.pem bus.key (the run's own CA, bus.tls without cert_file)
 //     bus/ (the durable bus log: logs/, spill/, incarnation)  league/ (state.json, lineage.jsonl)
 //     hangs/<agent>-<time>.json  control/ (requests to the live controller)
 //     bus.address  slurm.job_id  alloc.sbatch   (SLURM modes)
@@ -122,6 +123,12 @@ class RunDir {
   std::string TokenPath(const std::string& agent) const {
     return SecretsDir() + "/" + agent + ".token";
   }
+  // The run's own certificate authority and the broker's certificate it
+  // signed (comms/run_ca.h), all 0600.
+  std::string RunCaPath() const { return SecretsDir() + "/ca.pem"; }
+  std::string RunCaKeyPath() const { return SecretsDir() + "/ca.key"; }
+  std::string BusCertPath() const { return SecretsDir() + "/bus.pem"; }
+  std::string BusKeyPath() const { return SecretsDir() + "/bus.key"; }
   // ipc://<run dir>/telemetry.sock when the path fits a unix socket, else "".
   std::string TelemetryIpcEndpoint() const;
 

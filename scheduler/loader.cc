@@ -258,8 +258,26 @@ class ConfigBuilder {
     if (!(bus.call_timeout_s > 0))
       c_.Fail(n["call_timeout_s"], "bus.call_timeout_s",
               fmt::format("expected a positive number of seconds, got {}", bus.call_timeout_s));
-    if (bus.tls && (bus.cert_file.empty() || bus.key_file.empty())) {
-      c_.Fail(n["tls"], "bus.tls", "expected cert_file and key_file when tls is true");
+    // true and false are YAML's spelling of on and off.
+    if (bus.tls == "true") bus.tls = std::string(kBusTlsOn);
+    if (bus.tls == "false") bus.tls = std::string(kBusTlsOff);
+    if (bus.tls != kBusTlsOn && bus.tls != kBusTlsOff && bus.tls != kBusTlsAuto) {
+      c_.Fail(n["tls"], "bus.tls",
+              fmt::format("expected on, off or auto (true and false are on and off), got '{}'",
+                          bus.tls));
+    }
+    if (bus.cert_file.empty() != bus.key_file.empty()) {
+      c_.Fail(n[bus.cert_file.empty() ? "key_file" : "cert_file"], "bus.tls",
+              "expected cert_file and key_file together (or neither: the run makes its own CA)");
+    } else if (!bus.cert_file.empty() && bus.tls == kBusTlsOff) {
+      c_.Fail(n["tls"], "bus.tls", "tls is off, but cert_file and key_file are given");
+    } else if (!bus.cert_file.empty()) {
+      bus.tls = std::string(kBusTlsOn);  // a certificate of one's own is meant to be used
+    }
+    if (!bus.ca_file.empty() && bus.cert_file.empty()) {
+      c_.Fail(n["ca_file"], "bus.ca_file",
+              "ca_file belongs to your own cert_file and key_file; without them the run's CA "
+              "is the one clients trust");
     }
     // Taken from the config's folder, as every path of it: the broker, the
     // league service and every agent (in its own working directory) read them.

@@ -10,8 +10,10 @@
 #include <thread>
 
 #include "common/file_util.h"
+#include "common/net.h"
 #include "comms/auth.h"
 #include "comms/bus_server.h"
+#include "comms/run_ca.h"
 #include "comms/telemetry.h"
 #include "plan/records.h"
 #include "scheduler/control_inbox.h"
@@ -172,7 +174,8 @@ Status RunDriver::StartBus(const std::string& secret) {
   bus_options.port = plan_.bus.port;
   AGENTRT_ASSIGN_OR_RETURN(bus_options.broker,
                            BrokerOptionsFor(plan_.bus.settings, dir_.BusLogDir()));
-  if (plan_.bus.settings.tls) {
+  AGENTRT_RETURN_IF_ERROR(ResolveBusTls());
+  if (plan_.bus.settings.tls == kBusTlsOn) {
     bus_options.tls_cert_file = plan_.bus.settings.cert_file;
     bus_options.tls_key_file = plan_.bus.settings.key_file;
   }
@@ -209,6 +212,16 @@ Status RunDriver::StartBus(const std::string& secret) {
   AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan_, dir_.path()));
 
   return Status::Ok();
+}
+
+// bus.tls decided for this start (comms/run_ca.h); with the run's CA, it signs
+// the broker a certificate for the address agents dial, anew at each start (a
+// requeued run may serve from another node).
+Status RunDriver::ResolveBusTls() {
+  AGENTRT_RETURN_IF_ERROR(
+      PrepareBusTls(dir_, plan_.bus, !IsLoopbackHost(options_.bus_listen_host)));
+  if (!plan_.bus.run_ca) return Status::Ok();
+  return IssueBusCertificate(dir_, {options_.bus_advertised_host});
 }
 
 // Telemetry intake (signed with the agents' tokens) and metrics.jsonl.

@@ -160,6 +160,7 @@ class RunDriver {
  private:
   // Start's steps, in its order.
   Status StartBus(const std::string& secret);
+  Status ResolveBusTls();
   Status StartTelemetry(const std::string& secret);
   Status StartLeague(const std::string& secret);
   void StartSupervisor();

@@ -11,7 +11,7 @@ packages=(
   libcpp-httplib-dev python3-prometheus-client chromium python3-websocket python3-matplotlib
   python3 python3-grpcio python3-grpc-tools python3-numpy python3-torch
   slurm-wlm munge
-  patchelf debootstrap
+  patchelf debootstrap tcpdump
 )
 if [ "${AGENTRT_SETUP_EXTRA:-}" != "" ]; then
   read -r -a extra <<<"$AGENTRT_SETUP_EXTRA"

@@ -10,6 +10,7 @@
 
 #include "common/file_util.h"
 #include "comms/auth.h"
+#include "comms/run_ca.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
 #include "slurm/command_runner.h"
@@ -420,6 +421,9 @@ Result<SbatchSet> WriteSbatchRun(Plan plan, const Config& config, const SbatchOp
   // Credentials: a fresh secret per generated run; tokens derive from it.
   AGENTRT_ASSIGN_OR_RETURN(const std::string secret, run_dir.CreateSecret());
   AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(run_dir, secret, plan));
+  // The bus job and the array tasks run on nodes SLURM picks: `auto` is on.
+  // The bus job signs its own certificate with the run's CA where it lands.
+  AGENTRT_RETURN_IF_ERROR(PrepareBusTls(run_dir, plan.bus, /*beyond_loopback=*/true));
 
   AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan, run_dir.path()));
   const AtomicWriteOptions script{.mode = 0755};

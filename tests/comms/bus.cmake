@@ -115,3 +115,10 @@ agentrt_test(NAME grpc_log_test
   DEPS agentrt::comms
   LABELS unit
   TIMEOUT 30)
+
+# The run's own CA: files and modes, auto TLS, a real broker that only its CA's clients reach.
+agentrt_test(NAME run_ca_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/run_ca_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 60)

@@ -87,6 +87,7 @@ TEST_CASE("loader reads the full config schema and expands replicas, defaults an
   CHECK(c.slurm.signal_grace_s == 120);
   CHECK(c.bus.port == 0);
   CHECK(c.bus.max_message_bytes == 4194304);
+  CHECK(c.bus.tls == "off");  // YAML's false
 
   REQUIRE(c.agents.size() == 6);
   const char* names[] = {"predator-0", "predator-1", "prey-0", "prey-1", "prey-2", "judge"};
@@ -168,7 +169,13 @@ TEST_CASE("a wrong type says what was expected") {
   CHECK_THAT(ErrorOf("agents: [{name: a, args: [1, 2]}]\n"),
              Contains("key 'agents[0].args': expected a map"));
   CHECK_THAT(ErrorOf("bus: {tls: maybe}\nagents: [{name: a}]\n"),
-             Contains("key 'bus.tls': expected true or false"));
+             Contains("key 'bus.tls': expected on, off or auto (true and false are on and off), "
+                      "got 'maybe'"));
+  CHECK_THAT(ErrorOf("bus: {key_file: bus.key}\nagents: [{name: a}]\n"),
+             Contains("expected cert_file and key_file together (or neither: the run makes its "
+                      "own CA)"));
+  CHECK_THAT(ErrorOf("bus: {ca_file: ca.pem}\nagents: [{name: a}]\n"),
+             Contains("key 'bus.ca_file': ca_file belongs to your own cert_file"));
   // TLS files are taken from the config's folder, and must be there.
   const std::string missing = ErrorOf(
       "bus: {tls: true, cert_file: no-such.pem, key_file: no-such.key}\nagents: [{name: a}]\n");

@@ -46,7 +46,8 @@ TEST_CASE("plan JSON has its documented shape with additive keys") {
   CHECK(j["run"] == "predator-prey");
   CHECK(j["bus"]["host"] == "node01");
   CHECK(j["bus"]["port"] == 20000);
-  CHECK(j["bus"]["tls"] == true);
+  CHECK(j["bus"]["tls"] == "on");  // a certificate of one's own: on
+  CHECK(j["bus"]["run_ca"] == false);
   const nlohmann::json& a = j["agents"][0];
   CHECK(a["name"] == "predator-0");
   CHECK(a["index"] == 0);

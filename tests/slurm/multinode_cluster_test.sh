@@ -6,7 +6,8 @@
 # ranks span two nodes; a batch job's inner srun reaches both of its nodes; the
 # stock PyTorch DDP example trains as one agent over two nodes through
 # `agentctl run --backend slurm`; job-array tasks on two nodes reach the bus job
-# by its node's address; start.sh again is a no-op; stop.sh leaves no daemon,
+# by its node's address over TLS with the run's own CA, and a capture of the
+# bridge meanwhile holds no token, secret or known payload; start.sh again is a no-op; stop.sh leaves no daemon,
 # namespace or link behind.
 # Its own cluster, beside the single-node one scripts/test.sh starts.
 # Skips (77) where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
@@ -153,9 +154,45 @@ channels:
   - {topic: results, publishers: ["*"], subscribers: ["*"]}
 YAML
 arun=$state/arrays/run
+# On the wire: the bridge between the nodes is captured while the agents trade
+# policies. The bus crosses nodes, so bus.tls (auto) is on with the run's own CA.
+capture=$state/arrays/wire.pcap
+tcpdump_pid=""
+if command -v tcpdump >/dev/null 2>&1; then
+  tcpdump -i "artb$tag" -w "$capture" -U -Z root -s 0 -n tcp >"$state/arrays/tcpdump.log" 2>&1 &
+  tcpdump_pid=$!
+  for _ in $(seq 100); do grep -q "listening on" "$state/arrays/tcpdump.log" && break; sleep 0.1; done
+  grep -q "listening on" "$state/arrays/tcpdump.log" || fail "tcpdump did not start: $(cat "$state/arrays/tcpdump.log")"
+else
+  echo "multinode_cluster_test: the wire capture skipped: no tcpdump"
+fi
 (cd "$state/arrays" && timeout 60 "${AGENTRT_BIN_DIR:?}/agentctl" sbatch agents.yaml -o "$arun" --submit \
   >"$state/arrays/submit.log" 2>&1) || { cat "$state/arrays/submit.log"; fail "agentctl sbatch --submit failed"; }
 for j in $(cat "$arun/arrays.jobids"); do wait_job_gone "$j"; done
+grep -q '"tls": *"on"' "$arun/plan.json" && grep -q '"run_ca": *true' "$arun/plan.json" \
+  || fail "the array run's bus is not TLS with the run's CA: $(grep -o '"tls"[^,]*' "$arun/plan.json")"
+grep -q 'agentrt-bus: serving on .*, TLS)' "$arun"/logs/arrays-bus-*.out \
+  || fail "the bus job did not serve TLS: $(grep -h 'serving on' "$arun"/logs/arrays-bus-*.out)"
+if [ -n "$tcpdump_pid" ]; then
+  kill -INT "$tcpdump_pid"; wait "$tcpdump_pid" 2>/dev/null
+  bus_port=$(cut -d: -f2 "$arun/bus.address" 2>/dev/null || grep -ho 'serving on [^ ]*' "$arun"/logs/arrays-bus-*.out | cut -d: -f2)
+  bus_packets=$(tcpdump -r "$capture" -n "tcp port $bus_port" 2>/dev/null | wc -l)
+  [ "$bus_packets" -gt 20 ] || fail "the capture holds $bus_packets packets of the bus (port $bus_port): it saw no traffic"
+  /usr/bin/python3 - "$capture" "$arun/secrets" <<'PY' || fail "the wire between the nodes carries readable secrets or payload"
+import glob, json, os, sys
+wire = open(sys.argv[1], "rb").read()
+secrets = sys.argv[2]
+needles = {"run secret": open(os.path.join(secrets, "run.secret"), "rb").read()}
+for path in glob.glob(os.path.join(secrets, "*.token")):
+    needles["token of " + os.path.basename(path)] = json.load(open(path))["token"].encode()
+for known in (b"policies/predator", b"policies/prey", b"policy_params", b"obs_size", b"evaluation",
+              b"application/json", b"authorization", b"x-agentrt"):
+    needles["payload or header bytes " + known.decode()] = known
+found = [name for name, b in needles.items() if b and b in wire]
+assert not found, "found on the wire: %s" % found
+print("wire capture: %d bytes, none of %d secrets, tokens and known payloads" % (len(wire), len(needles)))
+PY
+fi
 bus_addr=$(grep -ho 'agentrt-bus: serving on [^ ]*' "$arun"/logs/arrays-bus-*.out | awk '{print $4}')
 [[ "$bus_addr" =~ ^10\.211\.[0-9]+\.[0-9]+:[0-9]+$ ]] || fail "the bus job advertised '$bus_addr', not its node's address"
 pred_log=$(grep -h "^agent-worker predator" "$arun"/logs/arrays-gpu2-*.out)

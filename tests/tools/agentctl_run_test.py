@@ -627,21 +627,16 @@ def bus_certificate(work):
     os.chmod(os.path.join(work, "bus.key"), 0o600)
 
 
-def scenario_tls(work):
-    """bus: {tls: true, cert_file, key_file, ca_file}: every agent reaches the TLS-only bus trusting
-    the configured CA (AGENTRT_BUS_CA): C++ through BusClient, Python through agentrt.Bus; the
-    run succeeds and nothing logs a failed handshake."""
-    if not shutil.which("openssl"):
-        print("SKIPPED: openssl is needed to make the certificates")
-        return 77
-    bus_certificate(work)
+def run_over_tls(work, bus_yaml):
+    """A C++ and a Python agent publishing over the bus `bus_yaml` configures; both must reach
+    it over TLS trusting the CA they are given (AGENTRT_BUS_CA). Returns the finished run."""
     first = free_port_block(64)
     script = os.path.join(work, "tls_agent.py")
     with open(script, "w") as f:
         f.write(TLS_PY)
     agents = (agent_yaml("cpp", ["--steps", "5", "--step-ms", "10", "--bus-connections", "2"]) +
               '  - name: py\n    command: ["/usr/bin/python3", "%s"]\n' % script)
-    extra = ("bus: {tls: true, cert_file: bus.pem, key_file: bus.key, ca_file: ca.pem}\n"
+    extra = (bus_yaml + "\n" +
              'channels:\n  - {topic: "probe/*", publishers: ["*"], subscribers: ["*"]}')
     run = AgentctlRun(AGENTCTL, work, yaml_config(first, agents, extra))
     rc = run.wait_exit(90)
@@ -654,6 +649,49 @@ def scenario_tls(work):
     check("2 bus connections ok" in logs["cpp"], "the C++ agent published over TLS:\n" + logs["cpp"][-500:])
     check("python published at offset" in logs["py"], "the Python agent published over TLS:\n" + logs["py"][-500:])
     check("andshake" not in out, "no failed handshake anywhere:\n" + out[-1000:])
+    return run
+
+
+def scenario_tls(work):
+    """bus: {tls: true, cert_file, key_file, ca_file}: every agent reaches the TLS-only bus trusting
+    the configured CA (AGENTRT_BUS_CA): C++ through BusClient, Python through agentrt.Bus; the
+    run succeeds and nothing logs a failed handshake."""
+    if not shutil.which("openssl"):
+        print("SKIPPED: openssl is needed to make the certificates")
+        return 77
+    bus_certificate(work)
+    run = run_over_tls(work, "bus: {tls: true, cert_file: bus.pem, key_file: bus.key, ca_file: ca.pem}")
+    with open(os.path.join(run.run_dir, "plan.json")) as f:
+        bus = json.load(f)["bus"]
+    check(bus["tls"] == "on" and not bus["run_ca"] and bus["ca_file"] == os.path.join(work, "ca.pem"),
+          "the plan keeps the user's own certificate: %s" % bus)
+
+
+def scenario_tls_run_ca(work):
+    """bus: {tls: on} without a certificate: the run makes its own CA (secrets/, 0600), signs the
+    broker's certificate, and every agent trusts exactly that CA. The plan.json of a loopback run
+    with the default (auto) says off."""
+    run = run_over_tls(work, "bus: {tls: on}")
+    with open(os.path.join(run.run_dir, "plan.json")) as f:
+        bus = json.load(f)["bus"]
+    secrets = os.path.join(run.run_dir, "secrets")
+    check(bus["tls"] == "on" and bus["run_ca"] and bus["ca_file"] == os.path.join(secrets, "ca.pem"),
+          "the plan points at the run's CA: %s" % bus)
+    for name in ("ca.pem", "ca.key", "bus.pem", "bus.key"):
+        mode = os.stat(os.path.join(secrets, name)).st_mode & 0o777
+        check(mode == 0o600, "secrets/%s is 0600 (%o)" % (name, mode))
+    with open(os.path.join(secrets, "ca.key")) as f:
+        check("PRIVATE KEY" in f.read(), "secrets/ca.key holds the CA's key")
+    # auto, the default, on loopback: plaintext, and no CA made.
+    os.makedirs(os.path.join(work, "auto"))
+    plain = AgentctlRun(AGENTCTL, os.path.join(work, "auto"),
+                        yaml_config(free_port_block(64), agent_yaml("a", ["--steps", "2"])))
+    rc = plain.wait_exit(60)
+    check(rc == 0, "the loopback run succeeded (rc %d)\n%s" % (rc, plain.output()[-1000:]))
+    with open(os.path.join(plain.run_dir, "plan.json")) as f:
+        bus = json.load(f)["bus"]
+    check(bus["tls"] == "off" and not bus["run_ca"], "auto on loopback is off: %s" % bus)
+    check(not os.path.exists(os.path.join(plain.run_dir, "secrets", "ca.key")), "no CA for a plaintext bus")
 
 
 def scenario_fresh_after_corrupt(work):

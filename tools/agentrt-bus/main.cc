@@ -28,6 +28,7 @@
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
+#include "comms/run_ca.h"
 #include "plan/run_dir.h"
 
 namespace {
@@ -161,6 +162,14 @@ int RunClient(const ClientFlags& c) {
   return 0;
 }
 
+// The host written to --address-file.
+std::string AdvertisedHost(const ServeFlags& f) {
+  if (!f.advertise_host.empty()) return f.advertise_host;
+  if (f.opts.host != "0.0.0.0" && f.opts.host != "::") return f.opts.host;
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
+}
+
 // The broker's options and ACL from the plan (as `agentctl run` applies its
 // bus settings, with the log in the run dir that holds it) and the flags
 // given, which win.
@@ -181,7 +190,17 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
     acl = agentrt::AclFromPlan(loaded);
     settings = loaded.bus.settings;
     const std::string run_dir = std::filesystem::path(f.plan).parent_path().string();
-    default_log_dir = agentrt::RunDir(run_dir.empty() ? "." : run_dir).BusLogDir();
+    const agentrt::RunDir dir(run_dir.empty() ? "." : run_dir);
+    default_log_dir = dir.BusLogDir();
+    // The plan's TLS unless flags name other files; with the run's CA, a
+    // certificate signed for this node (the agents trust that CA).
+    if (f.opts.tls_cert_file.empty() && settings.tls == agentrt::kBusTlsOn) {
+      if (loaded.bus.run_ca) {
+        AGENTRT_RETURN_IF_ERROR(agentrt::IssueBusCertificate(dir, {AdvertisedHost(f)}));
+      }
+      f.opts.tls_cert_file = settings.cert_file;
+      f.opts.tls_key_file = settings.key_file;
+    }
   } else {
     acl.open = true;
   }
@@ -203,14 +222,6 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
                                     " needs --log-dir (or --plan: RUN_DIR/bus)");
   }
   return acl;
-}
-
-// The host written to --address-file.
-std::string AdvertisedHost(const ServeFlags& f) {
-  if (!f.advertise_host.empty()) return f.advertise_host;
-  if (f.opts.host != "0.0.0.0" && f.opts.host != "::") return f.opts.host;
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
 }
 
 int Serve(ServeFlags& f) {

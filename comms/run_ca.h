@@ -1,0 +1,43 @@
+// The run's own certificate authority: what `bus.tls` uses when the config
+// names no certificate of its own.
+//
+// Every run that serves its bus over TLS without `cert_file` gets a CA made
+// for it alone (RUN_DIR/secrets/ca.pem and ca.key, ECDSA P-256, made once and
+// kept for the run's life: a resumed or requeued run, and every agent of an
+// older incarnation, still trust it). Whoever serves the bus (the controller,
+// or the `agentctl sbatch` bus job on whichever node it lands) has the CA sign
+// a fresh broker certificate (secrets/bus.pem and bus.key) for the host names
+// and addresses its clients dial, each time it starts. Clients trust exactly
+// that CA (AGENTRT_BUS_CA): no certificate from anywhere else passes. Every
+// file is 0600 in the 0700 secrets folder; no key ever goes into argv or the
+// environment.
+//
+// Thread-safe (no shared state); blocking file I/O and key generation.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/plan.h"
+#include "plan/run_dir.h"
+
+namespace agentrt {
+
+// Makes the run's CA unless it exists (and is readable by its owner only).
+Status EnsureRunCa(const RunDir& dir);
+
+// Signs a fresh broker certificate with the run's CA for `hosts` (IP
+// addresses become IP names, anything else a DNS name; "localhost" and
+// 127.0.0.1 are always added), written with its new key over secrets/bus.pem
+// and bus.key. Needs EnsureRunCa first.
+Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& hosts);
+
+// Decides `bus.tls` for this start of the bus (auto: on when it listens
+// beyond loopback) and writes the decision, on or off, into `bus`. On without
+// a certificate of the user's own (or with the run's CA already): makes the
+// run's CA and points the bus at it (run_ca; the broker's certificate is then
+// IssueBusCertificate's, by whoever serves).
+Status PrepareBusTls(const RunDir& dir, BusPlan& bus, bool beyond_loopback);
+
+}  // namespace agentrt
