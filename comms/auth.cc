@@ -79,12 +79,15 @@ bool TokenMatches(std::string_view presented, std::string_view expected) {
   return CRYPTO_memcmp(presented.data(), expected.data(), expected.size()) == 0;
 }
 
-Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token,
-                      bool sync_file) {
-  if (agent.empty() || token.empty()) {
+Status WriteTokenFile(const std::string& path, const Credential& credential, bool sync_file) {
+  if (credential.agent.empty() || credential.token.empty()) {
     return InvalidArgument("token file " + path + ": agent and token must not be empty");
   }
-  nlohmann::json j = {{"agent", std::string(agent)}, {"token", std::string(token)}};
+  nlohmann::json j = {{"agent", credential.agent}, {"token", credential.token}};
+  if (!credential.cert_file.empty()) {
+    j["cert_file"] = credential.cert_file;
+    j["key_file"] = credential.key_file;
+  }
   return WriteFileAtomic(path, j.dump() + "\n", {.mode = 0600, .sync_file = sync_file});
 }
 
@@ -96,8 +99,12 @@ Result<std::string> ReadTlsFile(const std::string& path, std::string_view what) 
 
 Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan) {
   for (const AgentPlan& a : plan.agents) {
-    AGENTRT_RETURN_IF_ERROR(WriteTokenFile(dir.TokenPath(a.name), a.name,
-                                           DeriveAgentToken(secret, a.name), /*sync_file=*/false));
+    Credential c{a.name, DeriveAgentToken(secret, a.name)};
+    if (plan.bus.settings.mtls) {
+      c.cert_file = dir.ClientCertPath(a.name);
+      c.key_file = dir.ClientKeyPath(a.name);
+    }
+    AGENTRT_RETURN_IF_ERROR(WriteTokenFile(dir.TokenPath(a.name), c, /*sync_file=*/false));
   }
   return plan.agents.empty() ? Status::Ok() : SyncFileSystemOf(dir.SecretsDir());
 }
@@ -120,6 +127,17 @@ Result<Credential> ReadTokenFile(const std::string& path) {
   }
   c.agent = agent->get<std::string>();
   c.token = token->get<std::string>();
+  for (auto [key, field] : {std::pair{"cert_file", &c.cert_file}, {"key_file", &c.key_file}}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_string())
+      return InvalidArgument("bus token file " + path + ": \"" + key + "\" is not a string");
+    *field = it->get<std::string>();
+  }
+  if (c.cert_file.empty() != c.key_file.empty()) {
+    return InvalidArgument("bus token file " + path +
+                           ": \"cert_file\" and \"key_file\" go together");
+  }
   return c;
 }
 

@@ -25,6 +25,10 @@ namespace agentrt {
 struct Credential {
   std::string agent;
   std::string token;  // lower-case hex of HMAC-SHA256(secret, agent), 64 chars
+  // bus.mtls: the agent's client certificate and key (RunDir::ClientCertPath);
+  // "" = none.
+  std::string cert_file = {};
+  std::string key_file = {};
 };
 
 // Lower-case hex HMAC-SHA256(key, data), 64 chars.
@@ -54,17 +58,18 @@ std::string DeriveAgentToken(std::string_view secret, std::string_view agent);
 bool TokenMatches(std::string_view presented, std::string_view expected);
 
 // Token file: JSON {"agent": "...", "token": "..."} with mode 0600, written
-// atomically (temp file + rename).
+// atomically (temp file + rename); with bus.mtls also "cert_file" and
+// "key_file", the paths of the agent's client certificate and key.
 // `sync_file` false: the caller makes it durable (WriteAgentTokens, one
 // SyncFileSystemOf for all of a run's tokens).
-Status WriteTokenFile(const std::string& path, std::string_view agent, std::string_view token,
-                      bool sync_file = true);
+Status WriteTokenFile(const std::string& path, const Credential& credential, bool sync_file = true);
 Result<Credential> ReadTokenFile(const std::string& path);
 
 // A PEM file of the bus's TLS set-up; errors say which (`what`) and where.
 Result<std::string> ReadTlsFile(const std::string& path, std::string_view what);
 
-// One token file per agent of `plan`, at RunDir::TokenPath, derived from `secret`.
+// One token file per agent of `plan`, at RunDir::TokenPath, derived from
+// `secret` (with bus.mtls, naming the agent's client certificate).
 Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan);
 
 // Who may publish to and subscribe from which topics. Names are agent names

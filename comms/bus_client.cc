@@ -175,6 +175,10 @@ Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
   AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(env.token_file));
   // A TLS bus: trust exactly the CA the run names (the caller's own wins).
   if (options.tls_ca_file.empty()) options.tls_ca_file = env.bus_ca_file;
+  if (options.tls_cert_file.empty() && !options.tls_ca_file.empty()) {  // bus.mtls
+    options.tls_cert_file = cred.cert_file;
+    options.tls_key_file = cred.key_file;
+  }
   return Connect(env.bus, std::move(cred), std::move(options));
 }
 

@@ -1,6 +1,7 @@
 #include "comms/bus_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_context.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include <atomic>
@@ -52,7 +53,8 @@ constexpr auto kStreamPoll = std::chrono::milliseconds(100);
 
 class BusService final : public v1::Bus::Service {
  public:
-  explicit BusService(Broker* broker) : broker_(broker) {}
+  BusService(Broker* broker, bool client_is_agent)
+      : broker_(broker), client_is_agent_(client_is_agent) {}
 
   void CloseStreams() { stream_generation_.fetch_add(1, std::memory_order_acq_rel); }
 
@@ -181,7 +183,23 @@ class BusService final : public v1::Bus::Service {
   Result<std::string> Authenticate(const grpc::ServerContext* ctx) {
     std::string agent(Metadata(ctx, "x-agentrt-agent"));
     AGENTRT_RETURN_IF_ERROR(broker_->Authenticate(agent, Metadata(ctx, "x-agentrt-token")));
+    if (client_is_agent_) AGENTRT_RETURN_IF_ERROR(CertificateNames(ctx, agent));
     return agent;
+  }
+
+  // bus.mtls: the verified client certificate's common name is `agent`.
+  static Status CertificateNames(const grpc::ServerContext* ctx, const std::string& agent) {
+    const std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+    const std::vector<grpc::string_ref> names =
+        auth ? auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)
+             : std::vector<grpc::string_ref>{};
+    if (names.size() == 1 && std::string_view(names[0].data(), names[0].size()) == agent)
+      return Status::Ok();
+    return Status(StatusCode::kUnauthenticated,
+                  fmt::format("the client certificate names {}, not agent {}",
+                              names.empty() ? std::string("nobody")
+                                            : std::string(names[0].data(), names[0].size()),
+                              agent));
   }
 
   grpc::Status Stream(grpc::ServerContext* ctx, Broker::Reader* reader,
@@ -272,6 +290,7 @@ class BusService final : public v1::Bus::Service {
   }
 
   Broker* broker_;
+  const bool client_is_agent_;
   std::atomic<uint64_t> stream_generation_{0};
 };
 
@@ -352,7 +371,8 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
   impl->broker =
       std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);
   AGENTRT_RETURN_IF_ERROR(impl->broker->Recover(&impl->notes));
-  impl->service = std::make_unique<BusService>(impl->broker.get());
+  impl->service = std::make_unique<BusService>(
+      impl->broker.get(), options.tls_client_is_agent && !options.tls_client_ca_file.empty());
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!options.tls_cert_file.empty()) {

@@ -45,6 +45,9 @@ struct BusServerOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
+  // With tls_client_ca_file: a call's client certificate must name (common
+  // name) the agent its token is for (bus.mtls).
+  bool tls_client_is_agent = false;
   int keepalive_time_ms = 10000;    // server pings an idle connection this often
   int keepalive_timeout_ms = 5000;  // and drops it when the ping is not answered in time
   // 0 = random. Tests set it to check restart detection deterministically.

@@ -1,6 +1,7 @@
 #include "comms/run_ca.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
@@ -15,8 +16,6 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "common/file_util.h"
 
@@ -99,24 +98,24 @@ Result<Owned<X509>> NewCertificate(EVP_PKEY* key, const std::string& common_name
   return cert;
 }
 
-Status WritePrivate(const std::string& path, const std::string& contents) {
-  return WriteFileAtomic(path, contents, {.mode = 0600, .sync_dir = true});
-}
-
+// `sync` false: the caller makes them durable (SyncFileSystemOf, once for many).
 Status WriteKeyAndCertificate(const std::string& key_path, EVP_PKEY* key,
-                              const std::string& cert_path, X509* cert) {
+                              const std::string& cert_path, X509* cert, bool sync = true) {
+  AGENTRT_ASSIGN_OR_RETURN(const std::string key_pem, Pem(
+                                                          [key](BIO* b) {
+                                                            return PEM_write_bio_PrivateKey(
+                                                                b, key, nullptr, nullptr, 0,
+                                                                nullptr, nullptr);
+                                                          },
+                                                          "cannot write a private key"));
   AGENTRT_ASSIGN_OR_RETURN(
-      const std::string key_pem,
-      Pem([key](BIO* b) { return PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr,
-                                                          nullptr); },
-          "cannot write a private key"));
-  AGENTRT_ASSIGN_OR_RETURN(const std::string cert_pem,
-                           Pem([cert](BIO* b) { return PEM_write_bio_X509(b, cert); },
-                               "cannot write a certificate"));
+      const std::string cert_pem,
+      Pem([cert](BIO* b) { return PEM_write_bio_X509(b, cert); }, "cannot write a certificate"));
   // The key first: a certificate is never found beside a key that is not its own
   // for longer than the second rename.
-  AGENTRT_RETURN_IF_ERROR(WritePrivate(key_path, key_pem));
-  return WritePrivate(cert_path, cert_pem);
+  const AtomicWriteOptions options{.mode = 0600, .sync_dir = sync, .sync_file = sync};
+  AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(key_path, key_pem, options));
+  return WriteFileAtomic(cert_path, cert_pem, options);
 }
 
 Status EnsureSecretsDir(const RunDir& dir) {
@@ -131,6 +130,27 @@ std::string CaName(const RunDir& dir) {
   return name.substr(0, 64);
 }
 
+// The run's CA: its certificate and key, read back from secrets/.
+struct LoadedCa {
+  Owned<X509> cert;
+  Owned<EVP_PKEY> key;
+};
+
+Result<LoadedCa> LoadRunCa(const RunDir& dir) {
+  AGENTRT_ASSIGN_OR_RETURN(const std::string key_pem,
+                           ReadPrivateFile(dir.RunCaKeyPath(), "run CA key"));
+  AGENTRT_ASSIGN_OR_RETURN(const std::string cert_pem,
+                           ReadPrivateFile(dir.RunCaPath(), "run CA certificate"));
+  LoadedCa ca;
+  Owned<BIO> key_bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  ca.key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (!ca.key) return OpenSslError("cannot read " + dir.RunCaKeyPath());
+  Owned<BIO> cert_bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
+  ca.cert.reset(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+  if (!ca.cert) return OpenSslError("cannot read " + dir.RunCaPath());
+  return ca;
+}
+
 }  // namespace
 
 Status EnsureRunCa(const RunDir& dir) {
@@ -139,27 +159,16 @@ Status EnsureRunCa(const RunDir& dir) {
   if (existing.ok()) return ReadPrivateFile(dir.RunCaPath(), "run CA certificate").status();
   if (existing.status().code() != StatusCode::kNotFound) return existing.status();
   AGENTRT_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
-  AGENTRT_ASSIGN_OR_RETURN(
-      Owned<X509> cert,
-      NewCertificate(key.get(), CaName(dir), kCaValidSeconds, nullptr, nullptr,
-                     {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
-                      {NID_key_usage, "critical,keyCertSign,cRLSign"},
-                      {NID_subject_key_identifier, "hash"}}));
+  AGENTRT_ASSIGN_OR_RETURN(Owned<X509> cert,
+                           NewCertificate(key.get(), CaName(dir), kCaValidSeconds, nullptr, nullptr,
+                                          {{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
+                                           {NID_key_usage, "critical,keyCertSign,cRLSign"},
+                                           {NID_subject_key_identifier, "hash"}}));
   return WriteKeyAndCertificate(dir.RunCaKeyPath(), key.get(), dir.RunCaPath(), cert.get());
 }
 
 Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& hosts) {
-  AGENTRT_ASSIGN_OR_RETURN(const std::string ca_key_pem,
-                           ReadPrivateFile(dir.RunCaKeyPath(), "run CA key"));
-  AGENTRT_ASSIGN_OR_RETURN(const std::string ca_pem,
-                           ReadPrivateFile(dir.RunCaPath(), "run CA certificate"));
-  Owned<BIO> key_bio(BIO_new_mem_buf(ca_key_pem.data(), static_cast<int>(ca_key_pem.size())));
-  Owned<EVP_PKEY> ca_key(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
-  if (!ca_key) return OpenSslError("cannot read " + dir.RunCaKeyPath());
-  Owned<BIO> cert_bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
-  Owned<X509> ca(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
-  if (!ca) return OpenSslError("cannot read " + dir.RunCaPath());
-
+  AGENTRT_ASSIGN_OR_RETURN(const LoadedCa ca, LoadRunCa(dir));
   std::vector<std::string> names = {"localhost", "127.0.0.1"};
   for (const std::string& h : hosts) {
     if (!h.empty() && std::find(names.begin(), names.end(), h) == names.end()) names.push_back(h);
@@ -167,14 +176,14 @@ Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& ho
   std::string alt_names;
   for (const std::string& n : names) {
     unsigned char addr[16];
-    const bool ip = ::inet_pton(AF_INET, n.c_str(), addr) == 1 ||
-                    ::inet_pton(AF_INET6, n.c_str(), addr) == 1;
+    const bool ip =
+        ::inet_pton(AF_INET, n.c_str(), addr) == 1 || ::inet_pton(AF_INET6, n.c_str(), addr) == 1;
     alt_names += (alt_names.empty() ? "" : ",") + std::string(ip ? "IP:" : "DNS:") + n;
   }
   AGENTRT_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
   AGENTRT_ASSIGN_OR_RETURN(
       Owned<X509> cert,
-      NewCertificate(key.get(), "agentrt bus", kBusValidSeconds, ca.get(), ca_key.get(),
+      NewCertificate(key.get(), "agentrt bus", kBusValidSeconds, ca.cert.get(), ca.key.get(),
                      {{NID_basic_constraints, "critical,CA:FALSE"},
                       {NID_key_usage, "critical,digitalSignature"},
                       {NID_ext_key_usage, "serverAuth"},
@@ -183,7 +192,32 @@ Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& ho
   return WriteKeyAndCertificate(dir.BusKeyPath(), key.get(), dir.BusCertPath(), cert.get());
 }
 
-Status PrepareBusTls(const RunDir& dir, BusPlan& bus, bool beyond_loopback) {
+Status IssueClientCertificates(const RunDir& dir, const std::vector<std::string>& agents) {
+  std::vector<std::string> missing;
+  for (const std::string& agent : agents) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir.ClientCertPath(agent), ec)) missing.push_back(agent);
+  }
+  if (missing.empty()) return Status::Ok();
+  AGENTRT_ASSIGN_OR_RETURN(const LoadedCa ca, LoadRunCa(dir));
+  for (const std::string& agent : missing) {
+    AGENTRT_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
+    AGENTRT_ASSIGN_OR_RETURN(
+        Owned<X509> cert,
+        NewCertificate(key.get(), agent, kCaValidSeconds, ca.cert.get(), ca.key.get(),
+                       {{NID_basic_constraints, "critical,CA:FALSE"},
+                        {NID_key_usage, "critical,digitalSignature"},
+                        {NID_ext_key_usage, "clientAuth"},
+                        {NID_authority_key_identifier, "keyid:always"}}));
+    AGENTRT_RETURN_IF_ERROR(WriteKeyAndCertificate(dir.ClientKeyPath(agent), key.get(),
+                                                   dir.ClientCertPath(agent), cert.get(),
+                                                   /*sync=*/false));
+  }
+  return SyncFileSystemOf(dir.SecretsDir());  // once for them all
+}
+
+Status PrepareBusTls(const RunDir& dir, BusPlan& bus, bool beyond_loopback,
+                     const std::vector<std::string>& clients) {
   BusConfig& tls = bus.settings;
   const bool on = tls.tls == kBusTlsOn || (tls.tls == kBusTlsAuto && beyond_loopback);
   tls.tls = std::string(on ? kBusTlsOn : kBusTlsOff);
@@ -193,7 +227,7 @@ Status PrepareBusTls(const RunDir& dir, BusPlan& bus, bool beyond_loopback) {
   tls.cert_file = dir.BusCertPath();
   tls.key_file = dir.BusKeyPath();
   tls.ca_file = dir.RunCaPath();
-  return Status::Ok();
+  return tls.mtls ? IssueClientCertificates(dir, clients) : Status::Ok();
 }
 
 }  // namespace agentrt

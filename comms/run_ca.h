@@ -37,7 +37,15 @@ Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& ho
 // beyond loopback) and writes the decision, on or off, into `bus`. On without
 // a certificate of the user's own (or with the run's CA already): makes the
 // run's CA and points the bus at it (run_ca; the broker's certificate is then
-// IssueBusCertificate's, by whoever serves).
-Status PrepareBusTls(const RunDir& dir, BusPlan& bus, bool beyond_loopback);
+// IssueBusCertificate's, by whoever serves). With bus.mtls, every one of
+// `clients` (agent names; the league service's too) gets its certificate.
+Status PrepareBusTls(const RunDir& dir, BusPlan& bus, bool beyond_loopback,
+                     const std::vector<std::string>& clients);
+
+// A client certificate signed by the run's CA for each of `agents` that has
+// none yet (RunDir::ClientCertPath and ClientKeyPath, 0600): its common name
+// is the agent, the name the broker holds it to (bus.mtls). A certificate
+// made for an earlier start stays valid: the CA is the same.
+Status IssueClientCertificates(const RunDir& dir, const std::vector<std::string>& agents);
 
 }  // namespace agentrt

@@ -79,25 +79,28 @@ namespace agentrt {
     "agent: a job step per agent | node: one step per node for its single-node agents")
 
 // `bus:` — the gRPC message bus.
-#define AGENTRT_BUS_SETTINGS(X)                                                             \
-  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")            \
-  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes")    \
-  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire")    \
-  X(std::int64_t, retention_bytes, 1073741824,                                              \
-    "payload bytes kept per topic before the oldest expire")                                \
-  X(double, retention_age_s, 0.0, "messages older than this expire; 0 = no age limit")      \
-  X(std::string, durability, "batch",                                                       \
-    "memory (no files) | batch (fsync every fsync_interval_ms) | always (fsync, then ack)") \
-  X(int, fsync_interval_ms, 200, "batch: the longest a stored message waits for fsync")     \
-  X(std::int64_t, segment_bytes, 67108864, "the durable log starts a new file past this")   \
-  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                    \
-  X(std::string, tls, "auto",                                                               \
-    "on | off | auto (on when the bus is reachable beyond loopback: a run across nodes); "  \
-    "without cert_file the run makes its own CA")                                           \
-  X(std::string, cert_file, "",                                                             \
-    "PEM certificate of the bus server; empty = the run's CA signs one")                    \
-  X(std::string, key_file, "", "PEM private key of cert_file")                              \
-  X(std::string, ca_file, "", "PEM CA bundle clients use to verify the bus; empty = cert_file")
+#define AGENTRT_BUS_SETTINGS(X)                                                                 \
+  X(int, port, 0, "bus port; `auto` (0) = first port of the first node's range")                \
+  X(std::int64_t, max_message_bytes, 4194304, "largest accepted message payload, bytes")        \
+  X(std::int64_t, retention, 100000, "messages kept per topic before the oldest expire")        \
+  X(std::int64_t, retention_bytes, 1073741824,                                                  \
+    "payload bytes kept per topic before the oldest expire")                                    \
+  X(double, retention_age_s, 0.0, "messages older than this expire; 0 = no age limit")          \
+  X(std::string, durability, "batch",                                                           \
+    "memory (no files) | batch (fsync every fsync_interval_ms) | always (fsync, then ack)")     \
+  X(int, fsync_interval_ms, 200, "batch: the longest a stored message waits for fsync")         \
+  X(std::int64_t, segment_bytes, 67108864, "the durable log starts a new file past this")       \
+  X(double, call_timeout_s, 30.0, "deadline of every bus call, seconds")                        \
+  X(std::string, tls, "auto",                                                                   \
+    "on | off | auto (on when the bus is reachable beyond loopback: a run across nodes); "      \
+    "without cert_file the run makes its own CA")                                               \
+  X(std::string, cert_file, "",                                                                 \
+    "PEM certificate of the bus server; empty = the run's CA signs one")                        \
+  X(std::string, key_file, "", "PEM private key of cert_file")                                  \
+  X(std::string, ca_file, "", "PEM CA bundle clients use to verify the bus; empty = cert_file") \
+  X(bool, mtls, false,                                                                          \
+    "every client also shows a certificate the run's CA signed for it, naming the agent its "   \
+    "token is for (turns tls on; needs the run's CA)")
 
 // `restart:` under `defaults:` or an agent.
 #define AGENTRT_RESTART_SETTINGS(X)                                                             \

@@ -274,6 +274,15 @@ class ConfigBuilder {
     } else if (!bus.cert_file.empty()) {
       bus.tls = std::string(kBusTlsOn);  // a certificate of one's own is meant to be used
     }
+    if (bus.mtls && bus.tls == kBusTlsOff) {
+      c_.Fail(n["mtls"], "bus.mtls", "mtls is true, but tls is off");
+    } else if (bus.mtls && !bus.cert_file.empty()) {
+      c_.Fail(n["mtls"], "bus.mtls",
+              "mtls needs the run's own CA, which signs every agent a certificate; leave out "
+              "cert_file and key_file");
+    } else if (bus.mtls) {
+      bus.tls = std::string(kBusTlsOn);
+    }
     if (!bus.ca_file.empty() && bus.cert_file.empty()) {
       c_.Fail(n["ca_file"], "bus.ca_file",
               "ca_file belongs to your own cert_file and key_file; without them the run's CA "

@@ -151,9 +151,11 @@ Status RunDriver::Start() {
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(dir_.ControllerPidPath(), std::to_string(::getpid()) + "\n"));
   pid_file_written_ = true;
-  // Credentials: one run secret (never printed, never in env or argv), one token
-  // file per agent. A requeued or resumed run keeps the secret it made first.
+  // Credentials: one run secret (never printed, never in env or argv), the
+  // bus's TLS (the run's CA and what it signs), one token file per agent. A
+  // requeued or resumed run keeps the secret and CA it made first.
   AGENTRT_ASSIGN_OR_RETURN(const std::string secret, dir_.LoadOrCreateSecret());
+  AGENTRT_RETURN_IF_ERROR(ResolveBusTls());
   AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(dir_, secret, plan_));
   AGENTRT_RETURN_IF_ERROR(StartBus(secret));
   AGENTRT_RETURN_IF_ERROR(StartTelemetry(secret));
@@ -174,10 +176,13 @@ Status RunDriver::StartBus(const std::string& secret) {
   bus_options.port = plan_.bus.port;
   AGENTRT_ASSIGN_OR_RETURN(bus_options.broker,
                            BrokerOptionsFor(plan_.bus.settings, dir_.BusLogDir()));
-  AGENTRT_RETURN_IF_ERROR(ResolveBusTls());
   if (plan_.bus.settings.tls == kBusTlsOn) {
     bus_options.tls_cert_file = plan_.bus.settings.cert_file;
     bus_options.tls_key_file = plan_.bus.settings.key_file;
+  }
+  if (plan_.bus.settings.mtls) {
+    bus_options.tls_client_ca_file = plan_.bus.settings.ClientCaFile();
+    bus_options.tls_client_is_agent = true;
   }
   auto bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
   // An auto port that a process outside agentrt's leases holds: the next free one.
@@ -218,8 +223,10 @@ Status RunDriver::StartBus(const std::string& secret) {
 // the broker a certificate for the address agents dial, anew at each start (a
 // requeued run may serve from another node).
 Status RunDriver::ResolveBusTls() {
+  std::vector<std::string> clients = {kLeagueServiceName};
+  for (const AgentPlan& a : plan_.agents) clients.push_back(a.name);
   AGENTRT_RETURN_IF_ERROR(
-      PrepareBusTls(dir_, plan_.bus, !IsLoopbackHost(options_.bus_listen_host)));
+      PrepareBusTls(dir_, plan_.bus, !IsLoopbackHost(options_.bus_listen_host), clients));
   if (!plan_.bus.run_ca) return Status::Ok();
   return IssueBusCertificate(dir_, {options_.bus_advertised_host});
 }
@@ -251,6 +258,10 @@ Status RunDriver::StartLeague(const std::string& secret) {
   league.credential = {kLeagueServiceName, DeriveAgentToken(secret, kLeagueServiceName)};
   league.state_path = dir_.LeagueStatePath();
   league.bus.tls_ca_file = plan_.bus.settings.ClientCaFile();
+  if (plan_.bus.settings.mtls) {
+    league.bus.tls_cert_file = dir_.ClientCertPath(kLeagueServiceName);
+    league.bus.tls_key_file = dir_.ClientKeyPath(kLeagueServiceName);
+  }
   auto service = LeagueService::Start(plan_.league, std::move(league));
   if (!service.ok()) return service.status().WithContext("cannot start the league service");
   league_ = std::move(service).value();

@@ -420,10 +420,12 @@ Result<SbatchSet> WriteSbatchRun(Plan plan, const Config& config, const SbatchOp
 
   // Credentials: a fresh secret per generated run; tokens derive from it.
   AGENTRT_ASSIGN_OR_RETURN(const std::string secret, run_dir.CreateSecret());
-  AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(run_dir, secret, plan));
   // The bus job and the array tasks run on nodes SLURM picks: `auto` is on.
   // The bus job signs its own certificate with the run's CA where it lands.
-  AGENTRT_RETURN_IF_ERROR(PrepareBusTls(run_dir, plan.bus, /*beyond_loopback=*/true));
+  std::vector<std::string> clients;
+  for (const AgentPlan& a : plan.agents) clients.push_back(a.name);
+  AGENTRT_RETURN_IF_ERROR(PrepareBusTls(run_dir, plan.bus, /*beyond_loopback=*/true, clients));
+  AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(run_dir, secret, plan));
 
   AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan, run_dir.path()));
   const AtomicWriteOptions script{.mode = 0755};

@@ -593,7 +593,7 @@ TEST_CASE("a client built from the agent environment connects with its token fil
   auto server = StartServer();
   auto dir = TempDir();
   const std::string token_file = (dir / "pub.token").string();
-  REQUIRE(WriteTokenFile(token_file, "pub", DeriveAgentToken(kSecret, "pub")).ok());
+  REQUIRE(WriteTokenFile(token_file, {"pub", DeriveAgentToken(kSecret, "pub")}).ok());
   AgentEnv env;
   env.run_dir = dir.string();
   env.agent = "pub";

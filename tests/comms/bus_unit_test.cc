@@ -104,7 +104,7 @@ TEST_CASE("an agent token is the HMAC-SHA256 of its name under the run secret") 
 TEST_CASE("token and secret files are 0600 and round-trip; a readable-by-others file is refused") {
   auto dir = TempDir();
   const std::string token_path = (dir / "predator-0.token").string();
-  REQUIRE(WriteTokenFile(token_path, "predator-0", "abc123").ok());
+  REQUIRE(WriteTokenFile(token_path, {"predator-0", "abc123"}).ok());
   struct stat st {};
   REQUIRE(::stat(token_path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
@@ -112,6 +112,19 @@ TEST_CASE("token and secret files are 0600 and round-trip; a readable-by-others 
   REQUIRE(cred.ok());
   CHECK(cred->agent == "predator-0");
   CHECK(cred->token == "abc123");
+  CHECK(cred->cert_file.empty());
+  // bus.mtls: the client certificate's paths round-trip too, always as a pair.
+  REQUIRE(WriteTokenFile(token_path, {"predator-0", "abc123", "/s/p.client.pem", "/s/p.client.key"})
+              .ok());
+  cred = ReadTokenFile(token_path);
+  REQUIRE(cred.ok());
+  CHECK(cred->cert_file == "/s/p.client.pem");
+  CHECK(cred->key_file == "/s/p.client.key");
+  REQUIRE(WriteFileAtomic(token_path, R"({"agent": "a", "token": "t", "cert_file": "/c.pem"})",
+                          {.mode = 0600})
+              .ok());
+  CHECK_THAT(ReadTokenFile(token_path).status().message(),
+             Catch::Contains("\"cert_file\" and \"key_file\" go together"));
 
   const RunDir run(dir.string());
   auto secret = run.CreateSecret(32);

@@ -141,6 +141,7 @@ echo "gpu_type: b200 ran on n2; a100 refused: $refused"
 mkdir -p "$state/arrays"
 cat >"$state/arrays/agents.yaml" <<YAML
 run: {name: arrays, dir: $state/arrays/runs}
+bus: {mtls: true}  # tls is auto (on: the bus job is on another node); agents show certificates too
 slurm: {time: "00:05:00"}
 agents:
   - {name: predator, gpus: 2, backend: mpi, command: [${AGENTRT_BIN_DIR:?}/agent-worker],
@@ -155,7 +156,8 @@ channels:
 YAML
 arun=$state/arrays/run
 # On the wire: the bridge between the nodes is captured while the agents trade
-# policies. The bus crosses nodes, so bus.tls (auto) is on with the run's own CA.
+# policies. The bus crosses nodes, so bus.tls (auto) is on with the run's own CA,
+# and with bus.mtls each agent shows the certificate the CA signed for it.
 capture=$state/arrays/wire.pcap
 tcpdump_pid=""
 if command -v tcpdump >/dev/null 2>&1; then
@@ -171,8 +173,8 @@ fi
 for j in $(cat "$arun/arrays.jobids"); do wait_job_gone "$j"; done
 grep -q '"tls": *"on"' "$arun/plan.json" && grep -q '"run_ca": *true' "$arun/plan.json" \
   || fail "the array run's bus is not TLS with the run's CA: $(grep -o '"tls"[^,]*' "$arun/plan.json")"
-grep -q 'agentrt-bus: serving on .*, TLS)' "$arun"/logs/arrays-bus-*.out \
-  || fail "the bus job did not serve TLS: $(grep -h 'serving on' "$arun"/logs/arrays-bus-*.out)"
+grep -q 'agentrt-bus: serving on .*, mutual TLS)' "$arun"/logs/arrays-bus-*.out \
+  || fail "the bus job did not serve mutual TLS: $(grep -h 'serving on' "$arun"/logs/arrays-bus-*.out)"
 if [ -n "$tcpdump_pid" ]; then
   kill -INT "$tcpdump_pid"; wait "$tcpdump_pid" 2>/dev/null
   bus_port=$(cut -d: -f2 "$arun/bus.address" 2>/dev/null || grep -ho 'serving on [^ ]*' "$arun"/logs/arrays-bus-*.out | cut -d: -f2)

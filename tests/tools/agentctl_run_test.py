@@ -668,18 +668,25 @@ def scenario_tls(work):
 
 
 def scenario_tls_run_ca(work):
-    """bus: {tls: on} without a certificate: the run makes its own CA (secrets/, 0600), signs the
-    broker's certificate, and every agent trusts exactly that CA. The plan.json of a loopback run
-    with the default (auto) says off."""
-    run = run_over_tls(work, "bus: {tls: on}")
+    """bus: {tls: on, mtls: true} without a certificate: the run makes its own CA (secrets/, 0600),
+    signs the broker's certificate and one per agent naming it, and every agent trusts exactly
+    that CA and shows its own certificate. The plan.json of a loopback run with the default
+    (auto) says off."""
+    run = run_over_tls(work, "bus: {tls: on, mtls: true}")
     with open(os.path.join(run.run_dir, "plan.json")) as f:
         bus = json.load(f)["bus"]
     secrets = os.path.join(run.run_dir, "secrets")
     check(bus["tls"] == "on" and bus["run_ca"] and bus["ca_file"] == os.path.join(secrets, "ca.pem"),
           "the plan points at the run's CA: %s" % bus)
-    for name in ("ca.pem", "ca.key", "bus.pem", "bus.key"):
+    for name in ("ca.pem", "ca.key", "bus.pem", "bus.key", "cpp.client.pem", "cpp.client.key",
+                 "py.client.key", "agentrt:league.client.key"):
         mode = os.stat(os.path.join(secrets, name)).st_mode & 0o777
         check(mode == 0o600, "secrets/%s is 0600 (%o)" % (name, mode))
+    with open(os.path.join(secrets, "py.token")) as f:
+        token = json.load(f)
+    check(token["cert_file"] == os.path.join(secrets, "py.client.pem") and
+          token["key_file"] == os.path.join(secrets, "py.client.key"),
+          "the agent's token file names its certificate: %s" % sorted(token))
     with open(os.path.join(secrets, "ca.key")) as f:
         check("PRIVATE KEY" in f.read(), "secrets/ca.key holds the CA's key")
     # auto, the default, on loopback: plaintext, and no CA made.

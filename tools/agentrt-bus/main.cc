@@ -200,6 +200,10 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
       }
       f.opts.tls_cert_file = settings.cert_file;
       f.opts.tls_key_file = settings.key_file;
+      if (settings.mtls) {
+        f.opts.tls_client_ca_file = settings.ClientCaFile();
+        f.opts.tls_client_is_agent = true;
+      }
     }
   } else {
     acl.open = true;
