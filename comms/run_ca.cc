@@ -23,9 +23,9 @@ namespace agentrt {
 namespace {
 
 // A CA lives as long as the run may (a month of requeues and resumes, with
-// room); a broker certificate is made anew at every start.
+// room); a server certificate is made anew at every start.
 constexpr long kCaValidSeconds = 5L * 365 * 24 * 3600;
-constexpr long kBusValidSeconds = 400L * 24 * 3600;
+constexpr long kServerValidSeconds = 400L * 24 * 3600;
 // A node whose clock runs behind the one that signed still accepts it.
 constexpr long kClockSkewSeconds = 24L * 3600;
 
@@ -167,7 +167,9 @@ Status EnsureRunCa(const RunDir& dir) {
   return WriteKeyAndCertificate(dir.RunCaKeyPath(), key.get(), dir.RunCaPath(), cert.get());
 }
 
-Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& hosts) {
+Status IssueServerCertificate(const RunDir& dir, const std::string& common_name,
+                              const std::vector<std::string>& hosts, const std::string& cert_path,
+                              const std::string& key_path) {
   AGENTRT_ASSIGN_OR_RETURN(const LoadedCa ca, LoadRunCa(dir));
   std::vector<std::string> names = {"localhost", "127.0.0.1"};
   for (const std::string& h : hosts) {
@@ -183,13 +185,13 @@ Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& ho
   AGENTRT_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
   AGENTRT_ASSIGN_OR_RETURN(
       Owned<X509> cert,
-      NewCertificate(key.get(), "agentrt bus", kBusValidSeconds, ca.cert.get(), ca.key.get(),
+      NewCertificate(key.get(), common_name, kServerValidSeconds, ca.cert.get(), ca.key.get(),
                      {{NID_basic_constraints, "critical,CA:FALSE"},
                       {NID_key_usage, "critical,digitalSignature"},
                       {NID_ext_key_usage, "serverAuth"},
                       {NID_subject_alt_name, alt_names},
                       {NID_authority_key_identifier, "keyid:always"}}));
-  return WriteKeyAndCertificate(dir.BusKeyPath(), key.get(), dir.BusCertPath(), cert.get());
+  return WriteKeyAndCertificate(key_path, key.get(), cert_path, cert.get());
 }
 
 Status IssueClientCertificates(const RunDir& dir, const std::vector<std::string>& agents) {

@@ -27,11 +27,18 @@ namespace agentrt {
 // Makes the run's CA unless it exists (and is readable by its owner only).
 Status EnsureRunCa(const RunDir& dir);
 
-// Signs a fresh broker certificate with the run's CA for `hosts` (IP
-// addresses become IP names, anything else a DNS name; "localhost" and
-// 127.0.0.1 are always added), written with its new key over secrets/bus.pem
-// and bus.key. Needs EnsureRunCa first.
-Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& hosts);
+// Signs a fresh server certificate named `common_name` with the run's CA for
+// `hosts` (IP addresses become IP names, anything else a DNS name;
+// "localhost" and 127.0.0.1 are always added), written with its new key over
+// `cert_path` and `key_path` (0600). Needs EnsureRunCa first.
+Status IssueServerCertificate(const RunDir& dir, const std::string& common_name,
+                              const std::vector<std::string>& hosts, const std::string& cert_path,
+                              const std::string& key_path);
+
+// The broker's: secrets/bus.pem and bus.key.
+inline Status IssueBusCertificate(const RunDir& dir, const std::vector<std::string>& hosts) {
+  return IssueServerCertificate(dir, "agentrt bus", hosts, dir.BusCertPath(), dir.BusKeyPath());
+}
 
 // Decides `bus.tls` for this start of the bus (auto: on when it listens
 // beyond loopback) and writes the decision, on or off, into `bus`. On without

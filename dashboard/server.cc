@@ -71,7 +71,7 @@ std::string SessionValue(const std::string& token) {
 struct Dashboard::Impl {
   std::string run_dir;
   DashboardOptions options;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;  // an httplib::SSLServer with TLS
   std::thread thread;
   int port = 0;
   MetricSeries series;
@@ -130,7 +130,8 @@ struct Dashboard::Impl {
     if (!given.empty() && TokenMatches(given, options.token)) {
       if (req.has_param("token")) {
         res.set_header("Set-Cookie", std::string(kSessionCookie) + "=" + session +
-                                         "; HttpOnly; SameSite=Strict; Path=/");
+                                         "; HttpOnly; SameSite=Strict; Path=/" +
+                                         (options.tls_cert_file.empty() ? "" : "; Secure"));
       }
       return true;
     }
@@ -252,22 +253,22 @@ struct Dashboard::Impl {
   }
 
   void Routes() {
-    server.set_default_headers({{"X-Content-Type-Options", "nosniff"},
-                                {"Content-Security-Policy", PageSecurityPolicy(kDashboardPage)},
-                                {"X-Frame-Options", "DENY"},
-                                {"Referrer-Policy", "no-referrer"}});
-    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server->set_default_headers({{"X-Content-Type-Options", "nosniff"},
+                                 {"Content-Security-Policy", PageSecurityPolicy(kDashboardPage)},
+                                 {"X-Frame-Options", "DENY"},
+                                 {"Referrer-Policy", "no-referrer"}});
+    server->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       return Authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
                                   : httplib::Server::HandlerResponse::Handled;
     });
-    server.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    server->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (res.status == 404 && res.body.empty())
         Error(res, 404, "no such page: " + req.path + " (see /, /api/run, /metrics)");
     });
-    server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    server->Get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(std::string(kDashboardPage), "text/html; charset=utf-8");
     });
-    server.Get("/api/run", [this](const httplib::Request&, httplib::Response& res) {
+    server->Get("/api/run", [this](const httplib::Request&, httplib::Response& res) {
       auto snap = ReadRunSnapshot(run_dir, &plans);
       if (!snap.ok()) {
         res.status = 503;
@@ -277,21 +278,21 @@ struct Dashboard::Impl {
       Json(res, View(*snap));
     });
     // Actions, only for a dashboard that has a token (read-only otherwise).
-    server.Post("/api/stop", [this](const httplib::Request& req, httplib::Response& res) {
+    server->Post("/api/stop", [this](const httplib::Request& req, httplib::Response& res) {
       Act(req, res, "stop", "");
     });
-    server.Post("/api/restart", [this](const httplib::Request& req, httplib::Response& res) {
+    server->Post("/api/restart", [this](const httplib::Request& req, httplib::Response& res) {
       Act(req, res, "restart", req.get_param_value("agent"));
     });
-    server.Get("/api/names", [this](const httplib::Request&, httplib::Response& res) {
+    server->Get("/api/names", [this](const httplib::Request&, httplib::Response& res) {
       series.Refresh().IgnoreError();
       Json(res, series.Names());
     });
-    server.Get("/api/series",
-               [this](const httplib::Request& req, httplib::Response& res) { Series(req, res); });
-    server.Get("/api/logs",
-               [this](const httplib::Request& req, httplib::Response& res) { Logs(req, res); });
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    server->Get("/api/series",
+                [this](const httplib::Request& req, httplib::Response& res) { Series(req, res); });
+    server->Get("/api/logs",
+                [this](const httplib::Request& req, httplib::Response& res) { Logs(req, res); });
+    server->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       auto snap = ReadRunSnapshot(run_dir, &plans);
       if (!snap.ok()) {
         res.status = 503;
@@ -300,7 +301,8 @@ struct Dashboard::Impl {
       }
       res.set_content(PrometheusText(*snap, NowUnix()), "text/plain; version=0.0.4");
     });
-    server.Get("/events", [this](const httplib::Request&, httplib::Response& res) { Events(res); });
+    server->Get("/events",
+                [this](const httplib::Request&, httplib::Response& res) { Events(res); });
   }
 };
 
@@ -315,24 +317,37 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
                            " (not loopback) needs a token: --token-file FILE (mode 0600)");
   }
   auto impl = std::make_unique<Impl>(run_dir);
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty())
+    return InvalidArgument("dashboard: HTTPS needs a certificate and its key");
+  if (!options.tls_cert_file.empty()) {
+    auto https = std::make_unique<httplib::SSLServer>(options.tls_cert_file.c_str(),
+                                                      options.tls_key_file.c_str());
+    if (!https->is_valid()) {
+      return InvalidArgument(fmt::format("dashboard: cannot serve HTTPS with {} and {}",
+                                         options.tls_cert_file, options.tls_key_file));
+    }
+    impl->server = std::move(https);
+  } else {
+    impl->server = std::make_unique<httplib::Server>();
+  }
   impl->options = options;
   impl->session = SessionValue(options.token);
   impl->Routes();
   const int port =
       options.port == 0
-          ? impl->server.bind_to_any_port(options.host)
-          : (impl->server.bind_to_port(options.host, options.port) ? options.port : -1);
+          ? impl->server->bind_to_any_port(options.host)
+          : (impl->server->bind_to_port(options.host, options.port) ? options.port : -1);
   if (port <= 0) {
     return Unavailable(fmt::format("dashboard: cannot listen on {}:{} (in use, or a bad address?)",
                                    options.host, options.port));
   }
   impl->port = port;
   // Enough workers for the event streams and the API beside them.
-  impl->server.new_task_queue = [] { return new httplib::ThreadPool(Impl::kMaxStreams + 8); };
+  impl->server->new_task_queue = [] { return new httplib::ThreadPool(Impl::kMaxStreams + 8); };
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl->thread = std::thread([raw] { raw->server->listen_after_bind(); });
   // stop() does nothing before the server runs: Start returns once it does.
-  for (int i = 0; i < 5000 && !impl->server.is_running(); ++i)
+  for (int i = 0; i < 5000 && !impl->server->is_running(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // Prometheus finds the run's /metrics through this file (file_sd_configs).
   impl->targets =
@@ -355,12 +370,13 @@ std::string Dashboard::url() const {
     h = ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";  // every address: this host
   }
   const std::string host = h.find(':') != std::string::npos && h.front() != '[' ? "[" + h + "]" : h;
-  return fmt::format("http://{}:{}/", host, impl_->port);
+  return fmt::format("{}://{}:{}/", impl_->options.tls_cert_file.empty() ? "http" : "https", host,
+                     impl_->port);
 }
 
 void Dashboard::Stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
-  impl_->server.stop();
+  impl_->server->stop();
   if (impl_->thread.joinable()) impl_->thread.join();
   // The targets are removed unless another dashboard of the run has written its own since.
   const std::string path = RunDir(impl_->run_dir).PrometheusTargetsPath();

@@ -38,6 +38,9 @@ struct DashboardOptions {
   std::string host = "127.0.0.1";
   int port = 0;       // 0: any free port
   std::string token;  // required unless host is loopback
+  // Both set: HTTPS only, with this certificate and key (PEM files).
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 class Dashboard {

@@ -9,6 +9,7 @@
 //     agents/<agent>/preflight.json (`agentctl check`, plan/records.h)
 //     secrets/ (0700)  run.secret (0600)  <agent>.token (0600)
 //       ca.pem ca.key bus.pem bus.key (the run's own CA, bus.tls without cert_file)
+//       dashboard.pem dashboard.key (`agentctl dashboard` beyond loopback)
 //       <agent>.client.pem <agent>.client.key (bus.mtls)
 //     bus/ (the durable bus log: logs/, spill/, incarnation)  league/ (state.json, lineage.jsonl)
 //     hangs/<agent>-<time>.json  control/ (requests to the live controller)
@@ -130,6 +131,9 @@ class RunDir {
   std::string RunCaKeyPath() const { return SecretsDir() + "/ca.key"; }
   std::string BusCertPath() const { return SecretsDir() + "/bus.pem"; }
   std::string BusKeyPath() const { return SecretsDir() + "/bus.key"; }
+  // `agentctl dashboard` beyond loopback: its HTTPS certificate from the run's CA.
+  std::string DashboardCertPath() const { return SecretsDir() + "/dashboard.pem"; }
+  std::string DashboardKeyPath() const { return SecretsDir() + "/dashboard.key"; }
   // A bus client's certificate and key (bus.mtls), named for its agent.
   std::string ClientCertPath(const std::string& agent) const {
     return SecretsDir() + "/" + agent + ".client.pem";

@@ -6,10 +6,12 @@ headless chromium (agent table, partition map, a learning curve that gains point
 agent's restart). Screenshots land in the build dir (AGENTRT_BIN_DIR/..)."""
 import base64
 import hashlib
+import http.client
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -55,20 +57,22 @@ class Dashboard:
         self.proc = subprocess.Popen([AGENTCTL, "dashboard", run_dir] + list(flags), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         line = self.proc.stdout.readline()
-        check(line.startswith("dashboard of ") and "http://" in line, "agentctl dashboard printed its URL: %r%s"
+        check(line.startswith("dashboard of ") and "://" in line, "agentctl dashboard printed its URL: %r%s"
               % (line, "" if line else self.proc.stderr.read()))
-        self.url = line.split(": ", 1)[1].strip()
+        self.line = line
+        self.url = line.split(": ", 1)[1].split()[0]
+        self.context = None  # an ssl.SSLContext for an HTTPS dashboard
 
     def get(self, path, headers=None):
         req = urllib.request.Request(self.url + path, headers=headers or {})
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=self.context) as r:
             return r.read().decode()
 
     def post(self, path, headers=None):
         """(HTTP status, JSON body) of a POST."""
         req = urllib.request.Request(self.url + path, data=b"", method="POST", headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=10, context=self.context) as r:
                 return r.status, json.loads(r.read().decode())
         except urllib.error.HTTPError as e:
             body = e.read().decode()
@@ -269,8 +273,24 @@ def scenario_token(work):
         dash = Dashboard(run.run_dir, "--listen", "0.0.0.0:0", "--token-file", token_file)
         try:
             check("0.0.0.0" not in dash.url, "the URL names this host, not 0.0.0.0: %s" % dash.url)
+            ca = os.path.join(run.run_dir, "secrets", "ca.pem")
+            check(dash.url.startswith("https://") and ca in dash.line,
+                  "off loopback it serves HTTPS, signed by the run's CA: %s" % dash.line.strip())
             port = dash.url.rsplit(":", 1)[1].strip("/")
-            dash.url = "http://127.0.0.1:%s/" % port
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=10).read()
+                raise AssertionError("plain HTTP answered")
+            except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
+                pass  # the token never crosses in the clear
+            try:
+                urllib.request.urlopen("https://127.0.0.1:%s/metrics" % port, timeout=10,
+                                       context=ssl.create_default_context()).read()
+                raise AssertionError("a client not trusting the run's CA connected")
+            except urllib.error.URLError as e:
+                check(isinstance(e.reason, ssl.SSLCertVerificationError),
+                      "a client without the run's CA refuses the certificate: %s" % e.reason)
+            dash.context = ssl.create_default_context(cafile=ca)
+            dash.url = "https://127.0.0.1:%s/" % port
             try:
                 dash.get("metrics")
                 raise AssertionError("no 401")
@@ -285,11 +305,13 @@ def scenario_token(work):
                 check(e.code == 401, "a wrong token: 401")
             # ?token= once: the cookie it sets is derived from the token, not the token, and is
             # accepted on its own afterwards.
-            with urllib.request.urlopen(dash.url + "?token=s3cret-dashboard-token", timeout=10) as r:
+            with urllib.request.urlopen(dash.url + "?token=s3cret-dashboard-token", timeout=10,
+                                        context=dash.context) as r:
                 page = r.read().decode()
                 cookie = r.headers["Set-Cookie"]
                 headers = r.headers
-            check(cookie and "s3cret" not in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie,
+            check(cookie and "s3cret" not in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+                  and "Secure" in cookie,
                   "the session cookie holds no raw token: %s" % cookie)
             session = cookie.split(";", 1)[0]
             check("agentrt_agent_state" in dash.get("metrics", {"Cookie": session}), "the session cookie is accepted")
