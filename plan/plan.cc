@@ -376,7 +376,15 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
   Plan plan;
   r.Read(j, "", "run", plan.run);
   r.Read(j, "", "run_dir", plan.run_dir, /*required=*/false);
-  if (const json* bus = r.Get(j, "", "bus")) {
+  if (const json* found = r.Get(j, "", "bus")) {
+    // A plan.json written before bus.tls took on, off and auto held a boolean.
+    json legacy;
+    const json* bus = found;
+    if (auto tls = found->find("tls"); tls != found->end() && tls->is_boolean()) {
+      legacy = *found;
+      legacy["tls"] = std::string(tls->get<bool>() ? kBusTlsOn : kBusTlsOff);
+      bus = &legacy;
+    }
     r.Read(*bus, "bus", "host", plan.bus.host);
     r.Read(*bus, "bus", "port", plan.bus.port);
     r.Read(*bus, "bus", "fixed_port", plan.bus.fixed_port, false);

@@ -88,6 +88,14 @@ TEST_CASE("a plan survives a JSON round trip, through a file too") {
   CHECK(back->agents[3].PlacementOfRank(15)->node == "node02");
   CHECK(back->agents[3].PlacementOfRank(16) == nullptr);
   CHECK(back->bus.settings.port == back->bus.port);
+  // A plan.json from before bus.tls was on/off/auto held a boolean: read as on or off.
+  nlohmann::json legacy = nlohmann::json::parse(text);
+  legacy["bus"]["tls"] = true;
+  Result<Plan> old = PlanFromJsonString(legacy.dump());
+  REQUIRE(old.ok());
+  CHECK(old->bus.settings.tls == "on");
+  legacy["bus"]["tls"] = false;
+  CHECK(PlanFromJsonString(legacy.dump())->bus.settings.tls == "off");
   // The nodes with agents on them, with their NVLink domains (the dashboard's map).
   REQUIRE_FALSE(back->nodes.empty());
   CHECK(back->nodes[0].nvlink_domains.size() >= 1);
