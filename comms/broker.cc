@@ -77,6 +77,15 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       AGENTRT_ASSIGN_OR_RETURN(std::string name, UnescapeLogName(entry.path().filename().string()));
       SegmentLog::Recovered rec;
       auto files = SegmentLog::Open(entry.path().string(), options_.segment_bytes, &rec);
+      if (!files.ok() && files.status().code() == StatusCode::kDataLoss) {
+        // What the operator's fix does to subscribers: offsets given again under
+        // the old incarnation would be read as the old messages' positions.
+        return DataLoss(files.status().message() + "; then also delete " +
+                        BusIncarnationFile(options_.log_dir) +
+                        ", so that the bus starts a new incarnation: every subscriber resuming "
+                        "a saved position is told (broker_restarted) and reads each topic from "
+                        "its earliest offset, and no offset is reused under the old one");
+      }
       if (!files.ok()) return files.status();
       if (!rec.torn.empty()) notes->push_back("bus log: torn tail cut: " + rec.torn);
       std::shared_ptr<Log> log = GetLog(name, /*create=*/true);

@@ -179,6 +179,7 @@ Result<size_t> ReadSegment(const std::string& path, bool newest, int64_t* next,
     }
     return size_t{0};  // a segment whose creation was cut short: rewritten
   }
+  const int64_t base = *next;
   size_t pos = sizeof(kMagic);
   while (pos < bytes.size()) {
     const size_t left = bytes.size() - pos;
@@ -197,9 +198,12 @@ Result<size_t> ReadSegment(const std::string& path, bool newest, int64_t* next,
         return DataLoss("bus log: " + path + " byte " + std::to_string(pos) + " (offset " +
                         std::to_string(*next) + "): " + c.bad + ", with " +
                         (newest ? "more data after it" : "newer segments after it") +
-                        ": the log is corrupt (not a torn tail); move the file away to "
-                        "start that topic from offset " +
-                        std::to_string(*next));
+                        ": the log is corrupt (not a torn tail). Moving this file and every "
+                        "newer segment of the topic away drops offsets " +
+                        std::to_string(base) + " onward (" + std::to_string(*next - base) +
+                        " readable records of this file with them): the topic starts again at "
+                        "offset " +
+                        std::to_string(base));
       }
       recovered->torn = path + " byte " + std::to_string(pos) + " (offset " +
                         std::to_string(*next) + "): " + c.bad + "; cut off " +

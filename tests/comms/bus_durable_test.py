@@ -105,13 +105,23 @@ def scenario_batch(work):
 
 def scenario_corrupt(work):
     """A corrupt record in the middle of a segment: the bus refuses to start and says which file,
-    byte and offset; nothing is cut."""
+    byte and offset, and exactly what its advice does; nothing is cut. Following the advice, the
+    topic starts again at the segment's first offset under a new incarnation: a subscriber that
+    saved a position is told (broker_restarted) and reads from the start, no offset reused."""
     log_dir = os.path.join(work, "buslog")
     flags = ["--log-dir", log_dir, "--durability", "always"]
     with StandaloneBus(work, flags=flags) as bus:
         pub = agentrt.Bus.connect(bus.address, "pub", bus.token("pub"))
+        sub = agentrt.Bus.connect(bus.address, "sub", bus.token("sub"))
+        reader = sub.subscribe("t")
         for i in range(20):
             pub.publish("t", b"x" * 100)
+        for i in range(15):
+            check(reader.next(10) is not None, "message %d read before the damage" % i)
+        offsets, incarnation = sub.positions()
+        check(offsets["t"] == 15, "the subscriber saved position 15 (%s)" % offsets)
+        reader.close()
+        sub.close()
         pub.close()
     seg_dir = os.path.join(log_dir, "logs", "t")
     seg = os.path.join(seg_dir, sorted(os.listdir(seg_dir))[0])
@@ -127,8 +137,28 @@ def scenario_corrupt(work):
     check(out.returncode != 0, "the bus refuses to start on a corrupt log (rc %d)" % out.returncode)
     check(seg in out.stderr and "byte " in out.stderr and "(offset " in out.stderr and "corrupt" in out.stderr,
           "its error names the file, byte and offset: %s" % out.stderr.strip())
+    incarnation_file = os.path.join(log_dir, "incarnation")
+    check("drops offsets 0 onward" in out.stderr and "starts again at offset 0" in out.stderr and
+          ("delete " + incarnation_file) in out.stderr and "broker_restarted" in out.stderr,
+          "it says what moving the file away does, and to start a new incarnation")
     with open(seg, "rb") as f:
         check(len(f.read()) == len(data), "nothing was cut from the corrupt segment")
+    # The operator follows the advice.
+    os.rename(seg, os.path.join(work, "damaged.segment"))
+    os.unlink(incarnation_file)
+    with StandaloneBus(work, flags=flags) as bus:
+        pub = agentrt.Bus.connect(bus.address, "pub", bus.token("pub"))
+        check(pub.publish("t", b"after") == 0, "the topic starts again at offset 0")
+        sub = agentrt.Bus.connect(bus.address, "sub", bus.token("sub"))
+        resumed = sub.subscribe("t", start=offsets["t"], incarnation=incarnation)
+        m = resumed.next(10)
+        check(m is not None and m.payload == b"after" and m.offset == 0,
+              "the saved position 15 is not taken as a position in the new log: it reads from 0")
+        check(any(e["kind"] == "broker_restarted" for e in resumed.events()),
+              "and the subscription was told the bus is another incarnation")
+        resumed.close()
+        sub.close()
+        pub.close()
 
 
 def main():
