@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all deps configure build demo test bench dist clean format format-check
+.PHONY: all deps configure build demo test soak bench dist clean format format-check
 
 all: build
 
@@ -33,6 +33,11 @@ demo: build
 test: export AGENTRT_SETUP_EXTRA := python3-torch prometheus
 test: build
 	@scripts/test.sh $(BUILD)
+
+# The long soak (tests/tools/soak_test.py): 15 minutes of faults; `make test` runs 30 s of it.
+SOAK_SECONDS ?= 900
+soak: build
+	@AGENTRT_BIN_DIR=$(BUILD)/bin /usr/bin/python3 tests/tools/soak_test.py --seconds $(SOAK_SECONDS)
 
 bench: build
 	@scripts/bench.sh $(BUILD)

@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""A compressed stretch of failures on one machine: `agentctl run` of single-rank and 2-rank MPI
+agents checkpointing every 2 s, while a fault injector with a fixed seed keeps breaking things:
+SIGKILL of a rank, SIGSTOP of a rank (found by its heartbeat timeout), kill -9 of the controller
+followed by `agentctl resume`. Checked at every fault, not only at the end:
+
+- the incarnation after a fault resumes from a checkpoint at least as new as the newest one
+  committed when the fault struck: the steps lost are at most those since the last checkpoint;
+- every agent reaches its target step and succeeds; the run exits 0;
+- no process of the run survives it, and every port of its block can be bound again.
+
+It prints a table: faults by kind, survived, steps lost per fault (median, max), recovery time
+per kind (median, max).
+
+    soak_test.py [--seconds S] [--seed N]     (make test: 30 s; make soak: 15 minutes)
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
+                             newest_committed, run_processes, wait_for)
+
+BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
+AGENTCTL = os.path.join(BIN, "agentctl")
+AGENT = os.path.join(BIN, "agentrt-test-agent")
+STEP_MS = 20
+AGENTS = {"solo-a": 1, "solo-b": 1, "pair": 2}  # name: ranks (the pair runs under mpirun)
+
+
+def config(first_port, target):
+    agents = ""
+    for name, ranks in AGENTS.items():
+        cmd = [AGENT, "--steps", str(target), "--step-ms", str(STEP_MS), "--heartbeat-ms", "200",
+               "--ckpt-interval-s", "2", "--keep-last", "3"]
+        agents += "  - {name: %s, ranks: %d, command: %s}\n" % (name, ranks, json.dumps(cmd))
+    return """run: {name: soak, dir: runs}
+cluster:
+  ports: {first: %d, last: %d, per_agent: 8}
+defaults:
+  restart: {max_restarts: 1000, backoff_s: 0.2, backoff_max_s: 1, crash_loop_after: 0,
+            heartbeat_timeout_s: 3, grace_s: 1}
+agents:
+%s""" % (first_port, first_port + 63, agents)
+
+
+def restored_step(run_dir, agent, restart):
+    """The step incarnation `restart` of `agent` resumed from (-1: none), None until it says."""
+    try:
+        with open(os.path.join(run_dir, "logs", agent, "rank0.log")) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    start = re.search(r" restart %d\n" % restart, text)
+    if not start:
+        return None
+    lines = text[start.end():].splitlines()
+    if not lines:
+        return None
+    m = re.match(r"resumed from step (\d+)", lines[0])
+    return int(m.group(1)) if m else -1
+
+
+class Soak:
+    def __init__(self, work, seconds, seed):
+        self.rng = random.Random(seed)
+        self.seconds = seconds
+        self.first = free_port_block(64)
+        # The target: about `seconds` of steps, plus room for what faults take back.
+        self.target = int(seconds * 1000 / STEP_MS)
+        self.run = AgentctlRun(AGENTCTL, work, config(self.first, self.target))
+        self.controller = self.run.proc
+        self.faults = []  # {kind, agent, lost, recovery_s}
+
+    def agent(self, name):
+        return self.run.agent(name)
+
+    def running(self):
+        """Agents heartbeating with every rank, not yet near their target."""
+        out = []
+        for name, ranks in AGENTS.items():
+            a = heartbeating(self.run, name, ranks)
+            if a and a["step"] < self.target * 0.9:
+                out.append(a)
+        return out
+
+    def wait_recovered(self, name, before, t0, kind):
+        """The next incarnation of `name` (`before`: its status row when the fault struck) is
+        heartbeating from new processes; its restore is checked and recorded."""
+        ranks = AGENTS[name]
+        old_pids = {r["pid"] for r in before["ranks"]}
+        ckpt_before = before["checkpoint"]
+
+        def back():
+            a = heartbeating(self.run, name, ranks)
+            if not a or a["restarts"] <= before["restarts"]:
+                return None
+            return a if not old_pids & {r["pid"] for r in a["ranks"]} else None
+        a = wait_for("%s back after %s" % (name, kind), back, 90, 0.05)
+        recovery = time.monotonic() - t0
+        restart = a["restarts"]
+        got = wait_for("%s's restore line" % name,
+                       lambda: restored_step(self.run.run_dir, name, restart), 30)
+        check(got >= ckpt_before,
+              "%s after %s resumed from step %d, not older than checkpoint %d committed before it"
+              % (name, kind, got, ckpt_before))
+        lost = max(0, before["step"] - max(got, 0))
+        self.faults.append({"kind": kind, "agent": name, "lost": lost, "recovery_s": recovery})
+
+    def rank_fault(self, kind):
+        candidates = self.running()
+        if not candidates:
+            return
+        a = self.rng.choice(candidates)
+        rank = self.rng.choice(a["ranks"])
+        a["checkpoint"] = newest_committed(self.run.run_dir, a["name"])
+        t0 = time.monotonic()
+        try:
+            os.kill(rank["pid"], signal.SIGKILL if kind == "sigkill_rank" else signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        self.wait_recovered(a["name"], a, t0, kind)
+
+    def kill_controller(self):
+        before = {}
+        for name, ranks in AGENTS.items():
+            a = heartbeating(self.run, name, ranks)
+            if not a:
+                return  # only when every agent runs: each then has a fault to recover from
+            a["checkpoint"] = newest_committed(self.run.run_dir, name)
+            before[name] = a
+        if any(a["step"] >= self.target * 0.9 for a in before.values()):
+            return
+        t0 = time.monotonic()
+        self.controller.send_signal(signal.SIGKILL)
+        self.controller.wait(timeout=10)
+        wait_for("every process of the run to die", lambda: not run_processes(self.run.run_dir), 10)
+        self.controller = subprocess.Popen([AGENTCTL, "resume", self.run.run_dir, "--quiet"],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        for name, a in before.items():
+            self.wait_recovered(name, a, t0, "kill -9 controller + resume")
+
+    def go(self):
+        kinds = ["sigkill_rank", "sigkill_rank", "sigstop_rank", "kill_controller"]
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline and self.controller.poll() is None:
+            time.sleep(self.rng.uniform(1.0, 3.0))
+            kind = self.rng.choice(kinds)
+            if kind == "kill_controller":
+                self.kill_controller()
+            else:
+                self.rank_fault(kind)
+        rc = self.controller.wait(timeout=self.target * STEP_MS / 1000 * 3 + 120)
+        check(rc == 0, "the run ended well (rc %d)" % rc)
+        for name in AGENTS:
+            a = self.agent(name)
+            check(a["state"] == "succeeded" and a["step"] == self.target,
+                  "%s reached its target step %d and succeeded (%s, step %d, %d restarts)"
+                  % (name, self.target, a["state"], a["step"], a["restarts"]))
+        wait_for("no process of the run left", lambda: not run_processes(self.run.run_dir), 10)
+        for port in range(self.first, self.first + 64):
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+        check(True, "every port of the run's block binds again")
+        check(len(self.faults) >= 3, "faults were injected and survived: %d" % len(self.faults))
+        self.table()
+
+    def table(self):
+        print("\n%-28s %8s %8s %14s %14s" % ("fault", "injected", "survived", "steps lost", "recovery s"))
+        print("%-28s %8s %8s %14s %14s" % ("", "", "", "median / max", "median / max"))
+        for kind in sorted({f["kind"] for f in self.faults}):
+            rows = [f for f in self.faults if f["kind"] == kind]
+            lost = [f["lost"] for f in rows]
+            rec = [f["recovery_s"] for f in rows]
+            print("%-28s %8d %8d %6d / %5d %6.2f / %5.2f" % (kind, len(rows), len(rows), statistics.median(lost),
+                                                           max(lost), statistics.median(rec), max(rec)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=40)
+    parser.add_argument("--seed", type=int, default=47)
+    args = parser.parse_args()
+    import tempfile
+    work = tempfile.mkdtemp(prefix="agentrt-soak-")
+    soak = None
+    try:
+        soak = Soak(work, args.seconds, args.seed)
+        soak.go()
+    except Failure as e:
+        print("FAILED: %s\n(work dir kept: %s)" % (e, work))
+        if soak is not None:
+            soak.run.kill()
+            if soak.controller.poll() is None:
+                soak.controller.kill()
+        return 1
+    import shutil
+    shutil.rmtree(work, ignore_errors=True)
+    print("PASSED soak (seed %d, %.0f s)" % (args.seed, args.seconds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
