@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import signal
 import shutil
 import socket
@@ -174,6 +175,24 @@ def committed_dirs(run_dir, agent):
     """The committed checkpoint directories (manifest written) of `agent`."""
     d = os.path.join(run_dir, "checkpoints", agent)
     return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(d, "step-*", "manifest.json")))
+
+
+def incarnation_restore(log, restart):
+    """(step,) incarnation `restart` of a test agent logged it resumed from, (-1,) when it restored
+    nothing, None while its restore line is not in `log` yet."""
+    try:
+        with open(log) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    start = re.search(r" restart %d\n" % restart, text)
+    if not start:
+        return None
+    lines = text[start.end():].splitlines()
+    if not lines:
+        return None
+    m = re.match(r"resumed from step (\d+)", lines[0])
+    return (int(m.group(1)) if m else -1,)
 
 
 def newest_committed(run_dir, agent):

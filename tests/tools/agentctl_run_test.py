@@ -21,30 +21,12 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from agentrt_testing import (AgentctlRun, Failure, check, committed_dirs, free_port_block, heartbeating,  # noqa: E402
-                             newest_committed, run_processes, scenarios_main, wait_for)
+                             incarnation_restore, newest_committed, run_processes, scenarios_main, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
 AGENT = os.path.join(BIN, "agentrt-test-agent")
 
-
-
-def incarnation_restore(log, restart):
-    """(step,) incarnation `restart` of a test agent logged it resumed from, (-1,) when it restored
-    nothing, None while its restore line is not in `log` yet."""
-    try:
-        with open(log) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    start = re.search(r" restart %d\n" % restart, text)
-    if not start:
-        return None
-    lines = text[start.end():].splitlines()
-    if not lines:
-        return None
-    m = re.match(r"resumed from step (\d+)", lines[0])
-    return (int(m.group(1)) if m else -1,)
 
 
 def agentctl(*args, timeout=30):

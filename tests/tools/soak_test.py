@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import random
-import re
 import signal
 import socket
 import statistics
@@ -28,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
-                             newest_committed, run_processes, wait_for)
+                             incarnation_restore, newest_committed, run_processes, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -51,23 +50,6 @@ defaults:
             heartbeat_timeout_s: 3, grace_s: 1}
 agents:
 %s""" % (first_port, first_port + 63, agents)
-
-
-def restored_step(run_dir, agent, restart):
-    """The step incarnation `restart` of `agent` resumed from (-1: none), None until it says."""
-    try:
-        with open(os.path.join(run_dir, "logs", agent, "rank0.log")) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    start = re.search(r" restart %d\n" % restart, text)
-    if not start:
-        return None
-    lines = text[start.end():].splitlines()
-    if not lines:
-        return None
-    m = re.match(r"resumed from step (\d+)", lines[0])
-    return int(m.group(1)) if m else -1
 
 
 class Soak:
@@ -108,8 +90,8 @@ class Soak:
         a = wait_for("%s back after %s" % (name, kind), back, 90, 0.05)
         recovery = time.monotonic() - t0
         restart = a["restarts"]
-        got = wait_for("%s's restore line" % name,
-                       lambda: restored_step(self.run.run_dir, name, restart), 30)
+        log = os.path.join(self.run.run_dir, "logs", name, "rank0.log")
+        got = wait_for("%s's restore line" % name, lambda: incarnation_restore(log, restart), 30)[0]
         check(got >= ckpt_before,
               "%s after %s resumed from step %d, not older than checkpoint %d committed before it"
               % (name, kind, got, ckpt_before))
