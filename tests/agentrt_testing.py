@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import os
+import random
 import re
 import signal
 import shutil
@@ -44,12 +45,17 @@ def wait_for(what, pred, timeout_s=30.0, period_s=0.05):
 
 
 def free_port_block(n):
-    """First port of n consecutive ports that can all be bound now."""
+    """First port of n consecutive ports that can all be bound now, below the kernel's ephemeral
+    range: an outgoing connection of a test running beside this one (a client, an MPI rank)
+    takes its local port from that range and could land in the block meanwhile."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_first = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_first = 32768
+    rng = random.Random()  # seeded from the OS: tests side by side pick apart
     for _ in range(200):
-        s = socket.socket()
-        s.bind(("0.0.0.0", 0))
-        first = s.getsockname()[1]
-        s.close()
+        first = rng.randrange(10000, max(10001, ephemeral_first - n))
         if first + n > 65000:
             continue
         ok = True
