@@ -156,8 +156,13 @@ Result<LoadedCa> LoadRunCa(const RunDir& dir) {
 Status EnsureRunCa(const RunDir& dir) {
   AGENTRT_RETURN_IF_ERROR(EnsureSecretsDir(dir));
   auto existing = ReadPrivateFile(dir.RunCaKeyPath(), "run CA key");
-  if (existing.ok()) return ReadPrivateFile(dir.RunCaPath(), "run CA certificate").status();
-  if (existing.status().code() != StatusCode::kNotFound) return existing.status();
+  if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) return existing.status();
+  if (existing.ok()) {
+    const Status cert = ReadPrivateFile(dir.RunCaPath(), "run CA certificate").status();
+    // A key without its certificate: the making was cut short before anything
+    // could trust it (the certificate is written last), so it is made anew.
+    if (cert.code() != StatusCode::kNotFound) return cert;
+  }
   AGENTRT_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
   AGENTRT_ASSIGN_OR_RETURN(Owned<X509> cert,
                            NewCertificate(key.get(), CaName(dir), kCaValidSeconds, nullptr, nullptr,

@@ -24,7 +24,8 @@
 
 namespace agentrt {
 
-// Makes the run's CA unless it exists (and is readable by its owner only).
+// Makes the run's CA unless it exists (and is readable by its owner only); a
+// key left without its certificate (a making cut short) is replaced.
 Status EnsureRunCa(const RunDir& dir);
 
 // Signs a fresh server certificate named `common_name` with the run's CA for

@@ -104,6 +104,19 @@ TEST_CASE("bus.tls is decided per start: auto is on beyond loopback") {
   std::filesystem::remove_all(tmp);
 }
 
+TEST_CASE("a CA whose making was cut short after its key is made anew") {
+  const auto tmp = TempDir();
+  const RunDir dir(tmp.string());
+  REQUIRE(EnsureRunCa(dir).ok());
+  const auto first_key = ReadWholeFile(dir.RunCaKeyPath()).value();
+  REQUIRE(::unlink(dir.RunCaPath().c_str()) == 0);  // the certificate is written last
+  REQUIRE(EnsureRunCa(dir).ok());
+  CHECK(std::filesystem::exists(dir.RunCaPath()));
+  CHECK(ReadWholeFile(dir.RunCaKeyPath()).value() != first_key);
+  REQUIRE(IssueBusCertificate(dir, {}).ok());  // and it signs
+  std::filesystem::remove_all(tmp);
+}
+
 TEST_CASE("a CA key others may read is refused") {
   const auto tmp = TempDir();
   const RunDir dir(tmp.string());
