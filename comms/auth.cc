@@ -74,6 +74,16 @@ std::string DeriveAgentToken(std::string_view secret, std::string_view agent) {
   return HmacSha256Hex(secret, agent);
 }
 
+Credential RunCredential(const RunDir& dir, std::string_view secret, const std::string& agent,
+                         bool mtls) {
+  Credential c{agent, DeriveAgentToken(secret, agent)};
+  if (mtls) {
+    c.cert_file = dir.ClientCertPath(agent);
+    c.key_file = dir.ClientKeyPath(agent);
+  }
+  return c;
+}
+
 bool TokenMatches(std::string_view presented, std::string_view expected) {
   if (presented.size() != expected.size()) return false;
   return CRYPTO_memcmp(presented.data(), expected.data(), expected.size()) == 0;
@@ -99,12 +109,9 @@ Result<std::string> ReadTlsFile(const std::string& path, std::string_view what) 
 
 Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan) {
   for (const AgentPlan& a : plan.agents) {
-    Credential c{a.name, DeriveAgentToken(secret, a.name)};
-    if (plan.bus.settings.mtls) {
-      c.cert_file = dir.ClientCertPath(a.name);
-      c.key_file = dir.ClientKeyPath(a.name);
-    }
-    AGENTRT_RETURN_IF_ERROR(WriteTokenFile(dir.TokenPath(a.name), c, /*sync_file=*/false));
+    AGENTRT_RETURN_IF_ERROR(WriteTokenFile(
+        dir.TokenPath(a.name), RunCredential(dir, secret, a.name, plan.bus.settings.mtls),
+        /*sync_file=*/false));
   }
   return plan.agents.empty() ? Status::Ok() : SyncFileSystemOf(dir.SecretsDir());
 }

@@ -25,8 +25,8 @@ namespace agentrt {
 struct Credential {
   std::string agent;
   std::string token;  // lower-case hex of HMAC-SHA256(secret, agent), 64 chars
-  // bus.mtls: the agent's client certificate and key (RunDir::ClientCertPath);
-  // "" = none.
+  // bus.mtls: the agent's client certificate and key (RunDir::ClientCertPath),
+  // presented by BusClient::Connect to a TLS bus; "" = none.
   std::string cert_file = {};
   std::string key_file = {};
 };
@@ -53,6 +53,12 @@ class HmacSha256Key {
 
 // Lower-case hex HMAC-SHA256(secret, agent).
 std::string DeriveAgentToken(std::string_view secret, std::string_view agent);
+
+// The credential of `agent` (an agent, or the league service) in the run of
+// `dir`: its token under `secret`, and with bus.mtls (`mtls`) the client
+// certificate the run's CA signed for it (RunDir::ClientCertPath).
+Credential RunCredential(const RunDir& dir, std::string_view secret, const std::string& agent,
+                         bool mtls);
 
 // Constant-time comparison of a presented token with the expected one.
 bool TokenMatches(std::string_view presented, std::string_view expected);

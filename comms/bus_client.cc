@@ -105,6 +105,11 @@ Result<std::unique_ptr<BusClient>> BusClient::Connect(std::string address, Crede
   if (credential.agent.empty() || credential.token.empty()) {
     return InvalidArgument("bus client: the credential has no agent name or no token");
   }
+  // bus.mtls: the credential's own certificate, unless the caller names one.
+  if (options.tls_cert_file.empty() && !options.tls_ca_file.empty()) {
+    options.tls_cert_file = credential.cert_file;
+    options.tls_key_file = credential.key_file;
+  }
   RouteGrpcLogging();
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
@@ -175,10 +180,6 @@ Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
   AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(env.token_file));
   // A TLS bus: trust exactly the CA the run names (the caller's own wins).
   if (options.tls_ca_file.empty()) options.tls_ca_file = env.bus_ca_file;
-  if (options.tls_cert_file.empty() && !options.tls_ca_file.empty()) {  // bus.mtls
-    options.tls_cert_file = cred.cert_file;
-    options.tls_key_file = cred.key_file;
-  }
   return Connect(env.bus, std::move(cred), std::move(options));
 }
 

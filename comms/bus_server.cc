@@ -434,6 +434,16 @@ std::string BusServer::address() const {
   return host + ":" + std::to_string(impl_->port);
 }
 
+void SetServerTls(const BusConfig& settings, BusServerOptions& options) {
+  if (settings.tls != kBusTlsOn) return;
+  options.tls_cert_file = settings.cert_file;
+  options.tls_key_file = settings.key_file;
+  if (settings.mtls) {
+    options.tls_client_ca_file = settings.ClientCaFile();
+    options.tls_client_is_agent = true;
+  }
+}
+
 uint64_t BusServer::incarnation() const { return impl_->broker->incarnation(); }
 const std::vector<std::string>& BusServer::recovery_notes() const { return impl_->notes; }
 

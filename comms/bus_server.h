@@ -59,6 +59,11 @@ struct BusServerOptions {
 // Errors name the bad setting.
 Result<BrokerOptions> BrokerOptionsFor(const BusConfig& settings, const std::string& log_dir);
 
+// The server's TLS a run's `bus:` settings ask for, into `options`: with tls
+// on, its certificate and key; with mtls too, clients' certificates from the
+// run's CA, each held to the agent of its token.
+void SetServerTls(const BusConfig& settings, BusServerOptions& options);
+
 class BusServer {
  public:
   // Binds, starts serving and returns. Errors name the address and port.

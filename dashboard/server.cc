@@ -1,6 +1,5 @@
 #include "dashboard/server.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
 #include <openssl/evp.h>

@@ -176,14 +176,7 @@ Status RunDriver::StartBus(const std::string& secret) {
   bus_options.port = plan_.bus.port;
   AGENTRT_ASSIGN_OR_RETURN(bus_options.broker,
                            BrokerOptionsFor(plan_.bus.settings, dir_.BusLogDir()));
-  if (plan_.bus.settings.tls == kBusTlsOn) {
-    bus_options.tls_cert_file = plan_.bus.settings.cert_file;
-    bus_options.tls_key_file = plan_.bus.settings.key_file;
-  }
-  if (plan_.bus.settings.mtls) {
-    bus_options.tls_client_ca_file = plan_.bus.settings.ClientCaFile();
-    bus_options.tls_client_is_agent = true;
-  }
+  SetServerTls(plan_.bus.settings, bus_options);
   auto bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
   // An auto port that a process outside agentrt's leases holds: the next free one.
   for (int tries = 0; !bus.ok() && !plan_.bus.fixed_port && leases_ && tries < 20; ++tries) {
@@ -255,13 +248,9 @@ Status RunDriver::StartLeague(const std::string& secret) {
   if (!plan_.league.enabled()) return Status::Ok();
   LeagueServiceOptions league;
   league.bus_address = bus_address_;
-  league.credential = {kLeagueServiceName, DeriveAgentToken(secret, kLeagueServiceName)};
+  league.credential = RunCredential(dir_, secret, kLeagueServiceName, plan_.bus.settings.mtls);
   league.state_path = dir_.LeagueStatePath();
   league.bus.tls_ca_file = plan_.bus.settings.ClientCaFile();
-  if (plan_.bus.settings.mtls) {
-    league.bus.tls_cert_file = dir_.ClientCertPath(kLeagueServiceName);
-    league.bus.tls_key_file = dir_.ClientKeyPath(kLeagueServiceName);
-  }
   auto service = LeagueService::Start(plan_.league, std::move(league));
   if (!service.ok()) return service.status().WithContext("cannot start the league service");
   league_ = std::move(service).value();

@@ -198,12 +198,7 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
       if (loaded.bus.run_ca) {
         AGENTRT_RETURN_IF_ERROR(agentrt::IssueBusCertificate(dir, {AdvertisedHost(f)}));
       }
-      f.opts.tls_cert_file = settings.cert_file;
-      f.opts.tls_key_file = settings.key_file;
-      if (settings.mtls) {
-        f.opts.tls_client_ca_file = settings.ClientCaFile();
-        f.opts.tls_client_is_agent = true;
-      }
+      agentrt::SetServerTls(settings, f.opts);
     }
   } else {
     acl.open = true;
