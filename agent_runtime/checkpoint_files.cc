@@ -145,13 +145,49 @@ Status MakeDirs0700(const std::string& dir) {
 nlohmann::json EntriesToJson(const std::vector<ShardEntry>& entries) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& e : entries) {
-    out.push_back({{"name", e.name},
-                   {"dtype", e.dtype},
-                   {"shape", e.shape},
-                   {"offset", e.offset},
-                   {"bytes", e.bytes}});
+    nlohmann::json entry = {{"name", e.name},
+                            {"dtype", e.dtype},
+                            {"shape", e.shape},
+                            {"offset", e.offset},
+                            {"bytes", e.bytes}};
+    if (!e.global_shape.empty()) {
+      entry["global_shape"] = e.global_shape;
+      entry["global_begin"] = e.global_begin;
+    }
+    out.push_back(std::move(entry));
   }
   return out;
+}
+
+void ChunkChecksums::Update(const std::byte* data, size_t bytes) {
+  while (bytes > 0) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(bytes, chunk_ - filled_));
+    crc_ = Crc32c(data, take, crc_);
+    filled_ += take;
+    data += take;
+    bytes -= take;
+    if (filled_ == chunk_) {
+      done_.push_back(crc_);
+      crc_ = 0;
+      filled_ = 0;
+    }
+  }
+}
+
+std::vector<uint32_t> ChunkChecksums::Finish() {
+  if (filled_ > 0) done_.push_back(crc_);
+  crc_ = 0;
+  filled_ = 0;
+  return std::exchange(done_, {});
+}
+
+bool AllGlobal(const Manifest& manifest) {
+  for (const auto& shard : manifest.shards) {
+    for (const auto& e : shard.entries) {
+      if (e.global_shape.empty() && e.bytes > 0) return false;
+    }
+  }
+  return true;
 }
 
 // Reads `bytes` bytes of fd into dst (or into `scratch` when dst is null) and
@@ -193,6 +229,74 @@ Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes,
   if (pending.valid()) crc = pending.get();
   return crc;
 }
+
+namespace {
+
+// An entry's "global_shape"/"global_begin": a 1-D slice of whole elements
+// inside the global array.
+std::optional<std::string> ParseGlobalSlice(const nlohmann::json& e, ShardEntry* entry) {
+  auto shape_it = e.find("global_shape");
+  if (shape_it == e.end()) return std::nullopt;
+  auto begin_it = e.find("global_begin");
+  if (!shape_it->is_array() || begin_it == e.end() || !begin_it->is_number_unsigned()) {
+    return std::string("\"global_shape\" needs an array and \"global_begin\" a count");
+  }
+  uint64_t elements = 1;
+  for (const auto& d : *shape_it) {
+    if (!d.is_number_unsigned()) return std::string("bad \"global_shape\"");
+    const uint64_t dim = d.get<uint64_t>();
+    if (dim != 0 && elements > UINT64_MAX / dim) return std::string("\"global_shape\" overflows");
+    elements *= dim;
+    entry->global_shape.push_back(static_cast<int64_t>(dim));
+  }
+  entry->global_begin = begin_it->get<uint64_t>();
+  if (entry->shape.size() != 1 || entry->shape[0] < 0) {
+    return std::string("a global slice must have a 1-D \"shape\" (its element count)");
+  }
+  const uint64_t count = static_cast<uint64_t>(entry->shape[0]);
+  if (count == 0 ? entry->bytes != 0 : entry->bytes % count != 0) {
+    return "its " + std::to_string(entry->bytes) + " bytes are not " + std::to_string(count) +
+           " whole elements";
+  }
+  if (entry->global_begin > elements || count > elements - entry->global_begin) {
+    return "elements [" + std::to_string(entry->global_begin) + ", " +
+           std::to_string(entry->global_begin + count) + ") lie outside the global array of " +
+           std::to_string(elements);
+  }
+  return std::nullopt;
+}
+
+// A shard's "chunk_bytes"/"chunk_crc32c" (optional: older checkpoints have
+// none, and then hold no global slices).
+std::optional<std::string> ParseChunks(const nlohmann::json& s, ShardInfo* info) {
+  auto size_it = s.find("chunk_bytes");
+  auto crcs_it = s.find("chunk_crc32c");
+  if (size_it == s.end() && crcs_it == s.end()) {
+    for (const auto& e : info->entries) {
+      if (!e.global_shape.empty()) return std::string("global slices without \"chunk_crc32c\"");
+    }
+    return std::nullopt;
+  }
+  if (size_it == s.end() || !size_it->is_number_unsigned() || size_it->get<uint64_t>() == 0 ||
+      crcs_it == s.end() || !crcs_it->is_array()) {
+    return std::string("\"chunk_bytes\" or \"chunk_crc32c\" missing or invalid");
+  }
+  info->chunk_bytes = size_it->get<uint64_t>();
+  const uint64_t chunks = (info->bytes + info->chunk_bytes - 1) / info->chunk_bytes;
+  if (crcs_it->size() != chunks) {
+    return "\"chunk_crc32c\" has " + std::to_string(crcs_it->size()) + " checksums; " +
+           std::to_string(info->bytes) + " bytes make " + std::to_string(chunks) + " chunks";
+  }
+  for (const auto& c : *crcs_it) {
+    if (!c.is_number_unsigned() || c.get<uint64_t>() > UINT32_MAX) {
+      return std::string("a \"chunk_crc32c\" value is not a CRC32C");
+    }
+    info->chunk_crcs.push_back(static_cast<uint32_t>(c.get<uint64_t>()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 // Parses and checks a manifest; any problem is a reason string (the checkpoint is corrupt).
 std::optional<std::string> ParseManifest(const std::string& text, int64_t step, Manifest* out) {
@@ -273,8 +377,11 @@ std::optional<std::string> ParseManifest(const std::string& text, int64_t step, 
       if (entry.offset > info.bytes || entry.bytes > info.bytes - entry.offset) {
         return where + "entry " + entry.name + " lies outside the shard";
       }
+      if (auto why = ParseGlobalSlice(e, &entry))
+        return where + "entry " + entry.name + ": " + *why;
       info.entries.push_back(std::move(entry));
     }
+    if (auto why = ParseChunks(s, &info)) return where + *why;
     out->shards.push_back(std::move(info));
   }
   return std::nullopt;
@@ -300,13 +407,16 @@ VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t s
   auto text = ReadSmallFile(step_fd.get(), kManifest, manifest_path);
   if (!text.ok()) return corrupt(manifest_path, text.status().message());
   if (auto why = ParseManifest(*text, step, manifest)) return corrupt(manifest_path, *why);
-  if (check_world && manifest->world_size != options.world_size && !options.allow_resharding) {
+  if (check_world && manifest->world_size != options.world_size && !options.allow_resharding &&
+      !AllGlobal(*manifest)) {
     result.fatal = FailedPrecondition(
         "checkpoint (agent " + options.agent + " rank " + std::to_string(options.rank) +
         "): " + manifest_path + " was saved by " + std::to_string(manifest->world_size) +
         " ranks but this run has " + std::to_string(options.world_size) +
-        "; refusing to restore. Restart with the same number of ranks, or opt in to re-sharding "
-        "(allow_resharding) and load every saved shard with LoadShard()");
+        ", and it holds entries of single ranks (not slices of global arrays), which cannot be "
+        "re-sharded automatically; refusing to restore. Restart with the same number of ranks, "
+        "or opt in to re-sharding (allow_resharding) and load every saved shard with "
+        "LoadShard()");
     return result;
   }
   for (const auto& shard : manifest->shards) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ namespace agentrt::checkpoint_files {
 inline constexpr int kFormat = 1;
 inline constexpr char kManifest[] = "manifest.json";
 inline constexpr size_t kMaxJsonBytes = 64u << 20;
+// The verification granularity of a shard file ("chunk_bytes"): a re-sharded
+// restore reads and checks whole chunks of this size around what it needs.
+inline constexpr uint64_t kVerifyChunkBytes = 1u << 20;
 
 double Seconds(std::chrono::steady_clock::duration d);
 double UnixNow();
@@ -82,12 +86,30 @@ Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes,
                                  std::vector<std::byte>& scratch, size_t chunk,
                                  const std::string& path);
 
+// The CRC32C of each chunk_bytes-long piece of a stream of bytes written in
+// pieces of any size ("chunk_crc32c" of a shard).
+class ChunkChecksums {
+ public:
+  explicit ChunkChecksums(uint64_t chunk_bytes) : chunk_(chunk_bytes) {}
+  void Update(const std::byte* data, size_t bytes);
+  // The checksums of every chunk, the last one possibly short.
+  std::vector<uint32_t> Finish();
+
+ private:
+  uint64_t chunk_;
+  uint64_t filled_ = 0;
+  uint32_t crc_ = 0;
+  std::vector<uint32_t> done_;
+};
+
 // One shard as described by the manifest.
 struct ShardInfo {
   int rank = 0;
   std::string file;
   uint64_t bytes = 0;
   uint32_t crc = 0;
+  uint64_t chunk_bytes = 0;  // 0: written before chunk checksums existed
+  std::vector<uint32_t> chunk_crcs;
   std::vector<ShardEntry> entries;
 };
 
@@ -97,6 +119,17 @@ struct Manifest {
   int world_size = 0;
   nlohmann::json metadata;
   std::vector<ShardInfo> shards;
+};
+
+// True when every entry of every shard is a slice of a global array (or empty):
+// such a checkpoint restores at any world size.
+bool AllGlobal(const Manifest& manifest);
+
+// Builds a step's global index (SavedStep) from its verified manifest; a
+// reason string when the shards disagree about an array.
+struct SavedStepAccess {
+  static Result<std::shared_ptr<const SavedStep>> Open(int dir_fd, const std::string& dir_path,
+                                                       const Manifest& manifest);
 };
 
 // Parses and checks a manifest; any problem is a reason string (the checkpoint is corrupt).

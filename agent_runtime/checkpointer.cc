@@ -63,6 +63,22 @@ void CheckpointState::AddCustom(std::string name, size_t bytes, std::string dtyp
   entries_.push_back(std::move(e));
 }
 
+void CheckpointState::AddSlice(std::string name, const void* data, std::string dtype,
+                               size_t element_bytes, std::vector<int64_t> global_shape,
+                               uint64_t global_begin, uint64_t count,
+                               std::function<Status(void* dst)> copy_to_host) {
+  Entry e;
+  e.name = std::move(name);
+  e.dtype = std::move(dtype);
+  e.shape = {static_cast<int64_t>(count)};
+  e.bytes = static_cast<size_t>(count) * element_bytes;
+  e.data = data;
+  e.copy_to_host = std::move(copy_to_host);
+  e.global_shape = std::move(global_shape);
+  e.global_begin = global_begin;
+  entries_.push_back(std::move(e));
+}
+
 size_t CheckpointState::total_bytes() const {
   size_t total = 0;
   for (const auto& e : entries_) total += e.bytes;
@@ -189,7 +205,8 @@ std::vector<ShardEntry> ShardLayout(const CheckpointState& state) {
   entries.reserve(state.entries().size());
   uint64_t offset = 0;
   for (const auto& e : state.entries()) {
-    entries.push_back(ShardEntry{e.name, e.dtype, e.shape, offset, e.bytes});
+    entries.push_back(
+        ShardEntry{e.name, e.dtype, e.shape, offset, e.bytes, e.global_shape, e.global_begin});
     offset += e.bytes;
   }
   return entries;
@@ -312,6 +329,7 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
   const std::string shard_tmp = shard + ".tmp";
   const std::string shard_tmp_path = step_path + "/" + shard_tmp;
   uint32_t crc = 0;
+  ChunkChecksums chunks(kVerifyChunkBytes);
   {
     Fd fd(::openat(step_fd.get(), shard_tmp.c_str(),
                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -320,6 +338,7 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
       for (size_t done = 0; done < part.size();) {
         const size_t n = std::min(options_.io_chunk_bytes, part.size() - done);
         crc = Crc32c(part.data() + done, n, crc);
+        chunks.Update(part.data() + done, n);
         AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), part.data() + done, n, "write ", shard_tmp_path)
                                     .WithContext(Where()));
         done += n;
@@ -338,6 +357,8 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
                            {"file", shard},
                            {"bytes", bytes},
                            {"crc32c", crc},
+                           {"chunk_bytes", kVerifyChunkBytes},
+                           {"chunk_crc32c", chunks.Finish()},
                            {"entries", EntriesToJson(entries)}};
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(step_fd.get(), step_path, RecordName(options_.rank), record.dump())
@@ -373,11 +394,15 @@ Status Checkpointer::CommitAsRankZero(int64_t step, int step_fd, const nlohmann:
                           " of step " + std::to_string(step) + " with world size " +
                           std::to_string(options_.world_size));
         }
-        shards.push_back({{"rank", r},
-                          {"file", ShardName(r)},
-                          {"bytes", rec["bytes"]},
-                          {"crc32c", rec["crc32c"]},
-                          {"entries", rec["entries"]}});
+        nlohmann::json shard = {{"rank", r},
+                                {"file", ShardName(r)},
+                                {"bytes", rec["bytes"]},
+                                {"crc32c", rec["crc32c"]},
+                                {"entries", rec["entries"]}};
+        for (const char* key : {"chunk_bytes", "chunk_crc32c"}) {
+          if (rec.contains(key)) shard[key] = rec[key];
+        }
+        shards.push_back(std::move(shard));
         break;
       }
       if (text.status().code() != StatusCode::kNotFound) {
@@ -481,6 +506,13 @@ Result<RestoreResult> Checkpointer::Restore() {
       result.skipped.push_back(std::move(*v.corrupt));
       continue;
     }
+    auto saved = SavedStepAccess::Open(dir_fd_, options_.dir, manifest);
+    if (!saved.ok()) {
+      result.skipped.push_back(
+          {step, options_.dir + "/" + StepName(step) + "/" + kManifest, saved.status().message()});
+      continue;
+    }
+    result.saved = std::move(saved).value();
     result.kind = RestoreResult::Kind::kRestored;
     result.step = step;
     result.time = manifest.time;

@@ -7,9 +7,21 @@
 //   step-<N>/rank-<r>.json      rank r's "shard is durable" record: size, crc32c, entries
 //   step-<N>/manifest.json      the commit point, written last by rank 0:
 //     {"format": 1, "step": N, "time": <unix s>, "world_size": W, "agent": "...",
-//      "shards": [{"rank", "file", "bytes", "crc32c",
-//                  "entries": [{"name", "dtype", "shape", "offset", "bytes"}]}],
+//      "shards": [{"rank", "file", "bytes", "crc32c", "chunk_bytes", "chunk_crc32c": [...],
+//                  "entries": [{"name", "dtype", "shape", "offset", "bytes",
+//                               "global_shape", "global_begin"}]}],
 //      "metadata": {...user JSON, e.g. bus offsets...}}
+//   "chunk_crc32c" holds the CRC32C of each chunk_bytes-long piece of the shard
+//   file, so that a byte range can be read and verified without reading the
+//   rest. An entry with "global_shape" is a slice of a global array: its
+//   elements are [global_begin, global_begin + shape[0]) of that array
+//   flattened in row-major order. Entries without it belong to their rank.
+//   (Checkpoints written before chunk and global fields existed still restore.)
+//
+// Any world size: a checkpoint whose entries are all slices of global arrays
+// (CheckpointState::AddSlice) restores at any world size. Restore() then
+// returns the step's SavedStep, from which each rank reads the elements it owns
+// now, whichever shards hold them (reading only the chunks that cover them).
 //
 // Save protocol (every rank, on a background writer thread):
 //   1. write rank-<r>.shard.tmp, fsync, rename to rank-<r>.shard;
@@ -61,6 +73,9 @@
 namespace agentrt {
 
 struct RestoreResult;
+namespace checkpoint_files {
+struct SavedStepAccess;
+}
 
 struct CheckpointOptions {
   std::string dir;    // the agent's checkpoint directory; created 0700 if missing
@@ -69,8 +84,10 @@ struct CheckpointOptions {
   int world_size = 1;
   double interval_s = 1800;  // wall-clock cadence; <= 0 disables the timer trigger
   int keep_last = 3;         // committed checkpoints kept (>= 1)
-  // Restore() of a checkpoint written by a different world size fails unless set;
-  // then the caller re-shards using LoadShard() for any saved rank.
+  // Restore() of a checkpoint written by a different world size that holds
+  // entries of single ranks (AddBytes, AddArray, AddCustom) fails unless set;
+  // then the caller re-shards using LoadShard() for any saved rank. Checkpoints
+  // of global slices only (AddSlice) restore at any world size regardless.
   bool allow_resharding = false;
   // Restore() checks every rank's shard checksum (so all ranks agree on the step),
   // not only this rank's.
@@ -112,6 +129,16 @@ class CheckpointState {
   void AddCustom(std::string name, size_t bytes, std::string dtype, std::vector<int64_t> shape,
                  std::function<Status(void* dst)> copy_to_host);
 
+  // `count` elements of a global array `name` of `global_shape` (row-major):
+  // those at flat indices [global_begin, global_begin + count), held at `data`
+  // (host memory) or filled by `copy_to_host` (device memory) when non-null.
+  // The ranks together should cover the array; an element saved by several
+  // ranks (replicated state) is read from one of them. Restore at any world size
+  // reads any range of it with SavedStep::Read.
+  void AddSlice(std::string name, const void* data, std::string dtype, size_t element_bytes,
+                std::vector<int64_t> global_shape, uint64_t global_begin, uint64_t count,
+                std::function<Status(void* dst)> copy_to_host = {});
+
   // User metadata stored in the manifest (e.g. bus offsets, RNG seeds).
   nlohmann::json metadata = nlohmann::json::object();
 
@@ -122,6 +149,8 @@ class CheckpointState {
     size_t bytes = 0;
     const void* data = nullptr;                     // host memory, or
     std::function<Status(void* dst)> copy_to_host;  // a copier
+    std::vector<int64_t> global_shape;              // empty: this rank's own entry
+    uint64_t global_begin = 0;
   };
   const std::vector<Entry>& entries() const { return entries_; }
   size_t total_bytes() const;
@@ -136,6 +165,58 @@ struct ShardEntry {
   std::vector<int64_t> shape;
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  std::vector<int64_t> global_shape;  // empty: the rank's own entry, not a global slice
+  uint64_t global_begin = 0;
+};
+
+// One committed, verified step seen as global arrays: what a rank of any world
+// size reads its part from. Keeps the step directory open.
+class SavedStep {
+ public:
+  struct Piece {  // one shard's slice of an array
+    int rank = 0;
+    uint64_t begin = 0;   // first element (global flat index)
+    uint64_t count = 0;   // elements
+    uint64_t offset = 0;  // where in the shard file
+  };
+  struct Array {
+    std::string name;
+    std::string dtype;
+    std::vector<int64_t> shape;  // global
+    uint64_t elements = 0;
+    size_t element_bytes = 0;
+    std::vector<Piece> pieces;  // sorted by begin
+  };
+
+  int64_t step() const { return step_; }
+  int world_size() const { return world_size_; }
+  const std::string& path() const { return path_; }
+  // The global array `name`; null when the step has no slice of that name.
+  const Array* Find(std::string_view name) const;
+  // Copies elements [begin, begin + count) of array `name` into dst (count *
+  // element_bytes bytes) from whichever shards hold them. Reads only the
+  // chunks that cover them, each checked against its CRC32C; a mismatch, a
+  // short file or elements no shard holds are DataLoss naming the file.
+  Status Read(std::string_view name, uint64_t begin, uint64_t count, void* dst) const;
+
+  ~SavedStep();
+  SavedStep(const SavedStep&) = delete;
+  SavedStep& operator=(const SavedStep&) = delete;
+
+ private:
+  friend struct checkpoint_files::SavedStepAccess;  // builds it from a verified manifest
+  SavedStep() = default;
+  // Bytes [lo, hi) of rank's shard into dst, whole chunks read and verified.
+  Status ReadRange(int rank, uint64_t lo, uint64_t hi, std::byte* dst,
+                   std::vector<std::byte>& scratch) const;
+  int64_t step_ = -1;
+  int world_size_ = 0;
+  std::string path_;
+  int step_fd_ = -1;
+  std::vector<Array> arrays_;                      // sorted by name
+  std::vector<uint64_t> chunk_bytes_;              // per rank
+  std::vector<uint64_t> shard_bytes_;              // per rank
+  std::vector<std::vector<uint32_t>> chunk_crcs_;  // per rank
 };
 
 // One rank's restored bytes. Owns its memory.
@@ -181,6 +262,8 @@ struct RestoreResult {
   int world_size = 0;       // the saving run's world size
   nlohmann::json metadata;  // user metadata of the restored checkpoint
   ShardData shard;          // this rank's shard (kRestored, rank < world_size)
+  // kRestored: the step as global arrays, to read slices at this world size.
+  std::shared_ptr<const SavedStep> saved;
   std::vector<CorruptCheckpoint> skipped;
 
   bool restored() const { return kind == Kind::kRestored; }

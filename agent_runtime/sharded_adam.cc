@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "agent_runtime/sharded_adam_ops.h"
 
@@ -238,6 +241,58 @@ Status ShardedAdam::LoadState(std::span<const uint8_t> state) {
     AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(d.v, state.data() + sizeof(h) + vec_bytes, len));
   }
   d.step = h.step;
+  return Status::Ok();
+}
+
+void ShardedAdam::AddTo(CheckpointState& state, const std::string& prefix) const {
+  const Impl& d = *impl_;
+  const bool last = d.group.rank() == d.group.size() - 1;
+  // The last rank's shard and the tail are adjacent in m and v and globally.
+  const uint64_t count = d.block + (last ? d.tail : 0);
+  const std::vector<int64_t> shape = {static_cast<int64_t>(d.num_params)};
+  for (const auto& [name, buf] : {std::pair{"m", d.m}, std::pair{"v", d.v}}) {
+    std::function<Status(void*)> copy;
+    if (d.group.device_buffers()) {
+      copy = [&d, buf = buf, count](void* dst) { return d.ops->ToHost(dst, buf, count); };
+    }
+    state.AddSlice(prefix + name, d.group.device_buffers() ? nullptr : buf, "float32",
+                   sizeof(float), shape, d.offset, count, std::move(copy));
+  }
+  if (d.group.rank() == 0)
+    state.AddSlice(prefix + "step", &d.step, "int64", sizeof d.step, {1}, 0, 1);
+}
+
+Status ShardedAdam::LoadFrom(const SavedStep& saved, const std::string& prefix) {
+  Impl& d = *impl_;
+  if (!d.init_status.ok()) return d.init_status;
+  const std::string where = d.Where() + ": restore from " + saved.path();
+  for (const char* name : {"m", "v"}) {
+    const SavedStep::Array* a = saved.Find(prefix + name);
+    if (a == nullptr) return NotFound(where + ": no \"" + prefix + name + "\" in the checkpoint");
+    if (a->elements != d.num_params || a->element_bytes != sizeof(float)) {
+      return FailedPrecondition(where + ": \"" + prefix + name + "\" holds " +
+                                std::to_string(a->elements) + " elements of " +
+                                std::to_string(a->element_bytes) + " bytes; this optimizer has " +
+                                std::to_string(d.num_params) + " float32 parameters");
+    }
+  }
+  const size_t len = d.state_len();
+  const size_t tail_at = d.num_params - d.tail;
+  std::vector<float> host;
+  for (const auto& [name, buf] : {std::pair{"m", d.m}, std::pair{"v", d.v}}) {
+    float* dst = buf;
+    if (d.group.device_buffers()) {
+      host.resize(len);
+      dst = host.data();
+    }
+    AGENTRT_RETURN_IF_ERROR(saved.Read(prefix + name, d.offset, d.block, dst).WithContext(where));
+    AGENTRT_RETURN_IF_ERROR(
+        saved.Read(prefix + name, tail_at, d.tail, dst + d.block).WithContext(where));
+    if (d.group.device_buffers()) AGENTRT_RETURN_IF_ERROR(d.ops->FromHost(buf, dst, len));
+  }
+  int64_t step = 0;
+  AGENTRT_RETURN_IF_ERROR(saved.Read(prefix + "step", 0, 1, &step).WithContext(where));
+  d.step = step;
   return Status::Ok();
 }
 

@@ -20,9 +20,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "agent_runtime/adamw.h"  // AdamWOptions
+#include "agent_runtime/checkpointer.h"
 #include "agent_runtime/group.h"
 #include "common/status.h"
 
@@ -56,6 +58,16 @@ class ShardedAdam {
   // when the state cannot be read (device error, failed construction).
   std::vector<uint8_t> SaveState() const;
   Status LoadState(std::span<const uint8_t> state);
+
+  // The optimizer state as slices of global arrays, which restore at any
+  // world size: "<prefix>m" and "<prefix>v" (num_params float32 each; this
+  // rank's shard, and the tail from the last rank only) and "<prefix>step"
+  // (int64, rank 0). Device state is copied to the host when the save
+  // snapshots it. The state must outlive the save's snapshot.
+  void AddTo(CheckpointState& state, const std::string& prefix) const;
+  // Loads this rank's part of a state saved by AddTo at any world size: its
+  // shard and the tail, bitwise as saved. Refuses another parameter count.
+  Status LoadFrom(const SavedStep& saved, const std::string& prefix);
 
  private:
   struct Impl;
