@@ -79,6 +79,12 @@ void CheckpointState::AddSlice(std::string name, const void* data, std::string d
   entries_.push_back(std::move(e));
 }
 
+void CheckpointState::AddRankRow(std::string name, const void* data, size_t bytes, int rank,
+                                 int world_size) {
+  AddSlice(std::move(name), data, "bytes", 1, {world_size, static_cast<int64_t>(bytes)},
+           static_cast<uint64_t>(rank) * bytes, bytes);
+}
+
 size_t CheckpointState::total_bytes() const {
   size_t total = 0;
   for (const auto& e : entries_) total += e.bytes;

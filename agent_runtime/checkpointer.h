@@ -139,6 +139,11 @@ class CheckpointState {
                 std::vector<int64_t> global_shape, uint64_t global_begin, uint64_t count,
                 std::function<Status(void* dst)> copy_to_host = {});
 
+  // This rank's own `bytes` (RNG state, its episode window) as row `rank` of
+  // a global {world_size, bytes} array, so that a restore at another world
+  // size finds each surviving rank's row (SavedStep::ReadRankRow).
+  void AddRankRow(std::string name, const void* data, size_t bytes, int rank, int world_size);
+
   // User metadata stored in the manifest (e.g. bus offsets, RNG seeds).
   nlohmann::json metadata = nlohmann::json::object();
 
@@ -198,6 +203,9 @@ class SavedStep {
   // chunks that cover them, each checked against its CRC32C; a mismatch, a
   // short file or elements no shard holds are DataLoss naming the file.
   Status Read(std::string_view name, uint64_t begin, uint64_t count, void* dst) const;
+  // Row `rank` of an array saved with AddRankRow into *row; false (and *row
+  // empty) when the saving run had no such rank.
+  Result<bool> ReadRankRow(std::string_view name, int rank, std::vector<std::byte>* row) const;
 
   ~SavedStep();
   SavedStep(const SavedStep&) = delete;

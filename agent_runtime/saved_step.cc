@@ -51,7 +51,8 @@ Result<std::shared_ptr<const SavedStep>> SavedStepAccess::Open(int dir_fd,
       } else if (it->dtype != e.dtype || it->shape != e.global_shape ||
                  it->element_bytes != element_bytes) {
         return DataLoss(saved->path_ + ": rank " + std::to_string(shard.rank) + "'s slice of \"" +
-                        e.name + "\" disagrees with another rank's about its dtype, global shape "
+                        e.name +
+                        "\" disagrees with another rank's about its dtype, global shape "
                         "or element size");
       }
       it->pieces.push_back({shard.rank, e.global_begin, count, e.offset});
@@ -140,10 +141,10 @@ Status SavedStep::Read(std::string_view name, uint64_t begin, uint64_t count, vo
     return NotFound(path_ + ": holds no global array \"" + std::string(name) + "\"");
   }
   if (begin > a->elements || count > a->elements - begin) {
-    return Status(StatusCode::kOutOfRange,
-                  path_ + ": \"" + a->name + "\" has " + std::to_string(a->elements) +
-                      " elements, not [" + std::to_string(begin) + ", " +
-                      std::to_string(begin + count) + ")");
+    return Status(StatusCode::kOutOfRange, path_ + ": \"" + a->name + "\" has " +
+                                               std::to_string(a->elements) + " elements, not [" +
+                                               std::to_string(begin) + ", " +
+                                               std::to_string(begin + count) + ")");
   }
   auto* out = static_cast<std::byte*>(dst);
   std::vector<std::byte> scratch;
@@ -168,6 +169,23 @@ Status SavedStep::Read(std::string_view name, uint64_t begin, uint64_t count, vo
     at = stop;
   }
   return Status::Ok();
+}
+
+Result<bool> SavedStep::ReadRankRow(std::string_view name, int rank,
+                                    std::vector<std::byte>* row) const {
+  row->clear();
+  const Array* a = Find(name);
+  if (a == nullptr) {
+    return NotFound(path_ + ": holds no global array \"" + std::string(name) + "\"");
+  }
+  if (a->shape.size() != 2 || a->element_bytes != 1) {
+    return DataLoss(path_ + ": \"" + a->name + "\" is not an array of rank rows");
+  }
+  if (rank < 0 || rank >= a->shape[0]) return false;
+  const auto bytes = static_cast<uint64_t>(a->shape[1]);
+  row->resize(static_cast<size_t>(bytes));
+  AGENTRT_RETURN_IF_ERROR(Read(name, static_cast<uint64_t>(rank) * bytes, bytes, row->data()));
+  return true;
 }
 
 }  // namespace agentrt

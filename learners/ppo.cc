@@ -468,4 +468,89 @@ Status PpoLearner::LoadState(std::span<const uint8_t> state) {
   return Status::Ok();
 }
 
+void PpoLearner::AddTo(CheckpointState& state, const std::string& prefix) {
+  const bool last = group_.rank() == group_.size() - 1;
+  const uint64_t count = adam_->shard_size() + (last ? adam_->tail_size() : 0);
+  state.AddSlice(prefix + "params", params_.data() + adam_->shard_offset(), "float32",
+                 sizeof(float), {static_cast<int64_t>(params_.size())}, adam_->shard_offset(),
+                 count);
+  adam_->AddTo(state, prefix + "adam.");
+  if (group_.rank() == 0) {
+    saved_common_.clear();
+    PutArray(saved_common_, kStateMagic, sizeof kStateMagic);
+    Put(saved_common_, static_cast<uint32_t>(2));  // version: the global layout
+    Put(saved_common_, static_cast<int32_t>(obs_size_));
+    Put(saved_common_, static_cast<int32_t>(num_actions_));
+    Put(saved_common_, static_cast<uint64_t>(params_.size()));
+    Put(saved_common_, static_cast<int64_t>(updates_));
+    Put(saved_common_, normalizer_.count());
+    PutArray(saved_common_, normalizer_.mean().data(), normalizer_.size());
+    PutArray(saved_common_, normalizer_.var().data(), normalizer_.size());
+    state.AddSlice(prefix + "common", saved_common_.data(), "bytes", 1,
+                   {static_cast<int64_t>(saved_common_.size())}, 0, saved_common_.size());
+  }
+  saved_rng_ = rng_.state();
+  state.AddRankRow(prefix + "rng", saved_rng_.data(), sizeof saved_rng_, group_.rank(),
+                   group_.size());
+}
+
+Status PpoLearner::LoadFrom(const SavedStep& saved, const std::string& prefix) {
+  const std::string where = "ppo: restore from " + saved.path();
+  const SavedStep::Array* common = saved.Find(prefix + "common");
+  if (common == nullptr) return NotFound(where + ": no \"" + prefix + "common\"");
+  std::vector<uint8_t> bytes(common->elements);
+  AGENTRT_RETURN_IF_ERROR(saved.Read(prefix + "common", 0, bytes.size(), bytes.data()));
+  Reader in(bytes);
+  char magic[8];
+  uint32_t version = 0;
+  int32_t obs_size = 0, num_actions = 0;
+  uint64_t num_params = 0;
+  int64_t updates = 0;
+  double count = 0.0;
+  if (!in.GetArray(magic, 8) || std::memcmp(magic, kStateMagic, 8) != 0 || !in.Get(version) ||
+      version != 2) {
+    return DataLoss(where + ": \"" + prefix + "common\" is not a PPO state of version 2");
+  }
+  if (!in.Get(obs_size) || !in.Get(num_actions) || !in.Get(num_params) || !in.Get(updates) ||
+      !in.Get(count)) {
+    return DataLoss(where + ": \"" + prefix + "common\" is truncated");
+  }
+  if (obs_size != obs_size_ || num_actions != num_actions_ || num_params != params_.size()) {
+    return FailedPrecondition(where + ": the state is for obs_size " + std::to_string(obs_size) +
+                              ", " + std::to_string(num_actions) + " actions, " +
+                              std::to_string(num_params) + " parameters; this learner has " +
+                              std::to_string(obs_size_) + ", " + std::to_string(num_actions_) +
+                              ", " + std::to_string(params_.size()));
+  }
+  std::vector<double> mean(static_cast<size_t>(obs_size)), var(static_cast<size_t>(obs_size));
+  if (!in.GetArray(mean.data(), mean.size()) || !in.GetArray(var.data(), var.size()) ||
+      !in.Rest().empty()) {
+    return DataLoss(where + ": \"" + prefix + "common\" is truncated or has trailing bytes");
+  }
+  std::vector<float> params(params_.size());
+  AGENTRT_RETURN_IF_ERROR(saved.Read(prefix + "params", 0, params.size(), params.data()));
+  AGENTRT_RETURN_IF_ERROR(adam_->LoadFrom(saved, prefix + "adam."));
+  std::vector<std::byte> row;
+  AGENTRT_ASSIGN_OR_RETURN(const bool had_rank,
+                           saved.ReadRankRow(prefix + "rng", group_.rank(), &row));
+  Rng::State rng{};
+  if (had_rank && row.size() != sizeof rng) {
+    return DataLoss(where + ": \"" + prefix + "rng\" rows are " + std::to_string(row.size()) +
+                    " bytes, not " + std::to_string(sizeof rng));
+  }
+  if (had_rank) {
+    std::memcpy(rng.data(), row.data(), sizeof rng);
+  } else {
+    rng = Rng::FromParts(
+              {config_.seed, static_cast<uint64_t>(group_.rank()), static_cast<uint64_t>(updates)})
+              .state();
+  }
+  params_ = std::move(params);
+  normalizer_.SetState(count, std::move(mean), std::move(var));
+  rng_.set_state(rng);
+  updates_ = updates;
+  step_ = 0;
+  return Status::Ok();
+}
+
 }  // namespace agentrt

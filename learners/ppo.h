@@ -108,6 +108,17 @@ class PpoLearner {
   std::vector<uint8_t> SaveState() const;
   Status LoadState(std::span<const uint8_t> state);
 
+  // The same state as slices of global arrays, which restore at any world
+  // size: "<prefix>params" (each rank its optimiser block of the replicated
+  // parameters), "<prefix>adam.*" (ShardedAdam::AddTo), "<prefix>common"
+  // (rank 0: layout, update count, normaliser statistics) and "<prefix>rng"
+  // (one row per rank). What it points at stays valid until the next AddTo.
+  void AddTo(CheckpointState& state, const std::string& prefix);
+  // Loads this rank's part of a state saved by AddTo with any world size. A
+  // rank the saving group did not have draws from the stream
+  // Rng::FromParts({seed, rank, updates}): defined, and unlike a fresh run's.
+  Status LoadFrom(const SavedStep& saved, const std::string& prefix);
+
  private:
   PpoLearner(const PpoConfig& config, int obs_size, int num_actions, Group& group);
   void Sample(const RowMatrix& logits, std::span<float> actions, float* logp, bool deterministic,
@@ -136,6 +147,8 @@ class PpoLearner {
   ObsNormalizer normalizer_;
   Rng rng_;
   int64_t updates_ = 0;
+  std::vector<uint8_t> saved_common_;  // AddTo's "common" bytes
+  Rng::State saved_rng_{};             // and this rank's RNG row
 
   // Rollout, [t][env] row-major.
   int step_ = 0;

@@ -182,4 +182,59 @@ Status PpoTrainer::LoadState(std::span<const uint8_t> state) {
   return Status::Ok();
 }
 
+void PpoTrainer::AddTo(CheckpointState& state) {
+  learner_->AddTo(state, "ppo.");
+  if (group_.rank() == 0) {
+    saved_common_ = {env_steps_, episodes_};
+    state.AddSlice("trainer.common", saved_common_.data(), "int64", sizeof(int64_t), {2}, 0, 2);
+  }
+  // The row: the number of episodes, then (return, length) of each, padded
+  // to the window's capacity so that every rank's row has one size.
+  const size_t capacity = static_cast<size_t>(std::max(config_.episode_window, 0));
+  saved_window_.assign(sizeof(uint64_t) + capacity * 8, 0);
+  const uint64_t count = std::min(window_.size(), capacity);
+  std::memcpy(saved_window_.data(), &count, sizeof count);
+  size_t at = sizeof count;
+  for (size_t i = window_.size() - count; i < window_.size(); ++i, at += 8) {
+    std::memcpy(saved_window_.data() + at, &window_[i].first, 4);
+    std::memcpy(saved_window_.data() + at + 4, &window_[i].second, 4);
+  }
+  state.AddRankRow("trainer.window", saved_window_.data(), saved_window_.size(), group_.rank(),
+                   group_.size());
+}
+
+bool PpoTrainer::SavedIn(const SavedStep& saved) { return saved.Find("trainer.common") != nullptr; }
+
+Status PpoTrainer::LoadFrom(const SavedStep& saved) {
+  const std::string where = "ppo trainer: restore from " + saved.path();
+  std::array<int64_t, 2> common{};
+  AGENTRT_RETURN_IF_ERROR(saved.Read("trainer.common", 0, 2, common.data()).WithContext(where));
+  std::vector<std::byte> row;
+  AGENTRT_ASSIGN_OR_RETURN(const bool had_rank,
+                           saved.ReadRankRow("trainer.window", group_.rank(), &row));
+  std::deque<std::pair<float, int32_t>> w;
+  if (had_rank) {
+    uint64_t count = 0;
+    if (row.size() < sizeof count) return DataLoss(where + ": a \"trainer.window\" row is short");
+    std::memcpy(&count, row.data(), sizeof count);
+    if (count > (row.size() - sizeof count) / 8) {
+      return DataLoss(where + ": a \"trainer.window\" row says " + std::to_string(count) +
+                      " episodes but holds at most " + std::to_string((row.size() - 8) / 8));
+    }
+    for (size_t i = 0, at = sizeof count; i < count; ++i, at += 8) {
+      std::pair<float, int32_t> e;
+      std::memcpy(&e.first, row.data() + at, 4);
+      std::memcpy(&e.second, row.data() + at + 4, 4);
+      w.push_back(e);
+    }
+    while (static_cast<int>(w.size()) > config_.episode_window) w.pop_front();
+  }
+  AGENTRT_RETURN_IF_ERROR(learner_->LoadFrom(saved, "ppo."));
+  env_steps_ = common[0];
+  episodes_ = common[1];
+  window_ = std::move(w);
+  pool_->Reset(EnvSeed(config_.ppo, group_.rank(), env_steps_));
+  return Status::Ok();
+}
+
 }  // namespace agentrt

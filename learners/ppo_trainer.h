@@ -20,6 +20,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -92,6 +93,18 @@ class PpoTrainer {
   std::vector<uint8_t> SaveState() const;
   Status LoadState(std::span<const uint8_t> state);
 
+  // The same state as slices of global arrays, which restore at any world
+  // size: the learner's under "ppo.", "trainer.common" (rank 0: env steps and
+  // episodes, the group's) and "trainer.window" (one row per rank: its
+  // episode window). What it points at stays valid until the next AddTo.
+  void AddTo(CheckpointState& state);
+  // True when `saved` holds a state saved by AddTo.
+  static bool SavedIn(const SavedStep& saved);
+  // Loads this rank's part of a state saved by AddTo with any world size. A
+  // rank the saving group did not have starts with an empty episode window;
+  // the envs restart fresh, seeded from the rank and step count, as after LoadState.
+  Status LoadFrom(const SavedStep& saved);
+
  private:
   PpoTrainer(const PpoTrainerConfig& config, Group& group, bool learn)
       : config_(config), group_(group), learn_(learn) {}
@@ -105,6 +118,8 @@ class PpoTrainer {
   int64_t episodes_ = 0;                          // the group's
   std::vector<float> stats_;                      // all-reduce scratch, reused
   std::deque<std::pair<float, int32_t>> window_;  // (return, length)
+  std::array<int64_t, 2> saved_common_{};         // AddTo's (env steps, episodes)
+  std::vector<uint8_t> saved_window_;             // and this rank's window row
 };
 
 }  // namespace agentrt

@@ -204,19 +204,11 @@ class PopulationBuilder {
       if (pop.agents.size() < 2)
         c_.Fail(n["agents"], Join(path, "agents"),
                 fmt::format("a population needs at least 2 agents, got {}", pop.agents.size()));
-      const AgentConfig* first = config.FindAgent(pop.agents.front());
       for (const std::string& agent : pop.agents) {
         auto [it, inserted] = population_of.emplace(agent, path);
         if (!inserted)
           c_.Fail(n["agents"], Join(path, "agents"),
                   fmt::format("agent {} is already in the population {}", agent, it->second));
-        const AgentConfig* a = config.FindAgent(agent);
-        if (a->ranks != first->ranks)
-          c_.Fail(
-              n["agents"], Join(path, "agents"),
-              fmt::format("agent {} has {} ranks and {} has {}: a member restarts from another's "
-                          "checkpoint, so every member needs the same ranks",
-                          agent, a->ranks, first->name, first->ranks));
       }
       if (pop.interval_steps < 1)
         c_.Fail(n["interval_steps"], Join(path, "interval_steps"),

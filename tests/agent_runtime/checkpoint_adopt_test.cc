@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
+#include "tests/agent_runtime/checkpoint_test_util.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -141,6 +142,24 @@ TEST_CASE("no checkpoint to adopt, or another world size, is an error and change
   CHECK_THAT(wider.status().message(), Catch::Matchers::Contains("saved by 2 ranks"));
   CHECK(fs::exists(recipient + "/step-5/manifest.json"));
   CHECK_FALSE(fs::exists(recipient + "/replaced"));
+}
+
+TEST_CASE("a checkpoint of global slices is adopted by a member of another rank count") {
+  testing::TempDir dir;
+  const std::string donor = dir.path + "/donor", recipient = dir.path + "/recipient";
+  const uint64_t n = 5000;
+  testing::SaveGlobal(donor, 2, 40, n);
+  auto adopted = AdoptCheckpoint(Adopt(donor, "donor", recipient, "recipient", 3));
+  REQUIRE(adopted.ok());
+  CHECK(adopted->step == 40);
+  testing::RestoreGlobal(recipient, 3, 40, n);  // each of 3 ranks reads its block
+
+  // One rank's own entries cannot be split: such a donor is refused, and why.
+  SaveAll(dir.path + "/local", "local", 2, 7, {});
+  auto refused = AdoptCheckpoint(Adopt(dir.path + "/local", "local", recipient, "recipient", 3));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("saved by 2 ranks but this run has 3") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "agent_runtime/checkpoint_files.h"
 #include "agent_runtime/checkpointer.h"
 #include "plan/fence.h"
+#include "tests/agent_runtime/checkpoint_test_util.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -466,81 +467,6 @@ TEST_CASE("a symlinked step directory or a manifest naming another file is refus
   CHECK(fs::exists(dir.path + "/elsewhere/step-3/rank-0.shard"));  // cleanup did not follow it
 }
 
-// A global array of `n` floats split over `world` ranks in uneven blocks (rank
-// r holds [Split(n, world, r), Split(n, world, r + 1))), and a step counter
-// saved by rank 0 alone: the shape of ZeRO state.
-uint64_t Split(uint64_t n, int world, int r) {
-  return n * static_cast<uint64_t>(r) * static_cast<uint64_t>(r + 1) /
-         (static_cast<uint64_t>(world) * static_cast<uint64_t>(world + 1));
-}
-
-float Value(int64_t step, uint64_t i) {
-  return static_cast<float>(step) * 1e4f + static_cast<float>(i);
-}
-
-// Runs fn(rank) on `world` threads, each a rank with its own Checkpointer.
-template <typename Fn>
-void OnRanks(int world, Fn fn) {
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < world; ++r) ranks.emplace_back([&fn, r] { fn(r); });
-  for (auto& t : ranks) t.join();
-}
-
-void SaveGlobal(const std::string& root, int world, int64_t step, uint64_t n) {
-  std::vector<Status> results(static_cast<size_t>(world));
-  OnRanks(world, [&](int r) {
-    auto c = Checkpointer::Create(Options(root, r, world));
-    if (!c.ok()) {
-      results[static_cast<size_t>(r)] = c.status();
-      return;
-    }
-    const uint64_t lo = Split(n, world, r), hi = Split(n, world, r + 1);
-    std::vector<float> mine(hi - lo);
-    for (uint64_t i = lo; i < hi; ++i) mine[i - lo] = Value(step, i);
-    CheckpointState s;
-    s.AddSlice("w", mine.data(), "float32", sizeof(float), {static_cast<int64_t>(n)}, lo, hi - lo);
-    if (r == 0) s.AddSlice("count", &step, "int64", sizeof step, {1}, 0, 1);
-    results[static_cast<size_t>(r)] = (*c)->Save(step, s);
-  });
-  for (const Status& s : results) REQUIRE(s.ok());
-}
-
-// Every rank of `world` restores its own block of "w" and the counter.
-void RestoreGlobal(const std::string& root, int world, int64_t step, uint64_t n,
-                   bool verify_all = true) {
-  std::vector<std::string> errors(static_cast<size_t>(world));
-  OnRanks(world, [&](int r) {
-    auto& error = errors[static_cast<size_t>(r)];
-    auto o = Options(root, r, world);
-    o.verify_all_shards = verify_all;
-    auto c = Checkpointer::Create(o);
-    auto restored = c.ok() ? (*c)->Restore() : Result<RestoreResult>(c.status());
-    if (!restored.ok() || !restored->restored() || restored->step != step ||
-        restored->saved == nullptr) {
-      error = "rank " + std::to_string(r) + ": not restored at step " + std::to_string(step) +
-              (restored.ok() ? " " + restored->Describe() : ": " + restored.status().message());
-      return;
-    }
-    const uint64_t lo = Split(n, world, r), hi = Split(n, world, r + 1);
-    std::vector<float> mine(hi - lo);
-    Status read = restored->saved->Read("w", lo, hi - lo, mine.data());
-    int64_t count = -1;
-    if (read.ok()) read = restored->saved->Read("count", 0, 1, &count);
-    if (!read.ok()) {
-      error = read.message();
-      return;
-    }
-    for (uint64_t i = lo; i < hi; ++i) {
-      if (mine[i - lo] != Value(step, i)) {
-        error = "rank " + std::to_string(r) + ": element " + std::to_string(i) + " differs";
-        return;
-      }
-    }
-    if (count != step) error = "rank " + std::to_string(r) + ": counter " + std::to_string(count);
-  });
-  for (const auto& e : errors) CHECK(e == "");
-}
-
 TEST_CASE("global slices restore at any world size: 2->1, 2->4, 4->3, 3->2") {
   // More than a few verification chunks per shard, and blocks that do not
   // fall on chunk boundaries.
@@ -548,17 +474,17 @@ TEST_CASE("global slices restore at any world size: 2->1, 2->4, 4->3, 3->2") {
   for (auto [from, to] : {std::pair{2, 1}, {2, 4}, {4, 3}, {3, 2}, {3, 3}}) {
     INFO(from << " ranks -> " << to);
     TempDir dir;
-    SaveGlobal(dir.path, from, 5, n);
-    RestoreGlobal(dir.path, to, 5, n);
-    RestoreGlobal(dir.path, to, 5, n, /*verify_all=*/false);
+    testing::SaveGlobal(dir.path, from, 5, n);
+    testing::RestoreGlobal(dir.path, to, 5, n);
+    testing::RestoreGlobal(dir.path, to, 5, n, /*verify_all=*/false);
   }
 }
 
 TEST_CASE("a re-sharded read checks the chunks it reads; Restore falls back past a bad one") {
   TempDir dir;
   const uint64_t n = (3u << 20) / sizeof(float);
-  SaveGlobal(dir.path, 2, 1, n);
-  SaveGlobal(dir.path, 2, 2, n);
+  testing::SaveGlobal(dir.path, 2, 1, n);
+  testing::SaveGlobal(dir.path, 2, 2, n);
   // One flipped bit in the second chunk of step 2's rank-1 shard.
   FlipByte(dir.path + "/step-2/rank-1.shard", (1u << 20) + 77);
 
@@ -577,17 +503,17 @@ TEST_CASE("a re-sharded read checks the chunks it reads; Restore falls back past
   CHECK(read.message().find("step-2/rank-1.shard: bytes 1048576..2097152: checksum mismatch") !=
         std::string::npos);
   // The chunks before the bad one still read.
-  const uint64_t first_rank1 = Split(n, 2, 1);
+  const uint64_t first_rank1 = testing::Split(n, 2, 1);
   CHECK(r->saved->Read("w", 0, first_rank1 + 10, all.data()).ok());
-  CHECK(all[first_rank1 + 9] == Value(2, first_rank1 + 9));
+  CHECK(all[first_rank1 + 9] == testing::Value(2, first_rank1 + 9));
 
   // Verifying every shard (the default), Restore finds it and uses step 1.
-  RestoreGlobal(dir.path, 3, 1, n);
+  testing::RestoreGlobal(dir.path, 3, 1, n);
 }
 
 TEST_CASE("a world-size change restores a checkpoint of global slices without opting in") {
   TempDir dir;
-  SaveGlobal(dir.path, 2, 9, 1000);
+  testing::SaveGlobal(dir.path, 2, 9, 1000);
   auto r = Make(Options(dir.path, 0, 5))->Restore();
   REQUIRE(r.ok());
   REQUIRE(r->restored());
@@ -623,7 +549,7 @@ TEST_CASE("elements that no shard holds are reported, not invented") {
 
 TEST_CASE("the manifest's global slices and chunk checksums round-trip through the parser") {
   TempDir dir;
-  SaveGlobal(dir.path, 1, 4, (1u << 20) / sizeof(float) + 3);  // two chunks
+  testing::SaveGlobal(dir.path, 1, 4, (1u << 20) / sizeof(float) + 3);  // two chunks
   std::ifstream in(dir.path + "/step-4/manifest.json");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   checkpoint_files::Manifest m;

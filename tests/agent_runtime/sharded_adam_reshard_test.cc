@@ -32,7 +32,9 @@ AdamWOptions Options() {
   return o;
 }
 
-std::vector<float> Grad(int step) { return RandomVector(kParams, 500u + static_cast<uint32_t>(step), 0.3f); }
+std::vector<float> Grad(int step) {
+  return RandomVector(kParams, 500u + static_cast<uint32_t>(step), 0.3f);
+}
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -89,9 +91,9 @@ TEST_CASE("ShardedAdam restores at another world size and trains on as if never 
   for (const char* name : {"adam.m", "adam.v"}) {
     std::vector<float> global(kParams);
     REQUIRE(saved.Read(name, 0, kParams, global.data()).ok());
-    std::vector<float> expect(global.begin() + static_cast<std::ptrdiff_t>(adam.shard_offset()),
-                              global.begin() +
-                                  static_cast<std::ptrdiff_t>(adam.shard_offset() + adam.shard_size()));
+    std::vector<float> expect(
+        global.begin() + static_cast<std::ptrdiff_t>(adam.shard_offset()),
+        global.begin() + static_cast<std::ptrdiff_t>(adam.shard_offset() + adam.shard_size()));
     expect.insert(expect.end(), global.end() - static_cast<std::ptrdiff_t>(adam.tail_size()),
                   global.end());
     INFO(name << " on rank " << g.rank() << " of " << g.size());

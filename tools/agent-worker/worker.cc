@@ -94,7 +94,6 @@ class Worker {
   int updates_since_match_ = 0;
   std::map<int, PolicySnapshot> latest_;  // seat -> newest snapshot installed
   TrainerMetrics last_;                   // of the last iteration
-  std::vector<uint8_t> trainer_state_;    // checkpoint scratch
   SteadyTime::time_point last_log_ = SteadyTime::now();
   bool configuration_error_ = false;
   bool adopted_ = false;  // restored another agent's checkpoint (PBT)
@@ -276,13 +275,23 @@ Status Worker::Restore() {
   std::map<std::string, int64_t> offsets;
   uint64_t incarnation = 0;
   if (restored.restored()) {
-    const auto bytes = restored.shard.Bytes("trainer");
-    if (bytes.empty()) {
-      return DataLoss("agent " + agent_ + ": checkpoint step " + std::to_string(restored.step) +
-                      " has no trainer state for rank " + std::to_string(rank_));
+    if (PpoTrainer::SavedIn(*restored.saved)) {  // any world size
+      AGENTRT_RETURN_IF_ERROR(
+          trainer_->LoadFrom(*restored.saved)
+              .WithContext("agent " + agent_ + " rank " + std::to_string(rank_)));
+      if (restored.world_size != runtime_->env().world_size) {
+        log_("re-sharded the checkpoint of %d ranks onto %d", restored.world_size,
+             runtime_->env().world_size);
+      }
+    } else {  // a checkpoint from before global slices: one trainer blob per rank
+      const auto bytes = restored.shard.Bytes("trainer");
+      if (bytes.empty()) {
+        return DataLoss("agent " + agent_ + ": checkpoint step " + std::to_string(restored.step) +
+                        " has no trainer state for rank " + std::to_string(rank_));
+      }
+      AGENTRT_RETURN_IF_ERROR(
+          trainer_->LoadState({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}));
     }
-    AGENTRT_RETURN_IF_ERROR(
-        trainer_->LoadState({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}));
     if (restored.metadata.contains("bus_offsets")) {
       offsets = restored.metadata["bus_offsets"].get<std::map<std::string, int64_t>>();
     }
@@ -312,9 +321,8 @@ Status Worker::Restore() {
 }
 
 Status Worker::SaveCheckpoint(bool wait) {
-  trainer_state_ = trainer_->SaveState();
   CheckpointState state;
-  state.AddBytes("trainer", trainer_state_.data(), trainer_state_.size());
+  trainer_->AddTo(state);
   state.metadata["env_steps"] = trainer_->env_steps();
   state.metadata["updates"] = trainer_->learner().updates();
   state.metadata["episodes"] = trainer_->episodes();
