@@ -113,7 +113,7 @@ class Adoption {
   Result<AdoptResult> Run() {
     from_ = Fd(::open(o_.from_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!from_.ok()) return ErrnoStatus(errno, where_ + "open " + o_.from_dir);
-    AGENTRT_RETURN_IF_ERROR(MakeDirs0700(o_.to_dir).WithContext(where_));
+    AGENTRT_RETURN_IF_ERROR(MakeDirs0700(o_.to_dir).WithContext(Context()));
     to_ = Fd(::open(o_.to_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!to_.ok()) return ErrnoStatus(errno, where_ + "open " + o_.to_dir);
     CheckpointOptions from_options;
@@ -134,7 +134,7 @@ class Adoption {
       VerifyOutcome v =
           VerifyStep(from_.get(), from_options, step, /*load_rank=*/-1,
                      /*verify_all=*/false, /*check_world=*/true, &manifest, &unused, scratch);
-      if (!v.fatal.ok()) return v.fatal.WithContext(where_);
+      if (!v.fatal.ok()) return v.fatal.WithContext(Context());
       if (v.corrupt) {
         result_.skipped.push_back(std::move(*v.corrupt));
         continue;
@@ -152,6 +152,9 @@ class Adoption {
   }
 
  private:
+  // where_ without its ": ", for WithContext (which adds one).
+  std::string Context() const { return where_.substr(0, where_.size() - 2); }
+
   // Copies the donor's step into the recipient's step-<N>.tmp and commits it;
   // false (the step recorded as skipped) when a shard does not verify.
   Result<bool> TryStep(int64_t step, const Manifest& manifest) {

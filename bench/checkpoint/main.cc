@@ -12,6 +12,10 @@
 //                       shard (1 GiB read + CRC32C), after dropping the shard files
 //                       from the page cache with posix_fadvise(DONTNEED).
 //                       anchor: plain read() of the same files after the same drop.
+//   resharded_restore   the same state saved as a global array by 2 ranks, restored
+//                       by 4 (threads): each Restore()s (verify_all_shards off) and
+//                       reads its quarter with SavedStep::Read, cold cache; wall time.
+//                       anchor: the same restore of the state saved by 4 ranks.
 //
 // Medians over --reps runs. --bytes makes the state smaller (e.g. 268435456).
 #include <fcntl.h>
@@ -145,6 +149,53 @@ void PrintFigure(const char* metric, double value, const char* unit, const std::
   agentrt::bench::PrintFigure("checkpoint", metric, value, unit, anchor, anchor_value);
 }
 
+// Rank r of `world` saves its block of the global array "params" (the
+// concatenated per-rank buffers of `state`) as global slices, into `dir`.
+void SaveGlobal(const std::string& dir, int world, int64_t step,
+                const std::vector<std::unique_ptr<uint64_t[]>>& state, size_t words_per_buffer) {
+  World w = MakeWorld(dir, world);
+  const uint64_t n = words_per_buffer * state.size();
+  OnEveryRank(world, [&](int r) {
+    const uint64_t lo = n * static_cast<uint64_t>(r) / static_cast<uint64_t>(world);
+    const uint64_t hi = n * static_cast<uint64_t>(r + 1) / static_cast<uint64_t>(world);
+    agentrt::CheckpointState s;
+    for (uint64_t at = lo; at < hi;) {  // one slice per buffer the block touches
+      const size_t b = static_cast<size_t>(at / words_per_buffer);
+      const uint64_t stop = std::min<uint64_t>(hi, (b + 1) * words_per_buffer);
+      s.AddSlice("params", state[b].get() + (at - b * words_per_buffer), "uint64", 8,
+                 {static_cast<int64_t>(n)}, at, stop - at);
+      at = stop;
+    }
+    Check(w.ranks[static_cast<size_t>(r)]->Save(step, s));
+  });
+}
+
+// Seconds for `world` ranks to restore `dir` and read their blocks of
+// "params" into `dest` (one buffer per rank), cold cache.
+double RestoreBlocks(const std::string& dir, int world, int64_t step,
+                     std::vector<std::unique_ptr<uint64_t[]>>& dest, size_t words_per_buffer) {
+  DropTree(dir);
+  const uint64_t n = words_per_buffer * dest.size();
+  auto t = Clock::now();
+  OnEveryRank(world, [&](int r) {
+    agentrt::CheckpointOptions o{.dir = dir,
+                                 .agent = "bench",
+                                 .rank = r,
+                                 .world_size = world,
+                                 .interval_s = 0,
+                                 .verify_all_shards = false};
+    auto c = agentrt::Checkpointer::Create(o);
+    if (!c.ok()) Die(c.status().ToString());
+    auto restored = (*c)->Restore();
+    if (!restored.ok()) Die(restored.status().ToString());
+    if (!restored->restored() || restored->step != step) Die("restore: " + restored->Describe());
+    const uint64_t lo = n * static_cast<uint64_t>(r) / static_cast<uint64_t>(world);
+    const uint64_t hi = n * static_cast<uint64_t>(r + 1) / static_cast<uint64_t>(world);
+    Check(restored->saved->Read("params", lo, hi - lo, dest[static_cast<size_t>(r)].get()));
+  });
+  return Since(t);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,7 +247,13 @@ int main(int argc, char** argv) {
     Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r)));
   });
 
-  std::vector<double> dd_s, save_s, stall_s, restore_s, read_s;
+  std::vector<double> dd_s, save_s, stall_s, restore_s, read_s, reshard_s, same_s;
+  // Re-sharding 2 -> 4: the same bytes as global slices, saved by 2 ranks and by 4.
+  const std::string ckpt2 = (root / "global-2").string(), ckpt4 = (root / "global-4").string();
+  SaveGlobal(ckpt2, 2, 1, state, shard_bytes / 8);
+  SaveGlobal(ckpt4, 4, 1, state, shard_bytes / 8);
+  std::vector<std::unique_ptr<uint64_t[]>> blocks;
+  for (int r = 0; r < 4; ++r) blocks.emplace_back(new uint64_t[(total_bytes / 8 + 3) / 4 + 1]);
   std::vector<char> read_buf(chunk);
   for (int rep = 0; rep < reps; ++rep) {
     dd_s.push_back(RunDd(root / "dd.tmp", total_bytes / chunk));
@@ -248,6 +305,13 @@ int main(int argc, char** argv) {
     double cpu1 = CpuSeconds();
     read_s.push_back(ReadAll(files, read_buf));
     double read_cpu_s = CpuSeconds() - cpu1;
+    reshard_s.push_back(RestoreBlocks(ckpt2, 4, 1, blocks, shard_bytes / 8));
+    if (shards == 4 && std::memcmp(blocks[3].get(), state[3].get(), shard_bytes) != 0) {
+      Die("re-sharded restore: rank 3's block differs from the saved state");
+    }
+    same_s.push_back(RestoreBlocks(ckpt4, 4, 1, blocks, shard_bytes / 8));
+    std::cerr << "rep " << rep << ": resharded 2->4 " << reshard_s.back() << " s, 4->4 "
+              << same_s.back() << " s\n";
     std::cerr << "rep " << rep << ": dd " << dd_s.back() << " s, save " << save_s.back()
               << " s, stall " << stall_s.back() << " s, restore " << restore_s.back() << " s (cpu "
               << restore_cpu_s << " s), read " << read_s.back() << " s (cpu " << read_cpu_s
@@ -271,5 +335,7 @@ int main(int argc, char** argv) {
               Median(save_s));
   PrintFigure("restore_throughput", mb / Median(restore_s), "MB/s",
               "read() of the same shard files after posix_fadvise(DONTNEED)", mb / Median(read_s));
+  PrintFigure("resharded_restore_2to4", Median(reshard_s), "s",
+              "restore of the same state saved by 4 ranks (4 -> 4, cold cache)", Median(same_s));
   return 0;
 }

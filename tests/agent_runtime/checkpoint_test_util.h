@@ -58,7 +58,7 @@ inline void SaveGlobal(const std::string& root, int world, int64_t step, uint64_
 
 // Every rank of `world` restores its own block of "w" and the counter.
 inline void RestoreGlobal(const std::string& root, int world, int64_t step, uint64_t n,
-                   bool verify_all = true) {
+                          bool verify_all = true) {
   std::vector<std::string> errors(static_cast<size_t>(world));
   OnRanks(world, [&](int r) {
     auto& error = errors[static_cast<size_t>(r)];

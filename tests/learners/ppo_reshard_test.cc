@@ -26,9 +26,8 @@ TEST_CASE("a PPO trainer's checkpoint restores at another world size") {
   const std::string phase = Env("AGENTRT_TEST_PHASE");
   REQUIRE((phase == "save" || phase == "resume"));
   Group& g = MpiWorld("ppo-reshard");
-  const nlohmann::json args = {{"env", "cartpole"},   {"seed", 5},
-                               {"num_envs", 4},       {"rollout_steps", 64},
-                               {"minibatches", 2},    {"episode_window", 10}};
+  const nlohmann::json args = {{"env", "cartpole"},   {"seed", 5},        {"num_envs", 4},
+                               {"rollout_steps", 64}, {"minibatches", 2}, {"episode_window", 10}};
   auto config = PpoTrainerConfig::FromJson(args);
   REQUIRE(config.ok());
   auto trainer = PpoTrainer::Make(*config, g);

@@ -917,6 +917,81 @@ channels:
             pass
 
 
+def scenario_from_run(work):
+    """agentctl run --from: a PPO agent (agent-worker) trained by 2 ranks goes on in a new run with
+    3 ranks from its checkpoint, re-sharded; an agent the old run lacks starts fresh and one the new
+    run lacks is named; a checkpoint that cannot be re-sharded stops the new run before it starts."""
+    worker = os.path.join(BIN, "agent-worker")
+
+    def config(first, ranks, steps, others):
+        return """run: {name: from, dir: runs}
+cluster:
+  ports: {first: %d, last: %d, per_agent: 16}
+defaults:
+  restart: {max_restarts: 1, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 3}
+  checkpoint: {interval_s: 1, keep_last: 2}
+agents:
+  - name: learner
+    ranks: %d
+    command: [%s]
+    args: {env: cartpole, steps: %d, num_envs: 4, rollout_steps: 64}
+%s""" % (first, first + 63, ranks, worker, steps, others)
+
+    quick = ["--steps", "3", "--step-ms", "10", "--heartbeat-ms", "200"]
+    saving = ["--steps", "20", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.1"]
+    os.makedirs(os.path.join(work, "a"))
+    old = AgentctlRun(AGENTCTL, os.path.join(work, "a"),
+                      config(free_port_block(64), 2, 4096, agent_yaml("gone", saving)))
+    try:
+        rc = old.wait_exit(120)
+        check(rc == 0, "the first run succeeded (rc %d)\n%s" % (rc, old.output()[-2000:]))
+    finally:
+        old.kill()
+    saved = newest_committed(old.run_dir, "learner")
+    check(saved is not None and saved >= 4096, "the first run's learner checkpointed step %s" % saved)
+
+    os.makedirs(os.path.join(work, "b"))
+    new = AgentctlRun(AGENTCTL, os.path.join(work, "b"),
+                      config(free_port_block(64), 3, 6144, agent_yaml("newbie", quick)),
+                      extra_args=["--from", old.run_dir])
+    try:
+        rc = new.wait_exit(120)
+        out = new.output()
+        check(rc == 0, "the second run succeeded (rc %d)\n%s" % (rc, out[-2000:]))
+    finally:
+        new.kill()
+    check("agent learner starts from step %d of run" % saved in out
+          and "(saved by 2 ranks, re-sharded onto 3)" in out,
+          "agentctl says where learner starts from:\n%s" % out[:1500])
+    check("has no agent newbie; it starts fresh" in out, "the new agent is named")
+    check("agent gone of run" in out and "is not in this run" in out, "the dropped agent is named")
+    with open(os.path.join(new.run_dir, "logs", "learner", "rank0.log")) as f:
+        log = f.read()
+    check("re-sharded the checkpoint of 2 ranks onto 3" in log, "rank 0 re-sharded:\n%s" % log[-1500:])
+    resumed = [int(x) for x in re.findall(r"resumed at env step (\d+)", log)]
+    check(resumed == [saved], "learner resumed at env step %d, not from scratch (%s)" % (saved, resumed))
+    with open(os.path.join(new.run_dir, "logs", "learner", "rank2.log")) as f:
+        check("resumed at env step %d" % saved in f.read(), "the new rank 2 resumed with the others")
+    check(newest_committed(new.run_dir, "learner") >= 6144,
+          "learner trained on to its new budget")
+
+    # Entries of single ranks (the test agent's) cannot be re-sharded: refused before anything
+    # starts, naming the agent, both rank counts and the checkpoint.
+    check(newest_committed(old.run_dir, "gone") >= 0, "the test agent checkpointed")
+    os.makedirs(os.path.join(work, "c"))
+    cfg = os.path.join(work, "c", "agents.yaml")
+    with open(cfg, "w") as f:
+        f.write(yaml_config(free_port_block(64), agent_yaml("gone", quick, ranks=2)))
+    refused = subprocess.run([AGENTCTL, "run", cfg, "--from", old.run_dir, "--quiet", "--no-dashboard"],
+                             cwd=os.path.join(work, "c"), capture_output=True, text=True, timeout=60)
+    check(refused.returncode != 0 and "agent gone (1 ranks there, 2 here)" in refused.stderr
+          and "saved by 1 ranks but this run has 2" in refused.stderr,
+          "a checkpoint of one rank's own entries is refused at 2 ranks:\n%s%s"
+          % (refused.stdout, refused.stderr))
+    check(not glob.glob(os.path.join(work, "c", "runs", "*", "logs", "gone", "rank*.log")),
+          "nothing of the refused run started")
+
+
 def main():
     for path in (AGENTCTL, AGENT):
         if not os.access(path, os.X_OK):

@@ -18,11 +18,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "agent_runtime/checkpointer.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "dashboard/server.h"
@@ -144,6 +146,7 @@ struct RunOptions {
       false;               // --backend slurm: "submitted job ..." lines on stderr (check --json)
   bool strict = false;     // --preflight --strict: its warnings fail too
   bool dashboard = false;  // run/resume: serve the dashboard on loopback while the run lasts
+  std::string from;        // run --from OLD_RUN_DIR: start from that run's checkpoints
 };
 
 // The signal handlers above, as the driver sees them.
@@ -164,6 +167,73 @@ std::vector<std::string> RankWrapper() {
   if (::access((bin_dir + "/agentrt-exec-rank").c_str(), X_OK) == 0)
     return {bin_dir + "/agentrt-exec-rank"};
   return {bin_dir + "/agentctl", "exec-rank"};
+}
+
+// `run --from OLD_RUN_DIR`: the old run's plan, read before anything of the
+// new run is made (nullopt without --from).
+std::optional<agentrt::Plan> ReadFromRun(const std::string& from) {
+  if (from.empty()) return std::nullopt;
+  const agentrt::RunDir old(std::filesystem::absolute(from).lexically_normal().string());
+  auto plan = agentrt::ReadPlanFile(old.PlanPath());
+  if (!plan.ok()) {
+    Fail("run", plan.status().WithContext("--from " + from + ": is it a run directory?"));
+  }
+  return std::move(plan).value();
+}
+
+// Each agent of the new run starts from the newest verified checkpoint of the
+// old run's agent of the same name: copied and verified into its own
+// checkpoint directory (AdoptCheckpoint; the old run is only read, and may
+// still run), re-sharded when the agent restores if its ranks changed. Bus
+// positions are not carried over: the new run has a new bus. An agent the old
+// run lacks, or whose checkpoints none verify, starts fresh and is named; a
+// checkpoint that cannot be re-sharded to the new ranks stops the run here.
+void SeedFromRun(const agentrt::Plan& old_plan, const std::string& from, const agentrt::Plan& plan,
+                 const agentrt::RunDir& dir) {
+  const agentrt::RunDir old(std::filesystem::absolute(from).lexically_normal().string());
+  for (const agentrt::AgentPlan& agent : plan.agents) {
+    const agentrt::AgentPlan* was = old_plan.FindAgent(agent.name);
+    if (was == nullptr) {
+      Print(fmt::format("agentctl run: --from: run {} has no agent {}; it starts fresh\n",
+                        old_plan.run, agent.name));
+      continue;
+    }
+    agentrt::AdoptOptions o;
+    o.from_dir = old.Resolve(was->checkpoint_dir);
+    o.from_agent = agent.name;
+    o.to_dir = dir.Resolve(agent.checkpoint_dir);
+    o.to_agent = agent.name;
+    o.world_size = agent.ranks;
+    auto adopted = agentrt::AdoptCheckpoint(o);
+    if (!adopted.ok() && adopted.status().code() == agentrt::StatusCode::kNotFound) {
+      Print(fmt::format("agentctl run: --from: agent {} starts fresh: {}\n", agent.name,
+                        adopted.status().message()));
+      continue;
+    }
+    if (!adopted.ok()) {
+      Fail("run", adopted.status().WithContext(
+                      fmt::format("--from {}: agent {} ({} ranks there, {} here)", old.path(),
+                                  agent.name, was->ranks, agent.ranks)));
+    }
+    for (const auto& bad : adopted->skipped) {
+      Print(fmt::format("agentctl run: --from: agent {}: passed over step {}: {}: {}\n", agent.name,
+                        bad.step, bad.file, bad.reason));
+    }
+    Print(fmt::format(
+        "agentctl run: --from: agent {} starts from step {} of run {}{}\n", agent.name,
+        adopted->step, old_plan.run,
+        was->ranks == agent.ranks
+            ? ""
+            : fmt::format(" (saved by {} ranks, re-sharded onto {})", was->ranks, agent.ranks)));
+  }
+  for (const agentrt::AgentPlan& was : old_plan.agents) {
+    if (plan.FindAgent(was.name) == nullptr) {
+      Print(
+          fmt::format("agentctl run: --from: agent {} of run {} is not in this run; its "
+                      "checkpoints stay in {}\n",
+                      was.name, old_plan.run, old.Resolve(was.checkpoint_dir)));
+    }
+  }
 }
 
 // Drives the run to its end on this thread and returns the exit code.
@@ -255,9 +325,11 @@ int Run(const RunOptions& opts) {
     }
   }
   if (opts.backend == "slurm") return SubmitSlurm(opts, *config);
+  const std::optional<agentrt::Plan> from = ReadFromRun(opts.from);
   auto prepared = PrepareLocal(*config, opts.file, opts.cluster, "run");
   for (const auto& w : prepared.plan.warnings)
     std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
+  if (from) SeedFromRun(*from, opts.from, prepared.plan, prepared.dir);
   return DriveLocalWith(std::move(prepared), opts);
 }
 
@@ -335,9 +407,11 @@ int RunInAllocation(const RunOptions& opts) {
 // `--backend slurm`: plan on the live cluster, write and submit the allocation,
 // then follow the run through RUN_DIR/status.json (or return at once with --detach).
 int SubmitSlurm(const RunOptions& opts, agentrt::Config& config) {
+  const std::optional<agentrt::Plan> from = ReadFromRun(opts.from);
   agentrt::PreparedRun prepared = PrepareOnSlurm(config, opts.file, opts.cluster, "run");
   for (const auto& w : prepared.plan.warnings)
     std::fputs(fmt::format("agentctl run: warning: {}\n", w).c_str(), stderr);
+  if (from) SeedFromRun(*from, opts.from, prepared.plan, prepared.dir);
   return SubmitAndFollow(prepared, config.slurm, opts);
 }
 
@@ -488,6 +562,9 @@ void RegisterRun(CLI::App& app) {
   cmd->add_option("--cluster", opts->cluster,
                   "inventory YAML with a cluster: block (e.g. fake GPUs)");
   cmd->add_option("--set", opts->overrides, "override a setting: key.path=value (repeatable)");
+  cmd->add_option("--from", opts->from,
+                  "start every agent from the newest verified checkpoint of the agent of the "
+                  "same name in this earlier run directory (re-sharded when its ranks changed)");
   cmd->add_option("--backend", opts->backend,
                   "launch backend: local, or slurm (one allocation, every agent a job step)");
   cmd->add_flag("--detach", opts->detach,
