@@ -75,6 +75,7 @@ void CheckpointState::AddSlice(std::string name, const void* data, std::string d
   e.data = data;
   e.copy_to_host = std::move(copy_to_host);
   e.global_shape = std::move(global_shape);
+  if (e.global_shape.empty()) e.global_shape = {1};  // a scalar: one element
   e.global_begin = global_begin;
   entries_.push_back(std::move(e));
 }

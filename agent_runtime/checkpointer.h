@@ -134,7 +134,8 @@ class CheckpointState {
   // (host memory) or filled by `copy_to_host` (device memory) when non-null.
   // The ranks together should cover the array; an element saved by several
   // ranks (replicated state) is read from one of them. Restore at any world size
-  // reads any range of it with SavedStep::Read.
+  // reads any range of it with SavedStep::Read. A scalar (empty global_shape)
+  // is recorded as shape {1}.
   void AddSlice(std::string name, const void* data, std::string dtype, size_t element_bytes,
                 std::vector<int64_t> global_shape, uint64_t global_begin, uint64_t count,
                 std::function<Status(void* dst)> copy_to_host = {});
@@ -198,6 +199,7 @@ class SavedStep {
   const std::string& path() const { return path_; }
   // The global array `name`; null when the step has no slice of that name.
   const Array* Find(std::string_view name) const;
+  const std::vector<Array>& arrays() const { return arrays_; }
   // Copies elements [begin, begin + count) of array `name` into dst (count *
   // element_bytes bytes) from whichever shards hold them. Reads only the
   // chunks that cover them, each checked against its CRC32C; a mismatch, a

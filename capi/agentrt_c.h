@@ -158,16 +158,33 @@ AGENTRT_C_EXPORT void agentrt_state_free(agentrt_state* state);
 AGENTRT_C_EXPORT int agentrt_state_add(agentrt_state* state, const char* name, const void* data,
                                        size_t bytes, const char* dtype, const int64_t* shape,
                                        int ndim);
+/* `count` elements of `dtype` at `data`: those at flat (row-major) indices
+ * [begin, begin + count) of the global array `name` of `global_shape` (ndim
+ * entries). The ranks' slices together form the array, which restores at any
+ * world size (agentrt_restore_read). */
+AGENTRT_C_EXPORT int agentrt_state_add_slice(agentrt_state* state, const char* name,
+                                             const void* data, const char* dtype,
+                                             const int64_t* global_shape, int ndim, uint64_t begin,
+                                             uint64_t count);
 AGENTRT_C_EXPORT int agentrt_state_set_metadata(agentrt_state* state, const char* json);
 
 /* {"kind": "restored"|"fresh"|"corrupt", "step", "time", "world_size",
  * "metadata", "skipped": [{"step", "file", "reason"}], "entries": [{"name",
- * "dtype", "shape", "bytes"}], "describe": "restored step 40 from ..."}. */
+ * "dtype", "shape", "bytes"}] (this rank's own), "arrays": [{"name", "dtype",
+ * "shape", "element_bytes"}] (global, any rank's), "describe": "restored step
+ * 40 from ..."}. */
 AGENTRT_C_EXPORT int agentrt_restore_info(const agentrt_restore* r, char** json_out);
 /* A view of entry `name` of this rank's restored shard, valid until
  * agentrt_restore_free. NOT_FOUND names the entries there are. */
 AGENTRT_C_EXPORT int agentrt_restore_entry(const agentrt_restore* r, const char* name,
                                            const void** data, size_t* bytes);
+/* Copies elements [begin, begin + count) of global array `name` of the
+ * restored step into `dst` (`dst_bytes` = count times the element size),
+ * whichever ranks saved them; only the chunks that hold them are read, each
+ * verified (DATA_LOSS names the file and bytes). */
+AGENTRT_C_EXPORT int agentrt_restore_read(const agentrt_restore* r, const char* name,
+                                          uint64_t begin, uint64_t count, void* dst,
+                                          size_t dst_bytes);
 AGENTRT_C_EXPORT void agentrt_restore_free(agentrt_restore* r);
 
 /* ---- Bus (comms/bus_client.h) ---------------------------------------- */

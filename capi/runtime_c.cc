@@ -69,7 +69,26 @@ nlohmann::json RestoreJson(const agentrt::RestoreResult& r) {
     j["entries"].push_back(
         {{"name", e.name}, {"dtype", e.dtype}, {"shape", e.shape}, {"bytes", e.bytes}});
   }
+  j["arrays"] = nlohmann::json::array();
+  for (const auto& a : r.saved ? r.saved->arrays() : std::vector<agentrt::SavedStep::Array>{}) {
+    j["arrays"].push_back({{"name", a.name},
+                           {"dtype", a.dtype},
+                           {"shape", a.shape},
+                           {"element_bytes", a.element_bytes}});
+  }
   return j;
+}
+
+// The element size of `dtype`, or an error naming the entry and the dtypes there are.
+agentrt::Result<size_t> ElementSize(const std::string& entry, const char* dtype) {
+  const size_t element = DtypeSize(dtype);
+  if (element == 0) {
+    return agentrt::InvalidArgument(
+        "entry '" + entry + "': unknown dtype '" + dtype +
+        "' (bool, int8..int64, uint8..uint64, float16, bfloat16, float32, float64, "
+        "complex64, complex128, bytes)");
+  }
+  return element;
 }
 
 }  // namespace
@@ -318,13 +337,9 @@ int agentrt_state_add(agentrt_state* state, const char* name, const void* data, 
       return Fail(
           agentrt::InvalidArgument("entry '" + n + "': no shape for ndim " + std::to_string(ndim)));
     }
-    const size_t element = DtypeSize(dtype);
-    if (element == 0) {
-      return Fail(agentrt::InvalidArgument(
-          "entry '" + n + "': unknown dtype '" + dtype +
-          "' (bool, int8..int64, uint8..uint64, float16, bfloat16, float32, float64, "
-          "complex64, complex128, bytes)"));
-    }
+    auto element_size = ElementSize(n, dtype);
+    if (!element_size.ok()) return Fail(element_size.status());
+    const size_t element = *element_size;
     std::vector<int64_t> dims(shape, shape + ndim);
     size_t count = 1;
     for (int64_t d : dims) {
@@ -344,6 +359,44 @@ int agentrt_state_add(agentrt_state* state, const char* name, const void* data, 
   });
 }
 
+int agentrt_state_add_slice(agentrt_state* state, const char* name, const void* data,
+                            const char* dtype, const int64_t* global_shape, int ndim,
+                            uint64_t begin, uint64_t count) {
+  AGENTRT_C_REQUIRE(state, "state");
+  AGENTRT_C_REQUIRE(name, "name");
+  AGENTRT_C_REQUIRE(dtype, "dtype");
+  return Guard("agentrt_state_add_slice", [&] {
+    const std::string n = name;
+    if (n.empty()) return Fail(agentrt::InvalidArgument("an entry needs a name"));
+    if (data == nullptr && count > 0) {
+      return Fail(agentrt::InvalidArgument("entry '" + n + "': data is NULL"));
+    }
+    if (ndim < 0 || (ndim > 0 && global_shape == nullptr)) {
+      return Fail(
+          agentrt::InvalidArgument("entry '" + n + "': no shape for ndim " + std::to_string(ndim)));
+    }
+    auto element = ElementSize(n, dtype);
+    if (!element.ok()) return Fail(element.status());
+    std::vector<int64_t> dims(global_shape, global_shape + ndim);
+    uint64_t elements = 1;
+    for (int64_t d : dims) {
+      if (d < 0) return Fail(agentrt::InvalidArgument("entry '" + n + "': negative dimension"));
+      elements *= static_cast<uint64_t>(d);
+    }
+    if (begin > elements || count > elements - begin) {
+      return Fail(agentrt::InvalidArgument("entry '" + n + "': elements [" + std::to_string(begin) +
+                                           ", " + std::to_string(begin + count) +
+                                           ") lie outside its global shape of " +
+                                           std::to_string(elements) + " elements"));
+    }
+    if (!state->names.insert(n).second) {
+      return Fail(agentrt::AlreadyExists("entry '" + n + "' is in the state twice"));
+    }
+    state->state.AddSlice(n, data, dtype, *element, std::move(dims), begin, count);
+    return Ok();
+  });
+}
+
 int agentrt_state_set_metadata(agentrt_state* state, const char* json) {
   AGENTRT_C_REQUIRE(state, "state");
   return Guard("agentrt_state_set_metadata", [&] {
@@ -359,6 +412,31 @@ int agentrt_state_set_metadata(agentrt_state* state, const char* json) {
 int agentrt_restore_info(const agentrt_restore* r, char** json_out) {
   AGENTRT_C_REQUIRE(r, "restore");
   return Guard("agentrt_restore_info", [&] { return JsonOut(RestoreJson(r->result), json_out); });
+}
+
+int agentrt_restore_read(const agentrt_restore* r, const char* name, uint64_t begin, uint64_t count,
+                         void* dst, size_t dst_bytes) {
+  AGENTRT_C_REQUIRE(r, "restore");
+  AGENTRT_C_REQUIRE(name, "name");
+  return Guard("agentrt_restore_read", [&] {
+    if (!r->result.saved) {
+      return Fail(agentrt::FailedPrecondition("nothing was restored: no global arrays to read"));
+    }
+    const agentrt::SavedStep::Array* a = r->result.saved->Find(name);
+    if (a == nullptr) {
+      return Fail(agentrt::NotFound("no global array '" + std::string(name) + "' in " +
+                                    r->result.saved->path()));
+    }
+    if (count > SIZE_MAX / a->element_bytes || count * a->element_bytes != dst_bytes ||
+        (dst == nullptr && count > 0)) {
+      return Fail(agentrt::InvalidArgument("'" + std::string(name) + "': " + std::to_string(count) +
+                                           " elements of " + std::to_string(a->element_bytes) +
+                                           " bytes do not fit a buffer of " +
+                                           std::to_string(dst_bytes) + " bytes"));
+    }
+    if (Status s = r->result.saved->Read(name, begin, count, dst); !s.ok()) return Fail(s);
+    return Ok();
+  });
 }
 
 int agentrt_restore_entry(const agentrt_restore* r, const char* name, const void** data,

@@ -9,6 +9,11 @@ checkpointer's thread. Restore picks the newest checkpoint whose manifest and
 checksums verify (falling back past corrupt ones, which it names) and hands
 out NumPy views of the restored bytes: no pickle anywhere, so a checkpoint
 file can never run code.
+
+Any world size: an array saved as a slice of a global array (``slices=``:
+each rank its part) restores at any world size: ``r.read(name, out=...)``
+copies any element range into the caller's buffer, from whichever ranks'
+shards hold it.
 """
 import ctypes
 import json
@@ -48,7 +53,7 @@ class State(Handle):
 
     _what = "checkpoint state"
 
-    def __init__(self, arrays, metadata=None, dtypes=None):
+    def __init__(self, arrays, metadata=None, dtypes=None, slices=None):
         lib = _lib.lib()
         ptr = ctypes.c_void_p()
         _lib.check(lib.agentrt_state_create(ctypes.byref(ptr)), errors.CheckpointError)
@@ -62,11 +67,19 @@ class State(Handle):
                 raise TypeError("entry names must be str, not %s" % type(name).__name__)
             arr = _as_array(name, value)
             dtype = (dtypes or {}).get(name, arr.dtype.name)
-            shape = (ctypes.c_int64 * max(1, arr.ndim))(*arr.shape)
-            _lib.check(lib.agentrt_state_add(ptr, _lib.encode(name, "entry name"),
-                                             ctypes.c_void_p(arr.ctypes.data), arr.nbytes,
-                                             dtype.encode(), shape, arr.ndim),
-                       errors.CheckpointError)
+            if slices and name in slices:
+                global_shape, begin = slices[name]
+                dims = (ctypes.c_int64 * max(1, len(global_shape)))(*global_shape)
+                _lib.check(lib.agentrt_state_add_slice(
+                    ptr, _lib.encode(name, "entry name"), ctypes.c_void_p(arr.ctypes.data),
+                    dtype.encode(), dims, len(global_shape), int(begin), arr.size),
+                    errors.CheckpointError)
+            else:
+                shape = (ctypes.c_int64 * max(1, arr.ndim))(*arr.shape)
+                _lib.check(lib.agentrt_state_add(ptr, _lib.encode(name, "entry name"),
+                                                 ctypes.c_void_p(arr.ctypes.data), arr.nbytes,
+                                                 dtype.encode(), shape, arr.ndim),
+                           errors.CheckpointError)
             self._keep.append(arr)
         if metadata is not None:
             try:
@@ -82,9 +95,12 @@ class Restore(Handle):
     kind: "restored", "fresh" (no checkpoint yet) or "corrupt" (checkpoints
     exist, none verifies). step, time, world_size, metadata (the dict saved),
     skipped ([{"step", "file", "reason"}] passed over as corrupt), describe
-    (one line for the log), entries ({name: {"dtype", "shape", "bytes"}}).
+    (one line for the log), entries ({name: {"dtype", "shape", "bytes"}}: this
+    rank's own), global_arrays ({name: {"dtype", "shape", "element_bytes"}}:
+    saved as slices, by any ranks).
     ``r[name]`` is a NumPy view of that entry's restored bytes (alive as long as
-    the view is); ``r.arrays()`` all of them.
+    the view is); ``r.arrays()`` all of them. ``r.read(name, ...)`` copies
+    (part of) a global array.
     """
 
     _what = "restore"
@@ -104,6 +120,44 @@ class Restore(Handle):
         self.describe = info["describe"]
         self.entries = {e["name"]: {"dtype": e["dtype"], "shape": tuple(e["shape"]),
                                     "bytes": e["bytes"]} for e in info["entries"]}
+        self.global_arrays = {a["name"]: {"dtype": a["dtype"], "shape": tuple(a["shape"]),
+                                          "element_bytes": a["element_bytes"]}
+                              for a in info["arrays"]}
+
+    def read(self, name, out=None, begin=0, count=None):
+        """Elements [begin, begin + count) of global array ``name`` (flat,
+        row-major), read from whichever shards hold them and verified. Into
+        ``out`` (a writable C-contiguous buffer of exactly those bytes, e.g. a
+        CPU tensor's ``.numpy()``: no other copy), returned; else into a new
+        NumPy array (the global shape when it is the whole array; bfloat16
+        comes back as its int16 bits)."""
+        import numpy as np
+        if name not in self.global_arrays:
+            raise KeyError("no global array %r in the restored checkpoint (it has %s)"
+                           % (name, ", ".join(sorted(self.global_arrays)) or "none"))
+        a = self.global_arrays[name]
+        total = 1
+        for d in a["shape"]:
+            total *= d
+        if out is None:
+            if count is None:
+                count = total - begin
+            dtype = "int16" if a["dtype"] == "bfloat16" else \
+                a["dtype"] if a["dtype"] in _NUMPY_DTYPES else "uint8"
+            out = np.empty(count * a["element_bytes"] // np.dtype(dtype).itemsize, dtype=dtype)
+            if begin == 0 and count == total and dtype != "uint8":
+                out = out.reshape(a["shape"])
+        target = out if isinstance(out, np.ndarray) else np.asarray(memoryview(out))
+        if not target.flags.c_contiguous or not target.flags.writeable:
+            raise ValueError("read %r: out must be a writable C-contiguous buffer" % name)
+        if count is None:
+            count = target.nbytes // a["element_bytes"]
+        _lib.check(_lib.lib().agentrt_restore_read(self._p(), _lib.encode(name, "name"),
+                                                   int(begin), int(count),
+                                                   ctypes.c_void_p(target.ctypes.data),
+                                                   target.nbytes),
+                   errors.CheckpointError)
+        return out
 
     @property
     def restored(self):
@@ -196,12 +250,15 @@ class Checkpointer(Handle):
     def request_save(self):
         _lib.check(_lib.lib().agentrt_checkpointer_request_save(self._p()))
 
-    def save(self, step, arrays, metadata=None, wait=True, dtypes=None):
+    def save(self, step, arrays, metadata=None, wait=True, dtypes=None, slices=None):
         """Saves ``arrays`` ({name: array}) and ``metadata`` (JSON) as ``step``.
         wait=True: returns once committed (durable). wait=False: returns once the
         arrays are copied; the caller may change them at once. ``dtypes``
-        overrides the recorded dtype of some entries (e.g. "bfloat16")."""
-        state = arrays if isinstance(arrays, State) else State(arrays, metadata, dtypes)
+        overrides the recorded dtype of some entries (e.g. "bfloat16").
+        ``slices`` ({name: (global_shape, begin)}) saves those arrays as the
+        elements [begin, begin + size) of a global array, which restores at any
+        world size (Restore.read)."""
+        state = arrays if isinstance(arrays, State) else State(arrays, metadata, dtypes, slices)
         try:
             _lib.check(_lib.lib().agentrt_checkpointer_save(self._p(), int(step), state._p(),
                                                             0 if wait else 1),
@@ -216,8 +273,9 @@ class Checkpointer(Handle):
 
     def restore(self):
         """The newest verified checkpoint (or a fresh start): a Restore. A
-        checkpoint written by another world size raises CheckpointShapeError
-        (a ConfigurationError: uncaught under agentctl, exit code 78)."""
+        checkpoint written by another world size that holds entries of single
+        ranks (not slices) raises CheckpointShapeError (a ConfigurationError:
+        uncaught under agentctl, exit code 78)."""
         out = ctypes.c_void_p()
         try:
             _lib.check(_lib.lib().agentrt_checkpointer_restore(self._p(), ctypes.byref(out)),

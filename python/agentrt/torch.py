@@ -19,9 +19,21 @@ ints keyed dicts, tuples) is JSON in the manifest. Restore copies the arrays
 into the model's own tensors (on their devices) and rebuilds the optimizer
 state on its parameters' devices.
 
+Any world size: the model's parameters and the optimizer's state are the
+same on every rank of a data-parallel agent (DDP), so each rank saves only its
+1/N part of each, as a slice of a global array (the ranks write in parallel);
+buffers (e.g. BatchNorm's running statistics, which DDP takes from rank 0) and
+``extra`` are saved whole by rank 0. A restore at another world size reads
+whole arrays from whichever shards hold them. The RNG states are each rank's own: a rank
+that the saving run did not have seeds torch, NumPy and ``random`` from
+SHA-256 of ("agentrt-torch-rng", step, rank), so its streams are defined and
+differ from every other rank's. Checkpoints written before this layout restore
+at their own world size as before.
+
 ``to_bytes(tensors, meta)`` / ``from_bytes(payload)`` do the same for a policy
 published on the bus: a JSON header line and the raw arrays.
 """
+import hashlib
 import json
 import random as _random
 import warnings
@@ -31,6 +43,7 @@ import torch as _torch
 
 
 FORMAT = 1
+_GLOBAL = "global"  # metadata "layout": arrays saved as slices of global arrays
 _MAGIC = b"AGENTRT-TENSORS 1\n"
 
 _TORCH_TO_NUMPY = {
@@ -86,7 +99,7 @@ class _Encoder:
             raise ValueError("two values map to the checkpoint entry %r" % name)
         self.arrays[name] = arr
         self.dtypes[name] = label
-        return {"__array__": name}
+        return {"__array__": name, "dtype": label, "shape": list(arr.shape)}
 
     def encode(self, obj, path=""):
         if isinstance(obj, _torch.Tensor):
@@ -122,28 +135,62 @@ class _Encoder:
                         "strings, lists, tuples and dicts)" % (path or "state", type(obj).__name__))
 
 
-def _decode(obj, restore, copy=True):
+def _decode(obj, resolve, copy=True):
+    """The value of an encoded tree; resolve(ref) gives an array reference's
+    (array, dtype label)."""
     if isinstance(obj, list):
-        return [_decode(v, restore, copy) for v in obj]
+        return [_decode(v, resolve, copy) for v in obj]
     if not isinstance(obj, dict):
         return obj
     if "__array__" in obj:
-        name = obj["__array__"]
-        if name not in restore:
-            raise ValueError("the checkpoint's metadata names entry %r, which it does not hold"
-                             % name)
-        arr = restore[name]
-        label = restore.entries[name]["dtype"]
+        arr, label = resolve(obj)
         if obj.get("tensor"):
             return array_to_tensor(arr, label, copy)
         return arr.copy() if copy else arr
     if "__tuple__" in obj:
-        return tuple(_decode(v, restore, copy) for v in obj["__tuple__"])
+        return tuple(_decode(v, resolve, copy) for v in obj["__tuple__"])
     if "__dict__" in obj:
-        return {k: _decode(v, restore, copy) for k, v in obj["__dict__"]}
+        return {k: _decode(v, resolve, copy) for k, v in obj["__dict__"]}
     if "__float__" in obj:
         return float(obj["__float__"])
     raise ValueError("unknown value in the checkpoint's metadata: %r" % sorted(obj))
+
+
+def _shard_entries(restore):
+    """Resolves references to this rank's own entries (the per-rank layout)."""
+    def resolve(ref):
+        name = ref["__array__"]
+        if name not in restore:
+            raise ValueError("the checkpoint's metadata names entry %r, which it does not hold"
+                             % name)
+        return restore[name], restore.entries[name]["dtype"]
+    return resolve
+
+
+def _global_arrays(restore):
+    """Resolves references to global arrays, read whole from any ranks' shards."""
+    def resolve(ref):
+        name, label, shape = ref["__array__"], ref.get("dtype"), tuple(ref.get("shape", ()))
+        if name in restore.global_arrays:
+            return restore.read(name).reshape(shape), restore.global_arrays[name]["dtype"]
+        if label is not None and 0 in shape:  # nothing was saved of an empty array
+            return np.empty(shape, dtype=np.int16 if label == "bfloat16" else label), label
+        raise ValueError("the checkpoint's metadata names global array %r, which it does not "
+                         "hold" % name)
+    return resolve
+
+
+def _rng_name(rank):
+    return "rng/rank-%d" % rank
+
+
+def _derived_rng_state(step, rank):
+    """Seeds every RNG for a rank the saving run did not have (see the module doc)."""
+    digest = hashlib.sha256(b"agentrt-torch-rng/%d/%d" % (step, rank)).digest()
+    seed = int.from_bytes(digest[:8], "little")
+    _torch.manual_seed(seed)
+    np.random.seed(seed % 2 ** 32)
+    _random.seed(seed)
 
 
 def rng_state():
@@ -184,10 +231,51 @@ def state_of(model=None, optimizer=None, rng=True, bus=None, extra=None):
 def save(checkpointer, step, model=None, optimizer=None, rng=True, bus=None, extra=None,
          wait=True):
     """Saves model, optimizer, RNG, bus positions and ``extra`` as ``step``
-    through ``checkpointer`` (an agentrt.Checkpointer). wait=False returns once
-    the state is copied (CUDA tensors: after their copy to the host)."""
-    arrays, dtypes, meta = state_of(model, optimizer, rng, bus, extra)
-    checkpointer.save(step, arrays, metadata=meta, wait=wait, dtypes=dtypes)
+    through ``checkpointer`` (an agentrt.Checkpointer): this rank's 1/N part
+    of every (replicated) array, and its own RNG states. wait=False returns
+    once the state is copied (CUDA tensors: after their copy to the host)."""
+    info = checkpointer.info
+    rank, world = info["rank"], info["world_size"]
+    arrays, dtypes, meta = state_of(model, optimizer, False, bus, extra)
+    meta["layout"] = _GLOBAL
+    split = set()  # the same on every rank: parameters and optimizer state
+    if model is not None:
+        split.update("model/%s" % k for k, _ in model.named_parameters())
+    parts, slices = {}, {}
+    for name, arr in arrays.items():
+        flat = arr.reshape(-1)
+        if name in split or name.startswith("optim/"):
+            lo, hi = flat.size * rank // world, flat.size * (rank + 1) // world
+        else:  # rank 0's
+            lo, hi = 0, flat.size if rank == 0 else 0
+        parts[name] = flat[lo:hi]
+        slices[name] = (arr.shape, lo)
+    if rng:
+        rng_arrays, rng_dtypes = {}, {}
+        tree = _Encoder("rng", rng_arrays, rng_dtypes).encode(rng_state())
+        blob = np.frombuffer(to_bytes(rng_arrays, {"tree": tree, "dtypes": rng_dtypes}),
+                             dtype=np.uint8)
+        parts[_rng_name(rank)] = blob
+        slices[_rng_name(rank)] = (blob.shape, 0)
+        meta["rng"] = True
+    checkpointer.save(step, parts, metadata=meta, wait=wait, dtypes=dtypes, slices=slices)
+
+
+def _restore_rng(r, rank):
+    """This rank's saved RNG states, or derived ones for a rank the saving run lacked."""
+    name = _rng_name(rank)
+    if name not in r.global_arrays:
+        _derived_rng_state(r.step, rank)
+        return
+    tensors, meta = from_bytes(r.read(name).tobytes())
+
+    def resolve(ref):
+        t = tensors[ref["__array__"]]
+        label = meta["dtypes"][ref["__array__"]]
+        arr = t.view(_torch.int16).numpy() if label == "bfloat16" else \
+            t.numpy() if isinstance(t, _torch.Tensor) else t
+        return arr, label
+    set_rng_state(_decode(meta["tree"], resolve))
 
 
 class Restored:
@@ -220,18 +308,21 @@ def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
     if meta.get("agentrt_torch") != FORMAT:
         raise ValueError("checkpoint step %d was not written by agentrt.torch (format %r)"
                          % (r.step, meta.get("agentrt_torch")))
+    resolve = _global_arrays(r) if meta.get("layout") == _GLOBAL else _shard_entries(r)
     if model is not None:
         if "model" not in meta:
             raise ValueError("checkpoint step %d holds no model" % r.step)
-        state = _decode(meta["model"], r, copy=False)  # load_state_dict copies into the params
+        state = _decode(meta["model"], resolve, copy=False)  # load_state_dict copies into the params
         model.load_state_dict(state, strict=strict)
     if optimizer is not None:
         if "optimizer" not in meta:
             raise ValueError("checkpoint step %d holds no optimizer" % r.step)
-        optimizer.load_state_dict(_decode(meta["optimizer"], r))
-    if rng and "rng" in meta:
-        set_rng_state(_decode(meta["rng"], r))
-    extra = _decode(meta["extra"], r) if "extra" in meta else None
+        optimizer.load_state_dict(_decode(meta["optimizer"], resolve))
+    if rng and meta.get("layout") == _GLOBAL:
+        _restore_rng(r, checkpointer.info["rank"])
+    elif rng and "rng" in meta:
+        set_rng_state(_decode(meta["rng"], resolve))
+    extra = _decode(meta["extra"], resolve) if "extra" in meta else None
     return Restored(r, extra, meta.get("bus"))
 
 

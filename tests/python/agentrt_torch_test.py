@@ -3,11 +3,13 @@
 RNGs and extra values round-trip through a real Checkpointer bit for bit; the
 restore never unpickles (pickle and torch.load are made to fail while it
 runs); policy payloads for the bus round-trip and bad ones are refused with a
-reason. CUDA tensors are checked where torch sees a GPU, else reported skipped.
-Skips (exit 77) where /usr/bin/python3 cannot import torch."""
+reason; a DDP agent's checkpoint (real processes, gloo) restores at another
+world size. CUDA tensors are checked where torch sees a GPU, else reported
+skipped. Skips (exit 77) where /usr/bin/python3 cannot import torch."""
 import os
 import pickle
 import random
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -24,10 +26,11 @@ import agentrt  # noqa: E402
 import agentrt.torch as art  # noqa: E402
 
 
-def make(seed):
+def make(seed, bf16=True):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7), torch.nn.Linear(7, 2))
-    model.register_buffer("bf16", torch.randn(3, 4).to(torch.bfloat16))  # a dtype NumPy lacks
+    if bf16:  # gloo cannot broadcast it: not for DDP
+        model.register_buffer("bf16", torch.randn(3, 4).to(torch.bfloat16))  # a dtype NumPy lacks
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     return model, opt
 
@@ -133,7 +136,86 @@ def scenario_cuda(work):
           "optimizer state lives on the parameters' device")
 
 
+def reshard_rank(phase, rank, world, work):
+    """One rank of a DDP agent (gloo): `save` trains 3 steps and saves at step 30; `resume`
+    restores (at another world size) and checks what came back, then trains one more step."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(work, "store-" + phase),
+                            rank=rank, world_size=world)
+    model, opt = make(1, bf16=False)  # the same initial weights on every rank
+    ddp = DistributedDataParallel(model)
+    ck = agentrt.Checkpointer(os.path.join(work, "ck"), agent="ddp", rank=rank, world_size=world,
+                              interval_s=0)
+    if phase == "save":
+        torch.manual_seed(100 + rank)  # each rank its own batches
+        train_a_little(ddp, opt)
+        art.save(ck, 30, model=model, optimizer=opt, extra={"update": 3})
+        flat_opt = {"%s/%s" % (p, k): v for p, st in opt.state_dict()["state"].items()
+                    for k, v in st.items()}
+        with open(os.path.join(work, "rank%d.bin" % rank), "wb") as f:
+            f.write(art.to_bytes(dict(model.state_dict(), **{"opt/" + k: v for k, v in flat_opt.items()},
+                                      draw=torch.rand(4))))
+        dist.barrier()
+        return
+    got = art.restore(ck, model=model, optimizer=opt)
+    check(got is not None and got.step == 30 and got.extra == {"update": 3}, "rank %d restored step 30" % rank)
+    check(got.restore.world_size != world, "re-sharded: saved by %d ranks, restored by %d"
+          % (got.restore.world_size, world))
+    with open(os.path.join(work, "rank0.bin"), "rb") as f:
+        saved, _ = art.from_bytes(f.read())
+    state = model.state_dict()
+    check(all(torch.equal(state[k], saved[k]) for k in state),
+          "rank %d holds the saved parameters and buffers bit for bit" % rank)
+    check(all(torch.equal(v, saved["opt/%s/%s" % (p, k)]) for p, st in opt.state_dict()["state"].items()
+              for k, v in st.items()), "rank %d holds the saved Adam state bit for bit" % rank)
+    draw = torch.rand(4)
+    if os.path.exists(os.path.join(work, "rank%d.bin" % rank)):
+        with open(os.path.join(work, "rank%d.bin" % rank), "rb") as f:
+            mine, _ = art.from_bytes(f.read())
+        check(torch.equal(draw, mine["draw"]), "rank %d's torch RNG goes on where it was saved" % rank)
+    else:
+        art._derived_rng_state(30, rank)
+        check(torch.equal(draw, torch.rand(4)), "new rank %d draws from its derived stream" % rank)
+    torch.manual_seed(200 + rank)
+    train_a_little(ddp, opt, steps=1)  # DDP's allreduce keeps the ranks equal
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    low, high = flat.clone(), flat.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    check(torch.equal(low, high) and not torch.equal(flat, torch.cat(
+        [saved[k].reshape(-1) for k in state if k.endswith(("weight", "bias"))])),
+          "rank %d trained on in step with the others" % rank)
+    dist.barrier()
+
+
+def run_ranks(phase, world, work):
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank", phase, str(r), str(world),
+                               work]) for r in range(world)]
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=120))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise Failure("%s: a rank of %d did not finish within 120 s" % (phase, world))
+    check(codes == [0] * world, "%s with %d ranks: every rank passed (%s)" % (phase, world, codes))
+
+
+def scenario_reshard(work):
+    """A DDP agent saved by 2 ranks resumes with 3, and one saved by 3 with 2."""
+    for old, new in ((2, 3), (3, 2)):
+        sub = os.path.join(work, "%dto%d" % (old, new))
+        os.makedirs(sub)
+        run_ranks("save", old, sub)
+        run_ranks("resume", new, sub)
+
+
 def main():
+    if len(sys.argv) == 6 and sys.argv[1] == "--rank":
+        reshard_rank(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        return 0
     return scenarios_main(globals(), "agentrt-torch")
 
 
