@@ -125,11 +125,14 @@ struct Manifest {
 // such a checkpoint restores at any world size.
 bool AllGlobal(const Manifest& manifest);
 
-// Builds a step's global index (SavedStep) from its verified manifest; a
-// reason string when the shards disagree about an array.
+// Builds a step's global index (SavedStep) from its verified manifest (an
+// error when the shards disagree about an array); `loaded`, when non-null and
+// holding bytes, is a shard already read and verified whole, which reads of
+// its pieces copy from.
 struct SavedStepAccess {
   static Result<std::shared_ptr<const SavedStep>> Open(int dir_fd, const std::string& dir_path,
-                                                       const Manifest& manifest);
+                                                       const Manifest& manifest,
+                                                       const ShardData* loaded = nullptr);
 };
 
 // Parses and checks a manifest; any problem is a reason string (the checkpoint is corrupt).

@@ -96,7 +96,7 @@ std::byte* ShardData::Allocate(int rank, std::vector<ShardEntry> entries, size_t
   rank_ = rank;
   entries_ = std::move(entries);
   size_ = size;
-  data_.reset(new std::byte[std::max<size_t>(size, 1)]);
+  data_ = std::shared_ptr<std::byte[]>(new std::byte[std::max<size_t>(size, 1)]);
   return data_.get();
 }
 
@@ -513,7 +513,7 @@ Result<RestoreResult> Checkpointer::Restore() {
       result.skipped.push_back(std::move(*v.corrupt));
       continue;
     }
-    auto saved = SavedStepAccess::Open(dir_fd_, options_.dir, manifest);
+    auto saved = SavedStepAccess::Open(dir_fd_, options_.dir, manifest, &shard);
     if (!saved.ok()) {
       result.skipped.push_back(
           {step, options_.dir + "/" + StepName(step) + "/" + kManifest, saved.status().message()});

@@ -226,6 +226,10 @@ class SavedStep {
   std::vector<Array> arrays_;                      // sorted by name
   std::vector<uint64_t> chunk_bytes_;              // per rank
   std::vector<uint64_t> shard_bytes_;              // per rank
+  // One rank's shard already read and verified whole (Restore's own): its
+  // pieces are copied from memory rather than read again.
+  int loaded_rank_ = -1;
+  std::shared_ptr<const std::byte[]> loaded_;
   std::vector<std::vector<uint32_t>> chunk_crcs_;  // per rank
 };
 
@@ -244,11 +248,13 @@ class ShardData {
   // Replaces the contents with `size` uninitialised bytes described by `entries`
   // and returns where to put them (for the Checkpointer and storage code).
   std::byte* Allocate(int rank, std::vector<ShardEntry> entries, size_t size);
+  // The bytes, owned jointly (null when nothing was loaded).
+  std::shared_ptr<const std::byte[]> shared_data() const { return data_; }
 
  private:
   int rank_ = 0;
   std::vector<ShardEntry> entries_;
-  std::unique_ptr<std::byte[]> data_;
+  std::shared_ptr<std::byte[]> data_;  // shared with the step's SavedStep
   size_t size_ = 0;
 };
 

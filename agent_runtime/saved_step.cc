@@ -19,8 +19,13 @@ namespace checkpoint_files {
 
 Result<std::shared_ptr<const SavedStep>> SavedStepAccess::Open(int dir_fd,
                                                                const std::string& dir_path,
-                                                               const Manifest& manifest) {
+                                                               const Manifest& manifest,
+                                                               const ShardData* loaded) {
   std::shared_ptr<SavedStep> saved(new SavedStep());
+  if (loaded != nullptr && loaded->shared_data() != nullptr) {
+    saved->loaded_rank_ = loaded->rank();
+    saved->loaded_ = loaded->shared_data();
+  }
   saved->step_ = manifest.step;
   saved->world_size_ = manifest.world_size;
   saved->path_ = dir_path + "/" + StepName(manifest.step);
@@ -103,6 +108,10 @@ Status PreadAll(int fd, std::byte* dst, size_t bytes, uint64_t offset, const std
 
 Status SavedStep::ReadRange(int rank, uint64_t lo, uint64_t hi, std::byte* dst,
                             std::vector<std::byte>& scratch) const {
+  if (rank == loaded_rank_) {  // read and verified whole by Restore
+    std::memcpy(dst, loaded_.get() + lo, static_cast<size_t>(hi - lo));
+    return Status::Ok();
+  }
   const std::string path = path_ + "/" + ShardName(rank);
   Fd fd(::openat(step_fd_, ShardName(rank).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.ok()) return DataLoss(path + ": cannot open: " + std::strerror(errno));

@@ -171,6 +171,9 @@ def _global_arrays(restore):
     """Resolves references to global arrays, read whole from any ranks' shards."""
     def resolve(ref):
         name, label, shape = ref["__array__"], ref.get("dtype"), tuple(ref.get("shape", ()))
+        if name in restore and restore.entries[name]["shape"] == (int(np.prod(shape)),):
+            # This rank saved it whole (rank 0's, or one rank): a view, no copy.
+            return restore[name].reshape(shape), restore.entries[name]["dtype"]
         if name in restore.global_arrays:
             return restore.read(name).reshape(shape), restore.global_arrays[name]["dtype"]
         if label is not None and 0 in shape:  # nothing was saved of an empty array
