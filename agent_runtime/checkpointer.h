@@ -223,9 +223,9 @@ class SavedStep {
   int world_size_ = 0;
   std::string path_;
   int step_fd_ = -1;
-  std::vector<Array> arrays_;                      // sorted by name
-  std::vector<uint64_t> chunk_bytes_;              // per rank
-  std::vector<uint64_t> shard_bytes_;              // per rank
+  std::vector<Array> arrays_;          // sorted by name
+  std::vector<uint64_t> chunk_bytes_;  // per rank
+  std::vector<uint64_t> shard_bytes_;  // per rank
   // One rank's shard already read and verified whole (Restore's own): its
   // pieces are copied from memory rather than read again.
   int loaded_rank_ = -1;

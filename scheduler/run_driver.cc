@@ -24,8 +24,12 @@
 
 namespace agentrt {
 
-Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory_request,
-                               const ScontrolReader& read_scontrol, const PrepareOptions& options) {
+namespace {
+
+// The plan of `config` on its inventory; ResourceExhausted when infeasible.
+Result<std::pair<Plan, std::string>> PlanOnInventory(Config& config,
+                                                     const InventoryRequest& inventory_request,
+                                                     const ScontrolReader& read_scontrol) {
   AGENTRT_ASSIGN_OR_RETURN(const Inventory inventory,
                            ResolveInventory(config, inventory_request, read_scontrol));
   PlanResult planned = MakePlan(config, inventory);
@@ -33,26 +37,49 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
     return ResourceExhausted(
         fmt::format("infeasible on {}: {}", inventory.source, planned.infeasible().reason));
   }
+  return std::pair{std::move(planned).plan(), inventory.source};
+}
+
+// Leases every port of `plan` in `dir` (when asked to).
+Result<std::unique_ptr<PortLeases>> LeasePlanPorts(Plan& plan, const RunDir& dir,
+                                                   const PrepareOptions& options) {
+  if (!options.lease_ports) return std::unique_ptr<PortLeases>();
+  AGENTRT_ASSIGN_OR_RETURN(auto l, PortLeases::Open(dir.path(), options.lease_dir));
+  AGENTRT_RETURN_IF_ERROR(LeaseRunPorts(
+      plan, plan.ports, [](const AgentPlan&) { return true; }, *l));
+  return l;
+}
+
+}  // namespace
+
+Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory_request,
+                               const ScontrolReader& read_scontrol, const PrepareOptions& options) {
+  AGENTRT_ASSIGN_OR_RETURN(auto planned, PlanOnInventory(config, inventory_request, read_scontrol));
   AGENTRT_ASSIGN_OR_RETURN(RunDir dir, RunDir::Create(config.run.dir, config.run.name,
                                                       std::chrono::system_clock::now()));
-  Plan plan = std::move(planned).plan();
+  Plan plan = std::move(planned.first);
   plan.run_dir = dir.path();
-  std::unique_ptr<PortLeases> leases;
-  if (options.lease_ports) {
-    auto leased = [&]() -> Result<std::unique_ptr<PortLeases>> {
-      AGENTRT_ASSIGN_OR_RETURN(auto l, PortLeases::Open(dir.path(), options.lease_dir));
-      AGENTRT_RETURN_IF_ERROR(LeaseRunPorts(
-          plan, plan.ports, [](const AgentPlan&) { return true; }, *l));
-      return l;
-    }();
-    if (!leased.ok()) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir.path(), ec);  // nothing was started: leave nothing behind
-      return leased.status().WithContext("cannot lease the run's ports on this machine");
-    }
-    leases = std::move(leased).value();
+  auto leases = LeasePlanPorts(plan, dir, options);
+  if (!leases.ok()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir.path(), ec);  // nothing was started: leave nothing behind
+    return leases.status().WithContext("cannot lease the run's ports on this machine");
   }
-  return PreparedRun{std::move(plan), std::move(dir), inventory.source, std::move(leases)};
+  return PreparedRun{std::move(plan), std::move(dir), planned.second, std::move(leases).value()};
+}
+
+Result<PreparedRun> PrepareReplan(Config& config, const InventoryRequest& inventory_request,
+                                  const RunDir& dir, const std::string& run_name,
+                                  const PrepareOptions& options) {
+  AGENTRT_ASSIGN_OR_RETURN(auto planned, PlanOnInventory(config, inventory_request, nullptr));
+  Plan plan = std::move(planned.first);
+  plan.run = run_name;
+  plan.run_dir = dir.path();
+  auto leases = LeasePlanPorts(plan, dir, options);
+  if (!leases.ok()) {
+    return leases.status().WithContext("cannot lease the new plan's ports on this machine");
+  }
+  return PreparedRun{std::move(plan), dir, planned.second, std::move(leases).value()};
 }
 
 namespace {

@@ -79,6 +79,13 @@ Result<PreparedRun> PrepareRun(Config& config, const InventoryRequest& inventory
                                const ScontrolReader& read_scontrol,
                                const PrepareOptions& options = {});
 
+// `agentctl resume RUN_DIR --replan`: a new plan of `config` for the existing
+// run directory `dir` (its run name kept; checkpoint directories are by agent
+// name, so they stay), with its ports leased. Writes nothing of the run.
+Result<PreparedRun> PrepareReplan(Config& config, const InventoryRequest& inventory,
+                                  const RunDir& dir, const std::string& run_name,
+                                  const PrepareOptions& options = {});
+
 // The agents of `plan` as the controller launches them: ranks in order with
 // their node, local rank and GPUs; ports, checkpoint dir (absolute), log dir,
 // bus address, token file and telemetry endpoint. MASTER_ADDR is 127.0.0.1

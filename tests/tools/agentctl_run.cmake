@@ -5,7 +5,7 @@ agentrt_python_scenarios(PREFIX agentctl_run
   SCRIPT ${CMAKE_CURRENT_LIST_DIR}/agentctl_run_test.py
   SCENARIOS env_contract restart failing kill_controller busy_port workdir resume mpi_rank_failure
             config_error fresh_after_corrupt last_checkpoint bye_linger python_stall crash_loop
-            stop_resume tls tls_run_ca from_run
+            stop_resume tls tls_run_ca from_run replan
   LABELS integration
   TIMEOUT 120)
 set_tests_properties(agentctl_run_tls PROPERTIES SKIP_RETURN_CODE 77)  # no openssl

@@ -992,6 +992,72 @@ agents:
           "nothing of the refused run started")
 
 
+def scenario_replan(work):
+    """agentctl resume --replan: after the controller died, agents.yaml gives the PPO agent 3 ranks
+    instead of 2, adds an agent and drops one; the run goes on in the same directory, the agent
+    restores its checkpoint re-sharded. A change that cannot be re-sharded is refused first."""
+    worker = os.path.join(BIN, "agent-worker")
+    first = free_port_block(64)
+
+    def config(ranks, steps, others):
+        return """run: {name: replan, dir: runs}
+cluster:
+  ports: {first: %d, last: %d, per_agent: 16}
+defaults:
+  restart: {max_restarts: 1, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 3}
+  checkpoint: {interval_s: 1, keep_last: 2}
+agents:
+  - name: learner
+    ranks: %d
+    command: [%s]
+    args: {env: cartpole, steps: %d, num_envs: 4, rollout_steps: 64}
+%s""" % (first, first + 63, ranks, worker, steps, others)
+
+    slow = ["--steps", "100000", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.2"]
+    run = AgentctlRun(AGENTCTL, work, config(2, 50000000, agent_yaml("other", slow)))
+    try:
+        wait_for("checkpoints of both agents", lambda: all(
+            ((run.agent(a) or {}).get("last_checkpoint_step") or 0) > 0 for a in ("learner", "other")), 60)
+        run.proc.send_signal(signal.SIGKILL)
+        run.proc.wait(timeout=10)
+        wait_for("the old agents to die", lambda: not run_processes(run.run_dir) or None, 10)
+    finally:
+        run.kill()
+    saved = newest_committed(run.run_dir, "learner")
+
+    # The test agent's checkpoint holds one rank's own entries: 2 ranks for it are refused.
+    bad = os.path.join(work, "bad.yaml")
+    with open(bad, "w") as f:
+        f.write(config(2, 1, agent_yaml("other", slow, ranks=2)))
+    refused = agentctl("resume", run.run_dir, "--replan", bad, "--quiet", "--no-dashboard", timeout=60)
+    check(refused.returncode != 0 and "--replan: agent other (1 ranks planned before, 2 now)" in refused.stderr
+          and "cannot be re-sharded" in refused.stderr,
+          "a change the checkpoint cannot follow is refused:\n%s%s" % (refused.stdout, refused.stderr))
+    check(not run_processes(run.run_dir), "and nothing started")
+
+    new = os.path.join(work, "new.yaml")
+    with open(new, "w") as f:
+        f.write(config(3, 1, agent_yaml("newbie", ["--steps", "3", "--step-ms", "10", "--heartbeat-ms", "200"])))
+    resumed = subprocess.run([AGENTCTL, "resume", run.run_dir, "--replan", new, "--quiet", "--no-dashboard"],
+                             capture_output=True, text=True, timeout=120)
+    out = resumed.stdout + resumed.stderr
+    check(resumed.returncode == 0, "the replanned run succeeded\n%s" % out[-2000:])
+    check("--replan: agent learner: 2 rank(s), 0 GPU(s) before; 3 rank(s), 0 GPU(s) now; its "
+          "checkpoint of step %d (saved by 2 ranks) is re-sharded" % saved in out, "the change is said:\n%s" % out)
+    check("agent newbie is new; it starts fresh" in out, "the new agent is named")
+    check("agent other is no longer in the config" in out, "the dropped agent is named")
+    with open(os.path.join(run.run_dir, "logs", "learner", "rank2.log")) as f:
+        log = f.read()
+    check("resumed at env step %d" % saved in log, "the new rank 2 resumed at the saved step:\n%s" % log[-1500:])
+    with open(os.path.join(run.run_dir, "logs", "learner", "rank0.log")) as f:
+        check("re-sharded the checkpoint of 2 ranks onto 3" in f.read(), "rank 0 says it re-sharded")
+    plan = plan_of(run.run_dir)
+    check([a["name"] for a in plan["agents"]] == ["learner", "newbie"] and plan["agents"][0]["ranks"] == 3,
+          "plan.json is the new plan")
+    final = json.load(open(os.path.join(run.run_dir, "status.json")))
+    check(final["state"] == "succeeded", "status: succeeded")
+
+
 def main():
     for path in (AGENTCTL, AGENT):
         if not os.access(path, os.X_OK):

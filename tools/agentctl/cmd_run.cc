@@ -147,6 +147,7 @@ struct RunOptions {
   bool strict = false;     // --preflight --strict: its warnings fail too
   bool dashboard = false;  // run/resume: serve the dashboard on loopback while the run lasts
   std::string from;        // run --from OLD_RUN_DIR: start from that run's checkpoints
+  std::string replan;      // resume --replan agents.yaml: a new plan for the run
 };
 
 // The signal handlers above, as the driver sees them.
@@ -493,6 +494,72 @@ int SubmitAndFollow(const agentrt::PreparedRun& prepared, const agentrt::SlurmCo
 
 }  // namespace
 
+// `resume --replan agents.yaml`: the run's new plan from the changed config,
+// in the same run directory (the run keeps its name, secret, CA, bus log and
+// checkpoint directories, which are by agent name). An agent whose ranks,
+// GPUs or GPU type changed restores its newest checkpoint re-sharded: that it
+// can is checked here, before anything starts. An agent new to the config
+// starts fresh; one gone from it is named and its checkpoints stay.
+agentrt::PreparedRun Replan(const agentrt::Plan& old, const agentrt::RunDir& dir,
+                            const std::string& file) {
+  auto config = agentrt::LoadConfigFile(file, ConfigLoadOptions({}));
+  if (!config.ok()) Fail("resume", config.status());
+  agentrt::InventoryRequest request;
+  request.config_file = file;
+  auto prepared = agentrt::PrepareReplan(*config, request, dir, old.run);
+  if (!prepared.ok()) {
+    Fail("resume", prepared.status().WithContext("--replan " + file),
+         prepared.status().code() == agentrt::StatusCode::kResourceExhausted ? kExitInfeasible
+                                                                             : kExitError);
+  }
+  for (const agentrt::AgentPlan& agent : prepared->plan.agents) {
+    const agentrt::AgentPlan* was = old.FindAgent(agent.name);
+    if (was == nullptr) {
+      Print(
+          fmt::format("agentctl resume: --replan: agent {} is new; it starts fresh\n", agent.name));
+      continue;
+    }
+    const bool same_shape =
+        was->ranks == agent.ranks && was->gpus == agent.gpus && was->gpu_type == agent.gpu_type;
+    if (same_shape) continue;
+    // Its newest checkpoint must restore at the new size: rank 0 tries (and
+    // reads only its own shard; the agent's ranks verify every one).
+    agentrt::CheckpointOptions o{.dir = dir.Resolve(agent.checkpoint_dir),
+                                 .agent = agent.name,
+                                 .rank = 0,
+                                 .world_size = agent.ranks,
+                                 .interval_s = 0,
+                                 .verify_all_shards = false};
+    auto checkpointer = agentrt::Checkpointer::Create(o);
+    auto restored = checkpointer.ok()
+                        ? (*checkpointer)->Restore()
+                        : agentrt::Result<agentrt::RestoreResult>(checkpointer.status());
+    if (!restored.ok()) {
+      Fail("resume", restored.status().WithContext(
+                         fmt::format("--replan: agent {} ({} ranks planned before, {} now)",
+                                     agent.name, was->ranks, agent.ranks)));
+    }
+    Print(fmt::format(
+        "agentctl resume: --replan: agent {}: {} rank(s), {} GPU(s){} before; {} rank(s), {} "
+        "GPU(s){} now; {}\n",
+        agent.name, was->ranks, was->gpus, was->gpu_type.empty() ? "" : " " + was->gpu_type,
+        agent.ranks, agent.gpus, agent.gpu_type.empty() ? "" : " " + agent.gpu_type,
+        restored->restored()
+            ? fmt::format("its checkpoint of step {} (saved by {} ranks) is re-sharded",
+                          restored->step, restored->world_size)
+            : std::string("it has no checkpoint to restore")));
+  }
+  for (const agentrt::AgentPlan& was : old.agents) {
+    if (prepared->plan.FindAgent(was.name) == nullptr) {
+      Print(
+          fmt::format("agentctl resume: --replan: agent {} is no longer in the config; its "
+                      "checkpoints stay in {}\n",
+                      was.name, dir.Resolve(was.checkpoint_dir)));
+    }
+  }
+  return std::move(prepared).value();
+}
+
 // `agentctl resume RUN_DIR`: continue a local run whose controller died.
 int Resume(const std::string& run_dir_path, const RunOptions& opts) {
   const agentrt::RunDir dir(std::filesystem::absolute(run_dir_path).lexically_normal().string());
@@ -520,12 +587,20 @@ int Resume(const std::string& run_dir_path, const RunOptions& opts) {
     }
     driver_options.resume_from = *previous;
   }
-  // The ports again: the same blocks unless another run took them meanwhile.
-  auto leases = agentrt::PortLeases::Open(dir.path());
-  if (!leases.ok()) Fail("resume", leases.status());
-  const agentrt::Status leased = agentrt::LeaseRunPorts(
-      *plan, plan->ports, [](const agentrt::AgentPlan&) { return true; }, **leases);
-  if (!leased.ok()) Fail("resume", leased.WithContext("cannot lease the run's ports"));
+  std::unique_ptr<agentrt::PortLeases> leases;
+  if (!opts.replan.empty()) {
+    agentrt::PreparedRun replanned = Replan(*plan, dir, opts.replan);
+    *plan = std::move(replanned.plan);
+    leases = std::move(replanned.leases);
+  } else {
+    // The ports again: the same blocks unless another run took them meanwhile.
+    auto opened = agentrt::PortLeases::Open(dir.path());
+    if (!opened.ok()) Fail("resume", opened.status());
+    const agentrt::Status leased = agentrt::LeaseRunPorts(
+        *plan, plan->ports, [](const agentrt::AgentPlan&) { return true; }, **opened);
+    if (!leased.ok()) Fail("resume", leased.WithContext("cannot lease the run's ports"));
+    leases = std::move(opened).value();
+  }
   Print(
       fmt::format("agentctl resume: run {} in {}: every unfinished agent resumes from its "
                   "newest checkpoint\n",
@@ -535,7 +610,7 @@ int Resume(const std::string& run_dir_path, const RunOptions& opts) {
   backend_options.rank_exec = RankWrapper();
   auto backend = agentrt::MakeLocalBackend(agentrt::MakePosixSpawner(), backend_options);
   return Drive(std::move(*plan), dir, backend.get(), opts, std::move(driver_options),
-               std::move(leases).value());
+               std::move(leases));
 }
 
 void RegisterResume(CLI::App& app) {
@@ -549,6 +624,9 @@ void RegisterResume(CLI::App& app) {
   cmd->add_option("--status-interval-s", opts->status_interval_s,
                   "seconds between progress tables when stdout is not a terminal");
   cmd->add_flag("--quiet", opts->quiet, "no progress output; only the summary");
+  cmd->add_option("--replan", opts->replan,
+                  "plan the run anew from this (changed) agents.yaml: agents whose ranks or GPUs "
+                  "changed restore their checkpoints re-sharded");
   opts->dashboard = true;
   cmd->add_flag("!--no-dashboard", opts->dashboard, "do not serve the dashboard while it runs");
   cmd->callback([opts, run_dir] { Exit(Resume(*run_dir, *opts)); });
