@@ -460,12 +460,17 @@ Status PpoLearner::LoadState(std::span<const uint8_t> state) {
     return DataLoss("ppo: learner state is truncated or has trailing bytes (body)");
   }
   AGENTRT_RETURN_IF_ERROR(adam_->LoadState(in.Rest()).WithContext("ppo: optimizer state"));
+  Install(std::move(params), count, std::move(mean), std::move(var), rng, updates);
+  return Status::Ok();
+}
+
+void PpoLearner::Install(std::vector<float> params, double count, std::vector<double> mean,
+                         std::vector<double> var, const Rng::State& rng, int64_t updates) {
   params_ = std::move(params);
   normalizer_.SetState(count, std::move(mean), std::move(var));
   rng_.set_state(rng);
   updates_ = updates;
   step_ = 0;
-  return Status::Ok();
 }
 
 void PpoLearner::AddTo(CheckpointState& state, const std::string& prefix) {
@@ -545,11 +550,7 @@ Status PpoLearner::LoadFrom(const SavedStep& saved, const std::string& prefix) {
               {config_.seed, static_cast<uint64_t>(group_.rank()), static_cast<uint64_t>(updates)})
               .state();
   }
-  params_ = std::move(params);
-  normalizer_.SetState(count, std::move(mean), std::move(var));
-  rng_.set_state(rng);
-  updates_ = updates;
-  step_ = 0;
+  Install(std::move(params), count, std::move(mean), std::move(var), rng, updates);
   return Status::Ok();
 }
 

@@ -124,6 +124,9 @@ class PpoLearner {
   void Sample(const RowMatrix& logits, std::span<float> actions, float* logp, bool deterministic,
               Rng& rng);
   Status MergeObservationStats();
+  // A loaded state, checked, becomes the learner's (LoadState, LoadFrom).
+  void Install(std::vector<float> params, double count, std::vector<double> mean,
+               std::vector<double> var, const Rng::State& rng, int64_t updates);
   // Update's parts: GAE with the values after the rollout's last step; the
   // learning rate of this update; one minibatch (its advantages normalised);
   // the epochs of minibatch steps (sums of pg, v, entropy, kl, clipfrac and

@@ -917,14 +917,10 @@ channels:
             pass
 
 
-def scenario_from_run(work):
-    """agentctl run --from: a PPO agent (agent-worker) trained by 2 ranks goes on in a new run with
-    3 ranks from its checkpoint, re-sharded; an agent the old run lacks starts fresh and one the new
-    run lacks is named; a checkpoint that cannot be re-sharded stops the new run before it starts."""
-    worker = os.path.join(BIN, "agent-worker")
-
-    def config(first, ranks, steps, others):
-        return """run: {name: from, dir: runs}
+def learner_config(run, first, ranks, steps, others):
+    """A run of `learner`, a cartpole PPO agent (agent-worker) of `ranks` ranks and a budget of
+    `steps` env steps, checkpointing every second, beside the agents in `others` (yaml)."""
+    return """run: {name: %s, dir: runs}
 cluster:
   ports: {first: %d, last: %d, per_agent: 16}
 defaults:
@@ -935,7 +931,15 @@ agents:
     ranks: %d
     command: [%s]
     args: {env: cartpole, steps: %d, num_envs: 4, rollout_steps: 64}
-%s""" % (first, first + 63, ranks, worker, steps, others)
+%s""" % (run, first, first + 63, ranks, os.path.join(BIN, "agent-worker"), steps, others)
+
+
+def scenario_from_run(work):
+    """agentctl run --from: a PPO agent (agent-worker) trained by 2 ranks goes on in a new run with
+    3 ranks from its checkpoint, re-sharded; an agent the old run lacks starts fresh and one the new
+    run lacks is named; a checkpoint that cannot be re-sharded stops the new run before it starts."""
+    def config(first, ranks, steps, others):
+        return learner_config("from", first, ranks, steps, others)
 
     quick = ["--steps", "3", "--step-ms", "10", "--heartbeat-ms", "200"]
     saving = ["--steps", "20", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.1"]
@@ -996,22 +1000,10 @@ def scenario_replan(work):
     """agentctl resume --replan: after the controller died, agents.yaml gives the PPO agent 3 ranks
     instead of 2, adds an agent and drops one; the run goes on in the same directory, the agent
     restores its checkpoint re-sharded. A change that cannot be re-sharded is refused first."""
-    worker = os.path.join(BIN, "agent-worker")
     first = free_port_block(64)
 
     def config(ranks, steps, others):
-        return """run: {name: replan, dir: runs}
-cluster:
-  ports: {first: %d, last: %d, per_agent: 16}
-defaults:
-  restart: {max_restarts: 1, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 3}
-  checkpoint: {interval_s: 1, keep_last: 2}
-agents:
-  - name: learner
-    ranks: %d
-    command: [%s]
-    args: {env: cartpole, steps: %d, num_envs: 4, rollout_steps: 64}
-%s""" % (first, first + 63, ranks, worker, steps, others)
+        return learner_config("replan", first, ranks, steps, others)
 
     slow = ["--steps", "100000", "--step-ms", "20", "--heartbeat-ms", "200", "--ckpt-interval-s", "0.2"]
     run = AgentctlRun(AGENTCTL, work, config(2, 50000000, agent_yaml("other", slow)))
