@@ -511,6 +511,45 @@ TEST_CASE("a re-sharded read checks the chunks it reads; Restore falls back past
   testing::RestoreGlobal(dir.path, 3, 1, n);
 }
 
+TEST_CASE("a truncated, missing or torn shard of a re-sharded restore is found and named") {
+  TempDir dir;
+  const uint64_t n = (3u << 20) / sizeof(float);
+  testing::SaveGlobal(dir.path, 2, 1, n);
+  testing::SaveGlobal(dir.path, 2, 2, n);
+  auto read_all = [&](int world) {
+    auto o = Options(dir.path, 0, world);
+    o.verify_all_shards = false;  // the read itself must notice
+    auto r = Make(o)->Restore();
+    REQUIRE(r.ok());
+    REQUIRE(r->restored());
+    std::vector<float> all(n);
+    return std::pair{r->step, r->saved->Read("w", 0, n, all.data())};
+  };
+  const std::string shard = dir.path + "/step-2/rank-1.shard";
+  SECTION("truncated") {
+    fs::resize_file(shard, 1000);
+    auto [step, read] = read_all(3);
+    CHECK(step == 2);
+    CHECK(read.code() == StatusCode::kDataLoss);
+    CHECK(read.message().find("rank-1.shard ended at byte 1000") != std::string::npos);
+  }
+  SECTION("missing") {
+    fs::remove(shard);
+    auto [step, read] = read_all(3);
+    CHECK(read.code() == StatusCode::kDataLoss);
+    CHECK(read.message().find("rank-1.shard: cannot open") != std::string::npos);
+  }
+  SECTION("a torn manifest: the older step, re-sharded") {
+    fs::resize_file(dir.path + "/step-2/manifest.json", 30);
+    auto [step, read] = read_all(4);
+    CHECK(step == 1);
+    CHECK(read.ok());
+  }
+  // Verifying every shard first (the default), Restore passes over the damage.
+  std::ofstream(shard, std::ios::trunc).close();
+  testing::RestoreGlobal(dir.path, 3, 1, n);
+}
+
 TEST_CASE("a world-size change restores a checkpoint of global slices without opting in") {
   TempDir dir;
   testing::SaveGlobal(dir.path, 2, 9, 1000);
