@@ -59,6 +59,18 @@ std::string PageSecurityPolicy(std::string_view page) {
          "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 }
 
+// host:port as others reach a server listening on `host`: every address
+// (0.0.0.0, ::) is this host's name, which its certificate names too.
+std::string ReachableAt(const std::string& listen_host, int port) {
+  std::string h = listen_host;
+  if (h == "0.0.0.0" || h == "::" || h.empty()) {
+    char name[256] = {};
+    h = ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";
+  }
+  const std::string host = h.find(':') != std::string::npos && h.front() != '[' ? "[" + h + "]" : h;
+  return fmt::format("{}:{}", host, port);
+}
+
 // The cookie a browser keeps after `?token=`: derived from the token (a
 // browser's cookie store never holds the token itself), accepted instead of it.
 std::string SessionValue(const std::string& token) {
@@ -349,11 +361,13 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
   for (int i = 0; i < 5000 && !impl->server->is_running(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // Prometheus finds the run's /metrics through this file (file_sd_configs).
-  impl->targets =
-      nlohmann::json::array({{{"targets", {fmt::format("{}:{}", options.host, port)}},
-                              {"labels", {{"agentrt_run_dir", RunDir(run_dir).path()}}}}})
-          .dump() +
-      "\n";
+  // An HTTPS dashboard says so in the target's __scheme__ label.
+  nlohmann::json labels = {{"agentrt_run_dir", RunDir(run_dir).path()}};
+  if (!options.tls_cert_file.empty()) labels["__scheme__"] = "https";
+  impl->targets = nlohmann::json::array({{{"targets", {ReachableAt(options.host, port)}},
+                                          {"labels", std::move(labels)}}})
+                      .dump() +
+                  "\n";
   const Status written =
       WriteFileAtomic(RunDir(run_dir).PrometheusTargetsPath(), impl->targets, {.mode = 0644});
   if (!written.ok()) impl->targets.clear();  // a read-only run directory: served all the same
@@ -363,14 +377,8 @@ Result<std::unique_ptr<Dashboard>> Dashboard::Start(const std::string& run_dir,
 int Dashboard::port() const { return impl_->port; }
 
 std::string Dashboard::url() const {
-  std::string h = impl_->options.host;
-  if (h == "0.0.0.0" || h == "::" || h.empty()) {
-    char name[256] = {};
-    h = ::gethostname(name, sizeof name - 1) == 0 ? name : "127.0.0.1";  // every address: this host
-  }
-  const std::string host = h.find(':') != std::string::npos && h.front() != '[' ? "[" + h + "]" : h;
-  return fmt::format("{}://{}:{}/", impl_->options.tls_cert_file.empty() ? "http" : "https", host,
-                     impl_->port);
+  return fmt::format("{}://{}/", impl_->options.tls_cert_file.empty() ? "http" : "https",
+                     ReachableAt(impl_->options.host, impl_->port));
 }
 
 void Dashboard::Stop() {

@@ -217,8 +217,9 @@ def scenario_prometheus(work):
         targets_file = os.path.join(run.run_dir, "prometheus_targets.json")
         targets = wait_for("prometheus_targets.json", lambda: os.path.exists(targets_file) and
                            json.load(open(targets_file)), 30)
-        check(len(targets) == 1 and targets[0]["targets"][0].startswith("127.0.0.1:"),
-              "one loopback target, the run's dashboard: %s" % targets)
+        check(len(targets) == 1 and targets[0]["targets"][0].startswith("127.0.0.1:")
+              and "__scheme__" not in targets[0]["labels"],
+              "one loopback target over plain HTTP, the run's dashboard: %s" % targets)
         port = free_port_block(1)
         config = os.path.join(work, "prometheus.yml")
         with open(config, "w") as f:
@@ -298,6 +299,10 @@ def scenario_token(work):
                 check(e.code == 401, "without the token: 401")
             check("agentrt_agent_state" in dash.get("metrics", {"Authorization": "Bearer s3cret-dashboard-token"}),
                   "with it: the metrics")
+            targets = json.load(open(os.path.join(run.run_dir, "prometheus_targets.json")))
+            check(targets[0]["labels"].get("__scheme__") == "https"
+                  and targets[0]["targets"] == [dash.line.split("https://")[1].split("/")[0]],
+                  "its Prometheus target says https, at the host its certificate names: %s" % targets)
             try:
                 dash.get("api/run", {"Authorization": "Bearer wrong"})
                 raise AssertionError("no 401")
