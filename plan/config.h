@@ -186,6 +186,10 @@ struct BusConfig {
 
 struct RestartPolicy {
   AGENTRT_RESTART_SETTINGS(AGENTRT_DECLARE_SETTING)
+  // restart.elastic.min_ranks: when a node of the agent dies and no spare
+  // fits, it goes on at the ranks its other nodes hold, if at least this many
+  // (scheduler/node_failover.h); 0: not elastic (the allocation requeues).
+  int elastic_min_ranks = 0;
 };
 
 struct CheckpointPolicy {

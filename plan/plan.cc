@@ -175,6 +175,8 @@ nlohmann::ordered_json AgentToJson(const AgentPlan& a) {
   aj["env"] = a.env;
   aj["args"] = ojson::parse(a.args.dump());
   aj["restart"] = SettingsToJson(a.restart);
+  if (a.restart.elastic_min_ranks > 0) aj["elastic_min_ranks"] = a.restart.elastic_min_ranks;
+  if (a.planned_ranks > 0) aj["planned_ranks"] = a.planned_ranks;
   aj["checkpoint"] = SettingsToJson(a.checkpoint);
   aj["group"] = SettingsToJson(a.group);
   return aj;
@@ -322,6 +324,8 @@ AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, int prev
   }
   if (const json* restart = r.Get(aj, path, "restart", false))
     SettingsFromJson(r, *restart, path + ".restart", a.restart);
+  r.Read(aj, path, "elastic_min_ranks", a.restart.elastic_min_ranks, false);
+  r.Read(aj, path, "planned_ranks", a.planned_ranks, false);
   if (const json* checkpoint = r.Get(aj, path, "checkpoint", false))
     SettingsFromJson(r, *checkpoint, path + ".checkpoint", a.checkpoint);
   if (const json* group = r.Get(aj, path, "group", false))

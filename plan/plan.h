@@ -74,6 +74,9 @@ struct AgentPlan {
   std::map<std::string, std::string> env;
   nlohmann::json args = nlohmann::json::object();
   RestartPolicy restart;
+  // The ranks planned before elastic failover shrank the agent onto its
+  // surviving nodes (restart.elastic); 0: as planned.
+  int planned_ranks = 0;
   CheckpointPolicy checkpoint;
   GroupPolicy group;
 

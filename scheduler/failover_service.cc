@@ -31,8 +31,9 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
   if (d.kind == FailoverDecision::Kind::kStay) return advice;
   const double now = UnixTimeSeconds();
   for (size_t k = 0; k < d.failed.size(); ++k) {
-    advice.failures.push_back(
-        {d.failed[k], now, launch.name, k < d.moved_to.size() ? d.moved_to[k] : ""});
+    advice.failures.push_back({d.failed[k], now, launch.name,
+                               k < d.moved_to.size() ? d.moved_to[k] : "",
+                               d.kind == FailoverDecision::Kind::kShrunk});
   }
   if (d.kind == FailoverDecision::Kind::kNoSpare) {
     advice.hold = true;
@@ -41,16 +42,22 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
     observer_->Event("agentctl run: " + launch.name + ": " + advice.reason);
     return advice;
   }
-  // Only this agent's ranks move; plan.json says where they are now.
+  // Only this agent's ranks move (or shrink); plan.json says where they are now.
   for (SupervisedAgent& s :
        SupervisedAgentsOf(*plan_, dir_, endpoints_.bus_address, endpoints_.telemetry_endpoint,
                           endpoints_.local_node)) {
     if (s.launch.name != launch.name) continue;
     launch.ranks = std::move(s.launch.ranks);
     launch.master_addr = std::move(s.launch.master_addr);
+    launch.use_mpirun = s.launch.use_mpirun;
   }
   const Status written = WriteRunPlan(*plan_, dir_.path());
   if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
+  if (d.kind == FailoverDecision::Kind::kShrunk) {
+    observer_->Event(fmt::format("agentctl run: node {} failed: {}: {}", fmt::join(d.failed, ","),
+                                 launch.name, d.reason));
+    return advice;
+  }
   observer_->Event(fmt::format("agentctl run: node {} failed: {} moves to {}",
                                fmt::join(d.failed, ","), launch.name, fmt::join(d.moved_to, ",")));
   return advice;

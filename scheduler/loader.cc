@@ -322,7 +322,14 @@ class ConfigBuilder {
   }
 
   void ParseRestart(const YAML::Node& n, const std::string& path, RestartPolicy& r) {
-    ReadSettings(c_, n, path, r);
+    ReadSettings(c_, n, path, r, {"elastic"});
+    if (const YAML::Node e = n["elastic"]; e.IsDefined()) {
+      const std::string at = Join(path, "elastic");
+      c_.CheckMap(e, at, {"min_ranks"});
+      if (!e["min_ranks"].IsDefined()) c_.Fail(e, at, "expected {min_ranks: N}");
+      c_.Read(e, at, "min_ranks", r.elastic_min_ranks);
+      Positive(e, at, "min_ranks", r.elastic_min_ranks);
+    }
     if (r.max_restarts < 0)
       c_.Fail(n["max_restarts"], Join(path, "max_restarts"),
               fmt::format("expected 0 or more, got {}", r.max_restarts));
@@ -496,8 +503,13 @@ class ConfigBuilder {
     }
     ValidateArgs(n, path, base);
     base.restart = config.defaults.restart;
-    if (const YAML::Node r = n["restart"]; r.IsDefined())
+    if (const YAML::Node r = n["restart"]; r.IsDefined()) {
       ParseRestart(r, Join(path, "restart"), base.restart);
+      if (base.restart.elastic_min_ranks > base.ranks && r["elastic"].IsDefined())
+        c_.Fail(r["elastic"]["min_ranks"], Join(path, "restart.elastic.min_ranks"),
+                fmt::format("expected at most the agent's {} ranks, got {}", base.ranks,
+                            base.restart.elastic_min_ranks));
+    }
     base.checkpoint = config.defaults.checkpoint;
     if (const YAML::Node cp = n["checkpoint"]; cp.IsDefined())
       ParseCheckpoint(cp, Join(path, "checkpoint"), base.checkpoint);

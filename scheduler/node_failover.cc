@@ -1,6 +1,7 @@
 #include "scheduler/node_failover.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <numeric>
@@ -67,6 +68,7 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
               ? fmt::format(" and {} {}GPU(s)", gpus, a->gpu_type.empty() ? "" : a->gpu_type + " ")
               : "",
           p.node, spares.size());
+      Shrink(*a, &d);
       return d;
     }
     d.moved_to.push_back(*spare);
@@ -75,11 +77,49 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
     spares.erase(spare);
   }
   a->placement = std::move(placement);
-  a->ports.node = a->placement.front().node;
-  const NodeSpec* first = Find(a->ports.node);
-  a->master_addr = first != nullptr ? first->Address() : a->ports.node;
+  FollowFirstNode(*a);
   d.kind = FailoverDecision::Kind::kMoved;
   return d;
+}
+
+void NodeFailover::FollowFirstNode(AgentPlan& a) const {
+  a.ports.node = a.placement.front().node;
+  const NodeSpec* first = Find(a.ports.node);
+  a.master_addr = first != nullptr ? first->Address() : a.ports.node;
+}
+
+void NodeFailover::Shrink(AgentPlan& a, FailoverDecision* d) const {
+  const int min_ranks = a.restart.elastic_min_ranks;
+  if (min_ranks <= 0) return;
+  std::vector<Placement> kept;
+  int left = 0;
+  for (const Placement& p : a.placement) {
+    if (failed_.count(p.node)) continue;
+    kept.push_back(p);
+    left += static_cast<int>(p.ranks.size());
+  }
+  if (left < min_ranks) {
+    d->reason += fmt::format(
+        "; restart.elastic needs at least {} rank(s), its healthy nodes hold {}", min_ranks, left);
+    return;
+  }
+  int next = 0;
+  int gpus = 0;
+  std::vector<std::string> nodes;
+  for (Placement& p : kept) {
+    for (int& r : p.ranks) r = next++;
+    gpus += static_cast<int>(p.gpus.size());
+    nodes.push_back(p.node);
+  }
+  if (a.planned_ranks == 0) a.planned_ranks = a.ranks;
+  d->kind = FailoverDecision::Kind::kShrunk;
+  d->reason += fmt::format(
+      "; it goes on with the {} rank(s) on {} ({} planned, restart.elastic.min_ranks {})", left,
+      fmt::join(nodes, ","), a.planned_ranks, min_ranks);
+  a.ranks = left;
+  a.gpus = gpus;
+  a.placement = std::move(kept);
+  FollowFirstNode(a);
 }
 
 }  // namespace agentrt

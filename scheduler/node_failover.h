@@ -9,8 +9,11 @@
 // (as many GPUs, of its gpu_type, and CPU slots for its ranks). Ranks per node
 // and the port block stay; the spare's GPUs are numbered from 0; MASTER_ADDR
 // follows the agent's first node. Agents on healthy nodes are not touched.
-// With no spare that fits, the decision is kNoSpare and the run requeues its
-// allocation (RunDriver), as on preemption.
+// With no spare that fits, an elastic agent (restart.elastic.min_ranks K)
+// goes on with the ranks its healthy nodes hold, renumbered from 0 in node
+// order, ranks per node as planned, if that is at least K (kShrunk: its
+// restore re-shards its checkpoint); otherwise the decision is kNoSpare and
+// the run requeues its allocation (RunDriver), as on preemption.
 //
 // A node once seen down is never given to an agent again by this run's
 // controller, even if it comes back.
@@ -33,11 +36,12 @@ struct FailoverDecision {
     kStay,     // none of the agent's nodes is down: relaunch where it was
     kMoved,    // the plan's entry of the agent now names spare nodes
     kNoSpare,  // a node of the agent is down and no spare fits: requeue
+    kShrunk,   // no spare fits; the plan's entry now holds only its healthy nodes
   };
   Kind kind = Kind::kStay;
   std::vector<std::string> failed;    // the agent's nodes that are down
   std::vector<std::string> moved_to;  // kMoved: the spare that took failed[i]
-  std::string reason;                 // kNoSpare: why no spare fits
+  std::string reason;                 // kNoSpare, kShrunk: why no spare fits (and what now)
 };
 
 class NodeFailover {
@@ -55,6 +59,10 @@ class NodeFailover {
 
  private:
   const NodeSpec* Find(const std::string& name) const;
+  // ports.node and master_addr follow the agent's first node.
+  void FollowFirstNode(AgentPlan& a) const;
+  // The elastic way out of kNoSpare (see above); `d` says which was taken.
+  void Shrink(AgentPlan& a, FailoverDecision* d) const;
 
   std::vector<NodeSpec> nodes_;
   std::set<std::string> failed_;

@@ -96,8 +96,11 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
   j["updated_unix_s"] = status.updated_unix_s;
   j["node_failures"] = nlohmann::ordered_json::array();
   for (const NodeFailure& f : status.node_failures) {
-    j["node_failures"].push_back(
-        {{"node", f.node}, {"time", f.unix_s}, {"agent", f.agent}, {"moved_to", f.moved_to}});
+    j["node_failures"].push_back({{"node", f.node},
+                                  {"time", f.unix_s},
+                                  {"agent", f.agent},
+                                  {"moved_to", f.moved_to},
+                                  {"shrunk", f.shrunk}});
   }
   j["requeue_reason"] = status.requeue_reason;
   if (status.bus) j["bus"] = status.bus->ToJson();
@@ -156,7 +159,8 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
     if (j.contains("node_failures") && j["node_failures"].is_array()) {
       for (const auto& fj : j["node_failures"]) {
         s.node_failures.push_back({fj.value("node", ""), fj.value("time", 0.0),
-                                   fj.value("agent", ""), fj.value("moved_to", "")});
+                                   fj.value("agent", ""), fj.value("moved_to", ""),
+                                   fj.value("shrunk", false)});
       }
     }
     s.requeue_reason = j.value("requeue_reason", "");
@@ -265,8 +269,9 @@ std::string NodeFailureNote(const NodeFailure& f) {
   char when[16];
   std::strftime(when, sizeof when, "%H:%M:%S", &utc);
   return fmt::format("node {} failed at {} UTC: {} {}", f.node, when, f.agent,
-                     f.moved_to.empty() ? "has no spare node left (the allocation requeues)"
-                                        : "moved to " + f.moved_to);
+                     f.shrunk             ? "goes on without it (restart.elastic)"
+                     : f.moved_to.empty() ? "has no spare node left (the allocation requeues)"
+                                          : "moved to " + f.moved_to);
 }
 
 std::string RestoreNote(const AgentStatus& a) {

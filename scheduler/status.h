@@ -24,7 +24,7 @@
 //    "run_dir": "/abs/run", "controller_pid": 4200, "started_unix_s": 1764460000.1,
 //    "updated_unix_s": 1764460042.3,
 //    "node_failures": [{"node": "n2", "time": 1764460040.0, "agent": "prey-0",
-//                       "moved_to": "n4"}],    // "" = no spare left: requeued
+//                       "moved_to": "n4", "shrunk": false}],  // "" and not shrunk: requeued
 //    "requeue_reason": ""}                      // set when the run requeues its allocation
 // exit_code: null while the rank runs (or is not known), the exit status once it
 // has exited, minus the signal number when a signal killed it (-9).
@@ -104,6 +104,7 @@ struct NodeFailure {
   double unix_s = 0;     // when the controller acted on it
   std::string agent;     // an agent that had ranks on it
   std::string moved_to;  // the spare node that took them; "" = none left (requeue)
+  bool shrunk = false;   // none left, and the agent went on without the node (restart.elastic)
 };
 
 struct RunStatus {

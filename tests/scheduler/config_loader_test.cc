@@ -135,6 +135,23 @@ TEST_CASE("loader reads the full config schema and expands replicas, defaults an
   CHECK(c.TotalRanks() == 2 + 2 + 6 + 1);
 }
 
+TEST_CASE("restart.elastic: {min_ranks: K} is read, inherited and checked against the ranks") {
+  auto c = LoadConfigString(
+      "defaults: {restart: {elastic: {min_ranks: 1}}}\n"
+      "agents:\n  - {name: wide, ranks: 4, restart: {elastic: {min_ranks: 2}}}\n  - {name: b}\n",
+      "agents.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->agents[0].restart.elastic_min_ranks == 2);
+  CHECK(c->agents[1].restart.elastic_min_ranks == 1);
+  CHECK_THAT(ErrorOf("agents:\n  - {name: a, ranks: 2, restart: {elastic: {min_ranks: 3}}}\n"),
+             Contains("key 'agents[0].restart.elastic.min_ranks': expected at most the agent's 2 "
+                      "ranks, got 3"));
+  CHECK_THAT(ErrorOf("agents:\n  - {name: a, ranks: 2, restart: {elastic: {min_ranks: 0}}}\n"),
+             Contains("key 'agents[0].restart.elastic.min_ranks': expected a positive count"));
+  CHECK_THAT(ErrorOf("agents:\n  - {name: a, ranks: 2, restart: {elastic: {min: 1}}}\n"),
+             Contains("agents[0].restart.elastic"));
+}
+
 TEST_CASE("loader fills in defaults for a minimal config") {
   Result<Config> c = LoadConfigString("agents: [{name: solo}]\n");
   REQUIRE(c.ok());

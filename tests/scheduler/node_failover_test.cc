@@ -99,4 +99,52 @@ TEST_CASE("no spare that fits: the decision says so, and the plan is left as it 
   CHECK(small.Relocate(p2, "wide", {"n2"}).kind == FailoverDecision::Kind::kNoSpare);
 }
 
+TEST_CASE("an elastic agent with no spare goes on with its healthy nodes' ranks") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2)});  // no spare at all
+  Plan plan = MakePlan();
+  plan.agents[1].restart.elastic_min_ranks = 2;
+  const FailoverDecision d = f.Relocate(plan, "wide", {"n2"});
+  REQUIRE(d.kind == FailoverDecision::Kind::kShrunk);
+  CHECK(d.failed == std::vector<std::string>{"n2"});
+  CHECK_THAT(d.reason, Catch::Contains("no spare node left") &&
+                           Catch::Contains("goes on with the 2 rank(s) on n3 (4 planned, "
+                                           "restart.elastic.min_ranks 2)"));
+  const AgentPlan& wide = plan.agents[1];
+  CHECK(wide.ranks == 2);
+  CHECK(wide.planned_ranks == 4);
+  CHECK(wide.gpus == 2);
+  REQUIRE(wide.placement.size() == 1);
+  CHECK(wide.placement[0].node == "n3");
+  CHECK(wide.placement[0].ranks == std::vector<int>{0, 1});  // renumbered from 0
+  CHECK(wide.placement[0].gpus == std::vector<int>{0, 1});   // its GPUs there, as planned
+  CHECK(wide.ports.node == "n3");
+  CHECK(wide.ports.first == 20016);
+  CHECK(wide.master_addr == "10.0.0.3");
+  CHECK(plan.agents[0].placement.front().node == "n1");  // the other agent is not touched
+  // The planned size survives plan.json.
+  plan.agents[1].index = 1;
+  auto again = PlanFromJsonString(PlanToJsonString(plan));
+  REQUIRE(again.ok());
+  CHECK(again->agents[1].planned_ranks == 4);
+  CHECK(again->agents[1].restart.elastic_min_ranks == 2);
+}
+
+TEST_CASE("an elastic agent whose healthy nodes hold fewer than min_ranks still requeues") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2)});
+  Plan plan = MakePlan();
+  plan.agents[1].restart.elastic_min_ranks = 3;
+  const Plan before = plan;
+  const FailoverDecision d = f.Relocate(plan, "wide", {"n3"});
+  REQUIRE(d.kind == FailoverDecision::Kind::kNoSpare);
+  CHECK_THAT(d.reason, Catch::Contains("restart.elastic needs at least 3 rank(s), its healthy "
+                                       "nodes hold 2"));
+  CHECK(PlanToJsonString(plan) == PlanToJsonString(before));
+  // A spare that fits is still preferred to shrinking.
+  NodeFailover spare({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 2)});
+  Plan p2 = MakePlan();
+  p2.agents[1].restart.elastic_min_ranks = 1;
+  CHECK(spare.Relocate(p2, "wide", {"n2"}).kind == FailoverDecision::Kind::kMoved);
+  CHECK(p2.agents[1].ranks == 4);
+}
+
 }  // namespace agentrt
