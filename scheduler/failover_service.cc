@@ -54,6 +54,7 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
   const Status written = WriteRunPlan(*plan_, dir_.path());
   if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
   if (d.kind == FailoverDecision::Kind::kShrunk) {
+    launch.overlap_steps = true;
     observer_->Event(fmt::format("agentctl run: node {} failed: {}: {}", fmt::join(d.failed, ","),
                                  launch.name, d.reason));
     return advice;

@@ -56,6 +56,11 @@ struct AgentLaunch {
   // and still running cannot write beside its successor (agent_runtime/checkpointer.h).
   std::string incarnation;
   bool use_mpirun = false;  // one `mpirun` for all ranks (LaunchesThroughMpi)
+  // SLURM: its step may overlap others (srun --overlap). Set when the agent
+  // went on without a failed node: slurmctld still counts the CPUs and GPUs of
+  // its dead step on the healthy nodes ("dealloc count underflow" as the job
+  // shrinks), and a new step there would wait for them forever.
+  bool overlap_steps = false;
   // The launcher's own CUDA_VISIBLE_DEVICES on a local run (nullopt: unset,
   // or the ranks' wrapper sets theirs): the plan's GPU ids index it.
   std::optional<std::string> launcher_visible_devices;

@@ -448,6 +448,7 @@ std::vector<std::string> BuildSrunArgv(const AgentLaunch& agent, const std::stri
   const bool mpi = std::find(options.mpi_agents.begin(), options.mpi_agents.end(), agent.name) !=
                    options.mpi_agents.end();
   argv.push_back(mpi ? "--mpi=pmix" : "--mpi=none");
+  if (agent.overlap_steps) argv.push_back("--overlap");
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
   // Every task runs the rank wrapper (plan/rank_exec.h): the rank variables
   // from SLURM's, the plan's GPUs of its node, its log, the step id.

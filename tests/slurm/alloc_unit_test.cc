@@ -47,6 +47,11 @@ TEST_CASE("srun argv: the plan's ranks per node") {
   CHECK(Has(argv, "--ntasks-per-node=2"));
   CHECK(Has(argv, "--distribution=block"));
   CHECK(Has(argv, "--gres=gpu:1"));
+  CHECK_FALSE(Has(argv, "--overlap"));
+  // Going on without a failed node, its step may overlap the dead step that
+  // slurmctld still counts on the healthy nodes.
+  a.overlap_steps = true;
+  CHECK(Has(BuildSrunArgv(a, "/bin/train", SrunOptions{}), "--overlap"));
 }
 
 TEST_CASE("srun argv: one step with the plan's nodes, tasks, GPUs and MPI") {

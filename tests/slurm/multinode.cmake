@@ -18,3 +18,10 @@ agentrt_script_test(NAME slurm_node_steps_test
   LABELS slurm fault
   TIMEOUT 300)
 set_tests_properties(slurm_node_steps_test PROPERTIES SKIP_RETURN_CODE 77)
+# restart.elastic with no spare node: a 2-node agent goes on with its healthy node's ranks,
+# its checkpoint re-sharded, on its own 3-node cluster.
+agentrt_script_test(NAME slurm_elastic_test
+  COMMAND ${CMAKE_CURRENT_LIST_DIR}/elastic_test.sh
+  LABELS slurm fault
+  TIMEOUT 300)
+set_tests_properties(slurm_elastic_test PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# An elastic agent (restart.elastic.min_ranks) on a 3-node test cluster
+# (slurm/testcluster/start.sh --nodes 3, network namespaces) with no spare
+# node (slurm.spare_nodes: 0), through `agentctl run --backend slurm`:
+#   `wide` (agent-worker, 4 MPI ranks, two on each of n1 and n2) and `solo`
+#   (n3) train and checkpoint; n2 dies (its slurmd and every process in its
+#   namespace killed, the node marked down); with no spare to move to, `wide`
+#   goes on with the 2 ranks of n1, resumed from its checkpoint re-sharded from
+#   4 ranks onto 2, while `solo` is not touched and the allocation is not
+#   requeued; status, agentctl status and plan.json say so.
+# Skips (77) where network namespaces cannot be made.
+set -uo pipefail
+# shellcheck source=slurm/testcluster/multinode_lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
+start_cluster 3 --gpus 2 --cpus 4
+mkdir -p "$state/el"
+cat >"$state/el/agents.yaml" <<YAML
+run: {name: elastic, dir: $state/el/runs}
+slurm: {spare_nodes: 0}
+defaults:
+  restart: {max_restarts: 5, backoff_s: 1, heartbeat_timeout_s: 4, grace_s: 2}
+  checkpoint: {interval_s: 1, keep_last: 100}
+agents:
+  - name: wide
+    gpus: 4   # two whole nodes, two ranks on each
+    ranks: 4
+    backend: mpi
+    restart: {elastic: {min_ranks: 2}}
+    command: [$bin/agent-worker]
+    args: {env: cartpole, algo: ppo, steps: 1000000000}
+  - name: solo
+    gpus: 1
+    backend: single
+    command: [$bin/agent-worker]
+    args: {env: cartpole, algo: ppo, steps: 1000000000}
+YAML
+cd "$state/el" || fail "no $state/el"
+timeout 60 "$bin/agentctl" run agents.yaml --backend slurm --detach >submit.log 2>&1 \
+  || { cat submit.log; fail "agentctl run --backend slurm --detach failed"; }
+job=$(grep -o 'submitted job [0-9]*' submit.log | awk '{print $3}')
+run=$(ls -d "$state"/el/runs/elastic-*)
+[ -n "$job" ] && [ -d "$run" ] || { cat submit.log; fail "no job or run directory"; }
+on_failure() {
+  echo "--- steps"; timeout 5 squeue -s 2>&1; timeout 5 scontrol show step 2>&1 | head -40
+  echo "--- nodes"; timeout 5 sinfo -N 2>&1
+  echo "--- slurmctld"; grep -E "StepId=[0-9]+\.0|step|n2" "$state/log/slurmctld.log" | tail -25
+  echo "--- status"; "$bin/agentctl" status "$run" 2>&1
+  echo "--- controller"; tail -30 "$run"/slurm-*.out
+  for f in "$run"/logs/*/rank*.log "$run"/logs/*/srun.log; do echo "--- $f"; tail -8 "$f"; done
+}
+check() { status_holds "$run" "$1"; }
+value() { run_status "$run" "$1"; }
+until_status() { wait_until "$1" "$2" check "$3"; }  # SECONDS WHAT EXPR
+
+t=$(now)
+until_status 90 "both agents training with a checkpoint, every rank heard from" \
+  "all(a['state'] == 'running' and a['last_checkpoint_step'] is not None for a in A.values())
+   and heard_since('wide', $t) and heard_since('solo', $t)"
+check "nodes('wide') == ['n1', 'n1', 'n2', 'n2'] and nodes('solo') == ['n3']" \
+  || { on_failure; fail "placement: wide on $(value "[r['node'] for r in A['wide']['ranks']]")"; }
+solo_restarts=$(value "A['solo']['restarts']")
+solo_step=$(value "A['solo']['step']")
+
+t_kill=$(now)
+kill_node n2
+until_status 90 "wide to go on with n1's 2 ranks, restored from its checkpoint" \
+  "nodes('wide') == ['n1', 'n1'] and A['wide']['state'] == 'running' and heard_since('wide', $t_kill)
+   and (A['wide']['restored_step'] or -1) >= 0" || { on_failure; fail "wide did not shrink"; }
+echo "node n2 killed: wide training again on n1 with 2 ranks after $(awk "BEGIN {print $(now) - $t_kill}") s"
+check "A['solo']['restarts'] == $solo_restarts and A['solo']['step'] > $solo_step and A['solo']['state'] == 'running'" \
+  || { on_failure; fail "solo was disturbed by n2's death"; }
+check "S['requeue_reason'] == '' and any(f['node'] == 'n2' and f['agent'] == 'wide' and f['shrunk'] for f in S['node_failures'])" \
+  || { on_failure; fail "status does not record wide going on without n2 (or the run requeued)"; }
+timeout 5 scontrol show job "$job" -o | grep -q 'Restarts=0' || fail "the allocation was requeued"
+"$bin/agentctl" status "$run" | grep -q "note: node n2 failed at .* UTC: wide goes on without it (restart.elastic)" \
+  || fail "agentctl status does not say that wide went on without n2"
+grep -q "re-sharded the checkpoint of 4 ranks onto 2" "$run/logs/wide/rank0.log" \
+  || { tail -20 "$run/logs/wide/rank0.log"; fail "wide's rank 0 did not re-shard its checkpoint"; }
+$py -c "import json,sys; p=json.load(open(sys.argv[1])); w=next(a for a in p['agents'] if a['name']=='wide'); assert w['ranks']==2 and w['planned_ranks']==4 and [x['node'] for x in w['placement']]==['n1'], w" \
+  "$run/plan.json" || fail "plan.json does not hold wide's 2 ranks on n1 (4 planned)"
+grep -h "goes on with the 2 rank(s) on n1" "$run"/slurm-*.out | head -1 \
+  || fail "the controller did not say why wide shrank"
+timeout 10 scancel "$job"
+wait_job_gone "$job"
+echo "elastic_test: PASS"
