@@ -47,6 +47,22 @@ run_status() { "$bin/agentctl" status "$1" --json 2>/dev/null | $py "$work/run_s
 # status_holds RUN EXPR: EXPR (as for run_status) is true now.
 status_holds() { [ "$(run_status "$1" "$2")" = 1 ]; }
 
+# submit_run: `agentctl run agents.yaml --backend slurm --detach` in the
+# current directory; sets $job, and $run to the run directory matching the glob $1.
+submit_run() {
+  timeout 60 "$bin/agentctl" run agents.yaml --backend slurm --detach >submit.log 2>&1 \
+    || { cat submit.log; fail "agentctl run --backend slurm --detach failed"; }
+  job=$(grep -o 'submitted job [0-9]*' submit.log | awk '{print $3}')
+  # shellcheck disable=SC2086  # $1 is a glob: the run directory agentctl made
+  run=$(ls -d $1)
+  [ -n "$job" ] && [ -d "$run" ] || { cat submit.log; fail "no job or run directory"; }
+}
+# check EXPR / value EXPR / until_status SECONDS WHAT EXPR: a Python
+# expression over the status of the run $run (run_status).
+check() { status_holds "$run" "$1"; }
+value() { run_status "$run" "$1"; }
+until_status() { wait_until "$1" "$2" check "$3"; }
+
 # start_cluster N [start.sh options...]: N nodes, then this shell talks to them.
 start_cluster() {
   local n=$1

@@ -35,11 +35,7 @@ agents:
     args: {env: cartpole, algo: ppo, steps: 1000000000}
 YAML
 cd "$state/el" || fail "no $state/el"
-timeout 60 "$bin/agentctl" run agents.yaml --backend slurm --detach >submit.log 2>&1 \
-  || { cat submit.log; fail "agentctl run --backend slurm --detach failed"; }
-job=$(grep -o 'submitted job [0-9]*' submit.log | awk '{print $3}')
-run=$(ls -d "$state"/el/runs/elastic-*)
-[ -n "$job" ] && [ -d "$run" ] || { cat submit.log; fail "no job or run directory"; }
+submit_run "$state/el/runs/elastic-*"
 on_failure() {
   echo "--- steps"; timeout 5 squeue -s 2>&1; timeout 5 scontrol show step 2>&1 | head -40
   echo "--- nodes"; timeout 5 sinfo -N 2>&1
@@ -48,9 +44,6 @@ on_failure() {
   echo "--- controller"; tail -30 "$run"/slurm-*.out
   for f in "$run"/logs/*/rank*.log "$run"/logs/*/srun.log; do echo "--- $f"; tail -8 "$f"; done
 }
-check() { status_holds "$run" "$1"; }
-value() { run_status "$run" "$1"; }
-until_status() { wait_until "$1" "$2" check "$3"; }  # SECONDS WHAT EXPR
 
 t=$(now)
 until_status 90 "both agents training with a checkpoint, every rank heard from" \

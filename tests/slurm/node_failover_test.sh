@@ -40,11 +40,7 @@ agents:
     args: {env: cartpole, algo: ppo, steps: 1000000000}
 YAML
 cd "$state/fo" || fail "no $state/fo"
-timeout 60 "$bin/agentctl" run agents.yaml --backend slurm --detach >submit.log 2>&1 \
-  || { cat submit.log; fail "agentctl run --backend slurm --detach failed"; }
-job=$(grep -o 'submitted job [0-9]*' submit.log | awk '{print $3}')
-run=$(ls -d "$state"/fo/runs/failover-*)
-[ -n "$job" ] && [ -d "$run" ] || { cat submit.log; fail "no job or run directory"; }
+submit_run "$state/fo/runs/failover-*"
 grep -q -- "^#SBATCH --nodes=5$" "$run/alloc.sbatch" && grep -q -- "^#SBATCH --no-kill$" "$run/alloc.sbatch" \
   || fail "the allocation does not ask for 3 planned + 2 spare nodes with --no-kill: $(grep SBATCH "$run/alloc.sbatch")"
 on_failure() {
@@ -54,10 +50,6 @@ on_failure() {
   for f in "$run"/logs/*/rank*.log; do echo "--- $f"; tail -5 "$f"; done
 }
 
-# check EXPR / value EXPR: a Python expression over the run's status (run_status).
-check() { status_holds "$run" "$1"; }
-value() { run_status "$run" "$1"; }
-until_status() { wait_until "$1" "$2" check "$3"; }  # SECONDS WHAT EXPR
 
 # (a) + (c): both agents train, have checkpointed, and every rank on every
 # node (n1, n2 for wide; n3 for solo) heartbeats to the controller on n1.
