@@ -181,6 +181,7 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
                        {"heartbeat_age_s", age ? nlohmann::json(*age) : nlohmann::json()}});
     }
     j["ranks"] = ranks;
+    j["planned_ranks"] = a.planned_ranks > 0 ? nlohmann::json(a.planned_ranks) : nlohmann::json();
     j["efficiency"] = a.peak_flops > 0 && a.achieved_flops > 0
                           ? nlohmann::json(a.achieved_flops / a.peak_flops)
                           : nlohmann::json();

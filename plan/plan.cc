@@ -138,6 +138,12 @@ const Placement* AgentPlan::PlacementOfRank(int rank) const {
   return nullptr;
 }
 
+std::string AgentPlan::NodeList() const {
+  std::string out;
+  for (const Placement& p : placement) out += (out.empty() ? "" : ",") + p.node;
+  return out;
+}
+
 const AgentPlan* Plan::FindAgent(std::string_view name) const {
   for (const AgentPlan& agent : agents) {
     if (agent.name == name) return &agent;
@@ -151,17 +157,21 @@ AgentPlan* Plan::FindAgent(std::string_view name) {
 
 namespace {
 
+nlohmann::ordered_json PlacementToJson(const std::vector<Placement>& placement) {
+  ojson j = ojson::array();
+  for (const Placement& p : placement) {
+    j.push_back(ojson{{"node", p.node}, {"gpus", p.gpus}, {"ranks", p.ranks}});
+  }
+  return j;
+}
+
 // One agent of plan.json.
 nlohmann::ordered_json AgentToJson(const AgentPlan& a) {
   ojson aj = ojson::object();
   aj["name"] = a.name;
   aj["index"] = a.index;
   aj["ranks"] = a.ranks;
-  ojson placement = ojson::array();
-  for (const Placement& p : a.placement) {
-    placement.push_back(ojson{{"node", p.node}, {"gpus", p.gpus}, {"ranks", p.ranks}});
-  }
-  aj["placement"] = std::move(placement);
+  aj["placement"] = PlacementToJson(a.placement);
   aj["ports"] = ojson{{"node", a.ports.node}, {"first", a.ports.first}, {"last", a.ports.last}};
   aj["master_addr"] = a.master_addr;
   aj["master_port"] = a.master_port;
@@ -177,6 +187,7 @@ nlohmann::ordered_json AgentToJson(const AgentPlan& a) {
   aj["restart"] = SettingsToJson(a.restart);
   if (a.restart.elastic_min_ranks > 0) aj["elastic_min_ranks"] = a.restart.elastic_min_ranks;
   if (a.planned_ranks > 0) aj["planned_ranks"] = a.planned_ranks;
+  if (!a.planned_placement.empty()) aj["planned_placement"] = PlacementToJson(a.planned_placement);
   aj["checkpoint"] = SettingsToJson(a.checkpoint);
   aj["group"] = SettingsToJson(a.group);
   return aj;
@@ -267,6 +278,17 @@ std::string PlanToJsonString(const Plan& plan, int indent) { return PlanToJson(p
 
 namespace {
 
+void ReadPlacement(Reader& r, const json& aj, const std::string& path, const char* key,
+                   bool required, std::vector<Placement>& out) {
+  r.ForEach(aj, path, key, required, [&](const json& pj, const std::string& ppath) {
+    Placement p;
+    r.Read(pj, ppath, "node", p.node);
+    r.Read(pj, ppath, "gpus", p.gpus);
+    r.Read(pj, ppath, "ranks", p.ranks);
+    out.push_back(std::move(p));
+  });
+}
+
 // agents[i] of a plan (its index must be i).
 // `previous`: the index of the agent before it (-1: none). plan.json numbers
 // its agents 0, 1, 2...; an agent's view holds some of them, in that order.
@@ -275,13 +297,7 @@ AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, int prev
   r.Read(aj, path, "name", a.name);
   r.Read(aj, path, "index", a.index);
   r.Read(aj, path, "ranks", a.ranks);
-  r.ForEach(aj, path, "placement", true, [&](const json& pj, const std::string& ppath) {
-    Placement p;
-    r.Read(pj, ppath, "node", p.node);
-    r.Read(pj, ppath, "gpus", p.gpus);
-    r.Read(pj, ppath, "ranks", p.ranks);
-    a.placement.push_back(std::move(p));
-  });
+  ReadPlacement(r, aj, path, "placement", true, a.placement);
   if (const json* ports = r.Get(aj, path, "ports")) {
     r.Read(*ports, path + ".ports", "node", a.ports.node);
     r.Read(*ports, path + ".ports", "first", a.ports.first);
@@ -326,6 +342,7 @@ AgentPlan ReadAgent(Reader& r, const json& aj, const std::string& path, int prev
     SettingsFromJson(r, *restart, path + ".restart", a.restart);
   r.Read(aj, path, "elastic_min_ranks", a.restart.elastic_min_ranks, false);
   r.Read(aj, path, "planned_ranks", a.planned_ranks, false);
+  ReadPlacement(r, aj, path, "planned_placement", false, a.planned_placement);
   if (const json* checkpoint = r.Get(aj, path, "checkpoint", false))
     SettingsFromJson(r, *checkpoint, path + ".checkpoint", a.checkpoint);
   if (const json* group = r.Get(aj, path, "group", false))

@@ -74,14 +74,18 @@ struct AgentPlan {
   std::map<std::string, std::string> env;
   nlohmann::json args = nlohmann::json::object();
   RestartPolicy restart;
-  // The ranks planned before elastic failover shrank the agent onto its
-  // surviving nodes (restart.elastic); 0: as planned.
+  // The ranks and placement planned before elastic failover shrank the agent
+  // onto its surviving nodes (restart.elastic); 0 and empty: as planned. A
+  // requeued allocation grows it back (NodeFailover::GrowBack).
   int planned_ranks = 0;
+  std::vector<Placement> planned_placement;
   CheckpointPolicy checkpoint;
   GroupPolicy group;
 
   // The node that holds `rank`, or nullptr.
   const Placement* PlacementOfRank(int rank) const;
+  // Its nodes in rank order, comma-separated ("n1,n2").
+  std::string NodeList() const;
 };
 
 struct BusPlan {

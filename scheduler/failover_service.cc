@@ -50,6 +50,7 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
     launch.ranks = std::move(s.launch.ranks);
     launch.master_addr = std::move(s.launch.master_addr);
     launch.use_mpirun = s.launch.use_mpirun;
+    launch.planned_ranks = s.launch.planned_ranks;
   }
   const Status written = WriteRunPlan(*plan_, dir_.path());
   if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");

@@ -61,6 +61,9 @@ struct AgentLaunch {
   // its dead step on the healthy nodes ("dealloc count underflow" as the job
   // shrinks), and a new step there would wait for them forever.
   bool overlap_steps = false;
+  // restart.elastic: the ranks planned when the agent runs shrunk (fewer
+  // `ranks` than planned after a node failed); 0: as planned.
+  int planned_ranks = 0;
   // The launcher's own CUDA_VISIBLE_DEVICES on a local run (nullopt: unset,
   // or the ranks' wrapper sets theirs): the plan's GPU ids index it.
   std::optional<std::string> launcher_visible_devices;

@@ -325,7 +325,7 @@ class ConfigBuilder {
     ReadSettings(c_, n, path, r, {"elastic"});
     if (const YAML::Node e = n["elastic"]; e.IsDefined()) {
       const std::string at = Join(path, "elastic");
-      c_.CheckMap(e, at, {"min_ranks"});
+      c_.CheckMap(e, at, kElasticKeys);
       if (!e["min_ranks"].IsDefined()) c_.Fail(e, at, "expected {min_ranks: N}");
       c_.Read(e, at, "min_ranks", r.elastic_min_ranks);
       Positive(e, at, "min_ranks", r.elastic_min_ranks);

@@ -391,14 +391,22 @@ inline const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm"
     "program and arguments every agent runs unless it sets command") \
   X(env, "map", "{}", "environment variables for every agent (agents add to and override them)")
 
+// restart.elastic (defaults.restart or an agent's restart).
+#define AGENTRT_ELASTIC_KEYS(X)                                                             \
+  X(min_ranks, "int", "(required)",                                                         \
+    "when a node of the agent dies and no spare fits, go on with the ranks of its healthy " \
+    "nodes if at least this many (its checkpoint re-sharded); it grows back at the next "   \
+    "requeue")
+
 // The key lists and their prefixes in `validate --settings`, one row per list block.
-#define AGENTRT_LIST_KEY_BLOCKS(X)                   \
-  X(AGENTRT_DEFAULTS_LIST_KEYS, "defaults.")         \
-  X(AGENTRT_AGENT_KEYS, "agents[].")                 \
-  X(AGENTRT_NODE_KEYS, "cluster.nodes[].")           \
-  X(AGENTRT_CHANNEL_KEYS, "channels[].")             \
-  X(AGENTRT_LEAGUE_MEMBER_KEYS, "league.members[].") \
-  X(AGENTRT_PBT_LIST_KEYS, "pbt[].")                 \
+#define AGENTRT_LIST_KEY_BLOCKS(X)                     \
+  X(AGENTRT_DEFAULTS_LIST_KEYS, "defaults.")           \
+  X(AGENTRT_ELASTIC_KEYS, "defaults.restart.elastic.") \
+  X(AGENTRT_AGENT_KEYS, "agents[].")                   \
+  X(AGENTRT_NODE_KEYS, "cluster.nodes[].")             \
+  X(AGENTRT_CHANNEL_KEYS, "channels[].")               \
+  X(AGENTRT_LEAGUE_MEMBER_KEYS, "league.members[].")   \
+  X(AGENTRT_PBT_LIST_KEYS, "pbt[].")                   \
   X(AGENTRT_PBT_HYPERPARAMETER_KEYS, "pbt[].hyperparameters.<arg>.")
 
 #define AGENTRT_LISTED_KEY(name, type, default_value, doc) #name,
@@ -415,6 +423,7 @@ inline const std::vector<std::string> kNodeKeys = {AGENTRT_NODE_KEYS(AGENTRT_LIS
 inline const std::vector<std::string> kDefaultsKeys = {
     "restart", "checkpoint", "group", AGENTRT_DEFAULTS_LIST_KEYS(AGENTRT_LISTED_KEY)};
 inline const std::vector<std::string> kAgentKeys = {AGENTRT_AGENT_KEYS(AGENTRT_LISTED_KEY)};
+inline const std::vector<std::string> kElasticKeys = {AGENTRT_ELASTIC_KEYS(AGENTRT_LISTED_KEY)};
 inline const std::vector<std::string> kChannelKeys = {AGENTRT_CHANNEL_KEYS(AGENTRT_LISTED_KEY)};
 inline constexpr int kMaxGpusPerNode = 64;
 

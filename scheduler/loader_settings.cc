@@ -43,7 +43,7 @@ std::string DescribeSettings() {
   std::string out;
   auto line = [&out](const std::string& key, const std::string& type, const std::string& def,
                      const char* doc) {
-    out += fmt::format("{:<32} {:<7} {:<14} {}\n", key, type, def, doc);
+    out += fmt::format("{:<34} {:<7} {:<14} {}\n", key, type, def, doc);
   };
   // One settings block: its X-macro list, the struct holding its defaults, its key prefix.
 #define AGENTRT_LINE(type, name, default_value, doc) \

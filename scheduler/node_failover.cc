@@ -111,7 +111,10 @@ void NodeFailover::Shrink(AgentPlan& a, FailoverDecision* d) const {
     gpus += static_cast<int>(p.gpus.size());
     nodes.push_back(p.node);
   }
-  if (a.planned_ranks == 0) a.planned_ranks = a.ranks;
+  if (a.planned_ranks == 0) {
+    a.planned_ranks = a.ranks;
+    a.planned_placement = a.placement;
+  }
   d->kind = FailoverDecision::Kind::kShrunk;
   d->reason += fmt::format(
       "; it goes on with the {} rank(s) on {} ({} planned, restart.elastic.min_ranks {})", left,
@@ -120,6 +123,27 @@ void NodeFailover::Shrink(AgentPlan& a, FailoverDecision* d) const {
   a.gpus = gpus;
   a.placement = std::move(kept);
   FollowFirstNode(a);
+}
+
+std::vector<std::string> NodeFailover::GrowBack(Plan& plan, const std::set<std::string>& down) {
+  std::vector<std::string> grown;
+  for (AgentPlan& a : plan.agents) {
+    if (a.planned_placement.empty()) continue;
+    const bool back = std::all_of(
+        a.planned_placement.begin(), a.planned_placement.end(), [&](const Placement& p) {
+          return Find(p.node) != nullptr && !down.count(p.node) && !failed_.count(p.node);
+        });
+    if (!back) continue;
+    a.ranks = a.planned_ranks;
+    a.gpus = 0;
+    for (const Placement& p : a.planned_placement) a.gpus += static_cast<int>(p.gpus.size());
+    a.placement = std::move(a.planned_placement);
+    a.planned_placement.clear();
+    a.planned_ranks = 0;
+    FollowFirstNode(a);
+    grown.push_back(a.name);
+  }
+  return grown;
 }
 
 }  // namespace agentrt

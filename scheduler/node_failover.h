@@ -16,7 +16,9 @@
 // the run requeues its allocation (RunDriver), as on preemption.
 //
 // A node once seen down is never given to an agent again by this run's
-// controller, even if it comes back.
+// controller, even if it comes back: SLURM has taken it out of the job. A
+// shrunk agent grows back to its planned placement when a requeued
+// allocation (a new controller) holds every node of it again (GrowBack).
 //
 // Pure logic over the plan: tested with hand-made plans and node sets.
 // Not thread-safe.
@@ -53,6 +55,11 @@ class NodeFailover {
   // rewrites the agent's placement, ports.node and master_addr in `plan`.
   FailoverDecision Relocate(Plan& plan, const std::string& agent,
                             const std::set<std::string>& down);
+
+  // Every shrunk agent of `plan` whose planned nodes are all in the
+  // allocation and up gets its planned placement, ranks and GPUs back (its
+  // restore re-shards its checkpoint); returns their names.
+  std::vector<std::string> GrowBack(Plan& plan, const std::set<std::string>& down);
 
   // Nodes of the allocation no agent of `plan` uses and none has seen fail.
   std::vector<std::string> Spares(const Plan& plan, const std::set<std::string>& down) const;

@@ -205,6 +205,7 @@ void RunController::Launch(size_t i) {
   for (const auto& r : launched->ranks)
     s.ranks.push_back({r.rank, r.pid, r.node, std::nullopt, std::nullopt});
   s.master_port = launched->master_port;
+  s.planned_ranks = a.spec.launch.planned_ranks;
   s.steps_per_s = 0;
   SetState(i, AgentState::kRunning);
   Touch(true);

@@ -124,6 +124,7 @@ SupervisedAgent SupervisedAgentOf(const AgentPlan& ap, const RunDir& dir,
   l.bus_ca_file = bus_ca_file;
   l.telemetry_endpoint = telemetry_endpoint;
   l.use_mpirun = LaunchesThroughMpi(ap.backend, ap.ranks);
+  l.planned_ranks = ap.planned_ranks;
   if (launcher_visible != nullptr) l.launcher_visible_devices = launcher_visible;
   s.restart = ap.restart;
   s.group = ap.group;

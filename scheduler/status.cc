@@ -73,6 +73,7 @@ nlohmann::ordered_json RunStatusToJson(const RunStatus& status) {
       rj["heard_unix_s"] = r.heard_unix_s ? nlohmann::ordered_json(*r.heard_unix_s) : nullptr;
       aj["ranks"].push_back(rj);
     }
+    if (a.planned_ranks > 0) aj["planned_ranks"] = a.planned_ranks;
     aj["last_checkpoint_step"] =
         a.last_checkpoint_step ? nlohmann::ordered_json(*a.last_checkpoint_step) : nullptr;
     aj["metrics"] = a.metrics.is_object() ? a.metrics : nlohmann::json::object();
@@ -132,6 +133,7 @@ Result<RunStatus> RunStatusFromJson(const nlohmann::json& j) {
           r.heard_unix_s = rj["heard_unix_s"].get<double>();
         a.ranks.push_back(r);
       }
+      a.planned_ranks = aj.value("planned_ranks", 0);
       if (aj.contains("last_checkpoint_step") && !aj["last_checkpoint_step"].is_null()) {
         a.last_checkpoint_step = aj["last_checkpoint_step"].get<int64_t>();
       }
@@ -234,6 +236,9 @@ std::vector<std::string> RunNotes(const RunStatus& status, bool efficiency) {
     if (std::string note = RestoreNote(a); !note.empty()) notes.push_back(std::move(note));
   }
   for (const AgentStatus& a : status.agents) {
+    if (std::string note = ShrunkNote(a); !note.empty()) notes.push_back(std::move(note));
+  }
+  for (const AgentStatus& a : status.agents) {
     if (std::string note = EfficiencyNote(a); efficiency && !note.empty())
       notes.push_back(std::move(note));
   }
@@ -272,6 +277,14 @@ std::string NodeFailureNote(const NodeFailure& f) {
                      f.shrunk             ? "goes on without it (restart.elastic)"
                      : f.moved_to.empty() ? "has no spare node left (the allocation requeues)"
                                           : "moved to " + f.moved_to);
+}
+
+std::string ShrunkNote(const AgentStatus& a) {
+  if (a.planned_ranks <= 0 || IsTerminal(a.state)) return "";
+  return fmt::format(
+      "agent {} runs {} of its {} planned ranks: a node of it failed and no spare fit "
+      "(restart.elastic); it grows back when its allocation is requeued",
+      a.name, a.ranks.size(), a.planned_ranks);
 }
 
 std::string RestoreNote(const AgentStatus& a) {

@@ -11,6 +11,7 @@
 //                "replacements": 0, "resumes": 0,  // of the restarts: planned, not failures
 //                "ranks": [{"rank": 0, "pid": 4242, "node": "localhost", "exit_code": null,
 //                           "heard_unix_s": 1764460031.2}],
+//                "planned_ranks": 4,               // only while it runs shrunk (restart.elastic)
 //                "last_checkpoint_step": 400,      // null: none yet
 //                "metrics": {"loss": 0.1},         // latest values reported
 //                "step": 420, "steps_per_s": 35.5, "master_port": 20016,
@@ -70,6 +71,9 @@ struct AgentStatus {
   int replacements = 0;
   int resumes = 0;
   std::vector<RankStatus> ranks;
+  // restart.elastic: the ranks planned while it runs shrunk on fewer (its
+  // `ranks` now) after a node failed; 0: it runs as planned.
+  int planned_ranks = 0;
   std::optional<int64_t> last_checkpoint_step;
   nlohmann::json metrics = nlohmann::json::object();
   int64_t step = -1;
@@ -140,11 +144,15 @@ Status WriteRunStatusFile(const RunStatus& status, const std::string& path);
 // nothing was skipped.
 std::string RestoreNote(const AgentStatus& agent);
 
+// "agent wide runs 2 of its 4 planned ranks: ..." while a live agent runs
+// shrunk (restart.elastic); "" otherwise.
+std::string ShrunkNote(const AgentStatus& agent);
+
 // "node n2 failed at 16:40:12 UTC: prey-0 moved to n4" (one per entry).
 std::string NodeFailureNote(const NodeFailure& failure);
 
 // What the table and the run summary add under the agents, one line each:
-// restores past corrupt checkpoints, (with `efficiency`) agents below 70% of
+// restores past corrupt checkpoints, agents running shrunk, (with `efficiency`) agents below 70% of
 // their peak, node failures, the requeue reason.
 std::vector<std::string> RunNotes(const RunStatus& status, bool efficiency);
 

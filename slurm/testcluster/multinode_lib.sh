@@ -100,6 +100,17 @@ kill_node() {
     || fail "cannot mark $1 down"
 }
 
+# revive_node NODE: a node kill_node took down comes back: its slurmd starts
+# again in its namespace (as start.sh started it, recorded for stop.sh) and
+# SLURM takes it back (state=resume); waits (at most 60 s) until it answers.
+revive_node() {
+  setsid "$state/slurmd-$1.sh" </dev/null >>"$state/log/slurmd-$1.out" 2>&1 &
+  echo "slurmd-$1 $!" >>"$state/pids"
+  wait_until 60 "node $1's slurmd to register" sh -c \
+    "timeout 5 scontrol update nodename=$1 state=resume >/dev/null 2>&1; \
+     ! timeout 5 sinfo -h -n $1 -o %T | grep -qE 'down|drain|fail|unknown|not_responding|\\*'"
+}
+
 # Waits (at most 60 s) until job $1 has left the queue.
 wait_job_gone() {
   wait_until 60 "job $1 to end" sh -c "[ -z \"\$(timeout 5 squeue -h -j $1 2>/dev/null)\" ]"

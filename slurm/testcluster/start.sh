@@ -286,10 +286,16 @@ else
     # Only the network namespace is entered (a new mount namespace from `ip netns
     # exec` would remount /sys); its own hostname, PMIx scratch directory and
     # /run/lock (where agentrt leases ports: each real node has its own).
+    # The command is kept in $state/slurmd-n$i.sh: a test that killed the node
+    # brings it back with it (multinode_lib.sh's revive_node).
     mkdir -p "$state/pmix/n$i" "$state/run-lock/n$i"
-    start_daemon "slurmd-n$i" "$state/log/slurmd-n$i.log" \
-      nsenter --net="/run/netns/art$tag-n$i" unshare --uts --mount --propagation private \
-      sh -c "hostname n$i && mount --bind '$state/pmix/n$i' '$state/pmix-tmp' && mount --bind '$state/run-lock/n$i' /run/lock && exec slurmd -D -f '$conf' -N n$i"
+    cat >"$state/slurmd-n$i.sh" <<NODE
+#!/bin/sh
+exec nsenter --net=/run/netns/art$tag-n$i unshare --uts --mount --propagation private \\
+  sh -c "hostname n$i && mount --bind '$state/pmix/n$i' '$state/pmix-tmp' && mount --bind '$state/run-lock/n$i' /run/lock && exec slurmd -D -f '$conf' -N n$i"
+NODE
+    chmod +x "$state/slurmd-n$i.sh"
+    start_daemon "slurmd-n$i" "$state/log/slurmd-n$i.log" "$state/slurmd-n$i.sh"
   done
 fi
 

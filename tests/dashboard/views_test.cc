@@ -109,6 +109,20 @@ TEST_CASE("the Prometheus text has every agent, its state and escaped labels") {
   CHECK_THAT(text, Catch::Matchers::Contains("# TYPE agentrt_agent_restarts_total counter"));
 }
 
+TEST_CASE("an agent that runs shrunk shows its planned ranks beside its ranks") {
+  RunSnapshot run;
+  run.status.run = "r";
+  AgentStatus wide;
+  wide.name = "wide";
+  wide.state = AgentState::kRunning;
+  wide.ranks = {{0, 11, "n1", std::nullopt, 190.0}, {1, 12, "n1", std::nullopt, 190.0}};
+  wide.planned_ranks = 4;
+  run.status.agents = {wide};
+  const nlohmann::json view = RunView(run, 200);
+  CHECK(view["agents"][0]["ranks"].size() == 2);
+  CHECK(view["agents"][0]["planned_ranks"] == 4);
+}
+
 TEST_CASE("a rank that has exited, or whose agent has ended, shows no heartbeat age") {
   RunSnapshot run;
   run.status.run = "r";
@@ -128,6 +142,7 @@ TEST_CASE("a rank that has exited, or whose agent has ended, shows no heartbeat 
   CHECK(view["agents"][0]["ranks"][0]["heartbeat_age_s"] == 10.0);
   CHECK(view["agents"][0]["ranks"][1]["heartbeat_age_s"].is_null());
   CHECK(view["agents"][1]["ranks"][0]["heartbeat_age_s"].is_null());
+  CHECK(view["agents"][0]["planned_ranks"].is_null());  // as planned
   const std::string text = PrometheusText(run, 200);
   CHECK_THAT(text, Catch::Matchers::Contains("agent=\"live\",rank=\"0\",node=\"n1\"} 10.000"));
   CHECK_THAT(text, !Catch::Matchers::Contains("agent=\"live\",rank=\"1\""));

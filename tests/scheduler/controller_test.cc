@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -620,6 +621,36 @@ TEST_CASE("before a relaunch the advisor may move the agent, or hold it for a re
   CHECK_THAT(summary, Catch::Contains("node n2 failed at") && Catch::Contains("a moved to n4") &&
                           Catch::Contains("node n3 failed at") &&
                           Catch::Contains("requeue: node n3 failed and no spare node left"));
+}
+
+TEST_CASE("an agent the advisor shrank says its current and planned ranks, in JSON and notes") {
+  Fixture f;
+  auto a = MakeAgent("a", 2);
+  a.launch.ranks[1].node = "n2";
+  f.Make({a});
+  f.rc->SetRelaunchAdvisor([&](AgentLaunch& launch) {
+    RelaunchAdvice advice;
+    launch.ranks.pop_back();  // n2 failed; it goes on with rank 0 (restart.elastic)
+    launch.planned_ranks = 2;
+    advice.failures.push_back({"n2", 1.0, launch.name, "", /*shrunk=*/true});
+    return advice;
+  });
+  CHECK(f.A("a").planned_ranks == 0);
+  f.backend.KillAll("a");
+  f.rc->Tick();
+  f.clock.AdvanceSeconds(2.5);
+  f.rc->Tick();
+  REQUIRE(f.A("a").state == AgentState::kRunning);
+  CHECK(f.A("a").ranks.size() == 1);
+  CHECK(f.A("a").planned_ranks == 2);
+  const auto back = RunStatusFromJson(RunStatusToJson(f.rc->status()));
+  REQUIRE(back.ok());
+  CHECK(back->agents[0].planned_ranks == 2);
+  const std::vector<std::string> notes = RunNotes(f.rc->status(), false);
+  CHECK(std::find(notes.begin(), notes.end(),
+                  "agent a runs 1 of its 2 planned ranks: a node of it failed and no spare fit "
+                  "(restart.elastic); it grows back when its allocation is requeued") !=
+        notes.end());
 }
 
 TEST_CASE("a rank that never enters the collective its peers wait in is a hang: named, dumped") {

@@ -127,6 +127,34 @@ TEST_CASE("an elastic agent with no spare goes on with its healthy nodes' ranks"
   REQUIRE(again.ok());
   CHECK(again->agents[1].planned_ranks == 4);
   CHECK(again->agents[1].restart.elastic_min_ranks == 2);
+  REQUIRE(again->agents[1].planned_placement.size() == 2);
+  CHECK(again->agents[1].planned_placement[0].node == "n2");
+  CHECK(again->agents[1].planned_placement[1].ranks == std::vector<int>{2, 3});
+}
+
+TEST_CASE("a shrunk agent grows back when a requeued allocation holds its planned nodes") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2)});
+  Plan plan = MakePlan();
+  plan.agents[1].restart.elastic_min_ranks = 2;
+  const Plan planned = plan;
+  REQUIRE(f.Relocate(plan, "wide", {"n2"}).kind == FailoverDecision::Kind::kShrunk);
+  // The same controller never gives n2 back, even once it is up again.
+  CHECK(f.GrowBack(plan, {}).empty());
+  CHECK(plan.agents[1].ranks == 2);
+
+  // The requeued allocation's controller: while n2 is still down, nothing changes ...
+  NodeFailover requeued({Node("n1", 2), Node("n2", 2), Node("n3", 2)});
+  CHECK(requeued.GrowBack(plan, {"n2"}).empty());
+  CHECK(plan.agents[1].ranks == 2);
+  // ... nor when the allocation lacks it.
+  NodeFailover without({Node("n1", 2), Node("n3", 2)});
+  CHECK(without.GrowBack(plan, {}).empty());
+  // Once it is up, the agent has its planned placement, ranks, GPUs and first node back.
+  CHECK(requeued.GrowBack(plan, {}) == std::vector<std::string>{"wide"});
+  CHECK(PlanToJsonString(plan) == PlanToJsonString(planned));
+  CHECK(plan.agents[1].planned_placement.empty());
+  CHECK(plan.agents[1].master_addr == "10.0.0.2");
+  CHECK(requeued.GrowBack(plan, {}).empty());  // once
 }
 
 TEST_CASE("an elastic agent whose healthy nodes hold fewer than min_ranks still requeues") {

@@ -7,7 +7,10 @@
 #   namespace killed, the node marked down); with no spare to move to, `wide`
 #   goes on with the 2 ranks of n1, resumed from its checkpoint re-sharded from
 #   4 ranks onto 2, while `solo` is not touched and the allocation is not
-#   requeued; status, agentctl status and plan.json say so.
+#   requeued; status, agentctl status and plan.json say so. Then n2 comes
+#   back and the allocation is preempted (USR2 to its batch shell): the
+#   requeued job holds n2 again and `wide` grows back to its 4 planned ranks,
+#   its checkpoint re-sharded from 2 ranks onto 4.
 # Skips (77) where network namespaces cannot be made.
 set -uo pipefail
 # shellcheck source=slurm/testcluster/multinode_lib.sh
@@ -73,6 +76,27 @@ $py -c "import json,sys; p=json.load(open(sys.argv[1])); w=next(a for a in p['ag
   "$run/plan.json" || fail "plan.json does not hold wide's 2 ranks on n1 (4 planned)"
 grep -h "goes on with the 2 rank(s) on n1" "$run"/slurm-*.out | head -1 \
   || fail "the controller did not say why wide shrank"
+check "A['wide']['planned_ranks'] == 4" || fail "status does not say wide's planned size"
+"$bin/agentctl" status "$run" | grep -q "note: agent wide runs 2 of its 4 planned ranks" \
+  || fail "agentctl status does not say that wide runs 2 of its 4 planned ranks"
+
+# n2 comes back; a preemption requeues the allocation, which holds n2 again.
+revive_node n2
+t_requeue=$(now)
+timeout 10 scancel --signal=USR2 --batch "$job" || fail "cannot signal job $job"
+until_status 240 "wide to grow back onto n1 and n2 with its 4 planned ranks after the requeue" \
+  "nodes('wide') == ['n1', 'n1', 'n2', 'n2'] and A['wide']['state'] == 'running'
+   and heard_since('wide', $t_requeue) and 'planned_ranks' not in A['wide']" \
+  || { on_failure; fail "wide did not grow back"; }
+echo "requeued with n2 back: wide training with 4 ranks after $(awk "BEGIN {print $(now) - $t_requeue}") s"
+timeout 5 scontrol show job "$job" -o | grep -q 'Restarts=1' || fail "the allocation was not requeued once"
+# Its ranks say hello before they restore: wait for the restore's line.
+wait_until 60 "wide's rank 0 to re-shard its checkpoint 2 -> 4" \
+  grep -q "re-sharded the checkpoint of 2 ranks onto 4" "$run/logs/wide/rank0.log"
+$py -c "import json,sys; p=json.load(open(sys.argv[1])); w=next(a for a in p['agents'] if a['name']=='wide'); assert w['ranks']==4 and 'planned_ranks' not in w and [x['node'] for x in w['placement']]==['n1','n2'], w" \
+  "$run/plan.json" || fail "plan.json does not hold wide's 4 ranks on n1 and n2 again"
+grep -h "wide grows back to its 4 planned ranks on n1,n2" "$run"/slurm-*.out | head -1 \
+  || fail "the controller did not say that wide grew back"
 timeout 10 scancel "$job"
 wait_job_gone "$job"
 echo "elastic_test: PASS"

@@ -35,12 +35,6 @@ std::pair<std::string, double> LinkOf(const agentrt::AgentPlan& a, const agentrt
   return {"nvlink", l.nvlink_gbps};
 }
 
-std::string NodesOf(const agentrt::AgentPlan& a) {
-  std::string out;
-  for (const auto& p : a.placement) out += (out.empty() ? "" : ",") + p.node;
-  return out;
-}
-
 // What agentrt-preflight reported for `a`, or why there is nothing.
 agentrt::PreflightReport ReportOf(const agentrt::AgentPlan& a, const agentrt::RunDir& dir,
                                   const agentrt::Result<agentrt::RunStatus>& status) {
@@ -67,7 +61,7 @@ nlohmann::json Judge(const agentrt::AgentPlan& a, const agentrt::PreflightReport
                      const std::pair<std::string, double>& link, const agentrt::Config& config,
                      bool strict) {
   nlohmann::json row = result.ToJson();
-  row["nodes"] = NodesOf(a);
+  row["nodes"] = a.NodeList();
   row["link"] = link.first;
   row["expected_gbps"] = link.second;
   row["warnings"] = nlohmann::json::array();

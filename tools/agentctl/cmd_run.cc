@@ -34,6 +34,7 @@
 #include "scheduler/inventory.h"
 #include "scheduler/loader.h"
 #include "scheduler/local_backend.h"
+#include "scheduler/node_failover.h"
 #include "scheduler/planner.h"
 #include "scheduler/process.h"
 #include "scheduler/run_driver.h"
@@ -334,6 +335,22 @@ int Run(const RunOptions& opts) {
   return DriveLocalWith(std::move(prepared), opts);
 }
 
+// A requeued allocation holds every node of its plan again (--nodelist): an
+// agent that went on shrunk after a node failed (restart.elastic) gets its
+// planned placement back before anything is leased or launched; its restore
+// re-shards its checkpoint. plan.json is rewritten when the run starts.
+void GrowBackShrunkAgents(agentrt::Plan& plan, const agentrt::RunDriverOptions& driver_options) {
+  if (!driver_options.down_nodes) return;
+  auto down = driver_options.down_nodes();
+  if (!down.ok()) return;  // Drive warns that it cannot tell, at its first relaunch
+  agentrt::NodeFailover failover(driver_options.allocation_nodes);
+  for (const std::string& name : failover.GrowBack(plan, *down)) {
+    const agentrt::AgentPlan* a = plan.FindAgent(name);
+    Print(fmt::format("agentctl run: {} grows back to its {} planned ranks on {}\n", name, a->ranks,
+                      a->NodeList()));
+  }
+}
+
 // `--backend slurm-steps`: the batch shell of the allocation. The same driver,
 // every agent a job step; on USR2 (preemption, time limit) every agent
 // checkpoints and the job requeues itself.
@@ -372,6 +389,7 @@ int RunInAllocation(const RunOptions& opts) {
   const agentrt::RunDriverOptions driver_options = agentrt::slurm::AllocationDriverOptions(
       *plan, local_node, *runner, agentrt::ProcessEnvLookup(), &warning);
   if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
+  GrowBackShrunkAgents(*plan, driver_options);
   // Lease the ports this node serves (the bus, its agents'); a block another
   // run holds here moves, and plan.json is rewritten with it at start.
   auto leases = agentrt::PortLeases::Open(dir.path());
