@@ -171,6 +171,7 @@ void RunController::Launch(size_t i) {
   a.spec.launch.incarnation = fmt::format("{}.{:016x}", s.restarts, RandomNonZeroU64());
   a.launched_s = clock_->NowSeconds();
   a.crashed = false;
+  a.advised = false;
   a.checkpoint_at_launch = s.last_checkpoint_step.value_or(-1);
   a.log_from.resize(a.spec.launch.ranks.size());
   for (size_t r = 0; r < a.log_from.size(); ++r)
@@ -427,9 +428,26 @@ void RunController::FinishTeardown(size_t i) {
       a.phase = Phase::kBackoff;
       a.restart_at_s = clock_->NowSeconds() + BackoffDelay(a.spec.restart, a.failures_in_a_row);
       SetState(i, AgentState::kRestarting);
+      if (advisor_ && TakeAdvice(i)) a.restart_at_s = clock_->NowSeconds();
     }
   }
   Touch(true);
+}
+
+bool RunController::TakeAdvice(size_t i) {
+  Agent& a = agents_[i];
+  AgentStatus& s = status_.agents[i];
+  RelaunchAdvice advice = advisor_(a.spec.launch);
+  for (NodeFailure& f : advice.failures) status_.node_failures.push_back(std::move(f));
+  a.advised = a.advised || advice.hold || !advice.failures.empty();
+  if (advice.hold) {
+    // Not relaunched: it waits for the requeued allocation.
+    a.restart_at_s = std::numeric_limits<double>::infinity();
+    s.reason = advice.reason;
+    status_.requeue_reason = advice.reason;
+  }
+  if (advice.hold || !advice.failures.empty()) Touch(true);
+  return !advice.hold && !advice.failures.empty();
 }
 
 void RunController::Tick() {
@@ -472,18 +490,9 @@ void RunController::Tick() {
         break;
       case Phase::kBackoff:
         if (now >= a.restart_at_s) {
-          if (advisor_) {
-            RelaunchAdvice advice = advisor_(a.spec.launch);
-            for (NodeFailure& f : advice.failures) status_.node_failures.push_back(std::move(f));
-            if (!advice.failures.empty()) Touch(true);
-            if (advice.hold) {
-              // Not relaunched: it waits for the requeued allocation.
-              a.restart_at_s = std::numeric_limits<double>::infinity();
-              s.reason = advice.reason;
-              status_.requeue_reason = advice.reason;
-              Touch(true);
-              break;
-            }
+          if (advisor_ && !a.advised) {
+            TakeAdvice(i);
+            if (a.phase != Phase::kBackoff || now < a.restart_at_s) break;  // held
           }
           if (a.replace) {
             std::function<void()> replace = std::move(a.replace);

@@ -87,7 +87,10 @@ class RunController {
   void Resume(const RunStatus& previous);
 
   // Consulted before every relaunch after a failure (not before the first
-  // launch). Unset: relaunch as planned.
+  // launch): as the failed incarnation's teardown ends, and again when its
+  // backoff has passed if it said nothing then. An agent the advisor moved
+  // (or shrank) then relaunches at once: its node failed, not the agent, so
+  // no backoff. Unset: relaunch as planned.
   void SetRelaunchAdvisor(RelaunchAdvisor advisor) { advisor_ = std::move(advisor); }
 
   // Launches every agent. A launch error counts as a failure of that agent.
@@ -159,6 +162,7 @@ class RunController {
     bool give_up = false;           // teardown ends in failed regardless of restarts
     bool stopping = false;          // teardown ends in stopped
     std::function<void()> replace;  // set: a planned restart (Replace), run before relaunch
+    bool advised = false;           // this backoff's relaunch was decided by the advisor
     int failed_rank = -1;
     double launched_s = 0;              // when this incarnation was launched
     int64_t checkpoint_at_launch = -1;  // the newest checkpoint step then (-1: none)
@@ -210,6 +214,10 @@ class RunController {
   // log line): true when that completes a crash loop.
   bool CountCrash(size_t i, const std::string& crash);
   void FinishTeardown(size_t i);
+  // Asks the advisor about agent i's relaunch (advisor_ set) and records
+  // what it says (node failures, a hold); true when the agent was moved or
+  // shrunk, to be relaunched at once.
+  bool TakeAdvice(size_t i);
   int FailureRestarts(size_t i) const;
   void SetState(size_t i, AgentState state);
   void UpdateRunState();

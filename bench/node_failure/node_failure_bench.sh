@@ -10,6 +10,11 @@
 #   anchor:   SLURM's own answer: a plain `sbatch --requeue -N2` job running the
 #             same two ranks with srun; its second node dies the same way; SLURM
 #             requeues the whole job. Figure: the kill to both ranks running again.
+#   elastic:  the same with slurm.spare_nodes: 0 and `wide` (2 MPI ranks, one
+#             on each of n1 and n2, restart.elastic.min_ranks 1) beside `keep`;
+#             wide's second node dies. Figure: the kill to `wide` training
+#             again shrunk to 1 rank on its healthy node, restored from its
+#             checkpoint re-sharded (no requeue), against the same anchor.
 #   also:     the steps `keep` lost (0 when it was never restarted), against
 #             the steps a whole-job requeue would have cost it (those since its
 #             last checkpoint at the moment of the kill).
@@ -32,8 +37,32 @@ status() { run_status "$run" "$1"; }
 wait_period=0.05  # the figures are timed by these waits
 wait_status() { wait_until "$1" "$2" status_holds "$run" "$2"; }  # SECONDS EXPR
 
-agentrt_s=() anchor_s=() lost=() would_lose=()
+agentrt_s=() anchor_s=() lost=() would_lose=() elastic_s=()
 for ((r = 0; r < reps; ++r)); do
+  # --- agentrt, elastic: no spare; the 2-node agent goes on with 1 rank
+  fresh_cluster
+  mkdir -p "$work/e$r"
+  cat >"$work/e$r/agents.yaml" <<YAML
+run: {name: elastic, dir: $work/e$r/runs}
+slurm: {spare_nodes: 0}
+defaults:
+  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}
+  checkpoint: {interval_s: 2, keep_last: 3}
+agents:
+  - {name: wide, gpus: 2, ranks: 2, backend: mpi, restart: {elastic: {min_ranks: 1}}, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
+  - {name: keep, gpus: 1, backend: single, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
+YAML
+  cd "$work/e$r" && submit_run "$work/e$r/runs/elastic-*"
+  wait_status 90 "all(a['state'] == 'running' and a['last_checkpoint_step'] is not None for a in A.values())"
+  victim=$(status "A['wide']['ranks'][1]['node']")
+  t0=$(now)
+  kill_node "$victim"
+  wait_status 120 "A['wide']['restarts'] >= 1 and A['wide']['state'] == 'running' and A['wide'].get('planned_ranks') == 2 and len(A['wide']['ranks']) == 1 and (A['wide']['restored_step'] or -1) >= 0"
+  t1=$(now)
+  elastic_s+=("$(awk "BEGIN {print $t1 - $t0}")")
+  timeout 10 scancel "$job"
+  wait_job_gone "$job"
+
   fresh_cluster
   # --- agentrt
   mkdir -p "$work/a$r"
@@ -44,8 +73,8 @@ defaults:
   restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}
   checkpoint: {interval_s: 2, keep_last: 3}
 agents:
-  - {name: keep, gpus: 1, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
-  - {name: move, gpus: 1, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
+  - {name: keep, gpus: 1, backend: single, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
+  - {name: move, gpus: 1, backend: single, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
 YAML
   out=$(cd "$work/a$r" && "$bin/agentctl" run agents.yaml --backend slurm --detach 2>&1) || fail "submit: $out"
   job=$(grep -o 'submitted job [0-9]*' <<<"$out" | awk '{print $3}')
@@ -92,14 +121,17 @@ SH
   anchor_s+=("$(awk "BEGIN {print $t1 - $t0}")")
   timeout 10 scancel "$pjob"
   wait_job_gone "$pjob"
-  echo "rep $r: agentrt ${agentrt_s[-1]} s (move left $victim), SLURM requeue ${anchor_s[-1]} s; keep lost ${lost[-1]} steps (a requeue: ${would_lose[-1]})" >&2
+  echo "rep $r: agentrt ${agentrt_s[-1]} s (move left $victim), elastic (shrunk) ${elastic_s[-1]} s, SLURM requeue ${anchor_s[-1]} s; keep lost ${lost[-1]} steps (a requeue: ${would_lose[-1]})" >&2
 done
 
 a=$(median "${agentrt_s[@]}")
+e=$(median "${elastic_s[@]}")
 p=$(median "${anchor_s[@]}")
 l=$(median "${lost[@]}")
 w=$(median "${would_lose[@]}")
 printf '{"bench":"node_failure","metric":"node_death_to_agent_training_again","value":%.3f,"unit":"s","anchor":"SLURM requeue of the whole job to all ranks running again (requeue hold 10 s)","anchor_value":%.3f,"ratio":%.3f}\n' \
   "$a" "$p" "$(awk "BEGIN {print $a / $p}")"
+printf '{"bench":"node_failure","metric":"node_death_to_elastic_agent_training_again_shrunk","value":%.3f,"unit":"s","anchor":"SLURM requeue of the whole job to all ranks running again (requeue hold 10 s)","anchor_value":%.3f,"ratio":%.3f}\n' \
+  "$e" "$p" "$(awk "BEGIN {print $e / $p}")"
 printf '{"bench":"node_failure","metric":"untouched_agent_steps_lost","value":%d,"unit":"env steps","anchor":"steps since its last checkpoint, lost to a whole-job requeue","anchor_value":%d,"ratio":%.3f}\n' \
   "$l" "$w" "$(awk "BEGIN {print $l / ($w + 0.000001)}")"
