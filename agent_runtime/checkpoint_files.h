@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent_runtime/checkpointer.h"
+#include "common/crc32c.h"
 #include "common/status.h"
 
 namespace agentrt::checkpoint_files {
@@ -87,18 +88,23 @@ Result<uint32_t> ReadAndChecksum(int fd, std::byte* dst, size_t bytes,
                                  const std::string& path);
 
 // The CRC32C of each chunk_bytes-long piece of a stream of bytes written in
-// pieces of any size ("chunk_crc32c" of a shard).
+// pieces of any size ("chunk_crc32c" of a shard), and of the whole stream,
+// folded from those (one pass over the bytes, not two).
 class ChunkChecksums {
  public:
-  explicit ChunkChecksums(uint64_t chunk_bytes) : chunk_(chunk_bytes) {}
+  explicit ChunkChecksums(uint64_t chunk_bytes) : chunk_(chunk_bytes), combiner_(chunk_bytes) {}
   void Update(const std::byte* data, size_t bytes);
-  // The checksums of every chunk, the last one possibly short.
+  // The checksums of every chunk, the last one possibly short; Whole() is
+  // then the stream's ("crc32c"), until the next Update.
   std::vector<uint32_t> Finish();
+  uint32_t Whole() const { return whole_; }
 
  private:
   uint64_t chunk_;
+  Crc32cCombiner combiner_;  // folds a full chunk's checksum into whole_
   uint64_t filled_ = 0;
   uint32_t crc_ = 0;
+  uint32_t whole_ = 0;
   std::vector<uint32_t> done_;
 };
 

@@ -168,7 +168,12 @@ Checkpointer::Checkpointer(CheckpointOptions options, const Clock* clock, int di
 
 Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();
+  JoinReaper();
   ::close(dir_fd_);
+}
+
+void Checkpointer::JoinReaper() {
+  if (reaper_.joinable()) reaper_.join();
 }
 
 std::string Checkpointer::Where() const {
@@ -335,7 +340,6 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
   const std::string shard = ShardName(options_.rank);
   const std::string shard_tmp = shard + ".tmp";
   const std::string shard_tmp_path = step_path + "/" + shard_tmp;
-  uint32_t crc = 0;
   ChunkChecksums chunks(kVerifyChunkBytes);
   {
     Fd fd(::openat(step_fd.get(), shard_tmp.c_str(),
@@ -344,7 +348,6 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
     for (const std::span<const std::byte> part : parts) {
       for (size_t done = 0; done < part.size();) {
         const size_t n = std::min(options_.io_chunk_bytes, part.size() - done);
-        crc = Crc32c(part.data() + done, n, crc);
         chunks.Update(part.data() + done, n);
         AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), part.data() + done, n, "write ", shard_tmp_path)
                                     .WithContext(Where()));
@@ -362,10 +365,10 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
                            {"world_size", options_.world_size},
                            {"step", step},
                            {"file", shard},
-                           {"bytes", bytes},
-                           {"crc32c", crc},
                            {"chunk_bytes", kVerifyChunkBytes},
                            {"chunk_crc32c", chunks.Finish()},
+                           {"bytes", bytes},
+                           {"crc32c", chunks.Whole()},
                            {"entries", EntriesToJson(entries)}};
   AGENTRT_RETURN_IF_ERROR(
       WriteFileAtomic(step_fd.get(), step_path, RecordName(options_.rank), record.dump())
@@ -446,22 +449,34 @@ void Checkpointer::Prune(int64_t committed_step) {
   auto steps = ListSteps(dir_fd_, options_.dir);
   if (!steps.ok()) return;
   int kept = 0;
-  bool removed = false;
+  std::vector<std::string> pruned;
+  auto drop = [&](const std::string& name) {
+    std::string away = name + ".pruned.tmp";
+    if (::renameat(dir_fd_, name.c_str(), dir_fd_, away.c_str()) == 0) {
+      pruned.push_back(std::move(away));
+    } else {
+      RemoveTreeAt(dir_fd_, name);  // e.g. a stale one of that name: remove it here
+    }
+  };
   for (int64_t s : *steps) {  // newest first
     std::string name = StepName(s);
     bool committed = ExistsAt(dir_fd_, name + "/" + kManifest);
     if (committed) {
       if (s > committed_step) continue;  // cannot happen with one writer; never drop newer ones
       if (++kept <= options_.keep_last) continue;
-      RemoveTreeAt(dir_fd_, name);
-      removed = true;
+      drop(name);
     } else if (s < committed_step) {
       // Abandoned by a crashed save: every rank has moved past it.
-      RemoveTreeAt(dir_fd_, name);
-      removed = true;
+      drop(name);
     }
   }
-  if (removed) ::fsync(dir_fd_);
+  if (pruned.empty()) return;
+  ::fsync(dir_fd_);
+  JoinReaper();
+  reaper_ = std::thread([this, pruned = std::move(pruned)] {
+    for (const std::string& name : pruned) RemoveTreeAt(dir_fd_, name);
+    ::fsync(dir_fd_);
+  });
 }
 
 Status Checkpointer::CleanDebris() {
@@ -493,6 +508,7 @@ Status Checkpointer::CleanDebris() {
 
 Result<RestoreResult> Checkpointer::Restore() {
   AGENTRT_RETURN_IF_ERROR(Wait());
+  JoinReaper();
   if (options_.rank == 0) AGENTRT_RETURN_IF_ERROR(CleanDebris().WithContext(Where() + "cleanup"));
   if (options_.barrier) {
     AGENTRT_RETURN_IF_ERROR(options_.barrier().WithContext(Where() + "barrier after cleanup"));

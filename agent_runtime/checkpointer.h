@@ -351,7 +351,12 @@ class Checkpointer {
                              const std::vector<ShardEntry>& entries, size_t bytes,
                              const std::vector<std::span<const std::byte>>& parts);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
+  // Drops the steps past keep_last (and abandoned ones): each is renamed to
+  // `<step>.pruned.tmp` at once (the commit's caller does not wait for the
+  // unlinking of gigabytes) and removed by reaper_; one left by a crash is
+  // debris (CleanDebris).
   void Prune(int64_t committed_step);
+  void JoinReaper();
   Status CleanDebris();
   std::string Where() const;  // "agent X rank R: "
 
@@ -363,6 +368,7 @@ class Checkpointer {
   size_t snapshot_capacity_ = 0;
 
   std::thread writer_;
+  std::thread reaper_;  // removes what Prune renamed away (at most one at a time)
   std::atomic<bool> saving_{false};
   std::atomic<bool> requested_{false};
   std::atomic<Clock::TimePoint::rep> last_start_;

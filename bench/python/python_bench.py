@@ -60,6 +60,8 @@ def interleaved(ours, anchor, repeats):
         else:
             b.append(anchor())
             a.append(ours())
+    if os.environ.get("AGENTRT_BENCH_VERBOSE"):
+        print("ours", ["%.3f" % x for x in a], "anchor", ["%.3f" % x for x in b], file=sys.stderr)
     return statistics.median(a), statistics.median(b)
 
 

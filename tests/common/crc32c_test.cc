@@ -1,5 +1,6 @@
 #include "common/crc32c.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -17,6 +18,30 @@ uint32_t BitwiseCrc32c(const unsigned char* p, size_t size, uint32_t crc = 0) {
     for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
   }
   return ~c;
+}
+
+TEST_CASE("two checksums combine into the checksum of both pieces, at any length") {
+  std::vector<unsigned char> data(2 * 1024 * 1024 + 77);
+  std::mt19937 rng(11);
+  for (auto& b : data) b = static_cast<unsigned char>(rng());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{5}, size_t{4096}, size_t{1} << 20,
+                     data.size() - 3, data.size()}) {
+    INFO("cut " << cut);
+    const uint32_t a = Crc32c(data.data(), cut);
+    const uint32_t b = Crc32c(data.data() + cut, data.size() - cut);
+    CHECK(Crc32cCombine(a, b, data.size() - cut) == Crc32c(data.data(), data.size()));
+    CHECK(Crc32cCombiner(data.size() - cut).Combine(a, b) == Crc32c(data.data(), data.size()));
+  }
+  // Folding 1 MiB chunk checksums one by one, the last chunk short.
+  const size_t chunk = size_t{1} << 20;
+  const Crc32cCombiner full(chunk);
+  uint32_t whole = 0;
+  for (size_t at = 0; at < data.size(); at += chunk) {
+    const size_t n = std::min(chunk, data.size() - at);
+    const uint32_t c = Crc32c(data.data() + at, n);
+    whole = n == chunk ? full.Combine(whole, c) : Crc32cCombine(whole, c, n);
+  }
+  CHECK(whole == Crc32c(data.data(), data.size()));
 }
 
 TEST_CASE("CRC32C is the Castagnoli CRC: its check value, and empty input") {
