@@ -37,22 +37,32 @@ status() { run_status "$run" "$1"; }
 wait_period=0.05  # the figures are timed by these waits
 wait_status() { wait_until "$1" "$2" status_holds "$run" "$2"; }  # SECONDS EXPR
 
+# submit DIR NAME SPARE_NODES AGENT...: agentctl run --backend slurm of a config
+# in DIR whose agents are the given YAML flow maps, each an agent-worker
+# training CartPole; sets job and run.
+submit() {
+  local dir=$1 name=$2 spare=$3
+  shift 3
+  mkdir -p "$dir"
+  {
+    echo "run: {name: $name, dir: $dir/runs}"
+    echo "slurm: {spare_nodes: $spare}"
+    echo "defaults:"
+    echo "  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}"
+    echo "  checkpoint: {interval_s: 2, keep_last: 3}"
+    echo "  command: [$bin/agent-worker]"
+    echo "agents:"
+    for a in "$@"; do echo "  - {$a, args: {env: cartpole, algo: ppo, steps: 1000000000}}"; done
+  } >"$dir/agents.yaml"
+  cd "$dir" && submit_run "$dir/runs/$name-*"
+}
+
 agentrt_s=() anchor_s=() lost=() would_lose=() elastic_s=()
 for ((r = 0; r < reps; ++r)); do
   # --- agentrt, elastic: no spare; the 2-node agent goes on with 1 rank
   fresh_cluster
-  mkdir -p "$work/e$r"
-  cat >"$work/e$r/agents.yaml" <<YAML
-run: {name: elastic, dir: $work/e$r/runs}
-slurm: {spare_nodes: 0}
-defaults:
-  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}
-  checkpoint: {interval_s: 2, keep_last: 3}
-agents:
-  - {name: wide, gpus: 2, ranks: 2, backend: mpi, restart: {elastic: {min_ranks: 1}}, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
-  - {name: keep, gpus: 1, backend: single, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
-YAML
-  cd "$work/e$r" && submit_run "$work/e$r/runs/elastic-*"
+  submit "$work/e$r" elastic 0 "name: wide, gpus: 2, ranks: 2, backend: mpi, restart: {elastic: {min_ranks: 1}}" \
+    "name: keep, gpus: 1, backend: single"
   wait_status 90 "all(a['state'] == 'running' and a['last_checkpoint_step'] is not None for a in A.values())"
   victim=$(status "A['wide']['ranks'][1]['node']")
   t0=$(now)
@@ -65,20 +75,7 @@ YAML
 
   fresh_cluster
   # --- agentrt
-  mkdir -p "$work/a$r"
-  cat >"$work/a$r/agents.yaml" <<YAML
-run: {name: nodefail, dir: $work/a$r/runs}
-slurm: {spare_nodes: 1}
-defaults:
-  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}
-  checkpoint: {interval_s: 2, keep_last: 3}
-agents:
-  - {name: keep, gpus: 1, backend: single, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
-  - {name: move, gpus: 1, backend: single, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}
-YAML
-  out=$(cd "$work/a$r" && "$bin/agentctl" run agents.yaml --backend slurm --detach 2>&1) || fail "submit: $out"
-  job=$(grep -o 'submitted job [0-9]*' <<<"$out" | awk '{print $3}')
-  run=$(ls -d "$work/a$r"/runs/nodefail-*)
+  submit "$work/a$r" nodefail 1 "name: keep, gpus: 1, backend: single" "name: move, gpus: 1, backend: single"
   wait_status 90 "all(a['state'] == 'running' and a['last_checkpoint_step'] is not None for a in A.values())"
   victim=$(status "A['move']['ranks'][0]['node']")
   keep_node=$(status "A['keep']['ranks'][0]['node']")
