@@ -451,7 +451,7 @@ void Checkpointer::Prune(int64_t committed_step) {
   int kept = 0;
   std::vector<std::string> pruned;
   auto drop = [&](const std::string& name) {
-    std::string away = name + ".pruned.tmp";
+    std::string away = "." + name + ".pruned.tmp";  // hidden from globs of step-*
     if (::renameat(dir_fd_, name.c_str(), dir_fd_, away.c_str()) == 0) {
       pruned.push_back(std::move(away));
     } else {

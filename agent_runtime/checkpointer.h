@@ -352,7 +352,7 @@ class Checkpointer {
                              const std::vector<std::span<const std::byte>>& parts);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
   // Drops the steps past keep_last (and abandoned ones): each is renamed to
-  // `<step>.pruned.tmp` at once (the commit's caller does not wait for the
+  // `.<step>.pruned.tmp` at once (the commit's caller does not wait for the
   // unlinking of gigabytes) and removed by reaper_; one left by a crash is
   // debris (CleanDebris).
   void Prune(int64_t committed_step);

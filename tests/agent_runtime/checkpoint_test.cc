@@ -320,13 +320,13 @@ TEST_CASE("debris of a crashed save is cleaned on start and never restored") {
   std::ofstream(dir.path + "/step-4/manifest.json.tmp") << "half";
   std::ofstream(dir.path + "/notes.txt") << "the user's own file";
   // A step Prune had renamed away when the process died, half removed.
-  fs::create_directories(dir.path + "/step-2.pruned.tmp");
-  std::ofstream(dir.path + "/step-2.pruned.tmp/rank-0.shard") << "old";
+  fs::create_directories(dir.path + "/.step-2.pruned.tmp");
+  std::ofstream(dir.path + "/.step-2.pruned.tmp/rank-0.shard") << "old";
   auto r = Make(Options(dir.path))->Restore();
   REQUIRE(r.ok());
   CheckStep(*r, 4);
   CHECK(r->skipped.empty());
-  CHECK_FALSE(fs::exists(dir.path + "/step-2.pruned.tmp"));
+  CHECK_FALSE(fs::exists(dir.path + "/.step-2.pruned.tmp"));
   CHECK_FALSE(fs::exists(dir.path + "/step-9"));
   CHECK_FALSE(fs::exists(dir.path + "/step-4/manifest.json.tmp"));
   CHECK(fs::exists(dir.path + "/notes.txt"));
