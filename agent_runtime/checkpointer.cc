@@ -361,12 +361,13 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
   }
 
   // 2. This rank's durability record.
+  std::vector<uint32_t> chunk_crcs = chunks.Finish();  // then chunks.Whole() is the shard's
   nlohmann::json record = {{"rank", options_.rank},
                            {"world_size", options_.world_size},
                            {"step", step},
                            {"file", shard},
                            {"chunk_bytes", kVerifyChunkBytes},
-                           {"chunk_crc32c", chunks.Finish()},
+                           {"chunk_crc32c", std::move(chunk_crcs)},
                            {"bytes", bytes},
                            {"crc32c", chunks.Whole()},
                            {"entries", EntriesToJson(entries)}};

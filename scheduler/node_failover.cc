@@ -23,6 +23,8 @@ std::vector<std::string> NodeFailover::Spares(const Plan& plan,
   std::set<std::string> used;
   for (const AgentPlan& a : plan.agents) {
     for (const Placement& p : a.placement) used.insert(p.node);
+    // A shrunk agent's lost nodes stay its own: it grows back onto them.
+    for (const Placement& p : a.planned_placement) used.insert(p.node);
   }
   std::vector<std::string> out;
   for (const NodeSpec& n : nodes_) {
@@ -129,9 +131,25 @@ std::vector<std::string> NodeFailover::GrowBack(Plan& plan, const std::set<std::
   std::vector<std::string> grown;
   for (AgentPlan& a : plan.agents) {
     if (a.planned_placement.empty()) continue;
+    int planned = 0;
+    for (const Placement& p : a.planned_placement) planned += static_cast<int>(p.ranks.size());
+    if (planned != a.planned_ranks) continue;  // not a placement this agent had: leave it
+    // Every planned node in the allocation, up, and held by no other agent.
+    auto held_by_another = [&](const std::string& node) {
+      for (const AgentPlan& other : plan.agents) {
+        if (&other == &a) continue;
+        for (const Placement& p : other.placement) {
+          if (p.node == node) return true;
+        }
+      }
+      return false;
+    };
     const bool back = std::all_of(
         a.planned_placement.begin(), a.planned_placement.end(), [&](const Placement& p) {
-          return Find(p.node) != nullptr && !down.count(p.node) && !failed_.count(p.node);
+          const bool kept = std::any_of(a.placement.begin(), a.placement.end(),
+                                        [&](const Placement& q) { return q.node == p.node; });
+          return Find(p.node) != nullptr && !down.count(p.node) && !failed_.count(p.node) &&
+                 (kept || !held_by_another(p.node));
         });
     if (!back) continue;
     a.ranks = a.planned_ranks;

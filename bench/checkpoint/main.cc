@@ -78,9 +78,11 @@ void DropFromCache(const fs::path& path) {
   ::close(fd);
 }
 
+// Tolerates files that vanish meanwhile (a checkpointer's background pruning).
 void DropTree(const fs::path& dir) {
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) DropFromCache(e.path());
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) DropFromCache(it->path());
   }
 }
 

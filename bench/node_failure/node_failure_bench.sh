@@ -54,7 +54,8 @@ submit() {
     echo "agents:"
     for a in "$@"; do echo "  - {$a, args: {env: cartpole, algo: ppo, steps: 1000000000}}"; done
   } >"$dir/agents.yaml"
-  cd "$dir" && submit_run "$dir/runs/$name-*"
+  cd "$dir" || fail "no $dir"
+  submit_run "$dir/runs/$name-*"
 }
 
 agentrt_s=() anchor_s=() lost=() would_lose=() elastic_s=()

@@ -108,7 +108,8 @@ revive_node() {
   echo "slurmd-$1 $!" >>"$state/pids"
   wait_until 60 "node $1's slurmd to register" sh -c \
     "timeout 5 scontrol update nodename=$1 state=resume >/dev/null 2>&1; \
-     ! timeout 5 sinfo -h -n $1 -o %T | grep -qE 'down|drain|fail|unknown|not_responding|\\*'"
+     s=\$(timeout 5 sinfo -h -n $1 -o %T) && [ -n \"\$s\" ] && \
+     ! echo \"\$s\" | grep -qE 'down|drain|fail|unknown|not_responding|\\*'"
 }
 
 # Waits (at most 60 s) until job $1 has left the queue.

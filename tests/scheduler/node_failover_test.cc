@@ -157,6 +157,20 @@ TEST_CASE("a shrunk agent grows back when a requeued allocation holds its planne
   CHECK(requeued.GrowBack(plan, {}).empty());  // once
 }
 
+TEST_CASE("a shrunk agent's lost node is no spare for another, and is not taken from one") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2)});
+  Plan plan = MakePlan();
+  plan.agents[1].restart.elastic_min_ranks = 2;
+  REQUIRE(f.Relocate(plan, "wide", {"n2"}).kind == FailoverDecision::Kind::kShrunk);
+  // n2 back and up: still wide's to grow back onto, not a spare for steady.
+  NodeFailover later({Node("n1", 2), Node("n2", 2), Node("n3", 2)});
+  CHECK(later.Spares(plan, {}).empty());
+  // Were steady on n2 all the same (a plan written otherwise), wide would not grow onto it.
+  plan.agents[0].placement[0].node = "n2";
+  CHECK(later.GrowBack(plan, {}).empty());
+  CHECK(plan.agents[1].ranks == 2);
+}
+
 TEST_CASE("an elastic agent whose healthy nodes hold fewer than min_ranks still requeues") {
   NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2)});
   Plan plan = MakePlan();

@@ -23,12 +23,12 @@ set_tests_properties(slurm_node_steps_test PROPERTIES SKIP_RETURN_CODE 77)
 agentrt_script_test(NAME slurm_elastic_test
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/elastic_test.sh
   LABELS slurm fault
-  TIMEOUT 300)
+  TIMEOUT 600)
 set_tests_properties(slurm_elastic_test PROPERTIES SKIP_RETURN_CODE 77)
 # agentctl run --backend slurm --from OLD_RUN: an agent moved to another gpu_type and
 # rank count (re-sharded), one dropped and one added, on its own 4-node cluster.
 agentrt_script_test(NAME slurm_from_run_test
   COMMAND ${CMAKE_CURRENT_LIST_DIR}/from_run_test.sh
   LABELS slurm
-  TIMEOUT 300)
+  TIMEOUT 480)
 set_tests_properties(slurm_from_run_test PROPERTIES SKIP_RETURN_CODE 77)

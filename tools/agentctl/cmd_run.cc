@@ -368,14 +368,20 @@ int RunInAllocation(const RunOptions& opts) {
   }
   const char* node_env = std::getenv("SLURMD_NODENAME");
   const std::string local_node = node_env != nullptr ? node_env : "";
-  const char* job_gpus = std::getenv("SLURM_JOB_GPUS");
-  if (job_gpus != nullptr && !local_node.empty() && !plan->trust_slurm_binding) {
-    const std::string warning = agentrt::slurm::MapPlanGpusOntoJob(*plan, local_node, job_gpus);
-    if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
-  }
   InstallSignalHandlers();
   InstallPreemptionHandler();
   auto runner = agentrt::slurm::MakeProcessRunner();
+  std::string warning;
+  const agentrt::RunDriverOptions driver_options = agentrt::slurm::AllocationDriverOptions(
+      *plan, local_node, *runner, agentrt::ProcessEnvLookup(), &warning);
+  if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
+  // Before anything reads the placement: the GPU mapping, the MPI agents, the ports.
+  GrowBackShrunkAgents(*plan, driver_options);
+  const char* job_gpus = std::getenv("SLURM_JOB_GPUS");
+  if (job_gpus != nullptr && !local_node.empty() && !plan->trust_slurm_binding) {
+    warning = agentrt::slurm::MapPlanGpusOntoJob(*plan, local_node, job_gpus);
+    if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
+  }
   agentrt::slurm::SrunOptions srun;
   srun.cpus_per_rank = opts.cpus_per_rank;
   srun.rank_exec = RankWrapper();
@@ -385,11 +391,6 @@ int RunInAllocation(const RunOptions& opts) {
     if (agentrt::LaunchesThroughMpi(a.backend, a.ranks)) srun.mpi_agents.push_back(a.name);
   }
   auto backend = agentrt::slurm::MakeSrunBackend(agentrt::MakePosixSpawner(), runner.get(), srun);
-  std::string warning;
-  const agentrt::RunDriverOptions driver_options = agentrt::slurm::AllocationDriverOptions(
-      *plan, local_node, *runner, agentrt::ProcessEnvLookup(), &warning);
-  if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
-  GrowBackShrunkAgents(*plan, driver_options);
   // Lease the ports this node serves (the bus, its agents'); a block another
   // run holds here moves, and plan.json is rewritten with it at start.
   auto leases = agentrt::PortLeases::Open(dir.path());
