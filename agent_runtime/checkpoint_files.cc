@@ -167,7 +167,6 @@ void ChunkChecksums::Update(const std::byte* data, size_t bytes) {
     data += take;
     bytes -= take;
     if (filled_ == chunk_) {
-      if (done_.empty()) whole_ = 0;
       whole_ = combiner_.Combine(whole_, crc_);
       done_.push_back(crc_);
       crc_ = 0;
@@ -177,11 +176,11 @@ void ChunkChecksums::Update(const std::byte* data, size_t bytes) {
 }
 
 std::vector<uint32_t> ChunkChecksums::Finish() {
-  if (done_.empty()) whole_ = 0;
   if (filled_ > 0) {
     whole_ = Crc32cCombine(whole_, crc_, filled_);
     done_.push_back(crc_);
   }
+  finished_whole_ = std::exchange(whole_, 0);
   crc_ = 0;
   filled_ = 0;
   return std::exchange(done_, {});

@@ -97,14 +97,15 @@ class ChunkChecksums {
   // The checksums of every chunk, the last one possibly short; Whole() is
   // then the stream's ("crc32c"), until the next Update.
   std::vector<uint32_t> Finish();
-  uint32_t Whole() const { return whole_; }
+  uint32_t Whole() const { return finished_whole_; }
 
  private:
   uint64_t chunk_;
   Crc32cCombiner combiner_;  // folds a full chunk's checksum into whole_
   uint64_t filled_ = 0;
   uint32_t crc_ = 0;
-  uint32_t whole_ = 0;
+  uint32_t whole_ = 0;           // of the chunks so far
+  uint32_t finished_whole_ = 0;  // of the stream the last Finish() ended
   std::vector<uint32_t> done_;
 };
 

@@ -127,6 +127,24 @@ void NodeFailover::Shrink(AgentPlan& a, FailoverDecision* d) const {
   FollowFirstNode(a);
 }
 
+namespace {
+
+// Whether another agent than `a` has any of `p`'s GPUs on `p`'s node.
+bool GpusTaken(const Plan& plan, const AgentPlan& a, const Placement& p) {
+  for (const AgentPlan& other : plan.agents) {
+    if (&other == &a) continue;
+    for (const Placement& q : other.placement) {
+      if (q.node != p.node) continue;
+      for (const int g : q.gpus) {
+        if (std::find(p.gpus.begin(), p.gpus.end(), g) != p.gpus.end()) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<std::string> NodeFailover::GrowBack(Plan& plan, const std::set<std::string>& down) {
   std::vector<std::string> grown;
   for (AgentPlan& a : plan.agents) {
@@ -134,23 +152,13 @@ std::vector<std::string> NodeFailover::GrowBack(Plan& plan, const std::set<std::
     int planned = 0;
     for (const Placement& p : a.planned_placement) planned += static_cast<int>(p.ranks.size());
     if (planned != a.planned_ranks) continue;  // not a placement this agent had: leave it
-    // Every planned node in the allocation, up, and held by no other agent.
-    auto held_by_another = [&](const std::string& node) {
-      for (const AgentPlan& other : plan.agents) {
-        if (&other == &a) continue;
-        for (const Placement& p : other.placement) {
-          if (p.node == node) return true;
-        }
-      }
-      return false;
-    };
-    const bool back = std::all_of(
-        a.planned_placement.begin(), a.planned_placement.end(), [&](const Placement& p) {
-          const bool kept = std::any_of(a.placement.begin(), a.placement.end(),
-                                        [&](const Placement& q) { return q.node == p.node; });
-          return Find(p.node) != nullptr && !down.count(p.node) && !failed_.count(p.node) &&
-                 (kept || !held_by_another(p.node));
-        });
+    // Every planned node in the allocation, up, and none of its planned GPUs
+    // given to another agent meanwhile (agents may share a node, not a GPU).
+    const bool back = std::all_of(a.planned_placement.begin(), a.planned_placement.end(),
+                                  [&](const Placement& p) {
+                                    return Find(p.node) != nullptr && !down.count(p.node) &&
+                                           !failed_.count(p.node) && !GpusTaken(plan, a, p);
+                                  });
     if (!back) continue;
     a.ranks = a.planned_ranks;
     a.gpus = 0;

@@ -57,7 +57,8 @@ class NodeFailover {
                             const std::set<std::string>& down);
 
   // Every shrunk agent of `plan` whose planned nodes are all in the
-  // allocation and up gets its planned placement, ranks and GPUs back (its
+  // allocation and up, and whose planned GPUs no other agent has there, gets
+  // its planned placement, ranks and GPUs back (its
   // restore re-shards its checkpoint); returns their names.
   std::vector<std::string> GrowBack(Plan& plan, const std::set<std::string>& down);
 

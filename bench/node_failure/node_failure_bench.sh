@@ -45,14 +45,11 @@ submit() {
   shift 3
   mkdir -p "$dir"
   {
-    echo "run: {name: $name, dir: $dir/runs}"
-    echo "slurm: {spare_nodes: $spare}"
-    echo "defaults:"
-    echo "  restart: {max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2}"
-    echo "  checkpoint: {interval_s: 2, keep_last: 3}"
-    echo "  command: [$bin/agent-worker]"
-    echo "agents:"
-    for a in "$@"; do echo "  - {$a, args: {env: cartpole, algo: ppo, steps: 1000000000}}"; done
+    agents_preamble "$name" "$dir" "$spare" \
+      "max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 10, grace_s: 2" "interval_s: 2, keep_last: 3"
+    for a in "$@"; do
+      echo "  - {$a, command: [$bin/agent-worker], args: {env: cartpole, algo: ppo, steps: 1000000000}}"
+    done
   } >"$dir/agents.yaml"
   cd "$dir" || fail "no $dir"
   submit_run "$dir/runs/$name-*"

@@ -57,6 +57,33 @@ submit_run() {
   run=$(ls -d $1)
   [ -n "$job" ] && [ -d "$run" ] || { cat submit.log; fail "no job or run directory"; }
 }
+# agents_preamble NAME DIR SPARE_NODES RESTART CHECKPOINT: prints the head of
+# an agents.yaml, up to `agents:`: run NAME in DIR/runs, slurm.spare_nodes, and
+# the defaults' restart and checkpoint settings (flow-map bodies, e.g.
+# "max_restarts: 5, backoff_s: 1").
+agents_preamble() {
+  cat <<YAML
+run: {name: $1, dir: $2/runs}
+slurm: {spare_nodes: $3}
+defaults:
+  restart: {$4}
+  checkpoint: {$5}
+agents:
+YAML
+}
+
+# solo_worker NAME: prints the agents.yaml entry of NAME, a 1-GPU agent-worker
+# (one rank, backend single) training CartPole without end.
+solo_worker() {
+  cat <<YAML
+  - name: $1
+    gpus: 1
+    backend: single   # agent-worker trains on the CPU; its GPU stays reserved
+    command: [$bin/agent-worker]
+    args: {env: cartpole, algo: ppo, steps: 1000000000}
+YAML
+}
+
 # check EXPR / value EXPR / until_status SECONDS WHAT EXPR: a Python
 # expression over the status of the run $run (run_status).
 check() { status_holds "$run" "$1"; }

@@ -17,13 +17,10 @@ set -uo pipefail
 source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
 start_cluster 3 --gpus 2 --cpus 4
 mkdir -p "$state/el"
-cat >"$state/el/agents.yaml" <<YAML
-run: {name: elastic, dir: $state/el/runs}
-slurm: {spare_nodes: 0}
-defaults:
-  restart: {max_restarts: 5, backoff_s: 1, heartbeat_timeout_s: 4, grace_s: 2}
-  checkpoint: {interval_s: 1, keep_last: 100}
-agents:
+{
+  agents_preamble elastic "$state/el" 0 "max_restarts: 5, backoff_s: 1, heartbeat_timeout_s: 4, grace_s: 2" \
+    "interval_s: 1, keep_last: 100"
+  cat <<YAML
   - name: wide
     gpus: 4   # two whole nodes, two ranks on each
     ranks: 4
@@ -31,12 +28,9 @@ agents:
     restart: {elastic: {min_ranks: 2}}
     command: [$bin/agent-worker]
     args: {env: cartpole, algo: ppo, steps: 1000000000}
-  - name: solo
-    gpus: 1
-    backend: single
-    command: [$bin/agent-worker]
-    args: {env: cartpole, algo: ppo, steps: 1000000000}
 YAML
+  solo_worker solo
+} >"$state/el/agents.yaml"
 cd "$state/el" || fail "no $state/el"
 submit_run "$state/el/runs/elastic-*"
 on_failure() {

@@ -18,12 +18,10 @@ start_cluster 4 --gpus 2 --cpus 4 --gpu-types a100,h100
 # agents_yaml DIR RUN PRED_RANKS PRED_TYPE OTHER: an agents.yaml in DIR.
 agents_yaml() {
   mkdir -p "$1"
-  cat >"$1/agents.yaml" <<YAML
-run: {name: $2, dir: $1/runs}
-defaults:
-  restart: {max_restarts: 2, backoff_s: 1, heartbeat_timeout_s: 10, grace_s: 2}
-  checkpoint: {interval_s: 1, keep_last: 5}
-agents:
+  {
+    agents_preamble "$2" "$1" 0 "max_restarts: 2, backoff_s: 1, heartbeat_timeout_s: 10, grace_s: 2" \
+      "interval_s: 1, keep_last: 5"
+    cat <<YAML
   - name: pred
     gpus: $3
     ranks: $3
@@ -31,12 +29,9 @@ agents:
     backend: mpi
     command: [$bin/agent-worker]
     args: {env: cartpole, algo: ppo, steps: 1000000000}
-  - name: $5
-    gpus: 1
-    backend: single
-    command: [$bin/agent-worker]
-    args: {env: cartpole, algo: ppo, steps: 1000000000}
 YAML
+    solo_worker "$5"
+  } >"$1/agents.yaml"
 }
 on_failure() {
   echo "--- status"; "$bin/agentctl" status "$run" 2>&1

@@ -20,25 +20,19 @@ set -uo pipefail
 source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
 start_cluster 5 --gpus 2 --cpus 4
 mkdir -p "$state/fo"
-cat >"$state/fo/agents.yaml" <<YAML
-run: {name: failover, dir: $state/fo/runs}
-slurm: {spare_nodes: 2}
-defaults:
-  restart: {max_restarts: 5, backoff_s: 1, heartbeat_timeout_s: 4, grace_s: 2}
-  checkpoint: {interval_s: 1, keep_last: 100}
-agents:
+{
+  agents_preamble failover "$state/fo" 2 "max_restarts: 5, backoff_s: 1, heartbeat_timeout_s: 4, grace_s: 2" \
+    "interval_s: 1, keep_last: 100"
+  cat <<YAML
   - name: wide
     gpus: 4   # two whole nodes, two ranks on each
     ranks: 4
     backend: mpi
     command: [/bin/sh, -c, 'echo "RANKENV \$RANK \$SLURMD_NODENAME \$CUDA_VISIBLE_DEVICES \$AGENTRT_PORTS"; exec "\$0"', $bin/agent-worker]
     args: {env: cartpole, algo: ppo, steps: 1000000000}
-  - name: solo
-    gpus: 1
-    backend: single   # agent-worker trains on the CPU; its GPU stays reserved
-    command: [$bin/agent-worker]
-    args: {env: cartpole, algo: ppo, steps: 1000000000}
 YAML
+  solo_worker solo
+} >"$state/fo/agents.yaml"
 cd "$state/fo" || fail "no $state/fo"
 submit_run "$state/fo/runs/failover-*"
 grep -q -- "^#SBATCH --nodes=5$" "$run/alloc.sbatch" && grep -q -- "^#SBATCH --no-kill$" "$run/alloc.sbatch" \
