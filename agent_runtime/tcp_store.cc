@@ -394,21 +394,37 @@ Result<int64_t> TcpStore::Add(std::string_view key, int64_t delta, Timeout timeo
 Status TcpStore::Barrier(Timeout timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string key;
+  int64_t n = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    key = "__agentrt/barrier/" + std::to_string(++barrier_count_);
+    n = ++barrier_count_;
+    key = "__agentrt/barrier/" + std::to_string(n);
   }
+  const auto left = [&] {
+    const auto l = std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now());
+    return l.count() > 0 ? l : Timeout(1);
+  };
+  const auto said = [&](Status s) {
+    if (s.ok()) return s;
+    return s.WithContext("barrier " + std::to_string(n) + " of " +
+                         std::to_string(options_.world_size) + " ranks");
+  };
   AGENTRT_ASSIGN_OR_RETURN(const int64_t arrived, Add(key, 1, timeout));
-  // The last to arrive releases the others and need not wait: asking the store
-  // once more could find rank 0 (the server) already gone past the barrier.
-  if (arrived >= options_.world_size) return Set(key + "/done", "1", timeout);
-  const auto left =
-      std::chrono::duration_cast<Timeout>(deadline - std::chrono::steady_clock::now());
-  auto r = Get(key + "/done", left.count() > 0 ? left : Timeout(1));
-  if (!r.ok()) {
-    return r.status().WithContext("barrier " + std::to_string(barrier_count_) + " of " +
-                                  std::to_string(options_.world_size) + " ranks");
+  if (arrived >= options_.world_size) {
+    AGENTRT_RETURN_IF_ERROR(said(Set(key + "/done", "1", left())));
+  } else {
+    AGENTRT_RETURN_IF_ERROR(said(Get(key + "/done", left()).status()));
   }
+  if (options_.world_size <= 1) return Status::Ok();
+  // Phase two keeps the server up until every other rank has its release:
+  // the rank that hosts it may be the last to arrive and return at once, and
+  // if it then exits, a peer whose wait the server had not yet read would
+  // find the store gone. So the other ranks report that they are through,
+  // and the host leaves only after all of them have.
+  const std::string through = key + "/through";
+  if (server_ != nullptr) return said(Get(through + "/all", left()).status());
+  AGENTRT_ASSIGN_OR_RETURN(const int64_t out, Add(through, 1, left()));
+  if (out >= options_.world_size - 1) return said(Set(through + "/all", "1", left()));
   return Status::Ok();
 }
 

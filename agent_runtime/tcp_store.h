@@ -6,7 +6,9 @@
 //   Get(key, timeout)        the value, waiting until some rank has set it
 //   Wait(keys, timeout)      wait until every key is set
 //   Add(key, delta)          atomic int64 counter; returns the new value
-//   Barrier(timeout)         every rank of the world arrives before any leaves
+//   Barrier(timeout)         every rank of the world arrives before any leaves, and
+//                            the server's rank leaves only after the others are
+//                            released (so it may exit right after its last one)
 //
 // Keys and values are byte strings. Every blocking call takes a timeout and
 // returns DeadlineExceeded naming the key, store address and rank; after a

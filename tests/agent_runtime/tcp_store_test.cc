@@ -8,6 +8,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,6 +141,45 @@ TEST_CASE("store barrier times out when a rank never arrives") {
   Status s = server->Barrier(milliseconds(300));
   CHECK(s.code() == StatusCode::kDeadlineExceeded);
   CHECK_THAT(s.message(), Catch::Contains("barrier 1 of 2 ranks"));
+}
+
+// The rank that hosts the server may arrive last. Were it to leave at once and
+// exit, a peer whose wait the server had not read yet would find the store
+// gone (CI once saw "get of key '__agentrt/barrier/2/done': recv: Connection
+// reset by peer"). So the host leaves only once every peer is through: here a
+// peer stopped right after arriving holds the host's barrier up.
+TEST_CASE("store barrier: the server's rank leaves only after every peer is released") {
+  auto server = Server(2);
+  const int port = server->port();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    TcpStoreOptions o;
+    o.port = port;
+    o.rank = 1;
+    o.world_size = 2;
+    o.connect_timeout = seconds(10);
+    auto c = TcpStore::Create(o);
+    if (!c.ok()) ::_exit(10);
+    ::_exit((*c)->Barrier(seconds(20)).ok() ? 0 : 11);
+  }
+  // Wait (bounded) until the peer has arrived, then stop it.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  int64_t arrived = 0;
+  while (arrived < 1 && std::chrono::steady_clock::now() < deadline) {
+    arrived = server->Add("__agentrt/barrier/1", 0, seconds(5)).value_or(0);
+    if (arrived < 1) std::this_thread::sleep_for(milliseconds(5));
+  }
+  REQUIRE(arrived == 1);
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  const Status held = server->Barrier(milliseconds(500));
+  CHECK(held.code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(held.message(), Catch::Contains("barrier 1 of 2 ranks"));
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("store serves clients in other processes") {
