@@ -172,6 +172,13 @@ bool BusAcl::MaySubscribe(std::string_view agent, std::string_view topic) const 
   return false;
 }
 
+int64_t BusAcl::KeepLast(std::string_view topic) const {
+  for (const auto& c : channels) {
+    if (c.keep_last > 0 && GlobMatch(c.topic, topic)) return c.keep_last;
+  }
+  return 0;
+}
+
 BusAcl AclFromPlan(const Plan& plan) {
   BusAcl acl;
   for (const AgentPlan& a : plan.agents) acl.agents.push_back(a.name);
@@ -179,7 +186,7 @@ BusAcl AclFromPlan(const Plan& plan) {
   // publishes nothing, so it needs no channel.
   if (plan.league.enabled()) acl.agents.push_back(kLeagueServiceName);
   for (const ChannelPlan& c : plan.channels) {
-    acl.channels.push_back({c.topic, c.publishers, c.subscribers});
+    acl.channels.push_back({c.topic, c.publishers, c.subscribers, c.keep_last});
   }
   return acl;
 }

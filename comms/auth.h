@@ -85,6 +85,7 @@ struct BusChannel {
   std::string topic;
   std::vector<std::string> publishers;
   std::vector<std::string> subscribers;
+  int64_t keep_last = 0;  // messages a matching topic keeps (0: the broker's retention)
 };
 
 struct BusAcl {
@@ -98,6 +99,8 @@ struct BusAcl {
   bool IsAgent(std::string_view agent) const;
   bool MayPublish(std::string_view agent, std::string_view topic) const;
   bool MaySubscribe(std::string_view agent, std::string_view topic) const;
+  // The keep_last of the first channel matching `topic` that sets one; 0: none.
+  int64_t KeepLast(std::string_view topic) const;
 };
 
 // The ACL of a run: its agents and channels, from the plan (the only source;

@@ -41,6 +41,11 @@ Broker::~Broker() {
                    synced.ToString().c_str());
     }
   }
+  if (!spool_dir_.empty()) {
+    // Spool files nobody adopted: publishes that died half-way.
+    std::error_code ec;
+    std::filesystem::remove_all(spool_dir_, ec);
+  }
   if (!durable() && !spill_dir_.empty()) {
     // Memory mode: the payload files are of no use once the broker is gone.
     logs_.clear();  // closes every large payload's file first
@@ -133,6 +138,7 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       own_spill_dir_ = true;
     }
   }
+  AGENTRT_RETURN_IF_ERROR(MakeSpool());
   // Every retained large message keeps its file open (its readers send from
   // it after retention removed its name).
   RaiseOpenFileLimit();
@@ -269,9 +275,11 @@ void Broker::TrimLocked(Log& log) {
   const int64_t oldest_ns = options_.retention_age_s > 0
                                 ? NowNs() - static_cast<int64_t>(options_.retention_age_s * 1e9)
                                 : std::numeric_limits<int64_t>::min();
+  // A channel's keep_last overrides bus.retention for its topics (asked once per log).
+  if (log.keep_last < 0) log.keep_last = access_.acl().KeepLast(log.name);
+  const int64_t keep = log.keep_last > 0 ? log.keep_last : options_.retention_messages;
   while (log.msgs.size() > 1 &&
-         (static_cast<int64_t>(log.msgs.size()) > options_.retention_messages ||
-          log.bytes > options_.retention_bytes ||
+         (static_cast<int64_t>(log.msgs.size()) > keep || log.bytes > options_.retention_bytes ||
           log.msgs.front()->publish_time_ns() < oldest_ns)) {
     const int64_t b = PayloadBytes(*log.msgs.front());
     log.bytes -= b;

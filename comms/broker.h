@@ -131,6 +131,15 @@ class Broker {
                                              bus::v1::PublishResponse* resp);
   Status WriteLarge(Upload& upload, std::string_view data);
   Status FinishLarge(Upload& upload, bus::v1::PublishResponse* resp);
+  // The spool (bus.proto Spool): its absolute folder and the id in its
+  // .spool-id file; both empty when the broker has none.
+  std::pair<std::string, std::string> SpoolInfo() const { return {spool_dir_, spool_id_}; }
+  // bus.proto AdoptLarge: checks the request as BeginLarge checks a first
+  // chunk, then takes `agent`'s file from the spool (size and CRC32C
+  // checked, renamed into the payload store) and stores it as FinishLarge
+  // does. A file that does not become a message is removed.
+  Status AdoptLarge(const std::string& agent, bus::v1::AdoptRequest& req,
+                    bus::v1::PublishResponse* resp);
   // Copies up to `max` bytes of the reader's large message (reader.chunked)
   // from byte `pos` into *out (resized to what was read).
   Status ReadChunk(const Reader& reader, int64_t pos, size_t max, std::string* out) const;
@@ -213,6 +222,14 @@ class Broker {
   // Recover's part for one log's large messages: opens each payload's file
   // (DATA_LOSS when missing or short) and removes files no message names.
   Status RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes);
+  // What BeginLarge and AdoptLarge share: the head's checks, the ACL, and a
+  // retry's duplicate (answered in *resp; null returned).
+  Result<std::shared_ptr<Upload>> PrepareLarge(const std::string& agent,
+                                               bus::v1::PublishChunk& first,
+                                               bus::v1::PublishResponse* resp);
+  // Recover's part for the spool: emptied (what publishers that died left
+  // there), made 0700, and given a fresh .spool-id.
+  Status MakeSpool();
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start,
                             uint64_t incarnation, int max_batch, bool local_files,
                             bus::v1::SubscribeResponse::Header* header);
@@ -258,6 +275,8 @@ class Broker {
 
   std::string spill_dir_;       // memory mode: where large payloads go (see BlobDir)
   bool own_spill_dir_ = false;  // made by Recover, removed by the destructor
+  std::string spool_dir_;       // where publishers write payloads to adopt (removed at the end)
+  std::string spool_id_;
 
   std::thread flusher_;  // kBatch fsyncs, age retention
   std::mutex flush_mu_;

@@ -76,6 +76,7 @@ struct Broker::Log {
   size_t spare_bytes = 0;  // payload capacity held by `spare`
   int64_t base = 0;
   int64_t bytes = 0;
+  int64_t keep_last = -1;  // its channel's keep_last (0: none; -1: not asked yet)
   int waiters = 0;
   std::unique_ptr<SegmentLog> files;  // the durable log (opened at the first append)
   std::unordered_map<int64_t, std::shared_ptr<Blob>> blobs;  // offset -> large payload

@@ -1,11 +1,14 @@
 // The broker's payload store: large messages in files beside the log (or
 // in spill/), uploaded in chunks, read back in chunks, recovered at start.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "common/crc32c.h"
@@ -90,9 +93,9 @@ void Broker::DropBlob(Log& log, int64_t offset) {
   log.blobs.erase(it);
 }
 
-Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& agent,
-                                                           v1::PublishChunk& first,
-                                                           v1::PublishResponse* resp) {
+Result<std::shared_ptr<Broker::Upload>> Broker::PrepareLarge(const std::string& agent,
+                                                             v1::PublishChunk& first,
+                                                             v1::PublishResponse* resp) {
   v1::PublishRequest& head = *first.mutable_head();
   const std::string what =
       "large publish to topic \"" + head.topic().substr(0, 64) + "\" by agent " + agent;
@@ -115,6 +118,18 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   up->log = GetLog(head.topic(), /*create=*/true);
   up->msg = ToMessage(agent, head);
   up->expected_crc = first.crc32c();
+  up->msg.set_chunked_size(first.size());
+  up->msg.set_chunked_crc32c(first.crc32c());
+  return up;
+}
+
+Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& agent,
+                                                           v1::PublishChunk& first,
+                                                           v1::PublishResponse* resp) {
+  AGENTRT_ASSIGN_OR_RETURN(std::shared_ptr<Upload> up, PrepareLarge(agent, first, resp));
+  if (up == nullptr) return up;
+  const std::string what =
+      "large publish to topic \"" + up->log->name.substr(0, 64) + "\" by agent " + agent;
   const std::string dir = BlobDir(*up->log);
   if (dir.empty())
     return FailedPrecondition(
@@ -127,10 +142,108 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   if (fd < 0) return NotStored(ErrnoStatus(errno, "bus: cannot create " + path)).WithContext(what);
   if (durable()) up->msg.set_chunked_file(name);
   up->blob = std::make_shared<Blob>(path, fd, first.size());
-  up->msg.set_chunked_size(first.size());
-  up->msg.set_chunked_crc32c(first.crc32c());
   AGENTRT_RETURN_IF_ERROR(WriteLarge(*up, first.data()).WithContext(what));
   return up;
+}
+
+namespace {
+
+// "<agent>.<16 hex digits>.part": what a publisher may name its spool file.
+bool IsSpoolName(const std::string& name, const std::string& agent) {
+  const std::string prefix = agent + ".";
+  constexpr std::string_view kSuffix = ".part";
+  if (name.size() != prefix.size() + 16 + kSuffix.size()) return false;
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  if (name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(prefix.size()),
+                     name.end() - static_cast<std::ptrdiff_t>(kSuffix.size()),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
+
+// CRC32C of a file's first `size` bytes, read through a mapping (no copy),
+// a window at a time so that the broker's resident memory stays small.
+Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
+  constexpr int64_t kWindow = int64_t{16} << 20;
+  uint32_t crc = 0;
+  for (int64_t at = 0; at < size; at += kWindow) {
+    const auto n = static_cast<size_t>(std::min(kWindow, size - at));
+    void* map = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(at));
+    if (map == MAP_FAILED) return ErrnoStatus(errno, "bus: cannot map " + path);
+    ::madvise(map, n, MADV_SEQUENTIAL);
+    crc = Crc32c(map, n, crc);
+    ::munmap(map, n);
+  }
+  return crc;
+}
+
+}  // namespace
+
+Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
+                          v1::PublishResponse* resp) {
+  v1::PublishChunk first;
+  first.mutable_head()->Swap(req.mutable_head());
+  first.set_size(req.size());
+  first.set_crc32c(req.crc32c());
+  AGENTRT_ASSIGN_OR_RETURN(std::shared_ptr<Upload> up, PrepareLarge(agent, first, resp));
+  const std::string spooled = spool_dir_ + "/" + req.name();
+  if (up == nullptr) {  // a duplicate: its bytes are stored already
+    if (!spool_dir_.empty() && IsSpoolName(req.name(), agent)) ::unlink(spooled.c_str());
+    return Status::Ok();
+  }
+  const std::string what = "large publish to topic \"" + up->log->name.substr(0, 64) +
+                           "\" by agent " + agent + " from the spool";
+  if (spool_dir_.empty()) return FailedPrecondition(what + ": this broker has no spool");
+  if (!IsSpoolName(req.name(), agent)) {
+    CountInvalid();
+    return InvalidArgument(
+        fmt::format("{}: \"{}\" is not a spool file of agent {} (<agent>.<16 "
+                    "hex digits>.part)",
+                    what, Printable(req.name().substr(0, 64)), agent));
+  }
+  const int fd = ::open(spooled.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return FailedPrecondition(fmt::format("{}: cannot open {}: {} (a publisher on another node?)",
+                                          what, spooled, std::strerror(errno)));
+  }
+  const std::string dir = BlobDir(*up->log);
+  const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
+  const std::string path = dir + "/" + name;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != req.size()) {
+    ::close(fd);
+    ::unlink(spooled.c_str());
+    CountInvalid();
+    return InvalidArgument(fmt::format("{}: {} holds {} bytes, not the {} announced; not stored",
+                                       what, spooled, st.st_size, req.size()));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (::rename(spooled.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::close(fd);  // the file stays the publisher's: it sends the bytes with PublishLarge
+    return FailedPrecondition(
+        fmt::format("{}: cannot move {} to {}: {}", what, spooled, path, std::strerror(err)));
+  }
+  // From here the payload store owns the file: it goes with the Blob unless stored.
+  up->blob = std::make_shared<Blob>(path, fd, req.size());
+  if (durable()) up->msg.set_chunked_file(name);
+  AGENTRT_ASSIGN_OR_RETURN(up->crc, FileCrc32c(fd, req.size(), path));
+  up->written = req.size();
+  return FinishLarge(*up, resp);
+}
+
+Status Broker::MakeSpool() {
+  spool_dir_ =
+      options_.log_dir.empty() ? spill_dir_ + "/incoming" : BusLogSpoolDir(options_.log_dir);
+  std::error_code ec;
+  std::filesystem::remove_all(spool_dir_, ec);
+  if (!std::filesystem::create_directories(spool_dir_, ec) || ec)
+    return Internal("bus: cannot create the spool " + spool_dir_ + ": " + ec.message());
+  ::chmod(spool_dir_.c_str(), 0700);
+  const auto abs = std::filesystem::absolute(spool_dir_, ec);
+  if (!ec) spool_dir_ = abs.lexically_normal().string();
+  spool_id_ = fmt::format("{:016x}", RandomNonZeroU64());
+  return WriteFileAtomic(spool_dir_ + "/" + kBusSpoolIdFile, spool_id_ + "\n");
 }
 
 Status Broker::WriteLarge(Upload& up, std::string_view data) {

@@ -155,8 +155,10 @@ Result<std::unique_ptr<BusClient>> MakeBusClientWithStub(
   impl->address = std::move(address);
   impl->cred = std::move(credential);
   impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZeroU64();
-  if (const char* local = std::getenv("AGENTRT_BUS_LOCAL_FILES"); local != nullptr)
+  if (const char* local = std::getenv("AGENTRT_BUS_LOCAL_FILES"); local != nullptr) {
     options.read_local_files = std::string_view(local) == "1";
+    if (std::string_view(local) == "0") options.write_local_files = false;
+  }
   impl->options = std::move(options);
   return BusClientStubAccess::Make(std::move(impl));
 }
@@ -207,8 +209,13 @@ Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
 
 Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload,
                                       const PublishOptions& opts) {
-  if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes)
-    return impl_->PublishChunked(topic, payload, opts, impl_->SequenceFor(opts));
+  if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes) {
+    const uint64_t seq = impl_->SequenceFor(opts);
+    auto copy = [&](LargePayloadWriter& w) { return w.Append(payload.data(), payload.size()); };
+    if (auto spooled = impl_->PublishSpooled(topic, payload.size(), copy, opts, seq))
+      return *spooled;
+    return impl_->PublishChunked(topic, payload, opts, seq);
+  }
   v1::PublishRequest req;
   req.set_topic(std::string(topic));
   return impl_->Store<v1::PublishResponse>(&v1::Bus::StubInterface::Publish, req, payload, opts,
@@ -261,26 +268,33 @@ Status BusClient::Reply(uint64_t request_id, std::string_view payload,
 }
 
 Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t offset, int max,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout,
+                                                 const FetchOptions& fetch) {
   if (max <= 0) return InvalidArgument("fetch: max must be > 0");
   v1::SubscribeRequest req;
   req.set_topic(std::string(topic));
   req.mutable_start()->set_offset(offset);
   req.set_max_batch_messages(std::min(max, 4096));
+  req.set_local_files(fetch.local_paths);
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx, WallClock::now() + timeout);
   auto reader = impl_->stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;
-  Reassembler assembler;
+  Reassembler assembler(/*pass_paths=*/fetch.local_paths);
   Status broken;
-  while (static_cast<int>(out.size()) < max && reader->Read(&resp)) {
+  bool ended = false;  // the broker ended the stream: its status says why
+  while (static_cast<int>(out.size()) < max) {
+    if (!reader->Read(&resp)) {
+      ended = true;
+      break;
+    }
     broken = assembler.Feed(resp, [&](const BusMessage& m) {
       if (static_cast<int>(out.size()) < max) out.push_back(m);
     });
     if (!broken.ok() || !out.empty()) break;  // return what the first batch brought
   }
-  ctx.TryCancel();
+  if (!ended) ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (!out.empty()) return out;
   AGENTRT_RETURN_IF_ERROR(broken.WithContext("fetch from topic \"" + std::string(topic) +

@@ -73,6 +73,13 @@ struct BusClientOptions {
   // every client of the process (=0 false). (Off by default: a client on
   // another node would try, and fail, to open a file once per stream.)
   bool read_local_files = false;
+  // true (the default): a large publish from a process that sees the
+  // broker's spool folder (bus.proto Spool: the broker's node, or a file
+  // system shared with it) writes the payload into a file there that the
+  // broker takes over (AdoptLarge), so no payload byte crosses the socket;
+  // elsewhere, or false, it is sent in chunks. AGENTRT_BUS_LOCAL_FILES=0
+  // sets it false.
+  bool write_local_files = true;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
   int64_t async_batch_bytes = 4 << 20;  // at most kMaxBatchBytes (bus_server.h)
@@ -133,6 +140,21 @@ struct SubscribeOptions {
   std::function<void(const SubscriptionEvent&)> on_event;  // optional; on the subscription's thread
 };
 
+struct FetchOptions {
+  // true: a large message whose file this process may read (the broker's
+  // node) comes with chunked_path set and no payload; the caller maps or
+  // reads the file itself (and checks it against chunked_size and
+  // chunked_crc32c). Elsewhere its payload comes whole as usual.
+  bool local_paths = false;
+};
+
+// Writes a large payload in order (BusClient::PublishLargeFrom).
+class LargePayloadWriter {
+ public:
+  virtual ~LargePayloadWriter() = default;
+  virtual Status Append(const void* data, size_t size) = 0;
+};
+
 using SubscriptionId = uint64_t;
 using MessageCallback = std::function<void(const BusMessage&)>;
 using AckCallback = std::function<void(const Result<PublishAck>&)>;
@@ -168,6 +190,16 @@ class BusClient {
   // Stores one message; returns once stored. Retries keep the sequence.
   Result<PublishAck> Publish(std::string_view topic, std::string_view payload,
                              const PublishOptions& opts = {});
+  // Publishes a payload of exactly `size` bytes that `fill` writes in order
+  // (so a caller lays out tensors straight into it, with no buffer of its
+  // own). Large ones from a process that sees the broker's spool go into a
+  // file the broker takes over (write_local_files): one copy, no bytes over
+  // the socket. Otherwise they are gathered in memory and sent as Publish
+  // sends them. Returns once stored; `fill`'s error, or a size it did not
+  // write, stores nothing.
+  Result<PublishAck> PublishLargeFrom(std::string_view topic, size_t size,
+                                      const std::function<Status(LargePayloadWriter&)>& fill,
+                                      const PublishOptions& opts = {});
   // Queues a message; `on_ack` (optional) runs on the publish thread once it is
   // stored or failed. Messages of one client are stored in the order queued.
   // Blocks while async_max_pending messages are unacknowledged (backpressure).
@@ -204,7 +236,8 @@ class BusClient {
   // Synchronous read: up to `max` messages of `topic` from `offset`, waiting
   // up to `timeout` for the first. Fewer (or none) on timeout.
   Result<std::vector<BusMessage>> Fetch(std::string_view topic, int64_t offset, int max,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout,
+                                        const FetchOptions& fetch = {});
 
   // The next offset to read, per topic this client subscribes to (inbox:
   // "@inbox/<agent>"), and the broker incarnation they belong to (0 before

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -83,11 +84,18 @@ inline void ClearChunked(BusMessage* m) {
 // resets it: a message is delivered whole or not at all.
 class Reassembler {
  public:
+  // pass_paths: a message the broker named a local file for is delivered as
+  // it came (chunked_path set, no payload): the caller reads the file.
+  explicit Reassembler(bool pass_paths = false) : pass_paths_(pass_paths) {}
   template <typename Deliver>
   Status Feed(const v1::SubscribeResponse& resp, Deliver&& deliver) {
     for (const auto& m : resp.messages()) {
       if (large_) return Internal("a message inside a large message's chunks");
       if (m.chunked_size() <= 0) {
+        deliver(m);
+        continue;
+      }
+      if (!m.chunked_path().empty() && pass_paths_) {
         deliver(m);
         continue;
       }
@@ -151,6 +159,7 @@ class Reassembler {
     return Status::Ok();
   }
 
+  bool pass_paths_ = false;
   bool local_failed_ = false;
   bool local_missing_ = false;
   std::unique_ptr<BusMessage> large_;  // under way
@@ -281,6 +290,20 @@ struct BusClient::Impl {
   // `payload` (no copy of it), retried whole with the same sequence.
   Result<PublishAck> PublishChunked(std::string_view topic, std::string_view payload,
                                     const PublishOptions& opts, uint64_t seq);
+
+  // The broker's spool as this process sees it (bus_client_spool.cc): its
+  // folder, or "" when it cannot write there (another node, no spool,
+  // write_local_files off). Asked once; a refused adoption turns it off.
+  std::string SpoolDir();
+  // A payload above kMaxInlineBytes written by `fill` into a spool file the
+  // broker adopts. nullopt: no usable spool (nothing was written); the
+  // caller publishes another way.
+  std::optional<Result<PublishAck>> PublishSpooled(
+      std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
+      const PublishOptions& opts, uint64_t seq);
+  std::mutex spool_mu;
+  int spool_state = 0;  // 0 not asked yet, 1 usable (spool_dir), -1 not usable
+  std::string spool_dir;
 };
 
 }  // namespace agentrt

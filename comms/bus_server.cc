@@ -119,6 +119,23 @@ class BusService final : public v1::Bus::Service {
     return ToGrpc(broker_->FinishLarge(**upload, resp));
   }
 
+  grpc::Status Spool(grpc::ServerContext* ctx, const v1::SpoolRequest*,
+                     v1::SpoolResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    (void)agent;
+    auto [dir, id] = broker_->SpoolInfo();
+    resp->set_dir(std::move(dir));
+    resp->set_id(std::move(id));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AdoptLarge(grpc::ServerContext* ctx, const v1::AdoptRequest* req,
+                          v1::PublishResponse* resp) override {
+    AGENTRT_AUTH_OR_RETURN(agent);
+    v1::AdoptRequest copy = *req;
+    return ToGrpc(broker_->AdoptLarge(agent, copy, resp));
+  }
+
   grpc::Status Subscribe(grpc::ServerContext* ctx, const v1::SubscribeRequest* req,
                          grpc::ServerWriter<v1::SubscribeResponse>* writer) override {
     AGENTRT_AUTH_OR_RETURN(agent);

@@ -289,6 +289,7 @@ struct ChannelConfig {
   std::vector<std::string> subscriber_patterns;
   std::vector<std::string> publishers;  // expanded agent names, in agent order
   std::vector<std::string> subscribers;
+  int64_t keep_last = 0;  // messages its topic keeps (0: bus.retention's)
 };
 
 // The league roles (AlphaStar's): a role gives a member its default

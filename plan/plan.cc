@@ -216,8 +216,9 @@ nlohmann::ordered_json PlanToJson(const Plan& plan) {
 
   ojson channels = ojson::array();
   for (const ChannelPlan& c : plan.channels) {
-    channels.push_back(
-        ojson{{"topic", c.topic}, {"publishers", c.publishers}, {"subscribers", c.subscribers}});
+    ojson cj{{"topic", c.topic}, {"publishers", c.publishers}, {"subscribers", c.subscribers}};
+    if (c.keep_last > 0) cj["keep_last"] = c.keep_last;
+    channels.push_back(std::move(cj));
   }
   j["channels"] = std::move(channels);
   j["ports"] = ojson{
@@ -425,6 +426,7 @@ Result<Plan> PlanFromJson(const nlohmann::json& j) {
     r.Read(cj, path, "topic", c.topic);
     r.Read(cj, path, "publishers", c.publishers);
     r.Read(cj, path, "subscribers", c.subscribers);
+    r.Read(cj, path, "keep_last", c.keep_last, false);
     plan.channels.push_back(std::move(c));
   });
   r.Read(j, "", "warnings", plan.warnings, false);

@@ -102,6 +102,7 @@ struct ChannelPlan {
   std::string topic;
   std::vector<std::string> publishers;  // agent names
   std::vector<std::string> subscribers;
+  int64_t keep_last = 0;  // messages the topic keeps (0: bus.retention's)
 };
 
 // A node the plan places agents on, as the partition map draws it.

@@ -44,10 +44,13 @@ inline std::string RankLogFile(const std::string& log_dir, int rank) {
 
 // The durable bus log's layout inside its folder (RunDir::BusLogDir, or the
 // log_dir an `agentrt-bus` was given): one segment folder per topic or inbox
-// under logs/, large payloads of a bus without a log under spill/, and the
-// broker's incarnation.
+// under logs/, large payloads of a bus without a log under spill/, the
+// spool publishers on the broker's file system write large payloads into
+// (incoming/, with .spool-id; bus.proto Spool), and the broker's incarnation.
 inline std::string BusLogTopicsDir(const std::string& log_dir) { return log_dir + "/logs"; }
 inline std::string BusLogSpillDir(const std::string& log_dir) { return log_dir + "/spill"; }
+inline std::string BusLogSpoolDir(const std::string& log_dir) { return log_dir + "/incoming"; }
+inline constexpr const char* kBusSpoolIdFile = ".spool-id";
 inline std::string BusIncarnationFile(const std::string& log_dir) {
   return log_dir + "/incarnation";
 }

@@ -359,7 +359,9 @@ inline const std::vector<std::string> kTopKeys = {"run",      "cluster", "slurm"
     "topic name or pattern ('*' matches any characters, e.g. probe/*); {agent} makes one topic " \
     "per publisher")                                                                             \
   X(publishers, "list", "(required)", "glob patterns of agents that may publish")                \
-  X(subscribers, "list", "(required)", "glob patterns of agents that may subscribe")
+  X(subscribers, "list", "(required)", "glob patterns of agents that may subscribe")             \
+  X(keep_last, "int", "bus.retention",                                                           \
+    "messages (weight-stream versions) each of its topics keeps; the oldest go first")
 
 #define AGENTRT_LEAGUE_MEMBER_KEYS(X)                                                        \
   X(agents, "list", "(required)", "agent name patterns this entry makes members")            \

@@ -74,6 +74,9 @@ class PopulationBuilder {
                 "missing; expected agent name patterns like [\"prey-*\"]");
       ch.publishers = MatchAll(config, pubs, Join(path, "publishers"), ch.publisher_patterns);
       ch.subscribers = MatchAll(config, subs, Join(path, "subscribers"), ch.subscriber_patterns);
+      if (c_.Read(n, path, "keep_last", ch.keep_last) && ch.keep_last < 1)
+        c_.Fail(n["keep_last"], Join(path, "keep_last"),
+                fmt::format("expected at least 1 message, got {}", ch.keep_last));
       std::vector<ChannelConfig> expanded;
       const size_t placeholder = ch.topic.find("{agent}");
       if (placeholder == std::string::npos) {

@@ -208,7 +208,7 @@ class Planner {
   // Channels, the nodes used, league, PBT and every warning.
   void Finish(Plan& plan) const {
     for (const ChannelConfig& c : config_.channels)
-      plan.channels.push_back({c.topic, c.publishers, c.subscribers});
+      plan.channels.push_back({c.topic, c.publishers, c.subscribers, c.keep_last});
     for (const NodeState& n : nodes_) {
       if (n.used) plan.nodes.push_back({n.spec->name, n.spec->gpus, n.spec->nvlink_domains});
     }

@@ -15,6 +15,14 @@ agentrt_test(NAME bus_client_test
   LABELS unit
   TIMEOUT 60)
 
+# Weight streams (comms/weight_stream.h) on a real broker: spool, mapping,
+# versions, keep_last, ACL, unfinished publishes, a durable restart.
+agentrt_test(NAME weight_stream_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/weight_stream_test.cc
+  DEPS agentrt::comms
+  LABELS integration fault
+  TIMEOUT 120)
+
 agentrt_test(NAME bus_grpc_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_grpc_test.cc
   DEPS agentrt::comms

@@ -289,7 +289,9 @@ class BreakingPublishStream final : public BreakableStream<PublishBatchStream> {
   X(Request, RequestRequest, RequestResponse)                \
   X(Reply, ReplyRequest, ReplyResponse)                      \
   X(ListTopics, ListTopicsRequest, ListTopicsResponse)       \
-  X(Stats, StatsRequest, StatsResponse)
+  X(Stats, StatsRequest, StatsResponse)                      \
+  X(Spool, SpoolRequest, SpoolResponse)                      \
+  X(AdoptLarge, AdoptRequest, PublishResponse)
 
 // The stub a BusClient under test is given: every RPC goes to the FaultyBus's
 // real broker, through the faults the test scripted.

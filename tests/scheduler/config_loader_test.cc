@@ -7,7 +7,9 @@
 #include <fstream>
 #include <string>
 
+#include "comms/auth.h"
 #include "plan/config.h"
+#include "plan/plan.h"
 #include "scheduler/loader.h"
 #include "tests/common/temp_dir.h"
 
@@ -250,6 +252,33 @@ TEST_CASE("a channel pattern matching no agent is rejected with a suggestion") {
   CHECK_THAT(ErrorOf("agents: [{name: a}]\nchannels: [{topic: t, publishers: [a], subscribers: "
                      "[a]}, {topic: t, publishers: [a], subscribers: [a]}]\n"),
              Contains("topic 't' is already declared by channels[0]"));
+}
+
+TEST_CASE("a channel's keep_last reaches plan.json and the bus ACL; below 1 is refused") {
+  Result<Config> c = LoadConfigString(
+      "agents: [{name: a, replicas: 2}]\nchannels:\n  - {topic: \"weights/{agent}\", "
+      "publishers: [\"a-*\"], subscribers: [\"*\"], keep_last: 3}\n",
+      "agents.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  REQUIRE(c->channels.size() == 2);
+  CHECK(c->channels[1].topic == "weights/a-1");
+  CHECK(c->channels[1].keep_last == 3);
+  Plan plan;
+  plan.run = "r";
+  plan.channels.push_back({"weights/a-1", {"a-1"}, {"a-0", "a-1"}, 3});
+  plan.channels.push_back({"results", {"a-0"}, {"a-1"}});
+  Result<Plan> back = PlanFromJson(nlohmann::json::parse(PlanToJsonString(plan)));
+  REQUIRE(back.ok());
+  REQUIRE(back->channels.size() == 2);
+  CHECK(back->channels[0].keep_last == 3);
+  CHECK(back->channels[1].keep_last == 0);
+  const BusAcl acl = AclFromPlan(*back);
+  CHECK(acl.KeepLast("weights/a-1") == 3);
+  CHECK(acl.KeepLast("results") == 0);
+  CHECK_THAT(ErrorOf("agents: [{name: a}]\nchannels:\n  - {topic: t, publishers: [a], "
+                     "subscribers: [a], keep_last: 0}\n"),
+             StartsWith("agents.yaml:3:62: key 'channels[0].keep_last': expected at least 1"));
 }
 
 TEST_CASE("a port range too small for the bus and one agent is rejected") {

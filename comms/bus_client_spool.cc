@@ -1,0 +1,165 @@
+// BusClient's large publishes through the broker's spool (bus.proto Spool
+// and AdoptLarge): a process that sees the spool folder writes the payload
+// into a file there once and the broker takes the file over, so no payload
+// byte crosses the socket. PublishLargeFrom lets the caller write the
+// payload in place, whichever way it travels.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/random.h"
+#include "comms/bus_client_internal.h"
+#include "plan/run_dir.h"
+
+namespace agentrt {
+
+using namespace bus_client_internal;  // NOLINT(google-build-using-namespace): its own insides
+
+namespace {
+
+// Appends to a file, keeping the CRC32C of what went in.
+class FileWriter final : public LargePayloadWriter {
+ public:
+  FileWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  Status Append(const void* data, size_t size) override {
+    AGENTRT_RETURN_IF_ERROR(WriteAll(fd_, data, size, "bus: cannot write the spool file ", path_));
+    crc_ = Crc32c(data, size, crc_);
+    written_ += size;
+    return Status::Ok();
+  }
+  size_t written() const { return written_; }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  size_t written_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// Gathers a payload in memory (no spool to write to).
+class MemoryWriter final : public LargePayloadWriter {
+ public:
+  explicit MemoryWriter(size_t size) { bytes_.reserve(size); }
+  Status Append(const void* data, size_t size) override {
+    bytes_.append(static_cast<const char*>(data), size);
+    return Status::Ok();
+  }
+  std::string& bytes() { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+std::string HexName(const std::string& agent) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(RandomNonZeroU64()));
+  return agent + "." + hex + ".part";
+}
+
+}  // namespace
+
+std::string BusClient::Impl::SpoolDir() {
+  std::lock_guard<std::mutex> lock(spool_mu);
+  if (spool_state != 0) return spool_state > 0 ? spool_dir : std::string();
+  spool_state = -1;
+  if (!options.write_local_files) return {};
+  v1::SpoolResponse resp;
+  grpc::ClientContext ctx;
+  Prepare(&ctx, WallClock::now() + options.call_timeout);
+  if (!stub->Spool(&ctx, v1::SpoolRequest(), &resp).ok() || resp.dir().empty()) return {};
+  // The same folder only if it holds the id the broker gave (not a folder
+  // of the same name on another node).
+  Result<std::string> id = ReadWholeFile(resp.dir() + "/" + kBusSpoolIdFile, 256);
+  if (!id.ok() || *id != resp.id() + "\n") return {};
+  spool_state = 1;
+  spool_dir = resp.dir();
+  return spool_dir;
+}
+
+std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
+    std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
+    const PublishOptions& opts, uint64_t seq) {
+  const std::string dir = SpoolDir();
+  if (dir.empty()) return std::nullopt;
+  const std::string name = HexName(cred.agent);
+  const std::string path = dir + "/" + name;
+  const std::string what = "publish of " + std::to_string(size) + " bytes to topic \"" +
+                           std::string(topic) + "\" through the spool";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    std::lock_guard<std::mutex> lock(spool_mu);
+    spool_state = -1;  // e.g. a read-only view of the folder: chunks from now on
+    return std::nullopt;
+  }
+  FileWriter writer(fd, path);
+  Status filled = fill(writer);
+  ::close(fd);
+  if (filled.ok() && writer.written() != size) {
+    filled = InvalidArgument(what + ": the payload writer wrote " +
+                             std::to_string(writer.written()) + " bytes, not " +
+                             std::to_string(size));
+  }
+  if (!filled.ok()) {
+    ::unlink(path.c_str());
+    return Result<PublishAck>(filled);
+  }
+  v1::AdoptRequest req;
+  v1::PublishRequest* head = req.mutable_head();
+  head->set_topic(std::string(topic));
+  head->set_content_type(opts.content_type);
+  head->set_publisher_id(publisher_id);
+  head->set_sequence(seq);
+  req.set_size(static_cast<int64_t>(size));
+  req.set_crc32c(writer.crc());
+  req.set_name(name);
+  v1::PublishResponse resp;
+  const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
+  Status adopted =
+      UnaryWithRetry(&v1::Bus::StubInterface::AdoptLarge, req, &resp, deadline, what);
+  if (adopted.ok()) return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
+  if (adopted.code() != StatusCode::kFailedPrecondition) {
+    ::unlink(path.c_str());
+    return Result<PublishAck>(adopted);
+  }
+  // The broker could not take the file (another file system after all):
+  // send its bytes in chunks, and do so from now on.
+  {
+    std::lock_guard<std::mutex> lock(spool_mu);
+    spool_state = -1;
+  }
+  const int rfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ::unlink(path.c_str());
+  if (rfd < 0) return Result<PublishAck>(adopted);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, rfd, 0);
+  ::close(rfd);
+  if (map == MAP_FAILED) return Result<PublishAck>(adopted);
+  Result<PublishAck> sent =
+      PublishChunked(topic, std::string_view(static_cast<const char*>(map), size), opts, seq);
+  ::munmap(map, size);
+  return sent;
+}
+
+Result<PublishAck> BusClient::PublishLargeFrom(
+    std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
+    const PublishOptions& opts) {
+  const bool large = static_cast<int64_t>(size) > kMaxInlineBytes;
+  const uint64_t seq = impl_->SequenceFor(opts);
+  if (large) {
+    if (auto spooled = impl_->PublishSpooled(topic, size, fill, opts, seq)) return *spooled;
+  }
+  MemoryWriter mem(size);
+  AGENTRT_RETURN_IF_ERROR(fill(mem));
+  if (mem.bytes().size() != size)
+    return InvalidArgument("publish to topic \"" + std::string(topic) +
+                           "\": the payload writer wrote " + std::to_string(mem.bytes().size()) +
+                           " bytes, not " + std::to_string(size));
+  if (large) return impl_->PublishChunked(topic, mem.bytes(), opts, seq);
+  PublishOptions sequenced = opts;
+  sequenced.sequence = seq;
+  return Publish(topic, mem.bytes(), sequenced);
+}
+
+}  // namespace agentrt

@@ -1,0 +1,237 @@
+#include "comms/weight_stream.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/crc32c.h"
+
+namespace agentrt {
+
+namespace {
+
+constexpr char kMagic[8] = {'A', 'G', 'R', 'T', 'W', 'T', 'S', '1'};
+constexpr size_t kFixedHead = sizeof(kMagic) + 8;
+
+size_t AlignUp(size_t n) { return (n + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment; }
+
+}  // namespace
+
+std::string WeightStreamTopic(std::string_view name) { return "weights/" + std::string(name); }
+
+WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int64_t step,
+                           int64_t incarnation, const std::vector<WeightTensor>& tensors) {
+  // Offsets depend on the header's length, which depends on the offsets'
+  // digits: lay out with the header's length as it grows until it holds.
+  WeightLayout out;
+  size_t data_start = 0;
+  for (;;) {
+    nlohmann::json list = nlohmann::json::array();
+    size_t at = data_start;
+    out.offsets.clear();
+    for (const auto& t : tensors) {
+      out.offsets.push_back(at);
+      list.push_back({{"name", t.name},
+                      {"dtype", t.dtype},
+                      {"shape", t.shape},
+                      {"offset", at},
+                      {"bytes", t.bytes}});
+      at = AlignUp(at + t.bytes);
+    }
+    const std::string json = nlohmann::json{{"stream", stream},
+                                            {"agent", agent},
+                                            {"step", step},
+                                            {"incarnation", incarnation},
+                                            {"tensors", list}}
+                                 .dump();
+    const size_t need = AlignUp(kFixedHead + json.size());
+    if (need <= data_start) {
+      out.header.assign(kMagic, sizeof(kMagic));
+      const uint64_t n = json.size();
+      for (int i = 0; i < 8; ++i) out.header.push_back(static_cast<char>((n >> (8 * i)) & 0xffu));
+      out.header += json;
+      out.header.resize(data_start, '\0');
+      out.size = tensors.empty() ? data_start : out.offsets.back() + tensors.back().bytes;
+      return out;
+    }
+    data_start = need;
+  }
+}
+
+WeightSet::~WeightSet() {
+  if (map_ != nullptr) ::munmap(map_, size_);
+}
+
+const WeightSet::Entry* WeightSet::Find(std::string_view name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+Status WeightSet::Parse(std::string_view what) {
+  auto bad = [&](const std::string& why) {
+    return DataLoss(std::string(what) + ": not a weights payload: " + why);
+  };
+  if (size_ < kFixedHead || std::memcmp(base_, kMagic, sizeof(kMagic)) != 0)
+    return bad("it does not start with AGRTWTS1");
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(base_[sizeof(kMagic) + i])) << (8 * i);
+  if (n > size_ - kFixedHead) return bad("its header runs past its " + std::to_string(size_) + " bytes");
+  const auto json = nlohmann::json::parse(base_ + kFixedHead, base_ + kFixedHead + n, nullptr,
+                                          /*allow_exceptions=*/false);
+  if (!json.is_object() || !json.contains("tensors") || !json["tensors"].is_array())
+    return bad("its header is not a JSON object with a tensors list");
+  try {
+    stream_ = json.at("stream").get<std::string>();
+    step_ = json.at("step").get<int64_t>();
+    incarnation_ = json.at("incarnation").get<int64_t>();
+    for (const auto& t : json["tensors"]) {
+      Entry e;
+      e.name = t.at("name").get<std::string>();
+      e.dtype = t.at("dtype").get<std::string>();
+      e.shape = t.at("shape").get<std::vector<int64_t>>();
+      e.offset = t.at("offset").get<size_t>();
+      e.bytes = t.at("bytes").get<size_t>();
+      if (e.offset % kWeightsAlignment != 0 || e.offset < kFixedHead + n || e.offset > size_ ||
+          e.bytes > size_ - e.offset)
+        return bad("tensor \"" + e.name + "\" lies outside the payload or is not aligned");
+      entries_.push_back(std::move(e));
+    }
+  } catch (const nlohmann::json::exception& ex) {
+    return bad(std::string("its header: ") + ex.what());
+  }
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(const BusMessage& m,
+                                                                int64_t version) {
+  std::shared_ptr<WeightSet> set(new WeightSet());
+  set->version_ = version;
+  set->agent_ = m.publisher();
+  const std::string what = "weights version " + std::to_string(version) + " of topic \"" +
+                           m.topic() + "\"";
+  if (!m.chunked_path().empty()) {
+    set->path_ = m.chunked_path();
+    const int fd = ::open(set->path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      return Status(err == ENOENT ? StatusCode::kNotFound : StatusCode::kUnavailable,
+                    what + ": cannot open " + set->path_ + ": " + std::strerror(err));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size != m.chunked_size()) {
+      ::close(fd);
+      return DataLoss(what + ": " + set->path_ + " does not hold its " +
+                      std::to_string(m.chunked_size()) + " bytes");
+    }
+    set->size_ = static_cast<size_t>(st.st_size);
+    void* map = ::mmap(nullptr, set->size_, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (map == MAP_FAILED) return ErrnoStatus(errno, what + ": cannot map " + set->path_);
+    set->map_ = map;
+    set->base_ = static_cast<const char*>(map);
+    if (Crc32c(set->base_, set->size_) != m.chunked_crc32c())
+      return DataLoss(what + ": " + set->path_ + " does not match its CRC32C");
+  } else {
+    set->owned_ = m.payload();
+    set->base_ = set->owned_.data();
+    set->size_ = set->owned_.size();
+  }
+  AGENTRT_RETURN_IF_ERROR(set->Parse(what));
+  return std::shared_ptr<const WeightSet>(std::move(set));
+}
+
+WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation)
+    : bus_(bus), name_(std::move(name)), topic_(WeightStreamTopic(name_)),
+      incarnation_(incarnation) {}
+
+Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, int64_t step,
+                                      std::chrono::milliseconds timeout) {
+  for (const auto& t : tensors) {
+    if (t.data == nullptr && t.bytes > 0)
+      return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
+                             "\" has no data");
+  }
+  const WeightLayout layout = LayOutWeights(name_, bus_.agent(), step, incarnation_, tensors);
+  static const char kZeros[kWeightsAlignment] = {};
+  auto fill = [&](LargePayloadWriter& w) -> Status {
+    AGENTRT_RETURN_IF_ERROR(w.Append(layout.header.data(), layout.header.size()));
+    size_t at = layout.header.size();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      AGENTRT_RETURN_IF_ERROR(w.Append(kZeros, layout.offsets[i] - at));
+      AGENTRT_RETURN_IF_ERROR(w.Append(tensors[i].data, tensors[i].bytes));
+      at = layout.offsets[i] + tensors[i].bytes;
+    }
+    return Status::Ok();
+  };
+  PublishOptions opts;
+  opts.content_type = kWeightsContentType;
+  opts.timeout = timeout;
+  AGENTRT_ASSIGN_OR_RETURN(PublishAck ack, bus_.PublishLargeFrom(topic_, layout.size, fill, opts));
+  return ack.offset + 1;
+}
+
+Result<std::pair<int64_t, int64_t>> WeightStream::Bounds() {
+  AGENTRT_ASSIGN_OR_RETURN(auto topics, bus_.ListTopics());
+  for (const auto& t : topics) {
+    if (t.topic() == topic_) return std::make_pair(t.earliest_offset(), t.end_offset());
+  }
+  return std::make_pair(int64_t{0}, int64_t{0});
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
+                                                           std::chrono::milliseconds wait) {
+  const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);
+  if (version < 1) return InvalidArgument(what + ": versions start at 1");
+  for (bool local : {true, false}) {
+    auto got = bus_.Fetch(topic_, version - 1, 1, wait, FetchOptions{.local_paths = local});
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kOutOfRange)
+        return NotFound(what + " is no longer kept (keep_last or bus.retention removed it)");
+      return got.status();
+    }
+    if (got->empty() || got->front().offset() != version - 1)
+      return NotFound(what + " does not exist (yet)");
+    auto set = WeightSet::FromMessage(got->front(), version);
+    // A file this node cannot open after all: have the bytes streamed.
+    if (!set.ok() && local && set.status().code() == StatusCode::kNotFound &&
+        !got->front().chunked_path().empty())
+      continue;
+    return set;
+  }
+  return Internal(what + ": unreachable");
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::Latest(std::chrono::milliseconds timeout) {
+  AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
+  if (bounds.second <= bounds.first)
+    return NotFound("weights stream \"" + name_ + "\" has no version yet");
+  return Read(bounds.second, timeout);
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(int64_t version,
+                                                                std::chrono::milliseconds timeout) {
+  AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
+  if (bounds.second > version) return Read(bounds.second, timeout);
+  // None newer yet: wait for the next one to be stored.
+  auto next = Read(version + 1, timeout);
+  if (!next.ok() && next.status().code() == StatusCode::kNotFound)
+    return DeadlineExceeded("weights stream \"" + name_ + "\": no version after " +
+                            std::to_string(version) + " within " +
+                            std::to_string(timeout.count()) + " ms");
+  return next;
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::At(int64_t version,
+                                                         std::chrono::milliseconds timeout) {
+  return Read(version, timeout);
+}
+
+}  // namespace agentrt

@@ -1,0 +1,155 @@
+// agentrt::WeightStream — an agent's policy weights, published as numbered
+// versions on the bus and read by other agents (league opponents, self-play).
+//
+//   WeightStream out(*bus, "prey-0");                 // topic "weights/prey-0"
+//   AGENTRT_ASSIGN_OR_RETURN(int64_t v, out.Publish({{"fc.w", "float32", {256, 64}, w}}, step));
+//   WeightStream in(*bus, "prey-0");
+//   AGENTRT_ASSIGN_OR_RETURN(auto set, in.Latest(timeout));     // the newest version
+//   set = in.WaitNewer(set->version(), timeout);                // the next one to come
+//   set = in.At(v, timeout);                                    // a pinned version
+//   const float* w = static_cast<const float*>(set->Data(*set->Find("fc.w")));
+//
+// A stream is a bus topic ("weights/<name>"): the plan's channels say who may
+// publish and subscribe, `bus.durability` how it is kept, and a channel's
+// `keep_last` how many versions stay (the oldest are removed, their bytes
+// with the last reader's mapping). Version N is the topic's offset N - 1, so
+// versions go 1, 2, 3 ... per bus incarnation, and a subscriber's position is
+// a bus offset like any other.
+//
+// On the broker's node a version is written once, by the publisher, into a
+// file the broker takes over (BusClient::PublishLargeFrom); a subscriber
+// there maps that file read-only and WeightSet's tensors are views of the
+// mapping (checked against the payload's CRC32C when opened). Elsewhere the
+// bytes are streamed, and the set owns them. Publish returns once the
+// version is stored; it never waits for subscribers.
+//
+// The payload (content type kWeightsContentType):
+//   "AGRTWTS1" | u64 (little-endian) length of the header | the header, JSON:
+//   {"stream", "agent", "step", "incarnation", "tensors": [{"name", "dtype",
+//   "shape", "offset", "bytes"}]} | tensor bytes, each at a 64-byte aligned
+//   offset from the payload's start.
+//
+// Thread-safety: a WeightStream may be used from several threads; a WeightSet
+// is immutable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "comms/bus_client.h"
+
+namespace agentrt {
+
+inline constexpr const char* kWeightsContentType = "application/x-agentrt-weights";
+inline constexpr size_t kWeightsAlignment = 64;
+
+// The bus topic of stream `name`.
+std::string WeightStreamTopic(std::string_view name);
+
+// One tensor to publish: `bytes` bytes at `data` (row-major), tagged with a
+// dtype name ("float32", "bfloat16", ...) and a shape.
+struct WeightTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// One version as read.
+class WeightSet {
+ public:
+  struct Entry {
+    std::string name;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    size_t offset = 0;  // from the payload's start
+    size_t bytes = 0;
+  };
+  ~WeightSet();
+  WeightSet(const WeightSet&) = delete;
+  WeightSet& operator=(const WeightSet&) = delete;
+
+  int64_t version() const { return version_; }
+  const std::string& stream() const { return stream_; }
+  const std::string& agent() const { return agent_; }  // the publishing agent (authenticated)
+  int64_t step() const { return step_; }
+  int64_t incarnation() const { return incarnation_; }  // the publisher's restart count
+  const std::vector<Entry>& entries() const { return entries_; }
+  const Entry* Find(std::string_view name) const;
+  const void* Data(const Entry& e) const { return base_ + e.offset; }
+  // The whole payload (header included).
+  const char* payload() const { return base_; }
+  size_t payload_size() const { return size_; }
+  // true: the tensors are views of the broker's file, mapped read-only.
+  bool mapped() const { return map_ != nullptr; }
+  // That file (its name may already be gone: retention; the mapping stays).
+  const std::string& path() const { return path_; }
+
+  // Reads a payload (header checks: DataLoss naming `what` when bad). Public
+  // for the C API and tests; WeightStream is the way to get one.
+  static Result<std::shared_ptr<const WeightSet>> FromMessage(const BusMessage& m,
+                                                              int64_t version);
+
+ private:
+  WeightSet() = default;
+  Status Parse(std::string_view what);
+
+  int64_t version_ = 0;
+  std::string stream_, agent_, path_;
+  int64_t step_ = 0, incarnation_ = 0;
+  std::vector<Entry> entries_;
+  std::string owned_;        // streamed bytes
+  void* map_ = nullptr;      // or the mapping
+  const char* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The bytes of a version: header then aligned tensors. Exposed so that the
+// C API and tests lay out the same payload.
+struct WeightLayout {
+  std::string header;              // magic, length and JSON, padded to the alignment
+  std::vector<size_t> offsets;     // of each tensor
+  size_t size = 0;                 // the whole payload
+};
+WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int64_t step,
+                           int64_t incarnation, const std::vector<WeightTensor>& tensors);
+
+class WeightStream {
+ public:
+  // `incarnation`: what versions published from here carry (the agent's
+  // restart count; AgentEnv::restart_count).
+  WeightStream(BusClient& bus, std::string name, int64_t incarnation = 0);
+
+  const std::string& name() const { return name_; }
+  const std::string& topic() const { return topic_; }
+
+  // Stores a new version; returns its number.
+  Result<int64_t> Publish(const std::vector<WeightTensor>& tensors, int64_t step,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  // The newest version (NotFound when the stream has none).
+  Result<std::shared_ptr<const WeightSet>> Latest(std::chrono::milliseconds timeout);
+  // The newest version after `version`, waiting up to `timeout` for one
+  // (DeadlineExceeded).
+  Result<std::shared_ptr<const WeightSet>> WaitNewer(int64_t version,
+                                                     std::chrono::milliseconds timeout);
+  // Exactly `version` (NotFound when keep_last or retention removed it, or
+  // it does not exist yet).
+  Result<std::shared_ptr<const WeightSet>> At(int64_t version, std::chrono::milliseconds timeout);
+
+ private:
+  // {earliest, end} offsets of the topic ({0, 0} before its first version).
+  Result<std::pair<int64_t, int64_t>> Bounds();
+  Result<std::shared_ptr<const WeightSet>> Read(int64_t version, std::chrono::milliseconds wait);
+
+  BusClient& bus_;
+  std::string name_, topic_;
+  int64_t incarnation_;
+};
+
+}  // namespace agentrt

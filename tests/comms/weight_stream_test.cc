@@ -1,0 +1,316 @@
+// Weight streams on the real broker and client over gRPC on loopback: versions
+// written once into the broker's spool and mapped by subscribers (no bytes
+// over the socket), small ones inline, streamed ones where the spool is not
+// visible; latest / wait_newer / pinned versions, keep_last, the ACL, a
+// publisher that dies half-way, a forged spool name, and a durable broker's
+// restart keeping every committed version.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comms/auth.h"
+#include "comms/bus_client.h"
+#include "comms/bus_server.h"
+#include "comms/proto/bus.grpc.pb.h"
+#include "comms/weight_stream.h"
+#include "plan/run_dir.h"
+#include "tests/common/temp_dir.h"
+
+using namespace agentrt;
+namespace fs = std::filesystem;
+namespace v1 = agentrt::bus::v1;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr char kSecret[] = "weights-test-secret-0123456789abcdef";
+
+BusAcl TestAcl() {
+  BusAcl acl;
+  acl.agents = {"pub", "sub", "outsider"};
+  acl.channels = {{"weights/kept", {"pub"}, {"sub"}, 2}, {"weights/*", {"pub"}, {"sub"}}};
+  return acl;
+}
+
+std::unique_ptr<BusServer> Start(const std::string& log_dir,
+                                 BusDurability durability = BusDurability::kMemory) {
+  BusServerOptions o;
+  o.host = "127.0.0.1";
+  o.broker.limits.max_message_bytes = 256 << 20;
+  o.broker.log_dir = log_dir;
+  o.broker.durability = durability;
+  auto s = BusServer::Start(o, kSecret, TestAcl());
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  return std::move(s).value();
+}
+
+std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent,
+                                  bool local = true) {
+  BusClientOptions o;
+  o.write_local_files = local;
+  auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(kSecret, agent)}, o);
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+std::vector<float> Values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(rng()) / 4096.0f;
+  return v;
+}
+
+// Two tensors: a big one (8 MiB of floats) and a small odd-sized one.
+struct Policy {
+  std::vector<float> w, b;
+  explicit Policy(uint32_t seed, size_t n = size_t{2} << 20) : w(Values(n, seed)), b(Values(7, seed + 1)) {}
+  std::vector<WeightTensor> Tensors() const {
+    return {{"fc.weight", "float32", {static_cast<int64_t>(w.size() / 64), 64}, w.data(),
+             w.size() * sizeof(float)},
+            {"fc.bias", "float32", {7}, b.data(), b.size() * sizeof(float)}};
+  }
+};
+
+void CheckHolds(const WeightSet& set, const Policy& p) {
+  const auto* w = set.Find("fc.weight");
+  const auto* b = set.Find("fc.bias");
+  REQUIRE(w != nullptr);
+  REQUIRE(b != nullptr);
+  CHECK(w->dtype == "float32");
+  CHECK(w->shape == std::vector<int64_t>{static_cast<int64_t>(p.w.size() / 64), 64});
+  CHECK(w->offset % kWeightsAlignment == 0);
+  CHECK(b->offset % kWeightsAlignment == 0);
+  REQUIRE(w->bytes == p.w.size() * sizeof(float));
+  CHECK(std::memcmp(set.Data(*w), p.w.data(), w->bytes) == 0);
+  REQUIRE(b->bytes == p.b.size() * sizeof(float));
+  CHECK(std::memcmp(set.Data(*b), p.b.data(), b->bytes) == 0);
+}
+
+int SpoolFiles(const std::string& log_dir) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(BusLogSpoolDir(log_dir), ec))
+    n += e.path().extension() == ".part" ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("weight versions go through the spool and are mapped by subscribers") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  WeightStream out(*pub, "prey-0", /*incarnation=*/3);
+  WeightStream in(*sub, "prey-0");
+
+  auto none = in.Latest(5s);
+  CHECK(none.status().code() == StatusCode::kNotFound);
+
+  const Policy p1(1), p2(2);
+  auto v1 = out.Publish(p1.Tensors(), 100);
+  INFO(v1.status().ToString());
+  REQUIRE(v1.ok());
+  CHECK(*v1 == 1);
+  auto v2 = out.Publish(p2.Tensors(), 200);
+  REQUIRE(v2.ok());
+  CHECK(*v2 == 2);
+  CHECK(SpoolFiles(dir.path) == 0);  // every spool file was taken over
+
+  auto latest = in.Latest(5s);
+  INFO(latest.status().ToString());
+  REQUIRE(latest.ok());
+  const WeightSet& set = **latest;
+  CHECK(set.version() == 2);
+  CHECK(set.step() == 200);
+  CHECK(set.incarnation() == 3);
+  CHECK(set.agent() == "pub");
+  CHECK(set.stream() == "prey-0");
+  CHECK(set.mapped());  // views of the broker's file: no copy, no bytes over the socket
+  CHECK_FALSE(set.path().empty());
+  CheckHolds(set, p2);
+
+  // A pinned version stays readable while newer ones come.
+  auto pinned = in.At(1, 5s);
+  REQUIRE(pinned.ok());
+  CHECK((*pinned)->step() == 100);
+  CheckHolds(**pinned, p1);
+  CHECK(in.At(7, 200ms).status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("weight streams: wait_newer waits for the next version, never for subscribers") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  WeightStream out(*pub, "hunter");
+  WeightStream in(*sub, "hunter");
+  const Policy p1(11), p2(12);
+  REQUIRE(out.Publish(p1.Tensors(), 1).ok());
+  auto timed_out = in.WaitNewer(1, 300ms);
+  CHECK(timed_out.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(timed_out.status().message(), Catch::Contains("no version after 1"));
+
+  std::thread later([&] {
+    std::this_thread::sleep_for(100ms);
+    REQUIRE(out.Publish(p2.Tensors(), 2).ok());
+  });
+  auto next = in.WaitNewer(1, 20s);
+  later.join();
+  INFO(next.status().ToString());
+  REQUIRE(next.ok());
+  CHECK((*next)->version() == 2);
+  CheckHolds(**next, p2);
+  // Asked with an older version, it answers at once with the newest.
+  auto newest = in.WaitNewer(0, 1s);
+  REQUIRE(newest.ok());
+  CHECK((*newest)->version() == 2);
+}
+
+TEST_CASE("weight streams: small versions inline, streamed ones where the spool is not visible") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto sub = Client(server->address(), "sub");
+  WeightStream in(*sub, "small");
+  {
+    auto pub = Client(server->address(), "pub");
+    const Policy tiny(5, 64);
+    REQUIRE(WeightStream(*pub, "small").Publish(tiny.Tensors(), 9).ok());
+    auto got = in.Latest(5s);
+    REQUIRE(got.ok());
+    CHECK_FALSE((*got)->mapped());
+    CheckHolds(**got, tiny);
+  }
+  {
+    // A publisher that may not use the spool sends the same bytes in chunks.
+    auto remote = Client(server->address(), "pub", /*local=*/false);
+    const Policy p(6);
+    REQUIRE(WeightStream(*remote, "small").Publish(p.Tensors(), 10).ok());
+    auto got = in.Latest(5s);
+    REQUIRE(got.ok());
+    CHECK((*got)->version() == 2);
+    CHECK((*got)->mapped());  // the broker wrote it to its file; this reader maps that
+    CheckHolds(**got, p);
+  }
+  {
+    // The spool's id does not match: the folder is not the broker's (another node).
+    std::ofstream(BusLogSpoolDir(dir.path) + "/" + kBusSpoolIdFile) << "0000000000000000\n";
+    auto pub = Client(server->address(), "pub");
+    const Policy p(7);
+    REQUIRE(WeightStream(*pub, "small").Publish(p.Tensors(), 11).ok());
+    CHECK(SpoolFiles(dir.path) == 0);
+    auto got = in.Latest(5s);
+    REQUIRE(got.ok());
+    CHECK((*got)->version() == 3);
+    CheckHolds(**got, p);
+  }
+}
+
+TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  WeightStream out(*pub, "kept");
+  WeightStream in(*sub, "kept");
+  for (int i = 1; i <= 4; ++i) REQUIRE(out.Publish(Policy(20 + i).Tensors(), i).ok());
+  // keep_last 2: versions 1 and 2 are gone, their files too.
+  CHECK(in.At(1, 1s).status().code() == StatusCode::kNotFound);
+  CHECK_THAT(in.At(2, 1s).status().message(), Catch::Contains("no longer kept"));
+  REQUIRE(in.At(3, 1s).ok());
+  REQUIRE(in.Latest(1s).ok());
+  int blobs = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir.path))
+    blobs += e.path().extension() == ".blob" ? 1 : 0;
+  CHECK(blobs == 2);
+
+  // Not a subscriber: no version by any path (the stream, Fetch of its file's name).
+  auto outsider = Client(server->address(), "outsider");
+  WeightStream peek(*outsider, "kept");
+  CHECK(peek.At(3, 1s).status().code() == StatusCode::kPermissionDenied);
+  CHECK(peek.Latest(1s).status().code() != StatusCode::kOk);
+  auto fetched = outsider->Fetch(WeightStreamTopic("kept"), 2, 1, 1s, {.local_paths = true});
+  CHECK(fetched.status().code() == StatusCode::kPermissionDenied);
+  // Not a publisher: refused, and nothing left in the spool.
+  CHECK(WeightStream(*outsider, "kept").Publish(Policy(30).Tensors(), 1).status().code() ==
+        StatusCode::kPermissionDenied);
+  CHECK(SpoolFiles(dir.path) == 0);
+
+  // A publish whose writer fails half-way stores nothing and leaves no file.
+  auto failed = pub->PublishLargeFrom(
+      WeightStreamTopic("kept"), size_t{8} << 20,
+      [](LargePayloadWriter& w) {
+        std::string half(size_t{4} << 20, 'x');
+        AGENTRT_RETURN_IF_ERROR(w.Append(half.data(), half.size()));
+        return Aborted("the trainer stopped");
+      },
+      {});
+  CHECK(failed.status().code() == StatusCode::kAborted);
+  CHECK(SpoolFiles(dir.path) == 0);
+  auto latest = in.Latest(1s);
+  REQUIRE(latest.ok());
+  CHECK((*latest)->version() == 4);
+
+  // What a publisher killed mid-write leaves: a spool file no one adopts. No
+  // version appears; the broker removes the spool when it stops.
+  {
+    std::ofstream(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part") << "half a policy";
+  }
+  CHECK((*in.Latest(1s))->version() == 4);
+
+  // A forged name (another agent's file, a path out of the spool) is refused.
+  auto stub =
+      v1::Bus::NewStub(grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  for (const std::string name : {"pub.00000000deadbeef.part", "../logs/x.part", "sub"}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-agentrt-agent", "outsider");
+    ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, "outsider"));
+    v1::AdoptRequest req;
+    req.mutable_head()->set_topic("weights/open");
+    req.set_size(int64_t{8} << 20);
+    req.set_name(name);
+    v1::PublishResponse resp;
+    const grpc::Status s = stub->AdoptLarge(&ctx, req, &resp);
+    CHECK_FALSE(s.ok());
+  }
+  CHECK(fs::exists(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part"));
+  server.reset();
+  CHECK_FALSE(fs::exists(BusLogSpoolDir(dir.path)));
+}
+
+TEST_CASE("weight streams: a durable broker's restart keeps every committed version") {
+  testing::TempDir dir("agentrt-weights");
+  const Policy p1(41), p2(42);
+  {
+    auto server = Start(dir.path, BusDurability::kAlways);
+    auto pub = Client(server->address(), "pub");
+    WeightStream out(*pub, "durable");
+    REQUIRE(out.Publish(p1.Tensors(), 1).ok());
+    REQUIRE(out.Publish(p2.Tensors(), 2).ok());
+    std::ofstream(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part") << "torn";
+  }
+  auto server = Start(dir.path, BusDurability::kAlways);
+  CHECK(SpoolFiles(dir.path) == 0);  // a dead publisher's file is gone after the restart
+  auto sub = Client(server->address(), "sub");
+  WeightStream in(*sub, "durable");
+  auto latest = in.Latest(5s);
+  INFO(latest.status().ToString());
+  REQUIRE(latest.ok());
+  CHECK((*latest)->version() == 2);
+  CheckHolds(**latest, p2);
+  auto first = in.At(1, 5s);
+  REQUIRE(first.ok());
+  CheckHolds(**first, p1);
+}
