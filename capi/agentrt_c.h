@@ -81,6 +81,7 @@ typedef struct agentrt_checkpointer agentrt_checkpointer;
 typedef struct agentrt_state agentrt_state;
 typedef struct agentrt_restore agentrt_restore;
 typedef struct agentrt_bus agentrt_bus;
+typedef struct agentrt_weights agentrt_weights;
 typedef struct agentrt_message agentrt_message;
 typedef struct agentrt_envpool agentrt_envpool;
 
@@ -269,6 +270,34 @@ AGENTRT_C_EXPORT const char* agentrt_message_content_type(const agentrt_message*
 AGENTRT_C_EXPORT const char* agentrt_message_publisher(const agentrt_message* m);
 AGENTRT_C_EXPORT uint64_t agentrt_message_request_id(const agentrt_message* m);
 AGENTRT_C_EXPORT int64_t agentrt_message_publish_time_ns(const agentrt_message* m);
+/* ---- Weight streams (comms/weight_stream.h) ------------------------- */
+
+/* Publishes a version of stream `stream` (topic "weights/<stream>"): `n`
+ * tensors described by `tensors_json`, a JSON list of {"name", "dtype",
+ * "shape"} in the order of data[i] (data[i] holds bytes[i] bytes). On the
+ * broker's node the bytes go straight from data[i] into the broker's file.
+ * *version (optional) is the new version's number (1, 2, ...). `incarnation`
+ * is what the version says of its publisher (its restart count). */
+AGENTRT_C_EXPORT int agentrt_weights_publish(agentrt_bus* bus, const char* stream,
+                                             const char* tensors_json, const void* const* data,
+                                             const size_t* bytes, size_t n, int64_t step,
+                                             int64_t incarnation, int64_t* version);
+/* Reads a version: mode 0 the newest (NOT_FOUND: none yet), 1 the newest
+ * after `version` (waits up to timeout_ms: DEADLINE_EXCEEDED), 2 exactly
+ * `version` (NOT_FOUND: not kept, or not yet). *out is freed with
+ * agentrt_weights_free; on the broker's node it maps the broker's file. */
+AGENTRT_C_EXPORT int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode,
+                                         int64_t version, int timeout_ms, agentrt_weights** out);
+/* {"version", "stream", "agent", "step", "incarnation", "mapped", "path",
+ * "tensors": [{"name", "dtype", "shape", "offset", "bytes"}]} (offsets from
+ * the payload's start). */
+AGENTRT_C_EXPORT int agentrt_weights_info(const agentrt_weights* w, char** json_out);
+/* The payload's bytes, read-only (a mapping: writing to it faults), valid
+ * until agentrt_weights_free. */
+AGENTRT_C_EXPORT int agentrt_weights_data(const agentrt_weights* w, const void** data,
+                                          size_t* size);
+AGENTRT_C_EXPORT void agentrt_weights_free(agentrt_weights* w);
+
 /* Frees a message from agentrt_bus_next or agentrt_bus_request. */
 AGENTRT_C_EXPORT void agentrt_message_free(agentrt_message* m);
 

@@ -128,6 +128,10 @@ struct agentrt_bus {
   }
 };
 
+namespace agentrt::capi {
+BusClient* BusClientOf(agentrt_bus* bus) { return bus->client; }
+}  // namespace agentrt::capi
+
 extern "C" {
 
 int agentrt_runtime_bus(agentrt_runtime* rt, agentrt_bus** out) {

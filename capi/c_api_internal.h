@@ -11,6 +11,7 @@
 #include "agent_runtime/runtime.h"
 #include "capi/agentrt_c.h"
 #include "common/status.h"
+#include "comms/bus_client.h"
 
 // The runtime handle (runtime_c.cc makes it; bus_c.cc borrows its bus).
 struct agentrt_runtime {
@@ -51,6 +52,9 @@ int Guard(const char* what, F&& body) {
 #define AGENTRT_C_REQUIRE(p, what) \
   if ((p) == nullptr)              \
   return ::agentrt::capi::Fail(::agentrt::InvalidArgument(std::string(what) + " is NULL"))
+
+// The client behind a bus handle (bus_c.cc owns the handle's layout).
+BusClient* BusClientOf(agentrt_bus* bus);
 
 // Parses a JSON argument; InvalidArgument naming `what` when it is not JSON.
 Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);

@@ -98,9 +98,9 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   Status filled = fill(writer);
   ::close(fd);
   if (filled.ok() && writer.written() != size) {
-    filled = InvalidArgument(what + ": the payload writer wrote " +
-                             std::to_string(writer.written()) + " bytes, not " +
-                             std::to_string(size));
+    filled =
+        InvalidArgument(what + ": the payload writer wrote " + std::to_string(writer.written()) +
+                        " bytes, not " + std::to_string(size));
   }
   if (!filled.ok()) {
     ::unlink(path.c_str());
@@ -117,8 +117,7 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   req.set_name(name);
   v1::PublishResponse resp;
   const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
-  Status adopted =
-      UnaryWithRetry(&v1::Bus::StubInterface::AdoptLarge, req, &resp, deadline, what);
+  Status adopted = UnaryWithRetry(&v1::Bus::StubInterface::AdoptLarge, req, &resp, deadline, what);
   if (adopted.ok()) return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
   if (adopted.code() != StatusCode::kFailedPrecondition) {
     ::unlink(path.c_str());

@@ -18,7 +18,9 @@ namespace {
 constexpr char kMagic[8] = {'A', 'G', 'R', 'T', 'W', 'T', 'S', '1'};
 constexpr size_t kFixedHead = sizeof(kMagic) + 8;
 
-size_t AlignUp(size_t n) { return (n + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment; }
+size_t AlignUp(size_t n) {
+  return (n + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment;
+}
 
 }  // namespace
 
@@ -43,12 +45,12 @@ WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int6
                       {"bytes", t.bytes}});
       at = AlignUp(at + t.bytes);
     }
-    const std::string json = nlohmann::json{{"stream", stream},
-                                            {"agent", agent},
-                                            {"step", step},
-                                            {"incarnation", incarnation},
-                                            {"tensors", list}}
-                                 .dump();
+    const std::string json = nlohmann::json{
+        {"stream", stream},
+        {"agent", agent},
+        {"step", step},
+        {"incarnation", incarnation},
+        {"tensors", list}}.dump();
     const size_t need = AlignUp(kFixedHead + json.size());
     if (need <= data_start) {
       out.header.assign(kMagic, sizeof(kMagic));
@@ -83,7 +85,8 @@ Status WeightSet::Parse(std::string_view what) {
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i)
     n |= static_cast<uint64_t>(static_cast<unsigned char>(base_[sizeof(kMagic) + i])) << (8 * i);
-  if (n > size_ - kFixedHead) return bad("its header runs past its " + std::to_string(size_) + " bytes");
+  if (n > size_ - kFixedHead)
+    return bad("its header runs past its " + std::to_string(size_) + " bytes");
   const auto json = nlohmann::json::parse(base_ + kFixedHead, base_ + kFixedHead + n, nullptr,
                                           /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("tensors") || !json["tensors"].is_array())
@@ -115,8 +118,8 @@ Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(const BusMessage
   std::shared_ptr<WeightSet> set(new WeightSet());
   set->version_ = version;
   set->agent_ = m.publisher();
-  const std::string what = "weights version " + std::to_string(version) + " of topic \"" +
-                           m.topic() + "\"";
+  const std::string what =
+      "weights version " + std::to_string(version) + " of topic \"" + m.topic() + "\"";
   if (!m.chunked_path().empty()) {
     set->path_ = m.chunked_path();
     const int fd = ::open(set->path_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -149,7 +152,9 @@ Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(const BusMessage
 }
 
 WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation)
-    : bus_(bus), name_(std::move(name)), topic_(WeightStreamTopic(name_)),
+    : bus_(bus),
+      name_(std::move(name)),
+      topic_(WeightStreamTopic(name_)),
       incarnation_(incarnation) {}
 
 Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, int64_t step,
@@ -187,7 +192,7 @@ Result<std::pair<int64_t, int64_t>> WeightStream::Bounds() {
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
-                                                           std::chrono::milliseconds wait) {
+                                                            std::chrono::milliseconds wait) {
   const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);
   if (version < 1) return InvalidArgument(what + ": versions start at 1");
   for (bool local : {true, false}) {
@@ -216,21 +221,21 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Latest(std::chrono::milli
   return Read(bounds.second, timeout);
 }
 
-Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(int64_t version,
-                                                                std::chrono::milliseconds timeout) {
+Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(
+    int64_t version, std::chrono::milliseconds timeout) {
   AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
   if (bounds.second > version) return Read(bounds.second, timeout);
   // None newer yet: wait for the next one to be stored.
   auto next = Read(version + 1, timeout);
   if (!next.ok() && next.status().code() == StatusCode::kNotFound)
     return DeadlineExceeded("weights stream \"" + name_ + "\": no version after " +
-                            std::to_string(version) + " within " +
-                            std::to_string(timeout.count()) + " ms");
+                            std::to_string(version) + " within " + std::to_string(timeout.count()) +
+                            " ms");
   return next;
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::At(int64_t version,
-                                                         std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout) {
   return Read(version, timeout);
 }
 

@@ -93,8 +93,7 @@ class WeightSet {
 
   // Reads a payload (header checks: DataLoss naming `what` when bad). Public
   // for the C API and tests; WeightStream is the way to get one.
-  static Result<std::shared_ptr<const WeightSet>> FromMessage(const BusMessage& m,
-                                                              int64_t version);
+  static Result<std::shared_ptr<const WeightSet>> FromMessage(const BusMessage& m, int64_t version);
 
  private:
   WeightSet() = default;
@@ -104,8 +103,8 @@ class WeightSet {
   std::string stream_, agent_, path_;
   int64_t step_ = 0, incarnation_ = 0;
   std::vector<Entry> entries_;
-  std::string owned_;        // streamed bytes
-  void* map_ = nullptr;      // or the mapping
+  std::string owned_;    // streamed bytes
+  void* map_ = nullptr;  // or the mapping
   const char* base_ = nullptr;
   size_t size_ = 0;
 };
@@ -113,9 +112,9 @@ class WeightSet {
 // The bytes of a version: header then aligned tensors. Exposed so that the
 // C API and tests lay out the same payload.
 struct WeightLayout {
-  std::string header;              // magic, length and JSON, padded to the alignment
-  std::vector<size_t> offsets;     // of each tensor
-  size_t size = 0;                 // the whole payload
+  std::string header;           // magic, length and JSON, padded to the alignment
+  std::vector<size_t> offsets;  // of each tensor
+  size_t size = 0;              // the whole payload
 };
 WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int64_t step,
                            int64_t incarnation, const std::vector<WeightTensor>& tensors);

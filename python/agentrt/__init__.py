@@ -23,6 +23,7 @@ from .errors import (AssignmentError, BusError, CheckpointError, CheckpointShape
 from .runtime import Runtime
 from .checkpoint import Checkpointer, Restore
 from .bus import Bus, Message, Subscription
+from .weights import WeightStream, Weights
 from .envs import EnvPool
 
 __version__ = "0.1.0"
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 __all__ = ["AssignmentError", "Bus", "BusError", "CheckpointError", "CheckpointShapeError",
            "Checkpointer", "ClosedError", "ConfigurationError", "EnvError", "EnvPool", "Error",
            "InvalidArgumentError", "LibraryError", "Message", "Restore", "Runtime", "Subscription",
-           "library_path"]
+           "WeightStream", "Weights", "library_path"]
 
 
 def _exit_78_on_configuration_error():

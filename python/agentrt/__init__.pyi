@@ -8,6 +8,7 @@ from .errors import (AssignmentError as AssignmentError, BusError as BusError,
                      EnvError as EnvError, Error as Error,
                      InvalidArgumentError as InvalidArgumentError, LibraryError as LibraryError)
 from .runtime import Runtime as Runtime
+from .weights import WeightStream as WeightStream, Weights as Weights
 
 __version__: str
 

@@ -395,3 +395,47 @@ def from_bytes(payload):
         tensors[e["name"]] = array_to_tensor(arr, label) if label in _NUMPY_TO_TORCH or \
             label == "bfloat16" else arr.copy()
     return tensors, header.get("meta", {})
+
+
+def publish_weights(stream, model, step):
+    """Publishes ``model``'s state_dict (parameters and buffers) as a new version
+    of ``stream`` (an agentrt.WeightStream); returns its number. CPU tensors are
+    read in place (on the broker's node straight into the broker's file); GPU
+    tensors are copied to the host once."""
+    arrays, dtypes = {}, {}
+    for name, t in model.state_dict().items():
+        arrays[name], dtypes[name] = tensor_to_array(t)
+    return stream.publish(arrays, step, dtypes=dtypes)
+
+
+def weights_tensors(weights):
+    """{name: tensor} of a version (agentrt.Weights): views of its bytes (on
+    the broker's node, of the broker's read-only mapping; no copy). PyTorch has
+    no read-only tensors: never write to them (a write to the mapping faults);
+    copy first, or use load_weights."""
+    return {name: array_to_tensor(arr, weights.tensors[name]["dtype"], copy=False)
+            for name, arr in weights.arrays.items()}
+
+
+def load_weights(model, weights, strict=True):
+    """Copies a version into ``model``'s own tensors, one copy per tensor from
+    the version's bytes (no intermediate buffer; a GPU tensor is filled from
+    the mapping directly). ``strict``: the names must match the model's
+    state_dict exactly (KeyError names the difference)."""
+    views = weights_tensors(weights)
+    state = model.state_dict()
+    if strict and set(views) != set(state):
+        missing, unexpected = sorted(set(state) - set(views)), sorted(set(views) - set(state))
+        raise KeyError("weights version %d of %r does not fit the model: missing %s, unexpected %s"
+                       % (weights.version, weights.stream, missing, unexpected))
+    with _torch.no_grad():
+        for name, src in views.items():
+            if name not in state:
+                continue
+            dst = state[name]
+            if tuple(dst.shape) != tuple(src.shape):
+                raise ValueError("weights version %d of %r: %s has shape %s, the model's %s"
+                                 % (weights.version, weights.stream, name, tuple(src.shape),
+                                    tuple(dst.shape)))
+            dst.copy_(src)
+    return model

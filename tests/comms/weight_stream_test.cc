@@ -4,10 +4,11 @@
 // visible; latest / wait_newer / pinned versions, keep_last, the ACL, a
 // publisher that dies half-way, a forged spool name, and a durable broker's
 // restart keeping every committed version.
-#include <fcntl.h>
-#include <unistd.h>
+#include "comms/weight_stream.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -23,7 +24,6 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
-#include "comms/weight_stream.h"
 #include "plan/run_dir.h"
 #include "tests/common/temp_dir.h"
 
@@ -75,9 +75,13 @@ std::vector<float> Values(size_t n, uint32_t seed) {
 // Two tensors: a big one (8 MiB of floats) and a small odd-sized one.
 struct Policy {
   std::vector<float> w, b;
-  explicit Policy(uint32_t seed, size_t n = size_t{2} << 20) : w(Values(n, seed)), b(Values(7, seed + 1)) {}
+  explicit Policy(uint32_t seed, size_t n = size_t{2} << 20)
+      : w(Values(n, seed)), b(Values(7, seed + 1)) {}
   std::vector<WeightTensor> Tensors() const {
-    return {{"fc.weight", "float32", {static_cast<int64_t>(w.size() / 64), 64}, w.data(),
+    return {{"fc.weight",
+             "float32",
+             {static_cast<int64_t>(w.size() / 64), 64},
+             w.data(),
              w.size() * sizeof(float)},
             {"fc.bias", "float32", {7}, b.data(), b.size() * sizeof(float)}};
   }
@@ -249,14 +253,13 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
   CHECK(SpoolFiles(dir.path) == 0);
 
   // A publish whose writer fails half-way stores nothing and leaves no file.
-  auto failed = pub->PublishLargeFrom(
-      WeightStreamTopic("kept"), size_t{8} << 20,
-      [](LargePayloadWriter& w) {
-        std::string half(size_t{4} << 20, 'x');
-        AGENTRT_RETURN_IF_ERROR(w.Append(half.data(), half.size()));
-        return Aborted("the trainer stopped");
-      },
-      {});
+  auto failed = pub->PublishLargeFrom(WeightStreamTopic("kept"), size_t{8} << 20,
+                                      [](LargePayloadWriter& w) {
+                                        std::string half(size_t{4} << 20, 'x');
+                                        AGENTRT_RETURN_IF_ERROR(w.Append(half.data(), half.size()));
+                                        return Aborted("the trainer stopped");
+                                      },
+                                      {});
   CHECK(failed.status().code() == StatusCode::kAborted);
   CHECK(SpoolFiles(dir.path) == 0);
   auto latest = in.Latest(1s);
@@ -265,9 +268,7 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
 
   // What a publisher killed mid-write leaves: a spool file no one adopts. No
   // version appears; the broker removes the spool when it stops.
-  {
-    std::ofstream(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part") << "half a policy";
-  }
+  { std::ofstream(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part") << "half a policy"; }
   CHECK((*in.Latest(1s))->version() == 4);
 
   // A forged name (another agent's file, a path out of the spool) is refused.

@@ -277,7 +277,7 @@ def scenario_stubs(work):
     import ast
     import inspect
     pkg = os.path.dirname(agentrt.__file__)
-    for mod in ("runtime", "checkpoint", "bus", "envs", "errors", "torch"):
+    for mod in ("runtime", "checkpoint", "bus", "envs", "errors", "torch", "weights"):
         path = os.path.join(pkg, mod + ".pyi")
         check(os.path.exists(path), "%s.pyi is installed next to %s.py" % (mod, mod))
         with open(path) as f:

@@ -1,0 +1,124 @@
+// The C API of weight streams (comms/weight_stream.h): agentrt_weights_*.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/c_api_internal.h"
+#include "comms/weight_stream.h"
+
+using namespace agentrt::capi;  // NOLINT(google-build-using-namespace): the C API's helpers
+
+// One version as read: its set (a mapping of the broker's file, or its bytes).
+struct agentrt_weights {
+  std::shared_ptr<const agentrt::WeightSet> set;
+};
+
+extern "C" {
+
+int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* tensors_json,
+                            const void* const* data, const size_t* bytes, size_t n, int64_t step,
+                            int64_t incarnation, int64_t* version) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  AGENTRT_C_REQUIRE(tensors_json, "tensors_json");
+  if (n > 0) {
+    AGENTRT_C_REQUIRE(data, "data");
+    AGENTRT_C_REQUIRE(bytes, "bytes");
+  }
+  return Guard("agentrt_weights_publish", [&] {
+    nlohmann::json list;
+    if (Status s = ParseJsonArg(tensors_json, "tensors_json", &list); !s.ok()) return Fail(s);
+    if (!list.is_array() || list.size() != n)
+      return Fail(agentrt::InvalidArgument("tensors_json must be a list of " + std::to_string(n) +
+                                           " tensors ({\"name\", \"dtype\", \"shape\"})"));
+    std::vector<agentrt::WeightTensor> tensors;
+    tensors.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      const nlohmann::json& t = list[i];
+      agentrt::WeightTensor w;
+      if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+        return Fail(agentrt::InvalidArgument("tensors_json[" + std::to_string(i) +
+                                             "] has no name"));
+      w.name = t["name"].get<std::string>();
+      w.dtype = t.contains("dtype") && t["dtype"].is_string() ? t["dtype"].get<std::string>()
+                                                              : std::string("uint8");
+      if (t.contains("shape") && t["shape"].is_array()) {
+        for (const auto& d : t["shape"]) {
+          if (!d.is_number_integer())
+            return Fail(agentrt::InvalidArgument("tensors_json[" + std::to_string(i) +
+                                                 "].shape holds a non-integer"));
+          w.shape.push_back(d.get<int64_t>());
+        }
+      }
+      w.data = data[i];
+      w.bytes = bytes[i];
+      tensors.push_back(std::move(w));
+    }
+    agentrt::WeightStream ws(*BusClientOf(bus), stream, incarnation);
+    auto v = ws.Publish(tensors, step);
+    if (!v.ok()) return Fail(v.status());
+    if (version != nullptr) *version = *v;
+    return Ok();
+  });
+}
+
+int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode, int64_t version,
+                        int timeout_ms, agentrt_weights** out) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  AGENTRT_C_REQUIRE(out, "out");
+  *out = nullptr;
+  return Guard("agentrt_weights_get", [&] {
+    agentrt::WeightStream ws(*BusClientOf(bus), stream);
+    const std::chrono::milliseconds timeout(timeout_ms < 0 ? 0 : timeout_ms);
+    agentrt::Result<std::shared_ptr<const agentrt::WeightSet>> got =
+        agentrt::InvalidArgument("mode must be 0 (latest), 1 (newer than version) or 2 (exactly "
+                                 "version), not " +
+                                 std::to_string(mode));
+    if (mode == 0) got = ws.Latest(timeout);
+    if (mode == 1) got = ws.WaitNewer(version, timeout);
+    if (mode == 2) got = ws.At(version, timeout);
+    if (!got.ok()) return Fail(got.status());
+    *out = new agentrt_weights{std::move(got).value()};
+    return Ok();
+  });
+}
+
+int agentrt_weights_info(const agentrt_weights* w, char** json_out) {
+  AGENTRT_C_REQUIRE(w, "weights");
+  return Guard("agentrt_weights_info", [&] {
+    const agentrt::WeightSet& s = *w->set;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& e : s.entries()) {
+      tensors.push_back({{"name", e.name},
+                         {"dtype", e.dtype},
+                         {"shape", e.shape},
+                         {"offset", e.offset},
+                         {"bytes", e.bytes}});
+    }
+    return JsonOut({{"version", s.version()},
+                    {"stream", s.stream()},
+                    {"agent", s.agent()},
+                    {"step", s.step()},
+                    {"incarnation", s.incarnation()},
+                    {"mapped", s.mapped()},
+                    {"path", s.path()},
+                    {"size", s.payload_size()},
+                    {"tensors", std::move(tensors)}},
+                   json_out);
+  });
+}
+
+int agentrt_weights_data(const agentrt_weights* w, const void** data, size_t* size) {
+  AGENTRT_C_REQUIRE(w, "weights");
+  AGENTRT_C_REQUIRE(data, "data");
+  AGENTRT_C_REQUIRE(size, "size");
+  *data = w->set->payload();
+  *size = w->set->payload_size();
+  return Ok();
+}
+
+void agentrt_weights_free(agentrt_weights* w) { delete w; }
+
+}  // extern "C"

@@ -1,0 +1,158 @@
+"""agentrt.WeightStream: an agent's policy weights as numbered versions on the
+bus (comms/weight_stream.h), for league opponents and self-play.
+
+    out = agentrt.WeightStream(rt.bus, "prey-0")       # topic "weights/prey-0"
+    version = out.publish({"fc.weight": w, "fc.bias": b}, step=1000)
+    w = agentrt.WeightStream(rt.bus, "prey-0").latest()
+    w.version, w.step, w.agent, w.arrays["fc.weight"]  # read-only NumPy views
+
+On the broker's node a version is written once, straight from the arrays,
+into a file the broker takes over, and a reader maps that file: its arrays
+are views of the mapping (``w.mapped``), and they keep it alive. Elsewhere
+the bytes are streamed. ``publish`` returns once the version is stored; it
+never waits for subscribers. Failures raise BusError (``e.code_name``:
+NOT_FOUND for a version not kept or not there yet, DEADLINE_EXCEEDED for
+``wait_newer``, PERMISSION_DENIED outside the plan's channels).
+"""
+import ctypes
+import json
+import os
+
+from . import _lib, errors
+
+_LATEST, _NEWER, _AT = 0, 1, 2
+
+
+class _Owned:
+    """Frees one agentrt_weights handle when the last view of it goes."""
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def __del__(self):
+        ptr, self.ptr = self.ptr, None
+        if ptr:
+            try:
+                _lib.lib().agentrt_weights_free(ptr)
+            except Exception:  # noqa: BLE001 (interpreter shutdown)
+                pass
+
+
+class Weights:
+    """One version: ``version``, ``stream``, ``agent`` (the publisher), ``step``,
+    ``incarnation`` (the publisher's restart count), ``mapped``, ``path``,
+    ``tensors`` ({name: {"dtype", "shape", "offset", "bytes"}}) and ``arrays``
+    ({name: read-only NumPy array}; a "bfloat16" tensor is its raw int16s)."""
+
+    def __init__(self, ptr):
+        self._owned = _Owned(ptr)
+        info = _lib.take_json(_json_out(_lib.lib().agentrt_weights_info, ptr))
+        data, size = ctypes.c_void_p(), ctypes.c_size_t()
+        _lib.check(_lib.lib().agentrt_weights_data(ptr, ctypes.byref(data), ctypes.byref(size)),
+                   errors.BusError)
+        for key in ("version", "stream", "agent", "step", "incarnation", "mapped", "path"):
+            setattr(self, key, info[key])
+        self.size = size.value
+        self.tensors = {t["name"]: {k: t[k] for k in ("dtype", "shape", "offset", "bytes")}
+                        for t in info["tensors"]}
+        # The payload as a buffer that keeps this version (and its mapping) alive.
+        self.buffer = (ctypes.c_char * self.size).from_address(data.value) if self.size else b""
+        if self.size:
+            self.buffer._owned = self._owned  # the arrays (views of it) keep the handle
+        self._arrays = None
+
+    @property
+    def arrays(self):
+        if self._arrays is None:
+            import numpy as np
+            out = {}
+            for name, t in self.tensors.items():
+                dtype = np.dtype("int16" if t["dtype"] == "bfloat16" else t["dtype"])
+                count = t["bytes"] // dtype.itemsize if dtype.itemsize else 0
+                arr = np.frombuffer(self.buffer, dtype=dtype, count=count, offset=t["offset"])
+                arr = arr.reshape(t["shape"]) if t["shape"] else arr
+                arr.flags.writeable = False  # a read-only mapping: writing would fault
+                out[name] = arr
+            self._arrays = out
+        return self._arrays
+
+    def __repr__(self):
+        return "Weights(stream=%r, version=%d, step=%d, agent=%r, %d tensors, %s)" % (
+            self.stream, self.version, self.step, self.agent, len(self.tensors),
+            "mapped" if self.mapped else "streamed")
+
+
+def _json_out(fn, ptr):
+    out = ctypes.c_void_p()
+    _lib.check(fn(ptr, ctypes.byref(out)), errors.BusError)
+    return out
+
+
+def _contiguous(name, value):
+    """(array, dtype label) of a NumPy array or anything with a buffer, without a copy."""
+    import numpy as np
+    arr = value if isinstance(value, np.ndarray) else np.asarray(memoryview(value))
+    if not arr.flags.c_contiguous:
+        raise ValueError("tensor %r is not C-contiguous (np.ascontiguousarray it first)" % name)
+    return arr, arr.dtype.name
+
+
+class WeightStream:
+    """Stream ``name`` on ``bus`` (an agentrt.Bus). ``incarnation`` is what
+    published versions say of this publisher (default: the agent's restart
+    count, AGENTRT_RESTART_COUNT)."""
+
+    def __init__(self, bus, name, incarnation=None):
+        self.bus = bus
+        self.name = name
+        if incarnation is None:
+            incarnation = int(os.environ.get("AGENTRT_RESTART_COUNT", "0") or 0)
+        self.incarnation = int(incarnation)
+
+    @property
+    def topic(self):
+        return "weights/" + self.name
+
+    def publish(self, arrays, step, dtypes=None):
+        """Stores a new version of ``arrays`` ({name: array}); returns its number.
+        ``dtypes`` ({name: label}) overrides a tensor's dtype label (e.g.
+        "bfloat16" for raw int16s)."""
+        names, described, keep = list(arrays), [], []
+        ptrs = (ctypes.c_void_p * len(names))()
+        sizes = (ctypes.c_size_t * len(names))()
+        for i, name in enumerate(names):
+            arr, label = _contiguous(name, arrays[name])
+            label = (dtypes or {}).get(name, label)
+            described.append({"name": name, "dtype": label, "shape": list(arr.shape)})
+            ptrs[i] = arr.ctypes.data if arr.nbytes else None
+            sizes[i] = arr.nbytes
+            keep.append(arr)
+        version = ctypes.c_int64()
+        _lib.check(_lib.lib().agentrt_weights_publish(
+            self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(),
+            ptrs, sizes, len(names), int(step), self.incarnation, ctypes.byref(version)),
+            errors.BusError)
+        del keep
+        return version.value
+
+    def _get(self, mode, version, timeout):
+        out = ctypes.c_void_p()
+        _lib.check(_lib.lib().agentrt_weights_get(self.bus._p(), _lib.encode(self.name, "name"),
+                                                  mode, int(version), int(timeout * 1000),
+                                                  ctypes.byref(out)), errors.BusError)
+        return Weights(out)
+
+    def latest(self, timeout=10.0):
+        """The newest version (BusError NOT_FOUND when there is none yet)."""
+        return self._get(_LATEST, 0, timeout)
+
+    def wait_newer(self, version, timeout=10.0):
+        """The newest version after ``version``, waiting up to ``timeout`` s."""
+        return self._get(_NEWER, version, timeout)
+
+    def at(self, version, timeout=10.0):
+        """Exactly ``version`` (a league's frozen snapshot)."""
+        return self._get(_AT, version, timeout)
+
+    def __repr__(self):
+        return "WeightStream(%r)" % self.name

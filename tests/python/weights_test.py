@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""agentrt.WeightStream through a real agentrt-bus with a plan's ACL.
+
+torch:  a learner publishes a PyTorch policy (versions of ~24 MiB, so through the broker's spool);
+        two actor processes each load the newest into their own model with
+        agentrt.torch.load_weights (views of the broker's file, one copy per tensor) and find the
+        learner's parameters; one waits for the next version with wait_newer; an agent outside
+        the channel is refused by every path; a channel's keep_last bounds the files.
+faults: kill -9 of a publisher half-way through writing leaves no visible version (its spool
+        file goes with the broker); a subscriber killed while it maps a version releases the
+        mapping, and once retention removed that version no process maps its bytes; nothing is
+        left in the spool or beyond keep_last after the run.
+Skips (77) where /usr/bin/python3 cannot import torch (scenario torch)."""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import StandaloneBus, check, die_with_parent, scenarios_main, test_plan, wait_for  # noqa: E402
+
+import agentrt  # noqa: E402  (PYTHONPATH: <build>/python, set by CTest)
+
+AGENTS = ["learner", "actor-0", "actor-1", "outsider"]
+KEEP_LAST = 2
+
+
+def plan():
+    p = test_plan("weights", AGENTS, channels=[("weights/learner", ["learner"], ["actor-0", "actor-1"])])
+    p["channels"][0]["keep_last"] = KEEP_LAST
+    return p
+
+
+def start_bus(work):
+    log_dir = os.path.join(work, "buslog")
+    return StandaloneBus(work, plan=plan(), flags=["--log-dir", log_dir, "--durability", "batch",
+                                                   "--max-message-bytes", str(1 << 30)]), log_dir
+
+
+def connect(bus, agent):
+    b = agentrt.Bus.connect(bus.address, agent, bus.token(agent))
+    b.wait_ready(10)
+    return b
+
+
+def child(code, bus, agent, **env):
+    e = dict(os.environ, BUS=bus.address, AGENT=agent, TOKEN=bus.token(agent), **env)
+    return subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=die_with_parent)
+
+
+ACTOR = r"""
+import os, sys, torch, agentrt, agentrt.torch as art
+torch.manual_seed(0)
+bus = agentrt.Bus.connect(os.environ["BUS"], os.environ["AGENT"], os.environ["TOKEN"])
+stream = agentrt.WeightStream(bus, "learner")
+model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
+w = stream.latest(timeout=20)
+art.load_weights(model, w)
+total = sum(float(p.double().sum()) for p in model.parameters())
+print("version %d step %d mapped %s sum %.6f" % (w.version, w.step, w.mapped, total), flush=True)
+if os.environ.get("WAIT") == "1":
+    print("waiting", flush=True)
+    nxt = stream.wait_newer(w.version, timeout=60)
+    art.load_weights(model, nxt)
+    total = sum(float(p.double().sum()) for p in model.parameters())
+    print("version %d step %d mapped %s sum %.6f" % (nxt.version, nxt.step, nxt.mapped, total), flush=True)
+"""
+
+
+def scenario_torch(work):
+    try:
+        import torch
+        import agentrt.torch as art
+    except ImportError:
+        print("skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)")
+        return 77
+    bus, log_dir = start_bus(work)
+    with bus:
+        learner = connect(bus, "learner")
+        out = agentrt.WeightStream(learner, "learner")
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
+
+        def total():
+            return sum(float(p.double().sum()) for p in model.parameters())
+
+        v1 = art.publish_weights(out, model, step=100)
+        check(v1 == 1, "the first version is 1 (%d)" % v1)
+        sums = {1: total()}
+        check(not glob.glob(os.path.join(log_dir, "incoming", "*.part")),
+              "the spool holds no file once the version is stored")
+        actors = [child(ACTOR, bus, "actor-0", WAIT="1"), child(ACTOR, bus, "actor-1")]
+        first = [a.stdout.readline().split() for a in actors]
+        for name, words in zip(("actor-0", "actor-1"), first):
+            check(words[:6] == ["version", "1", "step", "100", "mapped", "True"],
+                  "%s loaded version 1 (step 100) mapped from the broker's file: %s" % (name, words))
+            check(abs(float(words[7]) - sums[1]) < 1e-6 * max(1.0, abs(sums[1])),
+                  "%s's model holds the learner's parameters (sum %s vs %.6f)" % (name, words[7], sums[1]))
+        check(actors[0].stdout.readline().strip() == "waiting", "actor-0 waits for a newer version")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(0.5)
+        sums[2] = total()
+        v2 = art.publish_weights(out, model, step=200)
+        check(v2 == 2, "the second version is 2")
+        words = actors[0].stdout.readline().split()
+        check(words[:4] == ["version", "2", "step", "200"] and
+              abs(float(words[7]) - sums[2]) < 1e-6 * max(1.0, abs(sums[2])),
+              "wait_newer brought version 2 and actor-0 loaded it: %s" % words)
+        for a in actors:
+            check(a.wait(60) == 0, "the actor process succeeded: %s" % a.stdout.read())
+
+        # The views: read-only tensors of the version's bytes.
+        got = agentrt.WeightStream(connect(bus, "actor-1"), "learner").at(1)
+        views = art.weights_tensors(got)
+        check(set(views) == set(model.state_dict()), "weights_tensors names every state_dict entry")
+        check(not got.arrays["0.weight"].flags.writeable, "the NumPy views are read-only")
+        v1_sum = sum(float(views[k].double().sum()) for k in ("0.weight", "0.bias", "2.weight", "2.bias"))
+        check(abs(v1_sum - sums[1]) < 1e-6 * max(1.0, abs(sums[1])),
+              "the tensor views hold version 1 (sum %.6f)" % v1_sum)
+
+        # Outside the channel: no version by any path.
+        outsider = connect(bus, "outsider")
+        for what, call in (("latest", lambda: agentrt.WeightStream(outsider, "learner").at(2)),
+                           ("publish", lambda: art.publish_weights(agentrt.WeightStream(outsider, "learner"), model, 1))):
+            try:
+                call()
+                check(False, "outsider's %s was refused" % what)
+            except agentrt.BusError as e:
+                check(e.code_name == "PERMISSION_DENIED", "outsider's %s: PERMISSION_DENIED (%s)" % (what, e))
+        for step in (300, 400):
+            art.publish_weights(out, model, step=step)
+        try:
+            agentrt.WeightStream(connect(bus, "actor-0"), "learner").at(2)
+            check(False, "version 2 is gone after keep_last 2")
+        except agentrt.BusError as e:
+            check(e.code_name == "NOT_FOUND" and "no longer kept" in str(e),
+                  "a version keep_last dropped is NOT_FOUND, said so: %s" % e)
+        blobs = glob.glob(os.path.join(log_dir, "logs", "**", "*.blob"), recursive=True)
+        check(len(blobs) == KEEP_LAST, "keep_last 2 leaves 2 payload files (%d)" % len(blobs))
+    check(not os.path.exists(os.path.join(log_dir, "incoming")), "the spool is gone with the broker")
+
+
+PUBLISHER = r"""
+import os, numpy as np, agentrt
+bus = agentrt.Bus.connect(os.environ["BUS"], os.environ["AGENT"], os.environ["TOKEN"])
+w = np.ones(int(os.environ["FLOATS"]), dtype=np.float32)
+print("publishing", flush=True)
+agentrt.WeightStream(bus, "learner").publish({"w": w}, step=int(os.environ["STEP"]))
+print("published", flush=True)
+"""
+
+HOLDER = r"""
+import os, sys, agentrt
+bus = agentrt.Bus.connect(os.environ["BUS"], os.environ["AGENT"], os.environ["TOKEN"])
+w = agentrt.WeightStream(bus, "learner").at(int(os.environ["VERSION"]))
+a = w.arrays["w"]
+print("holding %s %d" % (w.path, int(a[:1024].sum())), flush=True)
+sys.stdin.read()
+"""
+
+
+def mapped_by_anyone(path):
+    """The pids whose memory maps `path` (deleted or not)."""
+    pids = []
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps) as f:
+                if path in f.read():
+                    pids.append(int(maps.split("/")[2]))
+        except OSError:
+            pass
+    return pids
+
+
+def scenario_faults(work):
+    bus, log_dir = start_bus(work)
+    spool = os.path.join(log_dir, "incoming")
+    with bus:
+        learner = connect(bus, "learner")
+        out = agentrt.WeightStream(learner, "learner")
+        import numpy as np
+        v1 = out.publish({"w": np.full(4 << 20, 1.0, dtype=np.float32)}, step=1)
+        check(v1 == 1, "version 1 stored")
+
+        # kill -9 of a publisher while it writes 800 MiB into the spool.
+        pub = child(PUBLISHER, bus, "learner", FLOATS=str(200 << 20), STEP="2")
+        check(pub.stdout.readline().strip() == "publishing", "the publisher started")
+        wait_for("the publisher's spool file", lambda: glob.glob(os.path.join(spool, "learner.*.part")), 30)
+        os.kill(pub.pid, signal.SIGKILL)
+        pub.wait(10)
+        parts = glob.glob(os.path.join(spool, "learner.*.part"))
+        check(len(parts) == 1 and os.path.getsize(parts[0]) < (200 << 22),
+              "it was killed half-way: %s" % [(p, os.path.getsize(p)) for p in parts])
+        reader = agentrt.WeightStream(connect(bus, "actor-0"), "learner")
+        latest = reader.latest()
+        check(latest.version == 1, "no version appeared from the killed publisher (newest: %d)" % latest.version)
+        check(os.path.exists(parts[0]),
+              "its unfinished file stays in the spool (removed when the broker stops), never adopted")
+        del latest
+
+        # A subscriber killed while it maps version 1 releases the mapping.
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent,
+                                  env=dict(os.environ, BUS=bus.address, AGENT="actor-1",
+                                           TOKEN=bus.token("actor-1"), VERSION="1"))
+        words = holder.stdout.readline().split()
+        check(words[:1] == ["holding"] and words[2] == "1024", "the holder maps version 1: %s" % words)
+        path = words[1]
+        check(holder.pid in mapped_by_anyone(path), "the holder's memory maps %s" % path)
+        for step in (3, 4):  # keep_last 2: version 1 goes
+            out.publish({"w": np.full(4 << 20, float(step), dtype=np.float32)}, step=step)
+        check(not os.path.exists(path), "retention removed version 1's file name")
+        check(holder.pid in mapped_by_anyone(path), "the holder still reads version 1's bytes")
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        wait_for("no process to map version 1", lambda: not mapped_by_anyone(path), 10)
+        try:
+            reader.at(1)
+            check(False, "version 1 is no longer readable")
+        except agentrt.BusError as e:
+            check(e.code_name == "NOT_FOUND", "version 1 is NOT_FOUND: %s" % e)
+        check(reader.latest().version == 3, "the newest version is 3 (versions 1, 2, 3: the killed one took no number)")
+    check(not os.path.exists(spool), "the spool (with the killed publisher's file) is gone with the broker")
+    blobs = glob.glob(os.path.join(log_dir, "logs", "**", "*.blob"), recursive=True)
+    check(len(blobs) == KEEP_LAST, "keep_last payload files remain in the durable log (%d)" % len(blobs))
+
+
+def main():
+    return scenarios_main(globals(), "weights")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
