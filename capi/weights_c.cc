@@ -38,8 +38,8 @@ int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* te
       const nlohmann::json& t = list[i];
       agentrt::WeightTensor w;
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
-        return Fail(agentrt::InvalidArgument("tensors_json[" + std::to_string(i) +
-                                             "] has no name"));
+        return Fail(
+            agentrt::InvalidArgument("tensors_json[" + std::to_string(i) + "] has no name"));
       w.name = t["name"].get<std::string>();
       w.dtype = t.contains("dtype") && t["dtype"].is_string() ? t["dtype"].get<std::string>()
                                                               : std::string("uint8");
@@ -72,10 +72,10 @@ int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode, int64_t 
   return Guard("agentrt_weights_get", [&] {
     agentrt::WeightStream ws(*BusClientOf(bus), stream);
     const std::chrono::milliseconds timeout(timeout_ms < 0 ? 0 : timeout_ms);
-    agentrt::Result<std::shared_ptr<const agentrt::WeightSet>> got =
-        agentrt::InvalidArgument("mode must be 0 (latest), 1 (newer than version) or 2 (exactly "
-                                 "version), not " +
-                                 std::to_string(mode));
+    agentrt::Result<std::shared_ptr<const agentrt::WeightSet>> got = agentrt::InvalidArgument(
+        "mode must be 0 (latest), 1 (newer than version) or 2 (exactly "
+        "version), not " +
+        std::to_string(mode));
     if (mode == 0) got = ws.Latest(timeout);
     if (mode == 1) got = ws.WaitNewer(version, timeout);
     if (mode == 2) got = ws.At(version, timeout);

@@ -11,9 +11,9 @@
 //       ca.pem ca.key bus.pem bus.key (the run's own CA, bus.tls without cert_file)
 //       dashboard.pem dashboard.key (`agentctl dashboard` beyond loopback)
 //       <agent>.client.pem <agent>.client.key (bus.mtls)
-//     bus/ (the durable bus log: logs/, spill/, incarnation)  league/ (state.json, lineage.jsonl)
-//     hangs/<agent>-<time>.json  control/ (requests to the live controller)
-//     bus.address  slurm.job_id  alloc.sbatch   (SLURM modes)
+//     bus/ (the durable bus log: logs/, spill/, incoming/ (the spool), incarnation)  league/
+//     (state.json, lineage.jsonl) hangs/<agent>-<time>.json  control/ (requests to the live
+//     controller) bus.address  slurm.job_id  alloc.sbatch   (SLURM modes)
 //
 // Secrets are only ever written to files; their bytes are never printed, put in
 // an environment variable or on a command line.

@@ -10,6 +10,12 @@
 //              flow through a memory-only broker
 //   recovery   a new broker reading back 1 GiB of log (1 MiB messages),
 //              anchor: reading the same files once with read(2)
+//   weights    one 256 MiB weight-stream version (comms/weight_stream.h) to 4
+//              subscriber processes on the broker's node, each loading every
+//              tensor into its own buffers (one copy, as load_weights does):
+//              aggregate GB/s, anchor: the ZeroMQ fan-out below; and the
+//              publisher's stall (Publish until it returns), anchor: one
+//              memcpy of the same bytes
 //   fanout     one 256 MiB message to 4 subscriber processes (aggregate GB/s,
 //              publish start to the last delivery), the subscribers reading the
 //              payload's file themselves (same node) and, `streamed`, sent its
@@ -49,6 +55,7 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/bus_validate.h"
+#include "comms/weight_stream.h"
 #include "echo.grpc.pb.h"
 
 namespace {
@@ -207,6 +214,28 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
   std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send),
               static_cast<long long>(last_recv), static_cast<long long>(bytes));
   for (int64_t v : lat) std::printf("%lld\n", static_cast<long long>(v));
+  std::fflush(stdout);
+  return 0;
+}
+
+// A weight-stream subscriber: waits for version 1 and loads each tensor into
+// buffers of its own (one copy, as agentrt.torch.load_weights does).
+int RunWeightsSubscriber(const std::string& address, const std::string& stream) {
+  auto client = Connect(address, "bench-sub");
+  agentrt::WeightStream in(*client, stream);
+  Ready();
+  auto set = in.WaitNewer(0, std::chrono::seconds(120));
+  if (!set.ok()) Die(set.status().ToString());
+  int64_t bytes = 0;
+  std::vector<std::vector<char>> model;
+  for (const auto& e : (*set)->entries()) {
+    model.emplace_back(e.bytes);
+    std::memcpy(model.back().data(), (*set)->Data(e), e.bytes);
+    bytes += static_cast<int64_t>(e.bytes);
+  }
+  const int64_t done = NowNs();
+  if (!(*set)->mapped()) Die("the version was not mapped from the broker's file");
+  std::printf("result 0 %lld %lld\n", static_cast<long long>(done), static_cast<long long>(bytes));
   std::fflush(stdout);
   return 0;
 }
@@ -383,6 +412,61 @@ double BusFanout(const std::string& address, const std::string& topic, size_t si
   return gbps;
 }
 
+struct WeightsFigures {
+  double gbps = 0;       // aggregate, publish start to the last load
+  double publish_s = 0;  // the publisher's stall
+  double memcpy_s = 0;   // one memcpy of the same bytes, same run
+};
+
+// One `size`-byte version (16 tensors) to `subs` subscriber processes.
+WeightsFigures WeightsFanout(const std::string& address, const std::string& stream, size_t size,
+                             int subs) {
+  std::vector<Child> readers;
+  for (int i = 0; i < subs; ++i) {
+    readers.push_back(Spawn({"weights-sub", address, stream}));
+    readers.back().WaitReady();
+  }
+  auto pub = Connect(address, "bench-pub");
+  constexpr int kTensors = 16;
+  std::vector<std::vector<char>> model(kTensors, std::vector<char>(size / kTensors, 'w'));
+  std::vector<agentrt::WeightTensor> tensors;
+  for (int i = 0; i < kTensors; ++i) {
+    tensors.push_back({"layer" + std::to_string(i),
+                       "float32",
+                       {static_cast<int64_t>(size / kTensors / 4)},
+                       model[i].data(),
+                       model[i].size()});
+  }
+  agentrt::WeightStream out(*pub, stream);
+  WeightsFigures f;
+  const int64_t t0 = NowNs();
+  auto v = out.Publish(tensors, 1);
+  const int64_t published = NowNs();
+  if (!v.ok()) Die(v.status().ToString());
+  int64_t last = 0;
+  for (auto& r : readers) {
+    long long first = 0, recv = 0, bytes = 0;
+    const std::string line = r.ReadLine(120);
+    if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
+      Die("bad weights result: " + line);
+    last = std::max<int64_t>(last, recv);
+    r.Stop();
+  }
+  f.gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
+  f.publish_s = static_cast<double>(published - t0) / 1e9;
+  std::vector<char> copy(size);
+  const int64_t m0 = NowNs();
+  for (int i = 0; i < kTensors; ++i)
+    std::memcpy(copy.data() + i * (size / kTensors), model[i].data(), model[i].size());
+  f.memcpy_s = static_cast<double>(NowNs() - m0) / 1e9;
+  std::fprintf(stderr,
+               "bench_bus: weights %zu MiB to %d subscribers: published in %.0f ms (memcpy %.0f "
+               "ms), all loaded after %.0f ms: %.2f GB/s aggregate\n",
+               size >> 20, subs, f.publish_s * 1e3, f.memcpy_s * 1e3,
+               static_cast<double>(last - t0) / 1e6, f.gbps);
+  return f;
+}
+
 double ZmqFanout(size_t size, int subs) {
   std::vector<Child> readers;
   zmq::context_t ctx(1);
@@ -540,9 +624,13 @@ int RunParent(bool quick) {
   const std::string durable_address = durable.WaitReady();
 
   std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate, bus_fan, bus_fan_streamed,
-      zmq_fan;
+      zmq_fan, weights_fan, weights_stall, weights_memcpy;
   const size_t fan_size = (quick ? size_t{64} : size_t{256}) << 20;
   for (int r = 0; r < reps; ++r) {
+    const WeightsFigures w = WeightsFanout(address, "w" + std::to_string(r), fan_size, 4);
+    weights_fan.push_back(w.gbps);
+    weights_stall.push_back(w.publish_s);
+    weights_memcpy.push_back(w.memcpy_s);
     bus_fan.push_back(BusFanout(address, "fan-" + std::to_string(r), fan_size, 4, false));
     bus_fan_streamed.push_back(
         BusFanout(address, "fan-streamed-" + std::to_string(r), fan_size, 4, true));
@@ -575,6 +663,12 @@ int RunParent(bool quick) {
               Median(zmq_fan));
   PrintFigure((fan_metric + "_local_files").c_str(), Median(bus_fan), "GB/s",
               "zmq_push_pull_4_receivers", Median(zmq_fan));
+  const std::string weights_metric = "weights_" + std::to_string(fan_size >> 20) + "MiB_4subs";
+  PrintFigure(weights_metric.c_str(), Median(weights_fan), "GB/s", "zmq_push_pull_4_receivers",
+              Median(zmq_fan));
+  // Lower is better: how long the publisher's loop waits, against one memcpy.
+  PrintFigure(("weights_publish_stall_" + std::to_string(fan_size >> 20) + "MiB").c_str(),
+              Median(weights_stall), "s", "memcpy", Median(weights_memcpy));
   // Lower is better: the ratio says how much slower than reading the files is.
   PrintFigure(rec.label.c_str(), rec.recover_s, "s", "read_files_once", rec.read_s);
   return 0;
@@ -590,6 +684,7 @@ int main(int argc, char** argv) {
     return RunBusSubscriber(argv[2], argv[3], std::atoll(argv[4]), std::string(argv[5]) == "1");
   }
   if (role == "zmq-pull" && argc == 3) return RunZmqPull(std::atoll(argv[2]));
+  if (role == "weights-sub" && argc == 4) return RunWeightsSubscriber(argv[2], argv[3]);
   if (role.empty() || role == "--quick") return RunParent(role == "--quick");
   std::fprintf(stderr, "usage: bench_bus [--quick]\n");
   return 2;

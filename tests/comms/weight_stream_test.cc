@@ -112,6 +112,41 @@ int SpoolFiles(const std::string& log_dir) {
 
 }  // namespace
 
+TEST_CASE("a weights payload round-trips through its layout, and a bad one is refused") {
+  const Policy p(3, 1000);
+  const auto tensors = p.Tensors();
+  const WeightLayout layout = LayOutWeights("s", "pub", 42, 7, tensors);
+  std::string payload = layout.header;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    payload.resize(layout.offsets[i], '\0');
+    payload.append(static_cast<const char*>(tensors[i].data), tensors[i].bytes);
+  }
+  REQUIRE(payload.size() == layout.size);
+  BusMessage m;
+  m.set_topic("weights/s");
+  m.set_publisher("pub");
+  m.set_payload(payload);
+  auto set = WeightSet::FromMessage(m, 5);
+  INFO(set.status().ToString());
+  REQUIRE(set.ok());
+  CHECK((*set)->version() == 5);
+  CHECK((*set)->stream() == "s");
+  CHECK((*set)->step() == 42);
+  CHECK((*set)->incarnation() == 7);
+  CHECK_FALSE((*set)->mapped());
+  CheckHolds(**set, p);
+
+  BusMessage bad = m;
+  (*bad.mutable_payload())[0] = 'X';
+  CHECK_THAT(WeightSet::FromMessage(bad, 5).status().message(),
+             Catch::Contains("does not start with AGRTWTS1"));
+  bad = m;
+  bad.mutable_payload()->resize(payload.size() - 1);  // the last tensor runs past the end
+  auto cut = WeightSet::FromMessage(bad, 5);
+  CHECK(cut.status().code() == StatusCode::kDataLoss);
+  CHECK_THAT(cut.status().message(), Catch::Contains("fc.bias"));
+}
+
 TEST_CASE("weight versions go through the spool and are mapped by subscribers") {
   testing::TempDir dir("agentrt-weights");
   auto server = Start(dir.path);
