@@ -25,6 +25,7 @@
 #include "comms/proto/bus.grpc.pb.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/wait_for.h"
+#include "tests/comms/bus_test_util.h"
 
 using namespace agentrt;
 namespace v1 = agentrt::bus::v1;
@@ -54,19 +55,14 @@ BusServerOptions Options(const std::string& log_dir = "",
 }
 
 std::unique_ptr<BusServer> Start(const BusServerOptions& opts) {
-  auto s = BusServer::Start(opts, kSecret, TestAcl());
-  INFO(s.status().ToString());
-  REQUIRE(s.ok());
-  return std::move(s).value();
+  return agentrt::testing::StartBus(opts, kSecret, TestAcl());
 }
 
 std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent,
                                   bool read_local_files = false) {
   BusClientOptions o;
   o.read_local_files = read_local_files;
-  auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(kSecret, agent)}, o);
-  REQUIRE(c.ok());
-  return std::move(c).value();
+  return agentrt::testing::ConnectBus(address, kSecret, agent, o);
 }
 
 std::string RandomBytes(size_t n, uint64_t seed) {

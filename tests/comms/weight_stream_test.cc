@@ -26,6 +26,7 @@
 #include "comms/proto/bus.grpc.pb.h"
 #include "plan/run_dir.h"
 #include "tests/common/temp_dir.h"
+#include "tests/comms/bus_test_util.h"
 
 using namespace agentrt;
 namespace fs = std::filesystem;
@@ -46,23 +47,17 @@ BusAcl TestAcl() {
 std::unique_ptr<BusServer> Start(const std::string& log_dir,
                                  BusDurability durability = BusDurability::kMemory) {
   BusServerOptions o;
-  o.host = "127.0.0.1";
   o.broker.limits.max_message_bytes = 256 << 20;
   o.broker.log_dir = log_dir;
   o.broker.durability = durability;
-  auto s = BusServer::Start(o, kSecret, TestAcl());
-  INFO(s.status().ToString());
-  REQUIRE(s.ok());
-  return std::move(s).value();
+  return testing::StartBus(o, kSecret, TestAcl());
 }
 
 std::unique_ptr<BusClient> Client(const std::string& address, const std::string& agent,
                                   bool local = true) {
   BusClientOptions o;
   o.write_local_files = local;
-  auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(kSecret, agent)}, o);
-  REQUIRE(c.ok());
-  return std::move(c).value();
+  return testing::ConnectBus(address, kSecret, agent, o);
 }
 
 std::vector<float> Values(size_t n, uint32_t seed) {

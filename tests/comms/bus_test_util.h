@@ -1,0 +1,34 @@
+// What the tests of a real broker on loopback share: starting one, and a
+// client of an agent whose token comes from the same run secret.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "comms/auth.h"
+#include "comms/bus_client.h"
+#include "comms/bus_server.h"
+
+namespace agentrt::testing {
+
+inline std::unique_ptr<BusServer> StartBus(BusServerOptions opts, const std::string& secret,
+                                           BusAcl acl) {
+  opts.host = "127.0.0.1";
+  auto s = BusServer::Start(opts, secret, std::move(acl));
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  return std::move(s).value();
+}
+
+inline std::unique_ptr<BusClient> ConnectBus(const std::string& address, const std::string& secret,
+                                             const std::string& agent,
+                                             BusClientOptions opts = {}) {
+  auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(secret, agent)},
+                              std::move(opts));
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+}  // namespace agentrt::testing
