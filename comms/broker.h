@@ -140,6 +140,9 @@ class Broker {
   // does. A file that does not become a message is removed.
   Status AdoptLarge(const std::string& agent, bus::v1::AdoptRequest& req,
                     bus::v1::PublishResponse* resp);
+  // How long an unlocked spool file must stay unchanged before ReapSpool
+  // takes its publisher for gone.
+  static constexpr std::chrono::seconds kSpoolStaleAfter{60};
   // Copies up to `max` bytes of the reader's large message (reader.chunked)
   // from byte `pos` into *out (resized to what was read).
   Status ReadChunk(const Reader& reader, int64_t pos, size_t max, std::string* out) const;
@@ -230,6 +233,11 @@ class Broker {
   // Recover's part for the spool: emptied (what publishers that died left
   // there), made 0700, and given a fresh .spool-id.
   Status MakeSpool();
+  // Removes spool files whose publisher is gone: no writer holds their lock
+  // (a publisher holds one until its adoption is answered) and they have not
+  // changed for kSpoolStaleAfter. Runs before each adoption, so a long run
+  // whose publishers get killed does not fill the spool. Returns how many.
+  int ReapSpool();
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start,
                             uint64_t incarnation, int max_batch, bool local_files,
                             bus::v1::SubscribeResponse::Header* header);

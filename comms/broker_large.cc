@@ -1,6 +1,7 @@
 // The broker's payload store: large messages in files beside the log (or
 // in spill/), uploaded in chunks, read back in chunks, recovered at start.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -178,8 +179,32 @@ Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
 
 }  // namespace
 
+int Broker::ReapSpool() {
+  if (spool_dir_.empty()) return 0;
+  int reaped = 0;
+  std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto& e : std::filesystem::directory_iterator(spool_dir_, ec)) {
+    if (e.path().extension() != ".part") continue;
+    const auto changed = std::filesystem::last_write_time(e.path(), ec);
+    if (ec || now - changed < kSpoolStaleAfter) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {  // no live writer holds it
+      ::unlink(e.path().c_str());
+      ++reaped;
+    }
+    ::close(fd);
+  }
+  return reaped;
+}
+
 Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
                           v1::PublishResponse* resp) {
+  if (const int reaped = ReapSpool(); reaped > 0) {
+    std::fprintf(stderr, "agentrt: bus: removed %d spool file(s) of publishers that are gone\n",
+                 reaped);
+  }
   v1::PublishChunk first;
   first.mutable_head()->Swap(req.mutable_head());
   first.set_size(req.size());

@@ -4,6 +4,7 @@
 // byte crosses the socket. PublishLargeFrom lets the caller write the
 // payload in place, whichever way it travels.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -94,9 +95,11 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
     spool_state = -1;  // e.g. a read-only view of the folder: chunks from now on
     return std::nullopt;
   }
+  // Held until the adoption is answered: the broker reaps only files no
+  // live publisher holds (Broker::ReapSpool).
+  ::flock(fd, LOCK_EX);
   FileWriter writer(fd, path);
   Status filled = fill(writer);
-  ::close(fd);
   if (filled.ok() && writer.written() != size) {
     filled =
         InvalidArgument(what + ": the payload writer wrote " + std::to_string(writer.written()) +
@@ -104,6 +107,7 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   }
   if (!filled.ok()) {
     ::unlink(path.c_str());
+    ::close(fd);
     return Result<PublishAck>(filled);
   }
   v1::AdoptRequest req;
@@ -118,6 +122,7 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   v1::PublishResponse resp;
   const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
   Status adopted = UnaryWithRetry(&v1::Bus::StubInterface::AdoptLarge, req, &resp, deadline, what);
+  ::close(fd);
   if (adopted.ok()) return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
   if (adopted.code() != StatusCode::kFailedPrecondition) {
     ::unlink(path.c_str());

@@ -23,8 +23,7 @@ inline std::unique_ptr<BusServer> StartBus(BusServerOptions opts, const std::str
 }
 
 inline std::unique_ptr<BusClient> ConnectBus(const std::string& address, const std::string& secret,
-                                             const std::string& agent,
-                                             BusClientOptions opts = {}) {
+                                             const std::string& agent, BusClientOptions opts = {}) {
   auto c = BusClient::Connect(address, Credential{agent, DeriveAgentToken(secret, agent)},
                               std::move(opts));
   REQUIRE(c.ok());

@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -317,6 +318,23 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
     CHECK_FALSE(s.ok());
   }
   CHECK(fs::exists(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part"));
+
+  // A long run does not keep what dead publishers left: a spool file no one
+  // holds locked, unchanged for a minute, goes at the next adoption; one a
+  // live publisher holds stays, however old.
+  const std::string dead = BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part";
+  const std::string slow = BusLogSpoolDir(dir.path) + "/pub.00000000cafef00d.part";
+  std::ofstream(slow) << "a publisher that is still writing";
+  const int held = ::open(slow.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(2);
+  fs::last_write_time(dead, old);
+  fs::last_write_time(slow, old);
+  REQUIRE(out.Publish(Policy(31).Tensors(), 5).ok());
+  CHECK_FALSE(fs::exists(dead));
+  CHECK(fs::exists(slow));
+  ::close(held);
   server.reset();
   CHECK_FALSE(fs::exists(BusLogSpoolDir(dir.path)));
 }
