@@ -254,4 +254,12 @@ Status FsyncDir(const std::string& path) {
   return Status::Ok();
 }
 
+std::string BootId() {
+  Result<std::string> id = ReadWholeFile("/proc/sys/kernel/random/boot_id", 256);
+  if (!id.ok()) return {};
+  std::string out = std::move(id).value();
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
 }  // namespace agentrt

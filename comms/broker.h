@@ -132,8 +132,10 @@ class Broker {
   Status WriteLarge(Upload& upload, std::string_view data);
   Status FinishLarge(Upload& upload, bus::v1::PublishResponse* resp);
   // The spool (bus.proto Spool): its absolute folder and the id in its
-  // .spool-id file; both empty when the broker has none.
-  std::pair<std::string, std::string> SpoolInfo() const { return {spool_dir_, spool_id_}; }
+  // .spool-id file; both empty when the broker has none. With a topic, the
+  // publish of `size` bytes there by `agent` is checked first (ACL, size).
+  Status SpoolInfo(const std::string& agent, const bus::v1::SpoolRequest& req,
+                   bus::v1::SpoolResponse* resp);
   // bus.proto AdoptLarge: checks the request as BeginLarge checks a first
   // chunk, then takes `agent`'s file from the spool (size and CRC32C
   // checked, renamed into the payload store) and stores it as FinishLarge

@@ -234,12 +234,15 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
   const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
   const std::string path = dir + "/" + name;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != req.size()) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      st.st_uid != ::geteuid() || st.st_size != req.size()) {
     ::close(fd);
     ::unlink(spooled.c_str());
     CountInvalid();
-    return InvalidArgument(fmt::format("{}: {} holds {} bytes, not the {} announced; not stored",
-                                       what, spooled, st.st_size, req.size()));
+    return InvalidArgument(
+        fmt::format("{}: {} is not a file of {} bytes written for this publish (it holds {} "
+                    "bytes, has {} links, belongs to uid {}); not stored",
+                    what, spooled, req.size(), st.st_size, st.st_nlink, st.st_uid));
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -255,6 +258,25 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
   AGENTRT_ASSIGN_OR_RETURN(up->crc, FileCrc32c(fd, req.size(), path));
   up->written = req.size();
   return FinishLarge(*up, resp);
+}
+
+Status Broker::SpoolInfo(const std::string& agent, const v1::SpoolRequest& req,
+                         v1::SpoolResponse* resp) {
+  if (!req.topic().empty()) {
+    v1::PublishChunk first;
+    first.mutable_head()->set_topic(req.topic());
+    first.set_size(req.size());
+    const std::string what =
+        "large publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " + agent;
+    AGENTRT_RETURN_IF_ERROR(
+        CheckValid(ValidatePublishHead(first, options_.limits), [&] { return what; }));
+    AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, first.head()));
+  }
+  resp->set_dir(spool_dir_);
+  resp->set_id(spool_id_);
+  static const std::string boot_id = BootId();
+  resp->set_boot_id(boot_id);
+  return Status::Ok();
 }
 
 Status Broker::MakeSpool() {

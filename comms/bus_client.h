@@ -73,12 +73,13 @@ struct BusClientOptions {
   // every client of the process (=0 false). (Off by default: a client on
   // another node would try, and fail, to open a file once per stream.)
   bool read_local_files = false;
-  // true (the default): a large publish from a process that sees the
-  // broker's spool folder (bus.proto Spool: the broker's node, or a file
-  // system shared with it) writes the payload into a file there that the
-  // broker takes over (AdoptLarge), so no payload byte crosses the socket;
-  // elsewhere, or false, it is sent in chunks. AGENTRT_BUS_LOCAL_FILES=0
-  // sets it false.
+  // true (the default): a large publish from a process on the broker's node
+  // (bus.proto Spool: the same kernel, and the spool folder holds the id the
+  // broker gave) writes the payload into a file in the broker's spool that
+  // the broker takes over (AdoptLarge), so no payload byte crosses the
+  // socket; elsewhere, or false, it is sent in chunks. The publish is checked
+  // (ACL, size) before a byte is written. AGENTRT_BUS_LOCAL_FILES=0 sets it
+  // false.
   bool write_local_files = true;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
@@ -141,10 +142,11 @@ struct SubscribeOptions {
 };
 
 struct FetchOptions {
-  // true: a large message whose file this process may read (the broker's
-  // node) comes with chunked_path set and no payload; the caller maps or
-  // reads the file itself (and checks it against chunked_size and
-  // chunked_crc32c). Elsewhere its payload comes whole as usual.
+  // true: a large message comes with chunked_path (the broker's file) set
+  // and no payload; the caller maps or reads the file itself and checks it
+  // against chunked_size and chunked_crc32c. Where that path cannot be
+  // opened (another node), fetch it again without local_paths to have the
+  // payload streamed (WeightStream does).
   bool local_paths = false;
 };
 

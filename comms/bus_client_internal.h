@@ -291,10 +291,13 @@ struct BusClient::Impl {
   Result<PublishAck> PublishChunked(std::string_view topic, std::string_view payload,
                                     const PublishOptions& opts, uint64_t seq);
 
-  // The broker's spool as this process sees it (bus_client_spool.cc): its
-  // folder, or "" when it cannot write there (another node, no spool,
-  // write_local_files off). Asked once; a refused adoption turns it off.
-  std::string SpoolDir();
+  // The broker's spool for a publish of `size` bytes to `topic`
+  // (bus_client_spool.cc): its folder; "" when this process cannot use it
+  // (another node, no spool, write_local_files off, the broker unreachable
+  // for now); the broker's refusal of the publish itself (ACL, size) as an
+  // error. A folder once proven is remembered; a refused adoption turns the
+  // spool off for this client.
+  Result<std::string> SpoolFor(std::string_view topic, size_t size);
   // A payload above kMaxInlineBytes written by `fill` into a spool file the
   // broker adopts. nullopt: no usable spool (nothing was written); the
   // caller publishes another way.
@@ -302,8 +305,8 @@ struct BusClient::Impl {
       std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
       const PublishOptions& opts, uint64_t seq);
   std::mutex spool_mu;
-  int spool_state = 0;  // 0 not asked yet, 1 usable (spool_dir), -1 not usable
-  std::string spool_dir;
+  int spool_state = 0;  // 0 not proven yet, 1 usable (spool_dir, spool_id), -1 not usable
+  std::string spool_dir, spool_id;
 };
 
 }  // namespace agentrt

@@ -62,34 +62,63 @@ std::string HexName(const std::string& agent) {
 
 }  // namespace
 
-std::string BusClient::Impl::SpoolDir() {
-  std::lock_guard<std::mutex> lock(spool_mu);
-  if (spool_state != 0) return spool_state > 0 ? spool_dir : std::string();
-  spool_state = -1;
-  if (!options.write_local_files) return {};
+Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t size) {
+  if (!options.write_local_files) return std::string();
+  {
+    std::lock_guard<std::mutex> lock(spool_mu);
+    if (spool_state < 0) return std::string();
+  }
+  v1::SpoolRequest req;
+  req.set_topic(std::string(topic));
+  req.set_size(static_cast<int64_t>(size));
   v1::SpoolResponse resp;
   grpc::ClientContext ctx;
   Prepare(&ctx, WallClock::now() + options.call_timeout);
-  if (!stub->Spool(&ctx, v1::SpoolRequest(), &resp).ok() || resp.dir().empty()) return {};
-  // The same folder only if it holds the id the broker gave (not a folder
-  // of the same name on another node).
+  const grpc::Status s = stub->Spool(&ctx, req, &resp);
+  if (!s.ok()) {
+    switch (s.error_code()) {
+      case grpc::StatusCode::UNIMPLEMENTED: {  // a broker without a spool
+        std::lock_guard<std::mutex> lock(spool_mu);
+        spool_state = -1;
+        return std::string();
+      }
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        return std::string();  // the chunked publish retries
+      default:                 // the broker refuses the publish itself (ACL, size)
+        return FromGrpc(s, "publish of " + std::to_string(size) + " bytes to topic \"" +
+                               std::string(topic) + "\" (bus " + address + ", agent " + cred.agent +
+                               ")");
+    }
+  }
+  std::lock_guard<std::mutex> lock(spool_mu);
+  if (spool_state == 1 && spool_dir == resp.dir() && spool_id == resp.id()) return spool_dir;
+  // Only on the broker's node (another node's bytes would reach the broker
+  // only through a shared file system's caches), and only if the folder
+  // holds the id the broker gave.
   Result<std::string> id = ReadWholeFile(resp.dir() + "/" + kBusSpoolIdFile, 256);
-  if (!id.ok() || *id != resp.id() + "\n") return {};
+  if (resp.dir().empty() || resp.boot_id().empty() || resp.boot_id() != BootId() || !id.ok() ||
+      *id != resp.id() + "\n") {
+    spool_state = -1;
+    return std::string();
+  }
   spool_state = 1;
   spool_dir = resp.dir();
+  spool_id = resp.id();
   return spool_dir;
 }
 
 std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
     std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
     const PublishOptions& opts, uint64_t seq) {
-  const std::string dir = SpoolDir();
-  if (dir.empty()) return std::nullopt;
+  Result<std::string> dir = SpoolFor(topic, size);
+  if (!dir.ok()) return Result<PublishAck>(dir.status());
+  if (dir->empty()) return std::nullopt;
   const std::string name = HexName(cred.agent);
-  const std::string path = dir + "/" + name;
+  const std::string path = *dir + "/" + name;
   const std::string what = "publish of " + std::to_string(size) + " bytes to topic \"" +
                            std::string(topic) + "\" through the spool";
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     std::lock_guard<std::mutex> lock(spool_mu);
     spool_state = -1;  // e.g. a read-only view of the folder: chunks from now on
@@ -120,26 +149,35 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   req.set_crc32c(writer.crc());
   req.set_name(name);
   v1::PublishResponse resp;
-  const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
-  Status adopted = UnaryWithRetry(&v1::Bus::StubInterface::AdoptLarge, req, &resp, deadline, what);
-  ::close(fd);
-  if (adopted.ok()) return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
-  if (adopted.code() != StatusCode::kFailedPrecondition) {
-    ::unlink(path.c_str());
-    return Result<PublishAck>(adopted);
+  // One attempt with the whole deadline (the broker reads the file once and,
+  // durable, fsyncs it): call_timeout plus a second per 64 MiB unless told.
+  grpc::ClientContext ctx;
+  Prepare(&ctx, WallClock::now() +
+                    opts.timeout.value_or(options.call_timeout +
+                                          std::chrono::seconds(static_cast<int64_t>(size >> 26))));
+  const grpc::Status adopted = stub->AdoptLarge(&ctx, req, &resp);
+  if (adopted.ok()) {
+    ::close(fd);
+    return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
   }
-  // The broker could not take the file (another file system after all):
-  // send its bytes in chunks, and do so from now on.
-  {
+  const grpc::StatusCode code = adopted.error_code();
+  if (code != grpc::StatusCode::FAILED_PRECONDITION && !Retryable(code)) {
+    ::unlink(path.c_str());
+    ::close(fd);
+    return Result<PublishAck>(FromGrpc(adopted, what));
+  }
+  // The broker could not take the file (FAILED_PRECONDITION: from now on
+  // this client sends chunks), or the answer was lost: send the bytes from
+  // our own descriptor in chunks, with the same sequence, so that a version
+  // the broker did store is answered as a duplicate, not stored twice.
+  if (code == grpc::StatusCode::FAILED_PRECONDITION) {
     std::lock_guard<std::mutex> lock(spool_mu);
     spool_state = -1;
   }
-  const int rfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ::unlink(path.c_str());
-  if (rfd < 0) return Result<PublishAck>(adopted);
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, rfd, 0);
-  ::close(rfd);
-  if (map == MAP_FAILED) return Result<PublishAck>(adopted);
+  ::unlink(path.c_str());  // if still ours: an adopted file was renamed away
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return Result<PublishAck>(FromGrpc(adopted, what));
   Result<PublishAck> sent =
       PublishChunked(topic, std::string_view(static_cast<const char*>(map), size), opts, seq);
   ::munmap(map, size);

@@ -119,14 +119,10 @@ class BusService final : public v1::Bus::Service {
     return ToGrpc(broker_->FinishLarge(**upload, resp));
   }
 
-  grpc::Status Spool(grpc::ServerContext* ctx, const v1::SpoolRequest*,
+  grpc::Status Spool(grpc::ServerContext* ctx, const v1::SpoolRequest* req,
                      v1::SpoolResponse* resp) override {
     AGENTRT_AUTH_OR_RETURN(agent);
-    (void)agent;
-    auto [dir, id] = broker_->SpoolInfo();
-    resp->set_dir(std::move(dir));
-    resp->set_id(std::move(id));
-    return grpc::Status::OK;
+    return ToGrpc(broker_->SpoolInfo(agent, *req, resp));
   }
 
   grpc::Status AdoptLarge(grpc::ServerContext* ctx, const v1::AdoptRequest* req,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,12 @@ namespace {
 
 constexpr char kMagic[8] = {'A', 'G', 'R', 'T', 'W', 'T', 'S', '1'};
 constexpr size_t kFixedHead = sizeof(kMagic) + 8;
+
+std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
 
 size_t AlignUp(size_t n) {
   return (n + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment;
@@ -102,6 +109,9 @@ Status WeightSet::Parse(std::string_view what) {
       e.shape = t.at("shape").get<std::vector<int64_t>>();
       e.offset = t.at("offset").get<size_t>();
       e.bytes = t.at("bytes").get<size_t>();
+      for (int64_t d : e.shape) {
+        if (d < 0) return bad("tensor \"" + e.name + "\" has a negative dimension");
+      }
       if (e.offset % kWeightsAlignment != 0 || e.offset < kFixedHead + n || e.offset > size_ ||
           e.bytes > size_ - e.offset)
         return bad("tensor \"" + e.name + "\" lies outside the payload or is not aligned");
@@ -214,24 +224,35 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   return Internal(what + ": unreachable");
 }
 
+// A version picked from the bounds may be trimmed (keep_last) before it is
+// read when the publisher is fast: the callers below then look again, until
+// their deadline, rather than report a version gone while newer ones exist.
 Result<std::shared_ptr<const WeightSet>> WeightStream::Latest(std::chrono::milliseconds timeout) {
-  AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
-  if (bounds.second <= bounds.first)
-    return NotFound("weights stream \"" + name_ + "\" has no version yet");
-  return Read(bounds.second, timeout);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
+    if (bounds.second <= bounds.first)
+      return NotFound("weights stream \"" + name_ + "\" has no version yet");
+    auto got = Read(bounds.second, Left(deadline));
+    if (got.ok() || got.status().code() != StatusCode::kNotFound ||
+        std::chrono::steady_clock::now() >= deadline)
+      return got;
+  }
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(
     int64_t version, std::chrono::milliseconds timeout) {
-  AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
-  if (bounds.second > version) return Read(bounds.second, timeout);
-  // None newer yet: wait for the next one to be stored.
-  auto next = Read(version + 1, timeout);
-  if (!next.ok() && next.status().code() == StatusCode::kNotFound)
-    return DeadlineExceeded("weights stream \"" + name_ + "\": no version after " +
-                            std::to_string(version) + " within " + std::to_string(timeout.count()) +
-                            " ms");
-  return next;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
+    // The newest, if there is one after `version`; else wait for the next.
+    auto got = Read(bounds.second > version ? bounds.second : version + 1, Left(deadline));
+    if (got.ok() || got.status().code() != StatusCode::kNotFound) return got;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return DeadlineExceeded("weights stream \"" + name_ + "\": no version after " +
+                              std::to_string(version) + " within " +
+                              std::to_string(timeout.count()) + " ms");
+  }
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::At(int64_t version,

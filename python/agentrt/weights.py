@@ -55,10 +55,13 @@ class Weights:
         self.size = size.value
         self.tensors = {t["name"]: {k: t[k] for k in ("dtype", "shape", "offset", "bytes")}
                         for t in info["tensors"]}
-        # The payload as a buffer that keeps this version (and its mapping) alive.
-        self.buffer = (ctypes.c_char * self.size).from_address(data.value) if self.size else b""
+        # The payload as a read-only buffer that keeps this version (and its
+        # mapping) alive: the arrays are views of it, and cannot be made writable.
+        self.buffer = b""
         if self.size:
-            self.buffer._owned = self._owned  # the arrays (views of it) keep the handle
+            raw = (ctypes.c_char * self.size).from_address(data.value)
+            raw._owned = self._owned
+            self.buffer = memoryview(raw).cast("B").toreadonly()
         self._arrays = None
 
     @property
@@ -71,7 +74,6 @@ class Weights:
                 count = t["bytes"] // dtype.itemsize if dtype.itemsize else 0
                 arr = np.frombuffer(self.buffer, dtype=dtype, count=count, offset=t["offset"])
                 arr = arr.reshape(t["shape"]) if t["shape"] else arr
-                arr.flags.writeable = False  # a read-only mapping: writing would fault
                 out[name] = arr
             self._arrays = out
         return self._arrays
@@ -136,9 +138,10 @@ class WeightStream:
         return version.value
 
     def _get(self, mode, version, timeout):
+        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
         out = ctypes.c_void_p()
         _lib.check(_lib.lib().agentrt_weights_get(self.bus._p(), _lib.encode(self.name, "name"),
-                                                  mode, int(version), int(timeout * 1000),
+                                                  mode, int(version), timeout,
                                                   ctypes.byref(out)), errors.BusError)
         return Weights(out)
 

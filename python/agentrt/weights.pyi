@@ -12,7 +12,7 @@ class Weights:
     path: str
     size: int
     tensors: Dict[str, Dict[str, Any]]
-    buffer: Any
+    buffer: memoryview
     @property
     def arrays(self) -> Dict[str, Any]: ...
 

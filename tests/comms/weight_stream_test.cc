@@ -302,21 +302,37 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
   { std::ofstream(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part") << "half a policy"; }
   CHECK((*in.Latest(1s))->version() == 4);
 
-  // A forged name (another agent's file, a path out of the spool) is refused.
+  // A forged name (another agent's file, a path out of the spool) is refused,
+  // even to an agent that may publish to the topic.
+  { std::ofstream(BusLogSpoolDir(dir.path) + "/sub.00000000deadbeef.part") << "sub's"; }
   auto stub =
       v1::Bus::NewStub(grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
-  for (const std::string name : {"pub.00000000deadbeef.part", "../logs/x.part", "sub"}) {
+  for (const std::string name :
+       {"sub.00000000deadbeef.part", "../logs/x.part", "pub.00000000deadbeef.part/../x", "sub"}) {
     grpc::ClientContext ctx;
-    ctx.AddMetadata("x-agentrt-agent", "outsider");
-    ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, "outsider"));
+    ctx.AddMetadata("x-agentrt-agent", "pub");
+    ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, "pub"));
     v1::AdoptRequest req;
     req.mutable_head()->set_topic("weights/open");
     req.set_size(int64_t{8} << 20);
     req.set_name(name);
     v1::PublishResponse resp;
     const grpc::Status s = stub->AdoptLarge(&ctx, req, &resp);
-    CHECK_FALSE(s.ok());
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(s.error_message(), Catch::Contains("is not a spool file of agent pub"));
   }
+  CHECK(fs::exists(BusLogSpoolDir(dir.path) + "/sub.00000000deadbeef.part"));
+
+  // A publish the broker would refuse is refused before a byte is written.
+  bool wrote = false;
+  auto too_big =
+      pub->PublishLargeFrom(WeightStreamTopic("kept"), size_t{300} << 20, [&](LargePayloadWriter&) {
+        wrote = true;
+        return Status::Ok();
+      });
+  CHECK_FALSE(too_big.ok());
+  CHECK_THAT(too_big.status().message(), Catch::Contains("max_message_bytes"));
+  CHECK_FALSE(wrote);
   CHECK(fs::exists(BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part"));
 
   // A long run does not keep what dead publishers left: a spool file no one
