@@ -108,6 +108,33 @@ TEST_CASE("a publish whose request was lost is retried until stored") {
   CHECK(f.bus->Payloads("t").size() == 1);
 }
 
+// A large publish through the broker's spool whose adoption was lost (its
+// answer, or its request) goes on in chunks from the publisher's own file,
+// with the same sequence: stored once either way.
+TEST_CASE("a spooled publish whose adoption was lost is stored once, in chunks if need be") {
+  for (const bool stored : {true, false}) {
+    INFO("adoption " << (stored ? "stored, its answer lost" : "request lost"));
+    BrokerOptions broker;
+    broker.limits.max_message_bytes = 16 << 20;
+    Fixture f(Fixture::Fast(), broker);
+    std::string big(size_t{6} << 20, 'a');
+    big[12345] = 'b';
+    f.bus->FailNextPublishes(1, grpc::StatusCode::UNAVAILABLE, stored);
+    auto ack = f.client->Publish("t", big);
+    INFO(ack.status().ToString());
+    REQUIRE(ack.ok());
+    CHECK(ack->offset == 0);
+    CHECK(ack->duplicate == stored);  // the chunks found the adopted copy
+    auto got = f.client->Fetch("t", 0, 4, 2s);
+    REQUIRE(got.ok());
+    REQUIRE(got->size() == 1);
+    CHECK(got->front().payload() == big);
+    auto next = f.client->Fetch("t", 1, 1, 100ms);
+    REQUIRE(next.ok());
+    CHECK(next->empty());  // no second copy
+  }
+}
+
 TEST_CASE("a refused publish is not retried and names topic, bus and agent") {
   Fixture f;
   f.bus->FailNextPublishes(1, grpc::StatusCode::PERMISSION_DENIED, /*stored=*/false);
