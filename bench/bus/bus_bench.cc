@@ -15,7 +15,10 @@
 //              tensor into its own buffers (one copy, as load_weights does):
 //              aggregate GB/s, anchor: the ZeroMQ fan-out below; and the
 //              publisher's stall (Publish until it returns), anchor: one
-//              memcpy of the same bytes
+//              memcpy of the same bytes; and (not --quick) one 1 GiB version (the
+//              bus's ceiling, header included)
+//              to 8 subscribers, anchor: the memcpy floor (8 copies of 1 GiB
+//              one after another, GB/s of bytes delivered)
 //   fanout     one 256 MiB message to 4 subscriber processes (aggregate GB/s,
 //              publish start to the last delivery), the subscribers reading the
 //              payload's file themselves (same node) and, `streamed`, sent its
@@ -641,6 +644,22 @@ int RunParent(bool quick) {
     bus_bw.push_back(BusFlow(address, "bw-" + std::to_string(r), bw_n, 1 << 20).mbps);
     zmq_bw.push_back(ZmqFlow(bw_n, 1 << 20).mbps);
   }
+  // 1 GiB to 8 subscribers against the memcpy floor of the same bytes.
+  std::vector<double> big_fan, big_floor;
+  if (!quick) {
+    const size_t big =
+        (size_t{1} << 30) - (size_t{1} << 16);  // with its header: 1 GiB, the bus's ceiling
+    std::vector<char> src(big, 'x'), dst(big);
+    for (int r = 0; r < reps; ++r) {
+      big_fan.push_back(WeightsFanout(address, "wbig" + std::to_string(r), big, 8).gbps);
+      const int64_t m0 = NowNs();
+      for (int i = 0; i < 8; ++i) {
+        src[static_cast<size_t>(i)] = static_cast<char>(i);  // each copy reads its own source
+        std::memcpy(dst.data(), src.data(), big);
+      }
+      big_floor.push_back(static_cast<double>(big) * 8 / static_cast<double>(NowNs() - m0));
+    }
+  }
   broker.Stop();
   durable.Stop();
   std::filesystem::remove_all(log_dir);
@@ -666,6 +685,10 @@ int RunParent(bool quick) {
   const std::string weights_metric = "weights_" + std::to_string(fan_size >> 20) + "MiB_4subs";
   PrintFigure(weights_metric.c_str(), Median(weights_fan), "GB/s", "zmq_push_pull_4_receivers",
               Median(zmq_fan));
+  if (!big_fan.empty()) {
+    PrintFigure("weights_1024MiB_8subs", Median(big_fan), "GB/s", "memcpy_floor_8_copies",
+                Median(big_floor));
+  }
   // Lower is better: how long the publisher's loop waits, against one memcpy.
   PrintFigure(("weights_publish_stall_" + std::to_string(fan_size >> 20) + "MiB").c_str(),
               Median(weights_stall), "s", "memcpy", Median(weights_memcpy));
