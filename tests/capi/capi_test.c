@@ -99,6 +99,28 @@ int main(int argc, char** argv) {
   CHECK(agentrt_bus_from_environment(&bus) != AGENTRT_OK);
   CHECK(strlen(agentrt_last_error()) > 0);
 
+  /* Weight streams: bad arguments are refused before any call (the bus is
+   * connected lazily, to an address nobody serves). */
+  agentrt_weights* w = NULL;
+  CHECK(agentrt_weights_get(NULL, "s", 0, 0, 10, &w) == AGENTRT_INVALID_ARGUMENT);
+  CHECK(agentrt_bus_connect("127.0.0.1:1", "me", "token", &bus) == AGENTRT_OK);
+  CHECK(agentrt_weights_get(bus, "s", 7, 0, 10, &w) == AGENTRT_INVALID_ARGUMENT);
+  CHECK(strstr(agentrt_last_error(), "mode must be 0") != NULL && w == NULL);
+  {
+    const float t[2] = {1.0f, 2.0f};
+    const void* data[1] = {t};
+    const size_t bytes[1] = {sizeof t};
+    CHECK(agentrt_weights_publish(bus, "s", "{\"name\": \"t\"}", data, bytes, 1, 1, 0, NULL) ==
+          AGENTRT_INVALID_ARGUMENT);
+    CHECK(strstr(agentrt_last_error(), "a list of 1 tensors") != NULL);
+    CHECK(agentrt_weights_publish(bus, "s", "[{\"dtype\": \"float32\"}]", data, bytes, 1, 1, 0,
+                                  NULL) == AGENTRT_INVALID_ARGUMENT);
+    CHECK(strstr(agentrt_last_error(), "has no name") != NULL);
+  }
+  CHECK(agentrt_weights_info(NULL, NULL) == AGENTRT_INVALID_ARGUMENT);
+  agentrt_weights_free(NULL);
+  agentrt_bus_close(bus);
+
   if (failures == 0) printf("PASSED: the C API from C\n");
   return failures == 0 ? 0 : 1;
 }
