@@ -101,11 +101,11 @@ int main(int argc, char** argv) {
 
   /* Weight streams: bad arguments are refused before any call (the bus is
    * connected lazily, to an address nobody serves). */
-  agentrt_weights* w = NULL;
-  CHECK(agentrt_weights_get(NULL, "s", 0, 0, 10, &w) == AGENTRT_INVALID_ARGUMENT);
+  agentrt_weights* version = NULL;
+  CHECK(agentrt_weights_get(NULL, "s", 0, 0, 10, &version) == AGENTRT_INVALID_ARGUMENT);
   CHECK(agentrt_bus_connect("127.0.0.1:1", "me", "token", &bus) == AGENTRT_OK);
-  CHECK(agentrt_weights_get(bus, "s", 7, 0, 10, &w) == AGENTRT_INVALID_ARGUMENT);
-  CHECK(strstr(agentrt_last_error(), "mode must be 0") != NULL && w == NULL);
+  CHECK(agentrt_weights_get(bus, "s", 7, 0, 10, &version) == AGENTRT_INVALID_ARGUMENT);
+  CHECK(strstr(agentrt_last_error(), "mode must be 0") != NULL && version == NULL);
   {
     const float t[2] = {1.0f, 2.0f};
     const void* data[1] = {t};
