@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# examples/weights through `agentctl run`: the actor follows the learner's
+# versions to the last (step 5), reading them mapped from the broker's file;
+# keep_last 2 leaves 2 payload files and the spool is gone after the run.
+# Skips (exit 77) where /usr/bin/python3 has no NumPy.
+#   weights_test.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=${AGENTRT_SOURCE_DIR:?}
+fail() { echo "weights_test: FAIL: $*" >&2; exit 1; }
+if ! /usr/bin/python3 -c "import numpy" >/dev/null 2>&1; then
+  echo "weights_test: skipped: /usr/bin/python3 cannot import numpy (apt-get install python3-numpy)"
+  exit 77
+fi
+tmp=$(mktemp -d /tmp/agentrt-weights.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+export PATH="/usr/bin:$build/bin:$PATH"
+timeout 120 "$build/bin/agentctl" run "$src/examples/weights/agents.yaml" --set run.dir="$tmp/runs" --quiet \
+  >"$tmp/run.log" 2>&1 || { cat "$tmp/run.log"; cat "$tmp"/runs/*/logs/*/* 2>/dev/null; fail "agentctl run exited non-zero"; }
+run_dir=$(ls -d "$tmp"/runs/weights-* | head -1)
+log="$run_dir/logs/actor/rank0.log"
+cat "$log"
+grep -q "version 5 of learner (step 5, mapped): b\[0\] = 5.0, w\[1\] = 5.0" "$log" ||
+  fail "the actor did not read version 5 mapped from the broker's file"
+blobs=$(find "$run_dir/bus" -name '*.blob' | wc -l)
+[ "$blobs" -eq 2 ] || fail "keep_last 2 should leave 2 payload files, found $blobs"
+[ ! -e "$run_dir/bus/incoming" ] || fail "the spool outlived the run"
+echo "weights_test: PASS"
