@@ -188,7 +188,10 @@ int Broker::ReapSpool() {
     if (e.path().extension() != ".part") continue;
     const auto changed = std::filesystem::last_write_time(e.path(), ec);
     if (ec || now - changed < kSpoolStaleAfter) continue;
-    const int fd = ::open(e.path().c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    // Regular files only, opened without blocking: a FIFO named like a spool
+    // file must not hang the broker.
+    if (!e.is_regular_file(ec) || e.is_symlink(ec)) continue;
+    const int fd = ::open(e.path().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {  // no live writer holds it
       ::unlink(e.path().c_str());
@@ -225,7 +228,7 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
                     "hex digits>.part)",
                     what, Printable(req.name().substr(0, 64)), agent));
   }
-  const int fd = ::open(spooled.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::open(spooled.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     return FailedPrecondition(fmt::format("{}: cannot open {}: {} (a publisher on another node?)",
                                           what, spooled, std::strerror(errno)));
@@ -234,15 +237,20 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
   const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
   const std::string path = dir + "/" + name;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-      st.st_uid != ::geteuid() || st.st_size != req.size()) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != req.size()) {
     ::close(fd);
     ::unlink(spooled.c_str());
     CountInvalid();
-    return InvalidArgument(
-        fmt::format("{}: {} is not a file of {} bytes written for this publish (it holds {} "
-                    "bytes, has {} links, belongs to uid {}); not stored",
-                    what, spooled, req.size(), st.st_size, st.st_nlink, st.st_uid));
+    return InvalidArgument(fmt::format("{}: {} is not a file of the {} bytes announced; not stored",
+                                       what, spooled, req.size()));
+  }
+  if (st.st_nlink != 1 || st.st_uid != ::geteuid()) {
+    // Not a file this publish wrote for the spool alone: the publisher sends its bytes instead.
+    ::close(fd);
+    return FailedPrecondition(fmt::format(
+        "{}: {} has {} links and belongs to uid {}; the broker adopts only a file of its own "
+        "user with one name",
+        what, spooled, st.st_nlink, st.st_uid));
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -161,7 +161,11 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
     return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
   }
   const grpc::StatusCode code = adopted.error_code();
-  if (code != grpc::StatusCode::FAILED_PRECONDITION && !Retryable(code)) {
+  // A clear refusal ends the publish; any other outcome may have stored the
+  // version, and a resend with the same sequence is answered as a duplicate.
+  if (code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::PERMISSION_DENIED ||
+      code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::DATA_LOSS ||
+      code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     ::unlink(path.c_str());
     ::close(fd);
     return Result<PublishAck>(FromGrpc(adopted, what));

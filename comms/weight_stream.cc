@@ -170,6 +170,11 @@ WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation
 Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, int64_t step,
                                       std::chrono::milliseconds timeout) {
   for (const auto& t : tensors) {
+    for (int64_t d : t.shape) {
+      if (d < 0)
+        return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
+                               "\" has a negative dimension");
+    }
     if (t.data == nullptr && t.bytes > 0)
       return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
                              "\" has no data");

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -345,11 +346,27 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
   REQUIRE(held >= 0);
   REQUIRE(::flock(held, LOCK_EX) == 0);
   const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(2);
+  // A FIFO named like a spool file hangs neither the reaper nor an adoption.
+  const std::string fifo = BusLogSpoolDir(dir.path) + "/pub.00000000f1f0f1f0.part";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::last_write_time(fifo, fs::file_time_type::clock::now() - std::chrono::minutes(2));
   fs::last_write_time(dead, old);
   fs::last_write_time(slow, old);
   REQUIRE(out.Publish(Policy(31).Tensors(), 5).ok());
   CHECK_FALSE(fs::exists(dead));
   CHECK(fs::exists(slow));
+  {
+    v1::AdoptRequest req;  // adopting the FIFO is refused at once
+    req.mutable_head()->set_topic("weights/open");
+    req.set_size(int64_t{8} << 20);
+    req.set_name("pub.00000000f1f0f1f0.part");
+    v1::PublishResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+    ctx.AddMetadata("x-agentrt-agent", "pub");
+    ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, "pub"));
+    CHECK(stub->AdoptLarge(&ctx, req, &resp).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
   ::close(held);
   server.reset();
   CHECK_FALSE(fs::exists(BusLogSpoolDir(dir.path)));
