@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 namespace agentrt {
@@ -33,6 +34,12 @@ uint64_t RandomNonZeroU64() {
     }
   }
   return v;
+}
+
+std::string RandomHex64() {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(RandomNonZeroU64()));
+  return hex;
 }
 
 }  // namespace agentrt

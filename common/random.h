@@ -16,4 +16,8 @@ Result<std::string> RandomBytes(size_t bytes);
 // A random non-zero 64-bit number (falls back to the clock if the kernel refuses).
 uint64_t RandomNonZeroU64();
 
+// RandomNonZeroU64() as 16 lowercase hex digits: the one spelling of random
+// file names and ids (payload files, spool files, the spool's id).
+std::string RandomHex64();
+
 }  // namespace agentrt

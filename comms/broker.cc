@@ -482,14 +482,19 @@ Status Broker::Send(const std::string& agent, v1::SendRequest& req, v1::SendResp
   return Status::Ok();
 }
 
-std::vector<v1::TopicInfo> Broker::ListTopics(const std::string& agent) {
+std::vector<v1::TopicInfo> Broker::ListTopics(const std::string& agent, const std::string& only) {
   std::vector<std::shared_ptr<Log>> logs;
   {
     std::shared_lock<std::shared_mutex> lock(logs_mu_);
-    for (const auto& [name, log] : logs_) {
-      if (name.empty() || name.front() == '@') continue;
-      if (!agent.empty() && !access_.acl().MaySubscribe(agent, name)) continue;
+    auto take = [&](const std::string& name, const std::shared_ptr<Log>& log) {
+      if (name.empty() || name.front() == '@') return;
+      if (!agent.empty() && !access_.acl().MaySubscribe(agent, name)) return;
       logs.push_back(log);
+    };
+    if (only.empty()) {
+      for (const auto& [name, log] : logs_) take(name, log);
+    } else if (auto it = logs_.find(only); it != logs_.end()) {
+      take(it->first, it->second);
     }
   }
   std::vector<v1::TopicInfo> out;

@@ -46,6 +46,9 @@ struct BrokerOptions {
   BusDurability durability = BusDurability::kMemory;
   int fsync_interval_ms = 200;                // kBatch: the longest a record waits for its fsync
   int64_t segment_bytes = int64_t{64} << 20;  // a new segment file past this size
+  // The spool is searched for what dead publishers left at most this often
+  // (before an adoption; ReapSpool). 0: before every adoption.
+  std::chrono::milliseconds spool_reap_every{15000};
 };
 
 class Broker {
@@ -189,8 +192,10 @@ class Broker {
   void Untrack(const Reader* reader);
   std::vector<ReaderView> Readers();
 
-  // Topics `agent` may subscribe to (all topics when agent is empty).
-  std::vector<bus::v1::TopicInfo> ListTopics(const std::string& agent);
+  // Topics `agent` may subscribe to (all topics when agent is empty); only
+  // `only` when it is given (none when it does not exist or is not readable).
+  std::vector<bus::v1::TopicInfo> ListTopics(const std::string& agent,
+                                             const std::string& only = {});
   BusStats Stats() const;
 
   // Wakes every waiting reader and request; Read returns kIdle and Request
@@ -227,8 +232,11 @@ class Broker {
   // Recover's part for one log's large messages: opens each payload's file
   // (DATA_LOSS when missing or short) and removes files no message names.
   Status RecoverBlobs(Log& log, const std::string& dir, std::vector<std::string>* notes);
-  // What BeginLarge and AdoptLarge share: the head's checks, the ACL, and a
-  // retry's duplicate (answered in *resp; null returned).
+  // What a large publish's head must pass (its limits, the publisher's
+  // fields, the ACL) before any byte is taken: PrepareLarge's and Spool's.
+  Status CheckLargeHead(const std::string& agent, const bus::v1::PublishChunk& first);
+  // What BeginLarge and AdoptLarge share: CheckLargeHead, and a retry's
+  // duplicate (answered in *resp; null returned).
   Result<std::shared_ptr<Upload>> PrepareLarge(const std::string& agent,
                                                bus::v1::PublishChunk& first,
                                                bus::v1::PublishResponse* resp);
@@ -237,8 +245,10 @@ class Broker {
   Status MakeSpool();
   // Removes spool files whose publisher is gone: no writer holds their lock
   // (a publisher holds one until its adoption is answered) and they have not
-  // changed for kSpoolStaleAfter. Runs before each adoption, so a long run
-  // whose publishers get killed does not fill the spool. Returns how many.
+  // changed for kSpoolStaleAfter. Runs before an adoption, at most once
+  // every options_.spool_reap_every, so a long run whose publishers get
+  // killed does not fill the spool and a busy one does not list it per
+  // publish. Returns how many.
   int ReapSpool();
   Result<Reader> OpenReader(std::shared_ptr<Log> log, const bus::v1::StartAt& start,
                             uint64_t incarnation, int max_batch, bool local_files,
@@ -287,6 +297,7 @@ class Broker {
   bool own_spill_dir_ = false;  // made by Recover, removed by the destructor
   std::string spool_dir_;       // where publishers write payloads to adopt (removed at the end)
   std::string spool_id_;
+  std::atomic<int64_t> spool_reaped_at_{0};  // steady_clock ticks of ReapSpool's last pass
 
   std::thread flusher_;  // kBatch fsyncs, age retention
   std::mutex flush_mu_;

@@ -94,15 +94,19 @@ void Broker::DropBlob(Log& log, int64_t offset) {
   log.blobs.erase(it);
 }
 
+Status Broker::CheckLargeHead(const std::string& agent, const v1::PublishChunk& first) {
+  const std::string what =
+      "large publish to topic \"" + first.head().topic().substr(0, 64) + "\" by agent " + agent;
+  AGENTRT_RETURN_IF_ERROR(
+      CheckValid(ValidatePublishHead(first, options_.limits), [&] { return what; }));
+  return CheckPublish(agent, first.head());
+}
+
 Result<std::shared_ptr<Broker::Upload>> Broker::PrepareLarge(const std::string& agent,
                                                              v1::PublishChunk& first,
                                                              v1::PublishResponse* resp) {
+  AGENTRT_RETURN_IF_ERROR(CheckLargeHead(agent, first));
   v1::PublishRequest& head = *first.mutable_head();
-  const std::string what =
-      "large publish to topic \"" + head.topic().substr(0, 64) + "\" by agent " + agent;
-  AGENTRT_RETURN_IF_ERROR(
-      CheckValid(ValidatePublishHead(first, options_.limits), [&] { return what; }));
-  AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, head));
   if (head.publisher_id() != 0) {
     // A retry of a stored message is answered before its bytes are read.
     std::shared_ptr<PublisherWindow> pub = publishers_.Get(agent, head.publisher_id());
@@ -137,7 +141,7 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
         what + ": the broker has no folder for large payloads (Recover() was not called)");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
+  const std::string name = RandomHex64() + ".blob";
   const std::string path = dir + "/" + name;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return NotStored(ErrnoStatus(errno, "bus: cannot create " + path)).WithContext(what);
@@ -181,6 +185,14 @@ Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
 
 int Broker::ReapSpool() {
   if (spool_dir_.empty()) return 0;
+  const int64_t now_ticks = std::chrono::steady_clock::now().time_since_epoch().count();
+  const int64_t every =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(options_.spool_reap_every)
+          .count();
+  int64_t last = spool_reaped_at_.load();
+  if (last != 0 && now_ticks - last < every) return 0;
+  if (!spool_reaped_at_.compare_exchange_strong(last, now_ticks))
+    return 0;  // another adoption reaps
   int reaped = 0;
   std::error_code ec;
   const auto now = std::filesystem::file_time_type::clock::now();
@@ -234,7 +246,7 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
                                           what, spooled, std::strerror(errno)));
   }
   const std::string dir = BlobDir(*up->log);
-  const std::string name = fmt::format("{:016x}.blob", RandomNonZeroU64());
+  const std::string name = RandomHex64() + ".blob";
   const std::string path = dir + "/" + name;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != req.size()) {
@@ -274,11 +286,7 @@ Status Broker::SpoolInfo(const std::string& agent, const v1::SpoolRequest& req,
     v1::PublishChunk first;
     first.mutable_head()->set_topic(req.topic());
     first.set_size(req.size());
-    const std::string what =
-        "large publish to topic \"" + req.topic().substr(0, 64) + "\" by agent " + agent;
-    AGENTRT_RETURN_IF_ERROR(
-        CheckValid(ValidatePublishHead(first, options_.limits), [&] { return what; }));
-    AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, first.head()));
+    AGENTRT_RETURN_IF_ERROR(CheckLargeHead(agent, first));
   }
   resp->set_dir(spool_dir_);
   resp->set_id(spool_id_);
@@ -297,7 +305,7 @@ Status Broker::MakeSpool() {
   ::chmod(spool_dir_.c_str(), 0700);
   const auto abs = std::filesystem::absolute(spool_dir_, ec);
   if (!ec) spool_dir_ = abs.lexically_normal().string();
-  spool_id_ = fmt::format("{:016x}", RandomNonZeroU64());
+  spool_id_ = RandomHex64();
   return WriteFileAtomic(spool_dir_ + "/" + kBusSpoolIdFile, spool_id_ + "\n");
 }
 

@@ -1,7 +1,9 @@
 #include "comms/bus_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -267,21 +269,55 @@ Status BusClient::Reply(uint64_t request_id, std::string_view payload,
       "reply to request " + std::to_string(request_id) + " (agent " + impl_->cred.agent + ")");
 }
 
+namespace {
+
+// Whether this process can read the files the broker named in `msgs`. A
+// name that is gone from a folder that is here was removed by retention
+// (the caller finds the version gone); a folder that is not here, or a file
+// it may not read, is another node's or another user's.
+bool BrokerFilesReadable(const std::vector<BusMessage>& msgs) {
+  for (const auto& m : msgs) {
+    if (m.chunked_path().empty() || ::access(m.chunked_path().c_str(), R_OK) == 0) continue;
+    if (errno != ENOENT) return false;
+    const std::string folder = m.chunked_path().substr(0, m.chunked_path().rfind('/') + 1);
+    if (::access(folder.c_str(), X_OK) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t offset, int max,
                                                  std::chrono::milliseconds timeout,
                                                  const FetchOptions& fetch) {
   if (max <= 0) return InvalidArgument("fetch: max must be > 0");
+  const bool local = fetch.local_paths && !impl_->broker_files_unreadable.load();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  AGENTRT_ASSIGN_OR_RETURN(std::vector<BusMessage> out,
+                           impl_->FetchOnce(topic, offset, max, timeout, local));
+  if (!local || BrokerFilesReadable(out)) return out;
+  impl_->broker_files_unreadable.store(true);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return impl_->FetchOnce(topic, offset, max, std::max(left, std::chrono::milliseconds(1)),
+                          /*local_files=*/false);
+}
+
+Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topic, int64_t offset,
+                                                           int max,
+                                                           std::chrono::milliseconds timeout,
+                                                           bool local_files) {
   v1::SubscribeRequest req;
   req.set_topic(std::string(topic));
   req.mutable_start()->set_offset(offset);
   req.set_max_batch_messages(std::min(max, 4096));
-  req.set_local_files(fetch.local_paths);
+  req.set_local_files(local_files);
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, WallClock::now() + timeout);
-  auto reader = impl_->stub->Subscribe(&ctx, req);
+  Prepare(&ctx, WallClock::now() + timeout);
+  auto reader = stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;
-  Reassembler assembler(/*pass_paths=*/fetch.local_paths);
+  Reassembler assembler(/*pass_paths=*/local_files);
   Status broken;
   bool ended = false;  // the broker ended the stream: its status says why
   while (static_cast<int>(out.size()) < max) {
@@ -297,21 +333,22 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   if (!ended) ctx.TryCancel();
   grpc::Status s = reader->Finish();
   if (!out.empty()) return out;
-  AGENTRT_RETURN_IF_ERROR(broken.WithContext("fetch from topic \"" + std::string(topic) +
-                                             "\" (bus " + impl_->address + ")"));
+  AGENTRT_RETURN_IF_ERROR(
+      broken.WithContext("fetch from topic \"" + std::string(topic) + "\" (bus " + address + ")"));
   if (s.ok() || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
       s.error_code() == grpc::StatusCode::CANCELLED) {
     return out;  // nothing arrived in time
   }
-  return FromGrpc(s,
-                  "fetch from topic \"" + std::string(topic) + "\" (bus " + impl_->address + ")");
+  return FromGrpc(s, "fetch from topic \"" + std::string(topic) + "\" (bus " + address + ")");
 }
 
-Result<std::vector<BusTopicInfo>> BusClient::ListTopics() {
+Result<std::vector<BusTopicInfo>> BusClient::ListTopics(std::string_view topic) {
+  v1::ListTopicsRequest req;
+  req.set_topic(std::string(topic));
   v1::ListTopicsResponse resp;
   grpc::ClientContext ctx;
   impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
-  AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListTopics(&ctx, v1::ListTopicsRequest(), &resp),
+  AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListTopics(&ctx, req, &resp),
                                    "list topics (bus " + impl_->address + ")"));
   return std::vector<BusTopicInfo>(resp.topics().begin(), resp.topics().end());
 }

@@ -144,9 +144,11 @@ struct SubscribeOptions {
 struct FetchOptions {
   // true: a large message comes with chunked_path (the broker's file) set
   // and no payload; the caller maps or reads the file itself and checks it
-  // against chunked_size and chunked_crc32c. Where that path cannot be
-  // opened (another node), fetch it again without local_paths to have the
-  // payload streamed (WeightStream does).
+  // against chunked_size and chunked_crc32c. Where the broker's files cannot
+  // be read (another node without its file system, another user), Fetch
+  // finds that out once, fetches again with the payloads streamed, and
+  // streams from then on. A path whose file retention removed meanwhile is
+  // passed on: the caller finds the message gone.
   bool local_paths = false;
 };
 
@@ -258,7 +260,8 @@ class BusClient {
   uint64_t NextSequence() const;
   void SetNextSequence(uint64_t next);
 
-  Result<std::vector<BusTopicInfo>> ListTopics();
+  // The topics this agent may read, with their offsets; only `topic` when given.
+  Result<std::vector<BusTopicInfo>> ListTopics(std::string_view topic = {});
   Result<BusStats> Stats();
 
  private:

@@ -304,6 +304,12 @@ struct BusClient::Impl {
   std::optional<Result<PublishAck>> PublishSpooled(
       std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
       const PublishOptions& opts, uint64_t seq);
+  // One Fetch call (BusClient::Fetch decides about local_files).
+  Result<std::vector<BusMessage>> FetchOnce(std::string_view topic, int64_t offset, int max,
+                                            std::chrono::milliseconds timeout, bool local_files);
+  // Set once a file the broker named could not be read here (another node
+  // without the broker's file system): fetches ask for the bytes from then on.
+  std::atomic<bool> broker_files_unreadable{false};
   std::mutex spool_mu;
   int spool_state = 0;  // 0 not proven yet, 1 usable (spool_dir, spool_id), -1 not usable
   std::string spool_dir, spool_id;

@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <cerrno>
 
 #include "common/random.h"
 #include "comms/bus_client_internal.h"
@@ -54,11 +54,8 @@ class MemoryWriter final : public LargePayloadWriter {
   std::string bytes_;
 };
 
-std::string HexName(const std::string& agent) {
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(RandomNonZeroU64()));
-  return agent + "." + hex + ".part";
-}
+// "<agent>.<16 hex digits>.part", the name the broker adopts (IsSpoolName).
+std::string SpoolName(const std::string& agent) { return agent + "." + RandomHex64() + ".part"; }
 
 }  // namespace
 
@@ -114,14 +111,19 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   Result<std::string> dir = SpoolFor(topic, size);
   if (!dir.ok()) return Result<PublishAck>(dir.status());
   if (dir->empty()) return std::nullopt;
-  const std::string name = HexName(cred.agent);
+  const std::string name = SpoolName(cred.agent);
   const std::string path = *dir + "/" + name;
   const std::string what = "publish of " + std::to_string(size) + " bytes to topic \"" +
                            std::string(topic) + "\" through the spool";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
+    // A folder this process may never write (another user's, read-only):
+    // chunks from now on. Anything else (a full disk, no descriptor left,
+    // the broker restarted and made its spool anew) may pass: this publish
+    // goes in chunks, the next one asks for the spool again.
+    const int err = errno;
     std::lock_guard<std::mutex> lock(spool_mu);
-    spool_state = -1;  // e.g. a read-only view of the folder: chunks from now on
+    spool_state = (err == EACCES || err == EPERM || err == EROFS) ? -1 : 0;
     return std::nullopt;
   }
   // Held until the adoption is answered: the broker reaps only files no
@@ -161,11 +163,14 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
     return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
   }
   const grpc::StatusCode code = adopted.error_code();
-  // A clear refusal ends the publish; any other outcome may have stored the
-  // version, and a resend with the same sequence is answered as a duplicate.
+  // A clear refusal ends the publish, and so does the end of its time: the
+  // broker may still be storing the version (a slow disk's fsync), and a
+  // resend would only write the bytes a second time to be dropped as a
+  // duplicate. Any other outcome may have stored the version too, and a
+  // resend with the same sequence is answered as a duplicate.
   if (code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::PERMISSION_DENIED ||
       code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::DATA_LOSS ||
-      code == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      code == grpc::StatusCode::RESOURCE_EXHAUSTED || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
     ::unlink(path.c_str());
     ::close(fd);
     return Result<PublishAck>(FromGrpc(adopted, what));

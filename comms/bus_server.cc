@@ -174,10 +174,10 @@ class BusService final : public v1::Bus::Service {
     return ToGrpc(broker_->Reply(agent, const_cast<v1::ReplyRequest&>(*req)));
   }
 
-  grpc::Status ListTopics(grpc::ServerContext* ctx, const v1::ListTopicsRequest*,
+  grpc::Status ListTopics(grpc::ServerContext* ctx, const v1::ListTopicsRequest* req,
                           v1::ListTopicsResponse* resp) override {
     AGENTRT_AUTH_OR_RETURN(agent);
-    for (auto& t : broker_->ListTopics(agent)) *resp->add_topics() = std::move(t);
+    for (auto& t : broker_->ListTopics(agent, req->topic())) *resp->add_topics() = std::move(t);
     return grpc::Status::OK;
   }
 

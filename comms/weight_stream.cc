@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/crc32c.h"
 
@@ -199,7 +200,7 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
 }
 
 Result<std::pair<int64_t, int64_t>> WeightStream::Bounds() {
-  AGENTRT_ASSIGN_OR_RETURN(auto topics, bus_.ListTopics());
+  AGENTRT_ASSIGN_OR_RETURN(auto topics, bus_.ListTopics(topic_));
   for (const auto& t : topics) {
     if (t.topic() == topic_) return std::make_pair(t.earliest_offset(), t.end_offset());
   }
@@ -210,31 +211,35 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
                                                             std::chrono::milliseconds wait) {
   const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);
   if (version < 1) return InvalidArgument(what + ": versions start at 1");
-  for (bool local : {true, false}) {
-    auto got = bus_.Fetch(topic_, version - 1, 1, wait, FetchOptions{.local_paths = local});
-    if (!got.ok()) {
-      if (got.status().code() == StatusCode::kOutOfRange)
-        return NotFound(what + " is no longer kept (keep_last or bus.retention removed it)");
-      return got.status();
-    }
-    if (got->empty() || got->front().offset() != version - 1)
-      return NotFound(what + " does not exist (yet)");
-    auto set = WeightSet::FromMessage(got->front(), version);
-    // A file this node cannot open after all: have the bytes streamed.
-    if (!set.ok() && local && set.status().code() == StatusCode::kNotFound &&
-        !got->front().chunked_path().empty())
-      continue;
-    return set;
+  const std::string gone = what + " is no longer kept (keep_last or bus.retention removed it)";
+  // The broker's file where this process can read it (Fetch streams the
+  // bytes otherwise).
+  auto got = bus_.Fetch(topic_, version - 1, 1, wait, FetchOptions{.local_paths = true});
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kOutOfRange) return NotFound(gone);
+    return got.status();
   }
-  return Internal(what + ": unreachable");
+  if (got->empty() || got->front().offset() != version - 1)
+    return NotFound(what + " does not exist (yet)");
+  auto set = WeightSet::FromMessage(got->front(), version);
+  // Its file's name went between the fetch and the open: trimmed meanwhile.
+  if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
+  return set;
 }
 
 // A version picked from the bounds may be trimmed (keep_last) before it is
 // read when the publisher is fast: the callers below then look again, until
 // their deadline, rather than report a version gone while newer ones exist.
+// Each further look waits a little longer (1 ms doubling to 64 ms), so that
+// a stream that keeps changing under them is not asked for in a tight loop.
+void WeightStream::PauseBeforeRetry(int attempt, std::chrono::steady_clock::time_point deadline) {
+  const auto pause = std::chrono::milliseconds(int64_t{1} << std::min(attempt, 6));
+  std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + pause));
+}
+
 Result<std::shared_ptr<const WeightSet>> WeightStream::Latest(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
+  for (int attempt = 0;; ++attempt) {
     AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
     if (bounds.second <= bounds.first)
       return NotFound("weights stream \"" + name_ + "\" has no version yet");
@@ -242,13 +247,14 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Latest(std::chrono::milli
     if (got.ok() || got.status().code() != StatusCode::kNotFound ||
         std::chrono::steady_clock::now() >= deadline)
       return got;
+    PauseBeforeRetry(attempt, deadline);
   }
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(
     int64_t version, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
+  for (int attempt = 0;; ++attempt) {
     AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
     // The newest, if there is one after `version`; else wait for the next.
     auto got = Read(bounds.second > version ? bounds.second : version + 1, Left(deadline));
@@ -257,6 +263,7 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(
       return DeadlineExceeded("weights stream \"" + name_ + "\": no version after " +
                               std::to_string(version) + " within " +
                               std::to_string(timeout.count()) + " ms");
+    PauseBeforeRetry(attempt, deadline);
   }
 }
 

@@ -145,6 +145,7 @@ class WeightStream {
   // {earliest, end} offsets of the topic ({0, 0} before its first version).
   Result<std::pair<int64_t, int64_t>> Bounds();
   Result<std::shared_ptr<const WeightSet>> Read(int64_t version, std::chrono::milliseconds wait);
+  static void PauseBeforeRetry(int attempt, std::chrono::steady_clock::time_point deadline);
 
   BusClient& bus_;
   std::string name_, topic_;

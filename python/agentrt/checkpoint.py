@@ -25,8 +25,9 @@ _NUMPY_DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", 
                  "float16", "float32", "float64", "complex64", "complex128"}
 
 
-def _as_array(name, value):
-    """`value` as a C-contiguous, native-endian NumPy array sharing its memory."""
+def _as_array(name, value, holder="checkpoints"):
+    """`value` as a C-contiguous, native-endian NumPy array sharing its memory
+    (an odd dtype as its raw bytes). ``holder`` names what keeps it, for errors."""
     import numpy as np
     if isinstance(value, np.ndarray):
         arr = value
@@ -39,8 +40,8 @@ def _as_array(name, value):
     if not arr.flags.c_contiguous:
         raise ValueError("entry %r is not C-contiguous (np.ascontiguousarray it first)" % name)
     if arr.dtype.byteorder == ">":
-        raise ValueError("entry %r is big-endian; checkpoints hold native little-endian arrays"
-                         % name)
+        raise ValueError("entry %r is big-endian; %s hold native little-endian arrays"
+                         % (name, holder))
     if arr.dtype.name not in _NUMPY_DTYPES:
         arr = arr.view(np.uint8)  # structured or odd dtypes: their raw bytes
     return arr

@@ -18,7 +18,7 @@ import ctypes
 import json
 import os
 
-from . import _lib, errors
+from . import _lib, checkpoint, errors
 
 _LATEST, _NEWER, _AT = 0, 1, 2
 
@@ -90,15 +90,6 @@ def _json_out(fn, ptr):
     return out
 
 
-def _contiguous(name, value):
-    """(array, dtype label) of a NumPy array or anything with a buffer, without a copy."""
-    import numpy as np
-    arr = value if isinstance(value, np.ndarray) else np.asarray(memoryview(value))
-    if not arr.flags.c_contiguous:
-        raise ValueError("tensor %r is not C-contiguous (np.ascontiguousarray it first)" % name)
-    return arr, arr.dtype.name
-
-
 class WeightStream:
     """Stream ``name`` on ``bus`` (an agentrt.Bus). ``incarnation`` is what
     published versions say of this publisher (default: the agent's restart
@@ -123,8 +114,8 @@ class WeightStream:
         ptrs = (ctypes.c_void_p * len(names))()
         sizes = (ctypes.c_size_t * len(names))()
         for i, name in enumerate(names):
-            arr, label = _contiguous(name, arrays[name])
-            label = (dtypes or {}).get(name, label)
+            arr = checkpoint._as_array(name, arrays[name], "weight versions")
+            label = (dtypes or {}).get(name, arr.dtype.name)
             described.append({"name": name, "dtype": label, "shape": list(arr.shape)})
             ptrs[i] = arr.ctypes.data if arr.nbytes else None
             sizes[i] = arr.nbytes

@@ -135,6 +135,23 @@ TEST_CASE("a spooled publish whose adoption was lost is stored once, in chunks i
   }
 }
 
+// An adoption that outlives the publish's time ends it: the broker may be
+// storing the version still (a slow disk), and the bytes are not sent twice.
+TEST_CASE("a spooled publish whose adoption ran out of time is not sent again") {
+  for (const bool stored : {true, false}) {
+    INFO("adoption " << (stored ? "stored late" : "never arrived"));
+    BrokerOptions broker;
+    broker.limits.max_message_bytes = 16 << 20;
+    Fixture f(Fixture::Fast(), broker);
+    const std::string big(size_t{6} << 20, 'd');
+    f.bus->FailNextPublishes(1, grpc::StatusCode::DEADLINE_EXCEEDED, stored);
+    auto ack = f.client->Publish("t", big);
+    CHECK(ack.status().code() == StatusCode::kDeadlineExceeded);
+    CHECK(f.bus->Payloads("t").size() == (stored ? 1u : 0u));  // no chunked resend after it
+    CHECK(f.bus->SpoolFiles() == 0);  // the publisher's file is not left behind
+  }
+}
+
 TEST_CASE("a refused publish is not retried and names topic, bus and agent") {
   Fixture f;
   f.bus->FailNextPublishes(1, grpc::StatusCode::PERMISSION_DENIED, /*stored=*/false);

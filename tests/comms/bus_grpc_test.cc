@@ -167,6 +167,14 @@ TEST_CASE("messages of a topic arrive in publish order, topics are independent")
   auto topics = sub->ListTopics();
   REQUIRE(topics.ok());
   CHECK(topics->size() == 2);
+  auto one = sub->ListTopics("tb");  // only the topic asked for
+  REQUIRE(one.ok());
+  REQUIRE(one->size() == 1);
+  CHECK(one->front().topic() == "tb");
+  CHECK(one->front().end_offset() == 100);
+  auto none = sub->ListTopics("tc");
+  REQUIRE(none.ok());
+  CHECK(none->empty());
   auto fetched = sub->Fetch("ta", 10, 5, 5s);
   REQUIRE(fetched.ok());
   REQUIRE(fetched->size() == 5);

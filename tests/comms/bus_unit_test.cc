@@ -265,6 +265,19 @@ TEST_CASE(
   CHECK(b.Stats().messages_published == 6);
 }
 
+TEST_CASE("a topic asked for by name is listed only to an agent that may read it") {
+  Broker b({}, TestAcl(), "s", 1);
+  PublishOk(b, "prey-0", Pub("policies/a", "w"));
+  PublishOk(b, "predator-0", Pub("sightings", "s"));
+  auto mine = b.ListTopics("prey-0", "policies/a");
+  REQUIRE(mine.size() == 1);
+  CHECK(mine[0].topic() == "policies/a");
+  CHECK(mine[0].end_offset() == 1);
+  CHECK(b.ListTopics("predator-0", "policies/a").empty());  // not a subscriber
+  CHECK(b.ListTopics("prey-0", "policies/b").empty());      // no such topic
+  CHECK(b.ListTopics("prey-0").size() == 2);
+}
+
 TEST_CASE("retention drops the oldest messages and a reader behind it gets OFFSET_EXPIRED") {
   BrokerOptions opts;
   opts.retention_messages = 5;

@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -133,6 +134,22 @@ class FaultyBus {
   std::vector<int64_t> stream_starts() const {
     std::lock_guard<std::mutex> lock(mu_);
     return stream_starts_;
+  }
+
+  // How many files are in the broker's spool (a publisher's file left behind
+  // shows here).
+  int SpoolFiles() {
+    v1::SpoolRequest req;
+    v1::SpoolResponse resp;
+    grpc::ClientContext ctx;
+    As(&ctx, "test");
+    const grpc::Status s = Real()->Spool(&ctx, req, &resp);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(resp.dir()))
+      n += e.path().extension() == ".part" ? 1 : 0;
+    return n;
   }
 
   // For the stub: the broker's current stub, and the faults each call draws.

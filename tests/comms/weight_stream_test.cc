@@ -46,9 +46,12 @@ BusAcl TestAcl() {
   return acl;
 }
 
+// Searches the spool before every adoption unless told otherwise.
 std::unique_ptr<BusServer> Start(const std::string& log_dir,
-                                 BusDurability durability = BusDurability::kMemory) {
+                                 BusDurability durability = BusDurability::kMemory,
+                                 std::chrono::milliseconds reap_every = {}) {
   BusServerOptions o;
+  o.broker.spool_reap_every = reap_every;
   o.broker.limits.max_message_bytes = 256 << 20;
   o.broker.log_dir = log_dir;
   o.broker.durability = durability;
@@ -254,6 +257,42 @@ TEST_CASE("weight streams: small versions inline, streamed ones where the spool 
   }
 }
 
+TEST_CASE("weight streams: a reader that cannot see the broker's files has the bytes streamed") {
+  // The broker's folder reached through a link that readers then lose: what
+  // a reader on another node (no shared file system) meets.
+  testing::TempDir dir("agentrt-weights");
+  const std::string real = dir.path + "/real", link = dir.path + "/link";
+  fs::create_directories(real);
+  fs::create_directory_symlink(real, link);
+  auto server = Start(link);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  WeightStream out(*pub, "far");
+  WeightStream in(*sub, "far");
+  const Policy p1(61), p2(62);
+  REQUIRE(out.Publish(p1.Tensors(), 1).ok());
+  REQUIRE(out.Publish(p2.Tensors(), 2).ok());
+  fs::remove(link);
+  auto latest = in.Latest(5s);
+  INFO(latest.status().ToString());
+  REQUIRE(latest.ok());
+  CHECK((*latest)->version() == 2);
+  CHECK_FALSE((*latest)->mapped());
+  CheckHolds(**latest, p2);
+  // Remembered: the next read asks for the bytes at once, even once the
+  // folder is back (the broker's files are not taken to come and go).
+  fs::create_directory_symlink(real, link);
+  auto first = in.At(1, 5s);
+  REQUIRE(first.ok());
+  CHECK_FALSE((*first)->mapped());
+  CheckHolds(**first, p1);
+  // Another client on this node maps them.
+  auto near = Client(server->address(), "sub");
+  auto mapped = WeightStream(*near, "far").At(1, 5s);
+  REQUIRE(mapped.ok());
+  CHECK((*mapped)->mapped());
+}
+
 TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish") {
   testing::TempDir dir("agentrt-weights");
   auto server = Start(dir.path);
@@ -323,6 +362,27 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
     CHECK_THAT(s.error_message(), Catch::Contains("is not a spool file of agent pub"));
   }
   CHECK(fs::exists(BusLogSpoolDir(dir.path) + "/sub.00000000deadbeef.part"));
+  {
+    // A file with a second name (a link to bytes the publisher does not own
+    // alone) is not adopted: FAILED_PRECONDITION, and both names stay.
+    const std::string linked = BusLogSpoolDir(dir.path) + "/pub.00000000000011aa.part";
+    { std::ofstream(dir.path + "/elsewhere") << std::string(4096, 'w'); }
+    REQUIRE(::link((dir.path + "/elsewhere").c_str(), linked.c_str()) == 0);
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-agentrt-agent", "pub");
+    ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, "pub"));
+    v1::AdoptRequest req;
+    req.mutable_head()->set_topic("weights/open");
+    req.set_size(4096);
+    req.set_name("pub.00000000000011aa.part");
+    v1::PublishResponse resp;
+    const grpc::Status s = stub->AdoptLarge(&ctx, req, &resp);
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_THAT(s.error_message(), Catch::Contains("2 links"));
+    CHECK(fs::exists(linked));
+    CHECK(fs::exists(dir.path + "/elsewhere"));
+    fs::remove(linked);
+  }
 
   // A publish the broker would refuse is refused before a byte is written.
   bool wrote = false;
@@ -368,6 +428,24 @@ TEST_CASE("weight streams: keep_last, the ACL, and publishes that never finish")
     CHECK(stub->AdoptLarge(&ctx, req, &resp).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
   ::close(held);
+  server.reset();
+  CHECK_FALSE(fs::exists(BusLogSpoolDir(dir.path)));
+}
+
+TEST_CASE("weight streams: the spool is searched for dead publishers' files at most so often") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path, BusDurability::kMemory, std::chrono::hours(1));
+  auto pub = Client(server->address(), "pub");
+  WeightStream out(*pub, "open");
+  const std::string dead = BusLogSpoolDir(dir.path) + "/pub.00000000deadbeef.part";
+  std::ofstream(dead) << "half a policy";
+  fs::last_write_time(dead, fs::file_time_type::clock::now() - std::chrono::minutes(2));
+  REQUIRE(out.Publish(Policy(51).Tensors(), 1).ok());  // the first adoption searches
+  CHECK_FALSE(fs::exists(dead));
+  std::ofstream(dead) << "half a policy";
+  fs::last_write_time(dead, fs::file_time_type::clock::now() - std::chrono::minutes(2));
+  REQUIRE(out.Publish(Policy(52).Tensors(), 2).ok());  // within the hour: not again
+  CHECK(fs::exists(dead));
   server.reset();
   CHECK_FALSE(fs::exists(BusLogSpoolDir(dir.path)));
 }
