@@ -174,6 +174,7 @@ TelemetryMessage Runtime::Message(TelemetryType type) const {
 void Runtime::Report(int64_t step, const nlohmann::json& metrics) {
   step_.store(step);
   if (!sender_) return;
+  reported_at_.store(std::chrono::steady_clock::now().time_since_epoch().count());
   TelemetryMessage m = Message(TelemetryType::kMetrics);
   m.metrics = metrics.is_object() ? metrics : nlohmann::json::object();
   sender_->Send(m);
@@ -182,7 +183,12 @@ void Runtime::Report(int64_t step, const nlohmann::json& metrics) {
 void Runtime::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(hb_mu_);
   while (!hb_quit_) {
-    if (sender_) {
+    const auto since_report = std::chrono::steady_clock::now() -
+                              std::chrono::steady_clock::time_point(
+                                  std::chrono::steady_clock::duration(reported_at_.load()));
+    // A report within the period said all a heartbeat would (but a collective's state).
+    const bool heard = !recording_.load() && since_report < options_.heartbeat_period;
+    if (sender_ && !heard) {
       TelemetryMessage m = Message(TelemetryType::kHeartbeat);
       if (recording_.load()) m.collective = recorder_.Snapshot();
       sender_->Send(m);

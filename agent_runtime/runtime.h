@@ -30,7 +30,10 @@
 // exit; otherwise the controller's SIGKILL after its grace period ends it.
 //
 // Telemetry (comms/telemetry.h): "hello" at start, a heartbeat every
-// heartbeat_period carrying the latest step, "metrics" on Report(), "checkpoint"
+// heartbeat_period carrying the latest step (skipped when a Report() went out
+// within the period and there is no collective to describe: any message tells
+// the controller the rank is alive, and at one report a second this halves
+// what thousands of agents send), "metrics" on Report(), "checkpoint"
 // with checkpoint_step after every commit (rank 0), "bye" on destruction.
 //
 // Thread-safety: all methods may be called from any thread, except group(),
@@ -168,6 +171,7 @@ class Runtime {
   std::unique_ptr<SignalWatcher> signals_;
 
   std::atomic<int64_t> step_{-1};
+  std::atomic<int64_t> reported_at_{0};  // steady_clock ticks of the last Report()
   std::atomic<double> flops_per_sample_{0};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> heartbeats_{0};

@@ -21,51 +21,54 @@ uint32_t Crc32c(const void* data, size_t size, uint32_t crc) {
 
 namespace {
 
-// A 32x32 matrix over GF(2), one uint32_t per column: mat * vec.
-uint32_t Times(const uint32_t* mat, uint32_t vec) {
-  uint32_t sum = 0;
-  for (int i = 0; vec != 0; ++i, vec >>= 1) {
-    if (vec & 1) sum ^= mat[i];
+constexpr uint32_t kPoly = 0x82F63B78u;  // reflected Castagnoli polynomial
+
+// a(x) * b(x) modulo the polynomial, both reflected (bit 31 is x^0).
+uint32_t MultModP(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t m = uint32_t{1} << 31; m != 0; m >>= 1) {
+    if (a & m) {
+      product ^= b;
+      if ((a & (m - 1)) == 0) break;
+    }
+    b = (b & 1) ? (b >> 1) ^ kPoly : b >> 1;
   }
-  return sum;
+  return product;
 }
 
-void Square(uint32_t* out, const uint32_t* mat) {
-  for (int n = 0; n < 32; ++n) out[n] = Times(mat, mat[n]);
-}
-
-// crc_a advanced over len_b zero bytes (the linear part of appending B).
-uint32_t Shift(uint32_t crc_a, uint64_t len_b) {
-  uint32_t odd[32];  // the operator for one zero bit, then 4, 16, ... bits
-  uint32_t even[32];
-  odd[0] = 0x82F63B78u;  // reflected Castagnoli polynomial
-  for (int n = 1; n < 32; ++n) odd[n] = uint32_t{1} << (n - 1);
-  Square(even, odd);  // two zero bits
-  Square(odd, even);  // four
-  while (len_b != 0) {
-    Square(even, odd);  // one zero byte, then 4, 16, ... bytes
-    if (len_b & 1) crc_a = Times(even, crc_a);
-    len_b >>= 1;
-    if (len_b == 0) break;
-    Square(odd, even);
-    if (len_b & 1) crc_a = Times(odd, crc_a);
-    len_b >>= 1;
+// x^(2^k) modulo the polynomial, for every k a 64-bit byte count needs
+// (k = 3 .. 66: the count's bits, in bits).
+struct PowerTable {
+  uint32_t x2k[67];
+  PowerTable() {
+    uint32_t p = uint32_t{1} << 30;  // x^1
+    for (uint32_t& t : x2k) {
+      t = p;
+      p = MultModP(p, p);
+    }
   }
-  return crc_a;
+};
+
+// x^(8 * bytes) modulo the polynomial: appending `bytes` zero bytes.
+uint32_t ZeroBytesOperator(uint64_t bytes) {
+  static const PowerTable table;
+  uint32_t p = uint32_t{1} << 31;  // x^0
+  for (int k = 3; bytes != 0; bytes >>= 1, ++k) {
+    if (bytes & 1) p = MultModP(table.x2k[k], p);
+  }
+  return p;
 }
 
 }  // namespace
 
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-  return Shift(crc_a, len_b) ^ crc_b;
+  return MultModP(ZeroBytesOperator(len_b), crc_a) ^ crc_b;
 }
 
-Crc32cCombiner::Crc32cCombiner(uint64_t len_b) {
-  for (int i = 0; i < 32; ++i) shift_[i] = Shift(uint32_t{1} << i, len_b);
-}
+Crc32cCombiner::Crc32cCombiner(uint64_t len_b) : op_(ZeroBytesOperator(len_b)) {}
 
 uint32_t Crc32cCombiner::Combine(uint32_t crc_a, uint32_t crc_b) const {
-  return Times(shift_, crc_a) ^ crc_b;
+  return MultModP(op_, crc_a) ^ crc_b;
 }
 
 }  // namespace agentrt

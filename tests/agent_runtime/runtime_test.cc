@@ -102,6 +102,38 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   CHECK(Count(rest, TelemetryType::kBye) == 1);
 }
 
+TEST_CASE("a rank that reports more often than it heartbeats sends no heartbeats meanwhile") {
+  TempDir dir;
+  auto receiver = TelemetryReceiver::Bind("ipc://" + dir.path + "/telemetry.sock");
+  REQUIRE(receiver.ok());
+  RuntimeOptions options;
+  options.heartbeat_period = milliseconds(200);
+  options.install_signal_handlers = false;
+  auto rt = Runtime::Create(TestEnv(dir, (*receiver)->endpoint()), OnePlan(), options);
+  REQUIRE(rt.ok());
+  const uint64_t at_start = (*rt)->heartbeats_sent();  // the first goes out at once
+  // A report every 10 ms for 1.2 s: six heartbeat periods with reports in each.
+  const auto until = std::chrono::steady_clock::now() + milliseconds(1200);
+  int step = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    (*rt)->Report(++step, {{"loss", 1.0 / step}});
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  // Six or seven without the rule; a tick may beat the first report, and a
+  // loaded machine may hold one sleep past a period.
+  CHECK((*rt)->heartbeats_sent() <= at_start + 2);
+  auto all = ReceiveUntil(**receiver, [&](const auto& got) {
+    return Count(got, TelemetryType::kMetrics) >= static_cast<size_t>(step);
+  });
+  CHECK(Count(all, TelemetryType::kMetrics) == static_cast<size_t>(step));
+  // Reports stop: heartbeats come again, carrying the last step.
+  auto later = ReceiveUntil(**receiver, [](const auto& got) {
+    return Count(got, TelemetryType::kHeartbeat) >= 2;
+  });
+  REQUIRE(Count(later, TelemetryType::kHeartbeat) >= 2);
+  CHECK(later.back().step == step);
+}
+
 TEST_CASE("a rank takes the fence's id at start; once superseded, it can no longer checkpoint") {
   TempDir dir;
   auto receiver = TelemetryReceiver::Bind("ipc://" + dir.path + "/telemetry.sock");

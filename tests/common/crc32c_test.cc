@@ -44,6 +44,22 @@ TEST_CASE("two checksums combine into the checksum of both pieces, at any length
   CHECK(whole == Crc32c(data.data(), data.size()));
 }
 
+TEST_CASE("combining is associative at lengths past 4 GiB (every power of x the table holds)") {
+  // (A B) C == A (B C): what combining must satisfy at lengths no test can
+  // checksum directly.
+  std::mt19937 rng(5);
+  for (uint64_t lb : {uint64_t{3} << 33, uint64_t{1} << 62, ~uint64_t{0} >> 1, uint64_t{12345}}) {
+    for (uint64_t lc : {uint64_t{7} << 40, uint64_t{1}, (uint64_t{1} << 63) - lb / 2}) {
+      INFO("lb " << lb << " lc " << lc);
+      const uint32_t a = rng(), b = rng(), c = rng();
+      CHECK(Crc32cCombine(Crc32cCombine(a, b, lb), c, lc) ==
+            Crc32cCombine(a, Crc32cCombine(b, c, lc), lb + lc));
+      CHECK(Crc32cCombiner(lc).Combine(Crc32cCombiner(lb).Combine(a, b), c) ==
+            Crc32cCombine(a, Crc32cCombine(b, c, lc), lb + lc));
+    }
+  }
+}
+
 TEST_CASE("CRC32C is the Castagnoli CRC: its check value, and empty input") {
   CHECK(Crc32c("123456789", 9) == 0xE3069283u);
   CHECK(Crc32c("", 0) == 0u);
