@@ -127,9 +127,8 @@ TEST_CASE("a rank that reports more often than it heartbeats sends no heartbeats
   });
   CHECK(Count(all, TelemetryType::kMetrics) == static_cast<size_t>(step));
   // Reports stop: heartbeats come again, carrying the last step.
-  auto later = ReceiveUntil(**receiver, [](const auto& got) {
-    return Count(got, TelemetryType::kHeartbeat) >= 2;
-  });
+  auto later = ReceiveUntil(
+      **receiver, [](const auto& got) { return Count(got, TelemetryType::kHeartbeat) >= 2; });
   REQUIRE(Count(later, TelemetryType::kHeartbeat) >= 2);
   CHECK(later.back().step == step);
 }
