@@ -448,15 +448,11 @@ int agentrt_bus_stats(agentrt_bus* bus, char** json_out) {
   return Guard("agentrt_bus_stats", [&] {
     auto s = bus->client->Stats();
     if (!s.ok()) return Fail(s.status());
-    return JsonOut({{"incarnation", s->incarnation},
-                    {"topics", s->topics},
-                    {"messages_published", s->messages_published},
-                    {"duplicates_dropped", s->duplicates_dropped},
-                    {"messages_delivered", s->messages_delivered},
-                    {"messages_expired", s->messages_expired},
-                    {"retained_bytes", s->retained_bytes},
-                    {"active_streams", s->active_streams}},
-                   json_out);
+    nlohmann::json j;
+#define AGENTRT_STAT_JSON(type, name) j[#name] = s->name;
+    AGENTRT_BUS_STATS(AGENTRT_STAT_JSON)
+#undef AGENTRT_STAT_JSON
+    return JsonOut(j, json_out);
   });
 }
 

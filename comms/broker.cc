@@ -530,6 +530,8 @@ BusStats Broker::Stats() const {
   s.rejected_permission = rejected_permission_.load();
   s.rejected_invalid = rejected_invalid_.load();
   s.log_sync_errors = sync_errors_.load();
+  s.large_adopted = large_adopted_.load();
+  s.large_streamed = large_streamed_.load();
   return s;
 }
 

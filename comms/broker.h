@@ -306,7 +306,7 @@ class Broker {
 
   std::atomic<int64_t> published_{0}, duplicates_{0}, delivered_{0}, expired_{0},
       retained_bytes_{0}, active_streams_{0}, rejected_unauthenticated_{0}, rejected_permission_{0},
-      rejected_invalid_{0};
+      rejected_invalid_{0}, large_adopted_{0}, large_streamed_{0};
 };
 
 // The inbox log name of an agent: "@inbox/<agent>".

@@ -110,6 +110,7 @@ struct Broker::Upload {
   uint32_t expected_crc = 0;
   uint32_t crc = 0;
   int64_t written = 0;
+  bool adopted = false;  // from the spool (AdoptLarge), not received in chunks
 };
 
 namespace broker_internal {

@@ -277,6 +277,7 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
   if (durable()) up->msg.set_chunked_file(name);
   AGENTRT_ASSIGN_OR_RETURN(up->crc, FileCrc32c(fd, req.size(), path));
   up->written = req.size();
+  up->adopted = true;
   return FinishLarge(*up, resp);
 }
 
@@ -348,6 +349,7 @@ Status Broker::FinishLarge(Upload& up, v1::PublishResponse* resp) {
   }
   Stored st = Append(up.log, std::move(up.msg), up.blob);
   AGENTRT_RETURN_IF_ERROR(st.status.WithContext(what));
+  if (!st.duplicate) (up.adopted ? large_adopted_ : large_streamed_).fetch_add(1);
   resp->set_offset(st.offset);
   resp->set_duplicate(st.duplicate);
   return Status::Ok();

@@ -11,19 +11,21 @@ namespace agentrt {
 // Every counter Stats reports, declared once as X(type, name): BusStats below,
 // and StatsResponse in comms/proto/bus.proto has a field of each name (the
 // server and the client convert through this list).
-#define AGENTRT_BUS_STATS(X)           \
-  X(uint64_t, incarnation)             \
-  X(int64_t, topics)                   \
-  X(int64_t, messages_published)       \
-  X(int64_t, duplicates_dropped)       \
-  X(int64_t, messages_delivered)       \
-  X(int64_t, messages_expired)         \
-  X(int64_t, retained_bytes)           \
-  X(int64_t, active_streams)           \
-  X(int64_t, rejected_unauthenticated) \
-  X(int64_t, rejected_permission)      \
-  X(int64_t, rejected_invalid)         \
-  X(int64_t, log_sync_errors) /* the durable log's failed background fsyncs */
+#define AGENTRT_BUS_STATS(X)                                                   \
+  X(uint64_t, incarnation)                                                     \
+  X(int64_t, topics)                                                           \
+  X(int64_t, messages_published)                                               \
+  X(int64_t, duplicates_dropped)                                               \
+  X(int64_t, messages_delivered)                                               \
+  X(int64_t, messages_expired)                                                 \
+  X(int64_t, retained_bytes)                                                   \
+  X(int64_t, active_streams)                                                   \
+  X(int64_t, rejected_unauthenticated)                                         \
+  X(int64_t, rejected_permission)                                              \
+  X(int64_t, rejected_invalid)                                                 \
+  X(int64_t, log_sync_errors) /* the durable log's failed background fsyncs */ \
+  X(int64_t, large_adopted)   /* large payloads stored from the spool */       \
+  X(int64_t, large_streamed)  /* large payloads stored from chunks */
 
 // Counters reported by Stats (a snapshot).
 struct BusStats {

@@ -13,3 +13,6 @@ with agentrt.Runtime() as rt:
         print("published version %d (step %d)" % (version, step))
         rt.report(step, version=version)
         time.sleep(0.5)
+    stats = rt.bus.stats()
+    print("bus: %d large payloads taken over from the spool, %d received in chunks"
+          % (stats["large_adopted"], stats["large_streamed"]))

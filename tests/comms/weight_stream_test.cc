@@ -167,6 +167,12 @@ TEST_CASE("weight versions go through the spool and are mapped by subscribers") 
   REQUIRE(v2.ok());
   CHECK(*v2 == 2);
   CHECK(SpoolFiles(dir.path) == 0);  // every spool file was taken over
+  {
+    auto stats = sub->Stats();
+    REQUIRE(stats.ok());
+    CHECK(stats->large_adopted == 2);  // no payload byte crossed the socket
+    CHECK(stats->large_streamed == 0);
+  }
 
   auto latest = in.Latest(5s);
   INFO(latest.status().ToString());
@@ -242,6 +248,10 @@ TEST_CASE("weight streams: small versions inline, streamed ones where the spool 
     CHECK((*got)->version() == 2);
     CHECK((*got)->mapped());  // the broker wrote it to its file; this reader maps that
     CheckHolds(**got, p);
+    auto stats = sub->Stats();
+    REQUIRE(stats.ok());
+    CHECK(stats->large_adopted == 0);
+    CHECK(stats->large_streamed == 1);
   }
   {
     // The spool's id does not match: the folder is not the broker's (another node).

@@ -23,6 +23,8 @@ log="$run_dir/logs/actor/rank0.log"
 cat "$log"
 grep -q "version 5 of learner (step 5, mapped): b\[0\] = 5.0, w\[1\] = 5.0" "$log" ||
   fail "the actor did not read version 5 mapped from the broker's file"
+grep -q "bus: 5 large payloads taken over from the spool, 0 received in chunks" "$run_dir/logs/learner/rank0.log" ||
+  { cat "$run_dir/logs/learner/rank0.log"; fail "the learner's versions did not go through the spool"; }
 blobs=$(find "$run_dir/bus" -name '*.blob' | wc -l)
 [ "$blobs" -eq 2 ] || fail "keep_last 2 should leave 2 payload files, found $blobs"
 [ ! -e "$run_dir/bus/incoming" ] || fail "the spool outlived the run"
