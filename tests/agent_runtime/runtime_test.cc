@@ -58,22 +58,35 @@ size_t Count(const std::vector<TelemetryMessage>& all, TelemetryType type) {
       std::count_if(all.begin(), all.end(), [type](const auto& m) { return m.type == type; }));
 }
 
+// A runtime (no signal handlers) whose telemetry goes to a receiver of the test's own.
+struct Reporting {
+  std::unique_ptr<TelemetryReceiver> receiver;
+  std::unique_ptr<Runtime> rt;  // after the receiver: destroyed first
+  Reporting(const TempDir& dir, milliseconds heartbeat_period) {
+    auto r = TelemetryReceiver::Bind("ipc://" + dir.path + "/telemetry.sock");
+    REQUIRE(r.ok());
+    receiver = std::move(r).value();
+    RuntimeOptions options;
+    options.heartbeat_period = heartbeat_period;
+    options.install_signal_handlers = false;
+    auto created = Runtime::Create(TestEnv(dir, receiver->endpoint()), OnePlan(), options);
+    REQUIRE(created.ok());
+    rt = std::move(created).value();
+  }
+};
+
 TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, and says bye") {
   TempDir dir;
-  auto receiver = TelemetryReceiver::Bind("ipc://" + dir.path + "/telemetry.sock");
-  REQUIRE(receiver.ok());
-  RuntimeOptions options;
-  options.heartbeat_period = milliseconds(20);
-  options.install_signal_handlers = false;
-  auto rt = Runtime::Create(TestEnv(dir, (*receiver)->endpoint()), OnePlan(), options);
-  REQUIRE(rt.ok());
-  (*rt)->Report(5, {{"reward", 1.5}});
+  Reporting t(dir, milliseconds(20));
+  auto& receiver = t.receiver;
+  auto& rt = t.rt;
+  rt->Report(5, {{"reward", 1.5}});
   CheckpointState state;
   int64_t step = 5;
   state.AddBytes("step", &step, sizeof step);
-  REQUIRE((*rt)->checkpointer().Save(5, state).ok());
+  REQUIRE(rt->checkpointer().Save(5, state).ok());
 
-  auto all = ReceiveUntil(**receiver, [](const auto& got) {
+  auto all = ReceiveUntil(*receiver, [](const auto& got) {
     return Count(got, TelemetryType::kHeartbeat) >= 3 &&
            Count(got, TelemetryType::kCheckpoint) >= 1 && Count(got, TelemetryType::kMetrics) >= 1;
   });
@@ -94,41 +107,37 @@ TEST_CASE("a runtime says hello, heartbeats, reports metrics and checkpoints, an
   CHECK(ckpt->checkpoint_step == 5);
   // Heartbeats after Report carry the reported step.
   CHECK(all.back().step == 5);
-  CHECK((*rt)->telemetry_dropped() == 0);
+  CHECK(rt->telemetry_dropped() == 0);
 
-  rt->reset();
-  auto rest = ReceiveUntil(**receiver,
-                           [](const auto& got) { return Count(got, TelemetryType::kBye) >= 1; });
+  rt.reset();
+  auto rest =
+      ReceiveUntil(*receiver, [](const auto& got) { return Count(got, TelemetryType::kBye) >= 1; });
   CHECK(Count(rest, TelemetryType::kBye) == 1);
 }
 
 TEST_CASE("a rank that reports more often than it heartbeats sends no heartbeats meanwhile") {
   TempDir dir;
-  auto receiver = TelemetryReceiver::Bind("ipc://" + dir.path + "/telemetry.sock");
-  REQUIRE(receiver.ok());
-  RuntimeOptions options;
-  options.heartbeat_period = milliseconds(200);
-  options.install_signal_handlers = false;
-  auto rt = Runtime::Create(TestEnv(dir, (*receiver)->endpoint()), OnePlan(), options);
-  REQUIRE(rt.ok());
-  const uint64_t at_start = (*rt)->heartbeats_sent();  // the first goes out at once
+  Reporting t(dir, milliseconds(200));
+  auto& receiver = t.receiver;
+  auto& rt = t.rt;
+  const uint64_t at_start = rt->heartbeats_sent();  // the first goes out at once
   // A report every 10 ms for 1.2 s: six heartbeat periods with reports in each.
   const auto until = std::chrono::steady_clock::now() + milliseconds(1200);
   int step = 0;
   while (std::chrono::steady_clock::now() < until) {
-    (*rt)->Report(++step, {{"loss", 1.0 / step}});
+    rt->Report(++step, {{"loss", 1.0 / step}});
     std::this_thread::sleep_for(milliseconds(10));
   }
   // Six or seven without the rule; a tick may beat the first report, and a
   // loaded machine may hold one sleep past a period.
-  CHECK((*rt)->heartbeats_sent() <= at_start + 2);
-  auto all = ReceiveUntil(**receiver, [&](const auto& got) {
+  CHECK(rt->heartbeats_sent() <= at_start + 2);
+  auto all = ReceiveUntil(*receiver, [&](const auto& got) {
     return Count(got, TelemetryType::kMetrics) >= static_cast<size_t>(step);
   });
   CHECK(Count(all, TelemetryType::kMetrics) == static_cast<size_t>(step));
   // Reports stop: heartbeats come again, carrying the last step.
   auto later = ReceiveUntil(
-      **receiver, [](const auto& got) { return Count(got, TelemetryType::kHeartbeat) >= 2; });
+      *receiver, [](const auto& got) { return Count(got, TelemetryType::kHeartbeat) >= 2; });
   REQUIRE(Count(later, TelemetryType::kHeartbeat) >= 2);
   CHECK(later.back().step == step);
 }
