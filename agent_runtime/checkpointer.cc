@@ -371,14 +371,16 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
                            {"bytes", bytes},
                            {"crc32c", chunks.Whole()},
                            {"entries", EntriesToJson(entries)}};
-  // Another rank's record tells rank 0 that its shard is durable, so it is
-  // made durable itself. Rank 0's own is read back by its commit alone, whose
-  // fsync of the step directory covers its shard's name: no fsync for it.
-  const bool commits = options_.rank == 0;
+  // Another rank's record tells rank 0 that its shard is durable, so its
+  // bytes are made durable too. Rank 0's own is read back by its commit
+  // alone: no fsync of its bytes. The step directory is fsynced either way,
+  // so that the shard's name is durable before a manifest can name it (on
+  // file systems that do not order their metadata writes too).
   AGENTRT_RETURN_IF_ERROR(WriteFileAtomicAt(step_fd.get(), step_path, RecordName(options_.rank),
-                                            record.dump(), {.mode = 0600, .sync_file = !commits})
+                                            record.dump(),
+                                            {.mode = 0600, .sync_file = options_.rank != 0})
                               .WithContext(Where()));
-  if (!commits) AGENTRT_RETURN_IF_ERROR(Fsync(step_fd.get(), step_path).WithContext(Where()));
+  AGENTRT_RETURN_IF_ERROR(Fsync(step_fd.get(), step_path).WithContext(Where()));
 
   // 3. Barrier, then rank 0 commits.
   if (options_.barrier) {

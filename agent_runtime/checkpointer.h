@@ -25,9 +25,9 @@
 //
 // Save protocol (every rank, on a background writer thread):
 //   1. write rank-<r>.shard.tmp, fsync, rename to rank-<r>.shard;
-//   2. write rank-<r>.json.tmp, fsync, rename, fsync the step directory (rank 0
-//      writes its record without fsyncs: only its own commit reads it, and the
-//      commit's fsync of the step directory covers its shard's name);
+//   2. write rank-<r>.json.tmp, fsync (not rank 0's: only its own commit reads
+//      it), rename, fsync the step directory (the shard's name is durable
+//      before any manifest names it);
 //   3. barrier (optional hook), then rank 0 waits until every rank's record exists
 //      (all shards are durable), writes manifest.json.tmp, fsyncs it, renames it into
 //      place and fsyncs the step directory and the checkpoint directory (which
@@ -35,7 +35,7 @@
 //   4. rank 0 renames committed checkpoints beyond keep_last (only after a newer
 //      commit) and abandoned uncommitted ones older than this commit out of the
 //      way and removes them on a background thread, without fsyncs (a crash that
-//      undoes that leaves valid old steps or debris). A one-rank save: 4 fsyncs.
+//      undoes that leaves valid old steps or debris). A one-rank save: 5 fsyncs.
 // A crash at any moment leaves either a committed checkpoint (manifest present and
 // every checksum right) or debris that Restore() ignores and removes.
 //

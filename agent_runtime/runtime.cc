@@ -174,10 +174,11 @@ TelemetryMessage Runtime::Message(TelemetryType type) const {
 void Runtime::Report(int64_t step, const nlohmann::json& metrics) {
   step_.store(step);
   if (!sender_) return;
-  reported_at_.store(std::chrono::steady_clock::now().time_since_epoch().count());
   TelemetryMessage m = Message(TelemetryType::kMetrics);
   m.metrics = metrics.is_object() ? metrics : nlohmann::json::object();
-  sender_->Send(m);
+  // Only a report that went out stands for a heartbeat (a dropped one does not).
+  if (sender_->Send(m))
+    reported_at_.store(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
 void Runtime::HeartbeatLoop() {

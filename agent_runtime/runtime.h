@@ -33,7 +33,8 @@
 // heartbeat_period carrying the latest step (skipped when a Report() went out
 // within the period and there is no collective to describe: any message tells
 // the controller the rank is alive, and at one report a second this halves
-// what thousands of agents send), "metrics" on Report(), "checkpoint"
+// what thousands of agents send; the longest silence of a running rank is
+// then just under two periods), "metrics" on Report(), "checkpoint"
 // with checkpoint_step after every commit (rank 0), "bye" on destruction.
 //
 // Thread-safety: all methods may be called from any thread, except group(),

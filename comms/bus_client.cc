@@ -1,5 +1,6 @@
 #include "comms/bus_client.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -271,18 +272,27 @@ Status BusClient::Reply(uint64_t request_id, std::string_view payload,
 
 namespace {
 
-// Whether this process can read the files the broker named in `msgs`. A
-// name that is gone from a folder that is here was removed by retention
-// (the caller finds the version gone); a folder that is not here, or a file
-// it may not read, is another node's or another user's.
-bool BrokerFilesReadable(const std::vector<BusMessage>& msgs) {
+// Whether this process can read the files the broker named in `msgs`.
+enum class BrokerFiles {
+  kReadable,
+  kNotHere,  // their folder is not here, or this user may not read them: another node's
+  kMissing,  // a file is not there now (retention removed it, or a folder of the same
+             // name on another node): its bytes are asked for this time
+};
+
+BrokerFiles BrokerFilesHere(const std::vector<BusMessage>& msgs) {
+  BrokerFiles out = BrokerFiles::kReadable;
   for (const auto& m : msgs) {
-    if (m.chunked_path().empty() || ::access(m.chunked_path().c_str(), R_OK) == 0) continue;
-    if (errno != ENOENT) return false;
-    const std::string folder = m.chunked_path().substr(0, m.chunked_path().rfind('/') + 1);
-    if (::access(folder.c_str(), X_OK) != 0) return false;
+    const std::string& path = m.chunked_path();
+    if (path.empty() || ::faccessat(AT_FDCWD, path.c_str(), R_OK, AT_EACCESS) == 0) continue;
+    const int err = errno;
+    const std::string folder = path.substr(0, path.rfind('/') + 1);
+    const bool folder_here = ::faccessat(AT_FDCWD, folder.c_str(), X_OK, AT_EACCESS) == 0;
+    if (err == EACCES || err == EPERM || (err == ENOENT && !folder_here))
+      return BrokerFiles::kNotHere;
+    out = BrokerFiles::kMissing;  // or a passing error (ESTALE, EIO): not remembered
   }
-  return true;
+  return out;
 }
 
 }  // namespace
@@ -295,12 +305,16 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   AGENTRT_ASSIGN_OR_RETURN(std::vector<BusMessage> out,
                            impl_->FetchOnce(topic, offset, max, timeout, local));
-  if (!local || BrokerFilesReadable(out)) return out;
-  impl_->broker_files_unreadable.store(true);
+  if (!local || out.empty()) return out;
+  const BrokerFiles here = BrokerFilesHere(out);
+  if (here == BrokerFiles::kReadable) return out;
+  if (here == BrokerFiles::kNotHere) impl_->broker_files_unreadable.store(true);
+  // The messages exist: their bytes get what is left of the caller's time,
+  // and at least a call's (the first fetch may have waited for them).
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
-  return impl_->FetchOnce(topic, offset, max, std::max(left, std::chrono::milliseconds(1)),
-                          /*local_files=*/false);
+  return impl_->FetchOnce(topic, out.front().offset(), max,
+                          std::max(left, impl_->options.call_timeout), /*local_files=*/false);
 }
 
 Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topic, int64_t offset,

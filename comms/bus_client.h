@@ -145,10 +145,12 @@ struct FetchOptions {
   // true: a large message comes with chunked_path (the broker's file) set
   // and no payload; the caller maps or reads the file itself and checks it
   // against chunked_size and chunked_crc32c. Where the broker's files cannot
-  // be read (another node without its file system, another user), Fetch
-  // finds that out once, fetches again with the payloads streamed, and
-  // streams from then on. A path whose file retention removed meanwhile is
-  // passed on: the caller finds the message gone.
+  // be read (their folder is not here: another node without its file
+  // system; or another user's), Fetch finds that out once, fetches again
+  // with the payloads streamed, and streams from then on. A file missing
+  // from a folder that is here (retention, or a folder of the same name on
+  // another node) or a passing error has this fetch's bytes streamed, and is
+  // not remembered.
   bool local_paths = false;
 };
 
@@ -200,7 +202,10 @@ class BusClient {
   // file the broker takes over (write_local_files): one copy, no bytes over
   // the socket. Otherwise they are gathered in memory and sent as Publish
   // sends them. Returns once stored; `fill`'s error, or a size it did not
-  // write, stores nothing.
+  // write, stores nothing. DEADLINE_EXCEEDED leaves it unknown whether the
+  // broker stored it (it may still be taking the file over); a publish made
+  // with PublishOptions::sequence set can be retried with that sequence and
+  // is then stored once.
   Result<PublishAck> PublishLargeFrom(std::string_view topic, size_t size,
                                       const std::function<Status(LargePayloadWriter&)>& fill,
                                       const PublishOptions& opts = {});

@@ -29,11 +29,12 @@
 // restart: a process without the token can neither forge nor replay a
 // heartbeat, which matters once telemetry is TCP across nodes.
 //
-// Order per rank: "hello" first, then heartbeats (period 1 s by default) mixed
-// with "metrics" and "checkpoint" messages, and "bye" when the rank exits
-// cleanly. Nothing is acknowledged: a slow controller makes the sender drop
-// (and count) messages rather than block the training loop. Unknown fields are
-// ignored by the decoder so the format can grow.
+// Order per rank: "hello" first, then heartbeats (period 1 s by default; a
+// tick is skipped when a "metrics" message went out within the period and
+// the rank records no collective) mixed with "metrics" and "checkpoint" messages, and "bye" when
+// the rank exits cleanly. Nothing is acknowledged: a slow controller makes the sender drop (and
+// count) messages rather than block the training loop. Unknown fields are ignored by the decoder so
+// the format can grow.
 //
 // The controller binds a TelemetryReceiver at AGENTRT_TELEMETRY, e.g.
 // ipc://RUN_DIR/telemetry.sock (path at most ~100 bytes, a limit of Unix

@@ -128,7 +128,9 @@ class WeightStream {
   const std::string& name() const { return name_; }
   const std::string& topic() const { return topic_; }
 
-  // Stores a new version; returns its number.
+  // Stores a new version; returns its number. DeadlineExceeded leaves it
+  // unknown whether the version was stored (the broker may still be taking
+  // it over): Latest() says which version is the newest.
   Result<int64_t> Publish(const std::vector<WeightTensor>& tensors, int64_t step,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // The newest version (NotFound when the stream has none).

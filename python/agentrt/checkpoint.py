@@ -25,9 +25,10 @@ _NUMPY_DTYPES = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", 
                  "float16", "float32", "float64", "complex64", "complex128"}
 
 
-def _as_array(name, value, holder="checkpoints"):
-    """`value` as a C-contiguous, native-endian NumPy array sharing its memory
-    (an odd dtype as its raw bytes). ``holder`` names what keeps it, for errors."""
+def _as_array(name, value, holder="checkpoints", odd_as_bytes=True):
+    """`value` as a C-contiguous, native-endian NumPy array sharing its memory;
+    with ``odd_as_bytes``, a dtype NumPy does not name (bfloat16 of ml_dtypes,
+    structured ones) as its raw bytes. ``holder`` names what keeps it, for errors."""
     import numpy as np
     if isinstance(value, np.ndarray):
         arr = value
@@ -42,7 +43,7 @@ def _as_array(name, value, holder="checkpoints"):
     if arr.dtype.byteorder == ">":
         raise ValueError("entry %r is big-endian; %s hold native little-endian arrays"
                          % (name, holder))
-    if arr.dtype.name not in _NUMPY_DTYPES:
+    if odd_as_bytes and arr.dtype.name not in _NUMPY_DTYPES:
         arr = arr.view(np.uint8)  # structured or odd dtypes: their raw bytes
     return arr
 

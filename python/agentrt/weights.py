@@ -114,7 +114,8 @@ class WeightStream:
         ptrs = (ctypes.c_void_p * len(names))()
         sizes = (ctypes.c_size_t * len(names))()
         for i, name in enumerate(names):
-            arr = checkpoint._as_array(name, arrays[name], "weight versions")
+            # Its own dtype label and shape (a bfloat16 stays one), its bytes as they are.
+            arr = checkpoint._as_array(name, arrays[name], "weight versions", odd_as_bytes=False)
             label = (dtypes or {}).get(name, arr.dtype.name)
             described.append({"name": name, "dtype": label, "shape": list(arr.shape)})
             ptrs[i] = arr.ctypes.data if arr.nbytes else None

@@ -28,7 +28,8 @@ KEEP_LAST = 2
 
 
 def plan():
-    p = test_plan("weights", AGENTS, channels=[("weights/learner", ["learner"], ["actor-0", "actor-1"])])
+    p = test_plan("weights", AGENTS, channels=[("weights/learner", ["learner"], ["actor-0", "actor-1"]),
+                                               ("weights/odd", ["learner"], ["actor-0"])])
     p["channels"][0]["keep_last"] = KEEP_LAST
     return p
 
@@ -185,6 +186,14 @@ def scenario_faults(work):
         import numpy as np
         v1 = out.publish({"w": np.full(4 << 20, 1.0, dtype=np.float32)}, step=1)
         check(v1 == 1, "version 1 stored")
+        # A dtype NumPy has no name for keeps its label and shape (its bytes as they are).
+        pairs = np.zeros((3, 2), dtype=[("a", "<i4"), ("b", "<f4")])
+        side = agentrt.WeightStream(learner, "odd")
+        side.publish({"p": pairs}, step=1)
+        odd = agentrt.WeightStream(connect(bus, "actor-0"), "odd").latest()
+        check(odd.tensors["p"]["shape"] == [3, 2] and odd.tensors["p"]["bytes"] == 48,
+              "a structured array keeps its shape: %s" % odd.tensors["p"])
+        del odd
 
         # kill -9 of a publisher while it writes 800 MiB into the spool.
         pub = child(PUBLISHER, bus, "learner", FLOATS=str(200 << 20), STEP="2")
