@@ -224,9 +224,6 @@ class SavedStep {
   // Bytes [lo, hi) of rank's shard into dst, whole chunks read and verified.
   Status ReadRange(int rank, uint64_t lo, uint64_t hi, std::byte* dst,
                    std::vector<std::byte>& scratch) const;
-  // Rank's shard file, opened on first use and kept until the step goes (a
-  // restore reads an array tensor by tensor: one open per shard, not per read).
-  Result<int> ShardFd(int rank) const;
   int64_t step_ = -1;
   int world_size_ = 0;
   std::string path_;
@@ -239,8 +236,6 @@ class SavedStep {
   int loaded_rank_ = -1;
   std::shared_ptr<const std::byte[]> loaded_;
   std::vector<std::vector<uint32_t>> chunk_crcs_;  // per rank
-  mutable std::mutex fds_mu_;
-  mutable std::vector<int> shard_fds_;  // per rank, -1 until ShardFd opens it
 };
 
 // One rank's restored bytes. Owns its memory.

@@ -75,23 +75,7 @@ Result<std::shared_ptr<const SavedStep>> SavedStepAccess::Open(int dir_fd,
 }  // namespace checkpoint_files
 
 SavedStep::~SavedStep() {
-  for (int fd : shard_fds_) {
-    if (fd >= 0) ::close(fd);
-  }
   if (step_fd_ >= 0) ::close(step_fd_);
-}
-
-Result<int> SavedStep::ShardFd(int rank) const {
-  std::lock_guard<std::mutex> lock(fds_mu_);
-  if (shard_fds_.empty()) shard_fds_.assign(shard_bytes_.size(), -1);
-  int& fd = shard_fds_[static_cast<size_t>(rank)];
-  if (fd < 0) {
-    fd = ::openat(step_fd_, ShardName(rank).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-      return DataLoss(path_ + "/" + ShardName(rank) + ": cannot open: " + std::strerror(errno));
-    }
-  }
-  return fd;
 }
 
 const SavedStep::Array* SavedStep::Find(std::string_view name) const {
@@ -129,7 +113,8 @@ Status SavedStep::ReadRange(int rank, uint64_t lo, uint64_t hi, std::byte* dst,
     return Status::Ok();
   }
   const std::string path = path_ + "/" + ShardName(rank);
-  AGENTRT_ASSIGN_OR_RETURN(const int fd, ShardFd(rank));
+  Fd fd(::openat(step_fd_, ShardName(rank).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.ok()) return DataLoss(path + ": cannot open: " + std::strerror(errno));
   const uint64_t chunk = chunk_bytes_[static_cast<size_t>(rank)];
   const std::vector<uint32_t>& crcs = chunk_crcs_[static_cast<size_t>(rank)];
   const uint64_t file_bytes = shard_bytes_[static_cast<size_t>(rank)];
@@ -143,7 +128,7 @@ Status SavedStep::ReadRange(int rank, uint64_t lo, uint64_t hi, std::byte* dst,
       target = scratch.data();
     }
     const size_t n = static_cast<size_t>(stop - start);
-    AGENTRT_RETURN_IF_ERROR(PreadAll(fd, target, n, start, path));
+    AGENTRT_RETURN_IF_ERROR(PreadAll(fd.get(), target, n, start, path));
     const uint32_t crc = Crc32c(target, n);
     if (crc != crcs[static_cast<size_t>(c)]) {
       return DataLoss(path + ": bytes " + std::to_string(start) + ".." + std::to_string(stop) +

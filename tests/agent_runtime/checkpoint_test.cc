@@ -487,37 +487,6 @@ TEST_CASE("global slices restore at any world size: 2->1, 2->4, 4->3, 3->2") {
   }
 }
 
-TEST_CASE("a saved step opens each shard once, however many reads it serves") {
-  TempDir dir;
-  const uint64_t n = (3u << 20) / sizeof(float);
-  testing::SaveGlobal(dir.path, 2, 1, n);
-  auto o = Options(dir.path, 0, 3);
-  o.verify_all_shards = false;
-  auto c = Make(o);
-  auto r = c->Restore();
-  REQUIRE(r.ok());
-  REQUIRE(r->restored());
-  auto open_files = [] {
-    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator{});
-  };
-  std::vector<float> few(100);
-  auto read_across = [&] {  // 40 small reads over both shards
-    for (uint64_t at = 0; at + few.size() <= n; at += n / 40) {
-      REQUIRE(r->saved->Read("w", at, few.size(), few.data()).ok());
-      CHECK(few[7] == testing::Value(1, at + 7));
-    }
-  };
-  const auto before = open_files();
-  read_across();
-  const auto after_first = open_files();
-  CHECK(after_first > before);       // kept open for the next read
-  CHECK(after_first - before <= 2);  // one per shard it had to read
-  read_across();
-  CHECK(open_files() == after_first);
-  r->saved.reset();  // the step goes, and its files with it
-  CHECK(open_files() <= before);
-}
-
 TEST_CASE("a re-sharded read checks the chunks it reads; Restore falls back past a bad one") {
   TempDir dir;
   const uint64_t n = (3u << 20) / sizeof(float);
