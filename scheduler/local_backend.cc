@@ -1,11 +1,13 @@
 #include "scheduler/local_backend.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -21,7 +23,53 @@ namespace {
 struct AgentProcs {
   pid_t pgid = 0;
   std::map<pid_t, int> live;  // pid -> rank (-1: mpirun for all ranks)
+  std::string mpi_shm_dir;    // this incarnation's Open MPI shared memory (MpiShmDir)
 };
+
+// Open MPI's ranks on one node share memory through files in /dev/shm, which
+// they remove only when they finalize: an incarnation killed (a failure, a
+// kill -9 of the controller) leaves them. Each mpirun incarnation gets a
+// folder of its own there ("agentrt-mpi.<controller pid>.<agent>.<id>"),
+// removed once its processes are reaped; a controller that starts removes
+// the folders of controllers that are gone. Empty where /dev/shm cannot be
+// written (Open MPI then picks its own place).
+constexpr const char* kShmRoot = "/dev/shm";
+constexpr std::string_view kMpiShmPrefix = "agentrt-mpi.";
+
+std::string MakeMpiShmDir(const std::string& agent, const std::string& incarnation) {
+  const std::string dir = std::string(kShmRoot) + "/" + std::string(kMpiShmPrefix) +
+                          std::to_string(::getpid()) + "." + agent + "." +
+                          (incarnation.empty() ? std::to_string(::time(nullptr)) : incarnation);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (!std::filesystem::create_directory(dir, ec) || ec) return "";
+  ::chmod(dir.c_str(), 0700);
+  return dir;
+}
+
+void RemoveMpiShmDir(std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  dir.clear();
+}
+
+// The folders of controllers that are gone (their pid no longer runs).
+void SweepDeadMpiShmDirs() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kShmRoot, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kMpiShmPrefix, 0) != 0) continue;
+    const size_t dot = name.find('.', kMpiShmPrefix.size());
+    const std::string pid_text = name.substr(kMpiShmPrefix.size(), dot - kMpiShmPrefix.size());
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::error_code rm;
+      std::filesystem::remove_all(e.path(), rm);
+    }
+  }
+}
 
 class LocalBackend final : public LaunchBackend {
  public:
@@ -29,6 +77,11 @@ class LocalBackend final : public LaunchBackend {
       : spawner_(std::move(spawner)), options_(std::move(options)) {
     if (options_.base_env.empty() && options_.inherit_environ) options_.base_env = CurrentEnviron();
     if (options_.search_dirs.empty()) options_.search_dirs = DefaultSearchDirs();
+    SweepDeadMpiShmDirs();
+  }
+
+  ~LocalBackend() override {
+    for (auto& [name, procs] : procs_) RemoveMpiShmDir(procs.mpi_shm_dir);
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
@@ -60,6 +113,15 @@ class LocalBackend final : public LaunchBackend {
                   "-np",
                   std::to_string(agent.ranks.size())};
       req.env = BuildRankEnvironment(agent, -1, port, options_.base_env);
+      constexpr std::string_view kBacking = "OMPI_MCA_btl_vader_backing_directory=";
+      const bool user_set = std::any_of(req.env.begin(), req.env.end(), [&](const std::string& v) {
+        return v.rfind(kBacking, 0) == 0;
+      });
+      if (!user_set) procs.mpi_shm_dir = MakeMpiShmDir(agent.name, agent.incarnation);
+      if (!procs.mpi_shm_dir.empty()) {
+        // mpirun hands OMPI_MCA_* settings on to its ranks itself.
+        req.env.push_back(std::string(kBacking) + procs.mpi_shm_dir);
+      }
       // mpirun passes on to its ranks only what it is told to (-x): the
       // agent's own env and the contract.
       std::map<std::string, std::string> passed = agent.Contract(-1, port).ToVariables(false);
@@ -75,7 +137,12 @@ class LocalBackend final : public LaunchBackend {
       req.argv.insert(req.argv.end(), wrapper_args.begin(), wrapper_args.end());
       req.log_path = agent.log_dir + "/mpirun.log";
       req.workdir = agent.workdir;  // the wrapper enters AGENTRT_WORKDIR too
-      AGENTRT_ASSIGN_OR_RETURN(const pid_t pid, spawner_->Spawn(req));
+      auto spawned = spawner_->Spawn(req);
+      if (!spawned.ok()) {
+        RemoveMpiShmDir(procs.mpi_shm_dir);
+        return spawned.status();
+      }
+      const pid_t pid = *spawned;
       procs.pgid = pid;
       procs.live[pid] = -1;
       for (const auto& r : agent.ranks) launched.ranks.push_back({r.rank, pid, r.node});
@@ -130,6 +197,7 @@ class LocalBackend final : public LaunchBackend {
     x.exit_code = e.exit_code;
     x.term_signal = e.term_signal;
     procs.live.erase(e.pid);
+    if (procs.live.empty()) RemoveMpiShmDir(procs.mpi_shm_dir);  // the incarnation is over
     owner_.erase(owner);
     out->push_back(x);
   }

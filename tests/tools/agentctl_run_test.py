@@ -1016,6 +1016,11 @@ def scenario_replan(work):
     finally:
         run.kill()
     saved = newest_committed(run.run_dir, "learner")
+    # The killed MPI agent's Open MPI shared memory is in a folder of its own, named for the
+    # controller that is gone, not loose in /dev/shm; the next controller removes it.
+    shm_left = glob.glob("/dev/shm/agentrt-mpi.%d.learner.*" % run.proc.pid)
+    if os.access("/dev/shm", os.W_OK):
+        check(len(shm_left) == 1, "the killed incarnation's shared memory folder: %s" % shm_left)
 
     # The test agent's checkpoint holds one rank's own entries: 2 ranks for it are refused.
     bad = os.path.join(work, "bad.yaml")
@@ -1048,6 +1053,7 @@ def scenario_replan(work):
           "plan.json is the new plan")
     final = json.load(open(os.path.join(run.run_dir, "status.json")))
     check(final["state"] == "succeeded", "status: succeeded")
+    check(not [d for d in shm_left if os.path.exists(d)], "the resumed run removed %s" % shm_left)
 
 
 def main():
