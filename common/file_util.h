@@ -87,10 +87,11 @@ Status WriteAll(int fd, const void* data, size_t size, std::string_view what,
 // limit it had. A child about to exec calls RestoreOpenFileLimit (safe after
 // fork), so agents start with the limit they would have had anyway.
 void RaiseOpenFileLimit();
+void RestoreOpenFileLimit();
+
 // This kernel's boot id (/proc/sys/kernel/random/boot_id, trimmed): the same
 // on every process of one machine (network namespaces included), different
 // across machines and reboots. "" when it cannot be read.
 std::string BootId();
-void RestoreOpenFileLimit();
 
 }  // namespace agentrt

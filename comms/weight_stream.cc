@@ -26,6 +26,10 @@ std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
+bool HasNegativeDimension(const std::vector<int64_t>& shape) {
+  return std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; });
+}
+
 size_t AlignUp(size_t n) {
   return (n + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment;
 }
@@ -110,9 +114,8 @@ Status WeightSet::Parse(std::string_view what) {
       e.shape = t.at("shape").get<std::vector<int64_t>>();
       e.offset = t.at("offset").get<size_t>();
       e.bytes = t.at("bytes").get<size_t>();
-      for (int64_t d : e.shape) {
-        if (d < 0) return bad("tensor \"" + e.name + "\" has a negative dimension");
-      }
+      if (HasNegativeDimension(e.shape))
+        return bad("tensor \"" + e.name + "\" has a negative dimension");
       if (e.offset % kWeightsAlignment != 0 || e.offset < kFixedHead + n || e.offset > size_ ||
           e.bytes > size_ - e.offset)
         return bad("tensor \"" + e.name + "\" lies outside the payload or is not aligned");
@@ -171,11 +174,9 @@ WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation
 Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, int64_t step,
                                       std::chrono::milliseconds timeout) {
   for (const auto& t : tensors) {
-    for (int64_t d : t.shape) {
-      if (d < 0)
-        return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
-                               "\" has a negative dimension");
-    }
+    if (HasNegativeDimension(t.shape))
+      return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
+                             "\" has a negative dimension");
     if (t.data == nullptr && t.bytes > 0)
       return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
                              "\" has no data");

@@ -55,9 +55,6 @@ struct flock Range(short type, int first, int last) {
   return fl;
 }
 
-bool PidAlive(long pid) {
-  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
-}
 
 // Calls f(run, pid) for every live owner file of `dir` that claims `port`;
 // owner files of dead pids are removed (their locks are gone already).
@@ -90,6 +87,10 @@ void ForEachOwner(const std::string& dir, int port, F&& f) {
 }
 
 }  // namespace
+
+bool PidAlive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
 
 std::string DefaultPortLeaseDir() {
   if (const char* d = std::getenv("AGENTRT_PORT_LEASE_DIR"); d != nullptr && *d != '\0') return d;

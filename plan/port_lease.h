@@ -31,6 +31,10 @@
 
 namespace agentrt {
 
+// True while a process `pid` runs on this machine (ours or another user's):
+// what decides that a lease owner, or a controller's leftovers, are gone.
+bool PidAlive(long pid);
+
 // True when a server could bind TCP `port` on every interface of this node now
 // (SO_REUSEADDR, as servers set it: an old connection in TIME_WAIT does not
 // count, a program listening there does). Bound and closed at once; false

@@ -63,8 +63,7 @@ void SweepDeadMpiShmDirs() {
     const size_t dot = name.find('.', kMpiShmPrefix.size());
     const std::string pid_text = name.substr(kMpiShmPrefix.size(), dot - kMpiShmPrefix.size());
     if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
-    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
+    if (!PidAlive(std::stol(pid_text))) {
       std::error_code rm;
       std::filesystem::remove_all(e.path(), rm);
     }
@@ -113,14 +112,12 @@ class LocalBackend final : public LaunchBackend {
                   "-np",
                   std::to_string(agent.ranks.size())};
       req.env = BuildRankEnvironment(agent, -1, port, options_.base_env);
-      constexpr std::string_view kBacking = "OMPI_MCA_btl_vader_backing_directory=";
-      const bool user_set = std::any_of(req.env.begin(), req.env.end(), [&](const std::string& v) {
-        return v.rfind(kBacking, 0) == 0;
-      });
-      if (!user_set) procs.mpi_shm_dir = MakeMpiShmDir(agent.name, agent.incarnation);
+      constexpr const char* kBacking = "OMPI_MCA_btl_vader_backing_directory";
+      if (!EnvLookupOf(req.env)(kBacking))  // a user's own setting wins
+        procs.mpi_shm_dir = MakeMpiShmDir(agent.name, agent.incarnation);
       if (!procs.mpi_shm_dir.empty()) {
         // mpirun hands OMPI_MCA_* settings on to its ranks itself.
-        req.env.push_back(std::string(kBacking) + procs.mpi_shm_dir);
+        req.env.push_back(std::string(kBacking) + "=" + procs.mpi_shm_dir);
       }
       // mpirun passes on to its ranks only what it is told to (-x): the
       // agent's own env and the contract.
