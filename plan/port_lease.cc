@@ -55,7 +55,6 @@ struct flock Range(short type, int first, int last) {
   return fl;
 }
 
-
 // Calls f(run, pid) for every live owner file of `dir` that claims `port`;
 // owner files of dead pids are removed (their locks are gone already).
 template <typename F>
