@@ -25,6 +25,7 @@
 
 #include "common/file_util.h"
 #include "plan/agent_env.h"
+#include "plan/mpi_shm.h"
 #include "plan/port_lease.h"
 #include "plan/run_dir.h"
 
@@ -152,7 +153,7 @@ double UnixNow() {
 // Runs the program as a child, relays signals, records how it ended and ends
 // the same way.
 [[noreturn]] void Supervise(const RankExecOptions& options, const std::string& rank,
-                            const EnvLookup& env) {
+                            const EnvLookup& env, StepMpiShm& mpi_shm) {
   // A signal that arrives before the child's pid is known waits (blocked)
   // and is relayed as soon as it is: none is lost during start-up.
   sigset_t relayed, previous;
@@ -194,6 +195,7 @@ double UnixNow() {
       ::poll(nullptr, 0, kSignalFilePollMs);
     }
   }
+  mpi_shm.Leave();
   RankExit e;
   e.rank = std::atoi(rank.c_str());
   e.pid = child;
@@ -473,8 +475,22 @@ int ExecRank(const RankExecOptions& options) {
     static std::unique_ptr<PortLeases> held;
     held = std::move(leases).value();
   }
-  if (options.exit_record || options.lease_first > 0 || !options.signal_file.empty())
-    Supervise(options, rank, env);
+  if (options.exit_record || options.lease_first > 0 || !options.signal_file.empty()) {
+    // An MPI step under srun (PMIx's variables set): Open MPI's shared
+    // memory on this node goes in the step's folder, which the last rank to
+    // leave removes; the node's first rank first removes those of steps
+    // whose ranks were killed (plan/mpi_shm.h). Only a supervised rank can
+    // leave; a user's own setting wins.
+    StepMpiShm mpi_shm;
+    const auto job = env("SLURM_JOB_ID");
+    const auto step = env("SLURM_STEP_ID");
+    if (job && step && env("PMIX_RANK") && !env(kOmpiVaderBackingVar)) {
+      if (vars->at("LOCAL_RANK") == "0") SweepStepMpiShmDirs(kMpiShmRoot);
+      mpi_shm = StepMpiShm::Join(kMpiShmRoot, *job, *step);
+      if (!mpi_shm.dir().empty()) ::setenv(kOmpiVaderBackingVar, mpi_shm.dir().c_str(), 1);
+    }
+    Supervise(options, rank, env, mpi_shm);
+  }
   ExecProgram(options, rank, env);
 }
 
@@ -485,8 +501,9 @@ int ExecRankMain(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s [--log-dir DIR] [--gpus NODE=LIST]... [--step-id-file FILE] "
                  "[--exit-record] [--lease-ports FIRST-LAST] -- /abs/program args...\n"
-                 "       %s --task-file FILE\n",
-                 argv[0], argv[0]);
+                 "       %s --task-file FILE\n"
+                 "       %s --sweep-mpi-shm\n",
+                 argv[0], argv[0], argv[0]);
     return 2;
   };
   for (; i < argc; ++i) {
@@ -498,6 +515,12 @@ int ExecRankMain(int argc, char** argv) {
     if (a == "--exit-record") {
       options.exit_record = true;
       continue;
+    }
+    if (a == "--sweep-mpi-shm") {
+      // For a node's clean-up (an epilog): the step folders of killed ranks.
+      std::printf("removed %d step folder(s) of Open MPI shared memory from %s\n",
+                  SweepStepMpiShmDirs(kMpiShmRoot), kMpiShmRoot);
+      return 0;
     }
     if (i + 1 >= argc) return usage();
     if (a == "--task-file") {

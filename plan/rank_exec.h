@@ -23,7 +23,18 @@
 //      allocations sharing the node never get it; a block the run's own
 //      controller holds here counts as leased. A block another run holds is an
 //      error (exit 2) that names the node and the holder;
-//   6. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
+//   6. in an MPI step under srun (PMIx's variables set) that it supervises:
+//      points Open MPI's shared memory on this node at the step's folder,
+//      which the last rank of the step there removes, and on the node's first
+//      rank first removes the folders of steps whose ranks were killed
+//      (plan/mpi_shm.h; a user's own OMPI_MCA_btl_vader_backing_directory
+//      wins);
+//   7. sends stdout and stderr to DIR/rank<RANK>.log and execs the program.
+//
+//   agentrt-exec-rank --sweep-mpi-shm
+//
+// removes this node's step folders of killed ranks and says how many (for a
+// node's clean-up, such as SLURM's Epilog).
 //
 //   agentrt-exec-rank --task-file FILE
 //

@@ -1,18 +1,16 @@
 #include "scheduler/local_backend.h"
 
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <ctime>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "plan/mpi_shm.h"
 #include "plan/port_lease.h"
 #include "plan/rank_exec.h"
 #include "plan/run_dir.h"
@@ -23,52 +21,8 @@ namespace {
 struct AgentProcs {
   pid_t pgid = 0;
   std::map<pid_t, int> live;  // pid -> rank (-1: mpirun for all ranks)
-  std::string mpi_shm_dir;    // this incarnation's Open MPI shared memory (MpiShmDir)
+  std::string mpi_shm_dir;    // this incarnation's Open MPI shared memory (plan/mpi_shm.h)
 };
-
-// Open MPI's ranks on one node share memory through files in /dev/shm, which
-// they remove only when they finalize: an incarnation killed (a failure, a
-// kill -9 of the controller) leaves them. Each mpirun incarnation gets a
-// folder of its own there ("agentrt-mpi.<controller pid>.<agent>.<id>"),
-// removed once its processes are reaped; a controller that starts removes
-// the folders of controllers that are gone. Empty where /dev/shm cannot be
-// written (Open MPI then picks its own place).
-constexpr const char* kShmRoot = "/dev/shm";
-constexpr std::string_view kMpiShmPrefix = "agentrt-mpi.";
-
-std::string MakeMpiShmDir(const std::string& agent, const std::string& incarnation) {
-  const std::string dir = std::string(kShmRoot) + "/" + std::string(kMpiShmPrefix) +
-                          std::to_string(::getpid()) + "." + agent + "." +
-                          (incarnation.empty() ? std::to_string(::time(nullptr)) : incarnation);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (!std::filesystem::create_directory(dir, ec) || ec) return "";
-  ::chmod(dir.c_str(), 0700);
-  return dir;
-}
-
-void RemoveMpiShmDir(std::string& dir) {
-  if (dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  dir.clear();
-}
-
-// The folders of controllers that are gone (their pid no longer runs).
-void SweepDeadMpiShmDirs() {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(kShmRoot, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(kMpiShmPrefix, 0) != 0) continue;
-    const size_t dot = name.find('.', kMpiShmPrefix.size());
-    const std::string pid_text = name.substr(kMpiShmPrefix.size(), dot - kMpiShmPrefix.size());
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (!PidAlive(std::stol(pid_text))) {
-      std::error_code rm;
-      std::filesystem::remove_all(e.path(), rm);
-    }
-  }
-}
 
 class LocalBackend final : public LaunchBackend {
  public:
@@ -76,7 +30,7 @@ class LocalBackend final : public LaunchBackend {
       : spawner_(std::move(spawner)), options_(std::move(options)) {
     if (options_.base_env.empty() && options_.inherit_environ) options_.base_env = CurrentEnviron();
     if (options_.search_dirs.empty()) options_.search_dirs = DefaultSearchDirs();
-    SweepDeadMpiShmDirs();
+    SweepControllerMpiShmDirs(kMpiShmRoot);
   }
 
   ~LocalBackend() override {
@@ -112,12 +66,13 @@ class LocalBackend final : public LaunchBackend {
                   "-np",
                   std::to_string(agent.ranks.size())};
       req.env = BuildRankEnvironment(agent, -1, port, options_.base_env);
-      constexpr const char* kBacking = "OMPI_MCA_btl_vader_backing_directory";
-      if (!EnvLookupOf(req.env)(kBacking))  // a user's own setting wins
-        procs.mpi_shm_dir = MakeMpiShmDir(agent.name, agent.incarnation);
+      // Open MPI's shared memory in a folder of this incarnation's
+      // (plan/mpi_shm.h), unless the user chose one.
+      if (!EnvLookupOf(req.env)(kOmpiVaderBackingVar))
+        procs.mpi_shm_dir = MakeControllerMpiShmDir(kMpiShmRoot, agent.name, agent.incarnation);
       if (!procs.mpi_shm_dir.empty()) {
         // mpirun hands OMPI_MCA_* settings on to its ranks itself.
-        req.env.push_back(std::string(kBacking) + "=" + procs.mpi_shm_dir);
+        req.env.push_back(std::string(kOmpiVaderBackingVar) + "=" + procs.mpi_shm_dir);
       }
       // mpirun passes on to its ranks only what it is told to (-x): the
       // agent's own env and the contract.

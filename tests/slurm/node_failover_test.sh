@@ -135,4 +135,9 @@ wait_until 60 "job $job to be requeued" sh -c "timeout 5 scontrol show job $job 
 check "A['wide']['state'] == 'stopped' and A['wide']['restarts'] == $wide_restarts" || fail "wide did not stop cleanly for the requeue"
 timeout 10 scancel "$job"
 wait_job_gone "$job"
+# Open MPI's shared memory: wide's ranks kept it in their step's folder, which
+# the last of them removed (plan/mpi_shm.h); nothing of the job is left in
+# /dev/shm, not even from the ranks of the nodes that died.
+wait_until 30 "the job's Open MPI shared memory to be removed" \
+  sh -c "! ls -d /dev/shm/agentrt-mpi.step.$job.* /dev/shm/vader_segment.n[1-5].* 2>/dev/null | grep -q ."
 echo "node_failover_test: PASS"

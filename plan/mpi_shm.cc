@@ -1,0 +1,172 @@
+#include "plan/mpi_shm.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <filesystem>
+#include <string_view>
+
+#include "plan/port_lease.h"
+
+namespace agentrt {
+namespace {
+
+constexpr std::string_view kPrefix = "agentrt-mpi.";
+constexpr std::string_view kStepPrefix = "agentrt-mpi.step.";
+constexpr const char* kLockName = "/.lock";
+constexpr time_t kUnlockedGraceS = 60;
+constexpr int kJoinTries = 8;
+
+void RemoveTree(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// With `fd`'s exclusive lock held: the lock file goes first, so that a rank
+// joining meanwhile sees its lock is not the folder's and starts over.
+void RemoveLockedStepDir(const std::string& dir, int fd) {
+  ::unlink((dir + kLockName).c_str());
+  RemoveTree(dir);
+  ::close(fd);
+}
+
+}  // namespace
+
+std::string MakeControllerMpiShmDir(const std::string& root, const std::string& agent,
+                                    const std::string& incarnation) {
+  const std::string dir = root + "/" + std::string(kPrefix) + std::to_string(::getpid()) + "." +
+                          agent + "." +
+                          (incarnation.empty() ? std::to_string(::time(nullptr)) : incarnation);
+  RemoveTree(dir);
+  std::error_code ec;
+  if (!std::filesystem::create_directory(dir, ec) || ec) return "";
+  ::chmod(dir.c_str(), 0700);
+  return dir;
+}
+
+void RemoveMpiShmDir(std::string& dir) {
+  if (dir.empty()) return;
+  RemoveTree(dir);
+  dir.clear();
+}
+
+void SweepControllerMpiShmDirs(const std::string& root) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const size_t dot = name.find('.', kPrefix.size());
+    const std::string pid_text = name.substr(kPrefix.size(), dot - kPrefix.size());
+    // Step folders ("agentrt-mpi.step.") have no pid and are not ours.
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!PidAlive(std::stol(pid_text))) RemoveTree(e.path().string());
+  }
+}
+
+StepMpiShm::StepMpiShm(StepMpiShm&& other) noexcept
+    : dir_(std::move(other.dir_)), lock_fd_(other.lock_fd_) {
+  other.dir_.clear();
+  other.lock_fd_ = -1;
+}
+
+StepMpiShm& StepMpiShm::operator=(StepMpiShm&& other) noexcept {
+  if (this != &other) {
+    Leave();
+    dir_ = std::move(other.dir_);
+    lock_fd_ = other.lock_fd_;
+    other.dir_.clear();
+    other.lock_fd_ = -1;
+  }
+  return *this;
+}
+
+StepMpiShm::~StepMpiShm() { Leave(); }
+
+StepMpiShm StepMpiShm::Join(const std::string& root, const std::string& job,
+                            const std::string& step) {
+  StepMpiShm joined;
+  if (job.empty() || step.empty() || job.find('/') != std::string::npos ||
+      step.find('/') != std::string::npos)
+    return joined;
+  const std::string dir = root + "/" + std::string(kStepPrefix) + job + "." + step;
+  const std::string lock = dir + kLockName;
+  for (int attempt = 0; attempt < kJoinTries; ++attempt) {
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return joined;
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == ENOENT) continue;  // removed between our mkdir and open
+      return joined;
+    }
+    while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+    }
+    // Still the folder's lock file? (A sweep or the last leaver may have
+    // removed it while we waited.)
+    struct stat held {
+    }, named{};
+    if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
+      joined.dir_ = dir;
+      joined.lock_fd_ = fd;
+      return joined;
+    }
+    ::close(fd);
+  }
+  return joined;
+}
+
+void StepMpiShm::Leave() {
+  if (lock_fd_ < 0) return;
+  // Unlock first, then try for the whole folder: of ranks leaving together,
+  // the one whose try comes after every unlock wins; a try while another
+  // rank still holds its lock fails, and that rank tries after.
+  ::flock(lock_fd_, LOCK_UN);
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) {
+    struct stat held {
+    }, named{};
+    if (::fstat(lock_fd_, &held) == 0 && ::stat((dir_ + kLockName).c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino) {
+      RemoveLockedStepDir(dir_, lock_fd_);
+    } else {
+      ::close(lock_fd_);  // somebody removed it already
+    }
+  } else {
+    ::close(lock_fd_);
+  }
+  lock_fd_ = -1;
+  dir_.clear();
+}
+
+int SweepStepMpiShmDirs(const std::string& root) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kStepPrefix, 0) != 0) continue;
+    const std::string dir = e.path().string();
+    const int fd = ::open((dir + kLockName).c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      // A folder with no lock file: being made right now, or its maker died
+      // before locking it. Only an old one is left over.
+      struct stat st {};
+      if (errno == ENOENT && ::stat(dir.c_str(), &st) == 0 &&
+          st.st_mtime + kUnlockedGraceS < ::time(nullptr)) {
+        RemoveTree(dir);
+        ++removed;
+      }
+      continue;
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      RemoveLockedStepDir(dir, fd);
+      ++removed;
+    } else {
+      ::close(fd);
+    }
+  }
+  return removed;
+}
+
+}  // namespace agentrt

@@ -1,0 +1,76 @@
+// Open MPI's shared memory between the ranks of one node, kept in folders that
+// agentrt removes.
+//
+// Open MPI's ranks on one node share memory through files in /dev/shm (the
+// vader transport's segments, 4 MiB each), which they remove only when they
+// finalize: a rank that is killed (a failure, a kill -9 of the controller, a
+// node's processes killed) leaves its segment behind. So agentrt points
+// Open MPI (OMPI_MCA_btl_vader_backing_directory, unless the user set it) at a
+// folder that somebody removes when the ranks are gone:
+//
+//   - local MPI agents (mpirun, scheduler/local_backend.cc): the controller
+//     makes "agentrt-mpi.<controller pid>.<agent>.<incarnation>" per mpirun
+//     incarnation and removes it once the incarnation's processes are reaped;
+//     a controller that starts removes the folders whose controller pid no
+//     longer runs (SweepControllerMpiShmDirs);
+//   - MPI agents under srun (the rank wrapper, plan/rank_exec.h): every rank
+//     of a step on a node joins "agentrt-mpi.step.<job>.<step>" (StepMpiShm)
+//     and holds a shared flock on its ".lock" while its program runs; the last
+//     rank to leave removes the folder. A rank killed with its wrapper (a node
+//     death, a SIGKILL of the step) leaves the lock free, and the next MPI
+//     step to start on that node removes every step folder whose lock nobody
+//     holds (SweepStepMpiShmDirs).
+#pragma once
+
+#include <string>
+
+namespace agentrt {
+
+inline constexpr const char* kOmpiVaderBackingVar = "OMPI_MCA_btl_vader_backing_directory";
+inline constexpr const char* kMpiShmRoot = "/dev/shm";
+
+// A new, empty folder (0700) for one mpirun incarnation of `agent` under
+// `root`, named with this process's pid; "" when it cannot be made (Open MPI
+// then picks its own place).
+std::string MakeControllerMpiShmDir(const std::string& root, const std::string& agent,
+                                    const std::string& incarnation);
+// Removes `dir` and everything in it, and clears it ("" is nothing).
+void RemoveMpiShmDir(std::string& dir);
+// Removes the controller folders under `root` whose controller pid no longer
+// runs. Step folders are not touched.
+void SweepControllerMpiShmDirs(const std::string& root);
+
+// One rank's membership of its step's folder on this node.
+class StepMpiShm {
+ public:
+  StepMpiShm() = default;
+  StepMpiShm(const StepMpiShm&) = delete;
+  StepMpiShm& operator=(const StepMpiShm&) = delete;
+  StepMpiShm(StepMpiShm&& other) noexcept;
+  StepMpiShm& operator=(StepMpiShm&& other) noexcept;
+  ~StepMpiShm();  // Leave()
+
+  // Makes or joins `root`/agentrt-mpi.step.<job>.<step> and takes a shared
+  // lock on it; an empty dir() when that fails (then Open MPI picks its own
+  // place). A folder being removed by a sweep or the last leaver is made
+  // anew.
+  static StepMpiShm Join(const std::string& root, const std::string& job, const std::string& step);
+
+  const std::string& dir() const { return dir_; }
+
+  // Drops this rank's lock and removes the folder when no other rank holds
+  // one (the last rank to leave does). Safe to call twice.
+  void Leave();
+
+ private:
+  std::string dir_;
+  int lock_fd_ = -1;
+};
+
+// Removes the step folders under `root` whose lock nobody holds (their ranks
+// were killed), and step folders with no lock file that are over a minute
+// old (a rank killed between making the folder and locking it). Returns how
+// many it removed.
+int SweepStepMpiShmDirs(const std::string& root);
+
+}  // namespace agentrt
