@@ -5,11 +5,9 @@
 # check that it trained (return went up), checkpointed and finished.
 #   custom_env_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-src=${AGENTRT_SOURCE_DIR:?}
-tmp=$(mktemp -d /tmp/agentrt-custom-env.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "custom_env_test: FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/examples/lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/tests/examples/lib.sh"
+example_test custom_env_test "$1"
 
 echo "== install into $tmp/prefix"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }

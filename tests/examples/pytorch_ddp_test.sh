@@ -4,16 +4,10 @@
 # variables. Skips (exit 77) where `import torch` fails for /usr/bin/python3.
 #   pytorch_ddp_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-src=${AGENTRT_SOURCE_DIR:?}
-fail() { echo "pytorch_ddp_test: FAIL: $*" >&2; exit 1; }
-if ! /usr/bin/python3 -c "import torch, torch.distributed" >/dev/null 2>&1; then
-  echo "pytorch_ddp_test: skipped: /usr/bin/python3 cannot import torch (apt-get install python3-torch)"
-  exit 77
-fi
+# shellcheck source=tests/examples/lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/tests/examples/lib.sh"
+example_test pytorch_ddp_test "$1" torch torch.distributed
 "$build/bin/agentctl" run --help >/dev/null 2>&1 || fail "agentctl has no run command"
-tmp=$(mktemp -d /tmp/agentrt-ddp.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"  # anywhere: the config's train.py is found next to it
 # The python with torch first on PATH; agent-worker-free: the config's command is python3 train.py.
 export PATH="/usr/bin:$build/bin:$PATH"

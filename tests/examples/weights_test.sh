@@ -5,15 +5,9 @@
 # Skips (exit 77) where /usr/bin/python3 has no NumPy.
 #   weights_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-src=${AGENTRT_SOURCE_DIR:?}
-fail() { echo "weights_test: FAIL: $*" >&2; exit 1; }
-if ! /usr/bin/python3 -c "import numpy" >/dev/null 2>&1; then
-  echo "weights_test: skipped: /usr/bin/python3 cannot import numpy (apt-get install python3-numpy)"
-  exit 77
-fi
-tmp=$(mktemp -d /tmp/agentrt-weights.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/examples/lib.sh
+source "${AGENTRT_SOURCE_DIR:?}/tests/examples/lib.sh"
+example_test weights_test "$1" numpy
 cd "$tmp"
 export PATH="/usr/bin:$build/bin:$PATH"
 timeout 120 "$build/bin/agentctl" run "$src/examples/weights/agents.yaml" --set run.dir="$tmp/runs" --quiet \
