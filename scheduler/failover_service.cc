@@ -27,6 +27,14 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
                     " is relaunched where it was\n");
     return advice;
   }
+  // A node seen down has left the job (SLURM removes it, --no-kill), and
+  // SLURM cannot give back the CPUs and GPUs of a step that started before
+  // that ("unable to update job's core use information due to job
+  // resizing"): a new step of any agent on the healthy nodes would wait for
+  // them forever. From then on every relaunch overlaps the job's other steps;
+  // the plan keeps the agents apart.
+  if (!down->empty()) allocation_shrunk_ = true;
+  if (allocation_shrunk_) launch.overlap_steps = true;
   const FailoverDecision d = failover_.Relocate(*plan_, launch.name, *down);
   if (d.kind == FailoverDecision::Kind::kStay) return advice;
   const double now = UnixTimeSeconds();
@@ -55,7 +63,6 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
   const Status written = WriteRunPlan(*plan_, dir_.path());
   if (!written.ok()) observer_->Warn("agentctl run: warning: " + written.message() + "\n");
   if (d.kind == FailoverDecision::Kind::kShrunk) {
-    launch.overlap_steps = true;
     observer_->Event(fmt::format("agentctl run: node {} failed: {}: {}", fmt::join(d.failed, ","),
                                  launch.name, d.reason));
     return advice;

@@ -40,7 +40,9 @@ class FailoverService {
 
   // What to do before `launch` is relaunched: nothing (relaunch where it was;
   // also when nobody can say which nodes are down), its ranks moved to spares
-  // (`launch` rewritten), or hold with a reason and the failed nodes.
+  // (`launch` rewritten), or hold with a reason and the failed nodes. Once
+  // any node was seen down, every launch it advises overlaps the job's other
+  // steps (AgentLaunch::overlap_steps).
   RelaunchAdvice Advise(AgentLaunch& launch);
 
  private:
@@ -50,6 +52,7 @@ class FailoverService {
   DownNodes down_nodes_;
   RunEndpoints endpoints_;
   RunObserver* observer_;
+  bool allocation_shrunk_ = false;  // a node of the allocation was seen down
 };
 
 }  // namespace agentrt

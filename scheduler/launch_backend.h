@@ -56,10 +56,11 @@ struct AgentLaunch {
   // and still running cannot write beside its successor (agent_runtime/checkpointer.h).
   std::string incarnation;
   bool use_mpirun = false;  // one `mpirun` for all ranks (LaunchesThroughMpi)
-  // SLURM: its step may overlap others (srun --overlap). Set when the agent
-  // went on without a failed node: slurmctld still counts the CPUs and GPUs of
-  // its dead step on the healthy nodes ("dealloc count underflow" as the job
-  // shrinks), and a new step there would wait for them forever.
+  // SLURM: its step may overlap others (srun --overlap). Set for every
+  // relaunch once the allocation has lost a node (FailoverService):
+  // slurmctld still counts the CPUs and GPUs of steps that started before the
+  // job shrank ("dealloc count underflow"), and a new step on the healthy
+  // nodes would wait for them forever.
   bool overlap_steps = false;
   // restart.elastic: the ranks planned when the agent runs shrunk (fewer
   // `ranks` than planned after a node failed); 0: as planned.

@@ -145,6 +145,25 @@ bool GpusTaken(const Plan& plan, const AgentPlan& a, const Placement& p) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, FailoverDecision>> NodeFailover::PlaceStrays(
+    Plan& plan, const std::set<std::string>& down) {
+  std::vector<std::pair<std::string, FailoverDecision>> out;
+  for (size_t i = 0; i < plan.agents.size(); ++i) {
+    std::set<std::string> gone = down;
+    bool stray = false;
+    for (const Placement& p : plan.agents[i].placement) {
+      if (Find(p.node) == nullptr || down.count(p.node)) {
+        gone.insert(p.node);
+        stray = true;
+      }
+    }
+    if (!stray) continue;
+    const std::string name = plan.agents[i].name;
+    out.emplace_back(name, Relocate(plan, name, gone));
+  }
+  return out;
+}
+
 std::vector<std::string> NodeFailover::GrowBack(Plan& plan, const std::set<std::string>& down) {
   std::vector<std::string> grown;
   for (AgentPlan& a : plan.agents) {

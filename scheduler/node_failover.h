@@ -62,6 +62,13 @@ class NodeFailover {
   // restore re-shards its checkpoint); returns their names.
   std::vector<std::string> GrowBack(Plan& plan, const std::set<std::string>& down);
 
+  // At the start of a requeued allocation: every agent planned on a node that
+  // this allocation does not hold (it moved to a spare that failed since, or
+  // SLURM gave the job other nodes) or that is down is relocated as after a
+  // failure (Relocate). Returns the decision for each, by agent name.
+  std::vector<std::pair<std::string, FailoverDecision>> PlaceStrays(
+      Plan& plan, const std::set<std::string>& down);
+
   // Nodes of the allocation no agent of `plan` uses and none has seen fail.
   std::vector<std::string> Spares(const Plan& plan, const std::set<std::string>& down) const;
 

@@ -194,6 +194,7 @@ class SrunBackend final : public LaunchBackend {
       x.term_signal = e.term_signal;
       auto step = steps_.find(owner->second);
       if (step != steps_.end() && x.success()) x.lost = LostRanks(step->second);
+      if (step != steps_.end() && x.term_signal != 0) CancelStep(step->second);
       if (step != steps_.end() && step->second.pid == e.pid) step->second.pid = 0;
       owner_.erase(owner);
       out.push_back(x);
@@ -388,6 +389,16 @@ class SrunBackend final : public LaunchBackend {
     if (!ok) return ErrnoStatus(err, "agent " + agent + ": cannot signal it through " + path);
     if (sig == SIGKILL && step.killed_at_s < 0) step.killed_at_s = SteadySeconds();
     return Status::Ok();
+  }
+
+  // An srun killed by a signal (SIGKILL after scancel; the OOM killer or a
+  // kill -9 on the batch node) leaves its step running on its nodes with no
+  // one to watch it: it is cancelled, so no rank of an incarnation outlives
+  // the srun the controller knows it by. (Gone already is fine.)
+  void CancelStep(const Step& step) {
+    const std::string id = StepId(step);
+    if (id.empty() || runner_ == nullptr) return;
+    runner_->Run({options_.scancel, id}, 30).status().IgnoreError();
   }
 
   static std::string StepId(const Step& step) {

@@ -63,6 +63,24 @@ TEST_CASE("failover: an agent on a down node moves to the spare; plan.json says 
   CHECK(f.observer.events.back() == "agentctl run: node n1 failed: a moves to n2");
 }
 
+TEST_CASE("failover: once the allocation lost a node, every relaunch overlaps other steps") {
+  // SLURM keeps counting the CPUs of steps that started before the job
+  // shrank: a relaunch on a healthy node must not wait for them.
+  Fixture f(/*spare=*/true);
+  AgentLaunch launch = f.Launch();
+  f.failover->Advise(launch);
+  CHECK_FALSE(launch.overlap_steps);
+  f.down = {"n2"};  // the spare, not the agent's node
+  launch = f.Launch();
+  f.failover->Advise(launch);
+  CHECK(launch.ranks.at(0).node == "n1");
+  CHECK(launch.overlap_steps);
+  f.down = {};  // it came back, but the job has dropped it
+  launch = f.Launch();
+  f.failover->Advise(launch);
+  CHECK(launch.overlap_steps);
+}
+
 TEST_CASE("failover: no node down, or nobody can say, relaunches where it was") {
   Fixture f(/*spare=*/true);
   AgentLaunch launch = f.Launch();

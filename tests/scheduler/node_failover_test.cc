@@ -189,4 +189,32 @@ TEST_CASE("an elastic agent whose healthy nodes hold fewer than min_ranks still 
   CHECK(p2.agents[1].ranks == 4);
 }
 
+TEST_CASE("a requeued allocation without an agent's moved-to spare moves it to a free node") {
+  // steady moved to spare n4, which failed; the requeued allocation holds
+  // n1-n3 and n5 (SLURM gave it another spare): steady takes a free node.
+  Plan plan = MakePlan();
+  plan.agents[0].placement[0].node = "n4";
+  plan.agents[0].ports.node = "n4";
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n5", 2)});
+  const auto placed = f.PlaceStrays(plan, {});
+  REQUIRE(placed.size() == 1);
+  CHECK(placed[0].first == "steady");
+  CHECK(placed[0].second.kind == FailoverDecision::Kind::kMoved);
+  CHECK(placed[0].second.failed == std::vector<std::string>{"n4"});
+  CHECK(plan.agents[0].placement[0].node == "n1");  // the first node no agent uses
+  CHECK(plan.agents[0].ports.node == "n1");
+  CHECK(plan.agents[1].placement[0].node == "n2");  // wide holds its nodes: untouched
+
+  // Every agent where the allocation holds it, nothing down: nothing moves.
+  NodeFailover again({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n5", 2)});
+  CHECK(again.PlaceStrays(plan, {}).empty());
+  // A stray with no free node that fits: the decision says so, the plan stays.
+  plan.agents[0].placement[0].node = "n4";
+  NodeFailover full({Node("n2", 2), Node("n3", 2)});
+  const auto none = full.PlaceStrays(plan, {});
+  REQUIRE(none.size() == 1);
+  CHECK(none[0].second.kind == FailoverDecision::Kind::kNoSpare);
+  CHECK(plan.agents[0].placement[0].node == "n4");
+}
+
 }  // namespace agentrt

@@ -3,7 +3,8 @@
 // per node, each agent's task file says which of the step's tasks are its
 // ranks, a signal reaches one agent only (its signal file), an agent ends on
 // its own exit records while the others run on, a restart is a step of its
-// own, and a node step that does not start fails its agents.
+// own, and a node step that does not start fails its agents. Also: an srun
+// killed by a signal has its step cancelled.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "plan/rank_exec.h"
 #include "slurm/srun_backend.h"
 #include "tests/common/temp_dir.h"
+#include "tests/slurm/fake_runner.h"
 
 using namespace agentrt;
 using namespace agentrt::slurm;
@@ -78,7 +80,7 @@ void WriteExit(const std::string& log_dir, int rank, int code) {
 }
 
 struct Fixture {
-  testing::TempDir dir;
+  agentrt::testing::TempDir dir;
   FakeSpawner* spawner = nullptr;
   std::unique_ptr<LaunchBackend> backend;
 
@@ -186,4 +188,33 @@ TEST_CASE("node steps: only inside a batch, and a node step that cannot start fa
   CHECK(exits[0].exit_code == 127);
   CHECK_THAT(exits[0].lost, Catch::Contains("its node step on n1 did not start") &&
                                 Catch::Contains("srun: cannot execute"));
+}
+
+TEST_CASE("an srun killed by a signal has its step cancelled; one that ended has not") {
+  agentrt::testing::TempDir dir;
+  auto owned = std::make_unique<FakeSpawner>();
+  FakeSpawner* spawner = owned.get();
+  agentrt::slurm::testing::FakeRunner runner;
+  SrunOptions options;
+  options.srun = "/bin/true";
+  options.base_env = {"PATH=/usr/bin:/bin"};
+  auto backend = MakeSrunBackend(std::move(owned), &runner, options);
+
+  const AgentLaunch a = OneNodeAgent(dir.path, "a", "n1", 1);
+  auto launched = backend->Launch(a);
+  REQUIRE(launched.ok());
+  REQUIRE(WriteFileAtomic(a.log_dir + "/step.id", "7.3\n").ok());  // as rank 0's wrapper does
+  runner.Push({});
+  spawner->exits.push_back({launched->process_group, 0, SIGKILL});
+  auto exits = backend->PollExits();
+  REQUIRE(exits.size() == 1);
+  CHECK(exits[0].term_signal == SIGKILL);
+  CHECK(runner.calls == std::vector<std::string>{"scancel 7.3"});
+
+  launched = backend->Launch(a);
+  REQUIRE(launched.ok());
+  REQUIRE(WriteFileAtomic(a.log_dir + "/step.id", "7.4\n").ok());
+  spawner->exits.push_back({launched->process_group, 1, 0});
+  REQUIRE(backend->PollExits().size() == 1);
+  CHECK(runner.calls.size() == 1);  // an srun that exited: its step is over
 }

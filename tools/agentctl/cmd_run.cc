@@ -338,8 +338,10 @@ int Run(const RunOptions& opts) {
 // A requeued allocation holds every node of its plan again (--nodelist): an
 // agent that went on shrunk after a node failed (restart.elastic) gets its
 // planned placement back before anything is leased or launched; its restore
-// re-shards its checkpoint. plan.json is rewritten when the run starts.
-void GrowBackShrunkAgents(agentrt::Plan& plan, const agentrt::RunDriverOptions& driver_options) {
+// re-shards its checkpoint. The spares it holds may differ: an agent moved to
+// a spare that failed since moves to a node of this allocation that no agent
+// uses. plan.json is rewritten when the run starts.
+void FitPlanToAllocation(agentrt::Plan& plan, const agentrt::RunDriverOptions& driver_options) {
   if (!driver_options.down_nodes) return;
   auto down = driver_options.down_nodes();
   if (!down.ok()) return;  // Drive warns that it cannot tell, at its first relaunch
@@ -348,6 +350,19 @@ void GrowBackShrunkAgents(agentrt::Plan& plan, const agentrt::RunDriverOptions& 
     const agentrt::AgentPlan* a = plan.FindAgent(name);
     Print(fmt::format("agentctl run: {} grows back to its {} planned ranks on {}\n", name, a->ranks,
                       a->NodeList()));
+  }
+  // An agent moved to a spare that failed since is not in this allocation.
+  for (const auto& [name, d] : failover.PlaceStrays(plan, *down)) {
+    const std::string where = fmt::format("{}: planned on {}, which this allocation does not hold",
+                                          name, fmt::join(d.failed, ","));
+    if (d.kind == agentrt::FailoverDecision::Kind::kMoved) {
+      Print(fmt::format("agentctl run: {}: it moves to {}\n", where, fmt::join(d.moved_to, ",")));
+    } else if (d.kind == agentrt::FailoverDecision::Kind::kShrunk) {
+      Print(fmt::format("agentctl run: {}{}\n", where, d.reason));
+    } else {
+      std::fputs(fmt::format("agentctl run: warning: {}, and {}\n", where, d.reason).c_str(),
+                 stderr);
+    }
   }
 }
 
@@ -376,7 +391,7 @@ int RunInAllocation(const RunOptions& opts) {
       *plan, local_node, *runner, agentrt::ProcessEnvLookup(), &warning);
   if (!warning.empty()) std::fputs(("agentctl run: warning: " + warning + "\n").c_str(), stderr);
   // Before anything reads the placement: the GPU mapping, the MPI agents, the ports.
-  GrowBackShrunkAgents(*plan, driver_options);
+  FitPlanToAllocation(*plan, driver_options);
   const char* job_gpus = std::getenv("SLURM_JOB_GPUS");
   if (job_gpus != nullptr && !local_node.empty() && !plan->trust_slurm_binding) {
     warning = agentrt::slurm::MapPlanGpusOntoJob(*plan, local_node, job_gpus);
