@@ -34,10 +34,14 @@ test: export AGENTRT_SETUP_EXTRA := python3-torch prometheus
 test: build
 	@scripts/test.sh $(BUILD)
 
-# The long soak (tests/tools/soak_test.py): 15 minutes of faults; `make test` runs 30 s of it.
+# The long soaks, 15 minutes of faults each: on this machine (tests/tools/soak_test.py;
+# `make test` runs 30 s of it) and on a 6-node test cluster (tests/slurm/soak_cluster_test.py,
+# as root; `make test` runs 60 s of it).
 SOAK_SECONDS ?= 900
 soak: build
 	@AGENTRT_BIN_DIR=$(BUILD)/bin /usr/bin/python3 tests/tools/soak_test.py --seconds $(SOAK_SECONDS)
+	@AGENTRT_BIN_DIR=$(BUILD)/bin AGENTRT_SOURCE_DIR=$(CURDIR) /usr/bin/python3 \
+	  tests/slurm/soak_cluster_test.py --seconds $(SOAK_SECONDS)
 
 bench: build
 	@scripts/bench.sh $(BUILD)

@@ -32,3 +32,11 @@ agentrt_script_test(NAME slurm_from_run_test
   LABELS slurm
   TIMEOUT 480)
 set_tests_properties(slurm_from_run_test PROPERTIES SKIP_RETURN_CODE 77)
+# A compressed stretch of failures on its own 6-node cluster (tests/slurm/soak_cluster_test.py):
+# rank kills and stops, node deaths, partitions, requeues and preemptions from a fault injector
+# with a fixed seed. The short run here; `make soak` runs it for 15 minutes.
+agentrt_script_test(NAME slurm_soak_cluster
+  COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/soak_cluster_test.py --seconds 60
+  LABELS slurm soak fault
+  TIMEOUT 900)
+set_tests_properties(slurm_soak_cluster PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,0 +1,450 @@
+#!/usr/bin/python3
+"""A compressed stretch of failures on a 6-node test cluster (slurm/testcluster/start.sh
+--nodes 6: real slurmctld and slurmd, one network namespace per node): `agentctl run --backend
+slurm` of a 2-node MPI agent (`wide`, 4 ranks, srun --mpi=pmix) and two single-rank agents,
+checkpointing every 2 s with `slurm.spare_nodes: 2`, while a fault injector with a fixed seed
+keeps breaking things:
+
+- SIGKILL and SIGSTOP of a rank (on any node);
+- a node death (its slurmd and every process in its namespace killed, the node marked down)
+  under a single-node agent: the agent moves to a spare node; the dead node is brought back
+  afterwards (SLURM takes it back; this allocation does not);
+- a partition (the node's link cut, the node marked down) under a single-node agent, whose
+  rank there lives on: the agent moves to a spare, and the cut-off incarnation must be fenced
+  (no checkpoint of it after the move); the link heals afterwards;
+- a node loss with no spare left: the run requeues its allocation, every agent resumes;
+- a SLURM preemption (`scancel --signal=USR2 --batch`): every agent checkpoints, the job
+  requeues and every agent resumes.
+
+Checked at every fault, not only at the end: each affected agent's next incarnation resumes
+from a checkpoint at least as new as the newest one committed when the fault struck (the steps
+lost are at most those since its last checkpoint); after a partition, every checkpoint
+committed after the move carries the new incarnation's fence. At the end: every agent reached
+its target step and succeeded; no process of the run is left on any node; the job left no
+Open MPI shared memory in /dev/shm; stopping the cluster leaves no namespace.
+
+It prints a table: faults by kind, survived, steps lost per fault (median, max), recovery time
+per kind (median, max).
+
+    soak_cluster_test.py [--seconds S] [--seed N] [--kinds K,K]
+    (make test: 60 s; make soak: 15 minutes; --kinds: only these faults)
+
+Skips (77) where network namespaces cannot be made (not root, no CAP_NET_ADMIN).
+"""
+import argparse
+import glob
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from agentrt_testing import Failure, check, newest_committed, run_processes, wait_for  # noqa: E402
+
+SRC = os.environ.get("AGENTRT_SOURCE_DIR",
+                     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
+AGENTCTL = os.path.join(BIN, "agentctl")
+AGENT = os.path.join(BIN, "agentrt-test-agent")
+STEP_MS = 20
+NODES = 6
+SPARES = 2
+AGENTS = {"wide": 4, "solo-a": 1, "solo-b": 1}  # name: ranks; wide spans two nodes
+
+
+def sh(*args, timeout=15, ok=True):
+    p = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+    if ok and p.returncode != 0:
+        raise Failure("%s failed (%d): %s" % (" ".join(args), p.returncode, p.stderr.strip()))
+    return p.stdout
+
+
+class Cluster:
+    """A test cluster of its own (start.sh), stopped (stop.sh) by close()."""
+
+    def __init__(self):
+        self.state = tempfile.mkdtemp(prefix="agentrt-msoak.")
+        self.tag = hashlib.md5(self.state.encode()).hexdigest()[:4]
+        start = os.path.join(SRC, "slurm", "testcluster", "start.sh")
+        p = subprocess.run([start, self.state, "--nodes", str(NODES), "--gpus", "2", "--cpus", "4"],
+                           capture_output=True, text=True, timeout=180)
+        if p.returncode != 0:
+            raise Failure("start.sh --nodes %d failed: %s" % (NODES, p.stdout + p.stderr))
+        os.environ["SLURM_CONF"] = os.path.join(self.state, "slurm.conf")
+
+    def netns(self, node):
+        return "art%s-%s" % (self.tag, node)
+
+    def pids(self, node):
+        return [int(p) for p in sh("ip", "netns", "pids", self.netns(node), ok=False).split()]
+
+    def mark_down(self, node, why):
+        sh("scontrol", "update", "nodename=" + node, "state=down", "reason=" + why)
+
+    def kill(self, node):
+        """The node dies: every process in its namespace, then SLURM is told."""
+        for pid in self.pids(node):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.mark_down(node, "agentrt-soak-killed")
+
+    def link(self, node, up):
+        sh("ip", "link", "set", "arth%s%s" % (self.tag, node[1:]), "up" if up else "down")
+
+    def cut(self, node):
+        self.link(node, False)
+        self.mark_down(node, "agentrt-soak-partition")
+
+    def back(self, node, slurmd_dead):
+        """A dead node's slurmd starts again (as start.sh started it); a cut node's link heals.
+        Either way SLURM takes it back (state=resume) once it answers."""
+        if slurmd_dead:
+            script = os.path.join(self.state, "slurmd-%s.sh" % node)
+            with open(os.path.join(self.state, "log", "slurmd-%s.out" % node), "a") as log:
+                p = subprocess.Popen([script], stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            with open(os.path.join(self.state, "pids"), "a") as f:
+                f.write("slurmd-%s %d\n" % (node, p.pid))
+        else:
+            self.link(node, True)
+
+        def answering():
+            sh("scontrol", "update", "nodename=" + node, "state=resume", ok=False)
+            s = sh("sinfo", "-h", "-n", node, "-o", "%T", ok=False).strip()
+            return s and not re.search(r"down|drain|fail|unknown|not_responding|\*", s)
+        wait_for("node %s back in SLURM" % node, answering, 60, 0.5)
+
+    def close(self):
+        subprocess.run([os.path.join(SRC, "slurm", "testcluster", "stop.sh"), self.state],
+                       capture_output=True, timeout=120)
+        left = [n for n in sh("ip", "netns", "list", ok=False).split() if n.startswith("art" + self.tag)]
+        shutil.rmtree(self.state, ignore_errors=True)
+        return left
+
+
+def config(work, target):
+    agents = ""
+    for name, ranks in AGENTS.items():
+        cmd = [AGENT, "--steps", str(target), "--step-ms", str(STEP_MS), "--heartbeat-ms", "200",
+               "--ckpt-interval-s", "2", "--keep-last", "100"]
+        extra = "ranks: 4, gpus: 4, backend: mpi, " if ranks > 1 else "gpus: 1, "
+        agents += "  - {name: %s, %scommand: %s}\n" % (name, extra, json.dumps(cmd))
+    return """run: {name: msoak, dir: %s/runs}
+slurm: {spare_nodes: %d}
+defaults:
+  restart: {max_restarts: 1000, backoff_s: 0.2, backoff_max_s: 1, crash_loop_after: 0,
+            heartbeat_timeout_s: 4, grace_s: 2}
+agents:
+%s""" % (work, SPARES, agents)
+
+
+def restore_of(log, offset, pid):
+    """The step rank 0 (pid `pid`) of `log` resumed from, written after byte `offset`: (step,),
+    (-1,) when it restored nothing, None while it has not said yet."""
+    try:
+        with open(log, errors="replace") as f:
+            f.seek(offset)
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    m = re.search(r" pid %d restart \d+\n(.*)\n" % pid, text)
+    if not m:
+        return None
+    r = re.match(r"resumed from step (\d+)", m.group(1))
+    return (int(r.group(1)) if r else -1,)
+
+
+class Soak:
+    def __init__(self, cluster, work, seconds, seed, kinds=None):
+        self.kinds = kinds
+        self.cluster = cluster
+        self.work = work
+        self.rng = random.Random(seed)
+        self.seconds = seconds
+        self.target = int(seconds * 1000 / STEP_MS)
+        with open(os.path.join(work, "agents.yaml"), "w") as f:
+            f.write(config(work, self.target))
+        out = subprocess.run([AGENTCTL, "run", "agents.yaml", "--backend", "slurm", "--detach"],
+                             cwd=work, capture_output=True, text=True, timeout=60)
+        m = re.search(r"submitted job (\d+)", out.stdout + out.stderr)
+        check(out.returncode == 0 and m, "agentctl run --backend slurm --detach submitted the run: "
+              + out.stdout + out.stderr)
+        self.job = m.group(1)
+        self.run_dir = glob.glob(os.path.join(work, "runs", "msoak-*"))[0]
+        self.faults = []  # {kind, agent, lost, recovery_s}
+        # Nodes this allocation lost: (node, its slurmd died (True), cut off (False), back (None)).
+        self.lost_nodes = []
+        self.wait_all_running("the run to start", 120)
+
+    # --- the run, as status.json says
+    def status(self):
+        try:
+            with open(os.path.join(self.run_dir, "status.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def agent(self, name):
+        s = self.status()
+        return next((a for a in s["agents"] if a["name"] == name), None) if s else None
+
+    def heartbeating(self, name, not_pids=(), since=0.0):
+        """The agent runs, every rank of it heard from after `since` with a pid not in
+        `not_pids`; its status row, else None."""
+        a = self.agent(name)
+        if not a or a["state"] != "running" or len(a["ranks"]) != AGENTS[name]:
+            return None
+        for r in a["ranks"]:
+            if (r.get("heard_unix_s") or 0) <= since or r["pid"] <= 0 or r["pid"] in not_pids:
+                return None
+        return a
+
+    def wait_all_running(self, what, timeout):
+        return wait_for(what, lambda: all(self.heartbeating(n) for n in AGENTS) or None, timeout, 0.2)
+
+    def batch_host(self):
+        return sh("squeue", "-h", "-j", self.job, "-o", "%B", ok=False).strip()
+
+    # --- one fault
+    def before(self, names):
+        """What each agent of `names` was when the fault struck."""
+        out = {}
+        for name in names:
+            a = self.heartbeating(name)
+            if not a or a["step"] >= self.target * 0.9:
+                return None
+            log = os.path.join(self.run_dir, "logs", name, "rank0.log")
+            out[name] = {"row": a, "checkpoint": newest_committed(self.run_dir, name),
+                         "pids": {r["pid"] for r in a["ranks"]},
+                         "offset": os.path.getsize(log) if os.path.exists(log) else 0, "log": log}
+        return out
+
+    def recovered(self, kind, before, t0, timeout=120):
+        """Every agent of `before` heartbeats again from new processes and resumed from a
+        checkpoint no older than the newest one committed when the fault struck."""
+        t_wall = time.time()
+        for name, b in before.items():
+            a = wait_for("%s back after %s" % (name, kind),
+                         lambda: self.heartbeating(name, b["pids"], t_wall - (time.monotonic() - t0)),
+                         timeout, 0.1)
+            recovery = time.monotonic() - t0
+            rank0 = next(r for r in a["ranks"] if r["rank"] == 0)
+            got = wait_for("%s's restore line" % name,
+                           lambda: restore_of(b["log"], b["offset"], rank0["pid"]), 30)[0]
+            check(got >= b["checkpoint"],
+                  "%s after %s resumed from step %d, not older than checkpoint %d committed before it"
+                  % (name, kind, got, b["checkpoint"]))
+            lost = max(0, b["row"]["step"] - max(got, 0))
+            self.faults.append({"kind": kind, "agent": name, "lost": lost, "recovery_s": recovery})
+
+    def rank_fault(self, kind):
+        name = self.rng.choice(sorted(AGENTS))
+        before = self.before([name])
+        if not before:
+            return
+        rank = self.rng.choice(before[name]["row"]["ranks"])
+        try:  # the rank itself, not the srun that stands for it until it says hello
+            if "agentrt-test-agent" not in open("/proc/%d/cmdline" % rank["pid"]).read():
+                return
+        except OSError:
+            return
+        t0 = time.monotonic()
+        try:
+            os.kill(rank["pid"], signal.SIGKILL if kind == "SIGKILL of a rank" else signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        self.recovered(kind, before, t0)
+
+    def job_restarts(self):
+        m = re.search(r"Restarts=(\d+)", sh("scontrol", "show", "job", self.job, "-o", ok=False))
+        return int(m.group(1)) if m else -1
+
+    def node_fault(self, partition):
+        """A node under a single-node agent dies or is cut off. With a spare left, the agents
+        there move; with none, the run requeues its allocation and every agent resumes."""
+        host = self.batch_host()
+        wide = {r["node"] for r in (self.agent("wide") or {"ranks": []})["ranks"]}
+        nodes = {}
+        for name in ("solo-a", "solo-b"):
+            a = self.agent(name)
+            if a and a["ranks"] and a["ranks"][0]["node"] not in wide | {host}:
+                nodes.setdefault(a["ranks"][0]["node"], []).append(name)
+        if not nodes:
+            return
+        node = self.rng.choice(sorted(nodes))
+        before = self.before(sorted(AGENTS))  # a requeue takes every agent
+        if not before:
+            return
+        restarts = self.job_restarts()
+        old_pid = before[nodes[node][0]]["row"]["ranks"][0]["pid"]
+        t0 = time.monotonic()
+        if partition:
+            self.cluster.cut(node)
+        else:
+            self.cluster.kill(node)
+        self.lost_nodes.append((node, not partition))
+        kind = "partition" if partition else "node death"
+
+        def outcome():
+            if self.job_restarts() > restarts:
+                return "requeue"
+            moved = all(self.heartbeating(n, before[n]["pids"]) for n in nodes[node])
+            return "moved" if moved else None
+        if wait_for("%s of %s to be survived" % (kind, node), outcome, 120, 0.2) == "requeue":
+            # The lost nodes come back first, so the requeued allocation gets all it asks for.
+            self.bring_back_lost_nodes()
+            self.recovered(kind + ", no spare: requeue", before, t0, timeout=180)
+            return
+        t_moved = time.time()
+        self.recovered(kind, {n: before[n] for n in nodes[node]}, t0)
+        if partition:
+            self.check_fenced(nodes[node][0], old_pid, t_moved)
+        self.bring_back_lost_nodes(keep_lost=True)
+
+    def wait_requeued(self, restarts):
+        wait_for("job %s to be requeued" % self.job, lambda: self.job_restarts() > restarts, 90, 0.5)
+
+    def bring_back_lost_nodes(self, keep_lost=False):
+        """Lost nodes rejoin SLURM; this allocation has dropped them (keep_lost: they are
+        remembered as back, until the next allocation)."""
+        for node, slurmd_dead in self.lost_nodes:
+            if slurmd_dead is not None:
+                self.cluster.back(node, slurmd_dead)
+        self.lost_nodes = [(n, None) for n, _ in self.lost_nodes] if keep_lost else []
+
+    def check_fenced(self, name, old_pid, t_moved):
+        """The cut-off incarnation lived on past the move, and no checkpoint committed after the
+        move is anyone's but the new incarnation's."""
+        fence = open(os.path.join(self.run_dir, "checkpoints", name, "FENCE")).read().strip()
+
+        def new_commit():
+            after = []
+            for m in glob.glob(os.path.join(self.run_dir, "checkpoints", name, "step-*", "manifest.json")):
+                try:
+                    j = json.load(open(m))
+                except (OSError, ValueError):
+                    continue
+                if j["time"] > t_moved:
+                    after.append(j.get("incarnation"))
+            return after or None
+        after = wait_for("%s's new incarnation to commit a checkpoint" % name, new_commit, 30, 0.2)
+        check(all(inc == fence for inc in after),
+              "after the partition only %s's new incarnation %s committed: %s" % (name, fence, after))
+
+    def preempt(self):
+        before = self.before(sorted(AGENTS))
+        if not before:
+            return
+        restarts = self.job_restarts()
+        t0 = time.monotonic()
+        sh("scancel", "--signal=USR2", "--batch", self.job)
+        self.wait_requeued(restarts)
+        self.bring_back_lost_nodes()
+        self.recovered("SLURM preemption + requeue", before, t0, timeout=180)
+
+    def go(self):
+        kinds = self.kinds or ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank",
+                               "node death", "partition", "preemption"]
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            time.sleep(self.rng.uniform(1.0, 3.0))
+            kind = self.rng.choice(kinds)
+            if kind == "node death" or kind == "partition":
+                self.node_fault(kind == "partition")
+            elif kind == "preemption":
+                self.preempt()
+            else:
+                self.rank_fault(kind)
+        # The run goes on to its end.
+        wait_for("the run to end", lambda: (self.status() or {}).get("state") in
+                 ("succeeded", "failed", "stopped"), self.target * STEP_MS / 1000 * 3 + 180, 0.5)
+        for name in AGENTS:
+            a = self.agent(name)
+            check(a["state"] == "succeeded" and a["step"] == self.target,
+                  "%s reached its target step %d and succeeded (%s, step %d, %d restarts)"
+                  % (name, self.target, a["state"], a["step"], a["restarts"]))
+        wait_for("job %s to leave the queue" % self.job,
+                 lambda: not sh("squeue", "-h", "-j", self.job, ok=False).strip(), 60, 0.5)
+        wait_for("no process of the run left on any node",
+                 lambda: not run_processes(self.run_dir), 30)
+        check(True, "no process of the run is left")
+        wait_for("no Open MPI shared memory of the job left in /dev/shm",
+                 lambda: not glob.glob("/dev/shm/agentrt-mpi.step.%s.*" % self.job) and
+                 not glob.glob("/dev/shm/vader_segment.n*"), 30)
+        check(True, "the job left no shared memory")
+        kinds_seen = {f["kind"] for f in self.faults}
+        check(len(self.faults) >= 3 and len(kinds_seen) >= min(2, len(set(self.kinds or "ab"))),
+              "faults were injected and survived: %d of %d kinds" % (len(self.faults), len(kinds_seen)))
+        self.table()
+
+    def table(self):
+        print("\n%-36s %8s %8s %14s %14s" % ("fault", "injected", "survived", "steps lost",
+                                            "recovery s"))
+        print("%-36s %8s %8s %14s %14s" % ("(per agent)", "", "", "median / max", "median / max"))
+        for kind in sorted({f["kind"] for f in self.faults}):
+            rows = [f for f in self.faults if f["kind"] == kind]
+            lost = [f["lost"] for f in rows]
+            rec = [f["recovery_s"] for f in rows]
+            print("%-36s %8d %8d %6d / %5d %6.2f / %5.2f" % (
+                kind, len(rows), len(rows), statistics.median(lost), max(lost),
+                statistics.median(rec), max(rec)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--seed", type=int, default=47)
+    parser.add_argument("--kinds", help="only these faults (comma-separated, as in the table)")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or subprocess.run(["ip", "netns", "add", "agentrt-probe-%d" % os.getpid()],
+                                           capture_output=True).returncode != 0:
+        print("soak_cluster_test: skipped: cannot create network namespaces here "
+              "(needs root and CAP_NET_ADMIN)")
+        return 77
+    subprocess.run(["ip", "netns", "del", "agentrt-probe-%d" % os.getpid()], capture_output=True)
+    work = tempfile.mkdtemp(prefix="agentrt-msoak-work.")
+    cluster = None
+    rc = 1
+    try:
+        cluster = Cluster()
+        soak = Soak(cluster, work, args.seconds, args.seed,
+                    args.kinds.split(",") if args.kinds else None)
+        soak.go()
+        rc = 0
+    except Failure as e:
+        print("FAILED: %s\n(work dir kept: %s)" % (e, work))
+        for run_dir in glob.glob(os.path.join(work, "runs", "*")):
+            for pid in run_processes(run_dir):  # what is left, and where it waits
+                try:
+                    cmd = open("/proc/%d/cmdline" % pid).read().replace("\0", " ")[:120]
+                    st = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+                    wchan = open("/proc/%d/wchan" % pid).read()
+                    print("left: pid %d (ppid %s) state %s wchan %s: %s" % (pid, st[1], st[0], wchan, cmd))
+                except OSError:
+                    pass
+        for log in sorted(glob.glob(os.path.join(work, "runs", "*", "slurm-*.out"))):
+            print("--- %s\n%s" % (log, "".join(open(log, errors="replace").readlines()[-30:])))
+    finally:
+        if cluster is not None:
+            left = cluster.close()
+            if left:
+                print("FAILED: stop.sh left namespaces %s" % left)
+                rc = 1
+    if rc == 0:
+        shutil.rmtree(work, ignore_errors=True)
+        print("PASSED cluster soak (seed %d, %.0f s)" % (args.seed, args.seconds))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
