@@ -14,7 +14,9 @@ keeps breaking things:
   (no checkpoint of it after the move); the link heals afterwards;
 - a node loss with no spare left: the run requeues its allocation, every agent resumes;
 - a SLURM preemption (`scancel --signal=USR2 --batch`): every agent checkpoints, the job
-  requeues and every agent resumes.
+  requeues and every agent resumes;
+- kill -9 of the controller (the allocation's batch shell): SLURM ends the job, the operator
+  requeues it (`scontrol requeue`) and every agent resumes.
 
 Checked at every fault, not only at the end: each affected agent's next incarnation resumes
 from a checkpoint at least as new as the newest one committed when the fault struck (the steps
@@ -352,9 +354,42 @@ class Soak:
         self.bring_back_lost_nodes()
         self.recovered("SLURM preemption + requeue", before, t0, timeout=180)
 
+    def controller_pid(self):
+        """The run's controller: `agentctl run --backend slurm-steps` in the batch shell."""
+        for entry in os.listdir("/proc"):
+            try:
+                cmd = open("/proc/%s/cmdline" % entry).read().split("\0")
+            except (OSError, ValueError):
+                continue
+            if "slurm-steps" in cmd and self.run_dir in cmd and \
+                    os.path.basename(cmd[0]) == "agentctl":
+                return int(entry)
+        return None
+
+    def kill_controller(self):
+        """kill -9 of the controller (the allocation's batch shell): SLURM ends the job; the
+        operator requeues it (scontrol requeue) and every agent resumes."""
+        before = self.before(sorted(AGENTS))
+        pid = self.controller_pid()
+        if not before or pid is None:
+            return
+        restarts = self.job_restarts()
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+
+        def requeued():
+            if self.job_restarts() > restarts:
+                return True
+            # Refused while the job still runs or completes; asked again until it is over.
+            sh("scontrol", "requeue", self.job, ok=False)
+            return None
+        wait_for("job %s to end and be requeued" % self.job, requeued, 90, 0.5)
+        self.bring_back_lost_nodes()
+        self.recovered("kill -9 controller + requeue", before, t0, timeout=180)
+
     def go(self):
         kinds = self.kinds or ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank",
-                               "node death", "partition", "preemption"]
+                               "node death", "partition", "preemption", "kill controller"]
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline:
             time.sleep(self.rng.uniform(1.0, 3.0))
@@ -363,6 +398,8 @@ class Soak:
                 self.node_fault(kind == "partition")
             elif kind == "preemption":
                 self.preempt()
+            elif kind == "kill controller":
+                self.kill_controller()
             else:
                 self.rank_fault(kind)
         # The run goes on to its end.
