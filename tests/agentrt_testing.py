@@ -75,6 +75,21 @@ def free_port_block(n):
     raise Failure("no free block of %d ports" % n)
 
 
+def read_status(run_dir):
+    """The run's status.json, None while there is none (or it is half written)."""
+    try:
+        with open(os.path.join(run_dir, "status.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def status_agent(run_dir, name):
+    """Agent `name`'s row of the run's status.json, None while there is none."""
+    s = read_status(run_dir)
+    return next((a for a in s["agents"] if a["name"] == name), None) if s else None
+
+
 class AgentctlRun:
     """One `agentctl run` of yaml_text in workdir, in the background; its output goes to
     workdir/agentctl.out and its run directory is workdir/runs/<name>-<time>."""
@@ -101,20 +116,10 @@ class AgentctlRun:
         return None
 
     def status(self):
-        try:
-            with open(os.path.join(self.run_dir, "status.json")) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
+        return read_status(self.run_dir)
 
     def agent(self, name):
-        s = self.status()
-        if not s:
-            return None
-        for a in s["agents"]:
-            if a["name"] == name:
-                return a
-        return None
+        return status_agent(self.run_dir, name)
 
     def wait_exit(self, timeout_s=60):
         try:

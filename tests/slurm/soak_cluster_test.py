@@ -49,7 +49,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, check, newest_committed, run_processes, wait_for  # noqa: E402
+from agentrt_testing import (Failure, check, newest_committed, read_status, run_processes,  # noqa: E402
+                             status_agent, wait_for)
 
 SRC = os.environ.get("AGENTRT_SOURCE_DIR",
                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -190,15 +191,10 @@ class Soak:
 
     # --- the run, as status.json says
     def status(self):
-        try:
-            with open(os.path.join(self.run_dir, "status.json")) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return None
+        return read_status(self.run_dir)
 
     def agent(self, name):
-        s = self.status()
-        return next((a for a in s["agents"] if a["name"] == name), None) if s else None
+        return status_agent(self.run_dir, name)
 
     def heartbeating(self, name, not_pids=(), since=0.0):
         """The agent runs, every rank of it heard from after `since` with a pid not in
