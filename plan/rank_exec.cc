@@ -303,25 +303,39 @@ std::string RankExitPath(const std::string& log_dir, int rank) {
   return log_dir + "/rank" + std::to_string(rank) + ".exit";
 }
 
-std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_count) {
-  std::vector<RankExit> out;
+namespace {
+
+// Calls `fn` with the path of every rank exit record in `log_dir`.
+template <typename Fn>
+void ForEachRankExitFile(const std::string& log_dir, Fn fn) {
   DIR* d = ::opendir(log_dir.c_str());
-  if (d == nullptr) return out;
+  if (d == nullptr) return;
   while (dirent* entry = ::readdir(d)) {
     const std::string name = entry->d_name;
-    if (name.rfind("rank", 0) != 0 || name.size() < 10 || name.substr(name.size() - 5) != ".exit") {
-      continue;
-    }
-    auto text = ReadWholeFile(log_dir + "/" + name, 4096);
-    if (!text.ok()) continue;
+    if (name.rfind("rank", 0) == 0 && name.size() >= 10 && name.substr(name.size() - 5) == ".exit")
+      fn(log_dir + "/" + name);
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
+std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_count) {
+  std::vector<RankExit> out;
+  ForEachRankExitFile(log_dir, [&](const std::string& path) {
+    auto text = ReadWholeFile(path, 4096);
+    if (!text.ok()) return;
     const Result<RankExit> e =
         RankExit::FromJson(nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false));
     if (e.ok() && e->restart_count == restart_count) out.push_back(*e);
-  }
-  ::closedir(d);
+  });
   std::sort(out.begin(), out.end(),
             [](const RankExit& a, const RankExit& b) { return a.rank < b.rank; });
   return out;
+}
+
+void RemoveRankExits(const std::string& log_dir) {
+  ForEachRankExitFile(log_dir, [](const std::string& path) { ::unlink(path.c_str()); });
 }
 
 Result<RouteInterface> InterfaceToward(const std::string& addr) {

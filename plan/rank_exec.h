@@ -112,6 +112,10 @@ struct RankExit {
 std::string RankExitPath(const std::string& log_dir, int rank);
 // The records of `log_dir` written by incarnation `restart_count`, by rank.
 std::vector<RankExit> ReadRankExits(const std::string& log_dir, int restart_count);
+// Removes every record of `log_dir`: before an incarnation starts
+// (PrepareLaunch), since an earlier one's may carry the same restart count
+// (a requeued allocation counts from 0 again).
+void RemoveRankExits(const std::string& log_dir);
 
 // The wrapper's argv (after the program name) for `options`.
 std::vector<std::string> RankExecArgs(const RankExecOptions& options);

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "plan/fence.h"
+#include "plan/rank_exec.h"
 
 namespace agentrt {
 
@@ -58,6 +59,10 @@ Status PrepareLaunch(const AgentLaunch& agent, bool still_running) {
     if (ec)
       return Internal("agent " + agent.name + ": cannot create " + *dir + ": " + ec.message());
   }
+  // How this incarnation's ranks end is written afresh: a record of an
+  // earlier one with the same restart count would pass for it (a rank killed
+  // with its node leaves none, and would then count as a clean exit).
+  if (!agent.log_dir.empty()) RemoveRankExits(agent.log_dir);
   if (!agent.incarnation.empty() && !agent.checkpoint_dir.empty()) {
     AGENTRT_RETURN_IF_ERROR(WriteCheckpointFence(agent.checkpoint_dir, agent.incarnation)
                                 .WithContext("agent " + agent.name));

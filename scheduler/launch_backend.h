@@ -79,7 +79,8 @@ struct AgentLaunch {
 // What every backend does before starting an incarnation: refuses an agent
 // with no ranks or no command, one that is `still_running`, or one whose
 // GPUs the launcher cannot see (launcher_visible_devices), creates its
-// log, checkpoint and working directories, and fences the checkpoint
+// log, checkpoint and working directories, removes the rank exit records of
+// earlier incarnations (RemoveRankExits), and fences the checkpoint
 // directory for this incarnation (FENCE). Errors name the agent.
 Status PrepareLaunch(const AgentLaunch& agent, bool still_running);
 

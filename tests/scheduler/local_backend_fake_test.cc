@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "common/file_util.h"
 #include "plan/agent_env.h"
+#include "plan/rank_exec.h"
 #include "scheduler/local_backend.h"
 
 namespace agentrt {
@@ -128,6 +130,23 @@ TEST_CASE("fake spawner: plain ranks get their own contract, log file and one pr
     CHECK(Env(env, "HOME") == "/root");
     CHECK(Env(env, "OMPI_COMM_WORLD_RANK") == "<unset>");  // not inherited from agentctl's own
   }
+}
+
+TEST_CASE("fake spawner: an incarnation starts without its predecessors' rank exit records") {
+  // A requeued allocation counts restarts from 0 again: a record left by an
+  // earlier incarnation would pass for how this one's ranks ended.
+  Fixture f;
+  const AgentLaunch a = TwoRanks("learner");
+  std::filesystem::create_directories(a.log_dir);
+  RankExit old;
+  old.rank = 0;
+  old.restart_count = a.restart_count;
+  REQUIRE(WriteFileAtomic(RankExitPath(a.log_dir, 0), old.ToJson().dump()).ok());
+  REQUIRE(WriteFileAtomic(a.log_dir + "/rank0.log", "kept\n").ok());
+  REQUIRE(ReadRankExits(a.log_dir, a.restart_count).size() == 1);
+  REQUIRE(f.backend->Launch(a).ok());
+  CHECK(ReadRankExits(a.log_dir, a.restart_count).empty());
+  CHECK(std::filesystem::exists(a.log_dir + "/rank0.log"));
 }
 
 TEST_CASE("fake spawner: plan GPU ids index the GPUs agentctl itself sees (indices or UUIDs)") {
