@@ -16,7 +16,11 @@ keeps breaking things:
 - a SLURM preemption (`scancel --signal=USR2 --batch`): every agent checkpoints, the job
   requeues and every agent resumes;
 - kill -9 of the controller (the allocation's batch shell): SLURM ends the job, the operator
-  requeues it (`scontrol requeue`) and every agent resumes.
+  requeues it (`scontrol requeue`) and every agent resumes;
+- a full disk: the run directory's file system (a tmpfs of its own, mounted before the nodes
+  start; checkpoints, logs and the bus log live there) is filled for FULL_DISK_S, then freed:
+  every agent must commit a new checkpoint afterwards, and no restore may ever meet a corrupt
+  one.
 
 Checked at every fault, not only at the end: each affected agent's next incarnation resumes
 from a checkpoint at least as new as the newest one committed when the fault struck (the steps
@@ -61,6 +65,10 @@ STEP_MS = 20
 NODES = 6
 SPARES = 2
 AGENTS = {"wide": 4, "solo-a": 1, "solo-b": 1}  # name: ranks; wide spans two nodes
+KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
+         "preemption", "kill controller", "full disk"]
+DISK_MIB = 512  # the run directory's file system
+FULL_DISK_S = 5  # how long it stays full: over two checkpoint intervals
 
 
 def sh(*args, timeout=15, ok=True):
@@ -383,9 +391,48 @@ class Soak:
         self.bring_back_lost_nodes()
         self.recovered("kill -9 controller + requeue", before, t0, timeout=180)
 
+    def full_disk(self):
+        """The file system of the run directory (checkpoints, logs, the bus log) is full for
+        FULL_DISK_S: saves fail, and nothing may be torn. Once there is room again, every agent
+        commits a checkpoint newer than its last one from before; one that restarted meanwhile
+        resumed from a checkpoint no older than that."""
+        before = self.before(sorted(AGENTS))
+        if not before:
+            return
+        filler = os.path.join(self.work, "filler")
+        t0 = time.monotonic()
+        with open(filler, "wb") as f:
+            st = os.statvfs(self.work)
+            try:
+                os.posix_fallocate(f.fileno(), 0, st.f_bavail * st.f_frsize)
+            except OSError:
+                pass  # as full as it gets
+        time.sleep(FULL_DISK_S)
+        os.unlink(filler)
+        for name, b in before.items():
+            wait_for("%s to commit a checkpoint after the disk was full" % name,
+                     lambda: newest_committed(self.run_dir, name) > b["checkpoint"], 60, 0.2)
+            a = wait_for("%s running" % name, lambda: self.heartbeating(name), 60, 0.2)
+            lost = 0
+            if not b["pids"] & {r["pid"] for r in a["ranks"]}:  # it restarted meanwhile
+                rank0 = next(r for r in a["ranks"] if r["rank"] == 0)
+                got = wait_for("%s's restore line" % name,
+                               lambda: restore_of(b["log"], b["offset"], rank0["pid"]), 30)[0]
+                check(got >= b["checkpoint"], "%s restarted while the disk was full and resumed "
+                      "from step %d, not older than checkpoint %d" % (name, got, b["checkpoint"]))
+                lost = max(0, b["row"]["step"] - max(got, 0))
+            self.faults.append({"kind": "full disk", "agent": name, "lost": lost,
+                                "recovery_s": time.monotonic() - t0 - FULL_DISK_S})
+
+    def check_nothing_corrupt(self):
+        """No restore had to pass over a corrupt checkpoint: none was torn."""
+        for name in AGENTS:
+            a = self.agent(name)
+            check(not a.get("skipped_checkpoints"),
+                  "%s passed over no corrupt checkpoint (%s)" % (name, a.get("skipped_checkpoints")))
+
     def go(self):
-        kinds = self.kinds or ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank",
-                               "node death", "partition", "preemption", "kill controller"]
+        kinds = self.kinds
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline:
             time.sleep(self.rng.uniform(1.0, 3.0))
@@ -396,6 +443,8 @@ class Soak:
                 self.preempt()
             elif kind == "kill controller":
                 self.kill_controller()
+            elif kind == "full disk":
+                self.full_disk()
             else:
                 self.rank_fault(kind)
         # The run goes on to its end.
@@ -406,6 +455,7 @@ class Soak:
             check(a["state"] == "succeeded" and a["step"] == self.target,
                   "%s reached its target step %d and succeeded (%s, step %d, %d restarts)"
                   % (name, self.target, a["state"], a["step"], a["restarts"]))
+        self.check_nothing_corrupt()
         wait_for("job %s to leave the queue" % self.job,
                  lambda: not sh("squeue", "-h", "-j", self.job, ok=False).strip(), 60, 0.5)
         wait_for("no process of the run left on any node",
@@ -446,12 +496,19 @@ def main():
         return 77
     subprocess.run(["ip", "netns", "del", "agentrt-probe-%d" % os.getpid()], capture_output=True)
     work = tempfile.mkdtemp(prefix="agentrt-msoak-work.")
+    # The run directory on a file system of its own that the injector can fill, mounted before
+    # the nodes start so that their mount namespaces hold it too.
+    disk = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0700" % DISK_MIB, "tmpfs",
+                           work], capture_output=True).returncode == 0
     cluster = None
     rc = 1
     try:
         cluster = Cluster()
-        soak = Soak(cluster, work, args.seconds, args.seed,
-                    args.kinds.split(",") if args.kinds else None)
+        kinds = args.kinds.split(",") if args.kinds else KINDS
+        if not disk and "full disk" in kinds:
+            print("soak_cluster_test: no full-disk faults: cannot mount a tmpfs on %s" % work)
+            kinds = [k for k in kinds if k != "full disk"]
+        soak = Soak(cluster, work, args.seconds, args.seed, kinds)
         soak.go()
         rc = 0
     except Failure as e:
@@ -473,6 +530,12 @@ def main():
             if left:
                 print("FAILED: stop.sh left namespaces %s" % left)
                 rc = 1
+        if disk:
+            if rc != 0:
+                kept = tempfile.mkdtemp(prefix="agentrt-msoak-kept.")
+                subprocess.run(["cp", "-a", work + "/.", kept])
+                print("(the work dir's contents are kept in %s)" % kept)
+            subprocess.run(["umount", work], capture_output=True)
     if rc == 0:
         shutil.rmtree(work, ignore_errors=True)
         print("PASSED cluster soak (seed %d, %.0f s)" % (args.seed, args.seconds))
