@@ -358,7 +358,7 @@ void FitPlanToAllocation(agentrt::Plan& plan, const agentrt::RunDriverOptions& d
     if (d.kind == agentrt::FailoverDecision::Kind::kMoved) {
       Print(fmt::format("agentctl run: {}: it moves to {}\n", where, fmt::join(d.moved_to, ",")));
     } else if (d.kind == agentrt::FailoverDecision::Kind::kShrunk) {
-      Print(fmt::format("agentctl run: {}{}\n", where, d.reason));
+      Print(fmt::format("agentctl run: {}: {}\n", where, d.reason));
     } else {
       std::fputs(fmt::format("agentctl run: warning: {}, and {}\n", where, d.reason).c_str(),
                  stderr);
