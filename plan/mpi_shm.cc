@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <ctime>
 #include <filesystem>
 #include <string_view>
@@ -26,12 +27,19 @@ void RemoveTree(const std::string& dir) {
   std::filesystem::remove_all(dir, ec);
 }
 
-// With `fd`'s exclusive lock held: the lock file goes first, so that a rank
-// joining meanwhile sees its lock is not the folder's and starts over.
+// With `fd`'s exclusive lock held: the folder leaves its name first, so that
+// a rank joining meanwhile makes a new one (or, holding the old lock file,
+// sees it is no longer the folder's and starts over), then goes. A remover
+// killed in between leaves a "<name>.removing.<pid>" folder with a free lock,
+// which the next sweep takes.
 void RemoveLockedStepDir(const std::string& dir, int fd) {
-  ::unlink((dir + kLockName).c_str());
-  RemoveTree(dir);
+  const std::string doomed = dir + ".removing." + std::to_string(::getpid());
+  if (::rename(dir.c_str(), doomed.c_str()) == 0) RemoveTree(doomed);
   ::close(fd);
+}
+
+bool SameFile(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
 }  // namespace
@@ -62,8 +70,12 @@ void SweepControllerMpiShmDirs(const std::string& root) {
     const size_t dot = name.find('.', kPrefix.size());
     const std::string pid_text = name.substr(kPrefix.size(), dot - kPrefix.size());
     // Step folders ("agentrt-mpi.step.") have no pid and are not ours.
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (!PidAlive(std::stol(pid_text))) RemoveTree(e.path().string());
+    long pid = 0;
+    const auto [end, err] =
+        std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+    if (pid_text.empty() || err != std::errc() || end != pid_text.data() + pid_text.size())
+      continue;
+    if (!PidAlive(pid)) RemoveTree(e.path().string());
   }
 }
 
@@ -107,8 +119,7 @@ StepMpiShm StepMpiShm::Join(const std::string& root, const std::string& job,
     // removed it while we waited.)
     struct stat held {
     }, named{};
-    if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 &&
-        held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
+    if (::fstat(fd, &held) == 0 && ::stat(lock.c_str(), &named) == 0 && SameFile(held, named)) {
       joined.dir_ = dir;
       joined.lock_fd_ = fd;
       return joined;
@@ -128,7 +139,7 @@ void StepMpiShm::Leave() {
     struct stat held {
     }, named{};
     if (::fstat(lock_fd_, &held) == 0 && ::stat((dir_ + kLockName).c_str(), &named) == 0 &&
-        held.st_ino == named.st_ino) {
+        SameFile(held, named)) {
       RemoveLockedStepDir(dir_, lock_fd_);
     } else {
       ::close(lock_fd_);  // somebody removed it already

@@ -20,6 +20,7 @@ FailoverService::FailoverService(Plan* plan, RunDir dir, std::vector<NodeSpec> n
 
 RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
   RelaunchAdvice advice;
+  if (allocation_shrunk_) launch.overlap_steps = true;  // see below; also when SLURM cannot say
   auto down = down_nodes_();
   if (!down.ok()) {
     observer_->Warn("agentctl run: warning: cannot tell which nodes are down (" +
@@ -33,8 +34,7 @@ RelaunchAdvice FailoverService::Advise(AgentLaunch& launch) {
   // resizing"): a new step of any agent on the healthy nodes would wait for
   // them forever. From then on every relaunch overlaps the job's other steps;
   // the plan keeps the agents apart.
-  if (!down->empty()) allocation_shrunk_ = true;
-  if (allocation_shrunk_) launch.overlap_steps = true;
+  if (!down->empty()) allocation_shrunk_ = launch.overlap_steps = true;
   const FailoverDecision d = failover_.Relocate(*plan_, launch.name, *down);
   if (d.kind == FailoverDecision::Kind::kStay) return advice;
   const double now = UnixTimeSeconds();

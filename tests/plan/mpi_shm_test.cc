@@ -98,7 +98,12 @@ TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in u
   REQUIRE(::kill(rank, SIGKILL) == 0);
   int status = 0;
   REQUIRE(::waitpid(rank, &status, 0) == rank);
-  CHECK(SweepStepMpiShmDirs(root.path) == 1);  // the killed rank's folder
+  // And one whose remover was killed after renaming it (its lock file kept).
+  const std::string half_removed = root.Path("agentrt-mpi.step.6.0.removing.4242");
+  fs::create_directory(half_removed);
+  root.Write("agentrt-mpi.step.6.0.removing.4242/.lock", "");
+  CHECK(SweepStepMpiShmDirs(root.path) == 2);  // the killed rank's folder, the half removed one
+  CHECK_FALSE(fs::exists(half_removed));
   CHECK_FALSE(fs::exists(root.Path("agentrt-mpi.step.7.0")));
   CHECK(fs::exists(live.dir()));
   CHECK(fs::exists(root.Path("agentrt-mpi.123.a.1")));
@@ -120,7 +125,8 @@ TEST_CASE("a controller's folders are removed once its pid no longer runs") {
   WriteSegment(gone, 0);
   StepMpiShm step = StepMpiShm::Join(root.path, "5", "0");
   REQUIRE_FALSE(step.dir().empty());
-  step.Leave();  // a step folder left by a killed rank is the sweep of steps' to remove
+  step.Leave();
+  // A step folder (here one with no lock file) is not the controllers' sweep's.
   fs::create_directory(root.Path("agentrt-mpi.step.6.0"));
 
   SweepControllerMpiShmDirs(root.path);

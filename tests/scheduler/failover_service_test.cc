@@ -79,6 +79,10 @@ TEST_CASE("failover: once the allocation lost a node, every relaunch overlaps ot
   launch = f.Launch();
   f.failover->Advise(launch);
   CHECK(launch.overlap_steps);
+  f.know_down = false;  // and when SLURM cannot say which nodes are down
+  launch = f.Launch();
+  f.failover->Advise(launch);
+  CHECK(launch.overlap_steps);
 }
 
 TEST_CASE("failover: no node down, or nobody can say, relaunches where it was") {

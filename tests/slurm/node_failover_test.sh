@@ -137,7 +137,8 @@ timeout 10 scancel "$job"
 wait_job_gone "$job"
 # Open MPI's shared memory: wide's ranks kept it in their step's folder, which
 # the last of them removed (plan/mpi_shm.h); nothing of the job is left in
-# /dev/shm, not even from the ranks of the nodes that died.
+# /dev/shm. (The test nodes share one /dev/shm, so the sweep of a killed
+# step's folder by the next step on its node is tested in plan_mpi_shm_test.)
 wait_until 30 "the job's Open MPI shared memory to be removed" \
   sh -c "! ls -d /dev/shm/agentrt-mpi.step.$job.* /dev/shm/vader_segment.n[1-5].* 2>/dev/null | grep -q ."
 echo "node_failover_test: PASS"
