@@ -56,6 +56,7 @@ struct Step {
   int restart_count = 0;
   bool in_node_step = false;  // this incarnation runs in a node step
   double killed_at_s = -1;    // in a node step: when SIGKILL was asked for
+  bool cancelled = false;     // its step was scancel'ed (SIGKILL): CancelStep has nothing to do
 };
 
 // A node step's ranks are tasks of a step shared with other agents; these
@@ -161,6 +162,8 @@ class SrunBackend final : public LaunchBackend {
       } else if (out->exit_code != 0 && sig != SIGKILL) {
         result = Unavailable("agent " + agent + ": " + FormatCommand(argv) + " exited with code " +
                              std::to_string(out->exit_code) + ": " + out->err);
+      } else if (sig == SIGKILL) {
+        it->second.cancelled = true;
       }
       if (sig != SIGKILL) return result;
     }
@@ -396,6 +399,7 @@ class SrunBackend final : public LaunchBackend {
   // one to watch it: it is cancelled, so no rank of an incarnation outlives
   // the srun the controller knows it by. (Gone already is fine.)
   void CancelStep(const Step& step) {
+    if (step.cancelled) return;
     const std::string id = StepId(step);
     if (id.empty() || runner_ == nullptr) return;
     runner_->Run({options_.scancel, id}, 30).status().IgnoreError();

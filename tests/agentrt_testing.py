@@ -15,6 +15,7 @@ import re
 import signal
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -170,15 +171,19 @@ def run_processes(run_dir):
     return pids
 
 
-def heartbeating(run, name, ranks):
+def heartbeating(run, name, ranks, not_pids=(), since=0.0):
     """All ranks of `name` run and have told their own pid (hello) and a step. Until a rank has
-    sent telemetry (heard_unix_s), its pid may be its launcher's (mpirun stands for every rank)."""
+    sent telemetry (heard_unix_s), its pid may be its launcher's (mpirun or srun stands for every
+    rank). With `not_pids` and `since` (Unix time): every rank is a process not in `not_pids`,
+    heard from after `since` (a new incarnation after a fault)."""
     a = run.agent(name)
     if not a or a["state"] != "running" or a["step"] < 1 or len(a["ranks"]) != ranks:
         return None
-    if any(r.get("heard_unix_s") is None for r in a["ranks"]):
+    if any((r.get("heard_unix_s") or 0) <= since for r in a["ranks"]):
         return None
     pids = [r["pid"] for r in a["ranks"]]
+    if any(p in not_pids for p in pids):
+        return None
     return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None
 
 
@@ -188,22 +193,46 @@ def committed_dirs(run_dir, agent):
     return sorted(os.path.dirname(m) for m in glob.glob(os.path.join(d, "step-*", "manifest.json")))
 
 
-def incarnation_restore(log, restart):
-    """(step,) incarnation `restart` of a test agent logged it resumed from, (-1,) when it restored
-    nothing, None while its restore line is not in `log` yet."""
+def _restore_after(log, hello, offset=0):
+    """(step,) the test agent whose hello line of `log` (from byte `offset`) matches `hello` logged
+    it resumed from on the next line, (-1,) when it restored nothing, None while that line is not
+    whole in `log` yet."""
     try:
-        with open(log) as f:
+        with open(log, errors="replace") as f:
+            f.seek(offset)
             text = f.read()
     except FileNotFoundError:
         return None
-    start = re.search(r" restart %d\n" % restart, text)
-    if not start:
+    m = re.search(hello + r"\n(.*)\n", text)
+    if not m:
         return None
-    lines = text[start.end():].splitlines()
-    if not lines:
-        return None
-    m = re.match(r"resumed from step (\d+)", lines[0])
-    return (int(m.group(1)) if m else -1,)
+    r = re.match(r"resumed from step (\d+)", m.group(1))
+    return (int(r.group(1)) if r else -1,)
+
+
+def incarnation_restore(log, restart):
+    """What incarnation `restart` of a test agent resumed from (_restore_after)."""
+    return _restore_after(log, r" restart %d" % restart)
+
+
+def restore_since(log, offset, pid):
+    """What the test agent's rank with pid `pid` resumed from, said after byte `offset` of `log`
+    (_restore_after): restart counts start again in a requeued SLURM allocation, pids do not
+    repeat within a run."""
+    return _restore_after(log, r" pid %d restart \d+" % pid, offset)
+
+
+def print_fault_table(faults):
+    """A soak's table: faults ({kind, lost, recovery_s}) by kind, with the steps lost and the
+    recovery time (median, max). A fault that is not survived fails the soak where it strikes, so
+    every row printed was survived."""
+    print("\n%-36s %8s %8s %14s %14s" % ("fault", "injected", "survived", "steps lost", "recovery s"))
+    print("%-36s %8s %8s %14s %14s" % ("", "", "", "median / max", "median / max"))
+    for kind in sorted({f["kind"] for f in faults}):
+        lost = [f["lost"] for f in faults if f["kind"] == kind]
+        rec = [f["recovery_s"] for f in faults if f["kind"] == kind]
+        print("%-36s %8d %8d %6d / %5d %6.2f / %5.2f" % (kind, len(lost), len(lost), statistics.median(lost),
+                                                       max(lost), statistics.median(rec), max(rec)))
 
 
 def newest_committed(run_dir, agent):

@@ -46,14 +46,14 @@ import random
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import (Failure, check, newest_committed, read_status, run_processes,  # noqa: E402
+from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
+                             print_fault_table, read_status, restore_since, run_processes,
                              status_agent, wait_for)
 
 SRC = os.environ.get("AGENTRT_SOURCE_DIR",
@@ -160,22 +160,6 @@ agents:
 %s""" % (work, SPARES, agents)
 
 
-def restore_of(log, offset, pid):
-    """The step rank 0 (pid `pid`) of `log` resumed from, written after byte `offset`: (step,),
-    (-1,) when it restored nothing, None while it has not said yet."""
-    try:
-        with open(log, errors="replace") as f:
-            f.seek(offset)
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    m = re.search(r" pid %d restart \d+\n(.*)\n" % pid, text)
-    if not m:
-        return None
-    r = re.match(r"resumed from step (\d+)", m.group(1))
-    return (int(r.group(1)) if r else -1,)
-
-
 class Soak:
     def __init__(self, cluster, work, seconds, seed, kinds=None):
         self.kinds = kinds
@@ -206,15 +190,7 @@ class Soak:
         return status_agent(self.run_dir, name)
 
     def heartbeating(self, name, not_pids=(), since=0.0):
-        """The agent runs, every rank of it heard from after `since` with a pid not in
-        `not_pids`; its status row, else None."""
-        a = self.agent(name)
-        if not a or a["state"] != "running" or len(a["ranks"]) != AGENTS[name]:
-            return None
-        for r in a["ranks"]:
-            if (r.get("heard_unix_s") or 0) <= since or r["pid"] <= 0 or r["pid"] in not_pids:
-                return None
-        return a
+        return heartbeating(self, name, AGENTS[name], not_pids, since)
 
     def wait_all_running(self, what, timeout):
         return wait_for(what, lambda: all(self.heartbeating(n) for n in AGENTS) or None, timeout, 0.2)
@@ -247,7 +223,7 @@ class Soak:
             recovery = time.monotonic() - t0
             rank0 = next(r for r in a["ranks"] if r["rank"] == 0)
             got = wait_for("%s's restore line" % name,
-                           lambda: restore_of(b["log"], b["offset"], rank0["pid"]), 30)[0]
+                           lambda: restore_since(b["log"], b["offset"], rank0["pid"]), 30)[0]
             check(got >= b["checkpoint"],
                   "%s after %s resumed from step %d, not older than checkpoint %d committed before it"
                   % (name, kind, got, b["checkpoint"]))
@@ -418,7 +394,7 @@ class Soak:
             if not b["pids"] & {r["pid"] for r in a["ranks"]}:  # it restarted meanwhile
                 rank0 = next(r for r in a["ranks"] if r["rank"] == 0)
                 got = wait_for("%s's restore line" % name,
-                               lambda: restore_of(b["log"], b["offset"], rank0["pid"]), 30)[0]
+                               lambda: restore_since(b["log"], b["offset"], rank0["pid"]), 30)[0]
                 check(got >= b["checkpoint"], "%s restarted while the disk was full and resumed "
                       "from step %d, not older than checkpoint %d" % (name, got, b["checkpoint"]))
                 lost = max(0, b["row"]["step"] - max(got, 0))
@@ -469,21 +445,8 @@ class Soak:
         kinds_seen = {f["kind"] for f in self.faults}
         check(len(self.faults) >= 3 and len(kinds_seen) >= min(2, len(set(self.kinds or "ab"))),
               "faults were injected and survived: %d of %d kinds" % (len(self.faults), len(kinds_seen)))
-        self.table()
+        print_fault_table(self.faults)
 
-    def table(self):
-        """A fault that is not survived fails the soak where it strikes, so every row printed was
-        survived."""
-        print("\n%-36s %8s %8s %14s %14s" % ("fault", "injected", "survived", "steps lost",
-                                            "recovery s"))
-        print("%-36s %8s %8s %14s %14s" % ("(per agent)", "", "", "median / max", "median / max"))
-        for kind in sorted({f["kind"] for f in self.faults}):
-            rows = [f for f in self.faults if f["kind"] == kind]
-            lost = [f["lost"] for f in rows]
-            rec = [f["recovery_s"] for f in rows]
-            print("%-36s %8d %8d %6d / %5d %6.2f / %5.2f" % (
-                kind, len(rows), len(rows), statistics.median(lost), max(lost),
-                statistics.median(rec), max(rec)))
 
 
 def main():

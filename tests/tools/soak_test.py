@@ -20,14 +20,14 @@ import os
 import random
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
-                             incarnation_restore, newest_committed, run_processes, wait_for)
+                             incarnation_restore, newest_committed, print_fault_table, run_processes,
+                             wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -155,17 +155,8 @@ class Soak:
                 s.bind(("127.0.0.1", port))
         check(True, "every port of the run's block binds again")
         check(len(self.faults) >= 3, "faults were injected and survived: %d" % len(self.faults))
-        self.table()
+        print_fault_table(self.faults)
 
-    def table(self):
-        print("\n%-28s %8s %8s %14s %14s" % ("fault", "injected", "survived", "steps lost", "recovery s"))
-        print("%-28s %8s %8s %14s %14s" % ("", "", "", "median / max", "median / max"))
-        for kind in sorted({f["kind"] for f in self.faults}):
-            rows = [f for f in self.faults if f["kind"] == kind]
-            lost = [f["lost"] for f in rows]
-            rec = [f["recovery_s"] for f in rows]
-            print("%-28s %8d %8d %6d / %5d %6.2f / %5.2f" % (kind, len(rows), len(rows), statistics.median(lost),
-                                                           max(lost), statistics.median(rec), max(rec)))
 
 
 def main():
