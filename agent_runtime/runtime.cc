@@ -57,13 +57,13 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, Runtim
   c.agent = a.agent;
   c.rank = a.rank;
   c.world_size = a.world_size;
-  // The launcher fenced the directory for this launch just before starting
-  // it: the id found there now is this incarnation's (plan/fence.h).
-  if (c.incarnation.empty() && !a.telemetry.empty()) {
-    auto fence = ReadCheckpointFence(a.ckpt_dir);
-    if (!fence.ok()) return fence.status().WithContext(where + "checkpoint fence");
-    if (*fence) c.incarnation = **fence;
+  // This launch's id, for the checkpoints it commits and its bus calls.
+  if (c.incarnation.empty()) {
+    auto launch = LaunchIncarnation(a);
+    if (!launch.ok()) return launch.status().WithContext(where + "launch");
+    c.incarnation = std::move(launch).value();
   }
+  if (rt->options_.bus.incarnation.empty()) rt->options_.bus.incarnation = c.incarnation;
   if (c.interval_s < 0) c.interval_s = me.checkpoint.interval_s;
   if (c.keep_last <= 0) c.keep_last = me.checkpoint.keep_last;
   Runtime* self = rt.get();

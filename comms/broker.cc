@@ -180,7 +180,8 @@ Status Broker::SyncForAck(Log& log) {
   return files == nullptr ? Status::Ok() : files->Sync();
 }
 
-Status Broker::Authenticate(std::string_view agent, std::string_view token) {
+Status Broker::Authenticate(std::string_view agent, std::string_view token,
+                            std::string_view incarnation) {
   auto refuse = [&](std::string m) {
     rejected_unauthenticated_.fetch_add(1, std::memory_order_relaxed);
     return Status(StatusCode::kUnauthenticated, std::move(m));
@@ -195,7 +196,19 @@ Status Broker::Authenticate(std::string_view agent, std::string_view token) {
     return refuse("wrong token for agent " + std::string(agent) +
                   " (is AGENTRT_TOKEN_FILE from this run? the run secret changes with every run)");
   }
-  return Status::Ok();
+  if (incarnation.empty()) return Status::Ok();
+  std::shared_lock<std::shared_mutex> lock(launches_mu_);
+  auto current = launches_.find(agent);
+  if (current == launches_.end() || current->second == incarnation) return Status::Ok();
+  return PermissionDenied(fmt::format(
+      "fenced: launch {} of agent {} was replaced by launch {}; only the current one may use "
+      "the bus",
+      incarnation, agent, current->second));
+}
+
+void Broker::SetIncarnation(const std::string& agent, const std::string& incarnation) {
+  std::unique_lock<std::shared_mutex> lock(launches_mu_);
+  launches_[agent] = incarnation;
 }
 
 Status Broker::Deny(std::string message) {

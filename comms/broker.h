@@ -108,8 +108,18 @@ class Broker {
   const BrokerOptions& options() const { return options_; }
 
   // Checks (agent, token) against the secret and the run's agents.
-  // UNAUTHENTICATED names the agent (never the token).
-  Status Authenticate(std::string_view agent, std::string_view token);
+  // UNAUTHENTICATED names the agent (never the token). `incarnation`: the
+  // launch the calling process belongs to (x-agentrt-incarnation; "" for a
+  // client that is no agent's launch, such as agentrt-bus): once the
+  // controller said which launch of `agent` is current (SetIncarnation), any
+  // other is PERMISSION_DENIED "fenced: ...", so a rank cut off by a
+  // network partition and still running cannot publish (or read) beside its
+  // successor when the link heals.
+  Status Authenticate(std::string_view agent, std::string_view token,
+                      std::string_view incarnation = {});
+  // The current launch of `agent` (AgentLaunch::incarnation, the checkpoint
+  // fence's id), set by the controller before it starts that launch.
+  void SetIncarnation(const std::string& agent, const std::string& incarnation);
 
   // Stores one message (its payload is moved out of `req`). Validates, checks
   // the ACL and `req.publisher` == `agent`, and suppresses duplicates.
@@ -287,6 +297,9 @@ class Broker {
   std::map<std::string, std::shared_ptr<Log>> logs_;
 
   PublisherTable publishers_;
+
+  mutable std::shared_mutex launches_mu_;
+  std::map<std::string, std::string, std::less<>> launches_;  // agent -> current incarnation
 
   std::mutex readers_mu_;                         // before any log's mu
   std::map<const Reader*, std::string> readers_;  // -> agent

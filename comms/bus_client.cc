@@ -21,6 +21,7 @@
 #include "comms/bus_validate.h"
 #include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "plan/fence.h"
 
 namespace agentrt {
 
@@ -185,6 +186,9 @@ Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
   AGENTRT_ASSIGN_OR_RETURN(Credential cred, ReadTokenFile(env.token_file));
   // A TLS bus: trust exactly the CA the run names (the caller's own wins).
   if (options.tls_ca_file.empty()) options.tls_ca_file = env.bus_ca_file;
+  if (options.incarnation.empty()) {
+    AGENTRT_ASSIGN_OR_RETURN(options.incarnation, LaunchIncarnation(env));
+  }
   return Connect(env.bus, std::move(cred), std::move(options));
 }
 

@@ -66,6 +66,10 @@ struct BusClientOptions {
   std::string tls_server_name;  // expected name in the broker certificate (default: the host)
   // This client's publisher incarnation (see bus.proto); 0 = random.
   uint64_t publisher_id = 0;
+  // The agent launch this process belongs to (plan/fence.h), sent with every
+  // call: the broker refuses a launch the controller has replaced
+  // (Broker::Authenticate). ForAgent fills it in when empty.
+  std::string incarnation;
   // true: subscriptions read a large message's payload from the broker's
   // file when they can (on the broker's node, or a file system shared with
   // it), falling back to having it streamed; false (the default): the broker

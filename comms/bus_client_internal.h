@@ -236,6 +236,8 @@ struct BusClient::Impl {
     ctx->set_deadline(deadline);
     ctx->AddMetadata("x-agentrt-agent", cred.agent);
     ctx->AddMetadata("x-agentrt-token", cred.token);
+    if (!options.incarnation.empty())
+      ctx->AddMetadata("x-agentrt-incarnation", options.incarnation);
   }
 
   std::chrono::milliseconds Backoff(int attempt) const {

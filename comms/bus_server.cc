@@ -195,7 +195,8 @@ class BusService final : public v1::Bus::Service {
  private:
   Result<std::string> Authenticate(const grpc::ServerContext* ctx) {
     std::string agent(Metadata(ctx, "x-agentrt-agent"));
-    AGENTRT_RETURN_IF_ERROR(broker_->Authenticate(agent, Metadata(ctx, "x-agentrt-token")));
+    AGENTRT_RETURN_IF_ERROR(broker_->Authenticate(agent, Metadata(ctx, "x-agentrt-token"),
+                                                  Metadata(ctx, "x-agentrt-incarnation")));
     if (client_is_agent_) AGENTRT_RETURN_IF_ERROR(CertificateNames(ctx, agent));
     return agent;
   }
@@ -458,6 +459,9 @@ void SetServerTls(const BusConfig& settings, BusServerOptions& options) {
 }
 
 uint64_t BusServer::incarnation() const { return impl_->broker->incarnation(); }
+void BusServer::SetAgentIncarnation(const std::string& agent, const std::string& incarnation) {
+  impl_->broker->SetIncarnation(agent, incarnation);
+}
 const std::vector<std::string>& BusServer::recovery_notes() const { return impl_->notes; }
 
 BusSnapshot BusServer::Snapshot() const {

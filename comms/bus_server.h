@@ -77,6 +77,9 @@ class BusServer {
   // "host:port" for clients: the listen host, or 127.0.0.1 when it is 0.0.0.0 / [::].
   std::string address() const;
   uint64_t incarnation() const;
+  // The current launch of `agent` (Broker::SetIncarnation): from now on a
+  // process of any other launch of it is refused ("fenced").
+  void SetAgentIncarnation(const std::string& agent, const std::string& incarnation);
   // Topics (not inboxes) with their offsets, and the open subscriptions with
   // their positions: {"topics": [{topic, earliest_offset, end_offset,
   // retained_bytes}], "subscribers": [{agent, topic, offset, lag}]}.

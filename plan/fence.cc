@@ -32,4 +32,11 @@ Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string
                             ") has been launched in its place");
 }
 
+Result<std::string> LaunchIncarnation(const AgentEnv& env) {
+  if (env.telemetry.empty()) return std::string();
+  auto fence = ReadCheckpointFence(env.ckpt_dir);
+  if (!fence.ok()) return fence.status().WithContext("checkpoint fence of agent " + env.agent);
+  return fence->value_or(std::string());
+}
+
 }  // namespace agentrt

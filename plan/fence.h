@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "plan/agent_env.h"
 
 namespace agentrt {
 
@@ -30,5 +31,11 @@ Result<std::optional<std::string>> ReadCheckpointFence(const std::string& checkp
 // launched by a controller), there is no fence, or the fence names it. Else
 // FailedPrecondition naming both ids.
 Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string& incarnation);
+
+// The launch the process of `env` belongs to: the fence's id when a
+// controller launched it (env.telemetry is set; the launcher fenced the
+// directory just before starting it), else "". Read once at start: later the
+// file may name a successor.
+Result<std::string> LaunchIncarnation(const AgentEnv& env);
 
 }  // namespace agentrt

@@ -292,6 +292,11 @@ void RunDriver::StartSupervisor() {
       plan_.run, dir_.path(),
       SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node),
       backend_, clock_);
+  if (bus_) {
+    controller_->SetLaunchObserver([this](const AgentLaunch& launch) {
+      bus_->SetAgentIncarnation(launch.name, launch.incarnation);
+    });
+  }
   observer_->Event(fmt::format("run {}: {} agents, run dir {}, bus {}", plan_.run,
                                plan_.agents.size(), dir_.path(), bus_address_));
   if (options_.down_nodes) {

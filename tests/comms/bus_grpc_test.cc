@@ -29,6 +29,7 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "plan/fence.h"
 #include "tests/common/wait_for.h"
 #include "tests/plan/plan_test_util.h"
 
@@ -622,6 +623,50 @@ TEST_CASE("a client built from the agent environment connects with its token fil
   CHECK(BusClient::FromEnvironment().status().code() == StatusCode::kNotFound);
   env.bus.clear();
   CHECK(BusClient::ForAgent(env).status().code() == StatusCode::kFailedPrecondition);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a launch the controller replaced is fenced off the bus; the current one is not") {
+  auto server = StartServer();
+  auto dir = TempDir();
+  const std::string token_file = (dir / "pub.token").string();
+  REQUIRE(WriteTokenFile(token_file, {"pub", DeriveAgentToken(kSecret, "pub")}).ok());
+  AgentEnv env;
+  env.run_dir = dir.string();
+  env.agent = "pub";
+  env.ckpt_dir = (dir / "ckpt").string();
+  env.bus = server->address();
+  env.token_file = token_file;
+  env.telemetry = "127.0.0.1:1";  // launched by a controller: the fence names its launch
+  std::filesystem::create_directories(env.ckpt_dir);
+  REQUIRE(WriteCheckpointFence(env.ckpt_dir, "0.old").ok());
+  server->SetAgentIncarnation("pub", "0.old");
+  auto old_launch = BusClient::ForAgent(env);
+  REQUIRE(old_launch.ok());
+  REQUIRE((*old_launch)->Publish("tf", "before").ok());
+
+  // A relaunch elsewhere while the old process runs on (a partitioned node).
+  REQUIRE(WriteCheckpointFence(env.ckpt_dir, "1.new").ok());
+  server->SetAgentIncarnation("pub", "1.new");
+  auto refused = (*old_launch)->Publish("tf", "from the old launch");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kPermissionDenied);
+  CHECK(refused.status().message().find("fenced: launch 0.old of agent pub was replaced by "
+                                        "launch 1.new") != std::string::npos);
+  Collector old_reads;
+  REQUIRE((*old_launch)
+              ->Subscribe("tf", StartAt::Earliest(), old_reads.OnMessage(), old_reads.Options())
+              .ok());
+  REQUIRE(WaitFor([&] { return !old_reads.Failure().ok(); }));
+  CHECK(old_reads.Failure().code() == StatusCode::kPermissionDenied);
+
+  auto new_launch = BusClient::ForAgent(env);  // reads the fence: 1.new
+  REQUIRE(new_launch.ok());
+  auto ack = (*new_launch)->Publish("tf", "from the new launch");
+  REQUIRE(ack.ok());
+  CHECK(ack->offset == 1);  // nothing of the old launch was stored after the relaunch
+  // A client that is no agent's launch (agentrt-bus, a tool) presents none and is not fenced.
+  CHECK(Client(server->address(), "pub")->Publish("tf", "a tool").ok());
   std::filesystem::remove_all(dir);
 }
 

@@ -203,6 +203,14 @@ TEST_CASE("the broker refuses a wrong token, an unknown agent and publishing as 
   CHECK(b.Authenticate("wolf", DeriveAgentToken("secret", "wolf")).code() ==
         StatusCode::kUnauthenticated);
   CHECK(b.Authenticate("", "x").code() == StatusCode::kUnauthenticated);
+  // Fencing: once the controller names the current launch, only it (or a caller that is no
+  // launch at all) gets in.
+  const std::string token = DeriveAgentToken("secret", "predator-0");
+  CHECK(b.Authenticate("predator-0", token, "0.a").ok());  // no launch named yet
+  b.SetIncarnation("predator-0", "1.b");
+  CHECK(b.Authenticate("predator-0", token, "0.a").code() == StatusCode::kPermissionDenied);
+  CHECK(b.Authenticate("predator-0", token, "1.b").ok());
+  CHECK(b.Authenticate("predator-0", token).ok());
 
   auto as_other = Pub("sightings", "x");
   as_other.set_publisher("predator-1");

@@ -2,11 +2,14 @@
 """A compressed stretch of failures on one machine: `agentctl run` of single-rank and 2-rank MPI
 agents checkpointing every 2 s, while a fault injector with a fixed seed keeps breaking things:
 SIGKILL of a rank, SIGSTOP of a rank (found by its heartbeat timeout), kill -9 of the controller
-followed by `agentctl resume`. Checked at every fault, not only at the end:
+(and with it the bus's broker) followed by `agentctl resume`. Two Python agents talk over the bus
+with `durability: always` (tests/tools/soak_chat.py). Checked at every fault, not only at the end:
 
 - the incarnation after a fault resumes from a checkpoint at least as new as the newest one
   committed when the fault struck: the steps lost are at most those since the last checkpoint;
 - every agent reaches its target step and succeeds; the run exits 0;
+- every acknowledged bus message is stored once, at the offset its acknowledgement named, and
+  every listener process hears the topic from where it restored, without gap or duplicate;
 - no process of the run survives it, and every port of its block can be bound again.
 
 It prints a table: faults by kind, survived, steps lost per fault (median, max), recovery time
@@ -25,6 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import soak_chat  # noqa: E402
 from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
                              incarnation_restore, newest_committed, print_fault_table, run_processes,
                              wait_for)
@@ -33,23 +37,36 @@ BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
 AGENT = os.path.join(BIN, "agentrt-test-agent")
 STEP_MS = 20
-AGENTS = {"solo-a": 1, "solo-b": 1, "pair": 2}  # name: ranks (the pair runs under mpirun)
+# name: ranks (the pair runs under mpirun; talker and listener are soak_chat.py's)
+AGENTS = {"solo-a": 1, "solo-b": 1, "pair": 2, "talker": 1, "listener": 1}
+CHAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "soak_chat.py")
 
 
-def config(first_port, target):
+def config(first_port, target, chat_dir):
     agents = ""
     for name, ranks in AGENTS.items():
         cmd = [AGENT, "--steps", str(target), "--step-ms", str(STEP_MS), "--heartbeat-ms", "200",
                "--ckpt-interval-s", "2", "--keep-last", "3"]
+        if name in ("talker", "listener"):
+            cmd = ["/usr/bin/python3", CHAT, {"talker": "talk", "listener": "listen"}[name],
+                   "--steps", str(target), "--step-ms", str(STEP_MS), "--topic", "chat",
+                   "--record", chat_dir]
         agents += "  - {name: %s, ranks: %d, command: %s}\n" % (name, ranks, json.dumps(cmd))
     return """run: {name: soak, dir: runs}
 cluster:
   ports: {first: %d, last: %d, per_agent: 8}
+bus: {durability: always}
 defaults:
   restart: {max_restarts: 1000, backoff_s: 0.2, backoff_max_s: 1, crash_loop_after: 0,
             heartbeat_timeout_s: 3, grace_s: 1}
+  checkpoint: {interval_s: 2, keep_last: 3}
+  env: {PYTHONPATH: %s, PYTHONUNBUFFERED: "1"}
 agents:
-%s""" % (first_port, first_port + 63, agents)
+%s
+channels:
+  - {topic: chat, publishers: [talker], subscribers: [listener]}
+""" % (first_port, first_port + 63, json.dumps(os.path.join(os.path.dirname(BIN), "python")),
+       agents)
 
 
 class Soak:
@@ -59,7 +76,9 @@ class Soak:
         self.first = free_port_block(64)
         # The target: about `seconds` of steps, plus room for what faults take back.
         self.target = int(seconds * 1000 / STEP_MS)
-        self.run = AgentctlRun(AGENTCTL, work, config(self.first, self.target))
+        self.chat = os.path.join(work, "chat")
+        os.makedirs(self.chat)
+        self.run = AgentctlRun(AGENTCTL, work, config(self.first, self.target, self.chat))
         self.controller = self.run.proc
         self.faults = []  # {kind, agent, lost, recovery_s}
 
@@ -155,6 +174,10 @@ class Soak:
                 s.bind(("127.0.0.1", port))
         check(True, "every port of the run's block binds again")
         check(len(self.faults) >= 3, "faults were injected and survived: %d" % len(self.faults))
+        problems, counts = soak_chat.check(self.chat, self.target)
+        check(not problems, "the bus kept every acknowledged message once, in order, without gap "
+              "(%(acked)d acknowledged, heard by %(listeners)d listener processes)" % counts
+              + "".join("\n  " + p for p in problems))
         print_fault_table(self.faults)
 
 
