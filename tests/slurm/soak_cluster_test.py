@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """A compressed stretch of failures on a 6-node test cluster (slurm/testcluster/start.sh
 --nodes 6: real slurmctld and slurmd, one network namespace per node): `agentctl run --backend
-slurm` of a 2-node MPI agent (`wide`, 4 ranks, srun --mpi=pmix) and two single-rank agents,
-checkpointing every 2 s with `slurm.spare_nodes: 2`, while a fault injector with a fixed seed
-keeps breaking things:
+slurm` of a 2-node MPI agent (`wide`, 4 ranks, srun --mpi=pmix), two single-rank C++ agents and
+two single-rank Python agents talking over the bus (`durability: always`, TLS since the run spans
+nodes; tests/tools/soak_chat.py), checkpointing every 2 s with `slurm.spare_nodes: 2`, while a
+fault injector with a fixed seed keeps breaking things:
 
 - SIGKILL and SIGSTOP of a rank (on any node);
 - a node death (its slurmd and every process in its namespace killed, the node marked down)
@@ -11,7 +12,7 @@ keeps breaking things:
   afterwards (SLURM takes it back; this allocation does not);
 - a partition (the node's link cut, the node marked down) under a single-node agent, whose
   rank there lives on: the agent moves to a spare, and the cut-off incarnation must be fenced
-  (no checkpoint of it after the move); the link heals afterwards;
+  (no checkpoint of it after the move, and no bus message: the link heals afterwards);
 - a node loss with no spare left: the run requeues its allocation, every agent resumes;
 - a SLURM preemption (`scancel --signal=USR2 --batch`): every agent checkpoints, the job
   requeues and every agent resumes;
@@ -26,7 +27,9 @@ Checked at every fault, not only at the end: each affected agent's next incarnat
 from a checkpoint at least as new as the newest one committed when the fault struck (the steps
 lost are at most those since its last checkpoint); after a partition, every checkpoint
 committed after the move carries the new incarnation's fence. At the end: every agent reached
-its target step and succeeded; no process of the run is left on any node; the job left no
+its target step and succeeded; every acknowledged bus message is stored once at its acknowledged
+offset, the talker's launches never published at the same time, and every listener process heard
+the topic from where it restored without gap or duplicate; no process of the run is left on any node; the job left no
 Open MPI shared memory in /dev/shm; stopping the cluster leaves no namespace.
 
 It prints a table: faults by kind, survived, steps lost per fault (median, max), recovery time
@@ -52,6 +55,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import soak_chat  # noqa: E402
 from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
                              print_fault_table, read_status, restore_since, run_processes,
                              status_agent, wait_for)
@@ -64,7 +69,10 @@ AGENT = os.path.join(BIN, "agentrt-test-agent")
 STEP_MS = 20
 NODES = 6
 SPARES = 2
-AGENTS = {"wide": 4, "solo-a": 1, "solo-b": 1}  # name: ranks; wide spans two nodes
+# name: ranks; wide spans two nodes; talker and listener are soak_chat.py's (Python)
+AGENTS = {"wide": 4, "solo-a": 1, "solo-b": 1, "talker": 1, "listener": 1}
+SINGLE = [n for n, ranks in AGENTS.items() if ranks == 1]
+CHAT = os.path.join(SRC, "tests", "tools", "soak_chat.py")
 KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
          "preemption", "kill controller", "full disk"]
 DISK_MIB = 512  # the run directory's file system
@@ -144,32 +152,43 @@ class Cluster:
         return left
 
 
-def config(work, target):
+def config(work, target, chat_dir):
     agents = ""
     for name, ranks in AGENTS.items():
         cmd = [AGENT, "--steps", str(target), "--step-ms", str(STEP_MS), "--heartbeat-ms", "200",
                "--ckpt-interval-s", "2", "--keep-last", "100"]
+        if name in ("talker", "listener"):
+            cmd = ["/usr/bin/python3", CHAT, {"talker": "talk", "listener": "listen"}[name],
+                   "--steps", str(target), "--step-ms", str(STEP_MS), "--topic", "chat",
+                   "--record", chat_dir]
         extra = "ranks: 4, gpus: 4, backend: mpi, " if ranks > 1 else "gpus: 1, "
         agents += "  - {name: %s, %scommand: %s}\n" % (name, extra, json.dumps(cmd))
     return """run: {name: msoak, dir: %s/runs}
 slurm: {spare_nodes: %d}
+bus: {durability: always}
 defaults:
   restart: {max_restarts: 1000, backoff_s: 0.2, backoff_max_s: 1, crash_loop_after: 0,
             heartbeat_timeout_s: 4, grace_s: 2}
+  checkpoint: {interval_s: 2, keep_last: 100}
+  env: {PYTHONPATH: %s, PYTHONUNBUFFERED: "1"}
 agents:
-%s""" % (work, SPARES, agents)
+%s
+channels:
+  - {topic: chat, publishers: [talker], subscribers: [listener]}
+""" % (work, SPARES, json.dumps(os.path.join(os.path.dirname(BIN), "python")), agents)
 
 
 class Soak:
-    def __init__(self, cluster, work, seconds, seed, kinds=None):
+    def __init__(self, cluster, work, chat, seconds, seed, kinds=None):
         self.kinds = kinds
+        self.chat = chat
         self.cluster = cluster
         self.work = work
         self.rng = random.Random(seed)
         self.seconds = seconds
         self.target = int(seconds * 1000 / STEP_MS)
         with open(os.path.join(work, "agents.yaml"), "w") as f:
-            f.write(config(work, self.target))
+            f.write(config(work, self.target, chat))
         out = subprocess.run([AGENTCTL, "run", "agents.yaml", "--backend", "slurm", "--detach"],
                              cwd=work, capture_output=True, text=True, timeout=60)
         m = re.search(r"submitted job (\d+)", out.stdout + out.stderr)
@@ -237,7 +256,8 @@ class Soak:
             return
         rank = self.rng.choice(before[name]["row"]["ranks"])
         try:  # the rank itself, not the srun that stands for it until it says hello
-            if "agentrt-test-agent" not in open("/proc/%d/cmdline" % rank["pid"]).read():
+            cmdline = open("/proc/%d/cmdline" % rank["pid"]).read()
+            if "agentrt-test-agent" not in cmdline and "soak_chat.py" not in cmdline:
                 return
         except OSError:
             return
@@ -258,7 +278,7 @@ class Soak:
         host = self.batch_host()
         wide = {r["node"] for r in (self.agent("wide") or {"ranks": []})["ranks"]}
         nodes = {}
-        for name in ("solo-a", "solo-b"):
+        for name in SINGLE:
             a = self.agent(name)
             if a and a["ranks"] and a["ranks"][0]["node"] not in wide | {host}:
                 nodes.setdefault(a["ranks"][0]["node"], []).append(name)
@@ -433,6 +453,10 @@ class Soak:
                   "%s reached its target step %d and succeeded (%s, step %d, %d restarts)"
                   % (name, self.target, a["state"], a["step"], a["restarts"]))
         self.check_nothing_corrupt()
+        problems, counts = soak_chat.check(self.chat, self.target)
+        check(not problems, "the bus kept every acknowledged message once, in order, without gap "
+              "(%(acked)d acknowledged, heard by %(listeners)d listener processes)" % counts
+              + "".join("\n  " + p for p in problems))
         wait_for("job %s to leave the queue" % self.job,
                  lambda: not sh("squeue", "-h", "-j", self.job, ok=False).strip(), 60, 0.5)
         wait_for("no process of the run left on any node",
@@ -462,6 +486,7 @@ def main():
         return 77
     subprocess.run(["ip", "netns", "del", "agentrt-probe-%d" % os.getpid()], capture_output=True)
     work = tempfile.mkdtemp(prefix="agentrt-msoak-work.")
+    chat = tempfile.mkdtemp(prefix="agentrt-msoak-chat.")  # the bus's records: not on the full disk
     # The run directory on a file system of its own that the injector can fill, mounted before
     # the nodes start so that their mount namespaces hold it too.
     disk = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0700" % DISK_MIB, "tmpfs",
@@ -474,7 +499,7 @@ def main():
         if not disk and "full disk" in kinds:
             print("soak_cluster_test: no full-disk faults: cannot mount a tmpfs on %s" % work)
             kinds = [k for k in kinds if k != "full disk"]
-        soak = Soak(cluster, work, args.seconds, args.seed, kinds)
+        soak = Soak(cluster, work, chat, args.seconds, args.seed, kinds)
         soak.go()
         rc = 0
     except Failure as e:
@@ -506,6 +531,9 @@ def main():
                 rc = 1
     if rc == 0:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(chat, ignore_errors=True)
+    else:
+        print("(the bus's records are kept in %s)" % chat)
         print("PASSED cluster soak (seed %d, %.0f s)" % (args.seed, args.seconds))
     return rc
 
