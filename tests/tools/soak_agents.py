@@ -1,9 +1,11 @@
 #!/usr/bin/python3
-"""The soaks' bus traffic: two Python agents (`import agentrt`) on a bus with `durability: always`,
-and the check of what they recorded. Run as an agent:
+"""The soaks' Python agents (`import agentrt`), the lines of agents.yaml that run them, and the
+checks of what they did: a talker and a listener on a bus with `durability: always`, and a PBT
+population of three. Run as an agent:
 
-    soak_chat.py talk   --steps N --step-ms MS --topic T --record DIR
-    soak_chat.py listen --steps N --step-ms MS --topic T --record DIR
+    soak_agents.py talk   --steps N --step-ms MS --topic T --record DIR
+    soak_agents.py listen --steps N --step-ms MS --topic T --record DIR
+    soak_agents.py skill  --steps N --step-ms MS
 
 The talker publishes one message per step ("<pid>:<step>"), and "<pid>:end" once its last step is
 checkpointed, and records each acknowledgement in DIR/acks ("<offset> <payload>" lines, appended). The listener reads the topic from the position its
@@ -16,16 +18,70 @@ so the soaks measure them as they measure it. A bus error (a fenced launch, a bu
 final checkpoint ends the process with code 1: the controller restarts it; a failed periodic
 checkpoint (a full disk) is said and training goes on.
 
-check(DIR, steps) holds the records to the bus's promise: every acknowledged message is stored once,
+A PBT member ("skill") grows its skill by lr x 1000 per step (lr from its args in the plan, which an
+exploit changes), reports it as its score, checkpoints it, and logs "adopted from A step S" when
+the checkpoint it resumed from was copied from member A's step S by an exploit.
+
+check_chat(DIR, steps) holds the records to the bus's promise: every acknowledged message is stored once,
 at the offset its acknowledgement named; the talker processes' acknowledged offsets do not
 interleave (a replaced launch cannot publish), and no step comes after the talker's end; every
 listener process heard the topic from exactly where it restored, without a gap or a duplicate,
 and together they heard every acknowledged message up to the talker's end."""
 import argparse
+import collections
 import glob
+import json
 import os
+import re
 import sys
 import time
+
+SCRIPT = os.path.abspath(__file__)
+CHAT = {"talker": "talk", "listener": "listen"}  # agent: role
+POPULATION = {"pop-a": 0.001, "pop-b": 0.001, "pop-c": 1e-6}  # agent: initial lr
+STEP_MS = 20
+
+
+def agents_yaml(steps, record, more="", names=None):
+    """The entries under `agents:` of the talker, the listener and the population (`names`: only
+    these; `more`: keys added to each entry, such as "gpus: 1, ")."""
+    out = ""
+    for name, role in CHAT.items():
+        if names is not None and name not in names:
+            continue
+        cmd = ["/usr/bin/python3", SCRIPT, role, "--steps", str(steps), "--step-ms", str(STEP_MS),
+               "--topic", "chat", "--record", record]
+        out += "  - {name: %s, %scommand: %s}\n" % (name, more, json.dumps(cmd))
+    for name, lr in POPULATION.items():
+        if names is not None and name not in names:
+            continue
+        cmd = ["/usr/bin/python3", SCRIPT, "skill", "--steps", str(steps), "--step-ms", str(STEP_MS)]
+        out += "  - {name: %s, %scommand: %s, args: {lr: %g}}\n" % (name, more, json.dumps(cmd), lr)
+    return out
+
+
+def sections_yaml():
+    """The top-level sections of agents.yaml they need: the bus (durability: always), the chat
+    channel and the population."""
+    return """bus: {durability: always}
+channels:
+  - {topic: chat, publishers: [talker], subscribers: [listener]}
+pbt:
+  - agents: ["pop-*"]
+    interval_steps: 250
+    metric: score
+    fraction: 0.34
+    resample_probability: 0
+    hyperparameters:
+      lr: {min: 1.0e-6, max: 0.01}
+"""
+
+
+def env_yaml(bin_dir):
+    """`env:` (under `defaults:`) that finds their package: the build's python folder, next to
+    `bin_dir`."""
+    return '{PYTHONPATH: %s, PYTHONUNBUFFERED: "1"}' % json.dumps(
+        os.path.join(os.path.dirname(bin_dir), "python"))
 
 
 def hello(rt):
@@ -34,14 +90,18 @@ def hello(rt):
 
 
 def restore(rt):
-    """(step, metadata) of the newest checkpoint, (0, {}) without one; logs which."""
+    """(step, metadata, Restore) of the newest checkpoint, (0, {}, Restore) without one; logs
+    which, and where an exploit copied it from."""
     r = rt.checkpointer.restore()
     if not r.restored:
         print(r.describe, flush=True)
-        return 0, {}
+        return 0, {}, r
     step = int(r["step"][0])
     print("resumed from step %d" % step, flush=True)
-    return step, dict(r.metadata)
+    adopted = r.metadata.get("adopted_from")
+    if adopted:
+        print("adopted from %s step %d" % (adopted["agent"], adopted["step"]), flush=True)
+    return step, dict(r.metadata), r
 
 
 def append(path, line):
@@ -53,21 +113,22 @@ def append(path, line):
         os.close(fd)
 
 
-def save(rt, step, metadata=None, final=False):
-    """A checkpoint of `step`. A failed periodic save (a full disk) is said and training goes on,
+def save(rt, step, metadata=None, final=False, more=None):
+    """A checkpoint of `step` (and the arrays `more`). A failed periodic save (a full disk) is said and training goes on,
     as agentrt-test-agent does; a failed final one ends the process (its restart saves again)."""
     import agentrt
     import numpy as np
     try:
-        rt.checkpointer.save(step, {"step": np.array([step], dtype=np.int64)}, metadata=metadata)
+        arrays = dict(more or {}, step=np.array([step], dtype=np.int64))
+        rt.checkpointer.save(step, arrays, metadata=metadata)
     except agentrt.CheckpointError as e:
-        print("soak_chat: %s" % e, file=sys.stderr, flush=True)
+        print("soak_agents: %s" % e, file=sys.stderr, flush=True)
         if final:
             raise
 
 
 def talk(rt, args):
-    step, _ = restore(rt)
+    step, _, _ = restore(rt)
     bus = rt.bus
     bus.wait_ready(30)
     acks = os.path.join(args.record, "acks")
@@ -87,11 +148,12 @@ def talk(rt, args):
     if step >= args.steps:
         # Once its last step is checkpointed: a restart after this publishes no step again.
         publish("end")
+    rt.report(step)  # its status says where it ended, also when it resumed there
     print("done at step %d" % step, flush=True)
 
 
 def listen(rt, args):
-    step, meta = restore(rt)
+    step, meta, _ = restore(rt)
     offset, incarnation = int(meta.get("offset", 0)), int(meta.get("bus_incarnation", 0))
     bus = rt.bus
     bus.wait_ready(30)
@@ -120,24 +182,42 @@ def listen(rt, args):
         if rt.checkpointer.save_due:
             save(rt, step, position())
     save(rt, step, position(), final=True)
+    rt.report(step)  # its status says where it ended, also when it resumed there
+    print("done at step %d" % step, flush=True)
+
+
+def skill(rt, args):
+    import numpy as np
+    lr = float(rt.args["lr"])
+    step, _, r = restore(rt)
+    value = np.array(r["skill"] if r.restored else [0.0], dtype=np.float64)
+    while not rt.should_stop and step < args.steps:
+        time.sleep(args.step_ms / 1000.0)
+        step += 1
+        value += lr * 1000
+        rt.report(step, score=float(value[0]))
+        if rt.checkpointer.save_due:
+            save(rt, step, more={"skill": value})
+    save(rt, step, final=True, more={"skill": value})
+    rt.report(step)  # its status says where it ended, also when it resumed there
     print("done at step %d" % step, flush=True)
 
 
 def agent_main(argv):
     parser = argparse.ArgumentParser()
-    parser.add_argument("role", choices=["talk", "listen"])
+    parser.add_argument("role", choices=["talk", "listen", "skill"])
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--step-ms", type=int, default=20)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--record", required=True)
+    parser.add_argument("--topic")
+    parser.add_argument("--record")
     args = parser.parse_args(argv)
     import agentrt
     with agentrt.Runtime(heartbeat_ms=200) as rt:
         hello(rt)
         try:
-            (talk if args.role == "talk" else listen)(rt, args)
+            {"talk": talk, "listen": listen, "skill": skill}[args.role](rt, args)
         except (agentrt.BusError, agentrt.CheckpointError) as e:
-            print("soak_chat: %s" % e, file=sys.stderr, flush=True)
+            print("soak_agents: %s" % e, file=sys.stderr, flush=True)
             return 1
     return 0
 
@@ -147,7 +227,7 @@ def _lines(path):
         return [line.split() for line in f if line.endswith("\n")]
 
 
-def check(record, steps):
+def check_chat(record, steps):
     """(problems, counts): what is wrong with the records of `record` (sentences; none: the bus
     kept its promise) and {"acked", "listeners", "heard"}."""
     problems = []
@@ -213,6 +293,55 @@ def check(record, steps):
                         % (len(lost), ", ".join(map(str, lost[:10]))))
     return problems, {"acked": len(acked), "listeners": listeners, "heard": len(heard_offsets)}
 
+
+
+def check_population(run_dir):
+    """(problems, exploits): the population's lineage (RUN_DIR/league/lineage.jsonl) against what
+    its members say they restored. Each exploit has one lineage entry (none twice, as a resumed
+    controller doing an exploit again would write), and each entry is an adoption a member
+    resumed from, and each adoption a member resumed from has its entry."""
+    problems = []
+    path = os.path.join(run_dir, "league", "lineage.jsonl")
+    lines = []
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+    entries = collections.Counter((l["recipient"], l["donor"], l["donor_step"]) for l in lines
+                                  if l["outcome"] == "exploited")
+    problems += ["%s adopted %s's step %d: %d lineage entries" % (k + (n,)) for k, n in entries.items()
+                 if n > 1]
+    resumed = set()
+    for name in POPULATION:
+        log = os.path.join(run_dir, "logs", name, "rank0.log")
+        text = open(log, errors="replace").read() if os.path.exists(log) else ""
+        resumed |= {(name, m.group(1), int(m.group(2)))
+                    for m in re.finditer(r"^adopted from (\S+) step (\d+)$", text, re.M)}
+    problems += ["%s resumed from %s's step %d with no lineage entry" % k
+                 for k in sorted(resumed - set(entries))]
+    problems += ["lineage says %s adopted %s's step %d, which it never resumed from" % k
+                 for k in sorted(set(entries) - resumed)]
+    return problems, sum(entries.values())
+
+
+
+def check_all(run_dir, record, steps):
+    """The soak's checks of these agents at the end of a run (agentrt_testing.check: each says ok or
+    raises Failure): every member of the population succeeded at `steps`, its lineage is whole
+    (check_population), and the bus kept its promise (check_chat)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(SCRIPT), ".."))
+    from agentrt_testing import check, status_agent
+    for name in POPULATION:
+        a = status_agent(run_dir, name)
+        check(a and a["state"] == "succeeded" and a["step"] >= steps,
+              "%s reached its target step %d and succeeded (%s)"
+              % (name, steps, a and (a["state"], a["step"], a["restarts"])))
+    problems, exploits = check_population(run_dir)
+    check(not problems and exploits > 0, "PBT: one lineage entry per exploit, each one resumed from "
+          "(%d exploits)" % exploits + "".join("\n  " + p for p in problems))
+    problems, counts = check_chat(record, steps)
+    check(not problems, "the bus kept every acknowledged message once, in order, without gap "
+          "(%(acked)d acknowledged, heard by %(listeners)d listener processes)" % counts
+          + "".join("\n  " + p for p in problems))
 
 if __name__ == "__main__":
     sys.exit(agent_main(sys.argv[1:]))
