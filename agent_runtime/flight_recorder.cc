@@ -70,20 +70,23 @@ class RecordingGroup final : public Group {
 
 uint64_t FlightRecorder::Begin(CollectiveOp op, uint64_t bytes, DataType dtype) {
   const double now = UnixTimeSeconds();
+  const auto steady = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = ++last_seq_;
-  ring_[seq % kCapacity] = {seq, op, dtype, bytes, now, 0, CollectiveRecord::State::kRunning};
+  ring_[seq % kCapacity] = {seq, op, dtype,  bytes,
+                            now, 0,  steady, CollectiveRecord::State::kRunning};
   return seq;
 }
 
 void FlightRecorder::End(uint64_t seq, bool ok) {
   const double now = UnixTimeSeconds();
+  const auto steady = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   CollectiveRecord& r = ring_[seq % kCapacity];
   if (r.seq != seq) return;
   r.end_unix_s = now;
   r.state = ok ? CollectiveRecord::State::kDone : CollectiveRecord::State::kFailed;
-  busy_s_ += now - r.start_unix_s;
+  busy_s_ += std::chrono::duration<double>(steady - r.start_steady).count();
 }
 
 CollectiveSnapshot FlightRecorder::Snapshot(size_t recent) const {
@@ -96,6 +99,7 @@ CollectiveSnapshot FlightRecorder::Snapshot(size_t recent) const {
     last = last_seq_;
     busy = busy_s_;
   }
+  const auto steady = std::chrono::steady_clock::now();
   CollectiveSnapshot s;
   s.seq = last;
   s.busy_s = busy;
@@ -104,6 +108,7 @@ CollectiveSnapshot FlightRecorder::Snapshot(size_t recent) const {
     s.in = current.state == CollectiveRecord::State::kRunning;
     s.op = CollectiveOpName(current.op);
     s.since = current.start_unix_s;
+    if (s.in) s.in_for_s = std::chrono::duration<double>(steady - current.start_steady).count();
   }
   const uint64_t n = std::min<uint64_t>({recent, kCapacity, last});
   for (uint64_t seq = last - n + 1; n > 0 && seq <= last; ++seq) {

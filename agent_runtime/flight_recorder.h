@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -32,6 +33,10 @@ struct CollectiveRecord {
   uint64_t bytes = 0;
   double start_unix_s = 0;
   double end_unix_s = 0;  // 0 while running
+  // Its start by the steady clock: durations (time inside, busy time) come
+  // from it, so a step of the node's wall clock does not make a collective
+  // look hung (or hide a hang); the wall times are for people.
+  std::chrono::steady_clock::time_point start_steady{};
   State state = State::kRunning;
 };
 

@@ -450,6 +450,7 @@ json CollectiveSnapshot::ToJson() const {
     j["op"] = op;
     j["since"] = since;
   }
+  if (in && in_for_s >= 0) j["in_for_s"] = in_for_s;
   for (const Call& c : recent) {
     j["recent"].push_back({{"seq", c.seq},
                            {"op", c.op},
@@ -469,6 +470,7 @@ Result<CollectiveSnapshot> CollectiveSnapshot::FromJson(const json& j) {
   AGENTRT_RETURN_IF_ERROR(Take(j, "in", &s.in, /*required=*/false));
   AGENTRT_RETURN_IF_ERROR(Take(j, "op", &s.op, false));
   AGENTRT_RETURN_IF_ERROR(Take(j, "since", &s.since, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "in_for_s", &s.in_for_s, false));
   AGENTRT_RETURN_IF_ERROR(Take(j, "busy_s", &s.busy_s, false));
   for (const json& c : j.value("recent", json::array())) {
     Call call;

@@ -204,10 +204,13 @@ struct CollectiveSnapshot {
     double end = 0;     // 0 while running
     std::string state;  // "running", "done" or "failed"
   };
-  uint64_t seq = 0;          // the last collective started (0: none yet)
-  bool in = false;           // inside it now
-  std::string op;            // its op ("" when none)
-  double since = 0;          // its start, unix s (0: not known)
+  uint64_t seq = 0;  // the last collective started (0: none yet)
+  bool in = false;   // inside it now
+  std::string op;    // its op ("" when none)
+  double since = 0;  // its start, unix s (0: not known)
+  // How long the rank has been inside it, by its steady clock (a step of the
+  // node's wall clock changes `since`, not this); -1: not sent.
+  double in_for_s = -1;
   double busy_s = 0;         // seconds spent in finished collectives, in all
   std::vector<Call> recent;  // the newest calls, oldest first
 

@@ -250,7 +250,11 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     c.op = m.collective->op;
     // Without its start (0) the collective counts from this heartbeat.
     const double since = m.collective->since > 0 ? m.collective->since : m.time;
-    c.in_for_s = c.in ? std::max(0.0, m.time - since) : 0.0;
+    // The rank's own steady measure; from its wall clock only for a sender
+    // that does not send it (a clock step would count in that difference).
+    c.in_for_s = !c.in                           ? 0.0
+                 : m.collective->in_for_s >= 0.0 ? m.collective->in_for_s
+                                                 : std::max(0.0, m.time - since);
     c.heard_s = now;
     c.snapshot = *m.collective;
   }

@@ -27,6 +27,10 @@ TEST_CASE("the recorder numbers collectives, says which one runs, and keeps the 
   CHECK(s.seq == 101);
   CHECK(s.in);
   CHECK(s.op == "barrier");
+  // Time inside, by the steady clock (a wall-clock step does not change it).
+  CHECK(s.in_for_s >= 0);
+  CHECK(s.in_for_s < 60);
+  CHECK(s.busy_s >= 0);
   REQUIRE(s.recent.size() == 16);
   CHECK(s.recent.front().seq == 86);  // oldest first
   CHECK(s.recent.back().seq == 101);
@@ -38,6 +42,8 @@ TEST_CASE("the recorder numbers collectives, says which one runs, and keeps the 
   CHECK(CollectiveSnapshot::FromJson(s.ToJson())->ToJson() == s.ToJson());
   rec.End(running, false);
   CHECK_FALSE(rec.Snapshot().in);
+  CHECK(rec.Snapshot().in_for_s == -1);  // not inside one: not sent
+  CHECK_FALSE(rec.Snapshot().ToJson().contains("in_for_s"));
   CHECK(rec.Snapshot(200).recent.size() == FlightRecorder::kCapacity);
   CHECK(rec.Snapshot(1).recent[0].state == "failed");
 }

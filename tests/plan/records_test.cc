@@ -337,6 +337,7 @@ TEST_CASE("a flight-recorder snapshot and a hang report round-trip and keep to t
   c.in = true;
   c.op = "all_reduce";
   c.since = 1764464671.5;
+  c.in_for_s = 0.75;
   c.busy_s = 12.25;
   c.recent = {{.seq = 41,
                .op = "all_reduce",

@@ -757,6 +757,37 @@ TEST_CASE("every rank in the same collective too long is a hang; a slow but movi
              Catch::StartsWith("every rank is stuck in all_gather #11 for 6 s"));
 }
 
+TEST_CASE("a step of a rank's wall clock neither makes a collective hang nor hides a hang") {
+  ManualClock clock;
+  FakeBackend backend;
+  auto agent = MakeAgent("a", 2);
+  agent.group.collective_timeout_s = 5;
+  LogDir dir;
+  RunController rc("test", dir.path, {agent}, &backend, &clock);
+  rc.Start();
+  // Both ranks entered #7 a second ago by their steady clocks; rank 1's wall clock then stepped
+  // an hour forward, so its `since` is an hour before its `time`.
+  auto beat = [&](int rank, double time, double since, double in_for) {
+    TelemetryMessage m = Heartbeat("a", rank, 0, 3);
+    m.time = time;
+    m.collective = Collective(
+        {{"seq", 7}, {"in", true}, {"op", "all_reduce"}, {"since", since}, {"in_for_s", in_for}});
+    rc.OnTelemetry(m);
+  };
+  beat(0, 1000, 999, 1);
+  beat(1, 4600, 999, 1);
+  rc.Tick();
+  CHECK(rc.status().agents[0].state == AgentState::kRunning);
+  // Their clocks stepped back instead: `since` after `time`; the wait still counts, and 6 s later
+  // it is a hang.
+  beat(0, 900, 999, 1);
+  beat(1, 900, 999, 1);
+  clock.AdvanceSeconds(5);
+  rc.Tick();
+  CHECK_THAT(rc.status().agents[0].reason,
+             Catch::StartsWith("every rank is stuck in all_reduce #7 for 6 s"));
+}
+
 TEST_CASE("a training loop that stops reporting steps is a hang after progress_timeout_s") {
   LogDir dir;  // the hang report goes to <run dir>/hangs
   Fixture f;
