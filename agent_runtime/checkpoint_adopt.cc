@@ -208,6 +208,7 @@ class Adoption {
       }
     }
     metadata["adopted_from"] = {{"agent", o_.from_agent}, {"step", step}};
+    if (!o_.note.is_null()) metadata["adopted_from"]["note"] = o_.note;
     return WriteFileAtomic(tmp_path + "/" + kManifest, m.dump(1) + "\n",
                            {.mode = 0600, .sync_dir = true});
   }
@@ -262,5 +263,17 @@ class Adoption {
 }  // namespace
 
 Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& o) { return Adoption(o).Run(); }
+
+Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.ok()) {
+    if (errno == ENOENT) return nlohmann::json();
+    return ErrnoStatus(errno, "open " + dir);
+  }
+  CheckpointOptions options;
+  options.dir = dir;
+  options.agent = agent;
+  return NewestMetadata(fd.get(), options);
+}
 
 }  // namespace agentrt

@@ -407,6 +407,10 @@ struct AdoptOptions {
   std::string to_agent;
   int world_size = 1;  // both agents' ranks
   std::vector<std::string> keep_own = {"bus_offsets", "bus_incarnation"};
+  // Kept in the adopted checkpoint's metadata as adopted_from.note (null:
+  // none). PBT keeps its lineage record there, so that a controller that dies
+  // between the adoption and its lineage line finds the exploit on resume.
+  nlohmann::json note;
 };
 struct AdoptResult {
   int64_t step = -1;     // the adopted step (its number is the donor's)
@@ -417,6 +421,11 @@ struct AdoptResult {
   std::vector<std::string> warnings;
 };
 Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& options);
+
+// The metadata of `agent`'s newest checkpoint in `dir` that verifies (its
+// manifest and shard records; no payload is read); null when there is none
+// (or no such directory).
+Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent);
 
 // Joins `relative` under `root`, refusing anything that could leave it: an empty
 // or absolute path, a ".." component, or an existing symlink along the way that

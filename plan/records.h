@@ -119,7 +119,8 @@ struct LineageRecord {
   double time = 0;  // unix s
   PbtDecision decision;
   std::string outcome;      // kExploited or kFailed
-  std::string why;          // kFailed: what went wrong
+  std::string why;          // kFailed: what went wrong; kExploited: how it was recovered
+                            // (RecoverExploits), empty when written as it happened
   int64_t donor_step = -1;  // kExploited: the adopted step
   std::string archived;     // kExploited: where the recipient's own checkpoints went
 

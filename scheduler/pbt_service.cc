@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "agent_runtime/checkpointer.h"
@@ -24,7 +26,53 @@ std::map<std::string, nlohmann::json> ArgsOf(const Plan& plan) {
   return args;
 }
 
+// The line of an exploit; `recovered`: written on resume from the note its
+// adopted checkpoint keeps.
+Status AppendLineage(const RunDir& dir, const LineageRecord& line) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir.LeagueDir(), ec);
+  return AppendLine(dir.LineagePath(), line.ToJson().dump());
+}
+
 }  // namespace
+
+void RecoverExploits(Plan* plan, const RunDir& dir, RunObserver* observer) {
+  if (plan->pbt.empty()) return;
+  auto lines = ReadLineageFile(dir.LineagePath());
+  if (!lines.ok()) {
+    observer->Warn("agentctl run: warning: pbt: " + lines.status().message() + "\n");
+    return;
+  }
+  std::set<std::tuple<std::string, std::string, int64_t>> written;
+  for (const LineageRecord& l : *lines) {
+    if (l.exploited()) written.insert({l.decision.recipient, l.decision.donor, l.donor_step});
+  }
+  bool plan_changed = false;
+  for (AgentPlan& a : plan->agents) {
+    auto metadata = NewestCheckpointMetadata(dir.Resolve(a.checkpoint_dir), a.name);
+    if (!metadata.ok() || !metadata->is_object()) continue;
+    const nlohmann::json from = metadata->value("adopted_from", nlohmann::json::object());
+    const nlohmann::json note = from.value("note", nlohmann::json());
+    // Only this run's own exploits (a checkpoint brought from another run keeps its note).
+    if (!note.is_object() || note.value("lineage", "") != dir.LineagePath()) continue;
+    auto line = LineageRecord::FromJson(note);
+    if (!line.ok() || line->decision.recipient != a.name) continue;
+    line->donor_step = from.value("step", int64_t{-1});
+    if (written.count({a.name, line->decision.donor, line->donor_step}) != 0) continue;
+    line->why = "recovered on resume: the controller died before it wrote this line";
+    for (const auto& [name, value] : line->decision.new_hyperparameters.items())
+      a.args[name] = value;
+    plan_changed = true;
+    const Status appended = AppendLineage(dir, *line);
+    if (!appended.ok()) observer->Warn("agentctl run: warning: " + appended.message() + "\n");
+    observer->Event(fmt::format("pbt {}: {}'s exploit of {}'s step {} recovered: {}",
+                                line->decision.population, a.name, line->decision.donor,
+                                line->donor_step, line->decision.new_hyperparameters.dump()));
+  }
+  if (!plan_changed) return;
+  const Status written_plan = WriteRunPlan(*plan, dir.path());
+  if (!written_plan.ok()) observer->Warn("agentctl run: warning: " + written_plan.message() + "\n");
+}
 
 PbtService::PbtService(Plan* plan, RunDir dir, RunController* controller,
                        const LeagueService* league, const Clock* clock, RunObserver* observer)
@@ -115,6 +163,12 @@ void PbtService::Execute(const PbtDecision& d) {
     o.to_dir = dir_.Resolve(recipient->checkpoint_dir);
     o.to_agent = recipient->name;
     o.world_size = recipient->ranks;
+    // The record rides in the adopted checkpoint until its line is written
+    // (RecoverExploits).
+    LineageRecord note = line;
+    note.outcome = LineageRecord::kExploited;
+    o.note = note.ToJson();
+    o.note["lineage"] = dir_.LineagePath();
     adopted = AdoptCheckpoint(o);
   }
   if (!adopted.ok()) {
@@ -138,9 +192,7 @@ void PbtService::Execute(const PbtDecision& d) {
                                  d.recipient, d.donor, adopted->step,
                                  d.new_hyperparameters.dump()));
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir_.LeagueDir(), ec);
-  const Status appended = AppendLine(dir_.LineagePath(), line.ToJson().dump());
+  const Status appended = AppendLineage(dir_, line);
   if (!appended.ok()) observer_->Warn("agentctl run: warning: " + appended.message() + "\n");
 }
 

@@ -20,6 +20,14 @@ class LeagueService;
 class RunObserver;
 struct TelemetryMessage;
 
+// Exploits a controller that died mid-exploit adopted but never wrote a
+// lineage line for (the adopted checkpoint keeps the record,
+// AdoptOptions::note): each gets its line in lineage.jsonl now, marked
+// "recovered", and its recipient the new hyperparameters in `plan` and
+// plan.json. Run on every start, before the agents launch; nothing to do on a
+// fresh run. Problems are warnings: PBT goes on.
+void RecoverExploits(Plan* plan, const RunDir& dir, RunObserver* observer);
+
 class PbtService {
  public:
   // `plan` (whose args an exploit changes), `controller`, `clock` and

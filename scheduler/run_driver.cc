@@ -190,8 +190,8 @@ Status RunDriver::Start() {
   AGENTRT_RETURN_IF_ERROR(StartLeague(secret));
   StartSupervisor();
   StartStatusWriter();
-  LaunchAgents();
   StartPbt();
+  LaunchAgents();
   StartControlInbox();
   return Status::Ok();
 }
@@ -325,9 +325,12 @@ void RunDriver::StartStatusWriter() {
   status_->Start();
 }
 
-// PBT, once the supervisor whose agents it replaces is up.
+// PBT, once the supervisor whose agents it replaces is up, and before they
+// launch: an exploit a dead controller left without its lineage line is
+// recovered first, so its recipient starts with its new hyperparameters.
 void RunDriver::StartPbt() {
   if (plan_.pbt.empty()) return;
+  RecoverExploits(&plan_, dir_, observer_);
   pbt_ = std::make_unique<PbtService>(&plan_, dir_, controller_.get(), league_.get(), clock_,
                                       observer_);
 }

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,49 @@ TEST_CASE("pbt service: a committed donor checkpoint is adopted with the new arg
   auto written = ReadPlanFile(f.dir->PlanPath());
   REQUIRE(written.ok());
   CHECK(written->FindAgent("bad")->args["lr"] == 0.002);  // and in plan.json for the relaunch
+}
+
+TEST_CASE(
+    "pbt service: an exploit whose lineage line a dying controller never wrote is recovered") {
+  Fixture f;
+  f.DecideExploit();
+  CheckpointOptions o{.dir = f.dir->Resolve(f.plan.FindAgent("good")->checkpoint_dir),
+                      .agent = "good",
+                      .interval_s = 0};
+  auto donor = Checkpointer::Create(o);
+  REQUIRE(donor.ok());
+  std::vector<float> weights(64, 1.5f);
+  CheckpointState state;
+  state.AddArray("w", weights.data(), "float32", {64}, sizeof(float));
+  REQUIRE((*donor)->Save(200, state).ok());
+  TelemetryMessage committed;
+  committed.type = TelemetryType::kCheckpoint;
+  committed.agent = "good";
+  committed.step = 200;
+  committed.checkpoint_step = 200;
+  f.controller->OnTelemetry(committed);
+  f.pbt->Advance();
+  f.FinishReplacement();
+  REQUIRE(f.Lineage().size() == 1);
+  // As if the controller had died after the adoption, before plan.json and the line.
+  std::filesystem::remove(f.dir->LineagePath());
+  Plan resumed = *ReadPlanFile(f.dir->PlanPath());
+  resumed.FindAgent("bad")->args["lr"] = 0.001;
+  REQUIRE(WriteRunPlan(resumed, f.dir->path()).ok());
+
+  RecoverExploits(&resumed, *f.dir, &f.observer);
+  const auto lineage = f.Lineage();
+  REQUIRE(lineage.size() == 1);
+  CHECK(lineage[0].exploited());
+  CHECK(lineage[0].decision.recipient == "bad");
+  CHECK(lineage[0].decision.donor == "good");
+  CHECK(lineage[0].donor_step == 200);
+  CHECK(lineage[0].why.find("recovered") == 0);
+  CHECK(resumed.FindAgent("bad")->args["lr"] == 0.002);
+  CHECK(ReadPlanFile(f.dir->PlanPath())->FindAgent("bad")->args["lr"] == 0.002);
+  // Once written, nothing more: a second start recovers nothing.
+  RecoverExploits(&resumed, *f.dir, &f.observer);
+  CHECK(f.Lineage().size() == 1);
 }
 
 }  // namespace
