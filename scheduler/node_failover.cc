@@ -4,7 +4,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <numeric>
 #include <utility>
 
 namespace agentrt {
@@ -16,6 +15,20 @@ const NodeSpec* NodeFailover::Find(const std::string& name) const {
     if (n.name == name) return &n;
   }
   return nullptr;
+}
+
+NodeFailover::NodeUse NodeFailover::UsedOn(const Plan& plan, const std::string& node,
+                                           const AgentPlan* except) {
+  NodeUse use;
+  for (const AgentPlan& a : plan.agents) {
+    if (&a == except) continue;
+    for (const Placement& p : a.placement) {
+      if (p.node != node) continue;
+      use.gpus.insert(p.gpus.begin(), p.gpus.end());
+      use.ranks += p.ranks.size();
+    }
+  }
+  return use;
 }
 
 std::vector<std::string> NodeFailover::Spares(const Plan& plan,
@@ -47,7 +60,14 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
   }
   if (d.failed.empty()) return d;
 
-  std::vector<std::string> spares = Spares(plan, down);
+  // Spares, and the spares this controller already moved agents to: those
+  // take more while they have room (the agents of one failed node share one).
+  // Those first, so that whole spares are kept for what needs them.
+  std::vector<std::string> spares;
+  for (const std::string& given : given_) {
+    if (!down.count(given) && !failed_.count(given)) spares.push_back(given);
+  }
+  for (std::string& spare : Spares(plan, down)) spares.push_back(std::move(spare));
   std::vector<Placement> placement = a->placement;
   for (Placement& p : placement) {
     if (!failed_.count(p.node)) continue;
@@ -55,9 +75,10 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
     const size_t ranks = p.ranks.size();
     auto fits = [&](const std::string& name) {
       const NodeSpec* n = Find(name);
-      return n != nullptr && static_cast<size_t>(n->gpus) >= gpus &&
-             (a->gpu_type.empty() || n->gpu_type == a->gpu_type) &&
-             (n->cpus <= 0 || static_cast<size_t>(n->cpus) >= ranks);
+      if (n == nullptr || (!a->gpu_type.empty() && n->gpu_type != a->gpu_type)) return false;
+      const NodeUse used = UsedOn(plan, name, a);
+      return static_cast<size_t>(n->gpus) >= used.gpus.size() + gpus &&
+             (n->cpus <= 0 || static_cast<size_t>(n->cpus) >= used.ranks + ranks);
     };
     auto spare = std::find_if(spares.begin(), spares.end(), fits);
     if (spare == spares.end()) {
@@ -74,9 +95,15 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
       return d;
     }
     d.moved_to.push_back(*spare);
+    const NodeUse used = UsedOn(plan, *spare, a);
     p.node = *spare;
-    std::iota(p.gpus.begin(), p.gpus.end(), 0);
-    spares.erase(spare);
+    int next = 0;  // the spare's free GPUs, lowest first
+    for (int& g : p.gpus) {
+      while (used.gpus.count(next)) ++next;
+      g = next++;
+    }
+    given_.insert(*spare);
+    spares.erase(spare);  // an agent's nodes stay distinct
   }
   a->placement = std::move(placement);
   FollowFirstNode(*a);

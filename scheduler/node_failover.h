@@ -5,10 +5,12 @@
 // is about to relaunch an agent after a failure and one of the agent's nodes
 // is down (SLURM says DOWN, DRAIN, FAIL or NOT_RESPONDING), only that agent is
 // re-planned: each of its failed nodes is replaced by a spare node of the
-// allocation that is up, holds no agent, and offers what the agent had there
-// (as many GPUs, of its gpu_type, and CPU slots for its ranks). Ranks per node
-// and the port block stay; the spare's GPUs are numbered from 0; MASTER_ADDR
-// follows the agent's first node. Agents on healthy nodes are not touched.
+// allocation that is up, holds no agent (or only agents this controller moved
+// there: the agents of one failed node share a spare while it has room), and
+// still offers what the agent had there (as many free GPUs, of its gpu_type,
+// and CPU slots for its ranks). Ranks per node and the port block stay; the
+// agent gets the spare's lowest free GPU ids; MASTER_ADDR follows the agent's
+// first node. Agents on healthy nodes are not touched.
 // With no spare that fits, an elastic agent (restart.elastic.min_ranks K)
 // goes on with the ranks its healthy nodes hold, renumbered from 0 in node
 // order, ranks per node as planned, if that is at least K (kShrunk: its
@@ -73,6 +75,12 @@ class NodeFailover {
   std::vector<std::string> Spares(const Plan& plan, const std::set<std::string>& down) const;
 
  private:
+  struct NodeUse {
+    std::set<int> gpus;  // GPU ids agents hold there
+    size_t ranks = 0;
+  };
+  // What the agents of `plan` but `except` use on `node`.
+  static NodeUse UsedOn(const Plan& plan, const std::string& node, const AgentPlan* except);
   const NodeSpec* Find(const std::string& name) const;
   // ports.node and master_addr follow the agent's first node.
   void FollowFirstNode(AgentPlan& a) const;
@@ -81,6 +89,7 @@ class NodeFailover {
 
   std::vector<NodeSpec> nodes_;
   std::set<std::string> failed_;
+  std::set<std::string> given_;  // spares this controller moved agents to
 };
 
 }  // namespace agentrt

@@ -68,6 +68,33 @@ TEST_CASE("an agent on a failed node takes a spare; its other nodes, ports and p
   CHECK(f.Spares(plan, {"n2"}) == std::vector<std::string>{"n5"});
 }
 
+TEST_CASE("the agents of one failed node share a spare while it has room") {
+  // n1 holds three single-GPU agents and a CPU one; spares n4 (4 GPUs, 4 CPUs) and n5.
+  NodeFailover f(
+      {Node("n1", 4), Node("n2", 2), Node("n3", 2), Node("n4", 4, "", 4), Node("n5", 2)});
+  Plan plan = MakePlan();
+  plan.agents.push_back(Agent("b", {{"n1", {1}, {0}}}));
+  plan.agents.push_back(Agent("c", {{"n1", {2}, {0}}}));
+  plan.agents.push_back(Agent("cpu", {{"n1", {}, {0}}}));
+  for (const char* name : {"steady", "b", "c", "cpu"}) {
+    INFO(name);
+    const FailoverDecision d = f.Relocate(plan, name, {"n1"});
+    REQUIRE(d.kind == FailoverDecision::Kind::kMoved);
+    CHECK(d.moved_to == std::vector<std::string>{"n4"});
+  }
+  CHECK(plan.agents[0].placement.front().gpus == std::vector<int>{0});
+  CHECK(plan.agents[2].placement.front().gpus == std::vector<int>{1});
+  CHECK(plan.agents[3].placement.front().gpus == std::vector<int>{2});
+  CHECK(plan.agents[4].placement.front().gpus.empty());
+  CHECK(f.Spares(plan, {"n1"}) == std::vector<std::string>{"n5"});  // still a spare
+  // n4's four CPUs are taken: a fifth agent of n1 goes to n5.
+  plan.agents.push_back(Agent("e", {{"n1", {3}, {0}}}));
+  const FailoverDecision e = f.Relocate(plan, "e", {"n1"});
+  REQUIRE(e.kind == FailoverDecision::Kind::kMoved);
+  CHECK(e.moved_to == std::vector<std::string>{"n5"});
+  CHECK(plan.agents[5].placement.front().gpus == std::vector<int>{0});
+}
+
 TEST_CASE("a failed node is never handed out again, even when SLURM says it is back") {
   NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 2), Node("n5", 2)});
   Plan plan = MakePlan();
