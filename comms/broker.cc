@@ -196,6 +196,10 @@ Status Broker::Authenticate(std::string_view agent, std::string_view token,
     return refuse("wrong token for agent " + std::string(agent) +
                   " (is AGENTRT_TOKEN_FILE from this run? the run secret changes with every run)");
   }
+  return CheckIncarnation(agent, incarnation);
+}
+
+Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarnation) const {
   if (incarnation.empty()) return Status::Ok();
   std::shared_lock<std::shared_mutex> lock(launches_mu_);
   auto current = launches_.find(agent);

@@ -120,6 +120,10 @@ class Broker {
   // The current launch of `agent` (AgentLaunch::incarnation, the checkpoint
   // fence's id), set by the controller before it starts that launch.
   void SetIncarnation(const std::string& agent, const std::string& incarnation);
+  // The fence part of Authenticate, for streams that outlive their first
+  // check (each publish batch, each turn of a subscription). Allocates
+  // nothing unless it refuses.
+  Status CheckIncarnation(std::string_view agent, std::string_view incarnation) const;
 
   // Stores one message (its payload is moved out of `req`). Validates, checks
   // the ACL and `req.publisher` == `agent`, and suppresses duplicates.

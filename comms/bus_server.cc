@@ -76,11 +76,14 @@ class BusService final : public v1::Bus::Service {
                              grpc::ServerReaderWriter<v1::PublishBatchResponse,
                                                       v1::PublishBatchRequest>* stream) override {
     AGENTRT_AUTH_OR_RETURN(agent);
+    const std::string_view launch = Metadata(ctx, "x-agentrt-incarnation");
     v1::PublishBatchRequest req;
     v1::PublishBatchResponse resp;
     while (stream->Read(&req)) {
       resp.Clear();
-      Status s = broker_->PublishBatch(agent, req, &resp);
+      // A launch replaced while its stream was open is refused from then on.
+      Status s = broker_->CheckIncarnation(agent, launch);
+      if (s.ok()) s = broker_->PublishBatch(agent, req, &resp);
       if (!s.ok()) {
         stream->Write(resp);
         return ToGrpc(s);
@@ -238,9 +241,13 @@ class BusService final : public v1::Bus::Service {
     Broker::Lease lease(&resp);   // declared after resp: gives the messages back before resp goes
     // Why the stream must end now, if it must (between batches, and between
     // a large message's chunks: the client then resumes at that message).
+    const std::string_view launch = Metadata(ctx, "x-agentrt-incarnation");
     auto must_end = [&]() -> std::optional<grpc::Status> {
       if (ctx->IsCancelled())
         return grpc::Status(grpc::StatusCode::CANCELLED, "subscriber went away");
+      // A launch replaced while its stream was open (Broker::SetIncarnation).
+      if (Status fenced = broker_->CheckIncarnation(agent, launch); !fenced.ok())
+        return ToGrpc(fenced);
       if (broker_->shutting_down())
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the bus broker is shutting down");
       if (stream_generation_.load(std::memory_order_acquire) != generation) {

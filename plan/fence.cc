@@ -1,6 +1,8 @@
 #include "plan/fence.h"
 
 #include <cerrno>
+#include <map>
+#include <mutex>
 
 #include "common/file_util.h"
 
@@ -34,9 +36,13 @@ Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string
 
 Result<std::string> LaunchIncarnation(const AgentEnv& env) {
   if (env.telemetry.empty()) return std::string();
+  static std::mutex mu;
+  static std::map<std::string, std::string> read;  // checkpoint dir -> the id found first
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = read.find(env.ckpt_dir); it != read.end()) return it->second;
   auto fence = ReadCheckpointFence(env.ckpt_dir);
   if (!fence.ok()) return fence.status().WithContext("checkpoint fence of agent " + env.agent);
-  return fence->value_or(std::string());
+  return read.emplace(env.ckpt_dir, fence->value_or(std::string())).first->second;
 }
 
 }  // namespace agentrt

@@ -9,7 +9,7 @@
 // scheduler could not reach), exactly one incarnation writes checkpoints.
 //
 // Format: the id and a newline, written atomically (temp file + rename).
-// Thread-safe (no shared state).
+// Thread-safe (LaunchIncarnation remembers what it read behind a mutex).
 #pragma once
 
 #include <optional>
@@ -34,8 +34,9 @@ Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string
 
 // The launch the process of `env` belongs to: the fence's id when a
 // controller launched it (env.telemetry is set; the launcher fenced the
-// directory just before starting it), else "". Read once at start: later the
-// file may name a successor.
+// directory just before starting it), else "". Read once per process (and
+// checkpoint directory) and remembered: later the file may name a successor,
+// and a process of a replaced launch must not take its successor's id.
 Result<std::string> LaunchIncarnation(const AgentEnv& env);
 
 }  // namespace agentrt

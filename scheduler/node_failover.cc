@@ -60,19 +60,26 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
   }
   if (d.failed.empty()) return d;
 
-  // Spares, and the spares this controller already moved agents to: those
-  // take more while they have room (the agents of one failed node share one).
-  // Those first, so that whole spares are kept for what needs them.
-  std::vector<std::string> spares;
-  for (const std::string& given : given_) {
-    if (!down.count(given) && !failed_.count(given)) spares.push_back(given);
-  }
-  for (std::string& spare : Spares(plan, down)) spares.push_back(std::move(spare));
+  // Whole spares, and the spares this controller already moved agents of the
+  // same failed node to: those take more while they have room, and are tried
+  // first, so that whole spares are kept for what needs them. (Only agents of
+  // one failed node share: the planner gives each node's agents their own
+  // port blocks, not agents of different nodes.)
+  std::vector<std::string> spares = Spares(plan, down);
   std::vector<Placement> placement = a->placement;
+  std::vector<std::pair<std::string, std::string>> taken;  // spare, failed node
   for (Placement& p : placement) {
     if (!failed_.count(p.node)) continue;
     const size_t gpus = p.gpus.size();
     const size_t ranks = p.ranks.size();
+    std::vector<std::string> candidates;
+    for (const auto& [spare, from] : given_) {
+      const bool mine = std::any_of(placement.begin(), placement.end(),
+                                    [&](const Placement& q) { return q.node == spare; });
+      if (from == p.node && !mine && !down.count(spare) && !failed_.count(spare))
+        candidates.push_back(spare);
+    }
+    candidates.insert(candidates.end(), spares.begin(), spares.end());
     auto fits = [&](const std::string& name) {
       const NodeSpec* n = Find(name);
       if (n == nullptr || (!a->gpu_type.empty() && n->gpu_type != a->gpu_type)) return false;
@@ -80,8 +87,8 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
       return static_cast<size_t>(n->gpus) >= used.gpus.size() + gpus &&
              (n->cpus <= 0 || static_cast<size_t>(n->cpus) >= used.ranks + ranks);
     };
-    auto spare = std::find_if(spares.begin(), spares.end(), fits);
-    if (spare == spares.end()) {
+    auto spare = std::find_if(candidates.begin(), candidates.end(), fits);
+    if (spare == candidates.end()) {
       d.kind = FailoverDecision::Kind::kNoSpare;
       d.moved_to.clear();
       d.reason = fmt::format(
@@ -96,15 +103,16 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
     }
     d.moved_to.push_back(*spare);
     const NodeUse used = UsedOn(plan, *spare, a);
+    taken.emplace_back(*spare, p.node);
     p.node = *spare;
     int next = 0;  // the spare's free GPUs, lowest first
     for (int& g : p.gpus) {
       while (used.gpus.count(next)) ++next;
       g = next++;
     }
-    given_.insert(*spare);
-    spares.erase(spare);  // an agent's nodes stay distinct
+    std::erase(spares, *spare);  // an agent's nodes stay distinct
   }
+  given_.insert(taken.begin(), taken.end());
   a->placement = std::move(placement);
   FollowFirstNode(*a);
   d.kind = FailoverDecision::Kind::kMoved;

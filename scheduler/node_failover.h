@@ -6,7 +6,7 @@
 // is down (SLURM says DOWN, DRAIN, FAIL or NOT_RESPONDING), only that agent is
 // re-planned: each of its failed nodes is replaced by a spare node of the
 // allocation that is up, holds no agent (or only agents this controller moved
-// there: the agents of one failed node share a spare while it has room), and
+// there from the same failed node: they share a spare while it has room), and
 // still offers what the agent had there (as many free GPUs, of its gpu_type,
 // and CPU slots for its ranks). Ranks per node and the port block stay; the
 // agent gets the spare's lowest free GPU ids; MASTER_ADDR follows the agent's
@@ -26,6 +26,7 @@
 // Not thread-safe.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -89,7 +90,8 @@ class NodeFailover {
 
   std::vector<NodeSpec> nodes_;
   std::set<std::string> failed_;
-  std::set<std::string> given_;  // spares this controller moved agents to
+  // The spares this controller moved agents to, and the failed node they came from.
+  std::map<std::string, std::string> given_;
 };
 
 }  // namespace agentrt

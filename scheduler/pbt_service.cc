@@ -43,9 +43,12 @@ void RecoverExploits(Plan* plan, const RunDir& dir, RunObserver* observer) {
     observer->Warn("agentctl run: warning: pbt: " + lines.status().message() + "\n");
     return;
   }
-  std::set<std::tuple<std::string, std::string, int64_t>> written;
+  // An exploit is its recipient, donor, adopted step and the time of its decision
+  // (two exploits may adopt the same step of one donor).
+  std::set<std::tuple<std::string, std::string, int64_t, double>> written;
   for (const LineageRecord& l : *lines) {
-    if (l.exploited()) written.insert({l.decision.recipient, l.decision.donor, l.donor_step});
+    if (l.exploited())
+      written.insert({l.decision.recipient, l.decision.donor, l.donor_step, l.time});
   }
   bool plan_changed = false;
   for (AgentPlan& a : plan->agents) {
@@ -58,7 +61,7 @@ void RecoverExploits(Plan* plan, const RunDir& dir, RunObserver* observer) {
     auto line = LineageRecord::FromJson(note);
     if (!line.ok() || line->decision.recipient != a.name) continue;
     line->donor_step = from.value("step", int64_t{-1});
-    if (written.count({a.name, line->decision.donor, line->donor_step}) != 0) continue;
+    if (written.count({a.name, line->decision.donor, line->donor_step, line->time}) != 0) continue;
     line->why = "recovered on resume: the controller died before it wrote this line";
     for (const auto& [name, value] : line->decision.new_hyperparameters.items())
       a.args[name] = value;

@@ -172,8 +172,9 @@ RunDriver::~RunDriver() {
 Status RunDriver::Start() {
   // One start-up order: the run's lock and credentials, the bus, telemetry
   // intake, the league service, the supervisor (with failover), the status
-  // writer with the first status (every agent pending), the launches (the
-  // status kept current meanwhile), PBT and the control inbox.
+  // writer with the first status (every agent pending), PBT (which first
+  // recovers an exploit a dead controller left half-written), the launches
+  // (the status kept current meanwhile) and the control inbox.
   // One controller per run, and `agentctl status` can tell whether it lives.
   AGENTRT_ASSIGN_OR_RETURN(lock_, ControllerLock::Acquire(dir_));
   AGENTRT_RETURN_IF_ERROR(

@@ -598,17 +598,23 @@ TEST_CASE(
   REQUIRE(responder->Unsubscribe(rid.value()).ok());
 }
 
-TEST_CASE("a client built from the agent environment connects with its token file") {
-  auto server = StartServer();
-  auto dir = TempDir();
+// Agent "pub"'s environment in `dir` (its token file written there), on the bus at `address`.
+AgentEnv PubEnvironment(const std::filesystem::path& dir, const std::string& address) {
   const std::string token_file = (dir / "pub.token").string();
   REQUIRE(WriteTokenFile(token_file, {"pub", DeriveAgentToken(kSecret, "pub")}).ok());
   AgentEnv env;
   env.run_dir = dir.string();
   env.agent = "pub";
   env.ckpt_dir = (dir / "ckpt").string();
-  env.bus = server->address();
+  env.bus = address;
   env.token_file = token_file;
+  return env;
+}
+
+TEST_CASE("a client built from the agent environment connects with its token file") {
+  auto server = StartServer();
+  auto dir = TempDir();
+  AgentEnv env = PubEnvironment(dir, server->address());
   auto c = BusClient::ForAgent(env);
   REQUIRE(c.ok());
   CHECK((*c)->agent() == "pub");
@@ -627,46 +633,56 @@ TEST_CASE("a client built from the agent environment connects with its token fil
 }
 
 TEST_CASE("a launch the controller replaced is fenced off the bus; the current one is not") {
-  auto server = StartServer();
+  BusAcl acl = TestAcl();
+  acl.channels.push_back({"fence", {"pub"}, {"pub"}});  // pub may read what it publishes
+  auto server = StartServer({}, acl);
   auto dir = TempDir();
-  const std::string token_file = (dir / "pub.token").string();
-  REQUIRE(WriteTokenFile(token_file, {"pub", DeriveAgentToken(kSecret, "pub")}).ok());
-  AgentEnv env;
-  env.run_dir = dir.string();
-  env.agent = "pub";
-  env.ckpt_dir = (dir / "ckpt").string();
-  env.bus = server->address();
-  env.token_file = token_file;
+  AgentEnv env = PubEnvironment(dir, server->address());
   env.telemetry = "127.0.0.1:1";  // launched by a controller: the fence names its launch
   std::filesystem::create_directories(env.ckpt_dir);
   REQUIRE(WriteCheckpointFence(env.ckpt_dir, "0.old").ok());
   server->SetAgentIncarnation("pub", "0.old");
   auto old_launch = BusClient::ForAgent(env);
   REQUIRE(old_launch.ok());
-  REQUIRE((*old_launch)->Publish("tf", "before").ok());
+  REQUIRE((*old_launch)->Publish("fence", "before").ok());
+  Collector open_before;  // a subscription the old launch holds open across the relaunch
+  REQUIRE(
+      (*old_launch)
+          ->Subscribe("fence", StartAt::Earliest(), open_before.OnMessage(), open_before.Options())
+          .ok());
+  REQUIRE(WaitFor([&] { return open_before.size() == 1; }));
 
   // A relaunch elsewhere while the old process runs on (a partitioned node).
   REQUIRE(WriteCheckpointFence(env.ckpt_dir, "1.new").ok());
   server->SetAgentIncarnation("pub", "1.new");
-  auto refused = (*old_launch)->Publish("tf", "from the old launch");
+  REQUIRE(WaitFor([&] { return !open_before.Failure().ok(); }));
+  CHECK(open_before.Failure().code() == StatusCode::kPermissionDenied);
+  CHECK(open_before.Failure().message().find("fenced") != std::string::npos);
+  auto refused = (*old_launch)->Publish("fence", "from the old launch");
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == StatusCode::kPermissionDenied);
   CHECK(refused.status().message().find("fenced: launch 0.old of agent pub was replaced by "
                                         "launch 1.new") != std::string::npos);
   Collector old_reads;
   REQUIRE((*old_launch)
-              ->Subscribe("tf", StartAt::Earliest(), old_reads.OnMessage(), old_reads.Options())
+              ->Subscribe("fence", StartAt::Earliest(), old_reads.OnMessage(), old_reads.Options())
               .ok());
   REQUIRE(WaitFor([&] { return !old_reads.Failure().ok(); }));
   CHECK(old_reads.Failure().code() == StatusCode::kPermissionDenied);
+  CHECK(old_reads.Failure().message().find("fenced") != std::string::npos);
+  // The old process reads the fence once: a client it makes now is still the old launch's.
+  CHECK((*BusClient::ForAgent(env))->Publish("fence", "x").status().code() ==
+        StatusCode::kPermissionDenied);
 
-  auto new_launch = BusClient::ForAgent(env);  // reads the fence: 1.new
+  BusClientOptions successor;  // the new launch's process (it read 1.new at its start)
+  successor.incarnation = "1.new";
+  auto new_launch = BusClient::ForAgent(env, successor);
   REQUIRE(new_launch.ok());
-  auto ack = (*new_launch)->Publish("tf", "from the new launch");
+  auto ack = (*new_launch)->Publish("fence", "from the new launch");
   REQUIRE(ack.ok());
   CHECK(ack->offset == 1);  // nothing of the old launch was stored after the relaunch
   // A client that is no agent's launch (agentrt-bus, a tool) presents none and is not fenced.
-  CHECK(Client(server->address(), "pub")->Publish("tf", "a tool").ok());
+  CHECK(Client(server->address(), "pub")->Publish("fence", "a tool").ok());
   std::filesystem::remove_all(dir);
 }
 

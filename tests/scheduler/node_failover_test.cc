@@ -95,6 +95,21 @@ TEST_CASE("the agents of one failed node share a spare while it has room") {
   CHECK(plan.agents[5].placement.front().gpus == std::vector<int>{0});
 }
 
+TEST_CASE("a spare is shared only by agents of the same failed node, never twice by one agent") {
+  NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 4), Node("n5", 2)});
+  Plan plan = MakePlan();
+  REQUIRE(f.Relocate(plan, "steady", {"n1"}).moved_to == std::vector<std::string>{"n4"});
+  // wide's n2 fails: n4 has room, but holds an agent of n1 (whose port block may be wide's).
+  const FailoverDecision d2 = f.Relocate(plan, "wide", {"n1", "n2"});
+  REQUIRE(d2.kind == FailoverDecision::Kind::kMoved);
+  CHECK(d2.moved_to == std::vector<std::string>{"n5"});
+  // Then its n3: n5 is its own already, n4 is n1's: no spare.
+  const FailoverDecision d3 = f.Relocate(plan, "wide", {"n1", "n2", "n3"});
+  CHECK(d3.kind == FailoverDecision::Kind::kNoSpare);
+  CHECK(plan.agents[1].placement[0].node == "n5");
+  CHECK(plan.agents[1].placement[1].node == "n3");
+}
+
 TEST_CASE("a failed node is never handed out again, even when SLURM says it is back") {
   NodeFailover f({Node("n1", 2), Node("n2", 2), Node("n3", 2), Node("n4", 2), Node("n5", 2)});
   Plan plan = MakePlan();

@@ -68,6 +68,24 @@ struct Fixture : SupervisedRun {
     backend.KillAll("bad", SIGTERM);
     controller->Tick();
   }
+  // The donor commits a checkpoint at `step` and says so.
+  void CommitDonorCheckpoint(int64_t step) {
+    CheckpointOptions o{.dir = dir->Resolve(plan.FindAgent("good")->checkpoint_dir),
+                        .agent = "good",
+                        .interval_s = 0};
+    auto donor = Checkpointer::Create(o);
+    REQUIRE(donor.ok());
+    std::vector<float> weights(64, 1.5f);
+    CheckpointState state;
+    state.AddArray("w", weights.data(), "float32", {64}, sizeof(float));
+    REQUIRE((*donor)->Save(step, state).ok());
+    TelemetryMessage committed;
+    committed.type = TelemetryType::kCheckpoint;
+    committed.agent = "good";
+    committed.step = step;
+    committed.checkpoint_step = step;
+    controller->OnTelemetry(committed);
+  }
   std::vector<LineageRecord> Lineage() const {
     auto read = ReadLineageFile(dir->LineagePath());
     REQUIRE(read.ok());
@@ -98,22 +116,7 @@ TEST_CASE("pbt service: past checkpoint_wait_s with nothing to adopt, the member
 TEST_CASE("pbt service: a committed donor checkpoint is adopted with the new args") {
   Fixture f;
   f.DecideExploit();
-  // The donor commits a checkpoint at step 200 and says so.
-  CheckpointOptions o{.dir = f.dir->Resolve(f.plan.FindAgent("good")->checkpoint_dir),
-                      .agent = "good",
-                      .interval_s = 0};
-  auto donor = Checkpointer::Create(o);
-  REQUIRE(donor.ok());
-  std::vector<float> weights(64, 1.5f);
-  CheckpointState state;
-  state.AddArray("w", weights.data(), "float32", {64}, sizeof(float));
-  REQUIRE((*donor)->Save(200, state).ok());
-  TelemetryMessage committed;
-  committed.type = TelemetryType::kCheckpoint;
-  committed.agent = "good";
-  committed.step = 200;
-  committed.checkpoint_step = 200;
-  f.controller->OnTelemetry(committed);
+  f.CommitDonorCheckpoint(200);
   f.pbt->Advance();  // fresh: no need to wait out checkpoint_wait_s
   f.FinishReplacement();
   const auto lineage = f.Lineage();
@@ -130,21 +133,7 @@ TEST_CASE(
     "pbt service: an exploit whose lineage line a dying controller never wrote is recovered") {
   Fixture f;
   f.DecideExploit();
-  CheckpointOptions o{.dir = f.dir->Resolve(f.plan.FindAgent("good")->checkpoint_dir),
-                      .agent = "good",
-                      .interval_s = 0};
-  auto donor = Checkpointer::Create(o);
-  REQUIRE(donor.ok());
-  std::vector<float> weights(64, 1.5f);
-  CheckpointState state;
-  state.AddArray("w", weights.data(), "float32", {64}, sizeof(float));
-  REQUIRE((*donor)->Save(200, state).ok());
-  TelemetryMessage committed;
-  committed.type = TelemetryType::kCheckpoint;
-  committed.agent = "good";
-  committed.step = 200;
-  committed.checkpoint_step = 200;
-  f.controller->OnTelemetry(committed);
+  f.CommitDonorCheckpoint(200);
   f.pbt->Advance();
   f.FinishReplacement();
   REQUIRE(f.Lineage().size() == 1);

@@ -160,11 +160,12 @@ def listen(rt, args):
     heard = os.path.join(args.record, "heard.%d" % os.getpid())
     sub = bus.subscribe(args.topic, start=offset, incarnation=incarnation)
     append(heard, "start %d %d\n" % (offset, incarnation))
-    talker_done = False
+    talker_done = bool(meta.get("talker_done", False))  # it heard the end before this restart
 
     def position():
         _, known = bus.positions()  # the broker's incarnation, once a message came
-        return {"offset": offset, "bus_incarnation": known or incarnation}
+        return {"offset": offset, "bus_incarnation": known or incarnation,
+                "talker_done": talker_done}
     while not rt.should_stop and not (step >= args.steps and talker_done):
         time.sleep(args.step_ms / 1000.0)
         step = min(step + 1, args.steps)  # at its steps it only waits for the talker's end
