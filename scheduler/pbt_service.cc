@@ -26,8 +26,7 @@ std::map<std::string, nlohmann::json> ArgsOf(const Plan& plan) {
   return args;
 }
 
-// The line of an exploit; `recovered`: written on resume from the note its
-// adopted checkpoint keeps.
+// One line of RUN_DIR/league/lineage.jsonl, its folder made if need be.
 Status AppendLineage(const RunDir& dir, const LineageRecord& line) {
   std::error_code ec;
   std::filesystem::create_directories(dir.LeagueDir(), ec);
@@ -50,8 +49,11 @@ void RecoverExploits(Plan* plan, const RunDir& dir, RunObserver* observer) {
     if (l.exploited())
       written.insert({l.decision.recipient, l.decision.donor, l.donor_step, l.time});
   }
+  std::set<std::string> members;  // only their checkpoints can hold an exploit
+  for (const PbtPopulation& p : plan->pbt) members.insert(p.agents.begin(), p.agents.end());
   bool plan_changed = false;
   for (AgentPlan& a : plan->agents) {
+    if (!members.count(a.name)) continue;
     auto metadata = NewestCheckpointMetadata(dir.Resolve(a.checkpoint_dir), a.name);
     if (!metadata.ok() || !metadata->is_object()) continue;
     const nlohmann::json from = metadata->value("adopted_from", nlohmann::json::object());

@@ -45,6 +45,13 @@ def wait_for(what, pred, timeout_s=30.0, period_s=0.05):
     raise Failure("timed out after %.0f s waiting for %s" % (timeout_s, what))
 
 
+def soak_agent_command(agent, steps, step_ms, keep_last):
+    """The soaks' agentrt-test-agent (at `agent`): `steps` steps of `step_ms`, heartbeats every
+    200 ms, a checkpoint every 2 s, `keep_last` kept."""
+    return [agent, "--steps", str(steps), "--step-ms", str(step_ms), "--heartbeat-ms", "200",
+            "--ckpt-interval-s", "2", "--keep-last", str(keep_last)]
+
+
 def free_port_block(n):
     """First port of n consecutive ports that can all be bound now, below the kernel's ephemeral
     range: an outgoing connection of a test running beside this one (a client, an MPI rank)

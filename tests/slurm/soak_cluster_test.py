@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import soak_agents  # noqa: E402
 from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
                              print_fault_table, read_status, restore_since, run_processes,
-                             status_agent, wait_for)
+                             soak_agent_command, status_agent, wait_for)
 
 SRC = os.environ.get("AGENTRT_SOURCE_DIR",
                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -163,8 +163,7 @@ def config(work, target, chat_dir):
     for name, ranks in AGENTS.items():
         if name in soak_agents.CHAT:
             continue
-        cmd = [AGENT, "--steps", str(target), "--step-ms", str(STEP_MS), "--heartbeat-ms", "200",
-               "--ckpt-interval-s", "2", "--keep-last", "100"]
+        cmd = soak_agent_command(AGENT, target, STEP_MS, keep_last=100)
         extra = "ranks: 4, gpus: 4, backend: mpi, " if ranks > 1 else "gpus: 1, "
         agents += "  - {name: %s, %scommand: %s}\n" % (name, extra, json.dumps(cmd))
     return """run: {name: msoak, dir: %s/runs}

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import soak_agents  # noqa: E402
 from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
                              incarnation_restore, newest_committed, print_fault_table, run_processes,
-                             wait_for)
+                             soak_agent_command, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -49,8 +49,7 @@ def config(first_port, target, chat_dir):
     for name, ranks in AGENTS.items():
         if name in soak_agents.CHAT:
             continue
-        cmd = [AGENT, "--steps", str(target), "--step-ms", str(STEP_MS), "--heartbeat-ms", "200",
-               "--ckpt-interval-s", "2", "--keep-last", "3"]
+        cmd = soak_agent_command(AGENT, target, STEP_MS, keep_last=3)
         agents += "  - {name: %s, ranks: %d, command: %s}\n" % (name, ranks, json.dumps(cmd))
     return """run: {name: soak, dir: runs}
 cluster:
