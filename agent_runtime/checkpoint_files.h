@@ -147,13 +147,15 @@ std::optional<std::string> ParseManifest(const std::string& text, int64_t step, 
 
 // Verifies one committed checkpoint; loads the shard of `load_rank` into `out`
 // when it is in range. `corrupt` is the corruption found, if any; `fatal` is
-// set for a world-size mismatch the caller did not opt in to.
+// set for a world-size mismatch the caller did not opt in to. With `lazy`, a
+// checkpoint of global slices only is checked for every shard's presence and
+// size and nothing is read or loaded (RestoreOptions::load_shard).
 struct VerifyOutcome {
   std::optional<CorruptCheckpoint> corrupt;
   Status fatal;
 };
 VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t step, int load_rank,
                          bool verify_all, bool check_world, Manifest* manifest, ShardData* out,
-                         std::vector<std::byte>& scratch);
+                         std::vector<std::byte>& scratch, bool lazy = false);
 
 }  // namespace agentrt::checkpoint_files

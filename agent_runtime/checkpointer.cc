@@ -515,24 +515,31 @@ Status Checkpointer::CleanDebris() {
   return Status::Ok();
 }
 
-Result<RestoreResult> Checkpointer::Restore() {
+Result<RestoreResult> Checkpointer::Restore() { return Restore(RestoreOptions{}); }
+
+Result<RestoreResult> Checkpointer::Restore(const RestoreOptions& restore) {
   AGENTRT_RETURN_IF_ERROR(Wait());
   JoinReaper();
-  if (options_.rank == 0) AGENTRT_RETURN_IF_ERROR(CleanDebris().WithContext(Where() + "cleanup"));
-  if (options_.barrier) {
+  const bool retry = restore.before_step >= 0;
+  if (options_.rank == 0 && !retry)
+    AGENTRT_RETURN_IF_ERROR(CleanDebris().WithContext(Where() + "cleanup"));
+  if (options_.barrier && !retry) {
     AGENTRT_RETURN_IF_ERROR(options_.barrier().WithContext(Where() + "barrier after cleanup"));
   }
   AGENTRT_ASSIGN_OR_RETURN(auto steps, ListSteps(dir_fd_, options_.dir));
   RestoreResult result;
+  result.skipped = restore.skipped;
   std::vector<std::byte> scratch;
-  bool any_committed = false;
+  bool any_committed = !restore.skipped.empty();
   for (int64_t step : steps) {
+    if (retry && step >= restore.before_step) continue;
     if (!ExistsAt(dir_fd_, StepName(step) + "/" + kManifest)) continue;  // not committed
     any_committed = true;
     Manifest manifest;
     ShardData shard;
     VerifyOutcome v = VerifyStep(dir_fd_, options_, step, options_.rank, options_.verify_all_shards,
-                                 /*check_world=*/true, &manifest, &shard, scratch);
+                                 /*check_world=*/true, &manifest, &shard, scratch,
+                                 /*lazy=*/!restore.load_shard);
     if (!v.fatal.ok()) return v.fatal;
     if (v.corrupt) {
       result.skipped.push_back(std::move(*v.corrupt));

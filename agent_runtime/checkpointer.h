@@ -292,6 +292,25 @@ struct RestoreResult {
   std::string Describe() const;
 };
 
+// How Restore() goes about it.
+struct RestoreOptions {
+  // false: a checkpoint of global slices only (CheckpointState::AddSlice) is
+  // checked for its manifest and every shard's presence and size, and nothing
+  // is read now: the caller reads what it needs through RestoreResult::saved,
+  // every chunk verified as it is read, straight into its own memory (one
+  // pass over the bytes). A DataLoss from such a read means the step is
+  // corrupt: restore again with before_step set to it. Every rank must then
+  // read the same arrays (and the RNG rows of all ranks, say) for the ranks
+  // to agree on the step. Other checkpoints load as with true.
+  bool load_shard = true;
+  // >= 0: only steps older than this one: the retry after a read found
+  // `before_step` corrupt. It removes no debris and calls no barrier (the
+  // first Restore did both).
+  int64_t before_step = -1;
+  // Reported first in RestoreResult::skipped (what the caller found corrupt).
+  std::vector<CorruptCheckpoint> skipped = {};
+};
+
 struct CheckpointStats {
   uint64_t saves_started = 0;
   uint64_t saves_committed = 0;    // rank 0: manifests written; others: shards durable
@@ -316,6 +335,7 @@ class Checkpointer {
   // than returning kCorrupt) only when the world size changed without
   // allow_resharding, or on an I/O error of the directory itself.
   Result<RestoreResult> Restore();
+  Result<RestoreResult> Restore(const RestoreOptions& options);
 
   // Loads and verifies the shard of any `rank` of a committed step (re-sharding).
   Result<ShardData> LoadShard(int64_t step, int rank);

@@ -148,6 +148,21 @@ AGENTRT_C_EXPORT int agentrt_checkpointer_wait(agentrt_checkpointer* ck);
 AGENTRT_C_EXPORT int agentrt_checkpointer_info(const agentrt_checkpointer* ck, char** json_out);
 /* The newest checkpoint that verifies, or a fresh start (see agentrt_restore_info). */
 AGENTRT_C_EXPORT int agentrt_checkpointer_restore(agentrt_checkpointer* ck, agentrt_restore** out);
+/* The same without reading this rank's shard now, when the checkpoint holds
+ * global arrays only (saved with agentrt_state_add_slice): its manifest and
+ * every shard's size are checked, and agentrt_restore_read verifies each
+ * chunk as it reads it into the caller's memory. A DATA_LOSS from such a read
+ * means the step is corrupt: call again with before_step = that step and
+ * skipped_json = the "skipped" list of agentrt_restore_info with that step
+ * added ({"step", "file", "reason"}) to fall back to an older one; it then
+ * removes no debris and calls no barrier. before_step < 0 and skipped_json
+ * NULL: the newest checkpoint. Every rank must read the same arrays to agree
+ * on the step. Other checkpoints are loaded as agentrt_checkpointer_restore
+ * does. */
+AGENTRT_C_EXPORT int agentrt_checkpointer_restore_lazy(agentrt_checkpointer* ck,
+                                                       int64_t before_step,
+                                                       const char* skipped_json,
+                                                       agentrt_restore** out);
 
 /* What one rank saves: named arrays of the caller's memory (not copied until
  * the save) and JSON metadata. */
@@ -169,7 +184,8 @@ AGENTRT_C_EXPORT int agentrt_state_add_slice(agentrt_state* state, const char* n
                                              uint64_t count);
 AGENTRT_C_EXPORT int agentrt_state_set_metadata(agentrt_state* state, const char* json);
 
-/* {"kind": "restored"|"fresh"|"corrupt", "step", "time", "world_size",
+/* {"kind": "restored"|"fresh"|"corrupt", "step", "time", "world_size", "path"
+ * (the step's directory; "" when none),
  * "metadata", "skipped": [{"step", "file", "reason"}], "entries": [{"name",
  * "dtype", "shape", "bytes"}] (this rank's own), "arrays": [{"name", "dtype",
  * "shape", "element_bytes"}] (global, any rank's), "describe": "restored step

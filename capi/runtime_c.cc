@@ -58,6 +58,7 @@ nlohmann::json RestoreJson(const agentrt::RestoreResult& r) {
                       {"step", r.step},
                       {"time", r.time},
                       {"world_size", r.world_size},
+                      {"path", r.saved ? r.saved->path() : std::string()},
                       {"metadata", r.metadata.is_null() ? nlohmann::json::object() : r.metadata},
                       {"describe", r.Describe()},
                       {"skipped", nlohmann::json::array()},
@@ -308,6 +309,37 @@ int agentrt_checkpointer_restore(agentrt_checkpointer* ck, agentrt_restore** out
   *out = nullptr;
   return Guard("agentrt_checkpointer_restore", [&] {
     auto r = ck->ck->Restore();
+    if (!r.ok()) return Fail(r.status());
+    *out = new agentrt_restore{std::move(r).value()};
+    return Ok();
+  });
+}
+
+int agentrt_checkpointer_restore_lazy(agentrt_checkpointer* ck, int64_t before_step,
+                                      const char* skipped_json, agentrt_restore** out) {
+  AGENTRT_C_REQUIRE(ck, "checkpointer");
+  AGENTRT_C_REQUIRE(out, "out");
+  *out = nullptr;
+  return Guard("agentrt_checkpointer_restore_lazy", [&] {
+    agentrt::RestoreOptions options;
+    options.load_shard = false;
+    options.before_step = before_step;
+    if (skipped_json != nullptr) {
+      const auto list = nlohmann::json::parse(skipped_json, nullptr, /*allow_exceptions=*/false);
+      if (!list.is_array())
+        return Fail(agentrt::InvalidArgument("skipped: not a JSON list of {step, file, reason}"));
+      for (const auto& s : list) {
+        if (!s.is_object() || !s.contains("step") || !s["step"].is_number_integer() ||
+            !s.contains("file") || !s["file"].is_string() || !s.contains("reason") ||
+            !s["reason"].is_string())
+          return Fail(agentrt::InvalidArgument("skipped: " + s.dump() +
+                                               " is not {\"step\": int, \"file\": str, "
+                                               "\"reason\": str}"));
+        options.skipped.push_back({s["step"].get<int64_t>(), s["file"].get<std::string>(),
+                                   s["reason"].get<std::string>()});
+      }
+    }
+    auto r = ck->ck->Restore(options);
     if (!r.ok()) return Fail(r.status());
     *out = new agentrt_restore{std::move(r).value()};
     return Ok();

@@ -95,7 +95,8 @@ class Restore(Handle):
     """The outcome of Checkpointer.restore().
 
     kind: "restored", "fresh" (no checkpoint yet) or "corrupt" (checkpoints
-    exist, none verifies). step, time, world_size, metadata (the dict saved),
+    exist, none verifies). step, time, world_size, path (the step's
+    directory), metadata (the dict saved),
     skipped ([{"step", "file", "reason"}] passed over as corrupt), describe
     (one line for the log), entries ({name: {"dtype", "shape", "bytes"}}: this
     rank's own), global_arrays ({name: {"dtype", "shape", "element_bytes"}}:
@@ -117,6 +118,7 @@ class Restore(Handle):
         self.step = info["step"]
         self.time = info["time"]
         self.world_size = info["world_size"]
+        self.path = info["path"]
         self.metadata = info["metadata"]
         self.skipped = info["skipped"]
         self.describe = info["describe"]
@@ -273,15 +275,31 @@ class Checkpointer(Handle):
         """Waits for the save in progress; raises CheckpointError if it failed."""
         _lib.check(_lib.lib().agentrt_checkpointer_wait(self._p()), errors.CheckpointError)
 
-    def restore(self):
+    def restore(self, load=True, before=None, skipped=None):
         """The newest verified checkpoint (or a fresh start): a Restore. A
         checkpoint written by another world size that holds entries of single
         ranks (not slices) raises CheckpointShapeError (a ConfigurationError:
-        uncaught under agentctl, exit code 78)."""
+        uncaught under agentctl, exit code 78).
+
+        load=False: a checkpoint of global arrays only (saved with ``slices``)
+        is not read now; ``r.read(name, out=...)`` verifies each chunk as it
+        reads it into the caller's memory. A CheckpointError with code
+        DATA_LOSS (15) from such a read means that step is corrupt: call
+        ``restore(load=False, before=r.step, skipped=r.skipped + [{"step":
+        r.step, "file": r.path, "reason": e.message}])`` for an older one.
+        Every rank must read the same arrays to agree on the step."""
         out = ctypes.c_void_p()
         try:
-            _lib.check(_lib.lib().agentrt_checkpointer_restore(self._p(), ctypes.byref(out)),
-                       errors.CheckpointError)
+            if load and before is None and not skipped:
+                code = _lib.lib().agentrt_checkpointer_restore(self._p(), ctypes.byref(out))
+            else:
+                if load:
+                    raise ValueError("restore: before= and skipped= go with load=False")
+                code = _lib.lib().agentrt_checkpointer_restore_lazy(
+                    self._p(), -1 if before is None else int(before),
+                    None if skipped is None else json.dumps(list(skipped)).encode(),
+                    ctypes.byref(out))
+            _lib.check(code, errors.CheckpointError)
         except errors.CheckpointError as e:
             if e.code == 9:  # FAILED_PRECONDITION: saved by another world size
                 raise errors.CheckpointShapeError(e.code, e.message) from None

@@ -15,9 +15,12 @@ optimizer's state_dict, the RNG states (torch CPU, every CUDA device, NumPy's
 global, Python's ``random``), the bus positions and ``extra``. Tensors become
 named arrays of the checkpoint (CPU tensors are read in place; CUDA tensors
 are copied to the host once); everything else (hyperparameters, step counts,
-ints keyed dicts, tuples) is JSON in the manifest. Restore copies the arrays
-into the model's own tensors (on their devices) and rebuilds the optimizer
-state on its parameters' devices.
+ints keyed dicts, tuples) is JSON in the manifest. Restore reads the arrays
+once, each chunk verified as it is read, straight into the model's own
+tensors where they are contiguous CPU tensors of the saved shape and dtype
+(others, e.g. on a GPU, get one copy from a host array), and rebuilds the
+optimizer state on its parameters' devices; a chunk that fails its checksum
+sends the restore to the next older checkpoint.
 
 Any world size: the model's parameters and the optimizer's state are the
 same on every rank of a data-parallel agent (DDP), so each rank saves only its
@@ -40,6 +43,8 @@ import warnings
 
 import numpy as np
 import torch as _torch
+
+from . import errors
 
 
 FORMAT = 1
@@ -168,12 +173,10 @@ def _shard_entries(restore):
 
 
 def _global_arrays(restore):
-    """Resolves references to global arrays, read whole from any ranks' shards."""
+    """Resolves references to global arrays, read whole from any ranks' shards
+    into new arrays (each chunk verified as it is read)."""
     def resolve(ref):
         name, label, shape = ref["__array__"], ref.get("dtype"), tuple(ref.get("shape", ()))
-        if name in restore and restore.entries[name]["shape"] == (int(np.prod(shape)),):
-            # This rank saved it whole (rank 0's, or one rank): a view, no copy.
-            return restore[name].reshape(shape), restore.entries[name]["dtype"]
         if name in restore.global_arrays:
             return restore.read(name).reshape(shape), restore.global_arrays[name]["dtype"]
         if label is not None and 0 in shape:  # nothing was saved of an empty array
@@ -266,6 +269,11 @@ def save(checkpointer, step, model=None, optimizer=None, rng=True, bus=None, ext
 
 def _restore_rng(r, rank):
     """This rank's saved RNG states, or derived ones for a rank the saving run lacked."""
+    # Every rank reads (and so verifies) every rank's row: a bad chunk among
+    # them then sends all ranks to the same older checkpoint.
+    for k in range(r.world_size):
+        if k != rank and _rng_name(k) in r.global_arrays:
+            r.read(_rng_name(k))
     name = _rng_name(rank)
     if name not in r.global_arrays:
         _derived_rng_state(r.step, rank)
@@ -296,37 +304,96 @@ class Restored:
         return "<agentrt.torch.Restored step %d>" % self.step
 
 
+def _read_into(r, ref, t):
+    """Reads the saved array of ``ref`` straight into tensor ``t`` when ``t``
+    can hold it as it is (a contiguous CPU tensor of its shape and dtype);
+    False, untouched, otherwise."""
+    if not isinstance(ref, dict) or "__array__" not in ref or not ref.get("tensor"):
+        return False
+    a = r.global_arrays.get(ref["__array__"])  # a scalar's global shape is (1,)
+    if a is None or t.device.type != "cpu" or not t.is_contiguous() or \
+            tuple(ref.get("shape", ())) != tuple(t.shape) or int(np.prod(a["shape"])) != t.numel():
+        return False
+    label = "bfloat16" if t.dtype == _torch.bfloat16 else _TORCH_TO_NUMPY.get(t.dtype)
+    if label != a["dtype"]:
+        return False
+    data = t.detach()
+    r.read(ref["__array__"], out=(data.view(_torch.int16) if label == "bfloat16" else data)
+           .numpy().reshape(-1))
+    return True
+
+
+def _model_state(model, tree, r, resolve):
+    """The state dict to load into ``model`` from a checkpoint of global arrays:
+    where the model's own tensor can hold the saved array, the array is read
+    straight into it and the entry is that very tensor (load_state_dict's copy
+    of a tensor onto itself is no copy); the rest is decoded into new tensors."""
+    own = model.state_dict(keep_vars=True)
+    state = {}
+    for key, ref in tree.get("__dict__", []):
+        t = own.get(key)
+        state[key] = t if t is not None and _read_into(r, ref, t) else \
+            _decode(ref, resolve, copy=False)
+    return state
+
+
+def _load(r, rank, model, optimizer, rng, strict):
+    """Loads restored checkpoint ``r`` into the model, optimizer and RNGs."""
+    meta = r.metadata
+    if meta.get("agentrt_torch") != FORMAT:
+        raise ValueError("checkpoint step %d was not written by agentrt.torch (format %r)"
+                         % (r.step, meta.get("agentrt_torch")))
+    layout_global = meta.get("layout") == _GLOBAL
+    # Global arrays are read into new memory (no copy needed); a shard's
+    # entries (the per-rank layout) are views of the Restore's.
+    resolve = _global_arrays(r) if layout_global else _shard_entries(r)
+    if model is not None:
+        if "model" not in meta:
+            raise ValueError("checkpoint step %d holds no model" % r.step)
+        state = _model_state(model, meta["model"], r, resolve) if layout_global else \
+            _decode(meta["model"], resolve, copy=False)  # load_state_dict copies into the params
+        model.load_state_dict(state, strict=strict)
+    if optimizer is not None:
+        if "optimizer" not in meta:
+            raise ValueError("checkpoint step %d holds no optimizer" % r.step)
+        optimizer.load_state_dict(_decode(meta["optimizer"], resolve, copy=not layout_global))
+    if rng and layout_global:
+        _restore_rng(r, rank)
+    elif rng and "rng" in meta:
+        set_rng_state(_decode(meta["rng"], resolve))
+    extra = _decode(meta["extra"], resolve, copy=not layout_global) if "extra" in meta else None
+    return Restored(r, extra, meta.get("bus"))
+
+
+_DATA_LOSS = 15  # the status code of a chunk that fails its checksum
+
+
 def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
     """Loads the newest verified checkpoint into ``model`` and ``optimizer``
     (and the RNGs); returns a Restored, or None when there is nothing to
     restore (a fresh start, or every checkpoint corrupt). ``restore.last``
     holds the outcome either way: kind, step, skipped (files and reasons of the
-    corrupt checkpoints passed over), describe."""
-    r = checkpointer.restore()
-    # The outcome without the restored bytes (those go with the Restored, or now).
-    restore.last = _Outcome(r.kind, r.step, r.skipped, r.describe)
-    if not r.restored:
-        return None
-    meta = r.metadata
-    if meta.get("agentrt_torch") != FORMAT:
-        raise ValueError("checkpoint step %d was not written by agentrt.torch (format %r)"
-                         % (r.step, meta.get("agentrt_torch")))
-    resolve = _global_arrays(r) if meta.get("layout") == _GLOBAL else _shard_entries(r)
-    if model is not None:
-        if "model" not in meta:
-            raise ValueError("checkpoint step %d holds no model" % r.step)
-        state = _decode(meta["model"], resolve, copy=False)  # load_state_dict copies into the params
-        model.load_state_dict(state, strict=strict)
-    if optimizer is not None:
-        if "optimizer" not in meta:
-            raise ValueError("checkpoint step %d holds no optimizer" % r.step)
-        optimizer.load_state_dict(_decode(meta["optimizer"], resolve))
-    if rng and meta.get("layout") == _GLOBAL:
-        _restore_rng(r, checkpointer.info["rank"])
-    elif rng and "rng" in meta:
-        set_rng_state(_decode(meta["rng"], resolve))
-    extra = _decode(meta["extra"], resolve) if "extra" in meta else None
-    return Restored(r, extra, meta.get("bus"))
+    corrupt checkpoints passed over), describe.
+
+    The bytes are read once, each chunk checked against its CRC32C as it is
+    read: straight into the model's parameters and buffers where they are
+    contiguous CPU tensors of the saved shape and dtype, else into new arrays.
+    A chunk that fails its check makes the restore fall back to the next
+    older checkpoint (every rank reads the same bytes, so all ranks do)."""
+    rank = checkpointer.info["rank"]
+    r = checkpointer.restore(load=False)
+    while True:
+        # The outcome without the restored bytes (those go with the Restored, or now).
+        restore.last = _Outcome(r.kind, r.step, r.skipped, r.describe)
+        if not r.restored:
+            return None
+        try:
+            return _load(r, rank, model, optimizer, rng, strict)
+        except errors.CheckpointError as e:
+            if e.code != _DATA_LOSS:
+                raise
+            skipped = r.skipped + [{"step": r.step, "file": r.path, "reason": e.message}]
+            r = checkpointer.restore(load=False, before=r.step, skipped=skipped)
 
 
 class _Outcome:

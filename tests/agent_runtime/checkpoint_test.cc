@@ -518,6 +518,59 @@ TEST_CASE("a re-sharded read checks the chunks it reads; Restore falls back past
   testing::RestoreGlobal(dir.path, 3, 1, n);
 }
 
+TEST_CASE("a restore that loads nothing checks sizes now, chunks as read, and falls back") {
+  TempDir dir;
+  const uint64_t n = (3u << 20) / sizeof(float);
+  testing::SaveGlobal(dir.path, 2, 1, n);
+  testing::SaveGlobal(dir.path, 2, 2, n);
+  testing::SaveGlobal(dir.path, 2, 3, n);
+  FlipByte(dir.path + "/step-3/rank-0.shard", 4321);        // found by the read
+  fs::resize_file(dir.path + "/step-2/rank-1.shard", 999);  // found by the size check
+  auto c = Make(Options(dir.path, 0, 1));                   // verify_all_shards as by default
+  auto r = c->Restore(RestoreOptions{.load_shard = false});
+  REQUIRE(r.ok());
+  REQUIRE(r->restored());
+  CHECK(r->step == 3);  // a flipped byte is no reason to pass it over before a read
+  CHECK(r->shard.entries().empty());
+  CHECK(r->skipped.empty());
+  std::vector<float> all(n);
+  const Status read = r->saved->Read("w", 0, n, all.data());
+  REQUIRE(read.code() == StatusCode::kDataLoss);
+  CHECK(read.message().find("step-3/rank-0.shard: bytes 0..1048576: checksum mismatch") !=
+        std::string::npos);
+
+  // The retry: the caller names what it found; step 2's short shard is passed over.
+  RestoreOptions retry{.load_shard = false, .before_step = 3};
+  retry.skipped.push_back({3, r->saved->path(), read.message()});
+  auto older = c->Restore(retry);
+  REQUIRE(older.ok());
+  REQUIRE(older->restored());
+  CHECK(older->step == 1);
+  REQUIRE(older->skipped.size() == 2);
+  CHECK(older->skipped[0].step == 3);
+  CHECK(older->skipped[1].step == 2);
+  CHECK(older->skipped[1].reason.find("size is 999 bytes") != std::string::npos);
+  CHECK(older->Describe().find("skipped step 3") != std::string::npos);
+  REQUIRE(older->saved->Read("w", 0, n, all.data()).ok());
+  CHECK(all[n - 1] == testing::Value(1, n - 1));
+
+  // Nothing older: corrupt, not fresh, and the reasons kept.
+  RestoreOptions none{.load_shard = false, .before_step = 1};
+  none.skipped = older->skipped;
+  auto gone = c->Restore(none);
+  REQUIRE(gone.ok());
+  CHECK(gone->kind == RestoreResult::Kind::kCorrupt);
+  CHECK(gone->skipped.size() == 2);
+}
+
+TEST_CASE("a restore that loads nothing still loads a checkpoint of single ranks' entries") {
+  TempDir dir;
+  SaveStep(*Make(Options(dir.path)), 4);
+  auto r = Make(Options(dir.path))->Restore(RestoreOptions{.load_shard = false});
+  REQUIRE(r.ok());
+  CheckStep(*r, 4);
+}
+
 TEST_CASE("a truncated, missing or torn shard of a re-sharded restore is found and named") {
   TempDir dir;
   const uint64_t n = (3u << 20) / sizeof(float);

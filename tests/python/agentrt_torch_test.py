@@ -100,6 +100,54 @@ def scenario_roundtrip(work):
           "nothing to restore: None, and the outcome says fresh")
 
 
+def scenario_tamper(work):
+    """A restore reads each chunk once, into the model's own tensors, and a bad chunk sends it to
+    the older checkpoint: a flipped byte in a parameter, then a truncated shard."""
+    model, opt = make(1)
+    ck = agentrt.Checkpointer(os.path.join(work, "ck"), agent="t", interval_s=0, keep_last=5)
+    states = {}
+    for step in (10, 20, 30):
+        train_a_little(model, opt, steps=1)
+        art.save(ck, step, model=model, optimizer=opt)
+        states[step] = {k: v.clone() for k, v in model.state_dict().items()}
+    other, _ = make(2)
+    copies = []
+    copy_ = torch.Tensor.copy_
+
+    def counted(dst, src, *a, **k):
+        if src is not dst:
+            copies.append(tuple(dst.shape))
+        return copy_(dst, src, *a, **k)
+    torch.Tensor.copy_ = counted  # load_state_dict copies each entry with it
+    try:
+        got = art.restore(ck, model=other)
+    finally:
+        torch.Tensor.copy_ = copy_
+    check(got is not None and got.step == 30 and same_state(model, other), "the newest step restored")
+    check(not copies, "read straight into the model's own tensors: no tensor copied (%s)" % copies)
+    shard = os.path.join(work, "ck", "step-30", "rank-0.shard")
+    with open(shard, "r+b") as f:  # a byte of the first chunk: the parameters' bytes
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 0x20]))
+    os.truncate(os.path.join(work, "ck", "step-20", "rank-0.shard"), 100)
+    third, third_opt = make(3)
+    got = art.restore(ck, model=third, optimizer=third_opt)
+    check(got is not None and got.step == 10, "fell back past both damaged steps: %r" % art.restore.last)
+    state = third.state_dict()
+    check(all(torch.equal(state[k], states[10][k]) for k in state), "holds step 10's state bit for bit")
+    reasons = {s["step"]: s["reason"] for s in art.restore.last.skipped}
+    check(sorted(reasons) == [20, 30], "both named as skipped: %s" % art.restore.last.skipped)
+    check("checksum mismatch" in reasons[30] and "rank-0.shard" in reasons[30],
+          "step 30: the flipped byte's chunk: %s" % reasons[30])
+    check("size is 100 bytes" in reasons[20], "step 20: the truncated shard: %s" % reasons[20])
+    check("skipped step 30" in art.restore.last.describe, art.restore.last.describe)
+    os.truncate(os.path.join(work, "ck", "step-10", "rank-0.shard"), 100)
+    check(art.restore(ck, model=third) is None and art.restore.last.kind == "corrupt",
+          "nothing intact left: None, and the outcome says corrupt")
+
+
 def scenario_payload(work):
     model, _ = make(3)
     payload = art.to_bytes(model.state_dict(), meta={"agent": "a", "update": 9})
