@@ -31,6 +31,8 @@ inline constexpr size_t kMaxJsonBytes = 64u << 20;
 // The verification granularity of a shard file ("chunk_bytes"): a re-sharded
 // restore reads and checks whole chunks of this size around what it needs.
 inline constexpr uint64_t kVerifyChunkBytes = 1u << 20;
+// Shards a restore reads and checks at once (VerifyStep with every shard verified).
+inline constexpr size_t kVerifyThreads = 4;
 
 double Seconds(std::chrono::steady_clock::duration d);
 double UnixNow();
