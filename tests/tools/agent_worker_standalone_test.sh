@@ -2,7 +2,8 @@
 # agent-worker as a program, started with a hand-made agent environment (no
 # agentctl): it reaches its budget and checkpoints; a second start resumes from
 # that checkpoint; SIGTERM makes it checkpoint and exit 0; two ranks under a
-# real mpirun train as one MPI group (one shard per rank); a multi-agent env
+# real mpirun train as one MPI group (one shard per rank), and when one rank
+# alone reads a bad chunk both restore the older checkpoint; a multi-agent env
 # without a bus trains anyway and says so.
 #   agent_worker_standalone_test.sh BUILD_DIR
 set -euo pipefail
@@ -76,6 +77,44 @@ grep -q "mpi rank 0: .*2 rank(s) on a mpi group" <<<"$out" || fail "rank 0 did n
 grep -q "mpi rank 1: budget reached at env step 8192" <<<"$out" || fail "rank 1 did not reach the group budget"
 test -f "$d/ckpt/step-8192/rank-0.shard" -a -f "$d/ckpt/step-8192/rank-1.shard" -a \
      -f "$d/ckpt/step-8192/manifest.json" || fail "the 2-rank checkpoint lacks a shard or its manifest"
+
+echo "== a bad chunk that one rank alone reads: both ranks go back to the older checkpoint"
+# Wide layers make each shard many 1 MiB verification chunks: rank 1's holds
+# its slice of the parameters (which rank 0 reads too), then its blocks of
+# Adam's moments, whose last elements (the tail) every rank reads; a chunk
+# inside its first moment's block, before that block's last chunk, only
+# rank 1 reads, so only rank 1 can see a flipped byte there.
+d="$tmp/mpibad"
+mpi2() {  # mpi2 STEPS: agent mpibad, 2 ranks, to STEPS env steps; its output in $out
+  plan "$d" mpibad 2 mpi "{\"env\": \"cartpole\", \"steps\": $1, \"num_envs\": 4, \"rollout_steps\": 128, \"hidden\": 1024, \"eval_episodes\": 0}"
+  out=$(env $(agent_env "$d" mpibad) OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        timeout 180 mpirun --oversubscribe --allow-run-as-root --bind-to none -np 2 \
+          -x AGENTRT_RUN_DIR -x AGENTRT_AGENT -x AGENTRT_AGENT_INDEX -x AGENTRT_CKPT_DIR "$worker" 2>&1) \
+    || { echo "$out"; fail "mpirun -np 2 agent-worker to $1 steps exited non-zero"; }
+}
+mpi2 1024
+mpi2 2048
+shard="$d/ckpt/step-2048/rank-1.shard"
+at=$(/usr/bin/python3 - "$d/ckpt/step-2048/manifest.json" <<'PY'
+import json, sys
+shard = json.load(open(sys.argv[1]))["shards"][1]
+m = next(e for e in shard["entries"] if e["name"] == "ppo.adam.m")
+first, last = -(-m["offset"] // 2**20), (m["offset"] + m["bytes"]) // 2**20 - 1
+print(first * 2**20 + 4096 if first < last else -1)  # a whole chunk of it, not its last
+PY
+)
+[ "$at" -gt 0 ] || fail "rank 1's block of Adam's first moment spans no chunk of its own"
+printf '\xff' | dd of="$shard" bs=1 seek="$at" conv=notrunc status=none
+mpi2 3072
+echo "$out"
+for r in 0 1; do
+  grep -q "mpibad rank $r: restored step 1024.*skipped step 2048" <<<"$out" || fail "rank $r did not pass over step 2048"
+  grep -q "mpibad rank $r: resumed at env step 1024 " <<<"$out" || fail "rank $r did not resume at step 1024"
+done
+grep -q "mpibad rank 1: restored step 1024.*rank-1.shard: bytes $((at - 4096))\.\..*checksum mismatch" <<<"$out" \
+  || fail "rank 1 does not name the bad chunk"
+grep -q "mpibad rank 0: restored step 1024.*another rank of the agent read a bad chunk" <<<"$out" \
+  || fail "rank 0 does not say that another rank found it"
 
 echo "== pursuit without a bus"
 d="$tmp/pursuit"

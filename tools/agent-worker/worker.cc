@@ -70,6 +70,9 @@ class Worker {
   void NextMatch();
   void CountGames(const TrainerMetrics& m);
   Status Restore();
+  // The newest checkpoint every rank read intact, loaded into the trainer
+  // when it is of global slices.
+  Result<RestoreResult> RestoreAgreed();
   void InstallSnapshots();
   Status TrainLoop();
   Status SaveCheckpoint(bool wait);
@@ -269,16 +272,39 @@ void Worker::CountGames(const TrainerMetrics& m) {
   }
 }
 
+Result<RestoreResult> Worker::RestoreAgreed() {
+  // Each rank reads only its part of a checkpoint of global slices, every
+  // chunk verified as read, so a bad chunk may be seen by one rank alone: the
+  // ranks agree (one all-reduce) and, if any saw one, all go back a step.
+  RestoreOptions how{.load_shard = false};
+  for (;;) {
+    AGENTRT_ASSIGN_OR_RETURN(RestoreResult restored, runtime_->checkpointer().Restore(how));
+    if (!restored.restored() || !PpoTrainer::SavedIn(*restored.saved)) return restored;
+    Status loaded = trainer_->LoadFrom(*restored.saved);
+    float bad = loaded.code() == StatusCode::kDataLoss ? 1.0f : 0.0f;
+    AGENTRT_RETURN_IF_ERROR(group_->AllReduce(&bad, 1, DataType::kFloat32, ReduceOp::kMax)
+                                .WithContext("agent " + agent_ + " rank " + std::to_string(rank_) +
+                                             ": agreeing on the checkpoint to restore"));
+    if (bad == 0) {
+      AGENTRT_RETURN_IF_ERROR(
+          loaded.WithContext("agent " + agent_ + " rank " + std::to_string(rank_)));
+      return restored;
+    }
+    how.before_step = restored.step;
+    how.skipped = std::move(restored.skipped);
+    how.skipped.push_back(
+        {restored.step, restored.saved->path(),
+         loaded.ok() ? "another rank of the agent read a bad chunk of it" : loaded.message()});
+  }
+}
+
 Status Worker::Restore() {
-  AGENTRT_ASSIGN_OR_RETURN(RestoreResult restored, runtime_->checkpointer().Restore());
+  AGENTRT_ASSIGN_OR_RETURN(RestoreResult restored, RestoreAgreed());
   log_("%s", restored.Describe().c_str());
   std::map<std::string, int64_t> offsets;
   uint64_t incarnation = 0;
   if (restored.restored()) {
-    if (PpoTrainer::SavedIn(*restored.saved)) {  // any world size
-      AGENTRT_RETURN_IF_ERROR(
-          trainer_->LoadFrom(*restored.saved)
-              .WithContext("agent " + agent_ + " rank " + std::to_string(rank_)));
+    if (PpoTrainer::SavedIn(*restored.saved)) {  // any world size; loaded by RestoreAgreed
       if (restored.world_size != runtime_->env().world_size) {
         log_("re-sharded the checkpoint of %d ranks onto %d", restored.world_size,
              runtime_->env().world_size);
