@@ -1,10 +1,12 @@
-// bench_checkpoint: three checkpoint figures, each against an anchor measured
+// bench_checkpoint: checkpoint figures, each against an anchor measured
 // in the same run on the same disk.
 //
 //   save_throughput     4 ranks (threads, one Checkpointer each, a shared barrier)
 //                       save a 1 GiB state (4 shards of 256 MiB) synchronously:
 //                       bytes / (start .. manifest committed).
 //                       anchor: dd if=/dev/zero bs=16M count=64 conv=fsync.
+//   o_direct_write      dd of the same bytes with oflag=direct (past the page cache).
+//                       anchor: the same dd without it.
 //   async_save_stall    how long SaveAsync blocks the training loop (the snapshot
 //                       copy; slowest rank), steady state (snapshot buffers warm).
 //                       anchor: the synchronous save of the same state.
@@ -86,10 +88,11 @@ void DropTree(const fs::path& dir) {
   }
 }
 
-// Seconds for `dd if=/dev/zero of=FILE bs=16M count=N conv=fsync`.
-double RunDd(const fs::path& file, size_t count) {
+// Seconds for `dd if=/dev/zero of=FILE bs=16M count=N conv=fsync` (plus `flags`).
+double RunDd(const fs::path& file, size_t count, const std::string& flags = "") {
   std::string cmd = "dd if=/dev/zero of='" + file.string() +
-                    "' bs=16M count=" + std::to_string(count) + " conv=fsync status=none";
+                    "' bs=16M count=" + std::to_string(count) + " conv=fsync " + flags +
+                    " status=none";
   auto t = Clock::now();
   if (std::system(cmd.c_str()) != 0) Die("dd failed: " + cmd);
   double s = Since(t);
@@ -249,7 +252,7 @@ int main(int argc, char** argv) {
     Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r)));
   });
 
-  std::vector<double> dd_s, save_s, stall_s, restore_s, read_s, reshard_s, same_s;
+  std::vector<double> dd_s, dd_direct_s, save_s, stall_s, restore_s, read_s, reshard_s, same_s;
   // Re-sharding 2 -> 4: the same bytes as global slices, saved by 2 ranks and by 4.
   const std::string ckpt2 = (root / "global-2").string(), ckpt4 = (root / "global-4").string();
   SaveGlobal(ckpt2, 2, 1, state, shard_bytes / 8);
@@ -259,6 +262,7 @@ int main(int argc, char** argv) {
   std::vector<char> read_buf(chunk);
   for (int rep = 0; rep < reps; ++rep) {
     dd_s.push_back(RunDd(root / "dd.tmp", total_bytes / chunk));
+    dd_direct_s.push_back(RunDd(root / "dd.tmp", total_bytes / chunk, "oflag=direct"));
 
     // Synchronous save.
     ++step;
@@ -333,6 +337,9 @@ int main(int argc, char** argv) {
       "dd if=/dev/zero bs=16M count=" + std::to_string(total_bytes / chunk) +
       " conv=fsync (same disk, same run)";
   PrintFigure("save_throughput", mb / Median(save_s), "MB/s", dd_anchor, mb / Median(dd_s));
+  // Whether writing past the page cache would pay on this disk: the saves
+  // write through it (and fsync), so this says what O_DIRECT could gain.
+  PrintFigure("o_direct_write", mb / Median(dd_direct_s), "MB/s", dd_anchor, mb / Median(dd_s));
   PrintFigure("async_save_stall", Median(stall_s), "s", "synchronous save of the same state",
               Median(save_s));
   PrintFigure("restore_throughput", mb / Median(restore_s), "MB/s",
