@@ -182,6 +182,8 @@ nlohmann::json RunView(const RunSnapshot& run, double now_unix_s) {
     }
     j["ranks"] = ranks;
     j["planned_ranks"] = a.planned_ranks > 0 ? nlohmann::json(a.planned_ranks) : nlohmann::json();
+    const std::string shrunk = ShrunkNote(a);  // why it runs below its planned size
+    j["shrunk_note"] = shrunk.empty() ? nlohmann::json() : nlohmann::json(shrunk);
     j["efficiency"] = a.peak_flops > 0 && a.achieved_flops > 0
                           ? nlohmann::json(a.achieved_flops / a.peak_flops)
                           : nlohmann::json();

@@ -121,6 +121,12 @@ TEST_CASE("an agent that runs shrunk shows its planned ranks beside its ranks") 
   const nlohmann::json view = RunView(run, 200);
   CHECK(view["agents"][0]["ranks"].size() == 2);
   CHECK(view["agents"][0]["planned_ranks"] == 4);
+  // The same words as `agentctl status` (ShrunkNote), and none once it ended.
+  CHECK(view["agents"][0]["shrunk_note"] == ShrunkNote(wide));
+  CHECK_THAT(view["agents"][0]["shrunk_note"].get<std::string>(),
+             Catch::Matchers::Contains("runs 2 of its 4 planned ranks"));
+  run.status.agents[0].state = AgentState::kSucceeded;
+  CHECK(RunView(run, 200)["agents"][0]["shrunk_note"].is_null());
 }
 
 TEST_CASE("a rank that has exited, or whose agent has ended, shows no heartbeat age") {
