@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "agent_runtime/checkpoint_files.h"
+#include "agent_runtime/device_api.h"
 #include "common/crc32c.h"
 #include "common/file_util.h"
 #include "plan/fence.h"
@@ -61,6 +62,15 @@ void CheckpointState::AddCustom(std::string name, size_t bytes, std::string dtyp
   e.bytes = bytes;
   e.copy_to_host = std::move(copy_to_host);
   entries_.push_back(std::move(e));
+}
+
+void CheckpointState::AddDeviceSlice(std::string name, const void* device_data, std::string dtype,
+                                     size_t element_bytes, std::vector<int64_t> global_shape,
+                                     uint64_t global_begin, uint64_t count, DeviceSource source) {
+  AddSlice(std::move(name), nullptr, std::move(dtype), element_bytes, std::move(global_shape),
+           global_begin, count);
+  entries_.back().device_data = device_data;
+  entries_.back().device = source;
 }
 
 void CheckpointState::AddSlice(std::string name, const void* data, std::string dtype,
@@ -169,7 +179,83 @@ Checkpointer::Checkpointer(CheckpointOptions options, const Clock* clock, int di
 Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();
   JoinReaper();
+  FreeStaging();
   ::close(dir_fd_);
+}
+
+void Checkpointer::FreeStaging() {
+  if (staging_.api == nullptr) return;
+  device::DeviceGuard guard(staging_.api, staging_.device);
+  if (staging_.side != nullptr) {
+    (void)staging_.api->SynchronizeStream(staging_.side);  // no copy may still write the buffer
+    staging_.api->DestroyStream(staging_.side);
+  }
+  if (staging_.ready != nullptr) staging_.api->DestroyEvent(staging_.ready);
+  if (staging_.copied != nullptr) staging_.api->DestroyEvent(staging_.copied);
+  staging_.api->HostFree(staging_.pinned);
+  staging_ = Staging{};
+}
+
+Status Checkpointer::StageDeviceEntries(const CheckpointState& state,
+                                        const std::vector<ShardEntry>& entries, size_t total) {
+  const CheckpointState::DeviceSource* source = nullptr;
+  for (const auto& e : state.entries()) {
+    if (e.device_data == nullptr) continue;
+    if (e.device.api == nullptr)
+      return InvalidArgument("device entry \"" + e.name + "\" has no device API");
+    if (source != nullptr && (e.device.api != source->api || e.device.device != source->device))
+      return InvalidArgument("device entries of one save must be on one device (\"" + e.name +
+                             "\" is on device " + std::to_string(e.device.device) + ", not " +
+                             std::to_string(source->device) + ")");
+    source = &e.device;
+  }
+  if (staging_.api != source->api || staging_.device != source->device) FreeStaging();
+  device::Api* api = source->api;
+  device::DeviceGuard guard(api, source->device);
+  AGENTRT_RETURN_IF_ERROR(guard.status());
+  staging_.api = api;
+  staging_.device = source->device;
+  if (staging_.side == nullptr) {
+    AGENTRT_ASSIGN_OR_RETURN(staging_.side, api->CreateStream());
+    AGENTRT_ASSIGN_OR_RETURN(staging_.ready, api->CreateEvent());
+    AGENTRT_ASSIGN_OR_RETURN(staging_.copied, api->CreateEvent());
+  }
+  if (total > staging_.capacity) {
+    // The previous save's copies are done: its writer waited for them.
+    api->HostFree(staging_.pinned);
+    staging_.pinned = nullptr;
+    staging_.capacity = 0;
+    AGENTRT_ASSIGN_OR_RETURN(staging_.pinned, api->HostAlloc(total));
+    staging_.capacity = total;
+  }
+  auto* snapshot = static_cast<std::byte*>(staging_.pinned);
+  std::vector<void*> sources;  // the streams whose later work must wait for the copies
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = state.entries()[i];
+    std::byte* dst = snapshot + entries[i].offset;
+    if (e.device_data != nullptr) {
+      if (std::find(sources.begin(), sources.end(), e.device.stream) == sources.end()) {
+        // The copy starts after the work already enqueued on its stream.
+        AGENTRT_RETURN_IF_ERROR(api->RecordEvent(staging_.ready, e.device.stream));
+        AGENTRT_RETURN_IF_ERROR(api->StreamWaitEvent(staging_.side, staging_.ready));
+        sources.push_back(e.device.stream);
+      }
+      if (e.bytes > 0) {
+        AGENTRT_RETURN_IF_ERROR(api->CopyAsync(dst, e.device_data, e.bytes,
+                                               device::CopyKind::kDeviceToHost, staging_.side));
+      }
+    } else if (e.copy_to_host) {
+      AGENTRT_RETURN_IF_ERROR(e.copy_to_host(dst).WithContext("\"" + e.name + "\""));
+    } else if (e.bytes > 0) {
+      std::memcpy(dst, e.data, e.bytes);
+    }
+  }
+  // Work enqueued on the sources from now on (the next step's updates of the
+  // same memory) waits for the copies, and for nothing else.
+  AGENTRT_RETURN_IF_ERROR(api->RecordEvent(staging_.copied, staging_.side));
+  for (void* stream : sources)
+    AGENTRT_RETURN_IF_ERROR(api->StreamWaitEvent(stream, staging_.copied));
+  return Status::Ok();
 }
 
 void Checkpointer::JoinReaper() {
@@ -242,8 +328,9 @@ Status Checkpointer::BeginSave(int64_t step, bool* go) {
 }
 
 Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
-  const bool host_only = std::none_of(state.entries().begin(), state.entries().end(),
-                                      [](const auto& e) { return bool(e.copy_to_host); });
+  const bool host_only =
+      std::none_of(state.entries().begin(), state.entries().end(),
+                   [](const auto& e) { return bool(e.copy_to_host) || e.device_data != nullptr; });
   if (!host_only) {
     AGENTRT_RETURN_IF_ERROR(SaveAsync(step, state));
     return Wait();
@@ -285,12 +372,39 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   const auto start = std::chrono::steady_clock::now();
 
   size_t total = state.total_bytes();
+  std::vector<ShardEntry> entries = ShardLayout(state);
+  const bool staged = std::any_of(state.entries().begin(), state.entries().end(),
+                                  [](const auto& e) { return e.device_data != nullptr; });
+  if (staged) {
+    if (Status s = StageDeviceEntries(state, entries, total); !s.ok()) {
+      saving_ = false;
+      return s.WithContext(Where() + "staging step " + std::to_string(step));
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.saves_started;
+      stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
+    }
+    writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries),
+                           total]() mutable {
+      writer_status_ = [&]() -> Status {
+        device::DeviceGuard guard(staging_.api, staging_.device);
+        AGENTRT_RETURN_IF_ERROR(
+            staging_.api->SynchronizeStream(staging_.side)
+                .WithContext(Where() + "copying step " + std::to_string(step) + " to the host"));
+        return TimedWriteAndCommit(
+            step, metadata, entries, total,
+            {std::span<const std::byte>(static_cast<const std::byte*>(staging_.pinned), total)});
+      }();
+      saving_ = false;
+    });
+    return Status::Ok();
+  }
   if (total > snapshot_capacity_) {
     snapshot_.reset();
     snapshot_.reset(new std::byte[total]);
     snapshot_capacity_ = total;
   }
-  std::vector<ShardEntry> entries = ShardLayout(state);
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = state.entries()[i];
     std::byte* dst = snapshot_.get() + entries[i].offset;

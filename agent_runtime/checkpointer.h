@@ -77,6 +77,10 @@
 
 namespace agentrt {
 
+namespace device {
+class Api;
+}  // namespace device
+
 struct RestoreResult;
 namespace checkpoint_files {
 struct SavedStepAccess;
@@ -145,6 +149,23 @@ class CheckpointState {
                 std::vector<int64_t> global_shape, uint64_t global_begin, uint64_t count,
                 std::function<Status(void* dst)> copy_to_host = {});
 
+  // Where the memory of AddDeviceSlice lives: the device API, the device and
+  // the stream whose work writes it (the training stream).
+  struct DeviceSource {
+    device::Api* api = nullptr;
+    int device = 0;
+    void* stream = nullptr;  // device::Stream; nullptr: the legacy stream
+  };
+  // AddSlice of device memory (GPU tensors, ShardedAdam's moments on a GPU),
+  // staged without stopping the caller: SaveAsync enqueues a device-to-host
+  // copy into the checkpointer's pinned staging buffer on a side stream of its
+  // own, after the work already on `source.stream`, and makes that stream's
+  // later work wait for the copy (not for the disk); it returns without
+  // waiting for either. The writer thread waits for the copy, then writes.
+  void AddDeviceSlice(std::string name, const void* device_data, std::string dtype,
+                      size_t element_bytes, std::vector<int64_t> global_shape,
+                      uint64_t global_begin, uint64_t count, DeviceSource source);
+
   // This rank's own `bytes` (RNG state, its episode window) as row `rank` of
   // a global {world_size, bytes} array, so that a restore at another world
   // size finds each surviving rank's row (SavedStep::ReadRankRow).
@@ -159,8 +180,10 @@ class CheckpointState {
     std::vector<int64_t> shape;
     size_t bytes = 0;
     const void* data = nullptr;                     // host memory, or
-    std::function<Status(void* dst)> copy_to_host;  // a copier
-    std::vector<int64_t> global_shape;              // empty: this rank's own entry
+    std::function<Status(void* dst)> copy_to_host;  // a copier, or
+    const void* device_data = nullptr;              // device memory (AddDeviceSlice)
+    DeviceSource device;
+    std::vector<int64_t> global_shape;  // empty: this rank's own entry
     uint64_t global_begin = 0;
   };
   const std::vector<Entry>& entries() const { return entries_; }
@@ -391,6 +414,22 @@ class Checkpointer {
 
   std::unique_ptr<std::byte[]> snapshot_;
   size_t snapshot_capacity_ = 0;
+  // Device entries' staging (AddDeviceSlice): pinned host memory, reused
+  // from save to save, and the side stream and events of its copies.
+  struct Staging {
+    device::Api* api = nullptr;
+    int device = 0;
+    void* pinned = nullptr;
+    size_t capacity = 0;
+    void* side = nullptr;    // device::Stream
+    void* ready = nullptr;   // device::Event: a source stream's work so far
+    void* copied = nullptr;  // device::Event: the staging copies
+  } staging_;
+  // Snapshots `state` into staging_ (pinned), the device entries by copies
+  // enqueued on its side stream; host entries are copied at once.
+  Status StageDeviceEntries(const CheckpointState& state, const std::vector<ShardEntry>& entries,
+                            size_t total);
+  void FreeStaging();
 
   std::thread writer_;
   std::thread reaper_;  // removes what Prune renamed away (at most one at a time)

@@ -73,6 +73,10 @@ class Api {
   // Device memory on the current device (not zeroed).
   virtual Result<void*> Malloc(size_t bytes) = 0;
   virtual void Free(void* ptr) = 0;
+  // Page-locked host memory (cudaHostAlloc): device-to-host copies into it
+  // run asynchronously, off the calling thread. Usable by every device.
+  virtual Result<void*> HostAlloc(size_t bytes) = 0;
+  virtual void HostFree(void* ptr) = 0;
   virtual Status MemsetAsync(void* ptr, int value, size_t bytes, Stream stream) = 0;
   // Ordered on `stream`; host memory may be pageable (the copy returns once
   // the host bytes are staged; synchronise the stream before reading a

@@ -46,6 +46,9 @@ class DeviceShardOps final : public ShardOps {
     device::DeviceGuard guard(api_, device_);
     api_->Free(p);
   }
+  device::Api* api() const override { return api_; }
+  int device() const override { return device_; }
+  void* stream() const override { return stream_; }
   Status Copy(float* dst, const float* src, size_t n) override {
     if (n == 0 || dst == src) return Status::Ok();
     return Transfer(dst, src, n, CopyKind::kDeviceToDevice);

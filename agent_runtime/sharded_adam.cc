@@ -251,12 +251,12 @@ void ShardedAdam::AddTo(CheckpointState& state, const std::string& prefix) const
   const uint64_t count = d.block + (last ? d.tail : 0);
   const std::vector<int64_t> shape = {static_cast<int64_t>(d.num_params)};
   for (const auto& [name, buf] : {std::pair{"m", d.m}, std::pair{"v", d.v}}) {
-    std::function<Status(void*)> copy;
-    if (d.group.device_buffers()) {
-      copy = [&d, buf = buf, count](void* dst) { return d.ops->ToHost(dst, buf, count); };
+    if (d.ops->api() != nullptr) {  // staged from the device by the checkpointer's side stream
+      state.AddDeviceSlice(prefix + name, buf, "float32", sizeof(float), shape, d.offset, count,
+                           {d.ops->api(), d.ops->device(), d.ops->stream()});
+    } else {
+      state.AddSlice(prefix + name, buf, "float32", sizeof(float), shape, d.offset, count);
     }
-    state.AddSlice(prefix + name, d.group.device_buffers() ? nullptr : buf, "float32",
-                   sizeof(float), shape, d.offset, count, std::move(copy));
   }
   if (d.group.rank() == 0)
     state.AddSlice(prefix + "step", &d.step, "int64", sizeof d.step, {1}, 0, 1);

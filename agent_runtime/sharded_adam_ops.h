@@ -30,6 +30,11 @@ class ShardOps {
   // Runs AdamW on n elements and returns once they are updated.
   virtual Status Update(float* params, const float* grads, float* m, float* v, size_t n,
                         const AdamWScalars& s) = 0;
+  // Device buffers: the API, the device and the stream their work runs on
+  // (a checkpoint stages them from there); host buffers: null.
+  virtual device::Api* api() const { return nullptr; }
+  virtual int device() const { return -1; }
+  virtual void* stream() const { return nullptr; }
 };
 
 std::unique_ptr<ShardOps> MakeHostShardOps();

@@ -116,6 +116,18 @@ class CudaApi final : public Api {
   void Free(void* ptr) override {
     if (ptr != nullptr) cudaFree(ptr);
   }
+  Result<void*> HostAlloc(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      return ResourceExhausted("cudaHostAlloc of " + std::to_string(bytes) +
+                               " pinned bytes failed: " + cudaGetErrorString(err));
+    }
+    return p;
+  }
+  void HostFree(void* ptr) override {
+    if (ptr != nullptr) cudaFreeHost(ptr);
+  }
   Status MemsetAsync(void* ptr, int value, size_t bytes, Stream stream) override {
     AGENTRT_CUDA_CHECK(cudaMemsetAsync(ptr, value, bytes, S(stream)), kWhere);
     return Status::Ok();

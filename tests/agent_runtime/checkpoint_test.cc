@@ -18,6 +18,7 @@
 #include "agent_runtime/checkpointer.h"
 #include "plan/fence.h"
 #include "tests/agent_runtime/checkpoint_test_util.h"
+#include "tests/agent_runtime/fake_device.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -561,6 +562,57 @@ TEST_CASE("a restore that loads nothing checks sizes now, chunks as read, and fa
   REQUIRE(gone.ok());
   CHECK(gone->kind == RestoreResult::Kind::kCorrupt);
   CHECK(gone->skipped.size() == 2);
+}
+
+TEST_CASE("a device slice is staged on a side stream: the save does not wait, the stream does") {
+  // A fake device runs each stream's work in order when the stream is
+  // queried or synchronised; Hang holds a stream (a kernel still running).
+  testing::FakeDevice dev;
+  constexpr size_t n = 3000;
+  auto mem = dev.Malloc(n * sizeof(float));
+  REQUIRE(mem.ok());
+  auto* w = static_cast<float*>(*mem);
+  std::fill(w, w + n, 1.0f);
+  auto stream = dev.CreateStream();
+  REQUIRE(stream.ok());
+  auto fill = [&](float x) { return [w, x] { std::fill(w, w + n, x); }; };
+  dev.Hang(*stream);                                                       // still busy, then
+  dev.EnqueueHostWork(*stream, fill(7.0f), std::chrono::milliseconds(0));  // writes the 7s
+  TempDir dir;
+  {
+    auto c = Make(Options(dir.path));
+    CheckpointState s;
+    s.AddDeviceSlice("w", w, "float32", sizeof(float), {static_cast<int64_t>(n)}, 0, n,
+                     {&dev, 0, *stream});
+    int64_t step = 5;
+    s.AddSlice("count", &step, "int64", sizeof step, {1}, 0, 1);  // host memory beside it
+    REQUIRE(c->SaveAsync(5, s).ok());  // returned with the stream still held
+    CHECK(c->saving());
+    CHECK(dev.pinned_blocks() == 1);
+    dev.EnqueueHostWork(*stream, fill(9.0f), std::chrono::milliseconds(0));  // the next update
+    dev.ReleaseHangs();
+    REQUIRE(c->Wait().ok());
+    REQUIRE(dev.SynchronizeStream(*stream).ok());
+    CHECK(w[0] == 9.0f);  // the stream's later work ran, after the copy
+  }
+  CHECK(dev.pinned_blocks() == 0);  // freed with the checkpointer
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  REQUIRE(r->restored());
+  std::vector<float> got(n);
+  REQUIRE(r->saved->Read("w", 0, n, got.data()).ok());
+  CHECK(std::all_of(got.begin(), got.end(), [](float x) { return x == 7.0f; }));
+  int64_t count = 0;
+  REQUIRE(r->saved->Read("count", 0, 1, &count).ok());
+  CHECK(count == 5);
+
+  // A device entry without its API is refused, and the save is over.
+  auto c = Make(Options(dir.path));
+  CheckpointState bad;
+  bad.AddDeviceSlice("w", w, "float32", sizeof(float), {1}, 0, 1, {});
+  const Status refused = c->SaveAsync(6, bad);
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+  CHECK_FALSE(c->saving());
 }
 
 TEST_CASE("a restore that loads nothing still loads a checkpoint of single ranks' entries") {

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,7 @@ class FakeDevice final : public device::Api {
   explicit FakeDevice(int devices = 1) : devices_(devices) {}
   ~FakeDevice() override {
     for (auto& [p, block] : memory_) delete[] static_cast<char*>(p);
+    for (void* p : pinned_) delete[] static_cast<char*>(p);
   }
 
   // ---- knobs and counters (thread-safe) ----
@@ -197,6 +199,21 @@ class FakeDevice final : public device::Api {
     if (it == memory_.end()) return;
     delete[] static_cast<char*>(ptr);
     memory_.erase(it);
+  }
+  Result<void*> HostAlloc(size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    void* p = new char[std::max<size_t>(bytes, 1)];
+    pinned_.insert(p);
+    return p;
+  }
+  void HostFree(void* ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pinned_.erase(ptr) > 0) delete[] static_cast<char*>(ptr);
+  }
+  // Pinned host blocks not freed yet.
+  size_t pinned_blocks() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pinned_.size();
   }
   Status MemsetAsync(void* ptr, int value, size_t bytes, device::Stream stream) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -438,6 +455,7 @@ class FakeDevice final : public device::Api {
     int device = 0;
   };
   std::map<void*, Block> memory_;
+  std::set<void*> pinned_;
   bool hung_ = false;
   std::string comm_error_;
   int64_t stream_queries_ = 0;

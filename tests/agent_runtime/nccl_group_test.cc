@@ -13,11 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "agent_runtime/checkpointer.h"
 #include "agent_runtime/group.h"
 #include "agent_runtime/sharded_adam.h"
 #include "plan/config.h"
 #include "tests/agent_runtime/fake_device.h"
 #include "tests/agent_runtime/free_port.h"
+#include "tests/common/temp_dir.h"
 
 namespace agentrt {
 namespace {
@@ -326,6 +328,23 @@ TEST_CASE("ShardedAdam on a device group works on the group's device, not the th
   ShardedAdam restored(*g, n, ao);
   REQUIRE(restored.LoadState(saved).ok());
   CHECK(restored.SaveState() == saved);
+
+  // A checkpoint stages the moments from the group's device on a side stream
+  // of that device (the fake refuses a stream used on another device).
+  testing::TempDir dir;
+  auto ck = Checkpointer::Create({.dir = dir.path, .agent = "adam-dev", .interval_s = 0});
+  REQUIRE(ck.ok());
+  CheckpointState state;
+  dev.AddTo(state, "adam.");
+  CHECK(state.entries()[0].device_data != nullptr);
+  REQUIRE((*ck)->Save(3, state).ok());
+  CHECK(fake.CurrentDevice().value() == 0);
+  auto r = (*ck)->Restore();
+  REQUIRE(r.ok());
+  REQUIRE(r->restored());
+  ShardedAdam loaded(*g, n, ao);
+  REQUIRE(loaded.LoadFrom(*r->saved, "adam.").ok());
+  CHECK(loaded.SaveState() == saved);
 }
 
 }  // namespace
