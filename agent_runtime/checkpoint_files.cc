@@ -427,38 +427,49 @@ VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t s
     return result;
   }
   const bool sizes_only = lazy && AllGlobal(*manifest);
-  // Every shard to check is opened and sized first (cheap), then read and
-  // checksummed in parallel, a shard per thread: several reads in flight
-  // fill a disk that one sequential reader does not.
+  // Every shard to check is opened and sized first (cheap: a problem there,
+  // the lowest rank's, is reported before any byte is read), then read and
+  // checksummed in parallel, a shard per thread: several reads in flight fill
+  // a disk that one sequential reader does not. No more than kVerifyThreads
+  // files are open at once.
   struct Check {
     const ShardInfo* shard;
     std::string path;
-    Fd fd;
     std::optional<std::string> why;  // what is wrong with it
+  };
+  auto open_shard = [&](const ShardInfo& shard, std::optional<std::string>* why) {
+    Fd fd(::openat(step_fd.get(), shard.file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (!fd.ok()) {
+      *why = std::string("cannot open: ") + std::strerror(errno);
+    } else if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      *why = "not a regular file";
+    } else if (static_cast<uint64_t>(st.st_size) != shard.bytes) {
+      *why = "size is " + std::to_string(st.st_size) + " bytes, manifest says " +
+             std::to_string(shard.bytes);
+    }
+    if (why->has_value()) fd.Reset();
+    return fd;
   };
   std::vector<Check> checks;
   for (const auto& shard : manifest->shards) {
     const bool load = !sizes_only && shard.rank == load_rank;
     if (!load && !verify_all && !sizes_only) continue;
     const std::string path = step_path + "/" + shard.file;
-    Fd fd(::openat(step_fd.get(), shard.file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.ok()) return corrupt(path, std::string("cannot open: ") + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-      return corrupt(path, "not a regular file");
-    if (static_cast<uint64_t>(st.st_size) != shard.bytes) {
-      return corrupt(path, "size is " + std::to_string(st.st_size) + " bytes, manifest says " +
-                               std::to_string(shard.bytes));
-    }
+    std::optional<std::string> why;
+    open_shard(shard, &why);
+    if (why) return corrupt(path, *why);
     if (sizes_only) continue;  // its chunks are verified as they are read
-    checks.push_back({&shard, path, std::move(fd), std::nullopt});
+    checks.push_back({&shard, path, std::nullopt});
   }
   auto run = [&](Check& c, std::vector<std::byte>& buffer) {
+    Fd fd = open_shard(*c.shard, &c.why);  // again: it may have changed meanwhile
+    if (c.why) return;
     std::byte* dst = nullptr;
     if (c.shard->rank == load_rank)
       dst = out->Allocate(c.shard->rank, c.shard->entries, c.shard->bytes);
     auto crc =
-        ReadAndChecksum(c.fd.get(), dst, c.shard->bytes, buffer, options.io_chunk_bytes, c.path);
+        ReadAndChecksum(fd.get(), dst, c.shard->bytes, buffer, options.io_chunk_bytes, c.path);
     if (!crc.ok()) {
       c.why = crc.status().message();
     } else if (*crc != c.shard->crc) {
@@ -479,7 +490,7 @@ VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t s
     }
     for (auto& r : readers) r.join();
   }
-  for (const Check& c : checks) {  // the lowest rank's problem, as a sequential check would say
+  for (const Check& c : checks) {  // the lowest rank's problem
     if (c.why) return corrupt(c.path, *c.why);
   }
   return result;

@@ -641,6 +641,7 @@ Result<RestoreResult> Checkpointer::Restore(const RestoreOptions& restore) {
     AGENTRT_RETURN_IF_ERROR(options_.barrier().WithContext(Where() + "barrier after cleanup"));
   }
   AGENTRT_ASSIGN_OR_RETURN(auto steps, ListSteps(dir_fd_, options_.dir));
+  if (retry) last_saved_step_ = -1;  // the step it gave before was corrupt
   RestoreResult result;
   result.skipped = restore.skipped;
   std::vector<std::byte> scratch;

@@ -99,7 +99,8 @@ struct CheckpointOptions {
   // of global slices only (AddSlice) restore at any world size regardless.
   bool allow_resharding = false;
   // Restore() checks every rank's shard checksum (so all ranks agree on the step),
-  // not only this rank's.
+  // not only this rank's. Moot for a restore that loads nothing
+  // (RestoreOptions::load_shard false), which checks every shard's size only.
   bool verify_all_shards = true;
   // Optional collective barrier, called by every rank after its shard is durable
   // and before rank 0 commits, and by Restore() after rank 0's cleanup. It runs
@@ -114,6 +115,8 @@ struct CheckpointOptions {
   std::function<void(int64_t step)> on_commit = {};
   // Called by Restore() with its outcome, on rank 0 (telemetry: the
   // controller says when an agent started fresh past corrupt checkpoints).
+  // A restore that loads nothing (RestoreOptions::load_shard false) and is
+  // retried calls it once per attempt: the last call is the outcome.
   std::function<void(const RestoreResult& result)> on_restore = {};
   // This process's launch (the fence's id when it started, plan/fence.h;
   // Runtime sets it). When set, every save checks
@@ -295,6 +298,7 @@ struct CorruptCheckpoint {
 
 // The outcome of Restore():
 //   kRestored  `step` verified and loaded (possibly after skipping newer corrupt ones,
+//              or, RestoreOptions::load_shard false, checked for its sizes only,
 //              listed in `skipped`: the fallback case);
 //   kFresh     no committed checkpoint exists: start from scratch;
 //   kCorrupt   committed checkpoints exist but none verifies (see `skipped`).
@@ -305,7 +309,7 @@ struct RestoreResult {
   double time = 0;          // when it was saved, Unix seconds
   int world_size = 0;       // the saving run's world size
   nlohmann::json metadata;  // user metadata of the restored checkpoint
-  ShardData shard;          // this rank's shard (kRestored, rank < world_size)
+  ShardData shard;          // this rank's shard (kRestored, rank < world_size, loaded)
   // kRestored: the step as global arrays, to read slices at this world size.
   std::shared_ptr<const SavedStep> saved;
   std::vector<CorruptCheckpoint> skipped;
@@ -353,9 +357,9 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // Finds the newest checkpoint whose manifest and checksums verify and loads this
-  // rank's shard. Rank 0 first removes debris of crashed saves (tmp files,
-  // uncommitted step directories). Collective when a barrier is set. Fails (rather
-  // than returning kCorrupt) only when the world size changed without
+  // rank's shard (or, with `options.load_shard` false, see RestoreOptions). Rank 0 first removes
+  // debris of crashed saves (tmp files, uncommitted step directories). Collective when a barrier is
+  // set. Fails (rather than returning kCorrupt) only when the world size changed without
   // allow_resharding, or on an I/O error of the directory itself.
   Result<RestoreResult> Restore();
   Result<RestoreResult> Restore(const RestoreOptions& options);

@@ -93,7 +93,8 @@ Status PreadAll(int fd, std::byte* dst, size_t bytes, uint64_t offset, const std
     const ssize_t n = ::pread(fd, dst + got, bytes - got, static_cast<off_t>(offset + got));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "read " + path);
+      // Unreadable is lost, as a bad checksum: the restore goes back a step.
+      return DataLoss(path + ": cannot read: " + std::strerror(errno));
     }
     if (n == 0) {
       return DataLoss(path + " ended at byte " + std::to_string(offset + got) + ", before " +

@@ -379,19 +379,29 @@ def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
     read: straight into the model's parameters and buffers where they are
     contiguous CPU tensors of the saved shape and dtype, else into new arrays.
     A chunk that fails its check makes the restore fall back to the next
-    older checkpoint (every rank reads the same bytes, so all ranks do)."""
+    older checkpoint (every rank reads the same bytes, so all ranks do). If
+    none is left, the model and optimizer already hold part of the corrupt
+    one: that raises CheckpointError (DATA_LOSS) rather than return None,
+    since they are no fresh start."""
     rank = checkpointer.info["rank"]
     r = checkpointer.restore(load=False)
+    partly = None  # what a corrupt step left in the model, if it left anything
     while True:
         # The outcome without the restored bytes (those go with the Restored, or now).
         restore.last = _Outcome(r.kind, r.step, r.skipped, r.describe)
         if not r.restored:
+            if partly is not None:
+                raise errors.CheckpointError(_DATA_LOSS, (
+                    "%s; the model and optimizer already hold part of step %d, which was corrupt, "
+                    "and no older checkpoint is intact: make them anew before training from "
+                    "scratch") % (r.describe, partly))
             return None
         try:
             return _load(r, rank, model, optimizer, rng, strict)
         except errors.CheckpointError as e:
             if e.code != _DATA_LOSS:
                 raise
+            partly = r.step
             skipped = r.skipped + [{"step": r.step, "file": r.path, "reason": e.message}]
             r = checkpointer.restore(load=False, before=r.step, skipped=skipped)
 

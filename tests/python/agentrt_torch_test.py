@@ -144,8 +144,18 @@ def scenario_tamper(work):
     check("size is 100 bytes" in reasons[20], "step 20: the truncated shard: %s" % reasons[20])
     check("skipped step 30" in art.restore.last.describe, art.restore.last.describe)
     os.truncate(os.path.join(work, "ck", "step-10", "rank-0.shard"), 100)
+    try:
+        art.restore(ck, model=third)
+    except agentrt.CheckpointError as e:
+        check(e.code == 15 and "already hold part of step 30" in e.message and
+              art.restore.last.kind == "corrupt",
+              "nothing intact after part of step 30 went into the model: an error, not a fresh start: %s"
+              % e.message)
+    else:
+        raise Failure("a model holding part of a corrupt checkpoint was passed off as a fresh start")
+    os.truncate(shard, 100)
     check(art.restore(ck, model=third) is None and art.restore.last.kind == "corrupt",
-          "nothing intact left: None, and the outcome says corrupt")
+          "every checkpoint found corrupt before any byte was read: None, and the outcome says corrupt")
 
 
 def scenario_payload(work):

@@ -92,10 +92,8 @@ mpi2() {  # mpi2 STEPS: agent mpibad, 2 ranks, to STEPS env steps; its output in
           -x AGENTRT_RUN_DIR -x AGENTRT_AGENT -x AGENTRT_AGENT_INDEX -x AGENTRT_CKPT_DIR "$worker" 2>&1) \
     || { echo "$out"; fail "mpirun -np 2 agent-worker to $1 steps exited non-zero"; }
 }
-mpi2 1024
-mpi2 2048
-shard="$d/ckpt/step-2048/rank-1.shard"
-at=$(/usr/bin/python3 - "$d/ckpt/step-2048/manifest.json" <<'PY'
+flip_rank1_only() {  # flip_rank1_only STEP: a byte only rank 1 reads; its offset in $at
+  at=$(/usr/bin/python3 - "$d/ckpt/step-$1/manifest.json" <<'PY'
 import json, sys
 shard = json.load(open(sys.argv[1]))["shards"][1]
 m = next(e for e in shard["entries"] if e["name"] == "ppo.adam.m")
@@ -103,8 +101,12 @@ first, last = -(-m["offset"] // 2**20), (m["offset"] + m["bytes"]) // 2**20 - 1
 print(first * 2**20 + 4096 if first < last else -1)  # a whole chunk of it, not its last
 PY
 )
-[ "$at" -gt 0 ] || fail "rank 1's block of Adam's first moment spans no chunk of its own"
-printf '\xff' | dd of="$shard" bs=1 seek="$at" conv=notrunc status=none
+  [ "$at" -gt 0 ] || fail "rank 1's block of Adam's first moment spans no chunk of its own"
+  printf '\xff' | dd of="$d/ckpt/step-$1/rank-1.shard" bs=1 seek="$at" conv=notrunc status=none
+}
+mpi2 1024
+mpi2 2048
+flip_rank1_only 2048
 mpi2 3072
 echo "$out"
 for r in 0 1; do
@@ -115,6 +117,19 @@ grep -q "mpibad rank 1: restored step 1024.*rank-1.shard: bytes $((at - 4096))\.
   || fail "rank 1 does not name the bad chunk"
 grep -q "mpibad rank 0: restored step 1024.*another rank of the agent read a bad chunk" <<<"$out" \
   || fail "rank 0 does not say that another rank found it"
+# The only checkpoint bad so: both ranks loaded part of it before they knew,
+# so both start from a new trainer, and train from step 0.
+d="$tmp/mpibad-only"
+mpi2 1024
+flip_rank1_only 1024
+mpi2 2048
+echo "$out"
+for r in 0 1; do
+  grep -q "mpibad rank $r: no intact checkpoint after step 1024: the trainer starts afresh" <<<"$out" \
+    || fail "rank $r did not start afresh"
+  grep -q "mpibad rank $r: budget reached at env step 2048 (2048 this run" <<<"$out" \
+    || fail "rank $r did not train from step 0"
+done
 
 echo "== pursuit without a bus"
 d="$tmp/pursuit"

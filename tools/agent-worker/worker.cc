@@ -279,6 +279,16 @@ Result<RestoreResult> Worker::RestoreAgreed() {
   RestoreOptions how{.load_shard = false};
   for (;;) {
     AGENTRT_ASSIGN_OR_RETURN(RestoreResult restored, runtime_->checkpointer().Restore(how));
+    if (!restored.restored() && how.before_step >= 0) {
+      // Every rank loaded (part of) a corrupt step before the group saw it
+      // was corrupt, and no older step is left: start from a new trainer,
+      // the same on every rank, not from those leftovers.
+      log_("no intact checkpoint after step %lld: the trainer starts afresh",
+           static_cast<long long>(how.before_step));
+      trainer_.reset();
+      seats_.clear();
+      AGENTRT_RETURN_IF_ERROR(SetupTrainer());
+    }
     if (!restored.restored() || !PpoTrainer::SavedIn(*restored.saved)) return restored;
     Status loaded = trainer_->LoadFrom(*restored.saved);
     float bad = loaded.code() == StatusCode::kDataLoss ? 1.0f : 0.0f;
