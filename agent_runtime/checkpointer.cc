@@ -433,6 +433,10 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   return Status::Ok();
 }
 
+namespace {
+constexpr off_t kWriteBackBytes = off_t{64} << 20;  // write-back started this often
+}  // namespace
+
 Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata,
                                     const std::vector<ShardEntry>& entries, size_t bytes,
                                     const std::vector<std::span<const std::byte>>& parts) {
@@ -459,12 +463,23 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
     Fd fd(::openat(step_fd.get(), shard_tmp.c_str(),
                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.ok()) return ErrnoStatus(errno, Where() + "create " + shard_tmp_path);
+    off_t written = 0, kicked = 0;  // bytes written; bytes whose write-back was started
     for (const std::span<const std::byte> part : parts) {
       for (size_t done = 0; done < part.size();) {
         const size_t n = std::min(options_.io_chunk_bytes, part.size() - done);
         chunks.Update(part.data() + done, n);
         AGENTRT_RETURN_IF_ERROR(WriteAll(fd.get(), part.data() + done, n, "write ", shard_tmp_path)
                                     .WithContext(Where()));
+        // A lone writer starts write-back every 64 MiB, while the next chunks
+        // are copied: the fsync below then waits for the tail only (1 GiB of
+        // agentrt.torch: 0.82x torch.save + fsync without, 1.6-1.9x with).
+        // Ranks of an agent write at once, and then the disk is busy anyway:
+        // started so, 4 shards of 256 MiB saved 1.3-1.6 GB/s, not 1.8-2.0.
+        written += static_cast<off_t>(n);
+        if (options_.world_size == 1 && written - kicked >= kWriteBackBytes) {
+          ::sync_file_range(fd.get(), kicked, written - kicked, SYNC_FILE_RANGE_WRITE);
+          kicked = written;
+        }
         done += n;
       }
     }

@@ -5,15 +5,16 @@
 //                       save a 1 GiB state (4 shards of 256 MiB) synchronously:
 //                       bytes / (start .. manifest committed).
 //                       anchor: dd if=/dev/zero bs=16M count=64 conv=fsync.
-//   o_direct_write      dd of the same bytes with oflag=direct (past the page cache).
-//                       anchor: the same dd without it.
+//   o_direct_write      one dd per shard at once, the same bytes, with oflag=direct
+//                       (past the page cache). anchor: the same dds without it.
 //   async_save_stall    how long SaveAsync blocks the training loop (the snapshot
 //                       copy; slowest rank), steady state (snapshot buffers warm).
 //                       anchor: the synchronous save of the same state.
 //   restore_throughput  Restore() of rank 0 with checksum verification of every
 //                       shard (1 GiB read + CRC32C), after dropping the shard files
 //                       from the page cache with posix_fadvise(DONTNEED).
-//                       anchor: plain read() of the same files after the same drop.
+//                       anchor: plain read() of the same files after the same drop,
+//                       a thread per file (the restore reads up to 4 shards at once).
 //   resharded_restore   the same state saved as a global array by 2 ranks, restored
 //                       by 4 (threads): each Restore()s (verify_all_shards off) and
 //                       reads its quarter with SavedStep::Read, cold cache; wall time.
@@ -101,17 +102,41 @@ double RunDd(const fs::path& file, size_t count, const std::string& flags = "") 
 }
 
 // Seconds to read every regular file under `dir` with plain read() into `buf`.
-double ReadAll(const std::vector<fs::path>& files, std::vector<char>& buf) {
+// The files are read at once, a thread each, as the restore reads its
+// shards (up to 4 at a time), so that both sides have as many reads in flight.
+double ReadAll(const std::vector<fs::path>& files, std::vector<std::vector<char>>& bufs) {
   auto t = Clock::now();
-  for (const auto& f : files) {
-    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) Die("open " + f.string());
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    while (::read(fd, buf.data(), buf.size()) > 0) {
-    }
-    ::close(fd);
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < files.size(); ++i) {
+    readers.emplace_back([&files, &bufs, i] {
+      const fs::path& f = files[i];
+      int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) Die("open " + f.string());
+      ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+      std::vector<char>& buf = bufs[i % bufs.size()];
+      while (::read(fd, buf.data(), buf.size()) > 0) {
+      }
+      ::close(fd);
+    });
   }
+  for (auto& r : readers) r.join();
   return Since(t);
+}
+
+// Seconds for `streams` dd processes at once, each writing `count` 16 MiB
+// blocks to its own file with conv=fsync (plus `flags`).
+double RunDdStreams(const fs::path& dir, int streams, size_t count, const std::string& flags) {
+  std::string cmd;
+  for (int i = 0; i < streams; ++i) {
+    cmd += "dd if=/dev/zero of='" + (dir / ("dd." + std::to_string(i))).string() +
+           "' bs=16M count=" + std::to_string(count) + " conv=fsync " + flags + " status=none & ";
+  }
+  cmd += "wait";
+  auto t = Clock::now();
+  if (std::system(cmd.c_str()) != 0) Die("dd failed: " + cmd);
+  double s = Since(t);
+  for (int i = 0; i < streams; ++i) fs::remove(dir / ("dd." + std::to_string(i)));
+  return s;
 }
 
 struct World {
@@ -252,17 +277,21 @@ int main(int argc, char** argv) {
     Check(world.ranks[static_cast<size_t>(r)]->Save(step, make_state(r)));
   });
 
-  std::vector<double> dd_s, dd_direct_s, save_s, stall_s, restore_s, read_s, reshard_s, same_s;
+  std::vector<double> dd_s, dd_direct_s, dd_streams_s, save_s, stall_s, restore_s, read_s,
+      reshard_s, same_s;
   // Re-sharding 2 -> 4: the same bytes as global slices, saved by 2 ranks and by 4.
   const std::string ckpt2 = (root / "global-2").string(), ckpt4 = (root / "global-4").string();
   SaveGlobal(ckpt2, 2, 1, state, shard_bytes / 8);
   SaveGlobal(ckpt4, 4, 1, state, shard_bytes / 8);
   std::vector<std::unique_ptr<uint64_t[]>> blocks;
   for (int r = 0; r < 4; ++r) blocks.emplace_back(new uint64_t[(total_bytes / 8 + 3) / 4 + 1]);
-  std::vector<char> read_buf(chunk);
+  std::vector<std::vector<char>> read_bufs(static_cast<size_t>(shards), std::vector<char>(chunk));
   for (int rep = 0; rep < reps; ++rep) {
     dd_s.push_back(RunDd(root / "dd.tmp", total_bytes / chunk));
-    dd_direct_s.push_back(RunDd(root / "dd.tmp", total_bytes / chunk, "oflag=direct"));
+    // Past the page cache or through it, as many writers as the save has ranks.
+    const size_t per = total_bytes / chunk / static_cast<size_t>(shards);
+    dd_direct_s.push_back(RunDdStreams(root, shards, per, "oflag=direct"));
+    dd_streams_s.push_back(RunDdStreams(root, shards, per, ""));
 
     // Synchronous save.
     ++step;
@@ -309,7 +338,7 @@ int main(int argc, char** argv) {
     }
     for (const auto& f : files) DropFromCache(f);
     double cpu1 = CpuSeconds();
-    read_s.push_back(ReadAll(files, read_buf));
+    read_s.push_back(ReadAll(files, read_bufs));
     double read_cpu_s = CpuSeconds() - cpu1;
     reshard_s.push_back(RestoreBlocks(ckpt2, 4, 1, blocks, shard_bytes / 8));
     if (shards == 4 && std::memcmp(blocks[3].get(), state[3].get(), shard_bytes) != 0) {
@@ -339,11 +368,15 @@ int main(int argc, char** argv) {
   PrintFigure("save_throughput", mb / Median(save_s), "MB/s", dd_anchor, mb / Median(dd_s));
   // Whether writing past the page cache would pay on this disk: the saves
   // write through it (and fsync), so this says what O_DIRECT could gain.
-  PrintFigure("o_direct_write", mb / Median(dd_direct_s), "MB/s", dd_anchor, mb / Median(dd_s));
+  PrintFigure(
+      "o_direct_write", mb / Median(dd_direct_s), "MB/s",
+      std::to_string(shards) + " dd conv=fsync at once, the same bytes without oflag=direct",
+      mb / Median(dd_streams_s));
   PrintFigure("async_save_stall", Median(stall_s), "s", "synchronous save of the same state",
               Median(save_s));
   PrintFigure("restore_throughput", mb / Median(restore_s), "MB/s",
-              "read() of the same shard files after posix_fadvise(DONTNEED)", mb / Median(read_s));
+              "read() of the same shard files, a thread each, after posix_fadvise(DONTNEED)",
+              mb / Median(read_s));
   PrintFigure("resharded_restore_2to4", Median(reshard_s), "s",
               "restore of the same state saved by 4 ranks (4 -> 4, cold cache)", Median(same_s));
   return 0;

@@ -152,6 +152,7 @@ def bench_checkpoint():
 
         def ours_save():
             step[0] += 1
+            os.sync()  # neither side inherits the other's pending writes or removals
             t = time.perf_counter()
             art.save(ck, step[0], model=model, rng=False)
             return time.perf_counter() - t
@@ -179,9 +180,11 @@ def bench_checkpoint():
             # removed once the new one is durable (keep_last=1, as ours), outside the timing.
             # Rewriting one file in place (this bench until 2026-12) freed 1 GiB of blocks
             # inside the anchor's truncate, and on the 2-core VM our next save then took
-            # 2.7 s instead of 0.85-1.2 s: the anchor's disk work leaked into our time.
+            # 2.7 s instead of 0.85-1.2 s: the anchor's disk work leaked into our time. Each
+            # timed save of either side starts after os.sync(), so neither inherits the other's.
             saved[0] += 1
             fresh = "%s.%d" % (path, saved[0])
+            os.sync()
             t = time.perf_counter()
             with open(fresh, "wb") as f:
                 torch.save(model.state_dict(), f)
