@@ -405,6 +405,7 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     snapshot_.reset(new std::byte[total]);
     snapshot_capacity_ = total;
   }
+  std::vector<CopyJob> copies;  // the host entries' bytes
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = state.entries()[i];
     std::byte* dst = snapshot_.get() + entries[i].offset;
@@ -416,9 +417,10 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
                              std::to_string(step));
       }
     } else if (e.bytes > 0) {
-      std::memcpy(dst, e.data, e.bytes);
+      copies.push_back({dst, static_cast<const std::byte*>(e.data), e.bytes});
     }
   }
+  CopyInParallel(copies);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.saves_started;
@@ -431,6 +433,34 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
         saving_ = false;
       });
   return Status::Ok();
+}
+
+void CopyInParallel(const std::vector<CopyJob>& jobs) {
+  size_t total = 0;
+  for (const CopyJob& j : jobs) total += j.bytes;
+  const size_t threads =
+      std::min<size_t>(kSnapshotThreads, std::max(1u, std::thread::hardware_concurrency()));
+  if (total < kParallelSnapshotBytes || threads < 2) {
+    for (const CopyJob& j : jobs) std::memcpy(j.dst, j.src, j.bytes);
+    return;
+  }
+  // Pieces of 4 MiB handed out in turn: one memcpy stream does not reach the
+  // memory's bandwidth (1 GiB: 0.10 s on one core of this VM, 0.055 s on two).
+  constexpr size_t kPiece = size_t{4} << 20;
+  std::vector<CopyJob> pieces;
+  for (const CopyJob& j : jobs) {
+    for (size_t at = 0; at < j.bytes; at += kPiece)
+      pieces.push_back({j.dst + at, j.src + at, std::min(kPiece, j.bytes - at)});
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < pieces.size(); i = next++)
+      std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].bytes);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
 }
 
 namespace {

@@ -346,6 +346,18 @@ struct CheckpointStats {
   double last_write_s = 0;         // background write + commit time
 };
 
+// One copy of a snapshot: `bytes` from `src` to `dst`.
+struct CopyJob {
+  std::byte* dst;
+  const std::byte* src;
+  size_t bytes;
+};
+// Runs the copies, on up to kSnapshotThreads threads (the caller's among them)
+// when they add up to kParallelSnapshotBytes or more: SaveAsync's snapshot.
+inline constexpr size_t kSnapshotThreads = 4;
+inline constexpr size_t kParallelSnapshotBytes = size_t{64} << 20;
+void CopyInParallel(const std::vector<CopyJob>& jobs);
+
 class Checkpointer {
  public:
   // Creates the directory (0700) if needed. `clock` must outlive the Checkpointer.
