@@ -209,6 +209,7 @@ Status Checkpointer::StageDeviceEntries(const CheckpointState& state,
                              std::to_string(source->device) + ")");
     source = &e.device;
   }
+  if (source == nullptr) return InvalidArgument("no device entry to stage");
   if (staging_.api != source->api || staging_.device != source->device) FreeStaging();
   device::Api* api = source->api;
   device::DeviceGuard guard(api, source->device);

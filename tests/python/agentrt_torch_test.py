@@ -139,8 +139,9 @@ def scenario_tamper(work):
     check(all(torch.equal(state[k], states[10][k]) for k in state), "holds step 10's state bit for bit")
     reasons = {s["step"]: s["reason"] for s in art.restore.last.skipped}
     check(sorted(reasons) == [20, 30], "both named as skipped: %s" % art.restore.last.skipped)
-    check("checksum mismatch" in reasons[30] and "rank-0.shard" in reasons[30],
-          "step 30: the flipped byte's chunk: %s" % reasons[30])
+    files = {s["step"]: s["file"] for s in art.restore.last.skipped}
+    check("checksum mismatch" in reasons[30] and files[30].endswith("step-30/rank-0.shard"),
+          "step 30: the flipped byte's file and chunk: %s: %s" % (files[30], reasons[30]))
     check("size is 100 bytes" in reasons[20], "step 20: the truncated shard: %s" % reasons[20])
     check("skipped step 30" in art.restore.last.describe, art.restore.last.describe)
     os.truncate(os.path.join(work, "ck", "step-10", "rank-0.shard"), 100)
