@@ -196,8 +196,7 @@ void Checkpointer::FreeStaging() {
   staging_ = Staging{};
 }
 
-Status Checkpointer::StageDeviceEntries(const CheckpointState& state,
-                                        const std::vector<ShardEntry>& entries, size_t total) {
+Result<std::byte*> Checkpointer::PrepareStaging(const CheckpointState& state, size_t total) {
   const CheckpointState::DeviceSource* source = nullptr;
   for (const auto& e : state.entries()) {
     if (e.device_data == nullptr) continue;
@@ -229,34 +228,7 @@ Status Checkpointer::StageDeviceEntries(const CheckpointState& state,
     AGENTRT_ASSIGN_OR_RETURN(staging_.pinned, api->HostAlloc(total));
     staging_.capacity = total;
   }
-  auto* snapshot = static_cast<std::byte*>(staging_.pinned);
-  std::vector<void*> sources;  // the streams whose later work must wait for the copies
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = state.entries()[i];
-    std::byte* dst = snapshot + entries[i].offset;
-    if (e.device_data != nullptr) {
-      if (std::find(sources.begin(), sources.end(), e.device.stream) == sources.end()) {
-        // The copy starts after the work already enqueued on its stream.
-        AGENTRT_RETURN_IF_ERROR(api->RecordEvent(staging_.ready, e.device.stream));
-        AGENTRT_RETURN_IF_ERROR(api->StreamWaitEvent(staging_.side, staging_.ready));
-        sources.push_back(e.device.stream);
-      }
-      if (e.bytes > 0) {
-        AGENTRT_RETURN_IF_ERROR(api->CopyAsync(dst, e.device_data, e.bytes,
-                                               device::CopyKind::kDeviceToHost, staging_.side));
-      }
-    } else if (e.copy_to_host) {
-      AGENTRT_RETURN_IF_ERROR(e.copy_to_host(dst).WithContext("\"" + e.name + "\""));
-    } else if (e.bytes > 0) {
-      std::memcpy(dst, e.data, e.bytes);
-    }
-  }
-  // Work enqueued on the sources from now on (the next step's updates of the
-  // same memory) waits for the copies, and for nothing else.
-  AGENTRT_RETURN_IF_ERROR(api->RecordEvent(staging_.copied, staging_.side));
-  for (void* stream : sources)
-    AGENTRT_RETURN_IF_ERROR(api->StreamWaitEvent(stream, staging_.copied));
-  return Status::Ok();
+  return static_cast<std::byte*>(staging_.pinned);
 }
 
 void Checkpointer::JoinReaper() {
@@ -371,68 +343,82 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   AGENTRT_RETURN_IF_ERROR(BeginSave(step, &go));
   if (!go) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
-
-  size_t total = state.total_bytes();
+  const size_t total = state.total_bytes();
   std::vector<ShardEntry> entries = ShardLayout(state);
+  // Device entries go through the pinned staging buffer, by copies on its
+  // side stream; then the whole snapshot does.
   const bool staged = std::any_of(state.entries().begin(), state.entries().end(),
                                   [](const auto& e) { return e.device_data != nullptr; });
-  if (staged) {
-    if (Status s = StageDeviceEntries(state, entries, total); !s.ok()) {
-      saving_ = false;
-      return s.WithContext(Where() + "staging step " + std::to_string(step));
-    }
-    {
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      ++stats_.saves_started;
-      stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
-    }
-    writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries),
-                           total]() mutable {
-      writer_status_ = [&]() -> Status {
-        device::DeviceGuard guard(staging_.api, staging_.device);
-        AGENTRT_RETURN_IF_ERROR(
-            staging_.api->SynchronizeStream(staging_.side)
-                .WithContext(Where() + "copying step " + std::to_string(step) + " to the host"));
-        return TimedWriteAndCommit(
-            step, metadata, entries, total,
-            {std::span<const std::byte>(static_cast<const std::byte*>(staging_.pinned), total)});
-      }();
-      saving_ = false;
-    });
-    return Status::Ok();
-  }
-  if (total > snapshot_capacity_) {
-    snapshot_.reset();
-    snapshot_.reset(new std::byte[total]);
-    snapshot_capacity_ = total;
-  }
-  std::vector<CopyJob> copies;  // the host entries' bytes
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = state.entries()[i];
-    std::byte* dst = snapshot_.get() + entries[i].offset;
-    if (e.copy_to_host) {
-      Status s = e.copy_to_host(dst);
-      if (!s.ok()) {
-        saving_ = false;
-        return s.WithContext(Where() + "snapshot of \"" + e.name + "\" for step " +
-                             std::to_string(step));
+  std::byte* snapshot = nullptr;
+  Status taken = [&]() -> Status {
+    if (staged) {
+      AGENTRT_ASSIGN_OR_RETURN(snapshot, PrepareStaging(state, total));
+    } else {
+      if (total > snapshot_capacity_) {
+        snapshot_.reset();
+        snapshot_.reset(new std::byte[total]);
+        snapshot_capacity_ = total;
       }
-    } else if (e.bytes > 0) {
-      copies.push_back({dst, static_cast<const std::byte*>(e.data), e.bytes});
+      snapshot = snapshot_.get();
     }
+    std::optional<device::DeviceGuard> guard;
+    if (staged) guard.emplace(staging_.api, staging_.device);
+    std::vector<CopyJob> copies;  // the host entries' bytes
+    std::vector<void*> sources;   // the streams whose later work must wait for the copies
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto& e = state.entries()[i];
+      std::byte* dst = snapshot + entries[i].offset;
+      if (e.device_data != nullptr) {
+        device::Api* api = staging_.api;
+        if (std::find(sources.begin(), sources.end(), e.device.stream) == sources.end()) {
+          // The copy starts after the work already enqueued on its stream.
+          AGENTRT_RETURN_IF_ERROR(api->RecordEvent(staging_.ready, e.device.stream));
+          AGENTRT_RETURN_IF_ERROR(api->StreamWaitEvent(staging_.side, staging_.ready));
+          sources.push_back(e.device.stream);
+        }
+        if (e.bytes > 0) {
+          AGENTRT_RETURN_IF_ERROR(api->CopyAsync(dst, e.device_data, e.bytes,
+                                                 device::CopyKind::kDeviceToHost, staging_.side));
+        }
+      } else if (e.copy_to_host) {
+        AGENTRT_RETURN_IF_ERROR(e.copy_to_host(dst).WithContext("snapshot of \"" + e.name + "\""));
+      } else if (e.bytes > 0) {
+        copies.push_back({dst, static_cast<const std::byte*>(e.data), e.bytes});
+      }
+    }
+    CopyInParallel(copies);
+    if (staged) {
+      // Work enqueued on the sources from now on (the next step's updates of
+      // the same memory) waits for the copies, and for nothing else.
+      AGENTRT_RETURN_IF_ERROR(staging_.api->RecordEvent(staging_.copied, staging_.side));
+      for (void* stream : sources)
+        AGENTRT_RETURN_IF_ERROR(staging_.api->StreamWaitEvent(stream, staging_.copied));
+    }
+    return Status::Ok();
+  }();
+  if (!taken.ok()) {
+    saving_ = false;
+    return taken.WithContext(Where() + "step " + std::to_string(step));
   }
-  CopyInParallel(copies);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.saves_started;
     stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
   }
-  writer_ = std::thread(
-      [this, step, metadata = state.metadata, entries = std::move(entries), total]() mutable {
-        writer_status_ = TimedWriteAndCommit(step, metadata, entries, total,
-                                             {std::span<const std::byte>(snapshot_.get(), total)});
-        saving_ = false;
-      });
+  writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries), total,
+                         snapshot, staged]() mutable {
+    Status copied = Status::Ok();
+    if (staged) {  // the device's bytes are in the snapshot once its side stream drains
+      device::DeviceGuard guard(staging_.api, staging_.device);
+      copied = staging_.api->SynchronizeStream(staging_.side)
+                   .WithContext(Where() + "copying step " + std::to_string(step) + " to the host");
+    }
+    writer_status_ = copied.ok()
+                         ? TimedWriteAndCommit(step, metadata, entries, total,
+                                               {std::span<const std::byte>(snapshot, total)})
+                         : copied;
+    saving_ = false;
+  });
   return Status::Ok();
 }
 
@@ -675,6 +661,21 @@ Status Checkpointer::CleanDebris() {
   return Status::Ok();
 }
 
+namespace {
+
+// A step a caller's read found corrupt, as Restore lists it: the file its
+// error names inside the step's folder (SavedStep::Read's errors say
+// "FILE: reason"), else the folder and the whole message.
+CorruptCheckpoint ReadCorruption(int64_t step, const std::string& step_path,
+                                 const std::string& message) {
+  const size_t at = message.find(step_path + "/");
+  const size_t end = at == std::string::npos ? at : message.find(": ", at);
+  if (end == std::string::npos) return {step, step_path, message};
+  return {step, message.substr(at, end - at), message.substr(end + 2)};
+}
+
+}  // namespace
+
 Result<RestoreResult> Checkpointer::Restore() { return Restore(RestoreOptions{}); }
 
 Result<RestoreResult> Checkpointer::Restore(const RestoreOptions& restore) {
@@ -690,6 +691,11 @@ Result<RestoreResult> Checkpointer::Restore(const RestoreOptions& restore) {
   if (retry) last_saved_step_ = -1;  // the step it gave before was corrupt
   RestoreResult result;
   result.skipped = restore.skipped;
+  if (retry && !restore.before_step_error.empty()) {
+    result.skipped.push_back(ReadCorruption(restore.before_step,
+                                            options_.dir + "/" + StepName(restore.before_step),
+                                            restore.before_step_error));
+  }
   std::vector<std::byte> scratch;
   bool any_committed = !restore.skipped.empty();
   for (int64_t step : steps) {

@@ -334,7 +334,11 @@ struct RestoreOptions {
   // `before_step` corrupt. It removes no debris and calls no barrier (the
   // first Restore did both).
   int64_t before_step = -1;
-  // Reported first in RestoreResult::skipped (what the caller found corrupt).
+  // The retry's: what that read said (its DataLoss message). When given,
+  // Restore lists `before_step` in RestoreResult::skipped with it, naming the
+  // shard file the message names (else the step's folder).
+  std::string before_step_error = {};
+  // Reported first in RestoreResult::skipped: the previous attempt's.
   std::vector<CorruptCheckpoint> skipped = {};
 };
 
@@ -441,10 +445,9 @@ class Checkpointer {
     void* ready = nullptr;   // device::Event: a source stream's work so far
     void* copied = nullptr;  // device::Event: the staging copies
   } staging_;
-  // Snapshots `state` into staging_ (pinned), the device entries by copies
-  // enqueued on its side stream; host entries are copied at once.
-  Status StageDeviceEntries(const CheckpointState& state, const std::vector<ShardEntry>& entries,
-                            size_t total);
+  // Makes staging_ ready for a snapshot of `total` bytes of `state` (whose
+  // device entries must share one device): its pinned buffer, returned.
+  Result<std::byte*> PrepareStaging(const CheckpointState& state, size_t total);
   void FreeStaging();
 
   std::thread writer_;

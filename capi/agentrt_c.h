@@ -152,15 +152,17 @@ AGENTRT_C_EXPORT int agentrt_checkpointer_restore(agentrt_checkpointer* ck, agen
  * global arrays only (saved with agentrt_state_add_slice): its manifest and
  * every shard's size are checked, and agentrt_restore_read verifies each
  * chunk as it reads it into the caller's memory. A DATA_LOSS from such a read
- * means the step is corrupt: call again with before_step = that step and
- * skipped_json = the "skipped" list of agentrt_restore_info with that step
- * added ({"step", "file", "reason"}) to fall back to an older one; it then
- * removes no debris and calls no barrier. before_step < 0 and skipped_json
- * NULL: the newest checkpoint. Every rank must read the same arrays to agree
+ * means the step is corrupt: call again with before_step = that step,
+ * before_step_error = the read's message and skipped_json = the "skipped"
+ * list of agentrt_restore_info ([{"step", "file", "reason"}]) to fall back to
+ * an older one, that step listed as skipped; it then removes no debris and
+ * calls no barrier. before_step < 0 and both strings NULL: the newest
+ * checkpoint. Every rank must read the same arrays to agree
  * on the step. Other checkpoints are loaded as agentrt_checkpointer_restore
  * does. */
 AGENTRT_C_EXPORT int agentrt_checkpointer_restore_lazy(agentrt_checkpointer* ck,
                                                        int64_t before_step,
+                                                       const char* before_step_error,
                                                        const char* skipped_json,
                                                        agentrt_restore** out);
 

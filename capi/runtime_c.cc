@@ -316,7 +316,8 @@ int agentrt_checkpointer_restore(agentrt_checkpointer* ck, agentrt_restore** out
 }
 
 int agentrt_checkpointer_restore_lazy(agentrt_checkpointer* ck, int64_t before_step,
-                                      const char* skipped_json, agentrt_restore** out) {
+                                      const char* before_step_error, const char* skipped_json,
+                                      agentrt_restore** out) {
   AGENTRT_C_REQUIRE(ck, "checkpointer");
   AGENTRT_C_REQUIRE(out, "out");
   *out = nullptr;
@@ -324,6 +325,7 @@ int agentrt_checkpointer_restore_lazy(agentrt_checkpointer* ck, int64_t before_s
     agentrt::RestoreOptions options;
     options.load_shard = false;
     options.before_step = before_step;
+    if (before_step_error != nullptr) options.before_step_error = before_step_error;
     if (skipped_json != nullptr) {
       const auto list = nlohmann::json::parse(skipped_json, nullptr, /*allow_exceptions=*/false);
       if (!list.is_array())

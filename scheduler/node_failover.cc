@@ -80,10 +80,11 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
         candidates.push_back(spare);
     }
     candidates.insert(candidates.end(), spares.begin(), spares.end());
+    NodeUse used;  // of the last node tried: the spare, once one fits
     auto fits = [&](const std::string& name) {
       const NodeSpec* n = Find(name);
       if (n == nullptr || (!a->gpu_type.empty() && n->gpu_type != a->gpu_type)) return false;
-      const NodeUse used = UsedOn(plan, name, a);
+      used = UsedOn(plan, name, a);
       return static_cast<size_t>(n->gpus) >= used.gpus.size() + gpus &&
              (n->cpus <= 0 || static_cast<size_t>(n->cpus) >= used.ranks + ranks);
     };
@@ -102,7 +103,6 @@ FailoverDecision NodeFailover::Relocate(Plan& plan, const std::string& agent,
       return d;
     }
     d.moved_to.push_back(*spare);
-    const NodeUse used = UsedOn(plan, *spare, a);
     taken.emplace_back(*spare, p.node);
     p.node = *spare;
     int next = 0;  // the spare's free GPUs, lowest first

@@ -54,7 +54,7 @@ _SIGNATURES = {
     "agentrt_checkpointer_wait": (_I, [_P]),
     "agentrt_checkpointer_info": (_I, [_P, _PP]),
     "agentrt_checkpointer_restore": (_I, [_P, _PP]),
-    "agentrt_checkpointer_restore_lazy": (_I, [_P, ctypes.c_int64, _S, _PP]),
+    "agentrt_checkpointer_restore_lazy": (_I, [_P, ctypes.c_int64, _S, _S, _PP]),
     "agentrt_state_create": (_I, [_PP]),
     "agentrt_state_free": (None, [_P]),
     "agentrt_state_add": (_I, [_P, _S, _P, _Z, _S, ctypes.POINTER(_I64), _I]),

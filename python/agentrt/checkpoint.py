@@ -275,7 +275,7 @@ class Checkpointer(Handle):
         """Waits for the save in progress; raises CheckpointError if it failed."""
         _lib.check(_lib.lib().agentrt_checkpointer_wait(self._p()), errors.CheckpointError)
 
-    def restore(self, load=True, before=None, skipped=None):
+    def restore(self, load=True, before=None, why=None, skipped=None):
         """The newest verified checkpoint (or a fresh start): a Restore. A
         checkpoint written by another world size that holds entries of single
         ranks (not slices) raises CheckpointShapeError (a ConfigurationError:
@@ -285,18 +285,20 @@ class Checkpointer(Handle):
         is not read now; ``r.read(name, out=...)`` verifies each chunk as it
         reads it into the caller's memory. A CheckpointError with code
         DATA_LOSS (15) from such a read means that step is corrupt: call
-        ``restore(load=False, before=r.step, skipped=r.skipped + [{"step":
-        r.step, "file": r.path, "reason": e.message}])`` for an older one.
-        Every rank must read the same arrays to agree on the step."""
+        ``restore(load=False, before=r.step, why=e.message, skipped=r.skipped)``
+        for an older one (its ``skipped`` then lists r.step, naming the file
+        ``why`` names). Every rank must read the same arrays to agree on the
+        step."""
         out = ctypes.c_void_p()
         try:
-            if load and before is None and not skipped:
+            if load and before is None and why is None and not skipped:
                 code = _lib.lib().agentrt_checkpointer_restore(self._p(), ctypes.byref(out))
             else:
                 if load:
-                    raise ValueError("restore: before= and skipped= go with load=False")
+                    raise ValueError("restore: before=, why= and skipped= go with load=False")
                 code = _lib.lib().agentrt_checkpointer_restore_lazy(
                     self._p(), -1 if before is None else int(before),
+                    None if why is None else str(why).encode(),
                     None if skipped is None else json.dumps(list(skipped)).encode(),
                     ctypes.byref(out))
             _lib.check(code, errors.CheckpointError)

@@ -368,16 +368,6 @@ def _load(r, rank, model, optimizer, rng, strict):
 _DATA_LOSS = 15  # the status code of a chunk that fails its checksum
 
 
-def _bad_file(message, step_dir):
-    """(file, reason) of a failed read's message, "...FILE: reason" with FILE in
-    step_dir (the checkpoint's own wording); else (step_dir, message)."""
-    at = message.find(step_dir + "/")
-    end = message.find(": ", at) if at >= 0 else -1
-    if end < 0:
-        return step_dir, message
-    return message[at:end], message[end + 2:]
-
-
 def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
     """Loads the newest verified checkpoint into ``model`` and ``optimizer``
     (and the RNGs); returns a Restored, or None when there is nothing to
@@ -412,9 +402,7 @@ def restore(checkpointer, model=None, optimizer=None, rng=True, strict=True):
             if e.code != _DATA_LOSS:
                 raise
             partly = r.step
-            file, reason = _bad_file(e.message, r.path)
-            skipped = r.skipped + [{"step": r.step, "file": file, "reason": reason}]
-            r = checkpointer.restore(load=False, before=r.step, skipped=skipped)
+            r = checkpointer.restore(load=False, before=r.step, why=e.message, skipped=r.skipped)
 
 
 class _Outcome:

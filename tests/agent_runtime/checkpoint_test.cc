@@ -542,7 +542,7 @@ TEST_CASE("a restore that loads nothing checks sizes now, chunks as read, and fa
 
   // The retry: the caller names what it found; step 2's short shard is passed over.
   RestoreOptions retry{.load_shard = false, .before_step = 3};
-  retry.skipped.push_back({3, r->saved->path(), read.message()});
+  retry.before_step_error = read.message();
   auto older = c->Restore(retry);
   REQUIRE(older.ok());
   REQUIRE(older->restored());

@@ -301,10 +301,9 @@ Result<RestoreResult> Worker::RestoreAgreed() {
       return restored;
     }
     how.before_step = restored.step;
+    how.before_step_error =
+        loaded.ok() ? "another rank of the agent read a bad chunk of it" : loaded.message();
     how.skipped = std::move(restored.skipped);
-    how.skipped.push_back(
-        {restored.step, restored.saved->path(),
-         loaded.ok() ? "another rank of the agent read a bad chunk of it" : loaded.message()});
   }
 }
 
