@@ -6,14 +6,17 @@
 // described in agent_runtime/checkpointer.h.
 #pragma once
 
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -159,5 +162,54 @@ struct VerifyOutcome {
 VerifyOutcome VerifyStep(int dir_fd, const CheckpointOptions& options, int64_t step, int load_rank,
                          bool verify_all, bool check_world, Manifest* manifest, ShardData* out,
                          std::vector<std::byte>& scratch, bool lazy = false);
+
+}  // namespace agentrt::checkpoint_files
+
+namespace agentrt::checkpoint_files {
+
+// SaveAsync's snapshot of a large host state by fork: the child process sees
+// the state as it was at the fork (copy-on-write), writes the shard from it
+// and hands the checksums back, while the parent's caller goes on training.
+// The caller is blocked for the fork only (page tables: about 15-25 ms per
+// GiB resident here), not for a copy of the state; a page the parent writes
+// while the child still runs is copied then, by the kernel, once.
+//
+// The child blocks every signal, dies with the thread that forked it
+// (PR_SET_PDEATHSIG: run Start on a thread that outlives the write, as
+// SaveAsync's writer does), keeps only the descriptors it is given, never
+// returns into the caller's code and ends with _exit. It runs `write` only
+// after it found every part's pages in its image (memory a library marked
+// MADV_DONTFORK, e.g. RDMA buffers, is not inherited): else nothing is
+// written and Start says why.
+class ShardWriterProcess {
+ public:
+  // nullptr and *why_not when no child writes (fork failed, or a part is not
+  // private memory of this process or not inherited); nothing was written.
+  static std::unique_ptr<ShardWriterProcess> Start(
+      const std::vector<std::span<const std::byte>>& parts, std::vector<int> keep_fds,
+      const std::function<Status(ChunkChecksums& chunks)>& write, std::string* why_not);
+  // Kills and reaps a child not finished.
+  ~ShardWriterProcess();
+  ShardWriterProcess(const ShardWriterProcess&) = delete;
+  ShardWriterProcess& operator=(const ShardWriterProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Waits for the child: `write`'s status, and the chunk checksums and whole
+  // checksum it computed; an error naming the signal when it was killed
+  // (with `context`, which `write`'s own errors do not get).
+  Status Finish(std::string_view context, std::vector<uint32_t>* chunk_crcs, uint32_t* whole);
+
+ private:
+  ShardWriterProcess(pid_t pid, int from_child) : pid_(pid), from_child_(from_child) {}
+  Status Reap();
+
+  pid_t pid_;
+  int from_child_;
+};
+
+// Whether every byte of `parts` lies in private (copy-on-write) mappings of
+// this process (/proc/self/maps): memory mapped shared (a file, /dev/shm,
+// torch's share_memory_) would change under a forked writer.
+bool InPrivateMemory(const std::vector<std::span<const std::byte>>& parts);
 
 }  // namespace agentrt::checkpoint_files

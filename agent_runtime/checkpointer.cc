@@ -330,8 +330,12 @@ Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
 Status Checkpointer::TimedWriteAndCommit(int64_t step, const nlohmann::json& metadata,
                                          const std::vector<ShardEntry>& entries, size_t bytes,
                                          const std::vector<std::span<const std::byte>>& parts) {
+  return Timed([&] { return WriteAndCommit(step, metadata, entries, bytes, parts); });
+}
+
+Status Checkpointer::Timed(const std::function<Status()>& write) {
   const auto t0 = std::chrono::steady_clock::now();
-  Status s = WriteAndCommit(step, metadata, entries, bytes, parts);
+  Status s = write();
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.last_write_s = Seconds(std::chrono::steady_clock::now() - t0);
   if (s.ok()) ++stats_.saves_committed;
@@ -349,6 +353,7 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   // side stream; then the whole snapshot does.
   const bool staged = std::any_of(state.entries().begin(), state.entries().end(),
                                   [](const auto& e) { return e.device_data != nullptr; });
+  if (!staged && SaveForked(step, state, entries, total)) return Status::Ok();
   std::byte* snapshot = nullptr;
   Status taken = [&]() -> Status {
     if (staged) {
@@ -404,6 +409,7 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.saves_started;
     stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
+    stats_.last_snapshot_forked = false;
   }
   writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries), total,
                          snapshot, staged]() mutable {
@@ -420,6 +426,58 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     saving_ = false;
   });
   return Status::Ok();
+}
+
+bool Checkpointer::SaveForked(int64_t step, const CheckpointState& state,
+                              std::vector<ShardEntry>& entries, size_t total) {
+  if (options_.snapshot != CheckpointOptions::Snapshot::kFork || total == 0) return false;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::span<const std::byte>> parts;
+  for (const auto& e : state.entries()) {
+    if (e.copy_to_host || e.device_data != nullptr) return false;
+    if (e.bytes > 0) parts.emplace_back(static_cast<const std::byte*>(e.data), e.bytes);
+  }
+  if (!InPrivateMemory(parts)) return false;
+  // Forked by the writer thread, which outlives the child (its death kills
+  // the child: PR_SET_PDEATHSIG); the caller waits until the child holds
+  // its image of the state.
+  std::promise<bool> started;
+  std::future<bool> forked = started.get_future();
+  writer_ = std::thread([this, step, total, parts, metadata = state.metadata, entries,
+                         started = std::move(started)]() mutable {
+    std::string why_not;
+    auto child = ShardWriterProcess::Start(
+        parts, {dir_fd_},
+        [&](ChunkChecksums& chunks) -> Status {
+          AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
+          Fd step_fd(fd);
+          return WriteShard(step_fd.get(), step, parts, chunks);
+        },
+        &why_not);
+    started.set_value(child != nullptr);
+    if (child == nullptr) return;  // SaveAsync copies instead
+    writer_status_ = Timed([&]() -> Status {
+      std::vector<uint32_t> chunk_crcs;
+      uint32_t whole = 0;
+      AGENTRT_RETURN_IF_ERROR(
+          child->Finish(Where() + "writing step " + std::to_string(step), &chunk_crcs, &whole));
+      child.reset();
+      AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
+      Fd step_fd(fd);
+      return CommitShard(step, step_fd.get(), metadata, entries, total, std::move(chunk_crcs),
+                         whole);
+    });
+    saving_ = false;
+  });
+  if (!forked.get()) {
+    writer_.join();
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.saves_started;
+  stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
+  stats_.last_snapshot_forked = true;
+  return true;
 }
 
 void CopyInParallel(const std::vector<CopyJob>& jobs) {
@@ -454,9 +512,7 @@ namespace {
 constexpr off_t kWriteBackBytes = off_t{64} << 20;  // write-back started this often
 }  // namespace
 
-Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata,
-                                    const std::vector<ShardEntry>& entries, size_t bytes,
-                                    const std::vector<std::span<const std::byte>>& parts) {
+Result<int> Checkpointer::OpenStepDir(int64_t step) {
   const std::string step_name = StepName(step);
   const std::string step_path = options_.dir + "/" + step_name;
   AGENTRT_RETURN_IF_ERROR(
@@ -466,18 +522,23 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
   if (::mkdirat(dir_fd_, step_name.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, Where() + "create " + step_path);
   }
-  Fd step_fd(::openat(dir_fd_, step_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!step_fd.ok()) {
+  const int fd =
+      ::openat(dir_fd_, step_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
     return ErrnoStatus(errno, Where() + "open " + step_path + " (a symlink or not a directory?)");
   }
+  return fd;
+}
 
-  // 1. The shard.
+Status Checkpointer::WriteShard(int step_fd, int64_t step,
+                                const std::vector<std::span<const std::byte>>& parts,
+                                ChunkChecksums& chunks) {
+  const std::string step_path = options_.dir + "/" + StepName(step);
   const std::string shard = ShardName(options_.rank);
   const std::string shard_tmp = shard + ".tmp";
   const std::string shard_tmp_path = step_path + "/" + shard_tmp;
-  ChunkChecksums chunks(kVerifyChunkBytes);
   {
-    Fd fd(::openat(step_fd.get(), shard_tmp.c_str(),
+    Fd fd(::openat(step_fd, shard_tmp.c_str(),
                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.ok()) return ErrnoStatus(errno, Where() + "create " + shard_tmp_path);
     off_t written = 0, kicked = 0;  // bytes written; bytes whose write-back was started
@@ -502,31 +563,48 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
     }
     AGENTRT_RETURN_IF_ERROR(Fsync(fd.get(), shard_tmp_path).WithContext(Where()));
   }
-  if (::renameat(step_fd.get(), shard_tmp.c_str(), step_fd.get(), shard.c_str()) != 0) {
+  if (::renameat(step_fd, shard_tmp.c_str(), step_fd, shard.c_str()) != 0) {
     return ErrnoStatus(errno, Where() + "rename " + shard_tmp_path);
   }
+  return Status::Ok();
+}
 
-  // 2. This rank's durability record.
+Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata,
+                                    const std::vector<ShardEntry>& entries, size_t bytes,
+                                    const std::vector<std::span<const std::byte>>& parts) {
+  AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
+  Fd step_fd(fd);
+  ChunkChecksums chunks(kVerifyChunkBytes);
+  AGENTRT_RETURN_IF_ERROR(WriteShard(step_fd.get(), step, parts, chunks));
   std::vector<uint32_t> chunk_crcs = chunks.Finish();  // then chunks.Whole() is the shard's
+  return CommitShard(step, step_fd.get(), metadata, entries, bytes, std::move(chunk_crcs),
+                     chunks.Whole());
+}
+
+Status Checkpointer::CommitShard(int64_t step, int step_fd, const nlohmann::json& metadata,
+                                 const std::vector<ShardEntry>& entries, size_t bytes,
+                                 std::vector<uint32_t> chunk_crcs, uint32_t whole_crc) {
+  const std::string step_path = options_.dir + "/" + StepName(step);
+  // 2. This rank's durability record.
   nlohmann::json record = {{"rank", options_.rank},
                            {"world_size", options_.world_size},
                            {"step", step},
-                           {"file", shard},
+                           {"file", ShardName(options_.rank)},
                            {"chunk_bytes", kVerifyChunkBytes},
                            {"chunk_crc32c", std::move(chunk_crcs)},
                            {"bytes", bytes},
-                           {"crc32c", chunks.Whole()},
+                           {"crc32c", whole_crc},
                            {"entries", EntriesToJson(entries)}};
   // Another rank's record tells rank 0 that its shard is durable, so its
   // bytes are made durable too. Rank 0's own is read back by its commit
   // alone: no fsync of its bytes. The step directory is fsynced either way,
   // so that the shard's name is durable before a manifest can name it (on
   // file systems that do not order their metadata writes too).
-  AGENTRT_RETURN_IF_ERROR(WriteFileAtomicAt(step_fd.get(), step_path, RecordName(options_.rank),
+  AGENTRT_RETURN_IF_ERROR(WriteFileAtomicAt(step_fd, step_path, RecordName(options_.rank),
                                             record.dump(),
                                             {.mode = 0600, .sync_file = options_.rank != 0})
                               .WithContext(Where()));
-  AGENTRT_RETURN_IF_ERROR(Fsync(step_fd.get(), step_path).WithContext(Where()));
+  AGENTRT_RETURN_IF_ERROR(Fsync(step_fd, step_path).WithContext(Where()));
 
   // 3. Barrier, then rank 0 commits.
   if (options_.barrier) {
@@ -534,7 +612,7 @@ Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata
         Where() + "barrier before commit of step " + std::to_string(step)));
   }
   if (options_.rank == 0) {
-    AGENTRT_RETURN_IF_ERROR(CommitAsRankZero(step, step_fd.get(), metadata));
+    AGENTRT_RETURN_IF_ERROR(CommitAsRankZero(step, step_fd, metadata));
   }
   last_saved_step_ = step;
   return Status::Ok();

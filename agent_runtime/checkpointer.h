@@ -84,7 +84,8 @@ class Api;
 struct RestoreResult;
 namespace checkpoint_files {
 struct SavedStepAccess;
-}
+class ChunkChecksums;
+}  // namespace checkpoint_files
 
 struct CheckpointOptions {
   std::string dir;    // the agent's checkpoint directory; created 0700 if missing
@@ -124,6 +125,20 @@ struct CheckpointOptions {
   // before it commits: a superseded incarnation's save fails
   // (FailedPrecondition "fenced: ...") and writes no manifest.
   std::string incarnation = {};
+  // How SaveAsync takes its snapshot of host memory (device entries are
+  // always staged through pinned memory, AddCustom entries copied):
+  //   kCopy: a copy of the state (the caller waits for the copy);
+  //   kFork: a fork (copy-on-write, checkpoint_files.h ShardWriterProcess):
+  //     the caller waits for the fork only, and a page it writes while the
+  //     writer process runs is copied then, by the kernel. It pays when the
+  //     loop reads the state for a while after the save (an RL rollout)
+  //     before it writes it; a loop that rewrites the whole state at once
+  //     pays far more than the copy (README: the benchmark table). Falls
+  //     back to the copy for state in shared memory (a forked writer would
+  //     see it change) or not inherited (MADV_DONTFORK), or when fork fails.
+  // agents.yaml: `checkpoint: {snapshot: fork}` (Runtime).
+  enum class Snapshot { kCopy, kFork };
+  Snapshot snapshot = Snapshot::kCopy;
 };
 
 // What one rank saves: views of the caller's memory, copied when the save starts.
@@ -344,10 +359,11 @@ struct RestoreOptions {
 
 struct CheckpointStats {
   uint64_t saves_started = 0;
-  uint64_t saves_committed = 0;    // rank 0: manifests written; others: shards durable
-  uint64_t triggers_absorbed = 0;  // triggers that fired during a save in progress
-  double last_snapshot_s = 0;      // how long the training loop was blocked
-  double last_write_s = 0;         // background write + commit time
+  uint64_t saves_committed = 0;       // rank 0: manifests written; others: shards durable
+  uint64_t triggers_absorbed = 0;     // triggers that fired during a save in progress
+  double last_snapshot_s = 0;         // how long the training loop was blocked
+  bool last_snapshot_forked = false;  // that snapshot was a fork (CheckpointOptions::snapshot)
+  double last_write_s = 0;            // background write + commit time
 };
 
 // One copy of a snapshot: `bytes` from `src` to `dst`.
@@ -405,11 +421,27 @@ class Checkpointer {
   int64_t last_saved_step() const { return last_saved_step_.load(); }
   CheckpointStats stats() const;
   const CheckpointOptions& options() const { return options_; }
+  // Between saves (the caller's thread): how the next SaveAsync snapshots.
+  void set_snapshot(CheckpointOptions::Snapshot how) { options_.snapshot = how; }
 
  private:
   Checkpointer(CheckpointOptions options, const Clock* clock, int dir_fd);
   // The common start of a save; false in *go when `step` is already committed.
   Status BeginSave(int64_t step, bool* go);
+  // The step's directory (created), after the fence check.
+  Result<int> OpenStepDir(int64_t step);
+  // Writes `parts` into this rank's shard of the step (a temporary, fsynced,
+  // then renamed), checksummed into `chunks`.
+  Status WriteShard(int step_fd, int64_t step, const std::vector<std::span<const std::byte>>& parts,
+                    checkpoint_files::ChunkChecksums& chunks);
+  // This rank's record of the written shard, then the barrier and rank 0's commit.
+  Status CommitShard(int64_t step, int step_fd, const nlohmann::json& metadata,
+                     const std::vector<ShardEntry>& entries, size_t bytes,
+                     std::vector<uint32_t> chunk_crcs, uint32_t whole_crc);
+  // SaveAsync's snapshot by fork: true when a writer process holds it and
+  // writer_ commits what it writes; false (nothing started) to copy instead.
+  bool SaveForked(int64_t step, const CheckpointState& state, std::vector<ShardEntry>& entries,
+                  size_t total);
   // Writes `parts` (the shard's bytes, in order: `bytes` in all) and commits.
   Status WriteAndCommit(int64_t step, const nlohmann::json& metadata,
                         const std::vector<ShardEntry>& entries, size_t bytes,
@@ -418,6 +450,8 @@ class Checkpointer {
   Status TimedWriteAndCommit(int64_t step, const nlohmann::json& metadata,
                              const std::vector<ShardEntry>& entries, size_t bytes,
                              const std::vector<std::span<const std::byte>>& parts);
+  // Runs a write (and commit), with its time and outcome in the stats.
+  Status Timed(const std::function<Status()>& write);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
   // Drops the steps past keep_last (and abandoned ones): each is renamed to
   // `.<step>.pruned.tmp` at once (the commit's caller does not wait for the

@@ -66,6 +66,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(AgentEnv env, Plan plan, Runtim
   if (rt->options_.bus.incarnation.empty()) rt->options_.bus.incarnation = c.incarnation;
   if (c.interval_s < 0) c.interval_s = me.checkpoint.interval_s;
   if (c.keep_last <= 0) c.keep_last = me.checkpoint.keep_last;
+  if (me.checkpoint.snapshot == "fork") c.snapshot = CheckpointOptions::Snapshot::kFork;
   Runtime* self = rt.get();
   auto user_on_commit = c.on_commit;
   c.on_commit = [self, user_on_commit](int64_t step) {

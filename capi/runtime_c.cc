@@ -284,22 +284,41 @@ int agentrt_checkpointer_wait(agentrt_checkpointer* ck) {
   });
 }
 
+int agentrt_checkpointer_set_snapshot(agentrt_checkpointer* ck, const char* how) {
+  AGENTRT_C_REQUIRE(ck, "checkpointer");
+  AGENTRT_C_REQUIRE(how, "how");
+  return Guard("agentrt_checkpointer_set_snapshot", [&] {
+    const std::string_view h = how;
+    if (h != "copy" && h != "fork")
+      return Fail(agentrt::InvalidArgument("snapshot: expected copy or fork, got '" +
+                                           std::string(h) + "'"));
+    ck->ck->set_snapshot(h == "fork" ? agentrt::CheckpointOptions::Snapshot::kFork
+                                     : agentrt::CheckpointOptions::Snapshot::kCopy);
+    return Ok();
+  });
+}
+
 int agentrt_checkpointer_info(const agentrt_checkpointer* ck, char** json_out) {
   AGENTRT_C_REQUIRE(ck, "checkpointer");
   return Guard("agentrt_checkpointer_info", [&] {
     const agentrt::CheckpointStats st = ck->ck->stats();
-    return JsonOut({{"dir", ck->ck->options().dir},
-                    {"rank", ck->ck->options().rank},
-                    {"world_size", ck->ck->options().world_size},
-                    {"interval_s", ck->ck->options().interval_s},
-                    {"keep_last", ck->ck->options().keep_last},
-                    {"last_saved_step", ck->ck->last_saved_step()},
-                    {"saving", ck->ck->saving()},
-                    {"saves_started", st.saves_started},
-                    {"saves_committed", st.saves_committed},
-                    {"last_snapshot_s", st.last_snapshot_s},
-                    {"last_write_s", st.last_write_s}},
-                   json_out);
+    return JsonOut(
+        {{"dir", ck->ck->options().dir},
+         {"rank", ck->ck->options().rank},
+         {"world_size", ck->ck->options().world_size},
+         {"interval_s", ck->ck->options().interval_s},
+         {"keep_last", ck->ck->options().keep_last},
+         {"last_saved_step", ck->ck->last_saved_step()},
+         {"saving", ck->ck->saving()},
+         {"saves_started", st.saves_started},
+         {"saves_committed", st.saves_committed},
+         {"snapshot", ck->ck->options().snapshot == agentrt::CheckpointOptions::Snapshot::kFork
+                          ? "fork"
+                          : "copy"},
+         {"last_snapshot_s", st.last_snapshot_s},
+         {"last_snapshot_forked", st.last_snapshot_forked},
+         {"last_write_s", st.last_write_s}},
+        json_out);
   });
 }
 

@@ -126,9 +126,12 @@ namespace agentrt {
     "that every rank waits in, is a hang: dump and restart; 0 = not watched, seconds")
 
 // `checkpoint:` under `defaults:` or an agent.
-#define AGENTRT_CHECKPOINT_SETTINGS(X)                                    \
-  X(double, interval_s, 1800.0, "wall time between checkpoints, seconds") \
-  X(int, keep_last, 3, "newest checkpoints kept per agent")
+#define AGENTRT_CHECKPOINT_SETTINGS(X)                                                       \
+  X(double, interval_s, 1800.0, "wall time between checkpoints, seconds")                    \
+  X(int, keep_last, 3, "newest checkpoints kept per agent")                                  \
+  X(std::string, snapshot, "copy",                                                           \
+    "how an async save takes host memory: copy (the loop waits for a copy of the state) or " \
+    "fork (it waits for a fork only; pages it writes while the save runs are copied then)")
 
 // `league:` — a population matched against itself and its past by the
 // controller's league service (scheduler/league.h).

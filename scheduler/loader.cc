@@ -360,6 +360,9 @@ class ConfigBuilder {
     if (cp.keep_last < 1)
       c_.Fail(n["keep_last"], Join(path, "keep_last"),
               fmt::format("expected at least 1, got {}", cp.keep_last));
+    if (cp.snapshot != "copy" && cp.snapshot != "fork")
+      c_.Fail(n["snapshot"], Join(path, "snapshot"),
+              fmt::format("expected copy or fork, got '{}'", cp.snapshot));
   }
 
   // A relative program path (`bin/agent`, `./run.sh`) and a relative script

@@ -15,6 +15,14 @@
 //                       from the page cache with posix_fadvise(DONTNEED).
 //                       anchor: plain read() of the same files after the same drop,
 //                       a thread per file (the restore reads up to 4 shards at once).
+//   async_save_stall_fork  the same for one rank saving the whole state (a
+//                       one-process agent) with `snapshot: fork` (CheckpointOptions::
+//                       Snapshot::kFork): SaveAsync blocks for the fork only.
+//                       anchor: that rank's synchronous save.
+//   fork_rewrite        what the training loop pays instead: a rewrite of every
+//                       byte of the state right after that SaveAsync, while the
+//                       writer process runs (each page copied once by the kernel).
+//                       anchor: the same rewrite with no save in flight.
 //   resharded_restore   the same state saved as a global array by 2 ranks, restored
 //                       by 4 (threads): each Restore()s (verify_all_shards off) and
 //                       reads its quarter with SavedStep::Read, cold cache; wall time.
@@ -278,7 +286,30 @@ int main(int argc, char** argv) {
   });
 
   std::vector<double> dd_s, dd_direct_s, dd_streams_s, save_s, stall_s, restore_s, read_s,
-      reshard_s, same_s;
+      reshard_s, same_s, one_save_s, fork_stall_s, rewrite_s, rewrite_alone_s;
+  // One rank holding the whole state (the `state` arrays as its entries).
+  const std::string one_dir = (root / "one-rank").string();
+  auto one = agentrt::Checkpointer::Create(
+      {.dir = one_dir, .agent = "bench", .snapshot = agentrt::CheckpointOptions::Snapshot::kFork});
+  if (!one.ok()) Die(one.status().ToString());
+  auto whole_state = [&] {
+    agentrt::CheckpointState s;
+    for (int r = 0; r < shards; ++r) {
+      s.AddArray("params-" + std::to_string(r), state[static_cast<size_t>(r)].get(), "uint64",
+                 {static_cast<int64_t>(shard_bytes / 8)}, 8);
+    }
+    return s;
+  };
+  // An optimizer step's writes: every word of the state moved by `by` (the
+  // second rewrite undoes the first: the re-sharded checkpoints saved above
+  // must still match the state).
+  auto rewrite = [&](uint64_t by) {
+    const auto t0 = Clock::now();
+    for (auto& words : state) {
+      for (size_t i = 0; i < shard_bytes / 8; ++i) words[i] += by;
+    }
+    return Since(t0);
+  };
   // Re-sharding 2 -> 4: the same bytes as global slices, saved by 2 ranks and by 4.
   const std::string ckpt2 = (root / "global-2").string(), ckpt4 = (root / "global-4").string();
   SaveGlobal(ckpt2, 2, 1, state, shard_bytes / 8);
@@ -345,6 +376,23 @@ int main(int argc, char** argv) {
       Die("re-sharded restore: rank 3's block differs from the saved state");
     }
     same_s.push_back(RestoreBlocks(ckpt4, 4, 1, blocks, shard_bytes / 8));
+    // One rank: synchronous save, then SaveAsync and at once a rewrite of the
+    // state while its writer runs, then the same rewrite alone.
+    ++step;
+    auto t2 = Clock::now();
+    Check((*one)->Save(step, whole_state()));
+    one_save_s.push_back(Since(t2));
+    ++step;
+    t2 = Clock::now();
+    Check((*one)->SaveAsync(step, whole_state()));
+    fork_stall_s.push_back(Since(t2));
+    if (!(*one)->stats().last_snapshot_forked) Die("the one-rank SaveAsync did not fork");
+    rewrite_s.push_back(rewrite(1));
+    Check((*one)->Wait());
+    rewrite_alone_s.push_back(rewrite(~uint64_t{0}));
+    std::cerr << "rep " << rep << ": one rank: save " << one_save_s.back() << " s, fork stall "
+              << fork_stall_s.back() << " s, rewrite while writing " << rewrite_s.back()
+              << " s, alone " << rewrite_alone_s.back() << " s\n";
     std::cerr << "rep " << rep << ": resharded 2->4 " << reshard_s.back() << " s, 4->4 "
               << same_s.back() << " s\n";
     std::cerr << "rep " << rep << ": dd " << dd_s.back() << " s, save " << save_s.back()
@@ -353,6 +401,7 @@ int main(int argc, char** argv) {
               << " s)\n";
   }
   world.ranks.clear();
+  one->reset();
   fs::remove_all(root);
   std::error_code ec;
   fs::remove(fs::absolute(dir), ec);  // only if empty
@@ -374,6 +423,11 @@ int main(int argc, char** argv) {
       mb / Median(dd_streams_s));
   PrintFigure("async_save_stall", Median(stall_s), "s", "synchronous save of the same state",
               Median(save_s));
+  PrintFigure("async_save_stall_fork", Median(fork_stall_s), "s",
+              "synchronous save of the same state by one rank", Median(one_save_s));
+  PrintFigure("fork_rewrite", Median(rewrite_s), "s",
+              "the same rewrite of every byte of the state, no save in flight",
+              Median(rewrite_alone_s));
   PrintFigure("restore_throughput", mb / Median(restore_s), "MB/s",
               "read() of the same shard files, a thread each, after posix_fadvise(DONTNEED)",
               mb / Median(read_s));

@@ -53,6 +53,7 @@ _SIGNATURES = {
     "agentrt_checkpointer_save": (_I, [_P, _I64, _P, _I]),
     "agentrt_checkpointer_wait": (_I, [_P]),
     "agentrt_checkpointer_info": (_I, [_P, _PP]),
+    "agentrt_checkpointer_set_snapshot": (_I, [_P, _S]),
     "agentrt_checkpointer_restore": (_I, [_P, _PP]),
     "agentrt_checkpointer_restore_lazy": (_I, [_P, ctypes.c_int64, _S, _S, _PP]),
     "agentrt_state_create": (_I, [_PP]),

@@ -223,7 +223,8 @@ class Checkpointer(Handle):
 
     _what = "checkpointer"
 
-    def __init__(self, dir, agent="agent", rank=0, world_size=1, interval_s=1800.0, keep_last=3):
+    def __init__(self, dir, agent="agent", rank=0, world_size=1, interval_s=1800.0, keep_last=3,
+                 snapshot=None):
         lib = _lib.lib()
         ptr = ctypes.c_void_p()
         _lib.check(lib.agentrt_checkpointer_create(_lib.encode(str(dir), "dir"),
@@ -234,6 +235,23 @@ class Checkpointer(Handle):
         super().__init__(ptr, lib.agentrt_checkpointer_close)
         self._owner = None
         self._last_state = None
+        if snapshot is not None:
+            self.snapshot = snapshot
+
+    @property
+    def snapshot(self):
+        """How ``save(..., wait=False)`` takes the arrays: "copy" (it returns
+        after copying them) or "fork" (after a fork of this process: pages
+        changed while the save is written are copied then, by the kernel; it
+        pays when the arrays are only read for a while after the save, as in
+        a rollout). Under agentctl, agents.yaml's checkpoint.snapshot."""
+        return self.info["snapshot"]
+
+    @snapshot.setter
+    def snapshot(self, how):
+        _lib.check(_lib.lib().agentrt_checkpointer_set_snapshot(self._p(),
+                                                                _lib.encode(how, "snapshot")),
+                   errors.CheckpointError)
 
     @classmethod
     def _borrowed(cls, ptr, owner):
@@ -311,7 +329,8 @@ class Checkpointer(Handle):
     @property
     def info(self):
         """{"dir", "rank", "world_size", "interval_s", "keep_last", "last_saved_step",
-        "saving", "saves_started", "saves_committed", "last_snapshot_s", "last_write_s"}."""
+        "saving", "saves_started", "saves_committed", "snapshot", "last_snapshot_s",
+        "last_snapshot_forked", "last_write_s"}."""
         out = ctypes.c_void_p()
         _lib.check(_lib.lib().agentrt_checkpointer_info(self._p(), ctypes.byref(out)))
         return _lib.take_json(out)

@@ -1,4 +1,6 @@
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 
 #include "agent_runtime/checkpoint_files.h"
 #include "agent_runtime/checkpointer.h"
+#include "common/file_util.h"
 #include "plan/fence.h"
 #include "tests/agent_runtime/checkpoint_test_util.h"
 #include "tests/agent_runtime/fake_device.h"
@@ -582,6 +585,126 @@ TEST_CASE("a large snapshot is copied in parallel pieces, every byte once") {
     CopyInParallel(jobs);
     for (size_t k = 0; k < sizes.size(); ++k) CHECK(dst[k] == src[k]);
   }
+}
+
+// The children of this process (every thread's), from /proc.
+std::vector<pid_t> Children() {
+  std::vector<pid_t> out;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    const auto text = ReadWholeFile(task.path() / "children", 1 << 20);
+    REQUIRE(text.ok());
+    for (const char* p = text->c_str(); *p != '\0';) {
+      char* end = nullptr;
+      const long pid = std::strtol(p, &end, 10);
+      if (end == p) break;
+      out.push_back(static_cast<pid_t>(pid));
+      p = end;
+    }
+  }
+  return out;
+}
+
+CheckpointOptions ForkOptions(const std::string& dir, CheckpointOptions::Snapshot how) {
+  CheckpointOptions o = Options(dir);
+  o.snapshot = how;
+  return o;
+}
+
+// Saves Weights(step) from `w` asynchronously, overwrites `w` at once as a
+// training loop would, and checks what was committed.
+void SaveAsyncThenOverwrite(Checkpointer& c, const std::string& dir, float* w, size_t n,
+                            int64_t step) {
+  const std::vector<float> want = Weights(step, n);
+  std::copy(want.begin(), want.end(), w);
+  CheckpointState s;
+  s.AddArray("weights", w, "float32", {static_cast<int64_t>(n)}, sizeof(float));
+  s.metadata = {{"bus_offsets", {{"sightings", step * 10}}}};
+  REQUIRE(c.SaveAsync(step, s).ok());
+  std::fill(w, w + n, -1.0f);
+  REQUIRE(c.Wait().ok());
+  auto r = Make(Options(dir))->Restore();
+  REQUIRE(r.ok());
+  REQUIRE(r->step == step);
+  std::vector<float> got(n);
+  REQUIRE(r->shard.CopyTo("weights", got.data(), n * sizeof(float)).ok());
+  CHECK(got == want);
+}
+
+TEST_CASE("an async save by fork writes the state as it was, while the caller changes it") {
+  TempDir dir;
+  auto c = Make(ForkOptions(dir.path, CheckpointOptions::Snapshot::kFork));
+  std::vector<float> w(1000);
+  SaveAsyncThenOverwrite(*c, dir.path, w.data(), w.size(), 3);
+  CHECK(c->stats().last_snapshot_forked);
+  CHECK(c->stats().saves_committed == 1);
+  CHECK(Children().empty());  // the writer process was reaped
+}
+
+TEST_CASE("kFork copies state in shared memory or not inherited by a fork") {
+  TempDir dir;
+  const size_t n = size_t{1} << 20;
+  // Memory mapped shared (torch's share_memory_, /dev/shm) would change under a
+  // forked writer.
+  auto forced = Make(ForkOptions(dir.path, CheckpointOptions::Snapshot::kFork));
+  void* shared =
+      ::mmap(nullptr, n * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  SaveAsyncThenOverwrite(*forced, dir.path, static_cast<float*>(shared), n, 4);
+  CHECK_FALSE(forced->stats().last_snapshot_forked);
+  // And memory a forked process does not inherit (MADV_DONTFORK: RDMA buffers).
+  void* kept = ::mmap(nullptr, n * sizeof(float), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(kept != MAP_FAILED);
+  REQUIRE(::madvise(kept, n * sizeof(float), MADV_DONTFORK) == 0);
+  SaveAsyncThenOverwrite(*forced, dir.path, static_cast<float*>(kept), n, 5);
+  CHECK_FALSE(forced->stats().last_snapshot_forked);
+  ::munmap(shared, n * sizeof(float));
+  ::munmap(kept, n * sizeof(float));
+  CHECK(Children().empty());
+}
+
+TEST_CASE("a forked writer killed mid-write fails the save, commits nothing, and is reaped") {
+  TempDir dir;
+  auto c = Make(ForkOptions(dir.path, CheckpointOptions::Snapshot::kFork));
+  SaveStep(*c, 4);
+  // The writer blocks opening its shard: a FIFO no one reads.
+  fs::create_directories(dir.path + "/step-5");
+  REQUIRE(::mkfifo((dir.path + "/step-5/rank-0.shard.tmp").c_str(), 0600) == 0);
+  std::vector<float> w = Weights(5);
+  CheckpointState s;
+  s.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  REQUIRE(c->SaveAsync(5, s).ok());
+  const std::vector<pid_t> children = Children();
+  REQUIRE(children.size() == 1);
+  REQUIRE(::kill(children[0], SIGKILL) == 0);
+  const Status failed = c->Wait();
+  CHECK(failed.code() == StatusCode::kUnavailable);
+  CHECK_THAT(failed.message(), Catch::Contains("writer process " + std::to_string(children[0]) +
+                                               " was killed by signal 9"));
+  CHECK_THAT(failed.message(), Catch::Contains("step 5"));
+  CHECK_FALSE(fs::exists(dir.path + "/step-5/manifest.json"));
+  CHECK(Children().empty());
+  SaveStep(*c, 6);  // the next save goes on
+  auto r = Make(Options(dir.path))->Restore();
+  REQUIRE(r.ok());
+  CheckStep(*r, 6);
+}
+
+TEST_CASE("a forked writer's error comes back with its message") {
+  TempDir dir;
+  auto c = Make(ForkOptions(dir.path, CheckpointOptions::Snapshot::kFork));
+  std::ofstream(dir.path + "/step-7") << "not a directory";
+  std::vector<float> w = Weights(7);
+  CheckpointState s;
+  s.AddArray("weights", w.data(), "float32", {static_cast<int64_t>(w.size())}, sizeof(float));
+  REQUIRE(c->SaveAsync(7, s).ok());
+  REQUIRE(c->stats().last_snapshot_forked);
+  const Status failed = c->Wait();
+  CHECK_FALSE(failed.ok());
+  CHECK_THAT(failed.message(),
+             Catch::Equals("checkpoint (agent learner-0 rank 0, " + dir.path + "): open " +
+                           dir.path + "/step-7 (a symlink or not a directory?): Not a directory"));
+  CHECK(Children().empty());
 }
 
 TEST_CASE("a device slice is staged on a side stream: the save does not wait, the stream does") {

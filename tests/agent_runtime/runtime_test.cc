@@ -179,6 +179,21 @@ TEST_CASE("Report never blocks when nobody receives telemetry; drops are counted
   CHECK((*rt)->telemetry_dropped() >= 1900);
 }
 
+TEST_CASE("the plan's checkpoint.snapshot reaches the checkpointer; copy is the default") {
+  TempDir dir;
+  RuntimeOptions options;
+  options.install_signal_handlers = false;
+  auto copying = Runtime::Create(TestEnv(dir, ""), OnePlan(), options);
+  REQUIRE(copying.ok());
+  CHECK((*copying)->checkpointer().options().snapshot == CheckpointOptions::Snapshot::kCopy);
+  copying->reset();
+  Plan plan = OnePlan();
+  plan.agents[0].checkpoint.snapshot = "fork";
+  auto forking = Runtime::Create(TestEnv(dir, ""), plan, options);
+  REQUIRE(forking.ok());
+  CHECK((*forking)->checkpointer().options().snapshot == CheckpointOptions::Snapshot::kFork);
+}
+
 TEST_CASE("SIGUSR2 asks for a checkpoint; SIGTERM asks for a checkpoint and a stop") {
   TempDir dir;
   RuntimeOptions options;

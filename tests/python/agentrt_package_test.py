@@ -118,6 +118,22 @@ def scenario_checkpoint(work):
     check(issubclass(agentrt.CheckpointShapeError, agentrt.ConfigurationError) and
           issubclass(agentrt.CheckpointShapeError, agentrt.CheckpointError),
           "which is a ConfigurationError (exit 78 under agentctl) and a CheckpointError")
+    # snapshot="fork": the save returns after a fork; the arrays changed at
+    # once reach the checkpoint as they were at the call.
+    forking = agentrt.Checkpointer(os.path.join(work, "fork"), agent="py", snapshot="fork")
+    check(forking.snapshot == "fork" and ck.snapshot == "copy", "the snapshot setting is kept")
+    big = np.arange(1 << 20, dtype=np.float32)
+    forking.save(7, {"big": big}, wait=False)
+    big[:] = -1
+    forking.wait()
+    check(forking.info["last_snapshot_forked"], "the async save forked: %s" % forking.info)
+    r = agentrt.Checkpointer(os.path.join(work, "fork"), agent="py").restore()
+    check(r.step == 7 and np.array_equal(r["big"], np.arange(1 << 20, dtype=np.float32)),
+          "a forked save holds the values at the call")
+    del r
+    forking.close()
+    raises(agentrt.CheckpointError, lambda: setattr(ck, "snapshot", "cow"), "an unknown snapshot",
+           "expected copy or fork, got 'cow'")
     ck.close()
     raises(agentrt.ClosedError, lambda: ck.save(40, {"w": w}), "a closed checkpointer")
 

@@ -107,6 +107,7 @@ TEST_CASE("loader reads the full config schema and expands replicas, defaults an
   CHECK(p1.restart.backoff_s == 2.0);             // inherited
   CHECK(p1.restart.heartbeat_timeout_s == 60.0);  // built-in default
   CHECK(p1.checkpoint.keep_last == 3);
+  CHECK(p1.checkpoint.snapshot == "copy");  // the built-in default
   CHECK(p1.env.at("PYTHONUNBUFFERED") == "1");
   CHECK(p1.env.at("OMP_NUM_THREADS") == "2");  // agent env wins over defaults.env
   CHECK(p1.args["lr"].is_number_float());
@@ -223,6 +224,9 @@ TEST_CASE("negative or zero counts are rejected") {
              Contains("key 'cluster.nodes[0].cpus': expected at least 1 CPU, got 0"));
   CHECK_THAT(ErrorOf("defaults: {checkpoint: {keep_last: 0}}\nagents: [{name: a}]\n"),
              Contains("key 'defaults.checkpoint.keep_last': expected at least 1"));
+  CHECK_THAT(
+      ErrorOf("agents: [{name: a, checkpoint: {snapshot: cow}}]\n"),
+      Contains(":1:43: key 'agents[0].checkpoint.snapshot': expected copy or fork, got 'cow'"));
   CHECK_THAT(ErrorOf("defaults: {restart: {max_restarts: -2}}\nagents: [{name: a}]\n"),
              Contains("key 'defaults.restart.max_restarts'"));
   CHECK_THAT(ErrorOf("bus: {retention: 0}\nagents: [{name: a}]\n"),
