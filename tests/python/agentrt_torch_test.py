@@ -98,6 +98,19 @@ def scenario_roundtrip(work):
     fresh = agentrt.Checkpointer(os.path.join(work, "empty"), agent="t")
     check(art.restore(fresh, model=other) is None and art.restore.last.kind == "fresh",
           "nothing to restore: None, and the outcome says fresh")
+    # snapshot="fork": the loop trains on at once; the checkpoint holds the state at the call.
+    forking = agentrt.Checkpointer(os.path.join(work, "fork"), agent="t", snapshot="fork")
+    at_call = {k: v.clone() for k, v in model.state_dict().items()}
+    art.save(forking, 40, model=model, optimizer=opt, wait=False)
+    train_a_little(model, opt)
+    forking.wait()
+    check(forking.info["last_snapshot_forked"], "the async save forked: %s" % forking.info)
+    third, third_opt = make(3)
+    check(art.restore(agentrt.Checkpointer(os.path.join(work, "fork"), agent="t"), model=third,
+                      optimizer=third_opt).step == 40, "the forked save restores")
+    check(all(torch.equal(third.state_dict()[k], v) for k, v in at_call.items()),
+          "it holds the parameters as they were at the call, not after the steps that followed")
+    forking.close()
 
 
 def scenario_tamper(work):
