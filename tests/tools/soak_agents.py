@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The soaks' Python agents (`import agentrt`), the lines of agents.yaml that run them, and the
 checks of what they did: a talker and a listener on a bus with `durability: always`, and a PBT
-population of three. Run as an agent:
+population of three; and the lines of a league of two agent-worker members, whose committed
+league state check_league holds to applying each result once. Run as an agent:
 
     soak_agents.py talk   --steps N --step-ms MS --topic T --record DIR
     soak_agents.py listen --steps N --step-ms MS --topic T --record DIR
@@ -39,6 +40,9 @@ import time
 SCRIPT = os.path.abspath(__file__)
 CHAT = {"talker": "talk", "listener": "listen"}  # agent: role
 POPULATION = {"pop-a": 0.001, "pop-b": 0.001, "pop-c": 1e-6}  # agent: initial lr
+# A league of agent-worker members on pursuit (C++): agent: role. Each reports a match result
+# per update and asks the league for the next opponent.
+LEAGUE = {"hunter": "predator", "runner": "prey"}
 STEP_MS = 20
 
 
@@ -60,13 +64,33 @@ def agents_yaml(steps, record, more="", names=None):
     return out
 
 
-def sections_yaml():
+def league_yaml(bin_dir, steps):
+    """The entries under `agents:` of the league's members: agent-worker, one update (4 envs x 16
+    steps) per 4 of the soak agents' `steps`, so that they play through the faults."""
+    out = ""
+    for name, role in LEAGUE.items():
+        out += ("  - {name: %s, command: [%s], args: {env: pursuit, role: %s, steps: %d, "
+                "num_envs: 4, rollout_steps: 16, lr: 0.001, snapshot_every: 1, match_every: 1, "
+                "env_args: {width: 5, max_steps: 20}}}\n"
+                % (name, json.dumps(os.path.join(bin_dir, "agent-worker")), role,
+                   max(60, steps // 4) * 64))
+    return out
+
+
+def sections_yaml(league=False):
     """The top-level sections of agents.yaml they need: the bus (durability: always), the chat
-    channel and the population."""
+    channel and the population; with `league`, the league of league_yaml's members."""
+    members = """  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+league:
+  seed: 7
+  members:
+    - {agents: [hunter], role: main, opponents: [runner]}
+    - {agents: [runner], role: main, opponents: [hunter]}
+""" if league else ""
     return """bus: {durability: always}
 channels:
   - {topic: chat, publishers: [talker], subscribers: [listener]}
-pbt:
+""" + members + """pbt:
   - agents: ["pop-*"]
     interval_steps: 250
     metric: score
@@ -325,12 +349,42 @@ def check_population(run_dir):
 
 
 
-def check_all(run_dir, record, steps):
+def check_league(run_dir):
+    """(problems, applied): the league's committed state (RUN_DIR/league/state.json) against its
+    promise to apply each result once. A member sends its results of one incarnation numbered 1,
+    2, ... and each only after the one before was acknowledged, so every result was applied once,
+    none twice and none skipped, exactly when the results applied add up to the highest number
+    applied of each (member, incarnation)."""
+    with open(os.path.join(run_dir, "league", "state.json")) as f:
+        state = json.load(f)
+    applied = state["results_applied"]
+    highest = state["applied"]  # "<agent>/<incarnation>": the highest number applied
+    problems = []
+    if applied != sum(highest.values()):
+        problems.append("%d results applied, but their numbers add up to %d: %s"
+                        % (applied, sum(highest.values()), highest))
+    for name in LEAGUE:
+        if not any(k.startswith(name + "/") for k in highest):
+            problems.append("no result of %s was applied" % name)
+    return problems, applied
+
+
+def check_all(run_dir, record, steps, league=False):
     """The soak's checks of these agents at the end of a run (agentrt_testing.check: each says ok or
     raises Failure): every member of the population succeeded at `steps`, its lineage is whole
-    (check_population), and the bus kept its promise (check_chat)."""
+    (check_population), the bus kept its promise (check_chat), and with `league` the league's
+    members succeeded and each of their results was applied once (check_league)."""
     sys.path.insert(0, os.path.join(os.path.dirname(SCRIPT), ".."))
     from agentrt_testing import check, status_agent
+    if league:
+        for name in LEAGUE:
+            a = status_agent(run_dir, name)
+            check(a and a["state"] == "succeeded", "league member %s succeeded (%s)"
+                  % (name, a and (a["state"], a["step"], a["restarts"])))
+        problems, applied = check_league(run_dir)
+        check(not problems, "league: each result applied once (%d results, %s)"
+              % (applied, ", ".join("%s %d restarts" % (n, status_agent(run_dir, n)["restarts"])
+                                    for n in LEAGUE)) + "".join("\n  " + p for p in problems))
     for name in POPULATION:
         a = status_agent(run_dir, name)
         check(a and a["state"] == "succeeded" and a["step"] >= steps,

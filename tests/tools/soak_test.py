@@ -3,13 +3,16 @@
 agents checkpointing every 2 s, while a fault injector with a fixed seed keeps breaking things:
 SIGKILL of a rank, SIGSTOP of a rank (found by its heartbeat timeout), kill -9 of the controller
 (and with it the bus's broker) followed by `agentctl resume`. Two Python agents talk over the bus
-with `durability: always` (tests/tools/soak_agents.py). Checked at every fault, not only at the end:
+with `durability: always`; a PBT population of three and a league of two agent-worker members
+(C++) live through the controller kills (tests/tools/soak_agents.py). Checked at every fault, not
+only at the end:
 
 - the incarnation after a fault resumes from a checkpoint at least as new as the newest one
   committed when the fault struck: the steps lost are at most those since the last checkpoint;
 - every agent reaches its target step and succeeds; the run exits 0;
 - every acknowledged bus message is stored once, at the offset its acknowledgement named, and
   every listener process hears the topic from where it restored, without gap or duplicate;
+- PBT's lineage has one entry per exploit; the league applied each match result once;
 - no process of the run survives it, and every port of its block can be bound again.
 
 It prints a table: faults by kind, survived, steps lost per fault (median, max), recovery time
@@ -61,7 +64,8 @@ defaults:
   env: %s
 agents:
 %s%s%s""" % (first_port, first_port + PORTS - 1, soak_agents.env_yaml(BIN), agents,
-             soak_agents.agents_yaml(target, chat_dir), soak_agents.sections_yaml())
+             soak_agents.agents_yaml(target, chat_dir) + soak_agents.league_yaml(BIN, target),
+             soak_agents.sections_yaml(league=True))
 
 
 class Soak:
@@ -169,7 +173,7 @@ class Soak:
                 s.bind(("127.0.0.1", port))
         check(True, "every port of the run's block binds again")
         check(len(self.faults) >= 3, "faults were injected and survived: %d" % len(self.faults))
-        soak_agents.check_all(self.run.run_dir, self.chat, self.target)
+        soak_agents.check_all(self.run.run_dir, self.chat, self.target, league=True)
         print_fault_table(self.faults)
 
 
