@@ -231,15 +231,18 @@ def restore_since(log, offset, pid):
 
 def print_fault_table(faults):
     """A soak's table: faults ({kind, lost, recovery_s}) by kind, with the steps lost and the
-    recovery time (median, max). A fault that is not survived fails the soak where it strikes, so
-    every row printed was survived."""
+    recovery time (median, max); "-" for steps lost of a kind that has none to count (lost None).
+    A fault that is not survived fails the soak where it strikes, so every row printed was
+    survived."""
     print("\n%-36s %8s %8s %14s %14s" % ("fault", "injected", "survived", "steps lost", "recovery s"))
     print("%-36s %8s %8s %14s %14s" % ("", "", "", "median / max", "median / max"))
     for kind in sorted({f["kind"] for f in faults}):
-        lost = [f["lost"] for f in faults if f["kind"] == kind]
-        rec = [f["recovery_s"] for f in faults if f["kind"] == kind]
-        print("%-36s %8d %8d %6d / %5d %6.2f / %5.2f" % (kind, len(lost), len(lost), statistics.median(lost),
-                                                       max(lost), statistics.median(rec), max(rec)))
+        mine = [f for f in faults if f["kind"] == kind]
+        lost = [f["lost"] for f in mine if f["lost"] is not None]
+        rec = [f["recovery_s"] for f in mine]
+        steps = "%6d / %5d" % (statistics.median(lost), max(lost)) if lost else "%14s" % "-"
+        print("%-36s %8d %8d %s %6.2f / %5.2f" % (kind, len(mine), len(mine), steps,
+                                                 statistics.median(rec), max(rec)))
 
 
 def newest_committed(run_dir, agent):

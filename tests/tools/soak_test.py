@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """A compressed stretch of failures on one machine: `agentctl run` of single-rank and 2-rank MPI
 agents checkpointing every 2 s, while a fault injector with a fixed seed keeps breaking things:
-SIGKILL of a rank, SIGSTOP of a rank (found by its heartbeat timeout), kill -9 of the controller
-(and with it the bus's broker) followed by `agentctl resume`. Two Python agents talk over the bus
+SIGKILL of a rank (a league member's too), SIGSTOP of a rank (found by its heartbeat timeout),
+kill -9 of the controller (and with it the bus's broker) followed by `agentctl resume`. Two Python agents talk over the bus
 with `durability: always`; a PBT population of three and a league of two agent-worker members
 (C++) live through the controller kills (tests/tools/soak_agents.py). Checked at every fault, not
 only at the end:
@@ -130,6 +130,33 @@ class Soak:
             return
         self.wait_recovered(a["name"], a, t0, kind)
 
+    def league_fault(self):
+        """SIGKILL of a league member's rank, mid-match or mid-report: its next incarnation plays
+        on (its results then carry the new incarnation; check_league holds them to once each)."""
+        running = [a for a in (heartbeating(self.run, n, 1) for n in soak_agents.LEAGUE) if a]
+        if not running:
+            return
+        a = self.rng.choice(running)
+        t0 = time.monotonic()
+        try:
+            os.kill(a["ranks"][0]["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        old = {a["ranks"][0]["pid"]}
+
+        def back():
+            b = heartbeating(self.run, a["name"], 1, not_pids=old)
+            if b and b["restarts"] > a["restarts"]:
+                return b
+            # It may have finished meanwhile: then the fault struck a member at its end.
+            b = self.agent(a["name"])
+            return b if b and b["state"] == "succeeded" else None
+        wait_for("%s back after SIGKILL" % a["name"], back, 90, 0.05)
+        # Its steps lost are not counted: a member's log is agent-worker's, and what matters of it
+        # is its results (check_league).
+        self.faults.append({"kind": "sigkill_league_member", "agent": a["name"], "lost": None,
+                            "recovery_s": time.monotonic() - t0})
+
     def kill_controller(self):
         before = {}
         for name, ranks in AGENTS.items():
@@ -150,13 +177,16 @@ class Soak:
             self.wait_recovered(name, a, t0, "kill -9 controller + resume")
 
     def go(self):
-        kinds = ["sigkill_rank", "sigkill_rank", "sigstop_rank", "kill_controller"]
+        kinds = ["sigkill_rank", "sigkill_rank", "sigstop_rank", "kill_controller",
+                 "sigkill_league_member"]
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline and self.controller.poll() is None:
             time.sleep(self.rng.uniform(1.0, 3.0))
             kind = self.rng.choice(kinds)
             if kind == "kill_controller":
                 self.kill_controller()
+            elif kind == "sigkill_league_member":
+                self.league_fault()
             else:
                 self.rank_fault(kind)
         rc = self.controller.wait(timeout=self.target * STEP_MS / 1000 * 3 + 120)
