@@ -31,7 +31,7 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
                                                    const PublishOptions& opts, uint64_t seq) {
   // Unless told, call_timeout plus a second per 64 MiB (1 GiB: 26 s by default).
   const auto deadline =
-      WallClock::now() +
+      DeadlineClock::now() +
       opts.timeout.value_or(options.call_timeout +
                             std::chrono::seconds(static_cast<int64_t>(payload.size() >> 26)));
   const uint32_t crc = Crc32c(payload.data(), payload.size());
@@ -70,7 +70,8 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
     grpc::Status s = writer->Finish();
     if (s.ok()) return PublishAck{resp.offset(), resp.duplicate(), seq};
     const auto wait = Backoff(attempt);
-    if (!Retryable(s.error_code()) || WallClock::now() + wait >= deadline) return FromGrpc(s, what);
+    if (!Retryable(s.error_code()) || DeadlineClock::now() + wait >= deadline)
+      return FromGrpc(s, what);
     std::this_thread::sleep_for(wait);
   }
 }
@@ -199,7 +200,7 @@ uint64_t BusClient::NextSequence() const { return impl_->next_sequence.load(); }
 void BusClient::SetNextSequence(uint64_t next) { impl_->next_sequence.store(next == 0 ? 1 : next); }
 
 Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
-  const auto deadline = WallClock::now() + timeout;
+  const auto deadline = DeadlineClock::now() + timeout;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext ctx;
     impl_->Prepare(&ctx, deadline);
@@ -207,7 +208,7 @@ Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
     v1::StatsResponse resp;
     grpc::Status s = impl_->stub->Stats(&ctx, v1::StatsRequest(), &resp);
     if (s.ok()) return Status::Ok();
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || WallClock::now() >= deadline) {
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || DeadlineClock::now() >= deadline) {
       return FromGrpc(s, "waiting for the bus at " + impl_->address);
     }
     std::this_thread::sleep_for(impl_->Backoff(attempt));
@@ -248,7 +249,7 @@ Result<BusReply> BusClient::Request(std::string_view to, std::string_view payloa
   req.set_content_type(std::string(content_type));
   v1::RequestResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, WallClock::now() + timeout);
+  impl_->Prepare(&ctx, DeadlineClock::now() + timeout);
   // Not retried: the request may already sit in the receiver's inbox.
   grpc::Status s = impl_->stub->Request(&ctx, req, &resp);
   if (!s.ok()) {
@@ -268,7 +269,7 @@ Status BusClient::Reply(uint64_t request_id, std::string_view payload,
   req.set_content_type(std::string(content_type));
   v1::ReplyResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
+  impl_->Prepare(&ctx, DeadlineClock::now() + impl_->options.call_timeout);
   return FromGrpc(
       impl_->stub->Reply(&ctx, req, &resp),
       "reply to request " + std::to_string(request_id) + " (agent " + impl_->cred.agent + ")");
@@ -331,7 +332,7 @@ Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topi
   req.set_max_batch_messages(std::min(max, 4096));
   req.set_local_files(local_files);
   grpc::ClientContext ctx;
-  Prepare(&ctx, WallClock::now() + timeout);
+  Prepare(&ctx, DeadlineClock::now() + timeout);
   auto reader = stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;
@@ -365,7 +366,7 @@ Result<std::vector<BusTopicInfo>> BusClient::ListTopics(std::string_view topic) 
   req.set_topic(std::string(topic));
   v1::ListTopicsResponse resp;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
+  impl_->Prepare(&ctx, DeadlineClock::now() + impl_->options.call_timeout);
   AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->ListTopics(&ctx, req, &resp),
                                    "list topics (bus " + impl_->address + ")"));
   return std::vector<BusTopicInfo>(resp.topics().begin(), resp.topics().end());
@@ -374,7 +375,7 @@ Result<std::vector<BusTopicInfo>> BusClient::ListTopics(std::string_view topic) 
 Result<BusStats> BusClient::Stats() {
   v1::StatsResponse r;
   grpc::ClientContext ctx;
-  impl_->Prepare(&ctx, WallClock::now() + impl_->options.call_timeout);
+  impl_->Prepare(&ctx, DeadlineClock::now() + impl_->options.call_timeout);
   AGENTRT_RETURN_IF_ERROR(FromGrpc(impl_->stub->Stats(&ctx, v1::StatsRequest(), &r),
                                    "bus stats (" + impl_->address + ")"));
   BusStats s;

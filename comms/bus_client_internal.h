@@ -31,7 +31,10 @@ namespace agentrt {
 namespace bus_client_internal {
 
 namespace v1 = bus::v1;
-using WallClock = std::chrono::system_clock;
+// The clock of the client's deadlines, retries and give-ups: steady, so that a
+// step of the wall clock (NTP) neither ends them at once nor stretches them.
+// gRPC takes wall-clock deadlines: Prepare converts.
+using DeadlineClock = std::chrono::steady_clock;
 
 // The one place where a gRPC status becomes an agentrt::Status (the codes
 // share gRPC's numbering; one from a newer peer outside it reads as INTERNAL).
@@ -58,7 +61,7 @@ struct AsyncBatch {
   std::vector<Pending> entries;  // not yet answered, in order
   v1::PublishBatchRequest req;   // the same entries
   int64_t bytes = 0;             // their payload bytes
-  WallClock::time_point first_sent;
+  DeadlineClock::time_point first_sent;
 };
 
 // A direct message (Send, Request, Reply) is one call: at most kMaxInlineBytes.
@@ -204,7 +207,7 @@ struct BusClientSubscription {
 
 struct BusClient::Impl {
   using AsyncBatch = bus_client_internal::AsyncBatch;
-  using WallClock = bus_client_internal::WallClock;
+  using DeadlineClock = bus_client_internal::DeadlineClock;
   std::string address;
   Credential cred;
   BusClientOptions options;
@@ -232,8 +235,8 @@ struct BusClient::Impl {
     return opts.sequence != 0 ? opts.sequence : next_sequence.fetch_add(1);
   }
 
-  void Prepare(grpc::ClientContext* ctx, WallClock::time_point deadline) const {
-    ctx->set_deadline(deadline);
+  void Prepare(grpc::ClientContext* ctx, DeadlineClock::time_point deadline) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + (deadline - DeadlineClock::now()));
     ctx->AddMetadata("x-agentrt-agent", cred.agent);
     ctx->AddMetadata("x-agentrt-token", cred.token);
     if (!options.incarnation.empty())
@@ -248,16 +251,17 @@ struct BusClient::Impl {
   // Runs a unary call, retrying UNAVAILABLE / DEADLINE_EXCEEDED of one attempt
   // until the overall deadline.
   template <typename Req, typename Resp, typename Call>
-  Status UnaryWithRetry(Call call, const Req& req, Resp* resp, WallClock::time_point deadline,
+  Status UnaryWithRetry(Call call, const Req& req, Resp* resp, DeadlineClock::time_point deadline,
                         std::string_view what) {
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
-      const auto attempt_deadline = std::min(deadline, WallClock::now() + options.call_timeout);
+      const auto attempt_deadline = std::min(deadline, DeadlineClock::now() + options.call_timeout);
       Prepare(&ctx, attempt_deadline);
       grpc::Status s = (stub.get()->*call)(&ctx, req, resp);
       if (s.ok()) return Status::Ok();
       const auto wait = Backoff(attempt);
-      if (!bus_client_internal::Retryable(s.error_code()) || WallClock::now() + wait >= deadline) {
+      if (!bus_client_internal::Retryable(s.error_code()) ||
+          DeadlineClock::now() + wait >= deadline) {
         return bus_client_internal::FromGrpc(
             s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
       }
@@ -277,7 +281,7 @@ struct BusClient::Impl {
     const uint64_t seq = SequenceFor(opts);
     req.set_sequence(seq);
     Resp resp;
-    const auto deadline = WallClock::now() + opts.timeout.value_or(options.call_timeout);
+    const auto deadline = DeadlineClock::now() + opts.timeout.value_or(options.call_timeout);
     AGENTRT_RETURN_IF_ERROR(UnaryWithRetry(call, req, &resp, deadline, what));
     return PublishAck{resp.offset(), resp.duplicate(), seq};
   }

@@ -206,7 +206,7 @@ class BusClient::Impl::AsyncPublisher {
   // while there are any; closed when idle or broken. Its final status.
   grpc::Status RunStream() {
     grpc::ClientContext ctx;
-    impl_.Prepare(&ctx, WallClock::now() + impl_.options.stream_deadline);
+    impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
     auto stream = impl_.stub->PublishStream(&ctx);
     bool broken = false;
     bool reader_done = false;
@@ -229,7 +229,7 @@ class BusClient::Impl::AsyncPublisher {
         // The oldest batch (closed from now on: new messages start another).
         in_flight_.push_back(std::move(impl_.async_queue.front()));
         impl_.async_queue.pop_front();
-        in_flight_.back().first_sent = WallClock::now();
+        in_flight_.back().first_sent = DeadlineClock::now();
         next = &in_flight_.back();  // deque: stays valid while the reader pops the front
       }
       // The reader cannot touch `next` before the broker has read all of it.
@@ -254,11 +254,11 @@ class BusClient::Impl::AsyncPublisher {
       FailFrontEntries(s.error_code() == grpc::StatusCode::UNAUTHENTICATED ? SIZE_MAX : 1, err);
       return;
     }
-    WallClock::time_point oldest;
+    DeadlineClock::time_point oldest;
     bool stopping = false;
     {
       std::lock_guard<std::mutex> lock(impl_.async_mu);
-      oldest = in_flight_.empty() ? WallClock::now() : in_flight_.front().first_sent;
+      oldest = in_flight_.empty() ? DeadlineClock::now() : in_flight_.front().first_sent;
       stopping = impl_.async_stop;
     }
     if (stopping) {  // the client is being destroyed: no more retries
@@ -274,7 +274,7 @@ class BusClient::Impl::AsyncPublisher {
       Complete(dropped);
       return;
     }
-    if (WallClock::now() - oldest > impl_.options.call_timeout) {
+    if (DeadlineClock::now() - oldest > impl_.options.call_timeout) {
       FailFrontEntries(SIZE_MAX, err.WithContext("gave up after call_timeout"));
       *attempt = 0;
       return;

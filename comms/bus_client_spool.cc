@@ -70,7 +70,7 @@ Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t siz
   req.set_size(static_cast<int64_t>(size));
   v1::SpoolResponse resp;
   grpc::ClientContext ctx;
-  Prepare(&ctx, WallClock::now() + options.call_timeout);
+  Prepare(&ctx, DeadlineClock::now() + options.call_timeout);
   const grpc::Status s = stub->Spool(&ctx, req, &resp);
   if (!s.ok()) {
     switch (s.error_code()) {
@@ -154,7 +154,7 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   // One attempt with the whole deadline (the broker reads the file once and,
   // durable, fsyncs it): call_timeout plus a second per 64 MiB unless told.
   grpc::ClientContext ctx;
-  Prepare(&ctx, WallClock::now() +
+  Prepare(&ctx, DeadlineClock::now() +
                     opts.timeout.value_or(options.call_timeout +
                                           std::chrono::seconds(static_cast<int64_t>(size >> 26))));
   const grpc::Status adopted = stub->AdoptLarge(&ctx, req, &resp);

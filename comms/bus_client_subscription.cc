@@ -21,7 +21,7 @@ class BusClient::Impl::SubscriptionReader {
   void Run() {
     for (;;) {
       grpc::ClientContext ctx;
-      impl_.Prepare(&ctx, WallClock::now() + impl_.options.stream_deadline);
+      impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
       {
         std::lock_guard<std::mutex> lock(sub_->mu);
         if (sub_->stop) return;
