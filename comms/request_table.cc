@@ -32,11 +32,15 @@ RequestTable::End RequestTable::Wait(const Ticket& ticket, TimePoint deadline,
                                      const std::function<bool()>& cancelled,
                                      bus::v1::RequestResponse* out) {
   Pending& p = *ticket.pending;
+  // Timed on the steady clock from here: a step of the wall clock (NTP) must
+  // neither end the wait at once nor stretch it.
+  const auto until =
+      std::chrono::steady_clock::now() + (deadline - std::chrono::system_clock::now());
   std::unique_lock<std::mutex> lock(p.mu);
   while (!p.done) {
-    const auto now = std::chrono::system_clock::now();
+    const auto now = std::chrono::steady_clock::now();
     End end = End::kReplied;
-    if (now >= deadline) {
+    if (now >= until) {
       end = End::kDeadline;
     } else if (shutting_down && shutting_down()) {
       end = End::kShutdown;
@@ -48,8 +52,8 @@ RequestTable::End RequestTable::Wait(const Ticket& ticket, TimePoint deadline,
       Forget(ticket.id);
       return end;
     }
-    p.cv.wait_for(lock, std::min<std::chrono::system_clock::duration>(
-                            deadline - now, std::chrono::milliseconds(50)));
+    p.cv.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
+                            until - now, std::chrono::milliseconds(50)));
   }
   *out = std::move(p.response);
   return End::kReplied;
