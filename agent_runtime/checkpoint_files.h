@@ -176,18 +176,25 @@ namespace agentrt::checkpoint_files {
 //
 // The child blocks every signal, dies with the thread that forked it
 // (PR_SET_PDEATHSIG: run Start on a thread that outlives the write, as
-// SaveAsync's writer does), keeps only the descriptors it is given, never
-// returns into the caller's code and ends with _exit. It runs `write` only
-// after it found every part's pages in its image (memory a library marked
-// MADV_DONTFORK, e.g. RDMA buffers, is not inherited): else nothing is
-// written and Start says why.
+// SaveAsync's writer does), keeps only the standard descriptors, its pipe
+// and those it is given, never returns into the caller's code and ends with
+// _exit. It runs `write` only after it found every part's pages in its image
+// (memory a library marked MADV_DONTFORK, e.g. RDMA buffers, is not
+// inherited): else nothing is written and Start says why. Memory marked
+// MADV_WIPEONFORK (a library's RNG state, never a tensor) would read as
+// zeros in the child; nothing cheap tells it apart (only /proc/self/smaps,
+// about 20 ms for a PyTorch process), so it is not looked for.
 class ShardWriterProcess {
  public:
   // nullptr and *why_not when no child writes (fork failed, or a part is not
   // private memory of this process or not inherited); nothing was written.
+  // `chunks` is made by the caller, before the fork (see RunChild), and
+  // filled by `write` in the child; the parent gets the checksums back from
+  // Finish.
   static std::unique_ptr<ShardWriterProcess> Start(
       const std::vector<std::span<const std::byte>>& parts, std::vector<int> keep_fds,
-      const std::function<Status(ChunkChecksums& chunks)>& write, std::string* why_not);
+      ChunkChecksums& chunks, const std::function<Status(ChunkChecksums& chunks)>& write,
+      std::string* why_not);
   // Kills and reaps a child not finished.
   ~ShardWriterProcess();
   ShardWriterProcess(const ShardWriterProcess&) = delete;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -64,37 +65,43 @@ bool Mapped(std::span<const std::byte> part) {
   return true;
 }
 
-// Closes every descriptor of the child but the standard ones and `keep`.
-void CloseAllBut(std::vector<int> keep) {
+// Closes every descriptor of the child but the standard ones and `keep`;
+// false when the kernel cannot (close_range: Linux 5.9, and seccomp may
+// refuse it).
+bool CloseAllBut(std::vector<int> keep) {
   keep.push_back(2);
   std::sort(keep.begin(), keep.end());
   unsigned first = 3;
   for (int fd : keep) {
     if (fd >= static_cast<int>(first)) {
-      if (static_cast<unsigned>(fd) > first) ::close_range(first, static_cast<unsigned>(fd) - 1, 0);
+      if (static_cast<unsigned>(fd) > first &&
+          ::close_range(first, static_cast<unsigned>(fd) - 1, 0) != 0)
+        return false;
       first = static_cast<unsigned>(fd) + 1;
     }
   }
-  ::close_range(first, ~0u, 0);
+  return ::close_range(first, ~0u, 0) == 0;
 }
 
+// Exit codes of a child that wrote nothing (before its 'y').
+constexpr int kParentGone = 2;
+constexpr int kDescriptorsKept = 4;
+
+// Every signal is blocked already (the forking thread blocked them around
+// the fork), and `chunks` was made by the parent: its first use builds a
+// table under a static's guard, which another thread might hold at the fork.
 [[noreturn]] void RunChild(pid_t parent, int to_parent,
                            const std::vector<std::span<const std::byte>>& parts,
-                           const std::vector<int>& keep_fds,
+                           std::vector<int> keep, ChunkChecksums& chunks,
                            const std::function<Status(ChunkChecksums& chunks)>& write) {
-  sigset_t all;
-  ::sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, nullptr);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) _exit(2);  // the forking thread ended already
+  if (::getppid() != parent) _exit(kParentGone);  // the process died meanwhile
   ::prctl(PR_SET_NAME, "agentrt-ckpt");
-  std::vector<int> keep = keep_fds;
   keep.push_back(to_parent);
-  CloseAllBut(std::move(keep));
+  if (!CloseAllBut(std::move(keep))) _exit(kDescriptorsKept);
   const bool whole = std::all_of(parts.begin(), parts.end(), Mapped);
   WriteExactly(to_parent, whole ? "y" : "n", 1);
   if (!whole) _exit(0);
-  ChunkChecksums chunks(kVerifyChunkBytes);
   const Status s = write(chunks);
   const std::vector<uint32_t> crcs = chunks.Finish();
   const uint32_t code = static_cast<uint32_t>(s.code());
@@ -119,13 +126,22 @@ bool InPrivateMemory(const std::vector<std::span<const std::byte>>& parts) {
     bool is_private;
   };
   std::vector<Range> ranges;
-  for (size_t at = 0; at < maps->size();) {
-    unsigned long begin = 0, end = 0;
-    char perms[5] = {};
-    if (std::sscanf(maps->c_str() + at, "%lx-%lx %4s", &begin, &end, perms) != 3) return false;
-    ranges.push_back({begin, end, perms[3] == 'p'});
-    const size_t eol = maps->find('\n', at);
-    at = eol == std::string::npos ? maps->size() : eol + 1;
+  // "begin-end perms ...": parsed within each line (a process of thousands of
+  // mappings is read while the caller waits).
+  const std::string_view text = *maps;
+  for (size_t at = 0; at < text.size();) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string_view::npos) eol = text.size();
+    const std::string_view line = text.substr(at, eol - at);
+    at = eol + 1;
+    uintptr_t begin = 0, end = 0;
+    const char* p = line.data();
+    const char* last = line.data() + line.size();
+    auto r = std::from_chars(p, last, begin, 16);
+    if (r.ec != std::errc() || r.ptr == last || *r.ptr != '-') return false;
+    r = std::from_chars(r.ptr + 1, last, end, 16);
+    if (r.ec != std::errc() || last - r.ptr < 5 || *r.ptr != ' ') return false;
+    ranges.push_back({begin, end, r.ptr[4] == 'p'});
   }
   for (const auto& part : parts) {
     uintptr_t at = reinterpret_cast<uintptr_t>(part.data());
@@ -144,32 +160,48 @@ bool InPrivateMemory(const std::vector<std::span<const std::byte>>& parts) {
 
 std::unique_ptr<ShardWriterProcess> ShardWriterProcess::Start(
     const std::vector<std::span<const std::byte>>& parts, std::vector<int> keep_fds,
-    const std::function<Status(ChunkChecksums& chunks)>& write, std::string* why_not) {
+    ChunkChecksums& chunks, const std::function<Status(ChunkChecksums& chunks)>& write,
+    std::string* why_not) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
     *why_not = std::string("no pipe to a writer process: ") + std::strerror(errno);
     return nullptr;
   }
+  // No signal may run the process's handlers in the child before it is
+  // ready: blocked here, around the fork, and so in the child from its start.
+  sigset_t all, before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(pipe_fds[0]);
-    RunChild(parent, pipe_fds[1], parts, keep_fds, write);
+    RunChild(parent, pipe_fds[1], parts, std::move(keep_fds), chunks, write);
   }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   ::close(pipe_fds[1]);
   if (pid < 0) {
-    *why_not = std::string("fork failed: ") + std::strerror(errno);
+    *why_not = std::string("fork failed: ") + std::strerror(fork_errno);
     ::close(pipe_fds[0]);
     return nullptr;
   }
   std::unique_ptr<ShardWriterProcess> child(new ShardWriterProcess(pid, pipe_fds[0]));
   char ready = 0;
   if (!ReadExactly(child->from_child_, &ready, 1) || ready != 'y') {
-    *why_not = ready == 'n'
-                   ? "part of the state is not inherited by a forked process "
-                     "(MADV_DONTFORK memory)"
-                   : "the writer process ended before it started: " + child->Reap().ToString();
-    return nullptr;  // the destructor reaps it
+    // It wrote nothing and ends (or ended) by itself: reaped here, not killed.
+    const Status ended = child->Reap();
+    if (ready == 'n') {
+      *why_not = "part of the state is not inherited by a forked process (MADV_DONTFORK memory)";
+    } else if (ended.ok()) {
+      *why_not = "the writer process ended before it started";
+    } else {
+      *why_not = ended.message() + " before it started" +
+                 (ended.message().find("code 4") != std::string::npos
+                      ? " (it could not close the descriptors it inherited: close_range)"
+                      : "");
+    }
+    return nullptr;
   }
   return child;
 }
@@ -216,6 +248,7 @@ Status ShardWriterProcess::Finish(std::string_view context, std::vector<uint32_t
     complete = ReadExactly(from_child_, chunk_crcs->data(), count * sizeof(uint32_t)) &&
                ReadExactly(from_child_, whole, sizeof(*whole));
   }
+  if (!complete && pid_ > 0) ::kill(pid_, SIGKILL);  // it may be stuck writing to a full pipe
   const Status reaped = Reap();
   if (!complete) {
     return (reaped.ok() ? Unavailable("the checkpoint writer process ended without its outcome")

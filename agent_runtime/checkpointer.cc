@@ -174,6 +174,7 @@ Checkpointer::Checkpointer(CheckpointOptions options, const Clock* clock, int di
     : options_(std::move(options)),
       clock_(clock),
       dir_fd_(dir_fd),
+      snapshot_how_(options_.snapshot),
       last_start_(clock->Now().time_since_epoch().count()) {}
 
 Checkpointer::~Checkpointer() {
@@ -323,6 +324,7 @@ Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.saves_started;
     stats_.last_snapshot_s = 0;  // nothing copied: the caller waits for the write instead
+    stats_.last_snapshot_forked = false;
   }
   return TimedWriteAndCommit(step, state.metadata, ShardLayout(state), state.total_bytes(), parts);
 }
@@ -410,6 +412,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     ++stats_.saves_started;
     stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
     stats_.last_snapshot_forked = false;
+    if (snapshot_how_.load() != CheckpointOptions::Snapshot::kFork)
+      stats_.last_snapshot_fallback.clear();
   }
   writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries), total,
                          snapshot, staged]() mutable {
@@ -430,14 +434,24 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
 
 bool Checkpointer::SaveForked(int64_t step, const CheckpointState& state,
                               std::vector<ShardEntry>& entries, size_t total) {
-  if (options_.snapshot != CheckpointOptions::Snapshot::kFork || total == 0) return false;
+  if (snapshot_how_.load() != CheckpointOptions::Snapshot::kFork || total == 0) return false;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::span<const std::byte>> parts;
   for (const auto& e : state.entries()) {
-    if (e.copy_to_host || e.device_data != nullptr) return false;
+    if (e.copy_to_host || e.device_data != nullptr) {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.last_snapshot_fallback = "entry \"" + e.name + "\" is copied by the caller's copier";
+      return false;
+    }
     if (e.bytes > 0) parts.emplace_back(static_cast<const std::byte*>(e.data), e.bytes);
   }
-  if (!InPrivateMemory(parts)) return false;
+  if (!InPrivateMemory(parts)) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.last_snapshot_fallback =
+        "part of the state is not private memory of this process "
+        "(shared memory would change under a forked writer)";
+    return false;
+  }
   // Forked by the writer thread, which outlives the child (its death kills
   // the child: PR_SET_PDEATHSIG); the caller waits until the child holds
   // its image of the state.
@@ -446,14 +460,21 @@ bool Checkpointer::SaveForked(int64_t step, const CheckpointState& state,
   writer_ = std::thread([this, step, total, parts, metadata = state.metadata, entries,
                          started = std::move(started)]() mutable {
     std::string why_not;
+    ChunkChecksums chunks(kVerifyChunkBytes);
     auto child = ShardWriterProcess::Start(
-        parts, {dir_fd_},
-        [&](ChunkChecksums& chunks) -> Status {
+        parts, {dir_fd_}, chunks,
+        [&](ChunkChecksums& filled) -> Status {
           AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
           Fd step_fd(fd);
-          return WriteShard(step_fd.get(), step, parts, chunks);
+          return WriteShard(step_fd.get(), step, parts, filled);
         },
         &why_not);
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      stats_.last_snapshot_forked = child != nullptr;
+      stats_.last_snapshot_fallback = why_not;
+      if (child != nullptr) ++stats_.saves_started;  // before the writer can count its commit
+    }
     started.set_value(child != nullptr);
     if (child == nullptr) return;  // SaveAsync copies instead
     writer_status_ = Timed([&]() -> Status {
@@ -474,9 +495,7 @@ bool Checkpointer::SaveForked(int64_t step, const CheckpointState& state,
     return false;
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
-  ++stats_.saves_started;
   stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
-  stats_.last_snapshot_forked = true;
   return true;
 }
 

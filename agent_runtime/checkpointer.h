@@ -125,8 +125,9 @@ struct CheckpointOptions {
   // before it commits: a superseded incarnation's save fails
   // (FailedPrecondition "fenced: ...") and writes no manifest.
   std::string incarnation = {};
-  // How SaveAsync takes its snapshot of host memory (device entries are
-  // always staged through pinned memory, AddCustom entries copied):
+  // How SaveAsync takes its snapshot of host memory (a state with device
+  // entries is staged through pinned memory, one with AddCustom entries
+  // copied, whole):
   //   kCopy: a copy of the state (the caller waits for the copy);
   //   kFork: a fork (copy-on-write, checkpoint_files.h ShardWriterProcess):
   //     the caller waits for the fork only, and a page it writes while the
@@ -359,11 +360,12 @@ struct RestoreOptions {
 
 struct CheckpointStats {
   uint64_t saves_started = 0;
-  uint64_t saves_committed = 0;       // rank 0: manifests written; others: shards durable
-  uint64_t triggers_absorbed = 0;     // triggers that fired during a save in progress
-  double last_snapshot_s = 0;         // how long the training loop was blocked
-  bool last_snapshot_forked = false;  // that snapshot was a fork (CheckpointOptions::snapshot)
-  double last_write_s = 0;            // background write + commit time
+  uint64_t saves_committed = 0;        // rank 0: manifests written; others: shards durable
+  uint64_t triggers_absorbed = 0;      // triggers that fired during a save in progress
+  double last_snapshot_s = 0;          // how long the training loop was blocked
+  bool last_snapshot_forked = false;   // that snapshot was a fork (CheckpointOptions::snapshot)
+  std::string last_snapshot_fallback;  // why a fork asked for was not made (then: a copy)
+  double last_write_s = 0;             // background write + commit time
 };
 
 // One copy of a snapshot: `bytes` from `src` to `dst`.
@@ -421,8 +423,9 @@ class Checkpointer {
   int64_t last_saved_step() const { return last_saved_step_.load(); }
   CheckpointStats stats() const;
   const CheckpointOptions& options() const { return options_; }
-  // Between saves (the caller's thread): how the next SaveAsync snapshots.
-  void set_snapshot(CheckpointOptions::Snapshot how) { options_.snapshot = how; }
+  // How the next SaveAsync snapshots (options().snapshot at first).
+  void set_snapshot(CheckpointOptions::Snapshot how) { snapshot_how_ = how; }
+  CheckpointOptions::Snapshot snapshot() const { return snapshot_how_.load(); }
 
  private:
   Checkpointer(CheckpointOptions options, const Clock* clock, int dir_fd);
@@ -465,6 +468,7 @@ class Checkpointer {
   CheckpointOptions options_;
   const Clock* clock_;
   int dir_fd_;
+  std::atomic<CheckpointOptions::Snapshot> snapshot_how_;
 
   std::unique_ptr<std::byte[]> snapshot_;
   size_t snapshot_capacity_ = 0;

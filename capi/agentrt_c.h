@@ -147,7 +147,8 @@ AGENTRT_C_EXPORT int agentrt_checkpointer_wait(agentrt_checkpointer* ck);
  * (CheckpointOptions::Snapshot; agents.yaml checkpoint.snapshot). */
 AGENTRT_C_EXPORT int agentrt_checkpointer_set_snapshot(agentrt_checkpointer* ck, const char* how);
 /* {"dir", "last_saved_step", "saving", "saves_started", "saves_committed",
- * "snapshot", "last_snapshot_s", "last_snapshot_forked", "last_write_s"}. */
+ * "snapshot", "last_snapshot_s", "last_snapshot_forked", "last_snapshot_fallback",
+ * "last_write_s"}. */
 AGENTRT_C_EXPORT int agentrt_checkpointer_info(const agentrt_checkpointer* ck, char** json_out);
 /* The newest checkpoint that verifies, or a fresh start (see agentrt_restore_info). */
 AGENTRT_C_EXPORT int agentrt_checkpointer_restore(agentrt_checkpointer* ck, agentrt_restore** out);

@@ -312,11 +312,11 @@ int agentrt_checkpointer_info(const agentrt_checkpointer* ck, char** json_out) {
          {"saving", ck->ck->saving()},
          {"saves_started", st.saves_started},
          {"saves_committed", st.saves_committed},
-         {"snapshot", ck->ck->options().snapshot == agentrt::CheckpointOptions::Snapshot::kFork
-                          ? "fork"
-                          : "copy"},
+         {"snapshot",
+          ck->ck->snapshot() == agentrt::CheckpointOptions::Snapshot::kFork ? "fork" : "copy"},
          {"last_snapshot_s", st.last_snapshot_s},
          {"last_snapshot_forked", st.last_snapshot_forked},
+         {"last_snapshot_fallback", st.last_snapshot_fallback},
          {"last_write_s", st.last_write_s}},
         json_out);
   });

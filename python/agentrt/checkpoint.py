@@ -275,7 +275,8 @@ class Checkpointer(Handle):
     def save(self, step, arrays, metadata=None, wait=True, dtypes=None, slices=None):
         """Saves ``arrays`` ({name: array}) and ``metadata`` (JSON) as ``step``.
         wait=True: returns once committed (durable). wait=False: returns once the
-        arrays are copied; the caller may change them at once. ``dtypes``
+        arrays are copied (or, with snapshot "fork", once the process is forked); the caller
+        may change them at once. ``dtypes``
         overrides the recorded dtype of some entries (e.g. "bfloat16").
         ``slices`` ({name: (global_shape, begin)}) saves those arrays as the
         elements [begin, begin + size) of a global array, which restores at any
@@ -330,7 +331,7 @@ class Checkpointer(Handle):
     def info(self):
         """{"dir", "rank", "world_size", "interval_s", "keep_last", "last_saved_step",
         "saving", "saves_started", "saves_committed", "snapshot", "last_snapshot_s",
-        "last_snapshot_forked", "last_write_s"}."""
+        "last_snapshot_forked", "last_snapshot_fallback", "last_write_s"}."""
         out = ctypes.c_void_p()
         _lib.check(_lib.lib().agentrt_checkpointer_info(self._p(), ctypes.byref(out)))
         return _lib.take_json(out)
