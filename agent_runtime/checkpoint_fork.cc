@@ -38,15 +38,9 @@ bool ReadExactly(int fd, void* dst, size_t n) {
   return true;
 }
 
+// The parent is gone when this fails: nobody waits for the outcome.
 void WriteExactly(int fd, const void* src, size_t n) {
-  const auto* p = static_cast<const char*>(src);
-  while (n > 0) {
-    const ssize_t put = ::write(fd, p, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) _exit(3);  // the parent is gone: nobody waits for the outcome
-    p += put;
-    n -= static_cast<size_t>(put);
-  }
+  if (!WriteAll(fd, src, n, "", "").ok()) _exit(3);
 }
 
 // Whether every page of `part` is mapped in this process (mincore fails with

@@ -325,14 +325,11 @@ Status Checkpointer::Save(int64_t step, const CheckpointState& state) {
     ++stats_.saves_started;
     stats_.last_snapshot_s = 0;  // nothing copied: the caller waits for the write instead
     stats_.last_snapshot_forked = false;
+    stats_.last_snapshot_fallback.clear();
   }
-  return TimedWriteAndCommit(step, state.metadata, ShardLayout(state), state.total_bytes(), parts);
-}
-
-Status Checkpointer::TimedWriteAndCommit(int64_t step, const nlohmann::json& metadata,
-                                         const std::vector<ShardEntry>& entries, size_t bytes,
-                                         const std::vector<std::span<const std::byte>>& parts) {
-  return Timed([&] { return WriteAndCommit(step, metadata, entries, bytes, parts); });
+  return Timed([&] {
+    return WriteAndCommit(step, state.metadata, ShardLayout(state), state.total_bytes(), parts);
+  });
 }
 
 Status Checkpointer::Timed(const std::function<Status()>& write) {
@@ -355,7 +352,8 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
   // side stream; then the whole snapshot does.
   const bool staged = std::any_of(state.entries().begin(), state.entries().end(),
                                   [](const auto& e) { return e.device_data != nullptr; });
-  if (!staged && SaveForked(step, state, entries, total)) return Status::Ok();
+  std::string fallback;  // why a fork asked for was not made
+  if (SaveForked(step, state, entries, total, &fallback)) return Status::Ok();
   std::byte* snapshot = nullptr;
   Status taken = [&]() -> Status {
     if (staged) {
@@ -412,8 +410,7 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
     ++stats_.saves_started;
     stats_.last_snapshot_s = Seconds(std::chrono::steady_clock::now() - start);
     stats_.last_snapshot_forked = false;
-    if (snapshot_how_.load() != CheckpointOptions::Snapshot::kFork)
-      stats_.last_snapshot_fallback.clear();
+    stats_.last_snapshot_fallback = std::move(fallback);
   }
   writer_ = std::thread([this, step, metadata = state.metadata, entries = std::move(entries), total,
                          snapshot, staged]() mutable {
@@ -423,74 +420,78 @@ Status Checkpointer::SaveAsync(int64_t step, const CheckpointState& state) {
       copied = staging_.api->SynchronizeStream(staging_.side)
                    .WithContext(Where() + "copying step " + std::to_string(step) + " to the host");
     }
-    writer_status_ = copied.ok()
-                         ? TimedWriteAndCommit(step, metadata, entries, total,
-                                               {std::span<const std::byte>(snapshot, total)})
-                         : copied;
+    writer_status_ = copied.ok() ? Timed([&] {
+      return WriteAndCommit(step, metadata, entries, total,
+                            {std::span<const std::byte>(snapshot, total)});
+    })
+                                 : copied;
     saving_ = false;
   });
   return Status::Ok();
 }
 
 bool Checkpointer::SaveForked(int64_t step, const CheckpointState& state,
-                              std::vector<ShardEntry>& entries, size_t total) {
+                              const std::vector<ShardEntry>& entries, size_t total,
+                              std::string* why_not) {
   if (snapshot_how_.load() != CheckpointOptions::Snapshot::kFork || total == 0) return false;
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::span<const std::byte>> parts;
   for (const auto& e : state.entries()) {
     if (e.copy_to_host || e.device_data != nullptr) {
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_.last_snapshot_fallback = "entry \"" + e.name + "\" is copied by the caller's copier";
+      *why_not = "entry \"" + e.name + "\" is device memory or copied by the caller's copier";
       return false;
     }
     if (e.bytes > 0) parts.emplace_back(static_cast<const std::byte*>(e.data), e.bytes);
   }
   if (!InPrivateMemory(parts)) {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.last_snapshot_fallback =
+    *why_not =
         "part of the state is not private memory of this process "
         "(shared memory would change under a forked writer)";
     return false;
   }
   // Forked by the writer thread, which outlives the child (its death kills
   // the child: PR_SET_PDEATHSIG); the caller waits until the child holds
-  // its image of the state.
-  std::promise<bool> started;
-  std::future<bool> forked = started.get_future();
+  // its image of the state: "" then, else why not.
+  std::promise<std::string> started;
+  std::future<std::string> forked = started.get_future();
   writer_ = std::thread([this, step, total, parts, metadata = state.metadata, entries,
                          started = std::move(started)]() mutable {
-    std::string why_not;
+    std::string why;
     ChunkChecksums chunks(kVerifyChunkBytes);
     auto child = ShardWriterProcess::Start(
         parts, {dir_fd_}, chunks,
         [&](ChunkChecksums& filled) -> Status {
-          AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
-          Fd step_fd(fd);
+          AGENTRT_ASSIGN_OR_RETURN(Fd step_fd, OpenStepDir(step));
           return WriteShard(step_fd.get(), step, parts, filled);
         },
-        &why_not);
+        &why);
+    if (child == nullptr) {
+      started.set_value(why.empty() ? "the writer process did not start" : std::move(why));
+      return;  // SaveAsync copies instead
+    }
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_.last_snapshot_forked = child != nullptr;
-      stats_.last_snapshot_fallback = why_not;
-      if (child != nullptr) ++stats_.saves_started;  // before the writer can count its commit
+      ++stats_.saves_started;  // before this thread can count its commit
+      stats_.last_snapshot_forked = true;
+      stats_.last_snapshot_fallback.clear();
     }
-    started.set_value(child != nullptr);
-    if (child == nullptr) return;  // SaveAsync copies instead
+    started.set_value("");
     writer_status_ = Timed([&]() -> Status {
       std::vector<uint32_t> chunk_crcs;
       uint32_t whole = 0;
       AGENTRT_RETURN_IF_ERROR(
           child->Finish(Where() + "writing step " + std::to_string(step), &chunk_crcs, &whole));
       child.reset();
-      AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
-      Fd step_fd(fd);
+      // Opened again here (the child's descriptor was its own), and the
+      // fence checked again before this rank's record.
+      AGENTRT_ASSIGN_OR_RETURN(Fd step_fd, OpenStepDir(step));
       return CommitShard(step, step_fd.get(), metadata, entries, total, std::move(chunk_crcs),
                          whole);
     });
     saving_ = false;
   });
-  if (!forked.get()) {
+  *why_not = forked.get();
+  if (!why_not->empty()) {
     writer_.join();
     return false;
   }
@@ -531,7 +532,7 @@ namespace {
 constexpr off_t kWriteBackBytes = off_t{64} << 20;  // write-back started this often
 }  // namespace
 
-Result<int> Checkpointer::OpenStepDir(int64_t step) {
+Result<Fd> Checkpointer::OpenStepDir(int64_t step) {
   const std::string step_name = StepName(step);
   const std::string step_path = options_.dir + "/" + step_name;
   AGENTRT_RETURN_IF_ERROR(
@@ -541,9 +542,8 @@ Result<int> Checkpointer::OpenStepDir(int64_t step) {
   if (::mkdirat(dir_fd_, step_name.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, Where() + "create " + step_path);
   }
-  const int fd =
-      ::openat(dir_fd_, step_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
+  Fd fd(::openat(dir_fd_, step_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.ok()) {
     return ErrnoStatus(errno, Where() + "open " + step_path + " (a symlink or not a directory?)");
   }
   return fd;
@@ -591,8 +591,7 @@ Status Checkpointer::WriteShard(int step_fd, int64_t step,
 Status Checkpointer::WriteAndCommit(int64_t step, const nlohmann::json& metadata,
                                     const std::vector<ShardEntry>& entries, size_t bytes,
                                     const std::vector<std::span<const std::byte>>& parts) {
-  AGENTRT_ASSIGN_OR_RETURN(int fd, OpenStepDir(step));
-  Fd step_fd(fd);
+  AGENTRT_ASSIGN_OR_RETURN(Fd step_fd, OpenStepDir(step));
   ChunkChecksums chunks(kVerifyChunkBytes);
   AGENTRT_RETURN_IF_ERROR(WriteShard(step_fd.get(), step, parts, chunks));
   std::vector<uint32_t> chunk_crcs = chunks.Finish();  // then chunks.Whole() is the shard's

@@ -85,6 +85,7 @@ struct RestoreResult;
 namespace checkpoint_files {
 struct SavedStepAccess;
 class ChunkChecksums;
+class Fd;
 }  // namespace checkpoint_files
 
 struct CheckpointOptions {
@@ -432,7 +433,7 @@ class Checkpointer {
   // The common start of a save; false in *go when `step` is already committed.
   Status BeginSave(int64_t step, bool* go);
   // The step's directory (created), after the fence check.
-  Result<int> OpenStepDir(int64_t step);
+  Result<checkpoint_files::Fd> OpenStepDir(int64_t step);
   // Writes `parts` into this rank's shard of the step (a temporary, fsynced,
   // then renamed), checksummed into `chunks`.
   Status WriteShard(int step_fd, int64_t step, const std::vector<std::span<const std::byte>>& parts,
@@ -442,17 +443,14 @@ class Checkpointer {
                      const std::vector<ShardEntry>& entries, size_t bytes,
                      std::vector<uint32_t> chunk_crcs, uint32_t whole_crc);
   // SaveAsync's snapshot by fork: true when a writer process holds it and
-  // writer_ commits what it writes; false (nothing started) to copy instead.
-  bool SaveForked(int64_t step, const CheckpointState& state, std::vector<ShardEntry>& entries,
-                  size_t total);
+  // writer_ commits what it writes; false (nothing started) to copy instead,
+  // with *why_not set when a fork was asked for (snapshot kFork).
+  bool SaveForked(int64_t step, const CheckpointState& state,
+                  const std::vector<ShardEntry>& entries, size_t total, std::string* why_not);
   // Writes `parts` (the shard's bytes, in order: `bytes` in all) and commits.
   Status WriteAndCommit(int64_t step, const nlohmann::json& metadata,
                         const std::vector<ShardEntry>& entries, size_t bytes,
                         const std::vector<std::span<const std::byte>>& parts);
-  // WriteAndCommit, with its time and outcome in the stats.
-  Status TimedWriteAndCommit(int64_t step, const nlohmann::json& metadata,
-                             const std::vector<ShardEntry>& entries, size_t bytes,
-                             const std::vector<std::span<const std::byte>>& parts);
   // Runs a write (and commit), with its time and outcome in the stats.
   Status Timed(const std::function<Status()>& write);
   Status CommitAsRankZero(int64_t step, int step_fd, const nlohmann::json& metadata);
