@@ -190,10 +190,7 @@ std::unique_ptr<ShardWriterProcess> ShardWriterProcess::Start(
     } else if (ended.ok()) {
       *why_not = "the writer process ended before it started";
     } else {
-      *why_not = ended.message() + " before it started" +
-                 (ended.message().find("code 4") != std::string::npos
-                      ? " (it could not close the descriptors it inherited: close_range)"
-                      : "");
+      *why_not = ended.message() + ", before it started";
     }
     return nullptr;
   }
@@ -215,7 +212,10 @@ Status ShardWriterProcess::Reap() {
                        " was killed by signal " + std::to_string(WTERMSIG(status)));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
     return Unavailable("the checkpoint writer process " + std::to_string(pid) +
-                       " exited with code " + std::to_string(WEXITSTATUS(status)));
+                       " exited with code " + std::to_string(WEXITSTATUS(status)) +
+                       (WEXITSTATUS(status) == kDescriptorsKept
+                            ? " (it could not close the descriptors it inherited: close_range)"
+                            : ""));
   return Status::Ok();
 }
 
