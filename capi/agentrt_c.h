@@ -304,6 +304,21 @@ AGENTRT_C_EXPORT int agentrt_weights_publish(agentrt_bus* bus, const char* strea
                                              const char* tensors_json, const void* const* data,
                                              const size_t* bytes, size_t n, int64_t step,
                                              int64_t incarnation, int64_t* version);
+/* As agentrt_weights_publish, but returns once the bytes are copied into
+ * the stream's next slot (made ready in the background after the version
+ * before: one memcpy); the version is stored in the background. The bus
+ * handle keeps the stream's state until it is closed (which waits for a
+ * version in flight). A call while one is in flight waits for it; if that
+ * one failed, the call returns its error and publishes nothing. */
+AGENTRT_C_EXPORT int agentrt_weights_publish_async(agentrt_bus* bus, const char* stream,
+                                                   const char* tensors_json,
+                                                   const void* const* data, const size_t* bytes,
+                                                   size_t n, int64_t step, int64_t incarnation);
+/* Waits up to timeout_ms until the version agentrt_weights_publish_async
+ * has in flight is stored; *version (optional): its number (0 before the
+ * first), or the error that kept it from being stored. */
+AGENTRT_C_EXPORT int agentrt_weights_flush(agentrt_bus* bus, const char* stream,
+                                           int64_t incarnation, int timeout_ms, int64_t* version);
 /* Reads a version: mode 0 the newest (NOT_FOUND: none yet), 1 the newest
  * after `version` (waits up to timeout_ms: DEADLINE_EXCEEDED), 2 exactly
  * `version` (NOT_FOUND: not kept, or not yet). *out is freed with

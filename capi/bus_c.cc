@@ -95,8 +95,11 @@ struct agentrt_bus {
   std::unique_ptr<BusClient> owned;  // null when borrowed from a runtime
   std::mutex mu;                     // guards subs
   std::map<agentrt::SubscriptionId, std::shared_ptr<Queue>> subs;  // queue: null for callbacks
+  std::mutex streams_mu;                                           // guards weight_streams
+  std::map<std::string, std::unique_ptr<agentrt::WeightStream>> weight_streams;  // async publishers
 
   ~agentrt_bus() {
+    weight_streams.clear();  // their versions in flight stored first, while the client lives
     std::map<agentrt::SubscriptionId, std::shared_ptr<Queue>> all;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -130,6 +133,19 @@ struct agentrt_bus {
 
 namespace agentrt::capi {
 BusClient* BusClientOf(agentrt_bus* bus) { return bus->client; }
+
+Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
+                                          int64_t incarnation) {
+  std::lock_guard<std::mutex> lock(bus->streams_mu);
+  auto& stream = bus->weight_streams[name];
+  if (stream == nullptr) stream = std::make_unique<WeightStream>(*bus->client, name, incarnation);
+  if (stream->incarnation() != incarnation) {
+    return InvalidArgument("weights stream \"" + name + "\" publishes as incarnation " +
+                           std::to_string(stream->incarnation()) + " on this bus handle, not " +
+                           std::to_string(incarnation));
+  }
+  return stream.get();
+}
 }  // namespace agentrt::capi
 
 extern "C" {

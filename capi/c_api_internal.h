@@ -12,6 +12,7 @@
 #include "capi/agentrt_c.h"
 #include "common/status.h"
 #include "comms/bus_client.h"
+#include "comms/weight_stream.h"
 
 // The runtime handle (runtime_c.cc makes it; bus_c.cc borrows its bus).
 struct agentrt_runtime {
@@ -55,6 +56,11 @@ int Guard(const char* what, F&& body) {
 
 // The client behind a bus handle (bus_c.cc owns the handle's layout).
 BusClient* BusClientOf(agentrt_bus* bus);
+// The handle's stream `name` for asynchronous publishes, made on first use
+// with `incarnation` and kept (its version in flight and next slot) until the
+// handle is closed. Another incarnation for the same name is refused.
+Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
+                                          int64_t incarnation);
 
 // Parses a JSON argument; InvalidArgument naming `what` when it is not JSON.
 Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);

@@ -14,6 +14,44 @@ struct agentrt_weights {
   std::shared_ptr<const agentrt::WeightSet> set;
 };
 
+namespace {
+
+// tensors_json (a list of {"name", "dtype", "shape"}) with data[i] and bytes[i].
+agentrt::Result<std::vector<agentrt::WeightTensor>> Tensors(const char* tensors_json,
+                                                            const void* const* data,
+                                                            const size_t* bytes, size_t n) {
+  nlohmann::json list;
+  AGENTRT_RETURN_IF_ERROR(agentrt::capi::ParseJsonArg(tensors_json, "tensors_json", &list));
+  if (!list.is_array() || list.size() != n)
+    return agentrt::InvalidArgument("tensors_json must be a list of " + std::to_string(n) +
+                                    " tensors ({\"name\", \"dtype\", \"shape\"})");
+  std::vector<agentrt::WeightTensor> tensors;
+  tensors.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const nlohmann::json& t = list[i];
+    agentrt::WeightTensor w;
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
+      return agentrt::InvalidArgument("tensors_json[" + std::to_string(i) + "] has no name");
+    w.name = t["name"].get<std::string>();
+    w.dtype = t.contains("dtype") && t["dtype"].is_string() ? t["dtype"].get<std::string>()
+                                                            : std::string("uint8");
+    if (t.contains("shape") && t["shape"].is_array()) {
+      for (const auto& d : t["shape"]) {
+        if (!d.is_number_integer())
+          return agentrt::InvalidArgument("tensors_json[" + std::to_string(i) +
+                                          "].shape holds a non-integer");
+        w.shape.push_back(d.get<int64_t>());
+      }
+    }
+    w.data = data[i];
+    w.bytes = bytes[i];
+    tensors.push_back(std::move(w));
+  }
+  return tensors;
+}
+
+}  // namespace
+
 extern "C" {
 
 int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* tensors_json,
@@ -27,36 +65,44 @@ int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* te
     AGENTRT_C_REQUIRE(bytes, "bytes");
   }
   return Guard("agentrt_weights_publish", [&] {
-    nlohmann::json list;
-    if (Status s = ParseJsonArg(tensors_json, "tensors_json", &list); !s.ok()) return Fail(s);
-    if (!list.is_array() || list.size() != n)
-      return Fail(agentrt::InvalidArgument("tensors_json must be a list of " + std::to_string(n) +
-                                           " tensors ({\"name\", \"dtype\", \"shape\"})"));
-    std::vector<agentrt::WeightTensor> tensors;
-    tensors.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      const nlohmann::json& t = list[i];
-      agentrt::WeightTensor w;
-      if (!t.is_object() || !t.contains("name") || !t["name"].is_string())
-        return Fail(
-            agentrt::InvalidArgument("tensors_json[" + std::to_string(i) + "] has no name"));
-      w.name = t["name"].get<std::string>();
-      w.dtype = t.contains("dtype") && t["dtype"].is_string() ? t["dtype"].get<std::string>()
-                                                              : std::string("uint8");
-      if (t.contains("shape") && t["shape"].is_array()) {
-        for (const auto& d : t["shape"]) {
-          if (!d.is_number_integer())
-            return Fail(agentrt::InvalidArgument("tensors_json[" + std::to_string(i) +
-                                                 "].shape holds a non-integer"));
-          w.shape.push_back(d.get<int64_t>());
-        }
-      }
-      w.data = data[i];
-      w.bytes = bytes[i];
-      tensors.push_back(std::move(w));
-    }
+    auto tensors = Tensors(tensors_json, data, bytes, n);
+    if (!tensors.ok()) return Fail(tensors.status());
     agentrt::WeightStream ws(*BusClientOf(bus), stream, incarnation);
-    auto v = ws.Publish(tensors, step);
+    auto v = ws.Publish(*tensors, step);
+    if (!v.ok()) return Fail(v.status());
+    if (version != nullptr) *version = *v;
+    return Ok();
+  });
+}
+
+int agentrt_weights_publish_async(agentrt_bus* bus, const char* stream, const char* tensors_json,
+                                  const void* const* data, const size_t* bytes, size_t n,
+                                  int64_t step, int64_t incarnation) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  AGENTRT_C_REQUIRE(tensors_json, "tensors_json");
+  if (n > 0) {
+    AGENTRT_C_REQUIRE(data, "data");
+    AGENTRT_C_REQUIRE(bytes, "bytes");
+  }
+  return Guard("agentrt_weights_publish_async", [&] {
+    auto tensors = Tensors(tensors_json, data, bytes, n);
+    if (!tensors.ok()) return Fail(tensors.status());
+    auto ws = AsyncWeightStreamOf(bus, stream, incarnation);
+    if (!ws.ok()) return Fail(ws.status());
+    const Status s = (*ws)->PublishAsync(*tensors, step);
+    return s.ok() ? Ok() : Fail(s);
+  });
+}
+
+int agentrt_weights_flush(agentrt_bus* bus, const char* stream, int64_t incarnation, int timeout_ms,
+                          int64_t* version) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  return Guard("agentrt_weights_flush", [&] {
+    auto ws = AsyncWeightStreamOf(bus, stream, incarnation);
+    if (!ws.ok()) return Fail(ws.status());
+    auto v = (*ws)->Flush(std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms));
     if (!v.ok()) return Fail(v.status());
     if (version != nullptr) *version = *v;
     return Ok();

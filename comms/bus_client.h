@@ -165,6 +165,33 @@ class LargePayloadWriter {
   virtual Status Append(const void* data, size_t size) = 0;
 };
 
+// Memory one large publish is laid out in, made ready ahead of it
+// (BusClient::ReserveLarge) with every page already faulted in, so that
+// filling it costs one memcpy: on the broker's node a file of the broker's
+// spool, mapped (the broker takes the file over), elsewhere a buffer of the
+// client's (sent in chunks). Destroyed unpublished, it leaves nothing.
+class LargePayloadSlot {
+ public:
+  ~LargePayloadSlot();
+  LargePayloadSlot(const LargePayloadSlot&) = delete;
+  LargePayloadSlot& operator=(const LargePayloadSlot&) = delete;
+
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+  // A file of the broker's spool (false: the client's own memory).
+  bool spooled() const { return fd_ >= 0; }
+
+ private:
+  friend class BusClient;
+  LargePayloadSlot() = default;
+  void Unmap();
+
+  char* data_ = nullptr;
+  size_t size_ = 0;
+  int fd_ = -1;
+  std::string path_, name_;  // of the spool file
+};
+
 using SubscriptionId = uint64_t;
 using MessageCallback = std::function<void(const BusMessage&)>;
 using AckCallback = std::function<void(const Result<PublishAck>&)>;
@@ -212,6 +239,16 @@ class BusClient {
   // is then stored once.
   Result<PublishAck> PublishLargeFrom(std::string_view topic, size_t size,
                                       const std::function<Status(LargePayloadWriter&)>& fill,
+                                      const PublishOptions& opts = {});
+  // A slot for a publish of `size` bytes to `topic` (PublishLargeSlot).
+  // Where the broker's spool is asked, its refusal of the publish (ACL,
+  // size) comes now. Costs what writing the bytes would: made ahead of time
+  // (a background thread), it saves the publisher that much later.
+  Result<std::unique_ptr<LargePayloadSlot>> ReserveLarge(std::string_view topic, size_t size);
+  // Stores the bytes of `slot` (used up), as PublishLargeFrom does: a spool
+  // file is taken over by the broker, anything else sent.
+  Result<PublishAck> PublishLargeSlot(std::string_view topic,
+                                      std::unique_ptr<LargePayloadSlot> slot,
                                       const PublishOptions& opts = {});
   // Queues a message; `on_ack` (optional) runs on the publish thread once it is
   // stored or failed. Messages of one client are stored in the order queued.

@@ -205,6 +205,12 @@ struct BusClientSubscription {
   std::thread thread;
 };
 
+// A publisher's file in the broker's spool (bus_client_spool.cc).
+struct SpoolFile {
+  int fd = -1;
+  std::string path, name;
+};
+
 struct BusClient::Impl {
   using AsyncBatch = bus_client_internal::AsyncBatch;
   using DeadlineClock = bus_client_internal::DeadlineClock;
@@ -304,6 +310,16 @@ struct BusClient::Impl {
   // error. A folder once proven is remembered; a refused adoption turns the
   // spool off for this client.
   Result<std::string> SpoolFor(std::string_view topic, size_t size);
+  // A new file in spool folder `dir`, held under flock until its adoption
+  // is answered; nullopt when it cannot be made (the publish goes another way).
+  std::optional<SpoolFile> CreateSpoolFile(const std::string& dir);
+  // Hands `file` of `size` bytes with CRC32C `crc` to the broker
+  // (AdoptLarge) and closes it. If the broker cannot take it, or the answer
+  // is lost, its bytes are sent in chunks with the same sequence (a version
+  // already stored is answered as a duplicate); a refused or timed-out one
+  // is removed.
+  Result<PublishAck> AdoptSpooled(std::string_view topic, const SpoolFile& file, size_t size,
+                                  uint32_t crc, const PublishOptions& opts, uint64_t seq);
   // A payload above kMaxInlineBytes written by `fill` into a spool file the
   // broker adopts. nullopt: no usable spool (nothing was written); the
   // caller publishes another way.

@@ -105,22 +105,16 @@ Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t siz
   return spool_dir;
 }
 
-std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
-    std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
-    const PublishOptions& opts, uint64_t seq) {
-  Result<std::string> dir = SpoolFor(topic, size);
-  if (!dir.ok()) return Result<PublishAck>(dir.status());
-  if (dir->empty()) return std::nullopt;
-  const std::string name = SpoolName(cred.agent);
-  const std::string path = *dir + "/" + name;
-  const std::string what = "publish of " + std::to_string(size) + " bytes to topic \"" +
-                           std::string(topic) + "\" through the spool";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
+std::optional<SpoolFile> BusClient::Impl::CreateSpoolFile(const std::string& dir) {
+  SpoolFile f;
+  f.name = SpoolName(cred.agent);
+  f.path = dir + "/" + f.name;
+  f.fd = ::open(f.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (f.fd < 0) {
     // A folder this process may never write (another user's, read-only):
     // chunks from now on. Anything else (a full disk, no descriptor left,
     // the broker restarted and made its spool anew) may pass: this publish
-    // goes in chunks, the next one asks for the spool again.
+    // goes another way, the next one asks for the spool again.
     const int err = errno;
     std::lock_guard<std::mutex> lock(spool_mu);
     spool_state = (err == EACCES || err == EPERM || err == EROFS) ? -1 : 0;
@@ -128,19 +122,39 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   }
   // Held until the adoption is answered: the broker reaps only files no
   // live publisher holds (Broker::ReapSpool).
-  ::flock(fd, LOCK_EX);
-  FileWriter writer(fd, path);
+  ::flock(f.fd, LOCK_EX);
+  return f;
+}
+
+std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
+    std::string_view topic, size_t size, const std::function<Status(LargePayloadWriter&)>& fill,
+    const PublishOptions& opts, uint64_t seq) {
+  Result<std::string> dir = SpoolFor(topic, size);
+  if (!dir.ok()) return Result<PublishAck>(dir.status());
+  if (dir->empty()) return std::nullopt;
+  std::optional<SpoolFile> file = CreateSpoolFile(*dir);
+  if (!file) return std::nullopt;
+  FileWriter writer(file->fd, file->path);
   Status filled = fill(writer);
   if (filled.ok() && writer.written() != size) {
     filled =
-        InvalidArgument(what + ": the payload writer wrote " + std::to_string(writer.written()) +
-                        " bytes, not " + std::to_string(size));
+        InvalidArgument("publish of " + std::to_string(size) + " bytes to topic \"" +
+                        std::string(topic) + "\" through the spool: the payload writer wrote " +
+                        std::to_string(writer.written()) + " bytes, not " + std::to_string(size));
   }
   if (!filled.ok()) {
-    ::unlink(path.c_str());
-    ::close(fd);
+    ::unlink(file->path.c_str());
+    ::close(file->fd);
     return Result<PublishAck>(filled);
   }
+  return AdoptSpooled(topic, *file, size, writer.crc(), opts, seq);
+}
+
+Result<PublishAck> BusClient::Impl::AdoptSpooled(std::string_view topic, const SpoolFile& file,
+                                                 size_t size, uint32_t crc,
+                                                 const PublishOptions& opts, uint64_t seq) {
+  const std::string what = "publish of " + std::to_string(size) + " bytes to topic \"" +
+                           std::string(topic) + "\" through the spool";
   v1::AdoptRequest req;
   v1::PublishRequest* head = req.mutable_head();
   head->set_topic(std::string(topic));
@@ -148,8 +162,8 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   head->set_publisher_id(publisher_id);
   head->set_sequence(seq);
   req.set_size(static_cast<int64_t>(size));
-  req.set_crc32c(writer.crc());
-  req.set_name(name);
+  req.set_crc32c(crc);
+  req.set_name(file.name);
   v1::PublishResponse resp;
   // One attempt with the whole deadline (the broker reads the file once and,
   // durable, fsyncs it): call_timeout plus a second per 64 MiB unless told.
@@ -159,8 +173,8 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
                                           std::chrono::seconds(static_cast<int64_t>(size >> 26))));
   const grpc::Status adopted = stub->AdoptLarge(&ctx, req, &resp);
   if (adopted.ok()) {
-    ::close(fd);
-    return Result<PublishAck>(PublishAck{resp.offset(), resp.duplicate(), seq});
+    ::close(file.fd);
+    return PublishAck{resp.offset(), resp.duplicate(), seq};
   }
   const grpc::StatusCode code = adopted.error_code();
   // A clear refusal ends the publish, and so does the end of its time: the
@@ -171,9 +185,9 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
   if (code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::PERMISSION_DENIED ||
       code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::DATA_LOSS ||
       code == grpc::StatusCode::RESOURCE_EXHAUSTED || code == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    ::unlink(path.c_str());
-    ::close(fd);
-    return Result<PublishAck>(FromGrpc(adopted, what));
+    ::unlink(file.path.c_str());
+    ::close(file.fd);
+    return FromGrpc(adopted, what);
   }
   // The broker could not take the file (FAILED_PRECONDITION: from now on
   // this client sends chunks), or the answer was lost: send the bytes from
@@ -183,10 +197,10 @@ std::optional<Result<PublishAck>> BusClient::Impl::PublishSpooled(
     std::lock_guard<std::mutex> lock(spool_mu);
     spool_state = -1;
   }
-  ::unlink(path.c_str());  // if still ours: an adopted file was renamed away
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) return Result<PublishAck>(FromGrpc(adopted, what));
+  ::unlink(file.path.c_str());  // if still ours: an adopted file was renamed away
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd, 0);
+  ::close(file.fd);
+  if (map == MAP_FAILED) return FromGrpc(adopted, what);
   Result<PublishAck> sent =
       PublishChunked(topic, std::string_view(static_cast<const char*>(map), size), opts, seq);
   ::munmap(map, size);
@@ -211,6 +225,84 @@ Result<PublishAck> BusClient::PublishLargeFrom(
   PublishOptions sequenced = opts;
   sequenced.sequence = seq;
   return Publish(topic, mem.bytes(), sequenced);
+}
+
+LargePayloadSlot::~LargePayloadSlot() {
+  Unmap();
+  if (fd_ >= 0) {
+    ::unlink(path_.c_str());
+    ::close(fd_);
+  }
+}
+
+void LargePayloadSlot::Unmap() {
+  if (data_ != nullptr) ::munmap(data_, size_);
+  data_ = nullptr;
+}
+
+Result<std::unique_ptr<LargePayloadSlot>> BusClient::ReserveLarge(std::string_view topic,
+                                                                  size_t size) {
+  if (size == 0) {
+    return InvalidArgument("bus: a slot for a publish to topic \"" + std::string(topic) +
+                           "\" needs a size");
+  }
+  std::unique_ptr<LargePayloadSlot> slot(new LargePayloadSlot());
+  slot->size_ = size;
+  if (static_cast<int64_t>(size) > kMaxInlineBytes) {
+    AGENTRT_ASSIGN_OR_RETURN(const std::string dir, impl_->SpoolFor(topic, size));
+    std::optional<SpoolFile> file = dir.empty() ? std::nullopt : impl_->CreateSpoolFile(dir);
+    if (file) {
+      // Its blocks allocated first: a full disk is this fallback, not a
+      // SIGBUS in the caller's copy into the mapping.
+      void* map = ::posix_fallocate(file->fd, 0, static_cast<off_t>(size)) == 0
+                      ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file->fd, 0)
+                      : MAP_FAILED;
+      if (map != MAP_FAILED) {
+        slot->data_ = static_cast<char*>(map);
+        slot->fd_ = file->fd;
+        slot->path_ = std::move(file->path);
+        slot->name_ = std::move(file->name);
+        // A write to every page now, so that the caller's copy faults none.
+        const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+        for (size_t at = 0; at < size; at += page) reinterpret_cast<volatile char*>(map)[at] = 0;
+        return slot;
+      }
+      ::unlink(file->path.c_str());
+      ::close(file->fd);
+    }
+  }
+  // The client's own memory, faulted in by the kernel.
+  void* map = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (map == MAP_FAILED) {
+    return ErrnoStatus(errno, "bus: cannot allocate " + std::to_string(size) +
+                                  " bytes for a publish to topic \"" + std::string(topic) + "\"");
+  }
+  slot->data_ = static_cast<char*>(map);
+  return slot;
+}
+
+Result<PublishAck> BusClient::PublishLargeSlot(std::string_view topic,
+                                               std::unique_ptr<LargePayloadSlot> slot,
+                                               const PublishOptions& opts) {
+  if (slot == nullptr) {
+    return InvalidArgument("bus: a publish to topic \"" + std::string(topic) + "\" without a slot");
+  }
+  const uint64_t seq = impl_->SequenceFor(opts);
+  const size_t size = slot->size_;
+  if (slot->spooled()) {
+    const uint32_t crc = Crc32c(slot->data_, size);
+    slot->Unmap();  // nothing of ours writes to it once the broker may read it
+    const SpoolFile file{slot->fd_, slot->path_, slot->name_};
+    slot->fd_ = -1;  // AdoptSpooled closes it (and removes it unless adopted)
+    return impl_->AdoptSpooled(topic, file, size, crc, opts, seq);
+  }
+  const std::string_view payload(slot->data_, size);
+  if (static_cast<int64_t>(size) > kMaxInlineBytes)
+    return impl_->PublishChunked(topic, payload, opts, seq);
+  PublishOptions sequenced = opts;
+  sequenced.sequence = seq;
+  return Publish(topic, payload, sequenced);
 }
 
 }  // namespace agentrt

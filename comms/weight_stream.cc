@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/crc32c.h"
@@ -165,14 +168,43 @@ Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(const BusMessage
   return std::shared_ptr<const WeightSet>(std::move(set));
 }
 
+// PublishAsync's state: the version in flight, the next slot, and the
+// thread that stores the one and readies the other.
+struct WeightStream::Async {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool busy = false;                         // storing `filled`, then readying `ready`
+  std::unique_ptr<LargePayloadSlot> filled;  // the version to store
+  std::unique_ptr<LargePayloadSlot> ready;   // the next slot
+  PublishOptions opts;                       // of `filled`
+  std::optional<Status> failed;              // a failure not reported yet
+  int64_t stored = 0;                        // the newest version it stored
+  std::thread thread;
+};
+
 WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation)
     : bus_(bus),
       name_(std::move(name)),
       topic_(WeightStreamTopic(name_)),
       incarnation_(incarnation) {}
 
-Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, int64_t step,
-                                      std::chrono::milliseconds timeout) {
+WeightStream::~WeightStream() {
+  if (async_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(async_->mu);
+    async_->stop = true;
+  }
+  async_->cv.notify_all();
+  async_->thread.join();  // after the version in flight, if any
+  if (async_->failed) {
+    std::fprintf(stderr, "agentrt: weights stream \"%s\": a version was not stored: %s\n",
+                 name_.c_str(), async_->failed->ToString().c_str());
+  }
+}
+
+Result<WeightLayout> WeightStream::LayOut(const std::vector<WeightTensor>& tensors,
+                                          int64_t step) const {
   for (const auto& t : tensors) {
     if (HasNegativeDimension(t.shape))
       return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
@@ -181,7 +213,19 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
       return InvalidArgument("weights of stream \"" + name_ + "\": tensor \"" + t.name +
                              "\" has no data");
   }
-  const WeightLayout layout = LayOutWeights(name_, bus_.agent(), step, incarnation_, tensors);
+  return LayOutWeights(name_, bus_.agent(), step, incarnation_, tensors);
+}
+
+PublishOptions WeightStream::Options(std::chrono::milliseconds timeout) const {
+  PublishOptions opts;
+  opts.content_type = kWeightsContentType;
+  opts.timeout = timeout;
+  return opts;
+}
+
+Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, int64_t step,
+                                      std::chrono::milliseconds timeout) {
+  AGENTRT_ASSIGN_OR_RETURN(const WeightLayout layout, LayOut(tensors, step));
   static const char kZeros[kWeightsAlignment] = {};
   auto fill = [&](LargePayloadWriter& w) -> Status {
     AGENTRT_RETURN_IF_ERROR(w.Append(layout.header.data(), layout.header.size()));
@@ -193,11 +237,103 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
     }
     return Status::Ok();
   };
-  PublishOptions opts;
-  opts.content_type = kWeightsContentType;
-  opts.timeout = timeout;
-  AGENTRT_ASSIGN_OR_RETURN(PublishAck ack, bus_.PublishLargeFrom(topic_, layout.size, fill, opts));
+  AGENTRT_ASSIGN_OR_RETURN(PublishAck ack,
+                           bus_.PublishLargeFrom(topic_, layout.size, fill, Options(timeout)));
   return ack.offset + 1;
+}
+
+Status WeightStream::PublishAsync(const std::vector<WeightTensor>& tensors, int64_t step,
+                                  std::chrono::milliseconds timeout) {
+  AGENTRT_ASSIGN_OR_RETURN(const WeightLayout layout, LayOut(tensors, step));
+  std::lock_guard<std::mutex> caller(async_mu_);  // one publisher at a time
+  if (async_ == nullptr) {
+    async_ = std::make_unique<Async>();
+    async_->thread = std::thread([this] { RunAsync(); });
+  }
+  Async& a = *async_;
+  std::unique_ptr<LargePayloadSlot> slot;
+  {
+    std::unique_lock<std::mutex> lock(a.mu);
+    a.cv.wait(lock, [&] { return !a.busy; });
+    if (a.failed) {
+      const Status failed = std::move(*a.failed);
+      a.failed.reset();
+      return failed.WithContext(
+          "weights stream \"" + name_ +
+          "\": the version before was not stored; this one was not published");
+    }
+    if (a.ready != nullptr && a.ready->size() == layout.size) slot = std::move(a.ready);
+    a.ready.reset();
+  }
+  if (slot == nullptr) {
+    AGENTRT_ASSIGN_OR_RETURN(slot, bus_.ReserveLarge(topic_, layout.size));
+  }
+  char* out = slot->data();
+  std::memcpy(out, layout.header.data(), layout.header.size());
+  size_t at = layout.header.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::memset(out + at, 0, layout.offsets[i] - at);
+    if (tensors[i].bytes > 0)
+      std::memcpy(out + layout.offsets[i], tensors[i].data, tensors[i].bytes);
+    at = layout.offsets[i] + tensors[i].bytes;
+  }
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.filled = std::move(slot);
+    a.opts = Options(timeout);
+    a.busy = true;
+  }
+  a.cv.notify_all();
+  return Status::Ok();
+}
+
+void WeightStream::RunAsync() {
+  Async& a = *async_;
+  std::unique_lock<std::mutex> lock(a.mu);
+  for (;;) {
+    a.cv.wait(lock, [&] { return a.stop || a.filled != nullptr; });
+    if (a.filled == nullptr) return;  // stopped, nothing in flight
+    std::unique_ptr<LargePayloadSlot> slot = std::move(a.filled);
+    const PublishOptions opts = a.opts;
+    const bool stopping = a.stop;
+    lock.unlock();
+    const size_t size = slot->size();
+    Result<PublishAck> ack = bus_.PublishLargeSlot(topic_, std::move(slot), opts);
+    // The next version's slot, made now rather than while the caller waits.
+    // Not made, the next call makes its own.
+    std::unique_ptr<LargePayloadSlot> next;
+    if (ack.ok() && !stopping) {
+      if (auto reserved = bus_.ReserveLarge(topic_, size); reserved.ok())
+        next = std::move(*reserved);
+    }
+    lock.lock();
+    if (ack.ok()) {
+      a.stored = ack->offset + 1;
+    } else {
+      a.failed = ack.status();
+    }
+    a.ready = std::move(next);
+    a.busy = false;
+    a.cv.notify_all();
+  }
+}
+
+Result<int64_t> WeightStream::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> caller(async_mu_);
+  if (async_ == nullptr) return int64_t{0};
+  Async& a = *async_;
+  std::unique_lock<std::mutex> lock(a.mu);
+  if (!a.cv.wait_for(lock, timeout, [&] { return !a.busy; })) {
+    return DeadlineExceeded("weights stream \"" + name_ +
+                            "\": the version in flight was not stored within " +
+                            std::to_string(timeout.count()) + " ms");
+  }
+  if (a.failed) {
+    const Status failed = std::move(*a.failed);
+    a.failed.reset();
+    return failed;
+  }
+  return a.stored;
 }
 
 Result<std::pair<int64_t, int64_t>> WeightStream::Bounds() {

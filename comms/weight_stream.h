@@ -23,6 +23,14 @@
 // bytes are streamed, and the set owns them. Publish returns once the
 // version is stored; it never waits for subscribers.
 //
+// PublishAsync returns sooner: once the bytes are copied into the stream's
+// next slot (BusClient::ReserveLarge: on the broker's node its next spool
+// file, mapped), which a background thread made ready after the version
+// before, every page faulted in, so the caller's wait is one memcpy. The
+// thread then has the version stored and readies the next slot. At most one
+// version is in flight and one slot ready, so a publisher never holds more
+// than two versions' bytes, however slow the broker or its disk.
+//
 // The payload (content type kWeightsContentType):
 //   "AGRTWTS1" | u64 (little-endian) length of the header | the header, JSON:
 //   {"stream", "agent", "step", "incarnation", "tensors": [{"name", "dtype",
@@ -36,6 +44,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,15 +133,34 @@ class WeightStream {
   // `incarnation`: what versions published from here carry (the agent's
   // restart count; AgentEnv::restart_count).
   WeightStream(BusClient& bus, std::string name, int64_t incarnation = 0);
+  // Waits for a version PublishAsync still has in flight (the broker's
+  // answer is awaited up to the publish's timeout); a failure no Flush
+  // reported is written to stderr.
+  ~WeightStream();
+  WeightStream(const WeightStream&) = delete;
+  WeightStream& operator=(const WeightStream&) = delete;
 
   const std::string& name() const { return name_; }
   const std::string& topic() const { return topic_; }
+  int64_t incarnation() const { return incarnation_; }
 
   // Stores a new version; returns its number. DeadlineExceeded leaves it
   // unknown whether the version was stored (the broker may still be taking
   // it over): Latest() says which version is the newest.
   Result<int64_t> Publish(const std::vector<WeightTensor>& tensors, int64_t step,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  // Copies the tensors into the stream's next slot and returns; the version
+  // is stored in the background (Flush says its number). A call while the
+  // version before is still in flight waits for it first. If that one
+  // failed, this call says so and publishes nothing. The first call of a
+  // stream, and one after the payload's size changed, readies its slot
+  // itself (as long as Publish takes).
+  Status PublishAsync(const std::vector<WeightTensor>& tensors, int64_t step,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  // Waits until PublishAsync's version is stored (and the next slot ready);
+  // returns its number (0 before the first), or why it was not stored.
+  Result<int64_t> Flush(std::chrono::milliseconds timeout);
+
   // The newest version (NotFound when the stream has none).
   Result<std::shared_ptr<const WeightSet>> Latest(std::chrono::milliseconds timeout);
   // The newest version after `version`, waiting up to `timeout` for one
@@ -149,9 +177,17 @@ class WeightStream {
   Result<std::shared_ptr<const WeightSet>> Read(int64_t version, std::chrono::milliseconds wait);
   static void PauseBeforeRetry(int attempt, std::chrono::steady_clock::time_point deadline);
 
+  // The tensors checked and laid out for step `step`.
+  Result<WeightLayout> LayOut(const std::vector<WeightTensor>& tensors, int64_t step) const;
+  PublishOptions Options(std::chrono::milliseconds timeout) const;
+  void RunAsync();  // PublishAsync's background thread
+
   BusClient& bus_;
   std::string name_, topic_;
   int64_t incarnation_;
+  struct Async;          // PublishAsync's slot and background thread (weight_stream.cc)
+  std::mutex async_mu_;  // guards async_'s creation, and orders PublishAsync callers
+  std::unique_ptr<Async> async_;
 };
 
 }  // namespace agentrt

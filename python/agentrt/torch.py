@@ -473,15 +473,17 @@ def from_bytes(payload):
     return tensors, header.get("meta", {})
 
 
-def publish_weights(stream, model, step):
+def publish_weights(stream, model, step, wait=True):
     """Publishes ``model``'s state_dict (parameters and buffers) as a new version
     of ``stream`` (an agentrt.WeightStream); returns its number. CPU tensors are
     read in place (on the broker's node straight into the broker's file); GPU
-    tensors are copied to the host once."""
+    tensors are copied to the host once. ``wait=False``: returns None once the
+    tensors are copied, the version stored in the background
+    (WeightStream.publish, ``stream.flush()``)."""
     arrays, dtypes = {}, {}
     for name, t in model.state_dict().items():
         arrays[name], dtypes[name] = tensor_to_array(t)
-    return stream.publish(arrays, step, dtypes=dtypes)
+    return stream.publish(arrays, step, dtypes=dtypes, wait=wait)
 
 
 def weights_tensors(weights):

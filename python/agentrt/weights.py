@@ -106,10 +106,17 @@ class WeightStream:
     def topic(self):
         return "weights/" + self.name
 
-    def publish(self, arrays, step, dtypes=None):
+    def publish(self, arrays, step, dtypes=None, wait=True):
         """Stores a new version of ``arrays`` ({name: array}); returns its number.
         ``dtypes`` ({name: label}) overrides a tensor's dtype label (e.g.
-        "bfloat16" for raw int16s)."""
+        "bfloat16" for raw int16s).
+
+        ``wait=False`` returns once the bytes are copied into the stream's next
+        slot (made ready in the background after the version before, so the
+        copy is one memcpy) and returns None; the version is stored in the
+        background and ``flush()`` says its number. One version is in flight
+        at a time: a call while one is waits for it, and raises its error if
+        it was not stored (publishing nothing)."""
         names, described, keep = list(arrays), [], []
         ptrs = (ctypes.c_void_p * len(names))()
         sizes = (ctypes.c_size_t * len(names))()
@@ -121,12 +128,26 @@ class WeightStream:
             ptrs[i] = arr.ctypes.data if arr.nbytes else None
             sizes[i] = arr.nbytes
             keep.append(arr)
+        args = (self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(),
+                ptrs, sizes, len(names), int(step), self.incarnation)
+        if not wait:
+            _lib.check(_lib.lib().agentrt_weights_publish_async(*args), errors.BusError)
+            return None
         version = ctypes.c_int64()
-        _lib.check(_lib.lib().agentrt_weights_publish(
-            self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(),
-            ptrs, sizes, len(names), int(step), self.incarnation, ctypes.byref(version)),
-            errors.BusError)
+        _lib.check(_lib.lib().agentrt_weights_publish(*args, ctypes.byref(version)),
+                   errors.BusError)
         del keep
+        return version.value
+
+    def flush(self, timeout=60.0):
+        """Waits until the version ``publish(..., wait=False)`` has in flight is
+        stored; returns its number (0 before the first). Raises why it was not
+        stored, or BusError (DEADLINE_EXCEEDED) after ``timeout`` seconds."""
+        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
+        version = ctypes.c_int64()
+        _lib.check(_lib.lib().agentrt_weights_flush(
+            self.bus._p(), _lib.encode(self.name, "name"), self.incarnation, timeout,
+            ctypes.byref(version)), errors.BusError)
         return version.value
 
     def _get(self, mode, version, timeout):

@@ -224,6 +224,104 @@ TEST_CASE("weight streams: wait_newer waits for the next version, never for subs
   CHECK((*newest)->version() == 2);
 }
 
+TEST_CASE("weight streams: PublishAsync returns once the bytes are copied, and stores them after") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  WeightStream in(*sub, "async");
+  const Policy p1(41), p2(42);
+  {
+    WeightStream out(*pub, "async", /*incarnation=*/2);
+    auto none = out.Flush(1s);
+    REQUIRE(none.ok());
+    CHECK(*none == 0);  // nothing published yet
+
+    Policy trained = p1;
+    REQUIRE(out.PublishAsync(trained.Tensors(), 10).ok());
+    std::fill(trained.w.begin(), trained.w.end(), -1.0f);  // the loop trains on at once
+    auto v1 = out.Flush(20s);
+    INFO(v1.status().ToString());
+    REQUIRE(v1.ok());
+    CHECK(*v1 == 1);
+    auto got = in.At(1, 5s);
+    REQUIRE(got.ok());
+    CHECK((*got)->mapped());
+    CHECK((*got)->step() == 10);
+    CHECK((*got)->incarnation() == 2);
+    CheckHolds(**got, p1);  // the values at the call
+    // The next version's slot is ready in the spool, already its size.
+    CHECK(SpoolFiles(dir.path) == 1);
+
+    REQUIRE(out.PublishAsync(p2.Tensors(), 20).ok());
+    auto v2 = out.Flush(20s);
+    REQUIRE(v2.ok());
+    CHECK(*v2 == 2);
+    auto latest = in.Latest(5s);
+    REQUIRE(latest.ok());
+    CHECK((*latest)->version() == 2);
+    CheckHolds(**latest, p2);
+    auto stats = sub->Stats();
+    REQUIRE(stats.ok());
+    CHECK(stats->large_adopted == 2);  // both went through the spool, no byte over the socket
+    CHECK(stats->large_streamed == 0);
+
+    // A size the ready slot does not have: the call makes its own slot.
+    REQUIRE(out.PublishAsync(Policy(43, size_t{3} << 20).Tensors(), 30).ok());
+    auto v3 = out.Flush(20s);
+    REQUIRE(v3.ok());
+    CheckHolds(**in.At(*v3, 5s), Policy(43, size_t{3} << 20));
+    // One in flight when the stream goes: stored before it is gone.
+    REQUIRE(out.PublishAsync(p1.Tensors(), 40).ok());
+  }
+  auto last = in.Latest(5s);
+  REQUIRE(last.ok());
+  CHECK((*last)->version() == 4);
+  CHECK((*last)->step() == 40);
+  CHECK(SpoolFiles(dir.path) == 0);  // the slot made ready for a fifth is removed with the stream
+
+  // Where the spool is not used, the slot is the client's memory and the
+  // version is streamed; small versions go inline.
+  auto remote = Client(server->address(), "pub", /*local=*/false);
+  WeightStream far(*remote, "async-far");
+  REQUIRE(far.PublishAsync(p2.Tensors(), 1).ok());
+  REQUIRE(far.PublishAsync(Policy(44, 1000).Tensors(), 2).ok());  // waits for the first
+  auto small = far.Flush(20s);
+  REQUIRE(small.ok());
+  CHECK(*small == 2);
+  WeightStream far_in(*sub, "async-far");
+  CheckHolds(**far_in.At(1, 5s), p2);
+  CheckHolds(**far_in.At(2, 5s), Policy(44, 1000));
+  auto streamed = sub->Stats();
+  REQUIRE(streamed.ok());
+  CHECK(streamed->large_streamed == 1);
+}
+
+TEST_CASE("weight streams: a version PublishAsync could not store is reported, never dropped") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  // Through the spool, the ACL refuses before anything is copied.
+  auto local = Client(server->address(), "outsider");
+  WeightStream here(*local, "kept");
+  CHECK(here.PublishAsync(Policy(50).Tensors(), 1).code() == StatusCode::kPermissionDenied);
+  CHECK(SpoolFiles(dir.path) == 0);
+
+  // Streamed, the refusal comes from the background: Flush reports it ...
+  auto remote = Client(server->address(), "outsider", /*local=*/false);
+  WeightStream far(*remote, "kept");
+  REQUIRE(far.PublishAsync(Policy(51).Tensors(), 1).ok());
+  auto flushed = far.Flush(20s);
+  CHECK(flushed.status().code() == StatusCode::kPermissionDenied);
+  // ... or, unflushed, the next PublishAsync, which then publishes nothing.
+  REQUIRE(far.PublishAsync(Policy(52).Tensors(), 2).ok());
+  const Status next = far.PublishAsync(Policy(53).Tensors(), 3);
+  CHECK(next.code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(next.message(), Catch::Contains("the version before was not stored"));
+  auto after = far.Flush(1s);
+  REQUIRE(after.ok());
+  CHECK(*after == 0);  // none stored, nothing in flight
+}
+
 TEST_CASE("weight streams: small versions inline, streamed ones where the spool is not visible") {
   testing::TempDir dir("agentrt-weights");
   auto server = Start(dir.path);

@@ -126,7 +126,10 @@ def scenario_torch(work):
         # Outside the channel: no version by any path.
         outsider = connect(bus, "outsider")
         for what, call in (("latest", lambda: agentrt.WeightStream(outsider, "learner").at(2)),
-                           ("publish", lambda: art.publish_weights(agentrt.WeightStream(outsider, "learner"), model, 1))):
+                           ("publish", lambda: art.publish_weights(agentrt.WeightStream(outsider, "learner"), model, 1)),
+                           ("publish without waiting",
+                            lambda: art.publish_weights(agentrt.WeightStream(outsider, "learner"), model, 1,
+                                                        wait=False))):
             try:
                 call()
                 check(False, "outsider's %s was refused" % what)
@@ -142,6 +145,29 @@ def scenario_torch(work):
                   "a version keep_last dropped is NOT_FOUND, said so: %s" % e)
         blobs = glob.glob(os.path.join(log_dir, "logs", "**", "*.blob"), recursive=True)
         check(len(blobs) == KEEP_LAST, "keep_last 2 leaves 2 payload files (%d)" % len(blobs))
+
+        # wait=False: back once the tensors are copied, and the loop trains on at once.
+        check(out.flush(10) == 0, "flush before any publish without waiting says 0")
+        reader = agentrt.WeightStream(connect(bus, "actor-0"), "learner")
+        for step, version in ((500, 5), (600, 6)):
+            sums[version] = total()
+            check(art.publish_weights(out, model, step=step, wait=False) is None,
+                  "publish_weights(wait=False) returns before the version has a number")
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.mul_(2.0)
+            check(out.flush(60) == version, "flush says the version stored: %d" % version)
+            got = reader.at(version)
+            stored = sum(float(t.double().sum()) for t in art.weights_tensors(got).values())
+            check(got.step == step and got.mapped and
+                  abs(stored - sums[version]) < 1e-6 * max(1.0, abs(sums[version])),
+                  "version %d holds the parameters at the call, not those trained after (%.6f vs %.6f)"
+                  % (version, stored, sums[version]))
+            check(len(glob.glob(os.path.join(log_dir, "incoming", "*.part"))) == 1,
+                  "the next version's slot waits in the spool, made ready in the background")
+        learner.close()
+        check(not glob.glob(os.path.join(log_dir, "incoming", "*.part")),
+              "closing the bus removes the slot made ready for a next version")
     check(not os.path.exists(os.path.join(log_dir, "incoming")), "the spool is gone with the broker")
 
 
