@@ -16,10 +16,16 @@ struct agentrt_weights {
 
 namespace {
 
-// tensors_json (a list of {"name", "dtype", "shape"}) with data[i] and bytes[i].
+// tensors_json (a list of {"name", "dtype", "shape"}) with data[i] and bytes[i]
+// (InvalidArgument naming a NULL one).
 agentrt::Result<std::vector<agentrt::WeightTensor>> Tensors(const char* tensors_json,
                                                             const void* const* data,
                                                             const size_t* bytes, size_t n) {
+  const char* null = tensors_json == nullptr     ? "tensors_json"
+                     : n > 0 && data == nullptr  ? "data"
+                     : n > 0 && bytes == nullptr ? "bytes"
+                                                 : nullptr;
+  if (null != nullptr) return agentrt::InvalidArgument(std::string(null) + " is NULL");
   nlohmann::json list;
   AGENTRT_RETURN_IF_ERROR(agentrt::capi::ParseJsonArg(tensors_json, "tensors_json", &list));
   if (!list.is_array() || list.size() != n)
@@ -59,11 +65,6 @@ int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* te
                             int64_t incarnation, int64_t* version) {
   AGENTRT_C_REQUIRE(bus, "bus");
   AGENTRT_C_REQUIRE(stream, "stream");
-  AGENTRT_C_REQUIRE(tensors_json, "tensors_json");
-  if (n > 0) {
-    AGENTRT_C_REQUIRE(data, "data");
-    AGENTRT_C_REQUIRE(bytes, "bytes");
-  }
   return Guard("agentrt_weights_publish", [&] {
     auto tensors = Tensors(tensors_json, data, bytes, n);
     if (!tensors.ok()) return Fail(tensors.status());
@@ -80,11 +81,6 @@ int agentrt_weights_publish_async(agentrt_bus* bus, const char* stream, const ch
                                   int64_t step, int64_t incarnation) {
   AGENTRT_C_REQUIRE(bus, "bus");
   AGENTRT_C_REQUIRE(stream, "stream");
-  AGENTRT_C_REQUIRE(tensors_json, "tensors_json");
-  if (n > 0) {
-    AGENTRT_C_REQUIRE(data, "data");
-    AGENTRT_C_REQUIRE(bytes, "bytes");
-  }
   return Guard("agentrt_weights_publish_async", [&] {
     auto tensors = Tensors(tensors_json, data, bytes, n);
     if (!tensors.ok()) return Fail(tensors.status());

@@ -417,6 +417,31 @@ double BusFanout(const std::string& address, const std::string& topic, size_t si
   return gbps;
 }
 
+// A policy of `size` bytes in 16 float32 tensors, as the weight-stream
+// figures publish it.
+struct BenchPolicy {
+  static constexpr int kTensors = 16;
+  std::vector<std::vector<char>> model;
+  std::vector<agentrt::WeightTensor> tensors;
+  explicit BenchPolicy(size_t size) : model(kTensors, std::vector<char>(size / kTensors, 'w')) {
+    for (int i = 0; i < kTensors; ++i) {
+      tensors.push_back({"layer" + std::to_string(i),
+                         "float32",
+                         {static_cast<int64_t>(size / kTensors / 4)},
+                         model[i].data(),
+                         model[i].size()});
+    }
+  }
+  // One memcpy of its bytes into memory already faulted in.
+  double MemcpySeconds() const {
+    std::vector<char> copy(model.size() * model[0].size());
+    const int64_t m0 = NowNs();
+    for (size_t i = 0; i < model.size(); ++i)
+      std::memcpy(copy.data() + i * model[i].size(), model[i].data(), model[i].size());
+    return static_cast<double>(NowNs() - m0) / 1e9;
+  }
+};
+
 struct WeightsFigures {
   double gbps = 0;       // aggregate, publish start to the last load
   double publish_s = 0;  // the publisher's stall
@@ -432,16 +457,8 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
     readers.back().WaitReady();
   }
   auto pub = Connect(address, "bench-pub");
-  constexpr int kTensors = 16;
-  std::vector<std::vector<char>> model(kTensors, std::vector<char>(size / kTensors, 'w'));
-  std::vector<agentrt::WeightTensor> tensors;
-  for (int i = 0; i < kTensors; ++i) {
-    tensors.push_back({"layer" + std::to_string(i),
-                       "float32",
-                       {static_cast<int64_t>(size / kTensors / 4)},
-                       model[i].data(),
-                       model[i].size()});
-  }
+  BenchPolicy policy(size);
+  auto& tensors = policy.tensors;
   agentrt::WeightStream out(*pub, stream);
   WeightsFigures f;
   const int64_t t0 = NowNs();
@@ -459,11 +476,7 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
   }
   f.gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
   f.publish_s = static_cast<double>(published - t0) / 1e9;
-  std::vector<char> copy(size);
-  const int64_t m0 = NowNs();
-  for (int i = 0; i < kTensors; ++i)
-    std::memcpy(copy.data() + i * (size / kTensors), model[i].data(), model[i].size());
-  f.memcpy_s = static_cast<double>(NowNs() - m0) / 1e9;
+  f.memcpy_s = policy.MemcpySeconds();
   std::fprintf(stderr,
                "bench_bus: weights %zu MiB to %d subscribers: published in %.0f ms (memcpy %.0f "
                "ms), all loaded after %.0f ms: %.2f GB/s aggregate\n",
@@ -481,16 +494,8 @@ struct AsyncStall {
 };
 AsyncStall WeightsAsyncStall(const std::string& address, const std::string& stream, size_t size) {
   auto pub = Connect(address, "bench-pub");
-  constexpr int kTensors = 16;
-  std::vector<std::vector<char>> model(kTensors, std::vector<char>(size / kTensors, 'a'));
-  std::vector<agentrt::WeightTensor> tensors;
-  for (int i = 0; i < kTensors; ++i) {
-    tensors.push_back({"layer" + std::to_string(i),
-                       "float32",
-                       {static_cast<int64_t>(size / kTensors / 4)},
-                       model[i].data(),
-                       model[i].size()});
-  }
+  BenchPolicy policy(size);
+  auto& tensors = policy.tensors;
   agentrt::WeightStream out(*pub, stream);
   AsyncStall f;
   for (int version = 1; version <= 2; ++version) {
@@ -498,14 +503,10 @@ AsyncStall WeightsAsyncStall(const std::string& address, const std::string& stre
     if (agentrt::Status s = out.PublishAsync(tensors, version); !s.ok()) Die(s.ToString());
     const double stall = static_cast<double>(NowNs() - t0) / 1e9;
     (version == 1 ? f.first_s : f.steady_s) = stall;
-    for (auto& t : model) t[0] = static_cast<char>(version);  // the loop trains on
+    for (auto& t : policy.model) t[0] = static_cast<char>(version);  // the loop trains on
     if (auto v = out.Flush(std::chrono::seconds(120)); !v.ok()) Die(v.status().ToString());
   }
-  std::vector<char> copy(size);
-  const int64_t m0 = NowNs();
-  for (int i = 0; i < kTensors; ++i)
-    std::memcpy(copy.data() + i * (size / kTensors), model[i].data(), model[i].size());
-  f.memcpy_s = static_cast<double>(NowNs() - m0) / 1e9;
+  f.memcpy_s = policy.MemcpySeconds();
   std::fprintf(stderr,
                "bench_bus: PublishAsync of %zu MiB: the first call %.1f ms (readies its own "
                "slot), the next %.1f ms; memcpy %.1f ms\n",
