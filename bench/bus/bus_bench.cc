@@ -12,15 +12,17 @@
 //              anchor: reading the same files once with read(2)
 //   weights    one 256 MiB weight-stream version (comms/weight_stream.h) to 4
 //              subscriber processes on the broker's node, each loading every
-//              tensor into its own buffers (one copy, as load_weights does):
-//              aggregate GB/s, anchor: the ZeroMQ fan-out below; and the
+//              tensor into its own buffers (one copy, as load_weights does),
+//              and (`_views`) a stream's next version, published with
+//              PublishAsync, until each holds it as views of the broker's
+//              file: aggregate GB/s, anchor: the ZeroMQ fan-out below; and the
 //              publisher's stall (Publish until it returns), anchor: one
 //              memcpy of the same bytes; the same stall of PublishAsync once
 //              its slot is ready (a training loop's steady state), same
 //              anchor; and (not --quick) one 1 GiB version (the
 //              bus's ceiling, header included)
-//              to 8 subscribers, anchor: the memcpy floor (8 copies of 1 GiB
-//              one after another, GB/s of bytes delivered)
+//              to 8 subscribers, both ways, anchor: the memcpy floor (8 copies
+//              of 1 GiB one after another, GB/s of bytes delivered)
 //   fanout     one 256 MiB message to 4 subscriber processes (aggregate GB/s,
 //              publish start to the last delivery), the subscribers reading the
 //              payload's file themselves (same node) and, `streamed`, sent its
@@ -223,19 +225,27 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
   return 0;
 }
 
-// A weight-stream subscriber: waits for version 1 and loads each tensor into
-// buffers of its own (one copy, as agentrt.torch.load_weights does).
-int RunWeightsSubscriber(const std::string& address, const std::string& stream) {
+// A weight-stream subscriber: waits for the first version after `after` and
+// loads it: "copy" each tensor into buffers of its own (as
+// agentrt.torch.load_weights does), "views" holding the tensors where they
+// are (the mapping, CRC-checked when opened; as weights_tensors gives them).
+int RunWeightsSubscriber(const std::string& address, const std::string& stream,
+                         const std::string& how, int64_t after) {
   auto client = Connect(address, "bench-sub");
   agentrt::WeightStream in(*client, stream);
   Ready();
-  auto set = in.WaitNewer(0, std::chrono::seconds(120));
+  auto set = in.WaitNewer(after, std::chrono::seconds(120));
   if (!set.ok()) Die(set.status().ToString());
   int64_t bytes = 0;
   std::vector<std::vector<char>> model;
+  std::vector<const void*> views;
   for (const auto& e : (*set)->entries()) {
-    model.emplace_back(e.bytes);
-    std::memcpy(model.back().data(), (*set)->Data(e), e.bytes);
+    if (how == "views") {
+      views.push_back((*set)->Data(e));
+    } else {
+      model.emplace_back(e.bytes);
+      std::memcpy(model.back().data(), (*set)->Data(e), e.bytes);
+    }
     bytes += static_cast<int64_t>(e.bytes);
   }
   const int64_t done = NowNs();
@@ -453,7 +463,7 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
                              int subs) {
   std::vector<Child> readers;
   for (int i = 0; i < subs; ++i) {
-    readers.push_back(Spawn({"weights-sub", address, stream}));
+    readers.push_back(Spawn({"weights-sub", address, stream, "copy", "0"}));
     readers.back().WaitReady();
   }
   auto pub = Connect(address, "bench-pub");
@@ -483,6 +493,43 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
                size >> 20, subs, f.publish_s * 1e3, f.memcpy_s * 1e3,
                static_cast<double>(last - t0) / 1e6, f.gbps);
   return f;
+}
+
+// A stream's steady state: version 1 published before the subscribers
+// start, then version 2 with PublishAsync into the slot made ready after
+// version 1, until all `subs` subscribers hold it as views of the broker's
+// file (each checks the whole payload's CRC32C when it maps it). Aggregate
+// GB/s from the publish's start.
+double WeightsFanoutViews(const std::string& address, const std::string& stream, size_t size,
+                          int subs) {
+  auto pub = Connect(address, "bench-pub");
+  BenchPolicy policy(size);
+  agentrt::WeightStream out(*pub, stream);
+  if (agentrt::Status s = out.PublishAsync(policy.tensors, 1); !s.ok()) Die(s.ToString());
+  if (auto v = out.Flush(std::chrono::seconds(120)); !v.ok()) Die(v.status().ToString());
+  std::vector<Child> readers;
+  for (int i = 0; i < subs; ++i) {
+    readers.push_back(Spawn({"weights-sub", address, stream, "views", "1"}));
+    readers.back().WaitReady();
+  }
+  const int64_t t0 = NowNs();
+  if (agentrt::Status s = out.PublishAsync(policy.tensors, 2); !s.ok()) Die(s.ToString());
+  int64_t last = 0;
+  for (auto& r : readers) {
+    long long first = 0, recv = 0, bytes = 0;
+    const std::string line = r.ReadLine(120);
+    if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
+      Die("bad weights result: " + line);
+    last = std::max<int64_t>(last, recv);
+    r.Stop();
+  }
+  if (auto v = out.Flush(std::chrono::seconds(120)); !v.ok()) Die(v.status().ToString());
+  const double gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
+  std::fprintf(stderr,
+               "bench_bus: weights %zu MiB to %d subscribers holding views, version 2 by "
+               "PublishAsync: all hold it after %.0f ms: %.2f GB/s aggregate\n",
+               size >> 20, subs, static_cast<double>(last - t0) / 1e6, gbps);
+  return gbps;
 }
 
 // PublishAsync's stall: a version of `size` bytes (16 tensors) published
@@ -671,7 +718,7 @@ int RunParent(bool quick) {
   const std::string durable_address = durable.WaitReady();
 
   std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate, bus_fan, bus_fan_streamed,
-      zmq_fan, weights_fan, weights_stall, weights_memcpy, async_stall, async_memcpy;
+      zmq_fan, weights_fan, weights_stall, weights_memcpy, async_stall, async_memcpy, weights_views;
   const size_t fan_size = (quick ? size_t{64} : size_t{256}) << 20;
   for (int r = 0; r < reps; ++r) {
     const WeightsFigures w = WeightsFanout(address, "w" + std::to_string(r), fan_size, 4);
@@ -681,6 +728,7 @@ int RunParent(bool quick) {
     const AsyncStall a = WeightsAsyncStall(address, "wa" + std::to_string(r), fan_size);
     async_stall.push_back(a.steady_s);
     async_memcpy.push_back(a.memcpy_s);
+    weights_views.push_back(WeightsFanoutViews(address, "wv" + std::to_string(r), fan_size, 4));
     bus_fan.push_back(BusFanout(address, "fan-" + std::to_string(r), fan_size, 4, false));
     bus_fan_streamed.push_back(
         BusFanout(address, "fan-streamed-" + std::to_string(r), fan_size, 4, true));
@@ -692,13 +740,14 @@ int RunParent(bool quick) {
     zmq_bw.push_back(ZmqFlow(bw_n, 1 << 20).mbps);
   }
   // 1 GiB to 8 subscribers against the memcpy floor of the same bytes.
-  std::vector<double> big_fan, big_floor;
+  std::vector<double> big_fan, big_views, big_floor;
   if (!quick) {
     const size_t big =
         (size_t{1} << 30) - (size_t{1} << 16);  // with its header: 1 GiB, the bus's ceiling
     std::vector<char> src(big, 'x'), dst(big);
     for (int r = 0; r < reps; ++r) {
       big_fan.push_back(WeightsFanout(address, "wbig" + std::to_string(r), big, 8).gbps);
+      big_views.push_back(WeightsFanoutViews(address, "wbigv" + std::to_string(r), big, 8));
       const int64_t m0 = NowNs();
       for (int i = 0; i < 8; ++i) {
         src[static_cast<size_t>(i)] = static_cast<char>(i);  // each copy reads its own source
@@ -732,8 +781,12 @@ int RunParent(bool quick) {
   const std::string weights_metric = "weights_" + std::to_string(fan_size >> 20) + "MiB_4subs";
   PrintFigure(weights_metric.c_str(), Median(weights_fan), "GB/s", "zmq_push_pull_4_receivers",
               Median(zmq_fan));
+  PrintFigure(weights_metric + "_views", Median(weights_views), "GB/s", "zmq_push_pull_4_receivers",
+              Median(zmq_fan));
   if (!big_fan.empty()) {
     PrintFigure("weights_1024MiB_8subs", Median(big_fan), "GB/s", "memcpy_floor_8_copies",
+                Median(big_floor));
+    PrintFigure("weights_1024MiB_8subs_views", Median(big_views), "GB/s", "memcpy_floor_8_copies",
                 Median(big_floor));
   }
   // Lower is better: how long the publisher's loop waits, against one memcpy.
@@ -756,7 +809,8 @@ int main(int argc, char** argv) {
     return RunBusSubscriber(argv[2], argv[3], std::atoll(argv[4]), std::string(argv[5]) == "1");
   }
   if (role == "zmq-pull" && argc == 3) return RunZmqPull(std::atoll(argv[2]));
-  if (role == "weights-sub" && argc == 4) return RunWeightsSubscriber(argv[2], argv[3]);
+  if (role == "weights-sub" && argc == 6)
+    return RunWeightsSubscriber(argv[2], argv[3], argv[4], std::atoll(argv[5]));
   if (role.empty() || role == "--quick") return RunParent(role == "--quick");
   std::fprintf(stderr, "usage: bench_bus [--quick]\n");
   return 2;
