@@ -126,10 +126,11 @@ class SrunBackend final : public LaunchBackend {
     if (!srun.ok()) return srun.status().WithContext("agent " + agent.name + ": srun");
 
     SpawnRequest req;
-    req.argv = BuildSrunArgv(agent, *program, options_);
-    req.argv[0] = *srun;
     // Its node step may still hold the CPUs it had there: share them.
-    if (was_in_node_step) req.argv.insert(req.argv.begin() + 1, "--overlap");
+    AgentLaunch step = agent;
+    step.overlap_steps = agent.overlap_steps || was_in_node_step;
+    req.argv = BuildSrunArgv(step, *program, options_);
+    req.argv[0] = *srun;
     req.env = BuildSrunEnvironment(agent, port, options_);
     req.log_path = agent.log_dir + "/srun.log";
     auto pid = spawner_->Spawn(req);
