@@ -48,8 +48,9 @@ def connect(bus, agent):
 
 def child(code, bus, agent, **env):
     e = dict(os.environ, BUS=bus.address, AGENT=agent, TOKEN=bus.token(agent), **env)
-    return subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, preexec_fn=die_with_parent)
+    return subprocess.Popen([sys.executable, "-c", code], env=e, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=die_with_parent)
 
 
 ACTOR = r"""
@@ -180,6 +181,19 @@ agentrt.WeightStream(bus, "learner").publish({"w": w}, step=int(os.environ["STEP
 print("published", flush=True)
 """
 
+ASYNC_PUBLISHER = r"""
+import os, sys, numpy as np, agentrt
+bus = agentrt.Bus.connect(os.environ["BUS"], os.environ["AGENT"], os.environ["TOKEN"])
+out = agentrt.WeightStream(bus, "learner")
+n = int(os.environ["FLOATS"])
+out.publish({"w": np.full(n, 4.0, dtype=np.float32)}, step=4, wait=False)
+print("stored", out.flush(60), flush=True)
+sys.stdin.readline()
+out.publish({"w": np.full(n, 5.0, dtype=np.float32)}, step=5, wait=False)
+print("queued", flush=True)
+sys.stdin.read()
+"""
+
 HOLDER = r"""
 import os, sys, agentrt
 bus = agentrt.Bus.connect(os.environ["BUS"], os.environ["AGENT"], os.environ["TOKEN"])
@@ -259,6 +273,27 @@ def scenario_faults(work):
         except agentrt.BusError as e:
             check(e.code_name == "NOT_FOUND", "version 1 is NOT_FOUND: %s" % e)
         check(reader.latest().version == 3, "the newest version is 3 (versions 1, 2, 3: the killed one took no number)")
+
+        # kill -9 of a publisher using wait=False: once while it holds the
+        # slot readied for its next version, once with a version in flight.
+        # Whole or nothing: a version that appears holds every byte.
+        before = set(glob.glob(os.path.join(spool, "learner.*.part")))
+        pub = child(ASYNC_PUBLISHER, bus, "learner", FLOATS=str(4 << 20))
+        check(pub.stdout.readline().split() == ["stored", "4"], "the async publisher stored version 4")
+        slots = set(glob.glob(os.path.join(spool, "learner.*.part"))) - before
+        check(len(slots) == 1, "its next version's slot waits in the spool: %s" % slots)
+        pub.stdin.write("go\n")
+        pub.stdin.flush()
+        check(pub.stdout.readline().strip() == "queued", "version 5 is in flight")
+        os.kill(pub.pid, signal.SIGKILL)
+        pub.wait(10)
+        newest = reader.latest()
+        check(newest.version in (4, 5), "the newest version is 4 or 5 (%d)" % newest.version)
+        values = newest.arrays["w"]
+        check(float(values.min()) == float(values.max()) == float(newest.step),
+              "version %d is whole: every value is its step's (%s..%s)"
+              % (newest.version, values.min(), values.max()))
+        del values, newest
     check(not os.path.exists(spool), "the spool (with the killed publisher's file) is gone with the broker")
     blobs = glob.glob(os.path.join(log_dir, "logs", "**", "*.blob"), recursive=True)
     check(len(blobs) == KEEP_LAST, "keep_last payload files remain in the durable log (%d)" % len(blobs))
