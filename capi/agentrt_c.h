@@ -319,6 +319,12 @@ AGENTRT_C_EXPORT int agentrt_weights_publish_async(agentrt_bus* bus, const char*
  * first), or the error that kept it from being stored. */
 AGENTRT_C_EXPORT int agentrt_weights_flush(agentrt_bus* bus, const char* stream,
                                            int64_t incarnation, int timeout_ms, int64_t* version);
+/* As agentrt_weights_flush, then the handle lets go of the stream: its
+ * background thread ends and the slot readied for a next version is freed
+ * (a later agentrt_weights_publish_async starts afresh). On an error (the
+ * version in flight not stored, or not within timeout_ms) it keeps it. */
+AGENTRT_C_EXPORT int agentrt_weights_close(agentrt_bus* bus, const char* stream,
+                                           int64_t incarnation, int timeout_ms, int64_t* version);
 /* Reads a version: mode 0 the newest (NOT_FOUND: none yet), 1 the newest
  * after `version` (waits up to timeout_ms: DEADLINE_EXCEEDED), 2 exactly
  * `version` (NOT_FOUND: not kept, or not yet). *out is freed with

@@ -146,6 +146,22 @@ Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& n
   }
   return stream.get();
 }
+
+Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,
+                                       int64_t incarnation, std::chrono::milliseconds timeout) {
+  AGENTRT_ASSIGN_OR_RETURN(WeightStream * stream, AsyncWeightStreamOf(bus, name, incarnation));
+  AGENTRT_ASSIGN_OR_RETURN(const int64_t version, stream->Flush(timeout));
+  std::unique_ptr<WeightStream> gone;
+  {
+    std::lock_guard<std::mutex> lock(bus->streams_mu);
+    auto it = bus->weight_streams.find(name);
+    if (it != bus->weight_streams.end()) {
+      gone = std::move(it->second);
+      bus->weight_streams.erase(it);
+    }
+  }
+  return version;  // `gone` ends its thread here, outside the lock
+}
 }  // namespace agentrt::capi
 
 extern "C" {

@@ -61,6 +61,10 @@ BusClient* BusClientOf(agentrt_bus* bus);
 // handle is closed. Another incarnation for the same name is refused.
 Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
                                           int64_t incarnation);
+// Flushes that stream (as WeightStream::Flush) and, if it is stored, lets
+// go of it; the version's number (0: none was published).
+Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,
+                                       int64_t incarnation, std::chrono::milliseconds timeout);
 
 // Parses a JSON argument; InvalidArgument naming `what` when it is not JSON.
 Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);

@@ -105,6 +105,19 @@ int agentrt_weights_flush(agentrt_bus* bus, const char* stream, int64_t incarnat
   });
 }
 
+int agentrt_weights_close(agentrt_bus* bus, const char* stream, int64_t incarnation, int timeout_ms,
+                          int64_t* version) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  return Guard("agentrt_weights_close", [&] {
+    auto v = agentrt::capi::CloseAsyncWeightStream(
+        bus, stream, incarnation, std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms));
+    if (!v.ok()) return Fail(v.status());
+    if (version != nullptr) *version = *v;
+    return Ok();
+  });
+}
+
 int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode, int64_t version,
                         int timeout_ms, agentrt_weights** out) {
   AGENTRT_C_REQUIRE(bus, "bus");

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -258,6 +259,7 @@ Result<std::unique_ptr<LargePayloadSlot>> BusClient::ReserveLarge(std::string_vi
                       ? ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file->fd, 0)
                       : MAP_FAILED;
       if (map != MAP_FAILED) {
+        ::madvise(map, size, MADV_DONTFORK);  // a forked child (a data loader) never holds it
         slot->data_ = static_cast<char*>(map);
         slot->fd_ = file->fd;
         slot->path_ = std::move(file->path);
@@ -278,6 +280,7 @@ Result<std::unique_ptr<LargePayloadSlot>> BusClient::ReserveLarge(std::string_vi
     return ErrnoStatus(errno, "bus: cannot allocate " + std::to_string(size) +
                                   " bytes for a publish to topic \"" + std::string(topic) + "\"");
   }
+  ::madvise(map, size, MADV_DONTFORK);
   slot->data_ = static_cast<char*>(map);
   return slot;
 }
@@ -290,6 +293,17 @@ Result<PublishAck> BusClient::PublishLargeSlot(std::string_view topic,
   }
   const uint64_t seq = impl_->SequenceFor(opts);
   const size_t size = slot->size_;
+  const std::string_view payload(slot->data_, size);
+  struct stat st {};
+  if (slot->spooled() && ::fstat(slot->fd_, &st) == 0 && st.st_nlink == 0) {
+    // The broker made its spool anew (a restart) since the slot was made:
+    // the bytes go in chunks, and the next publish asks for the spool again.
+    {
+      std::lock_guard<std::mutex> lock(impl_->spool_mu);
+      impl_->spool_state = 0;
+    }
+    return impl_->PublishChunked(topic, payload, opts, seq);
+  }
   if (slot->spooled()) {
     const uint32_t crc = Crc32c(slot->data_, size);
     slot->Unmap();  // nothing of ours writes to it once the broker may read it
@@ -297,7 +311,6 @@ Result<PublishAck> BusClient::PublishLargeSlot(std::string_view topic,
     slot->fd_ = -1;  // AdoptSpooled closes it (and removes it unless adopted)
     return impl_->AdoptSpooled(topic, file, size, crc, opts, seq);
   }
-  const std::string_view payload(slot->data_, size);
   if (static_cast<int64_t>(size) > kMaxInlineBytes)
     return impl_->PublishChunked(topic, payload, opts, seq);
   PublishOptions sequenced = opts;

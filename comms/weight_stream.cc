@@ -245,12 +245,8 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
 Status WeightStream::PublishAsync(const std::vector<WeightTensor>& tensors, int64_t step,
                                   std::chrono::milliseconds timeout) {
   AGENTRT_ASSIGN_OR_RETURN(const WeightLayout layout, LayOut(tensors, step));
-  std::lock_guard<std::mutex> caller(async_mu_);  // one publisher at a time
-  if (async_ == nullptr) {
-    async_ = std::make_unique<Async>();
-    async_->thread = std::thread([this] { RunAsync(); });
-  }
-  Async& a = *async_;
+  std::lock_guard<std::mutex> caller(publish_mu_);  // one publisher at a time
+  Async& a = StartAsync();
   std::unique_ptr<LargePayloadSlot> slot;
   {
     std::unique_lock<std::mutex> lock(a.mu);
@@ -258,9 +254,11 @@ Status WeightStream::PublishAsync(const std::vector<WeightTensor>& tensors, int6
     if (a.failed) {
       const Status failed = std::move(*a.failed);
       a.failed.reset();
-      return failed.WithContext(
-          "weights stream \"" + name_ +
-          "\": the version before was not stored; this one was not published");
+      return failed.WithContext("weights stream \"" + name_ + "\": the version before " +
+                                (failed.code() == StatusCode::kDeadlineExceeded
+                                     ? "may not have been stored (Latest() says)"
+                                     : "was not stored") +
+                                "; this one was not published");
     }
     if (a.ready != nullptr && a.ready->size() == layout.size) slot = std::move(a.ready);
     a.ready.reset();
@@ -287,20 +285,32 @@ Status WeightStream::PublishAsync(const std::vector<WeightTensor>& tensors, int6
   return Status::Ok();
 }
 
-void WeightStream::RunAsync() {
-  Async& a = *async_;
+WeightStream::Async& WeightStream::StartAsync() {
+  std::lock_guard<std::mutex> lock(async_mu_);
+  if (async_ == nullptr) {
+    auto a = std::make_unique<Async>();
+    a->thread = std::thread([this, raw = a.get()] { RunAsync(*raw); });
+    async_ = std::move(a);  // only once its thread runs
+  }
+  return *async_;
+}
+
+void WeightStream::RunAsync(Async& a) {
   std::unique_lock<std::mutex> lock(a.mu);
   for (;;) {
     a.cv.wait(lock, [&] { return a.stop || a.filled != nullptr; });
     if (a.filled == nullptr) return;  // stopped, nothing in flight
     std::unique_ptr<LargePayloadSlot> slot = std::move(a.filled);
     const PublishOptions opts = a.opts;
-    const bool stopping = a.stop;
     lock.unlock();
     const size_t size = slot->size();
     Result<PublishAck> ack = bus_.PublishLargeSlot(topic_, std::move(slot), opts);
-    // The next version's slot, made now rather than while the caller waits.
-    // Not made, the next call makes its own.
+    // The next version's slot, made now rather than while the caller waits
+    // (not if the stream is going meanwhile). Not made, the next call makes
+    // its own.
+    lock.lock();
+    const bool stopping = a.stop;
+    lock.unlock();
     std::unique_ptr<LargePayloadSlot> next;
     if (ack.ok() && !stopping) {
       if (auto reserved = bus_.ReserveLarge(topic_, size); reserved.ok())
@@ -319,9 +329,13 @@ void WeightStream::RunAsync() {
 }
 
 Result<int64_t> WeightStream::Flush(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> caller(async_mu_);
-  if (async_ == nullptr) return int64_t{0};
-  Async& a = *async_;
+  Async* started = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(async_mu_);
+    started = async_.get();
+  }
+  if (started == nullptr) return int64_t{0};
+  Async& a = *started;
   std::unique_lock<std::mutex> lock(a.mu);
   if (!a.cv.wait_for(lock, timeout, [&] { return !a.busy; })) {
     return DeadlineExceeded("weights stream \"" + name_ +

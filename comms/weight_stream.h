@@ -135,7 +135,7 @@ class WeightStream {
   WeightStream(BusClient& bus, std::string name, int64_t incarnation = 0);
   // Waits for a version PublishAsync still has in flight (the broker's
   // answer is awaited up to the publish's timeout); a failure no Flush
-  // reported is written to stderr.
+  // reported is written to stderr. A stream goes before its BusClient.
   ~WeightStream();
   WeightStream(const WeightStream&) = delete;
   WeightStream& operator=(const WeightStream&) = delete;
@@ -152,9 +152,11 @@ class WeightStream {
   // Copies the tensors into the stream's next slot and returns; the version
   // is stored in the background (Flush says its number). A call while the
   // version before is still in flight waits for it first. If that one
-  // failed, this call says so and publishes nothing. The first call of a
-  // stream, and one after the payload's size changed, readies its slot
-  // itself (as long as Publish takes).
+  // failed, this call says so and publishes nothing. A call that finds no
+  // slot of its payload's size ready readies its own (as long as Publish
+  // takes): the stream's first, one after a failure, and one whose size
+  // changed (a tensor's shape, or the header growing by a digit of the step
+  // across a 64-byte boundary).
   Status PublishAsync(const std::vector<WeightTensor>& tensors, int64_t step,
                       std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // Waits until PublishAsync's version is stored (and the next slot ready);
@@ -180,13 +182,15 @@ class WeightStream {
   // The tensors checked and laid out for step `step`.
   Result<WeightLayout> LayOut(const std::vector<WeightTensor>& tensors, int64_t step) const;
   PublishOptions Options(std::chrono::milliseconds timeout) const;
-  void RunAsync();  // PublishAsync's background thread
+  struct Async;             // PublishAsync's slot and background thread (weight_stream.cc)
+  Async& StartAsync();      // async_, its thread started on first use
+  void RunAsync(Async& a);  // that thread
 
   BusClient& bus_;
   std::string name_, topic_;
   int64_t incarnation_;
-  struct Async;          // PublishAsync's slot and background thread (weight_stream.cc)
-  std::mutex async_mu_;  // guards async_'s creation, and orders PublishAsync callers
+  std::mutex async_mu_;    // guards async_
+  std::mutex publish_mu_;  // orders PublishAsync callers
   std::unique_ptr<Async> async_;
 };
 

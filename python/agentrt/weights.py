@@ -128,34 +128,46 @@ class WeightStream:
             ptrs[i] = arr.ctypes.data if arr.nbytes else None
             sizes[i] = arr.nbytes
             keep.append(arr)
-        args = (self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(),
-                ptrs, sizes, len(names), int(step), self.incarnation)
-        if not wait:
-            _lib.check(_lib.lib().agentrt_weights_publish_async(*args), errors.BusError)
-            return None
-        version = ctypes.c_int64()
-        _lib.check(_lib.lib().agentrt_weights_publish(*args, ctypes.byref(version)),
-                   errors.BusError)
+        with self.bus._in_flight():  # Bus.close() waits for this call to return
+            args = (self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(),
+                    ptrs, sizes, len(names), int(step), self.incarnation)
+            if not wait:
+                _lib.check(_lib.lib().agentrt_weights_publish_async(*args), errors.BusError)
+                return None
+            version = ctypes.c_int64()
+            _lib.check(_lib.lib().agentrt_weights_publish(*args, ctypes.byref(version)),
+                       errors.BusError)
         del keep
+        return version.value
+
+    def _finish(self, fn, timeout):
+        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
+        version = ctypes.c_int64()
+        with self.bus._in_flight():
+            _lib.check(fn(self.bus._p(), _lib.encode(self.name, "name"), self.incarnation, timeout,
+                          ctypes.byref(version)), errors.BusError)
         return version.value
 
     def flush(self, timeout=60.0):
         """Waits until the version ``publish(..., wait=False)`` has in flight is
         stored; returns its number (0 before the first). Raises why it was not
         stored, or BusError (DEADLINE_EXCEEDED) after ``timeout`` seconds."""
-        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
-        version = ctypes.c_int64()
-        _lib.check(_lib.lib().agentrt_weights_flush(
-            self.bus._p(), _lib.encode(self.name, "name"), self.incarnation, timeout,
-            ctypes.byref(version)), errors.BusError)
-        return version.value
+        return self._finish(_lib.lib().agentrt_weights_flush, timeout)
+
+    def close(self, timeout=60.0):
+        """flush(), then the bus lets go of this stream's background thread and
+        of the memory readied for a next version (a later publish(wait=False)
+        starts afresh). Returns what flush() returns. The bus's close() does
+        this for every stream."""
+        return self._finish(_lib.lib().agentrt_weights_close, timeout)
 
     def _get(self, mode, version, timeout):
         timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
         out = ctypes.c_void_p()
-        _lib.check(_lib.lib().agentrt_weights_get(self.bus._p(), _lib.encode(self.name, "name"),
-                                                  mode, int(version), timeout,
-                                                  ctypes.byref(out)), errors.BusError)
+        with self.bus._in_flight():
+            _lib.check(_lib.lib().agentrt_weights_get(
+                self.bus._p(), _lib.encode(self.name, "name"), mode, int(version), timeout,
+                ctypes.byref(out)), errors.BusError)
         return Weights(out)
 
     def latest(self, timeout=10.0):

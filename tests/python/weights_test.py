@@ -166,6 +166,11 @@ def scenario_torch(work):
                   % (version, stored, sums[version]))
             check(len(glob.glob(os.path.join(log_dir, "incoming", "*.part"))) == 1,
                   "the next version's slot waits in the spool, made ready in the background")
+        check(out.close(10) == 6, "closing the stream says its last version")
+        check(not glob.glob(os.path.join(log_dir, "incoming", "*.part")),
+              "closing the stream removes the slot made ready for a next version")
+        check(art.publish_weights(out, model, step=700, wait=False) is None and out.flush(60) == 7,
+              "a closed stream publishes afresh")
         learner.close()
         check(not glob.glob(os.path.join(log_dir, "incoming", "*.part")),
               "closing the bus removes the slot made ready for a next version")
