@@ -162,7 +162,12 @@ Result<std::unique_ptr<BusClient>> MakeBusClientWithStub(
   impl->publisher_id = options.publisher_id != 0 ? options.publisher_id : RandomNonZeroU64();
   if (const char* local = std::getenv("AGENTRT_BUS_LOCAL_FILES"); local != nullptr) {
     options.read_local_files = std::string_view(local) == "1";
-    if (std::string_view(local) == "0") options.write_local_files = false;
+    if (std::string_view(local) == "0") {
+      // Nor does Fetch (and so a weight stream) read the broker's files:
+      // their bytes are streamed, as on another node.
+      options.write_local_files = false;
+      impl->broker_files_unreadable = true;
+    }
   }
   impl->options = std::move(options);
   return BusClientStubAccess::Make(std::move(impl));
@@ -344,8 +349,8 @@ Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topi
       ended = true;
       break;
     }
-    broken = assembler.Feed(resp, [&](const BusMessage& m) {
-      if (static_cast<int>(out.size()) < max) out.push_back(m);
+    broken = assembler.Feed(resp, [&](auto&& m) {  // a reassembled one is moved
+      if (static_cast<int>(out.size()) < max) out.push_back(std::forward<decltype(m)>(m));
     });
     if (!broken.ok() || !out.empty()) break;  // return what the first batch brought
   }

@@ -83,7 +83,8 @@ struct BusClientOptions {
   // the broker takes over (AdoptLarge), so no payload byte crosses the
   // socket; elsewhere, or false, it is sent in chunks. The publish is checked
   // (ACL, size) before a byte is written. AGENTRT_BUS_LOCAL_FILES=0 sets it
-  // false.
+  // false, and has Fetch (and so a weight stream) read none of the broker's
+  // files either: every byte is streamed, as on another node.
   bool write_local_files = true;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;

@@ -126,7 +126,7 @@ class Reassembler {
       return DataLoss("the " + std::to_string(size_) + " bytes of offset " +
                       std::to_string(whole->offset()) + " do not match their CRC32C");
     }
-    deliver(*whole);
+    deliver(std::move(*whole));  // a caller that keeps it moves it, not copies
     return Status::Ok();
   }
   void Reset() { large_.reset(); }
@@ -158,7 +158,7 @@ class Reassembler {
     BusMessage whole(m);
     ClearChunked(&whole);
     *whole.mutable_payload() = std::move(bytes).value();
-    deliver(whole);
+    deliver(std::move(whole));
     return Status::Ok();
   }
 

@@ -130,8 +130,7 @@ Status WeightSet::Parse(std::string_view what) {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(const BusMessage& m,
-                                                                int64_t version) {
+Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(BusMessage m, int64_t version) {
   std::shared_ptr<WeightSet> set(new WeightSet());
   set->version_ = version;
   set->agent_ = m.publisher();
@@ -160,7 +159,7 @@ Result<std::shared_ptr<const WeightSet>> WeightSet::FromMessage(const BusMessage
     if (Crc32c(set->base_, set->size_) != m.chunked_crc32c())
       return DataLoss(what + ": " + set->path_ + " does not match its CRC32C");
   } else {
-    set->owned_ = m.payload();
+    set->owned_ = std::move(*m.mutable_payload());
     set->base_ = set->owned_.data();
     set->size_ = set->owned_.size();
   }
@@ -372,7 +371,7 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   }
   if (got->empty() || got->front().offset() != version - 1)
     return NotFound(what + " does not exist (yet)");
-  auto set = WeightSet::FromMessage(got->front(), version);
+  auto set = WeightSet::FromMessage(std::move(got->front()), version);
   // Its file's name went between the fetch and the open: trimmed meanwhile.
   if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
   return set;

@@ -105,7 +105,8 @@ class WeightSet {
 
   // Reads a payload (header checks: DataLoss naming `what` when bad). Public
   // for the C API and tests; WeightStream is the way to get one.
-  static Result<std::shared_ptr<const WeightSet>> FromMessage(const BusMessage& m, int64_t version);
+  // A streamed payload is moved out of `m`, not copied.
+  static Result<std::shared_ptr<const WeightSet>> FromMessage(BusMessage m, int64_t version);
 
  private:
   WeightSet() = default;

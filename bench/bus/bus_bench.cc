@@ -128,13 +128,13 @@ void WaitForSigterm() {
 // ---- roles (child processes) ----
 
 // log_dir empty: durability memory; else batch, its log there.
-int RunBroker(const std::string& log_dir) {
+int RunBroker(const std::string& log_dir, const std::string& host) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   agentrt::BusServerOptions opts;
-  opts.host = "127.0.0.1";
+  opts.host = host;
   opts.broker.retention_messages = 1 << 20;
   opts.broker.retention_bytes = int64_t{3} << 30;
   opts.broker.limits.max_message_bytes = agentrt::kMaxMessageBytesCeiling;
@@ -228,7 +228,8 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
 // A weight-stream subscriber: waits for the first version after `after` and
 // loads it: "copy" each tensor into buffers of its own (as
 // agentrt.torch.load_weights does), "views" holding the tensors where they
-// are (the mapping, CRC-checked when opened; as weights_tensors gives them).
+// are (the mapping, CRC-checked when opened; as weights_tensors gives them),
+// "streamed" holding them where they are too, streamed to it (another node).
 int RunWeightsSubscriber(const std::string& address, const std::string& stream,
                          const std::string& how, int64_t after) {
   auto client = Connect(address, "bench-sub");
@@ -240,7 +241,7 @@ int RunWeightsSubscriber(const std::string& address, const std::string& stream,
   std::vector<std::vector<char>> model;
   std::vector<const void*> views;
   for (const auto& e : (*set)->entries()) {
-    if (how == "views") {
+    if (how != "copy") {
       views.push_back((*set)->Data(e));
     } else {
       model.emplace_back(e.bytes);
@@ -249,17 +250,19 @@ int RunWeightsSubscriber(const std::string& address, const std::string& stream,
     bytes += static_cast<int64_t>(e.bytes);
   }
   const int64_t done = NowNs();
-  if (!(*set)->mapped()) Die("the version was not mapped from the broker's file");
+  if ((*set)->mapped() != (how != "streamed"))
+    Die(how == "streamed" ? "the version was mapped, not streamed"
+                          : "the version was not mapped from the broker's file");
   std::printf("result 0 %lld %lld\n", static_cast<long long>(done), static_cast<long long>(bytes));
   std::fflush(stdout);
   return 0;
 }
 
-int RunZmqPull(int64_t n) {
+int RunZmqPull(int64_t n, const std::string& host) {
   zmq::context_t ctx(1);
   zmq::socket_t pull(ctx, zmq::socket_type::pull);
   pull.set(zmq::sockopt::rcvhwm, 0);
-  pull.bind("tcp://127.0.0.1:*");
+  pull.bind("tcp://" + host + ":*");
   Ready(pull.get(zmq::sockopt::last_endpoint));
   int64_t first_send = 0, last_recv = 0, bytes = 0;
   zmq::message_t msg;
@@ -309,7 +312,18 @@ struct Child {
   }
 };
 
-Child Spawn(const std::vector<std::string>& args) {
+// Where a child runs: here, or in another node's network namespace (a
+// multi-node test cluster's), reached at `host`.
+struct Node {
+  std::string netns;  // "": here
+  std::string host = "127.0.0.1";
+};
+
+Child Spawn(const std::vector<std::string>& args, const Node& node = {}) {
+  std::string exe(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (n <= 0) Die("readlink /proc/self/exe");
+  exe.resize(static_cast<size_t>(n));
   int fds[2];
   if (::pipe(fds) != 0) Die("pipe");
   pid_t pid = ::fork();
@@ -318,12 +332,19 @@ Child Spawn(const std::vector<std::string>& args) {
     ::dup2(fds[1], 1);
     ::close(fds[0]);
     ::close(fds[1]);
+    std::vector<std::string> words;
+    if (!node.netns.empty()) {
+      // Another node reads nothing of the broker's files: its bytes come
+      // over the link.
+      ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);
+      words = {"ip", "netns", "exec", node.netns};
+    }
+    words.push_back(exe);
+    words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
-    std::string self = "/proc/self/exe";
-    argv.push_back(self.data());
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    for (auto& w : words) argv.push_back(w.data());
     argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
+    ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
   ::close(fds[1]);
@@ -501,7 +522,7 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
 // file (each checks the whole payload's CRC32C when it maps it). Aggregate
 // GB/s from the publish's start.
 double WeightsFanoutViews(const std::string& address, const std::string& stream, size_t size,
-                          int subs) {
+                          int subs, const Node& node = {}) {
   auto pub = Connect(address, "bench-pub");
   BenchPolicy policy(size);
   agentrt::WeightStream out(*pub, stream);
@@ -509,7 +530,8 @@ double WeightsFanoutViews(const std::string& address, const std::string& stream,
   if (auto v = out.Flush(std::chrono::seconds(120)); !v.ok()) Die(v.status().ToString());
   std::vector<Child> readers;
   for (int i = 0; i < subs; ++i) {
-    readers.push_back(Spawn({"weights-sub", address, stream, "views", "1"}));
+    readers.push_back(Spawn(
+        {"weights-sub", address, stream, node.netns.empty() ? "views" : "streamed", "1"}, node));
     readers.back().WaitReady();
   }
   const int64_t t0 = NowNs();
@@ -526,9 +548,10 @@ double WeightsFanoutViews(const std::string& address, const std::string& stream,
   if (auto v = out.Flush(std::chrono::seconds(120)); !v.ok()) Die(v.status().ToString());
   const double gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
   std::fprintf(stderr,
-               "bench_bus: weights %zu MiB to %d subscribers holding views, version 2 by "
+               "bench_bus: weights %zu MiB to %d subscribers%s holding views, version 2 by "
                "PublishAsync: all hold it after %.0f ms: %.2f GB/s aggregate\n",
-               size >> 20, subs, static_cast<double>(last - t0) / 1e6, gbps);
+               size >> 20, subs, node.netns.empty() ? "" : (" in " + node.netns).c_str(),
+               static_cast<double>(last - t0) / 1e6, gbps);
   return gbps;
 }
 
@@ -561,12 +584,12 @@ AsyncStall WeightsAsyncStall(const std::string& address, const std::string& stre
   return f;
 }
 
-double ZmqFanout(size_t size, int subs) {
+double ZmqFanout(size_t size, int subs, const Node& node = {}) {
   std::vector<Child> readers;
   zmq::context_t ctx(1);
   std::vector<zmq::socket_t> pushes;
   for (int i = 0; i < subs; ++i) {
-    readers.push_back(Spawn({"zmq-pull", "1"}));
+    readers.push_back(Spawn({"zmq-pull", "1", node.host}, node));
     pushes.emplace_back(ctx, zmq::socket_type::push);
     pushes.back().set(zmq::sockopt::sndhwm, 0);
     pushes.back().connect(readers.back().WaitReady());
@@ -660,6 +683,31 @@ Recovery MeasureRecovery(int mib) {
   std::fprintf(stderr, "bench_bus: %d MiB of log read back in %.2f s (reading the files: %.2f s)\n",
                mib, r.recover_s, r.read_s);
   return r;
+}
+
+// Across two nodes of the multi-node test cluster (cross_node.sh runs this
+// in node A's network namespace): the broker and the publisher on A (at
+// host_a), 4 subscribers on B (netns_b, host_b), every byte over the veth
+// link between them; the anchor: ZeroMQ from A to 4 PULL processes on B.
+int RunCrossNode(const std::string& netns_b, const std::string& host_a, const std::string& host_b,
+                 bool quick) {
+  const int reps = quick ? 1 : 3;
+  const size_t size = (quick ? size_t{64} : size_t{256}) << 20;
+  Child broker = Spawn({"broker", "", host_a});
+  const std::string address = broker.WaitReady();
+  const Node b{netns_b, host_b};
+  std::vector<double> weights, zmq;
+  for (int r = 0; r < reps; ++r) {
+    weights.push_back(WeightsFanoutViews(address, "wx" + std::to_string(r), size, 4, b));
+    zmq.push_back(ZmqFanout(size, 4, b));
+    std::fprintf(stderr,
+                 "bench_bus: ZeroMQ, the same bytes from %s to 4 receivers on %s: %.2f GB/s\n",
+                 host_a.c_str(), host_b.c_str(), zmq.back());
+  }
+  broker.Stop();
+  PrintFigure("weights_" + std::to_string(size >> 20) + "MiB_4subs_cross_node", Median(weights),
+              "GB/s", "zmq_push_pull_4_receivers_cross_node", Median(zmq));
+  return 0;
 }
 
 int RunParent(bool quick) {
@@ -803,15 +851,21 @@ int RunParent(bool quick) {
 
 int main(int argc, char** argv) {
   const std::string role = argc > 1 ? argv[1] : "";
-  if (role == "broker") return RunBroker(argc > 2 ? argv[2] : "");
+  if (role == "broker") return RunBroker(argc > 2 ? argv[2] : "", argc > 3 ? argv[3] : "127.0.0.1");
   if (role == "echo-server") return RunEchoServer();
   if (role == "bus-sub" && argc == 6) {
     return RunBusSubscriber(argv[2], argv[3], std::atoll(argv[4]), std::string(argv[5]) == "1");
   }
-  if (role == "zmq-pull" && argc == 3) return RunZmqPull(std::atoll(argv[2]));
+  if (role == "zmq-pull" && argc >= 3)
+    return RunZmqPull(std::atoll(argv[2]), argc > 3 ? argv[3] : "127.0.0.1");
   if (role == "weights-sub" && argc == 6)
     return RunWeightsSubscriber(argv[2], argv[3], argv[4], std::atoll(argv[5]));
+  if (role == "--cross-node" && (argc == 5 || argc == 6))
+    return RunCrossNode(argv[2], argv[3], argv[4], argc == 6 && std::string(argv[5]) == "--quick");
   if (role.empty() || role == "--quick") return RunParent(role == "--quick");
-  std::fprintf(stderr, "usage: bench_bus [--quick]\n");
+  std::fprintf(
+      stderr,
+      "usage: bench_bus [--quick]\n"
+      "       bench_bus --cross-node NETNS_B HOST_A HOST_B [--quick]  (bench/bus/cross_node.sh)\n");
   return 2;
 }
