@@ -320,10 +320,8 @@ struct Node {
 };
 
 Child Spawn(const std::vector<std::string>& args, const Node& node = {}) {
-  std::string exe(4096, '\0');
-  const ssize_t n = ::readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-  if (n <= 0) Die("readlink /proc/self/exe");
-  exe.resize(static_cast<size_t>(n));
+  const std::string exe = agentrt::bench::SelfPath();
+  if (exe.empty()) Die("cannot read /proc/self/exe");
   int fds[2];
   if (::pipe(fds) != 0) Die("pipe");
   pid_t pid = ::fork();

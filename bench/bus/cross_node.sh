@@ -9,7 +9,7 @@
 # Needs root (network namespaces); says "skipped" and exits 0 otherwise.
 # Prints one JSON line.   bench_bus_cross_node [--quick]
 set -uo pipefail
-MULTINODE_SKIP_CODE=0
+MULTINODE_SKIP_CODE=${MULTINODE_SKIP_CODE:-0}
 # shellcheck source=slurm/testcluster/multinode_lib.sh
 source "${AGENTRT_SOURCE_DIR:?}/slurm/testcluster/multinode_lib.sh"
 start_cluster 2 >/dev/null
