@@ -471,6 +471,21 @@ struct BenchPolicy {
   }
 };
 
+// When the last of the weight-stream subscribers `readers` held its version
+// (their "result" lines); each is stopped.
+int64_t LastLoaded(std::vector<Child>& readers) {
+  int64_t last = 0;
+  for (auto& r : readers) {
+    long long first = 0, recv = 0, bytes = 0;
+    const std::string line = r.ReadLine(120);
+    if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
+      Die("bad weights result: " + line);
+    last = std::max<int64_t>(last, recv);
+    r.Stop();
+  }
+  return last;
+}
+
 struct WeightsFigures {
   double gbps = 0;       // aggregate, publish start to the last load
   double publish_s = 0;  // the publisher's stall
@@ -494,15 +509,7 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
   auto v = out.Publish(tensors, 1);
   const int64_t published = NowNs();
   if (!v.ok()) Die(v.status().ToString());
-  int64_t last = 0;
-  for (auto& r : readers) {
-    long long first = 0, recv = 0, bytes = 0;
-    const std::string line = r.ReadLine(120);
-    if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
-      Die("bad weights result: " + line);
-    last = std::max<int64_t>(last, recv);
-    r.Stop();
-  }
+  const int64_t last = LastLoaded(readers);
   f.gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
   f.publish_s = static_cast<double>(published - t0) / 1e9;
   f.memcpy_s = policy.MemcpySeconds();
@@ -534,15 +541,7 @@ double WeightsFanoutViews(const std::string& address, const std::string& stream,
   }
   const int64_t t0 = NowNs();
   if (agentrt::Status s = out.PublishAsync(policy.tensors, 2); !s.ok()) Die(s.ToString());
-  int64_t last = 0;
-  for (auto& r : readers) {
-    long long first = 0, recv = 0, bytes = 0;
-    const std::string line = r.ReadLine(120);
-    if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
-      Die("bad weights result: " + line);
-    last = std::max<int64_t>(last, recv);
-    r.Stop();
-  }
+  const int64_t last = LastLoaded(readers);
   if (auto v = out.Flush(std::chrono::seconds(120)); !v.ok()) Die(v.status().ToString());
   const double gbps = static_cast<double>(size) * subs / static_cast<double>(last - t0);
   std::fprintf(stderr,
