@@ -319,6 +319,18 @@ AGENTRT_C_EXPORT int agentrt_weights_publish_async(agentrt_bus* bus, const char*
  * first), or the error that kept it from being stored. */
 AGENTRT_C_EXPORT int agentrt_weights_flush(agentrt_bus* bus, const char* stream,
                                            int64_t incarnation, int timeout_ms, int64_t* version);
+/* Opens the handle's stream `stream` with delta versions on (delta 1) or
+ * off (WeightStreamOptions: a publisher also publishes each version's
+ * difference to the one before; a reader holding version N reads N + 1 from
+ * it). Before the stream's first use on this handle; a stream open with the
+ * other setting is refused (close it first). */
+AGENTRT_C_EXPORT int agentrt_weights_open(agentrt_bus* bus, const char* stream, int64_t incarnation,
+                                          int delta);
+/* The handle's stream's counts (WeightStreamStats) as JSON:
+ * {"deltas_published", "delta_bytes_published", "deltas_not_published",
+ *  "versions_from_delta", "delta_bytes_read", "delta_mismatches",
+ *  "whole_bytes_read"}; zeros for a stream the handle has not opened. */
+AGENTRT_C_EXPORT int agentrt_weights_stats(agentrt_bus* bus, const char* stream, char** json_out);
 /* As agentrt_weights_flush, then the handle lets go of the stream: its
  * background thread ends and the slot readied for a next version is freed
  * (a later agentrt_weights_publish_async starts afresh). On an error (the

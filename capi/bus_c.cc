@@ -135,16 +135,30 @@ namespace agentrt::capi {
 BusClient* BusClientOf(agentrt_bus* bus) { return bus->client; }
 
 Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
-                                          int64_t incarnation) {
+                                          int64_t incarnation, const WeightStreamOptions* options) {
   std::lock_guard<std::mutex> lock(bus->streams_mu);
   auto& stream = bus->weight_streams[name];
-  if (stream == nullptr) stream = std::make_unique<WeightStream>(*bus->client, name, incarnation);
+  if (stream == nullptr) {
+    stream = std::make_unique<WeightStream>(*bus->client, name, incarnation,
+                                            options != nullptr ? *options : WeightStreamOptions{});
+  }
   if (stream->incarnation() != incarnation) {
     return InvalidArgument("weights stream \"" + name + "\" publishes as incarnation " +
                            std::to_string(stream->incarnation()) + " on this bus handle, not " +
                            std::to_string(incarnation));
   }
+  if (options != nullptr && options->delta != stream->options().delta) {
+    return InvalidArgument("weights stream \"" + name +
+                           "\" is open on this bus handle with delta " +
+                           (stream->options().delta ? "on" : "off") + " already (close it first)");
+  }
   return stream.get();
+}
+
+WeightStream* FindWeightStream(agentrt_bus* bus, const std::string& name) {
+  std::lock_guard<std::mutex> lock(bus->streams_mu);
+  auto it = bus->weight_streams.find(name);
+  return it == bus->weight_streams.end() ? nullptr : it->second.get();
 }
 
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,

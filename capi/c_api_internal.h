@@ -56,11 +56,15 @@ int Guard(const char* what, F&& body) {
 
 // The client behind a bus handle (bus_c.cc owns the handle's layout).
 BusClient* BusClientOf(agentrt_bus* bus);
-// The handle's stream `name` for asynchronous publishes, made on first use
-// with `incarnation` and kept (its version in flight and next slot) until the
-// handle is closed. Another incarnation for the same name is refused.
+// The handle's stream `name`, made on first use with `incarnation` and
+// `options` and kept (its version in flight, next slot, delta state) until
+// the handle is closed. Another incarnation, or other options when given,
+// for the same name is refused.
 Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
-                                          int64_t incarnation);
+                                          int64_t incarnation,
+                                          const WeightStreamOptions* options = nullptr);
+// The handle's stream `name` if it has one (nullptr: none).
+WeightStream* FindWeightStream(agentrt_bus* bus, const std::string& name);
 // Flushes that stream (as WeightStream::Flush) and, if it is stored, lets
 // go of it; the version's number (0: none was published).
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,

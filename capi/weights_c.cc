@@ -1,6 +1,7 @@
 // The C API of weight streams (comms/weight_stream.h): agentrt_weights_*.
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,7 +69,13 @@ int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* te
   return Guard("agentrt_weights_publish", [&] {
     auto tensors = Tensors(tensors_json, data, bytes, n);
     if (!tensors.ok()) return Fail(tensors.status());
-    agentrt::WeightStream ws(*BusClientOf(bus), stream, incarnation);
+    // The handle's stream when it has one of this incarnation (its delta
+    // state), else one for this call.
+    std::optional<agentrt::WeightStream> once;
+    agentrt::WeightStream* kept = agentrt::capi::FindWeightStream(bus, stream);
+    agentrt::WeightStream& ws = kept != nullptr && kept->incarnation() == incarnation
+                                    ? *kept
+                                    : once.emplace(*BusClientOf(bus), stream, incarnation);
     auto v = ws.Publish(*tensors, step);
     if (!v.ok()) return Fail(v.status());
     if (version != nullptr) *version = *v;
@@ -105,6 +112,33 @@ int agentrt_weights_flush(agentrt_bus* bus, const char* stream, int64_t incarnat
   });
 }
 
+int agentrt_weights_open(agentrt_bus* bus, const char* stream, int64_t incarnation, int delta) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  return Guard("agentrt_weights_open", [&] {
+    const agentrt::WeightStreamOptions options{.delta = delta != 0};
+    auto ws = AsyncWeightStreamOf(bus, stream, incarnation, &options);
+    return ws.ok() ? Ok() : Fail(ws.status());
+  });
+}
+
+int agentrt_weights_stats(agentrt_bus* bus, const char* stream, char** json_out) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  return Guard("agentrt_weights_stats", [&] {
+    agentrt::WeightStream* ws = agentrt::capi::FindWeightStream(bus, stream);
+    const agentrt::WeightStreamStats s = ws != nullptr ? ws->stats() : agentrt::WeightStreamStats{};
+    return JsonOut({{"deltas_published", s.deltas_published},
+                    {"delta_bytes_published", s.delta_bytes_published},
+                    {"deltas_not_published", s.deltas_not_published},
+                    {"versions_from_delta", s.versions_from_delta},
+                    {"delta_bytes_read", s.delta_bytes_read},
+                    {"delta_mismatches", s.delta_mismatches},
+                    {"whole_bytes_read", s.whole_bytes_read}},
+                   json_out);
+  });
+}
+
 int agentrt_weights_close(agentrt_bus* bus, const char* stream, int64_t incarnation, int timeout_ms,
                           int64_t* version) {
   AGENTRT_C_REQUIRE(bus, "bus");
@@ -125,7 +159,10 @@ int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode, int64_t 
   AGENTRT_C_REQUIRE(out, "out");
   *out = nullptr;
   return Guard("agentrt_weights_get", [&] {
-    agentrt::WeightStream ws(*BusClientOf(bus), stream);
+    // The handle's stream when it has one (its delta state), else one for this call.
+    std::optional<agentrt::WeightStream> once;
+    agentrt::WeightStream* kept = agentrt::capi::FindWeightStream(bus, stream);
+    agentrt::WeightStream& ws = kept != nullptr ? *kept : once.emplace(*BusClientOf(bus), stream);
     const std::chrono::milliseconds timeout(timeout_ms < 0 ? 0 : timeout_ms);
     agentrt::Result<std::shared_ptr<const agentrt::WeightSet>> got = agentrt::InvalidArgument(
         "mode must be 0 (latest), 1 (newer than version) or 2 (exactly "

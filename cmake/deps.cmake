@@ -35,6 +35,9 @@ find_package(simdjson REQUIRED)
 # ISA-L (the one CRC32C, common/crc32c.h: checkpoints, the bus log, large payloads; SSE4.2/AVX-512 dispatched): libisal-dev
 pkg_check_modules(ISAL REQUIRED IMPORTED_TARGET libisal)
 
+# zstd (weight streams' delta versions, comms/weight_stream.cc): libzstd-dev
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+
 # cpp-httplib (the dashboard's HTTP server): libcpp-httplib-dev
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 

@@ -156,23 +156,39 @@ bool BusAcl::IsAgent(std::string_view agent) const {
   return false;
 }
 
-bool BusAcl::MayPublish(std::string_view agent, std::string_view topic) const {
+namespace {
+
+// The topic whose channel governs `topic`: a weight stream's delta topic is
+// governed as the stream's.
+std::string Governing(std::string_view topic) {
+  if (topic.starts_with(kWeightsDeltaTopicPrefix))
+    return std::string(kWeightsTopicPrefix) +
+           std::string(topic.substr(kWeightsDeltaTopicPrefix.size()));
+  return std::string(topic);
+}
+
+}  // namespace
+
+bool BusAcl::MayPublish(std::string_view agent, std::string_view asked) const {
   if (open) return true;
+  const std::string topic = Governing(asked);
   for (const auto& c : channels) {
     if (GlobMatch(c.topic, topic) && AnyMatch(c.publishers, agent)) return true;
   }
   return false;
 }
 
-bool BusAcl::MaySubscribe(std::string_view agent, std::string_view topic) const {
+bool BusAcl::MaySubscribe(std::string_view agent, std::string_view asked) const {
   if (open) return true;
+  const std::string topic = Governing(asked);
   for (const auto& c : channels) {
     if (GlobMatch(c.topic, topic) && AnyMatch(c.subscribers, agent)) return true;
   }
   return false;
 }
 
-int64_t BusAcl::KeepLast(std::string_view topic) const {
+int64_t BusAcl::KeepLast(std::string_view asked) const {
+  const std::string topic = Governing(asked);
   for (const auto& c : channels) {
     if (c.keep_last > 0 && GlobMatch(c.topic, topic)) return c.keep_last;
   }

@@ -78,6 +78,13 @@ Result<std::string> ReadTlsFile(const std::string& path, std::string_view what);
 // `secret` (with bus.mtls, naming the agent's client certificate).
 Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan);
 
+// Weight streams' topics (comms/weight_stream.h): a stream's versions on
+// "weights/<name>", and its delta versions on "weights-delta/<name>", which
+// the ACL governs as the stream itself (its channel's publishers,
+// subscribers and keep_last).
+inline constexpr std::string_view kWeightsTopicPrefix = "weights/";
+inline constexpr std::string_view kWeightsDeltaTopicPrefix = "weights-delta/";
+
 // Who may publish to and subscribe from which topics. Names are agent names
 // of the run (already expanded from replicas; a '*' glob is also accepted).
 // A topic pattern is an exact topic or a glob with '*' (e.g. "policies/*").

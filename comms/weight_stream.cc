@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "common/crc32c.h"
+#include "comms/auth.h"
+#include "comms/weight_delta.h"
 
 namespace agentrt {
 
@@ -39,7 +41,13 @@ size_t AlignUp(size_t n) {
 
 }  // namespace
 
-std::string WeightStreamTopic(std::string_view name) { return "weights/" + std::string(name); }
+std::string WeightStreamTopic(std::string_view name) {
+  return std::string(kWeightsTopicPrefix) + std::string(name);
+}
+
+std::string WeightDeltaTopic(std::string_view name) {
+  return std::string(kWeightsDeltaTopicPrefix) + std::string(name);
+}
 
 WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int64_t step,
                            int64_t incarnation, const std::vector<WeightTensor>& tensors) {
@@ -182,11 +190,19 @@ struct WeightStream::Async {
   std::thread thread;
 };
 
-WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation)
+WeightStream::WeightStream(BusClient& bus, std::string name, int64_t incarnation,
+                           WeightStreamOptions options)
     : bus_(bus),
       name_(std::move(name)),
       topic_(WeightStreamTopic(name_)),
-      incarnation_(incarnation) {}
+      incarnation_(incarnation),
+      options_(options),
+      delta_topic_(WeightDeltaTopic(name_)) {}
+
+WeightStreamStats WeightStream::stats() const {
+  std::lock_guard<std::mutex> lock(delta_mu_);
+  return stats_;
+}
 
 WeightStream::~WeightStream() {
   if (async_ == nullptr) return;
@@ -236,9 +252,52 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
     }
     return Status::Ok();
   };
+  if (!options_.delta) {
+    AGENTRT_ASSIGN_OR_RETURN(PublishAck ack,
+                             bus_.PublishLargeFrom(topic_, layout.size, fill, Options(timeout)));
+    return ack.offset + 1;
+  }
+  // Delta versions: the payload laid out here too, kept for the next delta.
+  std::string payload;
+  payload.reserve(layout.size);
+  struct Gather final : LargePayloadWriter {
+    std::string* out;
+    Status Append(const void* data, size_t size) override {
+      out->append(static_cast<const char*>(data), size);
+      return Status::Ok();
+    }
+  } gather;
+  gather.out = &payload;
+  AGENTRT_RETURN_IF_ERROR(fill(gather));
+  auto copy = [&](LargePayloadWriter& w) { return w.Append(payload.data(), payload.size()); };
   AGENTRT_ASSIGN_OR_RETURN(PublishAck ack,
-                           bus_.PublishLargeFrom(topic_, layout.size, fill, Options(timeout)));
+                           bus_.PublishLargeFrom(topic_, layout.size, copy, Options(timeout)));
+  PublishDelta(ack.offset + 1, std::move(payload));
   return ack.offset + 1;
+}
+
+void WeightStream::PublishDelta(int64_t version, std::string payload) {
+  std::lock_guard<std::mutex> lock(delta_mu_);
+  if (base_version_ == version - 1 && base_.size() == payload.size() && !base_.empty()) {
+    WeightDeltaHeader h;
+    h.version = version;
+    h.base = base_version_;
+    h.size = payload.size();
+    h.crc32c = Crc32c(payload.data(), payload.size());
+    Result<std::string> delta = EncodeWeightDelta(h, payload, base_);
+    PublishOptions opts;
+    opts.content_type = kWeightsDeltaContentType;
+    Result<PublishAck> sent =
+        delta.ok() ? bus_.Publish(delta_topic_, *delta, opts) : Result<PublishAck>(delta.status());
+    if (sent.ok()) {
+      ++stats_.deltas_published;
+      stats_.delta_bytes_published += static_cast<int64_t>(delta->size());
+    } else {
+      ++stats_.deltas_not_published;  // its readers read the version whole
+    }
+  }
+  base_ = std::move(payload);
+  base_version_ = version;
 }
 
 Status WeightStream::PublishAsync(const std::vector<WeightTensor>& tensors, int64_t step,
@@ -303,7 +362,10 @@ void WeightStream::RunAsync(Async& a) {
     const PublishOptions opts = a.opts;
     lock.unlock();
     const size_t size = slot->size();
+    std::string payload;  // kept for delta versions
+    if (options_.delta) payload.assign(slot->data(), size);
     Result<PublishAck> ack = bus_.PublishLargeSlot(topic_, std::move(slot), opts);
+    if (ack.ok() && options_.delta) PublishDelta(ack->offset + 1, std::move(payload));
     // The next version's slot, made now rather than while the caller waits
     // (not if the stream is going meanwhile). Not made, the next call makes
     // its own.
@@ -362,6 +424,22 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);
   if (version < 1) return InvalidArgument(what + ": versions start at 1");
   const std::string gone = what + " is no longer kept (keep_last or bus.retention removed it)";
+  if (options_.delta) {
+    std::shared_ptr<const WeightSet> held;
+    {
+      std::lock_guard<std::mutex> lock(delta_mu_);
+      held = held_;
+    }
+    // A reader that maps the broker's files has no bytes to save.
+    if (held != nullptr && !held->mapped() && held->version() == version - 1) {
+      auto rebuilt = ReadDelta(version, *held, wait);
+      if (rebuilt.ok()) return rebuilt;
+      if (rebuilt.status().code() == StatusCode::kDataLoss) {
+        std::lock_guard<std::mutex> lock(delta_mu_);
+        ++stats_.delta_mismatches;  // and read whole below
+      }
+    }
+  }
   // The broker's file where this process can read it (Fetch streams the
   // bytes otherwise).
   auto got = bus_.Fetch(topic_, version - 1, 1, wait, FetchOptions{.local_paths = true});
@@ -371,10 +449,55 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   }
   if (got->empty() || got->front().offset() != version - 1)
     return NotFound(what + " does not exist (yet)");
+  const int64_t streamed = got->front().payload().size();
   auto set = WeightSet::FromMessage(std::move(got->front()), version);
   // Its file's name went between the fetch and the open: trimmed meanwhile.
   if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
+  if (set.ok()) {
+    std::lock_guard<std::mutex> lock(delta_mu_);
+    stats_.whole_bytes_read += streamed;
+    if (options_.delta) held_ = *set;
+  }
   return set;
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::ReadDelta(int64_t version,
+                                                                 const WeightSet& held,
+                                                                 std::chrono::milliseconds wait) {
+  AGENTRT_ASSIGN_OR_RETURN(auto topics, bus_.ListTopics(delta_topic_));
+  int64_t end = 0;
+  for (const auto& t : topics) {
+    if (t.topic() == delta_topic_) end = t.end_offset();
+  }
+  if (end == 0) return NotFound("no delta versions");
+  // The newest delta; when it is the one before, the one for `version` is
+  // published right after the version itself: wait a little (at most 1 s)
+  // for it. Any other: none from the base held.
+  for (int64_t offset = end - 1; offset <= end; ++offset) {
+    const auto patience = offset < end ? wait : std::min(wait, std::chrono::milliseconds(1000));
+    auto got = bus_.Fetch(delta_topic_, offset, 1, patience);
+    if (!got.ok() || got->empty() || got->front().offset() != offset)
+      return NotFound("no delta for the version");
+    const BusMessage& m = got->front();
+    AGENTRT_ASSIGN_OR_RETURN(const WeightDeltaHeader h, ReadWeightDeltaHeader(m.payload()));
+    if (h.version == version - 1 && offset < end) continue;
+    if (h.version != version || h.base != held.version())
+      return NotFound("no delta from the version held");
+    AGENTRT_ASSIGN_OR_RETURN(
+        std::string bytes,
+        ApplyWeightDelta(m.payload(), std::string_view(held.payload(), held.payload_size())));
+    BusMessage rebuilt;
+    rebuilt.set_topic(topic_);
+    rebuilt.set_publisher(m.publisher());
+    *rebuilt.mutable_payload() = std::move(bytes);
+    AGENTRT_ASSIGN_OR_RETURN(auto set, WeightSet::FromMessage(std::move(rebuilt), version));
+    std::lock_guard<std::mutex> lock(delta_mu_);
+    ++stats_.versions_from_delta;
+    stats_.delta_bytes_read += static_cast<int64_t>(m.payload().size());
+    held_ = set;
+    return set;
+  }
+  return NotFound("no delta for the version");
 }
 
 // A version picked from the bounds may be trimmed (keep_last) before it is

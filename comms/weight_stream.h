@@ -132,11 +132,36 @@ struct WeightLayout {
 WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int64_t step,
                            int64_t incarnation, const std::vector<WeightTensor>& tensors);
 
+struct WeightStreamOptions {
+  // Delta versions (comms/weight_delta.h). A publisher: after each version,
+  // also publish its difference to the version before on the stream's delta
+  // topic, when both have the same size (it keeps the version before: one
+  // version's bytes). A reader: once it holds version N, it reads N + 1 from
+  // its delta when there is one, and whole when there is none or the result
+  // does not match the version's CRC32C (counted in stats()).
+  bool delta = false;
+};
+
+// What a stream did with delta versions.
+struct WeightStreamStats {
+  int64_t deltas_published = 0;
+  int64_t delta_bytes_published = 0;
+  int64_t deltas_not_published = 0;  // the delta's publish failed (readers read whole)
+  int64_t versions_from_delta = 0;   // read by applying a delta
+  int64_t delta_bytes_read = 0;
+  int64_t delta_mismatches = 0;  // a delta whose result was not the version: read whole
+  int64_t whole_bytes_read = 0;  // of versions read whole and not mapped (streamed to this process)
+};
+
+// The delta topic of stream `name`: "weights-delta/<name>".
+std::string WeightDeltaTopic(std::string_view name);
+
 class WeightStream {
  public:
   // `incarnation`: what versions published from here carry (the agent's
   // restart count; AgentEnv::restart_count).
-  WeightStream(BusClient& bus, std::string name, int64_t incarnation = 0);
+  WeightStream(BusClient& bus, std::string name, int64_t incarnation = 0,
+               WeightStreamOptions options = {});
   // Waits for a version PublishAsync still has in flight (the broker's
   // answer is awaited up to the publish's timeout); a failure no Flush
   // reported is written to stderr. A stream goes before its BusClient.
@@ -145,8 +170,10 @@ class WeightStream {
   WeightStream& operator=(const WeightStream&) = delete;
 
   const std::string& name() const { return name_; }
+  WeightStreamStats stats() const;
   const std::string& topic() const { return topic_; }
   int64_t incarnation() const { return incarnation_; }
+  const WeightStreamOptions& options() const { return options_; }
 
   // Stores a new version; returns its number. DeadlineExceeded leaves it
   // unknown whether the version was stored (the broker may still be taking
@@ -186,6 +213,13 @@ class WeightStream {
   // The tensors checked and laid out for step `step`.
   Result<WeightLayout> LayOut(const std::vector<WeightTensor>& tensors, int64_t step) const;
   PublishOptions Options(std::chrono::milliseconds timeout) const;
+  // Delta versions: publishes the delta of version `version` (`payload`)
+  // to the one kept before it, then keeps `payload`.
+  void PublishDelta(int64_t version, std::string payload);
+  // Version `version` from its delta and `held` (version - 1); NotFound
+  // when the delta topic has none for it.
+  Result<std::shared_ptr<const WeightSet>> ReadDelta(int64_t version, const WeightSet& held,
+                                                     std::chrono::milliseconds wait);
   struct Async;             // PublishAsync's slot and background thread (weight_stream.cc)
   Async& StartAsync();      // async_, its thread started on first use
   void RunAsync(Async& a);  // that thread
@@ -193,6 +227,13 @@ class WeightStream {
   BusClient& bus_;
   std::string name_, topic_;
   int64_t incarnation_;
+  WeightStreamOptions options_;
+  std::string delta_topic_;
+  mutable std::mutex delta_mu_;  // guards what follows
+  std::string base_;             // the publisher's last version (delta)
+  int64_t base_version_ = 0;
+  std::shared_ptr<const WeightSet> held_;  // the reader's last version (delta)
+  WeightStreamStats stats_;
   std::mutex async_mu_;    // guards async_
   std::mutex publish_mu_;  // orders PublishAsync callers
   std::unique_ptr<Async> async_;

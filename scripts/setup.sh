@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libzmq3-dev cppzmq-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
-  catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev libisal-dev libsimdjson-dev
+  catch2 nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev libisal-dev libsimdjson-dev libzstd-dev
   libcpp-httplib-dev python3-prometheus-client chromium python3-websocket python3-matplotlib
   python3 python3-grpcio python3-grpc-tools python3-numpy python3-torch
   slurm-wlm munge

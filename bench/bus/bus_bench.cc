@@ -23,6 +23,10 @@
 //              bus's ceiling, header included)
 //              to 8 subscribers, both ways, anchor: the memcpy floor (8 copies
 //              of 1 GiB one after another, GB/s of bytes delivered)
+//   delta      a 256 MiB policy with 1% of its values changed, to a reader
+//              that holds the version before and streams every byte: the
+//              bytes that reached it and its time to hold the new version,
+//              anchor: the same version read whole
 //   fanout     one 256 MiB message to 4 subscriber processes (aggregate GB/s,
 //              publish start to the last delivery), the subscribers reading the
 //              payload's file themselves (same node) and, `streamed`, sent its
@@ -254,6 +258,40 @@ int RunWeightsSubscriber(const std::string& address, const std::string& stream,
     Die(how == "streamed" ? "the version was mapped, not streamed"
                           : "the version was not mapped from the broker's file");
   std::printf("result 0 %lld %lld\n", static_cast<long long>(done), static_cast<long long>(bytes));
+  std::fflush(stdout);
+  return 0;
+}
+
+// A weight-stream reader on "another node" (AGENTRT_BUS_LOCAL_FILES=0, set
+// by the parent: every byte streamed), with delta versions on or off: holds
+// the newest version, says "held", and once the parent's SIGUSR1 says the
+// next is published, reads it and says when it started and held it and how
+// many bytes reached it for it.
+int RunWeightsDeltaSubscriber(const std::string& address, const std::string& stream, bool delta) {
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, nullptr);  // before any thread starts: taken by sigwait
+  auto client = Connect(address, "bench-sub");
+  agentrt::WeightStream in(*client, stream, 0, {.delta = delta});
+  Ready();
+  auto v1 = in.WaitNewer(0, std::chrono::seconds(120));
+  if (!v1.ok()) Die(v1.status().ToString());
+  const agentrt::WeightStreamStats before = in.stats();
+  std::printf("held\n");
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&usr1, &sig);
+  const int64_t start = NowNs();
+  auto v2 = in.WaitNewer((*v1)->version(), std::chrono::seconds(120));
+  if (!v2.ok()) Die(v2.status().ToString());
+  const int64_t done = NowNs();
+  const agentrt::WeightStreamStats after = in.stats();
+  const int64_t bytes = after.delta_bytes_read - before.delta_bytes_read + after.whole_bytes_read -
+                        before.whole_bytes_read;
+  if (delta && after.versions_from_delta != 1) Die("the next version was not read from its delta");
+  std::printf("result %lld %lld %lld\n", static_cast<long long>(start),
+              static_cast<long long>(done), static_cast<long long>(bytes));
   std::fflush(stdout);
   return 0;
 }
@@ -521,6 +559,57 @@ WeightsFigures WeightsFanout(const std::string& address, const std::string& stre
   return f;
 }
 
+// Delta versions: a `size`-byte policy (float32s) as versions 1 and 2, then
+// 1% of its values changed as version 3, to one reader that streams every
+// byte (another node's) and holds version 2. `delta`: the stream publishes
+// and the reader reads deltas; else version 3 is read whole (the anchor).
+// Once Publish(version 3) has returned (its delta published too), the time
+// the reader takes to hold it, and the bytes that reached the reader for it.
+// (Version 2 makes the stream's deltas known: a reader waits for the next
+// version's delta only where one came before.)
+struct DeltaFigures {
+  double seconds = 0;
+  double bytes = 0;
+};
+DeltaFigures WeightsDelta(const std::string& address, const std::string& stream, size_t size,
+                          bool delta) {
+  auto pub = Connect(address, "bench-pub");
+  BenchPolicy policy(size);
+  for (auto& t : policy.model) {  // float values, as a policy's
+    auto* f = reinterpret_cast<float*>(t.data());
+    for (size_t i = 0; i < t.size() / 4; ++i) f[i] = static_cast<float>(i % 1000) * 0.001f;
+  }
+  agentrt::WeightStream out(*pub, stream, 0, {.delta = delta});
+  for (int64_t step = 1; step <= 2; ++step) {
+    if (auto v = out.Publish(policy.tensors, step); !v.ok()) Die(v.status().ToString());
+  }
+  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // for the reader (Spawn forks it)
+  Child reader = Spawn({"weights-delta-sub", address, stream, delta ? "delta" : "whole"});
+  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+  reader.WaitReady();
+  if (reader.ReadLine(120) != "held") Die("the delta reader did not hold version 2");
+  for (auto& t : policy.model) {  // 1% of the values change
+    auto* f = reinterpret_cast<float*>(t.data());
+    for (size_t i = 0; i < t.size() / 4; i += 100) f[i] += 1.0f;
+  }
+  const int64_t t0 = NowNs();
+  if (auto v = out.Publish(policy.tensors, 3); !v.ok()) Die(v.status().ToString());
+  const double publish_s = static_cast<double>(NowNs() - t0) / 1e9;
+  ::kill(reader.pid, SIGUSR1);
+  long long first = 0, recv = 0, bytes = 0;
+  const std::string line = reader.ReadLine(120);
+  if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &recv, &bytes) != 3)
+    Die("bad delta result: " + line);
+  reader.Stop();
+  DeltaFigures f{static_cast<double>(recv - first) / 1e9, static_cast<double>(bytes)};
+  std::fprintf(stderr,
+               "bench_bus: %s of a %zu MiB version with 1%% changed: read in %.0f ms, %.0f "
+               "bytes (its Publish: %.0f ms)\n",
+               delta ? "delta" : "whole read", size >> 20, f.seconds * 1e3, f.bytes,
+               publish_s * 1e3);
+  return f;
+}
+
 // A stream's steady state: version 1 published before the subscribers
 // start, then version 2 with PublishAsync into the slot made ready after
 // version 1, until all `subs` subscribers hold it as views of the broker's
@@ -763,7 +852,8 @@ int RunParent(bool quick) {
   const std::string durable_address = durable.WaitReady();
 
   std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate, bus_fan, bus_fan_streamed,
-      zmq_fan, weights_fan, weights_stall, weights_memcpy, async_stall, async_memcpy, weights_views;
+      zmq_fan, weights_fan, weights_stall, weights_memcpy, async_stall, async_memcpy, weights_views,
+      delta_s, delta_bytes, whole_s, whole_bytes;
   const size_t fan_size = (quick ? size_t{64} : size_t{256}) << 20;
   for (int r = 0; r < reps; ++r) {
     const WeightsFigures w = WeightsFanout(address, "w" + std::to_string(r), fan_size, 4);
@@ -774,6 +864,12 @@ int RunParent(bool quick) {
     async_stall.push_back(a.steady_s);
     async_memcpy.push_back(a.memcpy_s);
     weights_views.push_back(WeightsFanoutViews(address, "wv" + std::to_string(r), fan_size, 4));
+    const DeltaFigures d = WeightsDelta(address, "wd" + std::to_string(r), fan_size, true);
+    const DeltaFigures whole = WeightsDelta(address, "ww" + std::to_string(r), fan_size, false);
+    delta_s.push_back(d.seconds);
+    delta_bytes.push_back(d.bytes);
+    whole_s.push_back(whole.seconds);
+    whole_bytes.push_back(whole.bytes);
     bus_fan.push_back(BusFanout(address, "fan-" + std::to_string(r), fan_size, 4, false));
     bus_fan_streamed.push_back(
         BusFanout(address, "fan-streamed-" + std::to_string(r), fan_size, 4, true));
@@ -839,6 +935,12 @@ int RunParent(bool quick) {
               Median(weights_stall), "s", "memcpy", Median(weights_memcpy));
   PrintFigure(("weights_publish_async_stall_" + std::to_string(fan_size >> 20) + "MiB").c_str(),
               Median(async_stall), "s", "memcpy", Median(async_memcpy));
+  // Lower is better: delta versions against reading the version whole.
+  const std::string delta_metric = "weights_delta_" + std::to_string(fan_size >> 20) + "MiB_1pct";
+  PrintFigure(delta_metric + "_bytes", Median(delta_bytes), "bytes", "whole_version_bytes",
+              Median(whole_bytes));
+  PrintFigure(delta_metric + "_time", Median(delta_s), "s", "whole_version_streamed",
+              Median(whole_s));
   // Lower is better: the ratio says how much slower than reading the files is.
   PrintFigure(rec.label.c_str(), rec.recover_s, "s", "read_files_once", rec.read_s);
   return 0;
@@ -855,6 +957,8 @@ int main(int argc, char** argv) {
   }
   if (role == "zmq-pull" && argc >= 3)
     return RunZmqPull(std::atoll(argv[2]), argc > 3 ? argv[3] : "127.0.0.1");
+  if (role == "weights-delta-sub" && argc == 5)
+    return RunWeightsDeltaSubscriber(argv[2], argv[3], std::string(argv[4]) == "delta");
   if (role == "weights-sub" && argc == 6)
     return RunWeightsSubscriber(argv[2], argv[3], argv[4], std::atoll(argv[5]));
   if (role == "--cross-node" && (argc == 5 || argc == 6))

@@ -75,6 +75,8 @@ _SIGNATURES = {
     "agentrt_weights_publish_async": (_I, [_P, _S, _S, _P, _P, _Z, _I64, _I64]),
     "agentrt_weights_flush": (_I, [_P, _S, _I64, _I, ctypes.POINTER(_I64)]),
     "agentrt_weights_close": (_I, [_P, _S, _I64, _I, ctypes.POINTER(_I64)]),
+    "agentrt_weights_open": (_I, [_P, _S, _I64, _I]),
+    "agentrt_weights_stats": (_I, [_P, _S, _PP]),
     "agentrt_weights_get": (_I, [_P, _S, _I, _I64, _I, _PP]),
     "agentrt_weights_info": (_I, [_P, _PP]),
     "agentrt_weights_data": (_I, [_P, _PP, ctypes.POINTER(_Z)]),

@@ -93,14 +93,35 @@ def _json_out(fn, ptr):
 class WeightStream:
     """Stream ``name`` on ``bus`` (an agentrt.Bus). ``incarnation`` is what
     published versions say of this publisher (default: the agent's restart
-    count, AGENTRT_RESTART_COUNT)."""
+    count, AGENTRT_RESTART_COUNT).
 
-    def __init__(self, bus, name, incarnation=None):
+    ``delta=True``: delta versions. Publishing, each version's difference to
+    the one before (XOR, then zstd) is published too; reading, once this
+    stream holds version N, it reads N + 1 from that difference when it can
+    (it is checked against the version's CRC32C; otherwise read whole).
+    ``stats()`` counts the bytes either way. The bus keeps this state per
+    stream name until ``close()``."""
+
+    def __init__(self, bus, name, incarnation=None, delta=False):
         self.bus = bus
         self.name = name
         if incarnation is None:
             incarnation = int(os.environ.get("AGENTRT_RESTART_COUNT", "0") or 0)
         self.incarnation = int(incarnation)
+        if delta:
+            with bus._in_flight():
+                _lib.check(_lib.lib().agentrt_weights_open(
+                    bus._p(), _lib.encode(name, "name"), self.incarnation, 1), errors.BusError)
+
+    def stats(self):
+        """{"deltas_published", "delta_bytes_published", "deltas_not_published",
+        "versions_from_delta", "delta_bytes_read", "delta_mismatches",
+        "whole_bytes_read"} of this stream on its bus."""
+        out = ctypes.c_void_p()
+        with self.bus._in_flight():
+            _lib.check(_lib.lib().agentrt_weights_stats(
+                self.bus._p(), _lib.encode(self.name, "name"), ctypes.byref(out)), errors.BusError)
+        return json.loads(_lib.take_string(out))
 
     @property
     def topic(self):

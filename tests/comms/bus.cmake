@@ -15,6 +15,13 @@ agentrt_test(NAME bus_client_test
   LABELS unit
   TIMEOUT 60)
 
+# The weights delta record (comms/weight_delta.h): round trip and refusals.
+agentrt_test(NAME weight_delta_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/weight_delta_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 60)
+
 # Weight streams (comms/weight_stream.h) on a real broker: spool, mapping,
 # versions, keep_last, ACL, unfinished publishes, a durable restart.
 agentrt_test(NAME weight_stream_test

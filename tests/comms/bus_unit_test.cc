@@ -170,6 +170,19 @@ TEST_CASE("the ACL comes from the plan and applies channel globs") {
   CHECK_FALSE(acl.MaySubscribe("prey-0", "policies/x"));
 }
 
+TEST_CASE("a weight stream's delta topic is governed as its stream") {
+  BusAcl acl;
+  acl.agents = {"learner", "actor", "outsider"};
+  acl.channels = {{"weights/learner", {"learner"}, {"actor"}, 3}};
+  CHECK(acl.MayPublish("learner", "weights-delta/learner"));
+  CHECK_FALSE(acl.MayPublish("actor", "weights-delta/learner"));
+  CHECK(acl.MaySubscribe("actor", "weights-delta/learner"));
+  CHECK_FALSE(acl.MaySubscribe("outsider", "weights-delta/learner"));
+  CHECK(acl.KeepLast("weights-delta/learner") == 3);
+  CHECK_FALSE(acl.MaySubscribe("actor", "weights-delta/other"));
+  CHECK_FALSE(acl.MaySubscribe("actor", "xweights-delta/learner"));
+}
+
 TEST_CASE("request validation names what is wrong") {
   BusLimits limits;
   limits.max_message_bytes = 16;

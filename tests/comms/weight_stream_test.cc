@@ -26,6 +26,7 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "comms/weight_delta.h"
 #include "plan/run_dir.h"
 #include "tests/common/temp_dir.h"
 #include "tests/comms/bus_test_util.h"
@@ -381,6 +382,79 @@ TEST_CASE("weight streams: small versions inline, streamed ones where the spool 
     CHECK((*got)->version() == 3);
     CheckHolds(**got, p);
   }
+}
+
+TEST_CASE("weight streams: delta versions, and a wrong or damaged one read whole") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto pub = Client(server->address(), "pub");
+  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // a reader on another node: every byte streamed
+  auto sub = Client(server->address(), "sub");
+  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+  WeightStream out(*pub, "delta", 0, {.delta = true});
+  WeightStream in(*sub, "delta", 0, {.delta = true});
+  Policy p(71);
+  REQUIRE(out.Publish(p.Tensors(), 1).ok());
+  auto v1 = in.Latest(5s);
+  REQUIRE(v1.ok());
+  CHECK_FALSE((*v1)->mapped());
+  const int64_t full = static_cast<int64_t>((*v1)->payload_size());
+  CHECK(in.stats().whole_bytes_read == full);
+
+  // 1% of the values change: version 2 travels as its delta.
+  for (size_t i = 0; i < p.w.size(); i += 100) p.w[i] += 1.0f;
+  REQUIRE(out.Publish(p.Tensors(), 2).ok());
+  CHECK(out.stats().deltas_published == 1);
+  CHECK(out.stats().delta_bytes_published * 20 < full);
+  auto v2 = in.WaitNewer(1, 5s);
+  INFO(v2.status().ToString());
+  REQUIRE(v2.ok());
+  CHECK((*v2)->version() == 2);
+  CHECK((*v2)->step() == 2);
+  CheckHolds(**v2, p);
+  WeightStreamStats s = in.stats();
+  CHECK(s.versions_from_delta == 1);
+  CHECK(s.delta_bytes_read == out.stats().delta_bytes_published);
+  CHECK(s.whole_bytes_read == full);  // nothing more read whole
+
+  // A reader that holds version 2 when version 4 is the newest: no delta
+  // from its base, so version 4 is read whole.
+  for (int step = 3; step <= 4; ++step) {
+    for (size_t i = 0; i < p.w.size(); i += 100) p.w[i] += 1.0f;
+    REQUIRE(out.Publish(p.Tensors(), step).ok());
+  }
+  auto v4 = in.WaitNewer(2, 5s);
+  REQUIRE(v4.ok());
+  CHECK((*v4)->version() == 4);
+  CheckHolds(**v4, p);
+  CHECK(in.stats().versions_from_delta == 1);
+  CHECK(in.stats().whole_bytes_read == 2 * full);
+
+  // Version 5 from a publisher without deltas, and a forged delta for it
+  // that rebuilds other bytes: found by its CRC32C, and version 5 read whole.
+  for (size_t i = 0; i < p.w.size(); i += 100) p.w[i] += 1.0f;
+  WeightStream plain(*pub, "delta");
+  REQUIRE(plain.Publish(p.Tensors(), 5).ok());
+  const std::string_view held((*v4)->payload(), (*v4)->payload_size());
+  auto forged = EncodeWeightDelta({5, 4, held.size(), 1234}, held, held);
+  REQUIRE(forged.ok());
+  REQUIRE(pub->Publish(WeightDeltaTopic("delta"), *forged).ok());
+  auto v5 = in.WaitNewer(4, 5s);
+  INFO(v5.status().ToString());
+  REQUIRE(v5.ok());
+  CheckHolds(**v5, p);
+  CHECK(in.stats().delta_mismatches == 1);
+  CHECK(in.stats().whole_bytes_read == 3 * full);
+  // The delta publisher's kept version is 4, not 5: its next version has no delta.
+  REQUIRE(out.Publish(p.Tensors(), 6).ok());
+  CHECK(out.stats().deltas_published == 3);  // versions 2, 3 and 4
+
+  // Only the stream's subscribers read its deltas, only its publishers write them.
+  auto outsider = Client(server->address(), "outsider");
+  CHECK(outsider->Fetch(WeightDeltaTopic("delta"), 0, 1, 1s).status().code() ==
+        StatusCode::kPermissionDenied);
+  CHECK(outsider->Publish(WeightDeltaTopic("delta"), "x").status().code() ==
+        StatusCode::kPermissionDenied);
 }
 
 TEST_CASE("weight streams: a reader that cannot see the broker's files has the bytes streamed") {

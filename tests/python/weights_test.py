@@ -174,6 +174,33 @@ def scenario_torch(work):
         learner.close()
         check(not glob.glob(os.path.join(log_dir, "incoming", "*.part")),
               "closing the bus removes the slot made ready for a next version")
+
+        # Delta versions, to an actor that reads every byte over the socket.
+        learner = connect(bus, "learner")
+        out = agentrt.WeightStream(learner, "learner", delta=True)
+        os.environ["AGENTRT_BUS_LOCAL_FILES"] = "0"
+        try:
+            far = agentrt.WeightStream(connect(bus, "actor-1"), "learner", delta=True)
+        finally:
+            del os.environ["AGENTRT_BUS_LOCAL_FILES"]
+        base = art.publish_weights(out, model, step=800)
+        whole = far.at(base)
+        with torch.no_grad():
+            model[0].weight[0, :10] += 1.0  # a few values change
+        sums[base + 1] = total()
+        nxt = art.publish_weights(out, model, step=900)
+        got = far.wait_newer(base, timeout=20)
+        stored = sum(float(t.double().sum()) for t in art.weights_tensors(got).values())
+        sent, read = out.stats(), far.stats()
+        check(got.version == nxt and not got.mapped and
+              abs(stored - sums[nxt]) < 1e-6 * max(1.0, abs(sums[nxt])),
+              "version %d rebuilt from its delta holds the model (%.6f vs %.6f)" % (nxt, stored, sums[nxt]))
+        check(sent["deltas_published"] == 1 and read["versions_from_delta"] == 1 and
+              read["delta_bytes_read"] == sent["delta_bytes_published"] and
+              read["delta_bytes_read"] * 100 < whole.size,
+              "the delta's bytes, not the version's, reached the reader: %s / %s (whole: %d)"
+              % (sent, read, whole.size))
+        del whole, got
     check(not os.path.exists(os.path.join(log_dir, "incoming")), "the spool is gone with the broker")
 
 
