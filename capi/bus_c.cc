@@ -96,7 +96,9 @@ struct agentrt_bus {
   std::mutex mu;                     // guards subs
   std::map<agentrt::SubscriptionId, std::shared_ptr<Queue>> subs;  // queue: null for callbacks
   std::mutex streams_mu;                                           // guards weight_streams
-  std::map<std::string, std::unique_ptr<agentrt::WeightStream>> weight_streams;  // async publishers
+  // Kept streams (async publishes, delta state); a caller holds a reference
+  // while it uses one, so a concurrent close cannot free it under it.
+  std::map<std::string, std::shared_ptr<agentrt::WeightStream>> weight_streams;
 
   ~agentrt_bus() {
     weight_streams.clear();  // their versions in flight stored first, while the client lives
@@ -134,12 +136,13 @@ struct agentrt_bus {
 namespace agentrt::capi {
 BusClient* BusClientOf(agentrt_bus* bus) { return bus->client; }
 
-Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
-                                          int64_t incarnation, const WeightStreamOptions* options) {
+Result<std::shared_ptr<WeightStream>> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
+                                                          int64_t incarnation,
+                                                          const WeightStreamOptions* options) {
   std::lock_guard<std::mutex> lock(bus->streams_mu);
   auto& stream = bus->weight_streams[name];
   if (stream == nullptr) {
-    stream = std::make_unique<WeightStream>(*bus->client, name, incarnation,
+    stream = std::make_shared<WeightStream>(*bus->client, name, incarnation,
                                             options != nullptr ? *options : WeightStreamOptions{});
   }
   if (stream->incarnation() != incarnation) {
@@ -152,29 +155,23 @@ Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& n
                            "\" is open on this bus handle with delta " +
                            (stream->options().delta ? "on" : "off") + " already (close it first)");
   }
-  return stream.get();
+  return stream;
 }
 
-WeightStream* FindWeightStream(agentrt_bus* bus, const std::string& name) {
+std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name) {
   std::lock_guard<std::mutex> lock(bus->streams_mu);
   auto it = bus->weight_streams.find(name);
-  return it == bus->weight_streams.end() ? nullptr : it->second.get();
+  return it == bus->weight_streams.end() ? nullptr : it->second;
 }
 
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,
                                        int64_t incarnation, std::chrono::milliseconds timeout) {
-  AGENTRT_ASSIGN_OR_RETURN(WeightStream * stream, AsyncWeightStreamOf(bus, name, incarnation));
+  AGENTRT_ASSIGN_OR_RETURN(std::shared_ptr<WeightStream> stream,
+                           AsyncWeightStreamOf(bus, name, incarnation));
   AGENTRT_ASSIGN_OR_RETURN(const int64_t version, stream->Flush(timeout));
-  std::unique_ptr<WeightStream> gone;
-  {
-    std::lock_guard<std::mutex> lock(bus->streams_mu);
-    auto it = bus->weight_streams.find(name);
-    if (it != bus->weight_streams.end()) {
-      gone = std::move(it->second);
-      bus->weight_streams.erase(it);
-    }
-  }
-  return version;  // `gone` ends its thread here, outside the lock
+  std::lock_guard<std::mutex> lock(bus->streams_mu);
+  bus->weight_streams.erase(name);  // the stream ends with the last reference (`stream` here)
+  return version;
 }
 }  // namespace agentrt::capi
 

@@ -60,11 +60,11 @@ BusClient* BusClientOf(agentrt_bus* bus);
 // `options` and kept (its version in flight, next slot, delta state) until
 // the handle is closed. Another incarnation, or other options when given,
 // for the same name is refused.
-Result<WeightStream*> AsyncWeightStreamOf(agentrt_bus* bus, const std::string& name,
-                                          int64_t incarnation,
-                                          const WeightStreamOptions* options = nullptr);
+Result<std::shared_ptr<WeightStream>> AsyncWeightStreamOf(
+    agentrt_bus* bus, const std::string& name, int64_t incarnation,
+    const WeightStreamOptions* options = nullptr);
 // The handle's stream `name` if it has one (nullptr: none).
-WeightStream* FindWeightStream(agentrt_bus* bus, const std::string& name);
+std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name);
 // Flushes that stream (as WeightStream::Flush) and, if it is stored, lets
 // go of it; the version's number (0: none was published).
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,

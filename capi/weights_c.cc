@@ -72,7 +72,8 @@ int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* te
     // The handle's stream when it has one of this incarnation (its delta
     // state), else one for this call.
     std::optional<agentrt::WeightStream> once;
-    agentrt::WeightStream* kept = agentrt::capi::FindWeightStream(bus, stream);
+    const std::shared_ptr<agentrt::WeightStream> kept =
+        agentrt::capi::FindWeightStream(bus, stream);
     agentrt::WeightStream& ws = kept != nullptr && kept->incarnation() == incarnation
                                     ? *kept
                                     : once.emplace(*BusClientOf(bus), stream, incarnation);
@@ -126,7 +127,7 @@ int agentrt_weights_stats(agentrt_bus* bus, const char* stream, char** json_out)
   AGENTRT_C_REQUIRE(bus, "bus");
   AGENTRT_C_REQUIRE(stream, "stream");
   return Guard("agentrt_weights_stats", [&] {
-    agentrt::WeightStream* ws = agentrt::capi::FindWeightStream(bus, stream);
+    const std::shared_ptr<agentrt::WeightStream> ws = agentrt::capi::FindWeightStream(bus, stream);
     const agentrt::WeightStreamStats s = ws != nullptr ? ws->stats() : agentrt::WeightStreamStats{};
     return JsonOut({{"deltas_published", s.deltas_published},
                     {"delta_bytes_published", s.delta_bytes_published},
@@ -161,7 +162,8 @@ int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode, int64_t 
   return Guard("agentrt_weights_get", [&] {
     // The handle's stream when it has one (its delta state), else one for this call.
     std::optional<agentrt::WeightStream> once;
-    agentrt::WeightStream* kept = agentrt::capi::FindWeightStream(bus, stream);
+    const std::shared_ptr<agentrt::WeightStream> kept =
+        agentrt::capi::FindWeightStream(bus, stream);
     agentrt::WeightStream& ws = kept != nullptr ? *kept : once.emplace(*BusClientOf(bus), stream);
     const std::chrono::milliseconds timeout(timeout_ms < 0 ? 0 : timeout_ms);
     agentrt::Result<std::shared_ptr<const agentrt::WeightSet>> got = agentrt::InvalidArgument(

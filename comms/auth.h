@@ -81,7 +81,8 @@ Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& 
 // Weight streams' topics (comms/weight_stream.h): a stream's versions on
 // "weights/<name>", and its delta versions on "weights-delta/<name>", which
 // the ACL governs as the stream itself (its channel's publishers,
-// subscribers and keep_last).
+// subscribers and keep_last). So the prefix is reserved: a channel written
+// for "weights-delta/..." itself never matches.
 inline constexpr std::string_view kWeightsTopicPrefix = "weights/";
 inline constexpr std::string_view kWeightsDeltaTopicPrefix = "weights-delta/";
 

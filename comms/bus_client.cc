@@ -311,6 +311,8 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
                                                  std::chrono::milliseconds timeout,
                                                  const FetchOptions& fetch) {
   if (max <= 0) return InvalidArgument("fetch: max must be > 0");
+  if (fetch.local_paths && fetch.metadata_only)
+    return impl_->FetchOnce(topic, offset, max, timeout, /*local_files=*/true);
   const bool local = fetch.local_paths && !impl_->broker_files_unreadable.load();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   AGENTRT_ASSIGN_OR_RETURN(std::vector<BusMessage> out,

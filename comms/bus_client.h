@@ -157,6 +157,10 @@ struct FetchOptions {
   // another node) or a passing error has this fetch's bytes streamed, and is
   // not remembered.
   bool local_paths = false;
+  // With local_paths: a large message comes back as the broker's file name,
+  // size and CRC32C only, whether or not the file can be read here (a weight
+  // stream checks a version it rebuilt from a delta against them).
+  bool metadata_only = false;
 };
 
 // Writes a large payload in order (BusClient::PublishLargeFrom).

@@ -38,6 +38,19 @@ struct DctxFree {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
 
+// Magic, length and JSON of a header.
+std::string Head(const WeightDeltaHeader& h) {
+  const std::string json = nlohmann::json{
+      {"version", h.version},
+      {"base", h.base},
+      {"size", h.size},
+      {"crc32c", h.crc32c}}.dump();
+  std::string out(kMagic, sizeof(kMagic));
+  const uint64_t n = json.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xffu));
+  return out + json;
+}
+
 Status ZstdError(size_t code, const char* what) {
   return DataLoss(std::string("weights delta: ") + what + ": " + ZSTD_getErrorName(code));
 }
@@ -51,15 +64,7 @@ Result<std::string> EncodeWeightDelta(const WeightDeltaHeader& h, std::string_vi
                            std::to_string(now.size()) + " bytes against a base of " +
                            std::to_string(base.size()));
   }
-  const std::string json = nlohmann::json{
-      {"version", h.version},
-      {"base", h.base},
-      {"size", h.size},
-      {"crc32c", h.crc32c}}.dump();
-  std::string out(kMagic, sizeof(kMagic));
-  const uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xffu));
-  out += json;
+  std::string out = Head(h);
   std::unique_ptr<ZSTD_CCtx, CctxFree> cctx(ZSTD_createCCtx());
   if (cctx == nullptr) return Internal("weights delta: cannot create a zstd context");
   ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 1);
@@ -83,6 +88,8 @@ Result<std::string> EncodeWeightDelta(const WeightDeltaHeader& h, std::string_vi
     if (last) return out;
   }
 }
+
+std::string EncodeNoWeightDelta(int64_t version) { return Head({version, 0, 0, 0}); }
 
 Result<WeightDeltaHeader> ReadWeightDeltaHeader(std::string_view delta) {
   if (delta.size() < kFixedHead || std::memcmp(delta.data(), kMagic, sizeof(kMagic)) != 0)
@@ -136,7 +143,7 @@ Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view ba
     at += o.pos;
     if (o.pos == 0 && in.pos == in.size) break;
   }
-  if (at != out.size() || left != 0)
+  if (at != out.size() || left != 0 || in.pos != in.size)
     return DataLoss(what + ": the frame does not hold " + std::to_string(h.size) + " bytes");
   if (crc != h.crc32c)
     return DataLoss(what + ": the result does not match the version's CRC32C (another base?)");

@@ -30,10 +30,17 @@ struct WeightDeltaHeader {
   uint32_t crc32c = 0;  // of the version's payload
 };
 
+// A version may have no delta (another size than the one before, the
+// publisher's first, or a delta no smaller than half the version): then the
+// record says so, with base 0, size 0 and no frame (EncodeNoWeightDelta), so
+// that readers waiting for it read the version whole at once.
+
 // The delta of `now` (the payload of version h.version, whose CRC32C h
 // carries) to `base` (of version h.base, the same size).
 Result<std::string> EncodeWeightDelta(const WeightDeltaHeader& h, std::string_view now,
                                       std::string_view base);
+// The record that version `version` has no delta.
+std::string EncodeNoWeightDelta(int64_t version);
 // The header of a delta (DataLoss when it is not one).
 Result<WeightDeltaHeader> ReadWeightDeltaHeader(std::string_view delta);
 // The version's payload from `delta` and the base's payload. DataLoss when

@@ -277,23 +277,34 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
 }
 
 void WeightStream::PublishDelta(int64_t version, std::string payload) {
-  std::lock_guard<std::mutex> lock(delta_mu_);
+  std::lock_guard<std::mutex> chain(base_mu_);  // one version after the other
+  // Every version gets a record: its delta, or that it has none (readers
+  // waiting for it then read the version whole at once).
+  std::string record = EncodeNoWeightDelta(version);
+  bool delta = false;
   if (base_version_ == version - 1 && base_.size() == payload.size() && !base_.empty()) {
     WeightDeltaHeader h;
     h.version = version;
     h.base = base_version_;
     h.size = payload.size();
     h.crc32c = Crc32c(payload.data(), payload.size());
-    Result<std::string> delta = EncodeWeightDelta(h, payload, base_);
-    PublishOptions opts;
-    opts.content_type = kWeightsDeltaContentType;
-    Result<PublishAck> sent =
-        delta.ok() ? bus_.Publish(delta_topic_, *delta, opts) : Result<PublishAck>(delta.status());
-    if (sent.ok()) {
-      ++stats_.deltas_published;
-      stats_.delta_bytes_published += static_cast<int64_t>(delta->size());
-    } else {
+    Result<std::string> encoded = EncodeWeightDelta(h, payload, base_);
+    // Not worth it when it is no smaller than half the version (every value changed).
+    if (encoded.ok() && encoded->size() < payload.size() / 2) {
+      record = std::move(*encoded);
+      delta = true;
+    }
+  }
+  PublishOptions opts;
+  opts.content_type = kWeightsDeltaContentType;
+  const Result<PublishAck> sent = bus_.Publish(delta_topic_, record, opts);
+  {
+    std::lock_guard<std::mutex> lock(delta_mu_);
+    if (!sent.ok()) {
       ++stats_.deltas_not_published;  // its readers read the version whole
+    } else if (delta) {
+      ++stats_.deltas_published;
+      stats_.delta_bytes_published += static_cast<int64_t>(record.size());
     }
   }
   base_ = std::move(payload);
@@ -365,7 +376,6 @@ void WeightStream::RunAsync(Async& a) {
     std::string payload;  // kept for delta versions
     if (options_.delta) payload.assign(slot->data(), size);
     Result<PublishAck> ack = bus_.PublishLargeSlot(topic_, std::move(slot), opts);
-    if (ack.ok() && options_.delta) PublishDelta(ack->offset + 1, std::move(payload));
     // The next version's slot, made now rather than while the caller waits
     // (not if the stream is going meanwhile). Not made, the next call makes
     // its own.
@@ -386,6 +396,11 @@ void WeightStream::RunAsync(Async& a) {
     a.ready = std::move(next);
     a.busy = false;
     a.cv.notify_all();
+    if (ack.ok() && options_.delta) {  // after the caller may go on; before the next version
+      lock.unlock();
+      PublishDelta(ack->offset + 1, std::move(payload));
+      lock.lock();
+    }
   }
 }
 
@@ -430,9 +445,22 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
       std::lock_guard<std::mutex> lock(delta_mu_);
       held = held_;
     }
-    // A reader that maps the broker's files has no bytes to save.
-    if (held != nullptr && !held->mapped() && held->version() == version - 1) {
-      auto rebuilt = ReadDelta(version, *held, wait);
+    if (held != nullptr && held->version() == version - 1) {
+      // The version as the broker keeps it (its file's size and CRC32C, no
+      // bytes), waited for as the version would be.
+      auto meta = bus_.Fetch(topic_, version - 1, 1, wait,
+                             FetchOptions{.local_paths = true, .metadata_only = true});
+      if (!meta.ok()) {
+        if (meta.status().code() == StatusCode::kOutOfRange) return NotFound(gone);
+        return meta.status();
+      }
+      if (meta->empty() || meta->front().offset() != version - 1)
+        return NotFound(what + " does not exist (yet)");
+      if (meta->front().chunked_size() == 0) {  // small: it came whole
+        const auto streamed = static_cast<int64_t>(meta->front().payload().size());
+        return Kept(WeightSet::FromMessage(std::move(meta->front()), version), streamed);
+      }
+      auto rebuilt = ReadDelta(version, *held, meta->front());
       if (rebuilt.ok()) return rebuilt;
       if (rebuilt.status().code() == StatusCode::kDataLoss) {
         std::lock_guard<std::mutex> lock(delta_mu_);
@@ -449,46 +477,58 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   }
   if (got->empty() || got->front().offset() != version - 1)
     return NotFound(what + " does not exist (yet)");
-  const int64_t streamed = got->front().payload().size();
+  const auto streamed = static_cast<int64_t>(got->front().payload().size());
   auto set = WeightSet::FromMessage(std::move(got->front()), version);
   // Its file's name went between the fetch and the open: trimmed meanwhile.
   if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
-  if (set.ok()) {
-    std::lock_guard<std::mutex> lock(delta_mu_);
-    stats_.whole_bytes_read += streamed;
-    if (options_.delta) held_ = *set;
-  }
+  return Kept(std::move(set), streamed);
+}
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::Kept(
+    Result<std::shared_ptr<const WeightSet>> set, int64_t streamed) {
+  if (!set.ok()) return set;
+  std::lock_guard<std::mutex> lock(delta_mu_);
+  stats_.whole_bytes_read += streamed;
+  // A delta reader holds its last version; a mapped one has no bytes to save.
+  if (options_.delta && !(*set)->mapped()) held_ = *set;
   return set;
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::ReadDelta(int64_t version,
                                                                  const WeightSet& held,
-                                                                 std::chrono::milliseconds wait) {
+                                                                 const BusMessage& stored) {
   AGENTRT_ASSIGN_OR_RETURN(auto topics, bus_.ListTopics(delta_topic_));
   int64_t end = 0;
   for (const auto& t : topics) {
     if (t.topic() == delta_topic_) end = t.end_offset();
   }
   if (end == 0) return NotFound("no delta versions");
-  // The newest delta; when it is the one before, the one for `version` is
-  // published right after the version itself: wait a little (at most 1 s)
-  // for it. Any other: none from the base held.
+  // The newest record; when it is the version before's, the version's own
+  // follows right after the version (stored now): wait for it, at most 1 s.
   for (int64_t offset = end - 1; offset <= end; ++offset) {
-    const auto patience = offset < end ? wait : std::min(wait, std::chrono::milliseconds(1000));
-    auto got = bus_.Fetch(delta_topic_, offset, 1, patience);
+    // (The newest is there already: its wait only bounds the call.)
+    auto got = bus_.Fetch(delta_topic_, offset, 1,
+                          offset < end ? std::chrono::seconds(10) : std::chrono::seconds(1));
     if (!got.ok() || got->empty() || got->front().offset() != offset)
       return NotFound("no delta for the version");
     const BusMessage& m = got->front();
     AGENTRT_ASSIGN_OR_RETURN(const WeightDeltaHeader h, ReadWeightDeltaHeader(m.payload()));
     if (h.version == version - 1 && offset < end) continue;
-    if (h.version != version || h.base != held.version())
-      return NotFound("no delta from the version held");
+    if (h.version != version || h.base == 0) return NotFound("no delta for the version");
+    // Only a delta of this version as the broker stored it (its size and
+    // CRC32C, its publisher), from the version held.
+    if (h.base != held.version() || m.publisher() != stored.publisher() ||
+        static_cast<int64_t>(h.size) != stored.chunked_size() ||
+        h.crc32c != stored.chunked_crc32c()) {
+      return DataLoss("the delta of version " + std::to_string(version) +
+                      " is not of the version stored, or not from the version held");
+    }
     AGENTRT_ASSIGN_OR_RETURN(
         std::string bytes,
         ApplyWeightDelta(m.payload(), std::string_view(held.payload(), held.payload_size())));
     BusMessage rebuilt;
     rebuilt.set_topic(topic_);
-    rebuilt.set_publisher(m.publisher());
+    rebuilt.set_publisher(stored.publisher());
     *rebuilt.mutable_payload() = std::move(bytes);
     AGENTRT_ASSIGN_OR_RETURN(auto set, WeightSet::FromMessage(std::move(rebuilt), version));
     std::lock_guard<std::mutex> lock(delta_mu_);

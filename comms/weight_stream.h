@@ -29,7 +29,9 @@
 // before, every page faulted in, so the caller's wait is one memcpy. The
 // thread then has the version stored and readies the next slot. At most one
 // version is in flight and one slot ready, so a publisher never holds more
-// than two versions' bytes, however slow the broker or its disk. A slot that
+// than two versions' bytes, however slow the broker or its disk (two more
+// with delta versions: the version kept as the next delta's base, and a copy
+// of the one being stored). A slot that
 // waits past the kernel's write-back of dirty pages (30 s by default) is
 // written back as zeros and its pages fault again on the copy (about 2x a
 // memcpy then).
@@ -216,10 +218,15 @@ class WeightStream {
   // Delta versions: publishes the delta of version `version` (`payload`)
   // to the one kept before it, then keeps `payload`.
   void PublishDelta(int64_t version, std::string payload);
-  // Version `version` from its delta and `held` (version - 1); NotFound
-  // when the delta topic has none for it.
+  // Version `version` from its delta and `held` (version - 1), checked
+  // against `stored` (the version's record: size, CRC32C, publisher);
+  // NotFound when it has no delta, DataLoss when the delta is not of it.
   Result<std::shared_ptr<const WeightSet>> ReadDelta(int64_t version, const WeightSet& held,
-                                                     std::chrono::milliseconds wait);
+                                                     const BusMessage& stored);
+  // `set` read whole (`streamed` bytes reached this process), counted and,
+  // for a delta reader, held.
+  Result<std::shared_ptr<const WeightSet>> Kept(Result<std::shared_ptr<const WeightSet>> set,
+                                                int64_t streamed);
   struct Async;             // PublishAsync's slot and background thread (weight_stream.cc)
   Async& StartAsync();      // async_, its thread started on first use
   void RunAsync(Async& a);  // that thread
@@ -229,9 +236,10 @@ class WeightStream {
   int64_t incarnation_;
   WeightStreamOptions options_;
   std::string delta_topic_;
-  mutable std::mutex delta_mu_;  // guards what follows
-  std::string base_;             // the publisher's last version (delta)
+  std::mutex base_mu_;  // guards base_, base_version_ (one delta after the other)
+  std::string base_;    // the publisher's last version (delta)
   int64_t base_version_ = 0;
+  mutable std::mutex delta_mu_;            // guards held_ and stats_
   std::shared_ptr<const WeightSet> held_;  // the reader's last version (delta)
   WeightStreamStats stats_;
   std::mutex async_mu_;    // guards async_

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "comms/auth.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
@@ -430,13 +431,15 @@ TEST_CASE("weight streams: delta versions, and a wrong or damaged one read whole
   CHECK(in.stats().versions_from_delta == 1);
   CHECK(in.stats().whole_bytes_read == 2 * full);
 
-  // Version 5 from a publisher without deltas, and a forged delta for it
-  // that rebuilds other bytes: found by its CRC32C, and version 5 read whole.
+  // Version 5 from a publisher without deltas, and a forged delta for it,
+  // consistent in itself (it rebuilds version 4 and carries that CRC32C),
+  // but not of the version stored: refused, and version 5 read whole.
   for (size_t i = 0; i < p.w.size(); i += 100) p.w[i] += 1.0f;
   WeightStream plain(*pub, "delta");
   REQUIRE(plain.Publish(p.Tensors(), 5).ok());
   const std::string_view held((*v4)->payload(), (*v4)->payload_size());
-  auto forged = EncodeWeightDelta({5, 4, held.size(), 1234}, held, held);
+  auto forged =
+      EncodeWeightDelta({5, 4, held.size(), Crc32c(held.data(), held.size())}, held, held);
   REQUIRE(forged.ok());
   REQUIRE(pub->Publish(WeightDeltaTopic("delta"), *forged).ok());
   auto v5 = in.WaitNewer(4, 5s);
@@ -445,9 +448,30 @@ TEST_CASE("weight streams: delta versions, and a wrong or damaged one read whole
   CheckHolds(**v5, p);
   CHECK(in.stats().delta_mismatches == 1);
   CHECK(in.stats().whole_bytes_read == 3 * full);
-  // The delta publisher's kept version is 4, not 5: its next version has no delta.
+  // The delta publisher's kept version is 4, not 5: its next version has no
+  // delta, and says so (a reader waiting for it reads it whole at once).
   REQUIRE(out.Publish(p.Tensors(), 6).ok());
   CHECK(out.stats().deltas_published == 3);  // versions 2, 3 and 4
+  auto v6 = in.WaitNewer(5, 5s);
+  REQUIRE(v6.ok());
+  CHECK(in.stats().whole_bytes_read == 4 * full);
+
+  // A reader already waiting when the next version comes, however long the
+  // publisher takes, gets it from its delta; PublishAsync makes deltas too.
+  std::thread later([&] {
+    std::this_thread::sleep_for(1500ms);
+    for (size_t i = 0; i < p.w.size(); i += 100) p.w[i] += 1.0f;
+    REQUIRE(out.PublishAsync(p.Tensors(), 7).ok());
+    REQUIRE(out.Flush(20s).ok());
+  });
+  auto v7 = in.WaitNewer(6, 20s);
+  later.join();
+  INFO(v7.status().ToString());
+  REQUIRE(v7.ok());
+  CHECK((*v7)->version() == 7);
+  CheckHolds(**v7, p);
+  CHECK(in.stats().versions_from_delta == 2);
+  CHECK(in.stats().whole_bytes_read == 4 * full);
 
   // Only the stream's subscribers read its deltas, only its publishers write them.
   auto outsider = Client(server->address(), "outsider");
