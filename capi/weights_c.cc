@@ -57,6 +57,15 @@ agentrt::Result<std::vector<agentrt::WeightTensor>> Tensors(const char* tensors_
   return tensors;
 }
 
+// The handle's kept stream `name` (its delta state) when it has one, of
+// `incarnation` when given; else one for this call.
+std::shared_ptr<agentrt::WeightStream> StreamFor(agentrt_bus* bus, const char* name,
+                                                 std::optional<int64_t> incarnation) {
+  std::shared_ptr<agentrt::WeightStream> kept = agentrt::capi::FindWeightStream(bus, name);
+  if (kept != nullptr && (!incarnation || kept->incarnation() == *incarnation)) return kept;
+  return std::make_shared<agentrt::WeightStream>(*BusClientOf(bus), name, incarnation.value_or(0));
+}
+
 }  // namespace
 
 extern "C" {
@@ -69,15 +78,7 @@ int agentrt_weights_publish(agentrt_bus* bus, const char* stream, const char* te
   return Guard("agentrt_weights_publish", [&] {
     auto tensors = Tensors(tensors_json, data, bytes, n);
     if (!tensors.ok()) return Fail(tensors.status());
-    // The handle's stream when it has one of this incarnation (its delta
-    // state), else one for this call.
-    std::optional<agentrt::WeightStream> once;
-    const std::shared_ptr<agentrt::WeightStream> kept =
-        agentrt::capi::FindWeightStream(bus, stream);
-    agentrt::WeightStream& ws = kept != nullptr && kept->incarnation() == incarnation
-                                    ? *kept
-                                    : once.emplace(*BusClientOf(bus), stream, incarnation);
-    auto v = ws.Publish(*tensors, step);
+    auto v = StreamFor(bus, stream, incarnation)->Publish(*tensors, step);
     if (!v.ok()) return Fail(v.status());
     if (version != nullptr) *version = *v;
     return Ok();
@@ -160,11 +161,8 @@ int agentrt_weights_get(agentrt_bus* bus, const char* stream, int mode, int64_t 
   AGENTRT_C_REQUIRE(out, "out");
   *out = nullptr;
   return Guard("agentrt_weights_get", [&] {
-    // The handle's stream when it has one (its delta state), else one for this call.
-    std::optional<agentrt::WeightStream> once;
-    const std::shared_ptr<agentrt::WeightStream> kept =
-        agentrt::capi::FindWeightStream(bus, stream);
-    agentrt::WeightStream& ws = kept != nullptr ? *kept : once.emplace(*BusClientOf(bus), stream);
+    const std::shared_ptr<agentrt::WeightStream> kept = StreamFor(bus, stream, std::nullopt);
+    agentrt::WeightStream& ws = *kept;
     const std::chrono::milliseconds timeout(timeout_ms < 0 ? 0 : timeout_ms);
     agentrt::Result<std::shared_ptr<const agentrt::WeightSet>> got = agentrt::InvalidArgument(
         "mode must be 0 (latest), 1 (newer than version) or 2 (exactly "

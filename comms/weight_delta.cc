@@ -51,6 +51,15 @@ std::string Head(const WeightDeltaHeader& h) {
   return out + json;
 }
 
+// The JSON header's length (little-endian after the magic) of a record of
+// at least kFixedHead bytes.
+uint64_t HeaderLength(std::string_view delta) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= uint64_t{static_cast<unsigned char>(delta[sizeof(kMagic) + i])} << (8 * i);
+  return n;
+}
+
 Status ZstdError(size_t code, const char* what) {
   return DataLoss(std::string("weights delta: ") + what + ": " + ZSTD_getErrorName(code));
 }
@@ -94,9 +103,7 @@ std::string EncodeNoWeightDelta(int64_t version) { return Head({version, 0, 0, 0
 Result<WeightDeltaHeader> ReadWeightDeltaHeader(std::string_view delta) {
   if (delta.size() < kFixedHead || std::memcmp(delta.data(), kMagic, sizeof(kMagic)) != 0)
     return DataLoss("weights delta: does not start with AGRTWDL1");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= uint64_t{static_cast<unsigned char>(delta[sizeof(kMagic) + i])} << (8 * i);
+  const uint64_t n = HeaderLength(delta);
   if (n > delta.size() - kFixedHead) return DataLoss("weights delta: its header runs past its end");
   try {
     const nlohmann::json j = nlohmann::json::parse(delta.substr(kFixedHead, n));
@@ -119,10 +126,7 @@ Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view ba
     return DataLoss(what + ": the base held has " + std::to_string(base.size()) + " bytes, not " +
                     std::to_string(h.size));
   }
-  uint64_t json_size = 0;
-  for (int i = 0; i < 8; ++i)
-    json_size |= uint64_t{static_cast<unsigned char>(delta[sizeof(kMagic) + i])} << (8 * i);
-  const std::string_view frame = delta.substr(kFixedHead + json_size);
+  const std::string_view frame = delta.substr(kFixedHead + HeaderLength(delta));
   // The base copied, then each decompressed piece XOR-ed into it and
   // checksummed while it is in the cache.
   std::string out(base);

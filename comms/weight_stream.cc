@@ -439,6 +439,17 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);
   if (version < 1) return InvalidArgument(what + ": versions start at 1");
   const std::string gone = what + " is no longer kept (keep_last or bus.retention removed it)";
+  // The version's message, as `how` asks for it.
+  auto fetch = [&](const FetchOptions& how) -> Result<BusMessage> {
+    auto got = bus_.Fetch(topic_, version - 1, 1, wait, how);
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kOutOfRange) return NotFound(gone);
+      return got.status();
+    }
+    if (got->empty() || got->front().offset() != version - 1)
+      return NotFound(what + " does not exist (yet)");
+    return std::move(got->front());
+  };
   if (options_.delta) {
     std::shared_ptr<const WeightSet> held;
     {
@@ -448,19 +459,13 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
     if (held != nullptr && held->version() == version - 1) {
       // The version as the broker keeps it (its file's size and CRC32C, no
       // bytes), waited for as the version would be.
-      auto meta = bus_.Fetch(topic_, version - 1, 1, wait,
-                             FetchOptions{.local_paths = true, .metadata_only = true});
-      if (!meta.ok()) {
-        if (meta.status().code() == StatusCode::kOutOfRange) return NotFound(gone);
-        return meta.status();
+      AGENTRT_ASSIGN_OR_RETURN(BusMessage meta,
+                               fetch({.local_paths = true, .metadata_only = true}));
+      if (meta.chunked_size() == 0) {  // small: it came whole
+        const auto streamed = static_cast<int64_t>(meta.payload().size());
+        return Kept(WeightSet::FromMessage(std::move(meta), version), streamed);
       }
-      if (meta->empty() || meta->front().offset() != version - 1)
-        return NotFound(what + " does not exist (yet)");
-      if (meta->front().chunked_size() == 0) {  // small: it came whole
-        const auto streamed = static_cast<int64_t>(meta->front().payload().size());
-        return Kept(WeightSet::FromMessage(std::move(meta->front()), version), streamed);
-      }
-      auto rebuilt = ReadDelta(version, *held, meta->front());
+      auto rebuilt = ReadDelta(version, *held, meta);
       if (rebuilt.ok()) return rebuilt;
       if (rebuilt.status().code() == StatusCode::kDataLoss) {
         std::lock_guard<std::mutex> lock(delta_mu_);
@@ -470,15 +475,9 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   }
   // The broker's file where this process can read it (Fetch streams the
   // bytes otherwise).
-  auto got = bus_.Fetch(topic_, version - 1, 1, wait, FetchOptions{.local_paths = true});
-  if (!got.ok()) {
-    if (got.status().code() == StatusCode::kOutOfRange) return NotFound(gone);
-    return got.status();
-  }
-  if (got->empty() || got->front().offset() != version - 1)
-    return NotFound(what + " does not exist (yet)");
-  const auto streamed = static_cast<int64_t>(got->front().payload().size());
-  auto set = WeightSet::FromMessage(std::move(got->front()), version);
+  AGENTRT_ASSIGN_OR_RETURN(BusMessage got, fetch({.local_paths = true}));
+  const auto streamed = static_cast<int64_t>(got.payload().size());
+  auto set = WeightSet::FromMessage(std::move(got), version);
   // Its file's name went between the fetch and the open: trimmed meanwhile.
   if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
   return Kept(std::move(set), streamed);
