@@ -48,7 +48,7 @@ install(EXPORT agentrtTargets NAMESPACE agentrt:: DESTINATION ${AGENTRT_CMAKE_IN
 set(AGENTRT_PUBLIC_HEADERS
     common/status.h common/clock.h common/group_backend.h
     plan/agent_env.h plan/config.h plan/plan.h plan/records.h plan/run_dir.h
-    comms/auth.h comms/bus_client.h comms/bus_types.h comms/telemetry.h
+    comms/auth.h comms/bus_client.h comms/bus_types.h comms/telemetry.h comms/weight_stream.h
     agent_runtime/runtime.h agent_runtime/checkpointer.h agent_runtime/group.h
     agent_runtime/signals.h agent_runtime/sharded_adam.h agent_runtime/adamw.h
     agent_runtime/flight_recorder.h agent_runtime/bandwidth.h

@@ -88,7 +88,7 @@ inline constexpr std::string_view kWeightsDeltaTopicPrefix = "weights-delta/";
 
 // Who may publish to and subscribe from which topics. Names are agent names
 // of the run (already expanded from replicas; a '*' glob is also accepted).
-// A topic pattern is an exact topic or a glob with '*' (e.g. "policies/*").
+// A topic pattern is an exact topic or a glob with '*' (e.g. "weights/*").
 struct BusChannel {
   std::string topic;
   std::vector<std::string> publishers;

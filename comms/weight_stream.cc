@@ -88,6 +88,25 @@ WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int6
   }
 }
 
+void CopyWeights(const WeightLayout& layout, const std::vector<WeightTensor>& tensors, char* out) {
+  std::memcpy(out, layout.header.data(), layout.header.size());
+  size_t at = layout.header.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::memset(out + at, 0, layout.offsets[i] - at);
+    if (tensors[i].bytes > 0)
+      std::memcpy(out + layout.offsets[i], tensors[i].data, tensors[i].bytes);
+    at = layout.offsets[i] + tensors[i].bytes;
+  }
+}
+
+std::string EncodeWeights(std::string_view stream, std::string_view agent, int64_t step,
+                          int64_t incarnation, const std::vector<WeightTensor>& tensors) {
+  const WeightLayout layout = LayOutWeights(stream, agent, step, incarnation, tensors);
+  std::string out(layout.size, '\0');
+  CopyWeights(layout, tensors, out.data());
+  return out;
+}
+
 WeightSet::~WeightSet() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }
@@ -258,17 +277,8 @@ Result<int64_t> WeightStream::Publish(const std::vector<WeightTensor>& tensors, 
     return ack.offset + 1;
   }
   // Delta versions: the payload laid out here too, kept for the next delta.
-  std::string payload;
-  payload.reserve(layout.size);
-  struct Gather final : LargePayloadWriter {
-    std::string* out;
-    Status Append(const void* data, size_t size) override {
-      out->append(static_cast<const char*>(data), size);
-      return Status::Ok();
-    }
-  } gather;
-  gather.out = &payload;
-  AGENTRT_RETURN_IF_ERROR(fill(gather));
+  std::string payload(layout.size, '\0');
+  CopyWeights(layout, tensors, payload.data());
   auto copy = [&](LargePayloadWriter& w) { return w.Append(payload.data(), payload.size()); };
   AGENTRT_ASSIGN_OR_RETURN(PublishAck ack,
                            bus_.PublishLargeFrom(topic_, layout.size, copy, Options(timeout)));
@@ -335,15 +345,7 @@ Status WeightStream::PublishAsync(const std::vector<WeightTensor>& tensors, int6
   if (slot == nullptr) {
     AGENTRT_ASSIGN_OR_RETURN(slot, bus_.ReserveLarge(topic_, layout.size));
   }
-  char* out = slot->data();
-  std::memcpy(out, layout.header.data(), layout.header.size());
-  size_t at = layout.header.size();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::memset(out + at, 0, layout.offsets[i] - at);
-    if (tensors[i].bytes > 0)
-      std::memcpy(out + layout.offsets[i], tensors[i].data, tensors[i].bytes);
-    at = layout.offsets[i] + tensors[i].bytes;
-  }
+  CopyWeights(layout, tensors, slot->data());
   {
     std::lock_guard<std::mutex> lock(a.mu);
     a.filled = std::move(slot);

@@ -133,6 +133,14 @@ struct WeightLayout {
 };
 WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int64_t step,
                            int64_t incarnation, const std::vector<WeightTensor>& tensors);
+// Writes the payload laid out as `layout` (layout.size bytes) to `out`: the
+// header, each tensor at its offset, zeros between.
+void CopyWeights(const WeightLayout& layout, const std::vector<WeightTensor>& tensors, char* out);
+// A whole payload, for a version published as an ordinary message (content
+// type kWeightsContentType) on WeightStreamTopic(stream): what a small
+// version costs, without a stream's slots (the league's policy snapshots).
+std::string EncodeWeights(std::string_view stream, std::string_view agent, int64_t step,
+                          int64_t incarnation, const std::vector<WeightTensor>& tensors);
 
 struct WeightStreamOptions {
   // Delta versions (comms/weight_delta.h). A publisher: after each version,

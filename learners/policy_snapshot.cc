@@ -8,22 +8,19 @@
 namespace agentrt {
 namespace {
 
+// The tensor `name` of `version` as `n` values of T (dtype `dtype`).
 template <typename T>
-void Append(std::string& out, const std::vector<T>& v) {
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-template <typename T>
-Status Take(std::string_view& body, size_t n, std::vector<T>& out, std::string_view what) {
-  const size_t bytes = n * sizeof(T);
-  if (body.size() < bytes) {
-    return InvalidArgument("policy snapshot: " + std::string(what) + " needs " +
-                           std::to_string(bytes) + " bytes, only " + std::to_string(body.size()) +
-                           " left");
+Status Take(const WeightSet& version, std::string_view name, std::string_view dtype, size_t n,
+            std::vector<T>& out, const std::string& who) {
+  const WeightSet::Entry* e = version.Find(name);
+  if (e == nullptr) return InvalidArgument(who + ": no tensor \"" + std::string(name) + "\"");
+  if (e->dtype != dtype || e->bytes != n * sizeof(T)) {
+    return InvalidArgument(who + ": tensor \"" + std::string(name) + "\" is " + e->dtype + ", " +
+                           std::to_string(e->bytes) + " bytes; the shape needs " +
+                           std::string(dtype) + ", " + std::to_string(n * sizeof(T)) + " bytes");
   }
   out.resize(n);
-  std::memcpy(out.data(), body.data(), bytes);
-  body.remove_prefix(bytes);
+  std::memcpy(out.data(), version.Data(*e), e->bytes);
   return Status::Ok();
 }
 
@@ -53,40 +50,51 @@ PolicySnapshot SnapshotOf(const PpoLearner& learner, std::string agent, int64_t 
   return s;
 }
 
-std::string EncodeSnapshot(const PolicySnapshot& s) {
-  nlohmann::json header = {{"format", 1},
-                           {"agent", s.agent},
-                           {"update", s.update},
-                           {"env_steps", s.env_steps},
-                           {"obs_size", s.obs_size},
-                           {"num_actions", s.num_actions},
-                           {"hidden", s.hidden},
-                           {"hidden_layers", s.hidden_layers},
-                           {"norm_obs", s.norm_obs},
-                           {"obs_clip", s.obs_clip},
-                           {"policy_params", s.policy_params.size()}};
-  std::string out = header.dump();
-  out.push_back('\n');
-  Append(out, s.policy_params);
+std::string EncodeSnapshot(const PolicySnapshot& s, int64_t incarnation) {
+  const std::string description = nlohmann::json{
+      {"format", 1},
+      {"agent", s.agent},
+      {"update", s.update},
+      {"env_steps", s.env_steps},
+      {"obs_size", s.obs_size},
+      {"num_actions", s.num_actions},
+      {"hidden", s.hidden},
+      {"hidden_layers", s.hidden_layers},
+      {"norm_obs", s.norm_obs},
+      {"obs_clip", s.obs_clip},
+      {"policy_params",
+       s.policy_params.size()}}.dump();
+  auto tensor = [](const char* name, const char* dtype, const auto& values) {
+    using T = typename std::decay_t<decltype(values)>::value_type;
+    return WeightTensor{name,
+                        dtype,
+                        {static_cast<int64_t>(values.size())},
+                        values.data(),
+                        values.size() * sizeof(T)};
+  };
+  std::vector<WeightTensor> tensors = {tensor("snapshot", "uint8", description),
+                                       tensor("policy", "float32", s.policy_params)};
   if (s.norm_obs) {
-    Append(out, s.obs_mean);
-    Append(out, s.obs_var);
+    tensors.push_back(tensor("obs_mean", "float64", s.obs_mean));
+    tensors.push_back(tensor("obs_var", "float64", s.obs_var));
   }
-  return out;
+  return EncodeWeights(s.agent, s.agent, s.env_steps, incarnation, tensors);
 }
 
-Result<PolicySnapshot> DecodeSnapshot(std::string_view payload) {
-  const size_t eol = payload.find('\n');
-  if (eol == std::string_view::npos) return InvalidArgument("policy snapshot: no header line");
-  const nlohmann::json header =
-      nlohmann::json::parse(payload.substr(0, eol), nullptr, /*allow_exceptions=*/false);
-  if (!header.is_object())
-    return InvalidArgument("policy snapshot: the header is not a JSON object");
+Result<PolicySnapshot> DecodeSnapshot(const WeightSet& version) {
+  const std::string where = "policy snapshot (weights \"" + version.stream() + "\" version " +
+                            std::to_string(version.version()) + ")";
+  const WeightSet::Entry* d = version.Find("snapshot");
+  if (d == nullptr || d->dtype != "uint8")
+    return InvalidArgument(where + ": no \"snapshot\" tensor (uint8) describing the network");
+  const nlohmann::json header = nlohmann::json::parse(
+      std::string_view(static_cast<const char*>(version.Data(*d)), d->bytes), nullptr,
+      /*allow_exceptions=*/false);
+  if (!header.is_object()) return InvalidArgument(where + ": its description is not a JSON object");
   PolicySnapshot s;
   try {
-    if (header.at("format").get<int>() != 1) {
-      return InvalidArgument("policy snapshot: unknown format " + header.at("format").dump());
-    }
+    if (header.at("format").get<int>() != 1)
+      return InvalidArgument(where + ": unknown format " + header.at("format").dump());
     s.agent = header.at("agent").get<std::string>();
     s.update = header.at("update").get<int64_t>();
     s.env_steps = header.at("env_steps").get<int64_t>();
@@ -97,41 +105,39 @@ Result<PolicySnapshot> DecodeSnapshot(std::string_view payload) {
     s.norm_obs = header.at("norm_obs").get<bool>();
     s.obs_clip = header.at("obs_clip").get<float>();
     const auto n = header.at("policy_params").get<size_t>();
+    const std::string who = "policy snapshot of " + s.agent;
+    if (!version.agent().empty() && version.agent() != s.agent) {
+      return InvalidArgument(who + " was published by agent " + version.agent() +
+                             ": a snapshot is its own agent's");
+    }
     if (s.obs_size <= 0 || s.num_actions <= 0 || s.num_actions > 256 || s.hidden <= 0 ||
         s.hidden_layers < 0) {
-      return InvalidArgument("policy snapshot of " + s.agent + ": bad network shape " +
-                             header.dump());
+      return InvalidArgument(who + ": bad network shape " + header.dump());
     }
-    const size_t expected = Mlp(
-                                [&] {
-                                  std::vector<int> sizes{s.obs_size};
-                                  for (int l = 0; l < s.hidden_layers; ++l)
-                                    sizes.push_back(s.hidden);
-                                  sizes.push_back(s.num_actions);
-                                  return sizes;
-                                }(),
-                                0)
-                                .num_params();
+    std::vector<int> sizes{s.obs_size};
+    for (int l = 0; l < s.hidden_layers; ++l) sizes.push_back(s.hidden);
+    sizes.push_back(s.num_actions);
+    const size_t expected = Mlp(sizes, 0).num_params();
     if (n != expected) {
-      return InvalidArgument("policy snapshot of " + s.agent + ": " + std::to_string(n) +
+      return InvalidArgument(who + ": " + std::to_string(n) +
                              " policy parameters, the shape needs " + std::to_string(expected));
     }
-    std::string_view body = payload.substr(eol + 1);
-    AGENTRT_RETURN_IF_ERROR(Take(body, n, s.policy_params, "the policy parameters"));
+    AGENTRT_RETURN_IF_ERROR(Take(version, "policy", "float32", n, s.policy_params, who));
     if (s.norm_obs) {
-      AGENTRT_RETURN_IF_ERROR(
-          Take(body, static_cast<size_t>(s.obs_size), s.obs_mean, "the normaliser mean"));
-      AGENTRT_RETURN_IF_ERROR(
-          Take(body, static_cast<size_t>(s.obs_size), s.obs_var, "the normaliser variance"));
-    }
-    if (!body.empty()) {
-      return InvalidArgument("policy snapshot of " + s.agent + ": " + std::to_string(body.size()) +
-                             " trailing bytes");
+      const auto obs = static_cast<size_t>(s.obs_size);
+      AGENTRT_RETURN_IF_ERROR(Take(version, "obs_mean", "float64", obs, s.obs_mean, who));
+      AGENTRT_RETURN_IF_ERROR(Take(version, "obs_var", "float64", obs, s.obs_var, who));
     }
   } catch (const nlohmann::json::exception& e) {
-    return InvalidArgument(std::string("policy snapshot: bad header: ") + e.what());
+    return InvalidArgument(where + ": bad description: " + e.what());
   }
   return s;
+}
+
+Result<PolicySnapshot> DecodeSnapshot(const BusMessage& message) {
+  auto version = WeightSet::FromMessage(message, message.offset() + 1);
+  if (!version.ok()) return InvalidArgument(version.status().message());
+  return DecodeSnapshot(**version);
 }
 
 Status PolicyPlayer::Load(const PolicySnapshot& s) {

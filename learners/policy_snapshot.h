@@ -1,18 +1,21 @@
 // Policy snapshots: the one format of a frozen PPO policy — what an agent
-// publishes on the bus topic `policies/<agent>` so that other agents can play
-// against (or with) its latest policy (the league / self-play pattern). A
-// snapshot is self-describing: the network shape, the policy MLP's parameters
-// and the observation normaliser's statistics, enough to act without the
-// learner (no value net, no optimizer).
+// publishes as a version of its weight stream (comms/weight_stream.h, topic
+// `weights/<agent>`) so that other agents can play against (or with) its
+// latest policy (the league / self-play pattern), and what the league's
+// catalogue refers to by version. A snapshot is self-describing: the network
+// shape, the policy MLP's parameters and the observation normaliser's
+// statistics, enough to act without the learner (no value net, no optimizer).
 //
-// Wire format (content type kPolicySnapshotContentType), little-endian host order:
-//   one line of JSON, '\n', then the binary body:
+// A version's tensors (host byte order):
+//   "snapshot"  uint8[n]   one line of JSON, the network's shape:
 //     {"format": 1, "agent": "predator-0", "update": 12, "env_steps": 24576,
 //      "obs_size": 78, "num_actions": 5, "hidden": 64, "hidden_layers": 2,
 //      "norm_obs": true, "obs_clip": 10.0, "policy_params": 9413}
-//     float32[policy_params]   the policy MLP (learners/actor_critic.h layout)
-//     float64[obs_size]        normaliser mean   (only when norm_obs)
-//     float64[obs_size]        normaliser variance (only when norm_obs)
+//   "policy"    float32[policy_params]   the policy MLP (learners/actor_critic.h layout)
+//   "obs_mean"  float64[obs_size]        normaliser mean     (only when norm_obs)
+//   "obs_var"   float64[obs_size]        normaliser variance (only when norm_obs)
+// The version's step is env_steps; its agent (the authenticated publisher)
+// must be the snapshot's.
 //
 // PolicyPlayer acts with a snapshot. Thread-safety: one PolicyPlayer per
 // thread (its workspace is a member); Act does not allocate once the player
@@ -28,14 +31,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "comms/bus_client.h"
+#include "comms/weight_stream.h"
 #include "envs/rng.h"
 #include "learners/actor_critic.h"
 #include "learners/obs_normalizer.h"
 #include "learners/ppo.h"
 
 namespace agentrt {
-
-inline constexpr std::string_view kPolicySnapshotContentType = "application/x-agentrt-policy";
 
 struct PolicySnapshot {
   std::string agent;
@@ -55,9 +58,15 @@ struct PolicySnapshot {
 // The learner's current policy as a snapshot.
 PolicySnapshot SnapshotOf(const PpoLearner& learner, std::string agent, int64_t env_steps);
 
-std::string EncodeSnapshot(const PolicySnapshot& snapshot);
-// Errors say what is wrong with the payload (sizes, JSON, format version).
-Result<PolicySnapshot> DecodeSnapshot(std::string_view payload);
+// The snapshot as the payload of a version of stream `snapshot.agent`
+// (EncodeWeights; publish it with content type kWeightsContentType on
+// WeightStreamTopic(snapshot.agent)); `incarnation`: the publisher's restart count.
+std::string EncodeSnapshot(const PolicySnapshot& snapshot, int64_t incarnation = 0);
+// Errors say what is wrong with the version (its tensors, sizes, JSON, format
+// version, an agent that is not its publisher).
+Result<PolicySnapshot> DecodeSnapshot(const WeightSet& version);
+// A message of a weight stream's topic (received or fetched) as a snapshot.
+Result<PolicySnapshot> DecodeSnapshot(const BusMessage& message);
 
 class PolicyPlayer {
  public:

@@ -80,6 +80,19 @@ std::vector<std::string> ConfigWarnings(const Config& config) {
                   ". Train on GPUs with the PyTorch agent (command: [python3, "
                   "examples/torch_ppo/train.py]), or set gpus: 0");
   }
+  // Channels written for the policy snapshots' old topic: the agents publish
+  // them as weight streams now, which such a channel does not govern.
+  std::vector<std::string> old;
+  for (const ChannelConfig& channel : config.channels) {
+    if (channel.topic.starts_with("policies/")) old.push_back(channel.topic);
+  }
+  if (!old.empty()) {
+    out.push_back("channel " + old.front() +
+                  (old.size() > 1 ? " (and " + std::to_string(old.size() - 1) + " more)" : "") +
+                  ": agent-worker and examples/torch_ppo publish their policies as weight streams "
+                  "on weights/<agent>, not on policies/<agent>; write the channel as {topic: "
+                  "\"weights/{agent}\", ...} or their snapshots are refused");
+  }
   return out;
 }
 

@@ -285,7 +285,7 @@ struct AgentConfig {
 };
 
 // One topic after expansion. A topic containing `{agent}` in the file becomes
-// one channel per matching publisher (e.g. `policies/{agent}`).
+// one channel per matching publisher (e.g. `weights/{agent}`).
 struct ChannelConfig {
   std::string topic;
   std::vector<std::string> publisher_patterns;  // globs as written (`predator-*`)

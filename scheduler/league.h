@@ -42,8 +42,8 @@ namespace agentrt {
 struct LeagueSnapshot {
   std::string agent;
   int64_t step = 0;     // the agent's env step when it was published
-  std::string topic;    // e.g. policies/<agent>
-  int64_t offset = -1;  // its message in that topic
+  std::string topic;    // its agent's weight stream, weights/<agent>
+  int64_t offset = -1;  // its message in that topic: version offset + 1
   double rating = 0;    // the agent's rating when the snapshot was taken (frozen ones)
   std::string Id() const { return agent + "@" + std::to_string(step); }
 };

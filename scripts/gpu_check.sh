@@ -270,7 +270,7 @@ agents:
     command: $command
 ${args:+    args: $args}
 channels:
-  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
 EOF
   t0=$(date +%s)
   s=$(limit "$seconds" 15)

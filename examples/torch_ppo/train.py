@@ -6,14 +6,14 @@ the agent has GPUs), rendezvous on the agent's own MASTER_PORT; gradients are
 averaged only inside that group. Each rank steps its own batch of pursuit
 worlds through agentrt.EnvPool and plays the agent's seat in every world; the
 other seats are played by the newest policy snapshots the other agents publish
-on the bus (`policies/<agent>`), or at random until one arrives.
+on the bus (`weights/<agent>`), or at random until one arrives.
 
 From the runtime (`agentrt.Runtime()`): the assignment (rank, ports, GPUs,
 args from the plan), heartbeats (a hung rank is noticed), metrics for
 `agentctl status`, stop requests (SIGTERM), and verified async checkpoints of
 model, optimizer, RNG and bus positions (agentrt.torch, no pickle). A
-restarted rank resumes from the newest checkpoint that verifies, and its
-subscriptions resume at the saved bus offsets.
+restarted rank resumes from the newest checkpoint that verifies, and plays
+first against the versions it played against at that checkpoint.
 
 Arguments come from the agent's `args:` in the config (see
 configs/torch_demo.yaml): role (predator | prey), steps, num_envs,
@@ -130,57 +130,67 @@ class Policy(nn.Module):
 
 
 class League:
-    """The newest snapshot of every other seat's agent, received on the bus's
-    threads (a callback per topic) and installed by the training loop."""
+    """The newest version of every other seat's agent's weight stream
+    (`weights/<agent>`), read by the training loop between updates, and this
+    agent's own versions (rank 0 publishes)."""
 
     def __init__(self, rt, seats, restored, make_policy):
-        self.rt, self.seats, self.lock = rt, seats, threading.Lock()
-        self.pending, self.players, self.versions = {}, {}, {}
+        self.rt, self.seats = rt, seats
+        self.players, self.versions, self.held, self.seen = {}, {}, {}, {}
         self.received = 0
         self.bus = None
+        self.streams, self.own = {}, None
         self.make_policy = make_policy
         try:
             self.bus = rt.bus
         except agentrt.BusError as e:
             log(rt, "no bus (%s): other seats play at random", e)
             return
-        offsets = restored.bus_offsets if restored else {}
-        incarnation = restored.bus_incarnation if restored else 0
-        for agent in sorted(set(seats.values())):
-            topic = "policies/" + agent
-            # One message before the saved position: the snapshot in play at the save comes back.
-            start = max(0, offsets[topic] - 1) if topic in offsets else "earliest"
-            self.bus.subscribe(topic, self._on_snapshot, start=start, incarnation=incarnation,
-                               skip_expired=True, on_event=self._on_event)
-        log(rt, "bus: subscribed to %s%s", ", ".join("policies/" + a for a in sorted(set(seats.values()))),
-            " from the checkpoint's offsets" if offsets else "")
+        self.streams = {a: agentrt.WeightStream(self.bus, a) for a in sorted(set(seats.values()))}
+        self.own = agentrt.WeightStream(self.bus, rt.agent)
+        log(rt, "bus: reading the weight streams of %s", ", ".join(sorted(self.streams)))
+        # A restored rank plays first against the versions in play at its checkpoint
+        # (pinned: a version's number and step; not the same after a bus that lost its log).
+        pinned = restored.extra.get("league_versions", {}) if restored else {}
+        back = []
+        for agent, (version, step) in sorted(pinned.items()):
+            if agent not in self.streams:
+                continue
+            try:
+                got = self.streams[agent].at(version, timeout=5)
+            except agentrt.BusError as e:
+                log(rt, "league: %s version %d of the checkpoint is gone (%s)", agent, version, e)
+                continue
+            if got.step == step and self._load(agent, got):
+                back.append("%s v%d" % (agent, version))
+        if back:
+            log(rt, "league: the checkpoint's versions came back: %s", ", ".join(back))
 
-    def _on_event(self, e):
-        if e["kind"] not in ("connected",):
-            log(self.rt, "bus %s on %s: %s", e["kind"], e["topic"], e["message"])
-
-    def _on_snapshot(self, m):
+    def _load(self, agent, weights):
+        self.seen[agent] = weights.version  # loaded or refused: not read again
+        player = self.players.get(agent) or self.make_policy()
         try:
-            tensors, meta = art.from_bytes(m.payload)
-        except ValueError as e:
-            log(self.rt, "snapshot %s@%d refused: %s", m.topic, m.offset, e)
-            return
-        with self.lock:
-            self.pending[meta.get("agent", m.publisher)] = (tensors, meta)
-            self.received += 1
+            art.load_weights(player, weights)
+        except (RuntimeError, KeyError, ValueError) as e:
+            log(self.rt, "weights of %s version %d refused: %s", agent, weights.version, e)
+            return False
+        self.players[agent] = player
+        self.held[agent] = [weights.version, weights.step]
+        self.versions[agent] = weights.version
+        self.received += 1
+        return True
 
     def install(self):
-        with self.lock:
-            fresh, self.pending = self.pending, {}
-        for agent, (tensors, meta) in fresh.items():
-            player = self.players.get(agent) or self.make_policy()
+        """Loads the versions published since the last call (one bus round trip
+        per stream when there is none)."""
+        for agent, stream in self.streams.items():
             try:
-                player.load_state_dict(tensors)
-            except (RuntimeError, KeyError) as e:
-                log(self.rt, "snapshot of %s refused: %s", agent, e)
+                got = stream.wait_newer(self.seen.get(agent, 0), timeout=0)
+            except agentrt.BusError as e:
+                if e.code_name not in ("DEADLINE_EXCEEDED", "NOT_FOUND"):
+                    log(self.rt, "weights of %s: %s", agent, e)
                 continue
-            self.players[agent] = player
-            self.versions[agent] = meta.get("update", 0)
+            self._load(agent, got)
 
     def act(self, seat, obs, gen, num_actions):
         """Actions of `seat` in every world: its agent's newest snapshot, or random."""
@@ -191,12 +201,20 @@ class League:
             logits, _ = player(torch.from_numpy(obs))
         return sample(logits, gen)
 
-    def publish(self, agent, update, model):
-        if self.bus is None:
+    def publish(self, env_steps, model):
+        """A new version of this agent's stream; returns once the tensors are
+        copied (stored in the background)."""
+        if self.own is not None:
+            art.publish_weights(self.own, model, env_steps, wait=False)
+
+    def close(self):
+        """Waits for the version in flight; a failure is said, not raised."""
+        if self.own is None:
             return
-        payload = art.to_bytes({k: v for k, v in model.state_dict().items()},
-                               meta={"agent": agent, "update": update})
-        self.bus.publish_async("policies/" + agent, payload)
+        try:
+            self.own.close(30)
+        except agentrt.BusError as e:  # the training is done and saved: say it, do not fail
+            log(self.rt, "bus: the last version was not stored: %s", e)
 
 
 def sample(logits, gen):
@@ -291,6 +309,12 @@ def main():
     ep_return = np.zeros(N)
     recent_returns, recent_captures, recent_ends = [], 0, 0
     params = [p for p in model.parameters()]
+
+    def save(wait=True):
+        art.save(ck, env_steps, model=model, optimizer=opt, wait=wait,
+                 extra={"update": update, "env_steps": env_steps,
+                        "league_versions": dict(league.held)})
+
     pool.reset()
     started = time.monotonic()
     stopped = None
@@ -377,7 +401,7 @@ def main():
         update += 1
         env_steps += per_update
         if rt.rank == 0 and update % s["snapshot_every"] == 0:
-            league.publish(rt.agent, update, model)
+            league.publish(env_steps, model)
         if rt.rank == 0 and recent_returns:
             rt.report(env_steps, update=update,
                       episode_return_mean=float(np.mean(recent_returns[-100:])),
@@ -393,28 +417,21 @@ def main():
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         if flags[1] > 0:
             stopped = rt.stop_reason or "stop requested"
-            art.save(ck, env_steps, model=model, optimizer=opt, bus=league.bus,
-                     extra={"update": update, "env_steps": env_steps})
+            save()
             log(rt, "stopping at step %d (%s): checkpoint saved", env_steps, stopped)
             break
         if flags[0] > 0:
-            art.save(ck, env_steps, model=model, optimizer=opt, bus=league.bus,
-                     extra={"update": update, "env_steps": env_steps}, wait=False)
+            save(wait=False)
             log(rt, "checkpoint at step %d (update %d)", env_steps, update)
     if stopped is None:
-        art.save(ck, env_steps, model=model, optimizer=opt, bus=league.bus,
-                 extra={"update": update, "env_steps": env_steps})
+        save()
         if rt.rank == 0:
-            league.publish(rt.agent, update, model)
+            league.publish(env_steps, model)
         log(rt, "done at step %d (update %d, %.1f s)", env_steps, update,
             time.monotonic() - started)
         if rt.rank == 0 and s["role"] == "predator" and s["eval_episodes"] > 0:
             evaluate(rt, s, model, league, world_args, seat, prey_seats, num_actions, env_steps)
-    if league.bus is not None:
-        try:
-            league.bus.flush(30)
-        except agentrt.BusError as e:  # the training is done and saved: say it, do not fail
-            log(rt, "bus: some snapshots were not stored: %s", e)
+    league.close()
     dist.destroy_process_group()
     rt.close()
     return 0

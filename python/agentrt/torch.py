@@ -33,8 +33,10 @@ SHA-256 of ("agentrt-torch-rng", step, rank), so its streams are defined and
 differ from every other rank's. Checkpoints written before this layout restore
 at their own world size as before.
 
-``to_bytes(tensors, meta)`` / ``from_bytes(payload)`` do the same for a policy
-published on the bus: a JSON header line and the raw arrays.
+``to_bytes(tensors, meta)`` / ``from_bytes(payload)`` do the same for one
+bus message of named tensors: a JSON header line and the raw arrays. A policy
+for other agents goes on a weight stream instead (``publish_weights``,
+``load_weights``: versions, mapped on the broker's node).
 """
 import hashlib
 import json

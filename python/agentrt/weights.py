@@ -73,8 +73,7 @@ class Weights:
                 dtype = np.dtype("int16" if t["dtype"] == "bfloat16" else t["dtype"])
                 count = t["bytes"] // dtype.itemsize if dtype.itemsize else 0
                 arr = np.frombuffer(self.buffer, dtype=dtype, count=count, offset=t["offset"])
-                arr = arr.reshape(t["shape"]) if t["shape"] else arr
-                out[name] = arr
+                out[name] = arr.reshape(t["shape"])  # shape []: a 0-d array (a scalar buffer)
             self._arrays = out
         return self._arrays
 

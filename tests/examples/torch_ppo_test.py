@@ -7,7 +7,8 @@ and signals. One scenario per CTest entry:
             per episode at least 3x those of random predators against the same
             prey snapshot), metrics and snapshots reach `agentctl status`.
   sigkill   SIGKILL of one rank of a 2-rank predator: only that agent restarts,
-            from its checkpoint (step never back to 0) and its bus offsets.
+            from its checkpoint (step never back to 0), against the versions it
+            played against there.
   sigstop   SIGSTOP of a rank: its heartbeat stops, the controller restarts the agent.
   tampered  the newest checkpoint is corrupted while the run is down; `agentctl
             resume` falls back to the one before, naming the file and the reason.
@@ -50,7 +51,7 @@ agents:
     command: [/usr/bin/python3, %s]
     args: {env: pursuit, role: prey, steps: %d}
 channels:
-  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
 """ % (first, first + 127, restart, interval_s, TRAIN, predator_steps, eval_episodes, TRAIN,
        prey_steps)
 
@@ -110,6 +111,25 @@ def scenario_league(work):
               (name, {k: a[k] for k in ("flops_per_sample", "achieved_flops", "peak_flops")}))
 
 
+def checkpoint_versions(step_dir):
+    """{agent: [version, step]} of the weight streams a checkpoint was playing against
+    (train.py's extra "league_versions", as agentrt.torch stores a dict)."""
+    with open(os.path.join(step_dir, "manifest.json")) as f:
+        extra = dict(json.load(f)["metadata"]["extra"]["__dict__"])
+    return dict(extra.get("league_versions", {"__dict__": []})["__dict__"])
+
+
+def with_versions(run_dir, agent):
+    """The committed checkpoints of `agent` that hold league versions, oldest first."""
+    return [d for d in committed_dirs(run_dir, agent) if checkpoint_versions(d)]
+
+
+def came_back(log, step_dir):
+    """Whether `log` says the versions of checkpoint `step_dir` came back, all of them."""
+    want = ", ".join("%s v%d" % (a, v[0]) for a, v in sorted(checkpoint_versions(step_dir).items()))
+    return ("the checkpoint's versions came back: %s\n" % want) in log
+
+
 def scenario_sigkill(work):
     first = free_port_block(128)
     restart = "{max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 5}"
@@ -118,6 +138,8 @@ def scenario_sigkill(work):
         a = wait_for("predator-0 checkpointed",
                      lambda: (lambda x: x if x and x.get("last_checkpoint_step") else None)(
                          heartbeating(run, "predator-0", 2)), 120)
+        wait_for("a checkpoint of predator-0 playing against versions of prey",
+                 lambda: with_versions(run.run_dir, "predator-0") or None, 120)
         ckpt = newest_committed(run.run_dir, "predator-0")
         victim = [r["pid"] for r in a["ranks"] if r["rank"] == 1][0]
         os.kill(victim, signal.SIGKILL)
@@ -133,7 +155,11 @@ def scenario_sigkill(work):
         steps = resumed_steps(log)
         check(steps and steps[0] >= ckpt > 0,
               "predator-0 resumed at step %s, not below its checkpoint %d" % (steps, ckpt))
-        check("from the checkpoint's offsets" in log, "its subscriptions resumed at the saved bus offsets")
+        # (keep_last has removed that checkpoint by now: its versions are read off the log.)
+        after = log[log.index("resumed at step"):]
+        back = re.search(r"the checkpoint's versions came back: .*\bprey v\d+", after)
+        check(back, "it played first against the prey's version of its checkpoint, pinned: %s"
+              % (back.group(0) if back else after[-1500:]))
         check(run.agent("predator-0")["step"] >= 80000, "and it met its budget")
     finally:
         run.kill()
@@ -172,7 +198,8 @@ def scenario_tampered(work):
     restart = "{max_restarts: 3, backoff_s: 0.5, heartbeat_timeout_s: 30, grace_s: 3}"
     run = AgentctlRun(AGENTCTL, work, league_config(first, 1000000, 1000000, restart))
     try:
-        wait_for("two checkpoints of prey", lambda: len(committed_dirs(run.run_dir, "prey")) >= 2 or None, 120)
+        wait_for("two checkpoints of prey playing against versions of the predators",
+                 lambda: len(with_versions(run.run_dir, "prey")) >= 2 or None, 120)
         run.proc.send_signal(signal.SIGKILL)  # the whole run goes down: kill -9 of agentctl
         run.proc.wait(timeout=10)
         wait_for("the run's processes to die", lambda: not run_processes(run.run_dir) or None, 20)
@@ -198,11 +225,12 @@ def scenario_tampered(work):
               "the log names the tampered file and the reason: %s" % (m.group(0) if m else log[-1500:]))
         check(resumed_steps(log)[-1] == good, "prey fell back to step %d (resumed at %s)"
               % (good, resumed_steps(log)))
-        # The bus came back with its log (durability batch, the default): the subscriptions go on
-        # at the checkpoint's offsets of the same incarnation, not "broker restarted".
+        # The bus came back with its log (durability batch, the default): the versions the
+        # checkpoint was playing against are there, the same numbers and steps.
         after = log[log.rindex("resumed at step"):]
-        check("from the checkpoint's offsets" in after and "broker_restarted" not in after,
-              "after the resume prey's subscriptions went on at its saved offsets:\n%s" % after[-1500:])
+        check(came_back(after, before) and "of the checkpoint is gone" not in after,
+              "after the resume prey played first against its checkpoint's versions %s:\n%s"
+              % (checkpoint_versions(before), after[-1500:]))
         wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 15)
     finally:
         run.kill()

@@ -34,14 +34,34 @@ struct LearnerFixture {
   }
 };
 
+// A snapshot as the bus delivers it: a message of its agent's weight stream.
+BusMessage AsMessage(const std::string& payload, const std::string& publisher, int64_t offset = 0) {
+  BusMessage m;
+  m.set_topic(WeightStreamTopic(publisher));
+  m.set_publisher(publisher);
+  m.set_offset(offset);
+  m.set_payload(payload);
+  return m;
+}
+
 }  // namespace
 
-TEST_CASE("a policy snapshot survives the wire bit for bit") {
+TEST_CASE("a policy snapshot survives the wire bit for bit, as a weight-stream version") {
   LearnerFixture f;
   const PolicySnapshot s = SnapshotOf(*f.learner, "predator-0", 4096);
   REQUIRE(s.policy_params.size() == f.learner->network().policy().num_params());
-  const std::string wire = EncodeSnapshot(s);
-  auto back = DecodeSnapshot(wire);
+  const BusMessage m = AsMessage(EncodeSnapshot(s, /*incarnation=*/3), "predator-0", 6);
+  auto version = WeightSet::FromMessage(m, 7);
+  REQUIRE(version.ok());
+  CHECK((*version)->step() == 4096);
+  CHECK((*version)->incarnation() == 3);
+  CHECK((*version)->stream() == "predator-0");
+  const WeightSet::Entry* policy = (*version)->Find("policy");
+  REQUIRE(policy != nullptr);
+  CHECK(policy->dtype == "float32");
+  CHECK(policy->shape == std::vector<int64_t>{static_cast<int64_t>(s.policy_params.size())});
+  CHECK((*version)->Find("snapshot") != nullptr);
+  auto back = DecodeSnapshot(m);
   REQUIRE(back.ok());
   CHECK(back->agent == "predator-0");
   CHECK(back->env_steps == 4096);
@@ -54,28 +74,43 @@ TEST_CASE("a policy snapshot survives the wire bit for bit") {
 
 TEST_CASE("a damaged policy snapshot is refused with the reason") {
   LearnerFixture f;
-  const std::string wire = EncodeSnapshot(SnapshotOf(*f.learner, "prey-0", 0));
-  auto truncated = DecodeSnapshot(std::string_view(wire).substr(0, wire.size() - 3));
+  const PolicySnapshot s = SnapshotOf(*f.learner, "prey-0", 0);
+  const std::string wire = EncodeSnapshot(s);
+  auto truncated = DecodeSnapshot(AsMessage(wire.substr(0, wire.size() - 3), "prey-0"));
   REQUIRE_FALSE(truncated.ok());
-  CHECK_THAT(truncated.status().message(), Catch::Contains("bytes"));
-  CHECK_FALSE(DecodeSnapshot("no header here").ok());
-  auto trailing = DecodeSnapshot(wire + "xx");
-  REQUIRE_FALSE(trailing.ok());
-  CHECK_THAT(trailing.status().message(), Catch::Contains("trailing"));
-  const auto pos = wire.find("\"policy_params\":");
-  REQUIRE(pos != std::string::npos);
-  // e.g. 402 -> 1402 parameters
-  const std::string wrong_count = wire.substr(0, pos + 16) + "1" + wire.substr(pos + 16);
-  auto bad = DecodeSnapshot(wrong_count);
+  CHECK_THAT(truncated.status().message(), Catch::Contains("outside the payload"));
+  auto no_weights = DecodeSnapshot(AsMessage("no header here", "prey-0"));
+  REQUIRE_FALSE(no_weights.ok());
+  CHECK_THAT(no_weights.status().message(), Catch::Contains("AGRTWTS1"));
+  // A version of other tensors (a PyTorch agent's state_dict) is not a snapshot.
+  const float w[4] = {1, 2, 3, 4};
+  auto other = DecodeSnapshot(AsMessage(
+      EncodeWeights("prey-0", "prey-0", 0, 0, {{"fc.weight", "float32", {4}, w, 16}}), "prey-0"));
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(other.status().message(), Catch::Contains("no \"snapshot\" tensor"));
+  PolicySnapshot short_policy = s;
+  short_policy.policy_params.pop_back();
+  auto bad = DecodeSnapshot(AsMessage(EncodeSnapshot(short_policy), "prey-0"));
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.status().message(), Catch::Contains("prey-0"));
+  CHECK_THAT(bad.status().message(), Catch::Contains("prey-0") && Catch::Contains("shape needs"));
+  PolicySnapshot no_mean = s;
+  no_mean.norm_obs = true;
+  no_mean.obs_mean.clear();
+  no_mean.obs_var.assign(static_cast<size_t>(s.obs_size), 1.0);
+  auto missing = DecodeSnapshot(AsMessage(EncodeSnapshot(no_mean), "prey-0"));
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.status().message(), Catch::Contains("\"obs_mean\""));
+  // A snapshot is its own agent's: another publisher's claim is refused.
+  auto forged = DecodeSnapshot(AsMessage(wire, "predator-0"));
+  REQUIRE_FALSE(forged.ok());
+  CHECK_THAT(forged.status().message(), Catch::Contains("published by agent predator-0"));
 }
 
 TEST_CASE("a snapshot player acts like the learner it was taken from") {
   LearnerFixture f;
   PolicyPlayer player;
   CHECK_FALSE(player.loaded());
-  auto decoded = DecodeSnapshot(EncodeSnapshot(SnapshotOf(*f.learner, "me", 0)));
+  auto decoded = DecodeSnapshot(AsMessage(EncodeSnapshot(SnapshotOf(*f.learner, "me", 0)), "me"));
   REQUIRE(decoded.ok());
   REQUIRE(player.Load(*decoded).ok());
   Rng obs_rng(7), rng_a(1), rng_b(1);
@@ -106,7 +141,8 @@ TEST_CASE(
   auto other = PpoTrainer::Make(*config, *group);
   REQUIRE(other.ok());  // any policy over pursuit observations can play the others
   REQUIRE((*other)->Iterate(nullptr).ok());
-  auto snap = DecodeSnapshot(EncodeSnapshot(SnapshotOf((*other)->learner(), "predator-0", 0)));
+  auto snap = DecodeSnapshot(
+      AsMessage(EncodeSnapshot(SnapshotOf((*other)->learner(), "predator-0", 0)), "predator-0"));
   REQUIRE(snap.ok());
 
   std::vector<std::unique_ptr<PolicyPlayer>> players;

@@ -201,6 +201,18 @@ def scenario_torch(work):
               "the delta's bytes, not the version's, reached the reader: %s / %s (whole: %d)"
               % (sent, read, whole.size))
         del whole, got
+
+        # A 0-d buffer (BatchNorm's num_batches_tracked, a normaliser's count) keeps its shape.
+        norm = torch.nn.BatchNorm1d(4)
+        norm(torch.randn(8, 4))
+        v = art.publish_weights(agentrt.WeightStream(learner, "odd"), norm, step=1)
+        back = torch.nn.BatchNorm1d(4)
+        got = agentrt.WeightStream(connect(bus, "actor-0"), "odd").at(v)
+        check(got.arrays["num_batches_tracked"].shape == (), "a 0-d tensor reads back 0-d: %s"
+              % (got.arrays["num_batches_tracked"].shape,))
+        art.load_weights(back, got)
+        check(int(back.num_batches_tracked) == 1 and torch.equal(back.running_mean, norm.running_mean),
+              "and loads into a model's scalar buffer")
     check(not os.path.exists(os.path.join(log_dir, "incoming")), "the spool is gone with the broker")
 
 

@@ -68,7 +68,7 @@ agents:
   - name: judge
 channels:
   - {topic: sightings, publishers: ["predator-*"], subscribers: ["predator-*", "prey-*"]}
-  - {topic: "policies/{agent}", publishers: ["*"], subscribers: [judge]}
+  - {topic: "weights/{agent}", publishers: ["*"], subscribers: [judge]}
 )";
 
 TEST_CASE("loader reads the full config schema and expands replicas, defaults and channels") {
@@ -130,10 +130,10 @@ TEST_CASE("loader reads the full config schema and expands replicas, defaults an
   CHECK(c.channels[0].publishers == std::vector<std::string>{"predator-0", "predator-1"});
   CHECK(c.channels[0].subscribers ==
         std::vector<std::string>{"predator-0", "predator-1", "prey-0", "prey-1", "prey-2"});
-  CHECK(c.channels[1].topic == "policies/predator-0");
+  CHECK(c.channels[1].topic == "weights/predator-0");
   CHECK(c.channels[1].publishers == std::vector<std::string>{"predator-0"});
   CHECK(c.channels[1].subscribers == std::vector<std::string>{"judge"});
-  CHECK(c.channels[6].topic == "policies/judge");
+  CHECK(c.channels[6].topic == "weights/judge");
   CHECK(c.TotalGpus() == 4);
   CHECK(c.TotalRanks() == 2 + 2 + 6 + 1);
 }
@@ -621,6 +621,24 @@ TEST_CASE("an agent-worker agent that asks for GPUs is warned that it trains on 
   CHECK_THAT(grouped[0], Contains("agent host asks for 1 GPU(s)") && Contains("stay reserved"));
   CHECK_THAT(grouped[1], Contains("8 agents (w0, w1, w2, w3, w4, and 3 more) ask for GPUs") &&
                              Contains("refuse the nccl group"));
+}
+
+TEST_CASE("a channel on the snapshots' old topic policies/ is warned about, naming the new one") {
+  Result<Config> c = LoadConfigString(
+      "agents:\n  - {name: a}\n  - {name: b}\n"
+      "channels:\n  - {topic: \"policies/{agent}\", publishers: [\"*\"], subscribers: [\"*\"]}\n",
+      "agents.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  const std::vector<std::string> w = ConfigWarnings(*c);
+  REQUIRE(w.size() == 1);
+  CHECK_THAT(w[0], Contains("channel policies/a (and 1 more)") && Contains("weights/{agent}"));
+  Result<Config> now = LoadConfigString(
+      "agents:\n  - {name: a}\n"
+      "channels:\n  - {topic: \"weights/{agent}\", publishers: [\"*\"], subscribers: [\"*\"]}\n",
+      "agents.yaml");
+  REQUIRE(now.ok());
+  CHECK(ConfigWarnings(*now).empty());
 }
 
 TEST_CASE("one launch-mode rule: mpi agents of more than one rank start under mpirun or srun") {

@@ -103,7 +103,7 @@ TEST_CASE("the league answers matches, applies each result once, and survives it
     nlohmann::json offer = {{"op", "match"},
                             {"agent", "h0"},
                             {"match", 2},
-                            {"snapshot", {{"topic", "policies/h0"}, {"offset", 3}, {"step", 64}}}};
+                            {"snapshot", {{"topic", "weights/h0"}, {"offset", 3}, {"step", 64}}}};
     Ask(*h0, offer);
     CHECK(service->Committed()["newest"]["h0"]["offset"] == 3);
   }

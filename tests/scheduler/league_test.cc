@@ -74,7 +74,7 @@ TEST_CASE("a result is applied once per (agent, incarnation, seq)") {
 TEST_CASE("snapshots freeze every freeze_every_steps and the catalogue keeps the newest") {
   LeagueState s(TwoSided());
   for (int64_t step = 10; step <= 1000; step += 30) {
-    s.Offer({"r", step, "policies/r", step, 0});
+    s.Offer({"r", step, "weights/r", step, 0});
   }
   const auto& frozen = s.frozen("r");
   REQUIRE(frozen.size() == 3);  // keep_snapshots
@@ -83,14 +83,14 @@ TEST_CASE("snapshots freeze every freeze_every_steps and the catalogue keeps the
   CHECK(frozen[1].step == 910);
   CHECK(frozen[2].step == 1000);
   // An older offer than the newest is ignored.
-  CHECK_FALSE(s.Offer({"r", 500, "policies/r", 500, 0}));
+  CHECK_FALSE(s.Offer({"r", 500, "weights/r", 500, 0}));
 }
 
 TEST_CASE(
     "PFSP favours the snapshots that beat the member; the draw is a function of the request") {
   LeagueState s(TwoSided());
-  s.Offer({"r", 0, "policies/r", 0, 0});
-  s.Offer({"r", 100, "policies/r", 1, 0});
+  s.Offer({"r", 0, "weights/r", 0, 0});
+  s.Offer({"r", 100, "weights/r", 1, 0});
   std::string why;
   // h0 always beats r@0 and always loses to r@100.
   for (uint64_t i = 1; i <= 20; ++i) {
@@ -128,8 +128,8 @@ TEST_CASE("before any snapshot, or with matchmaking self, the opponent's newest 
   REQUIRE(first.ok());
   CHECK(first->SnapshotId() == "r@initial");
   CHECK_FALSE(first->snapshot.has_value());
-  s.Offer({"r", 0, "policies/r", 4, 0});
-  s.Offer({"r", 150, "policies/r", 9, 0});
+  s.Offer({"r", 0, "weights/r", 4, 0});
+  s.Offer({"r", 150, "weights/r", 9, 0});
   auto newest = s.Pick({"h0", 0, 2});
   REQUIRE(newest->snapshot.has_value());
   CHECK(newest->snapshot->offset == 9);
@@ -140,7 +140,7 @@ TEST_CASE("before any snapshot, or with matchmaking self, the opponent's newest 
 TEST_CASE("league state round-trips through JSON exactly") {
   LeagueState s(TwoSided());
   std::string why;
-  s.Offer({"r", 0, "policies/r", 0, 0});
+  s.Offer({"r", 0, "weights/r", 0, 0});
   s.Apply(Game("h0", 1, "r", 7, 3), 1.5, &why);
   s.Apply(Game("r", 1, "h1", 2, 8), 2.5, &why);
   s.inbox_offset = 17;

@@ -178,7 +178,7 @@ agents:
   - name: py
     command: [python3, agent.py]
 channels:
-  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
   - {topic: notes, publishers: ["*"], subscribers: ["*"]}
 EOF
 rc=0

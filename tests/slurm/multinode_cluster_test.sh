@@ -151,7 +151,7 @@ agents:
      args: {env: pursuit, role: prey, algo: ppo, steps: 20000, num_envs: 8, rollout_steps: 64,
             snapshot_every: 1}}
 channels:
-  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
   - {topic: results, publishers: ["*"], subscribers: ["*"]}
 YAML
 arun=$state/arrays/run
@@ -187,7 +187,7 @@ secrets = sys.argv[2]
 needles = {"run secret": open(os.path.join(secrets, "run.secret"), "rb").read()}
 for path in glob.glob(os.path.join(secrets, "*.token")):
     needles["token of " + os.path.basename(path)] = json.load(open(path))["token"].encode()
-for known in (b"policies/predator", b"policies/prey", b"policy_params", b"obs_size", b"evaluation",
+for known in (b"weights/predator", b"weights/prey", b"policy_params", b"obs_size", b"evaluation",
               b"application/json", b"authorization", b"x-agentrt"):
     needles["payload or header bytes " + known.decode()] = known
 found = [name for name, b in needles.items() if b and b in wire]

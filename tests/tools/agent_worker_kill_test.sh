@@ -100,13 +100,13 @@ run, resumed = sys.argv[1], int(sys.argv[2])
 manifests = [json.load(open(m)) for m in glob.glob(os.path.join(run, "checkpoints", "predator", "step-*", "manifest.json"))]
 meta = [m["metadata"] for m in manifests if m["metadata"].get("env_steps") == resumed]
 assert meta, f"no checkpoint with env_steps {resumed} is left (keep_last) to compare with"
-stored = meta[0]["bus_offsets"]["policies/prey"]
+stored = meta[0]["bus_offsets"]["weights/prey"]
 log = open(os.path.join(run, "logs", "predator", "rank0.log")).read()
 after = log[log.rindex("resumed at env step"):]
-m = re.search(r"subscription policies/prey: connected at offset (\d+)", after)
+m = re.search(r"subscription weights/prey: connected at offset (\d+)", after)
 assert m, "no subscription line after the resume"
 got = int(m.group(1))
-print(f"checkpoint stored offset {stored} for policies/prey; the restarted predator subscribed at {got}")
+print(f"checkpoint stored offset {stored} for weights/prey; the restarted predator subscribed at {got}")
 assert stored > 1 and got == stored - 1, (stored, got)
 PY
 echo "agent_worker_kill_test: PASS"

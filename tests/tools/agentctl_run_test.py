@@ -888,7 +888,7 @@ agents:
     command: [%s]
     args: {env: pursuit, role: prey, steps: %d, num_envs: 8, rollout_steps: 64}
 channels:
-  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
   - {topic: results, publishers: ["*"], subscribers: ["*"]}
 """ % (first, first + 127, worker, budget, worker, budget)
     run = AgentctlRun(AGENTCTL, work, config)

@@ -80,7 +80,7 @@ def league_yaml(bin_dir, steps):
 def sections_yaml(league=False):
     """The top-level sections of agents.yaml they need: the bus (durability: always), the chat
     channel and the population; with `league`, the league of league_yaml's members."""
-    members = """  - {topic: "policies/{agent}", publishers: ["*"], subscribers: ["*"]}
+    members = """  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
 league:
   seed: 7
   members:

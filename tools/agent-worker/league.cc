@@ -4,8 +4,6 @@
 
 namespace agentrt::worker {
 
-std::string PolicyTopic(const std::string& agent) { return "policies/" + agent; }
-
 Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
                                               const std::map<int, std::string>& seats,
                                               const std::map<std::string, int64_t>& offsets,
@@ -14,11 +12,11 @@ Result<std::unique_ptr<League>> League::Start(std::unique_ptr<BusClient> bus,
   // Every seat's state exists before the first subscription starts: a callback
   // (on a bus thread) of one seat must never run while another seat is inserted.
   for (const auto& [seat, agent] : seats) {
-    league->seat_of_topic_[PolicyTopic(agent)] = seat;
+    league->seat_of_topic_[WeightStreamTopic(agent)] = seat;
     league->seat_state_[seat].received = std::chrono::steady_clock::now();
   }
   for (const auto& [seat, agent] : seats) {
-    const std::string topic = PolicyTopic(agent);
+    const std::string topic = WeightStreamTopic(agent);
     StartAt from = StartAt::Earliest();
     if (auto it = offsets.find(topic); it != offsets.end()) {
       from = StartAt::Offset(std::max<int64_t>(0, it->second - 1), incarnation);
@@ -49,7 +47,7 @@ League::~League() {
 }
 
 void League::OnMessage(int seat, const BusMessage& message) {
-  auto snapshot = DecodeSnapshot(message.payload());
+  auto snapshot = DecodeSnapshot(message);
   if (!snapshot.ok()) {
     rejected_.fetch_add(1);
     std::fprintf(stderr, "agent-worker: %s offset %lld: %s\n", message.topic().c_str(),
@@ -105,13 +103,14 @@ void League::TakeNew(std::map<int, PolicySnapshot>& out) {
   out.swap(fresh_);
 }
 
-void League::PublishSnapshot(const PolicySnapshot& snapshot) {
+void League::PublishSnapshot(const PolicySnapshot& snapshot, int64_t incarnation) {
   PublishOptions opts;
-  opts.content_type = std::string(kPolicySnapshotContentType);
-  const std::string topic = PolicyTopic(bus_->agent());
+  opts.content_type = kWeightsContentType;
+  const std::string topic = WeightStreamTopic(bus_->agent());
   const int64_t step = snapshot.env_steps;
   bus_->PublishAsync(
-      topic, EncodeSnapshot(snapshot), opts, [this, topic, step](const Result<PublishAck>& ack) {
+      topic, EncodeSnapshot(snapshot, incarnation), opts,
+      [this, topic, step](const Result<PublishAck>& ack) {
         if (ack.ok()) {
           published_.fetch_add(1);
           std::lock_guard<std::mutex> lock(mu_);

@@ -1,5 +1,6 @@
 // League: agent-worker's side of the bus in a multi-agent world. It subscribes
-// to `policies/<agent>` of every agent that plays a seat of this agent's world,
+// to the weight stream (`weights/<agent>`) of every agent that plays a seat of
+// this agent's world,
 // keeps the newest snapshot received per seat (decoded on the bus thread), and
 // hands them to the training loop, which installs them between env steps. It
 // publishes this agent's own snapshots and match results (`results`).
@@ -28,7 +29,6 @@
 
 namespace agentrt::worker {
 
-std::string PolicyTopic(const std::string& agent);  // "policies/<agent>"
 inline constexpr char kResultsTopic[] = "results";
 
 class League {
@@ -53,8 +53,10 @@ class League {
   void CatchUp(std::chrono::milliseconds period = std::chrono::seconds(2));
 
   // Publishes asynchronously (acknowledged in the background; failures are
-  // counted and logged, training does not wait on the bus).
-  void PublishSnapshot(const PolicySnapshot& snapshot);
+  // counted and logged, training does not wait on the bus). A snapshot is a
+  // version of this agent's weight stream, published from restart
+  // `incarnation`; small, it goes as one message, not through a stream's slots.
+  void PublishSnapshot(const PolicySnapshot& snapshot, int64_t incarnation);
   void PublishResult(const nlohmann::json& result);
 
   std::map<std::string, int64_t> SubscriptionOffsets() const { return bus_->SubscriptionOffsets(); }

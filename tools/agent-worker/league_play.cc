@@ -78,7 +78,7 @@ Result<LeagueAssignment> LeaguePlay::Next(const std::optional<SnapshotRef>& own,
     if (messages.empty() || messages.front().offset() != offset)
       return NotFound("snapshot " + a.snapshot_id + " (" + topic + " offset " +
                       std::to_string(offset) + ") is no longer on the bus");
-    AGENTRT_ASSIGN_OR_RETURN(PolicySnapshot policy, DecodeSnapshot(messages.front().payload()));
+    AGENTRT_ASSIGN_OR_RETURN(PolicySnapshot policy, DecodeSnapshot(messages.front()));
     a.policy = std::move(policy);
   }
   ++match_;

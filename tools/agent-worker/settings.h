@@ -10,7 +10,7 @@
 //   algo             "ppo" (the only one so far)
 //   role             multi-agent worlds: the side this agent plays (pursuit:
 //                    "predator" or "prey")
-//   snapshot_every   publish the policy on policies/<agent> every K updates
+//   snapshot_every   publish the policy on weights/<agent> every K updates
 //   eval_episodes    the scoring side of a multi-agent world (pursuit
 //                    predators): evaluation episodes at the end (0: none)
 //   report_every     report metrics every N updates
@@ -62,7 +62,7 @@ struct Seating {
   int side = 0;                       // the side this agent plays (sides.roles[side])
   int control = 0;                    // this agent's seat
   std::vector<int> first, count;      // each side's first seat and number of seats
-  std::map<int, std::string> others;  // seat -> agent playing it (policies/<agent>)
+  std::map<int, std::string> others;  // seat -> agent playing it (weights/<agent>)
   nlohmann::json world_args;          // env_args with the sides' sizes and control filled in
 
   // The side seat `seat` belongs to.

@@ -414,7 +414,8 @@ void Worker::ReportIteration(const TrainerMetrics& m) {
 }
 
 void Worker::PublishIteration(const TrainerMetrics& m) {
-  league_->PublishSnapshot(SnapshotOf(trainer_->learner(), agent_, m.env_steps));
+  league_->PublishSnapshot(SnapshotOf(trainer_->learner(), agent_, m.env_steps),
+                           runtime_->env().restart_count);
   if (play_) return;  // a member's results go to the league (LeaguePlay), not `results`
   nlohmann::json result = {{"agent", agent_},
                            {"seat", seating_.control},

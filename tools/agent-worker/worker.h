@@ -13,7 +13,7 @@
 //   4. multi-agent worlds of sides (envs/world_sides.h; pursuit): seated by
 //      role (SeatWorld, or SeatLeague for a league member); the other seats are played by the
 //      latest policy snapshots of the agents holding them, received from the bus topics
-//      policies/<agent>; rank 0 publishes its own snapshot every `snapshot_every` updates and its
+//      weights/<agent>; rank 0 publishes its own snapshot every `snapshot_every` updates and its
 //      match results on `results`. Without a bus (no AGENTRT_BUS, or not reachable) it trains
 //      against random play and says so in the log;
 //   5. at the step budget: a last checkpoint; an agent of the world's scoring
