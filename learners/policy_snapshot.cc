@@ -136,7 +136,7 @@ Result<PolicySnapshot> DecodeSnapshot(const WeightSet& version) {
 
 Result<PolicySnapshot> DecodeSnapshot(const BusMessage& message) {
   auto version = WeightSet::FromMessage(message, message.offset() + 1);
-  if (!version.ok()) return InvalidArgument(version.status().message());
+  if (!version.ok()) return version.status().WithContext("policy snapshot");
   return DecodeSnapshot(**version);
 }
 

@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "comms/telemetry.h"
+#include "comms/weight_stream.h"
 
 namespace agentrt {
 namespace {
@@ -21,7 +22,9 @@ std::optional<LeagueSnapshot> OfferOf(const std::string& agent, const json& requ
   s.topic = it->value("topic", "");
   s.offset = it->value("offset", int64_t{-1});
   s.step = it->value("step", int64_t{0});
-  if (s.topic.empty() || s.offset < 0) return std::nullopt;
+  // Only a version of the member's own weight stream (the broker let only
+  // the member publish there) stands for the member.
+  if (s.topic != WeightStreamTopic(agent) || s.offset < 0) return std::nullopt;
   return s;
 }
 

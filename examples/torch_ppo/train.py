@@ -137,7 +137,9 @@ class League:
     def __init__(self, rt, seats, restored, make_policy):
         self.rt, self.seats = rt, seats
         self.players, self.versions, self.held, self.seen = {}, {}, {}, {}
-        self.received = 0
+        self.received, self.publish_failures = 0, 0
+        self.said = set()  # (agent, error code) already logged
+        self.pinned = False  # the next install() keeps the checkpoint's versions
         self.bus = None
         self.streams, self.own = {}, None
         self.make_policy = make_policy
@@ -159,11 +161,16 @@ class League:
             try:
                 got = self.streams[agent].at(version, timeout=5)
             except agentrt.BusError as e:
-                log(rt, "league: %s version %d of the checkpoint is gone (%s)", agent, version, e)
+                log(rt, "league: %s version %d of the checkpoint cannot be read (%s): its newest "
+                    "plays instead", agent, version, e)
                 continue
-            if got.step == step and self._load(agent, got):
+            if got.step != step:  # the bus lost its log: the number is another version's now
+                log(rt, "league: %s version %d is of step %d, the checkpoint's was of step %d: its "
+                    "newest plays instead", agent, version, got.step, step)
+            elif self._load(agent, got):
                 back.append("%s v%d" % (agent, version))
         if back:
+            self.pinned = True
             log(rt, "league: the checkpoint's versions came back: %s", ", ".join(back))
 
     def _load(self, agent, weights):
@@ -181,14 +188,21 @@ class League:
         return True
 
     def install(self):
-        """Loads the versions published since the last call (one bus round trip
-        per stream when there is none)."""
+        """Loads the versions published since the last call (two bus round
+        trips per stream when there is none). After a restore, the first call
+        keeps the checkpoint's versions for one more update."""
+        if self.pinned:
+            self.pinned = False
+            return
         for agent, stream in self.streams.items():
             try:
                 got = stream.wait_newer(self.seen.get(agent, 0), timeout=0)
             except agentrt.BusError as e:
-                if e.code_name not in ("DEADLINE_EXCEEDED", "NOT_FOUND"):
-                    log(self.rt, "weights of %s: %s", agent, e)
+                # Nothing newer, or none yet; another error is said once per kind.
+                if e.code_name not in ("DEADLINE_EXCEEDED", "NOT_FOUND") and \
+                        (agent, e.code_name) not in self.said:
+                    self.said.add((agent, e.code_name))
+                    log(self.rt, "weights of %s: %s (said once)", agent, e)
                 continue
             self._load(agent, got)
 
@@ -204,8 +218,16 @@ class League:
     def publish(self, env_steps, model):
         """A new version of this agent's stream; returns once the tensors are
         copied (stored in the background)."""
-        if self.own is not None:
+        if self.own is None:
+            return
+        try:
             art.publish_weights(self.own, model, env_steps, wait=False)
+        except agentrt.BusError as e:
+            # Refused now (the channel, the size), or the version before was not
+            # stored: training goes on; the others play the versions they have.
+            self.publish_failures += 1
+            if self.publish_failures <= 5:
+                log(self.rt, "bus: a version of %s was not published: %s", self.rt.agent, e)
 
     def close(self):
         """Waits for the version in flight; a failure is said, not raised."""

@@ -119,9 +119,11 @@ def checkpoint_versions(step_dir):
     return dict(extra.get("league_versions", {"__dict__": []})["__dict__"])
 
 
-def with_versions(run_dir, agent):
-    """The committed checkpoints of `agent` that hold league versions, oldest first."""
-    return [d for d in committed_dirs(run_dir, agent) if checkpoint_versions(d)]
+def with_versions(run_dir, agent, of=None):
+    """The committed checkpoints of `agent` that hold league versions (of agent `of`, when
+    given), oldest first."""
+    return [d for d in committed_dirs(run_dir, agent)
+            if ((of in checkpoint_versions(d)) if of else checkpoint_versions(d))]
 
 
 def came_back(log, step_dir):
@@ -139,7 +141,7 @@ def scenario_sigkill(work):
                      lambda: (lambda x: x if x and x.get("last_checkpoint_step") else None)(
                          heartbeating(run, "predator-0", 2)), 120)
         wait_for("a checkpoint of predator-0 playing against versions of prey",
-                 lambda: with_versions(run.run_dir, "predator-0") or None, 120)
+                 lambda: with_versions(run.run_dir, "predator-0", of="prey") or None, 120)
         ckpt = newest_committed(run.run_dir, "predator-0")
         victim = [r["pid"] for r in a["ranks"] if r["rank"] == 1][0]
         os.kill(victim, signal.SIGKILL)
@@ -228,7 +230,7 @@ def scenario_tampered(work):
         # The bus came back with its log (durability batch, the default): the versions the
         # checkpoint was playing against are there, the same numbers and steps.
         after = log[log.rindex("resumed at step"):]
-        check(came_back(after, before) and "of the checkpoint is gone" not in after,
+        check(came_back(after, before) and "of the checkpoint cannot be read" not in after,
               "after the resume prey played first against its checkpoint's versions %s:\n%s"
               % (checkpoint_versions(before), after[-1500:]))
         wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 15)

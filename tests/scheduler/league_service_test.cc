@@ -106,6 +106,12 @@ TEST_CASE("the league answers matches, applies each result once, and survives it
                             {"snapshot", {{"topic", "weights/h0"}, {"offset", 3}, {"step", 64}}}};
     Ask(*h0, offer);
     CHECK(service->Committed()["newest"]["h0"]["offset"] == 3);
+    // A version of another agent's stream does not stand for the member.
+    nlohmann::json foreign = offer;
+    foreign["match"] = 3;
+    foreign["snapshot"] = {{"topic", "weights/r"}, {"offset", 7}, {"step", 96}};
+    Ask(*h0, foreign);
+    CHECK(service->Committed()["newest"]["h0"]["offset"] == 3);
   }
   // A new service (agentctl resume, a requeue) starts from the committed state.
   auto service = StartService(bus, state);
