@@ -329,7 +329,8 @@ AGENTRT_C_EXPORT int agentrt_weights_open(agentrt_bus* bus, const char* stream, 
 /* The handle's stream's counts (WeightStreamStats) as JSON:
  * {"deltas_published", "delta_bytes_published", "deltas_not_published",
  *  "versions_from_delta", "delta_bytes_read", "delta_mismatches",
- *  "whole_bytes_read"}; zeros for a stream the handle has not opened. */
+ *  "whole_bytes_read", "versions_from_node_cache"}; zeros for a stream the
+ *  handle has not opened. */
 AGENTRT_C_EXPORT int agentrt_weights_stats(agentrt_bus* bus, const char* stream, char** json_out);
 /* As agentrt_weights_flush, then the handle lets go of the stream: its
  * background thread ends and the slot readied for a next version is freed

@@ -136,7 +136,8 @@ int agentrt_weights_stats(agentrt_bus* bus, const char* stream, char** json_out)
                     {"versions_from_delta", s.versions_from_delta},
                     {"delta_bytes_read", s.delta_bytes_read},
                     {"delta_mismatches", s.delta_mismatches},
-                    {"whole_bytes_read", s.whole_bytes_read}},
+                    {"whole_bytes_read", s.whole_bytes_read},
+                    {"versions_from_node_cache", s.versions_from_node_cache}},
                    json_out);
   });
 }

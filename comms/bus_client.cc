@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -200,6 +201,26 @@ Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
 
 const std::string& BusClient::agent() const { return impl_->cred.agent; }
 const std::string& BusClient::address() const { return impl_->address; }
+bool BusClient::reads_broker_files() const { return !impl_->broker_files_unreadable.load(); }
+
+const std::string& BusClient::NodeCacheDir() {
+  std::lock_guard<std::mutex> lock(impl_->node_dir_mu);
+  if (!impl_->node_dir_tried) {
+    impl_->node_dir_tried = true;
+    const char* off = std::getenv("AGENTRT_WEIGHTS_NODE_CACHE");
+    if (off == nullptr || std::string_view(off) != "0") {
+      // Folders whose processes were all killed go first.
+      SweepSharedNodeDirs(kMpiShmRoot, kBusNodeDirPrefix);
+      char hash[9];
+      std::snprintf(hash, sizeof(hash), "%08x",
+                    Crc32c(impl_->address.data(), impl_->address.size()));
+      const std::string name =
+          std::string(kBusNodeDirPrefix) + std::to_string(::getuid()) + "." + std::string(hash);
+      impl_->node_dir = SharedNodeDir::Join(kMpiShmRoot, name);
+    }
+  }
+  return impl_->node_dir.dir();
+}
 uint64_t BusClient::publisher_id() const { return impl_->publisher_id; }
 uint64_t BusClient::NextSequence() const { return impl_->next_sequence.load(); }
 void BusClient::SetNextSequence(uint64_t next) { impl_->next_sequence.store(next == 0 ? 1 : next); }

@@ -225,6 +225,18 @@ class BusClient {
 
   const std::string& agent() const;
   const std::string& address() const;
+  // Whether Fetch reads large payloads from the broker's files here: true
+  // until a fetch finds them unreadable (another node), or
+  // AGENTRT_BUS_LOCAL_FILES=0.
+  bool reads_broker_files() const;
+  // A folder on this node that the processes using this bus from it share,
+  // for bytes one of them fetches for all (a weight stream's versions read
+  // on another node than the broker's): /dev/shm/agentrt-bus.<uid>.<hash of
+  // the address (CRC32C)> (plan/mpi_shm.h's SharedNodeDir). Joined on the first call
+  // and held while this client lives; the last process to leave removes it,
+  // one killed leaves it to the next joiner's sweep. "" where it cannot be
+  // made, or with AGENTRT_WEIGHTS_NODE_CACHE=0 in the environment.
+  const std::string& NodeCacheDir();
 
   // Blocks until the broker answers (up to `timeout`).
   Status WaitForReady(std::chrono::milliseconds timeout);

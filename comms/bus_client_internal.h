@@ -26,6 +26,7 @@
 #include "comms/bus_log.h"
 #include "comms/bus_validate.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "plan/mpi_shm.h"
 
 namespace agentrt {
 namespace bus_client_internal {
@@ -332,6 +333,9 @@ struct BusClient::Impl {
   // Set once a file the broker named could not be read here (another node
   // without the broker's file system): fetches ask for the bytes from then on.
   std::atomic<bool> broker_files_unreadable{false};
+  std::mutex node_dir_mu;
+  bool node_dir_tried = false;  // guarded by node_dir_mu
+  SharedNodeDir node_dir;       // guarded by node_dir_mu
   std::mutex spool_mu;
   int spool_state = 0;  // 0 not proven yet, 1 usable (spool_dir, spool_id), -1 not usable
   std::string spool_dir, spool_id;

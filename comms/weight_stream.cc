@@ -1,6 +1,7 @@
 #include "comms/weight_stream.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,11 +11,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
 #include "common/crc32c.h"
+#include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/weight_delta.h"
 
@@ -442,6 +446,7 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   if (version < 1) return InvalidArgument(what + ": versions start at 1");
   const std::string gone = what + " is no longer kept (keep_last or bus.retention removed it)";
   // The version's message, as `how` asks for it.
+  const auto deadline = std::chrono::steady_clock::now() + wait;
   auto fetch = [&](const FetchOptions& how) -> Result<BusMessage> {
     auto got = bus_.Fetch(topic_, version - 1, 1, wait, how);
     if (!got.ok()) {
@@ -475,6 +480,19 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
       }
     }
   }
+  // Off the broker's node: once per node, through the bus's node folder.
+  if (!bus_.reads_broker_files()) {
+    if (const std::string& dir = bus_.NodeCacheDir(); !dir.empty()) {
+      AGENTRT_ASSIGN_OR_RETURN(BusMessage stored,
+                               fetch({.local_paths = true, .metadata_only = true}));
+      if (stored.chunked_size() == 0) {  // small: it came whole
+        const auto streamed = static_cast<int64_t>(stored.payload().size());
+        return Kept(WeightSet::FromMessage(std::move(stored), version), streamed);
+      }
+      return ReadThroughNodeCache(
+          version, stored, dir, [&] { return fetch({}); }, deadline);
+    }
+  }
   // The broker's file where this process can read it (Fetch streams the
   // bytes otherwise).
   AGENTRT_ASSIGN_OR_RETURN(BusMessage got, fetch({.local_paths = true}));
@@ -483,6 +501,99 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   // Its file's name went between the fetch and the open: trimmed meanwhile.
   if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
   return Kept(std::move(set), streamed);
+}
+
+namespace {
+
+// How many versions of a stream a node's folder keeps: the newest and the
+// one before (a reader still mapping a removed one keeps its bytes).
+constexpr int64_t kNodeCachedVersions = 2;
+
+// The name of a stream's version in a node's folder: its topic (hashed: no
+// '/'), number, CRC32C and size, so that only the same bytes ever answer to it.
+std::string NodeCachedName(std::string_view topic, int64_t version, const BusMessage& stored) {
+  char name[96];
+  std::snprintf(name, sizeof(name), "%08x.%lld.%08x.%lld", Crc32c(topic.data(), topic.size()),
+                static_cast<long long>(version), stored.chunked_crc32c(),
+                static_cast<long long>(stored.chunked_size()));
+  return name;
+}
+
+// The node folder's file `path` as version `version` (NotFound when it is
+// not there; one whose bytes are not the version's is removed).
+Result<std::shared_ptr<const WeightSet>> MapNodeCached(const std::string& path,
+                                                       const BusMessage& stored, int64_t version) {
+  BusMessage m;
+  m.set_topic(stored.topic());
+  m.set_publisher(stored.publisher());
+  m.set_chunked_path(path);
+  m.set_chunked_size(stored.chunked_size());
+  m.set_chunked_crc32c(stored.chunked_crc32c());
+  auto set = WeightSet::FromMessage(std::move(m), version);
+  if (!set.ok() && set.status().code() == StatusCode::kDataLoss) ::unlink(path.c_str());
+  return set;
+}
+
+// Removes the stream's files (versions, and their locks and partial copies)
+// older than the newest kNodeCachedVersions up to `version`.
+void TrimNodeCached(const std::string& dir, std::string_view topic, int64_t version) {
+  char prefix[16];
+  std::snprintf(prefix, sizeof(prefix), "%08x.", Crc32c(topic.data(), topic.size()));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    long long v = 0;
+    if (std::sscanf(name.c_str() + std::strlen(prefix), "%lld", &v) == 1 &&
+        v <= version - kNodeCachedVersions)
+      ::unlink(e.path().c_str());
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const WeightSet>> WeightStream::ReadThroughNodeCache(
+    int64_t version, const BusMessage& stored, const std::string& dir,
+    const std::function<Result<BusMessage>()>& fetch_whole,
+    std::chrono::steady_clock::time_point deadline) {
+  const std::string path = dir + "/" + NodeCachedName(topic_, version, stored);
+  auto cached = [&]() -> Result<std::shared_ptr<const WeightSet>> {
+    auto hit = MapNodeCached(path, stored, version);
+    if (hit.ok()) {
+      std::lock_guard<std::mutex> lock(delta_mu_);
+      ++stats_.versions_from_node_cache;
+    }
+    return hit;
+  };
+  if (auto hit = cached(); hit.ok()) return hit;
+  // One process of the node fetches it; the others wait for its file (until
+  // the caller's deadline: then they fetch it themselves).
+  const std::string lock_path = path + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  bool locked = false;
+  while (lock >= 0 && !(locked = ::flock(lock, LOCK_EX | LOCK_NB) == 0) &&
+         (errno == EWOULDBLOCK || errno == EINTR) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  if (locked) {
+    if (auto hit = cached(); hit.ok()) {
+      ::close(lock);
+      return hit;
+    }
+  }
+  Result<BusMessage> got = fetch_whole();
+  if (got.ok() && locked && got->chunked_path().empty() &&
+      static_cast<int64_t>(got->payload().size()) == stored.chunked_size()) {
+    // Best effort: a reader that finds no file fetches the version itself.
+    if (WriteFileAtomic(path, got->payload(), {.mode = 0600, .sync_file = false}).ok())
+      TrimNodeCached(dir, topic_, version);
+  }
+  if (lock >= 0) {
+    if (locked) ::unlink(lock_path.c_str());  // a waiter holding it finds the file
+    ::close(lock);
+  }
+  if (!got.ok()) return got.status();
+  const auto streamed = static_cast<int64_t>(got->payload().size());
+  return Kept(WeightSet::FromMessage(std::move(*got), version), streamed);
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::Kept(

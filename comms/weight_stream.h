@@ -48,6 +48,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -161,6 +162,9 @@ struct WeightStreamStats {
   int64_t delta_bytes_read = 0;
   int64_t delta_mismatches = 0;  // a delta whose result was not the version: read whole
   int64_t whole_bytes_read = 0;  // of versions read whole and not mapped (streamed to this process)
+  // Off the broker's node: versions mapped from the file another process of
+  // this node fetched (BusClient::NodeCacheDir), no byte streamed here.
+  int64_t versions_from_node_cache = 0;
 };
 
 // The delta topic of stream `name`: "weights-delta/<name>".
@@ -231,6 +235,14 @@ class WeightStream {
   // NotFound when it has no delta, DataLoss when the delta is not of it.
   Result<std::shared_ptr<const WeightSet>> ReadDelta(int64_t version, const WeightSet& held,
                                                      const BusMessage& stored);
+  // Version `version` (`stored`: the broker's record of it, no bytes) off
+  // the broker's node: mapped from this node's folder `dir` when another
+  // process fetched it, else fetched whole here (`fetch_whole`) by one
+  // process at a time and left there for the others.
+  Result<std::shared_ptr<const WeightSet>> ReadThroughNodeCache(
+      int64_t version, const BusMessage& stored, const std::string& dir,
+      const std::function<Result<BusMessage>()>& fetch_whole,
+      std::chrono::steady_clock::time_point deadline);
   // `set` read whole (`streamed` bytes reached this process), counted and,
   // for a delta reader, held.
   Result<std::shared_ptr<const WeightSet>> Kept(Result<std::shared_ptr<const WeightSet>> set,

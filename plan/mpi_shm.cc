@@ -79,13 +79,13 @@ void SweepControllerMpiShmDirs(const std::string& root) {
   }
 }
 
-StepMpiShm::StepMpiShm(StepMpiShm&& other) noexcept
+SharedNodeDir::SharedNodeDir(SharedNodeDir&& other) noexcept
     : dir_(std::move(other.dir_)), lock_fd_(other.lock_fd_) {
   other.dir_.clear();
   other.lock_fd_ = -1;
 }
 
-StepMpiShm& StepMpiShm::operator=(StepMpiShm&& other) noexcept {
+SharedNodeDir& SharedNodeDir::operator=(SharedNodeDir&& other) noexcept {
   if (this != &other) {
     Leave();
     dir_ = std::move(other.dir_);
@@ -96,15 +96,13 @@ StepMpiShm& StepMpiShm::operator=(StepMpiShm&& other) noexcept {
   return *this;
 }
 
-StepMpiShm::~StepMpiShm() { Leave(); }
+SharedNodeDir::~SharedNodeDir() { Leave(); }
 
-StepMpiShm StepMpiShm::Join(const std::string& root, const std::string& job,
-                            const std::string& step) {
-  StepMpiShm joined;
-  if (job.empty() || step.empty() || job.find('/') != std::string::npos ||
-      step.find('/') != std::string::npos)
+SharedNodeDir SharedNodeDir::Join(const std::string& root, const std::string& name) {
+  SharedNodeDir joined;
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
     return joined;
-  const std::string dir = root + "/" + std::string(kStepPrefix) + job + "." + step;
+  const std::string dir = root + "/" + name;
   const std::string lock = dir + kLockName;
   for (int attempt = 0; attempt < kJoinTries; ++attempt) {
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return joined;
@@ -129,7 +127,7 @@ StepMpiShm StepMpiShm::Join(const std::string& root, const std::string& job,
   return joined;
 }
 
-void StepMpiShm::Leave() {
+void SharedNodeDir::Leave() {
   if (lock_fd_ < 0) return;
   // Unlock first, then try for the whole folder: of ranks leaving together,
   // the one whose try comes after every unlock wins; a try while another
@@ -151,12 +149,22 @@ void StepMpiShm::Leave() {
   dir_.clear();
 }
 
-int SweepStepMpiShmDirs(const std::string& root) {
+StepMpiShm JoinStepMpiShm(const std::string& root, const std::string& job,
+                          const std::string& step) {
+  if (job.empty() || step.empty() || job.find('/') != std::string::npos ||
+      step.find('/') != std::string::npos)
+    return {};
+  return SharedNodeDir::Join(root, std::string(kStepPrefix) + job + "." + step);
+}
+
+int SweepStepMpiShmDirs(const std::string& root) { return SweepSharedNodeDirs(root, kStepPrefix); }
+
+int SweepSharedNodeDirs(const std::string& root, std::string_view prefix) {
   int removed = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(kStepPrefix, 0) != 0) continue;
+    if (prefix.empty() || name.rfind(prefix, 0) != 0) continue;
     const std::string dir = e.path().string();
     const int fd = ::open((dir + kLockName).c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) {

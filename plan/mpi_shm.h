@@ -23,11 +23,15 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace agentrt {
 
 inline constexpr const char* kOmpiVaderBackingVar = "OMPI_MCA_btl_vader_backing_directory";
 inline constexpr const char* kMpiShmRoot = "/dev/shm";
+// The prefix of a bus client's node folder (BusClient::NodeCacheDir) under
+// kMpiShmRoot: "agentrt-bus.<uid>.<hash of the bus address>".
+inline constexpr std::string_view kBusNodeDirPrefix = "agentrt-bus.";
 
 // A new, empty folder (0700) for one mpirun incarnation of `agent` under
 // `root`, named with this process's pid; "" when it cannot be made (Open MPI
@@ -40,26 +44,30 @@ void RemoveMpiShmDir(std::string& dir);
 // runs. Step folders are not touched.
 void SweepControllerMpiShmDirs(const std::string& root);
 
-// One rank's membership of its step's folder on this node.
-class StepMpiShm {
+// One process's membership of a folder that the processes of one node share
+// while they run, and the last to leave removes: Open MPI's segments of an
+// srun step (below), a weight stream's versions fetched once per node
+// (comms/weight_stream.h). Each member holds a shared flock on its ".lock";
+// a member killed leaves the lock free, and the next sweep of its prefix on
+// that node (SweepSharedNodeDirs) removes the folder.
+class SharedNodeDir {
  public:
-  StepMpiShm() = default;
-  StepMpiShm(const StepMpiShm&) = delete;
-  StepMpiShm& operator=(const StepMpiShm&) = delete;
-  StepMpiShm(StepMpiShm&& other) noexcept;
-  StepMpiShm& operator=(StepMpiShm&& other) noexcept;
-  ~StepMpiShm();  // Leave()
+  SharedNodeDir() = default;
+  SharedNodeDir(const SharedNodeDir&) = delete;
+  SharedNodeDir& operator=(const SharedNodeDir&) = delete;
+  SharedNodeDir(SharedNodeDir&& other) noexcept;
+  SharedNodeDir& operator=(SharedNodeDir&& other) noexcept;
+  ~SharedNodeDir();  // Leave()
 
-  // Makes or joins `root`/agentrt-mpi.step.<job>.<step> and takes a shared
-  // lock on it; an empty dir() when that fails (then Open MPI picks its own
-  // place). A folder being removed by a sweep or the last leaver is made
-  // anew.
-  static StepMpiShm Join(const std::string& root, const std::string& job, const std::string& step);
+  // Makes or joins `root`/`name` (0700) and takes a shared lock on it; an
+  // empty dir() when that fails or `name` is empty or has a '/'. A folder
+  // being removed by a sweep or the last leaver is made anew.
+  static SharedNodeDir Join(const std::string& root, const std::string& name);
 
   const std::string& dir() const { return dir_; }
 
-  // Drops this rank's lock and removes the folder when no other rank holds
-  // one (the last rank to leave does). Safe to call twice.
+  // Drops this member's lock and removes the folder when no other member
+  // holds one (the last to leave does). Safe to call twice.
   void Leave();
 
  private:
@@ -67,10 +75,17 @@ class StepMpiShm {
   int lock_fd_ = -1;
 };
 
-// Removes the step folders under `root` whose lock nobody holds (their ranks
-// were killed), and step folders with no lock file that are over a minute
-// old (a rank killed between making the folder and locking it). Returns how
-// many it removed.
+// Removes the folders under `root` named `prefix`... whose lock nobody holds
+// (their members were killed), and such folders with no lock file that are
+// over a minute old (a member killed between making the folder and locking
+// it). Returns how many it removed.
+int SweepSharedNodeDirs(const std::string& root, std::string_view prefix);
+
+// One rank's membership of its step's folder on this node:
+// `root`/agentrt-mpi.step.<job>.<step> (empty dir(): Open MPI picks its own place).
+using StepMpiShm = SharedNodeDir;
+StepMpiShm JoinStepMpiShm(const std::string& root, const std::string& job, const std::string& step);
+// SweepSharedNodeDirs of the step folders.
 int SweepStepMpiShmDirs(const std::string& root);
 
 }  // namespace agentrt

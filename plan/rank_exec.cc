@@ -196,6 +196,9 @@ double UnixNow() {
     }
   }
   mpi_shm.Leave();
+  // A bus client's node folder (comms/bus_client.h) that the program's
+  // killing left with no member goes now, not at the node's next reader.
+  SweepSharedNodeDirs(kMpiShmRoot, kBusNodeDirPrefix);
   RankExit e;
   e.rank = std::atoi(rank.c_str());
   e.pid = child;
@@ -500,7 +503,7 @@ int ExecRank(const RankExecOptions& options) {
     const auto step = env("SLURM_STEP_ID");
     if (job && step && env("PMIX_RANK") && !env(kOmpiVaderBackingVar)) {
       if (vars->at("LOCAL_RANK") == "0") SweepStepMpiShmDirs(kMpiShmRoot);
-      mpi_shm = StepMpiShm::Join(kMpiShmRoot, *job, *step);
+      mpi_shm = JoinStepMpiShm(kMpiShmRoot, *job, *step);
       if (!mpi_shm.dir().empty()) ::setenv(kOmpiVaderBackingVar, mpi_shm.dir().c_str(), 1);
     }
     Supervise(options, rank, env, mpi_shm);
@@ -532,8 +535,10 @@ int ExecRankMain(int argc, char** argv) {
     }
     if (a == "--sweep-mpi-shm") {
       // For a node's clean-up (an epilog): the step folders of killed ranks.
-      std::printf("removed %d step folder(s) of Open MPI shared memory from %s\n",
-                  SweepStepMpiShmDirs(kMpiShmRoot), kMpiShmRoot);
+      std::printf(
+          "removed %d step folder(s) of Open MPI shared memory and %d bus folder(s) from %s\n",
+          SweepStepMpiShmDirs(kMpiShmRoot), SweepSharedNodeDirs(kMpiShmRoot, kBusNodeDirPrefix),
+          kMpiShmRoot);
       return 0;
     }
     if (i + 1 >= argc) return usage();

@@ -31,10 +31,14 @@ class LocalBackend final : public LaunchBackend {
     if (options_.base_env.empty() && options_.inherit_environ) options_.base_env = CurrentEnviron();
     if (options_.search_dirs.empty()) options_.search_dirs = DefaultSearchDirs();
     SweepControllerMpiShmDirs(kMpiShmRoot);
+    SweepSharedNodeDirs(kMpiShmRoot, kBusNodeDirPrefix);
   }
 
   ~LocalBackend() override {
     for (auto& [name, procs] : procs_) RemoveMpiShmDir(procs.mpi_shm_dir);
+    // The bus folders of this node that agents killed at the run's end left
+    // with no member (those of live runs are locked and stay).
+    SweepSharedNodeDirs(kMpiShmRoot, kBusNodeDirPrefix);
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {

@@ -68,6 +68,7 @@
 #include "comms/bus_validate.h"
 #include "comms/weight_stream.h"
 #include "echo.grpc.pb.h"
+#include "plan/mpi_shm.h"
 
 namespace {
 
@@ -254,8 +255,13 @@ int RunWeightsSubscriber(const std::string& address, const std::string& stream,
     bytes += static_cast<int64_t>(e.bytes);
   }
   const int64_t done = NowNs();
-  if ((*set)->mapped() != (how != "streamed"))
-    Die(how == "streamed" ? "the version was mapped, not streamed"
+  // Streamed: to this process, or to another of this node that left it in
+  // the node's folder (BusClient::NodeCacheDir), mapped from there.
+  const std::string& node_dir = client->NodeCacheDir();
+  const bool from_node =
+      (*set)->mapped() && !node_dir.empty() && (*set)->path().rfind(node_dir + "/", 0) == 0;
+  if (how == "streamed" ? (*set)->mapped() && !from_node : !(*set)->mapped())
+    Die(how == "streamed" ? "the version was mapped from the broker's file, not streamed"
                           : "the version was not mapped from the broker's file");
   std::printf("result 0 %lld %lld\n", static_cast<long long>(done), static_cast<long long>(bytes));
   std::fflush(stdout);
@@ -782,17 +788,25 @@ int RunCrossNode(const std::string& netns_b, const std::string& host_a, const st
   Child broker = Spawn({"broker", "", host_a});
   const std::string address = broker.WaitReady();
   const Node b{netns_b, host_b};
-  std::vector<double> weights, zmq;
+  std::vector<double> weights, each, zmq;
   for (int r = 0; r < reps; ++r) {
     weights.push_back(WeightsFanoutViews(address, "wx" + std::to_string(r), size, 4, b));
+    // Without the node's folder: each subscriber has every byte streamed to it.
+    ::setenv("AGENTRT_WEIGHTS_NODE_CACHE", "0", 1);
+    each.push_back(WeightsFanoutViews(address, "wy" + std::to_string(r), size, 4, b));
+    ::unsetenv("AGENTRT_WEIGHTS_NODE_CACHE");
     zmq.push_back(ZmqFanout(size, 4, b));
     std::fprintf(stderr,
                  "bench_bus: ZeroMQ, the same bytes from %s to 4 receivers on %s: %.2f GB/s\n",
                  host_a.c_str(), host_b.c_str(), zmq.back());
   }
   broker.Stop();
+  // The node folder of subscribers stopped by a signal after their read.
+  agentrt::SweepSharedNodeDirs(agentrt::kMpiShmRoot, agentrt::kBusNodeDirPrefix);
   PrintFigure("weights_" + std::to_string(size >> 20) + "MiB_4subs_cross_node", Median(weights),
               "GB/s", "zmq_push_pull_4_receivers_cross_node", Median(zmq));
+  PrintFigure("weights_" + std::to_string(size >> 20) + "MiB_4subs_cross_node_no_node_cache",
+              Median(each), "GB/s", "zmq_push_pull_4_receivers_cross_node", Median(zmq));
   return 0;
 }
 

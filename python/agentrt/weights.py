@@ -115,7 +115,8 @@ class WeightStream:
     def stats(self):
         """{"deltas_published", "delta_bytes_published", "deltas_not_published",
         "versions_from_delta", "delta_bytes_read", "delta_mismatches",
-        "whole_bytes_read"} of this stream on its bus."""
+        "whole_bytes_read", "versions_from_node_cache"} of this stream on its
+        bus."""
         out = ctypes.c_void_p()
         with self.bus._in_flight():
             _lib.check(_lib.lib().agentrt_weights_stats(

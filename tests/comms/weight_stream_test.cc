@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -697,4 +698,93 @@ TEST_CASE("weight streams: a durable broker's restart keeps every committed vers
   auto first = in.At(1, 5s);
   REQUIRE(first.ok());
   CheckHolds(**first, p1);
+}
+
+// A client as a process on another node than the broker's has it.
+std::unique_ptr<BusClient> RemoteClient(const std::string& address, const std::string& agent) {
+  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // nothing of the broker's files
+  auto client = Client(address, agent);
+  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+  return client;
+}
+
+TEST_CASE("weight streams: off the broker's node a version is fetched once per node") {
+  testing::TempDir dir("agentrt-weights");
+  auto server = Start(dir.path);
+  auto pub = Client(server->address(), "pub");
+  auto a = RemoteClient(server->address(), "sub");
+  auto b = RemoteClient(server->address(), "sub");
+  auto c = RemoteClient(server->address(), "sub");
+  WeightStream out(*pub, "node");
+  Policy p(81);
+  std::string node_dir;
+  {
+    WeightStream in_a(*a, "node"), in_b(*b, "node");
+    REQUIRE(out.Publish(p.Tensors(), 1).ok());
+    REQUIRE(in_a.Latest(5s).ok());
+    REQUIRE(in_b.Latest(5s).ok());
+    node_dir = a->NodeCacheDir();
+    REQUIRE_FALSE(node_dir.empty());
+    CHECK(node_dir == b->NodeCacheDir());  // one folder per bus and node
+    CHECK(node_dir.rfind("/dev/shm/agentrt-bus.", 0) == 0);
+    for (int64_t v = 2; v <= 4; ++v) {
+      p.w[static_cast<size_t>(v)] += 1.0f;
+      REQUIRE(out.Publish(p.Tensors(), v).ok());
+      const WeightStreamStats before_a = in_a.stats(), before_b = in_b.stats();
+      auto got_a = in_a.WaitNewer(v - 1, 5s);
+      INFO(got_a.status().ToString());
+      REQUIRE(got_a.ok());
+      CHECK((*got_a)->version() == v);
+      CHECK_FALSE((*got_a)->mapped());  // fetched here, and left for the node
+      CheckHolds(**got_a, p);
+      auto got_b = in_b.WaitNewer(v - 1, 5s);
+      REQUIRE(got_b.ok());
+      CHECK((*got_b)->mapped());  // the file a fetched: no byte streamed to b
+      CHECK((*got_b)->path().rfind(node_dir + "/", 0) == 0);
+      CheckHolds(**got_b, p);
+      CHECK(in_a.stats().whole_bytes_read - before_a.whole_bytes_read ==
+            static_cast<int64_t>((*got_a)->payload_size()));
+      CHECK(in_b.stats().whole_bytes_read == before_b.whole_bytes_read);
+      CHECK(in_b.stats().versions_from_node_cache == before_b.versions_from_node_cache + 1);
+    }
+  }
+  // The folder keeps the newest two versions, and nothing else.
+  std::vector<std::string> left;
+  std::string v4;
+  for (const auto& e : fs::directory_iterator(node_dir)) {
+    left.push_back(e.path().filename());
+    if (left.back().find(".4.") != std::string::npos) v4 = e.path();
+  }
+  std::sort(left.begin(), left.end());
+  INFO(left.size());
+  REQUIRE(left.size() == 3);  // .lock, versions 3 and 4
+  CHECK(left[0] == ".lock");
+  REQUIRE_FALSE(v4.empty());
+
+  // A file that is not the version's bytes is refused, removed and fetched anew.
+  {
+    std::fstream f(v4, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    f.write("garbage!", 8);
+  }
+  {
+    WeightStream in_c(*c, "node");
+    auto again = in_c.At(4, 5s);
+    INFO(again.status().ToString());
+    REQUIRE(again.ok());
+    CheckHolds(**again, p);
+    CHECK(in_c.stats().versions_from_node_cache == 0);
+    auto cached = in_c.At(4, 5s);  // the file it left in place of the damaged one
+    REQUIRE(cached.ok());
+    CHECK((*cached)->mapped());
+    CheckHolds(**cached, p);
+    CHECK(in_c.stats().versions_from_node_cache == 1);
+  }
+
+  // The last client of the node to go removes the folder.
+  a.reset();
+  b.reset();
+  CHECK(fs::exists(node_dir));  // c still holds it
+  c.reset();
+  CHECK_FALSE(fs::exists(node_dir));
 }

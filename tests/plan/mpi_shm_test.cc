@@ -36,8 +36,8 @@ pid_t DeadPid() {
 
 TEST_CASE("the last rank of a step to leave removes its folder") {
   testing::TempDir root;
-  StepMpiShm a = StepMpiShm::Join(root.path, "41", "3");
-  StepMpiShm b = StepMpiShm::Join(root.path, "41", "3");
+  StepMpiShm a = JoinStepMpiShm(root.path, "41", "3");
+  StepMpiShm b = JoinStepMpiShm(root.path, "41", "3");
   REQUIRE(a.dir() == root.path + "/agentrt-mpi.step.41.3");
   REQUIRE(b.dir() == a.dir());
   const std::string dir = a.dir();
@@ -53,9 +53,9 @@ TEST_CASE("the last rank of a step to leave removes its folder") {
 
 TEST_CASE("a step folder is refused a name that would leave the root") {
   testing::TempDir root;
-  CHECK(StepMpiShm::Join(root.path, "41/../..", "0").dir().empty());
-  CHECK(StepMpiShm::Join(root.path, "", "0").dir().empty());
-  CHECK(StepMpiShm::Join(root.path + "/missing", "41", "0").dir().empty());
+  CHECK(JoinStepMpiShm(root.path, "41/../..", "0").dir().empty());
+  CHECK(JoinStepMpiShm(root.path, "", "0").dir().empty());
+  CHECK(JoinStepMpiShm(root.path + "/missing", "41", "0").dir().empty());
 }
 
 TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in use") {
@@ -65,7 +65,7 @@ TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in u
   const pid_t rank = ::fork();
   REQUIRE(rank >= 0);
   if (rank == 0) {
-    StepMpiShm joined = StepMpiShm::Join(root.path, "7", "0");
+    StepMpiShm joined = JoinStepMpiShm(root.path, "7", "0");
     WriteSegment(joined.dir(), 0);
     const char ok = joined.dir().empty() ? 'n' : 'y';
     if (::write(ready[1], &ok, 1) != 1) ::_exit(1);
@@ -76,7 +76,7 @@ TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in u
   REQUIRE(::read(ready[0], &ok, 1) == 1);
   ::close(ready[0]);
   REQUIRE(ok == 'y');
-  StepMpiShm live = StepMpiShm::Join(root.path, "7", "1");
+  StepMpiShm live = JoinStepMpiShm(root.path, "7", "1");
   REQUIRE_FALSE(live.dir().empty());
 
   // A folder whose maker died before locking it: left alone while new,
@@ -109,7 +109,7 @@ TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in u
   CHECK(fs::exists(root.Path("agentrt-mpi.123.a.1")));
 
   // A step started again after a sweep removed its folder makes it anew.
-  StepMpiShm again = StepMpiShm::Join(root.path, "7", "0");
+  StepMpiShm again = JoinStepMpiShm(root.path, "7", "0");
   CHECK(again.dir() == root.Path("agentrt-mpi.step.7.0"));
   CHECK(fs::exists(again.dir() + "/.lock"));
 }
@@ -123,7 +123,7 @@ TEST_CASE("a controller's folders are removed once its pid no longer runs") {
   const std::string gone = root.Path("agentrt-mpi." + std::to_string(DeadPid()) + ".pair.2");
   fs::create_directory(gone);
   WriteSegment(gone, 0);
-  StepMpiShm step = StepMpiShm::Join(root.path, "5", "0");
+  StepMpiShm step = JoinStepMpiShm(root.path, "5", "0");
   REQUIRE_FALSE(step.dir().empty());
   step.Leave();
   // A step folder (here one with no lock file) is not the controllers' sweep's.
@@ -140,6 +140,41 @@ TEST_CASE("a controller's folders are removed once its pid no longer runs") {
   RemoveMpiShmDir(mine);
   CHECK(mine.empty());
   CHECK_FALSE(fs::exists(root.path + "/agentrt-mpi." + std::to_string(::getpid()) + ".pair.3"));
+}
+
+TEST_CASE("a shared node folder of another prefix: swept by its own prefix only") {
+  testing::TempDir root;
+  const std::string name = std::string(kBusNodeDirPrefix) + "0.0badcafe";
+  {
+    SharedNodeDir a = SharedNodeDir::Join(root.path, name);
+    SharedNodeDir b = SharedNodeDir::Join(root.path, name);
+    REQUIRE(a.dir() == root.Path(name));
+    CHECK((fs::status(a.dir()).permissions() & fs::perms::all) == fs::perms::owner_all);
+    CHECK(SweepSharedNodeDirs(root.path, kBusNodeDirPrefix) == 0);  // in use
+    a.Leave();
+    CHECK(fs::exists(b.dir()));
+  }  // b leaves last: removed
+  CHECK_FALSE(fs::exists(root.Path(name)));
+  CHECK(SharedNodeDir::Join(root.path, "a/b").dir().empty());
+  CHECK(SharedNodeDir::Join(root.path, "..").dir().empty());
+
+  // A member killed (its lock free): the sweep of its prefix removes the
+  // folder, the step folders' sweep does not.
+  const pid_t member = ::fork();
+  REQUIRE(member >= 0);
+  if (member == 0) {
+    SharedNodeDir joined = SharedNodeDir::Join(root.path, name);
+    ::_exit(joined.dir().empty() ? 1 : 0);  // no Leave: as if killed
+  }
+  int status = 0;
+  REQUIRE(::waitpid(member, &status, 0) == member);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(fs::exists(root.Path(name)));
+  CHECK(SweepStepMpiShmDirs(root.path) == 0);
+  CHECK(fs::exists(root.Path(name)));
+  CHECK(SweepSharedNodeDirs(root.path, kBusNodeDirPrefix) == 1);
+  CHECK_FALSE(fs::exists(root.Path(name)));
 }
 
 }  // namespace
