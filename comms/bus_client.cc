@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -202,9 +203,16 @@ Result<std::unique_ptr<BusClient>> BusClient::ForAgent(const AgentEnv& env,
 const std::string& BusClient::agent() const { return impl_->cred.agent; }
 const std::string& BusClient::address() const { return impl_->address; }
 bool BusClient::reads_broker_files() const { return !impl_->broker_files_unreadable.load(); }
+std::chrono::milliseconds BusClient::call_timeout() const { return impl_->options.call_timeout; }
 
-const std::string& BusClient::NodeCacheDir() {
+std::string BusClient::NodeCacheDir() {
   std::lock_guard<std::mutex> lock(impl_->node_dir_mu);
+  struct stat st {};
+  if (impl_->node_dir_tried && !impl_->node_dir.dir().empty() &&
+      ::stat(impl_->node_dir.dir().c_str(), &st) != 0) {
+    impl_->node_dir.Leave();  // removed under us: join anew
+    impl_->node_dir_tried = false;
+  }
   if (!impl_->node_dir_tried) {
     impl_->node_dir_tried = true;
     const char* off = std::getenv("AGENTRT_WEIGHTS_NODE_CACHE");
@@ -220,6 +228,12 @@ const std::string& BusClient::NodeCacheDir() {
     }
   }
   return impl_->node_dir.dir();
+}
+
+void BusClient::DropNodeCacheDir() {
+  std::lock_guard<std::mutex> lock(impl_->node_dir_mu);
+  impl_->node_dir.Leave();
+  impl_->node_dir_tried = true;  // not joined again
 }
 uint64_t BusClient::publisher_id() const { return impl_->publisher_id; }
 uint64_t BusClient::NextSequence() const { return impl_->next_sequence.load(); }
@@ -327,6 +341,13 @@ BrokerFiles BrokerFilesHere(const std::vector<BusMessage>& msgs) {
 }
 
 }  // namespace
+
+bool BusClient::BrokerFileReadable(const BusMessage& m) {
+  if (impl_->broker_files_unreadable.load()) return false;
+  const BrokerFiles here = BrokerFilesHere({m});
+  if (here == BrokerFiles::kNotHere) impl_->broker_files_unreadable.store(true);
+  return here == BrokerFiles::kReadable;
+}
 
 Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t offset, int max,
                                                  std::chrono::milliseconds timeout,

@@ -229,14 +229,23 @@ class BusClient {
   // until a fetch finds them unreadable (another node), or
   // AGENTRT_BUS_LOCAL_FILES=0.
   bool reads_broker_files() const;
+  // Whether the broker's file that `m` names (Fetch with local_paths) can be
+  // read here now; one whose folder is not here makes reads_broker_files()
+  // false from then on (one missing, trimmed meanwhile, does not).
+  bool BrokerFileReadable(const BusMessage& m);
+  // BusClientOptions::call_timeout.
+  std::chrono::milliseconds call_timeout() const;
   // A folder on this node that the processes using this bus from it share,
   // for bytes one of them fetches for all (a weight stream's versions read
   // on another node than the broker's): /dev/shm/agentrt-bus.<uid>.<hash of
   // the address (CRC32C)> (plan/mpi_shm.h's SharedNodeDir). Joined on the first call
   // and held while this client lives; the last process to leave removes it,
   // one killed leaves it to the next joiner's sweep. "" where it cannot be
-  // made, or with AGENTRT_WEIGHTS_NODE_CACHE=0 in the environment.
-  const std::string& NodeCacheDir();
+  // made, or with AGENTRT_WEIGHTS_NODE_CACHE=0 in the environment. A folder
+  // removed under the client (a /dev/shm cleaner) is joined anew.
+  std::string NodeCacheDir();
+  // Stops using the node folder (a write to it failed: a full /dev/shm).
+  void DropNodeCacheDir();
 
   // Blocks until the broker answers (up to `timeout`).
   Status WaitForReady(std::chrono::milliseconds timeout);

@@ -445,10 +445,11 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
   const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);
   if (version < 1) return InvalidArgument(what + ": versions start at 1");
   const std::string gone = what + " is no longer kept (keep_last or bus.retention removed it)";
-  // The version's message, as `how` asks for it.
+  // The version's message, as `how` asks for it, within `within`.
   const auto deadline = std::chrono::steady_clock::now() + wait;
-  auto fetch = [&](const FetchOptions& how) -> Result<BusMessage> {
-    auto got = bus_.Fetch(topic_, version - 1, 1, wait, how);
+  auto fetch = [&](const FetchOptions& how,
+                   std::chrono::milliseconds within) -> Result<BusMessage> {
+    auto got = bus_.Fetch(topic_, version - 1, 1, within, how);
     if (!got.ok()) {
       if (got.status().code() == StatusCode::kOutOfRange) return NotFound(gone);
       return got.status();
@@ -457,6 +458,14 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
       return NotFound(what + " does not exist (yet)");
     return std::move(got->front());
   };
+  // The version's record, waited for: its bytes when it is small, else the
+  // broker's file name, size, CRC32C and publisher.
+  AGENTRT_ASSIGN_OR_RETURN(BusMessage stored,
+                           fetch({.local_paths = true, .metadata_only = true}, wait));
+  if (stored.chunked_size() == 0) {  // small: it came whole
+    const auto streamed = static_cast<int64_t>(stored.payload().size());
+    return Kept(WeightSet::FromMessage(std::move(stored), version), streamed);
+  }
   if (options_.delta) {
     std::shared_ptr<const WeightSet> held;
     {
@@ -464,15 +473,7 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
       held = held_;
     }
     if (held != nullptr && held->version() == version - 1) {
-      // The version as the broker keeps it (its file's size and CRC32C, no
-      // bytes), waited for as the version would be.
-      AGENTRT_ASSIGN_OR_RETURN(BusMessage meta,
-                               fetch({.local_paths = true, .metadata_only = true}));
-      if (meta.chunked_size() == 0) {  // small: it came whole
-        const auto streamed = static_cast<int64_t>(meta.payload().size());
-        return Kept(WeightSet::FromMessage(std::move(meta), version), streamed);
-      }
-      auto rebuilt = ReadDelta(version, *held, meta);
+      auto rebuilt = ReadDelta(version, *held, stored);
       if (rebuilt.ok()) return rebuilt;
       if (rebuilt.status().code() == StatusCode::kDataLoss) {
         std::lock_guard<std::mutex> lock(delta_mu_);
@@ -480,27 +481,25 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
       }
     }
   }
-  // Off the broker's node: once per node, through the bus's node folder.
-  if (!bus_.reads_broker_files()) {
-    if (const std::string& dir = bus_.NodeCacheDir(); !dir.empty()) {
-      AGENTRT_ASSIGN_OR_RETURN(BusMessage stored,
-                               fetch({.local_paths = true, .metadata_only = true}));
-      if (stored.chunked_size() == 0) {  // small: it came whole
-        const auto streamed = static_cast<int64_t>(stored.payload().size());
-        return Kept(WeightSet::FromMessage(std::move(stored), version), streamed);
-      }
-      return ReadThroughNodeCache(
-          version, stored, dir, [&] { return fetch({}); }, deadline);
-    }
+  // On the broker's node: its file, mapped.
+  if (bus_.BrokerFileReadable(stored)) {
+    auto set = WeightSet::FromMessage(std::move(stored), version);
+    // Its file's name went between the fetch and the open: trimmed meanwhile.
+    if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
+    return Kept(std::move(set), 0);
   }
-  // The broker's file where this process can read it (Fetch streams the
-  // bytes otherwise).
-  AGENTRT_ASSIGN_OR_RETURN(BusMessage got, fetch({.local_paths = true}));
+  // Elsewhere the bytes are streamed. The version exists: reading it gets at
+  // least a call's time, however short the wait for it was.
+  const auto read_by = std::max(deadline, std::chrono::steady_clock::now() + bus_.call_timeout());
+  auto whole = [&] { return fetch({}, Left(read_by)); };
+  // Off the broker's node (not a file trimmed meanwhile): once per node.
+  if (!bus_.reads_broker_files()) {
+    if (const std::string dir = bus_.NodeCacheDir(); !dir.empty())
+      return ReadThroughNodeCache(version, stored, dir, whole, read_by);
+  }
+  AGENTRT_ASSIGN_OR_RETURN(BusMessage got, whole());
   const auto streamed = static_cast<int64_t>(got.payload().size());
-  auto set = WeightSet::FromMessage(std::move(got), version);
-  // Its file's name went between the fetch and the open: trimmed meanwhile.
-  if (!set.ok() && set.status().code() == StatusCode::kNotFound) return NotFound(gone);
-  return Kept(std::move(set), streamed);
+  return Kept(WeightSet::FromMessage(std::move(got), version), streamed);
 }
 
 namespace {
@@ -534,19 +533,46 @@ Result<std::shared_ptr<const WeightSet>> MapNodeCached(const std::string& path,
   return set;
 }
 
-// Removes the stream's files (versions, and their locks and partial copies)
-// older than the newest kNodeCachedVersions up to `version`.
-void TrimNodeCached(const std::string& dir, std::string_view topic, int64_t version) {
+// Removes the stream's files (versions, their locks and partial copies)
+// older than the newest kNodeCachedVersions in the folder.
+void TrimNodeCached(const std::string& dir, std::string_view topic) {
   char prefix[16];
   std::snprintf(prefix, sizeof(prefix), "%08x.", Crc32c(topic.data(), topic.size()));
+  std::vector<std::pair<long long, std::string>> files;  // version, path
+  long long newest = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
     long long v = 0;
-    if (std::sscanf(name.c_str() + std::strlen(prefix), "%lld", &v) == 1 &&
-        v <= version - kNodeCachedVersions)
-      ::unlink(e.path().c_str());
+    if (name.rfind(prefix, 0) != 0 ||
+        std::sscanf(name.c_str() + std::strlen(prefix), "%lld", &v) != 1)
+      continue;
+    newest = std::max(newest, v);
+    files.emplace_back(v, e.path().string());
+  }
+  for (const auto& [v, path] : files) {
+    if (v <= newest - kNodeCachedVersions) ::unlink(path.c_str());
+  }
+}
+
+// An exclusive flock on `path` (made if need be) that is still the file of
+// that name, waited for until `until`; -1 when not had by then.
+int LockNodeCached(const std::string& path, std::chrono::steady_clock::time_point until) {
+  for (;;) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    bool locked = false;
+    while (!(locked = ::flock(fd, LOCK_EX | LOCK_NB) == 0) &&
+           (errno == EWOULDBLOCK || errno == EINTR) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    struct stat held {
+    }, named{};
+    if (locked && ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino && held.st_dev == named.st_dev)
+      return fd;
+    ::close(fd);
+    // Not locked in time, or the lock file was trimmed meanwhile: start over.
+    if (!locked || std::chrono::steady_clock::now() >= until) return -1;
   }
 }
 
@@ -567,30 +593,32 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::ReadThroughNodeCache(
   };
   if (auto hit = cached(); hit.ok()) return hit;
   // One process of the node fetches it; the others wait for its file (until
-  // the caller's deadline: then they fetch it themselves).
-  const std::string lock_path = path + ".lock";
-  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  bool locked = false;
-  while (lock >= 0 && !(locked = ::flock(lock, LOCK_EX | LOCK_NB) == 0) &&
-         (errno == EWOULDBLOCK || errno == EINTR) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  if (locked) {
+  // the read's deadline: then they fetch it themselves).
+  const int lock = LockNodeCached(path + ".lock", deadline);
+  if (lock >= 0) {
     if (auto hit = cached(); hit.ok()) {
       ::close(lock);
       return hit;
     }
   }
   Result<BusMessage> got = fetch_whole();
-  if (got.ok() && locked && got->chunked_path().empty() &&
+  if (got.ok() && lock >= 0 && got->chunked_path().empty() &&
       static_cast<int64_t>(got->payload().size()) == stored.chunked_size()) {
-    // Best effort: a reader that finds no file fetches the version itself.
-    if (WriteFileAtomic(path, got->payload(), {.mode = 0600, .sync_file = false}).ok())
-      TrimNodeCached(dir, topic_, version);
+    const Status written =
+        WriteFileAtomic(path, got->payload(), {.mode = 0600, .sync_file = false});
+    if (written.ok()) {
+      TrimNodeCached(dir, topic_);
+    } else {
+      // A full /dev/shm (a container's 64 MiB): this client stops using it,
+      // and each of its readers fetches its own bytes from then on.
+      std::fprintf(stderr,
+                   "agentrt: weights stream \"%s\": the node's folder is not used from now on: "
+                   "%s\n",
+                   name_.c_str(), written.ToString().c_str());
+      bus_.DropNodeCacheDir();
+    }
   }
-  if (lock >= 0) {
-    if (locked) ::unlink(lock_path.c_str());  // a waiter holding it finds the file
-    ::close(lock);
-  }
+  if (lock >= 0) ::close(lock);  // its file stays: a waiter holding it checks it is the one
   if (!got.ok()) return got.status();
   const auto streamed = static_cast<int64_t>(got->payload().size());
   return Kept(WeightSet::FromMessage(std::move(*got), version), streamed);

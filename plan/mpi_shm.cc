@@ -106,7 +106,16 @@ SharedNodeDir SharedNodeDir::Join(const std::string& root, const std::string& na
   const std::string lock = dir + kLockName;
   for (int attempt = 0; attempt < kJoinTries; ++attempt) {
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return joined;
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    // /dev/shm is everybody's: only a real folder of this user's, closed to
+    // others, is joined (not a link, nor a folder another user made first).
+    struct stat own {};
+    if (::lstat(dir.c_str(), &own) != 0) {
+      if (errno == ENOENT) continue;  // removed meanwhile
+      return joined;
+    }
+    if (!S_ISDIR(own.st_mode) || own.st_uid != ::geteuid() || (own.st_mode & 077) != 0)
+      return joined;
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       if (errno == ENOENT) continue;  // removed between our mkdir and open
       return joined;

@@ -60,8 +60,10 @@ class SharedNodeDir {
   ~SharedNodeDir();  // Leave()
 
   // Makes or joins `root`/`name` (0700) and takes a shared lock on it; an
-  // empty dir() when that fails or `name` is empty or has a '/'. A folder
-  // being removed by a sweep or the last leaver is made anew.
+  // empty dir() when that fails, `name` is empty or has a '/', or what has
+  // the name is not a folder of this user's closed to others (a link, or
+  // one another user made first in a shared /dev/shm). A folder being
+  // removed by a sweep or the last leaver is made anew.
   static SharedNodeDir Join(const std::string& root, const std::string& name);
 
   const std::string& dir() const { return dir_; }

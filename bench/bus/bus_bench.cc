@@ -257,10 +257,10 @@ int RunWeightsSubscriber(const std::string& address, const std::string& stream,
   const int64_t done = NowNs();
   // Streamed: to this process, or to another of this node that left it in
   // the node's folder (BusClient::NodeCacheDir), mapped from there.
-  const std::string& node_dir = client->NodeCacheDir();
+  const std::string node_dir = how == "streamed" ? client->NodeCacheDir() : "";
   const bool from_node =
       (*set)->mapped() && !node_dir.empty() && (*set)->path().rfind(node_dir + "/", 0) == 0;
-  if (how == "streamed" ? (*set)->mapped() && !from_node : !(*set)->mapped())
+  if (how == "streamed" ? (*set)->mapped() && !from_node : !(*set)->mapped() || from_node)
     Die(how == "streamed" ? "the version was mapped from the broker's file, not streamed"
                           : "the version was not mapped from the broker's file");
   std::printf("result 0 %lld %lld\n", static_cast<long long>(done), static_cast<long long>(bytes));

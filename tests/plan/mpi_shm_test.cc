@@ -4,6 +4,7 @@
 #include "plan/mpi_shm.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -157,6 +158,20 @@ TEST_CASE("a shared node folder of another prefix: swept by its own prefix only"
   CHECK_FALSE(fs::exists(root.Path(name)));
   CHECK(SharedNodeDir::Join(root.path, "a/b").dir().empty());
   CHECK(SharedNodeDir::Join(root.path, "..").dir().empty());
+  // Only a folder of this user's closed to others: not one open to them (as
+  // another user could have made it first), nor a link to another folder.
+  const std::string open_one = std::string(kBusNodeDirPrefix) + "0.0pen";
+  fs::create_directory(root.Path(open_one));
+  fs::permissions(root.Path(open_one), fs::perms::owner_all | fs::perms::others_all);
+  CHECK(SharedNodeDir::Join(root.path, open_one).dir().empty());
+  fs::create_directory(root.Path("elsewhere"));
+  ::chmod(root.Path("elsewhere").c_str(), 0700);
+  const std::string link = std::string(kBusNodeDirPrefix) + "0.11nk";
+  fs::create_directory_symlink(root.Path("elsewhere"), root.Path(link));
+  CHECK(SharedNodeDir::Join(root.path, link).dir().empty());
+  CHECK_FALSE(fs::exists(root.Path("elsewhere/.lock")));
+  fs::remove(root.Path(link));
+  fs::remove(root.Path(open_one));
 
   // A member killed (its lock free): the sweep of its prefix removes the
   // folder, the step folders' sweep does not.
