@@ -340,13 +340,18 @@ BrokerFiles BrokerFilesHere(const std::vector<BusMessage>& msgs) {
   return out;
 }
 
+// BrokerFilesHere, remembered in `unreadable` when their folder is not here.
+BrokerFiles NoteBrokerFiles(std::atomic<bool>& unreadable, const std::vector<BusMessage>& msgs) {
+  const BrokerFiles here = BrokerFilesHere(msgs);
+  if (here == BrokerFiles::kNotHere) unreadable.store(true);
+  return here;
+}
+
 }  // namespace
 
 bool BusClient::BrokerFileReadable(const BusMessage& m) {
   if (impl_->broker_files_unreadable.load()) return false;
-  const BrokerFiles here = BrokerFilesHere({m});
-  if (here == BrokerFiles::kNotHere) impl_->broker_files_unreadable.store(true);
-  return here == BrokerFiles::kReadable;
+  return NoteBrokerFiles(impl_->broker_files_unreadable, {m}) == BrokerFiles::kReadable;
 }
 
 Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t offset, int max,
@@ -360,9 +365,7 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   AGENTRT_ASSIGN_OR_RETURN(std::vector<BusMessage> out,
                            impl_->FetchOnce(topic, offset, max, timeout, local));
   if (!local || out.empty()) return out;
-  const BrokerFiles here = BrokerFilesHere(out);
-  if (here == BrokerFiles::kReadable) return out;
-  if (here == BrokerFiles::kNotHere) impl_->broker_files_unreadable.store(true);
+  if (NoteBrokerFiles(impl_->broker_files_unreadable, out) == BrokerFiles::kReadable) return out;
   // The messages exist: their bytes get what is left of the caller's time,
   // and at least a call's (the first fetch may have waited for them).
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -508,14 +508,21 @@ namespace {
 // one before (a reader still mapping a removed one keeps its bytes).
 constexpr int64_t kNodeCachedVersions = 2;
 
-// The name of a stream's version in a node's folder: its topic (hashed: no
-// '/'), number, CRC32C and size, so that only the same bytes ever answer to it.
+// What a stream's files in a node's folder start with: its topic, hashed
+// (no '/'), and a '.'.
+std::string NodeCachedPrefix(std::string_view topic) {
+  char prefix[16];
+  std::snprintf(prefix, sizeof(prefix), "%08x.", Crc32c(topic.data(), topic.size()));
+  return prefix;
+}
+
+// The name of a stream's version in a node's folder: that prefix, the
+// version's number, CRC32C and size, so that only the same bytes ever answer to it.
 std::string NodeCachedName(std::string_view topic, int64_t version, const BusMessage& stored) {
-  char name[96];
-  std::snprintf(name, sizeof(name), "%08x.%lld.%08x.%lld", Crc32c(topic.data(), topic.size()),
-                static_cast<long long>(version), stored.chunked_crc32c(),
-                static_cast<long long>(stored.chunked_size()));
-  return name;
+  char rest[64];
+  std::snprintf(rest, sizeof(rest), "%lld.%08x.%lld", static_cast<long long>(version),
+                stored.chunked_crc32c(), static_cast<long long>(stored.chunked_size()));
+  return NodeCachedPrefix(topic) + rest;
 }
 
 // The node folder's file `path` as version `version` (NotFound when it is
@@ -536,16 +543,14 @@ Result<std::shared_ptr<const WeightSet>> MapNodeCached(const std::string& path,
 // Removes the stream's files (versions, their locks and partial copies)
 // older than the newest kNodeCachedVersions in the folder.
 void TrimNodeCached(const std::string& dir, std::string_view topic) {
-  char prefix[16];
-  std::snprintf(prefix, sizeof(prefix), "%08x.", Crc32c(topic.data(), topic.size()));
+  const std::string prefix = NodeCachedPrefix(topic);
   std::vector<std::pair<long long, std::string>> files;  // version, path
   long long newest = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     long long v = 0;
-    if (name.rfind(prefix, 0) != 0 ||
-        std::sscanf(name.c_str() + std::strlen(prefix), "%lld", &v) != 1)
+    if (name.rfind(prefix, 0) != 0 || std::sscanf(name.c_str() + prefix.size(), "%lld", &v) != 1)
       continue;
     newest = std::max(newest, v);
     files.emplace_back(v, e.path().string());

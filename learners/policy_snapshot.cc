@@ -24,6 +24,14 @@ Status Take(const WeightSet& version, std::string_view name, std::string_view dt
   return Status::Ok();
 }
 
+// The policy MLP's layer sizes of snapshot `s`'s shape.
+std::vector<int> LayerSizes(const PolicySnapshot& s) {
+  std::vector<int> sizes{s.obs_size};
+  for (int l = 0; l < s.hidden_layers; ++l) sizes.push_back(s.hidden);
+  sizes.push_back(s.num_actions);
+  return sizes;
+}
+
 }  // namespace
 
 PolicySnapshot SnapshotOf(const PpoLearner& learner, std::string agent, int64_t env_steps) {
@@ -114,10 +122,7 @@ Result<PolicySnapshot> DecodeSnapshot(const WeightSet& version) {
         s.hidden_layers < 0) {
       return InvalidArgument(who + ": bad network shape " + header.dump());
     }
-    std::vector<int> sizes{s.obs_size};
-    for (int l = 0; l < s.hidden_layers; ++l) sizes.push_back(s.hidden);
-    sizes.push_back(s.num_actions);
-    const size_t expected = Mlp(sizes, 0).num_params();
+    const size_t expected = Mlp(LayerSizes(s), 0).num_params();
     if (n != expected) {
       return InvalidArgument(who + ": " + std::to_string(n) +
                              " policy parameters, the shape needs " + std::to_string(expected));
@@ -141,14 +146,11 @@ Result<PolicySnapshot> DecodeSnapshot(const BusMessage& message) {
 }
 
 Status PolicyPlayer::Load(const PolicySnapshot& s) {
-  std::vector<int> sizes{s.obs_size};
-  for (int l = 0; l < s.hidden_layers; ++l) sizes.push_back(s.hidden);
-  sizes.push_back(s.num_actions);
   const bool same_shape = net_ != nullptr && net_->in() == s.obs_size &&
                           net_->out() == s.num_actions &&
                           net_->num_params() == s.policy_params.size();
   if (!same_shape) {
-    auto net = std::make_unique<Mlp>(sizes, 0);
+    auto net = std::make_unique<Mlp>(LayerSizes(s), 0);
     if (net->num_params() != s.policy_params.size()) {
       return InvalidArgument("policy snapshot of " + s.agent +
                              ": parameter count does not match its shape");

@@ -136,7 +136,7 @@ class League:
 
     def __init__(self, rt, seats, restored, make_policy):
         self.rt, self.seats = rt, seats
-        self.players, self.versions, self.held, self.seen = {}, {}, {}, {}
+        self.players, self.held, self.seen = {}, {}, {}  # held: agent -> [version, step]
         self.received, self.publish_failures = 0, 0
         self.said = set()  # (agent, error code) already logged
         self.pinned = False  # the next install() keeps the checkpoint's versions
@@ -183,7 +183,6 @@ class League:
             return False
         self.players[agent] = player
         self.held[agent] = [weights.version, weights.step]
-        self.versions[agent] = weights.version
         self.received += 1
         return True
 
@@ -493,7 +492,7 @@ def evaluate(rt, s, model, league, world_args, seat, prey_seats, num_actions, st
         results[name] = captures(pool, policy, s["eval_episodes"], prey_seats, num_actions, gen)
         pool.close()
     ratio = results["trained"] / results["random"] if results["random"] > 0 else float("inf")
-    versions = {a: league.versions.get(a, 0) for a in sorted(prey_agents)}
+    versions = {a: league.held.get(a, [0])[0] for a in sorted(prey_agents)}
     print("eval " + json.dumps({"agent": rt.agent, "episodes": s["eval_episodes"],
                                 "capture_rate": results["trained"],
                                 "random_capture_rate": results["random"],

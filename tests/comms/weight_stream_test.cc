@@ -68,6 +68,14 @@ std::unique_ptr<BusClient> Client(const std::string& address, const std::string&
   return testing::ConnectBus(address, kSecret, agent, o);
 }
 
+// A client as a process on another node than the broker's has it.
+std::unique_ptr<BusClient> RemoteClient(const std::string& address, const std::string& agent) {
+  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // nothing of the broker's files
+  auto client = Client(address, agent);
+  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+  return client;
+}
+
 std::vector<float> Values(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<float> v(n);
@@ -390,9 +398,7 @@ TEST_CASE("weight streams: delta versions, and a wrong or damaged one read whole
   testing::TempDir dir("agentrt-weights");
   auto server = Start(dir.path);
   auto pub = Client(server->address(), "pub");
-  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // a reader on another node: every byte streamed
-  auto sub = Client(server->address(), "sub");
-  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+  auto sub = RemoteClient(server->address(), "sub");  // every byte streamed
   WeightStream out(*pub, "delta", 0, {.delta = true});
   WeightStream in(*sub, "delta", 0, {.delta = true});
   Policy p(71);
@@ -698,14 +704,6 @@ TEST_CASE("weight streams: a durable broker's restart keeps every committed vers
   auto first = in.At(1, 5s);
   REQUIRE(first.ok());
   CheckHolds(**first, p1);
-}
-
-// A client as a process on another node than the broker's has it.
-std::unique_ptr<BusClient> RemoteClient(const std::string& address, const std::string& agent) {
-  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // nothing of the broker's files
-  auto client = Client(address, agent);
-  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
-  return client;
 }
 
 TEST_CASE("weight streams: off the broker's node a version is fetched once per node") {
