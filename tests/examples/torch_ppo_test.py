@@ -114,8 +114,11 @@ def scenario_league(work):
 def checkpoint_versions(step_dir):
     """{agent: [version, step]} of the weight streams a checkpoint was playing against
     (train.py's extra "league_versions", as agentrt.torch stores a dict)."""
-    with open(os.path.join(step_dir, "manifest.json")) as f:
-        extra = dict(json.load(f)["metadata"]["extra"]["__dict__"])
+    try:
+        with open(os.path.join(step_dir, "manifest.json")) as f:
+            extra = dict(json.load(f)["metadata"]["extra"]["__dict__"])
+    except FileNotFoundError:  # keep_last removed it since it was listed
+        return {}
     return dict(extra.get("league_versions", {"__dict__": []})["__dict__"])
 
 
@@ -126,9 +129,9 @@ def with_versions(run_dir, agent, of=None):
             if ((of in checkpoint_versions(d)) if of else checkpoint_versions(d))]
 
 
-def came_back(log, step_dir):
-    """Whether `log` says the versions of checkpoint `step_dir` came back, all of them."""
-    want = ", ".join("%s v%d" % (a, v[0]) for a, v in sorted(checkpoint_versions(step_dir).items()))
+def came_back(log, versions):
+    """Whether `log` says `versions` (a checkpoint's, checkpoint_versions) came back, all of them."""
+    want = ", ".join("%s v%d" % (a, v[0]) for a, v in sorted(versions.items()))
     return ("the checkpoint's versions came back: %s\n" % want) in log
 
 
@@ -208,6 +211,7 @@ def scenario_tampered(work):
         dirs = committed_dirs(run.run_dir, "prey")
         newest = max(dirs, key=lambda d: int(d.rsplit("-", 1)[1]))
         before = max((d for d in dirs if d != newest), key=lambda d: int(d.rsplit("-", 1)[1]))
+        before_versions = checkpoint_versions(before)  # read now: keep_last may remove it later
         shard = os.path.join(newest, "rank-0.shard")
         with open(shard, "r+b") as f:
             f.seek(os.path.getsize(shard) // 2)
@@ -230,9 +234,9 @@ def scenario_tampered(work):
         # The bus came back with its log (durability batch, the default): the versions the
         # checkpoint was playing against are there, the same numbers and steps.
         after = log[log.rindex("resumed at step"):]
-        check(came_back(after, before) and "of the checkpoint cannot be read" not in after,
+        check(came_back(after, before_versions) and "of the checkpoint cannot be read" not in after,
               "after the resume prey played first against its checkpoint's versions %s:\n%s"
-              % (checkpoint_versions(before), after[-1500:]))
+              % (before_versions, after[-1500:]))
         wait_for("no process of the run left", lambda: not run_processes(run.run_dir) or None, 15)
     finally:
         run.kill()
