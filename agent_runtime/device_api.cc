@@ -10,7 +10,7 @@ namespace agentrt::device {
 namespace {
 
 // The entry point libagentrt_cuda.so exports (agent_runtime/cuda/cuda_api.cc).
-constexpr const char* kEntry = "agentrt_device_api_v2";  // v2: StatusCode as gRPC's
+constexpr const char* kEntry = "agentrt_device_api_v3";  // v3: CUDA IPC
 constexpr const char* kLibrary = "libagentrt_cuda.so";
 
 // The folder of the file (program or shared library) that holds this code.

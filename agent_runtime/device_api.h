@@ -36,6 +36,10 @@ struct UniqueId {  // ncclUniqueId
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 
+struct IpcMemHandle {  // cudaIpcMemHandle_t
+  std::array<char, 64> bytes{};
+};
+
 // Whether asynchronous work has finished: a stream drained, a non-blocking
 // communicator left ncclInProgress, an enqueue went through.
 enum class Progress { kDone, kPending };
@@ -83,6 +87,15 @@ class Api {
   // device-to-host result).
   virtual Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
                            Stream stream) = 0;
+
+  // CUDA IPC: another process of this node maps device memory this one
+  // allocated (Malloc). The handle names the allocation `ptr` starts; it is
+  // opened on the calling thread's current device (with peer access when the
+  // memory is on another device), never in the process that allocated it
+  // (cudaIpcOpenMemHandle refuses that), and closed with IpcCloseMemHandle.
+  virtual Result<IpcMemHandle> IpcGetMemHandle(void* ptr) = 0;
+  virtual Result<void*> IpcOpenMemHandle(const IpcMemHandle& handle) = 0;
+  virtual Status IpcCloseMemHandle(void* ptr) = 0;
 
   // ShardedAdam's kernels (float32, asynchronous on `stream`):
   // the update of agentrt::AdamWUpdate element for element, and the sum of

@@ -158,12 +158,13 @@ bool BusAcl::IsAgent(std::string_view agent) const {
 
 namespace {
 
-// The topic whose channel governs `topic`: a weight stream's delta topic is
-// governed as the stream's.
+// The topic whose channel governs `topic`: a weight stream's delta and
+// device topics are governed as the stream's.
 std::string Governing(std::string_view topic) {
-  if (topic.starts_with(kWeightsDeltaTopicPrefix))
-    return std::string(kWeightsTopicPrefix) +
-           std::string(topic.substr(kWeightsDeltaTopicPrefix.size()));
+  for (std::string_view prefix : {kWeightsDeltaTopicPrefix, kWeightsDeviceTopicPrefix}) {
+    if (topic.starts_with(prefix))
+      return std::string(kWeightsTopicPrefix) + std::string(topic.substr(prefix.size()));
+  }
   return std::string(topic);
 }
 

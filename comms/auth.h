@@ -79,12 +79,15 @@ Result<std::string> ReadTlsFile(const std::string& path, std::string_view what);
 Status WriteAgentTokens(const RunDir& dir, std::string_view secret, const Plan& plan);
 
 // Weight streams' topics (comms/weight_stream.h): a stream's versions on
-// "weights/<name>", and its delta versions on "weights-delta/<name>", which
-// the ACL governs as the stream itself (its channel's publishers,
-// subscribers and keep_last). So the prefix is reserved: a channel written
-// for "weights-delta/..." itself never matches.
+// "weights/<name>", its delta versions on "weights-delta/<name>" and its
+// device slots' records on "weights-device/<name>"
+// (agent_runtime/device_weights.h), which the ACL governs as the stream
+// itself (its channel's publishers, subscribers and keep_last). So the
+// prefixes are reserved: a channel written for "weights-delta/..." or
+// "weights-device/..." itself never matches.
 inline constexpr std::string_view kWeightsTopicPrefix = "weights/";
 inline constexpr std::string_view kWeightsDeltaTopicPrefix = "weights-delta/";
+inline constexpr std::string_view kWeightsDeviceTopicPrefix = "weights-device/";
 
 // Who may publish to and subscribe from which topics. Names are agent names
 // of the run (already expanded from replicas; a '*' glob is also accepted).

@@ -440,6 +440,11 @@ Result<std::pair<int64_t, int64_t>> WeightStream::Bounds() {
   return std::make_pair(int64_t{0}, int64_t{0});
 }
 
+Result<int64_t> WeightStream::Newest() {
+  AGENTRT_ASSIGN_OR_RETURN(const auto bounds, Bounds());
+  return bounds.second;
+}
+
 Result<std::shared_ptr<const WeightSet>> WeightStream::Read(int64_t version,
                                                             std::chrono::milliseconds wait) {
   const std::string what = "weights stream \"" + name_ + "\" version " + std::to_string(version);

@@ -184,6 +184,7 @@ class WeightStream {
   WeightStream& operator=(const WeightStream&) = delete;
 
   const std::string& name() const { return name_; }
+  BusClient& bus() const { return bus_; }
   WeightStreamStats stats() const;
   const std::string& topic() const { return topic_; }
   int64_t incarnation() const { return incarnation_; }
@@ -208,6 +209,8 @@ class WeightStream {
   // returns its number (0 before the first), or why it was not stored.
   Result<int64_t> Flush(std::chrono::milliseconds timeout);
 
+  // The newest version's number (0 when the stream has none), not read.
+  Result<int64_t> Newest();
   // The newest version (NotFound when the stream has none).
   Result<std::shared_ptr<const WeightSet>> Latest(std::chrono::milliseconds timeout);
   // The newest version after `version`, waiting up to `timeout` for one

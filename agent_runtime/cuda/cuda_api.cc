@@ -138,6 +138,26 @@ class CudaApi final : public Api {
     return Status::Ok();
   }
 
+  Result<IpcMemHandle> IpcGetMemHandle(void* ptr) override {
+    cudaIpcMemHandle_t h;
+    AGENTRT_CUDA_CHECK(cudaIpcGetMemHandle(&h, ptr), kWhere);
+    IpcMemHandle out;
+    static_assert(sizeof(h.reserved) == sizeof(out.bytes));
+    std::memcpy(out.bytes.data(), h.reserved, sizeof(h.reserved));
+    return out;
+  }
+  Result<void*> IpcOpenMemHandle(const IpcMemHandle& handle) override {
+    cudaIpcMemHandle_t h;
+    std::memcpy(h.reserved, handle.bytes.data(), sizeof(h.reserved));
+    void* p = nullptr;
+    AGENTRT_CUDA_CHECK(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), kWhere);
+    return p;
+  }
+  Status IpcCloseMemHandle(void* ptr) override {
+    AGENTRT_CUDA_CHECK(cudaIpcCloseMemHandle(ptr), kWhere);
+    return Status::Ok();
+  }
+
   Status LaunchAdamW(float* params, const float* grads, float* m, float* v, size_t n,
                      const AdamWScalars& s, Stream stream) override {
     AGENTRT_CUDA_CHECK(cuda::LaunchAdamW(params, grads, m, v, n, s, S(stream)), kWhere);
@@ -205,7 +225,7 @@ class CudaApi final : public Api {
 }  // namespace
 }  // namespace agentrt::device
 
-extern "C" __attribute__((visibility("default"))) agentrt::device::Api* agentrt_device_api_v2() {
+extern "C" __attribute__((visibility("default"))) agentrt::device::Api* agentrt_device_api_v3() {
   static agentrt::device::CudaApi api;
   return &api;
 }

@@ -9,15 +9,26 @@
 // tagged with the device it was allocated on; using a stream from a thread
 // whose current device is another fails, as CUDA does.
 //
+// Device memory is a memfd mapping, so that CUDA IPC works across processes
+// as on a GPU: a handle names the allocating process and the memfd, and
+// IpcOpenMemHandle maps /proc/<pid>/fd/<fd> (refused in the allocating
+// process, as CUDA refuses it).
+//
 // Knobs for faults: Hang() holds a stream until ReleaseHangs(), and CommAbort
 // waits while a hang is held (as ncclCommAbort waits behind user work);
 // FailComms() makes every communicator report an async error; SetDeviceCount
-// sets what DeviceCount() answers (or an error).
+// sets what DeviceCount() answers (or an error); FailIpcOpen makes
+// IpcOpenMemHandle fail.
 #pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -39,7 +50,8 @@ class FakeDevice final : public device::Api {
 
   explicit FakeDevice(int devices = 1) : devices_(devices) {}
   ~FakeDevice() override {
-    for (auto& [p, block] : memory_) delete[] static_cast<char*>(p);
+    for (auto& [p, block] : memory_) Unmap(p, block);
+    for (auto& [p, bytes] : opened_) ::munmap(p, std::max<size_t>(bytes, 1));
     for (void* p : pinned_) delete[] static_cast<char*>(p);
   }
 
@@ -72,6 +84,19 @@ class FakeDevice final : public device::Api {
       hung_ = false;
     }
     cv_.notify_all();
+  }
+  void FailIpcOpen(std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ipc_open_error_ = std::move(why);
+  }
+  // Device allocations not freed, and IPC mappings not closed.
+  size_t device_blocks() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return memory_.size();
+  }
+  size_t ipc_opened() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return opened_.size();
   }
   void FailComms(std::string why) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -189,16 +214,64 @@ class FakeDevice final : public device::Api {
   }
   Result<void*> Malloc(size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
-    void* p = new char[std::max<size_t>(bytes, 1)];
-    memory_[p] = {bytes, Current()};
+    const size_t len = std::max<size_t>(bytes, 1);
+    const int fd = ::memfd_create("agentrt-fake-device", MFD_CLOEXEC);
+    if (fd < 0) return ResourceExhausted("fake cudaMalloc: memfd_create failed");
+    void* p = ::ftruncate(fd, static_cast<off_t>(len)) == 0
+                  ? ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      return ResourceExhausted("fake cudaMalloc of " + std::to_string(bytes) + " bytes failed");
+    }
+    memory_[p] = {bytes, Current(), fd};
     return p;
   }
   void Free(void* ptr) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = memory_.find(ptr);
     if (it == memory_.end()) return;
-    delete[] static_cast<char*>(ptr);
+    Unmap(it->first, it->second);
     memory_.erase(it);
+  }
+  // The handle: "fake-ipc <pid> <fd> <bytes>".
+  Result<device::IpcMemHandle> IpcGetMemHandle(void* ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = memory_.find(ptr);
+    if (it == memory_.end())
+      return InvalidArgument("fake cudaIpcGetMemHandle: not the start of an allocation");
+    const std::string text = "fake-ipc " + std::to_string(::getpid()) + " " +
+                             std::to_string(it->second.fd) + " " + std::to_string(it->second.bytes);
+    device::IpcMemHandle h;
+    std::copy(text.begin(), text.end(), h.bytes.begin());
+    return h;
+  }
+  Result<void*> IpcOpenMemHandle(const device::IpcMemHandle& handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!ipc_open_error_.empty()) return Internal("fake cudaIpcOpenMemHandle: " + ipc_open_error_);
+    long pid = 0, fd = -1;
+    size_t bytes = 0;
+    const std::string text(handle.bytes.data(), strnlen(handle.bytes.data(), handle.bytes.size()));
+    if (std::sscanf(text.c_str(), "fake-ipc %ld %ld %zu", &pid, &fd, &bytes) != 3)
+      return InvalidArgument("fake cudaIpcOpenMemHandle: invalid handle");
+    if (pid == ::getpid())
+      return InvalidArgument("fake cudaIpcOpenMemHandle: opened in the process that allocated it");
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+    const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (f < 0) return InvalidArgument("fake cudaIpcOpenMemHandle: the allocation is gone");
+    void* p = ::mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    ::close(f);
+    if (p == MAP_FAILED) return Internal("fake cudaIpcOpenMemHandle: mmap failed");
+    opened_[p] = bytes;
+    return p;
+  }
+  Status IpcCloseMemHandle(void* ptr) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = opened_.find(ptr);
+    if (it == opened_.end()) return InvalidArgument("fake cudaIpcCloseMemHandle: not opened");
+    ::munmap(it->first, std::max<size_t>(it->second, 1));
+    opened_.erase(it);
+    return Status::Ok();
   }
   Result<void*> HostAlloc(size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -453,8 +526,15 @@ class FakeDevice final : public device::Api {
   struct Block {
     size_t bytes = 0;
     int device = 0;
+    int fd = -1;  // the memfd
   };
+  static void Unmap(void* p, const Block& b) {
+    ::munmap(p, std::max<size_t>(b.bytes, 1));
+    ::close(b.fd);
+  }
   std::map<void*, Block> memory_;
+  std::map<void*, size_t> opened_;  // IPC mappings: their bytes
+  std::string ipc_open_error_;
   std::set<void*> pinned_;
   bool hung_ = false;
   std::string comm_error_;

@@ -181,6 +181,12 @@ TEST_CASE("a weight stream's delta topic is governed as its stream") {
   CHECK(acl.KeepLast("weights-delta/learner") == 3);
   CHECK_FALSE(acl.MaySubscribe("actor", "weights-delta/other"));
   CHECK_FALSE(acl.MaySubscribe("actor", "xweights-delta/learner"));
+  // So is its device topic (agent_runtime/device_weights.h).
+  CHECK(acl.MayPublish("learner", "weights-device/learner"));
+  CHECK_FALSE(acl.MayPublish("actor", "weights-device/learner"));
+  CHECK(acl.MaySubscribe("actor", "weights-device/learner"));
+  CHECK_FALSE(acl.MaySubscribe("outsider", "weights-device/learner"));
+  CHECK(acl.KeepLast("weights-device/learner") == 3);
 }
 
 TEST_CASE("request validation names what is wrong") {

@@ -1,0 +1,333 @@
+// Device weight streams over the fake device (CUDA IPC through memfds, so
+// that it crosses processes as on a GPU) and a real broker on loopback: a
+// version moves device to device to a reader process of the node, and
+// through pinned host memory to a reader elsewhere, in the publisher's
+// process, or one whose IPC open fails; a slot a reader holds is never
+// rewritten and a killed reader releases it; a reused slot is noticed; the
+// device topic follows the stream's ACL; nothing is left behind.
+#include "agent_runtime/device_weights.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "comms/bus_server.h"
+#include "tests/agent_runtime/fake_device.h"
+#include "tests/comms/bus_test_util.h"
+
+using namespace agentrt;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr char kSecret[] = "device-weights-test-secret-0123456789";
+constexpr size_t kFloats = 1 << 16;
+constexpr size_t kBytes = kFloats * sizeof(float);
+
+std::unique_ptr<BusServer> Start() {
+  BusAcl acl;
+  acl.agents = {"pub", "sub", "outsider"};
+  acl.channels = {{"weights/*", {"pub"}, {"sub"}}};
+  BusServerOptions o;
+  o.broker.limits.max_message_bytes = 64 << 20;
+  return testing::StartBus(o, kSecret, acl);
+}
+
+// A child's exit status and what it printed on stdout; `line_only`: return
+// after its first line, leaving it running (its pid in `pid`).
+struct Child {
+  pid_t pid = -1;
+  std::string out;
+};
+
+Child Spawn(std::vector<std::string> args, bool line_only, const char* env = nullptr) {
+  const char* bin = std::getenv("DEVICE_WEIGHTS_READER");
+  REQUIRE(bin != nullptr);
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  Child c;
+  c.pid = ::fork();
+  REQUIRE(c.pid >= 0);
+  if (c.pid == 0) {
+    ::dup2(fds[1], 1);
+    if (env != nullptr) ::putenv(const_cast<char*>(env));
+    std::vector<char*> argv{const_cast<char*>(bin)};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(bin, argv.data());
+    std::_Exit(127);
+  }
+  ::close(fds[1]);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (line_only && c.out.find('\n') != std::string::npos) break;
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    c.out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  return c;
+}
+
+// Runs a reader to its end; its printed line as JSON.
+nlohmann::json ReadInChild(const std::string& address, const std::string& stream, int64_t version,
+                           const char* env = nullptr) {
+  Child c = Spawn(
+      {"read", address, kSecret, stream, std::to_string(version), "w", std::to_string(kBytes)},
+      false, env);
+  int status = 0;
+  REQUIRE(::waitpid(c.pid, &status, 0) == c.pid);
+  INFO(c.out);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return nlohmann::json::parse(c.out);
+}
+
+std::vector<float> Values(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<float> v(kFloats);
+  for (float& x : v) x = static_cast<float>(rng() % 1000) / 7.0f;
+  return v;
+}
+
+uint32_t CrcOf(const std::vector<float>& v) { return Crc32c(v.data(), v.size() * sizeof(float)); }
+
+// A publisher's device and its tensor "w" in device memory.
+struct Publisher {
+  testing::FakeDevice api;
+  void* w = nullptr;
+  Publisher() { w = *api.Malloc(kBytes); }
+  ~Publisher() { api.Free(w); }
+  Result<int64_t> Publish(DeviceWeightStream& s, const std::vector<float>& values, int64_t step) {
+    std::memcpy(w, values.data(), kBytes);  // fake device memory is host memory
+    return s.Publish({{"w", "float32", {static_cast<int64_t>(kFloats)}, w, kBytes}}, step);
+  }
+};
+
+DeviceWeightRecord NewestRecord(BusClient& bus, const std::string& stream) {
+  const std::string topic = WeightDeviceTopic(stream);
+  auto topics = bus.ListTopics(topic);
+  REQUIRE(topics.ok());
+  int64_t end = 0;
+  for (const auto& t : *topics)
+    if (t.topic() == topic) end = t.end_offset();
+  REQUIRE(end > 0);
+  auto got = bus.Fetch(topic, end - 1, 1, 5s);
+  REQUIRE(got.ok());
+  REQUIRE(got->size() == 1);
+  auto r = DeviceWeightRecord::Decode(got->front().payload());
+  REQUIRE(r.ok());
+  return *r;
+}
+
+}  // namespace
+
+TEST_CASE("a device slot's record round-trips and a malformed one is refused") {
+  DeviceWeightRecord r;
+  r.version = 7;
+  r.step = 1200;
+  r.node = "boot-id";
+  r.pid = 4242;
+  r.fd = 9;
+  r.nonce = "0123456789abcdef";
+  r.slot = 1;
+  r.device = 3;
+  for (size_t i = 0; i < r.handle.bytes.size(); ++i) r.handle.bytes[i] = static_cast<char>(i * 7);
+  r.tensors = {{"fc.w", "float32", {4, 8}, 128, 128}, {"fc.b", "bfloat16", {8}, 256, 16}};
+  auto back = DeviceWeightRecord::Decode(r.Encode());
+  REQUIRE(back.ok());
+  CHECK(back->Encode() == r.Encode());
+  CHECK(back->handle.bytes == r.handle.bytes);
+  CHECK(back->tensors[1].shape == std::vector<int64_t>{8});
+
+  CHECK(DeviceWeightRecord::Decode("[]").status().message().find("not a JSON object") !=
+        std::string::npos);
+  auto bad = nlohmann::json::parse(r.Encode());
+  bad["handle"] = "zz";
+  CHECK(DeviceWeightRecord::Decode(bad.dump()).status().message().find("handle") !=
+        std::string::npos);
+  bad = nlohmann::json::parse(r.Encode());
+  bad["slot"] = -1;
+  CHECK(DeviceWeightRecord::Decode(bad.dump()).status().code() == StatusCode::kInvalidArgument);
+  bad = nlohmann::json::parse(r.Encode());
+  bad.erase("pid");
+  CHECK(DeviceWeightRecord::Decode(bad.dump()).status().message().find("pid") != std::string::npos);
+}
+
+TEST_CASE(
+    "on one node a version moves device to device through CUDA IPC; elsewhere through "
+    "pinned host memory") {
+  auto server = Start();
+  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
+  auto sub_bus = testing::ConnectBus(server->address(), kSecret, "sub");
+  Publisher p;
+  const auto v1 = Values(1), v2 = Values(2);
+  {
+    WeightStream out(*pub_bus, "gpu");
+    DeviceWeightStream gpu(out, p.api, 0);
+    REQUIRE(p.Publish(gpu, v1, 10).value() == 1);
+    REQUIRE(p.Publish(gpu, v2, 20).value() == 2);
+    CHECK(gpu.stats().versions_shared == 2);
+    CHECK(p.api.pinned_blocks() == 1);  // the staging buffer
+
+    SECTION("a reader process of the node copies from the slot, and closes it when it goes") {
+      auto got = ReadInChild(server->address(), "gpu", 0);
+      CHECK(got["version"] == 2);
+      CHECK(got["by_ipc"] == 1);
+      CHECK(got["staged"] == 0);
+      CHECK(got["crc32c"] == CrcOf(v2));
+      CHECK(got["ipc_opened"] == 0);
+      CHECK(got["device_blocks"] == 0);
+      // A pinned older version, still in its slot.
+      got = ReadInChild(server->address(), "gpu", 1);
+      CHECK(got["by_ipc"] == 1);
+      CHECK(got["crc32c"] == CrcOf(v1));
+    }
+    SECTION("the host version is the same bytes: the publisher's own process reads it staged") {
+      WeightStream in(*sub_bus, "gpu");
+      testing::FakeDevice api;
+      DeviceWeightStream reader(in, api, 0);
+      void* target = *api.Malloc(kBytes);
+      REQUIRE(reader.ReadInto(0, {{"w", target, kBytes}}, 5s).value() == 2);
+      CHECK(reader.stats().versions_staged == 1);
+      CHECK(reader.last_staged_reason() == "published by this process");
+      CHECK(Crc32c(target, kBytes) == CrcOf(v2));
+      // Targets that do not fit the version: nothing read, the tensor named.
+      auto wrong = reader.ReadInto(0, {{"w", target, kBytes - 4}}, 5s);
+      CHECK(wrong.status().code() == StatusCode::kInvalidArgument);
+      CHECK(wrong.status().message().find("tensor \"w\"") != std::string::npos);
+      CHECK(reader.ReadInto(0, {}, 5s).status().message().find("has no target") !=
+            std::string::npos);
+      api.Free(target);
+    }
+    SECTION("a reader whose IPC open fails reads the host version") {
+      auto got = ReadInChild(server->address(), "gpu", 2, "DEVICE_WEIGHTS_FAIL_IPC=1");
+      CHECK(got["by_ipc"] == 0);
+      CHECK(got["staged"] == 1);
+      CHECK(got["crc32c"] == CrcOf(v2));
+      CHECK(got["reason"].get<std::string>().find("injected by the test") != std::string::npos);
+    }
+  }
+  // The publisher's stream is gone: its slots and staging buffer are freed,
+  // and its slot table with its process's descriptor.
+  CHECK(p.api.device_blocks() == 1);  // p.w only
+  CHECK(p.api.pinned_blocks() == 0);
+  auto got = ReadInChild(server->address(), "gpu", 2);
+  CHECK(got["staged"] == 1);
+  CHECK(got["crc32c"] == CrcOf(v2));
+  CHECK(got["reason"].get<std::string>().find("slot table is not open") != std::string::npos);
+}
+
+TEST_CASE("a version published on another node is read through the host") {
+  auto server = Start();
+  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
+  Publisher p;
+  WeightStream out(*pub_bus, "far");
+  DeviceWeightOptions o;
+  o.node = "another-node";
+  DeviceWeightStream gpu(out, p.api, 0, o);
+  const auto v = Values(3);
+  REQUIRE(p.Publish(gpu, v, 1).ok());
+  auto got = ReadInChild(server->address(), "far", 0);
+  CHECK(got["staged"] == 1);
+  CHECK(got["reason"] == "published on another node");
+  CHECK(got["crc32c"] == CrcOf(v));
+}
+
+TEST_CASE(
+    "a slot a reader holds is never rewritten, a killed reader releases it, and a reused "
+    "slot is noticed") {
+  auto server = Start();
+  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
+  auto sub_bus = testing::ConnectBus(server->address(), kSecret, "sub");
+  Publisher p;
+  WeightStream out(*pub_bus, "held");
+  DeviceWeightStream gpu(out, p.api, 0);  // two slots
+  std::vector<std::vector<float>> v;
+  for (uint32_t i = 0; i < 5; ++i) v.push_back(Values(10 + i));
+  REQUIRE(p.Publish(gpu, v[0], 1).value() == 1);  // slot 0
+  const DeviceWeightRecord first = NewestRecord(*sub_bus, "held");
+  REQUIRE(first.slot == 0);
+  // A reader copying from slot 0 (killed later, mid-copy as it were).
+  Child holder = Spawn({"hold", std::to_string(first.pid), std::to_string(first.fd), "0"}, true);
+  REQUIRE(holder.out == "held\n");
+  REQUIRE(p.Publish(gpu, v[1], 2).value() == 2);  // slot 1
+  REQUIRE(p.Publish(gpu, v[2], 3).value() == 3);  // slot 0 held: slot 1 again
+  CHECK(NewestRecord(*sub_bus, "held").slot == 1);
+  CHECK(gpu.stats().versions_shared == 3);
+  // Version 1 is still in slot 0 (readers share the lock); version 2's slot now holds 3.
+  auto got = ReadInChild(server->address(), "held", 1);
+  CHECK(got["by_ipc"] == 1);
+  CHECK(got["crc32c"] == CrcOf(v[0]));
+  got = ReadInChild(server->address(), "held", 2);
+  CHECK(got["staged"] == 1);
+  CHECK(got["reason"] == "its slot now holds version 3");
+  CHECK(got["crc32c"] == CrcOf(v[1]));
+
+  SECTION("with every slot held the version is the host's only") {
+    WeightStream one_out(*pub_bus, "one");
+    DeviceWeightOptions o;
+    o.slots = 1;
+    DeviceWeightStream one(one_out, p.api, 0, o);
+    REQUIRE(p.Publish(one, v[3], 1).ok());
+    const DeviceWeightRecord r = NewestRecord(*sub_bus, "one");
+    Child h = Spawn({"hold", std::to_string(r.pid), std::to_string(r.fd), "0"}, true);
+    REQUIRE(h.out == "held\n");
+    REQUIRE(p.Publish(one, v[4], 2).value() == 2);
+    CHECK(one.stats().versions_not_shared == 1);
+    got = ReadInChild(server->address(), "one", 2);
+    CHECK(got["staged"] == 1);
+    CHECK(got["reason"].get<std::string>().find("has no device slot") != std::string::npos);
+    CHECK(got["crc32c"] == CrcOf(v[4]));
+    ::kill(h.pid, SIGKILL);
+    ::waitpid(h.pid, nullptr, 0);
+  }
+  SECTION("the killed reader's slot is taken again") {
+    ::kill(holder.pid, SIGKILL);
+    REQUIRE(::waitpid(holder.pid, nullptr, 0) == holder.pid);
+    holder.pid = -1;
+    REQUIRE(p.Publish(gpu, v[3], 4).value() == 4);
+    CHECK(NewestRecord(*sub_bus, "held").slot == 0);
+    got = ReadInChild(server->address(), "held", 0);
+    CHECK(got["by_ipc"] == 1);
+    CHECK(got["crc32c"] == CrcOf(v[3]));
+  }
+  if (holder.pid > 0) {
+    ::kill(holder.pid, SIGKILL);
+    ::waitpid(holder.pid, nullptr, 0);
+  }
+}
+
+TEST_CASE("the device topic follows the stream's ACL") {
+  auto server = Start();
+  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
+  auto outsider = testing::ConnectBus(server->address(), kSecret, "outsider");
+  Publisher p;
+  WeightStream out(*pub_bus, "acl");
+  DeviceWeightStream gpu(out, p.api, 0);
+  REQUIRE(p.Publish(gpu, Values(4), 1).ok());
+  CHECK(outsider->Fetch(WeightDeviceTopic("acl"), 0, 1, 1s).status().code() ==
+        StatusCode::kPermissionDenied);
+  CHECK(outsider->Publish(WeightDeviceTopic("acl"), "{}").status().code() ==
+        StatusCode::kPermissionDenied);
+  // The outsider's reader gets nothing by either path.
+  WeightStream in(*outsider, "acl");
+  testing::FakeDevice api;
+  DeviceWeightStream reader(in, api, 0);
+  void* target = *api.Malloc(kBytes);
+  CHECK(reader.ReadInto(1, {{"w", target, kBytes}}, 1s).status().code() ==
+        StatusCode::kPermissionDenied);
+  api.Free(target);
+}
