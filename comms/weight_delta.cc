@@ -118,7 +118,8 @@ Result<WeightDeltaHeader> ReadWeightDeltaHeader(std::string_view delta) {
   }
 }
 
-Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view base) {
+Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view base,
+                                     std::string buffer) {
   AGENTRT_ASSIGN_OR_RETURN(const WeightDeltaHeader h, ReadWeightDeltaHeader(delta));
   const std::string what = "weights delta of version " + std::to_string(h.version) +
                            " from version " + std::to_string(h.base);
@@ -127,9 +128,10 @@ Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view ba
                     std::to_string(h.size));
   }
   const std::string_view frame = delta.substr(kFixedHead + HeaderLength(delta));
-  // The base copied, then each decompressed piece XOR-ed into it and
+  // Each decompressed piece XOR-ed with the base into the buffer and
   // checksummed while it is in the cache.
-  std::string out(base);
+  std::string out = std::move(buffer);
+  out.resize(h.size);
   std::unique_ptr<ZSTD_DCtx, DctxFree> dctx(ZSTD_createDCtx());
   if (dctx == nullptr) return Internal("weights delta: cannot create a zstd context");
   std::vector<char> piece(ZSTD_DStreamOutSize());
@@ -142,7 +144,7 @@ Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view ba
     left = ZSTD_decompressStream(dctx.get(), &o, &in);
     if (ZSTD_isError(left)) return ZstdError(left, "decompressing");
     if (o.pos > out.size() - at) return DataLoss(what + ": more bytes than its size");
-    Xor(out.data() + at, out.data() + at, piece.data(), o.pos);
+    Xor(out.data() + at, base.data() + at, piece.data(), o.pos);
     crc = Crc32c(out.data() + at, o.pos, crc);
     at += o.pos;
     if (o.pos == 0 && in.pos == in.size) break;

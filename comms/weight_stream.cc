@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
@@ -228,6 +229,7 @@ WeightStreamStats WeightStream::stats() const {
 }
 
 WeightStream::~WeightStream() {
+  if (spare_thread_.joinable()) spare_thread_.join();
   if (async_ == nullptr) return;
   {
     std::lock_guard<std::mutex> lock(async_->mu);
@@ -640,8 +642,23 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::Kept(
   std::lock_guard<std::mutex> lock(delta_mu_);
   stats_.whole_bytes_read += streamed;
   // A delta reader holds its last version; a mapped one has no bytes to save.
-  if (options_.delta && !(*set)->mapped()) held_ = *set;
+  if (options_.delta && !(*set)->mapped()) {
+    held_ = *set;
+    PrepareSpare((*set)->payload_size());
+  }
   return set;
+}
+
+void WeightStream::PrepareSpare(size_t size) {
+  if (spare_busy_ || spare_.size() == size) return;
+  if (spare_thread_.joinable()) spare_thread_.join();  // done: it cleared spare_busy_
+  spare_busy_ = true;
+  spare_thread_ = std::thread([this, size] {
+    std::string buffer(size, '\0');  // every page written, so faulted in
+    std::lock_guard<std::mutex> lock(delta_mu_);
+    spare_ = std::move(buffer);
+    spare_busy_ = false;
+  });
 }
 
 Result<std::shared_ptr<const WeightSet>> WeightStream::ReadDelta(int64_t version,
@@ -673,9 +690,15 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::ReadDelta(int64_t version
       return DataLoss("the delta of version " + std::to_string(version) +
                       " is not of the version stored, or not from the version held");
     }
+    std::string buffer;
+    {
+      std::lock_guard<std::mutex> lock(delta_mu_);
+      if (spare_.size() == h.size) buffer = std::exchange(spare_, {});
+    }
     AGENTRT_ASSIGN_OR_RETURN(
         std::string bytes,
-        ApplyWeightDelta(m.payload(), std::string_view(held.payload(), held.payload_size())));
+        ApplyWeightDelta(m.payload(), std::string_view(held.payload(), held.payload_size()),
+                         std::move(buffer)));
     BusMessage rebuilt;
     rebuilt.set_topic(topic_);
     rebuilt.set_publisher(stored.publisher());
@@ -685,6 +708,7 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::ReadDelta(int64_t version
     ++stats_.versions_from_delta;
     stats_.delta_bytes_read += static_cast<int64_t>(m.payload().size());
     held_ = set;
+    PrepareSpare(set->payload_size());
     return set;
   }
   return NotFound("no delta for the version");

@@ -53,6 +53,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -246,6 +247,10 @@ class WeightStream {
       int64_t version, const BusMessage& stored, const std::string& dir,
       const std::function<Result<BusMessage>()>& fetch_whole,
       std::chrono::steady_clock::time_point deadline);
+  // A delta reader's next rebuild goes into spare_, a buffer of `size`
+  // bytes that a thread of its own faults in meanwhile (fresh memory's page
+  // faults cost several times the rebuild). Called with delta_mu_ held.
+  void PrepareSpare(size_t size);
   // `set` read whole (`streamed` bytes reached this process), counted and,
   // for a delta reader, held.
   Result<std::shared_ptr<const WeightSet>> Kept(Result<std::shared_ptr<const WeightSet>> set,
@@ -264,6 +269,9 @@ class WeightStream {
   int64_t base_version_ = 0;
   mutable std::mutex delta_mu_;            // guards held_ and stats_
   std::shared_ptr<const WeightSet> held_;  // the reader's last version (delta)
+  std::string spare_;                      // and its next rebuild's buffer
+  bool spare_busy_ = false;                // spare_thread_ is faulting one in
+  std::thread spare_thread_;
   WeightStreamStats stats_;
   std::mutex async_mu_;    // guards async_
   std::mutex publish_mu_;  // orders PublishAsync callers
