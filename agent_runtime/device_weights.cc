@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "common/file_util.h"
 #include "common/random.h"
@@ -17,9 +18,12 @@
 namespace agentrt {
 namespace {
 
+using namespace std::chrono_literals;
+
 constexpr off_t kVersionsAt = kSlotVersionsAt;
 constexpr off_t kLocksAt = kSlotLocksAt;
-constexpr int kMaxSlots = 64;  // slots' versions fit below kLocksAt
+constexpr int kMaxSlots = 64;      // slots' versions fit below kLocksAt
+constexpr size_t kNonceSize = 16;  // RandomHex64
 
 std::string Hex(const char* data, size_t n) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -102,16 +106,13 @@ std::string DeviceWeightRecord::Encode() const {
                     {"offset", e.offset},
                     {"bytes", e.bytes}});
   }
-  return nlohmann::json{{"version", version},
-                        {"step", step},
-                        {"node", node},
-                        {"pid", pid},
-                        {"fd", fd},
-                        {"nonce", nonce},
-                        {"slot", slot},
-                        {"device", device},
-                        {"handle", Hex(handle.bytes.data(), handle.bytes.size())},
-                        {"tensors", list}}
+  return nlohmann::json{
+      {"version", version}, {"step", step},
+      {"node", node},       {"pid", pid},
+      {"fd", fd},           {"nonce", nonce},
+      {"slot", slot},       {"slots", slots},
+      {"device", device},   {"handle", Hex(handle.bytes.data(), handle.bytes.size())},
+      {"tensors", list}}
       .dump();
 }
 
@@ -127,6 +128,7 @@ Result<DeviceWeightRecord> DeviceWeightRecord::Decode(std::string_view text) {
     r.fd = json.at("fd").get<int>();
     r.nonce = json.at("nonce").get<std::string>();
     r.slot = json.at("slot").get<int>();
+    r.slots = json.at("slots").get<int>();
     r.device = json.at("device").get<int>();
     if (!FromHex(json.at("handle").get<std::string>(), r.handle.bytes.data(),
                  r.handle.bytes.size()))
@@ -143,16 +145,12 @@ Result<DeviceWeightRecord> DeviceWeightRecord::Decode(std::string_view text) {
   } catch (const nlohmann::json::exception& ex) {
     return InvalidArgument(std::string("device weights record: ") + ex.what());
   }
-  if (r.version < 1 || r.slot < 0 || r.slot >= kMaxSlots || r.pid <= 0 || r.fd < 0)
-    return InvalidArgument("device weights record: version, slot, pid or fd out of range");
+  if (r.version < 1 || r.slot < -1 || r.slot >= kMaxSlots || r.slots < 0 || r.slots > kMaxSlots)
+    return InvalidArgument("device weights record: version, slot or slots out of range");
+  if (r.slot >= 0 && (r.pid <= 0 || r.fd < 0 || r.nonce.size() != kNonceSize))
+    return InvalidArgument("device weights record: pid, fd or nonce of its slot table malformed");
   return r;
 }
-
-// A publisher's slot table as a reader opened it, and the slots it mapped.
-struct DeviceWeightStream::Peer {
-  int fd = -1;
-  std::map<std::string, void*> opened;  // by the handle's hex
-};
 
 DeviceWeightStream::DeviceWeightStream(WeightStream& stream, device::Api& api, int device,
                                        DeviceWeightOptions options)
@@ -167,22 +165,36 @@ DeviceWeightStream::DeviceWeightStream(WeightStream& stream, device::Api& api, i
 
 DeviceWeightStream::~DeviceWeightStream() {
   device::DeviceGuard guard(&api_, device_);
-  for (auto& [key, peer] : peers_) {
-    for (auto& [hex, ptr] : peer->opened) (void)api_.IpcCloseMemHandle(ptr);
-    ::close(peer->fd);
-  }
-  for (Slot& s : slots_) api_.Free(s.data);
   api_.HostFree(publish_pinned_.first);
   api_.HostFree(read_pinned_.first);
-  if (cuda_stream_ != nullptr) api_.DestroyStream(cuda_stream_);
-  if (table_fd_ >= 0) ::close(table_fd_);
+  // Every slot marked empty under its write lock, once no reader copies
+  // from it, then freed; one still read after 10 s is left to the exit.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].data == nullptr) continue;
+    while (!LockByte(table_fd_, kLocksAt + static_cast<off_t>(i), F_WRLCK) &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const int64_t none = 0;
+    if (::pwrite(table_fd_, &none, sizeof none, kVersionsAt + 8 * static_cast<off_t>(i)) ==
+            sizeof none &&
+        LockByte(table_fd_, kLocksAt + static_cast<off_t>(i), F_WRLCK)) {
+      api_.Free(slots_[i].data);
+    }
+  }
+  if (side_ != nullptr) api_.DestroyStream(side_);
+  if (after_event_ != nullptr) api_.DestroyEvent(after_event_);
+  if (table_fd_ >= 0) ::close(table_fd_);  // releases the write locks
 }
 
-Status DeviceWeightStream::Prepare() {
-  if (prepared_) return Status::Ok();
-  AGENTRT_ASSIGN_OR_RETURN(cuda_stream_, api_.CreateStream());
-  prepared_ = true;
-  return Status::Ok();
+Status DeviceWeightStream::Prepare(device::Stream after) {
+  if (side_ == nullptr) {
+    AGENTRT_ASSIGN_OR_RETURN(after_event_, api_.CreateEvent());
+    AGENTRT_ASSIGN_OR_RETURN(side_, api_.CreateStream());
+  }
+  AGENTRT_RETURN_IF_ERROR(api_.RecordEvent(after_event_, after));
+  return api_.StreamWaitEvent(side_, after_event_);
 }
 
 Result<void*> DeviceWeightStream::Pinned(size_t bytes, std::pair<void*, size_t>& buffer) {
@@ -196,15 +208,16 @@ Result<void*> DeviceWeightStream::Pinned(size_t bytes, std::pair<void*, size_t>&
 }
 
 Result<DeviceWeightStream::Slot*> DeviceWeightStream::LockFreeSlot(size_t bytes, int* index) {
+  const std::string what = "weights stream \"" + stream_.name() + "\": ";
   if (table_fd_ < 0) {
     const int fd = ::memfd_create("agentrt-weights-slots", MFD_CLOEXEC);
-    if (fd < 0)
-      return ErrnoStatus(errno, "weights stream \"" + stream_.name() + "\": memfd_create");
+    if (fd < 0) return ErrnoStatus(errno, what + "memfd_create of its slot table");
     nonce_ = RandomHex64();
     if (::ftruncate(fd, kLocksAt) != 0 ||
         ::pwrite(fd, nonce_.data(), nonce_.size(), 0) != static_cast<ssize_t>(nonce_.size())) {
+      const int err = errno;
       ::close(fd);
-      return ErrnoStatus(errno, "weights stream \"" + stream_.name() + "\": its slot table");
+      return ErrnoStatus(err, what + "writing its slot table");
     }
     table_fd_ = fd;
     slots_.resize(static_cast<size_t>(options_.slots));
@@ -214,7 +227,7 @@ Result<DeviceWeightStream::Slot*> DeviceWeightStream::LockFreeSlot(size_t bytes,
     if (!LockByte(table_fd_, kLocksAt + i, F_WRLCK)) continue;  // a reader copies from it
     Slot& s = slots_[static_cast<size_t>(i)];
     if (s.bytes < bytes) {
-      api_.Free(s.data);
+      api_.Free(s.data);  // under its write lock: no reader has it open
       s = {};
       Result<void*> data = api_.Malloc(bytes);
       Result<device::IpcMemHandle> handle =
@@ -239,10 +252,11 @@ void DeviceWeightStream::UnlockSlot(int index, int64_t version) {
 }
 
 Result<int64_t> DeviceWeightStream::Publish(const std::vector<DeviceWeightTensor>& tensors,
-                                            int64_t step, std::chrono::milliseconds timeout) {
+                                            int64_t step, std::chrono::milliseconds timeout,
+                                            device::Stream after) {
   device::DeviceGuard guard(&api_, device_);
   AGENTRT_RETURN_IF_ERROR(guard.status());
-  AGENTRT_RETURN_IF_ERROR(Prepare());
+  AGENTRT_RETURN_IF_ERROR(Prepare(after));
   // The payload's layout (one decider of the offsets): the slot holds the
   // tensors where the host version has them.
   std::vector<WeightTensor> host;
@@ -252,29 +266,34 @@ Result<int64_t> DeviceWeightStream::Publish(const std::vector<DeviceWeightTensor
       LayOutWeights(stream_.name(), stream_.bus().agent(), step, stream_.incarnation(), host);
   AGENTRT_ASSIGN_OR_RETURN(void* pinned, Pinned(layout.size, publish_pinned_));
   int index = -1;
-  Result<Slot*> slot = LockFreeSlot(layout.size, &index);
-  if (!slot.ok()) slot = nullptr;  // no device memory for a slot: the host version only
+  Slot* slot = nullptr;
+  if (slot_error_.ok()) {
+    Result<Slot*> got = LockFreeSlot(layout.size, &index);
+    if (got.ok()) {
+      slot = *got;
+    } else {
+      slot_error_ = got.status();  // the host version only, from now on
+      ++stats_.slot_failures;
+    }
+  }
   Status copied = Status::Ok();
   for (size_t i = 0; i < tensors.size() && copied.ok(); ++i) {
     char* at = static_cast<char*>(pinned) + layout.offsets[i];
     host[i].data = at;
     copied = api_.CopyAsync(at, tensors[i].data, tensors[i].bytes, device::CopyKind::kDeviceToHost,
-                            cuda_stream_);
-    if (copied.ok() && *slot != nullptr) {
-      copied =
-          api_.CopyAsync(static_cast<char*>((*slot)->data) + layout.offsets[i], tensors[i].data,
-                         tensors[i].bytes, device::CopyKind::kDeviceToDevice, cuda_stream_);
+                            side_);
+    if (copied.ok() && slot != nullptr) {
+      copied = api_.CopyAsync(static_cast<char*>(slot->data) + layout.offsets[i], tensors[i].data,
+                              tensors[i].bytes, device::CopyKind::kDeviceToDevice, side_);
     }
   }
-  if (copied.ok()) copied = api_.SynchronizeStream(cuda_stream_);
+  const Status synced = api_.SynchronizeStream(side_);  // always: the slot is unlocked after
+  if (copied.ok()) copied = synced;
   Result<int64_t> version =
       copied.ok() ? stream_.Publish(host, step, timeout) : Result<int64_t>(copied);
-  if (*slot == nullptr) {
-    ++stats_.versions_not_shared;
-    return version;
-  }
-  UnlockSlot(index, version.ok() ? *version : 0);
+  if (slot != nullptr) UnlockSlot(index, version.ok() ? *version : 0);
   if (!version.ok()) return version;
+  // The version's record: its slot, or none (its readers read the host's).
   DeviceWeightRecord r;
   r.version = *version;
   r.step = step;
@@ -282,17 +301,21 @@ Result<int64_t> DeviceWeightStream::Publish(const std::vector<DeviceWeightTensor
   r.pid = ::getpid();
   r.fd = table_fd_;
   r.nonce = nonce_;
-  r.slot = index;
+  r.slots = options_.slots;
   r.device = device_;
-  r.handle = (*slot)->handle;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    r.tensors.push_back(
-        {tensors[i].name, tensors[i].dtype, tensors[i].shape, layout.offsets[i], tensors[i].bytes});
+  if (slot != nullptr) {
+    r.slot = index;
+    r.handle = slot->handle;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      r.tensors.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape, layout.offsets[i],
+                           tensors[i].bytes});
+    }
   }
   PublishOptions po;
   po.timeout = timeout;
   po.content_type = "application/json";
-  if (stream_.bus().Publish(topic_, r.Encode(), po).ok()) {
+  const bool recorded = stream_.bus().Publish(topic_, r.Encode(), po).ok();
+  if (slot != nullptr && recorded) {
     ++stats_.versions_shared;
   } else {
     ++stats_.versions_not_shared;  // its readers read the host version
@@ -300,8 +323,10 @@ Result<int64_t> DeviceWeightStream::Publish(const std::vector<DeviceWeightTensor
   return version;
 }
 
-Result<const DeviceWeightRecord*> DeviceWeightStream::FindRecord(int64_t version) {
+Result<DeviceWeightRecord> DeviceWeightStream::FindRecord(int64_t version,
+                                                          std::chrono::milliseconds timeout) {
   BusClient& bus = stream_.bus();
+  const std::string what = "version " + std::to_string(version);
   AGENTRT_ASSIGN_OR_RETURN(auto topics, bus.ListTopics(topic_));
   int64_t earliest = 0, end = 0;
   for (const auto& t : topics) {
@@ -310,22 +335,36 @@ Result<const DeviceWeightRecord*> DeviceWeightStream::FindRecord(int64_t version
       end = t.end_offset();
     }
   }
-  // A version's record follows it within the publisher's next few records.
-  const int64_t count = options_.slots + 2;
-  const int64_t from = std::max(earliest, end - count);
-  records_.clear();
-  if (end > from) {
-    AGENTRT_ASSIGN_OR_RETURN(
-        auto got, bus.Fetch(topic_, from, static_cast<int>(end - from), bus.call_timeout()));
-    for (const BusMessage& m : got) {
-      Result<DeviceWeightRecord> r = DeviceWeightRecord::Decode(m.payload());
-      if (r.ok()) records_.push_back(std::move(*r));
+  if (end == 0) return NotFound("the stream's publisher shares no device slots");
+  // The version's record follows the version: wait for it, at most 1 s.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout, 1s);
+  for (;;) {
+    // (Records that exist come at once: the wait only bounds the call.)
+    AGENTRT_ASSIGN_OR_RETURN(auto got, bus.Fetch(topic_, end - 1, 1, bus.call_timeout()));
+    if (got.empty()) return NotFound(what + " has no device record");
+    AGENTRT_ASSIGN_OR_RETURN(DeviceWeightRecord newest,
+                             DeviceWeightRecord::Decode(got.front().payload()));
+    if (newest.version < version) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      AGENTRT_ASSIGN_OR_RETURN(auto next, bus.Fetch(topic_, end, 1, std::max(left, 1ms)));
+      if (next.empty()) return NotFound(what + " has no device record yet");
+      ++end;
+      continue;
     }
+    // One record per version, the publisher's slot count of them back.
+    const int64_t from = std::max(earliest, end - newest.slots - 2);
+    AGENTRT_ASSIGN_OR_RETURN(
+        auto window, bus.Fetch(topic_, from, static_cast<int>(end - from), bus.call_timeout()));
+    for (const BusMessage& m : window) {
+      Result<DeviceWeightRecord> r = DeviceWeightRecord::Decode(m.payload());
+      if (!r.ok() || r->version != version) continue;
+      if (r->slot < 0) return NotFound(what + " has no device slot (every slot was held)");
+      return *r;
+    }
+    return NotFound(what + " has no device slot any more");
   }
-  for (const DeviceWeightRecord& r : records_) {
-    if (r.version == version) return &r;
-  }
-  return NotFound("version " + std::to_string(version) + " has no device slot");
 }
 
 Result<bool> DeviceWeightStream::ReadByIpc(const DeviceWeightRecord& r,
@@ -339,71 +378,46 @@ Result<bool> DeviceWeightStream::ReadByIpc(const DeviceWeightRecord& r,
   };
   if (r.node != options_.node) return staged("published on another node");
   if (r.pid == ::getpid()) return staged("published by this process");
-  const std::string key =
-      r.node + "/" + std::to_string(r.pid) + "/" + std::to_string(r.fd) + "/" + r.nonce;
-  auto it = peers_.find(key);
-  if (it == peers_.end()) {
-    const std::string path = "/proc/" + std::to_string(r.pid) + "/fd/" + std::to_string(r.fd);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    std::string nonce(r.nonce.size(), '\0');
-    if (fd < 0 ||
-        ::pread(fd, nonce.data(), nonce.size(), 0) != static_cast<ssize_t>(nonce.size()) ||
-        nonce != r.nonce) {
-      if (fd >= 0) ::close(fd);
-      return staged("the publisher's slot table is not open to this process (" + path + ")");
-    }
-    // One publisher at a time: the slots of one before it are closed.
-    for (auto& [k, peer] : peers_) {
-      for (auto& [hex, ptr] : peer->opened) (void)api_.IpcCloseMemHandle(ptr);
-      ::close(peer->fd);
-    }
-    peers_.clear();
-    it = peers_.emplace(key, std::make_unique<Peer>()).first;
-    it->second->fd = fd;
+  // The publisher's table, opened anew each time: a publisher gone is seen.
+  const std::string path = "/proc/" + std::to_string(r.pid) + "/fd/" + std::to_string(r.fd);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::string nonce(r.nonce.size(), '\0');
+  if (fd < 0 || ::pread(fd, nonce.data(), nonce.size(), 0) != static_cast<ssize_t>(nonce.size()) ||
+      nonce != r.nonce) {
+    if (fd >= 0) ::close(fd);
+    return staged("the publisher's slot table is not open to this process (" + path + ")");
   }
-  Peer& peer = *it->second;
-  if (!LockByte(peer.fd, kLocksAt + r.slot, F_RDLCK))
+  // Held from before the handle is opened until it is closed.
+  if (!LockByte(fd, kLocksAt + r.slot, F_RDLCK)) {
+    ::close(fd);
     return staged("its slot is being rewritten by the publisher");
-  auto unlock = [&] { LockByte(peer.fd, kLocksAt + r.slot, F_UNLCK); };
+  }
+  auto release = [&] { ::close(fd); };  // drops the lock
   int64_t held = 0;
-  if (::pread(peer.fd, &held, sizeof held, kVersionsAt + 8 * r.slot) != sizeof held ||
+  if (::pread(fd, &held, sizeof held, kVersionsAt + 8 * r.slot) != sizeof held ||
       held != r.version) {
-    unlock();
+    release();
     return staged("its slot now holds version " + std::to_string(held));
   }
-  const std::string hex = Hex(r.handle.bytes.data(), r.handle.bytes.size());
-  auto opened = peer.opened.find(hex);
-  if (opened == peer.opened.end()) {
-    Result<void*> p = api_.IpcOpenMemHandle(r.handle);
-    if (!p.ok()) {
-      unlock();
-      return staged("its slot cannot be opened: " + p.status().message());
-    }
-    opened = peer.opened.emplace(hex, *p).first;
+  Result<void*> slot = api_.IpcOpenMemHandle(r.handle);
+  if (!slot.ok()) {
+    release();
+    return staged("its slot cannot be opened: " + slot.status().message());
   }
   Status copied = Status::Ok();
   for (const DeviceWeightTarget& t : targets) {
     const WeightSet::Entry& e = EntryOf(r.tensors, t.name);
     if (copied.ok()) {
-      copied = api_.CopyAsync(t.data, static_cast<const char*>(opened->second) + e.offset, t.bytes,
-                              device::CopyKind::kDeviceToDevice, cuda_stream_);
+      copied = api_.CopyAsync(t.data, static_cast<const char*>(*slot) + e.offset, t.bytes,
+                              device::CopyKind::kDeviceToDevice, side_);
     }
   }
-  if (copied.ok()) copied = api_.SynchronizeStream(cuda_stream_);
-  unlock();
-  // Slots no recent record names (the publisher reallocated them) are closed.
-  std::set<std::string> named;
-  for (const DeviceWeightRecord& x : records_)
-    named.insert(Hex(x.handle.bytes.data(), x.handle.bytes.size()));
-  for (auto o = peer.opened.begin(); o != peer.opened.end();) {
-    if (named.count(o->first) == 0) {
-      (void)api_.IpcCloseMemHandle(o->second);
-      o = peer.opened.erase(o);
-    } else {
-      ++o;
-    }
-  }
+  const Status synced = api_.SynchronizeStream(side_);  // always, before the slot goes
+  if (copied.ok()) copied = synced;
+  const Status closed = api_.IpcCloseMemHandle(*slot);
+  release();
   if (!copied.ok()) return staged("the copy from its slot failed: " + copied.message());
+  if (!closed.ok()) return closed;
   return true;
 }
 
@@ -418,33 +432,38 @@ Status DeviceWeightStream::ReadStaged(int64_t version,
   for (const DeviceWeightTarget& t : targets) total += t.bytes;
   AGENTRT_ASSIGN_OR_RETURN(void* pinned, Pinned(std::max<size_t>(total, 1), read_pinned_));
   char* at = static_cast<char*>(pinned);
+  Status copied = Status::Ok();
   for (const DeviceWeightTarget& t : targets) {
     std::memcpy(at, set->Data(*set->Find(t.name)), t.bytes);
-    AGENTRT_RETURN_IF_ERROR(
-        api_.CopyAsync(t.data, at, t.bytes, device::CopyKind::kHostToDevice, cuda_stream_));
+    if (copied.ok())
+      copied = api_.CopyAsync(t.data, at, t.bytes, device::CopyKind::kHostToDevice, side_);
     at += t.bytes;
   }
-  return api_.SynchronizeStream(cuda_stream_);
+  const Status synced = api_.SynchronizeStream(side_);
+  return copied.ok() ? synced : copied;
 }
 
 Result<int64_t> DeviceWeightStream::ReadInto(int64_t version,
                                              const std::vector<DeviceWeightTarget>& targets,
-                                             std::chrono::milliseconds timeout) {
+                                             std::chrono::milliseconds timeout,
+                                             device::Stream after) {
   device::DeviceGuard guard(&api_, device_);
   AGENTRT_RETURN_IF_ERROR(guard.status());
-  AGENTRT_RETURN_IF_ERROR(Prepare());
+  AGENTRT_RETURN_IF_ERROR(Prepare(after));
   if (version == 0) {
     AGENTRT_ASSIGN_OR_RETURN(version, stream_.Newest());
     if (version == 0) return NotFound("weights stream \"" + stream_.name() + "\" has no version");
   }
-  Result<const DeviceWeightRecord*> record = FindRecord(version);
+  Result<DeviceWeightRecord> record = FindRecord(version, timeout);
   if (record.ok()) {
-    AGENTRT_ASSIGN_OR_RETURN(const bool by_ipc, ReadByIpc(**record, targets));
+    AGENTRT_ASSIGN_OR_RETURN(const bool by_ipc, ReadByIpc(*record, targets));
     if (by_ipc) {
       ++stats_.versions_by_ipc;
       staged_reason_.clear();
       return version;
     }
+  } else if (record.status().code() == StatusCode::kPermissionDenied) {
+    return record.status();
   } else {
     staged_reason_ = record.status().message();
   }

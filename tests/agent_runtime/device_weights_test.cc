@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -143,6 +144,7 @@ TEST_CASE("a device slot's record round-trips and a malformed one is refused") {
   r.fd = 9;
   r.nonce = "0123456789abcdef";
   r.slot = 1;
+  r.slots = 2;
   r.device = 3;
   for (size_t i = 0; i < r.handle.bytes.size(); ++i) r.handle.bytes[i] = static_cast<char>(i * 7);
   r.tensors = {{"fc.w", "float32", {4, 8}, 128, 128}, {"fc.b", "bfloat16", {8}, 256, 16}};
@@ -159,8 +161,19 @@ TEST_CASE("a device slot's record round-trips and a malformed one is refused") {
   CHECK(DeviceWeightRecord::Decode(bad.dump()).status().message().find("handle") !=
         std::string::npos);
   bad = nlohmann::json::parse(r.Encode());
-  bad["slot"] = -1;
+  bad["slot"] = -2;
   CHECK(DeviceWeightRecord::Decode(bad.dump()).status().code() == StatusCode::kInvalidArgument);
+  bad = nlohmann::json::parse(r.Encode());
+  bad["nonce"] = "";  // would match any file
+  CHECK(DeviceWeightRecord::Decode(bad.dump()).status().message().find("nonce") !=
+        std::string::npos);
+  // A version without a slot needs no table.
+  DeviceWeightRecord none;
+  none.version = 8;
+  none.slots = 2;
+  auto none_back = DeviceWeightRecord::Decode(none.Encode());
+  REQUIRE(none_back.ok());
+  CHECK(none_back->slot == -1);
   bad = nlohmann::json::parse(r.Encode());
   bad.erase("pid");
   CHECK(DeviceWeightRecord::Decode(bad.dump()).status().message().find("pid") != std::string::npos);
@@ -330,4 +343,50 @@ TEST_CASE("the device topic follows the stream's ACL") {
   CHECK(reader.ReadInto(1, {{"w", target, kBytes}}, 1s).status().code() ==
         StatusCode::kPermissionDenied);
   api.Free(target);
+}
+
+TEST_CASE(
+    "copies are ordered after the caller's stream, and a slot is freed only once no reader "
+    "copies from it") {
+  auto server = Start();
+  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
+  auto sub_bus = testing::ConnectBus(server->address(), kSecret, "sub");
+  Publisher p;
+  auto out = std::make_unique<WeightStream>(*pub_bus, "order");
+  auto gpu = std::make_unique<DeviceWeightStream>(*out, p.api, 0);
+  const auto v1 = Values(21), v2 = Values(22);
+  std::memcpy(p.w, v1.data(), kBytes);
+  // The training stream writes v2 into the tensor late (a kernel still
+  // running when Publish is called): the version must be v2.
+  auto training = p.api.CreateStream();
+  REQUIRE(training.ok());
+  p.api.EnqueueHostWork(
+      *training, [&] { std::memcpy(p.w, v2.data(), kBytes); }, 50ms);
+  REQUIRE(gpu->Publish({{"w", "float32", {static_cast<int64_t>(kFloats)}, p.w, kBytes}}, 1, 10s,
+                       *training)
+              .value() == 1);
+  auto got = ReadInChild(server->address(), "order", 1);
+  CHECK(got["by_ipc"] == 1);
+  CHECK(got["crc32c"] == CrcOf(v2));
+
+  // A reader copying from slot 0 when the publisher's stream goes: the slot
+  // is not freed until the reader lets go.
+  const DeviceWeightRecord r = NewestRecord(*sub_bus, "order");
+  Child holder = Spawn({"hold", std::to_string(r.pid), std::to_string(r.fd), "0"}, true);
+  REQUIRE(holder.out == "held\n");
+  const size_t before = p.api.device_blocks();  // p.w and slot 0
+  std::thread closing([&] { gpu.reset(); });
+  // The destructor has begun (its pinned buffer goes first) and waits on the
+  // held lock: the slot stays allocated (a negative, so given a moment).
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (p.api.pinned_blocks() != 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  CHECK(p.api.pinned_blocks() == 0);
+  std::this_thread::sleep_for(100ms);
+  CHECK(p.api.device_blocks() == before);
+  ::kill(holder.pid, SIGKILL);
+  REQUIRE(::waitpid(holder.pid, nullptr, 0) == holder.pid);
+  closing.join();
+  CHECK(p.api.device_blocks() == before - 1);
+  CHECK(p.api.pinned_blocks() == 0);
 }

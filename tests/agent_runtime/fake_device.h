@@ -23,6 +23,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,14 +235,18 @@ class FakeDevice final : public device::Api {
     Unmap(it->first, it->second);
     memory_.erase(it);
   }
-  // The handle: "fake-ipc <pid> <fd> <bytes>".
+  // The handle: "fake-ipc <pid> <fd> <inode> <bytes>" (the inode tells a
+  // reused descriptor number from the allocation's).
   Result<device::IpcMemHandle> IpcGetMemHandle(void* ptr) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = memory_.find(ptr);
     if (it == memory_.end())
       return InvalidArgument("fake cudaIpcGetMemHandle: not the start of an allocation");
+    struct stat st {};
+    ::fstat(it->second.fd, &st);
     const std::string text = "fake-ipc " + std::to_string(::getpid()) + " " +
-                             std::to_string(it->second.fd) + " " + std::to_string(it->second.bytes);
+                             std::to_string(it->second.fd) + " " + std::to_string(st.st_ino) + " " +
+                             std::to_string(it->second.bytes);
     device::IpcMemHandle h;
     std::copy(text.begin(), text.end(), h.bytes.begin());
     return h;
@@ -250,15 +255,20 @@ class FakeDevice final : public device::Api {
     std::lock_guard<std::mutex> lock(mu_);
     if (!ipc_open_error_.empty()) return Internal("fake cudaIpcOpenMemHandle: " + ipc_open_error_);
     long pid = 0, fd = -1;
+    unsigned long inode = 0;
     size_t bytes = 0;
     const std::string text(handle.bytes.data(), strnlen(handle.bytes.data(), handle.bytes.size()));
-    if (std::sscanf(text.c_str(), "fake-ipc %ld %ld %zu", &pid, &fd, &bytes) != 3)
+    if (std::sscanf(text.c_str(), "fake-ipc %ld %ld %lu %zu", &pid, &fd, &inode, &bytes) != 4)
       return InvalidArgument("fake cudaIpcOpenMemHandle: invalid handle");
     if (pid == ::getpid())
       return InvalidArgument("fake cudaIpcOpenMemHandle: opened in the process that allocated it");
     const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
     const int f = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (f < 0) return InvalidArgument("fake cudaIpcOpenMemHandle: the allocation is gone");
+    struct stat st {};
+    if (f < 0 || ::fstat(f, &st) != 0 || st.st_ino != inode) {
+      if (f >= 0) ::close(f);
+      return InvalidArgument("fake cudaIpcOpenMemHandle: the allocation is gone");
+    }
     void* p = ::mmap(nullptr, std::max<size_t>(bytes, 1), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     ::close(f);
     if (p == MAP_FAILED) return Internal("fake cudaIpcOpenMemHandle: mmap failed");
@@ -528,7 +538,10 @@ class FakeDevice final : public device::Api {
     int device = 0;
     int fd = -1;  // the memfd
   };
+  // Freed memory is poisoned first: a process that still maps it (IPC)
+  // reads garbage, as it could on a GPU.
   static void Unmap(void* p, const Block& b) {
+    std::memset(p, 0xa5, b.bytes);
     ::munmap(p, std::max<size_t>(b.bytes, 1));
     ::close(b.fd);
   }
