@@ -23,6 +23,7 @@ episode with the trained policy against the prey's newest snapshot, and with
 random predators against the same prey (`eval ...` line, and metrics).
 """
 import datetime
+import hashlib
 import json
 import os
 import sys
@@ -132,10 +133,13 @@ class Policy(nn.Module):
 class League:
     """The newest version of every other seat's agent's weight stream
     (`weights/<agent>`), read by the training loop between updates, and this
-    agent's own versions (rank 0 publishes)."""
+    agent's own versions (rank 0 publishes). Rank 0 picks the versions and the
+    group plays the same ones (`device`: the group's tensors' device)."""
 
-    def __init__(self, rt, seats, restored, make_policy):
-        self.rt, self.seats = rt, seats
+    def __init__(self, rt, seats, restored, make_policy, device):
+        self.rt, self.seats, self.device = rt, seats, device
+        self.played = hashlib.sha256()  # every (agent, version) installed, in order
+        self.changes = 0
         self.players, self.held, self.seen = {}, {}, {}  # held: agent -> [version, step]
         self.received, self.publish_failures = 0, 0
         self.said = set()  # (agent, error code) already logged
@@ -184,15 +188,49 @@ class League:
         self.players[agent] = player
         self.held[agent] = [weights.version, weights.step]
         self.received += 1
+        self.changes += 1
+        self.played.update(("%s v%d;" % (agent, weights.version)).encode())
         return True
 
-    def install(self):
+    def install(self, together=True):
         """Loads the versions published since the last call (two bus round
-        trips per stream when there is none). After a restore, the first call
-        keeps the checkpoint's versions for one more update."""
+        trips per stream when there is none). `together` (every rank calls it):
+        rank 0 reads the newest and the others load the versions it plays,
+        broadcast over the group, so that every rank of an update plays the
+        same ones. After a restore, the first call keeps the checkpoint's
+        versions for one more update."""
         if self.pinned:
             self.pinned = False
             return
+        together = together and self.rt.world_size > 1
+        if together and self.rt.rank != 0:
+            self._follow_rank0()
+            return
+        self._read_newest()
+        if together:
+            self._follow_rank0()
+
+    def _follow_rank0(self):
+        """Rank 0 sends the version it plays of each stream (0: none); another
+        rank loads those it does not play yet, by number."""
+        agents = sorted(self.streams)
+        if not agents:
+            return
+        versions = torch.tensor([self.held.get(a, [0])[0] for a in agents], dtype=torch.int64,
+                                device=self.device)
+        dist.broadcast(versions, 0)
+        if self.rt.rank == 0:
+            return
+        for agent, version in zip(agents, versions.tolist()):
+            if version == 0 or self.held.get(agent, [0])[0] == version:
+                continue
+            try:
+                self._load(agent, self.streams[agent].at(version, timeout=10))
+            except agentrt.BusError as e:  # gone meanwhile (keep_last): keep the one held
+                log(self.rt, "league: %s version %d that rank 0 plays cannot be read: %s",
+                    agent, version, e)
+
+    def _read_newest(self):
         for agent, stream in self.streams.items():
             try:
                 got = stream.wait_newer(self.seen.get(agent, 0), timeout=0)
@@ -227,6 +265,12 @@ class League:
             self.publish_failures += 1
             if self.publish_failures <= 5:
                 log(self.rt, "bus: a version of %s was not published: %s", self.rt.agent, e)
+
+    def say_played(self):
+        """Says which versions this rank played in training: the same on every
+        rank of the group."""
+        log(self.rt, "league: %d version changes played, digest %s", self.changes,
+            self.played.hexdigest()[:16])
 
     def close(self):
         """Waits for the version in flight; a failure is said, not raised."""
@@ -315,7 +359,8 @@ def main():
             rt.restart_count)
     torch.manual_seed(seed)  # each rank its own sampling stream from here on
     gen = torch.Generator().manual_seed(seed)
-    league = League(rt, others, restored, lambda: Policy(obs_size, num_actions, s["hidden"]))
+    league = League(rt, others, restored, lambda: Policy(obs_size, num_actions, s["hidden"]),
+                    device)
 
     T, N = s["rollout_steps"], s["num_envs"]
     per_update = T * N * rt.world_size
@@ -444,6 +489,7 @@ def main():
         if flags[0] > 0:
             save(wait=False)
             log(rt, "checkpoint at step %d (update %d)", env_steps, update)
+    league.say_played()
     if stopped is None:
         save()
         if rt.rank == 0:
@@ -466,9 +512,9 @@ def evaluate(rt, s, model, league, world_args, seat, prey_seats, num_actions, st
     deadline = time.monotonic() + 30
     while league.bus is not None and time.monotonic() < deadline and \
             not prey_agents <= set(league.players):
-        league.install()
+        league.install(together=False)  # rank 0 alone
         time.sleep(0.1)
-    league.install()
+    league.install(together=False)
     model = model.cpu()
     predators = world_args["predators"]
 

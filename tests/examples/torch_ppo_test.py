@@ -57,7 +57,11 @@ channels:
 
 
 def read_log(run, agent, rank=0):
-    with open(os.path.join(run.run_dir, "logs", agent, "rank%d.log" % rank)) as f:
+    return read_log_of(run.run_dir, agent, rank)
+
+
+def read_log_of(run_dir, agent, rank=0):
+    with open(os.path.join(run_dir, "logs", agent, "rank%d.log" % rank)) as f:
         return f.read()
 
 
@@ -95,6 +99,11 @@ def scenario_league(work):
         with open(os.path.join(run_dir, "logs", name, "rank0.log")) as f:
             log = f.read()
         check("gloo on cpu" in log and "group of 2" in log, "%s trained as its own 2-rank gloo group" % name)
+        # Both ranks of an update play the same versions (rank 0 picks them).
+        played = [re.findall(r"league: (\d+) version changes played, digest (\w+)",
+                             read_log_of(run_dir, name, r)) for r in (0, 1)]
+        check(played[0] and played[0] == played[1] and int(played[0][-1][0]) > 0,
+              "%s: its two ranks played the same versions: %s" % (name, played))
         evals = re.findall(r"^eval (\{.*\})$", log, re.M)
         check(evals, "%s logged its evaluation" % name)
         e = json.loads(evals[-1])
