@@ -743,13 +743,18 @@ Result<std::shared_ptr<const WeightSet>> WeightStream::WaitNewer(
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int attempt = 0;; ++attempt) {
     AGENTRT_ASSIGN_OR_RETURN(auto bounds, Bounds());
-    // The newest, if there is one after `version`; else wait for the next.
-    auto got = Read(bounds.second > version ? bounds.second : version + 1, Left(deadline));
-    if (got.ok() || got.status().code() != StatusCode::kNotFound) return got;
-    if (std::chrono::steady_clock::now() >= deadline)
+    const auto nothing_newer = [&] {
       return DeadlineExceeded("weights stream \"" + name_ + "\": no version after " +
                               std::to_string(version) + " within " +
                               std::to_string(timeout.count()) + " ms");
+    };
+    // Nothing newer and no time left (a poll): one round trip.
+    if (bounds.second <= version && std::chrono::steady_clock::now() >= deadline)
+      return nothing_newer();
+    // The newest, if there is one after `version`; else wait for the next.
+    auto got = Read(bounds.second > version ? bounds.second : version + 1, Left(deadline));
+    if (got.ok() || got.status().code() != StatusCode::kNotFound) return got;
+    if (std::chrono::steady_clock::now() >= deadline) return nothing_newer();
     PauseBeforeRetry(attempt, deadline);
   }
 }

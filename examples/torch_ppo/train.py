@@ -193,8 +193,8 @@ class League:
         return True
 
     def install(self, together=True):
-        """Loads the versions published since the last call (two bus round
-        trips per stream when there is none). `together` (every rank calls it):
+        """Loads the versions published since the last call (one bus round
+        trip per stream when there is none). `together` (every rank calls it):
         rank 0 reads the newest and the others load the versions it plays,
         broadcast over the group, so that every rank of an update plays the
         same ones. After a restore, the first call keeps the checkpoint's
