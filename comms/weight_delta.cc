@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "comms/weight_framing.h"
 
 namespace agentrt {
 
 namespace {
 
-constexpr char kMagic[8] = {'A', 'G', 'R', 'T', 'W', 'D', 'L', '1'};
-constexpr size_t kFixedHead = sizeof(kMagic) + 8;
+constexpr std::string_view kMagic = "AGRTWDL1";
+constexpr std::string_view kWhat = "weights delta";
 constexpr size_t kPiece = size_t{1} << 20;  // XOR-ed and compressed a piece at a time
 
 // out[i] = a[i] ^ b[i] for n bytes, a word at a time.
@@ -45,19 +46,7 @@ std::string Head(const WeightDeltaHeader& h) {
       {"base", h.base},
       {"size", h.size},
       {"crc32c", h.crc32c}}.dump();
-  std::string out(kMagic, sizeof(kMagic));
-  const uint64_t n = json.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xffu));
-  return out + json;
-}
-
-// The JSON header's length (little-endian after the magic) of a record of
-// at least kFixedHead bytes.
-uint64_t HeaderLength(std::string_view delta) {
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= uint64_t{static_cast<unsigned char>(delta[sizeof(kMagic) + i])} << (8 * i);
-  return n;
+  return FrameWeightHeader(kMagic, json);
 }
 
 Status ZstdError(size_t code, const char* what) {
@@ -101,12 +90,9 @@ Result<std::string> EncodeWeightDelta(const WeightDeltaHeader& h, std::string_vi
 std::string EncodeNoWeightDelta(int64_t version) { return Head({version, 0, 0, 0}); }
 
 Result<WeightDeltaHeader> ReadWeightDeltaHeader(std::string_view delta) {
-  if (delta.size() < kFixedHead || std::memcmp(delta.data(), kMagic, sizeof(kMagic)) != 0)
-    return DataLoss("weights delta: does not start with AGRTWDL1");
-  const uint64_t n = HeaderLength(delta);
-  if (n > delta.size() - kFixedHead) return DataLoss("weights delta: its header runs past its end");
+  AGENTRT_ASSIGN_OR_RETURN(const std::string_view header, FramedWeightHeader(delta, kMagic, kWhat));
   try {
-    const nlohmann::json j = nlohmann::json::parse(delta.substr(kFixedHead, n));
+    const nlohmann::json j = nlohmann::json::parse(header);
     WeightDeltaHeader h;
     h.version = j.at("version").get<int64_t>();
     h.base = j.at("base").get<int64_t>();
@@ -127,7 +113,8 @@ Result<std::string> ApplyWeightDelta(std::string_view delta, std::string_view ba
     return DataLoss(what + ": the base held has " + std::to_string(base.size()) + " bytes, not " +
                     std::to_string(h.size));
   }
-  const std::string_view frame = delta.substr(kFixedHead + HeaderLength(delta));
+  AGENTRT_ASSIGN_OR_RETURN(const std::string_view header, FramedWeightHeader(delta, kMagic, kWhat));
+  const std::string_view frame = delta.substr(kWeightFrameHead + header.size());
   // Each decompressed piece XOR-ed with the base into the buffer and
   // checksummed while it is in the cache.
   std::string out = std::move(buffer);

@@ -22,13 +22,13 @@
 #include "common/file_util.h"
 #include "comms/auth.h"
 #include "comms/weight_delta.h"
+#include "comms/weight_framing.h"
 
 namespace agentrt {
 
 namespace {
 
-constexpr char kMagic[8] = {'A', 'G', 'R', 'T', 'W', 'T', 'S', '1'};
-constexpr size_t kFixedHead = sizeof(kMagic) + 8;
+constexpr std::string_view kMagic = "AGRTWTS1";
 
 std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -79,12 +79,9 @@ WeightLayout LayOutWeights(std::string_view stream, std::string_view agent, int6
         {"step", step},
         {"incarnation", incarnation},
         {"tensors", list}}.dump();
-    const size_t need = AlignUp(kFixedHead + json.size());
+    const size_t need = AlignUp(kWeightFrameHead + json.size());
     if (need <= data_start) {
-      out.header.assign(kMagic, sizeof(kMagic));
-      const uint64_t n = json.size();
-      for (int i = 0; i < 8; ++i) out.header.push_back(static_cast<char>((n >> (8 * i)) & 0xffu));
-      out.header += json;
+      out.header = FrameWeightHeader(kMagic, json);
       out.header.resize(data_start, '\0');
       out.size = tensors.empty() ? data_start : out.offsets.back() + tensors.back().bytes;
       return out;
@@ -127,15 +124,11 @@ Status WeightSet::Parse(std::string_view what) {
   auto bad = [&](const std::string& why) {
     return DataLoss(std::string(what) + ": not a weights payload: " + why);
   };
-  if (size_ < kFixedHead || std::memcmp(base_, kMagic, sizeof(kMagic)) != 0)
-    return bad("it does not start with AGRTWTS1");
-  uint64_t n = 0;
-  for (int i = 0; i < 8; ++i)
-    n |= static_cast<uint64_t>(static_cast<unsigned char>(base_[sizeof(kMagic) + i])) << (8 * i);
-  if (n > size_ - kFixedHead)
-    return bad("its header runs past its " + std::to_string(size_) + " bytes");
-  const auto json = nlohmann::json::parse(base_ + kFixedHead, base_ + kFixedHead + n, nullptr,
-                                          /*allow_exceptions=*/false);
+  const std::string where = std::string(what) + ": not a weights payload";
+  AGENTRT_ASSIGN_OR_RETURN(const std::string_view header,
+                           FramedWeightHeader(std::string_view(base_, size_), kMagic, where));
+  const size_t n = header.size();
+  const auto json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object() || !json.contains("tensors") || !json["tensors"].is_array())
     return bad("its header is not a JSON object with a tensors list");
   try {
@@ -151,8 +144,8 @@ Status WeightSet::Parse(std::string_view what) {
       e.bytes = t.at("bytes").get<size_t>();
       if (HasNegativeDimension(e.shape))
         return bad("tensor \"" + e.name + "\" has a negative dimension");
-      if (e.offset % kWeightsAlignment != 0 || e.offset < kFixedHead + n || e.offset > size_ ||
-          e.bytes > size_ - e.offset)
+      if (e.offset % kWeightsAlignment != 0 || e.offset < kWeightFrameHead + n ||
+          e.offset > size_ || e.bytes > size_ - e.offset)
         return bad("tensor \"" + e.name + "\" lies outside the payload or is not aligned");
       entries_.push_back(std::move(e));
     }

@@ -43,6 +43,13 @@ std::unique_ptr<BusServer> Start() {
   return testing::StartBus(o, kSecret, acl);
 }
 
+// A broker on loopback and a client of its publisher and of its subscriber.
+struct Bus {
+  std::unique_ptr<BusServer> server = Start();
+  std::unique_ptr<BusClient> pub = testing::ConnectBus(server->address(), kSecret, "pub");
+  std::unique_ptr<BusClient> sub = testing::ConnectBus(server->address(), kSecret, "sub");
+};
+
 // A child's exit status and what it printed on stdout; `line_only`: return
 // after its first line, leaving it running (its pid in `pid`).
 struct Child {
@@ -182,13 +189,11 @@ TEST_CASE("a device slot's record round-trips and a malformed one is refused") {
 TEST_CASE(
     "on one node a version moves device to device through CUDA IPC; elsewhere through "
     "pinned host memory") {
-  auto server = Start();
-  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
-  auto sub_bus = testing::ConnectBus(server->address(), kSecret, "sub");
+  Bus bus;
   Publisher p;
   const auto v1 = Values(1), v2 = Values(2);
   {
-    WeightStream out(*pub_bus, "gpu");
+    WeightStream out(*bus.pub, "gpu");
     DeviceWeightStream gpu(out, p.api, 0);
     REQUIRE(p.Publish(gpu, v1, 10).value() == 1);
     REQUIRE(p.Publish(gpu, v2, 20).value() == 2);
@@ -196,7 +201,7 @@ TEST_CASE(
     CHECK(p.api.pinned_blocks() == 1);  // the staging buffer
 
     SECTION("a reader process of the node copies from the slot, and closes it when it goes") {
-      auto got = ReadInChild(server->address(), "gpu", 0);
+      auto got = ReadInChild(bus.server->address(), "gpu", 0);
       CHECK(got["version"] == 2);
       CHECK(got["by_ipc"] == 1);
       CHECK(got["staged"] == 0);
@@ -204,12 +209,12 @@ TEST_CASE(
       CHECK(got["ipc_opened"] == 0);
       CHECK(got["device_blocks"] == 0);
       // A pinned older version, still in its slot.
-      got = ReadInChild(server->address(), "gpu", 1);
+      got = ReadInChild(bus.server->address(), "gpu", 1);
       CHECK(got["by_ipc"] == 1);
       CHECK(got["crc32c"] == CrcOf(v1));
     }
     SECTION("the host version is the same bytes: the publisher's own process reads it staged") {
-      WeightStream in(*sub_bus, "gpu");
+      WeightStream in(*bus.sub, "gpu");
       testing::FakeDevice api;
       DeviceWeightStream reader(in, api, 0);
       void* target = *api.Malloc(kBytes);
@@ -226,7 +231,7 @@ TEST_CASE(
       api.Free(target);
     }
     SECTION("a reader whose IPC open fails reads the host version") {
-      auto got = ReadInChild(server->address(), "gpu", 2, "DEVICE_WEIGHTS_FAIL_IPC=1");
+      auto got = ReadInChild(bus.server->address(), "gpu", 2, "DEVICE_WEIGHTS_FAIL_IPC=1");
       CHECK(got["by_ipc"] == 0);
       CHECK(got["staged"] == 1);
       CHECK(got["crc32c"] == CrcOf(v2));
@@ -237,23 +242,22 @@ TEST_CASE(
   // and its slot table with its process's descriptor.
   CHECK(p.api.device_blocks() == 1);  // p.w only
   CHECK(p.api.pinned_blocks() == 0);
-  auto got = ReadInChild(server->address(), "gpu", 2);
+  auto got = ReadInChild(bus.server->address(), "gpu", 2);
   CHECK(got["staged"] == 1);
   CHECK(got["crc32c"] == CrcOf(v2));
   CHECK(got["reason"].get<std::string>().find("slot table is not open") != std::string::npos);
 }
 
 TEST_CASE("a version published on another node is read through the host") {
-  auto server = Start();
-  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
+  Bus bus;
   Publisher p;
-  WeightStream out(*pub_bus, "far");
+  WeightStream out(*bus.pub, "far");
   DeviceWeightOptions o;
   o.node = "another-node";
   DeviceWeightStream gpu(out, p.api, 0, o);
   const auto v = Values(3);
   REQUIRE(p.Publish(gpu, v, 1).ok());
-  auto got = ReadInChild(server->address(), "far", 0);
+  auto got = ReadInChild(bus.server->address(), "far", 0);
   CHECK(got["staged"] == 1);
   CHECK(got["reason"] == "published on another node");
   CHECK(got["crc32c"] == CrcOf(v));
@@ -262,45 +266,43 @@ TEST_CASE("a version published on another node is read through the host") {
 TEST_CASE(
     "a slot a reader holds is never rewritten, a killed reader releases it, and a reused "
     "slot is noticed") {
-  auto server = Start();
-  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
-  auto sub_bus = testing::ConnectBus(server->address(), kSecret, "sub");
+  Bus bus;
   Publisher p;
-  WeightStream out(*pub_bus, "held");
+  WeightStream out(*bus.pub, "held");
   DeviceWeightStream gpu(out, p.api, 0);  // two slots
   std::vector<std::vector<float>> v;
   for (uint32_t i = 0; i < 5; ++i) v.push_back(Values(10 + i));
   REQUIRE(p.Publish(gpu, v[0], 1).value() == 1);  // slot 0
-  const DeviceWeightRecord first = NewestRecord(*sub_bus, "held");
+  const DeviceWeightRecord first = NewestRecord(*bus.sub, "held");
   REQUIRE(first.slot == 0);
   // A reader copying from slot 0 (killed later, mid-copy as it were).
   Child holder = Spawn({"hold", std::to_string(first.pid), std::to_string(first.fd), "0"}, true);
   REQUIRE(holder.out == "held\n");
   REQUIRE(p.Publish(gpu, v[1], 2).value() == 2);  // slot 1
   REQUIRE(p.Publish(gpu, v[2], 3).value() == 3);  // slot 0 held: slot 1 again
-  CHECK(NewestRecord(*sub_bus, "held").slot == 1);
+  CHECK(NewestRecord(*bus.sub, "held").slot == 1);
   CHECK(gpu.stats().versions_shared == 3);
   // Version 1 is still in slot 0 (readers share the lock); version 2's slot now holds 3.
-  auto got = ReadInChild(server->address(), "held", 1);
+  auto got = ReadInChild(bus.server->address(), "held", 1);
   CHECK(got["by_ipc"] == 1);
   CHECK(got["crc32c"] == CrcOf(v[0]));
-  got = ReadInChild(server->address(), "held", 2);
+  got = ReadInChild(bus.server->address(), "held", 2);
   CHECK(got["staged"] == 1);
   CHECK(got["reason"] == "its slot now holds version 3");
   CHECK(got["crc32c"] == CrcOf(v[1]));
 
   SECTION("with every slot held the version is the host's only") {
-    WeightStream one_out(*pub_bus, "one");
+    WeightStream one_out(*bus.pub, "one");
     DeviceWeightOptions o;
     o.slots = 1;
     DeviceWeightStream one(one_out, p.api, 0, o);
     REQUIRE(p.Publish(one, v[3], 1).ok());
-    const DeviceWeightRecord r = NewestRecord(*sub_bus, "one");
+    const DeviceWeightRecord r = NewestRecord(*bus.sub, "one");
     Child h = Spawn({"hold", std::to_string(r.pid), std::to_string(r.fd), "0"}, true);
     REQUIRE(h.out == "held\n");
     REQUIRE(p.Publish(one, v[4], 2).value() == 2);
     CHECK(one.stats().versions_not_shared == 1);
-    got = ReadInChild(server->address(), "one", 2);
+    got = ReadInChild(bus.server->address(), "one", 2);
     CHECK(got["staged"] == 1);
     CHECK(got["reason"].get<std::string>().find("has no device slot") != std::string::npos);
     CHECK(got["crc32c"] == CrcOf(v[4]));
@@ -312,8 +314,8 @@ TEST_CASE(
     REQUIRE(::waitpid(holder.pid, nullptr, 0) == holder.pid);
     holder.pid = -1;
     REQUIRE(p.Publish(gpu, v[3], 4).value() == 4);
-    CHECK(NewestRecord(*sub_bus, "held").slot == 0);
-    got = ReadInChild(server->address(), "held", 0);
+    CHECK(NewestRecord(*bus.sub, "held").slot == 0);
+    got = ReadInChild(bus.server->address(), "held", 0);
     CHECK(got["by_ipc"] == 1);
     CHECK(got["crc32c"] == CrcOf(v[3]));
   }
@@ -324,11 +326,10 @@ TEST_CASE(
 }
 
 TEST_CASE("the device topic follows the stream's ACL") {
-  auto server = Start();
-  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
-  auto outsider = testing::ConnectBus(server->address(), kSecret, "outsider");
+  Bus bus;
+  auto outsider = testing::ConnectBus(bus.server->address(), kSecret, "outsider");
   Publisher p;
-  WeightStream out(*pub_bus, "acl");
+  WeightStream out(*bus.pub, "acl");
   DeviceWeightStream gpu(out, p.api, 0);
   REQUIRE(p.Publish(gpu, Values(4), 1).ok());
   CHECK(outsider->Fetch(WeightDeviceTopic("acl"), 0, 1, 1s).status().code() ==
@@ -348,11 +349,9 @@ TEST_CASE("the device topic follows the stream's ACL") {
 TEST_CASE(
     "copies are ordered after the caller's stream, and a slot is freed only once no reader "
     "copies from it") {
-  auto server = Start();
-  auto pub_bus = testing::ConnectBus(server->address(), kSecret, "pub");
-  auto sub_bus = testing::ConnectBus(server->address(), kSecret, "sub");
+  Bus bus;
   Publisher p;
-  auto out = std::make_unique<WeightStream>(*pub_bus, "order");
+  auto out = std::make_unique<WeightStream>(*bus.pub, "order");
   auto gpu = std::make_unique<DeviceWeightStream>(*out, p.api, 0);
   const auto v1 = Values(21), v2 = Values(22);
   std::memcpy(p.w, v1.data(), kBytes);
@@ -365,13 +364,13 @@ TEST_CASE(
   REQUIRE(gpu->Publish({{"w", "float32", {static_cast<int64_t>(kFloats)}, p.w, kBytes}}, 1, 10s,
                        *training)
               .value() == 1);
-  auto got = ReadInChild(server->address(), "order", 1);
+  auto got = ReadInChild(bus.server->address(), "order", 1);
   CHECK(got["by_ipc"] == 1);
   CHECK(got["crc32c"] == CrcOf(v2));
 
   // A reader copying from slot 0 when the publisher's stream goes: the slot
   // is not freed until the reader lets go.
-  const DeviceWeightRecord r = NewestRecord(*sub_bus, "order");
+  const DeviceWeightRecord r = NewestRecord(*bus.sub, "order");
   Child holder = Spawn({"hold", std::to_string(r.pid), std::to_string(r.fd), "0"}, true);
   REQUIRE(holder.out == "held\n");
   const size_t before = p.api.device_blocks();  // p.w and slot 0

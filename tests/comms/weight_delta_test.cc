@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/crc32c.h"
+#include "comms/weight_framing.h"
 
 using namespace agentrt;
 
@@ -38,4 +39,18 @@ TEST_CASE("a weights delta round-trips, and a wrong base or a damaged frame is r
   CHECK(ApplyWeightDelta(damaged, base).status().code() == StatusCode::kDataLoss);
   CHECK(ReadWeightDeltaHeader("AGRTWTS1").status().code() == StatusCode::kDataLoss);
   CHECK(EncodeWeightDelta(h, now, base.substr(1)).status().code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("the weight records' framing round-trips and refuses another magic or a short record") {
+  const std::string record = FrameWeightHeader("AGRTTEST", R"({"a": 1})") + "body";
+  CHECK(record.size() == kWeightFrameHead + 8 + 4);
+  auto header = FramedWeightHeader(record, "AGRTTEST", "a test record");
+  REQUIRE(header.ok());
+  CHECK(*header == R"({"a": 1})");
+  CHECK(record.substr(kWeightFrameHead + header->size()) == "body");
+  CHECK(FramedWeightHeader(record, "AGRTWTS1", "a test record").status().message() ==
+        "a test record: it does not start with AGRTWTS1");
+  CHECK(FramedWeightHeader(record.substr(0, 20), "AGRTTEST", "a test record").status().message() ==
+        "a test record: its header runs past its 20 bytes");
+  CHECK(FramedWeightHeader("AGRT", "AGRTTEST", "x").status().code() == StatusCode::kDataLoss);
 }
