@@ -89,7 +89,46 @@ PbtService::PbtService(Plan* plan, RunDir dir, RunController* controller,
       observer_(observer),
       pbt_(plan->pbt, ArgsOf(*plan)) {}
 
-PbtService::~PbtService() = default;
+PbtService::~PbtService() {
+  WriteLineage();
+  if (!unwritten_.empty()) {
+    observer_->Warn(fmt::format(
+        "agentctl run: warning: pbt: {} lineage line(s) could not be written to {}; exploits "
+        "the adopted checkpoints record get theirs on the next start\n",
+        unwritten_.size(), dir_.LineagePath()));
+  }
+}
+
+void PbtService::WriteLineage() {
+  while (!unwritten_.empty()) {
+    const LineageRecord& line = unwritten_.front();
+    bool written = false;
+    if (lineage_failing_) {  // an earlier try may have written it before failing
+      auto lines = ReadLineageFile(dir_.LineagePath());
+      if (lines.ok()) {
+        const std::string text = line.ToJson().dump();
+        for (const LineageRecord& l : *lines) written |= l.ToJson().dump() == text;
+      }
+    }
+    const Status appended = written ? Status::Ok() : AppendLineage(dir_, line);
+    if (!appended.ok()) {
+      if (!lineage_failing_) {
+        observer_->Warn(fmt::format(
+            "agentctl run: warning: pbt: {}; the line of {}'s exploit is kept and written when "
+            "the file takes it\n",
+            appended.message(), line.decision.recipient));
+      }
+      lineage_failing_ = true;
+      return;
+    }
+    unwritten_.erase(unwritten_.begin());
+    if (lineage_failing_ && unwritten_.empty()) {
+      lineage_failing_ = false;
+      observer_->Event("pbt: " + dir_.LineagePath() +
+                       " takes lines again: the kept ones are written");
+    }
+  }
+}
 
 struct PbtService::PendingExploit {
   PbtDecision decision;
@@ -123,6 +162,7 @@ void PbtService::OnReport(const TelemetryMessage& m) {
 }
 
 void PbtService::Advance() {
+  WriteLineage();
   const double now = clock_->NowSeconds();
   for (auto& p : exploits_) {
     if (p->replacing) continue;
@@ -197,8 +237,8 @@ void PbtService::Execute(const PbtDecision& d) {
                                  d.recipient, d.donor, adopted->step,
                                  d.new_hyperparameters.dump()));
   }
-  const Status appended = AppendLineage(dir_, line);
-  if (!appended.ok()) observer_->Warn("agentctl run: warning: " + appended.message() + "\n");
+  unwritten_.push_back(std::move(line));
+  WriteLineage();
 }
 
 }  // namespace agentrt

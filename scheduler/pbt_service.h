@@ -40,13 +40,20 @@ class PbtService {
   // an exploit and ask the donor for a checkpoint.
   void OnReport(const TelemetryMessage& m);
   // Exploits whose donor checkpoint is ready (or waited for long enough)
-  // replace their recipient.
+  // replace their recipient; lineage lines the file refused before are
+  // written now if it takes them.
   void Advance();
 
  private:
   struct PendingExploit;
   // Runs while the recipient is down.
   void Execute(const PbtDecision& d);
+  // Appends the kept lineage lines in order, as far as the file takes them:
+  // one that cannot be written (a full disk) is said once and kept for the
+  // next call (Advance, the destructor), so that lineage.jsonl gets every
+  // exploit's line once, in order, while the controller lives on. A line that
+  // an append wrote before failing (its fsync) is not written again.
+  void WriteLineage();
 
   Plan* plan_;
   RunDir dir_;
@@ -56,6 +63,8 @@ class PbtService {
   RunObserver* observer_;
   PbtScheduler pbt_;
   std::vector<std::unique_ptr<PendingExploit>> exploits_;
+  std::vector<LineageRecord> unwritten_;  // lineage lines not appended yet, in order
+  bool lineage_failing_ = false;          // said: the file refuses lines
 };
 
 }  // namespace agentrt

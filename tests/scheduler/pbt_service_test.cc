@@ -158,5 +158,40 @@ TEST_CASE(
   CHECK(f.Lineage().size() == 1);
 }
 
+TEST_CASE(
+    "pbt service: a lineage line the file refuses is kept, and written once it takes lines again") {
+  Fixture f;
+  // lineage.jsonl cannot be appended to (a folder stands in its place; as
+  // root, file modes would not stop the append).
+  std::filesystem::create_directories(f.dir->LineagePath());
+  f.DecideExploit();
+  f.CommitDonorCheckpoint(200);
+  f.pbt->Advance();
+  f.FinishReplacement();
+  REQUIRE_FALSE(f.observer.warnings.empty());
+  CHECK_THAT(f.observer.warnings.back(), Catch::Contains("is kept and written when the file"));
+  const size_t warned = f.observer.warnings.size();
+  f.pbt->Advance();  // still refused: not said again
+  CHECK(f.observer.warnings.size() == warned);
+
+  SECTION("once the file takes lines again, the line is written, once") {
+    std::filesystem::remove(f.dir->LineagePath());
+    f.pbt->Advance();
+    auto lineage = f.Lineage();
+    REQUIRE(lineage.size() == 1);
+    CHECK(lineage[0].exploited());
+    CHECK(lineage[0].donor_step == 200);
+    f.pbt->Advance();
+    CHECK(f.Lineage().size() == 1);
+    CHECK(f.observer.warnings.size() == warned);
+  }
+  SECTION("a line never written is said when the service ends") {
+    f.pbt.reset();
+    CHECK(f.observer.warnings.size() == warned + 1);
+    CHECK_THAT(f.observer.warnings.back(),
+               Catch::Contains("1 lineage line(s) could not be written"));
+  }
+}
+
 }  // namespace
 }  // namespace agentrt
