@@ -201,13 +201,35 @@ Status Broker::Authenticate(std::string_view agent, std::string_view token,
 
 Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarnation) const {
   if (incarnation.empty()) return Status::Ok();
-  std::shared_lock<std::shared_mutex> lock(launches_mu_);
+  auto fenced = [&](std::string_view current) {
+    return PermissionDenied(fmt::format(
+        "fenced: launch {} of agent {} was replaced by launch {}; only the current one may use "
+        "the bus",
+        incarnation, agent, current));
+  };
+  {
+    std::shared_lock<std::shared_mutex> lock(launches_mu_);
+    auto current = launches_.find(agent);
+    if (current != launches_.end() && current->second == incarnation) return Status::Ok();
+    if (!options_.current_launch) {
+      if (current == launches_.end()) return Status::Ok();
+      return fenced(current->second);
+    }
+  }
+  // The launcher's record: at the first launch seen, or before refusing one.
+  std::string named = options_.current_launch(std::string(agent));
+  std::unique_lock<std::shared_mutex> lock(launches_mu_);
   auto current = launches_.find(agent);
-  if (current == launches_.end() || current->second == incarnation) return Status::Ok();
-  return PermissionDenied(fmt::format(
-      "fenced: launch {} of agent {} was replaced by launch {}; only the current one may use "
-      "the bus",
-      incarnation, agent, current->second));
+  if (named.empty()) {
+    if (current != launches_.end()) return fenced(current->second);
+    named = std::string(incarnation);
+  }
+  if (current == launches_.end()) {
+    current = launches_.emplace(std::string(agent), std::move(named)).first;
+  } else {
+    current->second = std::move(named);
+  }
+  return current->second == incarnation ? Status::Ok() : fenced(current->second);
 }
 
 void Broker::SetIncarnation(const std::string& agent, const std::string& incarnation) {

@@ -49,6 +49,14 @@ struct BrokerOptions {
   // The spool is searched for what dead publishers left at most this often
   // (before an adoption; ReapSpool). 0: before every adoption.
   std::chrono::milliseconds spool_reap_every{15000};
+  // Which launch of an agent is current where no controller says so
+  // (SetIncarnation): a standalone broker of SLURM job arrays reads the
+  // checkpoint fence each array task writes before it starts its agent
+  // (plan/fence.h). Asked when a launch of an agent the broker knows no
+  // launch of authenticates (none named: that launch is current), and again
+  // before a launch other than the current one is refused, so a requeued
+  // task's new launch takes over and the old one is fenced. "" : none named.
+  std::function<std::string(const std::string& agent)> current_launch;
 };
 
 class Broker {
@@ -122,7 +130,7 @@ class Broker {
   void SetIncarnation(const std::string& agent, const std::string& incarnation);
   // The fence part of Authenticate, for streams that outlive their first
   // check (each publish batch, each turn of a subscription). Allocates
-  // nothing unless it refuses.
+  // nothing unless it refuses, or asks BrokerOptions::current_launch.
   Status CheckIncarnation(std::string_view agent, std::string_view incarnation) const;
 
   // Stores one message (its payload is moved out of `req`). Validates, checks
@@ -303,7 +311,8 @@ class Broker {
   PublisherTable publishers_;
 
   mutable std::shared_mutex launches_mu_;
-  std::map<std::string, std::string, std::less<>> launches_;  // agent -> current incarnation
+  mutable std::map<std::string, std::string, std::less<>>
+      launches_;  // agent -> current incarnation
 
   std::mutex readers_mu_;                         // before any log's mu
   std::map<const Reader*, std::string> readers_;  // -> agent

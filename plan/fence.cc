@@ -34,15 +34,27 @@ Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string
                             ") has been launched in its place");
 }
 
-Result<std::string> LaunchIncarnation(const AgentEnv& env) {
-  if (env.telemetry.empty()) return std::string();
+std::string ArrayTaskIncarnation(std::string_view job_id, int restart_count) {
+  return "slurm-" + std::string(job_id) + "." + std::to_string(restart_count);
+}
+
+Result<std::string> LaunchIncarnation(const AgentEnv& env, const EnvLookup& lookup) {
+  // An array task's launch has no controller; its id says which task it is.
+  std::string array_launch;
+  if (env.telemetry.empty()) {
+    const std::optional<std::string> job = lookup("SLURM_JOB_ID");
+    if (!job || job->empty()) return std::string();
+    array_launch = ArrayTaskIncarnation(*job, env.restart_count);
+  }
   static std::mutex mu;
   static std::map<std::string, std::string> read;  // checkpoint dir -> the id found first
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = read.find(env.ckpt_dir); it != read.end()) return it->second;
   auto fence = ReadCheckpointFence(env.ckpt_dir);
   if (!fence.ok()) return fence.status().WithContext("checkpoint fence of agent " + env.agent);
-  return read.emplace(env.ckpt_dir, fence->value_or(std::string())).first->second;
+  std::string id = fence->value_or(std::string());
+  if (!array_launch.empty() && id != array_launch) id.clear();  // not this task's launch
+  return read.emplace(env.ckpt_dir, std::move(id)).first->second;
 }
 
 }  // namespace agentrt

@@ -14,6 +14,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "plan/agent_env.h"
@@ -32,11 +33,19 @@ Result<std::optional<std::string>> ReadCheckpointFence(const std::string& checkp
 // FailedPrecondition naming both ids.
 Status CheckCheckpointFence(const std::string& checkpoint_dir, const std::string& incarnation);
 
+// The launch id a SLURM job-array task writes to the fence before it starts
+// its agent (`agentctl array-task`): "slurm-<job id>.<restart count>", new
+// for each requeue of the task.
+std::string ArrayTaskIncarnation(std::string_view job_id, int restart_count);
+
 // The launch the process of `env` belongs to: the fence's id when a
 // controller launched it (env.telemetry is set; the launcher fenced the
-// directory just before starting it), else "". Read once per process (and
+// directory just before starting it), or when the fence names this very
+// array task's launch (ArrayTaskIncarnation of its SLURM_JOB_ID and
+// restart count, from `lookup`); else "". Read once per process (and
 // checkpoint directory) and remembered: later the file may name a successor,
 // and a process of a replaced launch must not take its successor's id.
-Result<std::string> LaunchIncarnation(const AgentEnv& env);
+Result<std::string> LaunchIncarnation(const AgentEnv& env,
+                                      const EnvLookup& lookup = ProcessEnvLookup());
 
 }  // namespace agentrt

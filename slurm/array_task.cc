@@ -113,7 +113,8 @@ Result<ArrayTaskLaunch> PrepareArrayTask(const std::string& run_dir, const std::
     return FailedPrecondition(fmt::format("agent {}: SLURM_JOB_ID is not set", agent_name));
   }
   ArrayTaskLaunch launch;
-  launch.incarnation = fmt::format("slurm-{}.{}", *job, vars.at("AGENTRT_RESTART_COUNT"));
+  launch.incarnation =
+      ArrayTaskIncarnation(*job, std::atoi(vars.at("AGENTRT_RESTART_COUNT").c_str()));
   launch.workdir = vars.at("AGENTRT_WORKDIR");
   launch.argv = agent->command;
   for (const std::string& d : {launch.workdir, vars.at("AGENTRT_CKPT_DIR")}) {

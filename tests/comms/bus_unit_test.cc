@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -245,6 +246,37 @@ TEST_CASE("the broker refuses a wrong token, an unknown agent and publishing as 
   CHECK(b.OpenTopicReader("predator-0", sub, &h).status().code() == StatusCode::kPermissionDenied);
   CHECK(b.Stats().rejected_permission == 3);
   CHECK(b.Stats().rejected_unauthenticated == 4);
+}
+
+TEST_CASE(
+    "without a controller, the launcher's record says which launch is current: a requeued "
+    "array task's launch takes over and the old one is fenced") {
+  // As agentrt-bus serve --plan reads each agent's checkpoint fence.
+  std::map<std::string, std::string> fence = {{"predator-0", "slurm-7.0"}};
+  int asked = 0;
+  BrokerOptions opts;
+  opts.current_launch = [&](const std::string& agent) {
+    ++asked;
+    return fence.count(agent) ? fence[agent] : std::string();
+  };
+  Broker b(opts, TestAcl(), "secret", 1);
+  const std::string token = DeriveAgentToken("secret", "predator-0");
+  CHECK(b.Authenticate("predator-0", token, "slurm-7.0").ok());
+  CHECK(b.CheckIncarnation("predator-0", "slurm-7.0").ok());
+  CHECK(asked == 1);  // the current launch is not asked for again
+  // The task is requeued: its new launch wrote the fence before starting.
+  fence["predator-0"] = "slurm-7.1";
+  CHECK(b.Authenticate("predator-0", token, "slurm-7.1").ok());
+  const Status old = b.CheckIncarnation("predator-0", "slurm-7.0");
+  CHECK(old.code() == StatusCode::kPermissionDenied);
+  CHECK(old.message().find("fenced: launch slurm-7.0 of agent predator-0 was replaced by launch "
+                           "slurm-7.1") != std::string::npos);
+  CHECK(b.Authenticate("predator-0", token).ok());  // no launch (a tool): not fenced
+  // An agent whose launcher wrote no fence: its first launch seen is current.
+  const std::string other = DeriveAgentToken("secret", "prey-0");
+  CHECK(b.Authenticate("prey-0", other, "a").ok());
+  CHECK(b.Authenticate("prey-0", other, "b").code() == StatusCode::kPermissionDenied);
+  CHECK(b.Authenticate("prey-0", other, "a").ok());
 }
 
 TEST_CASE("a topic assigns consecutive offsets and stamps the authenticated publisher") {

@@ -15,6 +15,9 @@
 #include <sstream>
 
 #include "comms/auth.h"
+#include "comms/bus_client.h"
+#include "plan/agent_env.h"
+#include "plan/fence.h"
 #include "plan/run_dir.h"
 #include "slurm/command_runner.h"
 #include "slurm/slurm_client.h"
@@ -137,9 +140,11 @@ agents:
 }
 
 // Preemption: the first incarnation checkpoints on USR2 and exits; the requeued
-// one resumes from that checkpoint.
+// one resumes from that checkpoint, and ends once the test says "release"
+// (it looks at the bus meanwhile). Each leaves its environment for the test.
 constexpr const char* kPreemptibleAgent = R"sh(#!/bin/bash
 echo "agent $AGENTRT_AGENT restart $AGENTRT_RESTART_COUNT (SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-0})"
+env >"$AGENTRT_RUN_DIR/env.$AGENTRT_RESTART_COUNT"
 if [ "$AGENTRT_RESTART_COUNT" = 0 ]; then
   trap 'echo "step $i" >"$AGENTRT_CKPT_DIR/checkpoint"; echo checkpointed; exit 0' USR2
   touch "$AGENTRT_RUN_DIR/started"
@@ -148,7 +153,23 @@ if [ "$AGENTRT_RESTART_COUNT" = 0 ]; then
   exit 1
 fi
 echo "restart $AGENTRT_RESTART_COUNT resumed from $(cat "$AGENTRT_CKPT_DIR/checkpoint")" >"$AGENTRT_RUN_DIR/resumed"
+for i in $(seq 600); do [ -e "$AGENTRT_RUN_DIR/release" ] && exit 0; sleep 0.1; done
 )sh";
+
+// A bus client of the array task whose environment `env_file` holds, as the
+// launch `launch` (what its fence names).
+std::unique_ptr<BusClient> ArrayTaskBusClient(const fs::path& env_file, const std::string& launch) {
+  std::vector<std::string> lines;
+  std::istringstream in(ReadFile(env_file));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  auto env = AgentEnv::Parse(EnvLookupOf(lines));
+  REQUIRE(env.ok());
+  BusClientOptions o;
+  o.incarnation = launch;
+  auto client = BusClient::ForAgent(*env, o);
+  REQUIRE(client.ok());
+  return std::move(client).value();
+}
 
 }  // namespace
 
@@ -270,7 +291,25 @@ TEST_CASE(
   for (int i = 0; i < 600 && !fs::exists(run / "started"); ++i) usleep(100 * 1000);
   INFO("job logs:\n" << Logs(run));
   REQUIRE(fs::exists(run / "started"));
+  // The task's launch, as its fence names it, uses the bus.
+  const std::string ckpt = (run / "checkpoints" / "solo").string();
+  const std::string first = ReadCheckpointFence(ckpt).value().value_or("");
+  REQUIRE_THAT(first, Catch::StartsWith("slurm-") && Catch::EndsWith(".0"));
+  auto old_launch = ArrayTaskBusClient(run / "env.0", first);
+  CHECK(old_launch->ListTopics("").ok());
   REQUIRE(slurm.Cancel(array + "_0", {"USR2", true, false}).ok());
+
+  // The requeued task's launch takes the bus over; the old one is fenced off.
+  for (int i = 0; i < 1200 && !fs::exists(run / "resumed"); ++i) usleep(100 * 1000);
+  REQUIRE(fs::exists(run / "resumed"));
+  const std::string second = ReadCheckpointFence(ckpt).value().value_or("");
+  CHECK(second == first.substr(0, first.size() - 1) + "1");
+  auto new_launch = ArrayTaskBusClient(run / "env.1", second);
+  CHECK(new_launch->ListTopics("").ok());
+  const auto fenced = old_launch->ListTopics("");
+  CHECK(fenced.status().code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(fenced.status().message(), Catch::Contains("fenced: launch " + first));
+  WriteFile(run / "release", "");
 
   auto finished = slurm.WaitForJobs({array}, 200);
   REQUIRE(finished.ok());

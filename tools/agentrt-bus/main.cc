@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -29,6 +30,7 @@
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 #include "comms/run_ca.h"
+#include "plan/fence.h"
 #include "plan/run_dir.h"
 
 namespace {
@@ -185,6 +187,7 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   agentrt::BusConfig settings;
   settings.durability = "memory";
   std::string default_log_dir;
+  std::map<std::string, std::string> checkpoint_dirs;  // agent -> its checkpoint fence's folder
   if (!f.plan.empty()) {
     AGENTRT_ASSIGN_OR_RETURN(agentrt::Plan loaded, agentrt::ReadPlanFile(f.plan));
     acl = agentrt::AclFromPlan(loaded);
@@ -192,6 +195,8 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
     const std::string run_dir = std::filesystem::path(f.plan).parent_path().string();
     const agentrt::RunDir dir(run_dir.empty() ? "." : run_dir);
     default_log_dir = dir.BusLogDir();
+    for (const agentrt::AgentPlan& a : loaded.agents)
+      checkpoint_dirs[a.name] = dir.Resolve(a.checkpoint_dir);
     // The plan's TLS unless flags name other files; with the run's CA, a
     // certificate signed for this node (the agents trust that CA).
     if (f.opts.tls_cert_file.empty() && settings.tls == agentrt::kBusTlsOn) {
@@ -214,6 +219,16 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
       agentrt::BrokerOptionsFor(settings, f.log_dir.empty() ? default_log_dir : f.log_dir);
   if (!broker.ok()) return broker.status().WithContext(f.plan.empty() ? "agentrt-bus" : f.plan);
   f.opts.broker = std::move(broker).value();
+  if (!checkpoint_dirs.empty()) {
+    // No controller tells this broker which launch of an agent is current:
+    // the launcher's checkpoint fence does (SLURM array tasks write it).
+    f.opts.broker.current_launch = [dirs = std::move(checkpoint_dirs)](const std::string& agent) {
+      const auto it = dirs.find(agent);
+      if (it == dirs.end()) return std::string();
+      auto fence = agentrt::ReadCheckpointFence(it->second);
+      return fence.ok() && fence->has_value() ? **fence : std::string();
+    };
+  }
   if (f.opts.broker.durability != agentrt::BusDurability::kMemory &&
       f.opts.broker.log_dir.empty()) {
     return agentrt::InvalidArgument("--durability " +

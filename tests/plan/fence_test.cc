@@ -1,0 +1,67 @@
+// The checkpoint fence (plan/fence.h): the launch a process belongs to, for
+// a controller's launch and a SLURM job-array task's, and the check that
+// fences a replaced launch off the checkpoint directory.
+#include "plan/fence.h"
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "tests/common/temp_dir.h"
+
+using namespace agentrt;
+
+namespace {
+
+EnvLookup Env(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("an array task's process takes the fence's id only when it names this task's launch") {
+  testing::TempDir dir;
+  AgentEnv env;
+  env.agent = "prey-0";
+  env.restart_count = 1;  // SLURM_RESTART_COUNT: requeued once
+  const std::string mine = dir.path + "/mine", other = dir.path + "/other",
+                    none = dir.path + "/none";
+  for (const std::string& d : {mine, other, none}) std::filesystem::create_directories(d);
+  CHECK(ArrayTaskIncarnation("4711", 1) == "slurm-4711.1");
+  REQUIRE(WriteCheckpointFence(mine, ArrayTaskIncarnation("4711", 1)).ok());
+  REQUIRE(WriteCheckpointFence(other, ArrayTaskIncarnation("4711", 2)).ok());  // a newer launch
+
+  env.ckpt_dir = mine;
+  CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value() == "slurm-4711.1");
+  // Read once: a successor's fence does not change this process's id.
+  REQUIRE(WriteCheckpointFence(mine, ArrayTaskIncarnation("4711", 2)).ok());
+  CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value() == "slurm-4711.1");
+  CHECK_THAT(CheckCheckpointFence(mine, "slurm-4711.1").message(),
+             Catch::Contains("fenced") && Catch::Contains("slurm-4711.2"));
+  // A fence of another launch (or none), or a process outside SLURM: no launch.
+  env.ckpt_dir = other;
+  CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value().empty());
+  env.ckpt_dir = none;
+  CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value().empty());
+  env.ckpt_dir = dir.path + "/outside";
+  std::filesystem::create_directories(env.ckpt_dir);
+  REQUIRE(WriteCheckpointFence(env.ckpt_dir, ArrayTaskIncarnation("4711", 1)).ok());
+  CHECK(LaunchIncarnation(env, Env({})).value().empty());
+}
+
+TEST_CASE("a controller's launch takes the fence's id, whatever it is") {
+  testing::TempDir dir;
+  AgentEnv env;
+  env.agent = "predator-0";
+  env.telemetry = "ipc:///tmp/x";  // launched by a controller
+  env.ckpt_dir = dir.path;
+  REQUIRE(WriteCheckpointFence(env.ckpt_dir, "3.abcd").ok());
+  CHECK(LaunchIncarnation(env, Env({})).value() == "3.abcd");
+  CHECK(CheckCheckpointFence(env.ckpt_dir, "3.abcd").ok());
+  CHECK(CheckCheckpointFence(env.ckpt_dir, "").ok());  // no launch: never fenced
+}
