@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,13 +54,16 @@ bool FromHex(std::string_view hex, char* out, size_t n) {
 
 // A byte-range lock of the slot table (F_OFD_SETLK: held by the open file
 // description, released when it closes or its process dies); never waits.
-bool LockByte(int fd, off_t at, short type) {
+// 0: taken; EAGAIN: another holds it; else why it cannot be taken (a kernel
+// without open file description locks: EINVAL).
+int LockByte(int fd, off_t at, short type) {
   struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
   fl.l_start = at;
   fl.l_len = 1;
-  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+  if (::fcntl(fd, F_OFD_SETLK, &fl) == 0) return 0;
+  return errno == EACCES ? EAGAIN : errno;
 }
 
 // Each tensor of the version has exactly one target of its size.
@@ -172,14 +176,14 @@ DeviceWeightStream::~DeviceWeightStream() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].data == nullptr) continue;
-    while (!LockByte(table_fd_, kLocksAt + static_cast<off_t>(i), F_WRLCK) &&
+    while (LockByte(table_fd_, kLocksAt + static_cast<off_t>(i), F_WRLCK) == EAGAIN &&
            std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     const int64_t none = 0;
     if (::pwrite(table_fd_, &none, sizeof none, kVersionsAt + 8 * static_cast<off_t>(i)) ==
             sizeof none &&
-        LockByte(table_fd_, kLocksAt + static_cast<off_t>(i), F_WRLCK)) {
+        LockByte(table_fd_, kLocksAt + static_cast<off_t>(i), F_WRLCK) == 0) {
       api_.Free(slots_[i].data);
     }
   }
@@ -189,8 +193,10 @@ DeviceWeightStream::~DeviceWeightStream() {
 }
 
 Status DeviceWeightStream::Prepare(device::Stream after) {
-  if (side_ == nullptr) {
+  if (after_event_ == nullptr) {
     AGENTRT_ASSIGN_OR_RETURN(after_event_, api_.CreateEvent());
+  }
+  if (side_ == nullptr) {
     AGENTRT_ASSIGN_OR_RETURN(side_, api_.CreateStream());
   }
   AGENTRT_RETURN_IF_ERROR(api_.RecordEvent(after_event_, after));
@@ -224,7 +230,9 @@ Result<DeviceWeightStream::Slot*> DeviceWeightStream::LockFreeSlot(size_t bytes,
   }
   for (int k = 0; k < options_.slots; ++k) {
     const int i = (next_slot_ + k) % options_.slots;
-    if (!LockByte(table_fd_, kLocksAt + i, F_WRLCK)) continue;  // a reader copies from it
+    const int locked = LockByte(table_fd_, kLocksAt + i, F_WRLCK);
+    if (locked == EAGAIN) continue;  // a reader copies from it
+    if (locked != 0) return ErrnoStatus(locked, what + "locking a slot of its slot table");
     Slot& s = slots_[static_cast<size_t>(i)];
     if (s.bytes < bytes) {
       api_.Free(s.data);  // under its write lock: no reader has it open
@@ -380,17 +388,23 @@ Result<bool> DeviceWeightStream::ReadByIpc(const DeviceWeightRecord& r,
   if (r.pid == ::getpid()) return staged("published by this process");
   // The publisher's table, opened anew each time: a publisher gone is seen.
   const std::string path = "/proc/" + std::to_string(r.pid) + "/fd/" + std::to_string(r.fd);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Never waits in open (the number may now be another file's: a FIFO) and
+  // reads only a regular file (a memfd is one).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  struct stat st {};
   std::string nonce(r.nonce.size(), '\0');
-  if (fd < 0 || ::pread(fd, nonce.data(), nonce.size(), 0) != static_cast<ssize_t>(nonce.size()) ||
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      ::pread(fd, nonce.data(), nonce.size(), 0) != static_cast<ssize_t>(nonce.size()) ||
       nonce != r.nonce) {
     if (fd >= 0) ::close(fd);
     return staged("the publisher's slot table is not open to this process (" + path + ")");
   }
   // Held from before the handle is opened until it is closed.
-  if (!LockByte(fd, kLocksAt + r.slot, F_RDLCK)) {
+  if (const int locked = LockByte(fd, kLocksAt + r.slot, F_RDLCK); locked != 0) {
     ::close(fd);
-    return staged("its slot is being rewritten by the publisher");
+    return staged(locked == EAGAIN
+                      ? std::string("its slot is being rewritten by the publisher")
+                      : "its slot cannot be locked: " + std::string(std::strerror(locked)));
   }
   auto release = [&] { ::close(fd); };  // drops the lock
   int64_t held = 0;

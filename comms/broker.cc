@@ -215,21 +215,41 @@ Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarna
       if (current == launches_.end()) return Status::Ok();
       return fenced(current->second);
     }
+    // A launch refused once stays refused (a fence only ever names newer
+    // launches): no file read for each call of a replaced launch.
+    if (current != launches_.end()) {
+      auto old = replaced_.find(agent);
+      if (old != replaced_.end() && old->second.count(incarnation)) return fenced(current->second);
+    }
   }
   // The launcher's record: at the first launch seen, or before refusing one.
-  std::string named = options_.current_launch(std::string(agent));
+  // One asker at a time, so the record follows the fence in the file's order.
+  std::lock_guard<std::mutex> asking(ask_launch_mu_);
+  Result<std::string> named = options_.current_launch(std::string(agent));
   std::unique_lock<std::shared_mutex> lock(launches_mu_);
   auto current = launches_.find(agent);
-  if (named.empty()) {
-    if (current != launches_.end()) return fenced(current->second);
-    named = std::string(incarnation);
+  if (current != launches_.end() && current->second == incarnation) return Status::Ok();
+  if (!named.ok()) {
+    return Unavailable(fmt::format("which launch of agent {} is current cannot be told now: {}",
+                                   agent, named.status().ToString()));
   }
-  if (current == launches_.end()) {
-    current = launches_.emplace(std::string(agent), std::move(named)).first;
+  std::string id = std::move(named).value();
+  if (id.empty()) {  // none named: the first launch seen is current
+    if (current == launches_.end()) {
+      launches_.emplace(std::string(agent), std::string(incarnation));
+      return Status::Ok();
+    }
+    id = current->second;
+  } else if (current == launches_.end()) {
+    current = launches_.emplace(std::string(agent), id).first;
   } else {
-    current->second = std::move(named);
+    current->second = id;
   }
-  return current->second == incarnation ? Status::Ok() : fenced(current->second);
+  if (id == incarnation) return Status::Ok();
+  std::set<std::string, std::less<>>& old = replaced_[std::string(agent)];
+  if (old.size() >= kMaxReplacedLaunches) old.clear();
+  old.emplace(incarnation);
+  return fenced(id);
 }
 
 void Broker::SetIncarnation(const std::string& agent, const std::string& incarnation) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -56,7 +57,8 @@ struct BrokerOptions {
   // launch of authenticates (none named: that launch is current), and again
   // before a launch other than the current one is refused, so a requeued
   // task's new launch takes over and the old one is fenced. "" : none named.
-  std::function<std::string(const std::string& agent)> current_launch;
+  // A fence that cannot be read now answers UNAVAILABLE (the caller retries).
+  std::function<Result<std::string>(const std::string& agent)> current_launch;
 };
 
 class Broker {
@@ -313,6 +315,11 @@ class Broker {
   mutable std::shared_mutex launches_mu_;
   mutable std::map<std::string, std::string, std::less<>>
       launches_;  // agent -> current incarnation
+  // Launches BrokerOptions::current_launch has refused, per agent (under
+  // launches_mu_; at most kMaxReplacedLaunches each, then forgotten).
+  static constexpr size_t kMaxReplacedLaunches = 64;
+  mutable std::map<std::string, std::set<std::string, std::less<>>, std::less<>> replaced_;
+  mutable std::mutex ask_launch_mu_;  // one current_launch call at a time
 
   std::mutex readers_mu_;                         // before any log's mu
   std::map<const Reader*, std::string> readers_;  // -> agent

@@ -53,7 +53,9 @@ Result<std::string> LaunchIncarnation(const AgentEnv& env, const EnvLookup& look
   auto fence = ReadCheckpointFence(env.ckpt_dir);
   if (!fence.ok()) return fence.status().WithContext("checkpoint fence of agent " + env.agent);
   std::string id = fence->value_or(std::string());
-  if (!array_launch.empty() && id != array_launch) id.clear();  // not this task's launch
+  // An array task's own launch, also where a requeue has fenced it meanwhile
+  // (then refused); none where no task fenced the directory.
+  if (!array_launch.empty() && !id.empty()) id = std::move(array_launch);
   return read.emplace(env.ckpt_dir, std::move(id)).first->second;
 }
 

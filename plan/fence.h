@@ -40,9 +40,11 @@ std::string ArrayTaskIncarnation(std::string_view job_id, int restart_count);
 
 // The launch the process of `env` belongs to: the fence's id when a
 // controller launched it (env.telemetry is set; the launcher fenced the
-// directory just before starting it), or when the fence names this very
-// array task's launch (ArrayTaskIncarnation of its SLURM_JOB_ID and
-// restart count, from `lookup`); else "". Read once per process (and
+// directory just before starting it); for a SLURM job-array task whose
+// directory holds a fence, its own launch (ArrayTaskIncarnation of its
+// SLURM_JOB_ID and restart count, from `lookup`), even where a requeue's
+// newer launch has replaced it meanwhile, so that it is refused; else "".
+// Read once per process (and
 // checkpoint directory) and remembered: later the file may name a successor,
 // and a process of a replaced launch must not take its successor's id.
 Result<std::string> LaunchIncarnation(const AgentEnv& env,

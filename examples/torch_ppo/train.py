@@ -147,12 +147,15 @@ class League:
         self.bus = None
         self.streams, self.own = {}, None
         self.make_policy = make_policy
+        # The streams the group's broadcast covers: the same list on every rank,
+        # with a bus or without.
+        self.agents = sorted(set(seats.values()))
         try:
             self.bus = rt.bus
         except agentrt.BusError as e:
             log(rt, "no bus (%s): other seats play at random", e)
             return
-        self.streams = {a: agentrt.WeightStream(self.bus, a) for a in sorted(set(seats.values()))}
+        self.streams = {a: agentrt.WeightStream(self.bus, a) for a in self.agents}
         self.own = agentrt.WeightStream(self.bus, rt.agent)
         log(rt, "bus: reading the weight streams of %s", ", ".join(sorted(self.streams)))
         # A restored rank plays first against the versions in play at its checkpoint
@@ -198,22 +201,23 @@ class League:
         rank 0 reads the newest and the others load the versions it plays,
         broadcast over the group, so that every rank of an update plays the
         same ones. After a restore, the first call keeps the checkpoint's
-        versions for one more update."""
-        if self.pinned:
-            self.pinned = False
-            return
+        versions for one more update (rank 0's, which every rank then plays:
+        a rank's own restore may have brought back fewer)."""
+        pinned, self.pinned = self.pinned, False
         together = together and self.rt.world_size > 1
         if together and self.rt.rank != 0:
             self._follow_rank0()
             return
-        self._read_newest()
+        if not pinned:
+            self._read_newest()
         if together:
             self._follow_rank0()
 
     def _follow_rank0(self):
         """Rank 0 sends the version it plays of each stream (0: none); another
-        rank loads those it does not play yet, by number."""
-        agents = sorted(self.streams)
+        rank loads those it does not play yet, by number. Every rank of the
+        group takes part, whatever it holds, so the broadcast pairs up."""
+        agents = self.agents
         if not agents:
             return
         versions = torch.tensor([self.held.get(a, [0])[0] for a in agents], dtype=torch.int64,
@@ -222,7 +226,8 @@ class League:
         if self.rt.rank == 0:
             return
         for agent, version in zip(agents, versions.tolist()):
-            if version == 0 or self.held.get(agent, [0])[0] == version:
+            if version == 0 or self.held.get(agent, [0])[0] == version or \
+                    agent not in self.streams:
                 continue
             try:
                 self._load(agent, self.streams[agent].at(version, timeout=10))

@@ -7,8 +7,10 @@
 // device topic follows the stream's ACL; nothing is left behind.
 #include "agent_runtime/device_weights.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 #include "common/crc32c.h"
 #include "comms/bus_server.h"
 #include "tests/agent_runtime/fake_device.h"
+#include "tests/common/temp_dir.h"
 #include "tests/comms/bus_test_util.h"
 
 using namespace agentrt;
@@ -261,6 +264,52 @@ TEST_CASE("a version published on another node is read through the host") {
   CHECK(got["staged"] == 1);
   CHECK(got["reason"] == "published on another node");
   CHECK(got["crc32c"] == CrcOf(v));
+}
+
+TEST_CASE(
+    "a record whose descriptor is no longer a slot table (now a FIFO without a writer) is "
+    "read through the host, without waiting in open") {
+  Bus bus;
+  Publisher p;
+  WeightStream out(*bus.pub, "fifo");
+  DeviceWeightStream gpu(out, p.api, 0);
+  REQUIRE(p.Publish(gpu, Values(5), 1).value() == 1);
+  DeviceWeightRecord r = NewestRecord(*bus.sub, "fifo");
+  // Version 2 without a device record; then a record for it naming a
+  // process's descriptor that is a FIFO nobody writes to (as a publisher's
+  // table number reused after its stream went).
+  const auto v2 = Values(6);
+  REQUIRE(out.Publish({{"w", "float32", {static_cast<int64_t>(kFloats)}, v2.data(), kBytes}}, 2)
+              .value() == 2);
+  testing::TempDir dir;
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+  const pid_t holder = ::fork();
+  REQUIRE(holder >= 0);
+  if (holder == 0) {
+    const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    const int32_t got = fd;
+    (void)!::write(fds[1], &got, sizeof got);
+    ::pause();
+    std::_Exit(0);
+  }
+  ::close(fds[1]);
+  int32_t fifo_fd = -1;
+  REQUIRE(::read(fds[0], &fifo_fd, sizeof fifo_fd) == sizeof fifo_fd);
+  ::close(fds[0]);
+  REQUIRE(fifo_fd >= 0);
+  r.version = 2;
+  r.pid = holder;
+  r.fd = fifo_fd;
+  REQUIRE(bus.pub->Publish(WeightDeviceTopic("fifo"), r.Encode()).ok());
+  auto got = ReadInChild(bus.server->address(), "fifo", 2);
+  CHECK(got["staged"] == 1);
+  CHECK(got["reason"].get<std::string>().find("slot table is not open") != std::string::npos);
+  CHECK(got["crc32c"] == CrcOf(v2));
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
 }
 
 TEST_CASE(

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/file_util.h"
 #include "comms/auth.h"
@@ -254,9 +256,11 @@ TEST_CASE(
   // As agentrt-bus serve --plan reads each agent's checkpoint fence.
   std::map<std::string, std::string> fence = {{"predator-0", "slurm-7.0"}};
   int asked = 0;
+  bool unreadable = false;
   BrokerOptions opts;
-  opts.current_launch = [&](const std::string& agent) {
+  opts.current_launch = [&](const std::string& agent) -> Result<std::string> {
     ++asked;
+    if (unreadable) return Status(StatusCode::kInternal, "EIO");
     return fence.count(agent) ? fence[agent] : std::string();
   };
   Broker b(opts, TestAcl(), "secret", 1);
@@ -271,12 +275,53 @@ TEST_CASE(
   CHECK(old.code() == StatusCode::kPermissionDenied);
   CHECK(old.message().find("fenced: launch slurm-7.0 of agent predator-0 was replaced by launch "
                            "slurm-7.1") != std::string::npos);
+  // A refused launch stays refused without the fence being read again.
+  const int asked_before = asked;
+  CHECK(b.CheckIncarnation("predator-0", "slurm-7.0").code() == StatusCode::kPermissionDenied);
+  CHECK(asked == asked_before);
+  // A fence that cannot be read refuses no launch for good: UNAVAILABLE, and
+  // the current one goes on.
+  unreadable = true;
+  fence["predator-0"] = "slurm-7.2";
+  const Status unknown = b.CheckIncarnation("predator-0", "slurm-7.2");
+  CHECK(unknown.code() == StatusCode::kUnavailable);
+  CHECK(unknown.message().find("EIO") != std::string::npos);
+  CHECK(b.CheckIncarnation("predator-0", "slurm-7.1").ok());
+  unreadable = false;
+  CHECK(b.CheckIncarnation("predator-0", "slurm-7.2").ok());
+  CHECK(b.CheckIncarnation("predator-0", "slurm-7.1").code() == StatusCode::kPermissionDenied);
   CHECK(b.Authenticate("predator-0", token).ok());  // no launch (a tool): not fenced
   // An agent whose launcher wrote no fence: its first launch seen is current.
   const std::string other = DeriveAgentToken("secret", "prey-0");
   CHECK(b.Authenticate("prey-0", other, "a").ok());
   CHECK(b.Authenticate("prey-0", other, "b").code() == StatusCode::kPermissionDenied);
   CHECK(b.Authenticate("prey-0", other, "a").ok());
+}
+
+TEST_CASE("ranks of one launch calling at once, with no fence, are all let in") {
+  // Each asks the launcher's record, which is slow (a file on a shared file
+  // system) and names none: the first launch seen is current.
+  std::atomic<int> asking{0}, most{0};
+  BrokerOptions opts;
+  opts.current_launch = [&](const std::string&) -> Result<std::string> {
+    const int now = ++asking;
+    int seen = most.load();
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    --asking;
+    return std::string();
+  };
+  Broker b(opts, TestAcl(), "secret", 1);
+  const std::string token = DeriveAgentToken("secret", "predator-0");
+  std::vector<Status> got(8);
+  std::vector<std::thread> ranks;
+  for (size_t i = 0; i < got.size(); ++i)
+    ranks.emplace_back([&, i] { got[i] = b.Authenticate("predator-0", token, "slurm-9.0"); });
+  for (auto& t : ranks) t.join();
+  for (const Status& s : got) CHECK(s.ok());
+  CHECK(most == 1);  // one asker at a time: the record follows the file's order
+  CHECK(b.Authenticate("predator-0", token, "slurm-9.1").code() == StatusCode::kPermissionDenied);
 }
 
 TEST_CASE("a topic assigns consecutive offsets and stamps the authenticated publisher") {

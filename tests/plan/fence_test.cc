@@ -24,7 +24,7 @@ EnvLookup Env(std::map<std::string, std::string> vars) {
 
 }  // namespace
 
-TEST_CASE("an array task's process takes the fence's id only when it names this task's launch") {
+TEST_CASE("an array task's process belongs to its own launch where the task fenced its directory") {
   testing::TempDir dir;
   AgentEnv env;
   env.agent = "prey-0";
@@ -43,9 +43,13 @@ TEST_CASE("an array task's process takes the fence's id only when it names this 
   CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value() == "slurm-4711.1");
   CHECK_THAT(CheckCheckpointFence(mine, "slurm-4711.1").message(),
              Catch::Contains("fenced") && Catch::Contains("slurm-4711.2"));
-  // A fence of another launch (or none), or a process outside SLURM: no launch.
+  // A process of this task that reads the fence first after a requeue
+  // replaced its launch still takes its own launch's id, which is fenced.
   env.ckpt_dir = other;
-  CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value().empty());
+  CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value() == "slurm-4711.1");
+  CHECK_THAT(CheckCheckpointFence(other, "slurm-4711.1").message(),
+             Catch::Contains("fenced") && Catch::Contains("slurm-4711.2"));
+  // No fence (not started by `agentctl array-task`), or a process outside SLURM: no launch.
   env.ckpt_dir = none;
   CHECK(LaunchIncarnation(env, Env({{"SLURM_JOB_ID", "4711"}})).value().empty());
   env.ckpt_dir = dir.path + "/outside";

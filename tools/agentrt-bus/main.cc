@@ -222,11 +222,13 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   if (!checkpoint_dirs.empty()) {
     // No controller tells this broker which launch of an agent is current:
     // the launcher's checkpoint fence does (SLURM array tasks write it).
-    f.opts.broker.current_launch = [dirs = std::move(checkpoint_dirs)](const std::string& agent) {
+    f.opts.broker.current_launch = [dirs = std::move(checkpoint_dirs)](
+                                       const std::string& agent) -> agentrt::Result<std::string> {
       const auto it = dirs.find(agent);
       if (it == dirs.end()) return std::string();
-      auto fence = agentrt::ReadCheckpointFence(it->second);
-      return fence.ok() && fence->has_value() ? **fence : std::string();
+      AGENTRT_ASSIGN_OR_RETURN(std::optional<std::string> fence,
+                               agentrt::ReadCheckpointFence(it->second));
+      return fence.value_or(std::string());
     };
   }
   if (f.opts.broker.durability != agentrt::BusDurability::kMemory &&
