@@ -220,11 +220,21 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
   auto [a, s] = AgentAt(i);
   if (m.restart_count != s.restarts) return;
   if (a.phase == Phase::kTearingDown || a.phase == Phase::kBackoff || a.phase == Phase::kDone) {
-    // The checkpoint an agent writes while it is being stopped is its newest
-    // committed one: it counts (nothing else does once teardown has begun).
+    // What this incarnation said before it stopped, heard only after its
+    // exit (the intake runs behind under load) or during its teardown: its
+    // newest committed checkpoint, the step it reached and its last metrics
+    // count (a succeeded agent shows its last step); nothing of its liveness.
     if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
         (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
       s.last_checkpoint_step = m.checkpoint_step;
+      Touch(false);
+    }
+    if (m.step > s.step) {
+      s.step = m.step;
+      Touch(false);
+    }
+    if (m.type == TelemetryType::kMetrics && m.metrics.is_object()) {
+      for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
       Touch(false);
     }
     return;

@@ -272,6 +272,30 @@ TEST_CASE("under mpirun the rank wrappers' records name the rank that said bye a
   CHECK_THAT(f.A("m").reason, Catch::Matchers::Contains("but rank 1 has not exited"));
 }
 
+TEST_CASE("what an agent said before it exited, heard after its exit, still counts") {
+  // The intake runs behind (a loaded controller): the exit is seen first.
+  Fixture f;
+  f.Make({MakeAgent("a", 1)});
+  f.rc->OnTelemetry(Heartbeat("a", 0, 0, 1487));
+  f.backend.Exit("a", 0, 1000, 0);
+  f.rc->Tick();
+  REQUIRE(f.A("a").state == AgentState::kSucceeded);
+  TelemetryMessage last = Heartbeat("a", 0, 0, 1500);
+  last.type = TelemetryType::kMetrics;
+  last.metrics = {{"score", 1894.0}};
+  f.rc->OnTelemetry(last);
+  TelemetryMessage bye = Heartbeat("a", 0, 0, 1500);
+  bye.type = TelemetryType::kBye;
+  f.rc->OnTelemetry(bye);
+  CHECK(f.A("a").step == 1500);
+  CHECK(f.A("a").metrics["score"] == 1894.0);
+  CHECK(f.A("a").state == AgentState::kSucceeded);
+  // An earlier incarnation's (another restart count) and an older step change nothing.
+  f.rc->OnTelemetry(Heartbeat("a", 0, 0, 1300));
+  f.rc->OnTelemetry(Heartbeat("a", 0, 7, 9000));
+  CHECK(f.A("a").step == 1500);
+}
+
 TEST_CASE("ranks that said bye and exit in time end the agent succeeded") {
   Fixture f;
   auto agent = MakeAgent("a", 2);
