@@ -194,6 +194,38 @@ def heartbeating(run, name, ranks, not_pids=(), since=0.0):
     return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None
 
 
+def sigkill_league_member(run, rng, members, kind, timeout=90):
+    """SIGKILL of a running league member's rank (one of `members`, chosen by `rng`), mid-match
+    or mid-report; `run` has agent(name). Waits for its next incarnation (or its end: the fault
+    struck a member at its end) and returns the fault ({kind, agent, lost: None, recovery_s}),
+    or None when no member runs. Its steps lost are not counted: a member's log is agent-worker's,
+    and what matters of it is its results (soak_agents.check_league holds them to once each)."""
+    running = [a for a in (heartbeating(run, n, 1) for n in sorted(members)) if a]
+    if not running:
+        return None
+    a = rng.choice(running)
+    pid = a["ranks"][0]["pid"]
+    try:  # the member itself, not the launcher that stands for it until it says hello
+        if "agent-worker" not in open("/proc/%d/cmdline" % pid).read():
+            return None
+    except OSError:
+        return None
+    t0 = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+
+    def back():
+        b = heartbeating(run, a["name"], 1, not_pids={pid})
+        if b and b["restarts"] > a["restarts"]:
+            return b
+        b = run.agent(a["name"])
+        return b if b and b["state"] == "succeeded" else None
+    wait_for("%s back after SIGKILL" % a["name"], back, timeout, 0.05)
+    return {"kind": kind, "agent": a["name"], "lost": None, "recovery_s": time.monotonic() - t0}
+
+
 def committed_dirs(run_dir, agent):
     """The committed checkpoint directories (manifest written) of `agent`."""
     d = os.path.join(run_dir, "checkpoints", agent)

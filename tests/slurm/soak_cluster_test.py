@@ -3,10 +3,11 @@
 --nodes 6: real slurmctld and slurmd, one network namespace per node): `agentctl run --backend
 slurm` of a 2-node MPI agent (`wide`, 4 ranks, srun --mpi=pmix), two single-rank C++ agents and
 two single-rank Python agents talking over the bus (`durability: always`, TLS since the run spans
-nodes; tests/tools/soak_agents.py), checkpointing every 2 s with `slurm.spare_nodes: 2`, while a
-fault injector with a fixed seed keeps breaking things:
+nodes; tests/tools/soak_agents.py), a PBT population of three and a league of two agent-worker
+members (CPU agents), checkpointing every 2 s with `slurm.spare_nodes: 2`, while a fault injector
+with a fixed seed keeps breaking things:
 
-- SIGKILL and SIGSTOP of a rank (on any node);
+- SIGKILL and SIGSTOP of a rank (on any node), and SIGKILL of a league member mid-match;
 - a node death (its slurmd and every process in its namespace killed, the node marked down)
   under a single-node agent: the agent moves to a spare node; the dead node is brought back
   afterwards (SLURM takes it back; this allocation does not);
@@ -27,7 +28,8 @@ Checked at every fault, not only at the end: each affected agent's next incarnat
 from a checkpoint at least as new as the newest one committed when the fault struck (the steps
 lost are at most those since its last checkpoint); after a partition, every checkpoint
 committed after the move carries the new incarnation's fence. At the end: every agent reached
-its target step and succeeded; every acknowledged bus message is stored once at its acknowledged
+its target step and succeeded; PBT's lineage has one entry per exploit and the league applied
+each match result once, through every node loss, requeue and controller kill; every acknowledged bus message is stored once at its acknowledged
 offset, the talker's launches never published at the same time, and every listener process heard
 the topic from where it restored without gap or duplicate; no process of the run is left on any node; the job left no
 Open MPI shared memory in /dev/shm; stopping the cluster leaves no namespace.
@@ -59,7 +61,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import soak_agents  # noqa: E402
 from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
                              print_fault_table, read_status, restore_since, run_processes,
-                             soak_agent_command, status_agent, wait_for)
+                             sigkill_league_member, soak_agent_command, status_agent, wait_for)
 
 SRC = os.environ.get("AGENTRT_SOURCE_DIR",
                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -79,8 +81,12 @@ SPARES = 2
 # fault, requeue and controller kill.
 AGENTS = {"wide": 4, "solo-a": 1, "solo-b": 1, "talker": 1, "listener": 1}
 SINGLE = [n for n, ranks in AGENTS.items() if ranks == 1]
+LEAGUE_KILL = "SIGKILL of a league member"
+# The league's members update once per soak step of the others: beside them on this cluster's
+# nodes an update takes 5-25 ms, so they play through most of the faults.
+LEAGUE_STEPS_PER_UPDATE = 1
 KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
-         "preemption", "kill controller", "full disk"]
+         "preemption", "kill controller", "full disk", LEAGUE_KILL]
 DISK_MIB = 512  # the run directory's file system
 FULL_DISK_S = 5  # how long it stays full: over two checkpoint intervals
 
@@ -174,10 +180,11 @@ defaults:
   checkpoint: {interval_s: 2, keep_last: 100}
   env: %s
 agents:
-%s%s%s%s""" % (work, SPARES, soak_agents.env_yaml(BIN), agents,
-               soak_agents.agents_yaml(target, chat_dir, "gpus: 1, ", list(soak_agents.CHAT)),
-               soak_agents.agents_yaml(target, chat_dir, "", list(soak_agents.POPULATION)),
-               soak_agents.sections_yaml())
+%s%s%s%s%s""" % (work, SPARES, soak_agents.env_yaml(BIN), agents,
+                 soak_agents.agents_yaml(target, chat_dir, "gpus: 1, ", list(soak_agents.CHAT)),
+                 soak_agents.agents_yaml(target, chat_dir, "", list(soak_agents.POPULATION)),
+                 soak_agents.league_yaml(BIN, target, LEAGUE_STEPS_PER_UPDATE),
+                 soak_agents.sections_yaml(league=True))
 
 
 class Soak:
@@ -444,6 +451,10 @@ class Soak:
                 self.kill_controller()
             elif kind == "full disk":
                 self.full_disk()
+            elif kind == LEAGUE_KILL:
+                fault = sigkill_league_member(self, self.rng, soak_agents.LEAGUE, kind)
+                if fault:
+                    self.faults.append(fault)
             else:
                 self.rank_fault(kind)
         # The run goes on to its end.
@@ -455,7 +466,7 @@ class Soak:
                   "%s reached its target step %d and succeeded (%s, step %d, %d restarts)"
                   % (name, self.target, a["state"], a["step"], a["restarts"]))
         self.check_nothing_corrupt()
-        soak_agents.check_all(self.run_dir, self.chat, self.target)
+        soak_agents.check_all(self.run_dir, self.chat, self.target, league=True)
         wait_for("job %s to leave the queue" % self.job,
                  lambda: not sh("squeue", "-h", "-j", self.job, ok=False).strip(), 60, 0.5)
         wait_for("no process of the run left on any node",

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import soak_agents  # noqa: E402
 from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
                              incarnation_restore, newest_committed, print_fault_table, run_processes,
-                             soak_agent_command, wait_for)
+                             sigkill_league_member, soak_agent_command, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -131,31 +131,11 @@ class Soak:
         self.wait_recovered(a["name"], a, t0, kind)
 
     def league_fault(self):
-        """SIGKILL of a league member's rank, mid-match or mid-report: its next incarnation plays
-        on (its results then carry the new incarnation; check_league holds them to once each)."""
-        running = [a for a in (heartbeating(self.run, n, 1) for n in soak_agents.LEAGUE) if a]
-        if not running:
-            return
-        a = self.rng.choice(running)
-        t0 = time.monotonic()
-        try:
-            os.kill(a["ranks"][0]["pid"], signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        old = {a["ranks"][0]["pid"]}
-
-        def back():
-            b = heartbeating(self.run, a["name"], 1, not_pids=old)
-            if b and b["restarts"] > a["restarts"]:
-                return b
-            # It may have finished meanwhile: then the fault struck a member at its end.
-            b = self.agent(a["name"])
-            return b if b and b["state"] == "succeeded" else None
-        wait_for("%s back after SIGKILL" % a["name"], back, 90, 0.05)
-        # Its steps lost are not counted: a member's log is agent-worker's, and what matters of it
-        # is its results (check_league).
-        self.faults.append({"kind": "sigkill_league_member", "agent": a["name"], "lost": None,
-                            "recovery_s": time.monotonic() - t0})
+        """SIGKILL of a league member's rank: its next incarnation plays on (its results then
+        carry the new incarnation; check_league holds them to once each)."""
+        fault = sigkill_league_member(self.run, self.rng, soak_agents.LEAGUE, "sigkill_league_member")
+        if fault:
+            self.faults.append(fault)
 
     def kill_controller(self):
         before = {}
