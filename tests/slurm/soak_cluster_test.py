@@ -83,8 +83,11 @@ AGENTS = {"wide": 4, "solo-a": 1, "solo-b": 1, "talker": 1, "listener": 1}
 SINGLE = [n for n, ranks in AGENTS.items() if ranks == 1]
 LEAGUE_KILL = "SIGKILL of a league member"
 # The league's members update once per soak step of the others: beside them on this cluster's
-# nodes an update takes 5-25 ms, so they play through most of the faults.
+# nodes an update takes 5-25 ms, so they play through most of the faults. A snapshot every 10
+# updates: every one stays in the durable bus log, on the run directory's 512 MiB (one per
+# update filled it within 300 s).
 LEAGUE_STEPS_PER_UPDATE = 1
+LEAGUE_SNAPSHOT_EVERY = 10
 KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
          "preemption", "kill controller", "full disk", LEAGUE_KILL]
 DISK_MIB = 512  # the run directory's file system
@@ -183,7 +186,7 @@ agents:
 %s%s%s%s%s""" % (work, SPARES, soak_agents.env_yaml(BIN), agents,
                  soak_agents.agents_yaml(target, chat_dir, "gpus: 1, ", list(soak_agents.CHAT)),
                  soak_agents.agents_yaml(target, chat_dir, "", list(soak_agents.POPULATION)),
-                 soak_agents.league_yaml(BIN, target, LEAGUE_STEPS_PER_UPDATE),
+                 soak_agents.league_yaml(BIN, target, LEAGUE_STEPS_PER_UPDATE, LEAGUE_SNAPSHOT_EVERY),
                  soak_agents.sections_yaml(league=True))
 
 

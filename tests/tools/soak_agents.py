@@ -64,17 +64,19 @@ def agents_yaml(steps, record, more="", names=None):
     return out
 
 
-def league_yaml(bin_dir, steps, steps_per_update=4):
+def league_yaml(bin_dir, steps, steps_per_update=4, snapshot_every=1):
     """The entries under `agents:` of the league's members: agent-worker, one update (4 envs x 16
     steps) per `steps_per_update` of the soak agents' `steps`, so that they play through the
-    faults (agent-worker is not paced: an update takes what the machine gives it)."""
+    faults (agent-worker is not paced: an update takes what the machine gives it), publishing a
+    snapshot every `snapshot_every` updates (each stays on the durable bus: the league may pick
+    any)."""
     out = ""
     for name, role in LEAGUE.items():
         out += ("  - {name: %s, command: [%s], args: {env: pursuit, role: %s, steps: %d, "
-                "num_envs: 4, rollout_steps: 16, lr: 0.001, snapshot_every: 1, match_every: 1, "
+                "num_envs: 4, rollout_steps: 16, lr: 0.001, snapshot_every: %d, match_every: 1, "
                 "env_args: {width: 5, max_steps: 20}}}\n"
                 % (name, json.dumps(os.path.join(bin_dir, "agent-worker")), role,
-                   max(60, steps // steps_per_update) * 64))
+                   max(60, steps // steps_per_update) * 64, snapshot_every))
     return out
 
 
