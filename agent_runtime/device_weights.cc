@@ -388,10 +388,13 @@ Result<bool> DeviceWeightStream::ReadByIpc(const DeviceWeightRecord& r,
   if (r.pid == ::getpid()) return staged("published by this process");
   // The publisher's table, opened anew each time: a publisher gone is seen.
   const std::string path = "/proc/" + std::to_string(r.pid) + "/fd/" + std::to_string(r.fd);
-  // Never waits in open (the number may now be another file's: a FIFO) and
-  // reads only a regular file (a memfd is one).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  // Opens only a regular file (a memfd is one; the number may now be another
+  // file's: a device, whose open acts) and never waits in open (a FIFO put
+  // there after the check).
   struct stat st {};
+  const int fd = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)
+                     ? ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+                     : -1;
   std::string nonce(r.nonce.size(), '\0');
   if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
       ::pread(fd, nonce.data(), nonce.size(), 0) != static_cast<ssize_t>(nonce.size()) ||

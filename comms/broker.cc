@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
@@ -207,33 +209,57 @@ Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarna
         "the bus",
         incarnation, agent, current));
   };
-  {
-    std::shared_lock<std::shared_mutex> lock(launches_mu_);
+  // The current launch, or a refusal remembered for a second; nullopt: ask.
+  auto known = [&]() -> std::optional<Status> {
     auto current = launches_.find(agent);
     if (current != launches_.end() && current->second == incarnation) return Status::Ok();
     if (!options_.current_launch) {
       if (current == launches_.end()) return Status::Ok();
       return fenced(current->second);
     }
-    // A launch refused once stays refused (a fence only ever names newer
-    // launches): no file read for each call of a replaced launch.
-    if (current != launches_.end()) {
-      auto old = replaced_.find(agent);
-      if (old != replaced_.end() && old->second.count(incarnation)) return fenced(current->second);
-    }
+    if (current == launches_.end()) return std::nullopt;
+    auto launches = asked_.find(agent);
+    if (launches == asked_.end()) return std::nullopt;
+    auto refused = launches->second.refused.find(incarnation);
+    if (refused == launches->second.refused.end() ||
+        std::chrono::steady_clock::now() - refused->second >= kRefusalKept)
+      return std::nullopt;
+    return fenced(current->second);
+  };
+  std::mutex* asking = nullptr;
+  {
+    std::shared_lock<std::shared_mutex> lock(launches_mu_);
+    if (std::optional<Status> s = known()) return *s;
+    auto launches = asked_.find(agent);
+    if (launches != asked_.end()) asking = launches->second.mu.get();
+  }
+  if (asking == nullptr) {
+    std::unique_lock<std::shared_mutex> lock(launches_mu_);
+    std::unique_ptr<std::mutex>& mu = asked_[std::string(agent)].mu;
+    if (!mu) mu = std::make_unique<std::mutex>();
+    asking = mu.get();
   }
   // The launcher's record: at the first launch seen, or before refusing one.
-  // One asker at a time, so the record follows the fence in the file's order.
-  std::lock_guard<std::mutex> asking(ask_launch_mu_);
+  // One asker per agent at a time, so the record follows the fence in the
+  // file's order; a caller that waited may find its answer meanwhile.
+  std::lock_guard<std::mutex> one(*asking);
+  {
+    std::shared_lock<std::shared_mutex> lock(launches_mu_);
+    if (std::optional<Status> s = known()) return *s;
+  }
   Result<std::string> named = options_.current_launch(std::string(agent));
   std::unique_lock<std::shared_mutex> lock(launches_mu_);
   auto current = launches_.find(agent);
-  if (current != launches_.end() && current->second == incarnation) return Status::Ok();
   if (!named.ok()) {
+    if (current != launches_.end() && current->second == incarnation) return Status::Ok();
     return Unavailable(fmt::format("which launch of agent {} is current cannot be told now: {}",
                                    agent, named.status().ToString()));
   }
+  Asked& asked = asked_[std::string(agent)];
   std::string id = std::move(named).value();
+  // A fence never goes back to a launch it replaced: such a read is stale
+  // (a shared file system's cache) and names the current one.
+  if (!id.empty() && asked.replaced.count(id)) id.clear();
   if (id.empty()) {  // none named: the first launch seen is current
     if (current == launches_.end()) {
       launches_.emplace(std::string(agent), std::string(incarnation));
@@ -242,13 +268,13 @@ Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarna
     id = current->second;
   } else if (current == launches_.end()) {
     current = launches_.emplace(std::string(agent), id).first;
-  } else {
-    current->second = id;
+  } else if (current->second != id) {
+    if (asked.replaced.size() >= kMaxLaunchesKept) asked.replaced.clear();
+    asked.replaced.insert(std::exchange(current->second, id));
   }
   if (id == incarnation) return Status::Ok();
-  std::set<std::string, std::less<>>& old = replaced_[std::string(agent)];
-  if (old.size() >= kMaxReplacedLaunches) old.clear();
-  old.emplace(incarnation);
+  if (asked.refused.size() >= kMaxLaunchesKept) asked.refused.clear();
+  asked.refused[std::string(incarnation)] = std::chrono::steady_clock::now();
   return fenced(id);
 }
 

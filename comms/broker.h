@@ -315,11 +315,19 @@ class Broker {
   mutable std::shared_mutex launches_mu_;
   mutable std::map<std::string, std::string, std::less<>>
       launches_;  // agent -> current incarnation
-  // Launches BrokerOptions::current_launch has refused, per agent (under
-  // launches_mu_; at most kMaxReplacedLaunches each, then forgotten).
-  static constexpr size_t kMaxReplacedLaunches = 64;
-  mutable std::map<std::string, std::set<std::string, std::less<>>, std::less<>> replaced_;
-  mutable std::mutex ask_launch_mu_;  // one current_launch call at a time
+  // What BrokerOptions::current_launch said of an agent (under launches_mu_):
+  // one asker at a time (`mu`), the launches it replaced (never current
+  // again) and those it refused, refused again without asking for
+  // kRefusalKept (a replaced launch's every call would read the fence). At
+  // most kMaxLaunchesKept of each, then forgotten.
+  struct Asked {
+    std::unique_ptr<std::mutex> mu;
+    std::set<std::string, std::less<>> replaced;
+    std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> refused;
+  };
+  static constexpr size_t kMaxLaunchesKept = 64;
+  static constexpr std::chrono::seconds kRefusalKept{1};
+  mutable std::map<std::string, Asked, std::less<>> asked_;
 
   std::mutex readers_mu_;                         // before any log's mu
   std::map<const Reader*, std::string> readers_;  // -> agent

@@ -229,7 +229,10 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
       s.last_checkpoint_step = m.checkpoint_step;
       Touch(false);
     }
-    if (m.step > s.step) {
+    // Its first step heard replaces the last incarnation's (it may have
+    // resumed lower), as while it runs; later ones only raise it.
+    if (m.step >= 0 && (a.rate_t0_s < 0 || m.step > s.step)) {
+      if (a.rate_t0_s < 0) a.rate_t0_s = clock_->NowSeconds();
       s.step = m.step;
       Touch(false);
     }

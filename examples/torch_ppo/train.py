@@ -226,8 +226,11 @@ class League:
         if self.rt.rank == 0:
             return
         for agent, version in zip(agents, versions.tolist()):
-            if version == 0 or self.held.get(agent, [0])[0] == version or \
-                    agent not in self.streams:
+            if version == 0:  # rank 0 plays none of it: neither does this rank
+                self.players.pop(agent, None)
+                self.held.pop(agent, None)
+                continue
+            if self.held.get(agent, [0])[0] == version or agent not in self.streams:
                 continue
             try:
                 self._load(agent, self.streams[agent].at(version, timeout=10))

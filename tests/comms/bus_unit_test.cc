@@ -298,6 +298,21 @@ TEST_CASE(
   CHECK(b.Authenticate("prey-0", other, "a").ok());
 }
 
+TEST_CASE("a fence read naming a launch it replaced (a stale cache) brings that launch not back") {
+  std::string fence = "slurm-8.0";
+  BrokerOptions opts;
+  opts.current_launch = [&](const std::string&) -> Result<std::string> { return fence; };
+  Broker b(opts, TestAcl(), "secret", 1);
+  CHECK(b.CheckIncarnation("predator-0", "slurm-8.0").ok());
+  fence = "slurm-8.1";
+  CHECK(b.CheckIncarnation("predator-0", "slurm-8.1").ok());  // 8.0 replaced
+  fence = "slurm-8.0";                                        // a stale read
+  const Status early = b.CheckIncarnation("predator-0", "slurm-8.2");
+  CHECK(early.code() == StatusCode::kPermissionDenied);
+  CHECK(early.message().find("replaced by launch slurm-8.1") != std::string::npos);
+  CHECK(b.CheckIncarnation("predator-0", "slurm-8.1").ok());
+}
+
 TEST_CASE("ranks of one launch calling at once, with no fence, are all let in") {
   // Each asks the launcher's record, which is slow (a file on a shared file
   // system) and names none: the first launch seen is current.
