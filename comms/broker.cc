@@ -248,13 +248,12 @@ Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarna
     if (std::optional<Status> s = known()) return *s;
   }
   Result<std::string> named = options_.current_launch(std::string(agent));
-  std::unique_lock<std::shared_mutex> lock(launches_mu_);
-  auto current = launches_.find(agent);
   if (!named.ok()) {
-    if (current != launches_.end() && current->second == incarnation) return Status::Ok();
     return Unavailable(fmt::format("which launch of agent {} is current cannot be told now: {}",
                                    agent, named.status().ToString()));
   }
+  std::unique_lock<std::shared_mutex> lock(launches_mu_);
+  auto current = launches_.find(agent);
   Asked& asked = asked_[std::string(agent)];
   std::string id = std::move(named).value();
   // A fence never goes back to a launch it replaced: such a read is stale

@@ -68,6 +68,22 @@ bool SelfInflicted(int exit_code, int term_signal) {
          term_signal == SIGFPE || term_signal == SIGILL || term_signal == SIGTRAP;
 }
 
+// What a report of a rank adds to its agent's row beside its step: the
+// newest committed checkpoint and the metrics. Whether it changed anything.
+bool TakeReport(AgentStatus& s, const TelemetryMessage& m) {
+  bool changed = false;
+  if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
+      (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
+    s.last_checkpoint_step = m.checkpoint_step;
+    changed = true;
+  }
+  if (m.type == TelemetryType::kMetrics && m.metrics.is_object()) {
+    for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
 
 double BackoffDelay(const RestartPolicy& policy, int failures_in_a_row) {
@@ -224,22 +240,15 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     // exit (the intake runs behind under load) or during its teardown: its
     // newest committed checkpoint, the step it reached and its last metrics
     // count (a succeeded agent shows its last step); nothing of its liveness.
-    if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
-        (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
-      s.last_checkpoint_step = m.checkpoint_step;
-      Touch(false);
-    }
+    bool changed = TakeReport(s, m);
     // Its first step heard replaces the last incarnation's (it may have
     // resumed lower), as while it runs; later ones only raise it.
     if (m.step >= 0 && (a.rate_t0_s < 0 || m.step > s.step)) {
       if (a.rate_t0_s < 0) a.rate_t0_s = clock_->NowSeconds();
       s.step = m.step;
-      Touch(false);
+      changed = true;
     }
-    if (m.type == TelemetryType::kMetrics && m.metrics.is_object()) {
-      for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
-      Touch(false);
-    }
+    if (changed) Touch(false);
     return;
   }
   if (a.phase != Phase::kRunning) return;
@@ -297,10 +306,7 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     }
     Touch(false);
   }
-  if (m.type == TelemetryType::kMetrics && m.metrics.is_object()) {
-    for (const auto& [k, v] : m.metrics.items()) s.metrics[k] = v;
-    Touch(false);
-  }
+  if (TakeReport(s, m)) Touch(false);
   if (m.type == TelemetryType::kRestore) {
     s.restored_step = m.checkpoint_step;
     s.skipped_checkpoints = m.skipped_steps;
@@ -310,11 +316,6 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
     // A rank leaving cleanly sends no more heartbeats; its exit (or mpirun's) decides the rest.
     a.rank_done[static_cast<size_t>(m.rank)] = true;
     a.bye_s = now;
-  }
-  if (m.type == TelemetryType::kCheckpoint && m.checkpoint_step >= 0 &&
-      (!s.last_checkpoint_step || m.checkpoint_step > *s.last_checkpoint_step)) {
-    s.last_checkpoint_step = m.checkpoint_step;
-    Touch(false);
   }
 }
 

@@ -194,6 +194,17 @@ def heartbeating(run, name, ranks, not_pids=(), since=0.0):
     return a if len(set(pids)) == ranks and all(p > 0 for p in pids) else None
 
 
+def runs_program(pid, *names):
+    """Process `pid` is one of the programs `names` itself (its command line names one), not the
+    launcher (srun, mpirun) that stands for a rank until it says hello; False once it is gone."""
+    try:
+        with open("/proc/%d/cmdline" % pid) as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return any(n in cmdline for n in names)
+
+
 def sigkill_league_member(run, rng, members, kind, timeout=90):
     """SIGKILL of a running league member's rank (one of `members`, chosen by `rng`), mid-match
     or mid-report; `run` has agent(name). Waits for its next incarnation (or its end: the fault
@@ -205,10 +216,7 @@ def sigkill_league_member(run, rng, members, kind, timeout=90):
         return None
     a = rng.choice(running)
     pid = a["ranks"][0]["pid"]
-    try:  # the member itself, not the launcher that stands for it until it says hello
-        if "agent-worker" not in open("/proc/%d/cmdline" % pid).read():
-            return None
-    except OSError:
+    if not runs_program(pid, "agent-worker"):
         return None
     t0 = time.monotonic()
     try:

@@ -61,7 +61,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import soak_agents  # noqa: E402
 from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
                              print_fault_table, read_status, restore_since, run_processes,
-                             sigkill_league_member, soak_agent_command, status_agent, wait_for)
+                             runs_program, sigkill_league_member, soak_agent_command, status_agent,
+                             wait_for)
 
 SRC = os.environ.get("AGENTRT_SOURCE_DIR",
                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -267,11 +268,7 @@ class Soak:
         if not before:
             return
         rank = self.rng.choice(before[name]["row"]["ranks"])
-        try:  # the rank itself, not the srun that stands for it until it says hello
-            cmdline = open("/proc/%d/cmdline" % rank["pid"]).read()
-            if "agentrt-test-agent" not in cmdline and "soak_agents.py" not in cmdline:
-                return
-        except OSError:
+        if not runs_program(rank["pid"], "agentrt-test-agent", "soak_agents.py"):
             return
         t0 = time.monotonic()
         try:
