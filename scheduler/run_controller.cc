@@ -262,7 +262,9 @@ void RunController::OnTelemetry(const TelemetryMessage& m) {
       r.pid = m.pid;  // an mpirun or srun rank tells its own pid
       Touch(true);
     }
-    if (m.time > 0) r.heard_unix_s = m.time;
+    // When the controller heard it, by its own clock (the dashboard's heartbeat age is
+    // measured against it): the rank's `time` is its node's clock, which may be off or stepped.
+    r.heard_unix_s = UnixTimeSeconds();
   }
   if (m.type == TelemetryType::kHeartbeat && m.collective) {
     auto& c = a.collectives[static_cast<size_t>(m.rank)];

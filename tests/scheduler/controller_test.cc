@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -810,6 +811,21 @@ TEST_CASE("a step of a rank's wall clock neither makes a collective hang nor hid
   rc.Tick();
   CHECK_THAT(rc.status().agents[0].reason,
              Catch::StartsWith("every rank is stuck in all_reduce #7 for 6 s"));
+}
+
+TEST_CASE("a rank is heard at the controller's time, whatever its node's clock says") {
+  Fixture f;
+  f.Make({MakeAgent("a", 2)});
+  // Rank 0's node is an hour behind, rank 1's an hour ahead: neither is an hour old or new.
+  for (int rank = 0; rank < 2; ++rank) {
+    TelemetryMessage m = Heartbeat("a", rank, 0, 3);
+    m.time = UnixTimeSeconds() + (rank == 0 ? -3600 : 3600);
+    f.rc->OnTelemetry(m);
+  }
+  for (const auto& r : f.A("a").ranks) {
+    REQUIRE(r.heard_unix_s);
+    CHECK(std::abs(*r.heard_unix_s - UnixTimeSeconds()) < 60);
+  }
 }
 
 TEST_CASE("a training loop that stops reporting steps is a hang after progress_timeout_s") {
