@@ -57,6 +57,23 @@ function(agentrt_test)
   agentrt_test_properties("${A_NAME}" "${A_TIMEOUT}" "${A_LABELS}" "${A_ENVIRONMENT}")
 endfunction()
 
+# agentrt_test_program(NAME name SRCS ... [DEPS ...] [SHARED])
+# A program (or, SHARED, an LD_PRELOAD-able library) that tests start, not a test
+# itself: built with the project's warnings into the build's tests/ folder, next
+# to the test executables.
+function(agentrt_test_program)
+  cmake_parse_arguments(A "SHARED" "NAME" "SRCS;DEPS" ${ARGN})
+  if(A_SHARED)
+    add_library(${A_NAME} SHARED ${A_SRCS})
+  else()
+    add_executable(${A_NAME} ${A_SRCS})
+  endif()
+  target_link_libraries(${A_NAME} PRIVATE ${A_DEPS})
+  target_compile_options(${A_NAME} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${AGENTRT_WARNINGS}>)
+  set_target_properties(${A_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests
+                                             LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+endfunction()
+
 # agentrt_script_test(NAME name COMMAND ... LABELS ... [TIMEOUT s] [ENVIRONMENT ...])
 # A test that is a script (bash/python) rather than a Catch2 executable.
 function(agentrt_script_test)

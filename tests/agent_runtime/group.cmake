@@ -27,10 +27,8 @@ foreach(np 3 4)
 endforeach()
 
 # A stand-in agent rank; the tests below start it under mpirun.
-add_executable(group_agent_worker group_agent_worker.cc)
-target_link_libraries(group_agent_worker PRIVATE agentrt::runtime)
-target_compile_options(group_agent_worker PRIVATE ${AGENTRT_WARNINGS})
-set_target_properties(group_agent_worker PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+agentrt_test_program(NAME group_agent_worker
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/group_agent_worker.cc DEPS agentrt::runtime)
 
 agentrt_test(NAME group_independence_test
   SRCS group_independence_test.cc
