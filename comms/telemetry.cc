@@ -280,14 +280,32 @@ TelemetrySender::~TelemetrySender() {
   zmq_ctx_term(context_);  // waits at most `linger` for queued messages
 }
 
+namespace {
+
+// The last sequence number any sender of this process signed. A message is
+// numbered after it, and no lower than the wall time in microseconds: a second
+// sender of the same rank and restart counts upwards, in this process (a
+// Runtime made again) whatever the wall clock did meanwhile (a step back would
+// have numbered its messages below the first one's, and the receiver would
+// have refused them as replays), in another process by the wall clock.
+std::atomic<uint64_t> g_last_seq{0};
+
+uint64_t NextSeq() {
+  const auto now_us = static_cast<uint64_t>(UnixTimeSeconds() * 1e6);
+  uint64_t last = g_last_seq.load(std::memory_order_relaxed);
+  uint64_t next = 0;
+  do {
+    next = std::max(last + 1, now_us);
+  } while (!g_last_seq.compare_exchange_weak(last, next, std::memory_order_relaxed));
+  return next;
+}
+
+}  // namespace
+
 bool TelemetrySender::Send(const TelemetryMessage& message) {
   if (token_.empty()) return SendRaw(EncodeTelemetry(message));
-  std::lock_guard<std::mutex> lock(mu_);
-  // Microseconds of wall time, so a second sender of the same rank and
-  // restart (a Runtime made again in one process) still counts upwards.
-  const auto now_us = static_cast<uint64_t>(UnixTimeSeconds() * 1e6);
-  last_seq_ = std::max(last_seq_ + 1, now_us);
-  const std::string text = EncodeTelemetry(message, last_seq_);
+  std::lock_guard<std::mutex> lock(mu_);  // numbered and sent in one order
+  const std::string text = EncodeTelemetry(message, NextSeq());
   char mac[kHmacSha256HexSize];
   key_.Hex(text, mac);
   return SendFramesLocked(text, std::string_view(mac, sizeof mac));

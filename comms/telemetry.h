@@ -174,7 +174,6 @@ class TelemetrySender {
   std::string token_;
   HmacSha256Key key_;  // token_'s, ready to sign
   std::mutex mu_;
-  uint64_t last_seq_ = 0;  // guarded by mu_
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> dropped_{0};
 };

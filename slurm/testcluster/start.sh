@@ -4,6 +4,7 @@
 # spool, state, logs, pid files) inside STATE_DIR, with fake GPUs.
 #
 #   slurm/testcluster/start.sh STATE_DIR [--nodes N] [--gpus G] [--cpus C] [--gpu-types T1,T2]
+#                                        [--clock-shim LIB]
 #   source STATE_DIR/env.sh        # SLURM_CONF for sinfo/srun/sbatch/...
 #   slurm/testcluster/stop.sh STATE_DIR
 #
@@ -18,6 +19,14 @@
 # node. --gpu-types h100,b200 gives node I the type T((I-1) mod count): its gres
 # is gpu:TYPE:G, as on a cluster with two kinds of GPU nodes.
 #
+# --clock-shim LIB (the build's tests/libagentrt_clock_offset.so): each node
+# gets a wall clock of its own, which a test steps by writing the node's
+# offset (a signed 64-bit count of nanoseconds, native byte order) into
+# STATE_DIR/clock/NODE; all of a kernel's namespaces share one wall clock,
+# so a TaskProlog gives every task of the node the shim (LD_PRELOAD) and its
+# node's file (AGENTRT_TESTCLUSTER_CLOCK_FILE). SLURM's own daemons keep the
+# host's clock.
+#
 # The fake GPUs are character devices (major 1, minor 3: the same device as
 # /dev/null) named in gres.conf, so SLURM's GRES accounting and its
 # CUDA_VISIBLE_DEVICES binding are the real ones; nothing reads the devices.
@@ -30,19 +39,21 @@
 # something does not start. Needs root (slurmd runs jobs as their user).
 set -euo pipefail
 
-usage() { echo "usage: $0 STATE_DIR [--nodes N] [--gpus G] [--cpus C] [--gpu-types T1,T2]" >&2; exit 2; }
+usage() { echo "usage: $0 STATE_DIR [--nodes N] [--gpus G] [--cpus C] [--gpu-types T1,T2] [--clock-shim LIB]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 state_arg=$1; shift
 gpus=${AGENTRT_TESTCLUSTER_GPUS:-8}
 cpus=${AGENTRT_TESTCLUSTER_CPUS:-}
 nodes=${AGENTRT_TESTCLUSTER_NODES:-1}
 gpu_types=""
+clock_shim=""
 while [ $# -gt 0 ]; do
   case $1 in
     --gpus|--gpus-per-node) gpus=${2:?}; shift 2 ;;
     --cpus|--cpus-per-node) cpus=${2:?}; shift 2 ;;
     --nodes) nodes=${2:?}; shift 2 ;;
     --gpu-types) gpu_types=${2:?}; shift 2 ;;
+    --clock-shim) clock_shim=${2:?}; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -51,6 +62,10 @@ done
 [[ -z $gpu_types || $gpu_types =~ ^[a-z0-9]+(,[a-z0-9]+)*$ ]] \
   || { echo "testcluster: --gpu-types must be names like h100,b200, got '$gpu_types'" >&2; exit 2; }
 IFS=, read -r -a type_list <<<"$gpu_types"
+if [ -n "$clock_shim" ]; then
+  [ -f "$clock_shim" ] || { echo "testcluster: --clock-shim: no such file '$clock_shim'" >&2; exit 2; }
+  clock_shim=$(cd "$(dirname "$clock_shim")" && pwd -P)/$(basename "$clock_shim")
+fi
 if [ -z "$cpus" ]; then cpus=$(( $(nproc) > 16 ? $(nproc) : 16 )); fi
 [[ $cpus =~ ^[1-9][0-9]*$ ]] || { echo "testcluster: --cpus must be a positive number, got '$cpus'" >&2; exit 2; }
 
@@ -230,6 +245,7 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 SlurmdParameters=config_overrides
 MpiDefault=none
+$([ -n "$clock_shim" ] && echo "TaskProlog=$state/task-prolog.sh")
 ReturnToService=2
 JobRequeue=1
 KillWait=5
@@ -243,6 +259,22 @@ $(for ((i = 0; i < ${#node_names[@]}; i++)); do
 done)
 PartitionName=debug Nodes=$node_list Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
+# --clock-shim: each node's wall-clock offset (0 to start), and the TaskProlog
+# that gives every task of a node the shim and its node's file (its "export"
+# lines set the task's environment).
+if [ -n "$clock_shim" ]; then
+  mkdir -p "$state/clock"
+  for name in "${node_names[@]}"; do
+    head -c 8 /dev/zero >"$state/clock/$name"
+    chmod 0644 "$state/clock/$name"
+  done
+  cat >"$state/task-prolog.sh" <<PROLOG
+#!/bin/sh
+echo "export LD_PRELOAD=$clock_shim"
+echo "export AGENTRT_TESTCLUSTER_CLOCK_FILE=$state/clock/\$SLURMD_NODENAME"
+PROLOG
+  chmod 0755 "$state/task-prolog.sh"
+fi
 # PMIx: every node's step daemons make their scratch directories under this one
 # path, which each node bind-mounts over with its own (the nodes share /tmp).
 mkdir -p "$state/pmix-tmp"

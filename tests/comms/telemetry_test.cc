@@ -392,6 +392,42 @@ TEST_CASE("a replayed signed message is refused; a new restart of the rank start
   CHECK((*receiver)->rejected() == 2);
 }
 
+// Run by tests/slurm/clock_offset_test.sh under the test cluster's clock shim
+// (hidden here: it needs the shim to step this process's wall clock back).
+TEST_CASE("a sender made after the wall clock stepped back numbers after the earlier one",
+          "[.clock_step]") {
+  const char* clock = std::getenv("AGENTRT_TESTCLUSTER_CLOCK_FILE");
+  REQUIRE(clock != nullptr);
+  const auto step_clock = [&](int64_t seconds) {
+    const int64_t ns = seconds * 1000000000;
+    std::fstream f(clock, std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(f.write(reinterpret_cast<const char*>(&ns), sizeof ns));
+  };
+  step_clock(0);
+  TelemetryReceiverOptions options;
+  options.tokens = {{"predator-0", DeriveAgentToken("secret", "predator-0")}};
+  auto receiver = TelemetryReceiver::Bind("tcp://127.0.0.1:*", options);
+  REQUIRE(receiver.ok());
+  TelemetrySenderOptions signed_options;
+  signed_options.token = options.tokens["predator-0"];
+  for (int sender = 0; sender < 2; ++sender) {
+    // The second Runtime of the same rank and restart in this process, after a step back.
+    if (sender == 1) {
+      const double before = UnixTimeSeconds();
+      step_clock(-60);
+      REQUIRE(UnixTimeSeconds() < before - 50);  // the shim is in effect
+    }
+    auto s = TelemetrySender::Connect((*receiver)->endpoint(), signed_options);
+    REQUIRE(s.ok());
+    for (int i = 0; i < 3; ++i) REQUIRE((*s)->Send(Metrics(0, 10 * sender + i, 0.5)));
+    auto got = Receive(**receiver, 3);
+    REQUIRE(got.size() == 3);
+    CHECK(got[0].step == 10 * sender);
+  }
+  step_clock(0);
+  CHECK((*receiver)->rejected() == 0);
+}
+
 TEST_CASE("a sender with no receiver drops instead of blocking, and counts the drops") {
   // Nobody listens on this ipc path: messages queue up to the high-water mark,
   // then every further Send returns false at once.

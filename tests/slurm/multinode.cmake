@@ -38,5 +38,6 @@ set_tests_properties(slurm_from_run_test PROPERTIES SKIP_RETURN_CODE 77)
 agentrt_script_test(NAME slurm_soak_cluster
   COMMAND ${AGENTRT_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/soak_cluster_test.py --seconds 60
   LABELS slurm soak fault
-  TIMEOUT 900)
+  TIMEOUT 900
+  ENVIRONMENT AGENTRT_CLOCK_SHIM=$<TARGET_FILE:agentrt_clock_offset>)
 set_tests_properties(slurm_soak_cluster PROPERTIES SKIP_RETURN_CODE 77)

@@ -19,6 +19,11 @@ with a fixed seed keeps breaking things:
   requeues and every agent resumes;
 - kill -9 of the controller (the allocation's batch shell): SLURM ends the job, the operator
   requeues it (`scontrol requeue`) and every agent resumes;
+- a clock step: one node's wall clock (every task of the node reads it through the test
+  cluster's shim, start.sh --clock-shim) steps CLOCK_STEP_S forward or back, as NTP steps a
+  clock that drifted, and back again CLOCK_HOLD_S later: nothing may restart for it, every rank's
+  heartbeat age in status.json stays under heartbeat_timeout_s, and each agent with a rank on the
+  node commits a new checkpoint;
 - a full disk: the run directory's file system (a tmpfs of its own, mounted before the nodes
   start; checkpoints, logs and the bus log live there) is filled for FULL_DISK_S, then freed:
   every agent must commit a new checkpoint afterwards, and no restore may ever meet a corrupt
@@ -51,6 +56,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -89,8 +95,15 @@ LEAGUE_KILL = "SIGKILL of a league member"
 # update filled it within 300 s).
 LEAGUE_STEPS_PER_UPDATE = 1
 LEAGUE_SNAPSHOT_EVERY = 10
+CLOCK_STEP = "clock step"
 KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
-         "preemption", "kill controller", "full disk", LEAGUE_KILL]
+         "preemption", "kill controller", "full disk", LEAGUE_KILL, CLOCK_STEP]
+# The test cluster's wall-clock shim (tests/slurm/clock_offset_shim.cc); without it no clock step.
+CLOCK_SHIM = os.environ.get("AGENTRT_CLOCK_SHIM",
+                            os.path.join(BIN, "..", "tests", "libagentrt_clock_offset.so"))
+CLOCK_STEP_S = 90  # the step, forward or back
+CLOCK_HOLD_S = 8   # how long the node's clock stays stepped: twice heartbeat_timeout_s
+HEARTBEAT_TIMEOUT_S = 4  # the agents' restart.heartbeat_timeout_s (config())
 DISK_MIB = 512  # the run directory's file system
 FULL_DISK_S = 5  # how long it stays full: over two checkpoint intervals
 
@@ -109,8 +122,11 @@ class Cluster:
         self.state = tempfile.mkdtemp(prefix="agentrt-msoak.")
         self.tag = hashlib.md5(self.state.encode()).hexdigest()[:4]
         start = os.path.join(SRC, "slurm", "testcluster", "start.sh")
-        p = subprocess.run([start, self.state, "--nodes", str(NODES), "--gpus", "2", "--cpus", str(CPUS)],
-                           capture_output=True, text=True, timeout=180)
+        args = [start, self.state, "--nodes", str(NODES), "--gpus", "2", "--cpus", str(CPUS)]
+        self.clocks = os.path.exists(CLOCK_SHIM)
+        if self.clocks:
+            args += ["--clock-shim", CLOCK_SHIM]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=180)
         if p.returncode != 0:
             self.close()  # what did start
             raise Failure("start.sh --nodes %d failed: %s" % (NODES, p.stdout + p.stderr))
@@ -133,6 +149,12 @@ class Cluster:
             except ProcessLookupError:
                 pass
         self.mark_down(node, "agentrt-soak-killed")
+
+    def step_clock(self, node, seconds):
+        """Node `node`'s wall clock reads `seconds` from the host's from now on (every task of the
+        node maps the file its shim reads)."""
+        with open(os.path.join(self.state, "clock", node), "r+b") as f:
+            f.write(struct.pack("=q", int(seconds * 1e9)))
 
     def link(self, node, up):
         sh("ip", "link", "set", "arth%s%s" % (self.tag, node[1:]), "up" if up else "down")
@@ -180,11 +202,11 @@ def config(work, target, chat_dir):
 slurm: {spare_nodes: %d}
 defaults:
   restart: {max_restarts: 1000, backoff_s: 0.2, backoff_max_s: 1, crash_loop_after: 0,
-            heartbeat_timeout_s: 4, grace_s: 2}
+            heartbeat_timeout_s: %d, grace_s: 2}
   checkpoint: {interval_s: 2, keep_last: 100}
   env: %s
 agents:
-%s%s%s%s%s""" % (work, SPARES, soak_agents.env_yaml(BIN), agents,
+%s%s%s%s%s""" % (work, SPARES, HEARTBEAT_TIMEOUT_S, soak_agents.env_yaml(BIN), agents,
                  soak_agents.agents_yaml(target, chat_dir, "gpus: 1, ", list(soak_agents.CHAT)),
                  soak_agents.agents_yaml(target, chat_dir, "", list(soak_agents.POPULATION)),
                  soak_agents.league_yaml(BIN, target, LEAGUE_STEPS_PER_UPDATE, LEAGUE_SNAPSHOT_EVERY),
@@ -346,7 +368,9 @@ class Soak:
                     j = json.load(open(m))
                 except (OSError, ValueError):
                     continue
-                if j["time"] > t_moved:
+                # The file's time, from the kernel: the manifest's own "time" is its node's wall
+                # clock, which a clock step may have moved.
+                if os.stat(m).st_mtime > t_moved:
                     after.append(j.get("incarnation"))
             return after or None
         after = wait_for("%s's new incarnation to commit a checkpoint" % name, new_commit, 30, 0.2)
@@ -430,6 +454,69 @@ class Soak:
             self.faults.append({"kind": "full disk", "agent": name, "lost": lost,
                                 "recovery_s": time.monotonic() - t0 - FULL_DISK_S})
 
+    def clock_step(self):
+        """One node's wall clock steps CLOCK_STEP_S forward or back, and back again once
+        CLOCK_HOLD_S have passed and each agent with a rank on the node has committed a
+        checkpoint meanwhile (its recovery: the time to that checkpoint). Nothing restarts for
+        it: all along every agent keeps its processes, and from 1.5 s after each step (status.json
+        is written once a second, and a step of the controller's own node moves its clock
+        between a heartbeat and the next write) every rank's heartbeat age there stays under
+        heartbeat_timeout_s."""
+        on = {}
+        for name in AGENTS:
+            for r in (self.agent(name) or {"ranks": []})["ranks"]:
+                on.setdefault(r["node"], set()).add(name)
+        before = self.before(sorted(AGENTS))
+        if not on or not before:
+            return
+        node = self.rng.choice(sorted(on))
+        step = self.rng.choice([-1, 1]) * CLOCK_STEP_S
+        kind = "clock step ±%d s%s" % (
+            CLOCK_STEP_S, ", controller's node" if node == self.batch_host() else "")
+        committed = {}  # agent on the node: seconds from the step to its first commit after it
+        oldest = [0.0]  # the oldest heartbeat age seen in status.json
+
+        def hold(seconds, until_committed):
+            stepped = time.monotonic()
+            while time.monotonic() < stepped + seconds or (
+                    until_committed and len(committed) < len(on[node])):
+                if time.monotonic() > stepped + 60:
+                    raise Failure("not every agent on %s committed a checkpoint within 60 s of a "
+                                  "%+d s clock step: only %s" % (node, step, sorted(committed)))
+                status = self.status()
+                for name, b in before.items() if status else ():
+                    a = next(x for x in status["agents"] if x["name"] == name)
+                    if a["state"] == "succeeded":
+                        continue  # it reached its target meanwhile
+                    pids = {r["pid"] for r in a["ranks"]}
+                    if a["state"] != "running" or pids != b["pids"]:
+                        raise Failure("%s did not keep running in the same processes %s through a "
+                                      "%+d s clock step of %s (now %s, pids %s)" % (
+                                          name, sorted(b["pids"]), step, node, a["state"],
+                                          sorted(pids)))
+                    if time.monotonic() > stepped + 1.5:
+                        ages = [status["updated_unix_s"] - r["heard_unix_s"] for r in a["ranks"]]
+                        oldest[0] = max(oldest[0], *ages)
+                        if max(ages) >= HEARTBEAT_TIMEOUT_S:
+                            raise Failure("%s's heartbeat ages reached %d s in a %+d s clock step "
+                                          "of %s: %s" % (name, HEARTBEAT_TIMEOUT_S, step, node,
+                                                         ["%.1f" % x for x in ages]))
+                    if name in on[node] and name not in committed and \
+                            newest_committed(self.run_dir, name) > before[name]["checkpoint"]:
+                        committed[name] = time.monotonic() - stepped
+                time.sleep(0.25)
+        self.cluster.step_clock(node, step)
+        try:
+            hold(CLOCK_HOLD_S, True)
+        finally:
+            self.cluster.step_clock(node, 0)
+        hold(2.0, False)
+        print("ok: a %+d s clock step of %s and back: no agent restarted, heartbeat ages at most "
+              "%.1f s, %s committed checkpoints meanwhile" % (step, node, oldest[0],
+                                                              ", ".join(sorted(committed))))
+        for name, recovery in sorted(committed.items()):
+            self.faults.append({"kind": kind, "agent": name, "lost": 0, "recovery_s": recovery})
+
     def check_nothing_corrupt(self):
         """No restore had to pass over a corrupt checkpoint: none was torn."""
         for name in AGENTS:
@@ -451,6 +538,8 @@ class Soak:
                 self.kill_controller()
             elif kind == "full disk":
                 self.full_disk()
+            elif kind == CLOCK_STEP:
+                self.clock_step()
             elif kind == LEAGUE_KILL:
                 fault = sigkill_league_member(self, self.rng, soak_agents.LEAGUE, kind)
                 if fault:
@@ -509,6 +598,9 @@ def main():
         if not disk and "full disk" in kinds:
             print("soak_cluster_test: no full-disk faults: cannot mount a tmpfs on %s" % work)
             kinds = [k for k in kinds if k != "full disk"]
+        if not cluster.clocks and CLOCK_STEP in kinds:
+            print("soak_cluster_test: no clock steps: no clock shim at %s (build the tests)" % CLOCK_SHIM)
+            kinds = [k for k in kinds if k != CLOCK_STEP]
         soak = Soak(cluster, work, chat, args.seconds, args.seed, kinds)
         soak.go()
         rc = 0
