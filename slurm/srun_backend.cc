@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -110,6 +111,7 @@ class SrunBackend final : public LaunchBackend {
   }
 
   Result<LaunchedAgent> Launch(const AgentLaunch& agent) override {
+    AGENTRT_RETURN_IF_ERROR(InAllocation(agent));
     AGENTRT_RETURN_IF_ERROR(
         PrepareLaunch(agent, steps_.count(agent.name) > 0 && steps_[agent.name].pid != 0));
     std::error_code ec;
@@ -144,6 +146,21 @@ class SrunBackend final : public LaunchBackend {
     launched.master_port = port;
     for (const auto& r : agent.ranks) launched.ranks.push_back({r.rank, *pid, r.node});
     return launched;
+  }
+
+  // Every rank of `agent` on a node of the job (SrunOptions::allocation_nodes).
+  Status InAllocation(const AgentLaunch& agent) const {
+    const auto& held = options_.allocation_nodes;
+    if (held.empty()) return Status::Ok();
+    for (const auto& r : agent.ranks) {
+      if (std::find(held.begin(), held.end(), r.node) != held.end()) continue;
+      return FailedPrecondition(fmt::format(
+          "agent {}: rank {} is placed on node {}, which this allocation does not hold ({}): no "
+          "node of the allocation was free for it after the requeue. Give the job a spare node "
+          "(slurm.spare_nodes) or requeue it once {} is back",
+          agent.name, r.rank, r.node, fmt::join(held, ","), r.node));
+    }
+    return Status::Ok();
   }
 
   Status Signal(const std::string& agent, int sig) override {

@@ -67,6 +67,10 @@ struct SrunOptions {
   std::vector<std::string> extra_args;   // added to every srun (before the command)
   std::vector<std::string> rank_exec = {"agentrt-exec-rank"};  // the rank wrapper's argv prefix
   bool node_steps = false;                                     // slurm.steps: node (see above)
+  // The job's nodes: a launch with a rank placed on another fails at once
+  // (FailedPrecondition, the agent fails saying why) instead of an srun that
+  // cannot start, relaunched until the restart budget is spent. Empty: not checked.
+  std::vector<std::string> allocation_nodes;
   double node_step_poll_s = 0.2;  // how often agents of node steps are looked at
 };
 

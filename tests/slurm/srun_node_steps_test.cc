@@ -191,6 +191,24 @@ TEST_CASE("node steps: only inside a batch, and a node step that cannot start fa
                                 Catch::Contains("srun: cannot execute"));
 }
 
+TEST_CASE("a launch on a node the allocation does not hold fails at once, saying which") {
+  agentrt::testing::TempDir dir;
+  auto owned = std::make_unique<FakeSpawner>();
+  FakeSpawner* spawner = owned.get();
+  SrunOptions options;
+  options.srun = "/bin/true";
+  options.allocation_nodes = {"n1", "n2"};
+  auto backend = MakeSrunBackend(std::move(owned), nullptr, options);
+  REQUIRE(backend->Launch(OneNodeAgent(dir.path, "a", "n2", 1)).ok());
+  auto stray = backend->Launch(OneNodeAgent(dir.path, "b", "n3", 2));
+  REQUIRE_FALSE(stray.ok());
+  CHECK(stray.status().code() == StatusCode::kFailedPrecondition);  // the agent fails at once
+  CHECK_THAT(stray.status().message(),
+             Catch::Contains("agent b: rank 0 is placed on node n3, which this allocation does "
+                             "not hold (n1,n2)"));
+  CHECK(spawner->spawned.size() == 1);  // no srun for it
+}
+
 TEST_CASE("an srun killed by a signal has its step cancelled; one that ended has not") {
   agentrt::testing::TempDir dir;
   auto owned = std::make_unique<FakeSpawner>();

@@ -402,6 +402,8 @@ int RunInAllocation(const RunOptions& opts) {
   srun.rank_exec = RankWrapper();
   srun.trust_slurm_binding = plan->trust_slurm_binding;
   srun.node_steps = opts.node_steps;
+  for (const agentrt::NodeSpec& n : driver_options.allocation_nodes)
+    srun.allocation_nodes.push_back(n.name);
   for (const auto& a : plan->agents) {
     if (agentrt::LaunchesThroughMpi(a.backend, a.ranks)) srun.mpi_agents.push_back(a.name);
   }
