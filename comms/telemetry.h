@@ -19,7 +19,7 @@
 //                   "recent": [...]},  // heartbeats of a rank with a Group: its flight
 //                                      // recorder (CollectiveSnapshot, plan/records.h)
 //    "flops_per_sample": 3.2e12,    // when the agent declared it
-//    "seq": 1764460000250000}     // signed messages: strictly increasing per sender
+//    "seq": 1764460000250000}     // signed messages: strictly increasing per process
 //
 // A signed message (the sender has its agent's token, AGENTRT_TOKEN_FILE) is
 // two ZeroMQ frames: the JSON text, then the lower-case hex
@@ -27,7 +27,11 @@
 // accepts only messages signed with the token of the agent they name and
 // whose "seq" is above the last one it accepted from that agent, rank and
 // restart: a process without the token can neither forge nor replay a
-// heartbeat, which matters once telemetry is TCP across nodes.
+// heartbeat, which matters once telemetry is TCP across nodes. A process
+// numbers every signed message it sends, from any sender, above the last and
+// no lower than the wall time in microseconds, so a sender made again in one
+// process (a second Runtime) is not taken for a replay after a step back of
+// the wall clock, and one in a new process starts above an old one's.
 //
 // Order per rank: "hello" first, then heartbeats (period 1 s by default; a
 // tick is skipped when a "metrics" message went out within the period and

@@ -57,8 +57,9 @@ struct RankStatus {
   int64_t pid = 0;
   std::string node;
   std::optional<int> exit_code;  // -signal when killed by a signal
-  // The send time (the rank's own clock, Unix s) of its latest telemetry
-  // message in this incarnation; unset until it sends one.
+  // When the controller heard the rank's latest telemetry message of this
+  // incarnation (the controller's clock, Unix s: the rank's node clock may be
+  // off or stepped); unset until it sends one.
   std::optional<double> heard_unix_s;
 };
 

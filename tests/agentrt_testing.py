@@ -285,6 +285,21 @@ def print_fault_table(faults):
                                                  statistics.median(rec), max(rec)))
 
 
+def set_clock_offset(path, seconds):
+    """Every process that reads its wall clock through the test cluster's clock shim
+    (tests/slurm/clock_offset_shim.cc) with the offset file `path` reads it `seconds` from the
+    host's from now on: one aligned 8-byte store (nanoseconds, native byte order) into the file,
+    mapped, as the shim maps it."""
+    import ctypes
+    import mmap
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 8)
+        word = ctypes.c_int64.from_buffer(m)
+        word.value = int(round(seconds * 1e9))
+        del word  # the mapping closes only once nothing points into it
+        m.close()
+
+
 def newest_committed(run_dir, agent):
     steps = [int(os.path.basename(d).split("-")[1]) for d in committed_dirs(run_dir, agent)]
     return max(steps) if steps else -1

@@ -270,7 +270,7 @@ if [ -n "$clock_shim" ]; then
   done
   cat >"$state/task-prolog.sh" <<PROLOG
 #!/bin/sh
-echo "export LD_PRELOAD=$clock_shim"
+echo "export LD_PRELOAD=$clock_shim\${LD_PRELOAD:+:\$LD_PRELOAD}"
 echo "export AGENTRT_TESTCLUSTER_CLOCK_FILE=$state/clock/\$SLURMD_NODENAME"
 PROLOG
   chmod 0755 "$state/task-prolog.sh"

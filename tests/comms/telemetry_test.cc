@@ -1,11 +1,14 @@
 #include "comms/telemetry.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -398,11 +401,14 @@ TEST_CASE("a sender made after the wall clock stepped back numbers after the ear
           "[.clock_step]") {
   const char* clock = std::getenv("AGENTRT_TESTCLUSTER_CLOCK_FILE");
   REQUIRE(clock != nullptr);
-  const auto step_clock = [&](int64_t seconds) {
-    const int64_t ns = seconds * 1000000000;
-    std::fstream f(clock, std::ios::in | std::ios::out | std::ios::binary);
-    REQUIRE(f.write(reinterpret_cast<const char*>(&ns), sizeof ns));
-  };
+  // The offset the shim reads, mapped as it maps it; one store steps the clock.
+  const int fd = ::open(clock, O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  void* mapped = ::mmap(nullptr, 8, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(mapped != MAP_FAILED);
+  auto* offset = static_cast<std::atomic<int64_t>*>(mapped);
+  const auto step_clock = [&](int64_t seconds) { offset->store(seconds * 1000000000); };
   step_clock(0);
   TelemetryReceiverOptions options;
   options.tokens = {{"predator-0", DeriveAgentToken("secret", "predator-0")}};
@@ -425,6 +431,7 @@ TEST_CASE("a sender made after the wall clock stepped back numbers after the ear
     CHECK(got[0].step == 10 * sender);
   }
   step_clock(0);
+  ::munmap(mapped, 8);
   CHECK((*receiver)->rejected() == 0);
 }
 

@@ -56,7 +56,6 @@ import random
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -67,8 +66,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import soak_agents  # noqa: E402
 from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
                              print_fault_table, read_status, restore_since, run_processes,
-                             runs_program, sigkill_league_member, soak_agent_command, status_agent,
-                             wait_for)
+                             runs_program, set_clock_offset, sigkill_league_member,
+                             soak_agent_command, status_agent, wait_for)
 
 SRC = os.environ.get("AGENTRT_SOURCE_DIR",
                      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -151,10 +150,8 @@ class Cluster:
         self.mark_down(node, "agentrt-soak-killed")
 
     def step_clock(self, node, seconds):
-        """Node `node`'s wall clock reads `seconds` from the host's from now on (every task of the
-        node maps the file its shim reads)."""
-        with open(os.path.join(self.state, "clock", node), "r+b") as f:
-            f.write(struct.pack("=q", int(seconds * 1e9)))
+        """Node `node`'s wall clock reads `seconds` from the host's from now on."""
+        set_clock_offset(os.path.join(self.state, "clock", node), seconds)
 
     def link(self, node, up):
         sh("ip", "link", "set", "arth%s%s" % (self.tag, node[1:]), "up" if up else "down")
@@ -457,7 +454,8 @@ class Soak:
     def clock_step(self):
         """One node's wall clock steps CLOCK_STEP_S forward or back, and back again once
         CLOCK_HOLD_S have passed and each agent with a rank on the node has committed a
-        checkpoint meanwhile (its recovery: the time to that checkpoint). Nothing restarts for
+        checkpoint meanwhile (its recovery: the time to that checkpoint), then stays right for
+        heartbeat_timeout_s and 2 s more. Nothing restarts for
         it: all along every agent keeps its processes, and from 1.5 s after each step (status.json
         is written once a second, and a step of the controller's own node moves its clock
         between a heartbeat and the next write) every rank's heartbeat age there stays under
@@ -474,12 +472,13 @@ class Soak:
         kind = "clock step ±%d s%s" % (
             CLOCK_STEP_S, ", controller's node" if node == self.batch_host() else "")
         committed = {}  # agent on the node: seconds from the step to its first commit after it
+        finished = set()  # agents that reached their target meanwhile (nothing more to commit)
         oldest = [0.0]  # the oldest heartbeat age seen in status.json
 
         def hold(seconds, until_committed):
             stepped = time.monotonic()
             while time.monotonic() < stepped + seconds or (
-                    until_committed and len(committed) < len(on[node])):
+                    until_committed and not on[node] - finished <= set(committed)):
                 if time.monotonic() > stepped + 60:
                     raise Failure("not every agent on %s committed a checkpoint within 60 s of a "
                                   "%+d s clock step: only %s" % (node, step, sorted(committed)))
@@ -487,7 +486,8 @@ class Soak:
                 for name, b in before.items() if status else ():
                     a = next(x for x in status["agents"] if x["name"] == name)
                     if a["state"] == "succeeded":
-                        continue  # it reached its target meanwhile
+                        finished.add(name)  # it reached its target meanwhile
+                        continue
                     pids = {r["pid"] for r in a["ranks"]}
                     if a["state"] != "running" or pids != b["pids"]:
                         raise Failure("%s did not keep running in the same processes %s through a "
@@ -510,7 +510,7 @@ class Soak:
             hold(CLOCK_HOLD_S, True)
         finally:
             self.cluster.step_clock(node, 0)
-        hold(2.0, False)
+        hold(HEARTBEAT_TIMEOUT_S + 2.0, False)  # a rank the step back stalled would be torn down
         print("ok: a %+d s clock step of %s and back: no agent restarted, heartbeat ages at most "
               "%.1f s, %s committed checkpoints meanwhile" % (step, node, oldest[0],
                                                               ", ".join(sorted(committed))))
