@@ -811,21 +811,31 @@ int RunCrossNode(const std::string& netns_b, const std::string& host_a, const st
   return 0;
 }
 
-// `bench_bus --flows`: only the two flows of one publisher to one subscriber
-// (64 B and 1 MiB) against ZeroMQ, medians of 5: the figures a change to the
-// bus's ordinary path moves, in a minute.
+// The two flows of one publisher to one subscriber, 64 B and 1 MiB, each
+// beside ZeroMQ's in the same repetition.
+struct Flows {
+  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw;
+
+  void Measure(const std::string& address, int rep, int64_t tput_n, int64_t bw_n) {
+    bus_rate.push_back(BusFlow(address, "tput-" + std::to_string(rep), tput_n, 64).rate);
+    zmq_rate.push_back(ZmqFlow(tput_n, 64).rate);
+    bus_bw.push_back(BusFlow(address, "bw-" + std::to_string(rep), bw_n, 1 << 20).mbps);
+    zmq_bw.push_back(ZmqFlow(bw_n, 1 << 20).mbps);
+  }
+  void Print() const {
+    PrintFigure("throughput_64B", Median(bus_rate), "msg/s", "zmq_push_pull_64B", Median(zmq_rate));
+    PrintFigure("bandwidth_1MiB", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB", Median(zmq_bw));
+  }
+};
+
+// `bench_bus --flows`: only the two flows, medians of 5: the figures a change
+// to the bus's ordinary path moves, in a minute.
 int RunFlows() {
   Child broker = Spawn({"broker"});
   const std::string address = broker.WaitReady();
-  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw;
-  for (int r = 0; r < 5; ++r) {
-    bus_rate.push_back(BusFlow(address, "tput-" + std::to_string(r), 200000, 64).rate);
-    zmq_rate.push_back(ZmqFlow(200000, 64).rate);
-    bus_bw.push_back(BusFlow(address, "bw-" + std::to_string(r), 300, 1 << 20).mbps);
-    zmq_bw.push_back(ZmqFlow(300, 1 << 20).mbps);
-  }
-  PrintFigure("throughput_64B", Median(bus_rate), "msg/s", "zmq_push_pull_64B", Median(zmq_rate));
-  PrintFigure("bandwidth_1MiB", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB", Median(zmq_bw));
+  Flows flows;
+  for (int r = 0; r < 5; ++r) flows.Measure(address, r, 200000, 300);
+  flows.Print();
   broker.Stop();
   return 0;
 }
@@ -885,9 +895,10 @@ int RunParent(bool quick) {
   Child durable = Spawn({"broker", log_dir});
   const std::string durable_address = durable.WaitReady();
 
-  std::vector<double> bus_rate, zmq_rate, bus_bw, zmq_bw, batch_rate, bus_fan, bus_fan_streamed,
-      zmq_fan, weights_fan, weights_stall, weights_memcpy, async_stall, async_memcpy, weights_views,
-      delta_s, delta_bytes, whole_s, whole_bytes;
+  Flows flows;
+  std::vector<double> batch_rate, bus_fan, bus_fan_streamed, zmq_fan, weights_fan, weights_stall,
+      weights_memcpy, async_stall, async_memcpy, weights_views, delta_s, delta_bytes, whole_s,
+      whole_bytes;
   const size_t fan_size = (quick ? size_t{64} : size_t{256}) << 20;
   for (int r = 0; r < reps; ++r) {
     const WeightsFigures w = WeightsFanout(address, "w" + std::to_string(r), fan_size, 4);
@@ -908,11 +919,8 @@ int RunParent(bool quick) {
     bus_fan_streamed.push_back(
         BusFanout(address, "fan-streamed-" + std::to_string(r), fan_size, 4, true));
     zmq_fan.push_back(ZmqFanout(fan_size, 4));
-    bus_rate.push_back(BusFlow(address, "tput-" + std::to_string(r), tput_n, 64).rate);
+    flows.Measure(address, r, tput_n, bw_n);
     batch_rate.push_back(BusFlow(durable_address, "tput-" + std::to_string(r), tput_n, 64).rate);
-    zmq_rate.push_back(ZmqFlow(tput_n, 64).rate);
-    bus_bw.push_back(BusFlow(address, "bw-" + std::to_string(r), bw_n, 1 << 20).mbps);
-    zmq_bw.push_back(ZmqFlow(bw_n, 1 << 20).mbps);
   }
   // 1 GiB to 8 subscribers against the memcpy floor of the same bytes.
   std::vector<double> big_fan, big_views, big_floor;
@@ -944,10 +952,9 @@ int RunParent(bool quick) {
               Percentile(echo_rtt, 0.5) / 1e3);
   PrintFigure("latency_p99_64B", Percentile(bus_lat, 0.99) / 1e3, "us", "grpc_unary_echo_rtt_p99",
               Percentile(echo_rtt, 0.99) / 1e3);
-  PrintFigure("throughput_64B", Median(bus_rate), "msg/s", "zmq_push_pull_64B", Median(zmq_rate));
-  PrintFigure("bandwidth_1MiB", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB", Median(zmq_bw));
+  flows.Print();
   PrintFigure("throughput_64B_batch", Median(batch_rate), "msg/s", "throughput_64B_memory",
-              Median(bus_rate));
+              Median(flows.bus_rate));
   const std::string fan_metric = "fanout_" + std::to_string(fan_size >> 20) + "MiB_4subs";
   PrintFigure(fan_metric.c_str(), Median(bus_fan_streamed), "GB/s", "zmq_push_pull_4_receivers",
               Median(zmq_fan));

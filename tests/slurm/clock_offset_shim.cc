@@ -111,9 +111,10 @@ struct timespec Moved(struct timespec ts, int64_t ns) {
 
 void Shift(struct timespec* ts) { *ts = Moved(*ts, OffsetNs()); }
 
-// A wall-clock instant of this node as the host's clock reads it.
-struct timespec HostInstant(const struct timespec* at) {
-  return Moved(*at, -OffsetNs());
+// The instant `at` of a wait as the kernel must be given it: a wall-clock
+// one (`wall`) of this node as the host's clock reads it, any other as it is.
+struct timespec HostInstant(const struct timespec* at, bool wall = true) {
+  return wall ? Moved(*at, -OffsetNs()) : *at;
 }
 
 // Resolves libc's functions and maps the offset before the program's own
@@ -202,9 +203,7 @@ __attribute__((visibility("default"))) int pthread_cond_timedwait(pthread_cond_t
   static std::atomic<F> next{nullptr};
   // glibc (2.25 on) keeps a condition variable's clock in bit 1 of __wrefs
   // (set: CLOCK_MONOTONIC); bit 0 says it is process-shared.
-  if ((cond->__data.__wrefs & 2) != 0)
-    return Next(&next, "pthread_cond_timedwait")(cond, mutex, at);
-  const struct timespec host = HostInstant(at);
+  const struct timespec host = HostInstant(at, (cond->__data.__wrefs & 2) == 0);
   return Next(&next, "pthread_cond_timedwait")(cond, mutex, &host);
 }
 
@@ -214,8 +213,7 @@ __attribute__((visibility("default"))) int pthread_cond_clockwait(pthread_cond_t
                                                                   const struct timespec* at) {
   using F = int (*)(pthread_cond_t*, pthread_mutex_t*, clockid_t, const struct timespec*);
   static std::atomic<F> next{nullptr};
-  if (!IsWallClock(clock)) return Next(&next, "pthread_cond_clockwait")(cond, mutex, clock, at);
-  const struct timespec host = HostInstant(at);
+  const struct timespec host = HostInstant(at, IsWallClock(clock));
   return Next(&next, "pthread_cond_clockwait")(cond, mutex, clock, &host);
 }
 
@@ -230,8 +228,7 @@ __attribute__((visibility("default"))) int sem_clockwait(sem_t* sem, clockid_t c
                                                          const struct timespec* at) {
   using F = int (*)(sem_t*, clockid_t, const struct timespec*);
   static std::atomic<F> next{nullptr};
-  if (!IsWallClock(clock)) return Next(&next, "sem_clockwait")(sem, clock, at);
-  const struct timespec host = HostInstant(at);
+  const struct timespec host = HostInstant(at, IsWallClock(clock));
   return Next(&next, "sem_clockwait")(sem, clock, &host);
 }
 
@@ -248,8 +245,7 @@ __attribute__((visibility("default"))) int pthread_mutex_clocklock(pthread_mutex
                                                                    const struct timespec* at) {
   using F = int (*)(pthread_mutex_t*, clockid_t, const struct timespec*);
   static std::atomic<F> next{nullptr};
-  if (!IsWallClock(clock)) return Next(&next, "pthread_mutex_clocklock")(mutex, clock, at);
-  const struct timespec host = HostInstant(at);
+  const struct timespec host = HostInstant(at, IsWallClock(clock));
   return Next(&next, "pthread_mutex_clocklock")(mutex, clock, &host);
 }
 
@@ -258,9 +254,7 @@ __attribute__((visibility("default"))) int clock_nanosleep(clockid_t clock, int 
                                                            struct timespec* left) {
   using F = int (*)(clockid_t, int, const struct timespec*, struct timespec*);
   static std::atomic<F> next{nullptr};
-  if ((flags & TIMER_ABSTIME) == 0 || !IsWallClock(clock))
-    return Next(&next, "clock_nanosleep")(clock, flags, at, left);
-  const struct timespec host = HostInstant(at);
+  const struct timespec host = HostInstant(at, (flags & TIMER_ABSTIME) != 0 && IsWallClock(clock));
   return Next(&next, "clock_nanosleep")(clock, flags, &host, left);
 }
 

@@ -57,8 +57,7 @@ echo "ok: without AGENTRT_TESTCLUSTER_CLOCK_FILE the wall clock is the host's"
 # Waits until a wall-clock instant 200 ms ahead last 200 ms whatever the offset.
 for offset in 3600 -3600; do
   set_offset "$offset"
-  timeout 60 env AGENTRT_TESTCLUSTER_CLOCK_FILE="$clock" LD_PRELOAD="$AGENTRT_CLOCK_SHIM" \
-    "$AGENTRT_CLOCK_WAITS" >"$dir/waits.log" 2>&1 \
+  shimmed timeout 60 "$AGENTRT_CLOCK_WAITS" >"$dir/waits.log" 2>&1 \
     || { cat "$dir/waits.log" >&2; fail "a wait until a wall-clock instant was off at $offset s"; }
   echo "ok: offset $offset s: $(grep -c '^ok' "$dir/waits.log") waits until a wall-clock instant took 200 ms"
 done
@@ -66,8 +65,7 @@ done
 # Telemetry: a second sender of a rank in one process, made after the clock stepped back, is
 # not refused as a replay of the first (the test steps the clock itself).
 set_offset 0
-timeout 60 env AGENTRT_TESTCLUSTER_CLOCK_FILE="$clock" LD_PRELOAD="$AGENTRT_CLOCK_SHIM" \
-  "$AGENTRT_TELEMETRY_TEST" "[clock_step]" >"$dir/telemetry.log" 2>&1 \
+shimmed timeout 60 "$AGENTRT_TELEMETRY_TEST" "[clock_step]" >"$dir/telemetry.log" 2>&1 \
   || { cat "$dir/telemetry.log" >&2; fail "comms_telemetry_test [clock_step] failed"; }
 grep -q "All tests passed" "$dir/telemetry.log" || { cat "$dir/telemetry.log" >&2; fail "no [clock_step] test ran"; }
 echo "ok: telemetry of a sender made after a 60 s step back is taken"

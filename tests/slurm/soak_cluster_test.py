@@ -101,8 +101,8 @@ KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node de
 CLOCK_SHIM = os.environ.get("AGENTRT_CLOCK_SHIM",
                             os.path.join(BIN, "..", "tests", "libagentrt_clock_offset.so"))
 CLOCK_STEP_S = 90  # the step, forward or back
-CLOCK_HOLD_S = 8   # how long the node's clock stays stepped: twice heartbeat_timeout_s
 HEARTBEAT_TIMEOUT_S = 4  # the agents' restart.heartbeat_timeout_s (config())
+CLOCK_HOLD_S = 2 * HEARTBEAT_TIMEOUT_S  # how long the node's clock stays stepped at least
 DISK_MIB = 512  # the run directory's file system
 FULL_DISK_S = 5  # how long it stays full: over two checkpoint intervals
 
@@ -460,10 +460,10 @@ class Soak:
         is written once a second, and a step of the controller's own node moves its clock
         between a heartbeat and the next write) every rank's heartbeat age there stays under
         heartbeat_timeout_s."""
-        on = {}
-        for name in AGENTS:
-            for r in (self.agent(name) or {"ranks": []})["ranks"]:
-                on.setdefault(r["node"], set()).add(name)
+        on = {}  # node: the agents with a rank there
+        for a in (self.status() or {"agents": []})["agents"]:
+            for r in a["ranks"] if a["name"] in AGENTS else ():
+                on.setdefault(r["node"], set()).add(a["name"])
         before = self.before(sorted(AGENTS))
         if not on or not before:
             return
