@@ -97,6 +97,24 @@ bool LeagueState::Offer(const LeagueSnapshot& snapshot) {
   return true;
 }
 
+bool LeagueState::Forget(const std::string& snapshot_id) {
+  bool changed = false;
+  for (auto& [agent, list] : frozen_) {
+    changed |=
+        std::erase_if(list, [&](const LeagueSnapshot& s) { return s.Id() == snapshot_id; }) > 0;
+  }
+  changed |= std::erase_if(newest_,
+                           [&](const auto& entry) { return entry.second.Id() == snapshot_id; }) > 0;
+  return changed;
+}
+
+bool LeagueState::ForgetAll() {
+  const bool changed = !newest_.empty() || !frozen_.empty();
+  newest_.clear();
+  frozen_.clear();
+  return changed;
+}
+
 bool LeagueState::Apply(const LeagueResult& r, double unix_s, std::string* why) {
   const LeagueMember* member = config_.FindMember(r.agent);
   if (member == nullptr) {

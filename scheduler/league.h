@@ -93,6 +93,16 @@ class LeagueState {
   // anything changed.
   bool Offer(const LeagueSnapshot& snapshot);
 
+  // Takes the snapshot with this id (LeagueSnapshot::Id()) out of the
+  // catalogue, frozen and newest alike: its message is no longer on the bus
+  // (the stream's retention dropped it). Its payoff rows stay. Returns
+  // whether anything changed.
+  bool Forget(const std::string& snapshot_id);
+  // Takes every snapshot out of the catalogue: the bus's log that held them
+  // is gone (a broker restarted without it, a new incarnation, whose offsets
+  // name other messages). Ratings, payoff and freeze steps stay.
+  bool ForgetAll();
+
   // Applies a result once: false (and nothing changes) for a duplicate or an
   // unknown member/opponent (then `why` says which). `unix_s` stamps history.
   bool Apply(const LeagueResult& result, double unix_s, std::string* why);

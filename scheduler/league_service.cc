@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/clock.h"
@@ -111,6 +112,21 @@ json LeagueService::Handle(const BusMessage& m, const json& request, bool* chang
   if (auto offer = OfferOf(agent, request)) *changed = state_.Offer(*offer) || *changed;
   const std::string op = request.value("op", "");
   if (op == "match") {
+    // A snapshot the league handed this agent and it could not fetch: the
+    // stream's retention dropped it. It leaves the catalogue, so that the
+    // pick below, and every later one, names another. The agent's word, as
+    // its results are; only an opponent's snapshot can be named.
+    if (const std::string gone = request.value("gone", ""); !gone.empty()) {
+      const LeagueMember* member = state_.config().FindMember(agent);
+      const std::string owner = gone.substr(0, gone.rfind('@'));
+      if (member != nullptr && std::find(member->opponents.begin(), member->opponents.end(),
+                                         owner) != member->opponents.end()) {
+        *changed = state_.Forget(gone) || *changed;
+      } else {
+        Refuse(fmt::format("agent {} reported snapshot '{}' gone, not one of its opponents'", agent,
+                           gone));
+      }
+    }
     LeagueMatchRequest r{agent, request.value("incarnation", uint64_t{0}),
                          request.value("match", uint64_t{0})};
     Result<LeagueMatch> match = state_.Pick(r);
@@ -158,7 +174,12 @@ void LeagueService::OnMessage(const BusMessage& m) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     json request = json::parse(m.payload(), nullptr, /*allow_exceptions=*/false);
-    bool changed = false;
+    // A broker that came back without its log (a new incarnation) holds none
+    // of the catalogue's snapshots, and its offsets name other messages.
+    const uint64_t incarnation = bus_->SubscriptionIncarnation();
+    const bool voided = state_.inbox_incarnation != 0 && incarnation != state_.inbox_incarnation &&
+                        state_.ForgetAll();
+    bool changed = voided;
     LeagueState before = state_;  // what stands if this request cannot be committed
     if (request.is_discarded() || !request.is_object()) {
       Refuse(fmt::format("a request from {} is not a JSON object", m.publisher()));
@@ -169,14 +190,14 @@ void LeagueService::OnMessage(const BusMessage& m) {
       } catch (const json::exception& e) {
         // A field of the wrong type (a number as a string...): refused, nothing changed.
         state_ = before;
-        changed = false;
+        changed = voided;
         Refuse(fmt::format("a request from {} has a field of the wrong type: {}", m.publisher(),
                            e.what()));
         reply = {{"error", std::string("a field has the wrong type: ") + e.what()}};
       }
     }
     state_.inbox_offset = m.offset() + 1;
-    state_.inbox_incarnation = bus_->SubscriptionIncarnation();
+    state_.inbox_incarnation = incarnation;
     if (changed) {
       if (Status s = Commit(); !s.ok()) {
         // Not durable: nothing of it stands, and the agent, told so, retries.

@@ -4,8 +4,12 @@
 // (plan/config.h; AclFromPlan admits it when the plan has a league) and
 // answers requests in its inbox, one at a time, in offset order:
 //
-//   {"op": "match", "agent", "incarnation", "match", "snapshot"?}
+//   {"op": "match", "agent", "incarnation", "match", "snapshot"?, "gone"?}
 //       -> {"opponent", "snapshot": {"topic", "offset", "step"} | null, "snapshot_id", "how"}
+//   ("gone": the id of a snapshot this agent was handed and could not fetch,
+//   its message dropped by the stream's retention: it leaves the catalogue
+//   before the pick, LeagueState::Forget. A broker that restarted without
+//   its log empties the catalogue, LeagueState::ForgetAll.)
 //   {"op": "result", "agent", "incarnation", "seq", "opponent", "opponent_snapshot",
 //    "step", "wins", "losses", "draws", "snapshot"?}
 //       -> {"applied": true} | {"applied": false, "why"}

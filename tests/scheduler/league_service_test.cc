@@ -126,6 +126,53 @@ TEST_CASE("the league answers matches, applies each result once, and survives it
   CHECK(r_match["snapshot"]["offset"] == 3);  // h0's snapshot, offered before the restart
 }
 
+TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broker empties it") {
+  testing::TempDir tmp("agentrt-league");
+  const std::string state = tmp.Path("league/state.json");
+  {
+    Bus bus;
+    auto service = StartService(bus, state);
+    auto h0 = bus.Client("h0");
+    auto r = bus.Client("r");
+    REQUIRE(r->WaitForReady(10s).ok());
+    Ask(*r, {{"op", "match"},
+             {"agent", "r"},
+             {"match", 1},
+             {"snapshot", {{"topic", "weights/r"}, {"offset", 5}, {"step", 0}}}});
+    nlohmann::json first = Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 1}});
+    REQUIRE(first["snapshot_id"] == "r@0");
+    // Its own snapshot, or another member's that is no opponent of it, an
+    // agent cannot take out.
+    Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 2}, {"gone", "h0@0"}});
+    CHECK(service->refused() == 1);
+    CHECK(service->Committed()["frozen"]["r"].size() == 1);
+    // h0 could not fetch r@0: named in its next request, it is gone before the pick.
+    nlohmann::json again =
+        Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 1}, {"gone", "r@0"}});
+    CHECK(again["snapshot_id"] == "r@initial");
+    CHECK(again["snapshot"].is_null());
+    CHECK(service->Committed()["frozen"]["r"].empty());
+    CHECK(service->Committed()["newest"].empty());
+    CHECK(service->refused() == 1);
+    // A newer one offered: it plays.
+    Ask(*r, {{"op", "match"},
+             {"agent", "r"},
+             {"match", 2},
+             {"snapshot", {{"topic", "weights/r"}, {"offset", 9}, {"step", 40}}}});
+    CHECK(Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 3}})["snapshot_id"] == "r@40");
+  }
+  // A broker without the old log (another incarnation: durability memory):
+  // offset 9 of weights/r there is another message, or none.
+  Bus fresh;
+  auto service = StartService(fresh, state);
+  auto h0 = fresh.Client("h0");
+  REQUIRE(h0->WaitForReady(10s).ok());
+  nlohmann::json match = Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 4}});
+  CHECK(match["snapshot_id"] == "r@initial");
+  CHECK(service->Committed()["newest"].empty());
+  CHECK(service->Committed()["inbox_incarnation"] == fresh.server->incarnation());
+}
+
 TEST_CASE("a league state file that cannot be read back stops the service with its path") {
   testing::TempDir tmp("agentrt-league");
   const std::string state = tmp.Path("state.json");

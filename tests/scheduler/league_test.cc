@@ -120,6 +120,34 @@ TEST_CASE(
   CHECK(uniform["r@100"] > 140);
 }
 
+TEST_CASE("a snapshot no longer on the bus leaves the catalogue and is picked no more") {
+  LeagueState s(TwoSided());
+  s.Offer({"r", 0, "weights/r", 0, 0});
+  s.Offer({"r", 100, "weights/r", 1, 0});
+  std::string why;
+  REQUIRE(s.Apply(Game("h0", 1, "r", 10, 0), 1, &why));
+  REQUIRE(s.Forget("r@0"));
+  CHECK_FALSE(s.Forget("r@0"));      // once
+  CHECK_FALSE(s.Forget("r@12345"));  // never catalogued
+  REQUIRE(s.frozen("r").size() == 1);
+  CHECK(s.frozen("r")[0].Id() == "r@100");
+  for (uint64_t m = 1; m <= 50; ++m) CHECK(s.Pick({"h1", 0, m})->SnapshotId() == "r@100");
+  CHECK(s.payoff().at("h0").at("r").wins == 10);  // what was played stands
+  // The newest goes too when it is the one named; the next offer brings one back.
+  REQUIRE(s.Forget("r@100"));
+  CHECK(s.frozen("r").empty());
+  CHECK(s.Pick({"h1", 0, 1})->SnapshotId() == "r@initial");
+  REQUIRE(s.Offer({"r", 130, "weights/r", 2, 0}));
+  CHECK(s.Pick({"h1", 0, 2})->SnapshotId() == "r@130");
+  // A log that is gone takes every snapshot with it; ratings stay.
+  const double rating = s.Rating("h0");
+  REQUIRE(s.ForgetAll());
+  CHECK_FALSE(s.ForgetAll());
+  CHECK(s.frozen("r").empty());
+  CHECK(s.Pick({"h1", 0, 3})->SnapshotId() == "r@initial");
+  CHECK(s.Rating("h0") == rating);
+}
+
 TEST_CASE("before any snapshot, or with matchmaking self, the opponent's newest plays") {
   LeagueConfig c = TwoSided();
   c.members[0].matchmaking = "self";

@@ -90,10 +90,14 @@ SINGLE = [n for n, ranks in AGENTS.items() if ranks == 1]
 LEAGUE_KILL = "SIGKILL of a league member"
 # The league's members update once per soak step of the others: beside them on this cluster's
 # nodes an update takes 5-25 ms, so they play through most of the faults. A snapshot every 10
-# updates: every one stays in the durable bus log, on the run directory's 512 MiB (one per
-# update filled it within 300 s).
+# updates, each stream keeping its newest 20 in bus log files of 8 MiB: the run directory has
+# 512 MiB, which a stream keeping every snapshot filled within 900 s (one per update: 300 s).
+# The league's frozen snapshots are older than 20 versions mostly, so its members keep finding
+# them gone (and the league forgets them).
 LEAGUE_STEPS_PER_UPDATE = 1
 LEAGUE_SNAPSHOT_EVERY = 10
+WEIGHTS_KEEP_LAST = 20
+BUS_SEGMENT_BYTES = 8 << 20
 CLOCK_STEP = "clock step"
 KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
          "preemption", "kill controller", "full disk", LEAGUE_KILL, CLOCK_STEP]
@@ -207,7 +211,8 @@ agents:
                  soak_agents.agents_yaml(target, chat_dir, "gpus: 1, ", list(soak_agents.CHAT)),
                  soak_agents.agents_yaml(target, chat_dir, "", list(soak_agents.POPULATION)),
                  soak_agents.league_yaml(BIN, target, LEAGUE_STEPS_PER_UPDATE, LEAGUE_SNAPSHOT_EVERY),
-                 soak_agents.sections_yaml(league=True))
+                 soak_agents.sections_yaml(league=True, weights_keep_last=WEIGHTS_KEEP_LAST,
+                                           segment_bytes=BUS_SEGMENT_BYTES))
 
 
 class Soak:

@@ -23,3 +23,10 @@ agentrt_script_test(NAME agent_worker_kill
   LABELS integration fault
   TIMEOUT 480)
 set_tests_properties(agent_worker_kill PROPERTIES RUN_SERIAL TRUE)
+
+# League play against the real league service on a real bus (loopback).
+agentrt_test(NAME agent_worker_league_play_test
+  SRCS agent_worker_league_play_test.cc
+  DEPS agent_worker_core agentrt::scheduler
+  LABELS integration
+  TIMEOUT 60)

@@ -80,17 +80,23 @@ def league_yaml(bin_dir, steps, steps_per_update=4, snapshot_every=1):
     return out
 
 
-def sections_yaml(league=False):
+def sections_yaml(league=False, weights_keep_last=0, segment_bytes=0):
     """The top-level sections of agents.yaml they need: the bus (durability: always), the chat
-    channel and the population; with `league`, the league of league_yaml's members."""
-    members = """  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]}
+    channel and the population; with `league`, the league of league_yaml's members. On a run
+    directory of bounded size: `weights_keep_last`, the versions each member's weight stream
+    keeps (the league then hands out frozen snapshots the stream has dropped, and forgets them
+    when a member reports one gone), and `segment_bytes`, the bus log's files (retention frees
+    whole files)."""
+    keep = ", keep_last: %d" % weights_keep_last if weights_keep_last else ""
+    bus = "durability: always" + (", segment_bytes: %d" % segment_bytes if segment_bytes else "")
+    members = """  - {topic: "weights/{agent}", publishers: ["*"], subscribers: ["*"]%s}
 league:
   seed: 7
   members:
     - {agents: [hunter], role: main, opponents: [runner]}
     - {agents: [runner], role: main, opponents: [hunter]}
-""" if league else ""
-    return """bus: {durability: always}
+""" % keep if league else ""
+    return "bus: {" + bus + """}
 channels:
   - {topic: chat, publishers: [talker], subscribers: [listener]}
 """ + members + """pbt:

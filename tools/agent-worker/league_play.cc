@@ -65,25 +65,37 @@ Result<LeagueAssignment> LeaguePlay::Next(const std::optional<SnapshotRef>& own,
   nlohmann::json request = {
       {"op", "match"}, {"agent", agent_}, {"incarnation", incarnation_}, {"match", match_ + 1}};
   if (own) request["snapshot"] = RefToJson(*own);
-  AGENTRT_ASSIGN_OR_RETURN(nlohmann::json answer, Ask(std::move(request)));
-  LeagueAssignment a;
-  a.opponent = answer.value("opponent", "");
-  a.snapshot_id = answer.value("snapshot_id", "");
-  a.how = answer.value("how", "");
-  if (a.opponent.empty()) return Internal("the league named no opponent");
-  if (const auto& s = answer["snapshot"]; s.is_object()) {
-    const std::string topic = s.value("topic", "");
-    const int64_t offset = s.value("offset", int64_t{-1});
-    AGENTRT_ASSIGN_OR_RETURN(auto messages, bus_->Fetch(topic, offset, 1, timeout_));
-    if (messages.empty() || messages.front().offset() != offset)
-      return NotFound("snapshot " + a.snapshot_id + " (" + topic + " offset " +
-                      std::to_string(offset) + ") is no longer on the bus");
-    AGENTRT_ASSIGN_OR_RETURN(PolicySnapshot policy, DecodeSnapshot(messages.front()));
-    a.policy = std::move(policy);
+  // A snapshot handed out but no longer on the bus (the stream's retention
+  // dropped it) is named in the next request, which takes it out of the
+  // league's catalogue and picks again; a few times at most.
+  constexpr int kPicks = 4;
+  for (int pick = 1;; ++pick) {
+    AGENTRT_ASSIGN_OR_RETURN(nlohmann::json answer, Ask(request));
+    LeagueAssignment a;
+    a.opponent = answer.value("opponent", "");
+    a.snapshot_id = answer.value("snapshot_id", "");
+    a.how = answer.value("how", "");
+    if (a.opponent.empty()) return Internal("the league named no opponent");
+    if (const auto& s = answer["snapshot"]; s.is_object()) {
+      const std::string topic = s.value("topic", "");
+      const int64_t offset = s.value("offset", int64_t{-1});
+      Result<std::vector<BusMessage>> messages = bus_->Fetch(topic, offset, 1, timeout_);
+      const bool held = messages.ok() && !messages->empty() && messages->front().offset() == offset;
+      if (!held && (messages.ok() || messages.status().code() == StatusCode::kOutOfRange)) {
+        const std::string gone = "snapshot " + a.snapshot_id + " (" + topic + " offset " +
+                                 std::to_string(offset) + ") is no longer on the bus";
+        if (pick == kPicks) return NotFound(gone);
+        request["gone"] = a.snapshot_id;
+        continue;
+      }
+      if (!messages.ok()) return messages.status();
+      AGENTRT_ASSIGN_OR_RETURN(PolicySnapshot policy, DecodeSnapshot(messages->front()));
+      a.policy = std::move(policy);
+    }
+    ++match_;
+    current_ = a;
+    return a;
   }
-  ++match_;
-  current_ = a;
-  return a;
 }
 
 Status LeaguePlay::Finish(const std::optional<SnapshotRef>& own, int64_t step) {
