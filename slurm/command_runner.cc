@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,8 +22,11 @@ struct Child {
   int err = -1;
 };
 
-// Forks and execs argv in a new process group, stdin from /dev/null; an exec
-// that fails is reported here (NotFound when argv[0] is not in PATH).
+// Starts argv (PATH searched) in a new process group, stdin from /dev/null;
+// an exec that fails is reported here (NotFound when argv[0] is not in PATH).
+// posix_spawn, not fork: the controller that runs these commands may hold
+// hundreds of MiB (its broker's logs), and every fork would copy its page
+// tables; the spawned child borrows them until it execs.
 Result<Child> StartChild(const std::vector<std::string>& argv) {
   int out_pipe[2];
   int err_pipe[2];
@@ -33,55 +37,31 @@ Result<Child> StartChild(const std::vector<std::string>& argv) {
     close(out_pipe[1]);
     return ErrnoStatus(e, "pipe for " + argv[0]);
   }
-  // argv for execvp is built before fork: no allocation in the child.
   std::vector<char*> cargv;
   cargv.reserve(argv.size() + 1);
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
-  // A pipe the child writes its exec errno into: EOF means exec succeeded.
-  int exec_pipe[2];
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0) {
-    int e = errno;
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-    return ErrnoStatus(e, "pipe for " + argv[0]);
-  }
-
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = errno;
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1]})
-      close(fd);
-    return ErrnoStatus(e, "fork for " + argv[0]);
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // its own group, so a timeout kills everything it started
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    execvp(cargv[0], cargv.data());
-    int e = errno;
-    ssize_t ignored = write(exec_pipe[1], &e, sizeof e);
-    (void)ignored;
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from the parent: no race with the kill at the deadline
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&files, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&files, err_pipe[1], STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Its own group (set before it execs), so a timeout kills everything it started.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = -1;
+  const int e = posix_spawnp(&pid, cargv[0], &files, &attr, cargv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&files);
   close(out_pipe[1]);
   close(err_pipe[1]);
-  close(exec_pipe[1]);
-
-  int exec_errno = 0;
-  ssize_t n;
-  do {
-    n = read(exec_pipe[0], &exec_errno, sizeof exec_errno);
-  } while (n < 0 && errno == EINTR);
-  close(exec_pipe[0]);
-  if (n == sizeof exec_errno) {
+  if (e != 0) {
     close(out_pipe[0]);
     close(err_pipe[0]);
-    waitpid(pid, nullptr, 0);
-    Status s = ErrnoStatus(exec_errno, fmt::format("cannot run '{}'", argv[0]));
-    return exec_errno == ENOENT ? NotFound(s.message() + " (not in PATH)") : s;
+    Status s = ErrnoStatus(e, fmt::format("cannot run '{}'", argv[0]));
+    return e == ENOENT ? NotFound(s.message() + " (not in PATH)") : s;
   }
   return Child{pid, out_pipe[0], err_pipe[0]};
 }
