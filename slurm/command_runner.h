@@ -35,8 +35,9 @@ class CommandRunner {
   virtual Result<CommandOutput> Run(const std::vector<std::string>& argv, double timeout_s) = 0;
 };
 
-// The real runner: fork/exec in a new process group, both pipes drained with
-// poll(2), SIGKILL to the group at the deadline.
+// The real runner: posix_spawn (no copy of the caller's page tables, however
+// large the controller has grown) in a new process group, both pipes drained
+// with poll(2), SIGKILL to the group at the deadline.
 std::unique_ptr<CommandRunner> MakeProcessRunner();
 
 // "sbatch --parsable x.sbatch": argv joined with shell-style quoting where a
