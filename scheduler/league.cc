@@ -97,14 +97,11 @@ bool LeagueState::Offer(const LeagueSnapshot& snapshot) {
   return true;
 }
 
-bool LeagueState::Forget(const std::string& snapshot_id) {
+bool LeagueState::Forget(const std::string& topic, int64_t offset) {
+  auto same = [&](const LeagueSnapshot& s) { return s.topic == topic && s.offset == offset; };
   bool changed = false;
-  for (auto& [agent, list] : frozen_) {
-    changed |=
-        std::erase_if(list, [&](const LeagueSnapshot& s) { return s.Id() == snapshot_id; }) > 0;
-  }
-  changed |= std::erase_if(newest_,
-                           [&](const auto& entry) { return entry.second.Id() == snapshot_id; }) > 0;
+  for (auto& [agent, list] : frozen_) changed |= std::erase_if(list, same) > 0;
+  changed |= std::erase_if(newest_, [&](const auto& entry) { return same(entry.second); }) > 0;
   return changed;
 }
 

@@ -93,11 +93,12 @@ class LeagueState {
   // anything changed.
   bool Offer(const LeagueSnapshot& snapshot);
 
-  // Takes the snapshot with this id (LeagueSnapshot::Id()) out of the
-  // catalogue, frozen and newest alike: its message is no longer on the bus
-  // (the stream's retention dropped it). Its payoff rows stay. Returns
+  // Takes the snapshot whose message is (topic, offset) out of the
+  // catalogue, frozen and newest alike: the message is no longer on the bus
+  // (the stream's retention dropped it). By message, not by id: an id's step
+  // can come again (a PBT exploit, a restore). Its payoff rows stay. Returns
   // whether anything changed.
-  bool Forget(const std::string& snapshot_id);
+  bool Forget(const std::string& topic, int64_t offset);
   // Takes every snapshot out of the catalogue: the bus's log that held them
   // is gone (a broker restarted without it, a new incarnation, whose offsets
   // name other messages). Ratings, payoff and freeze steps stay.

@@ -15,9 +15,14 @@ namespace {
 
 using json = nlohmann::json;
 
-std::optional<LeagueSnapshot> OfferOf(const std::string& agent, const json& request) {
+std::optional<LeagueSnapshot> OfferOf(const std::string& agent, const json& request,
+                                      uint64_t bus_incarnation) {
   const auto it = request.find("snapshot");
   if (it == request.end() || !it->is_object()) return std::nullopt;
+  // A version of another log than the bus's (a broker that came back without
+  // its log): its offset names another message, or none.
+  const uint64_t from = it->value("bus_incarnation", uint64_t{0});
+  if (from != 0 && from != bus_incarnation) return std::nullopt;
   LeagueSnapshot s;
   s.agent = agent;
   s.topic = it->value("topic", "");
@@ -109,22 +114,26 @@ json LeagueService::Handle(const BusMessage& m, const json& request, bool* chang
     Refuse(fmt::format("a request from {} names agent '{}'", m.publisher(), agent));
     return {{"error", "the request's agent must be its sender, " + m.publisher()}};
   }
-  if (auto offer = OfferOf(agent, request)) *changed = state_.Offer(*offer) || *changed;
+  if (auto offer = OfferOf(agent, request, bus_->SubscriptionIncarnation()))
+    *changed = state_.Offer(*offer) || *changed;
   const std::string op = request.value("op", "");
   if (op == "match") {
     // A snapshot the league handed this agent and it could not fetch: the
     // stream's retention dropped it. It leaves the catalogue, so that the
     // pick below, and every later one, names another. The agent's word, as
-    // its results are; only an opponent's snapshot can be named.
-    if (const std::string gone = request.value("gone", ""); !gone.empty()) {
+    // its results are; only an opponent's stream can be named.
+    if (const auto gone = request.find("gone"); gone != request.end() && gone->is_object()) {
+      const std::string topic = gone->value("topic", "");
       const LeagueMember* member = state_.config().FindMember(agent);
-      const std::string owner = gone.substr(0, gone.rfind('@'));
-      if (member != nullptr && std::find(member->opponents.begin(), member->opponents.end(),
-                                         owner) != member->opponents.end()) {
-        *changed = state_.Forget(gone) || *changed;
+      const bool opponent =
+          member != nullptr &&
+          std::any_of(member->opponents.begin(), member->opponents.end(),
+                      [&](const std::string& o) { return WeightStreamTopic(o) == topic; });
+      if (opponent) {
+        *changed = state_.Forget(topic, gone->value("offset", int64_t{-1})) || *changed;
       } else {
-        Refuse(fmt::format("agent {} reported snapshot '{}' gone, not one of its opponents'", agent,
-                           gone));
+        Refuse(fmt::format("agent {} reported a snapshot of '{}' gone, not an opponent's stream",
+                           agent, topic));
       }
     }
     LeagueMatchRequest r{agent, request.value("incarnation", uint64_t{0}),
@@ -174,13 +183,14 @@ void LeagueService::OnMessage(const BusMessage& m) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     json request = json::parse(m.payload(), nullptr, /*allow_exceptions=*/false);
-    // A broker that came back without its log (a new incarnation) holds none
-    // of the catalogue's snapshots, and its offsets name other messages.
-    const uint64_t incarnation = bus_->SubscriptionIncarnation();
-    const bool voided = state_.inbox_incarnation != 0 && incarnation != state_.inbox_incarnation &&
-                        state_.ForgetAll();
-    bool changed = voided;
     LeagueState before = state_;  // what stands if this request cannot be committed
+    // A broker that came back without its log (a new incarnation) holds none
+    // of the catalogue's snapshots, and its offsets name other messages. The
+    // new incarnation is committed with the emptied catalogue, or neither.
+    const uint64_t incarnation = bus_->SubscriptionIncarnation();
+    const bool voided = state_.inbox_incarnation != 0 && incarnation != state_.inbox_incarnation;
+    if (voided) state_.ForgetAll();
+    bool changed = voided;
     if (request.is_discarded() || !request.is_object()) {
       Refuse(fmt::format("a request from {} is not a JSON object", m.publisher()));
       reply = {{"error", "expected a JSON object"}};
@@ -190,6 +200,7 @@ void LeagueService::OnMessage(const BusMessage& m) {
       } catch (const json::exception& e) {
         // A field of the wrong type (a number as a string...): refused, nothing changed.
         state_ = before;
+        if (voided) state_.ForgetAll();
         changed = voided;
         Refuse(fmt::format("a request from {} has a field of the wrong type: {}", m.publisher(),
                            e.what()));

@@ -6,14 +6,15 @@
 //
 //   {"op": "match", "agent", "incarnation", "match", "snapshot"?, "gone"?}
 //       -> {"opponent", "snapshot": {"topic", "offset", "step"} | null, "snapshot_id", "how"}
-//   ("gone": the id of a snapshot this agent was handed and could not fetch,
-//   its message dropped by the stream's retention: it leaves the catalogue
-//   before the pick, LeagueState::Forget. A broker that restarted without
-//   its log empties the catalogue, LeagueState::ForgetAll.)
+//   ("gone": {"topic", "offset"} of a snapshot this agent was handed and
+//   could not fetch, its message dropped by the stream's retention: it leaves
+//   the catalogue before the pick, LeagueState::Forget. A broker that
+//   restarted without its log empties the catalogue, LeagueState::ForgetAll.)
 //   {"op": "result", "agent", "incarnation", "seq", "opponent", "opponent_snapshot",
 //    "step", "wins", "losses", "draws", "snapshot"?}
 //       -> {"applied": true} | {"applied": false, "why"}
-//   ("snapshot": the requester's newest published policy {"topic", "offset", "step"}.)
+//   ("snapshot": the requester's newest published policy {"topic", "offset", "step",
+//   "bus_incarnation"?}; one of another broker incarnation than the bus's is ignored.)
 //
 // The `agent` of a request must be its authenticated sender (Message.publisher).
 // Every change (a result applied, a snapshot offered) is committed to

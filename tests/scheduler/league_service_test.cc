@@ -129,8 +129,10 @@ TEST_CASE("the league answers matches, applies each result once, and survives it
 TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broker empties it") {
   testing::TempDir tmp("agentrt-league");
   const std::string state = tmp.Path("league/state.json");
+  uint64_t old_incarnation = 0;
   {
     Bus bus;
+    old_incarnation = bus.server->incarnation();
     auto service = StartService(bus, state);
     auto h0 = bus.Client("h0");
     auto r = bus.Client("r");
@@ -143,12 +145,17 @@ TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broke
     REQUIRE(first["snapshot_id"] == "r@0");
     // Its own snapshot, or another member's that is no opponent of it, an
     // agent cannot take out.
-    Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 2}, {"gone", "h0@0"}});
+    Ask(*h0, {{"op", "match"},
+              {"agent", "h0"},
+              {"match", 2},
+              {"gone", {{"topic", "weights/h0"}, {"offset", 5}}}});
     CHECK(service->refused() == 1);
     CHECK(service->Committed()["frozen"]["r"].size() == 1);
     // h0 could not fetch r@0: named in its next request, it is gone before the pick.
-    nlohmann::json again =
-        Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 1}, {"gone", "r@0"}});
+    nlohmann::json again = Ask(*h0, {{"op", "match"},
+                                     {"agent", "h0"},
+                                     {"match", 1},
+                                     {"gone", {{"topic", "weights/r"}, {"offset", 5}}}});
     CHECK(again["snapshot_id"] == "r@initial");
     CHECK(again["snapshot"].is_null());
     CHECK(service->Committed()["frozen"]["r"].empty());
@@ -171,6 +178,22 @@ TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broke
   CHECK(match["snapshot_id"] == "r@initial");
   CHECK(service->Committed()["newest"].empty());
   CHECK(service->Committed()["inbox_incarnation"] == fresh.server->incarnation());
+  // A member's newest of the old log is ignored; one of the new log stands.
+  auto r = fresh.Client("r");
+  auto offer = [&](uint64_t number, int64_t offset, uint64_t incarnation) {
+    Ask(*r, {{"op", "match"},
+             {"agent", "r"},
+             {"match", number},
+             {"snapshot",
+              {{"topic", "weights/r"},
+               {"offset", offset},
+               {"step", 40},
+               {"bus_incarnation", incarnation}}}});
+  };
+  offer(3, 9, old_incarnation);
+  CHECK(service->Committed()["newest"].empty());
+  offer(4, 0, fresh.server->incarnation());
+  CHECK(service->Committed()["newest"]["r"]["offset"] == 0);
 }
 
 TEST_CASE("a league state file that cannot be read back stops the service with its path") {

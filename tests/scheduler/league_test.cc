@@ -126,19 +126,24 @@ TEST_CASE("a snapshot no longer on the bus leaves the catalogue and is picked no
   s.Offer({"r", 100, "weights/r", 1, 0});
   std::string why;
   REQUIRE(s.Apply(Game("h0", 1, "r", 10, 0), 1, &why));
-  REQUIRE(s.Forget("r@0"));
-  CHECK_FALSE(s.Forget("r@0"));      // once
-  CHECK_FALSE(s.Forget("r@12345"));  // never catalogued
+  REQUIRE(s.Forget("weights/r", 0));
+  CHECK_FALSE(s.Forget("weights/r", 0));   // once
+  CHECK_FALSE(s.Forget("weights/r", 77));  // never catalogued
+  CHECK_FALSE(s.Forget("weights/h0", 1));  // another stream's offset 1
   REQUIRE(s.frozen("r").size() == 1);
   CHECK(s.frozen("r")[0].Id() == "r@100");
   for (uint64_t m = 1; m <= 50; ++m) CHECK(s.Pick({"h1", 0, m})->SnapshotId() == "r@100");
   CHECK(s.payoff().at("h0").at("r").wins == 10);  // what was played stands
   // The newest goes too when it is the one named; the next offer brings one back.
-  REQUIRE(s.Forget("r@100"));
+  REQUIRE(s.Forget("weights/r", 1));
   CHECK(s.frozen("r").empty());
   CHECK(s.Pick({"h1", 0, 1})->SnapshotId() == "r@initial");
   REQUIRE(s.Offer({"r", 130, "weights/r", 2, 0}));
   CHECK(s.Pick({"h1", 0, 2})->SnapshotId() == "r@130");
+  // By message, not by id: the same step again (a restore) is another snapshot.
+  REQUIRE(s.Offer({"r", 130, "weights/r", 3, 0}));
+  CHECK_FALSE(s.Forget("weights/r", 2));
+  CHECK(s.Pick({"h1", 0, 2})->snapshot->offset == 3);
   // A log that is gone takes every snapshot with it; ratings stay.
   const double rating = s.Rating("h0");
   REQUIRE(s.ForgetAll());

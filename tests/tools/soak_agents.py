@@ -68,8 +68,8 @@ def league_yaml(bin_dir, steps, steps_per_update=4, snapshot_every=1):
     """The entries under `agents:` of the league's members: agent-worker, one update (4 envs x 16
     steps) per `steps_per_update` of the soak agents' `steps`, so that they play through the
     faults (agent-worker is not paced: an update takes what the machine gives it), publishing a
-    snapshot every `snapshot_every` updates (each stays on the durable bus: the league may pick
-    any)."""
+    snapshot every `snapshot_every` updates (on the durable bus as long as its stream keeps it:
+    sections_yaml's weights_keep_last)."""
     out = ""
     for name, role in LEAGUE.items():
         out += ("  - {name: %s, command: [%s], args: {env: pursuit, role: %s, steps: %d, "

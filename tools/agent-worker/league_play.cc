@@ -6,7 +6,10 @@ namespace agentrt::worker {
 namespace {
 
 nlohmann::json RefToJson(const SnapshotRef& ref) {
-  return {{"topic", ref.topic}, {"offset", ref.offset}, {"step", ref.step}};
+  return {{"topic", ref.topic},
+          {"offset", ref.offset},
+          {"step", ref.step},
+          {"bus_incarnation", ref.bus_incarnation}};
 }
 
 }  // namespace
@@ -79,16 +82,19 @@ Result<LeagueAssignment> LeaguePlay::Next(const std::optional<SnapshotRef>& own,
     if (const auto& s = answer["snapshot"]; s.is_object()) {
       const std::string topic = s.value("topic", "");
       const int64_t offset = s.value("offset", int64_t{-1});
+      // Only the broker's OUT_OF_RANGE says the message is gone; nothing
+      // within the timeout (a slow link) is no reason to forget it.
       Result<std::vector<BusMessage>> messages = bus_->Fetch(topic, offset, 1, timeout_);
-      const bool held = messages.ok() && !messages->empty() && messages->front().offset() == offset;
-      if (!held && (messages.ok() || messages.status().code() == StatusCode::kOutOfRange)) {
-        const std::string gone = "snapshot " + a.snapshot_id + " (" + topic + " offset " +
-                                 std::to_string(offset) + ") is no longer on the bus";
-        if (pick == kPicks) return NotFound(gone);
-        request["gone"] = a.snapshot_id;
+      if (!messages.ok() && messages.status().code() == StatusCode::kOutOfRange) {
+        if (pick == kPicks) return messages.status();
+        request["gone"] = {{"topic", topic}, {"offset", offset}};
         continue;
       }
       if (!messages.ok()) return messages.status();
+      if (messages->empty() || messages->front().offset() != offset)
+        return NotFound("snapshot " + a.snapshot_id + " (" + topic + " offset " +
+                        std::to_string(offset) + ") did not come within " +
+                        std::to_string(timeout_.count()) + " ms");
       AGENTRT_ASSIGN_OR_RETURN(PolicySnapshot policy, DecodeSnapshot(messages->front()));
       a.policy = std::move(policy);
     }

@@ -32,6 +32,9 @@ struct SnapshotRef {
   std::string topic;
   int64_t offset = -1;
   int64_t step = 0;
+  // The broker incarnation whose log holds it, as the member's bus client
+  // last saw it (0: unknown): the league ignores an offer from another.
+  uint64_t bus_incarnation = 0;
 };
 
 struct LeagueAssignment {
