@@ -108,13 +108,14 @@ Status LeagueService::Commit() {
   return Status::Ok();
 }
 
-json LeagueService::Handle(const BusMessage& m, const json& request, bool* changed) {
+json LeagueService::Handle(const BusMessage& m, const json& request, uint64_t bus_incarnation,
+                           bool* changed) {
   const std::string agent = request.value("agent", "");
   if (agent != m.publisher()) {
     Refuse(fmt::format("a request from {} names agent '{}'", m.publisher(), agent));
     return {{"error", "the request's agent must be its sender, " + m.publisher()}};
   }
-  if (auto offer = OfferOf(agent, request, bus_->SubscriptionIncarnation()))
+  if (auto offer = OfferOf(agent, request, bus_incarnation))
     *changed = state_.Offer(*offer) || *changed;
   const std::string op = request.value("op", "");
   if (op == "match") {
@@ -196,7 +197,7 @@ void LeagueService::OnMessage(const BusMessage& m) {
       reply = {{"error", "expected a JSON object"}};
     } else {
       try {
-        reply = Handle(m, request, &changed);
+        reply = Handle(m, request, incarnation, &changed);
       } catch (const json::exception& e) {
         // A field of the wrong type (a number as a string...): refused, nothing changed.
         state_ = before;

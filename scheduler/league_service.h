@@ -77,7 +77,9 @@ class LeagueService {
   LeagueService(LeagueState state, LeagueServiceOptions options)
       : state_(std::move(state)), options_(std::move(options)) {}
   void OnMessage(const BusMessage& message);
-  nlohmann::json Handle(const BusMessage& message, const nlohmann::json& request, bool* changed);
+  // `bus_incarnation`: the broker incarnation the request was read from.
+  nlohmann::json Handle(const BusMessage& message, const nlohmann::json& request,
+                        uint64_t bus_incarnation, bool* changed);
   Status Commit();
   void Refuse(const std::string& why);
 

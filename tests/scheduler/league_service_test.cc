@@ -126,6 +126,23 @@ TEST_CASE("the league answers matches, applies each result once, and survives it
   CHECK(r_match["snapshot"]["offset"] == 3);  // h0's snapshot, offered before the restart
 }
 
+// A match request of `agent`, offering its newest snapshot (offset >= 0: the
+// message at that offset of weights/<agent>, of broker incarnation
+// `incarnation`, 0 unknown) and naming a snapshot it found gone (gone_topic).
+nlohmann::json MatchRequest(const std::string& agent, uint64_t match, int64_t offset = -1,
+                            int64_t step = 0, uint64_t incarnation = 0,
+                            const std::string& gone_topic = "", int64_t gone_offset = -1) {
+  nlohmann::json r = {{"op", "match"}, {"agent", agent}, {"match", match}};
+  if (offset >= 0) {
+    r["snapshot"] = {{"topic", "weights/" + agent},
+                     {"offset", offset},
+                     {"step", step},
+                     {"bus_incarnation", incarnation}};
+  }
+  if (!gone_topic.empty()) r["gone"] = {{"topic", gone_topic}, {"offset", gone_offset}};
+  return r;
+}
+
 TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broker empties it") {
   testing::TempDir tmp("agentrt-league");
   const std::string state = tmp.Path("league/state.json");
@@ -137,36 +154,24 @@ TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broke
     auto h0 = bus.Client("h0");
     auto r = bus.Client("r");
     REQUIRE(r->WaitForReady(10s).ok());
-    Ask(*r, {{"op", "match"},
-             {"agent", "r"},
-             {"match", 1},
-             {"snapshot", {{"topic", "weights/r"}, {"offset", 5}, {"step", 0}}}});
-    nlohmann::json first = Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 1}});
+    Ask(*r, MatchRequest("r", 1, 5, 0));
+    nlohmann::json first = Ask(*h0, MatchRequest("h0", 1));
     REQUIRE(first["snapshot_id"] == "r@0");
     // Its own snapshot, or another member's that is no opponent of it, an
     // agent cannot take out.
-    Ask(*h0, {{"op", "match"},
-              {"agent", "h0"},
-              {"match", 2},
-              {"gone", {{"topic", "weights/h0"}, {"offset", 5}}}});
+    Ask(*h0, MatchRequest("h0", 2, -1, 0, 0, "weights/h0", 5));
     CHECK(service->refused() == 1);
     CHECK(service->Committed()["frozen"]["r"].size() == 1);
     // h0 could not fetch r@0: named in its next request, it is gone before the pick.
-    nlohmann::json again = Ask(*h0, {{"op", "match"},
-                                     {"agent", "h0"},
-                                     {"match", 1},
-                                     {"gone", {{"topic", "weights/r"}, {"offset", 5}}}});
+    nlohmann::json again = Ask(*h0, MatchRequest("h0", 1, -1, 0, 0, "weights/r", 5));
     CHECK(again["snapshot_id"] == "r@initial");
     CHECK(again["snapshot"].is_null());
     CHECK(service->Committed()["frozen"]["r"].empty());
     CHECK(service->Committed()["newest"].empty());
     CHECK(service->refused() == 1);
     // A newer one offered: it plays.
-    Ask(*r, {{"op", "match"},
-             {"agent", "r"},
-             {"match", 2},
-             {"snapshot", {{"topic", "weights/r"}, {"offset", 9}, {"step", 40}}}});
-    CHECK(Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 3}})["snapshot_id"] == "r@40");
+    Ask(*r, MatchRequest("r", 2, 9, 40));
+    CHECK(Ask(*h0, MatchRequest("h0", 3))["snapshot_id"] == "r@40");
   }
   // A broker without the old log (another incarnation: durability memory):
   // offset 9 of weights/r there is another message, or none.
@@ -174,25 +179,15 @@ TEST_CASE("a snapshot an agent could not fetch leaves the catalogue; a new broke
   auto service = StartService(fresh, state);
   auto h0 = fresh.Client("h0");
   REQUIRE(h0->WaitForReady(10s).ok());
-  nlohmann::json match = Ask(*h0, {{"op", "match"}, {"agent", "h0"}, {"match", 4}});
+  nlohmann::json match = Ask(*h0, MatchRequest("h0", 4));
   CHECK(match["snapshot_id"] == "r@initial");
   CHECK(service->Committed()["newest"].empty());
   CHECK(service->Committed()["inbox_incarnation"] == fresh.server->incarnation());
   // A member's newest of the old log is ignored; one of the new log stands.
   auto r = fresh.Client("r");
-  auto offer = [&](uint64_t number, int64_t offset, uint64_t incarnation) {
-    Ask(*r, {{"op", "match"},
-             {"agent", "r"},
-             {"match", number},
-             {"snapshot",
-              {{"topic", "weights/r"},
-               {"offset", offset},
-               {"step", 40},
-               {"bus_incarnation", incarnation}}}});
-  };
-  offer(3, 9, old_incarnation);
+  Ask(*r, MatchRequest("r", 3, 9, 40, old_incarnation));
   CHECK(service->Committed()["newest"].empty());
-  offer(4, 0, fresh.server->incarnation());
+  Ask(*r, MatchRequest("r", 4, 0, 40, fresh.server->incarnation()));
   CHECK(service->Committed()["newest"]["r"]["offset"] == 0);
 }
 

@@ -108,26 +108,30 @@ void League::PublishSnapshot(const PolicySnapshot& snapshot, int64_t incarnation
   opts.content_type = kWeightsContentType;
   const std::string topic = WeightStreamTopic(bus_->agent());
   const int64_t step = snapshot.env_steps;
-  bus_->PublishAsync(topic, EncodeSnapshot(snapshot, incarnation), opts,
-                     [this, topic, step](const Result<PublishAck>& ack) {
-                       if (ack.ok()) {
-                         published_.fetch_add(1);
-                         std::lock_guard<std::mutex> lock(mu_);
-                         // Offsets grow within one log; a broker that came back without its
-                         // log (another incarnation) numbers from its start again. (The
-                         // incarnation is the one this client's subscriptions read, which
-                         // may lag the broker's by a reconnect: the league then ignores the
-                         // offer until the next snapshot.)
-                         const uint64_t log = bus_->SubscriptionIncarnation();
-                         if (ack->offset >= 0 &&
-                             (!newest_published_ || newest_published_->bus_incarnation != log ||
-                              newest_published_->offset < ack->offset))
-                           newest_published_ = SnapshotRef{topic, ack->offset, step, log};
-                       } else if (publish_failures_.fetch_add(1) < 5) {
-                         std::fprintf(stderr, "agent-worker: publishing a snapshot failed: %s\n",
-                                      ack.status().ToString().c_str());
-                       }
-                     });
+  bus_->PublishAsync(
+      topic, EncodeSnapshot(snapshot, incarnation), opts,
+      [this, topic, step](const Result<PublishAck>& ack) { OnPublished(topic, step, ack); });
+}
+
+void League::OnPublished(const std::string& topic, int64_t step, const Result<PublishAck>& ack) {
+  if (!ack.ok()) {
+    if (publish_failures_.fetch_add(1) < 5) {
+      std::fprintf(stderr, "agent-worker: publishing a snapshot failed: %s\n",
+                   ack.status().ToString().c_str());
+    }
+    return;
+  }
+  published_.fetch_add(1);
+  if (ack->offset < 0) return;  // a duplicate whose first offset is no longer known
+  // Offsets grow within one log; a broker that came back without its log
+  // (another incarnation) numbers from its start again. (The incarnation is
+  // the one this client's subscriptions read, which may lag the broker's by a
+  // reconnect: the league then ignores the offer until the next snapshot.)
+  const uint64_t log = bus_->SubscriptionIncarnation();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!newest_published_ || newest_published_->bus_incarnation != log ||
+      newest_published_->offset < ack->offset)
+    newest_published_ = SnapshotRef{topic, ack->offset, step, log};
 }
 
 std::optional<SnapshotRef> League::newest_published() const {

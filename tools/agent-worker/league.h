@@ -75,6 +75,8 @@ class League {
  private:
   explicit League(std::unique_ptr<BusClient> bus) : bus_(std::move(bus)) {}
   void OnMessage(int seat, const BusMessage& message);
+  // A snapshot's publish acknowledged (or failed): the newest published moves.
+  void OnPublished(const std::string& topic, int64_t step, const Result<PublishAck>& ack);
 
   std::unique_ptr<BusClient> bus_;
   mutable std::mutex mu_;
