@@ -50,10 +50,10 @@ struct BrokerOptions {
   // The spool is searched for what dead publishers left at most this often
   // (before an adoption; ReapSpool). 0: before every adoption.
   std::chrono::milliseconds spool_reap_every{15000};
-  // Which launch of an agent is current where no controller says so
-  // (SetIncarnation): a standalone broker of SLURM job arrays reads the
-  // checkpoint fence each array task writes before it starts its agent
-  // (plan/fence.h). Asked when a launch of an agent the broker knows no
+  // Which launch of an agent is current where no embedder says so
+  // (SetIncarnation): agentrt-bus --plan (a run's broker, a SLURM job
+  // array's) reads the checkpoint fence each launcher writes before it starts
+  // an agent (plan/fence.h). Asked when a launch of an agent the broker knows no
   // launch of authenticates (none named: that launch is current), and again
   // before a launch other than the current one is refused, so a requeued
   // task's new launch takes over and the old one is fenced. "" : none named.
@@ -128,7 +128,8 @@ class Broker {
   Status Authenticate(std::string_view agent, std::string_view token,
                       std::string_view incarnation = {});
   // The current launch of `agent` (AgentLaunch::incarnation, the checkpoint
-  // fence's id), set by the controller before it starts that launch.
+  // fence's id), named by whoever embeds the broker and starts launches
+  // (agentctl's broker reads the fences instead: BrokerOptions::current_launch).
   void SetIncarnation(const std::string& agent, const std::string& incarnation);
   // The fence part of Authenticate, for streams that outlive their first
   // check (each publish batch, each turn of a subscription). Allocates

@@ -358,20 +358,35 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
                                                  std::chrono::milliseconds timeout,
                                                  const FetchOptions& fetch) {
   if (max <= 0) return InvalidArgument("fetch: max must be > 0");
-  if (fetch.local_paths && fetch.metadata_only)
-    return impl_->FetchOnce(topic, offset, max, timeout, /*local_files=*/true);
-  const bool local = fetch.local_paths && !impl_->broker_files_unreadable.load();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  AGENTRT_ASSIGN_OR_RETURN(std::vector<BusMessage> out,
-                           impl_->FetchOnce(topic, offset, max, timeout, local));
+  // A fetch only reads: one that found the connection broken (a broker that
+  // restarted) is tried again while the caller's time lasts, as Publish is.
+  auto fetch_once =
+      [&](int64_t from, bool local_files,
+          std::chrono::steady_clock::time_point until) -> Result<std::vector<BusMessage>> {
+    for (int attempt = 0;; ++attempt) {
+      const auto left = std::max(std::chrono::milliseconds(1),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     until - std::chrono::steady_clock::now()));
+      Result<std::vector<BusMessage>> got = impl_->FetchOnce(topic, from, max, left, local_files);
+      const auto wait = impl_->Backoff(attempt);
+      if (got.ok() || got.status().code() != StatusCode::kUnavailable ||
+          std::chrono::steady_clock::now() + wait >= until)
+        return got;
+      std::this_thread::sleep_for(wait);
+    }
+  };
+  if (fetch.local_paths && fetch.metadata_only)
+    return fetch_once(offset, /*local_files=*/true, deadline);
+  const bool local = fetch.local_paths && !impl_->broker_files_unreadable.load();
+  AGENTRT_ASSIGN_OR_RETURN(std::vector<BusMessage> out, fetch_once(offset, local, deadline));
   if (!local || out.empty()) return out;
   if (NoteBrokerFiles(impl_->broker_files_unreadable, out) == BrokerFiles::kReadable) return out;
   // The messages exist: their bytes get what is left of the caller's time,
   // and at least a call's (the first fetch may have waited for them).
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - std::chrono::steady_clock::now());
-  return impl_->FetchOnce(topic, out.front().offset(), max,
-                          std::max(left, impl_->options.call_timeout), /*local_files=*/false);
+  return fetch_once(
+      out.front().offset(), /*local_files=*/false,
+      std::max(deadline, std::chrono::steady_clock::now() + impl_->options.call_timeout));
 }
 
 Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topic, int64_t offset,

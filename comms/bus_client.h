@@ -310,7 +310,9 @@ class BusClient {
   Status SubscriptionStatus(SubscriptionId id) const;
 
   // Synchronous read: up to `max` messages of `topic` from `offset`, waiting
-  // up to `timeout` for the first. Fewer (or none) on timeout.
+  // up to `timeout` for the first. Fewer (or none) on timeout. A broken
+  // connection (UNAVAILABLE: a broker that restarted) is tried again within
+  // `timeout`.
   Result<std::vector<BusMessage>> Fetch(std::string_view topic, int64_t offset, int max,
                                         std::chrono::milliseconds timeout,
                                         const FetchOptions& fetch = {});

@@ -64,6 +64,10 @@ Result<BrokerOptions> BrokerOptionsFor(const BusConfig& settings, const std::str
 // run's CA, each held to the agent of its token.
 void SetServerTls(const BusConfig& settings, BusServerOptions& options);
 
+// agentrt-bus's exit status when it cannot listen on its port (taken, or a
+// bad address): whoever started it may try another port.
+inline constexpr int kBrokerExitCannotListen = 75;
+
 class BusServer {
  public:
   // Binds, starts serving and returns. Errors name the address and port.
@@ -77,8 +81,9 @@ class BusServer {
   // "host:port" for clients: the listen host, or 127.0.0.1 when it is 0.0.0.0 / [::].
   std::string address() const;
   uint64_t incarnation() const;
-  // The current launch of `agent` (Broker::SetIncarnation): from now on a
-  // process of any other launch of it is refused ("fenced").
+  // The current launch of `agent` (Broker::SetIncarnation), for an embedder
+  // that starts launches: from now on a process of any other launch of it is
+  // refused ("fenced").
   void SetAgentIncarnation(const std::string& agent, const std::string& incarnation);
   // Topics (not inboxes) with their offsets, and the open subscriptions with
   // their positions: {"topics": [{topic, earliest_offset, end_offset,

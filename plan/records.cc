@@ -403,7 +403,9 @@ json BusSnapshot::ToJson() const {
   json j = {{"topics", json::array()},
             {"subscribers", json::array()},
             {"messages_published", messages_published},
-            {"messages_delivered", messages_delivered}};
+            {"messages_delivered", messages_delivered},
+            {"broker_pid", broker_pid},
+            {"broker_restarts", broker_restarts}};
   for (const Topic& t : topics) {
     j["topics"].push_back({{"topic", t.topic},
                            {"earliest_offset", t.earliest_offset},
@@ -439,7 +441,50 @@ Result<BusSnapshot> BusSnapshot::FromJson(const json& j) {
   }
   AGENTRT_RETURN_IF_ERROR(Take(j, "messages_published", &b.messages_published, false));
   AGENTRT_RETURN_IF_ERROR(Take(j, "messages_delivered", &b.messages_delivered, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "broker_pid", &b.broker_pid, false));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "broker_restarts", &b.broker_restarts, false));
   return b;
+}
+
+json BrokerReport::ToJson() const {
+  return {{"pid", pid},
+          {"port", port},
+          {"incarnation", fmt::format("{:016x}", incarnation)},
+          {"log_sync_errors", log_sync_errors},
+          {"recovery_notes", recovery_notes},
+          {"bus", bus.ToJson()}};
+}
+
+Result<BrokerReport> BrokerReport::FromJson(const json& j) {
+  AGENTRT_RETURN_IF_ERROR(RequireObject(j, "the broker report"));
+  BrokerReport r;
+  std::string incarnation;
+  const char* const what = "the broker report";
+  AGENTRT_RETURN_IF_ERROR(Take(j, "pid", &r.pid).WithContext(what));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "port", &r.port).WithContext(what));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "incarnation", &incarnation).WithContext(what));
+  AGENTRT_RETURN_IF_ERROR(Take(j, "log_sync_errors", &r.log_sync_errors).WithContext(what));
+  for (const json& note : j.value("recovery_notes", json::array())) {
+    if (!note.is_string()) {
+      return InvalidArgument("the broker report: a recovery note is not a string: " + note.dump());
+    }
+    r.recovery_notes.push_back(note.get<std::string>());
+  }
+  size_t used = 0;
+  try {
+    r.incarnation = std::stoull(incarnation, &used, 16);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (incarnation.size() != 16 || used != 16) {
+    return InvalidArgument("the broker report: 'incarnation' is not 16 hex digits: '" +
+                           incarnation + "'");
+  }
+  if (!j.contains("bus")) return InvalidArgument("the broker report: 'bus' is missing");
+  auto bus = BusSnapshot::FromJson(j["bus"]);
+  if (!bus.ok()) return bus.status().WithContext(what);
+  r.bus = std::move(bus).value();
+  return r;
 }
 
 // ---------------------------------------------------------------- flight recorder, hangs

@@ -7,6 +7,7 @@
 //   RUN_DIR/league/lineage.jsonl   LineageRecord, one line per PBT exploit
 //   <agent workdir>/preflight.json PreflightReport, `agentctl check`'s per-agent result
 //   RUN_DIR/status.json "bus"      BusSnapshot, the bus as the controller last saw it
+//   RUN_DIR/bus.report.json        BrokerReport, what the run's broker process says of itself
 //   a heartbeat's "collective"     CollectiveSnapshot, a rank's flight recorder
 //   RUN_DIR/hangs/<agent>-<t>.json HangReport, every rank's recorder at a detected hang
 //
@@ -187,9 +188,29 @@ struct BusSnapshot {
   std::vector<Subscriber> subscribers;
   int64_t messages_published = 0;
   int64_t messages_delivered = 0;
+  // The broker process serving the run (0: not known) and how often the
+  // controller restarted it after it died.
+  int64_t broker_pid = 0;
+  int64_t broker_restarts = 0;
 
   nlohmann::json ToJson() const;
   static Result<BusSnapshot> FromJson(const nlohmann::json& json);
+};
+
+// What the run's broker process (agentrt-bus --report-file) says of itself,
+// rewritten atomically while it serves (first before it writes its address):
+//   {"pid", "port", "incarnation": 16 hex digits, "log_sync_errors",
+//    "recovery_notes": [strings], "bus": BusSnapshot}
+struct BrokerReport {
+  int64_t pid = 0;
+  int port = 0;
+  uint64_t incarnation = 0;
+  int64_t log_sync_errors = 0;              // failed fsyncs of its durable log so far
+  std::vector<std::string> recovery_notes;  // what reading its log back found at start
+  BusSnapshot bus;
+
+  nlohmann::json ToJson() const;
+  static Result<BrokerReport> FromJson(const nlohmann::json& json);
 };
 
 // A rank's flight recorder (agent_runtime/flight_recorder.h) as its heartbeats

@@ -97,6 +97,10 @@ class RunDir {
   std::string ControllerPidPath() const { return path_ + "/controller.pid"; }
   std::string ControllerLockPath() const { return path_ + "/controller.lock"; }
   std::string BusAddressPath() const { return path_ + "/bus.address"; }
+  // The run's broker process (agentrt-bus): its report (BrokerReport,
+  // plan/records.h) and its stderr.
+  std::string BusReportPath() const { return path_ + "/bus.report.json"; }
+  std::string BusProcessLogPath() const { return LogsDir() + "/bus.log"; }
   // Where the run's /metrics is served now, for Prometheus's file_sd_configs
   // (the dashboard writes it while it serves, and removes it when it stops).
   std::string PrometheusTargetsPath() const { return path_ + "/prometheus_targets.json"; }

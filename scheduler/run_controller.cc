@@ -192,7 +192,6 @@ void RunController::Launch(size_t i) {
   a.log_from.resize(a.spec.launch.ranks.size());
   for (size_t r = 0; r < a.log_from.size(); ++r)
     a.log_from[r] = LogSize(s.log_dir, a.spec.launch.ranks[r].rank);
-  if (launch_observer_) launch_observer_(a.spec.launch);
   auto launched = backend_->Launch(a.spec.launch);
   const double now = clock_->NowSeconds();
   if (!launched.ok()) {

@@ -93,13 +93,6 @@ class RunController {
   // no backoff. Unset: relaunch as planned.
   void SetRelaunchAdvisor(RelaunchAdvisor advisor) { advisor_ = std::move(advisor); }
 
-  // Told of every launch (its incarnation set) just before the backend starts
-  // it: the run driver makes it the bus's current launch of that agent, so
-  // that an earlier one still running somewhere is fenced off the bus.
-  void SetLaunchObserver(std::function<void(const AgentLaunch&)> observer) {
-    launch_observer_ = std::move(observer);
-  }
-
   // Launches every agent. A launch error counts as a failure of that agent.
   // `between`, when given, is called every kLaunchReportIntervalS while the
   // launches go on (thousands of agents take a while): the caller takes the
@@ -236,7 +229,6 @@ class RunController {
   LaunchBackend* backend_;
   const Clock* clock_;
   RelaunchAdvisor advisor_;
-  std::function<void(const AgentLaunch&)> launch_observer_;
   std::vector<Agent> agents_;
   std::unordered_map<std::string, size_t> index_;  // agent name -> index in agents_
   RunStatus status_;

@@ -16,6 +16,7 @@
 #include "comms/run_ca.h"
 #include "comms/telemetry.h"
 #include "plan/records.h"
+#include "scheduler/broker_process.h"
 #include "scheduler/control_inbox.h"
 #include "scheduler/league_service.h"
 #include "scheduler/pbt_service.h"
@@ -161,7 +162,7 @@ RunDriver::RunDriver(Plan plan, RunDir dir, LaunchBackend* backend, const Clock*
       leases_(std::move(leases)) {}
 
 RunDriver::~RunDriver() {
-  if (bus_) bus_->Shutdown(std::chrono::milliseconds(500));
+  if (bus_) bus_->Shutdown(std::chrono::milliseconds(1000));
   // controller.pid lives exactly as long as this controller (also when Start failed).
   if (pid_file_written_) {
     std::error_code ec;
@@ -186,7 +187,7 @@ Status RunDriver::Start() {
   AGENTRT_ASSIGN_OR_RETURN(const std::string secret, dir_.LoadOrCreateSecret());
   AGENTRT_RETURN_IF_ERROR(ResolveBusTls());
   AGENTRT_RETURN_IF_ERROR(WriteAgentTokens(dir_, secret, plan_));
-  AGENTRT_RETURN_IF_ERROR(StartBus(secret));
+  AGENTRT_RETURN_IF_ERROR(StartBus());
   AGENTRT_RETURN_IF_ERROR(StartTelemetry(secret));
   AGENTRT_RETURN_IF_ERROR(StartLeague(secret));
   StartSupervisor();
@@ -197,18 +198,30 @@ Status RunDriver::Start() {
   return Status::Ok();
 }
 
-// The bus, on the plan's port (an auto one moves past a port an outsider
-// holds); the plan is rewritten with where it listens.
-Status RunDriver::StartBus(const std::string& secret) {
-  BusServerOptions bus_options;
-  bus_options.host = options_.bus_listen_host;
+// The bus: the run's broker process (broker_process.h) on the plan's port (an
+// auto one moves past a port an outsider holds); it reads plan.json, which
+// says where it listens.
+Status RunDriver::StartBus() {
+  // The broker's settings are checked here, where an error can name them.
+  AGENTRT_RETURN_IF_ERROR(BrokerOptionsFor(plan_.bus.settings, dir_.BusLogDir()).status());
+  BrokerProcessOptions bus_options;
+  bus_options.program = options_.broker_program.empty() ? SelfExecutableDir() + "/agentrt-bus"
+                                                        : options_.broker_program;
+  bus_options.listen_host = options_.bus_listen_host;
+  bus_options.advertised_host = options_.bus_advertised_host;
   bus_options.port = plan_.bus.port;
-  AGENTRT_ASSIGN_OR_RETURN(bus_options.broker,
-                           BrokerOptionsFor(plan_.bus.settings, dir_.BusLogDir()));
-  SetServerTls(plan_.bus.settings, bus_options);
-  auto bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
+  auto start = [&]() -> Result<std::unique_ptr<BrokerProcess>> {
+    plan_.bus.host = options_.bus_advertised_host;
+    plan_.bus.port = bus_options.port;
+    plan_.bus.settings.port = bus_options.port;
+    AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan_, dir_.path()));
+    return BrokerProcess::Start(dir_, bus_options);
+  };
+  auto bus = start();
   // An auto port that a process outside agentrt's leases holds: the next free one.
-  for (int tries = 0; !bus.ok() && !plan_.bus.fixed_port && leases_ && tries < 20; ++tries) {
+  for (int tries = 0; !bus.ok() && bus.status().code() == StatusCode::kAlreadyExists &&
+                      !plan_.bus.fixed_port && leases_ && tries < 20;
+       ++tries) {
     const int taken = bus_options.port;
     leases_->Release(taken, taken).IgnoreError();  // ours; held by an outsider
     int next = -1;
@@ -220,7 +233,7 @@ Status RunDriver::StartBus(const std::string& secret) {
         "agentctl run: bus port {} is used by a program outside agentrt; the bus takes {}\n", taken,
         next));
     bus_options.port = next;
-    bus = BusServer::Start(bus_options, secret, AclFromPlan(plan_));
+    bus = start();
   }
   if (!bus.ok()) {
     return bus.status().WithContext(
@@ -232,13 +245,14 @@ Status RunDriver::StartBus(const std::string& secret) {
   bus_ = std::move(bus).value();
   for (const std::string& note : bus_->recovery_notes())
     observer_->Warn("agentctl run: " + note + "\n");
-  plan_.bus.host = options_.bus_advertised_host;
-  plan_.bus.port = bus_->port();
-  plan_.bus.settings.port = bus_->port();
   bus_address_ = plan_.bus.host + ":" + std::to_string(plan_.bus.port);
-  AGENTRT_RETURN_IF_ERROR(WriteRunPlan(plan_, dir_.path()));
-
   return Status::Ok();
+}
+
+// A broker that died is started again (on its port, with its log); the user
+// is told when it died and when it serves again.
+void RunDriver::SuperviseBroker() {
+  for (const std::string& line : bus_->Supervise()) observer_->Warn("agentctl run: " + line + "\n");
 }
 
 // bus.tls decided for this start (comms/run_ca.h); with the run's CA, it signs
@@ -247,10 +261,9 @@ Status RunDriver::StartBus(const std::string& secret) {
 Status RunDriver::ResolveBusTls() {
   std::vector<std::string> clients = {kLeagueServiceName};
   for (const AgentPlan& a : plan_.agents) clients.push_back(a.name);
-  AGENTRT_RETURN_IF_ERROR(
-      PrepareBusTls(dir_, plan_.bus, !IsLoopbackHost(options_.bus_listen_host), clients));
-  if (!plan_.bus.run_ca) return Status::Ok();
-  return IssueBusCertificate(dir_, {options_.bus_advertised_host});
+  // The broker process signs its own certificate with the run's CA, for the
+  // host it advertises (agentrt-bus --plan).
+  return PrepareBusTls(dir_, plan_.bus, !IsLoopbackHost(options_.bus_listen_host), clients);
 }
 
 // Telemetry intake (signed with the agents' tokens) and metrics.jsonl.
@@ -293,11 +306,6 @@ void RunDriver::StartSupervisor() {
       plan_.run, dir_.path(),
       SupervisedAgentsOf(plan_, dir_, bus_address_, telemetry_->endpoint(), options_.local_node),
       backend_, clock_);
-  if (bus_) {
-    controller_->SetLaunchObserver([this](const AgentLaunch& launch) {
-      bus_->SetAgentIncarnation(launch.name, launch.incarnation);
-    });
-  }
   observer_->Event(fmt::format("run {}: {} agents, run dir {}, bus {}", plan_.run,
                                plan_.agents.size(), dir_.path(), bus_address_));
   if (options_.down_nodes) {
@@ -421,6 +429,7 @@ bool RunDriver::Step() {
   if (pbt_) pbt_->Advance();
   if (league_) WarnLeague();
   control_->Poll();
+  SuperviseBroker();
   WarnBusSyncErrors();
   status_->Update();
   observer_->Progress(controller_->status(), status_->elapsed_s(), false);
@@ -433,7 +442,13 @@ void RunDriver::WarnBusSyncErrors() {
   const double now = clock_->NowSeconds();
   if (now - sync_checked_at_ < 1.0) return;
   sync_checked_at_ = now;
-  const int64_t errors = bus_->Stats().log_sync_errors;
+  const std::optional<BrokerReport> report = bus_->Report();
+  if (!report) return;
+  if (report->pid != sync_errors_pid_) {  // a new broker counts from 0
+    sync_errors_pid_ = report->pid;
+    sync_errors_seen_ = 0;
+  }
+  const int64_t errors = report->log_sync_errors;
   if (errors <= sync_errors_seen_) return;
   observer_->Warn(fmt::format(
       "agentctl run: the bus log under {} failed {} fsync(s): messages since the last good "
@@ -459,7 +474,7 @@ int RunDriver::Finish() {
   observer_->Progress(controller_->status(), status_->elapsed_s(), true);
   pbt_.reset();     // holds the league service (for ratings)
   league_.reset();  // its state is committed after every change
-  bus_->Shutdown(std::chrono::milliseconds(1000));
+  bus_->Shutdown(std::chrono::milliseconds(3000));
   const std::string summary = controller_->Summary();
   if (!summary.empty()) observer_->Warn(summary);
   observer_->Event(fmt::format("run {} {}; status: agentctl status {}", plan_.run,

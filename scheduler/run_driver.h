@@ -8,15 +8,17 @@
 //
 // Driving (RunDriver), on the thread that owns the children:
 //   Start()   controller.pid, the run secret and one token per agent, then its
-//             services in one order: the bus (embedded gRPC broker with the
-//             plan's ACL; plan.json once its port is known), telemetry intake
+//             services in one order: the bus (the run's broker process,
+//             agentrt-bus, supervised by broker_process.h: it reads the plan's
+//             ACL; plan.json once its port is known), telemetry intake
 //             and metrics.jsonl, the league service, the supervisor
 //             (RunController: every agent's launch) with node failover
 //             (failover_service.h), PBT (pbt_service.h), the control inbox
 //             (control_inbox.h) and the status writer (status_writer.h);
 //   Step()    one turn: telemetry in (heartbeats, metrics), stop signals (the
 //             first stops every agent gracefully, a second one kills), the
-//             supervisor's Tick, PBT, control requests, status.json;
+//             supervisor's Tick, PBT, control requests, the broker (one that
+//             died is started again), status.json;
 //   Finish()  the last status, the services down, the summary; the exit code.
 // What a user sees goes to a RunObserver (the terminal in agentctl); stop
 // signals come from a StopRequests (the process's signal handlers in agentctl).
@@ -47,7 +49,7 @@
 
 namespace agentrt {
 
-class BusServer;
+class BrokerProcess;
 class TelemetryReceiver;
 class MetricsWriter;
 class LeagueService;
@@ -134,6 +136,8 @@ struct RunDriverOptions {
   std::chrono::milliseconds poll{100};  // longest wait for telemetry per Step()
   // agentctl resume: the run's last status.json (RunController::Resume).
   std::optional<RunStatus> resume_from;
+  // The broker program (agentrt-bus); "" : the one next to this executable.
+  std::string broker_program;
 };
 
 class RunDriver {
@@ -166,7 +170,7 @@ class RunDriver {
 
  private:
   // Start's steps, in its order.
-  Status StartBus(const std::string& secret);
+  Status StartBus();
   Status ResolveBusTls();
   Status StartTelemetry(const std::string& secret);
   Status StartLeague(const std::string& secret);
@@ -183,6 +187,7 @@ class RunDriver {
   void CheckMetrics(const Status& s);
   void WarnLeague();
   void WarnBusSyncErrors();
+  void SuperviseBroker();
 
   Plan plan_;
   RunDir dir_;
@@ -194,7 +199,7 @@ class RunDriver {
 
   std::unique_ptr<ControllerLock> lock_;
   std::unique_ptr<PortLeases> leases_;
-  std::unique_ptr<BusServer> bus_;
+  std::unique_ptr<BrokerProcess> bus_;
   std::unique_ptr<TelemetryReceiver> telemetry_;
   TelemetryBatch telemetry_batch_;  // the intake's reused message slots
   uint64_t rejected_seen_ = 0;      // telemetry_->rejected() already warned about
@@ -210,7 +215,8 @@ class RunDriver {
   std::string bus_address_;
   bool pid_file_written_ = false;
   double start_unix_s_ = 0;
-  double sync_checked_at_ = 0;  // when the bus log's fsync errors were last looked at
+  double sync_checked_at_ = 0;   // when the bus log's fsync errors were last looked at
+  int64_t sync_errors_pid_ = 0;  // the broker whose errors sync_errors_seen_ counts
   static constexpr double kSuperviseIntervalS = 0.05;
   double supervised_at_ = 0;  // when Step() last supervised (Tick, services, status)
   // Telemetry is taken at most every kTelemetryBatch while it streams in: a

@@ -4,13 +4,14 @@
 #include <unistd.h>
 
 #include "common/file_util.h"
-#include "comms/bus_server.h"
+#include "scheduler/broker_process.h"
 #include "scheduler/run_driver.h"
 
 namespace agentrt {
 
-StatusWriter::StatusWriter(std::string path, const RunController* controller, const BusServer* bus,
-                           double started_unix_s, const Clock* clock, RunObserver* observer)
+StatusWriter::StatusWriter(std::string path, const RunController* controller,
+                           const BrokerProcess* bus, double started_unix_s, const Clock* clock,
+                           RunObserver* observer)
     : path_(std::move(path)),
       controller_(controller),
       bus_(bus),
@@ -53,7 +54,9 @@ void StatusWriter::Write() {
   s.controller_pid = ::getpid();
   s.started_unix_s = started_unix_s_;
   s.updated_unix_s = UnixTimeSeconds();
-  if (bus_ != nullptr) s.bus = bus_->Snapshot();
+  if (bus_ != nullptr) {
+    if (std::optional<BrokerReport> report = bus_->Report()) s.bus = std::move(report->bus);
+  }
   const Status w = WriteRunStatusFile(s, path_);
   if (!w.ok()) observer_->Warn("agentctl run: warning: " + w.message() + "\n");
 }

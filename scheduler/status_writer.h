@@ -17,7 +17,7 @@
 
 namespace agentrt {
 
-class BusServer;
+class BrokerProcess;
 class RunObserver;
 
 class StatusWriter {
@@ -29,7 +29,7 @@ class StatusWriter {
 
   // `controller`, `clock` and `observer` outlive the writer; `bus` may be null
   // (no bus block in status.json). `started_unix_s` is when the run started.
-  StatusWriter(std::string path, const RunController* controller, const BusServer* bus,
+  StatusWriter(std::string path, const RunController* controller, const BrokerProcess* bus,
                double started_unix_s, const Clock* clock, RunObserver* observer);
 
   // The first status and a line for every agent; the run's time starts here.
@@ -47,7 +47,7 @@ class StatusWriter {
 
   std::string path_;
   const RunController* controller_;
-  const BusServer* bus_;
+  const BrokerProcess* bus_;
   double started_unix_s_;
   const Clock* clock_;
   RunObserver* observer_;

@@ -234,6 +234,45 @@ def sigkill_league_member(run, rng, members, kind, timeout=90):
     return {"kind": kind, "agent": a["name"], "lost": None, "recovery_s": time.monotonic() - t0}
 
 
+def kill_broker(run, agents, kind="kill -9 broker", timeout=30):
+    """kill -9 of the run's broker process (RUN_DIR/bus.report.json names it). The controller
+    starts it again on its port with its durable log; every agent of `agents` ({name: ranks}),
+    all heartbeating when it struck, lives through it: it steps on past where it was, in the same
+    incarnation (no restart). Returns the fault ({kind, agent: None, lost: 0, recovery_s: until
+    status.json names the new broker}), or None when not every agent ran. `run` has run_dir."""
+    before = {}
+    for name, ranks in agents.items():
+        a = heartbeating(run, name, ranks)
+        if not a:
+            return None
+        before[name] = a
+    try:
+        with open(os.path.join(run.run_dir, "bus.report.json")) as f:
+            pid = json.load(f)["pid"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if not runs_program(pid, "agentrt-bus"):
+        return None
+    restarts = ((read_status(run.run_dir) or {}).get("bus") or {}).get("broker_restarts", 0)
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+
+    def serving():
+        bus = (read_status(run.run_dir) or {}).get("bus") or {}
+        return bus.get("broker_pid", 0) not in (0, pid) and bus.get("broker_restarts", 0) > restarts
+    wait_for("the broker to serve again after kill -9 of pid %d" % pid, serving, timeout, 0.02)
+    recovery = time.monotonic() - t0
+    for name, a in before.items():
+        def on():
+            b = run.agent(name)
+            check(b is not None and b["restarts"] == a["restarts"],
+                  "%s lived through kill -9 of the broker without a restart (restarts %d, then %s)"
+                  % (name, a["restarts"], b and b["restarts"]))
+            return b["step"] > a["step"] or b["state"] == "succeeded"
+        wait_for("%s to step on after kill -9 of the broker" % name, on, timeout, 0.05)
+    return {"kind": kind, "agent": None, "lost": 0, "recovery_s": recovery}
+
+
 def committed_dirs(run_dir, agent):
     """The committed checkpoint directories (manifest written) of `agent`."""
     d = os.path.join(run_dir, "checkpoints", agent)

@@ -427,6 +427,7 @@ void SimulatedAgents(const std::string& bin_dir, int n, double window_s) {
   NoStops stops;
   agentrt::RunDriverOptions options;
   options.poll = std::chrono::milliseconds(50);
+  options.broker_program = bin_dir + "/agentrt-bus";
   agentrt::RunDriver driver(std::move(prepared->plan), std::move(prepared->dir), &backend,
                             agentrt::SteadyClock(), &observer, &stops, options);
   if (auto s = driver.Start(); !s.ok()) Die(s.ToString());

@@ -318,6 +318,8 @@ TEST_CASE("the bus block of status.json round-trips and keeps to the schema") {
   b.subscribers = {{.agent = "prey", .topic = "policies/predator", .offset = 40, .lag = 1}};
   b.messages_published = 41;
   b.messages_delivered = 40;
+  b.broker_pid = 777;
+  b.broker_restarts = 1;
   auto back = BusSnapshot::FromJson(json::parse(b.ToJson().dump()));
   REQUIRE(back.ok());
   CHECK(back->ToJson() == b.ToJson());
@@ -329,6 +331,39 @@ TEST_CASE("the bus block of status.json round-trips and keeps to the schema") {
   wrong["topics"][0].erase("end_offset");
   CHECK_THAT(BusSnapshot::FromJson(wrong).status().message(),
              Catch::Matchers::Contains("topics: 'end_offset' is missing"));
+}
+
+TEST_CASE("the broker process's report round-trips and keeps to the schema") {
+  BrokerReport r;
+  r.pid = 4242;
+  r.port = 31007;
+  r.incarnation = 0x00c0ffee12345678;
+  r.log_sync_errors = 2;
+  r.recovery_notes = {"bus log: cut a torn tail of topic t"};
+  r.bus.topics = {{.topic = "t", .earliest_offset = 0, .end_offset = 9, .retained_bytes = 90}};
+  r.bus.broker_pid = 4242;
+  auto back = BrokerReport::FromJson(json::parse(r.ToJson().dump()));
+  REQUIRE(back.ok());
+  CHECK(back->ToJson() == r.ToJson());
+  CHECK(back->incarnation == 0x00c0ffee12345678);
+  CHECK(back->ToJson()["incarnation"] == "00c0ffee12345678");
+  CHECK(back->recovery_notes == r.recovery_notes);
+  CheckAgainstSchema(r.ToJson(), "broker_report");
+  CheckAgainstSchema(r.ToJson()["bus"], "bus_snapshot");
+
+  json wrong = r.ToJson();
+  wrong["incarnation"] = "c0ffee";
+  CHECK_THAT(BrokerReport::FromJson(wrong).status().message(),
+             Catch::Matchers::Contains("'incarnation' is not 16 hex digits: 'c0ffee'"));
+  wrong = r.ToJson();
+  wrong["bus"]["topics"][0].erase("end_offset");
+  CHECK_THAT(BrokerReport::FromJson(wrong).status().message(),
+             Catch::Matchers::Contains("the broker report") &&
+                 Catch::Matchers::Contains("'end_offset' is missing"));
+  wrong = r.ToJson();
+  wrong.erase("pid");
+  CHECK_THAT(BrokerReport::FromJson(wrong).status().message(),
+             Catch::Matchers::Contains("'pid' is missing"));
 }
 
 TEST_CASE("a flight-recorder snapshot and a hang report round-trip and keep to the schema") {

@@ -1,8 +1,8 @@
 // The run driver as agentctl drives it, with a fake backend and a ManualClock:
 // preparing a run (one inventory rule, the plan made once), then Start / Step /
 // Finish — what it writes into the run directory, how stop signals become
-// SIGTERM then SIGKILL, and the exit code. The bus and telemetry are the real
-// in-process ones; no agent process is started.
+// SIGTERM then SIGKILL, and the exit code. The bus is the real broker process
+// (agentrt-bus), telemetry the real intake; no agent process is started.
 #include "scheduler/run_driver.h"
 
 #include <signal.h>
@@ -186,10 +186,15 @@ struct DriverFixture {
     REQUIRE(prepared.ok());
     RunDriverOptions options;
     options.poll = std::chrono::milliseconds(0);
+    options.broker_program = BrokerProgram();
     driver = std::make_unique<RunDriver>(std::move(prepared->plan), std::move(prepared->dir),
                                          &backend, &clock, &observer, &stops, options);
   }
   const RunDir& dir() const { return driver->dir(); }
+  static std::string BrokerProgram() {
+    const char* bin = std::getenv("AGENTRT_BIN_DIR");
+    return std::string(bin != nullptr ? bin : "build/bin") + "/agentrt-bus";
+  }
 };
 
 TEST_CASE("the driver starts the bus, writes the run's files and launches every agent") {

@@ -19,6 +19,9 @@ with a fixed seed keeps breaking things:
   requeues and every agent resumes;
 - kill -9 of the controller (the allocation's batch shell): SLURM ends the job, the operator
   requeues it (`scontrol requeue`) and every agent resumes;
+- kill -9 of the bus's broker alone (a process of its own beside the controller, on the batch
+  node): the controller starts it again on its port with its durable log, and every agent lives
+  through it without a restart (its talk checked at the end);
 - a clock step: one node's wall clock (every task of the node reads it through the test
   cluster's shim, start.sh --clock-shim) steps CLOCK_STEP_S forward or back, as NTP steps a
   clock that drifted, and back again CLOCK_HOLD_S later: nothing may restart for it, every rank's
@@ -64,7 +67,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import soak_agents  # noqa: E402
-from agentrt_testing import (Failure, check, heartbeating, newest_committed,  # noqa: E402
+from agentrt_testing import (Failure, check, heartbeating, kill_broker, newest_committed,  # noqa: E402
                              print_fault_table, read_status, restore_since, run_processes,
                              runs_program, set_clock_offset, sigkill_league_member,
                              soak_agent_command, status_agent, wait_for)
@@ -100,7 +103,7 @@ WEIGHTS_KEEP_LAST = 20
 BUS_SEGMENT_BYTES = 8 << 20
 CLOCK_STEP = "clock step"
 KINDS = ["SIGKILL of a rank", "SIGKILL of a rank", "SIGSTOP of a rank", "node death", "partition",
-         "preemption", "kill controller", "full disk", LEAGUE_KILL, CLOCK_STEP]
+         "preemption", "kill controller", "full disk", LEAGUE_KILL, CLOCK_STEP, "kill broker"]
 # The test cluster's wall-clock shim (tests/slurm/clock_offset_shim.cc); without it no clock step.
 CLOCK_SHIM = os.environ.get("AGENTRT_CLOCK_SHIM",
                             os.path.join(BIN, "..", "tests", "libagentrt_clock_offset.so"))
@@ -545,6 +548,11 @@ class Soak:
                 self.full_disk()
             elif kind == CLOCK_STEP:
                 self.clock_step()
+            elif kind == "kill broker":
+                if self.before(sorted(AGENTS)):
+                    fault = kill_broker(self, AGENTS, "kill -9 broker")
+                    if fault:
+                        self.faults.append(fault)
             elif kind == LEAGUE_KILL:
                 fault = sigkill_league_member(self, self.rng, soak_agents.LEAGUE, kind)
                 if fault:

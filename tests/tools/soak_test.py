@@ -2,7 +2,9 @@
 """A compressed stretch of failures on one machine: `agentctl run` of single-rank and 2-rank MPI
 agents checkpointing every 2 s, while a fault injector with a fixed seed keeps breaking things:
 SIGKILL of a rank (a league member's too), SIGSTOP of a rank (found by its heartbeat timeout),
-kill -9 of the controller (and with it the bus's broker) followed by `agentctl resume`. Two Python agents talk over the bus
+kill -9 of the controller (and with it the bus's broker) followed by `agentctl resume`, kill -9 of
+the broker alone (the controller starts it again; the agents live through it). Two Python agents
+talk over the bus
 with `durability: always`; a PBT population of three and a league of two agent-worker members
 (C++) live through the controller kills (tests/tools/soak_agents.py). Checked at every fault, not
 only at the end:
@@ -33,8 +35,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import soak_agents  # noqa: E402
 from agentrt_testing import (AgentctlRun, Failure, check, free_port_block, heartbeating,  # noqa: E402
-                             incarnation_restore, newest_committed, print_fault_table, run_processes,
-                             sigkill_league_member, soak_agent_command, wait_for)
+                             incarnation_restore, kill_broker, newest_committed, print_fault_table,
+                             run_processes, sigkill_league_member, soak_agent_command, wait_for)
 
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", "build/bin"))
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -137,6 +139,15 @@ class Soak:
         if fault:
             self.faults.append(fault)
 
+    def broker_fault(self):
+        """kill -9 of the run's broker apart from its controller: started again on its port with
+        its log, while every agent steps on without a restart (its talk checked at the end)."""
+        if any(a["step"] >= self.target * 0.9 for a in self.running()):
+            return
+        fault = kill_broker(self.run, AGENTS)
+        if fault:
+            self.faults.append(fault)
+
     def kill_controller(self):
         before = {}
         for name, ranks in AGENTS.items():
@@ -158,7 +169,7 @@ class Soak:
 
     def go(self):
         kinds = ["sigkill_rank", "sigkill_rank", "sigstop_rank", "kill_controller",
-                 "sigkill_league_member"]
+                 "sigkill_league_member", "kill_broker"]
         deadline = time.monotonic() + self.seconds
         while time.monotonic() < deadline and self.controller.poll() is None:
             time.sleep(self.rng.uniform(1.0, 3.0))
@@ -167,6 +178,8 @@ class Soak:
                 self.kill_controller()
             elif kind == "sigkill_league_member":
                 self.league_fault()
+            elif kind == "kill_broker":
+                self.broker_fault()
             else:
                 self.rank_fault(kind)
         rc = self.controller.wait(timeout=self.target * STEP_MS / 1000 * 3 + 120)

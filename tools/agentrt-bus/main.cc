@@ -6,6 +6,11 @@
 // Reads the channel ACL from the plan, serves until SIGTERM/SIGINT, then shuts
 // down cleanly (exit 0). The bound "host:port" is written atomically to
 // --address-file once the broker accepts connections, and removed on exit.
+// With --report-file it also keeps a BrokerReport there (plan/records.h: its
+// pid, incarnation, recovery notes, counters, topics and subscribers), written
+// before the address and then twice a second: how `agentctl run`, which starts
+// and supervises the run's broker this way, sees it. Exit status
+// kBrokerExitCannotListen (75): the port could not be bound.
 //
 // Two client subcommands help users look at a running bus:
 //   agentrt-bus publish --bus HOST:PORT --token-file F TOPIC PAYLOAD
@@ -31,6 +36,7 @@
 #include "comms/bus_server.h"
 #include "comms/run_ca.h"
 #include "plan/fence.h"
+#include "plan/records.h"
 #include "plan/run_dir.h"
 
 namespace {
@@ -63,7 +69,7 @@ agentrt::Result<std::unique_ptr<agentrt::BusClient>> ClientFor(const std::string
 
 // The serving flags.
 struct ServeFlags {
-  std::string plan, secret_file, address_file, advertise_host, log_dir;
+  std::string plan, secret_file, address_file, advertise_host, log_dir, report_file;
   bool open = false;
   agentrt::BusServerOptions opts;
   agentrt::BusConfig storage;  // the storage flags' values
@@ -82,6 +88,9 @@ void AddServeFlags(CLI::App& app, ServeFlags* f) {
       ->capture_default_str();
   app.add_option("--address-file", f->address_file,
                  "write the bound host:port here (atomically) when ready");
+  app.add_option("--report-file", f->report_file,
+                 "keep a JSON report of the broker here (pid, incarnation, counters, topics, "
+                 "subscribers), rewritten twice a second");
   app.add_option("--advertise-host", f->advertise_host,
                  "host written to --address-file (default: the listen host, or this machine's name "
                  "for 0.0.0.0)");
@@ -220,8 +229,8 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   if (!broker.ok()) return broker.status().WithContext(f.plan.empty() ? "agentrt-bus" : f.plan);
   f.opts.broker = std::move(broker).value();
   if (!checkpoint_dirs.empty()) {
-    // No controller tells this broker which launch of an agent is current:
-    // the launcher's checkpoint fence does (SLURM array tasks write it).
+    // Which launch of an agent is current: the launcher's checkpoint fence
+    // says (agentctl's backends and SLURM array tasks write it).
     f.opts.broker.current_launch = [dirs = std::move(checkpoint_dirs)](
                                        const std::string& agent) -> agentrt::Result<std::string> {
       const auto it = dirs.find(agent);
@@ -240,6 +249,20 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   return acl;
 }
 
+// The --report-file record of `server` now; not synced (a broker that dies
+// leaves the last one whole, and the next broker writes its own).
+agentrt::Status WriteReport(const std::string& path, const agentrt::BusServer& server) {
+  agentrt::BrokerReport r;
+  r.pid = ::getpid();
+  r.port = server.port();
+  r.incarnation = server.incarnation();
+  r.log_sync_errors = server.Stats().log_sync_errors;
+  r.recovery_notes = server.recovery_notes();
+  r.bus = server.Snapshot();
+  r.bus.broker_pid = r.pid;
+  return agentrt::WriteFileAtomic(path, r.ToJson().dump() + "\n", {0644, false, false});
+}
+
 int Serve(ServeFlags& f) {
   auto acl = ResolveServe(f);
   if (!acl.ok()) return Fail(acl.status());
@@ -254,10 +277,18 @@ int Serve(ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = agentrt::BusServer::Start(f.opts, std::move(secret).value(), std::move(*acl));
-  if (!server.ok()) return Fail(server.status());
+  if (!server.ok()) {
+    Fail(server.status());
+    return server.status().code() == agentrt::StatusCode::kUnavailable
+               ? agentrt::kBrokerExitCannotListen
+               : 1;
+  }
   for (const std::string& note : server.value()->recovery_notes())
     std::fprintf(stderr, "agentrt-bus: %s\n", note.c_str());
   const std::string address = AdvertisedHost(f) + ":" + std::to_string(server.value()->port());
+  if (!f.report_file.empty()) {
+    if (auto s = WriteReport(f.report_file, *server.value()); !s.ok()) return Fail(s);
+  }
   if (!f.address_file.empty()) {
     if (auto s = agentrt::WriteFileAtomic(f.address_file, address + "\n"); !s.ok()) return Fail(s);
   }
@@ -270,11 +301,23 @@ int Serve(ServeFlags& f) {
                                    : (f.opts.tls_client_ca_file.empty() ? "TLS" : "mutual TLS"));
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  if (f.report_file.empty()) {
+    sigwait(&signals, &sig);
+  } else {
+    // A report that cannot be written (a full disk) is said once, not twice a second.
+    const timespec half_a_second{0, 500'000'000};
+    bool failing = false;
+    while ((sig = sigtimedwait(&signals, nullptr, &half_a_second)) < 0) {
+      const agentrt::Status s = WriteReport(f.report_file, *server.value());
+      if (!s.ok() && !failing) std::fprintf(stderr, "agentrt-bus: %s\n", s.ToString().c_str());
+      failing = !s.ok();
+    }
+  }
   std::fprintf(stderr, "agentrt-bus: %s received, shutting down\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   server.value()->Shutdown();
   if (!f.address_file.empty()) ::unlink(f.address_file.c_str());
+  if (!f.report_file.empty()) WriteReport(f.report_file, *server.value()).IgnoreError();
   const agentrt::BusStats st = server.value()->Stats();
   std::fprintf(
       stderr,

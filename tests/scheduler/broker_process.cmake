@@ -1,0 +1,6 @@
+# The run's broker process (agentrt-bus started and supervised by the run driver).
+agentrt_test(NAME scheduler_broker_process_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/broker_process_test.cc
+  DEPS agentrt::scheduler
+  LABELS integration fault
+  TIMEOUT 120)
