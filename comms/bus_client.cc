@@ -43,7 +43,7 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
   v1::PublishChunk chunk;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext ctx;
-    Prepare(&ctx, deadline);
+    Prepare(&ctx, deadline, attempt > 0);
     v1::PublishResponse resp;
     auto writer = stub->PublishLarge(&ctx, &resp);
     chunk.Clear();
@@ -368,7 +368,8 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
       const auto left = std::max(std::chrono::milliseconds(1),
                                  std::chrono::duration_cast<std::chrono::milliseconds>(
                                      until - std::chrono::steady_clock::now()));
-      Result<std::vector<BusMessage>> got = impl_->FetchOnce(topic, from, max, left, local_files);
+      Result<std::vector<BusMessage>> got =
+          impl_->FetchOnce(topic, from, max, left, local_files, attempt > 0);
       const auto wait = impl_->Backoff(attempt);
       if (got.ok() || got.status().code() != StatusCode::kUnavailable ||
           std::chrono::steady_clock::now() + wait >= until)
@@ -392,14 +393,14 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
 Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topic, int64_t offset,
                                                            int max,
                                                            std::chrono::milliseconds timeout,
-                                                           bool local_files) {
+                                                           bool local_files, bool retrying) {
   v1::SubscribeRequest req;
   req.set_topic(std::string(topic));
   req.mutable_start()->set_offset(offset);
   req.set_max_batch_messages(std::min(max, 4096));
   req.set_local_files(local_files);
   grpc::ClientContext ctx;
-  Prepare(&ctx, DeadlineClock::now() + timeout);
+  Prepare(&ctx, DeadlineClock::now() + timeout, retrying);
   auto reader = stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;

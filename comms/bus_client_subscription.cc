@@ -21,7 +21,7 @@ class BusClient::Impl::SubscriptionReader {
   void Run() {
     for (;;) {
       grpc::ClientContext ctx;
-      impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
+      impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline, reconnecting_);
       {
         std::lock_guard<std::mutex> lock(sub_->mu);
         if (sub_->stop) return;
@@ -128,6 +128,7 @@ class BusClient::Impl::SubscriptionReader {
                                                        const Reassembler& assembler,
                                                        int64_t expired_earliest) {
     constexpr auto kAtOnce = std::chrono::milliseconds::max();
+    reconnecting_ = false;
     if (assembler.local_failed()) {
       // The file is not here: this stream has the broker send the bytes,
       // from the same message (which is then expired, if retention took it
@@ -168,7 +169,9 @@ class BusClient::Impl::SubscriptionReader {
       default:
         break;
     }
-    // Transient (broker restart, closed stream, stream deadline): resume at next_offset.
+    // Transient (broker restart, closed stream, stream deadline): resume at
+    // next_offset; after an unreachable broker, waiting for the connection.
+    reconnecting_ = s.error_code() == grpc::StatusCode::UNAVAILABLE;
     const auto wait = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                           ? std::chrono::milliseconds(0)
                           : impl_.Backoff(attempt_++);
@@ -180,7 +183,8 @@ class BusClient::Impl::SubscriptionReader {
   const std::shared_ptr<BusClientSubscription> sub_;
   const std::string name_;
   int attempt_ = 0;
-  bool stream_once_ = false;  // the next stream without local files (one failed to read)
+  bool reconnecting_ = false;  // the last stream found the broker unreachable (Impl::Prepare)
+  bool stream_once_ = false;   // the next stream without local files (one failed to read)
   v1::SubscribeResponse resp_;
 };
 

@@ -20,6 +20,7 @@
 #include "common/net.h"
 #include "comms/auth.h"
 #include "comms/bus_client.h"
+#include "comms/run_ca.h"
 #include "scheduler/loader.h"
 #include "scheduler/run_driver.h"
 #include "tests/common/temp_dir.h"
@@ -41,14 +42,15 @@ struct PreparedBus {
   TempDir scratch;
   std::optional<PreparedRun> run;
 
-  PreparedBus() {
+  explicit PreparedBus(bool tls = false) {
     auto config = LoadConfigString(
         "run: {name: brk}\n"
         "cluster: {nodes: [{name: n1, cpus: 4}], ports: {first: 33100, last: 33199, per_agent: "
-        "8}}\n"
-        "bus: {durability: always}\n"
-        "agents: [{name: a}]\n"
-        "channels: [{topic: t, publishers: [a], subscribers: [a]}]\n",
+        "8}}\n" +
+            std::string(tls ? "bus: {durability: always, tls: on}\n"
+                            : "bus: {durability: always}\n") +
+            "agents: [{name: a}]\n"
+            "channels: [{topic: t, publishers: [a], subscribers: [a]}]\n",
         scratch.Path("agents.yaml"));
     REQUIRE(config.ok());
     config->run.dir = scratch.Path("runs");
@@ -58,6 +60,7 @@ struct PreparedBus {
     auto secret = run->dir.LoadOrCreateSecret();
     REQUIRE(secret.ok());
     REQUIRE(WriteAgentTokens(run->dir, *secret, run->plan).ok());
+    REQUIRE(PrepareBusTls(run->dir, run->plan.bus, /*beyond_loopback=*/false, {"a"}).ok());
     REQUIRE(WriteRunPlan(run->plan, run->dir.path()).ok());  // what the broker reads
   }
   const RunDir& dir() const { return run->dir; }
@@ -70,7 +73,10 @@ struct PreparedBus {
   std::unique_ptr<BusClient> Client(int port) const {
     auto credential = ReadTokenFile(dir().TokenPath("a"));
     REQUIRE(credential.ok());
-    auto client = BusClient::Connect("127.0.0.1:" + std::to_string(port), *credential);
+    BusClientOptions options;
+    options.tls_ca_file = run->plan.bus.settings.ClientCaFile();
+    auto client =
+        BusClient::Connect("127.0.0.1:" + std::to_string(port), *credential, std::move(options));
     REQUIRE(client.ok());
     return std::move(client).value();
   }
@@ -93,7 +99,10 @@ std::vector<std::string> SuperviseUntil(BrokerProcess& broker, const std::string
 }
 
 TEST_CASE("a broker killed with -9 serves again on its port with its log and incarnation") {
-  PreparedBus bus;
+  const bool tls = GENERATE(false, true);
+  INFO((tls ? "TLS" : "plaintext"));
+  PreparedBus bus(tls);
+  CHECK(bus.run->plan.bus.settings.tls == (tls ? kBusTlsOn : kBusTlsOff));
   const int port = bus.run->plan.bus.port;
   auto started = BrokerProcess::Start(bus.dir(), bus.Options(port));
   REQUIRE(started.ok());
