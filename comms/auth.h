@@ -115,8 +115,7 @@ struct BusAcl {
 };
 
 // The ACL of a run: its agents and channels, from the plan (the only source;
-// the embedded broker of `agentctl run` and the standalone agentrt-bus both
-// call this).
+// agentrt-bus --plan, the broker of every run, calls this).
 BusAcl AclFromPlan(const Plan& plan);
 
 }  // namespace agentrt

@@ -209,10 +209,18 @@ Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarna
         "the bus",
         incarnation, agent, current));
   };
-  // The current launch, or a refusal remembered for a second; nullopt: ask.
+  // The current launch (as the fence said at most kCurrentKept ago), or a
+  // refusal remembered for a second; nullopt: ask.
   auto known = [&]() -> std::optional<Status> {
     auto current = launches_.find(agent);
-    if (current != launches_.end() && current->second == incarnation) return Status::Ok();
+    if (current != launches_.end() && current->second == incarnation) {
+      if (!options_.current_launch) return Status::Ok();
+      auto launches = asked_.find(agent);
+      if (launches != asked_.end() &&
+          std::chrono::steady_clock::now() - launches->second.read_at < kCurrentKept)
+        return Status::Ok();
+      return std::nullopt;
+    }
     if (!options_.current_launch) {
       if (current == launches_.end()) return Status::Ok();
       return fenced(current->second);
@@ -255,6 +263,7 @@ Status Broker::CheckIncarnation(std::string_view agent, std::string_view incarna
   std::unique_lock<std::shared_mutex> lock(launches_mu_);
   auto current = launches_.find(agent);
   Asked& asked = asked_[std::string(agent)];
+  asked.read_at = std::chrono::steady_clock::now();
   std::string id = std::move(named).value();
   // A fence never goes back to a launch it replaced: such a read is stale
   // (a shared file system's cache) and names the current one.

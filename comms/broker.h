@@ -53,10 +53,13 @@ struct BrokerOptions {
   // Which launch of an agent is current where no embedder says so
   // (SetIncarnation): agentrt-bus --plan (a run's broker, a SLURM job
   // array's) reads the checkpoint fence each launcher writes before it starts
-  // an agent (plan/fence.h). Asked when a launch of an agent the broker knows no
-  // launch of authenticates (none named: that launch is current), and again
+  // an agent (plan/fence.h). Asked when a launch of an agent the broker
+  // knows no launch of authenticates (none named: that launch is current),
   // before a launch other than the current one is refused, so a requeued
-  // task's new launch takes over and the old one is fenced. "" : none named.
+  // task's new launch takes over and the old one is fenced, and again at most
+  // every second while the current launch calls, so a replaced launch is
+  // refused within a second of its successor's fence even before the
+  // successor calls. "" : none named.
   // A fence that cannot be read now answers UNAVAILABLE (the caller retries).
   std::function<Result<std::string>(const std::string& agent)> current_launch;
 };
@@ -317,17 +320,22 @@ class Broker {
   mutable std::map<std::string, std::string, std::less<>>
       launches_;  // agent -> current incarnation
   // What BrokerOptions::current_launch said of an agent (under launches_mu_):
-  // one asker at a time (`mu`), the launches it replaced (never current
-  // again) and those it refused, refused again without asking for
-  // kRefusalKept (a replaced launch's every call would read the fence). At
-  // most kMaxLaunchesKept of each, then forgotten.
+  // one asker at a time (`mu`), when it was last asked (the current launch
+  // is taken on its word for kCurrentKept, then the fence is read again, so a
+  // launch its successor replaced is refused at most that long after the
+  // successor's fence was written, even before the successor calls), the
+  // launches it replaced (never current again) and those it refused, refused
+  // again without asking for kRefusalKept (a replaced launch's every call
+  // would read the fence). At most kMaxLaunchesKept of each, then forgotten.
   struct Asked {
     std::unique_ptr<std::mutex> mu;
+    std::chrono::steady_clock::time_point read_at{};
     std::set<std::string, std::less<>> replaced;
     std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> refused;
   };
   static constexpr size_t kMaxLaunchesKept = 64;
   static constexpr std::chrono::seconds kRefusalKept{1};
+  static constexpr std::chrono::seconds kCurrentKept{1};
   mutable std::map<std::string, Asked, std::less<>> asked_;
 
   std::mutex readers_mu_;                         // before any log's mu

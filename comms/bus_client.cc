@@ -43,7 +43,7 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
   v1::PublishChunk chunk;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext ctx;
-    Prepare(&ctx, deadline, attempt > 0);
+    Prepare(&ctx, deadline);
     v1::PublishResponse resp;
     auto writer = stub->PublishLarge(&ctx, &resp);
     chunk.Clear();
@@ -74,7 +74,7 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
     const auto wait = Backoff(attempt);
     if (!Retryable(s.error_code()) || DeadlineClock::now() + wait >= deadline)
       return FromGrpc(s, what);
-    std::this_thread::sleep_for(wait);
+    Pause(wait);
   }
 }
 
@@ -251,7 +251,7 @@ Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE || DeadlineClock::now() >= deadline) {
       return FromGrpc(s, "waiting for the bus at " + impl_->address);
     }
-    std::this_thread::sleep_for(impl_->Backoff(attempt));
+    impl_->Pause(impl_->Backoff(attempt));
   }
 }
 
@@ -368,13 +368,12 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
       const auto left = std::max(std::chrono::milliseconds(1),
                                  std::chrono::duration_cast<std::chrono::milliseconds>(
                                      until - std::chrono::steady_clock::now()));
-      Result<std::vector<BusMessage>> got =
-          impl_->FetchOnce(topic, from, max, left, local_files, attempt > 0);
+      Result<std::vector<BusMessage>> got = impl_->FetchOnce(topic, from, max, left, local_files);
       const auto wait = impl_->Backoff(attempt);
       if (got.ok() || got.status().code() != StatusCode::kUnavailable ||
           std::chrono::steady_clock::now() + wait >= until)
         return got;
-      std::this_thread::sleep_for(wait);
+      impl_->Pause(wait);
     }
   };
   if (fetch.local_paths && fetch.metadata_only)
@@ -393,14 +392,14 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
 Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topic, int64_t offset,
                                                            int max,
                                                            std::chrono::milliseconds timeout,
-                                                           bool local_files, bool retrying) {
+                                                           bool local_files) {
   v1::SubscribeRequest req;
   req.set_topic(std::string(topic));
   req.mutable_start()->set_offset(offset);
   req.set_max_batch_messages(std::min(max, 4096));
   req.set_local_files(local_files);
   grpc::ClientContext ctx;
-  Prepare(&ctx, DeadlineClock::now() + timeout, retrying);
+  Prepare(&ctx, DeadlineClock::now() + timeout);
   auto reader = stub->Subscribe(&ctx, req);
   std::vector<BusMessage> out;
   v1::SubscribeResponse resp;

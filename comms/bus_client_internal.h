@@ -242,21 +242,23 @@ struct BusClient::Impl {
     return opts.sequence != 0 ? opts.sequence : next_sequence.fetch_add(1);
   }
 
-  // `retrying`: a call after one that found the broker unreachable waits
-  // (until its deadline) for the connection to be ready instead of failing
-  // at once, so that this thread polls the reconnection meanwhile: without
-  // a thread waiting on a call, gRPC advances a connection, TLS handshake
-  // and all, only from its backup poller every 5 s, and a broker that
-  // restarted would stay out of reach of a client that sleeps between
-  // attempts.
-  void Prepare(grpc::ClientContext* ctx, DeadlineClock::time_point deadline,
-               bool retrying = false) const {
+  void Prepare(grpc::ClientContext* ctx, DeadlineClock::time_point deadline) const {
     ctx->set_deadline(std::chrono::system_clock::now() + (deadline - DeadlineClock::now()));
-    if (retrying) ctx->set_wait_for_ready(true);
     ctx->AddMetadata("x-agentrt-agent", cred.agent);
     ctx->AddMetadata("x-agentrt-token", cred.token);
     if (!options.incarnation.empty())
       ctx->AddMetadata("x-agentrt-incarnation", options.incarnation);
+  }
+
+  // Waits `d` between two attempts while driving the channel's reconnection
+  // (WaitForConnected polls it). A thread that only slept left gRPC to
+  // advance a connection from its backup poller, every 5 s: a TLS handshake
+  // takes several turns, and a client of a broker that restarted stood at an
+  // established connection without sending its hello past its call deadline.
+  void Pause(std::chrono::milliseconds d) const {
+    const auto until = std::chrono::steady_clock::now() + d;
+    if (channel) channel->WaitForConnected(std::chrono::system_clock::now() + d);
+    std::this_thread::sleep_until(until);
   }
 
   std::chrono::milliseconds Backoff(int attempt) const {
@@ -272,7 +274,7 @@ struct BusClient::Impl {
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
       const auto attempt_deadline = std::min(deadline, DeadlineClock::now() + options.call_timeout);
-      Prepare(&ctx, attempt_deadline, attempt > 0);
+      Prepare(&ctx, attempt_deadline);
       grpc::Status s = (stub.get()->*call)(&ctx, req, resp);
       if (s.ok()) return Status::Ok();
       const auto wait = Backoff(attempt);
@@ -281,7 +283,7 @@ struct BusClient::Impl {
         return bus_client_internal::FromGrpc(
             s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
       }
-      std::this_thread::sleep_for(wait);
+      Pause(wait);
     }
   }
 
@@ -338,8 +340,7 @@ struct BusClient::Impl {
       const PublishOptions& opts, uint64_t seq);
   // One Fetch call (BusClient::Fetch decides about local_files).
   Result<std::vector<BusMessage>> FetchOnce(std::string_view topic, int64_t offset, int max,
-                                            std::chrono::milliseconds timeout, bool local_files,
-                                            bool retrying = false);
+                                            std::chrono::milliseconds timeout, bool local_files);
   // Set once a file the broker named could not be read here (another node
   // without the broker's file system): fetches ask for the bytes from then on.
   std::atomic<bool> broker_files_unreadable{false};

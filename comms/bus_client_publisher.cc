@@ -103,7 +103,7 @@ class BusClient::Impl::AsyncPublisher {
         });
         if (impl_.async_queue.empty() && in_flight_.empty()) return;  // stopping, nothing left
       }
-      const grpc::Status s = RunStream(attempt > 0);
+      const grpc::Status s = RunStream();
       bool idle = false;
       {
         std::lock_guard<std::mutex> lock(impl_.async_mu);
@@ -204,10 +204,9 @@ class BusClient::Impl::AsyncPublisher {
 
   // One stream: what the last one left unanswered first, then queued batches
   // while there are any; closed when idle or broken. Its final status.
-  // `retrying`: after a broken one (Impl::Prepare).
-  grpc::Status RunStream(bool retrying) {
+  grpc::Status RunStream() {
     grpc::ClientContext ctx;
-    impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline, retrying);
+    impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
     auto stream = impl_.stub->PublishStream(&ctx);
     bool broken = false;
     bool reader_done = false;
@@ -280,7 +279,7 @@ class BusClient::Impl::AsyncPublisher {
       *attempt = 0;
       return;
     }
-    std::this_thread::sleep_for(impl_.Backoff((*attempt)++));
+    impl_.Pause(impl_.Backoff((*attempt)++));
   }
 
   Impl& impl_;

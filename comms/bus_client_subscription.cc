@@ -21,7 +21,7 @@ class BusClient::Impl::SubscriptionReader {
   void Run() {
     for (;;) {
       grpc::ClientContext ctx;
-      impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline, reconnecting_);
+      impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
       {
         std::lock_guard<std::mutex> lock(sub_->mu);
         if (sub_->stop) return;
@@ -41,9 +41,19 @@ class BusClient::Impl::SubscriptionReader {
           AfterStream(s, broken, assembler, expired_earliest);
       if (!wait) return;
       if (*wait == std::chrono::milliseconds::max()) continue;  // at once
-      std::unique_lock<std::mutex> lock(sub_->mu);
-      sub_->cv.wait_for(lock, *wait, [&] { return sub_->stop; });
-      if (sub_->stop) return;
+      // The backoff, driving the reconnection meanwhile (Impl::Pause), in
+      // slices short enough that Unsubscribe is heard at once.
+      const auto until = std::chrono::steady_clock::now() + *wait;
+      for (;;) {
+        {
+          std::lock_guard<std::mutex> lock(sub_->mu);
+          if (sub_->stop) return;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        impl_.Pause(std::min(left, kStopCheck));
+      }
     }
   }
 
@@ -128,7 +138,6 @@ class BusClient::Impl::SubscriptionReader {
                                                        const Reassembler& assembler,
                                                        int64_t expired_earliest) {
     constexpr auto kAtOnce = std::chrono::milliseconds::max();
-    reconnecting_ = false;
     if (assembler.local_failed()) {
       // The file is not here: this stream has the broker send the bytes,
       // from the same message (which is then expired, if retention took it
@@ -169,9 +178,7 @@ class BusClient::Impl::SubscriptionReader {
       default:
         break;
     }
-    // Transient (broker restart, closed stream, stream deadline): resume at
-    // next_offset; after an unreachable broker, waiting for the connection.
-    reconnecting_ = s.error_code() == grpc::StatusCode::UNAVAILABLE;
+    // Transient (broker restart, closed stream, stream deadline): resume at next_offset.
     const auto wait = s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
                           ? std::chrono::milliseconds(0)
                           : impl_.Backoff(attempt_++);
@@ -179,12 +186,13 @@ class BusClient::Impl::SubscriptionReader {
     return wait;
   }
 
+  static constexpr std::chrono::milliseconds kStopCheck{50};
+
   Impl& impl_;
   const std::shared_ptr<BusClientSubscription> sub_;
   const std::string name_;
   int attempt_ = 0;
-  bool reconnecting_ = false;  // the last stream found the broker unreachable (Impl::Prepare)
-  bool stream_once_ = false;   // the next stream without local files (one failed to read)
+  bool stream_once_ = false;  // the next stream without local files (one failed to read)
   v1::SubscribeResponse resp_;
 };
 

@@ -1,5 +1,6 @@
-// BusServer: the gRPC message-bus broker (comms/proto/bus.proto), embedded by
-// the run controller of `agentctl run` and wrapped by the `agentrt-bus` tool.
+// BusServer: the gRPC message-bus broker (comms/proto/bus.proto), served by
+// the `agentrt-bus` tool (the broker process `agentctl run` starts for a run,
+// scheduler/broker_process.h) and embeddable in a program of one's own.
 //
 //   BusServerOptions opts;                       // port 0 = an ephemeral port
 //   auto server = BusServer::Start(opts, secret, acl);

@@ -40,10 +40,15 @@ struct BrokerProcessOptions {
   std::string listen_host = "127.0.0.1";
   std::string advertised_host = "127.0.0.1";
   int port = 0;
-  // How long a start may take until the broker serves (reading a large log back).
-  std::chrono::milliseconds ready_timeout{30000};
+  // How long a start may take until the broker serves: it reads its whole
+  // durable log back first (BusServer::Start), which for a large one takes
+  // minutes; a broker that serves by then is never killed for slowness.
+  std::chrono::milliseconds ready_timeout{600000};
 };
 
+// Thread-safety: one thread starts, supervises and stops it, and lives as
+// long as the broker should (the run driver's: PR_SET_PDEATHSIG follows the
+// spawning thread).
 class BrokerProcess {
  public:
   // Starts the broker of the run in `dir` and returns once it serves. Errors:

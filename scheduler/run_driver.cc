@@ -255,14 +255,14 @@ void RunDriver::SuperviseBroker() {
   for (const std::string& line : bus_->Supervise()) observer_->Warn("agentctl run: " + line + "\n");
 }
 
-// bus.tls decided for this start (comms/run_ca.h); with the run's CA, it signs
-// the broker a certificate for the address agents dial, anew at each start (a
-// requeued run may serve from another node).
+// bus.tls decided for this start (comms/run_ca.h): the run's CA, and with
+// bus.mtls a certificate for each client.
 Status RunDriver::ResolveBusTls() {
   std::vector<std::string> clients = {kLeagueServiceName};
   for (const AgentPlan& a : plan_.agents) clients.push_back(a.name);
-  // The broker process signs its own certificate with the run's CA, for the
-  // host it advertises (agentrt-bus --plan).
+  // The broker process signs its own certificate with the run's CA, anew at
+  // each start, for the host it advertises (agentrt-bus --plan): a requeued
+  // run may serve from another node.
   return PrepareBusTls(dir_, plan_.bus, !IsLoopbackHost(options_.bus_listen_host), clients);
 }
 

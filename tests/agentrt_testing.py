@@ -264,7 +264,7 @@ def kill_broker(run, agents, kind="kill -9 broker", timeout=30):
     recovery = time.monotonic() - t0
     # Where each agent is now that the new broker serves; it must step on from there (an agent
     # whose bus calls hang stops stepping: the talker publishes before each step).
-    served = {name: run.agent(name) for name in before}
+    served = {name: run.agent(name) or before[name] for name in before}
     for name, a in before.items():
         def on():
             b = run.agent(name)
@@ -284,19 +284,21 @@ def committed_dirs(run_dir, agent):
 
 def _restore_after(log, hello, offset=0):
     """(step,) the test agent whose hello line of `log` (from byte `offset`) matches `hello` logged
-    it resumed from on the next line, (-1,) when it restored nothing, None while that line is not
-    whole in `log` yet."""
+    it resumed from on a line after it, (-1,) when it restored nothing, None while that line is not
+    whole in `log` yet. Lines between are another process's: a cut-off incarnation on a partitioned
+    node writes to the same file (the run directory is shared) until it is fenced."""
     try:
         with open(log, errors="replace") as f:
             f.seek(offset)
             text = f.read()
     except FileNotFoundError:
         return None
-    m = re.search(hello + r"\n(.*)\n", text)
+    # Skipping other lines, but not another rank's hello.
+    m = re.search(hello + r"\n(?:(?!agent \S+ rank )[^\n]*\n)*?"
+                  r"(resumed from step (\d+)|no (?:usable )?checkpoint[^\n]*)\n", text)
     if not m:
         return None
-    r = re.match(r"resumed from step (\d+)", m.group(1))
-    return (int(r.group(1)) if r else -1,)
+    return (int(m.group(2)) if m.group(2) else -1,)
 
 
 def incarnation_restore(log, restart):

@@ -225,7 +225,7 @@ TEST_CASE("the broker refuses a wrong token, an unknown agent and publishing as 
   CHECK(b.Authenticate("wolf", DeriveAgentToken("secret", "wolf")).code() ==
         StatusCode::kUnauthenticated);
   CHECK(b.Authenticate("", "x").code() == StatusCode::kUnauthenticated);
-  // Fencing: once the controller names the current launch, only it (or a caller that is no
+  // Fencing: once an embedder names the current launch, only it (or a caller that is no
   // launch at all) gets in.
   const std::string token = DeriveAgentToken("secret", "predator-0");
   CHECK(b.Authenticate("predator-0", token, "0.a").ok());  // no launch named yet
@@ -296,6 +296,33 @@ TEST_CASE(
   CHECK(b.Authenticate("prey-0", other, "a").ok());
   CHECK(b.Authenticate("prey-0", other, "b").code() == StatusCode::kPermissionDenied);
   CHECK(b.Authenticate("prey-0", other, "a").ok());
+}
+
+TEST_CASE(
+    "a launch replaced by one that has not called yet is refused once the fence is read again") {
+  // A partitioned rank's launch goes on calling; its successor has written the
+  // fence but not used the bus yet. The current launch is taken on its word
+  // for at most a second (Broker::kCurrentKept), then the fence is read again.
+  std::string fence = "3.old";
+  int asked = 0;
+  BrokerOptions opts;
+  opts.current_launch = [&](const std::string&) -> Result<std::string> {
+    ++asked;
+    return fence;
+  };
+  Broker b(opts, TestAcl(), "secret", 1);
+  REQUIRE(b.CheckIncarnation("predator-0", "3.old").ok());
+  fence = "4.new";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Status s;
+  while ((s = b.CheckIncarnation("predator-0", "3.old")).ok() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(s.code() == StatusCode::kPermissionDenied);
+  CHECK(s.message().find("replaced by launch 4.new") != std::string::npos);
+  CHECK(asked < 20);  // read again about once a second, not at every call
+  CHECK(b.CheckIncarnation("predator-0", "4.new").ok());
 }
 
 TEST_CASE("a fence read naming a launch it replaced (a stale cache) brings that launch not back") {

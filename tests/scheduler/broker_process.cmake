@@ -4,3 +4,4 @@ agentrt_test(NAME scheduler_broker_process_test
   DEPS agentrt::scheduler
   LABELS integration fault
   TIMEOUT 120)
+add_dependencies(scheduler_broker_process_test agentrt-bus)

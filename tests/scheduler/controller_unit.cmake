@@ -19,8 +19,9 @@ agentrt_test(NAME scheduler_local_backend_fake_test
 agentrt_test(NAME scheduler_run_driver_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/run_driver_test.cc
   DEPS agentrt::scheduler
-  LABELS unit
+  LABELS integration
   TIMEOUT 60)
+add_dependencies(scheduler_run_driver_test agentrt-bus)  # the run's broker process
 agentrt_test(NAME scheduler_node_failover_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/node_failover_test.cc
   DEPS agentrt::scheduler
