@@ -157,14 +157,27 @@ void BrokerProcess::Retry(const Status& why, std::vector<std::string>* lines) {
 }
 
 std::optional<BrokerReport> BrokerProcess::Report() const {
-  auto text = ReadWholeFile(dir_.BusReportPath(), size_t{64} << 20);
-  if (!text.ok()) return std::nullopt;
-  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  auto report = BrokerReport::FromJson(j);
-  if (!report.ok()) return std::nullopt;
-  report->bus.broker_pid = starting_ ? 0 : pid_;
-  report->bus.broker_restarts = restarts_;
-  return std::move(report).value();
+  // The broker renames a new file over the old one: a new inode, a new mtime.
+  struct stat st {};
+  if (::stat(dir_.BusReportPath().c_str(), &st) != 0) return std::nullopt;
+  const std::pair<ino_t, timespec> file{st.st_ino, st.st_mtim};
+  const bool same = report_ && file.first == report_file_.first &&
+                    file.second.tv_sec == report_file_.second.tv_sec &&
+                    file.second.tv_nsec == report_file_.second.tv_nsec;
+  if (!same) {
+    report_.reset();
+    auto text = ReadWholeFile(dir_.BusReportPath(), size_t{64} << 20);
+    if (!text.ok()) return std::nullopt;
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    auto report = BrokerReport::FromJson(j);
+    if (!report.ok()) return std::nullopt;
+    report_ = std::move(report).value();
+    report_file_ = file;
+  }
+  BrokerReport out = *report_;
+  out.bus.broker_pid = starting_ ? 0 : pid_;
+  out.bus.broker_restarts = restarts_;
+  return out;
 }
 
 void BrokerProcess::Shutdown(std::chrono::milliseconds grace) {

@@ -19,6 +19,7 @@
 //   with a delay that doubles from 0.25 s up to 4 s.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -26,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -66,7 +68,9 @@ class BrokerProcess {
   // that it died and how, that it serves again, that it could not start.
   std::vector<std::string> Supervise();
   // Its newest report, as the broker serving now (or last) wrote it, with
-  // broker_restarts set; nullopt while none can be read.
+  // broker_restarts set; nullopt while none can be read. The file is read
+  // and parsed again only when the broker has rewritten it (the status
+  // writer and the fsync warning both ask, several times a second).
   std::optional<BrokerReport> Report() const;
   // SIGTERM, then SIGKILL if it has not ended within `grace`.
   void Shutdown(std::chrono::milliseconds grace);
@@ -102,6 +106,9 @@ class BrokerProcess {
   std::chrono::milliseconds retry_delay_{250};
   int restarts_ = 0;
   std::vector<std::string> notes_;
+  // The report file as last parsed, and which version of the file it was.
+  mutable std::optional<BrokerReport> report_;
+  mutable std::pair<ino_t, timespec> report_file_{};
 };
 
 }  // namespace agentrt

@@ -12,7 +12,6 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "comms/run_ca.h"
 #include "scheduler/loader.h"
 #include "scheduler/run_driver.h"
+#include "tests/common/programs.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -30,11 +30,6 @@ namespace {
 
 using Catch::Matchers::Contains;
 using testing::TempDir;
-
-std::string BrokerProgram() {
-  const char* bin = std::getenv("AGENTRT_BIN_DIR");
-  return std::string(bin != nullptr ? bin : "build/bin") + "/agentrt-bus";
-}
 
 // A prepared run of one agent allowed to publish and read topic "t", with
 // the durable log, its secret and token.
@@ -66,7 +61,7 @@ struct PreparedBus {
   const RunDir& dir() const { return run->dir; }
   BrokerProcessOptions Options(int port) const {
     BrokerProcessOptions o;
-    o.program = BrokerProgram();
+    o.program = testing::ProgramPath("agentrt-bus");
     o.port = port;
     return o;
   }

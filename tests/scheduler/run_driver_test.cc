@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "scheduler/loader.h"
 #include "scheduler/planner.h"
+#include "tests/common/programs.h"
 #include "tests/common/temp_dir.h"
 #include "tests/scheduler/fake_backend.h"
 
@@ -186,15 +187,11 @@ struct DriverFixture {
     REQUIRE(prepared.ok());
     RunDriverOptions options;
     options.poll = std::chrono::milliseconds(0);
-    options.broker_program = BrokerProgram();
+    options.broker_program = testing::ProgramPath("agentrt-bus");
     driver = std::make_unique<RunDriver>(std::move(prepared->plan), std::move(prepared->dir),
                                          &backend, &clock, &observer, &stops, options);
   }
   const RunDir& dir() const { return driver->dir(); }
-  static std::string BrokerProgram() {
-    const char* bin = std::getenv("AGENTRT_BIN_DIR");
-    return std::string(bin != nullptr ? bin : "build/bin") + "/agentrt-bus";
-  }
 };
 
 TEST_CASE("the driver starts the bus, writes the run's files and launches every agent") {
