@@ -359,6 +359,7 @@ class Browser:
              "--no-first-run", "--remote-debugging-port=%d" % port, "--remote-allow-origins=*",
              "--user-data-dir=" + os.path.join(work, "chromium"), "--window-size=1400,1100", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=dict(os.environ, TMPDIR=work),  # its singleton folder goes with the work folder, not in /tmp
             preexec_fn=lambda: (os.setsid(), die_with_parent()))  # its own group: close() ends all of it
 
         def page():
@@ -645,12 +646,13 @@ def scenario_league(work):
         page.call("Page.navigate", url=dashes[-1].url)
         members = wait_for("the league table", lambda: (lambda r: r if r and len(r) == 4 else None)(
             page.js("[...document.querySelectorAll('#league tbody tr')].map(r => r.dataset.member)")), 20)
-        check(members[-1] == "anchor" and members[0].startswith("hunter-"),
-              "the league table ranks a hunter first and the anchor last: %s" % members)
         families = {f.name: f for f in text_string_to_metric_families(dashes[-1].get("metrics"))}
         ratings = {s.labels["agent"]: s.value for s in families["agentrt_league_rating"].samples}
-        check(sorted(ratings) == sorted(members) and min(ratings, key=ratings.get) == "anchor",
-              "/metrics has every member's rating: %s" % {k: round(v) for k, v in ratings.items()})
+        check(sorted(ratings) == sorted(members), "/metrics has every member's rating: %s" % {k: round(v) for k, v in ratings.items()})
+        # Who learns fastest is league_run_test's to judge; the page's part is the order.
+        check(members == sorted(ratings, key=lambda m: -ratings[m]),
+              "the league table ranks the members by rating, highest first: %s (%s)"
+              % (members, {k: round(v) for k, v in ratings.items()}))
         wait_for("the learning curves", lambda: page.js("+document.getElementById('chart').dataset.points"), 20)
         page.screenshot(os.path.join(SHOTS, "dashboard-league.png"))
         dashes.append(Dashboard(pbt_dir))

@@ -179,8 +179,9 @@ def scenario_league(work):
     state = read_json(os.path.join(run_dir, "league", "state.json"))
     check_league_state(state, 8)
     shown = agentctl("league", run_dir)
-    check(shown.returncode == 0 and shown.stdout.splitlines()[2].split()[1] in ("hunter-0", "hunter-1")
-          and "anchor" in shown.stdout.splitlines()[5], "agentctl league ranks a hunter first, the anchor last\n" + shown.stdout)
+    rows = [line.split()[1] for line in shown.stdout.splitlines()[2:6]]
+    check(shown.returncode == 0 and rows == sorted(state["ratings"], key=lambda m: -state["ratings"][m]),
+          "agentctl league ranks the members by rating, highest first, the anchor last\n" + shown.stdout)
     as_json = json.loads(agentctl("league", run_dir, "--json").stdout)
     check(as_json["state"]["results_applied"] == state["results_applied"], "agentctl league --json is the state")
     st = agentctl("status", run_dir)
