@@ -1,6 +1,7 @@
 #include "comms/broker.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,11 +55,51 @@ Broker::~Broker() {
     std::error_code ec;
     if (own_spill_dir_) {
       std::filesystem::remove_all(spill_dir_, ec);
+      ::close(spill_owner_fd_);
     } else {
       for (const auto& e : std::filesystem::directory_iterator(spill_dir_, ec))
         std::filesystem::remove(e.path(), ec);
     }
   }
+}
+
+namespace {
+constexpr std::string_view kOwnSpillPrefix = "agentrt-bus-spill.";
+constexpr const char* kSpillOwnerFile = ".owner";  // flocked while its broker lives
+}  // namespace
+
+// A folder under the temp folder, held by an flock on its .owner file while
+// this broker lives. A broker that dies by a signal cannot remove its folder:
+// the next one to start removes every such folder whose lock is free.
+Status Broker::MakeOwnSpillDir() {
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  for (const auto& e : std::filesystem::directory_iterator(tmp, ec)) {
+    if (!e.path().filename().string().starts_with(kOwnSpillPrefix)) continue;
+    const int fd = ::open((e.path() / kSpillOwnerFile).c_str(),
+                          O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;  // not one of ours, or another user's
+    std::error_code rm;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(e.path(), rm);
+    ::close(fd);
+  }
+  std::string dir = (tmp / (std::string(kOwnSpillPrefix) + "XXXXXX")).string();
+  if (::mkdtemp(dir.data()) == nullptr)
+    return ErrnoStatus(errno, "bus: cannot create a folder for large payloads in " + dir);
+  // Locked under another name first, so a sweep never sees .owner unlocked.
+  const std::string locking = dir + "/.owner.new";
+  const int fd = ::open(locking.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ::flock(fd, LOCK_EX) != 0 ||
+      ::rename(locking.c_str(), (dir + "/" + kSpillOwnerFile).c_str()) != 0) {
+    const Status failed = ErrnoStatus(errno, "bus: cannot lock " + locking);
+    if (fd >= 0) ::close(fd);
+    std::filesystem::remove_all(dir, ec);
+    return failed;
+  }
+  spill_dir_ = std::move(dir);
+  spill_owner_fd_ = fd;
+  own_spill_dir_ = true;
+  return Status::Ok();
 }
 
 bool Broker::durable() const {
@@ -132,12 +173,7 @@ Status Broker::Recover(std::vector<std::string>* notes) {
       std::filesystem::create_directories(spill_dir_, ec);
       if (ec) return Internal("bus: cannot create " + spill_dir_ + ": " + ec.message());
     } else {
-      std::string tmpl =
-          (std::filesystem::temp_directory_path(ec) / "agentrt-bus-spill.XXXXXX").string();
-      if (::mkdtemp(tmpl.data()) == nullptr)
-        return ErrnoStatus(errno, "bus: cannot create a folder for large payloads in " + tmpl);
-      spill_dir_ = tmpl;
-      own_spill_dir_ = true;
+      AGENTRT_RETURN_IF_ERROR(MakeOwnSpillDir());
     }
   }
   AGENTRT_RETURN_IF_ERROR(MakeSpool());

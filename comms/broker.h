@@ -271,6 +271,7 @@ class Broker {
   // Recover's part for the spool: emptied (what publishers that died left
   // there), made 0700, and given a fresh .spool-id.
   Status MakeSpool();
+  Status MakeOwnSpillDir();
   // Removes spool files whose publisher is gone: no writer holds their lock
   // (a publisher holds one until its adoption is answered) and they have not
   // changed for kSpoolStaleAfter. Runs before an adoption, at most once
@@ -345,6 +346,7 @@ class Broker {
 
   std::string spill_dir_;       // memory mode: where large payloads go (see BlobDir)
   bool own_spill_dir_ = false;  // made by Recover, removed by the destructor
+  int spill_owner_fd_ = -1;     // holds the own spill folder's lock (MakeOwnSpillDir)
   std::string spool_dir_;       // where publishers write payloads to adopt (removed at the end)
   std::string spool_id_;
   std::atomic<int64_t> spool_reaped_at_{0};  // steady_clock ticks of ReapSpool's last pass

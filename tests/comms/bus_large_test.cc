@@ -2,7 +2,10 @@
 // publish and delivery (whole or not at all), duplicates, refusals (size, CRC,
 // a cut stream), the durable log's payload files across a restart and under
 // retention, and recovery refusing a log whose payload file is gone.
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -376,4 +379,48 @@ TEST_CASE("recovery refuses a log whose payload file is gone or short, and remov
   REQUIRE(topics->size() == 1);
   CHECK((*topics)[0].earliest_offset() == 2);
   CHECK((*topics)[0].end_offset() == 2);
+}
+
+TEST_CASE("a memory broker without a log folder sweeps the spill folders of brokers that died") {
+  // The temp folder of this case alone: TMPDIR names where the brokers spill.
+  const agentrt::testing::TempDir tmp("agentrt-spill");
+  struct TmpDirSet {
+    explicit TmpDirSet(const std::string& dir)
+        : was(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "") {
+      ::setenv("TMPDIR", dir.c_str(), 1);
+    }
+    ~TmpDirSet() { was.empty() ? ::unsetenv("TMPDIR") : ::setenv("TMPDIR", was.c_str(), 1); }
+    std::string was;
+  } tmpdir(tmp.path);
+  auto make = [&](const std::string& name) {
+    const std::string dir = tmp.Path(name);
+    fs::create_directories(dir + "/incoming");
+    tmp.Write(name + "/.owner", "");
+    return dir;
+  };
+  const std::string dead = make("agentrt-bus-spill.dead00");  // its broker was killed -9
+  const std::string live = make("agentrt-bus-spill.live00");  // its broker still runs
+  const int held = ::open((live + "/.owner").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  const std::string other = make("agentrt-bus-spill-notours");
+  std::string own;
+  {
+    auto server = Start(Options());
+    CHECK_FALSE(fs::exists(dead));
+    CHECK(fs::exists(live));
+    CHECK(fs::exists(other));
+    for (const auto& e : fs::directory_iterator(tmp.path)) {
+      const std::string name = e.path().filename().string();
+      if (name.starts_with("agentrt-bus-spill.") && e.path() != live) own = e.path().string();
+    }
+    REQUIRE_FALSE(own.empty());
+    CHECK(fs::exists(own + "/.owner"));
+    // Its own folder is locked: a second broker leaves it alone.
+    auto second = Start(Options());
+    CHECK(fs::exists(own));
+  }
+  CHECK_FALSE(fs::exists(own));  // removed on the way out
+  CHECK(fs::exists(live));
+  ::close(held);
 }

@@ -16,18 +16,16 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, check, wait_for  # noqa: E402
+from agentrt_testing import check, run_scenarios, wait_for  # noqa: E402
 
 BIN = os.environ["AGENTRT_BIN_DIR"]
 
 HOSTILE = b"\x1b[31mEVIL\x07\x00\xff\x1b]0;owned\x07"
 
 
-def main():
-    work = tempfile.mkdtemp(prefix="agentrt-bus-log.")
+def escapes(work):
     secret = os.path.join(work, "bus.secret")
     fd = os.open(secret, os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, os.urandom(32))
@@ -126,8 +124,5 @@ def escaped(work, secret):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAILED: %s" % e)
-        sys.exit(1)
+    # The work folder goes on success and stays (named) on failure.
+    sys.exit(run_scenarios({"escapes": escapes}, "escapes", "agentrt-bus-log"))

@@ -12,11 +12,10 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from agentrt_testing import Failure, agent_token as token, check, test_plan  # noqa: E402
+from agentrt_testing import Failure, agent_token as token, check, run_scenarios, test_plan  # noqa: E402
 
 import grpc
 from grpc_tools import protoc
@@ -30,8 +29,7 @@ def fail(msg):
     raise Failure(msg)
 
 
-def main():
-    work = tempfile.mkdtemp(prefix="agentrt-bus-py.")
+def interop(work):
     gen = os.path.join(work, "gen")
     os.makedirs(gen)
     rc = protoc.main(["grpc_tools.protoc", "-I" + SRC, "--python_out=" + gen, "--grpc_python_out=" + gen,
@@ -157,8 +155,5 @@ def run(address, secret, work, bus_pb2, bus_pb2_grpc):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Failure as e:
-        print("FAIL: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    # The work folder goes on success and stays (named) on failure.
+    sys.exit(run_scenarios({"interop": interop}, "interop", "agentrt-bus-py"))
