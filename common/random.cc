@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,10 +37,20 @@ uint64_t RandomNonZeroU64() {
   return v;
 }
 
-std::string RandomHex64() {
+std::string RandomHex64() { return Hex64(RandomNonZeroU64()); }
+
+std::string Hex64(uint64_t v) {
   char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(RandomNonZeroU64()));
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(v));
   return hex;
+}
+
+std::optional<uint64_t> ParseHex64(std::string_view text) {
+  uint64_t v = 0;
+  if (text.size() != 16) return std::nullopt;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 16);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
 }
 
 }  // namespace agentrt

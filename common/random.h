@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -19,5 +21,10 @@ uint64_t RandomNonZeroU64();
 // RandomNonZeroU64() as 16 lowercase hex digits: the one spelling of random
 // file names and ids (payload files, spool files, the spool's id).
 std::string RandomHex64();
+
+// `v` as 16 lowercase hex digits (a bus incarnation, RandomHex64's spelling),
+// and back: nullopt unless `text` is exactly 16 hex digits.
+std::string Hex64(uint64_t v);
+std::optional<uint64_t> ParseHex64(std::string_view text);
 
 }  // namespace agentrt

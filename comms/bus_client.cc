@@ -41,10 +41,10 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
                            std::string(topic) + "\" (bus " + address + ", agent " + cred.agent +
                            ")";
   v1::PublishChunk chunk;
-  for (int attempt = 0;; ++attempt) {
+  v1::PublishResponse resp;
+  auto attempt = [&](int) {
     grpc::ClientContext ctx;
     Prepare(&ctx, deadline);
-    v1::PublishResponse resp;
     auto writer = stub->PublishLarge(&ctx, &resp);
     chunk.Clear();
     v1::PublishRequest* head = chunk.mutable_head();
@@ -69,13 +69,12 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
       chunk.clear_crc32c();
     }
     if (sent) writer->WritesDone();
-    grpc::Status s = writer->Finish();
-    if (s.ok()) return PublishAck{resp.offset(), resp.duplicate(), seq};
-    const auto wait = Backoff(attempt);
-    if (!Retryable(s.error_code()) || DeadlineClock::now() + wait >= deadline)
-      return FromGrpc(s, what);
-    Pause(wait);
-  }
+    return writer->Finish();
+  };
+  const grpc::Status s = Retrying(
+      deadline, attempt, [](const grpc::Status& got) { return Retryable(got.error_code()); });
+  if (!s.ok()) return FromGrpc(s, what);
+  return PublishAck{resp.offset(), resp.duplicate(), seq};
 }
 
 BusClient::BusClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -241,18 +240,18 @@ void BusClient::SetNextSequence(uint64_t next) { impl_->next_sequence.store(next
 
 Status BusClient::WaitForReady(std::chrono::milliseconds timeout) {
   const auto deadline = DeadlineClock::now() + timeout;
-  for (int attempt = 0;; ++attempt) {
-    grpc::ClientContext ctx;
-    impl_->Prepare(&ctx, deadline);
-    ctx.set_wait_for_ready(true);
-    v1::StatsResponse resp;
-    grpc::Status s = impl_->stub->Stats(&ctx, v1::StatsRequest(), &resp);
-    if (s.ok()) return Status::Ok();
-    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || DeadlineClock::now() >= deadline) {
-      return FromGrpc(s, "waiting for the bus at " + impl_->address);
-    }
-    impl_->Pause(impl_->Backoff(attempt));
-  }
+  const grpc::Status s = impl_->Retrying(
+      deadline,
+      [&](int) {
+        grpc::ClientContext ctx;
+        impl_->Prepare(&ctx, deadline);
+        ctx.set_wait_for_ready(true);
+        v1::StatsResponse resp;
+        return impl_->stub->Stats(&ctx, v1::StatsRequest(), &resp);
+      },
+      [](const grpc::Status& got) { return got.error_code() == grpc::StatusCode::UNAVAILABLE; });
+  if (s.ok()) return Status::Ok();
+  return FromGrpc(s, "waiting for the bus at " + impl_->address);
 }
 
 Result<PublishAck> BusClient::Publish(std::string_view topic, std::string_view payload,
@@ -358,23 +357,21 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
                                                  std::chrono::milliseconds timeout,
                                                  const FetchOptions& fetch) {
   if (max <= 0) return InvalidArgument("fetch: max must be > 0");
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = DeadlineClock::now() + timeout;
   // A fetch only reads: one that found the connection broken (a broker that
   // restarted) is tried again while the caller's time lasts, as Publish is.
-  auto fetch_once =
-      [&](int64_t from, bool local_files,
-          std::chrono::steady_clock::time_point until) -> Result<std::vector<BusMessage>> {
-    for (int attempt = 0;; ++attempt) {
-      const auto left = std::max(std::chrono::milliseconds(1),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     until - std::chrono::steady_clock::now()));
-      Result<std::vector<BusMessage>> got = impl_->FetchOnce(topic, from, max, left, local_files);
-      const auto wait = impl_->Backoff(attempt);
-      if (got.ok() || got.status().code() != StatusCode::kUnavailable ||
-          std::chrono::steady_clock::now() + wait >= until)
-        return got;
-      impl_->Pause(wait);
-    }
+  auto fetch_once = [&](int64_t from, bool local_files, DeadlineClock::time_point until) {
+    return impl_->Retrying(
+        until,
+        [&](int) {
+          const auto left = std::max(
+              std::chrono::milliseconds(1),
+              std::chrono::duration_cast<std::chrono::milliseconds>(until - DeadlineClock::now()));
+          return impl_->FetchOnce(topic, from, max, left, local_files);
+        },
+        [](const Result<std::vector<BusMessage>>& got) {
+          return !got.ok() && got.status().code() == StatusCode::kUnavailable;
+        });
   };
   if (fetch.local_paths && fetch.metadata_only)
     return fetch_once(offset, /*local_files=*/true, deadline);
@@ -384,9 +381,8 @@ Result<std::vector<BusMessage>> BusClient::Fetch(std::string_view topic, int64_t
   if (NoteBrokerFiles(impl_->broker_files_unreadable, out) == BrokerFiles::kReadable) return out;
   // The messages exist: their bytes get what is left of the caller's time,
   // and at least a call's (the first fetch may have waited for them).
-  return fetch_once(
-      out.front().offset(), /*local_files=*/false,
-      std::max(deadline, std::chrono::steady_clock::now() + impl_->options.call_timeout));
+  return fetch_once(out.front().offset(), /*local_files=*/false,
+                    std::max(deadline, DeadlineClock::now() + impl_->options.call_timeout));
 }
 
 Result<std::vector<BusMessage>> BusClient::Impl::FetchOnce(std::string_view topic, int64_t offset,

@@ -266,25 +266,36 @@ struct BusClient::Impl {
     return std::min<std::chrono::milliseconds>(b, options.max_retry_backoff);
   }
 
+  // The one retry loop of the client's calls: runs `attempt` (0, 1, ...) until
+  // `again` of its result is false (it succeeded, or failed for good) or the
+  // next backoff would pass `deadline`, pausing (Pause) in between; returns
+  // the last result.
+  template <typename Attempt, typename Again>
+  auto Retrying(DeadlineClock::time_point deadline, Attempt attempt, Again again) {
+    for (int n = 0;; ++n) {
+      auto got = attempt(n);
+      const auto wait = Backoff(n);
+      if (!again(got) || DeadlineClock::now() + wait >= deadline) return got;
+      Pause(wait);
+    }
+  }
+
   // Runs a unary call, retrying UNAVAILABLE / DEADLINE_EXCEEDED of one attempt
   // until the overall deadline.
   template <typename Req, typename Resp, typename Call>
   Status UnaryWithRetry(Call call, const Req& req, Resp* resp, DeadlineClock::time_point deadline,
                         std::string_view what) {
-    for (int attempt = 0;; ++attempt) {
-      grpc::ClientContext ctx;
-      const auto attempt_deadline = std::min(deadline, DeadlineClock::now() + options.call_timeout);
-      Prepare(&ctx, attempt_deadline);
-      grpc::Status s = (stub.get()->*call)(&ctx, req, resp);
-      if (s.ok()) return Status::Ok();
-      const auto wait = Backoff(attempt);
-      if (!bus_client_internal::Retryable(s.error_code()) ||
-          DeadlineClock::now() + wait >= deadline) {
-        return bus_client_internal::FromGrpc(
-            s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
-      }
-      Pause(wait);
-    }
+    const grpc::Status s = Retrying(
+        deadline,
+        [&](int) {
+          grpc::ClientContext ctx;
+          Prepare(&ctx, std::min(deadline, DeadlineClock::now() + options.call_timeout));
+          return (stub.get()->*call)(&ctx, req, resp);
+        },
+        [](const grpc::Status& got) { return bus_client_internal::Retryable(got.error_code()); });
+    if (s.ok()) return Status::Ok();
+    return bus_client_internal::FromGrpc(
+        s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");
   }
 
   // A publish or send of an inline payload, addressed in `req` already: fills

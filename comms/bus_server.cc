@@ -5,14 +5,15 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <random>
 #include <sstream>
 
 #include "common/file_util.h"
+#include "common/random.h"
 #include "comms/grpc_log.h"
 #include "comms/proto/bus.grpc.pb.h"
 #include "fmt/format.h"
@@ -373,21 +374,23 @@ Result<std::unique_ptr<BusServer>> BusServer::Start(const BusServerOptions& opti
     // positions carry: a restarted broker is the same log to its readers.
     auto saved = ReadWholeFile(incarnation_path, 64);
     if (saved.ok()) {
-      char* end = nullptr;
-      incarnation = std::strtoull(saved->c_str(), &end, 16);
-      if (end == saved->c_str() || incarnation == 0)
+      std::string_view text = *saved;
+      while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+        text.remove_suffix(1);
+      const std::optional<uint64_t> parsed = ParseHex64(text);
+      if (!parsed || *parsed == 0)
         return DataLoss("bus log: " + incarnation_path + " does not hold an incarnation");
+      incarnation = *parsed;
     } else if (saved.status().code() != StatusCode::kNotFound) {
       return saved.status();
     }
   }
-  while (incarnation == 0 || incarnation == kMixedIncarnation)
-    incarnation = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  while (incarnation == 0 || incarnation == kMixedIncarnation) incarnation = RandomNonZeroU64();
   if (durable) {
     std::error_code ec;
     std::filesystem::create_directories(b.log_dir, ec);
-    AGENTRT_RETURN_IF_ERROR(WriteFileAtomic(incarnation_path, fmt::format("{:016x}\n", incarnation),
-                                            {0644, /*sync_dir=*/true}));
+    AGENTRT_RETURN_IF_ERROR(
+        WriteFileAtomic(incarnation_path, Hex64(incarnation) + "\n", {0644, /*sync_dir=*/true}));
   }
   impl->broker =
       std::make_unique<Broker>(options.broker, std::move(acl), std::move(secret), incarnation);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/random.h"
 #include "plan/json_object.h"
 
 namespace agentrt {
@@ -449,7 +450,7 @@ Result<BusSnapshot> BusSnapshot::FromJson(const json& j) {
 json BrokerReport::ToJson() const {
   return {{"pid", pid},
           {"port", port},
-          {"incarnation", fmt::format("{:016x}", incarnation)},
+          {"incarnation", Hex64(incarnation)},
           {"log_sync_errors", log_sync_errors},
           {"recovery_notes", recovery_notes},
           {"bus", bus.ToJson()}};
@@ -470,16 +471,12 @@ Result<BrokerReport> BrokerReport::FromJson(const json& j) {
     }
     r.recovery_notes.push_back(note.get<std::string>());
   }
-  size_t used = 0;
-  try {
-    r.incarnation = std::stoull(incarnation, &used, 16);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (incarnation.size() != 16 || used != 16) {
+  const std::optional<uint64_t> parsed = ParseHex64(incarnation);
+  if (!parsed) {
     return InvalidArgument("the broker report: 'incarnation' is not 16 hex digits: '" +
                            incarnation + "'");
   }
+  r.incarnation = *parsed;
   if (!j.contains("bus")) return InvalidArgument("the broker report: 'bus' is missing");
   auto bus = BusSnapshot::FromJson(j["bus"]);
   if (!bus.ok()) return bus.status().WithContext(what);

@@ -184,7 +184,7 @@ void RunController::Launch(size_t i) {
   a.spec.launch.restart_count = s.restarts;
   // Unique per launch, also across controllers of one run (a requeue or a
   // resume starts counting restarts again): the checkpoint fence's id.
-  a.spec.launch.incarnation = fmt::format("{}.{:016x}", s.restarts, RandomNonZeroU64());
+  a.spec.launch.incarnation = fmt::format("{}.{}", s.restarts, RandomHex64());
   a.launched_s = clock_->NowSeconds();
   a.crashed = false;
   a.advised = false;

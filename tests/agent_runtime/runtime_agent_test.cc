@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comms/telemetry.h"
+#include "tests/common/programs.h"
 #include "tests/common/temp_dir.h"
 #include "tests/plan/plan_test_util.h"
 
@@ -27,11 +28,7 @@ using std::chrono::milliseconds;
 
 using testing::TempDir;
 
-std::string AgentBinary() {
-  const char* bin = std::getenv("AGENTRT_BIN_DIR");
-  REQUIRE(bin != nullptr);
-  return std::string(bin) + "/agentrt-test-agent";
-}
+std::string AgentBinary() { return testing::ProgramPath("agentrt-test-agent"); }
 
 // Starts the test agent with the agent environment; stdout+stderr go to `log`.
 pid_t StartAgent(const std::string& run_dir, const std::string& telemetry, const std::string& log,

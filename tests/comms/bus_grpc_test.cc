@@ -30,6 +30,7 @@
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
 #include "plan/fence.h"
+#include "tests/common/programs.h"
 #include "tests/common/wait_for.h"
 #include "tests/plan/plan_test_util.h"
 
@@ -742,9 +743,7 @@ TEST_CASE("TLS and mutual TLS from certificate files") {
 }
 
 TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops on SIGTERM") {
-  const char* bin_dir = std::getenv("AGENTRT_BIN_DIR");
-  REQUIRE(bin_dir != nullptr);
-  const std::string bin = std::string(bin_dir) + "/agentrt-bus";
+  const std::string bin = testing::ProgramPath("agentrt-bus");
   REQUIRE(std::filesystem::exists(bin));
   auto dir = TempDir();
   const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string(),
@@ -891,9 +890,7 @@ TEST_CASE("async publishes queued while the broker is down are delivered once it
 TEST_CASE(
     "keepalive notices a broker that stopped answering; the subscription resumes when it answers "
     "again") {
-  const char* bin_dir = std::getenv("AGENTRT_BIN_DIR");
-  REQUIRE(bin_dir != nullptr);
-  const std::string bin = std::string(bin_dir) + "/agentrt-bus";
+  const std::string bin = testing::ProgramPath("agentrt-bus");
   auto dir = TempDir();
   const std::string secret = (dir / "bus.secret").string(),
                     address_file = (dir / "bus.address").string();

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "plan/plan.h"
+#include "tests/common/programs.h"
 #include "tests/common/temp_dir.h"
 
 namespace agentrt {
@@ -40,7 +41,7 @@ std::string Env(const char* name) {
 Output Agentctl(const testing::TempDir& dir, const std::string& args) {
   const std::string out = dir.Path("stdout"), err = dir.Path("stderr");
   const std::string cmd =
-      "timeout 60 " + Env("AGENTRT_BIN_DIR") + "/agentctl " + args + " >" + out + " 2>" + err;
+      "timeout 60 " + testing::ProgramPath("agentctl") + " " + args + " >" + out + " 2>" + err;
   int status = std::system(cmd.c_str());
   Output o;
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

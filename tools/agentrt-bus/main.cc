@@ -8,7 +8,7 @@
 // --address-file once the broker accepts connections, and removed on exit.
 // With --report-file it also keeps a BrokerReport there (plan/records.h: its
 // pid, incarnation, recovery notes, counters, topics and subscribers), written
-// before the address and then twice a second: how `agentctl run`, which starts
+// before the address and then, when it changed, twice a second: how `agentctl run`, which starts
 // and supervises the run's broker this way, sees it. Exit status
 // kBrokerExitCannotListen (75): the port could not be bound.
 //
@@ -90,7 +90,7 @@ void AddServeFlags(CLI::App& app, ServeFlags* f) {
                  "write the bound host:port here (atomically) when ready");
   app.add_option("--report-file", f->report_file,
                  "keep a JSON report of the broker here (pid, incarnation, counters, topics, "
-                 "subscribers), rewritten twice a second");
+                 "subscribers), rewritten when it changes, at most twice a second");
   app.add_option("--advertise-host", f->advertise_host,
                  "host written to --address-file (default: the listen host, or this machine's name "
                  "for 0.0.0.0)");
@@ -249,9 +249,11 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   return acl;
 }
 
-// The --report-file record of `server` now; not synced (a broker that dies
-// leaves the last one whole, and the next broker writes its own).
-agentrt::Status WriteReport(const std::string& path, const agentrt::BusServer& server) {
+// The --report-file record of `server` now, written unless it is `*last`
+// (an idle broker rewrites nothing); not synced (a broker that dies leaves the
+// last one whole, and the next broker writes its own).
+agentrt::Status WriteReport(const std::string& path, const agentrt::BusServer& server,
+                            std::string* last) {
   agentrt::BrokerReport r;
   r.pid = ::getpid();
   r.port = server.port();
@@ -260,7 +262,11 @@ agentrt::Status WriteReport(const std::string& path, const agentrt::BusServer& s
   r.recovery_notes = server.recovery_notes();
   r.bus = server.Snapshot();
   r.bus.broker_pid = r.pid;
-  return agentrt::WriteFileAtomic(path, r.ToJson().dump() + "\n", {0644, false, false});
+  std::string text = r.ToJson().dump() + "\n";
+  if (text == *last) return agentrt::Status::Ok();
+  AGENTRT_RETURN_IF_ERROR(agentrt::WriteFileAtomic(path, text, {0644, false, false}));
+  *last = std::move(text);
+  return agentrt::Status::Ok();
 }
 
 int Serve(ServeFlags& f) {
@@ -286,8 +292,9 @@ int Serve(ServeFlags& f) {
   for (const std::string& note : server.value()->recovery_notes())
     std::fprintf(stderr, "agentrt-bus: %s\n", note.c_str());
   const std::string address = AdvertisedHost(f) + ":" + std::to_string(server.value()->port());
+  std::string reported;  // the report's text as last written
   if (!f.report_file.empty()) {
-    if (auto s = WriteReport(f.report_file, *server.value()); !s.ok()) return Fail(s);
+    if (auto s = WriteReport(f.report_file, *server.value(), &reported); !s.ok()) return Fail(s);
   }
   if (!f.address_file.empty()) {
     if (auto s = agentrt::WriteFileAtomic(f.address_file, address + "\n"); !s.ok()) return Fail(s);
@@ -308,7 +315,7 @@ int Serve(ServeFlags& f) {
     const timespec half_a_second{0, 500'000'000};
     bool failing = false;
     while ((sig = sigtimedwait(&signals, nullptr, &half_a_second)) < 0) {
-      const agentrt::Status s = WriteReport(f.report_file, *server.value());
+      const agentrt::Status s = WriteReport(f.report_file, *server.value(), &reported);
       if (!s.ok() && !failing) std::fprintf(stderr, "agentrt-bus: %s\n", s.ToString().c_str());
       failing = !s.ok();
     }
@@ -317,7 +324,7 @@ int Serve(ServeFlags& f) {
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   server.value()->Shutdown();
   if (!f.address_file.empty()) ::unlink(f.address_file.c_str());
-  if (!f.report_file.empty()) WriteReport(f.report_file, *server.value()).IgnoreError();
+  if (!f.report_file.empty()) WriteReport(f.report_file, *server.value(), &reported).IgnoreError();
   const agentrt::BusStats st = server.value()->Stats();
   std::fprintf(
       stderr,
