@@ -235,6 +235,10 @@ void BusMetrics(std::string& out, const std::string& r, const RunStatus& st) {
     family("agentrt_bus_messages_published_total", "counter", "Messages the bus stored.");
     out += fmt::format("agentrt_bus_messages_published_total{{run=\"{}\"}} {}\n", r,
                        st.bus->messages_published);
+    family("agentrt_bus_broker_restarts_total", "counter",
+           "Times the run's broker process died and was started again.");
+    out += fmt::format("agentrt_bus_broker_restarts_total{{run=\"{}\"}} {}\n", r,
+                       st.bus->broker_restarts);
   }
 }
 

@@ -147,6 +147,22 @@ def scenario_metrics(work):
         check(len(lag) == 1 and 0 <= lag[0].value <= 2, "the subscriber's lag on /metrics: %s" % lag)
         sub.close()
         bus.close()
+        # The run's broker killed with -9: started again, and said so in the view, on /metrics and by
+        # agentctl status.
+        with open(os.path.join(run.run_dir, "bus.report.json")) as f:
+            broker = json.load(f)["pid"]
+        check(view["bus"]["broker_pid"] == broker and view["bus"]["broker_restarts"] == 0,
+              "the run view names the broker (pid %d): %s" % (broker, view["bus"]["broker_pid"]))
+        os.kill(broker, signal.SIGKILL)
+        view = wait_for("the broker to serve again", lambda: (lambda v: v if v["bus"].get("broker_restarts") == 1
+                                                              and v["bus"].get("broker_pid") not in (0, broker)
+                                                              else None)(json.loads(dash.get("api/run"))), 30)
+        families = {f.name: f for f in text_string_to_metric_families(dash.get("metrics"))}
+        check(families["agentrt_bus_broker_restarts"].samples[0].value == 1,
+              "/metrics counts the restart: %s" % families["agentrt_bus_broker_restarts"].samples)
+        shown = subprocess.run([AGENTCTL, "status", run.run_dir], capture_output=True, text=True, timeout=30)
+        check("bus: broker pid %d, restarted 1 time(s)" % view["bus"]["broker_pid"] in shown.stdout,
+              "agentctl status names the new broker\n" + shown.stdout)
         # Per-rank logs, and bad requests: clear errors, nothing read outside the run.
         logs = json.loads(dash.get("api/logs?agent=hunter&rank=1&lines=5"))["lines"]
         check(0 < len(logs) <= 5 and any("agent hunter rank 1" in ln for ln in
@@ -454,6 +470,10 @@ def scenario_browser(work):
         check(points() > 0, "log y still draws the curves")
         check(page.js("document.querySelectorAll('#topics tr[data-topic]').length") >= 3,
               "the bus section lists the probe topics")
+        with open(os.path.join(run.run_dir, "bus.report.json")) as f:
+            broker = json.load(f)["pid"]
+        check(page.js("document.getElementById('broker').textContent") == "broker pid %d, restarted 0 time(s)" % broker,
+              "and names the broker process: %s" % page.js("document.getElementById('broker').textContent"))
         check(page.js("window.pageErrors") == [], "and the page had no script error: %s" % page.js("window.pageErrors"))
         print("screenshots in %s" % SHOTS)
     finally:

@@ -42,6 +42,16 @@ void RegisterStatus(CLI::App& app) {
       std::fputs(fmt::format("run {}: {} ({})\n", status->run, state, opts->run_dir).c_str(),
                  stdout);
       std::fputs(agentrt::RenderStatusTable(*status, 0).c_str(), stdout);
+      if (status->bus && (status->bus->broker_pid > 0 || status->bus->broker_restarts > 0)) {
+        const agentrt::BusSnapshot& bus = *status->bus;
+        const std::string broker = bus.broker_pid > 0 ? fmt::format("pid {}", bus.broker_pid)
+                                                      : std::string("starting again");
+        std::fputs(
+            fmt::format("bus: broker {}, restarted {} time(s) (its log: {})\n", broker,
+                        bus.broker_restarts, agentrt::RunDir(opts->run_dir).BusProcessLogPath())
+                .c_str(),
+            stdout);
+      }
       // League ratings and the newest PBT exploits (`agentctl league` shows all).
       const agentrt::RunDir dir(opts->run_dir);
       if (auto plan = agentrt::ReadPlanFile(dir.PlanPath()); plan.ok()) {
