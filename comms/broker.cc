@@ -1,7 +1,6 @@
 #include "comms/broker.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,8 +53,11 @@ Broker::~Broker() {
     logs_.clear();  // closes every large payload's file first
     std::error_code ec;
     if (own_spill_dir_) {
-      std::filesystem::remove_all(spill_dir_, ec);
-      ::close(spill_owner_fd_);
+      if (own_spill_.dir().empty()) {
+        std::filesystem::remove_all(spill_dir_, ec);
+      } else {
+        own_spill_.Leave();  // its only member: removes it
+      }
     } else {
       for (const auto& e : std::filesystem::directory_iterator(spill_dir_, ec))
         std::filesystem::remove(e.path(), ec);
@@ -65,39 +67,27 @@ Broker::~Broker() {
 
 namespace {
 constexpr std::string_view kOwnSpillPrefix = "agentrt-bus-spill.";
-constexpr const char* kSpillOwnerFile = ".owner";  // flocked while its broker lives
 }  // namespace
 
-// A folder under the temp folder, held by an flock on its .owner file while
-// this broker lives. A broker that dies by a signal cannot remove its folder:
-// the next one to start removes every such folder whose lock is free.
+// A folder this broker holds as the one member of a SharedNodeDir
+// (plan/mpi_shm.h): one whose broker was killed has its lock free, and the
+// next broker to start removes it. Where locks are not to be had (a file
+// system without flock), a plain folder of its own, removed with the broker.
 Status Broker::MakeOwnSpillDir() {
   std::error_code ec;
-  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
-  for (const auto& e : std::filesystem::directory_iterator(tmp, ec)) {
-    if (!e.path().filename().string().starts_with(kOwnSpillPrefix)) continue;
-    const int fd = ::open((e.path() / kSpillOwnerFile).c_str(),
-                          O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;  // not one of ours, or another user's
-    std::error_code rm;
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) std::filesystem::remove_all(e.path(), rm);
-    ::close(fd);
+  const std::string root = !options_.spill_root.empty()
+                               ? options_.spill_root
+                               : std::filesystem::temp_directory_path(ec).string();
+  SweepSharedNodeDirs(root, kOwnSpillPrefix);
+  own_spill_ = SharedNodeDir::Join(root, std::string(kOwnSpillPrefix) + RandomHex64());
+  if (!own_spill_.dir().empty()) {
+    spill_dir_ = own_spill_.dir();
+  } else {
+    std::string dir = root + "/agentrt-bus-unlocked.XXXXXX";  // not the sweep's
+    if (::mkdtemp(dir.data()) == nullptr)
+      return ErrnoStatus(errno, "bus: cannot create a folder for large payloads in " + root);
+    spill_dir_ = std::move(dir);
   }
-  std::string dir = (tmp / (std::string(kOwnSpillPrefix) + "XXXXXX")).string();
-  if (::mkdtemp(dir.data()) == nullptr)
-    return ErrnoStatus(errno, "bus: cannot create a folder for large payloads in " + dir);
-  // Locked under another name first, so a sweep never sees .owner unlocked.
-  const std::string locking = dir + "/.owner.new";
-  const int fd = ::open(locking.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0 || ::flock(fd, LOCK_EX) != 0 ||
-      ::rename(locking.c_str(), (dir + "/" + kSpillOwnerFile).c_str()) != 0) {
-    const Status failed = ErrnoStatus(errno, "bus: cannot lock " + locking);
-    if (fd >= 0) ::close(fd);
-    std::filesystem::remove_all(dir, ec);
-    return failed;
-  }
-  spill_dir_ = std::move(dir);
-  spill_owner_fd_ = fd;
   own_spill_dir_ = true;
   return Status::Ok();
 }

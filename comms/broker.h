@@ -31,6 +31,7 @@
 #include "comms/proto/bus.pb.h"
 #include "comms/publisher_window.h"
 #include "comms/request_table.h"
+#include "plan/mpi_shm.h"
 
 namespace agentrt {
 
@@ -44,6 +45,10 @@ struct BrokerOptions {
   // The durable log (comms/bus_log.h) under log_dir/logs; empty log_dir or
   // kMemory: none. Call Recover() before serving.
   std::string log_dir;
+  // Where a broker without log_dir keeps the files of large payloads: a
+  // folder of its own under this one ("": the temp folder), removed with the
+  // broker, or by the next broker to start when this one was killed.
+  std::string spill_root;
   BusDurability durability = BusDurability::kMemory;
   int fsync_interval_ms = 200;                // kBatch: the longest a record waits for its fsync
   int64_t segment_bytes = int64_t{64} << 20;  // a new segment file past this size
@@ -271,6 +276,8 @@ class Broker {
   // Recover's part for the spool: emptied (what publishers that died left
   // there), made 0700, and given a fresh .spool-id.
   Status MakeSpool();
+  // Recover's part for a broker without log_dir: its own spill folder under
+  // options_.spill_root, after removing those of brokers that were killed.
   Status MakeOwnSpillDir();
   // Removes spool files whose publisher is gone: no writer holds their lock
   // (a publisher holds one until its adoption is answered) and they have not
@@ -346,7 +353,7 @@ class Broker {
 
   std::string spill_dir_;       // memory mode: where large payloads go (see BlobDir)
   bool own_spill_dir_ = false;  // made by Recover, removed by the destructor
-  int spill_owner_fd_ = -1;     // holds the own spill folder's lock (MakeOwnSpillDir)
+  SharedNodeDir own_spill_;     // the own spill folder, held while the broker lives
   std::string spool_dir_;       // where publishers write payloads to adopt (removed at the end)
   std::string spool_id_;
   std::atomic<int64_t> spool_reaped_at_{0};  // steady_clock ticks of ReapSpool's last pass

@@ -41,7 +41,7 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
                            std::string(topic) + "\" (bus " + address + ", agent " + cred.agent +
                            ")";
   v1::PublishChunk chunk;
-  v1::PublishResponse resp;
+  v1::PublishResponse resp;  // read only after an attempt that ended OK
   auto attempt = [&](int) {
     grpc::ClientContext ctx;
     Prepare(&ctx, deadline);

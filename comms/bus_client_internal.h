@@ -268,8 +268,9 @@ struct BusClient::Impl {
 
   // The one retry loop of the client's calls: runs `attempt` (0, 1, ...) until
   // `again` of its result is false (it succeeded, or failed for good) or the
-  // next backoff would pass `deadline`, pausing (Pause) in between; returns
-  // the last result.
+  // next backoff would pass `deadline` (it gives up then, rather than try once
+  // more at the deadline), pausing (Pause) in between; returns the last
+  // result.
   template <typename Attempt, typename Again>
   auto Retrying(DeadlineClock::time_point deadline, Attempt attempt, Again again) {
     for (int n = 0;; ++n) {

@@ -42,6 +42,12 @@ bool SameFile(const struct stat& a, const struct stat& b) {
   return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
+// A folder (lstat: not a link) of this process's user that no other user
+// may enter.
+bool ClosedFolderOfOurs(const struct stat& st) {
+  return S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 077) == 0;
+}
+
 }  // namespace
 
 std::string MakeControllerMpiShmDir(const std::string& root, const std::string& agent,
@@ -113,8 +119,7 @@ SharedNodeDir SharedNodeDir::Join(const std::string& root, const std::string& na
       if (errno == ENOENT) continue;  // removed meanwhile
       return joined;
     }
-    if (!S_ISDIR(own.st_mode) || own.st_uid != ::geteuid() || (own.st_mode & 077) != 0)
-      return joined;
+    if (!ClosedFolderOfOurs(own)) return joined;
     const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
       if (errno == ENOENT) continue;  // removed between our mkdir and open
@@ -173,7 +178,11 @@ int SweepSharedNodeDirs(const std::string& root, std::string_view prefix) {
     const std::string name = e.path().filename().string();
     if (prefix.empty() || name.rfind(prefix, 0) != 0) continue;
     const std::string dir = e.path().string();
-    const int fd = ::open((dir + kLockName).c_str(), O_RDWR | O_CLOEXEC);
+    // Only a real folder of this user's, closed to others, as Join makes
+    // them: never a link, nor anything another user put under the name.
+    struct stat own {};
+    if (::lstat(dir.c_str(), &own) != 0 || !ClosedFolderOfOurs(own)) continue;
+    const int fd = ::open((dir + kLockName).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       // A folder with no lock file: being made right now, or its maker died
       // before locking it. Only an old one is left over.

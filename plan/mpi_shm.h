@@ -80,7 +80,8 @@ class SharedNodeDir {
 // Removes the folders under `root` named `prefix`... whose lock nobody holds
 // (their members were killed), and such folders with no lock file that are
 // over a minute old (a member killed between making the folder and locking
-// it). Returns how many it removed.
+// it). Only folders of this user's closed to others are touched (what Join
+// makes): not a link, nor another user's. Returns how many it removed.
 int SweepSharedNodeDirs(const std::string& root, std::string_view prefix);
 
 // One rank's membership of its step's folder on this node:

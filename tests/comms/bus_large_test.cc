@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -382,43 +383,41 @@ TEST_CASE("recovery refuses a log whose payload file is gone or short, and remov
 }
 
 TEST_CASE("a memory broker without a log folder sweeps the spill folders of brokers that died") {
-  // The temp folder of this case alone: TMPDIR names where the brokers spill.
   const agentrt::testing::TempDir tmp("agentrt-spill");
-  struct TmpDirSet {
-    explicit TmpDirSet(const std::string& dir)
-        : was(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "") {
-      ::setenv("TMPDIR", dir.c_str(), 1);
-    }
-    ~TmpDirSet() { was.empty() ? ::unsetenv("TMPDIR") : ::setenv("TMPDIR", was.c_str(), 1); }
-    std::string was;
-  } tmpdir(tmp.path);
   auto make = [&](const std::string& name) {
     const std::string dir = tmp.Path(name);
     fs::create_directories(dir + "/incoming");
-    tmp.Write(name + "/.owner", "");
+    ::chmod(dir.c_str(), 0700);
+    tmp.Write(name + "/.lock", "");
     return dir;
   };
   const std::string dead = make("agentrt-bus-spill.dead00");  // its broker was killed -9
   const std::string live = make("agentrt-bus-spill.live00");  // its broker still runs
-  const int held = ::open((live + "/.owner").c_str(), O_RDONLY | O_CLOEXEC);
+  const int held = ::open((live + "/.lock").c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(held >= 0);
-  REQUIRE(::flock(held, LOCK_EX) == 0);
-  const std::string other = make("agentrt-bus-spill-notours");
+  REQUIRE(::flock(held, LOCK_SH) == 0);
+  BusServerOptions opts = Options();
+  opts.broker.spill_root = tmp.path;
   std::string own;
   {
-    auto server = Start(Options());
+    auto server = Start(opts);
     CHECK_FALSE(fs::exists(dead));
     CHECK(fs::exists(live));
-    CHECK(fs::exists(other));
     for (const auto& e : fs::directory_iterator(tmp.path)) {
-      const std::string name = e.path().filename().string();
-      if (name.starts_with("agentrt-bus-spill.") && e.path() != live) own = e.path().string();
+      if (e.path().filename().string().starts_with("agentrt-bus-spill.") && e.path() != live)
+        own = e.path().string();
     }
     REQUIRE_FALSE(own.empty());
-    CHECK(fs::exists(own + "/.owner"));
-    // Its own folder is locked: a second broker leaves it alone.
-    auto second = Start(Options());
+    // A large payload goes there; a second broker leaves the folder of the
+    // first, which holds it, alone.
+    auto pub = Client(server->address(), "pub");
+    REQUIRE(pub->Publish("tlarge", RandomBytes(5 << 20, 9)).ok());
+    auto second = Start(opts);
     CHECK(fs::exists(own));
+    bool payload = false;
+    for (const auto& e : fs::recursive_directory_iterator(own))
+      payload = payload || (e.is_regular_file() && fs::file_size(e.path()) == (5u << 20));
+    CHECK(payload);
   }
   CHECK_FALSE(fs::exists(own));  // removed on the way out
   CHECK(fs::exists(live));

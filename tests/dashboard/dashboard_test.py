@@ -20,7 +20,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from agentrt_testing import (AgentctlRun, Failure, check, die_with_parent, free_port_block, run_example,  # noqa: E402
-                             heartbeating, scenarios_main, wait_for)
+                             heartbeating, kill_broker, runs_program, scenarios_main, wait_for)
 
 BIN = os.environ["AGENTRT_BIN_DIR"]
 AGENTCTL = os.path.join(BIN, "agentctl")
@@ -149,14 +149,14 @@ def scenario_metrics(work):
         bus.close()
         # The run's broker killed with -9: started again, and said so in the view, on /metrics and by
         # agentctl status.
-        with open(os.path.join(run.run_dir, "bus.report.json")) as f:
-            broker = json.load(f)["pid"]
-        check(view["bus"]["broker_pid"] == broker and view["bus"]["broker_restarts"] == 0,
-              "the run view names the broker (pid %d): %s" % (broker, view["bus"]["broker_pid"]))
-        os.kill(broker, signal.SIGKILL)
-        view = wait_for("the broker to serve again", lambda: (lambda v: v if v["bus"].get("broker_restarts") == 1
-                                                              and v["bus"].get("broker_pid") not in (0, broker)
-                                                              else None)(json.loads(dash.get("api/run"))), 30)
+        broker = view["bus"]["broker_pid"]
+        check(runs_program(broker, "agentrt-bus") and view["bus"]["broker_restarts"] == 0,
+              "the run view names the broker process (pid %d)" % broker)
+        check(kill_broker(run, {"critic": 1, "hunter": 2, "scout": 1}) is not None,
+              "kill -9 of the broker, every agent heartbeating")
+        view = wait_for("the view to name the new broker", lambda: (lambda v: v if v["bus"].get("broker_restarts") == 1
+                                                                    and v["bus"].get("broker_pid") not in (0, broker)
+                                                                    else None)(json.loads(dash.get("api/run"))), 30)
         families = {f.name: f for f in text_string_to_metric_families(dash.get("metrics"))}
         check(families["agentrt_bus_broker_restarts"].samples[0].value == 1,
               "/metrics counts the restart: %s" % families["agentrt_bus_broker_restarts"].samples)
@@ -213,6 +213,9 @@ def scenario_metrics(work):
         view = json.loads(dash.get("api/run"))
         check(view["run"]["controller_alive"] is False and view["run"]["state"] == "controller_gone",
               "a run whose agentctl is gone is still shown, as such: %s" % view["run"]["state"])
+        shown = subprocess.run([AGENTCTL, "status", run.run_dir], capture_output=True, text=True, timeout=30)
+        check("bus: broker ended with the run, restarted 1 time(s)" in shown.stdout,
+              "agentctl status names no broker of a run that ended, only its restart\n" + shown.stdout)
     finally:
         if dash:
             dash.stop()
@@ -670,7 +673,7 @@ def scenario_league(work):
         ratings = {s.labels["agent"]: s.value for s in families["agentrt_league_rating"].samples}
         check(sorted(ratings) == sorted(members), "/metrics has every member's rating: %s" % {k: round(v) for k, v in ratings.items()})
         # Who learns fastest is league_run_test's to judge; the page's part is the order.
-        check(members == sorted(ratings, key=lambda m: -ratings[m]),
+        check([ratings[m] for m in members] == sorted(ratings.values(), reverse=True),
               "the league table ranks the members by rating, highest first: %s (%s)"
               % (members, {k: round(v) for k, v in ratings.items()}))
         wait_for("the learning curves", lambda: page.js("+document.getElementById('chart').dataset.points"), 20)

@@ -86,6 +86,8 @@ TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in u
   const std::string unlocked_old = root.Path("agentrt-mpi.step.9.0");
   fs::create_directory(unlocked_new);
   fs::create_directory(unlocked_old);
+  ::chmod(unlocked_new.c_str(), 0700);  // as Join makes them
+  ::chmod(unlocked_old.c_str(), 0700);
   const struct timeval old_times[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
   REQUIRE(::utimes(unlocked_old.c_str(), old_times) == 0);
   // Not a step folder at all.
@@ -102,6 +104,7 @@ TEST_CASE("a sweep removes the step folders of killed ranks and keeps those in u
   // And one whose remover was killed after renaming it (its lock file kept).
   const std::string half_removed = root.Path("agentrt-mpi.step.6.0.removing.4242");
   fs::create_directory(half_removed);
+  ::chmod(half_removed.c_str(), 0700);
   root.Write("agentrt-mpi.step.6.0.removing.4242/.lock", "");
   CHECK(SweepStepMpiShmDirs(root.path) == 2);  // the killed rank's folder, the half removed one
   CHECK_FALSE(fs::exists(half_removed));
@@ -190,6 +193,21 @@ TEST_CASE("a shared node folder of another prefix: swept by its own prefix only"
   CHECK(fs::exists(root.Path(name)));
   CHECK(SweepSharedNodeDirs(root.path, kBusNodeDirPrefix) == 1);
   CHECK_FALSE(fs::exists(root.Path(name)));
+
+  // What the sweep leaves alone, free lock or not: a folder open to others
+  // (someone else's, or put there to be removed), and a link to a folder.
+  fs::create_directory(root.Path(open_one));
+  fs::permissions(root.Path(open_one), fs::perms::owner_all | fs::perms::others_all);
+  root.Write(open_one + "/.lock", "");
+  root.Write("elsewhere/.lock", "");
+  root.Write("elsewhere/precious", "kept");
+  fs::create_directory_symlink(root.Path("elsewhere"), root.Path(link));
+  const struct timeval old_times[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  REQUIRE(::utimes(root.Path(open_one).c_str(), old_times) == 0);
+  CHECK(SweepSharedNodeDirs(root.path, kBusNodeDirPrefix) == 0);
+  CHECK(fs::exists(root.Path(open_one + "/.lock")));
+  CHECK(fs::exists(root.Path("elsewhere/precious")));
+  CHECK(fs::is_symlink(root.Path(link)));
 }
 
 }  // namespace

@@ -180,8 +180,10 @@ def scenario_league(work):
     check_league_state(state, 8)
     shown = agentctl("league", run_dir)
     rows = [line.split()[1] for line in shown.stdout.splitlines()[2:6]]
-    check(shown.returncode == 0 and rows == sorted(state["ratings"], key=lambda m: -state["ratings"][m]),
-          "agentctl league ranks the members by rating, highest first, the anchor last\n" + shown.stdout)
+    ratings = state["ratings"]
+    check(shown.returncode == 0 and sorted(rows) == sorted(ratings)
+          and [ratings[m] for m in rows] == sorted(ratings.values(), reverse=True),
+          "agentctl league ranks the members by rating, highest first\n" + shown.stdout)
     as_json = json.loads(agentctl("league", run_dir, "--json").stdout)
     check(as_json["state"]["results_applied"] == state["results_applied"], "agentctl league --json is the state")
     st = agentctl("status", run_dir)

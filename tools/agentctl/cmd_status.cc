@@ -42,18 +42,22 @@ void RegisterStatus(CLI::App& app) {
       std::fputs(fmt::format("run {}: {} ({})\n", status->run, state, opts->run_dir).c_str(),
                  stdout);
       std::fputs(agentrt::RenderStatusTable(*status, 0).c_str(), stdout);
+      const agentrt::RunDir dir(opts->run_dir);
+      // The run's broker process: named while the run's controller runs (it
+      // ends with it); its restarts, if any, after.
       if (status->bus && (status->bus->broker_pid > 0 || status->bus->broker_restarts > 0)) {
         const agentrt::BusSnapshot& bus = *status->bus;
-        const std::string broker = bus.broker_pid > 0 ? fmt::format("pid {}", bus.broker_pid)
-                                                      : std::string("starting again");
-        std::fputs(
-            fmt::format("bus: broker {}, restarted {} time(s) (its log: {})\n", broker,
-                        bus.broker_restarts, agentrt::RunDir(opts->run_dir).BusProcessLogPath())
-                .c_str(),
-            stdout);
+        const std::string broker = !alive               ? std::string("ended with the run")
+                                   : bus.broker_pid > 0 ? fmt::format("pid {}", bus.broker_pid)
+                                                        : std::string("starting again");
+        if (alive || bus.broker_restarts > 0) {
+          std::fputs(fmt::format("bus: broker {}, restarted {} time(s) (its log: {})\n", broker,
+                                 bus.broker_restarts, dir.BusProcessLogPath())
+                         .c_str(),
+                     stdout);
+        }
       }
       // League ratings and the newest PBT exploits (`agentctl league` shows all).
-      const agentrt::RunDir dir(opts->run_dir);
       if (auto plan = agentrt::ReadPlanFile(dir.PlanPath()); plan.ok()) {
         if (plan->league.enabled()) {
           auto league = agentrt::ReadLeagueState(plan->league, dir.LeagueStatePath());
