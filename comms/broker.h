@@ -64,7 +64,8 @@ struct BrokerOptions {
   // task's new launch takes over and the old one is fenced, and again at most
   // every second while the current launch calls, so a replaced launch is
   // refused within a second of its successor's fence even before the
-  // successor calls. "" : none named.
+  // successor calls (agentrt-bus --plan also watches the fences, FenceWatcher,
+  // and names a new one at once: SetIncarnation). "" : none named.
   // A fence that cannot be read now answers UNAVAILABLE (the caller retries).
   std::function<Result<std::string>(const std::string& agent)> current_launch;
 };

@@ -12,9 +12,14 @@
 // Thread-safe (LaunchIncarnation remembers what it read behind a mutex).
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "common/status.h"
 #include "plan/agent_env.h"
@@ -49,5 +54,38 @@ std::string ArrayTaskIncarnation(std::string_view job_id, int restart_count);
 // and a process of a replaced launch must not take its successor's id.
 Result<std::string> LaunchIncarnation(const AgentEnv& env,
                                       const EnvLookup& lookup = ProcessEnvLookup());
+
+// Says when an agent's fence changes on this machine (inotify on each
+// checkpoint folder): `changed(agent, id)` runs on the watcher's thread once
+// a new fence is in place. A folder that does not exist yet is watched once
+// it does (looked for every half second). A fence written on another machine
+// of a network file system goes unseen: a reader of fences keeps re-reading
+// them as it would without the watcher.
+class FenceWatcher {
+ public:
+  using Changed = std::function<void(const std::string& agent, const std::string& id)>;
+
+  // `checkpoint_dirs`: agent -> its checkpoint folder. Internal when inotify
+  // cannot be had (the caller goes on without: re-reads only).
+  static Result<std::unique_ptr<FenceWatcher>> Start(
+      std::map<std::string, std::string> checkpoint_dirs, Changed changed);
+  ~FenceWatcher();  // stops and joins the thread
+  FenceWatcher(const FenceWatcher&) = delete;
+  FenceWatcher& operator=(const FenceWatcher&) = delete;
+
+ private:
+  FenceWatcher(std::map<std::string, std::string> dirs, Changed changed, int inotify_fd,
+               int stop_fd);
+  void Run();
+  void WatchMissing();
+
+  const std::map<std::string, std::string> dirs_;
+  const Changed changed_;
+  const int inotify_fd_;
+  const int stop_fd_;                                // eventfd: the destructor's signal
+  std::map<int, std::vector<std::string>> watched_;  // watch descriptor -> its agents
+  std::vector<std::string> missing_;                 // agents whose folder is not watched yet
+  std::thread thread_;
+};
 
 }  // namespace agentrt

@@ -3,6 +3,7 @@
 // reconnects, broker restart, OFFSET_EXPIRED, refusals, limits, hostile bytes
 // on the port, inboxes, request/reply, TLS and the agentrt-bus program.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -742,9 +743,52 @@ TEST_CASE("TLS and mutual TLS from certificate files") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops on SIGTERM") {
+// agentrt-bus of this build started with `args`, its stderr into `stderr_path`
+// when given; returns its pid, and its address once it wrote `address_file`.
+std::pair<pid_t, std::string> SpawnBroker(const std::vector<std::string>& args,
+                                          const std::string& address_file,
+                                          const std::string& stderr_path = "") {
   const std::string bin = testing::ProgramPath("agentrt-bus");
-  REQUIRE(std::filesystem::exists(bin));
+  std::vector<std::string> words{bin};
+  words.insert(words.end(), args.begin(), args.end());
+  words.insert(words.end(), {"--host", "127.0.0.1", "--port", "0", "--address-file", address_file});
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!stderr_path.empty()) {
+      const int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(126);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  if (!WaitFor([&] { return std::filesystem::exists(address_file); }, 30s)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    FAIL("agentrt-bus wrote no address file within 30 s");
+  }
+  std::string address;
+  std::ifstream(address_file) >> address;
+  return {pid, address};
+}
+
+// SIGTERM to a broker of SpawnBroker: true when it exited 0 within 20 s
+// (else it is killed).
+bool StopBroker(pid_t pid) {
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  if (!WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 20s)) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops on SIGTERM") {
   auto dir = TempDir();
   const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string(),
                     address_file = (dir / "bus.address").string();
@@ -753,17 +797,7 @@ TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops 
                         plan)
               .ok());
   REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl(bin.c_str(), bin.c_str(), "--plan", plan.c_str(), "--secret-file", secret.c_str(),
-            "--host", "127.0.0.1", "--port", "0", "--address-file", address_file.c_str(),
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  REQUIRE(WaitFor([&] { return std::filesystem::exists(address_file); }, 30s));
-  std::string address;
-  std::ifstream(address_file) >> address;
+  const auto [pid, address] = SpawnBroker({"--plan", plan, "--secret-file", secret}, address_file);
   CHECK(address.rfind("127.0.0.1:", 0) == 0);
   {
     auto predator = Client(address, "predator-0");
@@ -775,17 +809,46 @@ TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops 
     REQUIRE(got->size() == 1);
     CHECK((*got)[0].publisher() == "predator-0");
   }
-  REQUIRE(::kill(pid, SIGTERM) == 0);
-  int status = 0;
-  bool exited = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 20s);
-  if (!exited) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
-  REQUIRE(exited);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(StopBroker(pid));
   CHECK_FALSE(std::filesystem::exists(address_file));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "agentrt-bus --plan refuses a replaced launch as soon as its successor's fence is there") {
+  auto dir = TempDir();
+  const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string(),
+                    address_file = (dir / "bus.address").string(),
+                    log = (dir / "bus.stderr").string();
+  REQUIRE(WritePlanFile(testing::TestPlan("t", std::vector<std::string>{"predator-0", "prey-0"},
+                                          {{"sightings", {"predator-0"}, {"prey-0"}}}),
+                        plan)
+              .ok());
+  REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
+  const std::string ckpt = (dir / "checkpoints" / "predator-0").string();
+  std::filesystem::create_directories(ckpt);
+  REQUIRE(WriteCheckpointFence(ckpt, "0.old").ok());
+  const auto [pid, address] =
+      SpawnBroker({"--plan", plan, "--secret-file", secret}, address_file, log);
+  BusClientOptions old_options;
+  old_options.incarnation = "0.old";
+  auto old_launch = Client(address, "predator-0", old_options);
+  REQUIRE(old_launch->Publish("sightings", "from the first launch").ok());
+  // The controller relaunches the agent: its fence names the new launch,
+  // which has not called yet. The broker sees the fence as it is written.
+  REQUIRE(WriteCheckpointFence(ckpt, "1.new").ok());
+  auto said = [&] {
+    auto text = ReadWholeFile(log, 1 << 20);
+    return text.ok() &&
+           text->find("agent predator-0: launch 1.new is current (its fence)") != std::string::npos;
+  };
+  CHECK(WaitFor(said, 10s));
+  auto refused = old_launch->Publish("sightings", "from the replaced launch");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == StatusCode::kPermissionDenied);
+  CHECK(refused.status().message().find("launch 0.old of agent predator-0 was replaced by launch "
+                                        "1.new") != std::string::npos);
+  CHECK(StopBroker(pid));
   std::filesystem::remove_all(dir);
 }
 
@@ -890,19 +953,11 @@ TEST_CASE("async publishes queued while the broker is down are delivered once it
 TEST_CASE(
     "keepalive notices a broker that stopped answering; the subscription resumes when it answers "
     "again") {
-  const std::string bin = testing::ProgramPath("agentrt-bus");
   auto dir = TempDir();
   const std::string secret = (dir / "bus.secret").string(),
                     address_file = (dir / "bus.address").string();
   REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl(bin.c_str(), bin.c_str(), "--open", "--secret-file", secret.c_str(), "--host",
-            "127.0.0.1", "--port", "0", "--address-file", address_file.c_str(),
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
+  const auto [pid, address] = SpawnBroker({"--open", "--secret-file", secret}, address_file);
   struct Reaper {
     pid_t pid;
     ~Reaper() {
@@ -911,9 +966,6 @@ TEST_CASE(
       ::waitpid(pid, nullptr, 0);
     }
   } reaper{pid};
-  REQUIRE(WaitFor([&] { return std::filesystem::exists(address_file); }, 30s));
-  std::string address;
-  std::ifstream(address_file) >> address;
 
   BusClientOptions fast;
   fast.keepalive_time_ms = 1000;

@@ -3,12 +3,17 @@
 // fences a replaced launch off the checkpoint directory.
 #include "plan/fence.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "tests/common/temp_dir.h"
+#include "tests/common/wait_for.h"
 
 using namespace agentrt;
 
@@ -68,4 +73,50 @@ TEST_CASE("a controller's launch takes the fence's id, whatever it is") {
   CHECK(LaunchIncarnation(env, Env({})).value() == "3.abcd");
   CHECK(CheckCheckpointFence(env.ckpt_dir, "3.abcd").ok());
   CHECK(CheckCheckpointFence(env.ckpt_dir, "").ok());  // no launch: never fenced
+}
+
+TEST_CASE("a fence watcher tells each new fence of its agents, folders made later included") {
+  testing::TempDir dir;
+  const std::string a = dir.Path("a"), b = dir.Path("b");  // b is made after the watcher starts
+  std::filesystem::create_directories(a);
+  std::mutex mu;
+  std::vector<std::string> seen;  // "agent=id"
+  auto watcher = FenceWatcher::Start({{"hunter", a}, {"runner", b}},
+                                     [&](const std::string& agent, const std::string& id) {
+                                       std::lock_guard<std::mutex> lock(mu);
+                                       seen.push_back(agent + "=" + id);
+                                     });
+  REQUIRE(watcher.ok());
+  auto saw = [&](const std::string& what) {
+    return testing::WaitFor(
+        [&] {
+          std::lock_guard<std::mutex> lock(mu);
+          return std::find(seen.begin(), seen.end(), what) != seen.end();
+        },
+        std::chrono::seconds(10));
+  };
+  REQUIRE(WriteCheckpointFence(a, "0.first").ok());
+  CHECK(saw("hunter=0.first"));
+  REQUIRE(WriteCheckpointFence(a, "1.second").ok());
+  CHECK(saw("hunter=1.second"));
+  std::filesystem::create_directories(b);
+  // Watched within half a second of being made: a fence written before that
+  // is not told (its readers re-read), one written after is.
+  CHECK(testing::WaitFor(
+      [&] {
+        REQUIRE(WriteCheckpointFence(b, "0.late").ok());
+        std::lock_guard<std::mutex> lock(mu);
+        return std::find(seen.begin(), seen.end(), "runner=0.late") != seen.end();
+      },
+      std::chrono::seconds(10)));
+  // A folder removed and made again is watched again.
+  std::filesystem::remove_all(a);
+  std::filesystem::create_directories(a);
+  CHECK(testing::WaitFor(
+      [&] {
+        REQUIRE(WriteCheckpointFence(a, "2.third").ok());
+        std::lock_guard<std::mutex> lock(mu);
+        return std::find(seen.begin(), seen.end(), "hunter=2.third") != seen.end();
+      },
+      std::chrono::seconds(10)));
 }

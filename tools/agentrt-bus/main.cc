@@ -74,6 +74,7 @@ struct ServeFlags {
   agentrt::BusServerOptions opts;
   agentrt::BusConfig storage;  // the storage flags' values
   std::vector<std::pair<std::string, CLI::Option*>> storage_flags;
+  std::map<std::string, std::string> fence_dirs;  // --plan: agent -> its checkpoint fence's folder
 };
 
 void AddServeFlags(CLI::App& app, ServeFlags* f) {
@@ -196,7 +197,7 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   agentrt::BusConfig settings;
   settings.durability = "memory";
   std::string default_log_dir;
-  std::map<std::string, std::string> checkpoint_dirs;  // agent -> its checkpoint fence's folder
+  std::map<std::string, std::string>& checkpoint_dirs = f.fence_dirs;
   if (!f.plan.empty()) {
     AGENTRT_ASSIGN_OR_RETURN(agentrt::Plan loaded, agentrt::ReadPlanFile(f.plan));
     acl = agentrt::AclFromPlan(loaded);
@@ -231,8 +232,8 @@ agentrt::Result<agentrt::BusAcl> ResolveServe(ServeFlags& f) {
   if (!checkpoint_dirs.empty()) {
     // Which launch of an agent is current: the launcher's checkpoint fence
     // says (agentctl's backends and SLURM array tasks write it).
-    f.opts.broker.current_launch = [dirs = std::move(checkpoint_dirs)](
-                                       const std::string& agent) -> agentrt::Result<std::string> {
+    f.opts.broker.current_launch =
+        [dirs = checkpoint_dirs](const std::string& agent) -> agentrt::Result<std::string> {
       const auto it = dirs.find(agent);
       if (it == dirs.end()) return std::string();
       AGENTRT_ASSIGN_OR_RETURN(std::optional<std::string> fence,
@@ -291,6 +292,24 @@ int Serve(ServeFlags& f) {
   }
   for (const std::string& note : server.value()->recovery_notes())
     std::fprintf(stderr, "agentrt-bus: %s\n", note.c_str());
+  // A relaunch's fence, seen as it is written, refuses the launch it replaced
+  // at once (without the watcher: at most a second later, Broker::kCurrentKept).
+  std::unique_ptr<agentrt::FenceWatcher> fences;
+  if (!f.fence_dirs.empty()) {
+    agentrt::BusServer* bus = server.value().get();
+    auto watching = agentrt::FenceWatcher::Start(
+        f.fence_dirs, [bus](const std::string& agent, const std::string& id) {
+          bus->SetAgentIncarnation(agent, id);
+          std::fprintf(stderr, "agentrt-bus: agent %s: launch %s is current (its fence)\n",
+                       agent.c_str(), id.c_str());
+        });
+    if (watching.ok()) {
+      fences = std::move(watching).value();
+    } else {
+      std::fprintf(stderr, "agentrt-bus: %s; fences are read again at most every second\n",
+                   watching.status().ToString().c_str());
+    }
+  }
   const std::string address = AdvertisedHost(f) + ":" + std::to_string(server.value()->port());
   std::string reported;  // the report's text as last written
   if (!f.report_file.empty()) {
@@ -322,6 +341,7 @@ int Serve(ServeFlags& f) {
   }
   std::fprintf(stderr, "agentrt-bus: %s received, shutting down\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  fences.reset();
   server.value()->Shutdown();
   if (!f.address_file.empty()) ::unlink(f.address_file.c_str());
   if (!f.report_file.empty()) WriteReport(f.report_file, *server.value(), &reported).IgnoreError();
