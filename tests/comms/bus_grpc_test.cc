@@ -788,16 +788,22 @@ bool StopBroker(pid_t pid) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops on SIGTERM") {
-  auto dir = TempDir();
-  const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string(),
-                    address_file = (dir / "bus.address").string();
+// In `dir`: the plan.json of a predator-0 publishing "sightings" to prey-0,
+// and the run secret; the agentrt-bus arguments that serve them.
+std::vector<std::string> PredatorPreyBrokerArgs(const std::filesystem::path& dir) {
+  const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string();
   REQUIRE(WritePlanFile(testing::TestPlan("t", std::vector<std::string>{"predator-0", "prey-0"},
                                           {{"sightings", {"predator-0"}, {"prey-0"}}}),
                         plan)
               .ok());
   REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
-  const auto [pid, address] = SpawnBroker({"--plan", plan, "--secret-file", secret}, address_file);
+  return {"--plan", plan, "--secret-file", secret};
+}
+
+TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops on SIGTERM") {
+  auto dir = TempDir();
+  const std::string address_file = (dir / "bus.address").string();
+  const auto [pid, address] = SpawnBroker(PredatorPreyBrokerArgs(dir), address_file);
   CHECK(address.rfind("127.0.0.1:", 0) == 0);
   {
     auto predator = Client(address, "predator-0");
@@ -817,19 +823,12 @@ TEST_CASE("agentrt-bus serves the plan's ACL, writes its address file and stops 
 TEST_CASE(
     "agentrt-bus --plan refuses a replaced launch as soon as its successor's fence is there") {
   auto dir = TempDir();
-  const std::string plan = (dir / "plan.json").string(), secret = (dir / "bus.secret").string(),
-                    address_file = (dir / "bus.address").string(),
+  const std::string address_file = (dir / "bus.address").string(),
                     log = (dir / "bus.stderr").string();
-  REQUIRE(WritePlanFile(testing::TestPlan("t", std::vector<std::string>{"predator-0", "prey-0"},
-                                          {{"sightings", {"predator-0"}, {"prey-0"}}}),
-                        plan)
-              .ok());
-  REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
-  const std::string ckpt = (dir / "checkpoints" / "predator-0").string();
+  const std::string ckpt = (dir / "checkpoints" / "predator-0").string();  // the plan's
   std::filesystem::create_directories(ckpt);
   REQUIRE(WriteCheckpointFence(ckpt, "0.old").ok());
-  const auto [pid, address] =
-      SpawnBroker({"--plan", plan, "--secret-file", secret}, address_file, log);
+  const auto [pid, address] = SpawnBroker(PredatorPreyBrokerArgs(dir), address_file, log);
   BusClientOptions old_options;
   old_options.incarnation = "0.old";
   auto old_launch = Client(address, "predator-0", old_options);

@@ -87,36 +87,30 @@ TEST_CASE("a fence watcher tells each new fence of its agents, folders made late
                                        seen.push_back(agent + "=" + id);
                                      });
   REQUIRE(watcher.ok());
-  auto saw = [&](const std::string& what) {
+  auto told = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::find(seen.begin(), seen.end(), what) != seen.end();
+  };
+  // Writes `id` to the fence in `folder` until the watcher tells it: a folder
+  // is watched within half a second of being made, and a fence written before
+  // that is not told (its readers re-read).
+  auto told_once_written = [&](const std::string& folder, const std::string& id,
+                               const std::string& what) {
     return testing::WaitFor(
         [&] {
-          std::lock_guard<std::mutex> lock(mu);
-          return std::find(seen.begin(), seen.end(), what) != seen.end();
+          REQUIRE(WriteCheckpointFence(folder, id).ok());
+          return told(what);
         },
         std::chrono::seconds(10));
   };
   REQUIRE(WriteCheckpointFence(a, "0.first").ok());
-  CHECK(saw("hunter=0.first"));
+  CHECK(testing::WaitFor([&] { return told("hunter=0.first"); }, std::chrono::seconds(10)));
   REQUIRE(WriteCheckpointFence(a, "1.second").ok());
-  CHECK(saw("hunter=1.second"));
+  CHECK(testing::WaitFor([&] { return told("hunter=1.second"); }, std::chrono::seconds(10)));
   std::filesystem::create_directories(b);
-  // Watched within half a second of being made: a fence written before that
-  // is not told (its readers re-read), one written after is.
-  CHECK(testing::WaitFor(
-      [&] {
-        REQUIRE(WriteCheckpointFence(b, "0.late").ok());
-        std::lock_guard<std::mutex> lock(mu);
-        return std::find(seen.begin(), seen.end(), "runner=0.late") != seen.end();
-      },
-      std::chrono::seconds(10)));
+  CHECK(told_once_written(b, "0.late", "runner=0.late"));
   // A folder removed and made again is watched again.
   std::filesystem::remove_all(a);
   std::filesystem::create_directories(a);
-  CHECK(testing::WaitFor(
-      [&] {
-        REQUIRE(WriteCheckpointFence(a, "2.third").ok());
-        std::lock_guard<std::mutex> lock(mu);
-        return std::find(seen.begin(), seen.end(), "hunter=2.third") != seen.end();
-      },
-      std::chrono::seconds(10)));
+  CHECK(told_once_written(a, "2.third", "hunter=2.third"));
 }
