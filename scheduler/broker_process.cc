@@ -17,13 +17,8 @@
 namespace agentrt {
 namespace {
 
-using Steady = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kFirstRetry{250};
 constexpr std::chrono::milliseconds kLongestRetry{4000};
-
-double SecondsSince(Steady::time_point t) {
-  return std::chrono::duration<double>(Steady::now() - t).count();
-}
 
 // The size of `path` now (0 when it does not exist): where a new broker's lines start.
 uintmax_t SizeOf(const std::string& path) {
@@ -35,7 +30,7 @@ uintmax_t SizeOf(const std::string& path) {
 }  // namespace
 
 BrokerProcess::BrokerProcess(RunDir dir, BrokerProcessOptions options)
-    : dir_(std::move(dir)), options_(std::move(options)), spawner_(MakePosixSpawner()) {}
+    : dir_(std::move(dir)), options_(std::move(options)), spawner_(options_.make_spawner()) {}
 
 BrokerProcess::~BrokerProcess() = default;  // the spawner kills what still runs
 
@@ -85,7 +80,7 @@ Status BrokerProcess::Spawn() {
   if (!pid.ok()) return pid.status().WithContext("cannot start the bus broker");
   pid_ = *pid;
   starting_ = true;
-  spawned_at_ = Steady::now();
+  spawned_at_ = options_.clock->Now();
   return Status::Ok();
 }
 
@@ -109,7 +104,7 @@ Result<bool> BrokerProcess::Ready() {
       return true;
     }
   }
-  if (Steady::now() - spawned_at_ < options_.ready_timeout) return false;
+  if (options_.clock->Now() - spawned_at_ < options_.ready_timeout) return false;
   spawner_->SignalGroup(pid_, SIGKILL).IgnoreError();
   pid_ = 0;
   starting_ = false;
@@ -127,12 +122,12 @@ std::vector<std::string> BrokerProcess::Supervise() {
       lines.push_back(fmt::format("the bus broker (pid {}) {}; starting it again on port {}", pid_,
                                   Ended(e), options_.port));
       pid_ = 0;
-      died_at_ = Steady::now();
+      died_at_ = options_.clock->Now();
       retry_at_ = died_at_;
       retry_delay_ = kFirstRetry;
     }
   }
-  if (pid_ == 0 && Steady::now() >= retry_at_) {
+  if (pid_ == 0 && options_.clock->Now() >= retry_at_) {
     if (Status s = Spawn(); !s.ok()) Retry(s, &lines);
   }
   if (!starting_) return lines;
@@ -143,7 +138,8 @@ std::vector<std::string> BrokerProcess::Supervise() {
     ++restarts_;
     lines.push_back(fmt::format(
         "the bus broker serves again on port {} (pid {}, restart {}, {:.2f} s after it died)",
-        options_.port, pid_, restarts_, SecondsSince(died_at_)));
+        options_.port, pid_, restarts_,
+        std::chrono::duration<double>(options_.clock->Now() - died_at_).count()));
     retry_delay_ = kFirstRetry;
   }
   return lines;
@@ -152,7 +148,7 @@ std::vector<std::string> BrokerProcess::Supervise() {
 void BrokerProcess::Retry(const Status& why, std::vector<std::string>* lines) {
   lines->push_back(fmt::format("{}; trying again in {:.2f} s", why.message(),
                                std::chrono::duration<double>(retry_delay_).count()));
-  retry_at_ = Steady::now() + retry_delay_;
+  retry_at_ = options_.clock->Now() + retry_delay_;
   retry_delay_ = std::min(retry_delay_ * 2, kLongestRetry);
 }
 
@@ -184,13 +180,13 @@ void BrokerProcess::Shutdown(std::chrono::milliseconds grace) {
   stopped_ = true;
   if (pid_ == 0) return;
   spawner_->SignalGroup(pid_, SIGTERM).IgnoreError();
-  const Steady::time_point deadline = Steady::now() + grace;
+  const Clock::TimePoint deadline = options_.clock->Now() + grace;
   for (;;) {
     const std::vector<ProcessExit> exits = spawner_->ReapExited();
     if (std::any_of(exits.begin(), exits.end(),
                     [&](const ProcessExit& e) { return e.pid == pid_; }))
       break;
-    if (Steady::now() >= deadline) {
+    if (options_.clock->Now() >= deadline) {
       spawner_->SignalGroup(pid_, SIGKILL).IgnoreError();  // the spawner reaps it when it goes
       break;
     }

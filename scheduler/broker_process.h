@@ -24,12 +24,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "plan/records.h"
 #include "plan/run_dir.h"
@@ -46,6 +48,10 @@ struct BrokerProcessOptions {
   // durable log back first (BusServer::Start), which for a large one takes
   // minutes; a broker that serves by then is never killed for slowness.
   std::chrono::milliseconds ready_timeout{600000};
+  // What time and processes are (the unit tests pass fakes): the steady
+  // clock, and a spawner of real processes.
+  const Clock* clock = SteadyClock();
+  std::function<std::unique_ptr<ProcessSpawner>()> make_spawner = MakePosixSpawner;
 };
 
 // Thread-safety: one thread starts, supervises and stops it, and lives as
@@ -99,10 +105,10 @@ class BrokerProcess {
   pid_t pid_ = 0;
   bool starting_ = false;
   bool stopped_ = false;
-  std::chrono::steady_clock::time_point spawned_at_{};
-  std::chrono::steady_clock::time_point died_at_{};
+  Clock::TimePoint spawned_at_{};
+  Clock::TimePoint died_at_{};
   uintmax_t log_from_ = 0;  // where the broker spawned last began its log
-  std::chrono::steady_clock::time_point retry_at_{};
+  Clock::TimePoint retry_at_{};
   std::chrono::milliseconds retry_delay_{250};
   int restarts_ = 0;
   std::vector<std::string> notes_;

@@ -15,51 +15,12 @@
 #include "plan/agent_env.h"
 #include "plan/rank_exec.h"
 #include "scheduler/local_backend.h"
+#include "tests/scheduler/fake_spawner.h"
 
 namespace agentrt {
 namespace {
 
-class FakeSpawner final : public ProcessSpawner {
- public:
-  struct Shared {
-    std::vector<SpawnRequest> spawned;
-    std::vector<std::pair<pid_t, int>> signals;  // (pgid, signal)
-    std::vector<ProcessExit> exits;              // handed out by the next ReapExited
-    std::map<pid_t, pid_t> group_of;             // pid -> pgid
-    int fail_spawn_at = -1;                      // this spawn (0-based) fails
-    pid_t next_pid = 1000;
-  };
-  explicit FakeSpawner(Shared* shared) : s_(shared) {}
-
-  Result<pid_t> Spawn(const SpawnRequest& request) override {
-    if (static_cast<int>(s_->spawned.size()) == s_->fail_spawn_at) {
-      s_->spawned.push_back(request);
-      return NotFound("cannot execute " + request.argv[0] + ": No such file or directory");
-    }
-    s_->spawned.push_back(request);
-    const pid_t pid = s_->next_pid++;
-    s_->group_of[pid] = request.join_group != 0 ? request.join_group : pid;
-    return pid;
-  }
-  Status SignalGroup(pid_t pgid, int sig) override {
-    s_->signals.emplace_back(pgid, sig);
-    if (sig == SIGKILL) {  // the group dies at once
-      for (const auto& [pid, group] : s_->group_of) {
-        if (group == pgid) s_->exits.push_back({pid, 0, SIGKILL});
-      }
-    }
-    return Status::Ok();
-  }
-  std::vector<ProcessExit> ReapExited() override {
-    std::vector<ProcessExit> out;
-    out.swap(s_->exits);
-    for (const auto& e : out) s_->group_of.erase(e.pid);
-    return out;
-  }
-
- private:
-  Shared* s_;
-};
+using testing::FakeSpawner;
 
 std::string Env(const std::vector<std::string>& env, const std::string& name) {
   return EnvLookupOf(env)(name).value_or("<unset>");
