@@ -2,8 +2,6 @@
 // spawner and a clock moved by hand: restarts, the doubling retry delay,
 // a port taken, a start that never serves, and the lines the user is told.
 // No process is started (scheduler_broker_process_test runs the real one).
-#include "scheduler/broker_process.h"
-
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +12,7 @@
 
 #include "common/file_util.h"
 #include "comms/bus_server.h"
+#include "scheduler/broker_process.h"
 #include "tests/common/temp_dir.h"
 #include "tests/scheduler/fake_spawner.h"
 
@@ -69,8 +68,9 @@ struct Harness {
   void Kill(pid_t pid) { shared.exits.push_back({pid, 0, SIGKILL}); }
 };
 
-TEST_CASE("a broker that dies is started again at once, and a start that fails after a delay "
-          "that doubles up to 4 s") {
+TEST_CASE(
+    "a broker that dies is started again at once, and a start that fails after a delay "
+    "that doubles up to 4 s") {
   Harness h;
   auto started = BrokerProcess::Start(h.dir, h.Options());
   REQUIRE(started.ok());
@@ -86,8 +86,9 @@ TEST_CASE("a broker that dies is started again at once, and a start that fails a
   h.Kill(1000);
   std::vector<std::string> lines = broker.Supervise();
   REQUIRE(lines.size() == 2);
-  CHECK(lines[0] == "the bus broker (pid 1000) was killed by signal 9 (Killed); starting it "
-                    "again on port 31000");
+  CHECK(lines[0] ==
+        "the bus broker (pid 1000) was killed by signal 9 (Killed); starting it "
+        "again on port 31000");
   CHECK(lines[1] ==
         "the bus broker serves again on port 31000 (pid 1001, restart 1, 0.00 s after it died)");
   CHECK(broker.restarts() == 1);
