@@ -71,8 +71,7 @@ Result<PublishAck> BusClient::Impl::PublishChunked(std::string_view topic, std::
     if (sent) writer->WritesDone();
     return writer->Finish();
   };
-  const grpc::Status s = Retrying(
-      deadline, attempt, [](const grpc::Status& got) { return Retryable(got.error_code()); });
+  const grpc::Status s = Retrying(deadline, attempt, RetryableStatus);
   if (!s.ok()) return FromGrpc(s, what);
   return PublishAck{resp.offset(), resp.duplicate(), seq};
 }

@@ -50,6 +50,7 @@ inline Status FromGrpc(const grpc::Status& s, std::string_view what) {
 inline bool Retryable(grpc::StatusCode c) {
   return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
+inline bool RetryableStatus(const grpc::Status& s) { return Retryable(s.error_code()); }
 
 // Async publishes, queued as the batches they are sent in. A batch that was
 // answered is cleared and reused, its requests' strings keeping their
@@ -293,7 +294,7 @@ struct BusClient::Impl {
           Prepare(&ctx, std::min(deadline, DeadlineClock::now() + options.call_timeout));
           return (stub.get()->*call)(&ctx, req, resp);
         },
-        [](const grpc::Status& got) { return bus_client_internal::Retryable(got.error_code()); });
+        bus_client_internal::RetryableStatus);
     if (s.ok()) return Status::Ok();
     return bus_client_internal::FromGrpc(
         s, std::string(what) + " (bus " + address + ", agent " + cred.agent + ")");

@@ -45,17 +45,16 @@ void RegisterStatus(CLI::App& app) {
       const agentrt::RunDir dir(opts->run_dir);
       // The run's broker process: named while the run's controller runs (it
       // ends with it); its restarts, if any, after.
-      if (status->bus && (status->bus->broker_pid > 0 || status->bus->broker_restarts > 0)) {
+      if (status->bus &&
+          (status->bus->broker_restarts > 0 || (alive && status->bus->broker_pid > 0))) {
         const agentrt::BusSnapshot& bus = *status->bus;
         const std::string broker = !alive               ? std::string("ended with the run")
                                    : bus.broker_pid > 0 ? fmt::format("pid {}", bus.broker_pid)
                                                         : std::string("starting again");
-        if (alive || bus.broker_restarts > 0) {
-          std::fputs(fmt::format("bus: broker {}, restarted {} time(s) (its log: {})\n", broker,
-                                 bus.broker_restarts, dir.BusProcessLogPath())
-                         .c_str(),
-                     stdout);
-        }
+        std::fputs(fmt::format("bus: broker {}, restarted {} time(s) (its log: {})\n", broker,
+                               bus.broker_restarts, dir.BusProcessLogPath())
+                       .c_str(),
+                   stdout);
       }
       // League ratings and the newest PBT exploits (`agentctl league` shows all).
       if (auto plan = agentrt::ReadPlanFile(dir.PlanPath()); plan.ok()) {
