@@ -55,6 +55,7 @@ for program in "$build/tests/group_nccl_test" "$build/bench/bench_collectives"; 
 done
 mkdir -p "$top/check/python"
 cp "$src/tests/python/agentrt_torch_test.py" "$top/check/python/"
+cp "$src/bench/python/python_bench.py" "$top/check/python/"
 cp "$src/tests/agentrt_testing.py" "$top/check/"
 
 # The libraries the programs and libraries need, less those the host provides.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # gpu_check.sh: agentrt on a GPU machine, from the `make dist` tarball, in at
-# most 5 minutes. It writes, flat under OUT_DIR (few files, so that a runner
+# most 6 minutes. It writes, flat under OUT_DIR (few files, so that a runner
 # that hands back a handful of files gets them all):
 #
 #   summary.txt         one line per step: PASS, FAIL or SKIP, seconds, why
 #   versions.txt        the NVIDIA driver, the GPUs (nvidia-smi), cudart and NCCL in use
 #   inventory.txt       what `agentctl plan` detects on this machine (table, then JSON)
-#   bench_gpu.jsonl     the GPU figures of bench_collectives (JSON lines)
+#   bench_gpu.jsonl     the GPU figures of bench_collectives and of a 1 GiB
+#                       checkpoint of GPU tensors (JSON lines)
 #   gpu_check.log       what this script said
 #   gpu_check-results.tar.gz   every log: each `gpu` test case (tests/case<N>.log),
 #                       the bench's stderr, agentrt.torch's CUDA cases, and the run
@@ -15,6 +16,7 @@
 # Steps: the driver and GPUs (stop here without them); cudart and NCCL; the
 # inventory; each `gpu` test case on its own under a timeout, NCCL_DEBUG=WARN;
 # the GPU bench; agentrt.torch's CUDA cases with this machine's python3; the
+# checkpoint of 1 GiB of GPU tensors (save, restore, async stall); the
 # two PyTorch examples on one GPU under `agentctl run`, checked to have used
 # NCCL on the GPU. On a machine with a GPU a skipped step counts as failed.
 #
@@ -28,7 +30,7 @@
 # usage); without an NVIDIA driver or GPU it says so and exits 1 within seconds.
 set -uo pipefail
 
-budget_s=300
+budget_s=360
 started=$(date +%s)
 bundle=""
 rehearse=0
@@ -249,7 +251,28 @@ else
   esac
 fi
 
-# 6. The PyTorch examples under agentctl run, one GPU each (the CPU when
+# 6. A checkpoint of 1 GiB of GPU tensors through agentrt.torch: the save
+# against torch.save + fsync, the restore, and the async save's stall.
+t0=$(date +%s)
+s=$(limit 75 5)
+if [ "$s" -eq 0 ]; then
+  no_time checkpoint-cuda
+else
+  before=$(grep -c '^{' "$out/bench_gpu.jsonl" 2>/dev/null || true)
+  AGENTRT_BENCH_DIR=$scratch timeout -k 5 "$s" python3 "$bundle/check/python/python_bench.py" checkpoint_cuda \
+    >>"$out/bench_gpu.jsonl" 2>"$logs/checkpoint_cuda.log" </dev/null
+  rc=$?
+  figures=$(($(grep -c '^{' "$out/bench_gpu.jsonl" 2>/dev/null || true) - ${before:-0}))
+  if [ "$rc" -eq 0 ] && [ "$figures" -gt 0 ]; then
+    record checkpoint-cuda PASS "$(since "$t0")" "$figures figures"
+  elif [ "$rc" -eq 0 ]; then
+    record checkpoint-cuda SKIP "$(since "$t0")" "$(tail -1 "$logs/checkpoint_cuda.log")"
+  else
+    record checkpoint-cuda FAIL "$(since "$t0")" "exit $rc: $(tail -1 "$logs/checkpoint_cuda.log")"
+  fi
+fi
+
+# 7. The PyTorch examples under agentctl run, one GPU each (the CPU when
 # rehearsing): the agent's own log must say it used NCCL on the GPU (gloo when
 # rehearsing), and the PPO agent must have reported metrics and checkpointed.
 expect=$([ "$example_gpus" -eq 1 ] && echo nccl || echo gloo)

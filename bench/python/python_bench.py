@@ -8,6 +8,8 @@
   checkpoint  agentrt.torch save (fsync) and verified restore of 1 GiB of tensors
               vs torch.save + fsync and torch.load + load_state_dict (goal >= 1.5x);
               the async save's stall vs the synchronous save (goal <= 0.1x)
+  checkpoint_cuda  the same of 1 GiB of tensors on the GPU (skipped without one;
+              the gpu check runs it from the tarball's check/python)
   bus         64-byte publishes from Python, agentrt.Bus vs a plain grpcio stub of
               the same bus.proto against the same broker (goal >= 3x)
   ddp         examples/pytorch_ddp under `agentctl run` vs torchrun, same ranks
@@ -30,9 +32,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.environ.get("AGENTRT_SOURCE_DIR", os.path.join(HERE, "..", "..")))
 BIN = os.path.abspath(os.environ.get("AGENTRT_BIN_DIR", os.path.join(SRC, "build", "bin")))
-sys.path.insert(0, os.path.join(SRC, "tests"))
-from agentrt_testing import StandaloneBus  # noqa: E402
-
 import numpy as np  # noqa: E402
 
 import agentrt  # noqa: E402
@@ -134,16 +133,19 @@ def bench_env():
 
 # --- checkpoints -------------------------------------------------------------------------------
 
-def bench_checkpoint():
+def bench_checkpoint(device="cpu"):
     import torch
     import agentrt.torch as art
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ImportError("no CUDA device for PyTorch")
+    bench = "python_checkpoint" if device == "cpu" else "python_checkpoint_cuda"
     mib = int(os.environ.get("AGENTRT_BENCH_CKPT_MIB", "1024"))
     scratch = tempfile.mkdtemp(prefix="agentrt-bench-ckpt-", dir=os.environ.get("AGENTRT_BENCH_DIR"))
     try:
         chunk = 64  # MiB per tensor
         model = torch.nn.Module()
         for i in range(max(1, mib // chunk)):
-            model.register_buffer("t%d" % i, torch.randn(chunk * 1024 * 1024 // 4))
+            model.register_buffer("t%d" % i, torch.randn(chunk * 1024 * 1024 // 4, device=device))
         target = torch.nn.Module()
         for name, t in model.named_buffers():
             target.register_buffer(name, torch.zeros_like(t))
@@ -161,6 +163,8 @@ def bench_checkpoint():
             step[0] += 1
             t = time.perf_counter()
             art.save(ck, step[0], model=model, rng=False, wait=False)
+            if device == "cuda":  # what a training loop waits for before its next kernel
+                torch.cuda.synchronize()
             stall = time.perf_counter() - t
             ck.wait()
             return stall
@@ -205,15 +209,18 @@ def bench_checkpoint():
         # Fresh memory costs whoever touches it first, and on a VM that varies tenfold:
         # alternate which side goes first, so neither inherits the other's warm pages.
         sync, anchor = interleaved(ours_save, anchor_save, 4)
-        emit("python_checkpoint", "save_%dmib_fsync_s" % mib, sync, "s", "torch.save + fsync", anchor,
+        emit(bench, "save_%dmib_fsync_s" % mib, sync, "s", "torch.save + fsync", anchor,
              higher_is_better=False)
         ours_r, anchor_r = interleaved(ours_restore, anchor_restore, 4)
-        emit("python_checkpoint", "restore_%dmib_verified_s" % mib, ours_r, "s",
+        emit(bench, "restore_%dmib_verified_s" % mib, ours_r, "s",
              "torch.load + load_state_dict", anchor_r, higher_is_better=False)
         stall = median_of(ours_async_stall, 3)
         # Here the ratio is stall / sync save (goal <= 0.1): not "better than", a fraction.
-        emit("python_checkpoint", "async_save_stall_%dmib_s" % mib, stall, "s",
+        emit(bench, "async_save_stall_%dmib_s" % mib, stall, "s",
              "agentrt.torch sync save", sync)
+        if device != "cpu":  # a CUDA tensor is copied to the host before the save returns
+            ck.close()
+            return
         # snapshot="fork": the save returns after a fork; what the loop pays instead is
         # the kernel's copy of each page it writes while the save is written.
         ck.snapshot = "fork"
@@ -259,6 +266,8 @@ def grpc_stubs(work):
 
 def bench_bus():
     import grpc
+    sys.path.insert(0, os.path.join(SRC, "tests"))
+    from agentrt_testing import StandaloneBus
     work = tempfile.mkdtemp(prefix="agentrt-bench-bus-")
     try:
         bus_pb2, bus_pb2_grpc = grpc_stubs(work)
@@ -361,7 +370,8 @@ def bench_ddp():
         shutil.rmtree(work, ignore_errors=True)
 
 
-BENCHES = {"env": bench_env, "checkpoint": bench_checkpoint, "bus": bench_bus, "ddp": bench_ddp}
+BENCHES = {"env": bench_env, "checkpoint": bench_checkpoint,
+           "checkpoint_cuda": lambda: bench_checkpoint("cuda"), "bus": bench_bus, "ddp": bench_ddp}
 
 
 def main():
