@@ -495,6 +495,16 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
   const int n = req.messages_size();
   int i = 0;
   while (i < n) {
+    if (IsSpooledEntry(req.messages(i))) {  // its bytes in the spool: stored on its own
+      v1::PublishResponse ack;
+      if (Status s = AdoptSpooledEntry(agent, *req.mutable_messages(i), &ack); !s.ok()) {
+        return s.WithContext("batch entry " + std::to_string(i) + " (the " + std::to_string(i) +
+                             " before it are stored)");
+      }
+      *resp->add_acks() = ack;
+      ++i;
+      continue;
+    }
     // A run: consecutive entries with the same topic and publisher_id that
     // pass their checks (the ACL answer is the run's first entry's).
     const std::string& topic = req.messages(i).topic();
@@ -502,7 +512,7 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
     int end = i;
     Status failed;
     while (end < n && req.messages(end).topic() == topic &&
-           req.messages(end).publisher_id() == pid) {
+           req.messages(end).publisher_id() == pid && !IsSpooledEntry(req.messages(end))) {
       failed = CheckPublish(agent, req.messages(end), /*check_acl=*/end == i);
       if (!failed.ok()) break;
       ++end;

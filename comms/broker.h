@@ -179,6 +179,17 @@ class Broker {
   // does. A file that does not become a message is removed.
   Status AdoptLarge(const std::string& agent, bus::v1::AdoptRequest& req,
                     bus::v1::PublishResponse* resp);
+  // `agent`'s spool file `name`, opened read-only: a regular file of this
+  // user with one name (FAILED_PRECONDITION otherwise: the publisher sends
+  // its bytes instead) and of `size` bytes (INVALID_ARGUMENT, and removed,
+  // otherwise). `what` names the publish in errors.
+  Result<int> OpenSpooled(const std::string& agent, const std::string& name, int64_t size,
+                          const std::string& what);
+  // A PublishBatch entry whose payload is a spool file (spooled_name): stored
+  // as AdoptLarge stores it, or, by a durable broker, read and stored inline
+  // as Publish stores it (`entry` is used up).
+  Status AdoptSpooledEntry(const std::string& agent, bus::v1::PublishRequest& entry,
+                           bus::v1::PublishResponse* resp);
   // How long an unlocked spool file must stay unchanged before ReapSpool
   // takes its publisher for gone.
   static constexpr std::chrono::seconds kSpoolStaleAfter{60};

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "common/crc32c.h"
 #include "common/file_util.h"
@@ -168,6 +169,17 @@ bool IsSpoolName(const std::string& name, const std::string& agent) {
 // CRC32C of a file's first `size` bytes, read through a mapping (no copy),
 // a window at a time so that the broker's resident memory stays small.
 Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
+  if (size <= kMaxInlineBytes) {
+    // A small file is read into this thread's buffer: a mapping's unmap
+    // would interrupt every other thread of the broker (a TLB shootdown).
+    thread_local std::vector<char> buffer;
+    buffer.resize(static_cast<size_t>(size));
+    const ssize_t got = ::pread(fd, buffer.data(), buffer.size(), 0);
+    if (got != size)
+      return got < 0 ? ErrnoStatus(errno, "bus: cannot read " + path)
+                     : DataLoss("bus: " + path + " ended early");
+    return Crc32c(buffer.data(), buffer.size());
+  }
   constexpr int64_t kWindow = int64_t{16} << 20;
   uint32_t crc = 0;
   for (int64_t at = 0; at < size; at += kWindow) {
@@ -214,6 +226,41 @@ int Broker::ReapSpool() {
   return reaped;
 }
 
+Result<int> Broker::OpenSpooled(const std::string& agent, const std::string& name, int64_t size,
+                                const std::string& what) {
+  if (spool_dir_.empty()) return FailedPrecondition(what + ": this broker has no spool");
+  if (!IsSpoolName(name, agent)) {
+    CountInvalid();
+    return InvalidArgument(
+        fmt::format("{}: \"{}\" is not a spool file of agent {} (<agent>.<16 "
+                    "hex digits>.part)",
+                    what, Printable(name.substr(0, 64)), agent));
+  }
+  const std::string spooled = spool_dir_ + "/" + name;
+  const int fd = ::open(spooled.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return FailedPrecondition(fmt::format("{}: cannot open {}: {} (a publisher on another node?)",
+                                          what, spooled, std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != size) {
+    ::close(fd);
+    ::unlink(spooled.c_str());
+    CountInvalid();
+    return InvalidArgument(fmt::format("{}: {} is not a file of the {} bytes announced; not stored",
+                                       what, spooled, size));
+  }
+  if (st.st_nlink != 1 || st.st_uid != ::geteuid()) {
+    // Not a file this publish wrote for the spool alone: the publisher sends its bytes instead.
+    ::close(fd);
+    return FailedPrecondition(fmt::format(
+        "{}: {} has {} links and belongs to uid {}; the broker adopts only a file of its own "
+        "user with one name",
+        what, spooled, st.st_nlink, st.st_uid));
+  }
+  return fd;
+}
+
 Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
                           v1::PublishResponse* resp) {
   if (const int reaped = ReapSpool(); reaped > 0) {
@@ -232,38 +279,10 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
   }
   const std::string what = "large publish to topic \"" + up->log->name.substr(0, 64) +
                            "\" by agent " + agent + " from the spool";
-  if (spool_dir_.empty()) return FailedPrecondition(what + ": this broker has no spool");
-  if (!IsSpoolName(req.name(), agent)) {
-    CountInvalid();
-    return InvalidArgument(
-        fmt::format("{}: \"{}\" is not a spool file of agent {} (<agent>.<16 "
-                    "hex digits>.part)",
-                    what, Printable(req.name().substr(0, 64)), agent));
-  }
-  const int fd = ::open(spooled.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    return FailedPrecondition(fmt::format("{}: cannot open {}: {} (a publisher on another node?)",
-                                          what, spooled, std::strerror(errno)));
-  }
+  AGENTRT_ASSIGN_OR_RETURN(const int fd, OpenSpooled(agent, req.name(), req.size(), what));
   const std::string dir = BlobDir(*up->log);
   const std::string name = RandomHex64() + ".blob";
   const std::string path = dir + "/" + name;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != req.size()) {
-    ::close(fd);
-    ::unlink(spooled.c_str());
-    CountInvalid();
-    return InvalidArgument(fmt::format("{}: {} is not a file of the {} bytes announced; not stored",
-                                       what, spooled, req.size()));
-  }
-  if (st.st_nlink != 1 || st.st_uid != ::geteuid()) {
-    // Not a file this publish wrote for the spool alone: the publisher sends its bytes instead.
-    ::close(fd);
-    return FailedPrecondition(fmt::format(
-        "{}: {} has {} links and belongs to uid {}; the broker adopts only a file of its own "
-        "user with one name",
-        what, spooled, st.st_nlink, st.st_uid));
-  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (::rename(spooled.c_str(), path.c_str()) != 0) {
@@ -279,6 +298,57 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
   up->written = req.size();
   up->adopted = true;
   return FinishLarge(*up, resp);
+}
+
+Status Broker::AdoptSpooledEntry(const std::string& agent, v1::PublishRequest& entry,
+                                 v1::PublishResponse* resp) {
+  if (Status s = ValidateBatchEntry(entry, options_.limits); !s.ok()) {
+    CountInvalid();
+    return s.WithContext("spooled publish to topic \"" + entry.topic().substr(0, 64) +
+                         "\" by agent " + agent);
+  }
+  if (durable()) {
+    // A durable log writes its records in runs and fsyncs them together (a
+    // payload file would need an fsync of its own per message): the bytes
+    // are read from the spool file here and stored inline, as Publish does.
+    const std::string what =
+        "spooled publish to topic \"" + entry.topic().substr(0, 64) + "\" by agent " + agent;
+    const std::string name = std::move(*entry.mutable_spooled_name());
+    const int64_t size = entry.spooled_size();
+    const uint32_t crc = entry.spooled_crc32c();
+    entry.clear_spooled_name();
+    entry.clear_spooled_size();
+    entry.clear_spooled_crc32c();
+    if (size > kMaxInlineBytes) {
+      CountInvalid();
+      return InvalidArgument(fmt::format("{}: {} bytes; a batch entry carries at most {}", what,
+                                         size, kMaxInlineBytes));
+    }
+    AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, entry));
+    AGENTRT_ASSIGN_OR_RETURN(const int fd, OpenSpooled(agent, name, size, what));
+    std::string* payload = entry.mutable_payload();
+    payload->resize(static_cast<size_t>(size));
+    const ssize_t got = ::pread(fd, payload->data(), payload->size(), 0);
+    ::close(fd);
+    ::unlink((spool_dir_ + "/" + name).c_str());
+    if (got != size || Crc32c(payload->data(), payload->size()) != crc) {
+      CountInvalid();
+      return DataLoss(fmt::format(
+          "{}: the spool file {} does not hold the {} bytes of CRC32C {:08x} announced; not stored",
+          what, name, size, crc));
+    }
+    AGENTRT_RETURN_IF_ERROR(Publish(agent, entry, resp));
+    if (!resp->duplicate()) large_adopted_.fetch_add(1);
+    return Status::Ok();
+  }
+  v1::AdoptRequest req;
+  req.set_size(entry.spooled_size());
+  req.set_crc32c(entry.spooled_crc32c());
+  req.mutable_name()->swap(*entry.mutable_spooled_name());
+  entry.clear_spooled_size();
+  entry.clear_spooled_crc32c();
+  req.mutable_head()->Swap(&entry);
+  return AdoptLarge(agent, req, resp);
 }
 
 Status Broker::SpoolInfo(const std::string& agent, const v1::SpoolRequest& req,

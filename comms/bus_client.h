@@ -72,19 +72,22 @@ struct BusClientOptions {
   std::string incarnation;
   // true: subscriptions read a large message's payload from the broker's
   // file when they can (on the broker's node, or a file system shared with
-  // it), falling back to having it streamed; false (the default): the broker
-  // streams it. AGENTRT_BUS_LOCAL_FILES=1 in the environment sets it true for
-  // every client of the process (=0 false). (Off by default: a client on
-  // another node would try, and fail, to open a file once per stream.)
+  // it), falling back to having it streamed. false (the default): they do so
+  // when this process is on the broker's node (the check of
+  // write_local_files below), and have it streamed elsewhere.
+  // AGENTRT_BUS_LOCAL_FILES=1 in the environment sets it true for every
+  // client of the process; =0 has every byte streamed.
   bool read_local_files = false;
   // true (the default): a large publish from a process on the broker's node
   // (bus.proto Spool: the same kernel, and the spool folder holds the id the
   // broker gave) writes the payload into a file in the broker's spool that
   // the broker takes over (AdoptLarge), so no payload byte crosses the
-  // socket; elsewhere, or false, it is sent in chunks. The publish is checked
-  // (ACL, size) before a byte is written. AGENTRT_BUS_LOCAL_FILES=0 sets it
-  // false, and has Fetch (and so a weight stream) read none of the broker's
-  // files either: every byte is streamed, as on another node.
+  // socket; elsewhere, or false, it is sent in chunks. So does PublishAsync
+  // with payloads from 256 KiB (kSpoolAsyncMinBytes) to 4 MiB, the file
+  // written in the call and named in its batch (PublishRequest.spooled_name). The publish is
+  // checked (ACL, size) before a byte is written. AGENTRT_BUS_LOCAL_FILES=0 sets it false, and has
+  // Fetch (and so a weight stream) read none of the broker's files either: every byte is streamed,
+  // as on another node.
   bool write_local_files = true;
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;

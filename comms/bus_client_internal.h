@@ -52,6 +52,24 @@ inline bool Retryable(grpc::StatusCode c) {
 }
 inline bool RetryableStatus(const grpc::Status& s) { return Retryable(s.error_code()); }
 
+// An async publish's payload in a spool file of the broker's (held, under
+// flock, until the publish is answered): removed with its holder unless
+// the broker took it over (renamed it away) meanwhile.
+struct SpooledPayload {
+  int fd = -1;
+  std::string path, name;
+  size_t size = 0;
+  uint32_t crc = 0;
+  SpooledPayload() = default;
+  SpooledPayload(const SpooledPayload&) = delete;
+  SpooledPayload& operator=(const SpooledPayload&) = delete;
+  ~SpooledPayload();
+};
+// Async payloads of at least this many bytes (and at most kMaxInlineBytes)
+// go through the spool where there is one: below it, a file per message
+// costs more than the bytes it keeps off the socket.
+inline constexpr size_t kSpoolAsyncMinBytes = size_t{256} << 10;
+
 // Async publishes, queued as the batches they are sent in. A batch that was
 // answered is cleared and reused, its requests' strings keeping their
 // storage, so queueing a message does not allocate once batches circulate.
@@ -59,6 +77,7 @@ struct AsyncBatch {
   struct Pending {
     uint64_t sequence;
     AckCallback on_ack;
+    std::unique_ptr<SpooledPayload> spooled;  // its entry's payload, when spooled
   };
   std::vector<Pending> entries;  // not yet answered, in order
   v1::PublishBatchRequest req;   // the same entries
@@ -198,8 +217,9 @@ struct BusClientSubscription {
   std::atomic<int64_t> next_offset{0};
   std::atomic<bool> has_position{false};
   std::atomic<uint64_t> incarnation{0};  // of the broker `next_offset` belongs to
-  bool local_files = false;  // large payloads read from the broker's files (until that fails)
-  std::mutex mu;             // guards ctx, stop, final_status
+  bool local_files = false;    // large payloads read from the broker's files (until that fails)
+  bool local_decided = false;  // local_files set by the options or by OnBrokerNode
+  std::mutex mu;               // guards ctx, stop, final_status
   std::condition_variable cv;
   grpc::ClientContext* ctx = nullptr;
   bool stop = false;
@@ -335,6 +355,15 @@ struct BusClient::Impl {
   // error. A folder once proven is remembered; a refused adoption turns the
   // spool off for this client.
   Result<std::string> SpoolFor(std::string_view topic, size_t size);
+  // Whether this process is on the broker's node and may read its spool (so
+  // its files): asks the broker (SpoolFor) while that is not known; nullopt
+  // while it cannot be told (the broker unreachable). `again`: forget what
+  // was proven and ask (after a broken stream: the broker may have made its
+  // spool anew); a spool found unusable stays so.
+  std::optional<bool> OnBrokerNode(bool again = false);
+  // `payload` written into a new file of a spool already proven (no call
+  // here); null when there is none or the write fails (the bytes go inline).
+  std::unique_ptr<bus_client_internal::SpooledPayload> SpoolPayload(std::string_view payload);
   // A new file in spool folder `dir`, held under flock until its adoption
   // is answered; nullopt when it cannot be made (the publish goes another way).
   std::optional<SpoolFile> CreateSpoolFile(const std::string& dir);
@@ -362,6 +391,7 @@ struct BusClient::Impl {
   SharedNodeDir node_dir;       // guarded by node_dir_mu
   std::mutex spool_mu;
   int spool_state = 0;  // 0 not proven yet, 1 usable (spool_dir, spool_id), -1 not usable
+  std::atomic<bool> spool_asked{false};  // by PublishAsync
   std::string spool_dir, spool_id;
 };
 

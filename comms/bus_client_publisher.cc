@@ -1,4 +1,6 @@
 // BusClient::PublishAsync and Flush, and the loop that sends their batches.
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -36,6 +38,17 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
     if (on_ack) on_ack(ack);
     return;
   }
+  // On the broker's node a payload of 256 KiB or more goes into a spool file
+  // now (the caller's one copy), and only its name through the socket.
+  std::unique_ptr<SpooledPayload> spooled;
+  if (payload.size() >= kSpoolAsyncMinBytes) {
+    // The first such payload asks whether the spool is there (once, here:
+    // the sending thread asks again when a stream broke).
+    if (!impl_->spool_asked.exchange(true)) (void)impl_->OnBrokerNode();
+    spooled = impl_->SpoolPayload(payload);
+  }
+  // Counted in its batch's bytes even when spooled: a batch resent inline
+  // (BeforeResend) stays within what one call carries.
   const int64_t size = static_cast<int64_t>(payload.size());
   std::unique_lock<std::mutex> lock(impl_->async_mu);
   impl_->async_cv.wait(lock,
@@ -59,11 +72,17 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
   // Into a reused request's own strings (no temporary copies).
   v1::PublishRequest* m = batch.req.add_messages();
   m->set_topic(topic.data(), topic.size());
-  m->set_payload(payload.data(), payload.size());
+  if (spooled) {
+    m->set_spooled_name(spooled->name);
+    m->set_spooled_size(static_cast<int64_t>(spooled->size));
+    m->set_spooled_crc32c(spooled->crc);
+  } else {
+    m->set_payload(payload.data(), payload.size());
+  }
   m->set_content_type(opts.content_type);
   m->set_publisher_id(impl_->publisher_id);
   m->set_sequence(seq);
-  batch.entries.push_back(AsyncBatch::Pending{seq, std::move(on_ack)});
+  batch.entries.push_back(AsyncBatch::Pending{seq, std::move(on_ack), std::move(spooled)});
   batch.bytes += size;
   ++impl_->async_unacked;
   lock.unlock();
@@ -204,7 +223,61 @@ class BusClient::Impl::AsyncPublisher {
 
   // One stream: what the last one left unanswered first, then queued batches
   // while there are any; closed when idle or broken. Its final status.
+  // Its spooled entries inline, read back from their files (which hold the
+  // bytes even where a new spool removed their names).
+  static void InlineSpooled(AsyncBatch& f) {
+    for (size_t k = 0; k < f.entries.size(); ++k) {
+      const std::unique_ptr<SpooledPayload>& sp = f.entries[k].spooled;
+      if (!sp) continue;
+      void* map = ::mmap(nullptr, sp->size, PROT_READ, MAP_SHARED, sp->fd, 0);
+      if (map == MAP_FAILED) continue;  // left spooled: the broker answers for it
+      v1::PublishRequest& m = *f.req.mutable_messages(static_cast<int>(k));
+      m.set_payload(static_cast<const char*>(map), sp->size);
+      ::munmap(map, sp->size);
+      m.clear_spooled_name();
+      m.clear_spooled_size();
+      m.clear_spooled_crc32c();
+      f.entries[k].spooled.reset();
+    }
+  }
+
+  // Before a stream that resends: every spooled entry not answered yet goes
+  // inline (the broker may have made its spool anew, removing their names;
+  // one that took a file already answers its entry as a duplicate, by its
+  // sequence), and the spool is asked about again. A spool that refused a
+  // file and is still the same one is not used any more.
+  void BeforeResend() {
+    for (AsyncBatch& f : in_flight_) InlineSpooled(f);
+    {
+      std::lock_guard<std::mutex> lock(impl_.async_mu);
+      for (AsyncBatch& f : impl_.async_queue) InlineSpooled(f);
+    }
+    std::string before;
+    {
+      std::lock_guard<std::mutex> lock(impl_.spool_mu);
+      before = impl_.spool_id;
+    }
+    (void)impl_.OnBrokerNode(/*again=*/true);
+    if (spool_refused_) {
+      spool_refused_ = false;
+      std::lock_guard<std::mutex> lock(impl_.spool_mu);
+      if (impl_.spool_state > 0 && impl_.spool_id == before) impl_.spool_state = -1;
+    }
+  }
+
+  // The first unanswered entry's payload is a spool file.
+  bool FrontSpooled() {
+    std::lock_guard<std::mutex> lock(impl_.async_mu);
+    return !in_flight_.empty() && !in_flight_.front().entries.empty() &&
+           in_flight_.front().entries.front().spooled != nullptr;
+  }
+
   grpc::Status RunStream() {
+    if (in_flight_.empty()) {
+      (void)impl_.OnBrokerNode();
+    } else {
+      BeforeResend();
+    }
     grpc::ClientContext ctx;
     impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
     auto stream = impl_.stub->PublishStream(&ctx);
@@ -248,6 +321,12 @@ class BusClient::Impl::AsyncPublisher {
         "async publish (bus " + impl_.address + ", agent " + impl_.cred.agent + ")";
     const Status err = s.ok() ? Unavailable(what + ": the stream ended with publishes unanswered")
                               : FromGrpc(s, what);
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION && FrontSpooled()) {
+      // The broker could not take the entry's file (its spool made anew by a
+      // restart, or a folder it cannot use): resent inline at once.
+      spool_refused_ = true;
+      return;
+    }
     if (!s.ok() && !Retryable(s.error_code())) {
       // The broker refused the first unanswered entry; the rest are resent.
       // UNAUTHENTICATED refuses everything sent with this credential.
@@ -284,6 +363,7 @@ class BusClient::Impl::AsyncPublisher {
 
   Impl& impl_;
   std::deque<AsyncBatch> in_flight_;  // guarded by async_mu once the reader runs
+  bool spool_refused_ = false;        // the last stream ended on a spooled entry's file
 };
 
 void BusClient::Impl::RunAsyncPublisher() { AsyncPublisher(*this).Run(); }

@@ -60,6 +60,50 @@ std::string SpoolName(const std::string& agent) { return agent + "." + RandomHex
 
 }  // namespace
 
+bus_client_internal::SpooledPayload::~SpooledPayload() {
+  if (fd < 0) return;
+  ::unlink(path.c_str());  // no such name any more once the broker took the file over
+  ::close(fd);
+}
+
+std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
+  if (!options.write_local_files) return false;
+  {
+    std::lock_guard<std::mutex> lock(spool_mu);
+    if (spool_state < 0) return false;
+    if (spool_state > 0 && !again) return true;
+    spool_state = 0;
+  }
+  (void)SpoolFor("", 0);  // an empty topic: no publish to check
+  std::lock_guard<std::mutex> lock(spool_mu);
+  if (spool_state == 0) return std::nullopt;
+  return spool_state > 0;
+}
+
+std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPayload(
+    std::string_view payload) {
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(spool_mu);
+    if (spool_state <= 0) return nullptr;
+    dir = spool_dir;
+  }
+  std::optional<SpoolFile> file = CreateSpoolFile(dir);
+  if (!file) return nullptr;
+  auto held = std::make_unique<SpooledPayload>();
+  held->fd = file->fd;
+  held->path = std::move(file->path);
+  held->name = std::move(file->name);
+  held->size = payload.size();
+  if (!WriteAll(held->fd, payload.data(), payload.size(), "bus: cannot write the spool file ",
+                held->path)
+           .ok()) {
+    return nullptr;  // a full folder: inline (the holder removes the file)
+  }
+  held->crc = Crc32c(payload.data(), payload.size());
+  return held;
+}
+
 Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t size) {
   if (!options.write_local_files) return std::string();
   {

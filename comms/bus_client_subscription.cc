@@ -80,6 +80,12 @@ class BusClient::Impl::SubscriptionReader {
     } else {
       ToProto(sub_->from, &start);
     }
+    if (!sub_->local_decided) {  // on the broker's node: its files, unless told otherwise
+      if (std::optional<bool> here = impl_.OnBrokerNode()) {
+        sub_->local_files = *here;
+        sub_->local_decided = true;
+      }
+    }
     const bool local_files = sub_->local_files && !stream_once_;
     stream_once_ = false;
     if (sub_->inbox) {
@@ -229,6 +235,7 @@ SubscriptionId BusClient::Impl::AddSubscription(std::shared_ptr<BusClientSubscri
   sub->on_message = std::move(on_message);
   sub->opts = std::move(opts);
   sub->local_files = options.read_local_files;
+  sub->local_decided = options.read_local_files;
   std::lock_guard<std::mutex> lock(subs_mu);
   sub->id = next_sub_id++;
   subs.emplace(sub->id, sub);

@@ -24,7 +24,7 @@ namespace agentrt {
   X(int64_t, rejected_permission)                                              \
   X(int64_t, rejected_invalid)                                                 \
   X(int64_t, log_sync_errors) /* the durable log's failed background fsyncs */ \
-  X(int64_t, large_adopted)   /* large payloads stored from the spool */       \
+  X(int64_t, large_adopted)   /* payloads stored from the spool */             \
   X(int64_t, large_streamed)  /* large payloads stored from chunks */
 
 // Counters reported by Stats (a snapshot).

@@ -113,6 +113,10 @@ Status ValidateStartAt(const bus::v1::StartAt& start) {
 }
 
 Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limits) {
+  if (IsSpooledEntry(req)) {
+    return InvalidArgument(
+        "spooled_name and spooled_size belong to entries of PublishBatch and PublishStream");
+  }
   AGENTRT_RETURN_IF_ERROR(ValidateTopic(req.topic()));
   AGENTRT_RETURN_IF_ERROR(CheckPayload(req.payload().size(), req.content_type().size(), limits));
   if (!req.publisher().empty()) AGENTRT_RETURN_IF_ERROR(ValidateAgentName(req.publisher()));
@@ -131,6 +135,22 @@ Status ValidatePublishHead(const bus::v1::PublishChunk& first, const BusLimits& 
   return OverLimit(first.size(), limits);
 }
 
+Status ValidateBatchEntry(const bus::v1::PublishRequest& req, const BusLimits& limits) {
+  if (!IsSpooledEntry(req)) return ValidatePublish(req, limits);
+  if (!req.payload().empty())
+    return InvalidArgument("a spooled entry carries a payload (its bytes are the spool file's)");
+  if (req.spooled_name().empty() || req.spooled_size() <= 0) {
+    return InvalidArgument("a spooled entry needs both spooled_name and spooled_size > 0 (size " +
+                           std::to_string(req.spooled_size()) + ")");
+  }
+  bus::v1::PublishRequest head = req;
+  head.clear_spooled_name();
+  head.clear_spooled_size();
+  head.clear_spooled_crc32c();
+  AGENTRT_RETURN_IF_ERROR(ValidatePublish(head, limits));
+  return OverLimit(req.spooled_size(), limits);
+}
+
 Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits) {
   if (req.messages_size() == 0) return InvalidArgument("PublishBatch has no messages");
   if (req.messages_size() > limits.max_batch_messages) {
@@ -139,7 +159,7 @@ Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLi
                            " are allowed");
   }
   for (int i = 0; i < req.messages_size(); ++i) {
-    Status s = ValidatePublish(req.messages(i), limits);
+    Status s = ValidateBatchEntry(req.messages(i), limits);
     if (!s.ok()) return s.WithContext("messages[" + std::to_string(i) + "]");
   }
   return Status::Ok();

@@ -41,6 +41,12 @@ Status ValidateAgentName(std::string_view agent);
 
 Status ValidateStartAt(const bus::v1::StartAt& start);
 Status ValidatePublish(const bus::v1::PublishRequest& req, const BusLimits& limits);
+// A PublishBatch/PublishStream entry: as ValidatePublish, or a spooled one
+// (spooled_name and spooled_size > 0, no payload).
+Status ValidateBatchEntry(const bus::v1::PublishRequest& req, const BusLimits& limits);
+inline bool IsSpooledEntry(const bus::v1::PublishRequest& req) {
+  return !req.spooled_name().empty() || req.spooled_size() != 0;
+}
 // The first chunk of a PublishLarge: its head as a publish without payload,
 // and a size within max_message_bytes.
 Status ValidatePublishHead(const bus::v1::PublishChunk& first, const BusLimits& limits);

@@ -423,3 +423,159 @@ TEST_CASE("a memory broker without a log folder sweeps the spill folders of brok
   CHECK(fs::exists(live));
   ::close(held);
 }
+
+namespace {
+
+int SpoolFiles(const std::string& root) { return CountFiles(root, ".part"); }
+
+// One PublishStream request of `entries` from agent `agent`, raw (what a
+// client of bus.proto in another language sends): the stream's final status.
+grpc::Status RawBatch(BusServer& server, const std::string& agent,
+                      const std::vector<v1::PublishRequest>& entries) {
+  auto stub =
+      v1::Bus::NewStub(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 20s);
+  ctx.AddMetadata("x-agentrt-agent", agent);
+  ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, agent));
+  auto stream = stub->PublishStream(&ctx);
+  v1::PublishBatchRequest req;
+  for (const auto& e : entries) *req.add_messages() = e;
+  stream->Write(req);
+  stream->WritesDone();
+  v1::PublishBatchResponse resp;
+  while (stream->Read(&resp)) {
+  }
+  return stream->Finish();
+}
+
+}  // namespace
+
+TEST_CASE("async payloads from 256 KiB go through the spool on the broker's node, in order") {
+  const agentrt::testing::TempDir tmp("agentrt-spooled");
+  BusServerOptions opts = Options();
+  opts.broker.spill_root = tmp.path;
+  auto server = Start(opts);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");  // default options: the broker's files, on its node
+  Collector c;
+  REQUIRE(sub->Subscribe("tmix", StartAt::Earliest(), c.OnMessage(), c.Events()).ok());
+  // Small, spooled (1 MiB and 256 KiB exactly) and inline just below the threshold, interleaved.
+  const size_t sizes[] = {64, 1 << 20, (256 << 10) - 8, 256 << 10};
+  std::vector<std::string> sent;
+  for (int i = 0; i < 16; ++i) {
+    sent.push_back(RandomBytes(sizes[i % 4], 100 + i));
+    pub->PublishAsync("tmix", sent.back());
+  }
+  REQUIRE(pub->Flush(30s).ok());
+  REQUIRE(WaitFor([&] { return c.size() == sent.size(); }, 30s));
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    for (size_t i = 0; i < sent.size(); ++i) {
+      INFO("message " << i);
+      CHECK(c.msgs[i].offset() == static_cast<int64_t>(i));
+      CHECK(c.msgs[i].payload() == sent[i]);
+      CHECK(c.msgs[i].publisher() == "pub");
+    }
+    CHECK(c.reconnect_reasons.empty());  // every file was read here, none fell back
+  }
+  auto stats = sub->Stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->large_adopted == 8);  // the 1 MiB and 256 KiB ones: no payload byte over the socket
+  CHECK(stats->large_streamed == 0);
+  CHECK(SpoolFiles(tmp.path) == 0);  // every spool file was taken over
+
+  // An agent that may not publish to the topic: refused, its file removed.
+  auto intruder = Client(server->address(), "sub");
+  std::atomic<int> refused{0};
+  intruder->PublishAsync("tmix", RandomBytes(1 << 20, 7), {}, [&](const Result<PublishAck>& r) {
+    if (r.status().code() == StatusCode::kPermissionDenied) ++refused;
+  });
+  CHECK(intruder->Flush(30s).code() == StatusCode::kPermissionDenied);
+  CHECK(refused == 1);
+  CHECK(SpoolFiles(tmp.path) == 0);
+  auto after = sub->Stats();
+  REQUIRE(after.ok());
+  CHECK(after->large_adopted == 8);
+}
+
+TEST_CASE("a spooled batch entry is checked: no payload, its own agent's file, present") {
+  const agentrt::testing::TempDir tmp("agentrt-spooled");
+  BusServerOptions opts = Options();
+  opts.broker.spill_root = tmp.path;
+  auto server = Start(opts);
+  v1::PublishRequest e;
+  e.set_topic("tmix");
+  e.set_spooled_name("pub.0123456789abcdef.part");
+  e.set_spooled_size(1 << 20);
+  SECTION("a payload beside the file") {
+    e.set_payload("x");
+    const grpc::Status s = RawBatch(*server, "pub", {e});
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("carries a payload") != std::string::npos);
+  }
+  SECTION("another agent's file name") {
+    e.set_spooled_name("sub.0123456789abcdef.part");
+    const grpc::Status s = RawBatch(*server, "pub", {e});
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("is not a spool file of agent pub") != std::string::npos);
+  }
+  SECTION("a file that is not there (a publisher on another node)") {
+    const grpc::Status s = RawBatch(*server, "pub", {e});
+    CHECK(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(s.error_message().find("cannot open") != std::string::npos);
+  }
+  SECTION("a unary Publish cannot name a file") {
+    auto stub = v1::Bus::NewStub(
+        grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-agentrt-agent", "pub");
+    ctx.AddMetadata("x-agentrt-token", DeriveAgentToken(kSecret, "pub"));
+    v1::PublishResponse resp;
+    const grpc::Status s = stub->Publish(&ctx, e, &resp);
+    CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(s.error_message().find("belong to entries of PublishBatch") != std::string::npos);
+  }
+  auto topics = Client(server->address(), "sub")->ListTopics();
+  REQUIRE(topics.ok());
+  for (const auto& t : *topics) CHECK(t.end_offset() == 0);  // nothing was stored
+}
+
+TEST_CASE("spooled async publishes ride through a broker restart, each stored once") {
+  const agentrt::testing::TempDir tmp("agentrt-spooled");
+  BusServerOptions opts = Options(tmp.path, BusDurability::kBatch);
+  auto server = Start(opts);
+  opts.port = server->port();
+  auto pub = Client(server->address(), "pub");
+  std::atomic<int> acked{0}, failed{0};
+  std::vector<std::string> sent;
+  for (int i = 0; i < 40; ++i) {
+    sent.push_back(RandomBytes(512 << 10, 300 + i));
+    pub->PublishAsync("tlarge", sent.back(), {},
+                      [&](const Result<PublishAck>& r) { (r.ok() ? acked : failed)++; });
+    if (i == 12) {
+      // The broker goes away with publishes queued and in flight, and comes
+      // back with a new spool (the old files' names are gone).
+      server.reset();
+      server = Start(opts);
+    }
+  }
+  const Status flushed = pub->Flush(60s);
+  INFO(flushed.ToString());
+  REQUIRE(flushed.ok());
+  CHECK(acked == 40);
+  CHECK(failed == 0);
+  CHECK(SpoolFiles(tmp.path) == 0);
+  CHECK(CountFiles(tmp.path, ".blob") == 0);  // a durable log holds them in its records
+  auto sub = Client(server->address(), "sub");
+  std::vector<std::string> got;
+  for (int64_t at = 0; at < 40;) {
+    auto batch = sub->Fetch("tlarge", at, 8, 10s);
+    REQUIRE(batch.ok());
+    if (batch->empty()) break;
+    for (const auto& m : *batch) got.push_back(m.payload());
+    at = batch->back().offset() + 1;
+  }
+  REQUIRE(got.size() == sent.size());  // none lost, none twice
+  for (size_t i = 0; i < sent.size(); ++i) CHECK(got[i] == sent[i]);
+}
