@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -129,22 +130,29 @@ Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct s
     return DataLoss(path + " is " + std::to_string(st.st_size) + " bytes, more than the " +
                     std::to_string(max_bytes) + " expected");
   }
-  std::string out;
-  out.reserve(static_cast<size_t>(st.st_size));
-  char buf[65536];
+  // Read straight into the string (one copy; a large message's payload file
+  // is read this way per delivery), growing it only for a file that grew
+  // since its stat.
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t have = 0;
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (have == out.size()) {
+      const size_t limit = max_bytes == SIZE_MAX ? max_bytes : max_bytes + 1;
+      out.resize(std::min(limit, std::max<size_t>(2 * have, 4096)));
+    }
+    const ssize_t n = ::read(fd, out.data() + have, out.size() - have);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(errno, "cannot read " + path);
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > max_bytes) {
+    have += static_cast<size_t>(n);
+    if (have > max_bytes) {
       return DataLoss(path + " holds more than the " + std::to_string(max_bytes) +
                       " bytes expected");
     }
   }
+  out.resize(have);
   return out;
 }
 
