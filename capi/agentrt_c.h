@@ -354,6 +354,36 @@ AGENTRT_C_EXPORT int agentrt_weights_data(const agentrt_weights* w, const void**
                                           size_t* size);
 AGENTRT_C_EXPORT void agentrt_weights_free(agentrt_weights* w);
 
+/* GPU tensors (agent_runtime/device_weights.h). As agentrt_weights_publish,
+ * with data[i] device memory of the caller's CUDA device `device`, read
+ * after the work enqueued on `cuda_stream` (a cudaStream_t; NULL: the legacy
+ * default stream) before the call; returns once the version is stored. A
+ * reader on the same node copies it GPU to GPU through CUDA IPC
+ * (agentrt_weights_read_device); every other reader gets it as a host
+ * version. The handle keeps the stream (its device copies for readers)
+ * until it is closed; on one handle a name is published either this way or
+ * the host's. UNAVAILABLE without an NVIDIA driver or agentrt's GPU library
+ * (libagentrt_cuda.so). */
+AGENTRT_C_EXPORT int agentrt_weights_publish_device(agentrt_bus* bus, const char* stream,
+                                                    const char* tensors_json,
+                                                    const void* const* data, const size_t* bytes,
+                                                    size_t n, int64_t step, int64_t incarnation,
+                                                    int device, void* cuda_stream,
+                                                    int64_t* version);
+/* Copies version `version` (0: the newest; waits up to timeout_ms for one)
+ * into device memory of the caller's CUDA device `device`: every tensor of
+ * the version, each into data[i] of bytes[i] bytes (its exact size) for the
+ * name names_json[i] (a JSON list of names), after the work enqueued on
+ * `cuda_stream`; returns with the copies complete, *version_out (optional)
+ * the version read. GPU to GPU through CUDA IPC when the publisher is on
+ * this node, else through pinned host memory. INVALID_ARGUMENT (nothing
+ * copied) when the targets do not match the version's tensors. */
+AGENTRT_C_EXPORT int agentrt_weights_read_device(agentrt_bus* bus, const char* stream,
+                                                 int64_t version, const char* names_json,
+                                                 void* const* data, const size_t* bytes, size_t n,
+                                                 int device, void* cuda_stream, int timeout_ms,
+                                                 int64_t* version_out);
+
 /* Frees a message from agentrt_bus_next or agentrt_bus_request. */
 AGENTRT_C_EXPORT void agentrt_message_free(agentrt_message* m);
 

@@ -99,8 +99,11 @@ struct agentrt_bus {
   // Kept streams (async publishes, delta state); a caller holds a reference
   // while it uses one, so a concurrent close cannot free it under it.
   std::map<std::string, std::shared_ptr<agentrt::WeightStream>> weight_streams;
+  // Kept streams of GPU tensors (agentrt_weights_*_device); also streams_mu.
+  std::map<std::string, std::shared_ptr<agentrt::capi::DeviceWeightStreamHandle>> device_streams;
 
   ~agentrt_bus() {
+    device_streams.clear();  // their device slots freed while the client lives
     weight_streams.clear();  // their versions in flight stored first, while the client lives
     std::map<agentrt::SubscriptionId, std::shared_ptr<Queue>> all;
     {
@@ -156,6 +159,39 @@ Result<std::shared_ptr<WeightStream>> AsyncWeightStreamOf(agentrt_bus* bus, cons
                            (stream->options().delta ? "on" : "off") + " already (close it first)");
   }
   return stream;
+}
+
+Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
+    agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device) {
+  std::lock_guard<std::mutex> lock(bus->streams_mu);
+  auto& handle = bus->device_streams[name];
+  if (handle == nullptr) {
+    if (!device::DriverPresent()) {
+      bus->device_streams.erase(name);
+      return Unavailable("weights stream \"" + name +
+                         "\": no NVIDIA driver (libcuda.so.1) on this machine for GPU tensors; "
+                         "copy them to the host and publish those");
+    }
+    Result<device::Api*> api = device::LoadDeviceApi();
+    if (!api.ok()) {
+      bus->device_streams.erase(name);
+      return Unavailable("weights stream \"" + name + "\": " + api.status().message());
+    }
+    auto made = std::make_shared<DeviceWeightStreamHandle>();
+    made->device = device;
+    made->host = std::make_shared<WeightStream>(*bus->client, name, incarnation.value_or(0));
+    made->gpu = std::make_unique<DeviceWeightStream>(*made->host, **api, device);
+    handle = std::move(made);
+  }
+  if (handle->device != device ||
+      (incarnation.has_value() && handle->host->incarnation() != *incarnation)) {
+    return InvalidArgument(
+        "weights stream \"" + name + "\" is open on this bus handle for CUDA device " +
+        std::to_string(handle->device) + " and incarnation " +
+        std::to_string(handle->host->incarnation()) + ", not device " + std::to_string(device) +
+        " and incarnation " + std::to_string(incarnation.value_or(handle->host->incarnation())));
+  }
+  return handle;
 }
 
 std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name) {

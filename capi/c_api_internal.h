@@ -5,9 +5,13 @@
 
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
+#include "agent_runtime/device_weights.h"
 #include "agent_runtime/runtime.h"
 #include "capi/agentrt_c.h"
 #include "common/status.h"
@@ -69,6 +73,22 @@ std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::stri
 // go of it; the version's number (0: none was published).
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,
                                        int64_t incarnation, std::chrono::milliseconds timeout);
+
+// A stream of GPU tensors the handle keeps (agentrt_weights_*_device): its
+// host stream and the device side over it, used by one call at a time.
+struct DeviceWeightStreamHandle {
+  std::mutex mu;
+  int device = 0;
+  std::shared_ptr<WeightStream> host;
+  std::unique_ptr<DeviceWeightStream> gpu;  // ended before `host`
+  ~DeviceWeightStreamHandle() { gpu.reset(); }
+};
+// The handle's device stream `name`, made on first use for CUDA device
+// `device` and `incarnation` (a reader's: none, 0 if made) (UNAVAILABLE
+// without a driver or agentrt's GPU library); another device, or another
+// incarnation when given, for the same name is refused.
+Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
+    agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device);
 
 // Parses a JSON argument; InvalidArgument naming `what` when it is not JSON.
 Status ParseJsonArg(const char* text, const char* what, nlohmann::json* out);

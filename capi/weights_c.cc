@@ -100,6 +100,64 @@ int agentrt_weights_publish_async(agentrt_bus* bus, const char* stream, const ch
   });
 }
 
+int agentrt_weights_publish_device(agentrt_bus* bus, const char* stream, const char* tensors_json,
+                                   const void* const* data, const size_t* bytes, size_t n,
+                                   int64_t step, int64_t incarnation, int device, void* cuda_stream,
+                                   int64_t* version) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  return Guard("agentrt_weights_publish_device", [&] {
+    auto tensors = Tensors(tensors_json, data, bytes, n);
+    if (!tensors.ok()) return Fail(tensors.status());
+    std::vector<agentrt::DeviceWeightTensor> on_device;
+    on_device.reserve(tensors->size());
+    for (const agentrt::WeightTensor& t : *tensors)
+      on_device.push_back({t.name, t.dtype, t.shape, t.data, t.bytes});
+    auto handle = agentrt::capi::DeviceWeightStreamOf(bus, stream, incarnation, device);
+    if (!handle.ok()) return Fail(handle.status());
+    std::lock_guard<std::mutex> lock((*handle)->mu);
+    auto v = (*handle)->gpu->Publish(on_device, step, std::chrono::seconds(60), cuda_stream);
+    if (!v.ok()) return Fail(v.status());
+    if (version != nullptr) *version = *v;
+    return Ok();
+  });
+}
+
+int agentrt_weights_read_device(agentrt_bus* bus, const char* stream, int64_t version,
+                                const char* names_json, void* const* data, const size_t* bytes,
+                                size_t n, int device, void* cuda_stream, int timeout_ms,
+                                int64_t* version_out) {
+  AGENTRT_C_REQUIRE(bus, "bus");
+  AGENTRT_C_REQUIRE(stream, "stream");
+  AGENTRT_C_REQUIRE(names_json, "names_json");
+  return Guard("agentrt_weights_read_device", [&] {
+    if (n > 0 && (data == nullptr || bytes == nullptr))
+      return Fail(agentrt::InvalidArgument(data == nullptr ? "data is NULL" : "bytes is NULL"));
+    nlohmann::json names;
+    if (Status s = agentrt::capi::ParseJsonArg(names_json, "names_json", &names); !s.ok())
+      return Fail(s);
+    if (!names.is_array() || names.size() != n)
+      return Fail(agentrt::InvalidArgument("names_json must be a list of " + std::to_string(n) +
+                                           " tensor names"));
+    std::vector<agentrt::DeviceWeightTarget> targets;
+    targets.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!names[i].is_string())
+        return Fail(
+            agentrt::InvalidArgument("names_json[" + std::to_string(i) + "] is not a string"));
+      targets.push_back({names[i].get<std::string>(), data[i], bytes[i]});
+    }
+    auto handle = agentrt::capi::DeviceWeightStreamOf(bus, stream, std::nullopt, device);
+    if (!handle.ok()) return Fail(handle.status());
+    std::lock_guard<std::mutex> lock((*handle)->mu);
+    auto v = (*handle)->gpu->ReadInto(
+        version, targets, std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms), cuda_stream);
+    if (!v.ok()) return Fail(v.status());
+    if (version_out != nullptr) *version_out = *v;
+    return Ok();
+  });
+}
+
 int agentrt_weights_flush(agentrt_bus* bus, const char* stream, int64_t incarnation, int timeout_ms,
                           int64_t* version) {
   AGENTRT_C_REQUIRE(bus, "bus");

@@ -232,7 +232,9 @@ else
   fi
 fi
 
-# 5. agentrt.torch's CUDA cases with this machine's own python3 and PyTorch.
+# 5. agentrt.torch's CUDA cases with this machine's own python3 and PyTorch
+# (among them a CUDA model's weights through a weight stream: read back in
+# the process, and GPU to GPU by another through CUDA IPC).
 export PYTHONPATH=$bundle/python${PYTHONPATH:+:$PYTHONPATH}
 export AGENTRT_C_LIBRARY=$bundle/lib/libagentrt_c.so
 t0=$(date +%s)
@@ -242,7 +244,8 @@ if ! command -v python3 >/dev/null; then
 elif [ "$s" -eq 0 ]; then
   no_time torch-cuda
 else
-  timeout -k 5 "$s" python3 "$bundle/check/python/agentrt_torch_test.py" cuda >"$logs/torch_cuda.log" 2>&1 </dev/null
+  AGENTRT_BIN_DIR=$bundle/bin timeout -k 5 "$s" python3 "$bundle/check/python/agentrt_torch_test.py" cuda \
+    >"$logs/torch_cuda.log" 2>&1 </dev/null
   rc=$?
   case $rc in
     0) record torch-cuda PASS "$(since "$t0")" "$(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1)" ;;

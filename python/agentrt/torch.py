@@ -478,14 +478,58 @@ def from_bytes(payload):
 def publish_weights(stream, model, step, wait=True):
     """Publishes ``model``'s state_dict (parameters and buffers) as a new version
     of ``stream`` (an agentrt.WeightStream); returns its number. CPU tensors are
-    read in place (on the broker's node straight into the broker's file); GPU
-    tensors are copied to the host once. ``wait=False``: returns None once the
-    tensors are copied, the version stored in the background
+    read in place (on the broker's node straight into the broker's file). A
+    model on one CUDA device publishes through WeightStream.publish_device: its
+    readers on this node copy it GPU to GPU (load_weights_from), the others
+    read the host copy. ``wait=False``: returns None once the tensors are
+    copied (GPU tensors: to the host), the version stored in the background
     (WeightStream.publish, ``stream.flush()``)."""
+    state = model.state_dict()
+    on_gpu = _one_cuda_device(state)
+    if on_gpu is not None and wait:
+        # GPU to GPU for this node's readers (CUDA IPC), the host for others.
+        return stream.publish_device(
+            [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
+             for name, t in state.items()], step, on_gpu,
+            _torch.cuda.current_stream(on_gpu).cuda_stream)
     arrays, dtypes = {}, {}
-    for name, t in model.state_dict().items():
+    for name, t in state.items():
         arrays[name], dtypes[name] = tensor_to_array(t)
     return stream.publish(arrays, step, dtypes=dtypes, wait=wait)
+
+
+def _one_cuda_device(state):
+    """The CUDA device every tensor of ``state`` lies on, contiguous, when they
+    all do (None otherwise: the host path)."""
+    devices = {t.device for t in state.values()}
+    if len(devices) != 1 or not state:
+        return None
+    device = next(iter(devices))
+    if device.type != "cuda" or not all(t.is_contiguous() for t in state.values()):
+        return None
+    return device.index if device.index is not None else _torch.cuda.current_device()
+
+
+def _dtype_label(t):
+    return "bfloat16" if t.dtype == _torch.bfloat16 else _TORCH_TO_NUMPY[t.dtype]
+
+
+def load_weights_from(stream, model, version=0, timeout=10.0):
+    """Loads ``version`` (0: the newest) of ``stream`` into ``model`` and
+    returns the version read. A model on one CUDA device gets it GPU to GPU
+    through CUDA IPC when the publisher is on this node (else through pinned
+    host memory), straight into its tensors; any other model as load_weights
+    does, from the host version."""
+    state = model.state_dict()
+    on_gpu = _one_cuda_device(state)
+    if on_gpu is not None:
+        with _torch.no_grad():
+            return stream.read_device(
+                [(name, t.data_ptr(), t.numel() * t.element_size()) for name, t in state.items()],
+                on_gpu, version, _torch.cuda.current_stream(on_gpu).cuda_stream, timeout)
+    weights = stream.at(version, timeout) if version else stream.latest(timeout)
+    load_weights(model, weights)
+    return weights.version
 
 
 def weights_tensors(weights):

@@ -161,6 +161,45 @@ class WeightStream:
         del keep
         return version.value
 
+    def publish_device(self, tensors, step, device, cuda_stream=None):
+        """Stores a new version of GPU tensors; returns its number once stored.
+        ``tensors``: a list of (name, dtype label, shape, device pointer, bytes),
+        memory of CUDA device ``device``, read after the work enqueued on
+        ``cuda_stream`` (a cudaStream_t as an int; None: the legacy default
+        stream). A reader on this node copies it GPU to GPU through CUDA IPC
+        (read_device); others read it as any version. BusError UNAVAILABLE
+        without an NVIDIA driver."""
+        n = len(tensors)
+        described = [{"name": t[0], "dtype": t[1], "shape": list(t[2])} for t in tensors]
+        ptrs = (ctypes.c_void_p * n)(*[t[3] for t in tensors])
+        sizes = (ctypes.c_size_t * n)(*[t[4] for t in tensors])
+        version = ctypes.c_int64()
+        with self.bus._in_flight():
+            _lib.check(_lib.lib().agentrt_weights_publish_device(
+                self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(), ptrs,
+                sizes, n, int(step), self.incarnation, int(device), cuda_stream,
+                ctypes.byref(version)), errors.BusError)
+        return version.value
+
+    def read_device(self, targets, device, version=0, cuda_stream=None, timeout=10.0):
+        """Copies ``version`` (0: the newest) into GPU memory and returns the
+        version read, the copies complete: ``targets`` a list of (name, device
+        pointer, bytes), one per tensor of the version, each exactly its size
+        (BusError INVALID_ARGUMENT, nothing copied, otherwise). GPU to GPU
+        through CUDA IPC when the publisher is on this node, else through
+        pinned host memory."""
+        n = len(targets)
+        ptrs = (ctypes.c_void_p * n)(*[t[1] for t in targets])
+        sizes = (ctypes.c_size_t * n)(*[t[2] for t in targets])
+        got = ctypes.c_int64()
+        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
+        with self.bus._in_flight():
+            _lib.check(_lib.lib().agentrt_weights_read_device(
+                self.bus._p(), _lib.encode(self.name, "name"), int(version),
+                json.dumps([t[0] for t in targets]).encode(), ptrs, sizes, n, int(device),
+                cuda_stream, timeout, ctypes.byref(got)), errors.BusError)
+        return got.value
+
     def _finish(self, fn, timeout):
         timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
         version = ctypes.c_int64()

@@ -206,6 +206,45 @@ def scenario_cuda(work):
     check(same_state(model, other), "CUDA parameters round-trip")
     check(all(v.is_cuda for s in other_opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()),
           "optimizer state lives on the parameters' device")
+    cuda_weights(work, model)
+
+
+CUDA_READER = r"""
+import os, sys, torch, agentrt, agentrt.torch as art
+bus = agentrt.Bus.connect(os.environ["BUS"], "reader", os.environ["TOKEN"])
+torch.manual_seed(9)
+model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.BatchNorm1d(7), torch.nn.Linear(7, 2)).cuda()
+model.register_buffer("bf16", torch.zeros(3, 4, dtype=torch.bfloat16, device="cuda"))
+v = art.load_weights_from(agentrt.WeightStream(bus, "policy"), model, timeout=20)
+print(v, " ".join("%.6f" % float(t.double().sum()) for t in model.state_dict().values()), flush=True)
+"""
+
+
+def cuda_weights(work, model):
+    """A CUDA model's weights through a weight stream: read back in this process (through
+    pinned host memory: CUDA refuses IPC in the allocating process) and by another process
+    (GPU to GPU through CUDA IPC), each equal to the publisher's."""
+    if "AGENTRT_BIN_DIR" not in os.environ:
+        print("cuda weights: skipped: AGENTRT_BIN_DIR names no agentrt-bus")
+        return
+    from agentrt_testing import StandaloneBus
+    with StandaloneBus(os.path.join(work)) as bus:
+        pub = agentrt.Bus.connect(bus.address, "pub", bus.token("pub"))
+        stream = agentrt.WeightStream(pub, "policy")
+        version = art.publish_weights(stream, model, 7)
+        check(version == 1, "a CUDA model's weights are version 1 (%s)" % version)
+        other, _ = make(3)
+        other = other.cuda()
+        check(art.load_weights_from(stream, other) == 1 and same_state(model, other),
+              "the same process reads them back into another CUDA model")
+        sums = " ".join("%.6f" % float(t.double().sum()) for t in model.state_dict().values())
+        env = dict(os.environ, BUS=bus.address, TOKEN=bus.token("reader"))
+        out = subprocess.run([sys.executable, "-c", CUDA_READER], env=env, capture_output=True,
+                             text=True, timeout=120)
+        check(out.returncode == 0 and out.stdout.split(None, 1) == ["1", sums + "\n"],
+              "another process reads them GPU to GPU (%s / %s)" % (out.stdout.strip(),
+                                                                     out.stderr.strip()[-400:]))
+        pub.close()
 
 
 def reshard_rank(phase, rank, world, work):

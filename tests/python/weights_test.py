@@ -108,6 +108,24 @@ def scenario_torch(work):
         sums[2] = total()
         v2 = art.publish_weights(out, model, step=200)
         check(v2 == 2, "the second version is 2")
+        # load_weights_from: a CPU model reads the newest version (the host path).
+        reader = connect(bus, "actor-1")
+        torch.manual_seed(5)
+        other = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 1024))
+        got = art.load_weights_from(agentrt.WeightStream(reader, "learner"), other)
+        check(got == 2 and all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                                  other.state_dict().values())),
+              "load_weights_from loaded version 2 into a CPU model (version %d)" % got)
+        # GPU tensors without a GPU: refused at once, saying why (nothing published).
+        for call in (lambda: out.publish_device([("w", "float32", (2,), 4096, 8)], 300, 0),
+                     lambda: agentrt.WeightStream(reader, "learner").read_device([("w", 4096, 8)], 0)):
+            try:
+                call()
+                raise AssertionError("a GPU weights call succeeded without a GPU")
+            except agentrt.BusError as e:
+                check(e.code_name == "UNAVAILABLE" and "NVIDIA driver" in str(e),
+                      "a GPU weights call without a driver is UNAVAILABLE and says why: %s" % e)
+        reader.close()
         words = actors[0].stdout.readline().split()
         check(words[:4] == ["version", "2", "step", "200"] and
               abs(float(words[7]) - sums[2]) < 1e-6 * max(1.0, abs(sums[2])),
