@@ -79,6 +79,15 @@ Status CheckTargets(const std::vector<WeightSet::Entry>& entries,
       return InvalidArgument(what + ": tensor \"" + t.name + "\" has " + std::to_string(e->bytes) +
                              " bytes, its target " + std::to_string(t.bytes));
     }
+    if (!t.dtype.empty() && (e->dtype != t.dtype || e->shape != t.shape)) {
+      auto shape = [](const std::vector<int64_t>& s) {
+        std::string out = "(";
+        for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+        return out + ")";
+      };
+      return InvalidArgument(what + ": tensor \"" + t.name + "\" is " + e->dtype + " " +
+                             shape(e->shape) + ", its target " + t.dtype + " " + shape(t.shape));
+    }
     if (!seen.insert(t.name).second)
       return InvalidArgument(what + ": tensor \"" + t.name + "\" has two targets");
   }

@@ -92,11 +92,22 @@ struct DeviceWeightTensor {
 };
 
 // Where ReadInto copies one tensor of a version: device memory of the
-// stream's device, exactly the tensor's size.
+// stream's device, exactly the tensor's size; with `dtype` or `shape` set,
+// also of that dtype label and shape (a bfloat16 version read into float16
+// buffers of the same size is refused, not reinterpreted).
 struct DeviceWeightTarget {
+  DeviceWeightTarget(std::string name_in, void* data_in, size_t bytes_in, std::string dtype_in = "",
+                     std::vector<int64_t> shape_in = {})
+      : name(std::move(name_in)),
+        data(data_in),
+        bytes(bytes_in),
+        dtype(std::move(dtype_in)),
+        shape(std::move(shape_in)) {}
   std::string name;
   void* data = nullptr;
   size_t bytes = 0;
+  std::string dtype;           // "": not checked
+  std::vector<int64_t> shape;  // checked when dtype is set
 };
 
 // The device topic's message, one per version: where the version lies in

@@ -372,8 +372,9 @@ AGENTRT_C_EXPORT int agentrt_weights_publish_device(agentrt_bus* bus, const char
                                                     int64_t* version);
 /* Copies version `version` (0: the newest; waits up to timeout_ms for one)
  * into device memory of the caller's CUDA device `device`: every tensor of
- * the version, each into data[i] of bytes[i] bytes (its exact size) for the
- * name names_json[i] (a JSON list of names), after the work enqueued on
+ * the version, each into data[i] of bytes[i] bytes (its exact size) for
+ * names_json[i] (a JSON list of names, or of {"name", "dtype", "shape"},
+ * whose dtype and shape must then be the tensor's), after the work enqueued on
  * `cuda_stream`; returns with the copies complete, *version_out (optional)
  * the version read. GPU to GPU through CUDA IPC when the publisher is on
  * this node, else through pinned host memory. INVALID_ARGUMENT (nothing

@@ -142,10 +142,28 @@ int agentrt_weights_read_device(agentrt_bus* bus, const char* stream, int64_t ve
     std::vector<agentrt::DeviceWeightTarget> targets;
     targets.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-      if (!names[i].is_string())
+      // A name, or {"name", "dtype", "shape"} (then checked against the version's).
+      const nlohmann::json& t = names[i];
+      agentrt::DeviceWeightTarget target{"", data[i], bytes[i], "", {}};
+      if (t.is_string()) {
+        target.name = t.get<std::string>();
+      } else if (t.is_object() && t.contains("name") && t["name"].is_string() &&
+                 t.contains("dtype") && t["dtype"].is_string() && t.contains("shape") &&
+                 t["shape"].is_array()) {
+        target.name = t["name"].get<std::string>();
+        target.dtype = t["dtype"].get<std::string>();
+        for (const auto& d : t["shape"]) {
+          if (!d.is_number_integer())
+            return Fail(agentrt::InvalidArgument("names_json[" + std::to_string(i) +
+                                                 "].shape holds a non-integer"));
+          target.shape.push_back(d.get<int64_t>());
+        }
+      } else {
         return Fail(
-            agentrt::InvalidArgument("names_json[" + std::to_string(i) + "] is not a string"));
-      targets.push_back({names[i].get<std::string>(), data[i], bytes[i]});
+            agentrt::InvalidArgument("names_json[" + std::to_string(i) +
+                                     "] is neither a name nor {\"name\", \"dtype\", \"shape\"}"));
+      }
+      targets.push_back(std::move(target));
     }
     auto handle = agentrt::capi::DeviceWeightStreamOf(bus, stream, std::nullopt, device);
     if (!handle.ok()) return Fail(handle.status());

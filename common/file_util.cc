@@ -131,9 +131,9 @@ Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct s
                     std::to_string(max_bytes) + " expected");
   }
   // Read straight into the string (one copy; a large message's payload file
-  // is read this way per delivery), growing it only for a file that grew
-  // since its stat.
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  // is read this way per delivery), with a byte to spare for the read that
+  // sees the end; grown only for a file that grew since its stat.
+  std::string out(static_cast<size_t>(st.st_size) + 1, '\0');
   size_t have = 0;
   for (;;) {
     if (have == out.size()) {

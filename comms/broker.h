@@ -179,6 +179,8 @@ class Broker {
   // does. A file that does not become a message is removed.
   Status AdoptLarge(const std::string& agent, bus::v1::AdoptRequest& req,
                     bus::v1::PublishResponse* resp);
+  // ReapSpool, saying on stderr what it removed.
+  void ReapSpoolAndSay();
   // `agent`'s spool file `name`, opened read-only: a regular file of this
   // user with one name (FAILED_PRECONDITION otherwise: the publisher sends
   // its bytes instead) and of `size` bytes (INVALID_ARGUMENT, and removed,

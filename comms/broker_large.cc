@@ -260,12 +260,16 @@ Result<int> Broker::OpenSpooled(const std::string& agent, const std::string& nam
   return fd;
 }
 
-Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
-                          v1::PublishResponse* resp) {
+void Broker::ReapSpoolAndSay() {
   if (const int reaped = ReapSpool(); reaped > 0) {
     std::fprintf(stderr, "agentrt: bus: removed %d spool file(s) of publishers that are gone\n",
                  reaped);
   }
+}
+
+Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
+                          v1::PublishResponse* resp) {
+  ReapSpoolAndSay();
   v1::PublishChunk first;
   first.mutable_head()->Swap(req.mutable_head());
   first.set_size(req.size());
@@ -324,6 +328,22 @@ Status Broker::AdoptSpooledEntry(const std::string& agent, v1::PublishRequest& e
                                          size, kMaxInlineBytes));
     }
     AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, entry));
+    ReapSpoolAndSay();
+    if (entry.publisher_id() != 0) {
+      // A resend of a stored entry is answered before its file is looked at
+      // (a durable broker removed the file it read).
+      std::shared_ptr<PublisherWindow> pub = publishers_.Get(agent, entry.publisher_id());
+      std::lock_guard<std::mutex> lock(pub->mu);
+      int64_t first_offset = -1;
+      if (pub->Seen(entry.sequence(), &first_offset)) {
+        duplicates_.fetch_add(1, std::memory_order_relaxed);
+        if (!spool_dir_.empty() && IsSpoolName(name, agent))
+          ::unlink((spool_dir_ + "/" + name).c_str());
+        resp->set_offset(first_offset);
+        resp->set_duplicate(true);
+        return Status::Ok();
+      }
+    }
     AGENTRT_ASSIGN_OR_RETURN(const int fd, OpenSpooled(agent, name, size, what));
     std::string* payload = entry.mutable_payload();
     payload->resize(static_cast<size_t>(size));

@@ -58,8 +58,10 @@ inline bool RetryableStatus(const grpc::Status& s) { return Retryable(s.error_co
 struct SpooledPayload {
   int fd = -1;
   std::string path, name;
+  std::string spool_id;  // of the spool it was written to
   size_t size = 0;
   uint32_t crc = 0;
+  std::atomic<int64_t>* outstanding = nullptr;  // the client's count of spooled bytes
   SpooledPayload() = default;
   SpooledPayload(const SpooledPayload&) = delete;
   SpooledPayload& operator=(const SpooledPayload&) = delete;
@@ -69,6 +71,9 @@ struct SpooledPayload {
 // go through the spool where there is one: below it, a file per message
 // costs more than the bytes it keeps off the socket.
 inline constexpr size_t kSpoolAsyncMinBytes = size_t{256} << 10;
+// At most this many bytes of a client's async payloads wait in spool files
+// (each an open descriptor) at a time; the next go inline.
+inline constexpr int64_t kSpoolAsyncMaxBytes = int64_t{128} << 20;
 
 // Async publishes, queued as the batches they are sent in. A batch that was
 // answered is cleared and reused, its requests' strings keeping their
@@ -251,6 +256,9 @@ struct BusClient::Impl {
   // Async publishing.
   std::mutex async_mu;
   std::condition_variable async_cv;
+  // Bytes of spooled async payloads not answered yet (before the queues: a
+  // SpooledPayload gives its bytes back as it goes).
+  std::atomic<int64_t> spooled_outstanding{0};
   std::deque<AsyncBatch> async_queue;   // the back one takes new messages
   std::vector<AsyncBatch> async_spare;  // answered batches, cleared, for reuse
   size_t async_unacked = 0;             // queued + in flight

@@ -1,5 +1,6 @@
 // BusClient::PublishAsync and Flush, and the loop that sends their batches.
-#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <deque>
@@ -223,53 +224,78 @@ class BusClient::Impl::AsyncPublisher {
 
   // One stream: what the last one left unanswered first, then queued batches
   // while there are any; closed when idle or broken. Its final status.
-  // Its spooled entries inline, read back from their files (which hold the
-  // bytes even where a new spool removed their names).
-  static void InlineSpooled(AsyncBatch& f) {
+  // Reads a spooled entry's bytes back from its file (which holds them even
+  // where a new spool removed its name) into its request, which then
+  // carries them inline. False, and left as it was, if the read fails.
+  static bool Inline(AsyncBatch& f, size_t k) {
+    const std::unique_ptr<SpooledPayload>& sp = f.entries[k].spooled;
+    v1::PublishRequest& m = *f.req.mutable_messages(static_cast<int>(k));
+    std::string* payload = m.mutable_payload();
+    payload->resize(sp->size);
+    size_t done = 0;
+    while (done < sp->size) {
+      const ssize_t n =
+          ::pread(sp->fd, payload->data() + done, sp->size - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        payload->clear();
+        return false;
+      }
+      done += static_cast<size_t>(n);
+    }
+    m.clear_spooled_name();
+    m.clear_spooled_size();
+    m.clear_spooled_crc32c();
+    f.entries[k].spooled.reset();
+    return true;
+  }
+
+  // Its spooled entries inline: all of them, or those whose file lost its
+  // name (a broker that restarted made its spool anew; a durable one took
+  // the bytes and removed the file). An entry whose file the broker renamed
+  // into its store is resent as it is and answered as a duplicate.
+  static void InlineSpooled(AsyncBatch& f, bool all) {
     for (size_t k = 0; k < f.entries.size(); ++k) {
       const std::unique_ptr<SpooledPayload>& sp = f.entries[k].spooled;
       if (!sp) continue;
-      void* map = ::mmap(nullptr, sp->size, PROT_READ, MAP_SHARED, sp->fd, 0);
-      if (map == MAP_FAILED) continue;  // left spooled: the broker answers for it
-      v1::PublishRequest& m = *f.req.mutable_messages(static_cast<int>(k));
-      m.set_payload(static_cast<const char*>(map), sp->size);
-      ::munmap(map, sp->size);
-      m.clear_spooled_name();
-      m.clear_spooled_size();
-      m.clear_spooled_crc32c();
-      f.entries[k].spooled.reset();
+      struct stat st {};
+      if (all || ::fstat(sp->fd, &st) != 0 || st.st_nlink == 0) (void)Inline(f, k);
     }
   }
 
-  // Before a stream that resends: every spooled entry not answered yet goes
-  // inline (the broker may have made its spool anew, removing their names;
-  // one that took a file already answers its entry as a duplicate, by its
-  // sequence), and the spool is asked about again. A spool that refused a
-  // file and is still the same one is not used any more.
+  // Before a stream that resends: the spool is asked about again (the broker
+  // may have made it anew). If the broker refused a file of a spool that is
+  // still the one proven, that spool is not used any more; a refused entry
+  // goes inline, and so do all of them where no spool can be used, or those
+  // whose file is gone.
   void BeforeResend() {
-    for (AsyncBatch& f : in_flight_) InlineSpooled(f);
-    {
-      std::lock_guard<std::mutex> lock(impl_.async_mu);
-      for (AsyncBatch& f : impl_.async_queue) InlineSpooled(f);
-    }
-    std::string before;
-    {
-      std::lock_guard<std::mutex> lock(impl_.spool_mu);
-      before = impl_.spool_id;
-    }
     (void)impl_.OnBrokerNode(/*again=*/true);
-    if (spool_refused_) {
-      spool_refused_ = false;
+    bool unusable = false;
+    {
       std::lock_guard<std::mutex> lock(impl_.spool_mu);
-      if (impl_.spool_state > 0 && impl_.spool_id == before) impl_.spool_state = -1;
+      if (!refused_spool_.empty() && impl_.spool_state > 0 && impl_.spool_id == refused_spool_)
+        impl_.spool_state = -1;
+      unusable = impl_.spool_state < 0;
     }
+    if (!refused_spool_.empty() && !in_flight_.empty() && !in_flight_.front().entries.empty() &&
+        in_flight_.front().entries.front().spooled != nullptr && !Inline(in_flight_.front(), 0)) {
+      // Its bytes cannot be read back: the entry fails (no resend loop).
+      FailFrontEntries(1, Internal("async publish of a spooled payload: its file cannot be read "
+                                   "back after the broker refused it"));
+    }
+    refused_spool_.clear();
+    for (AsyncBatch& f : in_flight_) InlineSpooled(f, unusable);
+    std::lock_guard<std::mutex> lock(impl_.async_mu);
+    for (AsyncBatch& f : impl_.async_queue) InlineSpooled(f, unusable);
   }
 
-  // The first unanswered entry's payload is a spool file.
-  bool FrontSpooled() {
+  // The spool id of the first unanswered entry's file ("" when it has none).
+  std::string FrontSpool() {
     std::lock_guard<std::mutex> lock(impl_.async_mu);
-    return !in_flight_.empty() && !in_flight_.front().entries.empty() &&
-           in_flight_.front().entries.front().spooled != nullptr;
+    if (in_flight_.empty() || in_flight_.front().entries.empty() ||
+        in_flight_.front().entries.front().spooled == nullptr)
+      return "";
+    return in_flight_.front().entries.front().spooled->spool_id;
   }
 
   grpc::Status RunStream() {
@@ -321,11 +347,11 @@ class BusClient::Impl::AsyncPublisher {
         "async publish (bus " + impl_.address + ", agent " + impl_.cred.agent + ")";
     const Status err = s.ok() ? Unavailable(what + ": the stream ended with publishes unanswered")
                               : FromGrpc(s, what);
-    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION && FrontSpooled()) {
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       // The broker could not take the entry's file (its spool made anew by a
       // restart, or a folder it cannot use): resent inline at once.
-      spool_refused_ = true;
-      return;
+      refused_spool_ = FrontSpool();
+      if (!refused_spool_.empty()) return;
     }
     if (!s.ok() && !Retryable(s.error_code())) {
       // The broker refused the first unanswered entry; the rest are resent.
@@ -363,7 +389,7 @@ class BusClient::Impl::AsyncPublisher {
 
   Impl& impl_;
   std::deque<AsyncBatch> in_flight_;  // guarded by async_mu once the reader runs
-  bool spool_refused_ = false;        // the last stream ended on a spooled entry's file
+  std::string refused_spool_;         // the last stream ended on a file of this spool
 };
 
 void BusClient::Impl::RunAsyncPublisher() { AsyncPublisher(*this).Run(); }

@@ -61,6 +61,7 @@ std::string SpoolName(const std::string& agent) { return agent + "." + RandomHex
 }  // namespace
 
 bus_client_internal::SpooledPayload::~SpooledPayload() {
+  if (outstanding != nullptr) outstanding->fetch_sub(static_cast<int64_t>(size));
   if (fd < 0) return;
   ::unlink(path.c_str());  // no such name any more once the broker took the file over
   ::close(fd);
@@ -82,19 +83,27 @@ std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
 
 std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPayload(
     std::string_view payload) {
-  std::string dir;
+  std::string dir, id;
   {
     std::lock_guard<std::mutex> lock(spool_mu);
     if (spool_state <= 0) return nullptr;
     dir = spool_dir;
+    id = spool_id;
   }
+  const auto size = static_cast<int64_t>(payload.size());
+  if (spooled_outstanding.fetch_add(size) + size > kSpoolAsyncMaxBytes) {
+    spooled_outstanding.fetch_sub(size);
+    return nullptr;  // enough waits in files already: inline
+  }
+  auto held = std::make_unique<SpooledPayload>();
+  held->outstanding = &spooled_outstanding;
+  held->size = payload.size();
+  held->spool_id = std::move(id);
   std::optional<SpoolFile> file = CreateSpoolFile(dir);
   if (!file) return nullptr;
-  auto held = std::make_unique<SpooledPayload>();
   held->fd = file->fd;
   held->path = std::move(file->path);
   held->name = std::move(file->name);
-  held->size = payload.size();
   if (!WriteAll(held->fd, payload.data(), payload.size(), "bus: cannot write the spool file ",
                 held->path)
            .ok()) {

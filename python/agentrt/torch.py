@@ -511,7 +511,11 @@ def _one_cuda_device(state):
 
 
 def _dtype_label(t):
-    return "bfloat16" if t.dtype == _torch.bfloat16 else _TORCH_TO_NUMPY[t.dtype]
+    if t.dtype == _torch.bfloat16:
+        return "bfloat16"
+    if t.dtype not in _TORCH_TO_NUMPY:
+        raise TypeError("weights: tensors of %s have no dtype label here" % t.dtype)
+    return _TORCH_TO_NUMPY[t.dtype]
 
 
 def load_weights_from(stream, model, version=0, timeout=10.0):
@@ -525,7 +529,8 @@ def load_weights_from(stream, model, version=0, timeout=10.0):
     if on_gpu is not None:
         with _torch.no_grad():
             return stream.read_device(
-                [(name, t.data_ptr(), t.numel() * t.element_size()) for name, t in state.items()],
+                [(name, t.data_ptr(), t.numel() * t.element_size(), _dtype_label(t), tuple(t.shape))
+                 for name, t in state.items()],
                 on_gpu, version, _torch.cuda.current_stream(on_gpu).cuda_stream, timeout)
     weights = stream.at(version, timeout) if version else stream.latest(timeout)
     load_weights(model, weights)

@@ -184,8 +184,9 @@ class WeightStream:
     def read_device(self, targets, device, version=0, cuda_stream=None, timeout=10.0):
         """Copies ``version`` (0: the newest) into GPU memory and returns the
         version read, the copies complete: ``targets`` a list of (name, device
-        pointer, bytes), one per tensor of the version, each exactly its size
-        (BusError INVALID_ARGUMENT, nothing copied, otherwise). GPU to GPU
+        pointer, bytes[, dtype label, shape]), one per tensor of the version,
+        each exactly its size, dtype and shape when given (BusError
+        INVALID_ARGUMENT, nothing copied, otherwise). GPU to GPU
         through CUDA IPC when the publisher is on this node, else through
         pinned host memory."""
         n = len(targets)
@@ -196,7 +197,8 @@ class WeightStream:
         with self.bus._in_flight():
             _lib.check(_lib.lib().agentrt_weights_read_device(
                 self.bus._p(), _lib.encode(self.name, "name"), int(version),
-                json.dumps([t[0] for t in targets]).encode(), ptrs, sizes, n, int(device),
+                json.dumps([t[0] if len(t) < 5 else {"name": t[0], "dtype": t[3], "shape": list(t[4])}
+                            for t in targets]).encode(), ptrs, sizes, n, int(device),
                 cuda_stream, timeout, ctypes.byref(got)), errors.BusError)
         return got.value
 

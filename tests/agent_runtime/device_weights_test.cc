@@ -231,6 +231,15 @@ TEST_CASE(
       CHECK(wrong.status().message().find("tensor \"w\"") != std::string::npos);
       CHECK(reader.ReadInto(0, {}, 5s).status().message().find("has no target") !=
             std::string::npos);
+      // A target of another dtype or shape, same size: refused, not reinterpreted.
+      const auto n = static_cast<int64_t>(kFloats);
+      auto as_int = reader.ReadInto(0, {{"w", target, kBytes, "int32", {n}}}, 5s);
+      CHECK(as_int.status().code() == StatusCode::kInvalidArgument);
+      CHECK(as_int.status().message().find("is float32 (" + std::to_string(n) +
+                                           "), its target int32") != std::string::npos);
+      auto reshaped = reader.ReadInto(0, {{"w", target, kBytes, "float32", {n / 2, 2}}}, 5s);
+      CHECK(reshaped.status().code() == StatusCode::kInvalidArgument);
+      REQUIRE(reader.ReadInto(0, {{"w", target, kBytes, "float32", {n}}}, 5s).value() == 2);
       api.Free(target);
     }
     SECTION("a reader whose IPC open fails reads the host version") {
