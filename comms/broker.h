@@ -179,6 +179,10 @@ class Broker {
   // does. A file that does not become a message is removed.
   Status AdoptLarge(const std::string& agent, bus::v1::AdoptRequest& req,
                     bus::v1::PublishResponse* resp);
+  // A publish `head` by `agent` already stored (its publisher id and
+  // sequence seen): answered in *resp as a duplicate; true then.
+  bool AnsweredAsDuplicate(const std::string& agent, const bus::v1::PublishRequest& head,
+                           bus::v1::PublishResponse* resp);
   // ReapSpool, saying on stderr what it removed.
   void ReapSpoolAndSay();
   // `agent`'s spool file `name`, opened read-only: a regular file of this

@@ -103,23 +103,26 @@ Status Broker::CheckLargeHead(const std::string& agent, const v1::PublishChunk& 
   return CheckPublish(agent, first.head());
 }
 
+bool Broker::AnsweredAsDuplicate(const std::string& agent, const v1::PublishRequest& head,
+                                 v1::PublishResponse* resp) {
+  if (head.publisher_id() == 0) return false;
+  std::shared_ptr<PublisherWindow> pub = publishers_.Get(agent, head.publisher_id());
+  std::lock_guard<std::mutex> lock(pub->mu);
+  int64_t first_offset = -1;
+  if (!pub->Seen(head.sequence(), &first_offset)) return false;
+  duplicates_.fetch_add(1, std::memory_order_relaxed);
+  resp->set_offset(first_offset);
+  resp->set_duplicate(true);
+  return true;
+}
+
 Result<std::shared_ptr<Broker::Upload>> Broker::PrepareLarge(const std::string& agent,
                                                              v1::PublishChunk& first,
                                                              v1::PublishResponse* resp) {
   AGENTRT_RETURN_IF_ERROR(CheckLargeHead(agent, first));
   v1::PublishRequest& head = *first.mutable_head();
-  if (head.publisher_id() != 0) {
-    // A retry of a stored message is answered before its bytes are read.
-    std::shared_ptr<PublisherWindow> pub = publishers_.Get(agent, head.publisher_id());
-    std::lock_guard<std::mutex> lock(pub->mu);
-    int64_t first_offset = -1;
-    if (pub->Seen(head.sequence(), &first_offset)) {
-      duplicates_.fetch_add(1, std::memory_order_relaxed);
-      resp->set_offset(first_offset);
-      resp->set_duplicate(true);
-      return std::shared_ptr<Upload>();
-    }
-  }
+  // A retry of a stored message is answered before its bytes are read.
+  if (AnsweredAsDuplicate(agent, head, resp)) return std::shared_ptr<Upload>();
   auto up = std::make_shared<Upload>();
   up->log = GetLog(head.topic(), /*create=*/true);
   up->msg = ToMessage(agent, head);
@@ -329,20 +332,12 @@ Status Broker::AdoptSpooledEntry(const std::string& agent, v1::PublishRequest& e
     }
     AGENTRT_RETURN_IF_ERROR(CheckPublish(agent, entry));
     ReapSpoolAndSay();
-    if (entry.publisher_id() != 0) {
-      // A resend of a stored entry is answered before its file is looked at
-      // (a durable broker removed the file it read).
-      std::shared_ptr<PublisherWindow> pub = publishers_.Get(agent, entry.publisher_id());
-      std::lock_guard<std::mutex> lock(pub->mu);
-      int64_t first_offset = -1;
-      if (pub->Seen(entry.sequence(), &first_offset)) {
-        duplicates_.fetch_add(1, std::memory_order_relaxed);
-        if (!spool_dir_.empty() && IsSpoolName(name, agent))
-          ::unlink((spool_dir_ + "/" + name).c_str());
-        resp->set_offset(first_offset);
-        resp->set_duplicate(true);
-        return Status::Ok();
-      }
+    // A resend of a stored entry is answered before its file is looked at
+    // (a durable broker removed the file it read).
+    if (AnsweredAsDuplicate(agent, entry, resp)) {
+      if (!spool_dir_.empty() && IsSpoolName(name, agent))
+        ::unlink((spool_dir_ + "/" + name).c_str());
+      return Status::Ok();
     }
     AGENTRT_ASSIGN_OR_RETURN(const int fd, OpenSpooled(agent, name, size, what));
     std::string* payload = entry.mutable_payload();

@@ -353,7 +353,9 @@ class BusClient::Impl::AsyncPublisher {
       refused_spool_ = FrontSpool();
       if (!refused_spool_.empty()) return;
     }
-    if (!s.ok() && !Retryable(s.error_code())) {
+    // CANCELLED comes from a broker that shut down with the stream open (this
+    // client cancels nothing but at its end, handled below): resent.
+    if (!s.ok() && !Retryable(s.error_code()) && s.error_code() != grpc::StatusCode::CANCELLED) {
       // The broker refused the first unanswered entry; the rest are resent.
       // UNAUTHENTICATED refuses everything sent with this credential.
       FailFrontEntries(s.error_code() == grpc::StatusCode::UNAUTHENTICATED ? SIZE_MAX : 1, err);
