@@ -84,10 +84,11 @@ Result<std::optional<std::string>> CopyVerified(int src_fd, int dst_dir_fd, cons
   return std::optional<std::string>();
 }
 
-// The metadata of `dir`'s newest committed checkpoint with a readable manifest (null if none).
-nlohmann::json NewestMetadata(int dir_fd, const CheckpointOptions& options) {
+// The step and metadata of `dir`'s newest committed checkpoint with a
+// readable manifest (step -1 and null if none).
+std::pair<int64_t, nlohmann::json> Newest(int dir_fd, const CheckpointOptions& options) {
   auto steps = ListSteps(dir_fd, options.dir);
-  if (!steps.ok()) return nullptr;
+  if (!steps.ok()) return {-1, nullptr};
   std::vector<std::byte> scratch;
   for (int64_t step : *steps) {
     if (!ExistsAt(dir_fd, StepName(step) + "/" + kManifest)) continue;
@@ -95,9 +96,13 @@ nlohmann::json NewestMetadata(int dir_fd, const CheckpointOptions& options) {
     ShardData unused;
     VerifyOutcome v = VerifyStep(dir_fd, options, step, /*load_rank=*/-1, /*verify_all=*/false,
                                  /*check_world=*/false, &manifest, &unused, scratch);
-    if (v.fatal.ok() && !v.corrupt) return manifest.metadata;
+    if (v.fatal.ok() && !v.corrupt) return {step, manifest.metadata};
   }
-  return nullptr;
+  return {-1, nullptr};
+}
+
+nlohmann::json NewestMetadata(int dir_fd, const CheckpointOptions& options) {
+  return Newest(dir_fd, options).second;
 }
 
 }  // namespace
@@ -264,16 +269,33 @@ class Adoption {
 
 Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& o) { return Adoption(o).Run(); }
 
-Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent) {
+namespace {
+
+// `agent`'s newest checkpoint in `dir` that verifies: its step and metadata
+// (-1 and null when there is none, or no such directory).
+Result<std::pair<int64_t, nlohmann::json>> NewestIn(const std::string& dir,
+                                                    const std::string& agent) {
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.ok()) {
-    if (errno == ENOENT) return nlohmann::json();
+    if (errno == ENOENT) return std::pair<int64_t, nlohmann::json>(-1, nullptr);
     return ErrnoStatus(errno, "open " + dir);
   }
   CheckpointOptions options;
   options.dir = dir;
   options.agent = agent;
-  return NewestMetadata(fd.get(), options);
+  return Newest(fd.get(), options);
+}
+
+}  // namespace
+
+Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent) {
+  AGENTRT_ASSIGN_OR_RETURN(auto newest, NewestIn(dir, agent));
+  return std::move(newest.second);
+}
+
+Result<int64_t> NewestCheckpointStep(const std::string& dir, const std::string& agent) {
+  AGENTRT_ASSIGN_OR_RETURN(auto newest, NewestIn(dir, agent));
+  return newest.first;
 }
 
 }  // namespace agentrt

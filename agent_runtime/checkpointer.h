@@ -540,6 +540,8 @@ Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& options);
 // manifest and shard records; no payload is read); null when there is none
 // (or no such directory).
 Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent);
+// The step of that checkpoint; -1 when there is none.
+Result<int64_t> NewestCheckpointStep(const std::string& dir, const std::string& agent);
 
 // Joins `relative` under `root`, refusing anything that could leave it: an empty
 // or absolute path, a ".." component, or an existing symlink along the way that

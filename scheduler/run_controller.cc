@@ -10,6 +10,7 @@
 #include <limits>
 #include <set>
 
+#include "agent_runtime/checkpointer.h"
 #include "common/file_util.h"
 #include "common/random.h"
 #include "plan/agent_env.h"
@@ -82,6 +83,18 @@ bool TakeReport(AgentStatus& s, const TelemetryMessage& m) {
     changed = true;
   }
   return changed;
+}
+
+// A succeeded agent's newest committed checkpoint, read from its folder: the
+// last reports it sent (its final step and commit) may never be heard, as
+// telemetry still queued when a process exits goes once its linger ends
+// while the controller runs behind. The checkpoint proves the step.
+void TakeFinalCheckpoint(const std::string& checkpoint_dir, AgentStatus& s) {
+  if (checkpoint_dir.empty()) return;
+  const Result<int64_t> step = NewestCheckpointStep(checkpoint_dir, s.name);
+  if (!step.ok() || *step < 0) return;
+  if (!s.last_checkpoint_step || *step > *s.last_checkpoint_step) s.last_checkpoint_step = *step;
+  if (*step > s.step) s.step = *step;
 }
 
 }  // namespace
@@ -342,6 +355,7 @@ void RunController::OnExit(const AgentProcessExit& e) {
       if (a.live.empty()) {
         a.phase = Phase::kDone;
         s.reason.clear();
+        TakeFinalCheckpoint(a.spec.launch.checkpoint_dir, s);
         SetState(i, AgentState::kSucceeded);
       }
       return;

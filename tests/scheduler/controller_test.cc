@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "agent_runtime/checkpointer.h"
 #include "common/file_util.h"
 #include "plan/agent_env.h"
 #include "plan/rank_exec.h"
@@ -295,6 +296,34 @@ TEST_CASE("what an agent said before it exited, heard after its exit, still coun
   f.rc->OnTelemetry(Heartbeat("a", 0, 0, 1300));
   f.rc->OnTelemetry(Heartbeat("a", 0, 7, 9000));
   CHECK(f.A("a").step == 1500);
+}
+
+TEST_CASE("a succeeded agent's last reports never heard: its committed checkpoint gives its step") {
+  // Telemetry still queued when a process exits goes once its linger ends,
+  // when the controller runs behind: the checkpoint on disk proves the step.
+  const testing::TempDir ckpt("agentrt-ctl-ckpt");
+  SupervisedAgent agent = MakeAgent("a", 1);
+  agent.launch.checkpoint_dir = ckpt.path;
+  Fixture f;
+  f.Make({agent});
+  auto last = Heartbeat("a", 0, 0, 1496);
+  last.type = TelemetryType::kCheckpoint;
+  last.checkpoint_step = 1430;
+  f.rc->OnTelemetry(last);
+  {
+    auto ck =
+        Checkpointer::Create(CheckpointOptions{.dir = ckpt.path, .agent = "a", .interval_s = 0});
+    REQUIRE(ck.ok());
+    std::vector<float> w(16, 0.5f);
+    CheckpointState state;
+    state.AddArray("w", w.data(), "float32", {16}, sizeof(float));
+    REQUIRE((*ck)->Save(1500, state).ok());
+  }
+  f.backend.Exit("a", 0, 1000, 0);
+  f.rc->Tick();
+  REQUIRE(f.A("a").state == AgentState::kSucceeded);
+  CHECK(f.A("a").step == 1500);
+  CHECK(f.A("a").last_checkpoint_step == 1500);
 }
 
 TEST_CASE("ranks that said bye and exit in time end the agent succeeded") {
