@@ -221,6 +221,19 @@ std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines
   return out;
 }
 
+ssize_t ReadAllAt(int fd, void* data, size_t size, off_t offset) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(data) + done, size - done,
+                              offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
 Status WriteAll(int fd, const void* data, size_t size, std::string_view what,
                 std::string_view name) {
   const auto* p = static_cast<const char*>(data);

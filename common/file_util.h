@@ -15,6 +15,8 @@
 // Thread-safe (no shared state); blocking file I/O.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -75,6 +77,10 @@ std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines
 
 // fsync of a directory (so renames and unlinks in it are durable).
 Status FsyncDir(const std::string& path);
+
+// Reads up to `size` bytes at `offset` (pread), retrying short reads and
+// EINTR until `size` or the end of the file: the bytes read, or -1 (errno).
+ssize_t ReadAllAt(int fd, void* data, size_t size, off_t offset);
 
 // Writes all `size` bytes at fd's position, retrying short writes and EINTR;
 // an error is ErrnoStatus(errno, what + name) (built only then: no allocation

@@ -172,23 +172,15 @@ bool IsSpoolName(const std::string& name, const std::string& agent) {
 // CRC32C of a file's first `size` bytes, read through a mapping (no copy),
 // a window at a time so that the broker's resident memory stays small.
 Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
-  if (size <= kMaxInlineBytes) {
-    // A small file whole, its pages mapped in the one call (no fault per
-    // page; reading it into a buffer instead costs a copy more).
-    const auto n = static_cast<size_t>(size);
-    void* map = ::mmap(nullptr, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-    if (map == MAP_FAILED) return ErrnoStatus(errno, "bus: cannot map " + path);
-    const uint32_t crc = Crc32c(map, n);
-    ::munmap(map, n);
-    return crc;
-  }
+  // Each window's pages mapped in the one call (no fault per page; reading
+  // them into a buffer instead costs a copy more).
   constexpr int64_t kWindow = int64_t{16} << 20;
   uint32_t crc = 0;
   for (int64_t at = 0; at < size; at += kWindow) {
     const auto n = static_cast<size_t>(std::min(kWindow, size - at));
-    void* map = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(at));
+    void* map =
+        ::mmap(nullptr, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(at));
     if (map == MAP_FAILED) return ErrnoStatus(errno, "bus: cannot map " + path);
-    ::madvise(map, n, MADV_SEQUENTIAL);
     crc = Crc32c(map, n, crc);
     ::munmap(map, n);
   }
@@ -342,7 +334,7 @@ Status Broker::AdoptSpooledEntry(const std::string& agent, v1::PublishRequest& e
     AGENTRT_ASSIGN_OR_RETURN(const int fd, OpenSpooled(agent, name, size, what));
     std::string* payload = entry.mutable_payload();
     payload->resize(static_cast<size_t>(size));
-    const ssize_t got = ::pread(fd, payload->data(), payload->size(), 0);
+    const ssize_t got = ReadAllAt(fd, payload->data(), payload->size(), 0);
     ::close(fd);
     ::unlink((spool_dir_ + "/" + name).c_str());
     if (got != size || Crc32c(payload->data(), payload->size()) != crc) {
@@ -444,17 +436,11 @@ Status Broker::ReadChunk(const Reader& reader, int64_t pos, size_t max, std::str
   const size_t n = static_cast<size_t>(
       std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(max), blob.size - pos)));
   out->resize(n);
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t got = ::pread(blob.fd, out->data() + done, n - done,
-                                static_cast<off_t>(pos + static_cast<int64_t>(done)));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      return DataLoss(fmt::format("bus: the payload file of offset {} of {} ended at byte {} of {}",
-                                  reader.next_offset - 1, reader.log->name,
-                                  pos + static_cast<int64_t>(done), blob.size));
-    }
-    done += static_cast<size_t>(got);
+  const ssize_t got = ReadAllAt(blob.fd, out->data(), n, static_cast<off_t>(pos));
+  if (got != static_cast<ssize_t>(n)) {
+    return DataLoss(fmt::format("bus: the payload file of offset {} of {} ended at byte {} of {}",
+                                reader.next_offset - 1, reader.log->name,
+                                pos + std::max<int64_t>(got, 0), blob.size));
   }
   return Status::Ok();
 }

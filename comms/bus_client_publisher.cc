@@ -232,16 +232,9 @@ class BusClient::Impl::AsyncPublisher {
     v1::PublishRequest& m = *f.req.mutable_messages(static_cast<int>(k));
     std::string* payload = m.mutable_payload();
     payload->resize(sp->size);
-    size_t done = 0;
-    while (done < sp->size) {
-      const ssize_t n =
-          ::pread(sp->fd, payload->data() + done, sp->size - done, static_cast<off_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        payload->clear();
-        return false;
-      }
-      done += static_cast<size_t>(n);
+    if (ReadAllAt(sp->fd, payload->data(), sp->size, 0) != static_cast<ssize_t>(sp->size)) {
+      payload->clear();
+      return false;
     }
     m.clear_spooled_name();
     m.clear_spooled_size();
