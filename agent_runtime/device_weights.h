@@ -162,7 +162,7 @@ class DeviceWeightStream {
   // memory, the memfd) is said in last_slot_error(); versions are then
   // published to the host only, without trying again.
   Result<int64_t> Publish(const std::vector<DeviceWeightTensor>& tensors, int64_t step,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                          std::chrono::milliseconds timeout = kWeightsPublishTimeout,
                           device::Stream after = nullptr);
 
   // Copies version `version` (0: the newest) into `targets`, one per tensor

@@ -63,6 +63,8 @@ namespace agentrt {
 
 inline constexpr const char* kWeightsContentType = "application/x-agentrt-weights";
 inline constexpr size_t kWeightsAlignment = 64;
+// How long a publish waits for its version to be stored, unless told.
+inline constexpr std::chrono::milliseconds kWeightsPublishTimeout = std::chrono::seconds(60);
 
 // The bus topic of stream `name`.
 std::string WeightStreamTopic(std::string_view name);
@@ -195,7 +197,7 @@ class WeightStream {
   // unknown whether the version was stored (the broker may still be taking
   // it over): Latest() says which version is the newest.
   Result<int64_t> Publish(const std::vector<WeightTensor>& tensors, int64_t step,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                          std::chrono::milliseconds timeout = kWeightsPublishTimeout);
   // Copies the tensors into the stream's next slot and returns; the version
   // is stored in the background (Flush says its number). A call while the
   // version before is still in flight waits for it first. If that one
@@ -205,7 +207,7 @@ class WeightStream {
   // changed (a tensor's shape, or the header growing by a digit of the step
   // across a 64-byte boundary).
   Status PublishAsync(const std::vector<WeightTensor>& tensors, int64_t step,
-                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                      std::chrono::milliseconds timeout = kWeightsPublishTimeout);
   // Waits until PublishAsync's version is stored (and the next slot ready);
   // returns its number (0 before the first), or why it was not stored.
   Result<int64_t> Flush(std::chrono::milliseconds timeout);

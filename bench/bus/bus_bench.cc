@@ -398,6 +398,29 @@ Child Spawn(const std::vector<std::string>& args, const Node& node = {}) {
   return Child{pid, ::fdopen(fds[0], "r")};
 }
 
+// A broker with its durable log (`durability: batch`, agentctl's default) in
+// a folder of its own, removed when it stops.
+struct DurableBroker {
+  std::string log_dir;
+  Child child;
+  std::string address;
+
+  static DurableBroker Start() {
+    char tmpl[] = "/tmp/agentrt-bench-buslog.XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
+    DurableBroker b;
+    b.log_dir = tmpl;
+    b.child = Spawn({"broker", b.log_dir});
+    b.address = b.child.WaitReady();
+    return b;
+  }
+  void Stop() {
+    child.Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(log_dir, ec);
+  }
+};
+
 struct Flow {
   double rate = 0;  // messages/s
   double mbps = 0;  // MB/s (1e6 bytes)
@@ -843,18 +866,13 @@ int RunFlows() {
   for (int r = 0; r < 5; ++r) flows.Measure(address, r, 200000, 300);
   flows.Print();
   broker.Stop();
-  char log_tmpl[] = "/tmp/agentrt-bench-buslog.XXXXXX";
-  if (::mkdtemp(log_tmpl) == nullptr) Die("mkdtemp failed");
-  Child durable = Spawn({"broker", log_tmpl});
-  const std::string durable_address = durable.WaitReady();
+  DurableBroker durable = DurableBroker::Start();
   std::vector<double> bus_bw, zmq_bw;
   for (int r = 0; r < 3; ++r) {
-    bus_bw.push_back(BusFlow(durable_address, "bw-" + std::to_string(r), 300, 1 << 20).mbps);
+    bus_bw.push_back(BusFlow(durable.address, "bw-" + std::to_string(r), 300, 1 << 20).mbps);
     zmq_bw.push_back(ZmqFlow(300, 1 << 20).mbps);
   }
   durable.Stop();
-  std::error_code ec;
-  std::filesystem::remove_all(log_tmpl, ec);
   PrintFigure("bandwidth_1MiB_durable_batch", Median(bus_bw), "MB/s", "zmq_push_pull_1MiB",
               Median(zmq_bw));
   return 0;
@@ -909,11 +927,7 @@ int RunParent(bool quick) {
   echo.Stop();
 
   // The same broker with its durable log (batch), next to the memory one.
-  char log_tmpl[] = "/tmp/agentrt-bench-buslog.XXXXXX";
-  if (::mkdtemp(log_tmpl) == nullptr) Die("mkdtemp failed");
-  const std::string log_dir = log_tmpl;
-  Child durable = Spawn({"broker", log_dir});
-  const std::string durable_address = durable.WaitReady();
+  DurableBroker durable = DurableBroker::Start();
 
   Flows flows;
   std::vector<double> batch_rate, bus_fan, bus_fan_streamed, zmq_fan, weights_fan, weights_stall,
@@ -940,7 +954,7 @@ int RunParent(bool quick) {
         BusFanout(address, "fan-streamed-" + std::to_string(r), fan_size, 4, true));
     zmq_fan.push_back(ZmqFanout(fan_size, 4));
     flows.Measure(address, r, tput_n, bw_n);
-    batch_rate.push_back(BusFlow(durable_address, "tput-" + std::to_string(r), tput_n, 64).rate);
+    batch_rate.push_back(BusFlow(durable.address, "tput-" + std::to_string(r), tput_n, 64).rate);
   }
   // 1 GiB to 8 subscribers against the memcpy floor of the same bytes.
   std::vector<double> big_fan, big_views, big_floor;
@@ -961,7 +975,6 @@ int RunParent(bool quick) {
   }
   broker.Stop();
   durable.Stop();
-  std::filesystem::remove_all(log_dir);
   const Recovery rec = MeasureRecovery(quick ? 256 : 1024);
 
   std::fprintf(stderr,

@@ -182,6 +182,11 @@ def take_json(ptr):
     return json.loads(take_string(ptr))
 
 
+def timeout_ms(timeout):
+    """A timeout in seconds as the C API's int milliseconds (0 to 2**31 - 1)."""
+    return max(0, min(int(timeout * 1000), 2**31 - 1))
+
+
 def encode(s, what):
     """A str argument as the C side wants it (UTF-8, no NUL)."""
     if s is None:

@@ -228,7 +228,7 @@ class Bus(Handle):
         return cls(out)
 
     def wait_ready(self, timeout=10.0):
-        _lib.check(_lib.lib().agentrt_bus_wait_ready(self._p(), int(timeout * 1000)),
+        _lib.check(_lib.lib().agentrt_bus_wait_ready(self._p(), _lib.timeout_ms(timeout)),
                    errors.BusError)
 
     def publish(self, topic, payload, content_type=None):
@@ -254,7 +254,8 @@ class Bus(Handle):
     def flush(self, timeout=10.0):
         """Waits until every async publish is stored; the first failure since the
         last flush raises BusError."""
-        _lib.check(_lib.lib().agentrt_bus_flush(self._p(), int(timeout * 1000)), errors.BusError)
+        _lib.check(_lib.lib().agentrt_bus_flush(self._p(), _lib.timeout_ms(timeout)),
+                   errors.BusError)
 
     def send(self, to, payload):
         """A direct message to agent ``to``'s inbox; returns its offset there."""
@@ -271,7 +272,7 @@ class Bus(Handle):
         ptr, size, keep = _payload(payload)
         out = ctypes.c_void_p()
         _lib.check(_lib.lib().agentrt_bus_request(self._p(), _lib.encode(to, "to"), ptr, size,
-                                                  int(timeout * 1000), ctypes.byref(out)),
+                                                  _lib.timeout_ms(timeout), ctypes.byref(out)),
                    errors.BusError)
         del keep
         try:

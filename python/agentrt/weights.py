@@ -83,6 +83,11 @@ class Weights:
             "mapped" if self.mapped else "streamed")
 
 
+def _pointers(pointers, sizes):
+    """The C arrays of one call's buffers: their addresses (None for an empty one) and sizes."""
+    return (ctypes.c_void_p * len(pointers))(*pointers), (ctypes.c_size_t * len(sizes))(*sizes)
+
+
 def _json_out(fn, ptr):
     out = ctypes.c_void_p()
     _lib.check(fn(ptr, ctypes.byref(out)), errors.BusError)
@@ -139,16 +144,14 @@ class WeightStream:
         at a time: a call while one is waits for it, and raises its error if
         it was not stored (publishing nothing)."""
         names, described, keep = list(arrays), [], []
-        ptrs = (ctypes.c_void_p * len(names))()
-        sizes = (ctypes.c_size_t * len(names))()
-        for i, name in enumerate(names):
+        for name in names:
             # Its own dtype label and shape (a bfloat16 stays one), its bytes as they are.
             arr = checkpoint._as_array(name, arrays[name], "weight versions", odd_as_bytes=False)
             label = (dtypes or {}).get(name, arr.dtype.name)
             described.append({"name": name, "dtype": label, "shape": list(arr.shape)})
-            ptrs[i] = arr.ctypes.data if arr.nbytes else None
-            sizes[i] = arr.nbytes
             keep.append(arr)
+        ptrs, sizes = _pointers([a.ctypes.data if a.nbytes else None for a in keep],
+                                [a.nbytes for a in keep])
         with self.bus._in_flight():  # Bus.close() waits for this call to return
             args = (self.bus._p(), _lib.encode(self.name, "name"), json.dumps(described).encode(),
                     ptrs, sizes, len(names), int(step), self.incarnation)
@@ -171,8 +174,7 @@ class WeightStream:
         without an NVIDIA driver."""
         n = len(tensors)
         described = [{"name": t[0], "dtype": t[1], "shape": list(t[2])} for t in tensors]
-        ptrs = (ctypes.c_void_p * n)(*[t[3] for t in tensors])
-        sizes = (ctypes.c_size_t * n)(*[t[4] for t in tensors])
+        ptrs, sizes = _pointers([t[3] for t in tensors], [t[4] for t in tensors])
         version = ctypes.c_int64()
         with self.bus._in_flight():
             _lib.check(_lib.lib().agentrt_weights_publish_device(
@@ -190,10 +192,9 @@ class WeightStream:
         through CUDA IPC when the publisher is on this node, else through
         pinned host memory."""
         n = len(targets)
-        ptrs = (ctypes.c_void_p * n)(*[t[1] for t in targets])
-        sizes = (ctypes.c_size_t * n)(*[t[2] for t in targets])
+        ptrs, sizes = _pointers([t[1] for t in targets], [t[2] for t in targets])
         got = ctypes.c_int64()
-        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
+        timeout = _lib.timeout_ms(timeout)
         with self.bus._in_flight():
             _lib.check(_lib.lib().agentrt_weights_read_device(
                 self.bus._p(), _lib.encode(self.name, "name"), int(version),
@@ -203,7 +204,7 @@ class WeightStream:
         return got.value
 
     def _finish(self, fn, timeout):
-        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
+        timeout = _lib.timeout_ms(timeout)
         version = ctypes.c_int64()
         with self.bus._in_flight():
             _lib.check(fn(self.bus._p(), _lib.encode(self.name, "name"), self.incarnation, timeout,
@@ -224,7 +225,7 @@ class WeightStream:
         return self._finish(_lib.lib().agentrt_weights_close, timeout)
 
     def _get(self, mode, version, timeout):
-        timeout = max(0, min(int(timeout * 1000), 2**31 - 1))
+        timeout = _lib.timeout_ms(timeout)
         out = ctypes.c_void_p()
         with self.bus._in_flight():
             _lib.check(_lib.lib().agentrt_weights_get(
