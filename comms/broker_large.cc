@@ -369,6 +369,7 @@ Status Broker::SpoolInfo(const std::string& agent, const v1::SpoolRequest& req,
   resp->set_id(spool_id_);
   static const std::string boot_id = BootId();
   resp->set_boot_id(boot_id);
+  resp->set_adopts_spooled_entries(true);
   return Status::Ok();
 }
 

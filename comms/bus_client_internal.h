@@ -399,6 +399,7 @@ struct BusClient::Impl {
   SharedNodeDir node_dir;       // guarded by node_dir_mu
   std::mutex spool_mu;
   int spool_state = 0;  // 0 not proven yet, 1 usable (spool_dir, spool_id), -1 not usable
+  bool spool_adopts_entries = false;     // the broker said it takes PublishRequest.spooled_name
   std::atomic<bool> spool_asked{false};  // by PublishAsync
   std::string spool_dir, spool_id;
 };

@@ -43,8 +43,9 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
   // now (the caller's one copy), and only its name through the socket.
   std::unique_ptr<SpooledPayload> spooled;
   if (payload.size() >= kSpoolAsyncMinBytes) {
-    // The first such payload asks whether the spool is there (once, here:
-    // the sending thread asks again when a stream broke).
+    // The first such payload asks whether the spool is there (once, here, so
+    // that a burst right after connecting is spooled too: one call to the
+    // broker; the sending thread asks again when a stream broke).
     if (!impl_->spool_asked.exchange(true)) (void)impl_->OnBrokerNode();
     spooled = impl_->SpoolPayload(payload);
   }

@@ -86,7 +86,7 @@ std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPaylo
   std::string dir, id;
   {
     std::lock_guard<std::mutex> lock(spool_mu);
-    if (spool_state <= 0) return nullptr;
+    if (spool_state <= 0 || !spool_adopts_entries) return nullptr;
     dir = spool_dir;
     id = spool_id;
   }
@@ -143,6 +143,7 @@ Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t siz
     }
   }
   std::lock_guard<std::mutex> lock(spool_mu);
+  spool_adopts_entries = resp.adopts_spooled_entries();
   if (spool_state == 1 && spool_dir == resp.dir() && spool_id == resp.id()) return spool_dir;
   // Only on the broker's node (another node's bytes would reach the broker
   // only through a shared file system's caches), and only if the folder
