@@ -165,7 +165,9 @@ Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device) {
   std::lock_guard<std::mutex> lock(bus->streams_mu);
   auto& handle = bus->device_streams[name];
-  if (handle == nullptr) {
+  const bool other_incarnation =
+      handle != nullptr && incarnation.has_value() && handle->host->incarnation() != *incarnation;
+  if (handle == nullptr || (other_incarnation && !handle->published && handle->device == device)) {
     if (!device::DriverPresent()) {
       bus->device_streams.erase(name);
       return Unavailable("weights stream \"" + name +
@@ -207,6 +209,7 @@ Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name
   AGENTRT_ASSIGN_OR_RETURN(const int64_t version, stream->Flush(timeout));
   std::lock_guard<std::mutex> lock(bus->streams_mu);
   bus->weight_streams.erase(name);  // the stream ends with the last reference (`stream` here)
+  bus->device_streams.erase(name);
   return version;
 }
 }  // namespace agentrt::capi

@@ -3,6 +3,7 @@
 // boundary. Not installed.
 #pragma once
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -70,7 +71,8 @@ Result<std::shared_ptr<WeightStream>> AsyncWeightStreamOf(
 // The handle's stream `name` if it has one (nullptr: none).
 std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name);
 // Flushes that stream (as WeightStream::Flush) and, if it is stored, lets
-// go of it; the version's number (0: none was published).
+// go of it and of the device stream of that name (its GPU memory, once no
+// call uses it); the version's number (0: none was published).
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,
                                        int64_t incarnation, std::chrono::milliseconds timeout);
 
@@ -81,12 +83,14 @@ struct DeviceWeightStreamHandle {
   int device = 0;
   std::shared_ptr<WeightStream> host;
   std::unique_ptr<DeviceWeightStream> gpu;  // ended before `host`
+  std::atomic<bool> published{false};       // a version went out through it
   ~DeviceWeightStreamHandle() { gpu.reset(); }
 };
 // The handle's device stream `name`, made on first use for CUDA device
 // `device` and `incarnation` (a reader's: none, 0 if made) (UNAVAILABLE
 // without a driver or agentrt's GPU library); another device, or another
-// incarnation when given, for the same name is refused.
+// incarnation when given, for the same name is refused, unless the stream
+// only read so far: it is then made anew for that incarnation.
 Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device);
 

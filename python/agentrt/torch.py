@@ -66,15 +66,21 @@ def tensor_to_array(t):
     """(array, dtype label): a host NumPy array of tensor ``t`` (a view of a
     contiguous CPU tensor, else one copy) and the dtype to record."""
     t = t.detach()
+    label = _label_of(t.dtype)
+    if label is None:
+        raise TypeError("tensors of dtype %s cannot be saved" % t.dtype)
     if t.device.type != "cpu":
         t = t.to("cpu")
     if not t.is_contiguous():
         t = t.contiguous()
-    if t.dtype == _torch.bfloat16:
-        return t.view(_torch.int16).numpy(), "bfloat16"
-    if t.dtype not in _TORCH_TO_NUMPY:
-        raise TypeError("tensors of dtype %s cannot be saved" % t.dtype)
-    return t.numpy(), _TORCH_TO_NUMPY[t.dtype]
+    if label == "bfloat16":
+        return t.view(_torch.int16).numpy(), label
+    return t.numpy(), label
+
+
+def _label_of(dtype):
+    """The dtype label agentrt records for a torch dtype (None: it has none)."""
+    return "bfloat16" if dtype == _torch.bfloat16 else _TORCH_TO_NUMPY.get(dtype)
 
 
 def array_to_tensor(arr, dtype_label, copy=True):
@@ -316,7 +322,7 @@ def _read_into(r, ref, t):
     if a is None or t.device.type != "cpu" or not t.is_contiguous() or \
             tuple(ref.get("shape", ())) != tuple(t.shape) or int(np.prod(a["shape"])) != t.numel():
         return False
-    label = "bfloat16" if t.dtype == _torch.bfloat16 else _TORCH_TO_NUMPY.get(t.dtype)
+    label = _label_of(t.dtype)
     if label != a["dtype"]:
         return False
     data = t.detach()
@@ -481,17 +487,23 @@ def publish_weights(stream, model, step, wait=True):
     read in place (on the broker's node straight into the broker's file). A
     model on one CUDA device publishes through WeightStream.publish_device: its
     readers on this node copy it GPU to GPU (load_weights_from), the others
-    read the host copy. ``wait=False``: returns None once the tensors are
-    copied (GPU tensors: to the host), the version stored in the background
+    read the host copy. Where that path is UNAVAILABLE (agentrt built without
+    its GPU library, no driver) the version goes through the host as a CPU
+    model's does. ``wait=False``: returns None once the tensors are copied
+    (GPU tensors: to the host), the version stored in the background
     (WeightStream.publish, ``stream.flush()``)."""
     state = model.state_dict()
     on_gpu = _one_cuda_device(state)
     if on_gpu is not None and wait:
         # GPU to GPU for this node's readers (CUDA IPC), the host for others.
-        return stream.publish_device(
-            [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
-             for name, t in state.items()], step, on_gpu,
-            _torch.cuda.current_stream(on_gpu).cuda_stream)
+        try:
+            return stream.publish_device(
+                [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(),
+                  t.numel() * t.element_size()) for name, t in state.items()],
+                step, on_gpu, _current_cuda_stream(on_gpu))
+        except errors.BusError as e:
+            if e.code_name != "UNAVAILABLE":
+                raise
     arrays, dtypes = {}, {}
     for name, t in state.items():
         arrays[name], dtypes[name] = tensor_to_array(t)
@@ -511,27 +523,36 @@ def _one_cuda_device(state):
 
 
 def _dtype_label(t):
-    if t.dtype == _torch.bfloat16:
-        return "bfloat16"
-    if t.dtype not in _TORCH_TO_NUMPY:
+    label = _label_of(t.dtype)
+    if label is None:
         raise TypeError("weights: tensors of %s have no dtype label here" % t.dtype)
-    return _TORCH_TO_NUMPY[t.dtype]
+    return label
+
+
+def _current_cuda_stream(device):
+    """The current stream of CUDA device ``device`` as a cudaStream_t (an int)."""
+    return _torch.cuda.current_stream(device).cuda_stream
 
 
 def load_weights_from(stream, model, version=0, timeout=10.0):
     """Loads ``version`` (0: the newest) of ``stream`` into ``model`` and
     returns the version read. A model on one CUDA device gets it GPU to GPU
     through CUDA IPC when the publisher is on this node (else through pinned
-    host memory), straight into its tensors; any other model as load_weights
-    does, from the host version."""
+    host memory), straight into its tensors; any other model (or where that
+    path is UNAVAILABLE: no driver, no GPU library) as load_weights does,
+    from the host version."""
     state = model.state_dict()
     on_gpu = _one_cuda_device(state)
     if on_gpu is not None:
-        with _torch.no_grad():
-            return stream.read_device(
-                [(name, t.data_ptr(), t.numel() * t.element_size(), _dtype_label(t), tuple(t.shape))
-                 for name, t in state.items()],
-                on_gpu, version, _torch.cuda.current_stream(on_gpu).cuda_stream, timeout)
+        try:
+            with _torch.no_grad():
+                return stream.read_device(
+                    [(name, t.data_ptr(), t.numel() * t.element_size(), _dtype_label(t),
+                      tuple(t.shape)) for name, t in state.items()],
+                    on_gpu, version, _current_cuda_stream(on_gpu), timeout)
+        except errors.BusError as e:
+            if e.code_name != "UNAVAILABLE":
+                raise
     weights = stream.at(version, timeout) if version else stream.latest(timeout)
     load_weights(model, weights)
     return weights.version
