@@ -10,6 +10,7 @@
 #include "agent_runtime/checkpoint_files.h"
 #include "agent_runtime/checkpointer.h"
 #include "common/crc32c.h"
+#include "common/file_util.h"
 
 namespace agentrt {
 
@@ -88,19 +89,12 @@ namespace {
 
 // Reads exactly `bytes` at `offset`; a short file is DataLoss.
 Status PreadAll(int fd, std::byte* dst, size_t bytes, uint64_t offset, const std::string& path) {
-  size_t got = 0;
-  while (got < bytes) {
-    const ssize_t n = ::pread(fd, dst + got, bytes - got, static_cast<off_t>(offset + got));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      // Unreadable is lost, as a bad checksum: the restore goes back a step.
-      return DataLoss(path + ": cannot read: " + std::strerror(errno));
-    }
-    if (n == 0) {
-      return DataLoss(path + " ended at byte " + std::to_string(offset + got) + ", before " +
-                      std::to_string(offset + bytes));
-    }
-    got += static_cast<size_t>(n);
+  const ssize_t got = ReadAllAt(fd, dst, bytes, static_cast<off_t>(offset));
+  // Unreadable is lost, as a bad checksum: the restore goes back a step.
+  if (got < 0) return DataLoss(path + ": cannot read: " + std::strerror(errno));
+  if (static_cast<size_t>(got) < bytes) {
+    return DataLoss(path + " ended at byte " + std::to_string(offset + static_cast<uint64_t>(got)) +
+                    ", before " + std::to_string(offset + bytes));
   }
   return Status::Ok();
 }

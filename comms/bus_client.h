@@ -84,8 +84,9 @@ struct BusClientOptions {
   // the broker takes over (AdoptLarge), so no payload byte crosses the
   // socket; elsewhere, or false, it is sent in chunks. So does PublishAsync
   // with payloads from 256 KiB (kSpoolAsyncMinBytes) to 4 MiB, the file
-  // written in the call and named in its batch (PublishRequest.spooled_name). The publish is
-  // checked (ACL, size) before a byte is written. AGENTRT_BUS_LOCAL_FILES=0 sets it false, and has
+  // written in the call and named in its batch (PublishRequest.spooled_name). A large publish
+  // is checked (ACL, size) before a byte is written; an async one when its batch reaches the
+  // broker (a refused one's file is removed). AGENTRT_BUS_LOCAL_FILES=0 sets it false, and has
   // Fetch (and so a weight stream) read none of the broker's files either: every byte is streamed,
   // as on another node.
   bool write_local_files = true;

@@ -357,14 +357,9 @@ Status MetricSeries::Refresh() {
     points_ = 0;
   }
   std::string chunk(static_cast<size_t>(st.st_size - read_), '\0');
-  size_t got = 0;
-  while (got < chunk.size()) {
-    const ssize_t n = ::pread(fd, chunk.data() + got, chunk.size() - got,
-                              static_cast<off_t>(read_) + static_cast<off_t>(got));
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
+  const ssize_t n = ReadAllAt(fd, chunk.data(), chunk.size(), static_cast<off_t>(read_));
   ::close(fd);
+  const auto got = static_cast<size_t>(std::max<ssize_t>(n, 0));  // unreadable: the next poll
   chunk.resize(got);
   read_ += static_cast<int64_t>(got);
   std::string text = std::move(partial_);
