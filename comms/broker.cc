@@ -1,6 +1,7 @@
 #include "comms/broker.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -170,6 +171,9 @@ Status Broker::Recover(std::vector<std::string>* notes) {
   // Every retained large message keeps its file open (its readers send from
   // it after retention removed its name).
   RaiseOpenFileLimit();
+  max_open_payload_files_ = options_.max_open_payload_files;
+  if (rlimit files{}; max_open_payload_files_ <= 0 && ::getrlimit(RLIMIT_NOFILE, &files) == 0)
+    max_open_payload_files_ = static_cast<int64_t>(files.rlim_cur / 4);
   if ((durable() && options_.durability == BusDurability::kBatch) || options_.retention_age_s > 0)
     flusher_ = std::thread([this] { FlushLoop(); });
   return Status::Ok();

@@ -49,6 +49,12 @@ struct BrokerOptions {
   // folder of its own under this one ("": the temp folder), removed with the
   // broker, or by the next broker to start when this one was killed.
   std::string spill_root;
+  // A broker without a durable log keeps every large payload as a file of
+  // its own, open. An async publish's spooled payload (at most 4 MiB) becomes
+  // one only while fewer than this many are open; past it, the broker reads
+  // the file and keeps the bytes in memory, so small retained payloads cannot
+  // take every descriptor. 0: a quarter of the process's open-file limit.
+  int64_t max_open_payload_files = 0;
   BusDurability durability = BusDurability::kMemory;
   int fsync_interval_ms = 200;                // kBatch: the longest a record waits for its fsync
   int64_t segment_bytes = int64_t{64} << 20;  // a new segment file past this size
@@ -384,6 +390,10 @@ class Broker {
   std::atomic<int64_t> published_{0}, duplicates_{0}, delivered_{0}, expired_{0},
       retained_bytes_{0}, active_streams_{0}, rejected_unauthenticated_{0}, rejected_permission_{0},
       rejected_invalid_{0}, large_adopted_{0}, large_streamed_{0};
+  // Payload files open (Blob); see BrokerOptions::max_open_payload_files.
+  std::shared_ptr<std::atomic<int64_t>> open_payload_files_ =
+      std::make_shared<std::atomic<int64_t>>(0);
+  int64_t max_open_payload_files_ = 0;
 };
 
 // The inbox log name of an agent: "@inbox/<agent>".

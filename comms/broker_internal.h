@@ -83,10 +83,16 @@ struct Broker::Log {
 };
 
 struct Broker::Blob {
-  Blob(std::string p, int f, int64_t s) : path(std::move(p)), fd(f), size(s) {}
+  // `open` counts the broker's live blobs (shared: a reader may hold one
+  // after the broker is gone).
+  Blob(std::string p, int f, int64_t s, std::shared_ptr<std::atomic<int64_t>> open)
+      : path(std::move(p)), fd(f), size(s), open_(std::move(open)) {
+    open_->fetch_add(1);
+  }
   ~Blob() {
     if (fd >= 0) ::close(fd);
     if (!stored.load()) Unlink();
+    open_->fetch_sub(1);
   }
   Blob(const Blob&) = delete;
   Blob& operator=(const Blob&) = delete;
@@ -101,6 +107,9 @@ struct Broker::Blob {
   const int64_t size;
   std::atomic<bool> stored{false};  // false: an upload that did not become a message
   std::atomic<bool> unlinked{false};
+
+ private:
+  const std::shared_ptr<std::atomic<int64_t>> open_;
 };
 
 struct Broker::Upload {

@@ -56,7 +56,7 @@ Status Broker::RecoverBlobs(Log& log, const std::string& dir, std::vector<std::s
       return DataLoss(
           fmt::format("bus log: {}: the payload file of offset {}: {}", path, m->offset(), why));
     }
-    auto blob = std::make_shared<Blob>(path, fd, m->chunked_size());
+    auto blob = std::make_shared<Blob>(path, fd, m->chunked_size(), open_payload_files_);
     blob->stored.store(true);
     log.blobs.emplace(m->offset(), std::move(blob));
     named.insert(file);
@@ -150,7 +150,7 @@ Result<std::shared_ptr<Broker::Upload>> Broker::BeginLarge(const std::string& ag
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return NotStored(ErrnoStatus(errno, "bus: cannot create " + path)).WithContext(what);
   if (durable()) up->msg.set_chunked_file(name);
-  up->blob = std::make_shared<Blob>(path, fd, first.size());
+  up->blob = std::make_shared<Blob>(path, fd, first.size(), open_payload_files_);
   AGENTRT_RETURN_IF_ERROR(WriteLarge(*up, first.data()).WithContext(what));
   return up;
 }
@@ -290,7 +290,7 @@ Status Broker::AdoptLarge(const std::string& agent, v1::AdoptRequest& req,
         fmt::format("{}: cannot move {} to {}: {}", what, spooled, path, std::strerror(err)));
   }
   // From here the payload store owns the file: it goes with the Blob unless stored.
-  up->blob = std::make_shared<Blob>(path, fd, req.size());
+  up->blob = std::make_shared<Blob>(path, fd, req.size(), open_payload_files_);
   if (durable()) up->msg.set_chunked_file(name);
   AGENTRT_ASSIGN_OR_RETURN(up->crc, FileCrc32c(fd, req.size(), path));
   up->written = req.size();
@@ -305,10 +305,12 @@ Status Broker::AdoptSpooledEntry(const std::string& agent, v1::PublishRequest& e
     return s.WithContext("spooled publish to topic \"" + entry.topic().substr(0, 64) +
                          "\" by agent " + agent);
   }
-  if (durable()) {
+  if (durable() || open_payload_files_->load() >= max_open_payload_files_) {
     // A durable log writes its records in runs and fsyncs them together (a
     // payload file would need an fsync of its own per message): the bytes
     // are read from the spool file here and stored inline, as Publish does.
+    // So does a memory broker whose payload files hold
+    // max_open_payload_files descriptors already.
     const std::string what =
         "spooled publish to topic \"" + entry.topic().substr(0, 64) + "\" by agent " + agent;
     const std::string name = std::move(*entry.mutable_spooled_name());

@@ -499,6 +499,37 @@ TEST_CASE("async payloads from 256 KiB go through the spool on the broker's node
   CHECK(after->large_adopted == 8);
 }
 
+TEST_CASE("past max_open_payload_files a memory broker keeps spooled payloads in memory") {
+  const agentrt::testing::TempDir tmp("agentrt-spooled");
+  BusServerOptions opts = Options();
+  opts.broker.spill_root = tmp.path;
+  opts.broker.max_open_payload_files = 2;
+  auto server = Start(opts);
+  auto pub = Client(server->address(), "pub");
+  auto sub = Client(server->address(), "sub");
+  Collector c;
+  REQUIRE(sub->Subscribe("tfiles", StartAt::Earliest(), c.OnMessage(), c.Events()).ok());
+  std::vector<std::string> sent;
+  for (int i = 0; i < 6; ++i) {
+    sent.push_back(RandomBytes(1 << 20, 300 + i));
+    pub->PublishAsync("tfiles", sent.back());
+  }
+  REQUIRE(pub->Flush(30s).ok());
+  REQUIRE(WaitFor([&] { return c.size() == sent.size(); }, 30s));
+  {
+    std::lock_guard<std::mutex> l(c.mu);
+    for (size_t i = 0; i < sent.size(); ++i) {
+      INFO("message " << i);
+      CHECK(c.msgs[i].payload() == sent[i]);
+    }
+  }
+  CHECK(CountFiles(tmp.path, ".blob") == 2);  // the first two; the others read and kept inline
+  CHECK(SpoolFiles(tmp.path) == 0);           // every spool file taken over or removed
+  auto stats = sub->Stats();
+  REQUIRE(stats.ok());
+  CHECK(stats->large_adopted == 6);  // no payload byte over the publisher's socket either way
+}
+
 TEST_CASE("a spooled batch entry is checked: no payload, its own agent's file, present") {
   const agentrt::testing::TempDir tmp("agentrt-spooled");
   BusServerOptions opts = Options();
