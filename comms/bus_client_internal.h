@@ -62,6 +62,7 @@ struct SpooledPayload {
   size_t size = 0;
   uint32_t crc = 0;
   std::atomic<int64_t>* outstanding = nullptr;  // the client's count of spooled bytes
+  int64_t charged = 0;                          // what this file counts in it
   SpooledPayload() = default;
   SpooledPayload(const SpooledPayload&) = delete;
   SpooledPayload& operator=(const SpooledPayload&) = delete;
@@ -72,8 +73,11 @@ struct SpooledPayload {
 // costs more than the bytes it keeps off the socket.
 inline constexpr size_t kSpoolAsyncMinBytes = size_t{256} << 10;
 // At most this many bytes of a client's async payloads wait in spool files
-// (each an open descriptor) at a time; the next go inline.
+// (each an open descriptor) at a time, and at most kSpoolAsyncMaxFiles
+// files (each counts at least kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles);
+// the next go inline.
 inline constexpr int64_t kSpoolAsyncMaxBytes = int64_t{128} << 20;
+inline constexpr int64_t kSpoolAsyncMaxFiles = 64;
 
 // Async publishes, queued as the batches they are sent in. A batch that was
 // answered is cleared and reused, its requests' strings keeping their

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/random.h"
@@ -61,7 +62,7 @@ std::string SpoolName(const std::string& agent) { return agent + "." + RandomHex
 }  // namespace
 
 bus_client_internal::SpooledPayload::~SpooledPayload() {
-  if (outstanding != nullptr) outstanding->fetch_sub(static_cast<int64_t>(size));
+  if (outstanding != nullptr) outstanding->fetch_sub(charged);
   if (fd < 0) return;
   ::unlink(path.c_str());  // no such name any more once the broker took the file over
   ::close(fd);
@@ -90,13 +91,15 @@ std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPaylo
     dir = spool_dir;
     id = spool_id;
   }
-  const auto size = static_cast<int64_t>(payload.size());
-  if (spooled_outstanding.fetch_add(size) + size > kSpoolAsyncMaxBytes) {
-    spooled_outstanding.fetch_sub(size);
+  const int64_t charge =
+      std::max(static_cast<int64_t>(payload.size()), kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles);
+  if (spooled_outstanding.fetch_add(charge) + charge > kSpoolAsyncMaxBytes) {
+    spooled_outstanding.fetch_sub(charge);
     return nullptr;  // enough waits in files already: inline
   }
   auto held = std::make_unique<SpooledPayload>();
   held->outstanding = &spooled_outstanding;
+  held->charged = charge;
   held->size = payload.size();
   held->spool_id = std::move(id);
   std::optional<SpoolFile> file = CreateSpoolFile(dir);

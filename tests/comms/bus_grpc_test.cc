@@ -984,3 +984,52 @@ TEST_CASE(
   CheckExactSequence(c.msgs, 2);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("an async publisher keeps at most 64 spool files waiting; the next go inline") {
+  auto dir = TempDir();
+  const std::string secret = (dir / "bus.secret").string(),
+                    address_file = (dir / "bus.address").string();
+  REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
+  // The broker's spill folder (its spool in it) under `dir`: its temp folder.
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string saved = tmpdir != nullptr ? tmpdir : "";
+  ::setenv("TMPDIR", dir.c_str(), 1);
+  const auto [pid, address] = SpawnBroker({"--open", "--secret-file", secret}, address_file);
+  if (tmpdir != nullptr) {
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      ::kill(pid, SIGCONT);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+  auto waiting = [&dir] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec))
+      n += e.path().extension() == ".part" ? 1 : 0;
+    return n;
+  };
+
+  auto pub = Client(address, "pub");
+  const std::string payload(256 << 10, 'w');  // spooled: at least 256 KiB
+  pub->PublishAsync("tcap", payload);         // the first asks for the spool
+  REQUIRE(pub->Flush(30s).ok());
+  REQUIRE(::kill(pid, SIGSTOP) == 0);  // nothing is answered from here on
+  for (int i = 0; i < 100; ++i) pub->PublishAsync("tcap", payload);
+  CHECK(waiting() == 64);  // 128 MiB of them would be 512 files
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  REQUIRE(pub->Flush(60s).ok());
+  CHECK(waiting() == 0);
+  auto sub = Client(address, "sub");
+  Collector c;
+  REQUIRE(sub->Subscribe("tcap", StartAt::Earliest(), c.OnMessage(), c.Options()).ok());
+  REQUIRE(WaitFor([&] { return c.size() == 101; }, 30s));
+  std::lock_guard<std::mutex> l(c.mu);
+  for (const auto& m : c.msgs) CHECK(m.payload() == payload);
+}
