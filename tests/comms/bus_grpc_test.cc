@@ -775,6 +775,17 @@ std::pair<pid_t, std::string> SpawnBroker(const std::vector<std::string>& args,
   return {pid, address};
 }
 
+// Kills a broker of SpawnBroker (stopped with SIGSTOP or not) at the end of
+// a test, however it ends.
+struct StoppedBrokerReaper {
+  pid_t pid;
+  ~StoppedBrokerReaper() {
+    ::kill(pid, SIGCONT);
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
 // SIGTERM to a broker of SpawnBroker: true when it exited 0 within 20 s
 // (else it is killed).
 bool StopBroker(pid_t pid) {
@@ -957,14 +968,7 @@ TEST_CASE(
                     address_file = (dir / "bus.address").string();
   REQUIRE(WriteFileAtomic(secret, kSecret, {.mode = 0600}).ok());
   const auto [pid, address] = SpawnBroker({"--open", "--secret-file", secret}, address_file);
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      ::kill(pid, SIGCONT);
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{pid};
+  const StoppedBrokerReaper reaper{pid};
 
   BusClientOptions fast;
   fast.keepalive_time_ms = 1000;
@@ -1000,14 +1004,7 @@ TEST_CASE("an async publisher keeps at most 64 spool files waiting; the next go 
   } else {
     ::unsetenv("TMPDIR");
   }
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      ::kill(pid, SIGCONT);
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{pid};
+  const StoppedBrokerReaper reaper{pid};
   auto waiting = [&dir] {
     int n = 0;
     std::error_code ec;
