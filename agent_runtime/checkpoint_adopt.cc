@@ -84,11 +84,11 @@ Result<std::optional<std::string>> CopyVerified(int src_fd, int dst_dir_fd, cons
   return std::optional<std::string>();
 }
 
-// The step and metadata of `dir`'s newest committed checkpoint with a
-// readable manifest (step -1 and null if none).
-std::pair<int64_t, nlohmann::json> Newest(int dir_fd, const CheckpointOptions& options) {
+// `dir`'s newest committed checkpoint with a readable manifest (step -1 and
+// null metadata if none).
+NewestCheckpointInfo Newest(int dir_fd, const CheckpointOptions& options) {
   auto steps = ListSteps(dir_fd, options.dir);
-  if (!steps.ok()) return {-1, nullptr};
+  if (!steps.ok()) return {};
   std::vector<std::byte> scratch;
   for (int64_t step : *steps) {
     if (!ExistsAt(dir_fd, StepName(step) + "/" + kManifest)) continue;
@@ -96,13 +96,9 @@ std::pair<int64_t, nlohmann::json> Newest(int dir_fd, const CheckpointOptions& o
     ShardData unused;
     VerifyOutcome v = VerifyStep(dir_fd, options, step, /*load_rank=*/-1, /*verify_all=*/false,
                                  /*check_world=*/false, &manifest, &unused, scratch);
-    if (v.fatal.ok() && !v.corrupt) return {step, manifest.metadata};
+    if (v.fatal.ok() && !v.corrupt) return {step, std::move(manifest.metadata)};
   }
-  return {-1, nullptr};
-}
-
-nlohmann::json NewestMetadata(int dir_fd, const CheckpointOptions& options) {
-  return Newest(dir_fd, options).second;
+  return {};
 }
 
 }  // namespace
@@ -128,7 +124,7 @@ class Adoption {
     CheckpointOptions to_options = from_options;
     to_options.dir = o_.to_dir;
     to_options.agent = o_.to_agent;
-    own_ = NewestMetadata(to_.get(), to_options);
+    own_ = Newest(to_.get(), to_options).metadata;
 
     AGENTRT_ASSIGN_OR_RETURN(auto steps, ListSteps(from_.get(), o_.from_dir));
     std::vector<std::byte> scratch;
@@ -269,33 +265,16 @@ class Adoption {
 
 Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& o) { return Adoption(o).Run(); }
 
-namespace {
-
-// `agent`'s newest checkpoint in `dir` that verifies: its step and metadata
-// (-1 and null when there is none, or no such directory).
-Result<std::pair<int64_t, nlohmann::json>> NewestIn(const std::string& dir,
-                                                    const std::string& agent) {
+Result<NewestCheckpointInfo> NewestCheckpoint(const std::string& dir, const std::string& agent) {
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd.ok()) {
-    if (errno == ENOENT) return std::pair<int64_t, nlohmann::json>(-1, nullptr);
+    if (errno == ENOENT) return NewestCheckpointInfo{};
     return ErrnoStatus(errno, "open " + dir);
   }
   CheckpointOptions options;
   options.dir = dir;
   options.agent = agent;
   return Newest(fd.get(), options);
-}
-
-}  // namespace
-
-Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent) {
-  AGENTRT_ASSIGN_OR_RETURN(auto newest, NewestIn(dir, agent));
-  return std::move(newest.second);
-}
-
-Result<int64_t> NewestCheckpointStep(const std::string& dir, const std::string& agent) {
-  AGENTRT_ASSIGN_OR_RETURN(auto newest, NewestIn(dir, agent));
-  return newest.first;
 }
 
 }  // namespace agentrt

@@ -536,12 +536,14 @@ struct AdoptResult {
 };
 Result<AdoptResult> AdoptCheckpoint(const AdoptOptions& options);
 
-// The metadata of `agent`'s newest checkpoint in `dir` that verifies (its
-// manifest and shard records; no payload is read); null when there is none
-// (or no such directory).
-Result<nlohmann::json> NewestCheckpointMetadata(const std::string& dir, const std::string& agent);
-// The step of that checkpoint; -1 when there is none.
-Result<int64_t> NewestCheckpointStep(const std::string& dir, const std::string& agent);
+// The step and metadata of `agent`'s newest checkpoint in `dir` that
+// verifies (its manifest and shard records; no payload is read): step -1 and
+// null metadata when there is none (or no such directory).
+struct NewestCheckpointInfo {
+  int64_t step = -1;
+  nlohmann::json metadata;
+};
+Result<NewestCheckpointInfo> NewestCheckpoint(const std::string& dir, const std::string& agent);
 
 // Joins `relative` under `root`, refusing anything that could leave it: an empty
 // or absolute path, a ".." component, or an existing symlink along the way that

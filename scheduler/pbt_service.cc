@@ -54,9 +54,9 @@ void RecoverExploits(Plan* plan, const RunDir& dir, RunObserver* observer) {
   bool plan_changed = false;
   for (AgentPlan& a : plan->agents) {
     if (!members.count(a.name)) continue;
-    auto metadata = NewestCheckpointMetadata(dir.Resolve(a.checkpoint_dir), a.name);
-    if (!metadata.ok() || !metadata->is_object()) continue;
-    const nlohmann::json from = metadata->value("adopted_from", nlohmann::json::object());
+    auto newest = NewestCheckpoint(dir.Resolve(a.checkpoint_dir), a.name);
+    if (!newest.ok() || !newest->metadata.is_object()) continue;
+    const nlohmann::json from = newest->metadata.value("adopted_from", nlohmann::json::object());
     const nlohmann::json note = from.value("note", nlohmann::json());
     // Only this run's own exploits (a checkpoint brought from another run keeps its note).
     if (!note.is_object() || note.value("lineage", "") != dir.LineagePath()) continue;

@@ -91,10 +91,11 @@ bool TakeReport(AgentStatus& s, const TelemetryMessage& m) {
 // while the controller runs behind. The checkpoint proves the step.
 void TakeFinalCheckpoint(const std::string& checkpoint_dir, AgentStatus& s) {
   if (checkpoint_dir.empty()) return;
-  const Result<int64_t> step = NewestCheckpointStep(checkpoint_dir, s.name);
-  if (!step.ok() || *step < 0) return;
-  if (!s.last_checkpoint_step || *step > *s.last_checkpoint_step) s.last_checkpoint_step = *step;
-  if (*step > s.step) s.step = *step;
+  const Result<NewestCheckpointInfo> newest = NewestCheckpoint(checkpoint_dir, s.name);
+  if (!newest.ok() || newest->step < 0) return;
+  const int64_t step = newest->step;
+  if (!s.last_checkpoint_step || step > *s.last_checkpoint_step) s.last_checkpoint_step = step;
+  if (step > s.step) s.step = step;
 }
 
 }  // namespace

@@ -496,14 +496,11 @@ def publish_weights(stream, model, step, wait=True):
     on_gpu = _one_cuda_device(state)
     if on_gpu is not None and wait:
         # GPU to GPU for this node's readers (CUDA IPC), the host for others.
-        try:
-            return stream.publish_device(
-                [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(),
-                  t.numel() * t.element_size()) for name, t in state.items()],
-                step, on_gpu, _current_cuda_stream(on_gpu))
-        except errors.BusError as e:
-            if e.code_name != "UNAVAILABLE":
-                raise
+        version = _unless_unavailable(lambda: stream.publish_device(
+            [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
+             for name, t in state.items()], step, on_gpu, _current_cuda_stream(on_gpu)))
+        if version is not None:
+            return version
     arrays, dtypes = {}, {}
     for name, t in state.items():
         arrays[name], dtypes[name] = tensor_to_array(t)
@@ -529,6 +526,17 @@ def _dtype_label(t):
     return label
 
 
+def _unless_unavailable(call):
+    """``call()``'s result, or None where the GPU path answers UNAVAILABLE (agentrt
+    without its GPU library, no driver): the caller then goes through the host."""
+    try:
+        return call()
+    except errors.BusError as e:
+        if e.code_name != "UNAVAILABLE":
+            raise
+        return None
+
+
 def _current_cuda_stream(device):
     """The current stream of CUDA device ``device`` as a cudaStream_t (an int)."""
     return _torch.cuda.current_stream(device).cuda_stream
@@ -544,15 +552,13 @@ def load_weights_from(stream, model, version=0, timeout=10.0):
     state = model.state_dict()
     on_gpu = _one_cuda_device(state)
     if on_gpu is not None:
-        try:
-            with _torch.no_grad():
-                return stream.read_device(
-                    [(name, t.data_ptr(), t.numel() * t.element_size(), _dtype_label(t),
-                      tuple(t.shape)) for name, t in state.items()],
-                    on_gpu, version, _current_cuda_stream(on_gpu), timeout)
-        except errors.BusError as e:
-            if e.code_name != "UNAVAILABLE":
-                raise
+        with _torch.no_grad():
+            got = _unless_unavailable(lambda: stream.read_device(
+                [(name, t.data_ptr(), t.numel() * t.element_size(), _dtype_label(t),
+                  tuple(t.shape)) for name, t in state.items()],
+                on_gpu, version, _current_cuda_stream(on_gpu), timeout))
+        if got is not None:
+            return got
     weights = stream.at(version, timeout) if version else stream.latest(timeout)
     load_weights(model, weights)
     return weights.version
