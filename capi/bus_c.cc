@@ -181,7 +181,14 @@ Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     }
     auto made = std::make_shared<DeviceWeightStreamHandle>();
     made->device = device;
-    made->host = std::make_shared<WeightStream>(*bus->client, name, incarnation.value_or(0));
+    // The name's kept stream when there is one (agentrt_weights_open): one
+    // stream object, so its delta versions and async publishes are the GPU
+    // versions' too (another incarnation's is refused below, as the host path
+    // refuses it).
+    auto kept = bus->weight_streams.find(name);
+    made->host = kept != bus->weight_streams.end()
+                     ? kept->second
+                     : std::make_shared<WeightStream>(*bus->client, name, incarnation.value_or(0));
     made->gpu = std::make_unique<DeviceWeightStream>(*made->host, **api, device);
     handle = std::move(made);
   }

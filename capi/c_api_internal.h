@@ -77,7 +77,9 @@ Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name
                                        int64_t incarnation, std::chrono::milliseconds timeout);
 
 // A stream of GPU tensors the handle keeps (agentrt_weights_*_device): its
-// host stream and the device side over it, used by one call at a time.
+// host stream (the name's kept stream when agentrt_weights_open made one
+// first, with its delta versions) and the device side over it, used by one
+// call at a time.
 struct DeviceWeightStreamHandle {
   std::mutex mu;
   int device = 0;

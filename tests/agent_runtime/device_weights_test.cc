@@ -275,6 +275,45 @@ TEST_CASE("a version published on another node is read through the host") {
   CHECK(got["crc32c"] == CrcOf(v));
 }
 
+TEST_CASE("over a stream with delta versions, a device version's host copy is a delta too") {
+  Bus bus;
+  testing::FakeDevice dev;
+  // Larger than a message carries inline: only such versions have deltas read.
+  const size_t n = 32 * kFloats, bytes = n * sizeof(float);  // 8 MiB
+  void* w = *dev.Malloc(bytes);
+  WeightStream out(*bus.pub, "gpu-delta", 0, WeightStreamOptions{.delta = true});
+  DeviceWeightStream gpu(out, dev, 0);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 1000) / 7.0f;
+  auto publish = [&](int64_t step) {
+    std::memcpy(w, v.data(), bytes);  // fake device memory is host memory
+    return gpu.Publish({{"w", "float32", {static_cast<int64_t>(n)}, w, bytes}}, step);
+  };
+  REQUIRE(publish(1).value() == 1);
+  const uint32_t crc1 = Crc32c(v.data(), bytes);
+  for (size_t i = 0; i < n; i += 100) v[i] += 1.0f;  // 1% of the values
+  REQUIRE(publish(2).value() == 2);
+  const uint32_t crc2 = Crc32c(v.data(), bytes);
+  CHECK(out.stats().deltas_published == 1);
+  CHECK(out.stats().delta_bytes_published * 20 < static_cast<int64_t>(bytes));
+  // A reader that reads through the host as one on another node does (the
+  // publisher's process: no IPC): version 2 from its delta to version 1.
+  auto sub = testing::ConnectRemoteBus(bus.server->address(), kSecret, "sub");
+  WeightStream in(*sub, "gpu-delta", 0, WeightStreamOptions{.delta = true});
+  testing::FakeDevice api;
+  DeviceWeightStream reader(in, api, 0);
+  void* target = *api.Malloc(bytes);
+  REQUIRE(reader.ReadInto(1, {{"w", target, bytes}}, 5s).value() == 1);
+  CHECK(Crc32c(target, bytes) == crc1);
+  REQUIRE(reader.ReadInto(2, {{"w", target, bytes}}, 5s).value() == 2);
+  CHECK(Crc32c(target, bytes) == crc2);
+  CHECK(reader.stats().versions_staged == 2);
+  CHECK(in.stats().versions_from_delta == 1);
+  CHECK(in.stats().delta_mismatches == 0);
+  api.Free(target);
+  dev.Free(w);
+}
+
 TEST_CASE(
     "a record whose descriptor is no longer a slot table (now a FIFO without a writer) is "
     "read through the host, without waiting in open") {

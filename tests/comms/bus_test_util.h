@@ -3,6 +3,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +29,17 @@ inline std::unique_ptr<BusClient> ConnectBus(const std::string& address, const s
                               std::move(opts));
   REQUIRE(c.ok());
   return std::move(c).value();
+}
+
+// A client as a process on another node than the broker's has it: nothing
+// of the broker's files is read, every byte is streamed.
+inline std::unique_ptr<BusClient> ConnectRemoteBus(const std::string& address,
+                                                   const std::string& secret,
+                                                   const std::string& agent) {
+  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);
+  auto client = ConnectBus(address, secret, agent);
+  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+  return client;
 }
 
 }  // namespace agentrt::testing

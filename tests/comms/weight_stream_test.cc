@@ -70,10 +70,7 @@ std::unique_ptr<BusClient> Client(const std::string& address, const std::string&
 
 // A client as a process on another node than the broker's has it.
 std::unique_ptr<BusClient> RemoteClient(const std::string& address, const std::string& agent) {
-  ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);  // nothing of the broker's files
-  auto client = Client(address, agent);
-  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
-  return client;
+  return testing::ConnectRemoteBus(address, kSecret, agent);
 }
 
 std::vector<float> Values(size_t n, uint32_t seed) {

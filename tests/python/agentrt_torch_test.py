@@ -244,6 +244,16 @@ def cuda_weights(work, model):
         check(out.returncode == 0 and out.stdout.split(None, 1) == ["1", sums + "\n"],
               "another process reads them GPU to GPU (%s / %s)" % (out.stdout.strip(),
                                                                      out.stderr.strip()[-400:]))
+        # With delta versions: a second version, 1% of a large tensor changed,
+        # also goes out as its delta.
+        big = torch.nn.Linear(1024, 2048).cuda()
+        deltas = agentrt.WeightStream(pub, "policy-delta", delta=True)
+        check(art.publish_weights(deltas, big, 1) == 1, "a large CUDA model's version 1")
+        with torch.no_grad():
+            big.weight.view(-1)[::100] += 1.0
+        check(art.publish_weights(deltas, big, 2) == 2, "its version 2")
+        check(deltas.stats()["deltas_published"] == 1,
+              "a GPU version of a delta stream has its delta (%s)" % deltas.stats())
         pub.close()
 
 
