@@ -369,9 +369,10 @@ struct BusClient::Impl {
   Result<std::string> SpoolFor(std::string_view topic, size_t size);
   // Whether this process is on the broker's node and may read its spool (so
   // its files): asks the broker (SpoolFor) while that is not known; nullopt
-  // while it cannot be told (the broker unreachable). `again`: forget what
-  // was proven and ask (after a broken stream: the broker may have made its
-  // spool anew); a spool found unusable stays so.
+  // while it cannot be told (the broker unreachable). `again`: ask even
+  // though a spool was proven (after a broken stream: the broker may have
+  // made its spool anew), using the proven one until answered; a spool
+  // found unusable stays so.
   std::optional<bool> OnBrokerNode(bool again = false);
   // `payload` written into a new file of a spool already proven (no call
   // here); null when there is none or the write fails (the bytes go inline).

@@ -74,7 +74,10 @@ std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
     std::lock_guard<std::mutex> lock(spool_mu);
     if (spool_state < 0) return false;
     if (spool_state > 0 && !again) return true;
-    spool_state = 0;
+    // Asked again, a spool proven before stays in use until the answer:
+    // async publishes meanwhile are spooled, not sent inline. One written
+    // into a spool the broker has since made anew is refused and resent
+    // inline (its file is held open), and the answer proves the new one.
   }
   (void)SpoolFor("", 0);  // an empty topic: no publish to check
   std::lock_guard<std::mutex> lock(spool_mu);
