@@ -161,13 +161,32 @@ Result<std::shared_ptr<WeightStream>> AsyncWeightStreamOf(agentrt_bus* bus, cons
   return stream;
 }
 
+namespace {
+// The handle's kept stream `name` when it serves `incarnation` (any stream
+// when none is given: a reader's); streams_mu held.
+std::shared_ptr<WeightStream> KeptLocked(agentrt_bus* bus, const std::string& name,
+                                         std::optional<int64_t> incarnation) {
+  auto it = bus->weight_streams.find(name);
+  if (it == bus->weight_streams.end()) return nullptr;
+  if (incarnation.has_value() && it->second->incarnation() != *incarnation) return nullptr;
+  return it->second;
+}
+}  // namespace
+
 Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device) {
   std::lock_guard<std::mutex> lock(bus->streams_mu);
+  // The name's kept stream (agentrt_weights_open) when it serves this call:
+  // one stream object, so its delta versions are the GPU versions' too.
+  const std::shared_ptr<WeightStream> kept = KeptLocked(bus, name, incarnation);
   auto& handle = bus->device_streams[name];
   const bool other_incarnation =
       handle != nullptr && incarnation.has_value() && handle->host->incarnation() != *incarnation;
-  if (handle == nullptr || (other_incarnation && !handle->published && handle->device == device)) {
+  // One that never published is made anew for another incarnation, or over
+  // a kept stream opened since it was made.
+  const bool remake = handle != nullptr && !handle->published && handle->device == device &&
+                      (other_incarnation || (kept != nullptr && handle->host != kept));
+  if (handle == nullptr || remake) {
     if (!device::DriverPresent()) {
       bus->device_streams.erase(name);
       return Unavailable("weights stream \"" + name +
@@ -181,13 +200,8 @@ Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     }
     auto made = std::make_shared<DeviceWeightStreamHandle>();
     made->device = device;
-    // The name's kept stream when there is one (agentrt_weights_open): one
-    // stream object, so its delta versions and async publishes are the GPU
-    // versions' too (another incarnation's is refused below, as the host path
-    // refuses it).
-    auto kept = bus->weight_streams.find(name);
-    made->host = kept != bus->weight_streams.end()
-                     ? kept->second
+    made->host = kept != nullptr
+                     ? kept
                      : std::make_shared<WeightStream>(*bus->client, name, incarnation.value_or(0));
     made->gpu = std::make_unique<DeviceWeightStream>(*made->host, **api, device);
     handle = std::move(made);
@@ -203,10 +217,10 @@ Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
   return handle;
 }
 
-std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name) {
+std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name,
+                                               std::optional<int64_t> incarnation) {
   std::lock_guard<std::mutex> lock(bus->streams_mu);
-  auto it = bus->weight_streams.find(name);
-  return it == bus->weight_streams.end() ? nullptr : it->second;
+  return KeptLocked(bus, name, incarnation);
 }
 
 Result<int64_t> CloseAsyncWeightStream(agentrt_bus* bus, const std::string& name,

@@ -68,8 +68,10 @@ BusClient* BusClientOf(agentrt_bus* bus);
 Result<std::shared_ptr<WeightStream>> AsyncWeightStreamOf(
     agentrt_bus* bus, const std::string& name, int64_t incarnation,
     const WeightStreamOptions* options = nullptr);
-// The handle's stream `name` if it has one (nullptr: none).
-std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name);
+// The handle's stream `name` if it has one that serves `incarnation` (any
+// when none is given: a reader's) (nullptr: none).
+std::shared_ptr<WeightStream> FindWeightStream(agentrt_bus* bus, const std::string& name,
+                                               std::optional<int64_t> incarnation = std::nullopt);
 // Flushes that stream (as WeightStream::Flush) and, if it is stored, lets
 // go of it and of the device stream of that name (its GPU memory, once no
 // call uses it); the version's number (0: none was published).
@@ -89,10 +91,13 @@ struct DeviceWeightStreamHandle {
   ~DeviceWeightStreamHandle() { gpu.reset(); }
 };
 // The handle's device stream `name`, made on first use for CUDA device
-// `device` and `incarnation` (a reader's: none, 0 if made) (UNAVAILABLE
-// without a driver or agentrt's GPU library); another device, or another
-// incarnation when given, for the same name is refused, unless the stream
-// only read so far: it is then made anew for that incarnation.
+// `device` and `incarnation` (a reader's: none) over the name's kept stream
+// when that serves the call (FindWeightStream), else over a plain one (of
+// `incarnation`, 0 for a reader's) (UNAVAILABLE without a driver or
+// agentrt's GPU library); another device, or another incarnation when
+// given, for the same name is refused, unless the stream only read so far:
+// it is then made anew for that incarnation, as it is over a kept stream
+// opened since.
 Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device);
 

@@ -61,8 +61,9 @@ agentrt::Result<std::vector<agentrt::WeightTensor>> Tensors(const char* tensors_
 // `incarnation` when given; else one for this call.
 std::shared_ptr<agentrt::WeightStream> StreamFor(agentrt_bus* bus, const char* name,
                                                  std::optional<int64_t> incarnation) {
-  std::shared_ptr<agentrt::WeightStream> kept = agentrt::capi::FindWeightStream(bus, name);
-  if (kept != nullptr && (!incarnation || kept->incarnation() == *incarnation)) return kept;
+  std::shared_ptr<agentrt::WeightStream> kept =
+      agentrt::capi::FindWeightStream(bus, name, incarnation);
+  if (kept != nullptr) return kept;
   return std::make_shared<agentrt::WeightStream>(*BusClientOf(bus), name, incarnation.value_or(0));
 }
 

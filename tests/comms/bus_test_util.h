@@ -36,10 +36,20 @@ inline std::unique_ptr<BusClient> ConnectBus(const std::string& address, const s
 inline std::unique_ptr<BusClient> ConnectRemoteBus(const std::string& address,
                                                    const std::string& secret,
                                                    const std::string& agent) {
+  struct Restore {  // the variable as it was, however this returns
+    const char* was = std::getenv("AGENTRT_BUS_LOCAL_FILES");
+    std::string value = was != nullptr ? was : "";
+    bool set = was != nullptr;
+    ~Restore() {
+      if (set) {
+        ::setenv("AGENTRT_BUS_LOCAL_FILES", value.c_str(), 1);
+      } else {
+        ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
+      }
+    }
+  } restore;
   ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);
-  auto client = ConnectBus(address, secret, agent);
-  ::unsetenv("AGENTRT_BUS_LOCAL_FILES");
-  return client;
+  return ConnectBus(address, secret, agent);
 }
 
 }  // namespace agentrt::testing

@@ -244,14 +244,23 @@ def cuda_weights(work, model):
         check(out.returncode == 0 and out.stdout.split(None, 1) == ["1", sums + "\n"],
               "another process reads them GPU to GPU (%s / %s)" % (out.stdout.strip(),
                                                                      out.stderr.strip()[-400:]))
-        # With delta versions: a second version, 1% of a large tensor changed,
-        # also goes out as its delta.
+        # With delta versions: a second GPU version, 1% of a large tensor
+        # changed, also goes out as its delta (publish_device itself: no host
+        # fallback).
         big = torch.nn.Linear(1024, 2048).cuda()
+        device = big.weight.device.index or 0
         deltas = agentrt.WeightStream(pub, "policy-delta", delta=True)
-        check(art.publish_weights(deltas, big, 1) == 1, "a large CUDA model's version 1")
+
+        def tensors():
+            return [(name, art._dtype_label(t), tuple(t.shape), t.data_ptr(),
+                     t.numel() * t.element_size()) for name, t in big.state_dict().items()]
+
+        stream = art._current_cuda_stream(device)
+        check(deltas.publish_device(tensors(), 1, device, stream) == 1,
+              "a large CUDA model's version 1")
         with torch.no_grad():
             big.weight.view(-1)[::100] += 1.0
-        check(art.publish_weights(deltas, big, 2) == 2, "its version 2")
+        check(deltas.publish_device(tensors(), 2, device, stream) == 2, "its version 2")
         check(deltas.stats()["deltas_published"] == 1,
               "a GPU version of a delta stream has its delta (%s)" % deltas.stats())
         pub.close()
