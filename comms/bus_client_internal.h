@@ -371,8 +371,8 @@ struct BusClient::Impl {
   // its files): asks the broker (SpoolFor) while that is not known; nullopt
   // while it cannot be told (the broker unreachable). `again`: ask even
   // though a spool was proven (after a broken stream: the broker may have
-  // made its spool anew), using the proven one until answered; a spool
-  // found unusable stays so.
+  // made its spool anew), using the proven one until answered, and not any
+  // more if no answer came; a spool found unusable stays so.
   std::optional<bool> OnBrokerNode(bool again = false);
   // `payload` written into a new file of a spool already proven (no call
   // here); null when there is none or the write fails (the bytes go inline).
@@ -405,6 +405,7 @@ struct BusClient::Impl {
   std::mutex spool_mu;
   int spool_state = 0;  // 0 not proven yet, 1 usable (spool_dir, spool_id), -1 not usable
   bool spool_adopts_entries = false;     // the broker said it takes PublishRequest.spooled_name
+  uint64_t spool_answers = 0;            // Spool calls the broker answered
   std::atomic<bool> spool_asked{false};  // by PublishAsync
   std::string spool_dir, spool_id;
 };

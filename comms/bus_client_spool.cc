@@ -70,6 +70,7 @@ bus_client_internal::SpooledPayload::~SpooledPayload() {
 
 std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
   if (!options.write_local_files) return false;
+  uint64_t answers = 0;
   {
     std::lock_guard<std::mutex> lock(spool_mu);
     if (spool_state < 0) return false;
@@ -78,9 +79,12 @@ std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
     // async publishes meanwhile are spooled, not sent inline. One written
     // into a spool the broker has since made anew is refused and resent
     // inline (its file is held open), and the answer proves the new one.
+    answers = spool_answers;
   }
   (void)SpoolFor("", 0);  // an empty topic: no publish to check
   std::lock_guard<std::mutex> lock(spool_mu);
+  // No answer (the broker unreachable): proven no more, asked at the next use.
+  if (again && spool_answers == answers && spool_state > 0) spool_state = 0;
   if (spool_state == 0) return std::nullopt;
   return spool_state > 0;
 }
@@ -132,6 +136,10 @@ Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t siz
   grpc::ClientContext ctx;
   Prepare(&ctx, DeadlineClock::now() + options.call_timeout);
   const grpc::Status s = stub->Spool(&ctx, req, &resp);
+  if (s.ok() || s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    std::lock_guard<std::mutex> lock(spool_mu);
+    ++spool_answers;
+  }
   if (!s.ok()) {
     switch (s.error_code()) {
       case grpc::StatusCode::UNIMPLEMENTED: {  // a broker without a spool

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -63,6 +64,30 @@ class FaultyBus {
   void BreakNextPublishStreamAtBatch(int n) {
     std::lock_guard<std::mutex> lock(mu_);
     break_publish_stream_at_ = n;
+  }
+  // Spool calls from the `n`-th (counted from 1) on wait until ReleaseSpool()
+  // (at most kWaitBound): the test acts while the client awaits the answer.
+  void HoldSpoolFrom(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_spool_from_ = n;
+  }
+  void ReleaseSpool() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_spool_from_ = 0;
+    cv_.notify_all();
+  }
+  // Whether `n` Spool calls arrived within kWaitBound.
+  bool WaitSpoolCalls(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWaitBound, [&] { return spool_calls_ >= n; });
+  }
+  // A Spool call: counted, then held as HoldSpoolFrom says.
+  void OnSpool() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int call = ++spool_calls_;
+    cv_.notify_all();
+    cv_.wait_for(lock, kWaitBound,
+                 [&] { return hold_spool_from_ <= 0 || call < hold_spool_from_; });
   }
   // The broker goes down (open streams end with UNAVAILABLE) and comes back
   // empty under the next incarnation, as a broker without a durable log does.
@@ -215,6 +240,9 @@ class FaultyBus {
   int break_publish_stream_at_ = -1;
   int publish_calls_ = 0;
   std::vector<int64_t> stream_starts_;
+  std::condition_variable cv_;  // Spool calls and their hold
+  int spool_calls_ = 0;
+  int hold_spool_from_ = 0;  // 0: none held
 };
 
 // A real stream of kind `Interface` that the test can break: from then on it
@@ -300,14 +328,14 @@ class BreakingPublishStream final : public BreakableStream<PublishBatchStream> {
   int answered_ = 0;
 };
 
-// The unary RPCs the test scripts no faults for (Publish, Send and AdoptLarge it does).
+// The unary RPCs the test scripts no faults for (Publish, Send and AdoptLarge
+// it does; Spool it counts and may hold).
 #define AGENTRT_FAULTLESS_UNARY(X)                           \
   X(PublishBatch, PublishBatchRequest, PublishBatchResponse) \
   X(Request, RequestRequest, RequestResponse)                \
   X(Reply, ReplyRequest, ReplyResponse)                      \
   X(ListTopics, ListTopicsRequest, ListTopicsResponse)       \
-  X(Stats, StatsRequest, StatsResponse)                      \
-  X(Spool, SpoolRequest, SpoolResponse)
+  X(Stats, StatsRequest, StatsResponse)
 
 // The stub a BusClient under test is given: every RPC goes to the FaultyBus's
 // real broker, through the faults the test scripted.
@@ -322,6 +350,12 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
   grpc::Status Send(grpc::ClientContext* ctx, const v1::SendRequest& req,
                     v1::SendResponse* resp) override {
     return Unary(ctx, req, resp, &v1::Bus::StubInterface::Send);
+  }
+  // Counted, and held as the test says (FaultyBus::HoldSpoolFrom).
+  grpc::Status Spool(grpc::ClientContext* ctx, const v1::SpoolRequest& req,
+                     v1::SpoolResponse* resp) override {
+    bus_->OnSpool();
+    return bus_->Real()->Spool(ctx, req, resp);
   }
   // A large publish through the broker's spool: a publish like the others.
   grpc::Status AdoptLarge(grpc::ClientContext* ctx, const v1::AdoptRequest& req,
@@ -390,6 +424,7 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
   AGENTRT_PASS_ASYNC_UNARY(Publish, PublishRequest, PublishResponse)
   AGENTRT_PASS_ASYNC_UNARY(Send, SendRequest, SendResponse)
   AGENTRT_PASS_ASYNC_UNARY(AdoptLarge, AdoptRequest, PublishResponse)
+  AGENTRT_PASS_ASYNC_UNARY(Spool, SpoolRequest, SpoolResponse)
   AGENTRT_FAULTLESS_UNARY(AGENTRT_PASS_ASYNC_UNARY)
 #undef AGENTRT_PASS_ASYNC_UNARY
 #define AGENTRT_PASS_ASYNC_READ(Name, Req)                                                \
