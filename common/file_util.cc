@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <utility>
+
+#include "common/crc32c.h"
 
 namespace agentrt {
 namespace {
@@ -219,6 +222,22 @@ std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines
   }
   std::reverse(out.begin(), out.end());
   return out;
+}
+
+Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
+  // Each window's pages mapped in the one call (no fault per page; reading
+  // them into a buffer instead costs a copy more).
+  constexpr int64_t kWindow = int64_t{16} << 20;
+  uint32_t crc = 0;
+  for (int64_t at = 0; at < size; at += kWindow) {
+    const auto n = static_cast<size_t>(std::min(kWindow, size - at));
+    void* map =
+        ::mmap(nullptr, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(at));
+    if (map == MAP_FAILED) return ErrnoStatus(errno, "cannot map " + path);
+    crc = Crc32c(map, n, crc);
+    ::munmap(map, n);
+  }
+  return crc;
 }
 
 ssize_t ReadAllAt(int fd, void* data, size_t size, off_t offset) {

@@ -82,6 +82,11 @@ Status FsyncDir(const std::string& path);
 // EINTR until `size` or the end of the file: the bytes read, or -1 (errno).
 ssize_t ReadAllAt(int fd, void* data, size_t size, off_t offset);
 
+// CRC32C of a file's first `size` bytes, read through a mapping (no copy),
+// a window at a time so that the caller's resident memory stays small; an
+// error names `path`.
+Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path);
+
 // Writes all `size` bytes at fd's position, retrying short writes and EINTR;
 // an error is ErrnoStatus(errno, what + name) (built only then: no allocation
 // on the way that works).

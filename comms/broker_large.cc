@@ -169,24 +169,6 @@ bool IsSpoolName(const std::string& name, const std::string& agent) {
                      [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
-// CRC32C of a file's first `size` bytes, read through a mapping (no copy),
-// a window at a time so that the broker's resident memory stays small.
-Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
-  // Each window's pages mapped in the one call (no fault per page; reading
-  // them into a buffer instead costs a copy more).
-  constexpr int64_t kWindow = int64_t{16} << 20;
-  uint32_t crc = 0;
-  for (int64_t at = 0; at < size; at += kWindow) {
-    const auto n = static_cast<size_t>(std::min(kWindow, size - at));
-    void* map =
-        ::mmap(nullptr, n, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, static_cast<off_t>(at));
-    if (map == MAP_FAILED) return ErrnoStatus(errno, "bus: cannot map " + path);
-    crc = Crc32c(map, n, crc);
-    ::munmap(map, n);
-  }
-  return crc;
-}
-
 }  // namespace
 
 int Broker::ReapSpool() {

@@ -1,8 +1,9 @@
 // common/file_util.h: the open-files limit the bus raises for itself and a
 // child restores before exec (so agents do not inherit the raised one), and
-// the tail of a log read from its end.
+// the tail of a log read from its end, and a file's CRC32C through mappings.
 #include "common/file_util.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "tests/common/temp_dir.h"
 
 TEST_CASE("RaiseOpenFileLimit raises the soft limit; a child restores the one before") {
@@ -58,4 +60,25 @@ TEST_CASE("ReadLastLines: the newest lines, oldest first, filtered, within a win
   // Only what was appended since byte 8 (where "two" ends): a later incarnation's output.
   CHECK(agentrt::ReadLastLines(log, 10, 1 << 20, "", 8) == Lines{"", "three four", "five"});
   CHECK(agentrt::ReadLastLines(log, 10, 1 << 20, "", 25).empty());  // nothing since the end
+}
+
+TEST_CASE(
+    "FileCrc32c: a file's first bytes through mappings, windows joined; a bad descriptor named") {
+  agentrt::testing::TempDir dir("agentrt-filecrc");
+  const std::string path = dir.path + "/f";
+  std::string bytes((size_t{20} << 20) + 123, '\0');  // past one 16 MiB window
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131) >> 7);
+  REQUIRE(agentrt::WriteFileAtomic(path, bytes).ok());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto whole = agentrt::FileCrc32c(fd, static_cast<int64_t>(bytes.size()), path);
+  REQUIRE(whole.ok());
+  CHECK(*whole == agentrt::Crc32c(bytes.data(), bytes.size()));
+  auto prefix = agentrt::FileCrc32c(fd, 4096, path);
+  REQUIRE(prefix.ok());
+  CHECK(*prefix == agentrt::Crc32c(bytes.data(), 4096));
+  ::close(fd);
+  auto bad = agentrt::FileCrc32c(fd, 4096, path);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find(path) != std::string::npos);
 }
