@@ -214,6 +214,9 @@ Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
         std::to_string(handle->host->incarnation()) + ", not device " + std::to_string(device) +
         " and incarnation " + std::to_string(incarnation.value_or(handle->host->incarnation())));
   }
+  // A publisher's: from here on its incarnation is this one's (set here,
+  // under the lock, so that no other call remakes it meanwhile).
+  if (incarnation.has_value()) handle->published = true;
   return handle;
 }
 

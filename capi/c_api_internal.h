@@ -87,7 +87,7 @@ struct DeviceWeightStreamHandle {
   int device = 0;
   std::shared_ptr<WeightStream> host;
   std::unique_ptr<DeviceWeightStream> gpu;  // ended before `host`
-  std::atomic<bool> published{false};       // a version went out through it
+  std::atomic<bool> published{false};       // a publisher's call took it (DeviceWeightStreamOf)
   ~DeviceWeightStreamHandle() { gpu.reset(); }
 };
 // The handle's device stream `name`, made on first use for CUDA device
@@ -97,7 +97,8 @@ struct DeviceWeightStreamHandle {
 // agentrt's GPU library); another device, or another incarnation when
 // given, for the same name is refused, unless the stream only read so far:
 // it is then made anew for that incarnation, as it is over a kept stream
-// opened since.
+// opened since. A publisher's call (an incarnation given) marks it
+// published, under the handle's lock: no later call remakes it.
 Result<std::shared_ptr<DeviceWeightStreamHandle>> DeviceWeightStreamOf(
     agentrt_bus* bus, const std::string& name, std::optional<int64_t> incarnation, int device);
 

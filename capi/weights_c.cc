@@ -117,7 +117,6 @@ int agentrt_weights_publish_device(agentrt_bus* bus, const char* stream, const c
     auto handle = agentrt::capi::DeviceWeightStreamOf(bus, stream, incarnation, device);
     if (!handle.ok()) return Fail(handle.status());
     std::lock_guard<std::mutex> lock((*handle)->mu);
-    (*handle)->published = true;  // from here on its incarnation is this one's
     auto v = (*handle)->gpu->Publish(on_device, step, agentrt::kWeightsPublishTimeout, cuda_stream);
     if (!v.ok()) return Fail(v.status());
     if (version != nullptr) *version = *v;
