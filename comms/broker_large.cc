@@ -2,7 +2,6 @@
 // in spill/), uploaded in chunks, read back in chunks, recovered at start.
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
