@@ -3,7 +3,6 @@
 // boundary. Not installed.
 #pragma once
 
-#include <atomic>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -87,7 +86,7 @@ struct DeviceWeightStreamHandle {
   int device = 0;
   std::shared_ptr<WeightStream> host;
   std::unique_ptr<DeviceWeightStream> gpu;  // ended before `host`
-  std::atomic<bool> published{false};       // a publisher's call took it (DeviceWeightStreamOf)
+  bool published = false;  // a publisher's call took it (guarded by the bus's streams_mu)
   ~DeviceWeightStreamHandle() { gpu.reset(); }
 };
 // The handle's device stream `name`, made on first use for CUDA device

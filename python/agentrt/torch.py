@@ -497,8 +497,7 @@ def publish_weights(stream, model, step, wait=True):
     if on_gpu is not None and wait:
         # GPU to GPU for this node's readers (CUDA IPC), the host for others.
         version = _unless_unavailable(lambda: stream.publish_device(
-            [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
-             for name, t in state.items()], step, on_gpu, _current_cuda_stream(on_gpu)))
+            _device_tensors(state), step, on_gpu, _current_cuda_stream(on_gpu)))
         if version is not None:
             return version
     arrays, dtypes = {}, {}
@@ -517,6 +516,13 @@ def _one_cuda_device(state):
     if device.type != "cuda" or not all(t.is_contiguous() for t in state.values()):
         return None
     return device.index if device.index is not None else _torch.cuda.current_device()
+
+
+def _device_tensors(state):
+    """``state``'s tensors as WeightStream.publish_device takes them: (name,
+    dtype label, shape, device pointer, bytes)."""
+    return [(name, _dtype_label(t), tuple(t.shape), t.data_ptr(), t.numel() * t.element_size())
+            for name, t in state.items()]
 
 
 def _dtype_label(t):

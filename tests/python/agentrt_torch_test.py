@@ -250,17 +250,13 @@ def cuda_weights(work, model):
         big = torch.nn.Linear(1024, 2048).cuda()
         device = big.weight.device.index or 0
         deltas = agentrt.WeightStream(pub, "policy-delta", delta=True)
-
-        def tensors():
-            return [(name, art._dtype_label(t), tuple(t.shape), t.data_ptr(),
-                     t.numel() * t.element_size()) for name, t in big.state_dict().items()]
-
         stream = art._current_cuda_stream(device)
-        check(deltas.publish_device(tensors(), 1, device, stream) == 1,
+        check(deltas.publish_device(art._device_tensors(big.state_dict()), 1, device, stream) == 1,
               "a large CUDA model's version 1")
         with torch.no_grad():
             big.weight.view(-1)[::100] += 1.0
-        check(deltas.publish_device(tensors(), 2, device, stream) == 2, "its version 2")
+        check(deltas.publish_device(art._device_tensors(big.state_dict()), 2, device, stream) == 2,
+              "its version 2")
         check(deltas.stats()["deltas_published"] == 1,
               "a GPU version of a delta stream has its delta (%s)" % deltas.stats())
         pub.close()
