@@ -10,6 +10,9 @@ faults: kill -9 of a publisher half-way through writing leaves no visible versio
         file goes with the broker); a subscriber killed while it maps a version releases the
         mapping, and once retention removed that version no process maps its bytes; nothing is
         left in the spool or beyond keep_last after the run.
+device: the C API's GPU calls over the fake device (a stand-in for libagentrt_cuda.so): a delta
+        stream's GPU versions go through the stream it keeps, so their host copies are deltas
+        too; a reader of the node copies a version device to device.
 Skips (77) where /usr/bin/python3 cannot import torch (scenario torch)."""
 import ctypes
 import glob
@@ -390,6 +393,103 @@ def scenario_faults(work):
     check(not os.path.exists(spool), "the spool (with the killed publisher's file) is gone with the broker")
     blobs = glob.glob(os.path.join(log_dir, "logs", "**", "*.blob"), recursive=True)
     check(len(blobs) == KEEP_LAST, "keep_last payload files remain in the durable log (%d)" % len(blobs))
+
+
+# A process whose C API runs over the fake device (FAKE_CUDA): "device memory"
+# from agentrt_fake_device_malloc is host memory the test fills and reads.
+FAKE_DEVICE = r"""
+import ctypes, json, os, sys, numpy as np, agentrt
+fake = ctypes.CDLL(os.path.join(os.path.dirname(os.environ["AGENTRT_C_LIBRARY"]), "libagentrt_cuda.so"))
+fake.agentrt_fake_device_malloc.restype = ctypes.c_void_p
+fake.agentrt_fake_device_malloc.argtypes = [ctypes.c_size_t]
+bus = agentrt.Bus.connect(os.environ["BUS"], os.environ["AGENT"], os.environ["TOKEN"])
+n = int(os.environ["FLOATS"])
+memory = fake.agentrt_fake_device_malloc(4 * n)
+values = np.ctypeslib.as_array((ctypes.c_float * n).from_address(memory))
+if os.environ["AGENT"] == "learner":
+    out = agentrt.WeightStream(bus, "learner", delta=True)
+    values[:] = (np.arange(n) % 1000).astype(np.float32) / 7
+    for step in (1, 2):
+        if step == 2:
+            values[::100] += 1  # 1% of the values
+        v = out.publish_device([("w", "float32", (n,), memory, 4 * n)], step, device=0)
+        print(json.dumps({"version": v, "sum": float(values.astype(np.float64).sum())}), flush=True)
+    print(json.dumps(out.stats()), flush=True)
+    sys.stdin.read()  # its device memory stays until the readers are done
+else:
+    got = agentrt.WeightStream(bus, "learner").read_device(
+        [("w", memory, 4 * n, "float32", (n,))], device=0, version=int(os.environ["VERSION"]),
+        timeout=20)
+    print(json.dumps({"version": got, "sum": float(values.astype(np.float64).sum())}), flush=True)
+"""
+
+
+def scenario_device(work):
+    """The C API's GPU calls (agentrt_weights_publish_device, _read_device) over the
+    fake device: libagentrt_c.so copied into a folder beside the stand-in for
+    libagentrt_cuda.so and an empty libcuda.so.1 (FAKE_CUDA_DIR, built with the
+    tests). A stream opened with delta=True publishes its GPU versions' host copies
+    through the stream agentrt_weights_open keeps: the second is a delta, which a
+    reader on another node reads; a reader of the node copies the version device to
+    device."""
+    import json
+    import shutil
+    import numpy as np
+    fake_dir = os.environ.get("FAKE_CUDA_DIR", "")
+    for name in ("libagentrt_cuda.so", "libcuda.so.1"):
+        check(os.path.exists(os.path.join(fake_dir, name)),
+              "FAKE_CUDA_DIR (%r) holds the test build's %s" % (fake_dir, name))
+    gpu = os.path.join(work, "fake-gpu")
+    os.mkdir(gpu)
+    shutil.copy(agentrt.library_path(), os.path.join(gpu, "libagentrt_c.so"))
+    for name in ("libagentrt_cuda.so", "libcuda.so.1"):
+        os.symlink(os.path.join(fake_dir, name), os.path.join(gpu, name))
+    floats = 2 << 20  # 8 MiB: larger than a message carries inline, so its delta is read
+    fake = dict(AGENTRT_C_LIBRARY=os.path.join(gpu, "libagentrt_c.so"), LD_LIBRARY_PATH=gpu,
+                FLOATS=str(floats))
+    bus, _ = start_bus(work)
+    with bus:
+        pub = child(FAKE_DEVICE, bus, "learner", **fake)
+
+        def line():
+            text = pub.stdout.readline()
+            if not text.startswith("{"):
+                pub.kill()
+                check(False, "the fake GPU publisher printed %r" % (text + pub.stdout.read()))
+            return json.loads(text)
+
+        published = [line(), line()]
+        sent = line()
+        check([p["version"] for p in published] == [1, 2], "the fake GPU published versions 1 and 2: %s"
+              % published)
+        check(sent["deltas_published"] == 1 and sent["delta_bytes_published"] * 20 < 4 * floats,
+              "the kept delta stream sent version 2's host copy as a delta under 1/20 of it: %s" % sent)
+        # Another node's reader: every byte over the socket, version 2 from its delta.
+        os.environ["AGENTRT_BUS_LOCAL_FILES"] = "0"
+        try:
+            far = agentrt.WeightStream(connect(bus, "actor-1"), "learner", delta=True)
+        finally:
+            del os.environ["AGENTRT_BUS_LOCAL_FILES"]
+        for p in published:
+            got = far.at(p["version"])
+            total = float(got.arrays["w"].astype(np.float64).sum())
+            check(abs(total - p["sum"]) < 1e-9 * p["sum"],
+                  "a host reader on another node reads version %d (sum %.6f vs %.6f)"
+                  % (p["version"], total, p["sum"]))
+            del got
+        read = far.stats()
+        check(read["versions_from_delta"] == 1 and read["delta_mismatches"] == 0 and
+              read["delta_bytes_read"] == sent["delta_bytes_published"],
+              "version 2 was rebuilt from its delta: %s" % read)
+        # A reader of the node: into its own fake device memory.
+        reader = child(FAKE_DEVICE, bus, "actor-0", VERSION="2", **fake)
+        out, _ = reader.communicate(timeout=60)
+        check(reader.returncode == 0, "the device reader succeeded: %s" % out)
+        got = json.loads(out.splitlines()[-1])
+        check(got["version"] == 2 and abs(got["sum"] - published[1]["sum"]) < 1e-9 * got["sum"],
+              "the device reader holds version 2 in its device memory: %s" % got)
+        pub.stdin.close()
+        check(pub.wait(30) == 0, "the fake GPU publisher ended cleanly: %s" % pub.stdout.read())
 
 
 def main():
