@@ -99,6 +99,11 @@ class FakeDevice final : public device::Api {
     std::lock_guard<std::mutex> lock(mu_);
     return opened_.size();
   }
+  // IPC mappings opened, in all.
+  int64_t ipc_opens() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ipc_opens_;
+  }
   void FailComms(std::string why) {
     std::lock_guard<std::mutex> lock(mu_);
     comm_error_ = std::move(why);
@@ -273,6 +278,7 @@ class FakeDevice final : public device::Api {
     ::close(f);
     if (p == MAP_FAILED) return Internal("fake cudaIpcOpenMemHandle: mmap failed");
     opened_[p] = bytes;
+    ++ipc_opens_;
     return p;
   }
   Status IpcCloseMemHandle(void* ptr) override {
@@ -547,6 +553,7 @@ class FakeDevice final : public device::Api {
   }
   std::map<void*, Block> memory_;
   std::map<void*, size_t> opened_;  // IPC mappings: their bytes
+  int64_t ipc_opens_ = 0;
   std::string ipc_open_error_;
   std::set<void*> pinned_;
   bool hung_ = false;

@@ -4,8 +4,8 @@
 // holding this library, with fake_libcuda.c's libcuda.so.1 on its library
 // path (the driver agentrt looks for first), gets this device as its
 // device::Api. Its "device memory" is host memory, which the test fills and
-// reads through agentrt_fake_device_malloc. Used by weights_test.py's
-// scenario "device".
+// reads through agentrt_fake_device_malloc; the test also reads its count of
+// IPC opens. Used by weights_test.py's scenario "device".
 #include "tests/agent_runtime/fake_device.h"
 
 namespace {
@@ -25,4 +25,12 @@ extern "C" __attribute__((visibility("default"))) agentrt::device::Api* agentrt_
 extern "C" __attribute__((visibility("default"))) void* agentrt_fake_device_malloc(size_t bytes) {
   agentrt::Result<void*> p = Device().Malloc(bytes);
   return p.ok() ? *p : nullptr;
+}
+
+// IPC mappings opened in all, and open now (agentrt closes each after its copy).
+extern "C" __attribute__((visibility("default"))) int64_t agentrt_fake_device_ipc_opens() {
+  return Device().ipc_opens();
+}
+extern "C" __attribute__((visibility("default"))) int64_t agentrt_fake_device_ipc_open_now() {
+  return static_cast<int64_t>(Device().ipc_opened());
 }

@@ -420,7 +420,10 @@ else:
     got = agentrt.WeightStream(bus, "learner").read_device(
         [("w", memory, 4 * n, "float32", (n,))], device=0, version=int(os.environ["VERSION"]),
         timeout=20)
-    print(json.dumps({"version": got, "sum": float(values.astype(np.float64).sum())}), flush=True)
+    fake.agentrt_fake_device_ipc_opens.restype = fake.agentrt_fake_device_ipc_open_now.restype = ctypes.c_int64
+    print(json.dumps({"version": got, "sum": float(values.astype(np.float64).sum()),
+                      "ipc_opens": fake.agentrt_fake_device_ipc_opens(),
+                      "ipc_open_now": fake.agentrt_fake_device_ipc_open_now()}), flush=True)
 """
 
 
@@ -488,6 +491,8 @@ def scenario_device(work):
         got = json.loads(out.splitlines()[-1])
         check(got["version"] == 2 and abs(got["sum"] - published[1]["sum"]) < 1e-9 * got["sum"],
               "the device reader holds version 2 in its device memory: %s" % got)
+        check(got["ipc_opens"] == 1 and got["ipc_open_now"] == 0,
+              "it copied device to device through the publisher's IPC handle, and closed it: %s" % got)
         pub.stdin.close()
         check(pub.wait(30) == 0, "the fake GPU publisher ended cleanly: %s" % pub.stdout.read())
 
