@@ -395,8 +395,8 @@ def scenario_faults(work):
     check(len(blobs) == KEEP_LAST, "keep_last payload files remain in the durable log (%d)" % len(blobs))
 
 
-# A process whose C API runs over the fake device (FAKE_CUDA): "device memory"
-# from agentrt_fake_device_malloc is host memory the test fills and reads.
+# A process whose C API runs over the fake device (scenario_device's folder):
+# "device memory" from agentrt_fake_device_malloc is host memory it fills and reads.
 FAKE_DEVICE = r"""
 import ctypes, json, os, sys, numpy as np, agentrt
 fake = ctypes.CDLL(os.path.join(os.path.dirname(os.environ["AGENTRT_C_LIBRARY"]), "libagentrt_cuda.so"))
