@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -103,6 +104,10 @@ class FakeDevice final : public device::Api {
   int64_t ipc_opens() const {
     std::lock_guard<std::mutex> lock(mu_);
     return ipc_opens_;
+  }
+  // Copies of this kind done, in all.
+  int64_t copies(device::CopyKind kind) const {
+    return copies_[static_cast<size_t>(kind)].load(std::memory_order_relaxed);
   }
   void FailComms(std::string why) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -313,12 +318,13 @@ class FakeDevice final : public device::Api {
     });
     return Status::Ok();
   }
-  Status CopyAsync(void* dst, const void* src, size_t bytes, device::CopyKind,
+  Status CopyAsync(void* dst, const void* src, size_t bytes, device::CopyKind kind,
                    device::Stream stream) override {
     std::lock_guard<std::mutex> lock(mu_);
     AGENTRT_RETURN_IF_ERROR(CheckStream(stream, "cudaMemcpyAsync"));
-    StreamOf(stream).ops.push_back([=] {
+    StreamOf(stream).ops.push_back([=, this] {
       std::memmove(dst, src, bytes);
+      copies_[static_cast<size_t>(kind)].fetch_add(1, std::memory_order_relaxed);
       return true;
     });
     return Status::Ok();
@@ -554,6 +560,7 @@ class FakeDevice final : public device::Api {
   std::map<void*, Block> memory_;
   std::map<void*, size_t> opened_;  // IPC mappings: their bytes
   int64_t ipc_opens_ = 0;
+  std::atomic<int64_t> copies_[3] = {};  // done, by device::CopyKind
   std::string ipc_open_error_;
   std::set<void*> pinned_;
   bool hung_ = false;

@@ -4,8 +4,8 @@
 // holding this library, with fake_libcuda.c's libcuda.so.1 on its library
 // path (the driver agentrt looks for first), gets this device as its
 // device::Api. Its "device memory" is host memory, which the test fills and
-// reads through agentrt_fake_device_malloc; the test also reads its count of
-// IPC opens. Used by weights_test.py's scenario "device".
+// reads through agentrt_fake_device_malloc; the test also reads its counts of
+// IPC opens and of copies. Used by weights_test.py's scenario "device".
 #include "tests/agent_runtime/fake_device.h"
 
 namespace {
@@ -33,4 +33,12 @@ extern "C" __attribute__((visibility("default"))) int64_t agentrt_fake_device_ip
 }
 extern "C" __attribute__((visibility("default"))) int64_t agentrt_fake_device_ipc_open_now() {
   return static_cast<int64_t>(Device().ipc_opened());
+}
+
+// Copies done, device to device and host to device.
+extern "C" __attribute__((visibility("default"))) int64_t agentrt_fake_device_copies_d2d() {
+  return Device().copies(agentrt::device::CopyKind::kDeviceToDevice);
+}
+extern "C" __attribute__((visibility("default"))) int64_t agentrt_fake_device_copies_h2d() {
+  return Device().copies(agentrt::device::CopyKind::kHostToDevice);
 }

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -420,10 +421,12 @@ else:
     got = agentrt.WeightStream(bus, "learner").read_device(
         [("w", memory, 4 * n, "float32", (n,))], device=0, version=int(os.environ["VERSION"]),
         timeout=20)
-    fake.agentrt_fake_device_ipc_opens.restype = fake.agentrt_fake_device_ipc_open_now.restype = ctypes.c_int64
-    print(json.dumps({"version": got, "sum": float(values.astype(np.float64).sum()),
-                      "ipc_opens": fake.agentrt_fake_device_ipc_opens(),
-                      "ipc_open_now": fake.agentrt_fake_device_ipc_open_now()}), flush=True)
+    counts = {}
+    for name in ("ipc_opens", "ipc_open_now", "copies_d2d", "copies_h2d"):
+        fn = getattr(fake, "agentrt_fake_device_" + name)
+        fn.restype = ctypes.c_int64
+        counts[name] = fn()
+    print(json.dumps(dict(counts, version=got, sum=float(values.astype(np.float64).sum()))), flush=True)
 """
 
 
@@ -435,66 +438,94 @@ def scenario_device(work):
     through the stream agentrt_weights_open keeps: the second is a delta, which a
     reader on another node reads; a reader of the node copies the version device to
     device."""
-    import json
     import shutil
-    import numpy as np
     fake_dir = os.environ.get("FAKE_CUDA_DIR", "")
     for name in ("libagentrt_cuda.so", "libcuda.so.1"):
         check(os.path.exists(os.path.join(fake_dir, name)),
               "FAKE_CUDA_DIR (%r) holds the test build's %s" % (fake_dir, name))
     gpu = os.path.join(work, "fake-gpu")
     os.mkdir(gpu)
-    shutil.copy(agentrt.library_path(), os.path.join(gpu, "libagentrt_c.so"))
+    # A file of its own, not a symbolic link: agentrt looks for libagentrt_cuda.so
+    # beside the library's real path (a link would lead back to the real one).
+    library = os.path.join(gpu, "libagentrt_c.so")
+    try:
+        os.link(os.path.realpath(agentrt.library_path()), library)
+    except OSError:  # another file system
+        shutil.copy(agentrt.library_path(), library)
     for name in ("libagentrt_cuda.so", "libcuda.so.1"):
         os.symlink(os.path.join(fake_dir, name), os.path.join(gpu, name))
     floats = 2 << 20  # 8 MiB: larger than a message carries inline, so its delta is read
-    fake = dict(AGENTRT_C_LIBRARY=os.path.join(gpu, "libagentrt_c.so"), LD_LIBRARY_PATH=gpu,
-                FLOATS=str(floats))
+    fake = dict(AGENTRT_C_LIBRARY=library, FLOATS=str(floats),
+                LD_LIBRARY_PATH=os.pathsep.join(p for p in (gpu, os.environ.get("LD_LIBRARY_PATH")) if p))
     bus, _ = start_bus(work)
+    children = []
+    # Every wait below ends: the children are killed after two minutes.
+    watchdog = threading.Timer(120, lambda: [c.kill() for c in children])
+    watchdog.start()
     with bus:
-        pub = child(FAKE_DEVICE, bus, "learner", **fake)
-
-        def line():
-            text = pub.stdout.readline()
-            if not text.startswith("{"):
-                pub.kill()
-                check(False, "the fake GPU publisher printed %r" % (text + pub.stdout.read()))
-            return json.loads(text)
-
-        published = [line(), line()]
-        sent = line()
-        check([p["version"] for p in published] == [1, 2], "the fake GPU published versions 1 and 2: %s"
-              % published)
-        check(sent["deltas_published"] == 1 and sent["delta_bytes_published"] * 20 < 4 * floats,
-              "the kept delta stream sent version 2's host copy as a delta under 1/20 of it: %s" % sent)
-        # Another node's reader: every byte over the socket, version 2 from its delta.
-        os.environ["AGENTRT_BUS_LOCAL_FILES"] = "0"
         try:
-            far = agentrt.WeightStream(connect(bus, "actor-1"), "learner", delta=True)
+            scenario_device_run(bus, fake, floats, children)
         finally:
-            del os.environ["AGENTRT_BUS_LOCAL_FILES"]
-        for p in published:
-            got = far.at(p["version"])
-            total = float(got.arrays["w"].astype(np.float64).sum())
-            check(abs(total - p["sum"]) < 1e-9 * p["sum"],
-                  "a host reader on another node reads version %d (sum %.6f vs %.6f)"
-                  % (p["version"], total, p["sum"]))
-            del got
-        read = far.stats()
-        check(read["versions_from_delta"] == 1 and read["delta_mismatches"] == 0 and
-              read["delta_bytes_read"] == sent["delta_bytes_published"],
-              "version 2 was rebuilt from its delta: %s" % read)
-        # A reader of the node: into its own fake device memory.
-        reader = child(FAKE_DEVICE, bus, "actor-0", VERSION="2", **fake)
-        out, _ = reader.communicate(timeout=60)
-        check(reader.returncode == 0, "the device reader succeeded: %s" % out)
-        got = json.loads(out.splitlines()[-1])
-        check(got["version"] == 2 and abs(got["sum"] - published[1]["sum"]) < 1e-9 * got["sum"],
-              "the device reader holds version 2 in its device memory: %s" % got)
-        check(got["ipc_opens"] == 1 and got["ipc_open_now"] == 0,
-              "it copied device to device through the publisher's IPC handle, and closed it: %s" % got)
-        pub.stdin.close()
-        check(pub.wait(30) == 0, "the fake GPU publisher ended cleanly: %s" % pub.stdout.read())
+            watchdog.cancel()
+            for c in children:
+                c.kill()
+                c.wait()
+
+
+def scenario_device_run(bus, fake, floats, children):
+    import json
+    import numpy as np
+    pub = child(FAKE_DEVICE, bus, "learner", **fake)
+    children.append(pub)
+    printed = []
+
+    def line():  # the publisher's next JSON line (its other lines kept for the failure)
+        while True:
+            text = pub.stdout.readline()
+            if not text:
+                check(False, "the fake GPU publisher ended early: %r" % "".join(printed))
+            if text.startswith("{"):
+                return json.loads(text)
+            printed.append(text)
+
+    published = [line(), line()]
+    sent = line()
+    check([p["version"] for p in published] == [1, 2], "the fake GPU published versions 1 and 2: %s"
+          % published)
+    check(sent["deltas_published"] == 1 and sent["delta_bytes_published"] * 20 < 4 * floats,
+          "the kept delta stream sent version 2's host copy as a delta under 1/20 of it: %s" % sent)
+    # Another node's reader: every byte over the socket, version 2 from its delta.
+    os.environ["AGENTRT_BUS_LOCAL_FILES"] = "0"
+    try:
+        far = agentrt.WeightStream(connect(bus, "actor-1"), "learner", delta=True)
+    finally:
+        del os.environ["AGENTRT_BUS_LOCAL_FILES"]
+    for p in published:
+        got = far.at(p["version"])
+        total = float(got.arrays["w"].astype(np.float64).sum())
+        check(abs(total - p["sum"]) < 1e-9 * p["sum"],
+              "a host reader on another node reads version %d (sum %.6f vs %.6f)"
+              % (p["version"], total, p["sum"]))
+        del got
+    read = far.stats()
+    check(read["versions_from_delta"] == 1 and read["delta_mismatches"] == 0 and
+          read["versions_from_node_cache"] == 0 and
+          read["delta_bytes_read"] == sent["delta_bytes_published"],
+          "version 2 was rebuilt from its delta: %s" % read)
+    # A reader of the node: into its own fake device memory.
+    reader = child(FAKE_DEVICE, bus, "actor-0", VERSION="2", **fake)
+    children.append(reader)
+    out, _ = reader.communicate(timeout=60)
+    check(reader.returncode == 0, "the device reader succeeded: %s" % out)
+    got = json.loads(out.splitlines()[-1])
+    check(got["version"] == 2 and abs(got["sum"] - published[1]["sum"]) < 1e-9 * got["sum"],
+          "the device reader holds version 2 in its device memory: %s" % got)
+    check(got["ipc_opens"] == 1 and got["ipc_open_now"] == 0 and got["copies_d2d"] == 1 and
+          got["copies_h2d"] == 0,
+          "it copied device to device through the publisher's IPC handle (nothing from the host), "
+          "and closed it: %s" % got)
+    pub.stdin.close()
+    check(pub.wait(30) == 0, "the fake GPU publisher ended cleanly: %s" % pub.stdout.read())
 
 
 def main():
