@@ -11,8 +11,9 @@ faults: kill -9 of a publisher half-way through writing leaves no visible versio
         mapping, and once retention removed that version no process maps its bytes; nothing is
         left in the spool or beyond keep_last after the run.
 device: the C API's GPU calls over the fake device (a stand-in for libagentrt_cuda.so): a delta
-        stream's GPU versions go through the stream it keeps, so their host copies are deltas
-        too; a reader of the node copies a version device to device.
+        stream's GPU versions go through the stream it keeps (even where an earlier read left a
+        device stream over a plain one), so their host copies are deltas too; a reader of the
+        node copies a version device to device.
 Skips (77) where /usr/bin/python3 cannot import torch (scenario torch)."""
 import ctypes
 import glob
@@ -408,6 +409,12 @@ n = int(os.environ["FLOATS"])
 memory = fake.agentrt_fake_device_malloc(4 * n)
 values = np.ctypeslib.as_array((ctypes.c_float * n).from_address(memory))
 if os.environ["AGENT"] == "learner":
+    # A read first (refused: nothing published yet) leaves the bus handle a device
+    # stream over a plain stream; the delta stream opened next must replace it.
+    try:
+        agentrt.WeightStream(bus, "learner").read_device([("w", memory, 4 * n)], device=0, timeout=0.1)
+    except agentrt.BusError as e:
+        print("a read before any version: %s" % e.code_name, flush=True)
     out = agentrt.WeightStream(bus, "learner", delta=True)
     values[:] = (np.arange(n) % 1000).astype(np.float32) / 7
     for step in (1, 2):
@@ -490,6 +497,8 @@ def scenario_device_run(bus, fake, floats, children):
 
     published = [line(), line()]
     sent = line()
+    check(len(printed) == 1 and printed[0].startswith("a read before any version: "),
+          "the publisher's read before any version was refused: %r" % printed)
     check([p["version"] for p in published] == [1, 2], "the fake GPU published versions 1 and 2: %s"
           % published)
     check(sent["deltas_published"] == 1 and sent["delta_bytes_published"] * 20 < 4 * floats,
