@@ -90,6 +90,10 @@ struct BusClientOptions {
   // Fetch (and so a weight stream) read none of the broker's files either: every byte is streamed,
   // as on another node.
   bool write_local_files = true;
+  // After the broker refused a file of its spool (FAILED_PRECONDITION: a
+  // descriptor it could not have, a file it could not move), large payloads
+  // go through the socket for this long; then the spool is asked for again.
+  std::chrono::milliseconds spool_retry_after{30000};
   // Async publish batching and backpressure.
   int async_batch_messages = 1024;
   int64_t async_batch_bytes = 4 << 20;  // at most kMaxBatchBytes (bus_server.h)

@@ -365,7 +365,7 @@ struct BusClient::Impl {
   // (another node, no spool, write_local_files off, the broker unreachable
   // for now); the broker's refusal of the publish itself (ACL, size) as an
   // error. A folder once proven is remembered; a refused adoption turns the
-  // spool off for this client.
+  // spool off for options.spool_retry_after.
   Result<std::string> SpoolFor(std::string_view topic, size_t size);
   // Whether this process is on the broker's node and may read its spool (so
   // its files): asks the broker (SpoolFor) while that is not known; nullopt
@@ -408,6 +408,24 @@ struct BusClient::Impl {
   uint64_t spool_answers = 0;            // Spool calls the broker answered
   std::atomic<bool> spool_asked{false};  // by PublishAsync
   std::string spool_dir, spool_id;
+  // A refused spool file: spool_state is 0, and not asked for again before
+  // spool_ask_after (options.spool_retry_after later).
+  bool spool_refused = false;
+  DeadlineClock::time_point spool_ask_after{};
+
+  // Under spool_mu: the broker refused a file of the spool in use.
+  void RefuseSpoolLocked() {
+    spool_state = 0;
+    spool_refused = true;
+    spool_ask_after = DeadlineClock::now() + options.spool_retry_after;
+  }
+  // Under spool_mu: a refusal keeps the spool unasked for a while yet.
+  bool SpoolHeldOffLocked() const {
+    return spool_state == 0 && spool_refused && DeadlineClock::now() < spool_ask_after;
+  }
+  // Whether PublishAsync asks the broker about its spool now: its first
+  // large payload does, and the first after a refusal's wait.
+  bool SpoolAskDue();
 };
 
 }  // namespace agentrt

@@ -45,8 +45,9 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
   if (payload.size() >= kSpoolAsyncMinBytes) {
     // The first such payload asks whether the spool is there (once, here, so
     // that a burst right after connecting is spooled too: one call to the
-    // broker; the sending thread asks again when a stream broke).
-    if (!impl_->spool_asked.exchange(true)) (void)impl_->OnBrokerNode();
+    // broker; the sending thread asks again when a stream broke), and so
+    // does the first after a refused file's wait (SpoolAskDue).
+    if (impl_->SpoolAskDue()) (void)impl_->OnBrokerNode();
     spooled = impl_->SpoolPayload(payload);
   }
   // Counted in its batch's bytes even when spooled: a batch resent inline
@@ -259,17 +260,17 @@ class BusClient::Impl::AsyncPublisher {
 
   // Before a stream that resends: the spool is asked about again (the broker
   // may have made it anew). If the broker refused a file of a spool that is
-  // still the one proven, that spool is not used any more; a refused entry
-  // goes inline, and so do all of them where no spool can be used, or those
-  // whose file is gone.
+  // still the one proven, that spool is not used for spool_retry_after; a
+  // refused entry goes inline, and so do all of them where no spool can be
+  // used (for now), or those whose file is gone.
   void BeforeResend() {
     (void)impl_.OnBrokerNode(/*again=*/true);
     bool unusable = false;
     {
       std::lock_guard<std::mutex> lock(impl_.spool_mu);
       if (!refused_spool_.empty() && impl_.spool_state > 0 && impl_.spool_id == refused_spool_)
-        impl_.spool_state = -1;
-      unusable = impl_.spool_state < 0;
+        impl_.RefuseSpoolLocked();
+      unusable = impl_.spool_state < 0 || impl_.SpoolHeldOffLocked();
     }
     if (!refused_spool_.empty() && !in_flight_.empty() && !in_flight_.front().entries.empty() &&
         in_flight_.front().entries.front().spooled != nullptr && !Inline(in_flight_.front(), 0)) {

@@ -68,6 +68,15 @@ bus_client_internal::SpooledPayload::~SpooledPayload() {
   ::close(fd);
 }
 
+bool BusClient::Impl::SpoolAskDue() {
+  const bool first = !spool_asked.exchange(true);
+  std::lock_guard<std::mutex> lock(spool_mu);
+  if (first) return true;
+  if (spool_state != 0 || !spool_refused || DeadlineClock::now() < spool_ask_after) return false;
+  spool_refused = false;  // asked once now; a new refusal waits again
+  return true;
+}
+
 std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
   if (!options.write_local_files) return false;
   uint64_t answers = 0;
@@ -127,7 +136,7 @@ Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t siz
   if (!options.write_local_files) return std::string();
   {
     std::lock_guard<std::mutex> lock(spool_mu);
-    if (spool_state < 0) return std::string();
+    if (spool_state < 0 || SpoolHeldOffLocked()) return std::string();
   }
   v1::SpoolRequest req;
   req.set_topic(std::string(topic));
@@ -258,13 +267,14 @@ Result<PublishAck> BusClient::Impl::AdoptSpooled(std::string_view topic, const S
     ::close(file.fd);
     return FromGrpc(adopted, what);
   }
-  // The broker could not take the file (FAILED_PRECONDITION: from now on
-  // this client sends chunks), or the answer was lost: send the bytes from
-  // our own descriptor in chunks, with the same sequence, so that a version
-  // the broker did store is answered as a duplicate, not stored twice.
+  // The broker could not take the file (FAILED_PRECONDITION: this client
+  // sends chunks for options.spool_retry_after), or the answer was lost:
+  // send the bytes from our own descriptor in chunks, with the same
+  // sequence, so that a version the broker did store is answered as a
+  // duplicate, not stored twice.
   if (code == grpc::StatusCode::FAILED_PRECONDITION) {
     std::lock_guard<std::mutex> lock(spool_mu);
-    spool_state = -1;
+    RefuseSpoolLocked();
   }
   ::unlink(file.path.c_str());  // if still ours: an adopted file was renamed away
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, file.fd, 0);

@@ -152,6 +152,49 @@ TEST_CASE("a spooled publish whose adoption ran out of time is not sent again") 
   }
 }
 
+// A file of the spool the broker could not take (FAILED_PRECONDITION: no
+// descriptor left, a file it could not move) sends the payload in chunks,
+// and large payloads go through the socket for spool_retry_after; then the
+// spool is asked for again and used, by sync and async publishes alike.
+TEST_CASE("a refused spool file turns the spool off for spool_retry_after, not for good") {
+  for (const bool waited : {false, true}) {
+    INFO((waited ? "the wait is over (spool_retry_after 0)" : "within the wait (an hour)"));
+    BusClientOptions options = Fixture::Fast();
+    options.spool_retry_after = waited ? 0ms : 1h;
+    BrokerOptions broker;
+    broker.limits.max_message_bytes = 16 << 20;
+    Fixture f(options, broker);
+    const std::string big(size_t{6} << 20, 'r');
+    auto adopted = [&] {
+      auto stats = f.client->Stats();
+      REQUIRE(stats.ok());
+      return stats->large_adopted;
+    };
+    REQUIRE(f.client->Publish("t", big).ok());
+    REQUIRE(adopted() == 1);  // the spool proven and used
+    f.bus->FailNextPublishes(1, grpc::StatusCode::FAILED_PRECONDITION, /*stored=*/false);
+    REQUIRE(f.client->Publish("t", big).ok());  // its bytes in chunks
+    CHECK(adopted() == 1);
+    const int asked = f.bus->spool_calls();
+    REQUIRE(f.client->Publish("t", big).ok());
+    const std::string async_payload(size_t{512} << 10, 'q');
+    for (int i = 0; i < 3; ++i) f.client->PublishAsync("t", async_payload);
+    REQUIRE(f.client->Flush(10s).ok());
+    if (waited) {
+      CHECK(f.bus->spool_calls() > asked);  // asked again
+      CHECK(adopted() == 1 + 1 + 3);        // and used: nothing inline
+    } else {
+      CHECK(f.bus->spool_calls() == asked);  // not asked
+      CHECK(adopted() == 1);                 // every byte through the socket
+    }
+    auto topics = f.client->ListTopics("t");
+    REQUIRE(topics.ok());
+    REQUIRE(topics->size() == 1);
+    CHECK((*topics)[0].end_offset() == 6);  // each stored once
+    CHECK(f.bus->SpoolFiles() == 0);
+  }
+}
+
 TEST_CASE("a refused publish is not retried and names topic, bus and agent") {
   Fixture f;
   f.bus->FailNextPublishes(1, grpc::StatusCode::PERMISSION_DENIED, /*stored=*/false);

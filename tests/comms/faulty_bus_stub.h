@@ -76,6 +76,10 @@ class FaultyBus {
     hold_spool_from_ = 0;
     cv_.notify_all();
   }
+  int spool_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return spool_calls_;
+  }
   // Whether `n` Spool calls arrived within kWaitBound.
   bool WaitSpoolCalls(int n) {
     std::unique_lock<std::mutex> lock(mu_);
