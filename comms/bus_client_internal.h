@@ -363,13 +363,15 @@ struct BusClient::Impl {
   // The broker's spool for a publish of `size` bytes to `topic`
   // (bus_client_spool.cc): its folder; "" when this process cannot use it
   // (another node, no spool, write_local_files off, the broker unreachable
-  // for now); the broker's refusal of the publish itself (ACL, size) as an
-  // error. A folder once proven is remembered; a refused adoption turns the
-  // spool off for options.spool_retry_after.
+  // for now, a refused file's wait: options.spool_retry_after); the
+  // broker's refusal of the publish itself (ACL, size) as an error. A folder
+  // once proven is remembered; a refused adoption turns the spool off for
+  // that wait (RefuseSpoolLocked).
   Result<std::string> SpoolFor(std::string_view topic, size_t size);
   // Whether this process is on the broker's node and may read its spool (so
   // its files): asks the broker (SpoolFor) while that is not known; nullopt
-  // while it cannot be told (the broker unreachable). `again`: ask even
+  // while it cannot be told (the broker unreachable, or a refused file's
+  // wait, in which a subscription streams and asks again when it reconnects). `again`: ask even
   // though a spool was proven (after a broken stream: the broker may have
   // made its spool anew), using the proven one until answered, and not any
   // more if no answer came; a spool found unusable stays so.
@@ -417,7 +419,12 @@ struct BusClient::Impl {
   void RefuseSpoolLocked() {
     spool_state = 0;
     spool_refused = true;
-    spool_ask_after = DeadlineClock::now() + options.spool_retry_after;
+    const auto now = DeadlineClock::now();
+    const auto wait =
+        std::chrono::duration_cast<DeadlineClock::duration>(options.spool_retry_after);
+    spool_ask_after = wait >= DeadlineClock::time_point::max() - now
+                          ? DeadlineClock::time_point::max()
+                          : now + wait;
   }
   // Under spool_mu: a refusal keeps the spool unasked for a while yet.
   bool SpoolHeldOffLocked() const {

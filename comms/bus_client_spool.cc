@@ -167,6 +167,8 @@ Result<std::string> BusClient::Impl::SpoolFor(std::string_view topic, size_t siz
   }
   std::lock_guard<std::mutex> lock(spool_mu);
   spool_adopts_entries = resp.adopts_spooled_entries();
+  // A refusal that came while this call was out stands (its wait is not cut short).
+  if (spool_state < 0 || SpoolHeldOffLocked()) return std::string();
   if (spool_state == 1 && spool_dir == resp.dir() && spool_id == resp.id()) return spool_dir;
   // Only on the broker's node (another node's bytes would reach the broker
   // only through a shared file system's caches), and only if the folder

@@ -165,32 +165,37 @@ TEST_CASE("a refused spool file turns the spool off for spool_retry_after, not f
     broker.limits.max_message_bytes = 16 << 20;
     Fixture f(options, broker);
     const std::string big(size_t{6} << 20, 'r');
+    const std::string medium(size_t{512} << 10, 'q');  // spooled by PublishAsync
     auto adopted = [&] {
       auto stats = f.client->Stats();
       REQUIRE(stats.ok());
       return stats->large_adopted;
     };
     REQUIRE(f.client->Publish("t", big).ok());
-    REQUIRE(adopted() == 1);  // the spool proven and used
+    f.client->PublishAsync("t", medium);  // the async side's first ask, spent here
+    REQUIRE(f.client->Flush(10s).ok());
+    REQUIRE(adopted() == 2);  // the spool proven and used by both
     f.bus->FailNextPublishes(1, grpc::StatusCode::FAILED_PRECONDITION, /*stored=*/false);
     REQUIRE(f.client->Publish("t", big).ok());  // its bytes in chunks
-    CHECK(adopted() == 1);
+    CHECK(adopted() == 2);
     const int asked = f.bus->spool_calls();
-    REQUIRE(f.client->Publish("t", big).ok());
-    const std::string async_payload(size_t{512} << 10, 'q');
-    for (int i = 0; i < 3; ++i) f.client->PublishAsync("t", async_payload);
+    // Async payloads first: only their own ask can bring the spool back.
+    for (int i = 0; i < 3; ++i) f.client->PublishAsync("t", medium);
     REQUIRE(f.client->Flush(10s).ok());
     if (waited) {
       CHECK(f.bus->spool_calls() > asked);  // asked again
-      CHECK(adopted() == 1 + 1 + 3);        // and used: nothing inline
+      CHECK(adopted() == 2 + 3);            // and used: nothing inline
     } else {
       CHECK(f.bus->spool_calls() == asked);  // not asked
-      CHECK(adopted() == 1);                 // every byte through the socket
+      CHECK(adopted() == 2);                 // every byte through the socket
     }
+    REQUIRE(f.client->Publish("t", big).ok());
+    CHECK(adopted() == (waited ? 6 : 2));
+    if (!waited) CHECK(f.bus->spool_calls() == asked);
     auto topics = f.client->ListTopics("t");
     REQUIRE(topics.ok());
     REQUIRE(topics->size() == 1);
-    CHECK((*topics)[0].end_offset() == 6);  // each stored once
+    CHECK((*topics)[0].end_offset() == 7);  // each stored once
     CHECK(f.bus->SpoolFiles() == 0);
   }
 }
