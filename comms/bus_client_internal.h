@@ -371,10 +371,11 @@ struct BusClient::Impl {
   // Whether this process is on the broker's node and may read its spool (so
   // its files): asks the broker (SpoolFor) while that is not known; nullopt
   // while it cannot be told (the broker unreachable, or a refused file's
-  // wait, in which a subscription streams and asks again when it reconnects). `again`: ask even
-  // though a spool was proven (after a broken stream: the broker may have
-  // made its spool anew), using the proven one until answered, and not any
-  // more if no answer came; a spool found unusable stays so.
+  // wait, in which a subscription streams and asks again when it
+  // reconnects). `again`: ask even though a spool was proven (after a broken
+  // stream: the broker may have made its spool anew), using the proven one
+  // until answered, and not any more if no answer came; a spool found
+  // unusable stays so.
   std::optional<bool> OnBrokerNode(bool again = false);
   // `payload` written into a new file of a spool already proven (no call
   // here); null when there is none or the write fails (the bytes go inline).
@@ -410,15 +411,13 @@ struct BusClient::Impl {
   uint64_t spool_answers = 0;            // Spool calls the broker answered
   std::atomic<bool> spool_asked{false};  // by PublishAsync
   std::string spool_dir, spool_id;
-  // A refused spool file: spool_state is 0, and not asked for again before
-  // spool_ask_after (options.spool_retry_after later).
-  bool spool_refused = false;
-  DeadlineClock::time_point spool_ask_after{};
+  // After a refused spool file (spool_state 0): when the spool may be asked
+  // for again (options.spool_retry_after later); none once asked.
+  std::optional<DeadlineClock::time_point> spool_ask_after;
 
   // Under spool_mu: the broker refused a file of the spool in use.
   void RefuseSpoolLocked() {
     spool_state = 0;
-    spool_refused = true;
     const auto now = DeadlineClock::now();
     const auto wait =
         std::chrono::duration_cast<DeadlineClock::duration>(options.spool_retry_after);
@@ -428,7 +427,7 @@ struct BusClient::Impl {
   }
   // Under spool_mu: a refusal keeps the spool unasked for a while yet.
   bool SpoolHeldOffLocked() const {
-    return spool_state == 0 && spool_refused && DeadlineClock::now() < spool_ask_after;
+    return spool_state == 0 && spool_ask_after && DeadlineClock::now() < *spool_ask_after;
   }
   // Whether PublishAsync asks the broker about its spool now: its first
   // large payload does, and the first after a refusal's wait.

@@ -72,8 +72,8 @@ bool BusClient::Impl::SpoolAskDue() {
   const bool first = !spool_asked.exchange(true);
   std::lock_guard<std::mutex> lock(spool_mu);
   if (first) return true;
-  if (spool_state != 0 || !spool_refused || DeadlineClock::now() < spool_ask_after) return false;
-  spool_refused = false;  // asked once now; a new refusal waits again
+  if (spool_state != 0 || !spool_ask_after || DeadlineClock::now() < *spool_ask_after) return false;
+  spool_ask_after.reset();  // asked once now; a new refusal waits again
   return true;
 }
 

@@ -471,7 +471,7 @@ def scenario_device(work):
     watchdog.start()
     with bus:
         try:
-            scenario_device_run(bus, fake, floats, children)
+            _device_run(bus, fake, floats, children)
         finally:
             watchdog.cancel()
             for c in children:
@@ -479,7 +479,7 @@ def scenario_device(work):
                 c.wait()
 
 
-def scenario_device_run(bus, fake, floats, children):
+def _device_run(bus, fake, floats, children):
     import json
     import numpy as np
     pub = child(FAKE_DEVICE, bus, "learner", **fake)
