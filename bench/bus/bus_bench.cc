@@ -148,7 +148,10 @@ int RunBroker(const std::string& log_dir, const std::string& host) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   agentrt::BusServerOptions opts;
   opts.host = host;
-  opts.broker.retention_messages = 1 << 20;
+  // Message retention stays the bus's default (bus.retention: 100000 per
+  // topic), so a flow longer than that runs at the bound a long training
+  // runs at (the oldest messages dropped, their storage reused); bytes are
+  // raised for the 1 GiB weight versions.
   opts.broker.retention_bytes = int64_t{3} << 30;
   opts.broker.limits.max_message_bytes = agentrt::kMaxMessageBytesCeiling;
   if (!log_dir.empty()) {
