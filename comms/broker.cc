@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "common/random.h"
 #include "comms/broker_internal.h"
+#include "comms/packed_entries.h"
 #include "fmt/format.h"
 #include "plan/run_dir.h"
 
@@ -472,11 +473,13 @@ Status Broker::CheckPublish(const std::string& agent, const v1::PublishRequest& 
     return Deny("agent " + agent + " cannot publish as agent " + req.publisher());
   }
   if (!check_acl) return Status::Ok();
-  if (!access_.MayPublish(agent, req.topic())) {
-    return Deny("agent " + agent + " may not publish to topic \"" + req.topic() +
-                "\" (no channel in the plan lists it as a publisher)");
-  }
-  return Status::Ok();
+  return CheckMayPublish(agent, req.topic());
+}
+
+Status Broker::CheckMayPublish(const std::string& agent, const std::string& topic) {
+  if (access_.MayPublish(agent, topic)) return Status::Ok();
+  return Deny("agent " + agent + " may not publish to topic \"" + topic +
+              "\" (no channel in the plan lists it as a publisher)");
 }
 
 Status Broker::Publish(const std::string& agent, v1::PublishRequest& req,
@@ -489,8 +492,156 @@ Status Broker::Publish(const std::string& agent, v1::PublishRequest& req,
   return Status::Ok();
 }
 
+namespace {
+// The entries of one run of PublishBatch, as StoreRun takes them: a run of
+// its `messages` (each payload moved into its message) ...
+class MessageRun {
+ public:
+  MessageRun(const std::string& agent, v1::PublishBatchRequest& req, int first)
+      : agent_(agent), req_(req), first_(first) {}
+  uint64_t Sequence(int k) const { return req_.messages(first_ + k).sequence(); }
+  void Fill(int k, v1::Message* m) { FillMessage(agent_, *req_.mutable_messages(first_ + k), m); }
+
+ private:
+  const std::string& agent_;
+  v1::PublishBatchRequest& req_;
+  const int first_;
+};
+
+// ... or its packed entries (validated: every entry is there). Fill is
+// called with increasing k (a duplicate's entry is skipped).
+class PackedRun {
+ public:
+  PackedRun(const std::string& agent, const v1::PackedEntries& packed)
+      : agent_(agent), packed_(packed), reader_(packed.payloads()) {}
+  uint64_t Sequence(int k) const {
+    return packed_.first_sequence() == 0 ? 0 : packed_.first_sequence() + static_cast<uint64_t>(k);
+  }
+  void Fill(int k, v1::Message* m) {
+    std::string_view payload;
+    while (next_ <= k) {
+      (void)reader_.Next(&payload);
+      ++next_;
+    }
+    FillPackedMessage(agent_, packed_, Sequence(k), payload, m);
+  }
+
+ private:
+  const std::string& agent_;
+  const v1::PackedEntries& packed_;
+  PackedEntryReader reader_;
+  int next_ = 0;  // the entry reader_ reads next
+};
+}  // namespace
+
+template <typename Run>
+Status Broker::StoreRun(const std::string& agent, const std::string& topic, uint64_t publisher_id,
+                        int count, Run& run, v1::PublishBatchResponse* resp, int* answered,
+                        Status* refused) {
+  std::shared_ptr<Log> log = GetLog(topic, /*create=*/true);
+  std::shared_ptr<PublisherWindow> pub;
+  std::unique_lock<std::mutex> pub_lock;
+  if (publisher_id != 0) {
+    pub = publishers_.Get(agent, publisher_id);
+    pub_lock = std::unique_lock<std::mutex>(pub->mu);
+  }
+  bool wake = false;
+  const int acked_before = resp->acks_size();
+  Status io;  // the durable log's answer
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    for (int k = 0; k < count; ++k) {
+      const uint64_t seq = run.Sequence(k);
+      int64_t first = -1;
+      if (pub && pub->Seen(seq, &first)) {
+        duplicates_.fetch_add(1, std::memory_order_relaxed);
+        v1::PublishResponse* ack = resp->add_acks();
+        ack->set_offset(first);
+        ack->set_duplicate(true);
+        continue;
+      }
+      std::shared_ptr<v1::Message> m;
+      if (log->spare.empty()) {
+        m = std::make_shared<v1::Message>();
+      } else {
+        m = std::move(log->spare.back());
+        log->spare.pop_back();
+        log->spare_bytes -= m->payload().capacity();
+      }
+      run.Fill(k, m.get());
+      int64_t offset = -1;
+      if (io = AppendLocked(*log, std::move(m), &offset); !io.ok()) break;
+      if (pub) pub->Record(seq, offset);
+      resp->add_acks()->set_offset(offset);
+    }
+    // One write for the run's records; what it could not write is not
+    // stored, and the acknowledgements stop before the first such entry.
+    if (io.ok()) io = CommitLocked(*log);
+    if (!io.ok()) {
+      const int64_t committed = log->files ? log->files->committed_end()
+                                           : log->base + static_cast<int64_t>(log->msgs.size());
+      int keep = acked_before;
+      while (keep < resp->acks_size() &&
+             (resp->acks(keep).duplicate() || resp->acks(keep).offset() < committed))
+        ++keep;
+      while (resp->acks_size() > keep) resp->mutable_acks()->RemoveLast();
+      if (pub) {
+        // Un-records what this run stored past `committed` (a duplicate's
+        // slot names an older offset and stays).
+        for (int k = 0; k < count; ++k) pub->Forget(run.Sequence(k), committed);
+      }
+    }
+    TrimLocked(*log);
+    wake = log->waiters > 0;
+  }
+  if (wake) log->cv.notify_all();
+  *answered = resp->acks_size() - acked_before;
+  *refused = io;
+  if (Status s = SyncForAck(*log); !s.ok()) {
+    // This run's entries are not acknowledged: they may not be durable.
+    while (resp->acks_size() > acked_before) resp->mutable_acks()->RemoveLast();
+    *answered = 0;
+    return s;
+  }
+  return Status::Ok();
+}
+
 Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& req,
                             v1::PublishBatchResponse* resp) {
+  resp->set_packed_entries(true);
+  if (req.has_packed()) {
+    // One topic, one publisher: checked once, then stored as one run up to
+    // the first entry refused, as a run of messages would be.
+    const v1::PackedEntries& packed = req.packed();
+    int good = 0;
+    Status failed = req.messages_size() == 0 ? ValidatePackedEntries(packed, options_.limits, &good)
+                                             : ValidatePublishBatch(req, options_.limits);
+    if (!failed.ok()) {
+      CountInvalid();
+      failed = failed.WithContext("publish batch to topic \"" + packed.topic().substr(0, 64) +
+                                  "\" by agent " + agent);
+    }
+    if (good > 0) AGENTRT_RETURN_IF_ERROR(CheckMayPublish(agent, packed.topic()));
+    if (good > 0) {
+      PackedRun run(agent, packed);
+      int answered = 0;
+      Status refused;
+      if (Status s = StoreRun(agent, packed.topic(), packed.publisher_id(), good, run, resp,
+                              &answered, &refused);
+          !s.ok()) {
+        return s.WithContext("publish batch by agent " + agent + ", entry 0");
+      }
+      if (!refused.ok()) {
+        good = answered;
+        failed = refused;
+      }
+    }
+    if (!failed.ok()) {
+      return failed.WithContext("batch entry " + std::to_string(good) + " (the " +
+                                std::to_string(good) + " before it are stored)");
+    }
+    return Status::Ok();
+  }
   if (req.messages_size() == 0 || req.messages_size() > options_.limits.max_batch_messages) {
     CountInvalid();
     return ValidatePublishBatch(req, options_.limits)
@@ -522,70 +673,16 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
       ++end;
     }
     if (end > i) {
-      std::shared_ptr<Log> log = GetLog(topic, /*create=*/true);
-      std::shared_ptr<PublisherWindow> pub;
-      std::unique_lock<std::mutex> pub_lock;
-      if (pid != 0) {
-        pub = publishers_.Get(agent, pid);
-        pub_lock = std::unique_lock<std::mutex>(pub->mu);
-      }
-      bool wake = false;
-      const int acked_before = resp->acks_size();
-      Status io;  // the durable log's answer
-      {
-        std::lock_guard<std::mutex> lock(log->mu);
-        for (int k = i; k < end; ++k) {
-          v1::PublishRequest& entry = *req.mutable_messages(k);
-          const uint64_t seq = entry.sequence();
-          int64_t first = -1;
-          if (pub && pub->Seen(seq, &first)) {
-            duplicates_.fetch_add(1, std::memory_order_relaxed);
-            v1::PublishResponse* ack = resp->add_acks();
-            ack->set_offset(first);
-            ack->set_duplicate(true);
-            continue;
-          }
-          std::shared_ptr<v1::Message> m;
-          if (log->spare.empty()) {
-            m = std::make_shared<v1::Message>();
-          } else {
-            m = std::move(log->spare.back());
-            log->spare.pop_back();
-            log->spare_bytes -= m->payload().capacity();
-          }
-          FillMessage(agent, entry, m.get());
-          int64_t offset = -1;
-          if (io = AppendLocked(*log, std::move(m), &offset); !io.ok()) break;
-          if (pub) pub->Record(seq, offset);
-          resp->add_acks()->set_offset(offset);
-        }
-        // One write for the run's records; what it could not write is not
-        // stored, and the acknowledgements stop before the first such entry.
-        if (io.ok()) io = CommitLocked(*log);
-        if (!io.ok()) {
-          const int64_t committed = log->files ? log->files->committed_end()
-                                               : log->base + static_cast<int64_t>(log->msgs.size());
-          int keep = acked_before;
-          while (keep < resp->acks_size() &&
-                 (resp->acks(keep).duplicate() || resp->acks(keep).offset() < committed))
-            ++keep;
-          while (resp->acks_size() > keep) resp->mutable_acks()->RemoveLast();
-          if (pub) {
-            // Un-records what this run stored past `committed` (a duplicate's
-            // slot names an older offset and stays).
-            for (int k = i; k < end; ++k) pub->Forget(req.messages(k).sequence(), committed);
-          }
-          end = i + (keep - acked_before);
-          failed = io;
-        }
-        TrimLocked(*log);
-        wake = log->waiters > 0;
-      }
-      if (wake) log->cv.notify_all();
-      if (Status s = SyncForAck(*log); !s.ok()) {
-        // This run's entries are not acknowledged: they may not be durable.
-        while (resp->acks_size() > acked_before) resp->mutable_acks()->RemoveLast();
+      MessageRun run(agent, req, i);
+      int answered = 0;
+      Status refused;
+      if (Status s = StoreRun(agent, topic, pid, end - i, run, resp, &answered, &refused);
+          !s.ok()) {
         return s.WithContext("publish batch by agent " + agent + ", entry " + std::to_string(i));
+      }
+      if (!refused.ok()) {
+        end = i + answered;
+        failed = refused;
       }
     }
     if (!failed.ok()) {

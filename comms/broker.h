@@ -321,6 +321,18 @@ class Broker {
   // Validation, publisher field and (when check_acl) ACL of one publish; no state change.
   Status CheckPublish(const std::string& agent, const bus::v1::PublishRequest& req,
                       bool check_acl = true);
+  // The ACL's answer to `agent` publishing to `topic` (PERMISSION_DENIED, counted).
+  Status CheckMayPublish(const std::string& agent, const std::string& topic);
+  // Stores `count` checked entries of one topic and publisher_id (a run of
+  // a PublishBatch; `run` gives each entry's sequence and fills its message)
+  // under one lock of the topic's log, one ack each in *resp (a duplicate's
+  // names its first offset). *answered: the entries acked; *refused: the
+  // durable log's refusal that stopped the run after them (ok: none). A
+  // failed SyncForAck is returned, the run's acks removed.
+  template <typename Run>
+  Status StoreRun(const std::string& agent, const std::string& topic, uint64_t publisher_id,
+                  int count, Run& run, bus::v1::PublishBatchResponse* resp, int* answered,
+                  Status* refused);
   // Under log->mu: appends one message (to the durable log first, when there
   // is one) and sets *offset; `blob` holds a large message's payload.
   // TrimLocked drops what retention no longer allows.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -155,6 +156,21 @@ inline void FillMessage(const std::string& agent, v1::PublishRequest& req, v1::M
   m->set_sequence(req.sequence());
   m->set_content_type(req.content_type());
   m->mutable_payload()->swap(*req.mutable_payload());
+  m->set_request_id(0);
+  m->set_chunked_size(0);
+  m->set_chunked_crc32c(0);
+  m->clear_chunked_file();
+}
+
+// A stored message from a packed entry (its payload copied from the
+// request), into `m` as FillMessage does.
+inline void FillPackedMessage(const std::string& agent, const v1::PackedEntries& packed,
+                              uint64_t sequence, std::string_view payload, v1::Message* m) {
+  m->set_publisher(agent);
+  m->set_publisher_id(packed.publisher_id());
+  m->set_sequence(sequence);
+  m->set_content_type(packed.content_type());
+  m->mutable_payload()->assign(payload.data(), payload.size());
   m->set_request_id(0);
   m->set_chunked_size(0);
   m->set_chunked_crc32c(0);

@@ -266,6 +266,10 @@ struct BusClient::Impl {
   std::deque<AsyncBatch> async_queue;   // the back one takes new messages
   std::vector<AsyncBatch> async_spare;  // answered batches, cleared, for reuse
   size_t async_unacked = 0;             // queued + in flight
+  // The broker said it takes packed entries (PublishBatchResponse): new
+  // batches are packed while uniform. Off again after a broken stream (the
+  // broker may have been replaced), until the next answer says so.
+  bool async_packs = false;
   bool async_stop = false;
   Status async_error;
   std::thread async_thread;

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "comms/bus_client_internal.h"
+#include "comms/packed_entries.h"
 
 namespace agentrt {
 
@@ -72,19 +74,45 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
   AsyncBatch& batch = queue.back();
   // Sequence taken under the queue lock: queue order == sequence order.
   const uint64_t seq = impl_->SequenceFor(opts);
-  // Into a reused request's own strings (no temporary copies).
-  v1::PublishRequest* m = batch.req.add_messages();
-  m->set_topic(topic.data(), topic.size());
-  if (spooled) {
-    m->set_spooled_name(spooled->name);
-    m->set_spooled_size(static_cast<int64_t>(spooled->size));
-    m->set_spooled_crc32c(spooled->crc);
-  } else {
-    m->set_payload(payload.data(), payload.size());
+  // A batch is packed while its entries are uniform (one topic and content
+  // type, consecutive sequences, none spooled): one field for all of them.
+  // The first entry that is not turns it into messages.
+  v1::PackedEntries* packed = nullptr;
+  if (batch.entries.empty()) {
+    if (spooled || !impl_->async_packs) {
+      batch.req.clear_packed();
+    } else {
+      packed = batch.req.mutable_packed();  // a reused one keeps its storage
+      packed->set_topic(topic.data(), topic.size());
+      packed->set_content_type(opts.content_type);
+      packed->set_publisher_id(impl_->publisher_id);
+      packed->set_first_sequence(seq);
+    }
+  } else if (batch.req.has_packed()) {
+    packed = batch.req.mutable_packed();
+    if (spooled || packed->topic() != topic || packed->content_type() != opts.content_type ||
+        seq != packed->first_sequence() + static_cast<uint64_t>(packed->count())) {
+      UnpackEntries(&batch.req);
+      packed = nullptr;
+    }
   }
-  m->set_content_type(opts.content_type);
-  m->set_publisher_id(impl_->publisher_id);
-  m->set_sequence(seq);
+  if (packed != nullptr) {
+    AppendPackedEntry(packed, payload);
+  } else {
+    // Into a reused request's own strings (no temporary copies).
+    v1::PublishRequest* m = batch.req.add_messages();
+    m->set_topic(topic.data(), topic.size());
+    if (spooled) {
+      m->set_spooled_name(spooled->name);
+      m->set_spooled_size(static_cast<int64_t>(spooled->size));
+      m->set_spooled_crc32c(spooled->crc);
+    } else {
+      m->set_payload(payload.data(), payload.size());
+    }
+    m->set_content_type(opts.content_type);
+    m->set_publisher_id(impl_->publisher_id);
+    m->set_sequence(seq);
+  }
   batch.entries.push_back(AsyncBatch::Pending{seq, std::move(on_ack), std::move(spooled)});
   batch.bytes += size;
   ++impl_->async_unacked;
@@ -148,17 +176,30 @@ class BusClient::Impl::AsyncPublisher {
   void RetireFront() {
     // Reused only when its requests keep little storage (a batch that once
     // carried large payloads would hold on to them for good).
-    size_t kept = 0;
-    for (const auto& m : in_flight_.front().req.messages()) kept += m.payload().capacity();
+    AsyncBatch& f = in_flight_.front();
+    size_t kept = f.req.has_packed() ? f.req.packed().payloads().capacity() : 0;
+    for (const auto& m : f.req.messages()) kept += m.payload().capacity();
     if (impl_.async_spare.size() < kMaxSpareBatches &&
         kept <= static_cast<size_t>(impl_.options.async_batch_bytes)) {
-      AsyncBatch& f = in_flight_.front();
       f.entries.clear();
-      f.req.Clear();  // keeps its requests, cleared, with their strings' storage
+      // Keeps its requests and packed entries, cleared, with their strings'
+      // storage (Clear() would free the packed ones).
+      f.req.mutable_messages()->Clear();
+      if (f.req.has_packed()) f.req.mutable_packed()->Clear();
       f.bytes = 0;
       impl_.async_spare.push_back(std::move(f));
     }
     in_flight_.pop_front();
+  }
+
+  // Takes the first n entries (answered or failed) out of a batch.
+  static void DropFront(AsyncBatch& f, size_t n) {
+    f.entries.erase(f.entries.begin(), f.entries.begin() + static_cast<std::ptrdiff_t>(n));
+    if (f.req.has_packed()) {
+      (void)DropPackedEntries(f.req.mutable_packed(), static_cast<int>(n));
+    } else {
+      f.req.mutable_messages()->DeleteSubrange(0, static_cast<int>(n));
+    }
   }
 
   // Runs callbacks outside the lock and releases their backpressure.
@@ -183,8 +224,7 @@ class BusClient::Impl::AsyncPublisher {
         AsyncBatch& f = in_flight_.front();
         const size_t n = std::min(count, f.entries.size());
         for (size_t i = 0; i < n; ++i) failed.emplace_back(std::move(f.entries[i].on_ack), err);
-        f.entries.erase(f.entries.begin(), f.entries.begin() + static_cast<std::ptrdiff_t>(n));
-        f.req.mutable_messages()->DeleteSubrange(0, static_cast<int>(n));
+        DropFront(f, n);
         count -= n;
         if (f.entries.empty()) in_flight_.pop_front();
       }
@@ -203,6 +243,7 @@ class BusClient::Impl::AsyncPublisher {
       {
         std::lock_guard<std::mutex> lock(impl_.async_mu);
         if (in_flight_.empty()) break;  // protocol violation: nothing was waiting for this
+        if (resp.packed_entries()) impl_.async_packs = true;
         AsyncBatch& f = in_flight_.front();
         const size_t n = std::min<size_t>(static_cast<size_t>(resp.acks_size()), f.entries.size());
         for (size_t i = 0; i < n; ++i) {
@@ -213,8 +254,7 @@ class BusClient::Impl::AsyncPublisher {
         if (n == f.entries.size()) {
           RetireFront();
         } else {
-          f.entries.erase(f.entries.begin(), f.entries.begin() + static_cast<std::ptrdiff_t>(n));
-          f.req.mutable_messages()->DeleteSubrange(0, static_cast<int>(n));
+          DropFront(f, n);
         }
       }
       Complete(acked);
@@ -299,6 +339,18 @@ class BusClient::Impl::AsyncPublisher {
     } else {
       BeforeResend();
     }
+    {
+      // A broker not known to take packed entries gets messages.
+      std::lock_guard<std::mutex> lock(impl_.async_mu);
+      if (!impl_.async_packs) {
+        for (AsyncBatch& f : in_flight_) {
+          if (f.req.has_packed()) UnpackEntries(&f.req);
+        }
+        for (AsyncBatch& f : impl_.async_queue) {
+          if (f.req.has_packed()) UnpackEntries(&f.req);
+        }
+      }
+    }
     grpc::ClientContext ctx;
     impl_.Prepare(&ctx, DeadlineClock::now() + impl_.options.stream_deadline);
     auto stream = impl_.stub->PublishStream(&ctx);
@@ -342,6 +394,10 @@ class BusClient::Impl::AsyncPublisher {
         "async publish (bus " + impl_.address + ", agent " + impl_.cred.agent + ")";
     const Status err = s.ok() ? Unavailable(what + ": the stream ended with publishes unanswered")
                               : FromGrpc(s, what);
+    {
+      std::lock_guard<std::mutex> lock(impl_.async_mu);
+      impl_.async_packs = false;  // asked again: the next stream's broker may be another
+    }
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       // The broker could not take the entry's file (its spool made anew by a
       // restart, or a folder it cannot use): resent inline at once.

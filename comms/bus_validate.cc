@@ -1,7 +1,10 @@
 #include "comms/bus_validate.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
+
+#include "comms/packed_entries.h"
 
 namespace agentrt {
 namespace {
@@ -151,7 +154,60 @@ Status ValidateBatchEntry(const bus::v1::PublishRequest& req, const BusLimits& l
   return OverLimit(req.spooled_size(), limits);
 }
 
+Status ValidatePackedEntries(const bus::v1::PackedEntries& packed, const BusLimits& limits,
+                             int* first_bad) {
+  if (first_bad != nullptr) *first_bad = 0;  // what concerns them all: no entry is good
+  AGENTRT_RETURN_IF_ERROR(ValidateTopic(packed.topic()));
+  if (packed.count() <= 0 || packed.count() > limits.max_batch_messages) {
+    return InvalidArgument("packed entries: count " + std::to_string(packed.count()) +
+                           " is outside [1, " + std::to_string(limits.max_batch_messages) + "]");
+  }
+  AGENTRT_RETURN_IF_ERROR(CheckPayload(0, packed.content_type().size(), limits));
+  AGENTRT_RETURN_IF_ERROR(CheckSequence(packed.publisher_id(), packed.first_sequence()));
+  if (packed.first_sequence() > UINT64_MAX - static_cast<uint64_t>(packed.count())) {
+    return InvalidArgument("packed entries: first_sequence " +
+                           std::to_string(packed.first_sequence()) + " + count overflows");
+  }
+  // The framing first (a torn field stores nothing), then the first entry
+  // whose payload is refused (those before it are good).
+  PackedEntryReader reader(packed.payloads());
+  std::string_view payload;
+  int n = 0, bad = -1;
+  Status refused;
+  while (n < packed.count() && reader.Next(&payload)) {
+    if (bad < 0) {
+      refused = CheckPayload(payload.size(), packed.content_type().size(), limits);
+      if (!refused.ok()) bad = n;
+    }
+    ++n;
+  }
+  if (reader.malformed() || n != packed.count() || reader.remaining() != 0) {
+    std::string what = "packed entries: count says " + std::to_string(packed.count()) +
+                       ", payloads hold " + std::to_string(n) + " well-formed entries";
+    if (reader.malformed()) {
+      what += " and then a torn one";
+    } else if (reader.remaining() != 0) {
+      what += " and " + std::to_string(reader.remaining()) + " bytes more";
+    }
+    return InvalidArgument(what);
+  }
+  if (bad >= 0) {
+    if (first_bad != nullptr) *first_bad = bad;
+    return refused.WithContext("packed entry " + std::to_string(bad));
+  }
+  if (first_bad != nullptr) *first_bad = packed.count();
+  return Status::Ok();
+}
+
 Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits) {
+  if (req.has_packed()) {
+    if (req.messages_size() != 0) {
+      return InvalidArgument(
+          "PublishBatch carries both messages and packed entries (one or the "
+          "other)");
+    }
+    return ValidatePackedEntries(req.packed(), limits);
+  }
   if (req.messages_size() == 0) return InvalidArgument("PublishBatch has no messages");
   if (req.messages_size() > limits.max_batch_messages) {
     return InvalidArgument("PublishBatch has " + std::to_string(req.messages_size()) +

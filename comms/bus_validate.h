@@ -50,6 +50,14 @@ inline bool IsSpooledEntry(const bus::v1::PublishRequest& req) {
 // The first chunk of a PublishLarge: its head as a publish without payload,
 // and a size within max_message_bytes.
 Status ValidatePublishHead(const bus::v1::PublishChunk& first, const BusLimits& limits);
+// Packed entries (bus.proto): a topic and content type as a publish's,
+// count in [1, max_batch_messages], sequences that do not overflow, exactly
+// `count` well-formed entries and nothing after them, each payload within
+// the limits. *first_bad (when given): the entries before the one the error
+// is about (count when none; 0 when it concerns them all).
+Status ValidatePackedEntries(const bus::v1::PackedEntries& packed, const BusLimits& limits,
+                             int* first_bad = nullptr);
+// Its messages (each as ValidateBatchEntry), or its packed entries (not both).
 Status ValidatePublishBatch(const bus::v1::PublishBatchRequest& req, const BusLimits& limits);
 Status ValidateSubscribe(const bus::v1::SubscribeRequest& req, const BusLimits& limits);
 Status ValidateReceive(const bus::v1::ReceiveRequest& req, const BusLimits& limits);

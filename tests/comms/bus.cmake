@@ -108,6 +108,13 @@ agentrt_python_scenarios(PREFIX bus_large_fanout
   ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python"
   TIMEOUT 300)
 
+# Packed batch entries: the field's codec and validation, the broker storing them.
+agentrt_test(NAME packed_entries_test
+  SRCS ${CMAKE_CURRENT_LIST_DIR}/packed_entries_test.cc
+  DEPS agentrt::comms
+  LABELS unit
+  TIMEOUT 60)
+
 # Its own binary: it replaces the global operator new to count the broker's allocations.
 agentrt_test(NAME bus_alloc_test
   SRCS ${CMAKE_CURRENT_LIST_DIR}/bus_alloc_test.cc

@@ -3,15 +3,19 @@
 // allocation while a log at its retention bound takes batches of small
 // messages (Broker::PublishBatch, what PublishStream calls) and a reader
 // takes them back out (Broker::ReadBorrowed, what a Subscribe stream calls),
-// in memory and with the durable log.
+// in memory and with the durable log, the batches' entries as messages and
+// packed.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "comms/broker.h"
+#include "comms/packed_entries.h"
 #include "tests/common/counting_new.h"
 #include "tests/common/temp_dir.h"
 
@@ -30,10 +34,23 @@ long PublishAndRead(Broker& broker, Broker::Reader& reader, v1::PublishBatchRequ
                     Broker::Lease& lease, int batches, uint64_t* seq) {
   const long before = agentrt::testing::AllocationCount();
   for (int b = 0; b < batches; ++b) {
-    for (int k = 0; k < kBatch; ++k) {
-      v1::PublishRequest& e = *req.mutable_messages(k);
-      e.mutable_payload()->assign(64, static_cast<char>('a' + k % 26));
-      e.set_sequence((*seq)++);
+    if (req.has_packed()) {  // the same entries packed (what the client's async publish sends)
+      v1::PackedEntries& p = *req.mutable_packed();
+      p.mutable_payloads()->clear();
+      p.set_count(0);
+      p.set_first_sequence(*seq);
+      char payload[64];
+      for (int k = 0; k < kBatch; ++k) {
+        std::memset(payload, 'a' + k % 26, sizeof(payload));
+        AppendPackedEntry(&p, std::string_view(payload, sizeof(payload)));
+        ++*seq;
+      }
+    } else {
+      for (int k = 0; k < kBatch; ++k) {
+        v1::PublishRequest& e = *req.mutable_messages(k);
+        e.mutable_payload()->assign(64, static_cast<char>('a' + k % 26));
+        e.set_sequence((*seq)++);
+      }
     }
     resp.Clear();
     REQUIRE(broker.PublishBatch("publisher", req, &resp).ok());
@@ -52,7 +69,7 @@ long PublishAndRead(Broker& broker, Broker::Reader& reader, v1::PublishBatchRequ
   return agentrt::testing::AllocationCount() - before;
 }
 
-void CheckNoAllocationPerMessage(BrokerOptions options) {
+void CheckNoAllocationPerMessage(BrokerOptions options, bool packed) {
   options.retention_messages = 2048;
   BusAcl acl;
   acl.agents = {"publisher", "reader"};
@@ -62,11 +79,18 @@ void CheckNoAllocationPerMessage(BrokerOptions options) {
   REQUIRE(broker.Recover(&notes).ok());
 
   v1::PublishBatchRequest req;
-  for (int k = 0; k < kBatch; ++k) {
-    v1::PublishRequest* e = req.add_messages();
-    e->set_topic("obs");
-    e->set_content_type("application/x-obs");
-    e->set_publisher_id(7);
+  if (packed) {
+    v1::PackedEntries* p = req.mutable_packed();
+    p->set_topic("obs");
+    p->set_content_type("application/x-obs");
+    p->set_publisher_id(7);
+  } else {
+    for (int k = 0; k < kBatch; ++k) {
+      v1::PublishRequest* e = req.add_messages();
+      e->set_topic("obs");
+      e->set_content_type("application/x-obs");
+      e->set_publisher_id(7);
+    }
   }
   v1::SubscribeRequest sub;
   sub.set_topic("obs");
@@ -93,7 +117,9 @@ void CheckNoAllocationPerMessage(BrokerOptions options) {
 }  // namespace
 
 TEST_CASE("a log at its retention bound stores and delivers small messages without allocating") {
-  CheckNoAllocationPerMessage(BrokerOptions{});
+  const bool packed = GENERATE(false, true);
+  INFO((packed ? "packed entries" : "messages"));
+  CheckNoAllocationPerMessage(BrokerOptions{}, packed);
 }
 
 TEST_CASE("the same with the durable log (batch)") {
@@ -103,5 +129,7 @@ TEST_CASE("the same with the durable log (batch)") {
   options.durability = BusDurability::kBatch;
   options.fsync_interval_ms = 60000;         // the fsync thread stays out of the counted window
   options.segment_bytes = int64_t{1} << 30;  // no new segment file inside it either
-  CheckNoAllocationPerMessage(options);
+  const bool packed = GENERATE(false, true);
+  INFO((packed ? "packed entries" : "messages"));
+  CheckNoAllocationPerMessage(options, packed);
 }

@@ -305,11 +305,23 @@ TEST_CASE("a broker restart is reported when a subscription resumes") {
   REQUIRE(inbox.WaitEvent(SubscriptionEvent::Kind::kBrokerRestarted));
 }
 
+// Has the client learn that its broker takes packed entries (from an
+// answer); the stream that carried it is closed, so the next batch opens one.
+void LearnPacking(Fixture& f) {
+  f.client->PublishAsync("warm-up", "w");
+  REQUIRE(f.client->Flush(10s).ok());
+  REQUIRE(f.bus->WaitPublishStreamsClosed());
+}
+
 TEST_CASE("async publishes survive a broken stream: resent in order, each stored once") {
   std::mutex mu;  // with `acks`, outlives the client, whose threads fill them
   std::vector<PublishAck> acks;
   int failed = 0;
   Fixture f;
+  // The batch stored and not answered is packed, or messages.
+  const bool packs = GENERATE(false, true);
+  INFO((packs ? "packed batches" : "batches of messages"));
+  if (packs) LearnPacking(f);
   f.bus->BreakNextPublishStreamAtBatch(1);  // stored, never answered
   for (int i = 0; i < 50; ++i) {
     f.client->PublishAsync("t", "a" + std::to_string(i), {}, [&](const Result<PublishAck>& r) {
@@ -330,6 +342,92 @@ TEST_CASE("async publishes survive a broken stream: resent in order, each stored
   REQUIRE(acks.size() == 50);
   for (size_t i = 1; i < acks.size(); ++i) CHECK(acks[i].sequence == acks[i - 1].sequence + 1);
   CHECK(std::any_of(acks.begin(), acks.end(), [](const PublishAck& a) { return a.duplicate; }));
+}
+
+TEST_CASE(
+    "async publishes to several topics and content types, one refused, are stored in order, "
+    "whatever their batches") {
+  struct Entry {
+    std::string topic, payload, content_type;
+  };
+  std::vector<Entry> entries;
+  for (int i = 0; i < 40; ++i) {
+    entries.push_back({i % 10 == 9 ? "u" : "t", "m" + std::to_string(i), ""});
+    if (i == 20) entries.push_back({"t", "typed", "text/x-typed"});
+    if (i == 25) entries.push_back({"bad topic", "refused", ""});
+  }
+  std::mutex mu;
+  std::vector<std::string> acked;
+  std::vector<Status> failed;
+  Fixture f;
+  // Known to the client as a broker that takes packed entries (an answer
+  // said so), or not yet: the batches start packed, or as messages.
+  const bool packs = GENERATE(false, true);
+  INFO((packs ? "packed batches" : "batches of messages"));
+  if (packs) LearnPacking(f);
+  // A first batch stored and never answered: what follows piles up in the
+  // queue meanwhile, in batches that mix topics (a packed one is unpacked
+  // there, and what is resent goes as messages until the broker answers).
+  f.bus->BreakNextPublishStreamAtBatch(1);
+  for (const Entry& e : entries) {
+    PublishOptions o;
+    o.content_type = e.content_type;
+    f.client->PublishAsync(e.topic, e.payload, o, [&, payload = e.payload](const auto& r) {
+      std::lock_guard<std::mutex> lock(mu);  // on the client's thread: no Catch2 macros here
+      if (r.ok()) {
+        acked.push_back(payload);
+      } else {
+        failed.push_back(r.status());
+      }
+    });
+  }
+  const Status flushed = f.client->Flush(10s);
+  CHECK(flushed.code() == StatusCode::kInvalidArgument);
+  std::vector<std::string> want_t, want_u;
+  for (const Entry& e : entries) {
+    if (e.topic == "t") want_t.push_back(e.payload);
+    if (e.topic == "u") want_u.push_back(e.payload);
+  }
+  CHECK(f.bus->Payloads("t") == want_t);  // each once, in order
+  CHECK(f.bus->Payloads("u") == want_u);
+  auto typed = f.client->Fetch("t", 0, 100, 5s);
+  REQUIRE(typed.ok());
+  for (const auto& m : *typed) {
+    INFO(m.payload());
+    CHECK(m.content_type() == (m.payload() == "typed" ? "text/x-typed" : ""));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(failed.size() == 1);
+  CHECK_THAT(failed[0].message(), Catch::Contains("bad topic"));
+  CHECK(acked.size() == entries.size() - 1);
+}
+
+TEST_CASE("async publishes the broker refuses fail one by one, packed or not, nothing stored") {
+  std::mutex mu;
+  std::vector<Status> failed;
+  int stored = 0;
+  Fixture f;
+  const bool packs = GENERATE(false, true);
+  INFO((packs ? "packed batches" : "batches of messages"));
+  if (packs) LearnPacking(f);
+  for (int i = 0; i < 5; ++i) {
+    f.client->PublishAsync("bad topic", "x" + std::to_string(i), {}, [&](const auto& r) {
+      std::lock_guard<std::mutex> lock(mu);  // on the client's thread: no Catch2 macros here
+      if (r.ok()) {
+        ++stored;
+      } else {
+        failed.push_back(r.status());
+      }
+    });
+  }
+  CHECK(f.client->Flush(10s).code() == StatusCode::kInvalidArgument);
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(stored == 0);
+  REQUIRE(failed.size() == 5);
+  for (const Status& s : failed) {
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains("bad topic"));
+  }
 }
 
 TEST_CASE(

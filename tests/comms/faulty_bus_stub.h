@@ -28,6 +28,7 @@
 #include "comms/auth.h"
 #include "comms/bus_server.h"
 #include "comms/proto/bus.grpc.pb.h"
+#include "tests/common/wait_for.h"
 
 namespace agentrt::testing {
 
@@ -202,10 +203,24 @@ class FaultyBus {
     stream_starts_.push_back(start.has_earliest() ? -1 : start.has_latest() ? -2 : start.offset());
     return std::exchange(break_stream_after_, -1);
   }
-  // An async publish stream: at which batch it breaks (-1 never).
+  // An async publish stream: at which batch it breaks (-1 never). Counted
+  // open until the client drops it (PublishStreamClosed).
   int DrawPublishStreamBreak() {
     std::lock_guard<std::mutex> lock(mu_);
+    ++open_publish_streams_;
     return std::exchange(break_publish_stream_at_, -1);
+  }
+  void PublishStreamClosed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    --open_publish_streams_;
+  }
+  // Waits (bounded) until the client has no async publish stream open: the
+  // next batch goes on a new one.
+  bool WaitPublishStreamsClosed() {
+    return WaitFor([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return open_publish_streams_ == 0;
+    });
   }
 
  private:
@@ -242,6 +257,7 @@ class FaultyBus {
   bool fail_after_store_ = false;
   int break_stream_after_ = -1;
   int break_publish_stream_at_ = -1;
+  int open_publish_streams_ = 0;
   int publish_calls_ = 0;
   std::vector<int64_t> stream_starts_;
   std::condition_variable cv_;  // Spool calls and their hold
@@ -311,8 +327,13 @@ using PublishBatchStream =
 class BreakingPublishStream final : public BreakableStream<PublishBatchStream> {
  public:
   BreakingPublishStream(std::shared_ptr<v1::Bus::StubInterface> stub, grpc::ClientContext* ctx,
-                        std::unique_ptr<PublishBatchStream> real, int at)
-      : BreakableStream(std::move(stub), ctx, std::move(real)), at_(at) {}
+                        std::unique_ptr<PublishBatchStream> real, std::shared_ptr<FaultyBus> bus)
+      : BreakableStream(std::move(stub), ctx, std::move(real)),
+        bus_(std::move(bus)),
+        at_(bus_->DrawPublishStreamBreak()) {}
+  ~BreakingPublishStream() override { bus_->PublishStreamClosed(); }
+  BreakingPublishStream(const BreakingPublishStream&) = delete;
+  BreakingPublishStream& operator=(const BreakingPublishStream&) = delete;
 
   bool Write(const v1::PublishBatchRequest& batch, grpc::WriteOptions options) override {
     return !broken_ && real_->Write(batch, options);
@@ -328,7 +349,8 @@ class BreakingPublishStream final : public BreakableStream<PublishBatchStream> {
   }
 
  private:
-  int at_;
+  const std::shared_ptr<FaultyBus> bus_;
+  const int at_;
   int answered_ = 0;
 };
 
@@ -388,8 +410,7 @@ class FaultyBusStub final : public v1::Bus::StubInterface {
   PublishBatchStream* PublishStreamRaw(grpc::ClientContext* ctx) override {
     auto real = bus_->Real();
     auto stream = real->PublishStream(ctx);
-    return new BreakingPublishStream(std::move(real), ctx, std::move(stream),
-                                     bus_->DrawPublishStreamBreak());
+    return new BreakingPublishStream(std::move(real), ctx, std::move(stream), bus_);
   }
   grpc::ClientReaderInterface<v1::SubscribeResponse>* SubscribeRaw(
       grpc::ClientContext* ctx, const v1::SubscribeRequest& req) override {
