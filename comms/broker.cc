@@ -497,6 +497,7 @@ namespace {
 // its `messages` (each payload moved into its message) ...
 class MessageRun {
  public:
+  static constexpr bool kAnswersAsRun = false;  // an ack each, as before packed entries
   MessageRun(const std::string& agent, v1::PublishBatchRequest& req, int first)
       : agent_(agent), req_(req), first_(first) {}
   uint64_t Sequence(int k) const { return req_.messages(first_ + k).sequence(); }
@@ -512,6 +513,7 @@ class MessageRun {
 // called with increasing k (a duplicate's entry is skipped).
 class PackedRun {
  public:
+  static constexpr bool kAnswersAsRun = true;
   PackedRun(const std::string& agent, const v1::PackedEntries& packed)
       : agent_(agent), packed_(packed), reader_(packed.payloads()) {}
   uint64_t Sequence(int k) const {
@@ -547,6 +549,9 @@ Status Broker::StoreRun(const std::string& agent, const std::string& topic, uint
   }
   bool wake = false;
   const int acked_before = resp->acks_size();
+  // Packed entries are answered as a run stored at consecutive offsets
+  // (PublishBatchResponse.stored) up to the first duplicate, then an ack each.
+  bool in_run = Run::kAnswersAsRun && acked_before == 0 && resp->stored() == 0;
   Status io;  // the durable log's answer
   {
     std::lock_guard<std::mutex> lock(log->mu);
@@ -558,6 +563,7 @@ Status Broker::StoreRun(const std::string& agent, const std::string& topic, uint
         v1::PublishResponse* ack = resp->add_acks();
         ack->set_offset(first);
         ack->set_duplicate(true);
+        in_run = false;
         continue;
       }
       std::shared_ptr<v1::Message> m;
@@ -572,18 +578,29 @@ Status Broker::StoreRun(const std::string& agent, const std::string& topic, uint
       int64_t offset = -1;
       if (io = AppendLocked(*log, std::move(m), &offset); !io.ok()) break;
       if (pub) pub->Record(seq, offset);
-      resp->add_acks()->set_offset(offset);
+      if (in_run) {
+        if (resp->stored() == 0) resp->set_first_offset(offset);
+        resp->set_stored(resp->stored() + 1);
+      } else {
+        resp->add_acks()->set_offset(offset);
+      }
     }
     // One write for the run's records; what it could not write is not
-    // stored, and the acknowledgements stop before the first such entry.
+    // stored, and the answers stop before the first such entry.
     if (io.ok()) io = CommitLocked(*log);
     if (!io.ok()) {
       const int64_t committed = log->files ? log->files->committed_end()
                                            : log->base + static_cast<int64_t>(log->msgs.size());
       int keep = acked_before;
-      while (keep < resp->acks_size() &&
-             (resp->acks(keep).duplicate() || resp->acks(keep).offset() < committed))
-        ++keep;
+      if (resp->stored() > 0 && resp->first_offset() + resp->stored() > committed) {
+        // The run stored first is cut there, and nothing after it is answered.
+        resp->set_stored(
+            static_cast<int32_t>(std::max<int64_t>(0, committed - resp->first_offset())));
+      } else {
+        while (keep < resp->acks_size() &&
+               (resp->acks(keep).duplicate() || resp->acks(keep).offset() < committed))
+          ++keep;
+      }
       while (resp->acks_size() > keep) resp->mutable_acks()->RemoveLast();
       if (pub) {
         // Un-records what this run stored past `committed` (a duplicate's
@@ -595,11 +612,12 @@ Status Broker::StoreRun(const std::string& agent, const std::string& topic, uint
     wake = log->waiters > 0;
   }
   if (wake) log->cv.notify_all();
-  *answered = resp->acks_size() - acked_before;
+  *answered = AnsweredEntries(*resp) - acked_before;
   *refused = io;
   if (Status s = SyncForAck(*log); !s.ok()) {
     // This run's entries are not acknowledged: they may not be durable.
     while (resp->acks_size() > acked_before) resp->mutable_acks()->RemoveLast();
+    if (acked_before == 0) resp->set_stored(0);
     *answered = 0;
     return s;
   }

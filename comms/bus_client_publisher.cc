@@ -245,11 +245,12 @@ class BusClient::Impl::AsyncPublisher {
         if (in_flight_.empty()) break;  // protocol violation: nothing was waiting for this
         if (resp.packed_entries()) impl_.async_packs = true;
         AsyncBatch& f = in_flight_.front();
-        const size_t n = std::min<size_t>(static_cast<size_t>(resp.acks_size()), f.entries.size());
+        const size_t n =
+            std::min<size_t>(static_cast<size_t>(AnsweredEntries(resp)), f.entries.size());
         for (size_t i = 0; i < n; ++i) {
-          const auto& a = resp.acks(static_cast<int>(i));
+          const EntryAnswer a = AnswerOf(resp, static_cast<int>(i));
           acked.emplace_back(std::move(f.entries[i].on_ack),
-                             PublishAck{a.offset(), a.duplicate(), f.entries[i].sequence});
+                             PublishAck{a.offset, a.duplicate, f.entries[i].sequence});
         }
         if (n == f.entries.size()) {
           RetireFront();

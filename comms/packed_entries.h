@@ -2,7 +2,9 @@
 // base-128 varint (at most 5 bytes, a value below 2^32), then its bytes.
 // The one writer and reader of that field: the client's async publish packs
 // uniform batches with it (and unpacks one that stops being uniform), the
-// broker and ValidatePackedEntries read them.
+// broker and ValidatePackedEntries read them. Also the reader of a batch's
+// answer (AnswerOf: acks, or the run stored first, as the broker answers
+// packed entries).
 // No allocation beyond the field's own growth.
 #pragma once
 
@@ -80,6 +82,23 @@ inline bool DropPackedEntries(bus::v1::PackedEntries* p, int n) {
   p->set_count(p->count() - n);
   if (p->publisher_id() != 0) p->set_first_sequence(p->first_sequence() + static_cast<uint64_t>(n));
   return true;
+}
+
+// The answer to one entry of a PublishBatch (its offset; a duplicate's
+// names the first), from the acks or the run of entries stored first at
+// consecutive offsets (PublishBatchResponse.stored).
+struct EntryAnswer {
+  int64_t offset = -1;
+  bool duplicate = false;
+};
+// How many entries `resp` answers.
+inline int AnsweredEntries(const bus::v1::PublishBatchResponse& resp) {
+  return resp.stored() + resp.acks_size();
+}
+inline EntryAnswer AnswerOf(const bus::v1::PublishBatchResponse& resp, int i) {
+  if (i < resp.stored()) return {resp.first_offset() + i, false};
+  const bus::v1::PublishResponse& a = resp.acks(i - resp.stored());
+  return {a.offset(), a.duplicate()};
 }
 
 // A packed batch's entries as messages of the same request, in order (the

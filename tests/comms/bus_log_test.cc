@@ -17,6 +17,7 @@
 
 #include "common/file_util.h"
 #include "comms/broker.h"
+#include "comms/packed_entries.h"
 #include "tests/common/temp_dir.h"
 
 using namespace agentrt;
@@ -368,9 +369,20 @@ TEST_CASE("a full disk refuses the publish: nothing acknowledged is missing from
     }
     v1::PublishBatchResponse batch_resp;
     const Status batch_refused = b->PublishBatch("a", batch, &batch_resp);
+    // The same as packed entries (answered as a run stored first): none either.
+    v1::PublishBatchRequest packed;
+    v1::PackedEntries* p = packed.mutable_packed();
+    p->set_topic("t");
+    p->set_publisher_id(3);
+    p->set_first_sequence(1);
+    for (int i = 0; i < 10; ++i) AppendPackedEntry(p, std::string(1000, 'r'));
+    v1::PublishBatchResponse packed_resp;
+    const Status packed_refused = b->PublishBatch("a", packed, &packed_resp);
     REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
     CHECK(batch_refused.code() == StatusCode::kUnavailable);
     CHECK(batch_resp.acks_size() == 0);
+    CHECK(packed_refused.code() == StatusCode::kUnavailable);
+    CHECK(AnsweredEntries(packed_resp) == 0);
     CHECK(refused.code() == StatusCode::kUnavailable);
     CHECK_THAT(refused.message(), Catch::Matchers::Contains("not stored"));
     CHECK(acked > 10);

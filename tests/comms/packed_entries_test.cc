@@ -185,21 +185,52 @@ TEST_CASE("a packed batch is stored as the same entries as messages would be") {
   req.mutable_packed()->set_content_type("text/plain");
   v1::PublishBatchResponse resp;
   REQUIRE(b.PublishBatch("predator-0", req, &resp).ok());
-  REQUIRE(resp.acks_size() == 3);
+  CHECK(resp.packed_entries());
+  // Answered as a run stored at consecutive offsets, no ack each.
+  CHECK(resp.stored() == 3);
+  CHECK(resp.first_offset() == 0);
+  CHECK(resp.acks_size() == 0);
+  REQUIRE(AnsweredEntries(resp) == 3);
   for (int i = 0; i < 3; ++i) {
-    CHECK(resp.acks(i).offset() == i);
-    CHECK_FALSE(resp.acks(i).duplicate());
+    CHECK(AnswerOf(resp, i).offset == i);
+    CHECK_FALSE(AnswerOf(resp, i).duplicate);
   }
   // The same batch again (its answer lost): each entry a duplicate, nothing stored twice.
   v1::PublishBatchResponse again;
   REQUIRE(b.PublishBatch("predator-0", req, &again).ok());
-  REQUIRE(again.acks_size() == 3);
+  CHECK(again.stored() == 0);
+  REQUIRE(AnsweredEntries(again) == 3);
   for (int i = 0; i < 3; ++i) {
-    CHECK(again.acks(i).duplicate());
-    CHECK(again.acks(i).offset() == i);
+    CHECK(AnswerOf(again, i).duplicate);
+    CHECK(AnswerOf(again, i).offset == i);
   }
+  // A duplicate inside the batch (sequence 15 stored before, as a message):
+  // the run stored first ends before it, the entries after it get an ack each.
+  v1::PublishBatchRequest single;
+  v1::PublishRequest* m = single.add_messages();
+  m->set_topic("sightings");
+  m->set_payload("o");
+  m->set_publisher_id(5);
+  m->set_sequence(15);
+  v1::PublishBatchResponse single_resp;
+  REQUIRE(b.PublishBatch("predator-0", single, &single_resp).ok());
+  CHECK(single_resp.stored() == 0);  // messages are answered an ack each, as ever
+  REQUIRE(single_resp.acks_size() == 1);
+  CHECK(single_resp.acks(0).offset() == 3);
+  *req.mutable_packed() = Packed("sightings", {"d", "e", "f", "g"}, 5, 13);  // 13..16
+  v1::PublishBatchResponse mixed;
+  REQUIRE(b.PublishBatch("predator-0", req, &mixed).ok());
+  CHECK(mixed.stored() == 2);
+  CHECK(mixed.first_offset() == 4);
+  REQUIRE(AnsweredEntries(mixed) == 4);
+  CHECK(AnswerOf(mixed, 1).offset == 5);
+  CHECK(AnswerOf(mixed, 2).duplicate);
+  CHECK(AnswerOf(mixed, 2).offset == 3);
+  CHECK_FALSE(AnswerOf(mixed, 3).duplicate);
+  CHECK(AnswerOf(mixed, 3).offset == 6);
+
   const auto msgs = ReadAll(b, "sightings");
-  REQUIRE(msgs.size() == 3);
+  REQUIRE(msgs.size() == 7);
   for (int i = 0; i < 3; ++i) {
     CHECK(msgs[i].offset() == i);
     CHECK(msgs[i].payload() == std::string(1, static_cast<char>('a' + i)));
@@ -209,7 +240,8 @@ TEST_CASE("a packed batch is stored as the same entries as messages would be") {
     CHECK(msgs[i].content_type() == "text/plain");
     CHECK(msgs[i].topic() == "sightings");
   }
-  CHECK(b.Stats().duplicates_dropped == 3);
+  CHECK(msgs[6].payload() == "g");
+  CHECK(b.Stats().duplicates_dropped == 4);
 }
 
 TEST_CASE("a packed batch stops at its first refused entry, as a batch of messages does") {
@@ -222,21 +254,22 @@ TEST_CASE("a packed batch stops at its first refused entry, as a batch of messag
   Status s = b.PublishBatch("predator-0", req, &resp);
   CHECK(s.code() == StatusCode::kResourceExhausted);
   CHECK_THAT(s.message(), Catch::Contains("batch entry 2 (the 2 before it are stored)"));
-  CHECK(resp.acks_size() == 2);
+  CHECK(resp.stored() == 2);
+  CHECK(AnsweredEntries(resp) == 2);
   CHECK(ReadAll(b, "sightings").size() == 2);
 
   // An agent the ACL does not let publish there stores nothing.
   resp.Clear();
   *req.mutable_packed() = Packed("sightings", {"x"}, 6, 1);
   CHECK(b.PublishBatch("prey-0", req, &resp).code() == StatusCode::kPermissionDenied);
-  CHECK(resp.acks_size() == 0);
+  CHECK(AnsweredEntries(resp) == 0);
   // Nor does a torn field, whatever its good entries.
   *req.mutable_packed() = Packed("sightings", {"x", "y"}, 7, 1);
   req.mutable_packed()->mutable_payloads()->pop_back();
   s = b.PublishBatch("predator-0", req, &resp);
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK_THAT(s.message(), Catch::Contains("batch entry 0"));
-  CHECK(resp.acks_size() == 0);
+  CHECK(AnsweredEntries(resp) == 0);
   CHECK(ReadAll(b, "sightings").size() == 2);
   CHECK(b.Stats().rejected_invalid == 2);  // the long payload and the torn field
 }
