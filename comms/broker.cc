@@ -639,8 +639,9 @@ Status Broker::PublishBatch(const std::string& agent, v1::PublishBatchRequest& r
       failed = failed.WithContext("publish batch to topic \"" + packed.topic().substr(0, 64) +
                                   "\" by agent " + agent);
     }
-    if (good > 0) AGENTRT_RETURN_IF_ERROR(CheckMayPublish(agent, packed.topic()));
     if (good > 0) {
+      if (Status denied = CheckMayPublish(agent, packed.topic()); !denied.ok())
+        return denied.WithContext("batch entry 0 (the 0 before it are stored)");
       PackedRun run(agent, packed);
       int answered = 0;
       Status refused;

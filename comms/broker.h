@@ -325,10 +325,13 @@ class Broker {
   Status CheckMayPublish(const std::string& agent, const std::string& topic);
   // Stores `count` checked entries of one topic and publisher_id (a run of
   // a PublishBatch; `run` gives each entry's sequence and fills its message)
-  // under one lock of the topic's log, one ack each in *resp (a duplicate's
-  // names its first offset). *answered: the entries acked; *refused: the
-  // durable log's refusal that stopped the run after them (ok: none). A
-  // failed SyncForAck is returned, the run's acks removed.
+  // under one lock of the topic's log, answered in *resp: an ack each (a
+  // duplicate's names its first offset), or for packed entries
+  // (Run::kAnswersAsRun) the run stored first at consecutive offsets
+  // (`first_offset`, `stored`) and an ack each from its first duplicate.
+  // *answered: the entries answered; *refused: the durable log's refusal
+  // that stopped the run after them (ok: none). A failed SyncForAck is
+  // returned, the run's answers removed.
   template <typename Run>
   Status StoreRun(const std::string& agent, const std::string& topic, uint64_t publisher_id,
                   int count, Run& run, bus::v1::PublishBatchResponse* resp, int* answered,

@@ -243,7 +243,10 @@ class BusClient::Impl::AsyncPublisher {
       {
         std::lock_guard<std::mutex> lock(impl_.async_mu);
         if (in_flight_.empty()) break;  // protocol violation: nothing was waiting for this
-        if (resp.packed_entries()) impl_.async_packs = true;
+        if (resp.packed_entries()) {
+          impl_.async_packs = true;
+          packed_answered_ = true;
+        }
         AsyncBatch& f = in_flight_.front();
         const size_t n =
             std::min<size_t>(static_cast<size_t>(AnsweredEntries(resp)), f.entries.size());
@@ -343,6 +346,7 @@ class BusClient::Impl::AsyncPublisher {
     {
       // A broker not known to take packed entries gets messages.
       std::lock_guard<std::mutex> lock(impl_.async_mu);
+      packed_answered_ = false;
       if (!impl_.async_packs) {
         for (AsyncBatch& f : in_flight_) {
           if (f.req.has_packed()) UnpackEntries(&f.req);
@@ -398,6 +402,14 @@ class BusClient::Impl::AsyncPublisher {
     {
       std::lock_guard<std::mutex> lock(impl_.async_mu);
       impl_.async_packs = false;  // asked again: the next stream's broker may be another
+      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT && !packed_answered_ &&
+          !in_flight_.empty() && in_flight_.front().req.has_packed()) {
+        // A broker that never said it takes packed entries refused a packed
+        // batch (an older one reads it as empty, after a stream that closed
+        // idle met a broker replaced meanwhile): resent as messages, the
+        // entries' own errors then as ever.
+        return;
+      }
     }
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       // The broker could not take the entry's file (its spool made anew by a
@@ -443,7 +455,8 @@ class BusClient::Impl::AsyncPublisher {
 
   Impl& impl_;
   std::deque<AsyncBatch> in_flight_;  // guarded by async_mu once the reader runs
-  std::string refused_spool_;         // the last stream ended on a file of this spool
+  bool packed_answered_ = false;  // guarded by async_mu: this stream's broker said packed_entries
+  std::string refused_spool_;     // the last stream ended on a file of this spool
 };
 
 void BusClient::Impl::RunAsyncPublisher() { AsyncPublisher(*this).Run(); }

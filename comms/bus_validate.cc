@@ -164,7 +164,7 @@ Status ValidatePackedEntries(const bus::v1::PackedEntries& packed, const BusLimi
   }
   AGENTRT_RETURN_IF_ERROR(CheckPayload(0, packed.content_type().size(), limits));
   AGENTRT_RETURN_IF_ERROR(CheckSequence(packed.publisher_id(), packed.first_sequence()));
-  if (packed.first_sequence() > UINT64_MAX - static_cast<uint64_t>(packed.count())) {
+  if (packed.first_sequence() > UINT64_MAX - static_cast<uint64_t>(packed.count() - 1)) {
     return InvalidArgument("packed entries: first_sequence " +
                            std::to_string(packed.first_sequence()) + " + count overflows");
   }

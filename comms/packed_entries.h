@@ -80,7 +80,8 @@ inline bool DropPackedEntries(bus::v1::PackedEntries* p, int n) {
   }
   p->mutable_payloads()->erase(0, p->payloads().size() - r.remaining());
   p->set_count(p->count() - n);
-  if (p->publisher_id() != 0) p->set_first_sequence(p->first_sequence() + static_cast<uint64_t>(n));
+  if (p->first_sequence() != 0)
+    p->set_first_sequence(p->first_sequence() + static_cast<uint64_t>(n));
   return true;
 }
 

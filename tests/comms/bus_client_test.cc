@@ -342,6 +342,36 @@ TEST_CASE("async publishes survive a broken stream: resent in order, each stored
   REQUIRE(acks.size() == 50);
   for (size_t i = 1; i < acks.size(); ++i) CHECK(acks[i].sequence == acks[i - 1].sequence + 1);
   CHECK(std::any_of(acks.begin(), acks.end(), [](const PublishAck& a) { return a.duplicate; }));
+  if (packs) CHECK(f.bus->packed_batches() >= 1);  // the batch stored unanswered
+}
+
+TEST_CASE(
+    "a broker from before packed entries, met after an idle stream closed, gets them again as "
+    "messages") {
+  std::mutex mu;
+  std::vector<PublishAck> acks;
+  std::vector<Status> failed;
+  Fixture f;
+  LearnPacking(f);
+  f.bus->ActAsBrokerBeforePackedEntries();  // as if replaced by an older broker meanwhile
+  std::vector<std::string> expected;
+  for (int i = 0; i < 20; ++i) {
+    expected.push_back("m" + std::to_string(i));
+    f.client->PublishAsync("t", expected.back(), {}, [&](const auto& r) {
+      std::lock_guard<std::mutex> lock(mu);  // on the client's thread: no Catch2 macros here
+      if (r.ok()) {
+        acks.push_back(*r);
+      } else {
+        failed.push_back(r.status());
+      }
+    });
+  }
+  REQUIRE(f.client->Flush(10s).ok());
+  CHECK(f.bus->packed_batches() >= 1);  // the first went packed, and was refused
+  CHECK(f.bus->Payloads("t") == expected);
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(failed.empty());
+  CHECK(acks.size() == expected.size());
 }
 
 TEST_CASE(
@@ -367,7 +397,8 @@ TEST_CASE(
   if (packs) LearnPacking(f);
   // A first batch stored and never answered: what follows piles up in the
   // queue meanwhile, in batches that mix topics (a packed one is unpacked
-  // there, and what is resent goes as messages until the broker answers).
+  // there, at its first "u", before it is sent; what is resent goes as
+  // messages until the broker answers).
   f.bus->BreakNextPublishStreamAtBatch(1);
   for (const Entry& e : entries) {
     PublishOptions o;
@@ -421,6 +452,7 @@ TEST_CASE("async publishes the broker refuses fail one by one, packed or not, no
     });
   }
   CHECK(f.client->Flush(10s).code() == StatusCode::kInvalidArgument);
+  if (packs) CHECK(f.bus->packed_batches() >= 1);  // refused packed, then one by one
   std::lock_guard<std::mutex> lock(mu);
   CHECK(stored == 0);
   REQUIRE(failed.size() == 5);

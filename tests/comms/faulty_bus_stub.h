@@ -214,6 +214,26 @@ class FaultyBus {
     std::lock_guard<std::mutex> lock(mu_);
     --open_publish_streams_;
   }
+  // Async publish batches written as packed entries.
+  void CountPublishBatch(bool packed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (packed) ++packed_batches_;
+  }
+  int packed_batches() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return packed_batches_;
+  }
+  // From now on the broker acts as one from before packed entries: it reads
+  // a packed batch as an empty one (which it refuses) and never says it
+  // takes them.
+  void ActAsBrokerBeforePackedEntries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_packed_entries_ = true;
+  }
+  bool before_packed_entries() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return before_packed_entries_;
+  }
   // Waits (bounded) until the client has no async publish stream open: the
   // next batch goes on a new one.
   bool WaitPublishStreamsClosed() {
@@ -258,6 +278,8 @@ class FaultyBus {
   int break_stream_after_ = -1;
   int break_publish_stream_at_ = -1;
   int open_publish_streams_ = 0;
+  int packed_batches_ = 0;
+  bool before_packed_entries_ = false;
   int publish_calls_ = 0;
   std::vector<int64_t> stream_starts_;
   std::condition_variable cv_;  // Spool calls and their hold
@@ -336,11 +358,18 @@ class BreakingPublishStream final : public BreakableStream<PublishBatchStream> {
   BreakingPublishStream& operator=(const BreakingPublishStream&) = delete;
 
   bool Write(const v1::PublishBatchRequest& batch, grpc::WriteOptions options) override {
+    bus_->CountPublishBatch(batch.has_packed());
+    if (batch.has_packed() && bus_->before_packed_entries()) {
+      v1::PublishBatchRequest unknown_field_dropped = batch;
+      unknown_field_dropped.clear_packed();
+      return !broken_ && real_->Write(unknown_field_dropped, options);
+    }
     return !broken_ && real_->Write(batch, options);
   }
   bool WritesDone() override { return !broken_ && real_->WritesDone(); }
   bool Read(v1::PublishBatchResponse* resp) override {
     if (broken_ || !real_->Read(resp)) return false;
+    if (bus_->before_packed_entries()) resp->clear_packed_entries();
     if (++answered_ == at_) {
       Break();
       return false;

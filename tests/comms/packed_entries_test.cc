@@ -107,6 +107,11 @@ TEST_CASE("dropping the answered entries moves the sequences on with them") {
   REQUIRE(DropPackedEntries(&p, 1));
   CHECK(p.count() == 0);
   CHECK(p.payloads().empty());
+  // Sequences move on whenever there are any (the broker numbers them so),
+  // with or without a publisher_id.
+  v1::PackedEntries anonymous = Packed("t", {"a", "b"}, /*publisher_id=*/0, /*first_sequence=*/5);
+  REQUIRE(DropPackedEntries(&anonymous, 1));
+  CHECK(anonymous.first_sequence() == 6);
 }
 
 TEST_CASE("a packed batch unpacks into the same entries as messages") {
@@ -141,8 +146,10 @@ TEST_CASE("packed validation names what is wrong and which entries are good") {
   CHECK(good == 0);
   CHECK(ValidatePackedEntries(Packed("t", {"a"}, 7, 0), limits, &good).code() ==
         StatusCode::kInvalidArgument);  // a publisher_id with no sequence
-  CHECK(ValidatePackedEntries(Packed("t", {"a"}, 7, UINT64_MAX), limits, &good).code() ==
-        StatusCode::kInvalidArgument);  // sequences that overflow
+  // The last sequence there is is one; two past it overflow.
+  CHECK(ValidatePackedEntries(Packed("t", {"a"}, 7, UINT64_MAX), limits, &good).ok());
+  CHECK(ValidatePackedEntries(Packed("t", {"a", "b"}, 7, UINT64_MAX), limits, &good).code() ==
+        StatusCode::kInvalidArgument);
   CHECK(ValidatePackedEntries(Packed("t", {"a", "b", "c", "d", "e"}), limits, &good).code() ==
         StatusCode::kInvalidArgument);  // more than max_batch_messages
   CHECK(ValidatePackedEntries(Packed("t", {}), limits, &good).code() ==
@@ -261,7 +268,9 @@ TEST_CASE("a packed batch stops at its first refused entry, as a batch of messag
   // An agent the ACL does not let publish there stores nothing.
   resp.Clear();
   *req.mutable_packed() = Packed("sightings", {"x"}, 6, 1);
-  CHECK(b.PublishBatch("prey-0", req, &resp).code() == StatusCode::kPermissionDenied);
+  s = b.PublishBatch("prey-0", req, &resp);
+  CHECK(s.code() == StatusCode::kPermissionDenied);
+  CHECK_THAT(s.message(), Catch::Contains("batch entry 0"));
   CHECK(AnsweredEntries(resp) == 0);
   // Nor does a torn field, whatever its good entries.
   *req.mutable_packed() = Packed("sightings", {"x", "y"}, 7, 1);
