@@ -48,6 +48,7 @@
 #include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
@@ -200,8 +201,11 @@ int RunEchoServer() {
 }
 
 // Subscribes to `topic` from offset 0, prints "ready" once connected, and
-// after `n` messages prints "result <first_send_ns> <last_recv_ns> <bytes>"
-// followed by one latency (ns) per message when `latencies` is set.
+// after `n` messages prints "result <first_send_ns> <last_recv_ns> <bytes>
+// <delivered>" followed by one latency (ns) per message when `latencies` is
+// set. A subscriber that fell behind retention (the broker keeps 100000
+// messages a topic) skips to the earliest message held and says how many it
+// lost: they count towards `n`, not towards `delivered`.
 int RunBusSubscriber(const std::string& address, const std::string& topic, int64_t n,
                      bool latencies) {
   auto client = Connect(address, "bench-sub");
@@ -210,10 +214,17 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
   std::mutex mu;
   std::condition_variable cv;
   int64_t count = 0, first_send = 0, last_recv = 0, bytes = 0;
+  std::atomic<int64_t> skipped{0};
   agentrt::SubscribeOptions opts;
+  opts.skip_expired = true;
   opts.on_event = [&](const agentrt::SubscriptionEvent& e) {
     if (e.kind == agentrt::SubscriptionEvent::Kind::kConnected) Ready();
     if (e.kind == agentrt::SubscriptionEvent::Kind::kFailed) Die(e.status.ToString());
+    if (e.kind == agentrt::SubscriptionEvent::Kind::kOffsetExpired) {
+      skipped += e.earliest - e.offset;
+      std::fprintf(stderr, "bench_bus: subscriber of %s fell behind retention: %lld lost\n",
+                   topic.c_str(), static_cast<long long>(e.earliest - e.offset));
+    }
   };
   auto id = client->Subscribe(
       topic, agentrt::StartAt::Offset(0),
@@ -223,7 +234,7 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
         if (count == 0) first_send = sent;
         if (latencies) lat.push_back(now - sent);
         bytes += static_cast<int64_t>(m.payload().size());
-        if (++count == n) {
+        if (++count + skipped.load() >= n) {
           last_recv = now;
           std::lock_guard<std::mutex> l(mu);
           cv.notify_all();
@@ -238,8 +249,9 @@ int RunBusSubscriber(const std::string& address, const std::string& topic, int64
   }
   (void)client->Unsubscribe(id.value());
   std::fprintf(stderr, "bench_bus: subscriber of %s used %.0f ms of CPU\n", topic.c_str(), CpuMs());
-  std::printf("result %lld %lld %lld\n", static_cast<long long>(first_send),
-              static_cast<long long>(last_recv), static_cast<long long>(bytes));
+  std::printf("result %lld %lld %lld %lld\n", static_cast<long long>(first_send),
+              static_cast<long long>(last_recv), static_cast<long long>(bytes),
+              static_cast<long long>(count));
   for (int64_t v : lat) std::printf("%lld\n", static_cast<long long>(v));
   std::fflush(stdout);
   return 0;
@@ -383,9 +395,14 @@ Child Spawn(const std::vector<std::string>& args, const Node& node = {}) {
   if (exe.empty()) Die("cannot read /proc/self/exe");
   int fds[2];
   if (::pipe(fds) != 0) Die("pipe");
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) Die("fork");
   if (pid == 0) {
+    // A bench killed (the OOM killer, ^C) takes its brokers and subscribers
+    // with it: a broker's SIGTERM removes its files. (Spawn runs on the main
+    // thread, whose end is the process's.)
+    if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) ::_exit(127);
     ::dup2(fds[1], 1);
     ::close(fds[0]);
     ::close(fds[1]);
@@ -436,12 +453,15 @@ struct Flow {
   double mbps = 0;  // MB/s (1e6 bytes)
 };
 
+// A subscriber's result line: messages (those delivered, when it says) and
+// bytes per second from the first send to the last delivery.
 Flow ParseResult(const std::string& line, int64_t n) {
-  long long first = 0, last = 0, bytes = 0;
-  if (std::sscanf(line.c_str(), "result %lld %lld %lld", &first, &last, &bytes) != 3)
+  long long first = 0, last = 0, bytes = 0, delivered = n;
+  if (std::sscanf(line.c_str(), "result %lld %lld %lld %lld", &first, &last, &bytes, &delivered) <
+      3)
     Die("bad result: " + line);
   const double s = static_cast<double>(last - first) / 1e9;
-  return Flow{static_cast<double>(n) / s, static_cast<double>(bytes) / 1e6 / s};
+  return Flow{static_cast<double>(delivered) / s, static_cast<double>(bytes) / 1e6 / s};
 }
 
 double Percentile(std::vector<int64_t> v, double p) {
@@ -1046,15 +1066,22 @@ int RunParent(bool quick) {
     flows.Measure(address, r, tput_n, bw_n);
     batch_rate.push_back(BusFlow(durable.address, "tput-" + std::to_string(r), tput_n, 64).rate);
   }
-  // 1 GiB to 8 subscribers against the memcpy floor of the same bytes.
+  // The memory broker's files (gigabytes of versions and payloads it keeps)
+  // go with it, so that the 1 GiB figures below have the machine's memory.
+  broker.Stop();
+  // 1 GiB to 8 subscribers against the memcpy floor of the same bytes, each
+  // repetition on a broker of its own (the last one's 3 GiB freed).
   std::vector<double> big_fan, big_views, big_floor;
   if (!quick) {
     const size_t big =
         (size_t{1} << 30) - (size_t{1} << 16);  // with its header: 1 GiB, the bus's ceiling
     std::vector<char> src(big, 'x'), dst(big);
     for (int r = 0; r < reps; ++r) {
-      big_fan.push_back(WeightsFanout(address, "wbig" + std::to_string(r), big, 8).gbps);
-      big_views.push_back(WeightsFanoutViews(address, "wbigv" + std::to_string(r), big, 8));
+      Child big_broker = Spawn({"broker"});
+      const std::string big_address = big_broker.WaitReady();
+      big_fan.push_back(WeightsFanout(big_address, "wbig" + std::to_string(r), big, 8).gbps);
+      big_views.push_back(WeightsFanoutViews(big_address, "wbigv" + std::to_string(r), big, 8));
+      big_broker.Stop();
       const int64_t m0 = NowNs();
       for (int i = 0; i < 8; ++i) {
         src[static_cast<size_t>(i)] = static_cast<char>(i);  // each copy reads its own source
@@ -1063,8 +1090,10 @@ int RunParent(bool quick) {
       big_floor.push_back(static_cast<double>(big) * 8 / static_cast<double>(NowNs() - m0));
     }
   }
-  broker.Stop();
   durable.Stop();
+  // The node folders of weight-stream readers this bench stopped with a
+  // signal (their lock free now) go with them.
+  agentrt::SweepSharedNodeDirs(agentrt::kMpiShmRoot, agentrt::kBusNodeDirPrefix);
   const Recovery rec = MeasureRecovery(quick ? 256 : 1024);
 
   std::fprintf(stderr,
