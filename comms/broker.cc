@@ -525,7 +525,8 @@ class PackedRun {
       (void)reader_.Next(&payload);
       ++next_;
     }
-    FillPackedMessage(agent_, packed_, Sequence(k), payload, m);
+    FillStoredFields(agent_, packed_.publisher_id(), Sequence(k), packed_.content_type(), m);
+    m->mutable_payload()->assign(payload.data(), payload.size());  // copied: a packed field
   }
 
  private:

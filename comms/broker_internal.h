@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -147,34 +146,25 @@ inline int64_t NowNs() {
       .count();
 }
 
-// A stored message from a publish, into `m` (a reused one keeps its strings'
-// storage: the payload is swapped, so the request keeps a buffer to parse
-// the next one into).
-inline void FillMessage(const std::string& agent, v1::PublishRequest& req, v1::Message* m) {
+// A stored message's fields but its payload, into `m` (a reused one keeps
+// its strings' storage): stamped with the authenticated agent, not large.
+inline void FillStoredFields(const std::string& agent, uint64_t publisher_id, uint64_t sequence,
+                             const std::string& content_type, v1::Message* m) {
   m->set_publisher(agent);
-  m->set_publisher_id(req.publisher_id());
-  m->set_sequence(req.sequence());
-  m->set_content_type(req.content_type());
-  m->mutable_payload()->swap(*req.mutable_payload());
+  m->set_publisher_id(publisher_id);
+  m->set_sequence(sequence);
+  m->set_content_type(content_type);
   m->set_request_id(0);
   m->set_chunked_size(0);
   m->set_chunked_crc32c(0);
   m->clear_chunked_file();
 }
 
-// A stored message from a packed entry (its payload copied from the
-// request), into `m` as FillMessage does.
-inline void FillPackedMessage(const std::string& agent, const v1::PackedEntries& packed,
-                              uint64_t sequence, std::string_view payload, v1::Message* m) {
-  m->set_publisher(agent);
-  m->set_publisher_id(packed.publisher_id());
-  m->set_sequence(sequence);
-  m->set_content_type(packed.content_type());
-  m->mutable_payload()->assign(payload.data(), payload.size());
-  m->set_request_id(0);
-  m->set_chunked_size(0);
-  m->set_chunked_crc32c(0);
-  m->clear_chunked_file();
+// A stored message from a publish, into `m`: the payload is swapped, so the
+// request keeps a buffer to parse the next one into.
+inline void FillMessage(const std::string& agent, v1::PublishRequest& req, v1::Message* m) {
+  FillStoredFields(agent, req.publisher_id(), req.sequence(), req.content_type(), m);
+  m->mutable_payload()->swap(*req.mutable_payload());
 }
 
 inline v1::Message ToMessage(const std::string& agent, v1::PublishRequest& req) {

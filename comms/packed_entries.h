@@ -1,5 +1,6 @@
 // The payloads of a PackedEntries (bus.proto): each entry its length as a
-// base-128 varint (at most 5 bytes, a value below 2^32), then its bytes.
+// varint (protobuf's own coding: io::CodedOutputStream writes it,
+// io::CodedInputStream reads it), then its bytes.
 // The one writer and reader of that field: the client's async publish packs
 // uniform batches with it (and unpacks one that stops being uniform), the
 // broker and ValidatePackedEntries read them. Also the reader of a batch's
@@ -8,6 +9,10 @@
 // No allocation beyond the field's own growth.
 #pragma once
 
+#include <google/protobuf/io/coded_stream.h>
+
+#include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,16 +24,12 @@ namespace agentrt {
 
 // Appends one entry to `p` (payloads and count).
 inline void AppendPackedEntry(bus::v1::PackedEntries* p, std::string_view payload) {
+  using google::protobuf::io::CodedOutputStream;
+  uint8_t len[5];  // a varint of 32 bits
+  const uint8_t* end =
+      CodedOutputStream::WriteVarint32ToArray(static_cast<uint32_t>(payload.size()), len);
   std::string& out = *p->mutable_payloads();
-  char len[5];
-  size_t n = 0;
-  uint64_t v = payload.size();
-  do {
-    const auto byte = static_cast<unsigned char>(v & 0x7f);
-    v >>= 7;
-    len[n++] = static_cast<char>(v != 0 ? (byte | 0x80) : byte);
-  } while (v != 0 && n < sizeof(len));
-  out.append(len, n);
+  out.append(reinterpret_cast<const char*>(len), static_cast<size_t>(end - len));
   out.append(payload.data(), payload.size());
   p->set_count(p->count() + 1);
 }
@@ -36,35 +37,35 @@ inline void AppendPackedEntry(bus::v1::PackedEntries* p, std::string_view payloa
 // Reads the entries of a payloads field in order.
 class PackedEntryReader {
  public:
-  explicit PackedEntryReader(std::string_view bytes) : rest_(bytes) {}
+  explicit PackedEntryReader(std::string_view bytes)
+      : bytes_(bytes),
+        in_(reinterpret_cast<const uint8_t*>(bytes.data()),
+            static_cast<int>(std::min<size_t>(bytes.size(), INT_MAX))) {}
+  PackedEntryReader(const PackedEntryReader&) = delete;
+  PackedEntryReader& operator=(const PackedEntryReader&) = delete;
 
   // The next entry's payload: false at the end, or at a malformed entry
   // (`malformed()` tells which; the reader then stays there).
   bool Next(std::string_view* payload) {
-    if (rest_.empty() || malformed_) return false;
-    uint64_t len = 0;
-    size_t i = 0;
-    for (;; ++i) {
-      if (i == 5 || i == rest_.size()) return Malformed();
-      const auto byte = static_cast<unsigned char>(rest_[i]);
-      len |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
-      if ((byte & 0x80) == 0) break;
-    }
-    if (len > UINT32_MAX || len > rest_.size() - i - 1) return Malformed();
-    *payload = rest_.substr(i + 1, len);
-    rest_.remove_prefix(i + 1 + len);
+    if (remaining() == 0 || malformed_) return false;
+    uint32_t len = 0;
+    if (!in_.ReadVarint32(&len) || len > INT_MAX) return Malformed();
+    const auto at = static_cast<size_t>(in_.CurrentPosition());
+    if (!in_.Skip(static_cast<int>(len))) return Malformed();
+    *payload = bytes_.substr(at, len);
     return true;
   }
   bool malformed() const { return malformed_; }
   // Bytes not read yet.
-  size_t remaining() const { return rest_.size(); }
+  size_t remaining() const { return bytes_.size() - static_cast<size_t>(in_.CurrentPosition()); }
 
  private:
   bool Malformed() {
     malformed_ = true;
     return false;
   }
-  std::string_view rest_;
+  const std::string_view bytes_;
+  google::protobuf::io::CodedInputStream in_;
   bool malformed_ = false;
 };
 

@@ -87,7 +87,8 @@ TEST_CASE("a torn packed field is told apart from its end") {
   CHECK(r.malformed());
   CHECK_FALSE(r.Next(&payload));  // stays there
   // A length that never ends (six continuation bytes).
-  PackedEntryReader endless(std::string(6, '\x80'));
+  const std::string continuing(6, '\x80');
+  PackedEntryReader endless(continuing);
   CHECK_FALSE(endless.Next(&payload));
   CHECK(endless.malformed());
   PackedEntryReader empty("");
