@@ -52,6 +52,48 @@ inline bool Retryable(grpc::StatusCode c) {
 }
 inline bool RetryableStatus(const grpc::Status& s) { return Retryable(s.error_code()); }
 
+// Async payloads of at least this many bytes (and at most kMaxInlineBytes)
+// go through the spool where there is one: below it, a file per message
+// costs more than the bytes it keeps off the socket.
+inline constexpr size_t kSpoolAsyncMinBytes = size_t{256} << 10;
+// At most this many bytes of a client's async payloads wait in spool files
+// (each an open descriptor) at a time, and at most kSpoolAsyncMaxFiles
+// files (each counts at least kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles).
+// PublishAsync waits for room (answers free it) up to call_timeout before
+// it sends a payload inline: inline, each would cost the broker a receive,
+// a parse and a write of its own, and the publisher's memory.
+inline constexpr int64_t kSpoolAsyncMaxBytes = int64_t{128} << 20;
+inline constexpr int64_t kSpoolAsyncMaxFiles = 64;
+
+// The room a client's async payloads have in spool files (bytes, counted
+// as kSpoolAsyncMaxBytes says): taken before a payload is written
+// there, given back by its SpooledPayload when that goes (answered, failed,
+// or sent inline after all).
+class SpoolRoom {
+ public:
+  // Takes `bytes` once they fit, waiting until `until` for payloads to give
+  // theirs back; false, nothing taken, if they did not fit by then.
+  bool Take(int64_t bytes, DeadlineClock::time_point until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_until(lock, until, [&] { return used_ + bytes <= kSpoolAsyncMaxBytes; }))
+      return false;
+    used_ += bytes;
+    return true;
+  }
+  void Give(int64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      used_ -= bytes;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t used_ = 0;
+};
+
 // An async publish's payload in a spool file of the broker's (held, under
 // flock, until the publish is answered): removed with its holder unless
 // the broker took it over (renamed it away) meanwhile.
@@ -61,23 +103,13 @@ struct SpooledPayload {
   std::string spool_id;  // of the spool it was written to
   size_t size = 0;
   uint32_t crc = 0;
-  std::atomic<int64_t>* outstanding = nullptr;  // the client's count of spooled bytes
-  int64_t charged = 0;                          // what this file counts in it
+  SpoolRoom* room = nullptr;  // the client's, given back `charged` when this goes
+  int64_t charged = 0;
   SpooledPayload() = default;
   SpooledPayload(const SpooledPayload&) = delete;
   SpooledPayload& operator=(const SpooledPayload&) = delete;
   ~SpooledPayload();
 };
-// Async payloads of at least this many bytes (and at most kMaxInlineBytes)
-// go through the spool where there is one: below it, a file per message
-// costs more than the bytes it keeps off the socket.
-inline constexpr size_t kSpoolAsyncMinBytes = size_t{256} << 10;
-// At most this many bytes of a client's async payloads wait in spool files
-// (each an open descriptor) at a time, and at most kSpoolAsyncMaxFiles
-// files (each counts at least kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles);
-// the next go inline.
-inline constexpr int64_t kSpoolAsyncMaxBytes = int64_t{128} << 20;
-inline constexpr int64_t kSpoolAsyncMaxFiles = 64;
 
 // Async publishes, queued as the batches they are sent in. A batch that was
 // answered is cleared and reused, its requests' strings keeping their
@@ -260,9 +292,9 @@ struct BusClient::Impl {
   // Async publishing.
   std::mutex async_mu;
   std::condition_variable async_cv;
-  // Bytes of spooled async payloads not answered yet (before the queues: a
-  // SpooledPayload gives its bytes back as it goes).
-  std::atomic<int64_t> spooled_outstanding{0};
+  // Spooled async payloads not answered yet (before the queues: a
+  // SpooledPayload gives its room back as it goes).
+  bus_client_internal::SpoolRoom spool_room;
   std::deque<AsyncBatch> async_queue;   // the back one takes new messages
   std::vector<AsyncBatch> async_spare;  // answered batches, cleared, for reuse
   size_t async_unacked = 0;             // queued + in flight
@@ -382,8 +414,11 @@ struct BusClient::Impl {
   // unusable stays so.
   std::optional<bool> OnBrokerNode(bool again = false);
   // `payload` written into a new file of a spool already proven (no call
-  // here); null when there is none or the write fails (the bytes go inline).
-  std::unique_ptr<bus_client_internal::SpooledPayload> SpoolPayload(std::string_view payload);
+  // here), once it has room (spool_room: waiting up to call_timeout where
+  // `may_wait`); null when there is no spool, no room in time or the write
+  // fails (the bytes go inline).
+  std::unique_ptr<bus_client_internal::SpooledPayload> SpoolPayload(std::string_view payload,
+                                                                    bool may_wait);
   // A new file in spool folder `dir`, held under flock until its adoption
   // is answered; nullopt when it cannot be made (the publish goes another way).
   std::optional<SpoolFile> CreateSpoolFile(const std::string& dir);

@@ -17,6 +17,13 @@ namespace agentrt {
 
 using namespace bus_client_internal;  // NOLINT(google-build-using-namespace): its own insides
 
+namespace {
+// Set while this thread runs PublishAsync's callbacks (the publisher's own
+// threads): a PublishAsync from one of them does not wait for spool room
+// that only those threads' answers free.
+thread_local bool t_in_publish_callbacks = false;
+}  // namespace
+
 void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
                              const PublishOptions& opts, AckCallback on_ack) {
   if (static_cast<int64_t>(payload.size()) > kMaxInlineBytes) {
@@ -42,7 +49,8 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
     return;
   }
   // On the broker's node a payload of 256 KiB or more goes into a spool file
-  // now (the caller's one copy), and only its name through the socket.
+  // now (the caller's one copy), and only its name through the socket; while
+  // kSpoolAsyncMaxBytes of them wait for their answers, it waits for room.
   std::unique_ptr<SpooledPayload> spooled;
   if (payload.size() >= kSpoolAsyncMinBytes) {
     // The first such payload asks whether the spool is there (once, here, so
@@ -50,7 +58,7 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
     // broker; the sending thread asks again when a stream broke), and so
     // does the first after a refused file's wait (SpoolAskDue).
     if (impl_->SpoolAskDue()) (void)impl_->OnBrokerNode();
-    spooled = impl_->SpoolPayload(payload);
+    spooled = impl_->SpoolPayload(payload, /*may_wait=*/!t_in_publish_callbacks);
   }
   // Counted in its batch's bytes even when spooled: a batch resent inline
   // (BeforeResend) stays within what one call carries.
@@ -204,9 +212,11 @@ class BusClient::Impl::AsyncPublisher {
 
   // Runs callbacks outside the lock and releases their backpressure.
   void Complete(Results& results) {
+    t_in_publish_callbacks = true;
     for (auto& [cb, r] : results) {
       if (cb) cb(r);
     }
+    t_in_publish_callbacks = false;
     {
       std::lock_guard<std::mutex> lock(impl_.async_mu);
       impl_.async_unacked -= results.size();

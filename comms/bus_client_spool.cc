@@ -62,7 +62,7 @@ std::string SpoolName(const std::string& agent) { return agent + "." + RandomHex
 }  // namespace
 
 bus_client_internal::SpooledPayload::~SpooledPayload() {
-  if (outstanding != nullptr) outstanding->fetch_sub(charged);
+  if (room != nullptr) room->Give(charged);
   if (fd < 0) return;
   ::unlink(path.c_str());  // no such name any more once the broker took the file over
   ::close(fd);
@@ -99,7 +99,7 @@ std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
 }
 
 std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPayload(
-    std::string_view payload) {
+    std::string_view payload, bool may_wait) {
   std::string dir, id;
   {
     std::lock_guard<std::mutex> lock(spool_mu);
@@ -109,12 +109,11 @@ std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPaylo
   }
   const int64_t charge =
       std::max(static_cast<int64_t>(payload.size()), kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles);
-  if (spooled_outstanding.fetch_add(charge) + charge > kSpoolAsyncMaxBytes) {
-    spooled_outstanding.fetch_sub(charge);
-    return nullptr;  // enough waits in files already: inline
-  }
+  const auto until =
+      may_wait ? DeadlineClock::now() + options.call_timeout : DeadlineClock::time_point::min();
+  if (!spool_room.Take(charge, until)) return nullptr;  // the files not answered in time: inline
   auto held = std::make_unique<SpooledPayload>();
-  held->outstanding = &spooled_outstanding;
+  held->room = &spool_room;
   held->charged = charge;
   held->size = payload.size();
   held->spool_id = std::move(id);

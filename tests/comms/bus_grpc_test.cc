@@ -989,7 +989,9 @@ TEST_CASE(
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("an async publisher keeps at most 64 spool files waiting; the next go inline") {
+TEST_CASE(
+    "an async publisher keeps at most 64 spool files waiting; the next waits for room up to "
+    "call_timeout, then goes inline") {
   auto dir = TempDir();
   const std::string secret = (dir / "bus.secret").string(),
                     address_file = (dir / "bus.address").string();
@@ -1013,31 +1015,65 @@ TEST_CASE("an async publisher keeps at most 64 spool files waiting; the next go 
     return n;
   };
 
-  auto pub = Client(address, "pub");
   const std::string payload(256 << 10, 'w');  // spooled: at least 256 KiB
-  pub->PublishAsync("tcap", payload);         // the first asks for the spool
+  auto stop_broker = [pid = pid] {
+    REQUIRE(::kill(pid, SIGSTOP) == 0);  // nothing is answered from here on
+    REQUIRE(WaitFor([pid] {              // every thread of it stopped ("T" in /proc/<pid>/stat)
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t paren = line.rfind(')');
+      return paren != std::string::npos && line.compare(paren + 2, 1, "T") == 0;
+    }));
+  };
+  auto adopted = [](BusClient& client) {
+    auto stats = client.Stats();
+    REQUIRE(stats.ok());
+    return stats->large_adopted;
+  };
+
+  auto pub = Client(address, "pub");
+  pub->PublishAsync("tcap", payload);  // the first asks for the spool
   REQUIRE(pub->Flush(30s).ok());
-  REQUIRE(::kill(pid, SIGSTOP) == 0);  // nothing is answered from here on
-  REQUIRE(WaitFor([pid = pid] {        // every thread of it stopped ("T" in /proc/<pid>/stat)
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');
-    return paren != std::string::npos && line.compare(paren + 2, 1, "T") == 0;
-  }));
-  for (int i = 0; i < 100; ++i) pub->PublishAsync("tcap", payload);
-  // 128 MiB of them would be 512 files; the flushed publish's file may still
-  // count for a moment (its holder goes after its acknowledgement).
-  const int files = waiting();
-  CHECK(files <= 64);
-  CHECK(files >= 63);
-  REQUIRE(::kill(pid, SIGCONT) == 0);
+  REQUIRE(adopted(*pub) == 1);
+  stop_broker();
+  // 64 files fill the room (each counts 2 MiB of its 128); the 65th waits.
+  std::atomic<int> returned{0};
+  std::jthread publisher([&] {  // joined on the way out, should a REQUIRE fail
+    for (int i = 0; i < 65; ++i) {
+      pub->PublishAsync("tcap", payload);
+      ++returned;
+    }
+  });
+  REQUIRE(WaitFor([&] { return returned == 64; }));
+  CHECK(waiting() == 64);
+  std::this_thread::sleep_for(300ms);  // call_timeout is 10 s: still waiting
+  CHECK(returned == 64);
+  REQUIRE(::kill(pid, SIGCONT) == 0);  // answers free room: the 65th goes spooled too
+  publisher.join();
   REQUIRE(pub->Flush(60s).ok());
   CHECK(waiting() == 0);
+  CHECK(adopted(*pub) == 66);  // none inline
+
+  // A publisher whose call_timeout passes without room sends inline.
+  BusClientOptions brief;
+  brief.call_timeout = 200ms;
+  auto hurried = Client(address, "pub", brief);
+  hurried->PublishAsync("tcap", payload);
+  REQUIRE(hurried->Flush(30s).ok());
+  REQUIRE(adopted(*pub) == 67);
+  stop_broker();
+  for (int i = 0; i < 66; ++i) hurried->PublishAsync("tcap", payload);
+  CHECK(waiting() == 64);  // the last two inline, each after its 200 ms
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  REQUIRE(hurried->Flush(60s).ok());
+  CHECK(waiting() == 0);
+  CHECK(adopted(*pub) == 67 + 64);
+
   auto sub = Client(address, "sub");
   Collector c;
   REQUIRE(sub->Subscribe("tcap", StartAt::Earliest(), c.OnMessage(), c.Options()).ok());
-  REQUIRE(WaitFor([&] { return c.size() == 101; }, 30s));
+  REQUIRE(WaitFor([&] { return c.size() == 1 + 65 + 1 + 66; }, 30s));
   std::lock_guard<std::mutex> l(c.mu);
   for (const auto& m : c.msgs) CHECK(m.payload() == payload);
 }
