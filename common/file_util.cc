@@ -20,6 +20,7 @@ namespace {
 
 class Fd {
  public:
+  Fd() = default;
   explicit Fd(int fd) : fd_(fd) {}
   ~Fd() {
     if (fd_ >= 0) ::close(fd_);
@@ -30,9 +31,13 @@ class Fd {
   bool ok() const { return fd_ >= 0; }
   // Closes now; the error of close() matters for written files.
   int Close() { return ::close(std::exchange(fd_, -1)); }
+  void Reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
 
  private:
-  int fd_;
+  int fd_ = -1;
 };
 
 std::string ParentOf(const std::string& path) {
@@ -161,20 +166,73 @@ Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct s
 
 }  // namespace
 
-Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
-                                    size_t max_bytes) {
-  Fd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.ok()) {
+namespace {
+
+// `name` in `dir_fd` opened for reading (not following a symlink at its last
+// component) and its stat; NotFound when it is not there.
+Status OpenToRead(int dir_fd, const std::string& name, const std::string& path, Fd* fd,
+                  struct stat* st) {
+  fd->Reset(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd->ok()) {
     if (errno == ENOENT) return NotFound(path + ": no such file");
     return ErrnoStatus(errno, "cannot read " + path);
   }
+  if (::fstat(fd->get(), st) != 0) return ErrnoStatus(errno, "cannot stat " + path);
+  return Status::Ok();
+}
+
+// [at, at + size) of `fd` mapped to be read once, in order: MADV_SEQUENTIAL,
+// so that neither the faults (each maps the pages around it too) nor the
+// unmap mark the pages recently used (moving them on the LRU lists), which
+// read() and MAP_POPULATE both do.
+class ReadOnceMapping {
+ public:
+  ReadOnceMapping(int fd, int64_t at, size_t size) : size_(size) {
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(at));
+    if (map == MAP_FAILED) return;
+    data_ = static_cast<const char*>(map);
+    (void)::madvise(map, size, MADV_SEQUENTIAL);  // advice: the read is right without it
+  }
+  ReadOnceMapping(const ReadOnceMapping&) = delete;
+  ReadOnceMapping& operator=(const ReadOnceMapping&) = delete;
+  ~ReadOnceMapping() {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  }
+  const char* data() const { return data_; }  // null (errno set) if it could not be mapped
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_;
+};
+
+}  // namespace
+
+Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
+                                    size_t max_bytes) {
+  Fd fd;
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "cannot stat " + path);
+  AGENTRT_RETURN_IF_ERROR(OpenToRead(dir_fd, name, path, &fd, &st));
   return ReadOpenFile(fd.get(), path, st, max_bytes);
 }
 
 Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes) {
   return ReadWholeFileAt(AT_FDCWD, path, path, max_bytes);
+}
+
+Result<std::string> ReadWholeFileMapped(const std::string& path, size_t max_bytes) {
+  Fd fd;
+  struct stat st {};
+  AGENTRT_RETURN_IF_ERROR(OpenToRead(AT_FDCWD, path, path, &fd, &st));
+  if (!S_ISREG(st.st_mode)) return DataLoss(path + " is not a regular file");
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size > max_bytes) {
+    return DataLoss(path + " is " + std::to_string(size) + " bytes, more than the " +
+                    std::to_string(max_bytes) + " expected");
+  }
+  if (size == 0) return std::string();
+  ReadOnceMapping map(fd.get(), 0, size);
+  if (map.data() == nullptr) return ErrnoStatus(errno, "cannot map " + path);
+  return std::string(map.data(), size);  // the one copy, into memory not zeroed first
 }
 
 Result<std::string> ReadPrivateFile(const std::string& path, std::string_view what) {
@@ -225,21 +283,17 @@ std::vector<std::string> ReadLastLines(const std::string& path, size_t max_lines
 }
 
 Result<uint32_t> FileCrc32c(int fd, int64_t size, const std::string& path) {
-  // Mapped a window at a time (reading into a buffer instead costs a copy
-  // more) and read once, in order: MADV_SEQUENTIAL, so that neither the
-  // faults (each maps the pages around it too) nor the unmap mark the pages
-  // recently used (moving them on the LRU lists): a fifth less time a byte
-  // than mapping each window with MAP_POPULATE, from 1 MiB files to 64 MiB
-  // ones on the development machine.
+  // A read-once mapping a window at a time (reading into a buffer instead
+  // costs a copy more): a fifth less time a byte than mapping each window
+  // with MAP_POPULATE, from 1 MiB files to 64 MiB ones on the development
+  // machine.
   constexpr int64_t kWindow = int64_t{16} << 20;
   uint32_t crc = 0;
   for (int64_t at = 0; at < size; at += kWindow) {
     const auto n = static_cast<size_t>(std::min(kWindow, size - at));
-    void* map = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(at));
-    if (map == MAP_FAILED) return ErrnoStatus(errno, "cannot map " + path);
-    (void)::madvise(map, n, MADV_SEQUENTIAL);  // advice: the read is right without it
-    crc = Crc32c(map, n, crc);
-    ::munmap(map, n);
+    ReadOnceMapping map(fd, at, n);
+    if (map.data() == nullptr) return ErrnoStatus(errno, "cannot map " + path);
+    crc = Crc32c(map.data(), n, crc);
   }
   return crc;
 }

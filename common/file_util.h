@@ -59,6 +59,12 @@ Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes = si
 // in messages.
 Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
                                     size_t max_bytes);
+// ReadWholeFile through a read-once mapping, copied straight into the
+// string: no zeroed buffer and no touch of each page's LRU state (a quarter
+// less time than read() for a 1 MiB file in tmpfs). Only for files that no
+// one truncates while they are read (the process would take SIGBUS): the
+// bus's payload files, which the broker only ever removes.
+Result<std::string> ReadWholeFileMapped(const std::string& path, size_t max_bytes);
 
 // A file that must be readable by its owner only (a secret, a token): its
 // content, or PermissionDenied when group or others may read it ("chmod 600"),

@@ -202,7 +202,7 @@ class Reassembler {
   template <typename Deliver>
   Status ReadLocal(const BusMessage& m, Deliver&& deliver) {
     Result<std::string> bytes =
-        ReadWholeFile(m.chunked_path(), static_cast<size_t>(m.chunked_size()));
+        ReadWholeFileMapped(m.chunked_path(), static_cast<size_t>(m.chunked_size()));
     Status bad;
     if (!bytes.ok()) {
       bad = bytes.status();

@@ -63,6 +63,33 @@ TEST_CASE("ReadLastLines: the newest lines, oldest first, filtered, within a win
 }
 
 TEST_CASE(
+    "ReadWholeFileMapped: the bytes read would give; what is wrong named as ReadWholeFile does") {
+  agentrt::testing::TempDir dir("agentrt-mapped");
+  const std::string path = dir.path + "/f";
+  std::string bytes((size_t{1} << 20) + 77, '\0');  // not a whole number of pages
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 131) >> 5);
+  REQUIRE(agentrt::WriteFileAtomic(path, bytes).ok());
+  auto read = agentrt::ReadWholeFileMapped(path, bytes.size());
+  REQUIRE(read.ok());
+  CHECK(*read == bytes);
+  CHECK(*read == *agentrt::ReadWholeFile(path, bytes.size()));
+
+  auto big = agentrt::ReadWholeFileMapped(path, bytes.size() - 1);
+  CHECK(big.status().code() == agentrt::StatusCode::kDataLoss);
+  CHECK(big.status().message().find(path) != std::string::npos);
+  auto missing = agentrt::ReadWholeFileMapped(dir.path + "/none", 10);
+  CHECK(missing.status().code() == agentrt::StatusCode::kNotFound);
+  CHECK(missing.status().message().find(dir.path + "/none") != std::string::npos);
+  auto folder = agentrt::ReadWholeFileMapped(dir.path, 10);
+  REQUIRE_FALSE(folder.ok());
+  CHECK(folder.status().message().find("not a regular file") != std::string::npos);
+  REQUIRE(agentrt::WriteFileAtomic(path, "").ok());
+  auto empty = agentrt::ReadWholeFileMapped(path, 10);
+  REQUIRE(empty.ok());
+  CHECK(empty->empty());
+}
+
+TEST_CASE(
     "FileCrc32c: a file's first bytes through mappings, windows joined; a bad descriptor named") {
   agentrt::testing::TempDir dir("agentrt-filecrc");
   const std::string path = dir.path + "/f";
