@@ -891,8 +891,9 @@ struct Flows {
   // (its pages allocated: a bus keeps every payload until retention drops
   // it, so each needs memory of its own); then, 300 MiB later (out of the
   // caches), the broker's check of it (mapped, CRC32C: FileCrc32c) and a
-  // subscriber's read of it (into its buffer, CRC32C); and a write into
-  // pages a file has already (each file rewritten, out of the caches too).
+  // subscriber's read of it (ReadWholeFileMapped into a string, CRC32C);
+  // and a write into pages a file has already (each file rewritten, out of
+  // the caches too).
   // Measured with no broker holding memory.
   static void PrintKeptFloor(double zmq_mbps) {
     const std::string root = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
@@ -915,7 +916,6 @@ struct Flows {
     const std::string payload = MakePayload(kSize);
     const uint32_t expected = agentrt::Crc32c(payload.data(), kSize);
     std::vector<double> write_us, check_us, read_us, rewrite_us;
-    std::string buffer(kSize, '\0');
     auto per_file_us = [](int64_t since) {
       return static_cast<double>(NowNs() - since) / 1e3 / kFiles;
     };
@@ -926,8 +926,7 @@ struct Flows {
         const std::string path = dir + "/" + std::to_string(i);
         const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) fail("cannot create " + path);
-        ::unlink(path.c_str());  // kept by its descriptor, as a kept payload
-        fds.push_back(fd);
+        fds.push_back(fd);  // kept open, as a kept payload (named: a subscriber reads it by name)
         if (!agentrt::WriteAll(fd, payload.data(), kSize, "cannot write ", path).ok())
           fail("cannot write " + path + " (is " + root + " full?)");
       }
@@ -939,9 +938,9 @@ struct Flows {
       }
       check_us.push_back(per_file_us(t0));
       t0 = NowNs();
-      for (int fd : fds) {
-        if (agentrt::ReadAllAt(fd, buffer.data(), kSize, 0) != static_cast<ssize_t>(kSize) ||
-            agentrt::Crc32c(buffer.data(), kSize) != expected)
+      for (int i = 0; i < kFiles; ++i) {
+        const auto bytes = agentrt::ReadWholeFileMapped(dir + "/" + std::to_string(i), kSize);
+        if (!bytes.ok() || agentrt::Crc32c(bytes->data(), bytes->size()) != expected)
           fail("a subscriber's read failed");
       }
       read_us.push_back(per_file_us(t0));
@@ -951,7 +950,10 @@ struct Flows {
           fail("a rewrite failed");
       }
       rewrite_us.push_back(per_file_us(t0));
-      for (int fd : fds) ::close(fd);
+      for (int i = 0; i < kFiles; ++i) {
+        ::close(fds[static_cast<size_t>(i)]);
+        ::unlink((dir + "/" + std::to_string(i)).c_str());
+      }
     }
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
