@@ -286,10 +286,12 @@ class BusClient {
                                       const PublishOptions& opts = {});
   // Queues a message; `on_ack` (optional) runs on the publish thread once it is
   // stored or failed. Messages of one client are stored in the order queued.
-  // Blocks while async_max_pending messages are unacknowledged (backpressure).
-  // A payload of more than 4 MiB is not queued: PublishAsync waits until
-  // everything queued before it is stored, publishes it, and runs on_ack on
-  // the caller's thread (so not from an ack callback: it would wait for itself).
+  // Blocks while async_max_pending messages are unacknowledged (backpressure),
+  // and (up to call_timeout, then it goes inline) while 128 MiB of spooled
+  // payloads wait for their answers. A payload of more than 4 MiB is not
+  // queued: PublishAsync waits until everything queued before it is stored,
+  // publishes it, and runs on_ack on the caller's thread (so not from an ack
+  // callback: it would wait for itself).
   void PublishAsync(std::string_view topic, std::string_view payload,
                     const PublishOptions& opts = {}, AckCallback on_ack = nullptr);
   // Waits until every queued async publish is acknowledged. DEADLINE_EXCEEDED
