@@ -59,12 +59,19 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     ${CMAKE_CURRENT_LIST_DIR}/fuzz/bus_validate_fuzz.cc
     ${PROJECT_SOURCE_DIR}/comms/bus_validate.cc
     ${PROJECT_SOURCE_DIR}/comms/broker.cc
+    ${PROJECT_SOURCE_DIR}/comms/broker_large.cc
+    ${PROJECT_SOURCE_DIR}/comms/broker_read.cc
+    ${PROJECT_SOURCE_DIR}/comms/broker_requests.cc
+    ${PROJECT_SOURCE_DIR}/comms/access_cache.cc
+    ${PROJECT_SOURCE_DIR}/comms/publisher_window.cc
+    ${PROJECT_SOURCE_DIR}/comms/request_table.cc
+    ${PROJECT_SOURCE_DIR}/comms/bus_log.cc
     ${PROJECT_SOURCE_DIR}/comms/auth.cc
     ${PROJECT_BINARY_DIR}/comms/proto/bus.pb.cc)
   set_source_files_properties(${PROJECT_BINARY_DIR}/comms/proto/bus.pb.cc PROPERTIES GENERATED TRUE COMPILE_OPTIONS "-w")
-  add_dependencies(bus_validate_fuzz agentrt_comms)  # generates bus.pb.cc
+  add_dependencies(bus_validate_fuzz agentrt_comms_protos)  # generates bus.pb.cc
   target_include_directories(bus_validate_fuzz PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
-  target_link_libraries(bus_validate_fuzz PRIVATE agentrt::common protobuf::libprotobuf OpenSSL::Crypto
+  target_link_libraries(bus_validate_fuzz PRIVATE agentrt::common agentrt::plan fmt::fmt protobuf::libprotobuf OpenSSL::Crypto
                         nlohmann_json::nlohmann_json Threads::Threads)
   target_compile_options(bus_validate_fuzz PRIVATE ${fuzz_sanitizers} $<$<COMPILE_LANGUAGE:CXX>:${AGENTRT_WARNINGS}>)
   target_link_options(bus_validate_fuzz PRIVATE ${fuzz_sanitizers})

@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes as bus requests through the broker's
 // request validation and, when valid, the broker itself (auth, ACL, dedup,
-// retention, inbox, reads). Built only with clang (tests/comms/bus.cmake).
+// retention, inbox, reads, packed batches), and as a plan's JSON through
+// its ACL. Built only with clang (tests/comms/bus.cmake).
 //
 //   build-clang/tests/bus_validate_fuzz -max_total_time=60 CORPUS_DIR tests/comms/fuzz/corpus
 //
@@ -13,6 +14,7 @@
 #include "comms/auth.h"
 #include "comms/broker.h"
 #include "comms/bus_validate.h"
+#include "plan/plan.h"
 
 namespace {
 
@@ -51,13 +53,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 1: {
+      // As the server hands a batch over: messages or packed entries, each
+      // form validated by the broker itself.
       v1::PublishBatchRequest r;
       if (!r.ParseFromArray(body, len)) return 0;
-      if (!agentrt::ValidatePublishBatch(r, limits).ok()) return 0;
-      for (auto& m : *r.mutable_messages()) {
-        v1::PublishResponse resp;
-        (void)broker.Publish("a", m, &resp);
-      }
+      v1::PublishBatchResponse resp;
+      (void)broker.PublishBatch("a", r, &resp);
       break;
     }
     case 2: {
@@ -102,10 +103,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)broker.Authenticate(s, s);
       break;
     }
-    case 7:
-      (void)agentrt::ParseAclFromPlanJson(std::string_view(body, static_cast<size_t>(len)),
-                                          "fuzz.json");
+    case 7: {
+      auto plan = agentrt::PlanFromJsonString(std::string_view(body, static_cast<size_t>(len)));
+      if (plan.ok()) (void)agentrt::AclFromPlan(*plan);
       break;
+    }
   }
   return 0;
 }
