@@ -1070,10 +1070,35 @@ TEST_CASE(
   CHECK(waiting() == 0);
   CHECK(adopted(*pub) == 67 + 64);
 
+  // A PublishAsync from an ack callback does not wait for room: the thread
+  // running the callback is the one whose answers free it. The first answer
+  // frees its batch's room only; the callback's 64 outrun it and the rest go
+  // inline at once (waiting, each would take call_timeout, 20 s here).
+  BusClientOptions patient;
+  patient.call_timeout = 20s;
+  auto chained = Client(address, "pub", patient);
+  chained->PublishAsync("tcap", payload);
+  REQUIRE(chained->Flush(30s).ok());
+  stop_broker();
+  std::atomic<int> from_callback{0};
+  chained->PublishAsync("tcap", payload, {}, [&](const Result<PublishAck>&) {
+    for (int i = 0; i < 64; ++i) {
+      chained->PublishAsync("tcap", payload);
+      ++from_callback;
+    }
+  });
+  for (int i = 1; i < 64; ++i) chained->PublishAsync("tcap", payload);
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  CHECK(chained->Flush(15s).ok());
+  CHECK(from_callback == 64);
+  const int64_t spooled = adopted(*pub) - (67 + 64 + 1 + 64);
+  CHECK(spooled > 0);   // those that found room
+  CHECK(spooled < 64);  // not all of them: the others went inline
+
   auto sub = Client(address, "sub");
   Collector c;
   REQUIRE(sub->Subscribe("tcap", StartAt::Earliest(), c.OnMessage(), c.Options()).ok());
-  REQUIRE(WaitFor([&] { return c.size() == 1 + 65 + 1 + 66; }, 30s));
+  REQUIRE(WaitFor([&] { return c.size() == 1 + 65 + 1 + 66 + 1 + 64 + 64; }, 30s));
   std::lock_guard<std::mutex> l(c.mu);
   for (const auto& m : c.msgs) CHECK(m.payload() == payload);
 }
