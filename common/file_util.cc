@@ -1,9 +1,11 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,14 +132,21 @@ Status WriteFileAtomic(const std::string& path, std::string_view contents,
 
 namespace {
 
-// Reads the open file `fd` (named `path` in messages) to its end.
-Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct stat& st,
-                                 size_t max_bytes) {
+// A file of stat `st` (named `path` in messages) may be read whole: a
+// regular one of at most `max_bytes`.
+Status CheckWholeRead(const std::string& path, const struct stat& st, size_t max_bytes) {
   if (!S_ISREG(st.st_mode)) return DataLoss(path + " is not a regular file");
   if (static_cast<size_t>(st.st_size) > max_bytes) {
     return DataLoss(path + " is " + std::to_string(st.st_size) + " bytes, more than the " +
                     std::to_string(max_bytes) + " expected");
   }
+  return Status::Ok();
+}
+
+// Reads the open file `fd` (named `path` in messages) to its end.
+Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct stat& st,
+                                 size_t max_bytes) {
+  AGENTRT_RETURN_IF_ERROR(CheckWholeRead(path, st, max_bytes));
   // Read straight into the string (one copy; a large message's payload file
   // is read this way per delivery), with a byte to spare for the read that
   // sees the end; grown only for a file that grew since its stat.
@@ -163,10 +172,6 @@ Result<std::string> ReadOpenFile(int fd, const std::string& path, const struct s
   out.resize(have);
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 // `name` in `dir_fd` opened for reading (not following a symlink at its last
 // component) and its stat; NotFound when it is not there.
@@ -223,12 +228,13 @@ Result<std::string> ReadWholeFileMapped(const std::string& path, size_t max_byte
   Fd fd;
   struct stat st {};
   AGENTRT_RETURN_IF_ERROR(OpenToRead(AT_FDCWD, path, path, &fd, &st));
-  if (!S_ISREG(st.st_mode)) return DataLoss(path + " is not a regular file");
-  const auto size = static_cast<size_t>(st.st_size);
-  if (size > max_bytes) {
-    return DataLoss(path + " is " + std::to_string(size) + " bytes, more than the " +
-                    std::to_string(max_bytes) + " expected");
+  // A page of a file in memory cannot fail to read; one on a disk or another
+  // node's file system can (EIO, ESTALE), and in a mapping that is SIGBUS.
+  if (struct statfs fs{}; ::fstatfs(fd.get(), &fs) != 0 || fs.f_type != TMPFS_MAGIC) {
+    return ReadOpenFile(fd.get(), path, st, max_bytes);
   }
+  AGENTRT_RETURN_IF_ERROR(CheckWholeRead(path, st, max_bytes));
+  const auto size = static_cast<size_t>(st.st_size);
   if (size == 0) return std::string();
   ReadOnceMapping map(fd.get(), 0, size);
   if (map.data() == nullptr) return ErrnoStatus(errno, "cannot map " + path);

@@ -59,11 +59,13 @@ Result<std::string> ReadWholeFile(const std::string& path, size_t max_bytes = si
 // in messages.
 Result<std::string> ReadWholeFileAt(int dir_fd, const std::string& name, const std::string& path,
                                     size_t max_bytes);
-// ReadWholeFile through a read-once mapping, copied straight into the
-// string: no zeroed buffer and no touch of each page's LRU state (a quarter
-// less time than read() for a 1 MiB file in tmpfs). Only for files that no
-// one truncates while they are read (the process would take SIGBUS): the
-// bus's payload files, which the broker only ever removes.
+// ReadWholeFile, but a file in memory (tmpfs) is read through a read-once
+// mapping, copied straight into the string: no zeroed buffer and no touch of
+// each page's LRU state (a quarter less time than read() for 1 MiB). Its
+// size is the one fstat gave (bytes appended meanwhile are not read). Only
+// for files that no one truncates while they are read (the process would
+// take SIGBUS): the bus's payload files, which the broker only ever removes.
+// A file elsewhere is read with read(), as ReadWholeFile does.
 Result<std::string> ReadWholeFileMapped(const std::string& path, size_t max_bytes);
 
 // A file that must be readable by its owner only (a secret, a token): its

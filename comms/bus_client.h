@@ -287,8 +287,9 @@ class BusClient {
   // Queues a message; `on_ack` (optional) runs on the publish thread once it is
   // stored or failed. Messages of one client are stored in the order queued.
   // Blocks while async_max_pending messages are unacknowledged (backpressure),
-  // and (up to call_timeout, then it goes inline) while 128 MiB of spooled
-  // payloads wait for their answers. A payload of more than 4 MiB is not
+  // and (up to opts.timeout, call_timeout by default, then it goes inline;
+  // not from this client's ack callbacks) while 64 spooled payloads, or 128
+  // MiB of them, wait for their answers. A payload of more than 4 MiB is not
   // queued: PublishAsync waits until everything queued before it is stored,
   // publishes it, and runs on_ack on the caller's thread (so not from an ack
   // callback: it would wait for itself).

@@ -59,8 +59,8 @@ inline constexpr size_t kSpoolAsyncMinBytes = size_t{256} << 10;
 // At most this many bytes of a client's async payloads wait in spool files
 // (each an open descriptor) at a time, and at most kSpoolAsyncMaxFiles
 // files (each counts at least kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles).
-// PublishAsync waits for room (answers free it) up to call_timeout before
-// it sends a payload inline: inline, each would cost the broker a receive,
+// A PublishAsync waits for room (answers free it) up to its timeout before
+// it sends its payload inline: inline, each would cost the broker a receive,
 // a parse and a write of its own, and the publisher's memory.
 inline constexpr int64_t kSpoolAsyncMaxBytes = int64_t{128} << 20;
 inline constexpr int64_t kSpoolAsyncMaxFiles = 64;
@@ -414,11 +414,11 @@ struct BusClient::Impl {
   // unusable stays so.
   std::optional<bool> OnBrokerNode(bool again = false);
   // `payload` written into a new file of a spool already proven (no call
-  // here), once it has room (spool_room: waiting up to call_timeout where
-  // `may_wait`); null when there is no spool, no room in time or the write
-  // fails (the bytes go inline).
+  // here), once it has room (spool_room, waiting up to `wait`); null when
+  // there is no spool, no room in time or the write fails (the bytes go
+  // inline).
   std::unique_ptr<bus_client_internal::SpooledPayload> SpoolPayload(std::string_view payload,
-                                                                    bool may_wait);
+                                                                    std::chrono::milliseconds wait);
   // A new file in spool folder `dir`, held under flock until its adoption
   // is answered; nullopt when it cannot be made (the publish goes another way).
   std::optional<SpoolFile> CreateSpoolFile(const std::string& dir);

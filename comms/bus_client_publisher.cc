@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -18,10 +19,10 @@ namespace agentrt {
 using namespace bus_client_internal;  // NOLINT(google-build-using-namespace): its own insides
 
 namespace {
-// Set while this thread runs PublishAsync's callbacks (the publisher's own
-// threads): a PublishAsync from one of them does not wait for spool room
-// that only those threads' answers free.
-thread_local bool t_in_publish_callbacks = false;
+// The client (its Impl) whose PublishAsync callbacks this thread is running,
+// if any: a PublishAsync of that client from one of them does not wait for
+// spool room, which only this thread's answers free.
+thread_local const void* t_answering_for = nullptr;
 }  // namespace
 
 void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
@@ -50,7 +51,8 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
   }
   // On the broker's node a payload of 256 KiB or more goes into a spool file
   // now (the caller's one copy), and only its name through the socket; while
-  // kSpoolAsyncMaxBytes of them wait for their answers, it waits for room.
+  // the spooled ones waiting for their answers fill the room (SpoolRoom), it
+  // waits for room, up to its timeout.
   std::unique_ptr<SpooledPayload> spooled;
   if (payload.size() >= kSpoolAsyncMinBytes) {
     // The first such payload asks whether the spool is there (once, here, so
@@ -58,7 +60,10 @@ void BusClient::PublishAsync(std::string_view topic, std::string_view payload,
     // broker; the sending thread asks again when a stream broke), and so
     // does the first after a refused file's wait (SpoolAskDue).
     if (impl_->SpoolAskDue()) (void)impl_->OnBrokerNode();
-    spooled = impl_->SpoolPayload(payload, /*may_wait=*/!t_in_publish_callbacks);
+    const std::chrono::milliseconds wait = t_answering_for == impl_.get()
+                                               ? std::chrono::milliseconds(0)
+                                               : opts.timeout.value_or(impl_->options.call_timeout);
+    spooled = impl_->SpoolPayload(payload, wait);
   }
   // Counted in its batch's bytes even when spooled: a batch resent inline
   // (BeforeResend) stays within what one call carries.
@@ -212,11 +217,11 @@ class BusClient::Impl::AsyncPublisher {
 
   // Runs callbacks outside the lock and releases their backpressure.
   void Complete(Results& results) {
-    t_in_publish_callbacks = true;
+    const void* const outer = std::exchange(t_answering_for, &impl_);
     for (auto& [cb, r] : results) {
       if (cb) cb(r);
     }
-    t_in_publish_callbacks = false;
+    t_answering_for = outer;
     {
       std::lock_guard<std::mutex> lock(impl_.async_mu);
       impl_.async_unacked -= results.size();

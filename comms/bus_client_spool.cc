@@ -62,10 +62,11 @@ std::string SpoolName(const std::string& agent) { return agent + "." + RandomHex
 }  // namespace
 
 bus_client_internal::SpooledPayload::~SpooledPayload() {
-  if (room != nullptr) room->Give(charged);
-  if (fd < 0) return;
-  ::unlink(path.c_str());  // no such name any more once the broker took the file over
-  ::close(fd);
+  if (fd >= 0) {
+    ::unlink(path.c_str());  // no such name any more once the broker took the file over
+    ::close(fd);
+  }
+  if (room != nullptr) room->Give(charged);  // once its descriptor is closed
 }
 
 bool BusClient::Impl::SpoolAskDue() {
@@ -99,7 +100,7 @@ std::optional<bool> BusClient::Impl::OnBrokerNode(bool again) {
 }
 
 std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPayload(
-    std::string_view payload, bool may_wait) {
+    std::string_view payload, std::chrono::milliseconds wait) {
   std::string dir, id;
   {
     std::lock_guard<std::mutex> lock(spool_mu);
@@ -109,10 +110,10 @@ std::unique_ptr<bus_client_internal::SpooledPayload> BusClient::Impl::SpoolPaylo
   }
   const int64_t charge =
       std::max(static_cast<int64_t>(payload.size()), kSpoolAsyncMaxBytes / kSpoolAsyncMaxFiles);
-  const auto until =
-      may_wait ? DeadlineClock::now() + options.call_timeout : DeadlineClock::time_point::min();
-  if (!spool_room.Take(charge, until)) return nullptr;  // the files not answered in time: inline
   auto held = std::make_unique<SpooledPayload>();
+  if (!spool_room.Take(charge, DeadlineClock::now() + wait)) {
+    return nullptr;  // the files not answered in time: inline
+  }
   held->room = &spool_room;
   held->charged = charge;
   held->size = payload.size();

@@ -243,9 +243,9 @@ class Bus(Handle):
 
     def publish_async(self, topic, payload, content_type=None):
         """Queues one message (stored in order in the background; blocks while
-        too many are unacknowledged, or, for up to the call timeout, while
-        128 MiB of payloads written into the broker's spool wait for their
-        answers). Failures come out of flush()."""
+        too many are unacknowledged, or, for up to the call timeout each,
+        while 64 payloads written into the broker's spool, or 128 MiB of
+        them, wait for their answers). Failures come out of flush()."""
         ptr, size, keep = _payload(payload)
         _lib.check(_lib.lib().agentrt_bus_publish_async(self._p(), _lib.encode(topic, "topic"),
                                                         ptr, size,

@@ -1,6 +1,6 @@
-// A fresh directory under $TMPDIR for one test, removed with everything in it
-// when the test ends; small files written into it by name. The one scratch
-// directory of every C++ test.
+// A fresh directory under $TMPDIR (or a root given) for one test, removed
+// with everything in it when the test ends; small files written into it by
+// name. The one scratch directory of every C++ test.
 #pragma once
 
 #include <stdlib.h>
@@ -14,8 +14,11 @@
 namespace agentrt::testing {
 
 struct TempDir {
-  explicit TempDir(const std::string& prefix = "agentrt-test") {
-    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  // Under `root` when given (/dev/shm, for a test of files in memory).
+  explicit TempDir(const std::string& prefix = "agentrt-test", const std::string& root = "") {
+    const std::filesystem::path under =
+        root.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(root);
+    std::string tmpl = (under / (prefix + "-XXXXXX")).string();
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
     path = tmpl;
   }

@@ -1072,8 +1072,9 @@ TEST_CASE(
 
   // A PublishAsync from an ack callback does not wait for room: the thread
   // running the callback is the one whose answers free it. The first answer
-  // frees its batch's room only; the callback's 64 outrun it and the rest go
-  // inline at once (waiting, each would take call_timeout, 20 s here).
+  // frees its batch's room only (async_batch_bytes, 4 MiB: 16 of these
+  // payloads); the callback's 64 outrun it and the rest go inline at once
+  // (waiting, each would take call_timeout, 20 s here).
   BusClientOptions patient;
   patient.call_timeout = 20s;
   auto chained = Client(address, "pub", patient);
