@@ -26,7 +26,9 @@
 //              anchor; and (not --quick) one 1 GiB version (the
 //              bus's ceiling, header included)
 //              to 8 subscribers, both ways, anchor: the memcpy floor (8 copies
-//              of 1 GiB one after another, GB/s of bytes delivered)
+//              of 1 GiB one after another, GB/s of bytes delivered); the
+//              views also against ZeroMQ to 8 receivers (one buffer sent
+//              to all 8 without a copy)
 //   delta      a 256 MiB policy with 1% of its values changed, to a reader
 //              that holds the version before and streams every byte: the
 //              bytes that reached it and its time to hold the new version,
@@ -734,7 +736,12 @@ AsyncStall WeightsAsyncStall(const std::string& address, const std::string& stre
   return f;
 }
 
-double ZmqFanout(size_t size, int subs, const Node& node = {}) {
+// ZeroMQ's fan-out of one `size`-byte message to `subs` PULL receivers:
+// bytes received in all (GB/s) from the send to the last receipt. `shared`:
+// one buffer sent to every socket without a copy (a message on
+// zmq_msg_init_data with no free function), as a large fan-out would be,
+// so that 8 copies of 1 GiB never sit in the sender's memory.
+double ZmqFanout(size_t size, int subs, const Node& node = {}, bool shared = false) {
   std::vector<Child> readers;
   zmq::context_t ctx(1);
   std::vector<zmq::socket_t> pushes;
@@ -747,7 +754,14 @@ double ZmqFanout(size_t size, int subs, const Node& node = {}) {
   std::string payload = MakePayload(size);
   Stamp(&payload, 0);
   const int64_t t0 = SendNs(payload);
-  for (auto& p : pushes) p.send(zmq::buffer(payload), zmq::send_flags::none);
+  for (auto& p : pushes) {
+    if (shared) {
+      zmq::message_t msg(payload.data(), payload.size(), nullptr);  // not copied, not freed
+      p.send(msg, zmq::send_flags::none);
+    } else {
+      p.send(zmq::buffer(payload), zmq::send_flags::none);
+    }
+  }
   int64_t last = 0;
   for (auto& r : readers) {
     long long first = 0, recv = 0, bytes = 0;
@@ -1071,9 +1085,10 @@ int RunParent(bool quick) {
   // The memory broker's files (gigabytes of versions and payloads it keeps)
   // go with it, so that the 1 GiB figures below have the machine's memory.
   broker.Stop();
-  // 1 GiB to 8 subscribers against the memcpy floor of the same bytes, each
-  // repetition on a broker of its own (the last one's 3 GiB freed).
-  std::vector<double> big_fan, big_views, big_floor;
+  // 1 GiB to 8 subscribers against the memcpy floor of the same bytes and
+  // against ZeroMQ to 8 receivers, each repetition on a broker of its own
+  // (the last one's 3 GiB freed).
+  std::vector<double> big_fan, big_views, big_floor, big_zmq;
   if (!quick) {
     const size_t big =
         (size_t{1} << 30) - (size_t{1} << 16);  // with its header: 1 GiB, the bus's ceiling
@@ -1090,6 +1105,7 @@ int RunParent(bool quick) {
         std::memcpy(dst.data(), src.data(), big);
       }
       big_floor.push_back(static_cast<double>(big) * 8 / static_cast<double>(NowNs() - m0));
+      big_zmq.push_back(ZmqFanout(big, 8, {}, /*shared=*/true));
     }
   }
   durable.Stop();
@@ -1125,6 +1141,8 @@ int RunParent(bool quick) {
                 Median(big_floor));
     PrintFigure("weights_1024MiB_8subs_views", Median(big_views), "GB/s", "memcpy_floor_8_copies",
                 Median(big_floor));
+    PrintFigure("weights_1024MiB_8subs_views_vs_zmq", Median(big_views), "GB/s",
+                "zmq_push_pull_8_receivers_shared_send", Median(big_zmq));
   }
   // Lower is better: how long the publisher's loop waits, against one memcpy.
   PrintFigure(("weights_publish_stall_" + std::to_string(fan_size >> 20) + "MiB").c_str(),
