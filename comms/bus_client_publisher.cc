@@ -363,11 +363,10 @@ class BusClient::Impl::AsyncPublisher {
       std::lock_guard<std::mutex> lock(impl_.async_mu);
       packed_answered_ = false;
       if (!impl_.async_packs) {
-        for (AsyncBatch& f : in_flight_) {
-          if (f.req.has_packed()) UnpackEntries(&f.req);
-        }
-        for (AsyncBatch& f : impl_.async_queue) {
-          if (f.req.has_packed()) UnpackEntries(&f.req);
+        for (std::deque<AsyncBatch>* batches : {&in_flight_, &impl_.async_queue}) {
+          for (AsyncBatch& f : *batches) {
+            if (f.req.has_packed()) UnpackEntries(&f.req);
+          }
         }
       }
     }

@@ -19,6 +19,7 @@
 #include "comms/broker.h"
 #include "comms/packed_entries.h"
 #include "tests/common/temp_dir.h"
+#include "tests/comms/bus_test_util.h"
 
 using namespace agentrt;
 namespace v1 = agentrt::bus::v1;
@@ -71,23 +72,9 @@ int64_t Publish(Broker& b, const std::string& topic, const std::string& payload,
 // Every message of `topic` from `from` on, or the earliest offset when `from` expired.
 std::vector<v1::Message> ReadFrom(Broker& b, const std::string& topic, int64_t from,
                                   int64_t* expired_earliest = nullptr) {
-  v1::SubscribeRequest req;
-  req.set_topic(topic);
-  req.mutable_start()->set_offset(from);
-  req.set_incarnation(b.incarnation());
-  v1::SubscribeResponse::Header h;
-  auto r = b.OpenTopicReader("b", req, &h);
-  REQUIRE(r.ok());
-  std::vector<v1::Message> out;
-  for (;;) {
-    v1::SubscribeResponse resp;
-    int64_t earliest = -1;
-    const auto outcome = b.Read(&r.value(), 0ms, &resp, &earliest);
-    if (outcome == Broker::ReadOutcome::kExpired && expired_earliest) *expired_earliest = earliest;
-    if (outcome != Broker::ReadOutcome::kMessages) break;
-    for (const auto& m : resp.messages()) out.push_back(m);
-  }
-  return out;
+  v1::StartAt start;
+  start.set_offset(from);
+  return agentrt::testing::ReadTopic(b, "b", topic, start, expired_earliest);
 }
 
 std::vector<fs::path> Segments(const std::string& dir, const std::string& log) {

@@ -1,14 +1,18 @@
-// What the tests of a real broker on loopback share: starting one, and a
-// client of an agent whose token comes from the same run secret.
+// What the bus tests share: starting a real broker on loopback, a client of
+// an agent whose token comes from the same run secret, and reading a topic
+// of a Broker in the test's own process.
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comms/auth.h"
+#include "comms/broker.h"
 #include "comms/bus_client.h"
 #include "comms/bus_server.h"
 
@@ -50,6 +54,33 @@ inline std::unique_ptr<BusClient> ConnectRemoteBus(const std::string& address,
   } restore;
   ::setenv("AGENTRT_BUS_LOCAL_FILES", "0", 1);
   return ConnectBus(address, secret, agent);
+}
+
+// Every message `agent` reads from `topic` of a Broker in this process,
+// from `start` on (no wait); when `start` expired, *expired_earliest (if
+// given) is the earliest offset held.
+inline std::vector<bus::v1::Message> ReadTopic(Broker& b, const std::string& agent,
+                                               const std::string& topic,
+                                               const bus::v1::StartAt& start,
+                                               int64_t* expired_earliest = nullptr) {
+  bus::v1::SubscribeRequest req;
+  req.set_topic(topic);
+  *req.mutable_start() = start;
+  req.set_incarnation(b.incarnation());
+  bus::v1::SubscribeResponse::Header header;
+  auto reader = b.OpenTopicReader(agent, req, &header);
+  INFO(reader.status().ToString());
+  REQUIRE(reader.ok());
+  std::vector<bus::v1::Message> out;
+  for (;;) {
+    bus::v1::SubscribeResponse resp;
+    int64_t earliest = -1;
+    const auto outcome = b.Read(&reader.value(), std::chrono::milliseconds(0), &resp, &earliest);
+    if (outcome == Broker::ReadOutcome::kExpired && expired_earliest) *expired_earliest = earliest;
+    if (outcome != Broker::ReadOutcome::kMessages) break;
+    for (const auto& m : resp.messages()) out.push_back(m);
+  }
+  return out;
 }
 
 }  // namespace agentrt::testing

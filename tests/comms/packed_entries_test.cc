@@ -11,6 +11,7 @@
 
 #include "comms/broker.h"
 #include "comms/bus_validate.h"
+#include "tests/comms/bus_test_util.h"
 
 namespace {
 
@@ -45,20 +46,9 @@ BusAcl TestAcl() {
 }
 
 std::vector<v1::Message> ReadAll(Broker& b, const std::string& topic) {
-  v1::SubscribeRequest req;
-  req.set_topic(topic);
-  req.mutable_start()->set_earliest(true);
-  v1::SubscribeResponse::Header header;
-  auto reader = b.OpenTopicReader("prey-0", req, &header);
-  REQUIRE(reader.ok());
-  std::vector<v1::Message> out;
-  for (;;) {
-    v1::SubscribeResponse resp;
-    int64_t earliest = 0;
-    if (b.Read(&*reader, 0ms, &resp, &earliest) != Broker::ReadOutcome::kMessages) break;
-    for (const auto& m : resp.messages()) out.push_back(m);
-  }
-  return out;
+  v1::StartAt start;
+  start.set_earliest(true);
+  return agentrt::testing::ReadTopic(b, "prey-0", topic, start);
 }
 
 }  // namespace
